@@ -1,0 +1,26 @@
+"""Algorithm registry: name -> class. Algorithms never import sockets or the wire format."""
+from __future__ import annotations
+
+from fednet.algorithms.base import Algorithm, ClientContext
+from fednet.algorithms.fedavg import FedAvg
+from fednet.config import ALGORITHMS, RunConfig
+from fednet.errors import ConfigError
+
+REGISTRY: dict[str, type[Algorithm]] = {"fedavg": FedAvg}
+
+
+def available() -> list[str]:
+    """Names that this build can run."""
+    return [n for n in ALGORITHMS if n in REGISTRY]
+
+
+def build(cfg: RunConfig) -> Algorithm:
+    """Instantiate the configured algorithm or raise a ConfigError naming --algo."""
+    cls = REGISTRY.get(cfg.algo.name)
+    if cls is None:
+        raise ConfigError(f"--algo '{cfg.algo.name}' is not available in this build; "
+                          f"available: {', '.join(available())}")
+    return cls(cfg)
+
+
+__all__ = ["Algorithm", "ClientContext", "REGISTRY", "available", "build"]

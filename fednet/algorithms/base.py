@@ -1,0 +1,104 @@
+"""The pure algorithm interface: server-side configure/aggregate, client-side local update."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from fednet import rng
+from fednet.config import RunConfig
+from fednet.types import Arrays, ClientInfo, Failure, Result, Task
+
+
+@dataclass
+class ClientContext:
+    """Everything a local update may touch inside one client process."""
+
+    cid: int
+    model: nn.Module
+    x: torch.Tensor
+    y: torch.Tensor
+    cfg: RunConfig
+    device: torch.device
+    state: dict[str, Any] = field(default_factory=dict)  # persists across rounds in this client
+
+    @property
+    def num_examples(self) -> int:
+        """Number of local training examples."""
+        return int(len(self.y))
+
+    def batch_generator(self, rnd: int, purpose: str = "batches") -> torch.Generator:
+        """The seeded torch generator for this client's minibatch order in round rnd."""
+        return torch.Generator().manual_seed(rng.int_seed(self.cfg.seed, purpose, rnd, self.cid))
+
+
+class Algorithm:
+    """Base class: holds the global model arrays; subclasses override the hooks they change.
+
+    Server side: `setup(init)`, `configure_round`, `aggregate_round`, `eval_arrays`.
+    Client side: `client_update`. No method touches sockets, files or clocks.
+    """
+
+    name = "base"
+
+    def __init__(self, cfg: RunConfig) -> None:
+        self.cfg = cfg
+        self.params: dict[str, Any] = dict(cfg.algo.params)
+        self.global_arrays: Arrays = {}
+        self._next_task = 0
+
+    # ---- server side -------------------------------------------------------------------
+    def setup(self, init: Arrays) -> None:
+        """Receive the initial global model (already seeded by the runtime)."""
+        self.global_arrays = dict(init)
+
+    def select(self, rnd: int, clients: Sequence[ClientInfo]) -> list[ClientInfo]:
+        """max(floor(fraction * K), 1) clients, uniformly without replacement, seeded by round."""
+        ordered = sorted(clients, key=lambda c: c.cid)
+        m = max(int(self.cfg.algo.fraction * len(ordered)), 1)
+        if m >= len(ordered):
+            return ordered
+        pick = rng.generator(self.cfg.seed, "select", rnd).choice(len(ordered), m, replace=False)
+        return [ordered[i] for i in sorted(pick)]
+
+    def task_body(self, rnd: int, client: ClientInfo) -> dict[str, Any]:
+        """Scalar instructions sent with each task (local epochs, lr, ...)."""
+        t = self.cfg.train
+        return {"epochs": t.epochs, "lr": t.lr}
+
+    def new_task(self, rnd: int, route: list[int], arrays: Arrays, body: dict[str, Any]) -> Task:
+        """A task with a fresh id."""
+        self._next_task += 1
+        return Task(task_id=self._next_task, round=rnd, route=route, arrays=arrays, body=body)
+
+    def configure_round(self, rnd: int, clients: Sequence[ClientInfo]) -> list[Task]:
+        """One task per selected client carrying the global model."""
+        return [self.new_task(rnd, [c.cid], self.global_arrays, self.task_body(rnd, c))
+                for c in self.select(rnd, clients)]
+
+    def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
+                        ) -> dict[str, float]:
+        """Fold the round's results into the global model; return metrics to log."""
+        raise NotImplementedError
+
+    def eval_arrays(self) -> Arrays:
+        """The model the server evaluates after each round."""
+        return self.global_arrays
+
+    def state_arrays(self) -> Arrays:
+        """Server-side algorithm state beyond the model (for checkpoints)."""
+        return {}
+
+    # ---- client side -------------------------------------------------------------------
+    def client_update(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
+        """Run the local update for `task`; return (arrays to send, scalar body)."""
+        raise NotImplementedError
+
+
+def finite(arrays: Arrays) -> bool:
+    """True when every floating array is free of NaN and inf."""
+    return all(np.isfinite(a).all() for a in arrays.values() if a.dtype.kind == "f")

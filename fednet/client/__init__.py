@@ -1,0 +1,1 @@
+"""Client side: the executor (pure, no sockets), the ZeroMQ poll loop and peer hand-offs."""

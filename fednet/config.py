@@ -1,0 +1,217 @@
+"""Run configuration: frozen dataclasses, TOML files, CLI overrides and validation."""
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from fednet.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ALGORITHMS = ("fedavg", "fedprox", "scaffold", "feddyn", "standalone", "centralized", "fedseq",
+              "fedseq_inter", "factorized", "factorized_beta", "pfedpara", "cfl", "fedfomo", "perfedavg")
+PARTITIONS = ("iid", "dirichlet", "shards")
+LATENCY_PRESETS = ("none", "lan", "wan", "hetero")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Which dataset and how it is split among clients."""
+
+    dataset: str = "digits"
+    partition: str = "iid"
+    alpha: float = 0.5
+    data_root: str = ""
+    download: bool = False
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The local optimiser every client runs."""
+
+    model: str = "auto"
+    epochs: int = 2
+    batch_size: int = 16
+    lr: float = 0.05
+    momentum: float = 0.0
+    weight_decay: float = 4e-4
+    threads: int = 1
+
+
+@dataclass(frozen=True)
+class AlgoConfig:
+    """Which algorithm, how many clients per round, and its own parameters."""
+
+    name: str = "fedavg"
+    fraction: float = 1.0
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NetConfig:
+    """Where the server listens and how long it waits."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    round_timeout: float = 300.0
+    register_timeout: float = 60.0
+
+
+@dataclass(frozen=True)
+class LatencyConfig:
+    """Per-client simulated compute speed and links; real=True also sleeps the delays."""
+
+    preset: str = "none"
+    file: str = ""
+    real: bool = False
+    time_scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run needs; sent to every client in WELCOME."""
+
+    clients: int = 10
+    rounds: int = 20
+    seed: int = 0
+    gpus: tuple[int, ...] = ()
+    out: str = ""
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    net: NetConfig = field(default_factory=NetConfig)
+    latency: LatencyConfig = field(default_factory=LatencyConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict (msgpack- and TOML-friendly)."""
+        d = dataclasses.asdict(self)
+        d["gpus"] = list(self.gpus)
+        return d
+
+    def replace(self, **overrides: Any) -> RunConfig:
+        """A copy with dotted-key overrides, e.g. replace(**{"train.lr": 0.1})."""
+        return from_dict(merge(self.to_dict(), overrides))
+
+
+_SECTIONS = {"data": DataConfig, "train": TrainConfig, "algo": AlgoConfig, "net": NetConfig,
+             "latency": LatencyConfig}
+
+
+def _build(cls: type, d: dict[str, Any], where: str) -> Any:
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise ConfigError(f"unknown key '{where}{unknown[0]}' in the configuration; known keys: "
+                          f"{', '.join(sorted(names))}")
+    kw = {}
+    for f in fields(cls):
+        if f.name not in d:
+            continue
+        v = d[f.name]
+        if f.name in _SECTIONS and cls is RunConfig:
+            if not isinstance(v, dict):
+                raise ConfigError(f"'[{f.name}]' must be a table in the configuration")
+            v = _build(_SECTIONS[f.name], v, f"{f.name}.")
+        elif f.name == "gpus":
+            v = tuple(int(x) for x in v)
+        elif f.name == "params":
+            v = dict(v)
+        kw[f.name] = v
+    return cls(**kw)
+
+
+def from_dict(d: dict[str, Any]) -> RunConfig:
+    """Build a RunConfig from a nested dict (as written by to_dict or read from TOML)."""
+    return _build(RunConfig, d, "")
+
+
+def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Apply dotted-key overrides ("train.lr": 0.1, "algo.params.mu": 0.01) to a nested dict."""
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
+    for key, val in overrides.items():
+        parts = key.split(".")
+        node = out
+        for p in parts[:-1]:
+            nxt = node.get(p)
+            nxt = dict(nxt) if isinstance(nxt, dict) else {}
+            node[p] = nxt
+            node = nxt
+        node[parts[-1]] = val
+    return out
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    """Read a TOML run file into a nested dict; a missing or invalid file is a ConfigError."""
+    p = Path(path)
+    try:
+        with p.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"--config: file '{p}' does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"--config: '{p}' is not valid TOML ({e})") from None
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def to_toml(cfg: RunConfig) -> str:
+    """The resolved configuration as TOML text, readable back with --config."""
+    d = cfg.to_dict()
+    lines = [f"{k} = {_toml_value(v)}" for k, v in d.items() if not isinstance(v, dict)]
+    for sec in _SECTIONS:
+        lines += ["", f"[{sec}]"]
+        sub = d[sec]
+        lines += [f"{k} = {_toml_value(v)}" for k, v in sub.items() if not isinstance(v, dict)]
+        for k, v in sub.items():
+            if isinstance(v, dict):
+                lines += ["", f"[{sec}.{k}]"] + [f"{kk} = {_toml_value(vv)}" for kk, vv in v.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _need(ok: bool, msg: str) -> None:
+    if not ok:
+        raise ConfigError(msg)
+
+
+def validate(cfg: RunConfig) -> RunConfig:
+    """Check values that do not need the dataset; raise ConfigError naming the option."""
+    _need(cfg.clients >= 1, f"--clients must be at least 1 (got {cfg.clients})")
+    _need(cfg.rounds >= 1, f"--rounds must be at least 1 (got {cfg.rounds})")
+    _need(cfg.seed >= 0, f"--seed must be a non-negative integer (got {cfg.seed})")
+    _need(all(g >= 0 for g in cfg.gpus), f"--gpus takes non-negative device indices (got {cfg.gpus})")
+    _need(cfg.algo.name in ALGORITHMS,
+          f"--algo '{cfg.algo.name}' is unknown; choose one of: {', '.join(ALGORITHMS)}")
+    _need(0.0 < cfg.algo.fraction <= 1.0, f"--fraction must be in (0, 1] (got {cfg.algo.fraction})")
+    _need(cfg.data.partition in PARTITIONS,
+          f"--partition '{cfg.data.partition}' is unknown; choose one of: {', '.join(PARTITIONS)}")
+    _need(cfg.data.alpha >= 0, f"--alpha must be >= 0 (got {cfg.data.alpha})")
+    t = cfg.train
+    _need(t.epochs >= 1, f"--epochs must be at least 1 (got {t.epochs})")
+    _need(t.batch_size >= 1, f"--batch-size must be at least 1 (got {t.batch_size})")
+    _need(t.lr > 0, f"--lr must be positive (got {t.lr})")
+    _need(0 <= t.momentum < 1, f"--momentum must be in [0, 1) (got {t.momentum})")
+    _need(t.weight_decay >= 0, f"--weight-decay must be >= 0 (got {t.weight_decay})")
+    _need(t.threads >= 1, f"--threads must be at least 1 (got {t.threads})")
+    _need(0 <= cfg.net.port <= 65535, f"--port must be in 0..65535 (got {cfg.net.port})")
+    _need(cfg.net.round_timeout > 0, f"--round-timeout must be positive (got {cfg.net.round_timeout})")
+    lat = cfg.latency
+    _need(bool(lat.file) or lat.preset in LATENCY_PRESETS,
+          f"--latency '{lat.preset}' is neither a preset ({', '.join(LATENCY_PRESETS)}) nor a file")
+    _need(lat.time_scale > 0, f"--time-scale must be positive (got {lat.time_scale})")
+    return cfg

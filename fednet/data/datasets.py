@@ -1,0 +1,108 @@
+"""Datasets as normalized numpy arrays (N x C x H x W float32, int64 labels), loaded once per process."""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from fednet.errors import ConfigError
+from fednet.rng import generator
+
+DATASETS = ("digits",)
+"""Names accepted by load_dataset (and --dataset)."""
+
+TEST_FRACTION = 0.2
+"""Share of each class held out as the global test set for datasets without an official split."""
+
+
+@dataclass
+class Dataset:
+    """A train/test pair of normalized image arrays plus their shape metadata."""
+
+    name: str
+    train_x: np.ndarray
+    train_y: np.ndarray
+    test_x: np.ndarray
+    test_y: np.ndarray
+    num_classes: int
+    input_shape: tuple[int, int, int]
+
+
+_CACHE: dict[tuple[str, int], Dataset] = {}
+
+
+def stratified_split(
+    labels: np.ndarray, test_fraction: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted (train, test) index arrays; each class gives its share of ceil(test_fraction * N) test samples."""
+    labels = np.asarray(labels)
+    classes, counts = np.unique(labels, return_counts=True)
+    n_test = math.ceil(test_fraction * labels.size)
+    exact = counts * (n_test / labels.size)
+    per_class = np.floor(exact).astype(np.int64)
+    # Largest remainder, ties broken by class order, so the test quota sums to n_test exactly.
+    short = n_test - int(per_class.sum())
+    per_class[np.argsort(-(exact - per_class), kind="stable")[:short]] += 1
+    rng = generator(seed, "data/split")
+    test_parts = []
+    for c, k in zip(classes, per_class):
+        idx = np.flatnonzero(labels == c)
+        test_parts.append(rng.permutation(idx)[:k])
+    test = np.sort(np.concatenate(test_parts)).astype(np.int64)
+    mask = np.ones(labels.size, dtype=bool)
+    mask[test] = False
+    return np.flatnonzero(mask).astype(np.int64), test
+
+
+def _standardize(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Scale both arrays with the scalar mean/std of the training array (float32 out)."""
+    mean = float(train.mean(dtype=np.float64))
+    std = float(train.std(dtype=np.float64)) or 1.0
+    return ((train - mean) / std).astype(np.float32), ((test - mean) / std).astype(np.float32)
+
+
+def _load_digits(data_root: str | None, download: bool, split_seed: int) -> Dataset:
+    """sklearn's embedded 8x8 digits: x/16, stratified 80/20 split, train-standardized."""
+    from sklearn.datasets import load_digits  # local import: only the digits path needs sklearn
+
+    raw = load_digits()
+    x = (np.asarray(raw.images, dtype=np.float64) / 16.0).reshape(-1, 1, 8, 8)
+    y = np.asarray(raw.target, dtype=np.int64)
+    tr, te = stratified_split(y, TEST_FRACTION, split_seed)
+    train_x, test_x = _standardize(x[tr], x[te])
+    return Dataset(
+        name="digits",
+        train_x=np.ascontiguousarray(train_x),
+        train_y=y[tr].copy(),
+        test_x=np.ascontiguousarray(test_x),
+        test_y=y[te].copy(),
+        num_classes=10,
+        input_shape=(1, 8, 8),
+    )
+
+
+_LOADERS: dict[str, Callable[[str | None, bool, int], Dataset]] = {"digits": _load_digits}
+
+
+def load_dataset(
+    name: str, data_root: str | None = None, download: bool = False, split_seed: int = 0
+) -> Dataset:
+    """Load (once per process, cached by name and split seed) the named dataset; do not mutate the result."""
+    loader = _LOADERS.get(name)
+    if loader is None:
+        raise ConfigError(
+            f"--dataset {name!r} is not known; choose one of: {', '.join(DATASETS)}"
+        )
+    key = (name, int(split_seed))
+    ds = _CACHE.get(key)
+    if ds is None:
+        ds = loader(data_root, download, int(split_seed))
+        _CACHE[key] = ds
+    return ds
+
+
+def clear_cache() -> None:
+    """Forget every loaded dataset (tests; freeing memory)."""
+    _CACHE.clear()

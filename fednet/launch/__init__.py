@@ -1,0 +1,1 @@
+"""Starting runs on one machine: the warm zygote, client spawning and GPU pinning."""

@@ -1,0 +1,41 @@
+"""Device pinning: client i runs on cuda:gpus[i % len(gpus)], or on the CPU without --gpus."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fednet.errors import ConfigError
+
+
+def parse_gpus(text: str | None) -> tuple[int, ...]:
+    """'0,1' -> (0, 1); '' or None -> (); anything else names --gpus in a ConfigError."""
+    if text is None or str(text).strip() in ("", "none", "cpu"):
+        return ()
+    try:
+        ids = tuple(int(t) for t in str(text).split(",") if t.strip() != "")
+    except ValueError:
+        raise ConfigError(f"--gpus expects comma-separated device indices such as 0,1 (got '{text}')") \
+            from None
+    if any(i < 0 for i in ids) or len(set(ids)) != len(ids):
+        raise ConfigError(f"--gpus expects distinct non-negative indices (got '{text}')")
+    return ids
+
+
+def device_for(cid: int, gpus: Sequence[int]) -> str:
+    """The device string of client cid."""
+    return f"cuda:{gpus[cid % len(gpus)]}" if gpus else "cpu"
+
+
+def check_gpus(gpus: Sequence[int], available: int | None = None) -> None:
+    """Fail at once, clearly, when a requested GPU does not exist (available: device count)."""
+    if not gpus:
+        return
+    if available is None:
+        import torch
+        available = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if available == 0:
+        raise ConfigError(f"--gpus {','.join(map(str, gpus))}: no CUDA device is visible on this "
+                          "machine; run without --gpus to use the CPU")
+    bad = [g for g in gpus if g >= available]
+    if bad:
+        raise ConfigError(f"--gpus: device {bad[0]} does not exist (this machine has {available} "
+                          f"CUDA device(s): 0..{available - 1})")

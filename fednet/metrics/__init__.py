@@ -1,0 +1,1 @@
+"""Byte accounting, per-round history and plots."""

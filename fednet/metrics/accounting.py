@@ -1,0 +1,81 @@
+"""The byte ledger: every frame sent or received, on both ends, by direction and kind."""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+SERVER = "server"
+# Kinds that carry the run itself; the rest (registration, heartbeats, shutdown) is control traffic,
+# reported apart because its size depends on endpoints and timing, not on the algorithm.
+TRAFFIC_KINDS = frozenset({"TASK", "RESULT", "HANDOFF", "HANDOFF_ACK", "HOP_DONE", "FAILURE"})
+
+
+def direction(src: str, dst: str) -> str:
+    """server_to_client, client_to_server or client_to_client."""
+    if src == SERVER:
+        return "server_to_client"
+    if dst == SERVER:
+        return "client_to_server"
+    return "client_to_client"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One message on one link as seen by one end."""
+
+    round: int
+    kind: str
+    src: str
+    dst: str
+    header_bytes: int
+    payload_bytes: int
+    tensor_bytes: int
+
+    @property
+    def total(self) -> int:
+        """Header plus payload frames (the identity frame and zmq framing are not counted)."""
+        return self.header_bytes + self.payload_bytes
+
+
+class Ledger:
+    """Records messages as seen by one process; totals split by direction and round."""
+
+    def __init__(self, keep_entries: bool = False) -> None:
+        self.keep_entries = keep_entries
+        self.entries: list[Entry] = []
+        self._by_round: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self._totals: dict[str, int] = defaultdict(int)
+        self.messages = 0
+
+    def record(self, rnd: int, kind: str, src: str, dst: str, header_bytes: int, payload_bytes: int,
+               tensor_bytes: int) -> None:
+        """Add one message."""
+        e = Entry(rnd, kind, src, dst, header_bytes, payload_bytes, tensor_bytes)
+        if self.keep_entries:
+            self.entries.append(e)
+        self.messages += 1
+        key = direction(src, dst) if kind in TRAFFIC_KINDS else "control"
+        for bucket in (self._totals, self._by_round[rnd]):
+            bucket[key] += e.total
+            if kind in TRAFFIC_KINDS:
+                bucket["tensor_bytes"] += tensor_bytes
+                bucket["header_bytes"] += header_bytes
+
+    def add_totals(self, rnd: int, totals: dict[str, int]) -> None:
+        """Merge totals reported by another process (e.g. a client's peer traffic)."""
+        for k, v in totals.items():
+            self._totals[k] += int(v)
+            self._by_round[rnd][k] += int(v)
+
+    def totals(self) -> dict[str, int]:
+        """All rounds: server_to_client, client_to_server, client_to_client, tensor_bytes, ..."""
+        keys = ("server_to_client", "client_to_server", "client_to_client", "tensor_bytes",
+                "header_bytes", "control")
+        return {k: int(self._totals.get(k, 0)) for k in keys}
+
+    def round_totals(self, rnd: int) -> dict[str, int]:
+        """Totals of one round (same keys as totals())."""
+        r = self._by_round.get(rnd, {})
+        keys = ("server_to_client", "client_to_server", "client_to_client", "tensor_bytes",
+                "header_bytes", "control")
+        return {k: int(r.get(k, 0)) for k in keys}

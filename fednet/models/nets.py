@@ -1,0 +1,79 @@
+"""Network architectures (ALGORITHMS.md 1) and the name -> model factory behind --model."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from fednet.errors import ConfigError
+from fednet.rng import int_seed
+
+MODELS = ("digits_cnn",)
+"""Names accepted by build_model (and --model), besides "auto"."""
+
+AUTO_MODELS = {"digits": "digits_cnn"}
+"""The model "auto" picks for each dataset."""
+
+
+class DigitsNet(nn.Module):
+    """ALGORITHMS.md 1.3: two 3x3 conv blocks (16, 32 channels) and a 3-layer classifier; 15,466 params."""
+
+    def __init__(self, num_classes: int = 10, input_shape: tuple[int, int, int] = (1, 8, 8)) -> None:
+        super().__init__()
+        c, h, w = input_shape
+        self.conv1 = nn.Conv2d(c, 16, kernel_size=3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, kernel_size=3, padding=1)
+        self.pool = nn.MaxPool2d(2)
+        self.fc1 = nn.Linear(32 * (h // 4) * (w // 4), 64)
+        self.fc2 = nn.Linear(64, 32)
+        self.fc3 = nn.Linear(32, num_classes)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """The flattened conv2 output (128 values for 8x8 inputs)."""
+        x = self.pool(torch.relu(self.conv1(x)))
+        x = self.pool(torch.relu(self.conv2(x)))
+        return torch.flatten(x, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits of shape (B, num_classes)."""
+        x = torch.relu(self.fc1(self.features(x)))
+        x = torch.relu(self.fc2(x))
+        return self.fc3(x)
+
+
+_BUILDERS: dict[str, Callable[[int, tuple[int, int, int]], nn.Module]] = {
+    "digits_cnn": lambda k, shape: DigitsNet(k, shape),
+}
+
+
+def resolve_model(name: str, dataset: str | None = None, input_shape: tuple[int, int, int] | None = None) -> str:
+    """The concrete model name for name ("auto" looks at the dataset, else at the input shape)."""
+    if name == "auto":
+        if dataset in AUTO_MODELS:
+            return AUTO_MODELS[dataset]
+        if dataset is None and input_shape is not None and tuple(input_shape)[1:] == (8, 8):
+            return "digits_cnn"
+        raise ConfigError(
+            f"--model auto has no default for dataset {dataset!r}; pass --model with one of: {', '.join(MODELS)}"
+        )
+    if name not in _BUILDERS:
+        raise ConfigError(f"--model {name!r} is not known; choose auto or one of: {', '.join(MODELS)}")
+    return name
+
+
+def build_model(
+    name: str,
+    num_classes: int,
+    input_shape: tuple[int, int, int],
+    *,
+    dataset: str | None = None,
+    seed: int | None = None,
+) -> nn.Module:
+    """A freshly initialized model; with seed, the init comes from rng stream "model/init" (global RNG untouched)."""
+    builder = _BUILDERS[resolve_model(name, dataset, input_shape)]
+    if seed is None:
+        return builder(int(num_classes), tuple(input_shape))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int_seed(seed, "model/init"))
+        return builder(int(num_classes), tuple(input_shape))

@@ -1,0 +1,68 @@
+"""Bridge between torch modules and named numpy arrays (what goes on the wire), copying only where needed."""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+from torch import nn
+
+
+def state_arrays(model: nn.Module) -> dict[str, np.ndarray]:
+    """Ordered name -> numpy array of every state_dict entry; CPU tensors are shared (no copy), others copied."""
+    out: dict[str, np.ndarray] = {}
+    for name, t in model.state_dict().items():
+        t = t.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        out[name] = t.numpy()
+    return out
+
+
+def _check_names(state: Mapping[str, torch.Tensor], arrays: Mapping[str, np.ndarray], strict: bool) -> None:
+    """Raise ValueError naming the first missing, unexpected or wrongly shaped entry."""
+    if strict:
+        for name in state:
+            if name not in arrays:
+                raise ValueError(f"load_arrays: missing entry {name!r}")
+        for name in arrays:
+            if name not in state:
+                raise ValueError(f"load_arrays: unexpected entry {name!r}")
+    for name, t in state.items():
+        if name in arrays and tuple(np.shape(arrays[name])) != tuple(t.shape):
+            raise ValueError(
+                f"load_arrays: entry {name!r} has shape {tuple(np.shape(arrays[name]))}, model expects {tuple(t.shape)}"
+            )
+
+
+def load_arrays(model: nn.Module, arrays: Mapping[str, np.ndarray], strict: bool = True) -> None:
+    """Copy arrays into the model's own tensors in place (read-only inputs fine); strict: names and shapes must match."""
+    state = model.state_dict()
+    _check_names(state, arrays, strict)
+    with torch.no_grad():
+        for name, t in state.items():
+            if name not in arrays:
+                continue
+            src = np.asarray(arrays[name])
+            if t.device.type == "cpu" and t.dtype is not torch.bfloat16:
+                try:  # straight numpy copy into the tensor's memory: no temporary tensor, no torch warning
+                    np.copyto(t.numpy(), src, casting="same_kind")
+                except TypeError as e:
+                    raise ValueError(f"load_arrays: entry {name!r} has dtype {src.dtype}, model has {t.dtype}") from e
+                continue
+            if not src.flags.aligned:
+                src = np.ascontiguousarray(src)
+            with warnings.catch_warnings():  # the source is only read; torch's non-writable warning does not apply
+                warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+                t.copy_(torch.from_numpy(src))
+
+
+def num_params(model: nn.Module) -> int:
+    """Number of trainable parameter values."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def clone_arrays(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Deep, writable copy of a name -> array mapping (order kept)."""
+    return {name: np.array(a, copy=True) for name, a in arrays.items()}

@@ -1,0 +1,28 @@
+"""The wire protocol: msgpack headers plus raw zero-copy array frames (no pickle)."""
+from __future__ import annotations
+
+from fednet.errors import ProtocolError
+from fednet.protocol.codec import (
+    DEFAULT_LIMITS,
+    Limits,
+    Message,
+    decode,
+    encode,
+    frame_bytes,
+    tensor_bytes,
+)
+from fednet.protocol.kinds import ALLOWED_DTYPES, PROTOCOL_VERSION, MsgKind
+
+__all__ = [
+    "ALLOWED_DTYPES",
+    "DEFAULT_LIMITS",
+    "Limits",
+    "Message",
+    "MsgKind",
+    "PROTOCOL_VERSION",
+    "ProtocolError",
+    "decode",
+    "encode",
+    "frame_bytes",
+    "tensor_bytes",
+]

@@ -1,0 +1,278 @@
+"""Encode and decode messages as ``[header, buf_0, ..., buf_k]`` frames (no pickle, no copies)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import msgpack
+import numpy as np
+
+from fednet.errors import ProtocolError
+from fednet.protocol import schema as S
+from fednet.protocol.kinds import ALLOWED_DTYPES, PROTOCOL_VERSION, MsgKind
+
+_WIRE_DTYPES: dict[str, np.dtype] = {
+    name: np.dtype(name).newbyteorder("<") for name in ALLOWED_DTYPES
+}
+
+
+@dataclass(eq=False)
+class Message:
+    """One protocol message: routing fields, a msgpack body and named numpy arrays."""
+
+    kind: MsgKind
+    sender: str
+    run_id: str = ""
+    round: int = -1
+    task_id: int = -1
+    sim_time: float = 0.0
+    body: dict[str, Any] = field(default_factory=dict)
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Size caps enforced by encode and decode."""
+
+    max_header_bytes: int = 1 << 20
+    max_arrays: int = 4096
+    max_ndim: int = 8
+    max_array_bytes: int = 1 << 31
+    max_message_bytes: int = (1 << 31) - 1
+
+
+DEFAULT_LIMITS = Limits()
+"""The limits used when none are given."""
+
+
+class _ExtTypeSeen(Exception):
+    """Raised by the ext hook; converted to ProtocolError by decode."""
+
+
+def _reject_ext(code: int, data: bytes) -> Any:
+    raise _ExtTypeSeen(f"msgpack ext type {code} is not allowed")
+
+
+def _buffer(frame: Any) -> memoryview:
+    """Return a flat byte memoryview over ``frame`` without copying."""
+    try:
+        if isinstance(frame, memoryview):
+            mv = frame
+        elif isinstance(frame, (bytes, bytearray)):
+            mv = memoryview(frame)
+        elif hasattr(frame, "buffer"):
+            mv = memoryview(frame.buffer)
+        else:
+            mv = memoryview(frame)
+    except TypeError as exc:
+        raise ProtocolError(f"frame of type {type(frame).__name__} is not a buffer") from exc
+    if not mv.c_contiguous:
+        raise ProtocolError("frame buffer is not contiguous")
+    if mv.ndim != 1 or mv.format != "B":
+        try:
+            mv = mv.cast("B")
+        except (TypeError, ValueError) as exc:
+            raise ProtocolError(f"frame buffer cannot be viewed as bytes: {exc}") from exc
+    return mv
+
+
+def _nbytes(frame: Any) -> int:
+    """Length of one frame in bytes."""
+    if isinstance(frame, (bytes, bytearray)):
+        return len(frame)
+    if isinstance(frame, memoryview):
+        return frame.nbytes
+    if hasattr(frame, "buffer"):
+        return memoryview(frame.buffer).nbytes
+    return memoryview(frame).nbytes
+
+
+def _wire_array(name: Any, arr: Any, limits: Limits) -> tuple[list[Any], memoryview]:
+    """Return the header entry and the zero-copy byte view for one array."""
+    if not isinstance(name, str):
+        raise ProtocolError(f"array name must be a str, got {type(name).__name__}")
+    if not isinstance(arr, np.ndarray):
+        try:
+            arr = np.asarray(arr)
+        except Exception as exc:  # noqa: BLE001 - any conversion failure is a protocol error
+            raise ProtocolError(f"array {name!r} cannot be converted to numpy: {exc}") from exc
+    dname = arr.dtype.name
+    if dname not in ALLOWED_DTYPES or arr.dtype.fields is not None:
+        raise ProtocolError(f"array {name!r}: dtype {arr.dtype.str!r} is not allowed")
+    if arr.ndim > limits.max_ndim:
+        raise ProtocolError(f"array {name!r}: {arr.ndim} dimensions, limit is {limits.max_ndim}")
+    if arr.nbytes > limits.max_array_bytes:
+        raise ProtocolError(
+            f"array {name!r}: {arr.nbytes} bytes, limit is {limits.max_array_bytes}"
+        )
+    flat = np.ascontiguousarray(arr, dtype=_WIRE_DTYPES[dname])
+    view = memoryview(flat.reshape(-1).view(np.uint8))
+    return [name, dname, list(arr.shape)], view
+
+
+def encode(msg: Message, limits: Limits = DEFAULT_LIMITS) -> list[bytes | memoryview]:
+    """Encode ``msg`` as ``[header, buf_0, ..., buf_k]``; C-contiguous arrays are not copied."""
+    try:
+        kind = MsgKind(msg.kind)
+    except (ValueError, TypeError) as exc:
+        raise ProtocolError(f"unknown message kind {msg.kind!r}") from exc
+    S.check_str(msg.sender, "sender")
+    S.check_str(msg.run_id, "run_id")
+    S.check_int(msg.round, "round")
+    S.check_int(msg.task_id, "task_id")
+    sim_time = S.check_time(msg.sim_time, "sim_time")
+    body = S.check_body(msg.body)
+    if not isinstance(msg.arrays, dict):
+        raise ProtocolError(f"arrays must be a dict, got {type(msg.arrays).__name__}")
+    if len(msg.arrays) > limits.max_arrays:
+        raise ProtocolError(f"{len(msg.arrays)} arrays, limit is {limits.max_arrays}")
+    entries: list[list[Any]] = []
+    bufs: list[memoryview] = []
+    for name, arr in msg.arrays.items():
+        entry, view = _wire_array(name, arr, limits)
+        entries.append(entry)
+        bufs.append(view)
+    header_map = {
+        S.K_VERSION: PROTOCOL_VERSION,
+        S.K_KIND: int(kind),
+        S.K_SENDER: msg.sender,
+        S.K_RUN_ID: msg.run_id,
+        S.K_ROUND: msg.round,
+        S.K_TASK_ID: msg.task_id,
+        S.K_SIM_TIME: sim_time,  # a Python float is always packed as float64
+        S.K_BODY: body,
+        S.K_ARRAYS: entries,
+    }
+    try:
+        header = msgpack.packb(header_map, use_bin_type=True, use_single_float=False)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ProtocolError(f"body cannot be packed: {exc}") from exc
+    if len(header) > limits.max_header_bytes:
+        raise ProtocolError(
+            f"header is {len(header)} bytes, limit is {limits.max_header_bytes}"
+        )
+    total = len(header) + sum(b.nbytes for b in bufs)
+    if total > limits.max_message_bytes:
+        raise ProtocolError(f"message is {total} bytes, limit is {limits.max_message_bytes}")
+    return [header, *bufs]
+
+
+def _unpack_header(buf: memoryview) -> dict[Any, Any]:
+    """Unpack the header frame defensively; any failure is a ProtocolError."""
+    n = buf.nbytes
+    try:
+        header = msgpack.unpackb(
+            buf,
+            raw=False,
+            strict_map_key=True,
+            use_list=True,
+            ext_hook=_reject_ext,
+            max_str_len=n,
+            max_bin_len=n,
+            max_array_len=n,
+            max_map_len=n // 2,
+            max_ext_len=0,
+        )
+    except _ExtTypeSeen as exc:
+        raise ProtocolError(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - msgpack raises several unrelated types
+        raise ProtocolError(f"header is not valid msgpack: {type(exc).__name__}: {exc}") from None
+    if not isinstance(header, dict):
+        raise ProtocolError(f"header must be a msgpack map, got {type(header).__name__}")
+    return header
+
+
+def _field(header: dict[Any, Any], key: str) -> Any:
+    if key not in header:
+        raise ProtocolError(f"header field {key!r} is missing")
+    return header[key]
+
+
+def decode(frames: Sequence[Any], limits: Limits = DEFAULT_LIMITS) -> Message:
+    """Decode frames produced by :func:`encode`; arrays are zero-copy views of the frames."""
+    try:
+        frames = list(frames)
+    except TypeError as exc:
+        raise ProtocolError(f"frames must be a sequence, got {type(frames).__name__}") from exc
+    if not frames:
+        raise ProtocolError("message has no frames")
+    hbuf = _buffer(frames[0])
+    if hbuf.nbytes > limits.max_header_bytes:
+        raise ProtocolError(
+            f"header is {hbuf.nbytes} bytes, limit is {limits.max_header_bytes}"
+        )
+    header = _unpack_header(hbuf)
+    version = S.check_int(_field(header, S.K_VERSION), S.K_VERSION)
+    if version != PROTOCOL_VERSION:
+        raise ProtocolError(
+            f"unsupported protocol version {version} (expected {PROTOCOL_VERSION})"
+        )
+    kind_no = S.check_int(_field(header, S.K_KIND), S.K_KIND)
+    try:
+        kind = MsgKind(kind_no)
+    except ValueError:
+        raise ProtocolError(f"unknown message kind {kind_no}") from None
+    sender = S.check_str(_field(header, S.K_SENDER), S.K_SENDER)
+    run_id = S.check_str(_field(header, S.K_RUN_ID), S.K_RUN_ID)
+    rnd = S.check_int(_field(header, S.K_ROUND), S.K_ROUND)
+    task_id = S.check_int(_field(header, S.K_TASK_ID), S.K_TASK_ID)
+    sim_time = S.check_time(_field(header, S.K_SIM_TIME), S.K_SIM_TIME)
+    body = S.check_body(_field(header, S.K_BODY))
+    entries = _field(header, S.K_ARRAYS)
+    if not isinstance(entries, list):
+        raise ProtocolError(f"header field {S.K_ARRAYS!r} must be a list")
+    if len(entries) > limits.max_arrays:
+        raise ProtocolError(f"{len(entries)} arrays, limit is {limits.max_arrays}")
+    specs: list[tuple[str, np.dtype, tuple[int, ...], int]] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, list) or len(entry) != 3:
+            raise ProtocolError(f"array entry {i} must be [name, dtype, shape]")
+        name, dname, shape = entry
+        if not isinstance(name, str):
+            raise ProtocolError(f"array entry {i}: name must be a str")
+        if name in seen:
+            raise ProtocolError(f"duplicate array name {name!r}")
+        seen.add(name)
+        if not isinstance(dname, str) or dname not in ALLOWED_DTYPES:
+            raise ProtocolError(f"array {name!r}: dtype {dname!r} is not allowed")
+        dtype = _WIRE_DTYPES[dname]
+        dims = S.check_shape(shape, name, limits.max_ndim)
+        nbytes = math.prod(dims) * dtype.itemsize  # exact Python int: no overflow
+        if nbytes > limits.max_array_bytes:
+            raise ProtocolError(
+                f"array {name!r}: {nbytes} bytes, limit is {limits.max_array_bytes}"
+            )
+        specs.append((name, dtype, dims, nbytes))
+    if len(frames) - 1 != len(specs):
+        raise ProtocolError(
+            f"header lists {len(specs)} arrays but {len(frames) - 1} array frames arrived"
+        )
+    bufs = [_buffer(f) for f in frames[1:]]
+    total = hbuf.nbytes
+    for (name, _dtype, dims, nbytes), buf in zip(specs, bufs):
+        if buf.nbytes != nbytes:
+            raise ProtocolError(
+                f"array {name!r}: shape {list(dims)} needs {nbytes} bytes, frame has {buf.nbytes}"
+            )
+        total += nbytes
+    if total > limits.max_message_bytes:
+        raise ProtocolError(f"message is {total} bytes, limit is {limits.max_message_bytes}")
+    arrays: dict[str, np.ndarray] = {}
+    for (name, dtype, dims, _nbytes), buf in zip(specs, bufs):
+        arrays[name] = np.frombuffer(buf, dtype=dtype).reshape(dims)
+    return Message(kind, sender, run_id, rnd, task_id, sim_time, body, arrays)
+
+
+def frame_bytes(frames: Sequence[Any]) -> tuple[int, int]:
+    """Return ``(header_bytes, payload_bytes)`` for a frame list."""
+    frames = list(frames)
+    if not frames:
+        return 0, 0
+    return _nbytes(frames[0]), sum(_nbytes(f) for f in frames[1:])
+
+
+def tensor_bytes(msg: Message) -> int:
+    """Return the total number of array bytes in ``msg``."""
+    return sum(int(np.asarray(a).nbytes) for a in msg.arrays.values())

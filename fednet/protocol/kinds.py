@@ -1,0 +1,40 @@
+"""Protocol constants: the wire version, message kinds and the dtype allowlist."""
+from __future__ import annotations
+
+import enum
+
+PROTOCOL_VERSION = 1
+"""Version number written into every header; decode rejects any other value."""
+
+
+class MsgKind(enum.IntEnum):
+    """The kind of a message, sent as a small integer in the header."""
+
+    READY = 1
+    WELCOME = 2
+    TASK = 3
+    RESULT = 4
+    HANDOFF = 5
+    HANDOFF_ACK = 6
+    HOP_DONE = 7
+    FAILURE = 8
+    SHUTDOWN = 9
+    HEARTBEAT = 10
+    BYE = 11
+    REJECT = 12
+
+
+ALLOWED_DTYPES: frozenset[str] = frozenset(
+    {
+        "float16",
+        "float32",
+        "float64",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "bool",
+    }
+)
+"""numpy dtype names allowed on the wire (little-endian); never object, void or str."""

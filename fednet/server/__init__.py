@@ -1,0 +1,1 @@
+"""Server side: the round driver (runtime-agnostic), evaluation, and the ZeroMQ server."""

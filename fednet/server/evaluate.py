@@ -1,0 +1,31 @@
+"""The server's model: initial weights and test-set evaluation."""
+from __future__ import annotations
+
+import torch
+
+from fednet import rng
+from fednet.config import RunConfig
+from fednet.data import load_dataset
+from fednet.models import build_model
+from fednet.models.params import clone_arrays, load_arrays, state_arrays
+from fednet.training.local import evaluate
+from fednet.types import Arrays
+
+
+class Evaluator:
+    """Holds one model and the held-out test set; evaluates arrays on demand."""
+
+    def __init__(self, cfg: RunConfig) -> None:
+        d = cfg.data
+        ds = load_dataset(d.dataset, d.data_root or None, d.download)
+        self.num_classes = ds.num_classes
+        self.x = torch.from_numpy(ds.test_x)
+        self.y = torch.from_numpy(ds.test_y)
+        torch.manual_seed(rng.int_seed(cfg.seed, "init"))
+        self.model = build_model(cfg.train.model, ds.num_classes, ds.input_shape)
+        self.initial: Arrays = clone_arrays(state_arrays(self.model))
+
+    def __call__(self, arrays: Arrays) -> tuple[float, float]:
+        """(accuracy, loss) of the model given by `arrays` on the test set."""
+        load_arrays(self.model, arrays)
+        return evaluate(self.model, self.x, self.y)

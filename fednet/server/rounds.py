@@ -1,0 +1,116 @@
+"""The round driver: runtime-agnostic loop over a Dispatcher (in-process or ZeroMQ)."""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from fednet import latency
+from fednet.algorithms.base import Algorithm
+from fednet.config import RunConfig
+from fednet.latency import Profile
+from fednet.metrics.accounting import Ledger
+from fednet.metrics.history import History
+from fednet.metrics.progress import Progress
+from fednet.protocol import Message, MsgKind
+from fednet.types import ClientInfo, Failure, Result, Task
+from fednet.wire import message_failure, message_result
+
+log = logging.getLogger("fednet.server")
+
+
+class Dispatcher(Protocol):
+    """Delivers a round's tasks to clients and collects what comes back."""
+
+    def alive_clients(self) -> list[ClientInfo]: ...
+
+    def run_round(self, rnd: int, tasks: list[Task]) -> tuple[list[Result], list[Failure]]: ...
+
+
+def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile]) -> Result | Failure:
+    """Turn a RESULT/FAILURE message received with `nbytes` into a Result (arrival stamped)."""
+    if msg.kind == MsgKind.FAILURE:
+        return message_failure(msg, cid)
+    arrival = msg.sim_time + latency.up_delay(profiles[cid], nbytes)
+    return message_result(msg, cid, arrival)
+
+
+class RoundDriver:
+    """Runs cfg.rounds rounds of `algo` over a dispatcher, logging as it goes."""
+
+    def __init__(self, cfg: RunConfig, algo: Algorithm, evaluate: Callable[[Any], tuple[float, float]],
+                 ledger: Ledger, history: History, progress: Progress | None = None) -> None:
+        self.cfg, self.algo, self.evaluate = cfg, algo, evaluate
+        self.ledger, self.history = ledger, history
+        self.progress = progress or Progress(cfg.rounds, quiet=True)
+        self.sim_time = 0.0
+        self.rounds_done = 0
+        self.failures: list[dict[str, Any]] = []
+        self.status = "running"
+        self.t0 = time.monotonic()
+
+    def wall(self) -> float:
+        """Seconds since the driver started."""
+        return time.monotonic() - self.t0
+
+    def run(self, dispatcher: Dispatcher) -> None:
+        """All rounds; stops early (status says why) when no client is left."""
+        self.t0 = time.monotonic()
+        for rnd in range(self.cfg.rounds):
+            clients = dispatcher.alive_clients()
+            if not clients:
+                self.status = "no_clients"
+                log.error("round %d: no client is alive; stopping the run", rnd)
+                return
+            self.round(rnd, clients, dispatcher)
+        self.status = "completed"
+
+    def round(self, rnd: int, clients: list[ClientInfo], dispatcher: Dispatcher) -> dict[str, Any]:
+        """One round: configure, dispatch, aggregate, evaluate, log."""
+        tasks = self.algo.configure_round(rnd, clients)
+        for t in tasks:
+            t.sim_time = self.sim_time
+        results, failures = dispatcher.run_round(rnd, tasks)
+        metrics = self.algo.aggregate_round(rnd, results, failures)
+        self.sim_time = max([self.sim_time] + [r.sim_time for r in results])
+        for f in failures:
+            self.failures.append({"round": rnd, "client": f.cid, "task": f.task_id, "reason": f.reason})
+        acc, loss = self.evaluate(self.algo.eval_arrays())
+        per_round = self.ledger.round_totals(rnd)
+        tot = self.ledger.totals()
+        row: dict[str, Any] = {
+            "round": rnd, "accuracy": acc, "loss": loss, **metrics,
+            "wall_s": self.wall(), "sim_s": self.sim_time, "clients": len(tasks),
+            "failures": len(failures),
+            "bytes_round": {k: per_round[k] for k in ("server_to_client", "client_to_server",
+                                                      "client_to_client", "tensor_bytes")},
+            "bytes_total": tot["server_to_client"] + tot["client_to_server"] + tot["client_to_client"],
+        }
+        if not math.isfinite(loss):
+            log.warning("round %d: the global model's loss is not finite", rnd)
+        self.history.log_round(row)
+        self.progress.update(row)
+        self.rounds_done = rnd + 1
+        return row
+
+    def summary(self, clients: list[ClientInfo], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The summary.json dictionary (names other tools rely on)."""
+        rows = self.history.rows
+        tot = self.ledger.totals()
+        acc = [r["accuracy"] for r in rows]
+        out: dict[str, Any] = {
+            "algorithm": self.cfg.algo.name, "status": self.status, "clients": self.cfg.clients,
+            "rounds": self.rounds_done, "rounds_planned": self.cfg.rounds,
+            "final_accuracy": acc[-1] if acc else None, "best_accuracy": max(acc) if acc else None,
+            "final_loss": rows[-1]["loss"] if rows else None,
+            "wall_clock_s": self.wall(), "sim_time_s": self.sim_time,
+            "bytes": {k: tot[k] for k in ("server_to_client", "client_to_server", "client_to_client",
+                                          "tensor_bytes", "header_bytes", "control")},
+            "messages": self.ledger.messages,
+            "devices": {str(c.cid): c.device for c in sorted(clients, key=lambda c: c.cid)},
+            "failures": self.failures, "seed": self.cfg.seed,
+        }
+        out.update(extra or {})
+        return out

@@ -1,0 +1,86 @@
+"""What every runtime shares: validated config, results folder, algorithm, ledger and driver."""
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from fednet import algorithms, latency
+from fednet.config import RunConfig, validate
+from fednet.data import load_dataset, partition
+from fednet.data.stats import label_histogram, partition_summary
+from fednet.metrics.accounting import Ledger
+from fednet.metrics.history import History
+from fednet.metrics.progress import Progress
+from fednet.server.evaluate import Evaluator
+from fednet.server.rounds import RoundDriver
+from fednet.types import ClientInfo
+
+log = logging.getLogger("fednet")
+
+
+def default_out(cfg: RunConfig) -> Path:
+    """runs/<timestamp>-<algo>/ (unique even for runs started in the same second)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = Path("runs") / f"{stamp}-{cfg.algo.name}"
+    p, i = base, 1
+    while p.exists():
+        i += 1
+        p = Path(f"{base}-{i}")
+    return p
+
+
+class Session:
+    """Builds the server-side pieces of a run from a config (no sockets)."""
+
+    def __init__(self, cfg: RunConfig, quiet: bool = False, write: bool = True) -> None:
+        self.cfg = validate(cfg)
+        self.run_id = uuid.uuid4().hex
+        d = cfg.data
+        ds = load_dataset(d.dataset, d.data_root or None, d.download)
+        self.parts = partition(ds.train_y, cfg.clients, d.partition, d.alpha, cfg.seed)
+        self.stats = partition_summary(self.parts, ds.train_y, ds.num_classes)
+        self.histograms = [label_histogram(ds.train_y[p], ds.num_classes) for p in self.parts]
+        self.profiles = latency.profiles(cfg.latency, cfg.clients, cfg.seed)
+        self.algo = algorithms.build(cfg)
+        self.evaluator = Evaluator(cfg)
+        self.algo.setup(self.evaluator.initial)
+        self.out = (Path(cfg.out) if cfg.out else default_out(cfg)) if write else None
+        self.ledger = Ledger()
+        self.history = History(self.out, cfg)
+        self.progress = Progress(cfg.rounds, quiet=quiet)
+        self.driver = RoundDriver(cfg, self.algo, self.evaluator, self.ledger, self.history,
+                                  self.progress)
+
+    def describe(self) -> str:
+        """One line on the partition, for the console at start."""
+        s = self.stats
+        return (f"{self.cfg.clients} clients, {self.cfg.data.dataset} {self.cfg.data.partition}"
+                f"(alpha={self.cfg.data.alpha}): {s['min_size']}-{s['max_size']} samples each,"
+                f" {s['mean_classes']:.1f} classes per client on average")
+
+    def finish(self, clients: list[ClientInfo], extra: dict[str, Any] | None = None
+               ) -> dict[str, Any]:
+        """Write clients.jsonl, summary.json and the plots; return the summary."""
+        by_cid = {c.cid: c for c in clients}
+        rows = []
+        for cid in range(self.cfg.clients):
+            c = by_cid.get(cid)
+            rows.append({"client": cid, "samples": int(len(self.parts[cid])),
+                         "labels": self.histograms[cid], "device": c.device if c else None,
+                         "host": c.host if c else None, "profile": self.profiles[cid].to_dict()})
+        self.history.clients(rows)
+        summary = self.driver.summary(clients, {"partition": self.stats, "run_id": self.run_id,
+                                                "out": str(self.out) if self.out else None,
+                                                **(extra or {})})
+        self.history.summary(summary)
+        self.history.close()
+        if self.out is not None and self.history.rows:
+            try:
+                from fednet.metrics.plots import plot_run
+                plot_run(self.out, self.history.rows)
+            except Exception:  # plots are a convenience; a failure must not lose the results
+                log.exception("could not draw the plots for %s", self.out)
+        return summary

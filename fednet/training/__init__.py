@@ -1,0 +1,1 @@
+"""The torch training and evaluation loops (the only place that runs them)."""

@@ -1,0 +1,69 @@
+"""Local SGD training and evaluation on in-memory tensors."""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# A gradient hook: called after backward, before the optimiser step, with the trainable params.
+GradHook = Callable[[Sequence[torch.Tensor]], None]
+
+
+@dataclass
+class TrainStats:
+    """What one local update did."""
+
+    loss: float
+    samples: int
+    steps: int
+
+
+def batches(n: int, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:
+    """Shuffled index batches of one epoch (the last one may be short)."""
+    perm = torch.randperm(n, generator=generator)
+    return list(perm.split(batch_size))
+
+
+def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: int, batch_size: int,
+          lr: float, momentum: float = 0.0, weight_decay: float = 0.0,
+          generator: torch.Generator, hooks: Sequence[GradHook] = (),
+          loss_terms: Sequence[Callable[[], torch.Tensor]] = ()) -> TrainStats:
+    """`epochs` passes of minibatch SGD with a fresh optimiser; returns the mean training loss."""
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    total, samples, steps = 0.0, 0, 0
+    for _ in range(epochs):
+        for idx in batches(len(y), batch_size, generator):
+            idx = idx.to(x.device)
+            xb, yb = x[idx], y[idx]
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(xb), yb)
+            full = loss
+            for term in loss_terms:
+                full = full + term()
+            full.backward()
+            for h in hooks:
+                h(params)
+            opt.step()
+            total += float(loss.detach()) * len(yb)
+            samples += len(yb)
+            steps += 1
+    return TrainStats(total / max(samples, 1), samples, steps)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024
+             ) -> tuple[float, float]:
+    """(top-1 accuracy, mean cross-entropy) of model on (x, y)."""
+    model.eval()
+    correct, loss, n = 0, 0.0, len(y)
+    for i in range(0, n, batch_size):
+        out = model(x[i:i + batch_size])
+        yb = y[i:i + batch_size]
+        loss += float(F.cross_entropy(out, yb, reduction="sum"))
+        correct += int((out.argmax(1) == yb).sum())
+    return correct / max(n, 1), loss / max(n, 1)

@@ -1,0 +1,65 @@
+"""Conversions between the message model (types) and protocol Messages, plus ledger recording.
+
+Both runtimes (in-process and ZeroMQ) build and read messages only through these functions, so
+what they count and how they stamp simulated time is the same by construction.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from fednet.metrics.accounting import SERVER, Ledger
+from fednet.protocol import Message, MsgKind, frame_bytes, tensor_bytes
+from fednet.types import Arrays, Failure, Result, Task, client_name
+
+
+def task_message(task: Task, run_id: str) -> Message:
+    """The TASK the server sends to the first client of the route."""
+    body = {"route": list(task.route), "hop": task.hop, "kind": task.kind, "body": task.body}
+    return Message(MsgKind.TASK, SERVER, run_id, task.round, task.task_id, task.sim_time, body,
+                   task.arrays)
+
+
+def message_task(msg: Message) -> Task:
+    """Rebuild a Task from a TASK (or HANDOFF) message."""
+    b = msg.body
+    route = [int(c) for c in b.get("route", [])]
+    hop = int(b.get("hop", 0))
+    if not route or not 0 <= hop < len(route):
+        raise ValueError(f"task {msg.task_id} has an empty route or a hop outside it")
+    body = b.get("body", {})
+    if not isinstance(body, dict):
+        raise ValueError(f"task {msg.task_id} body is not a map")
+    return Task(msg.task_id, msg.round, route, dict(msg.arrays), body, str(b.get("kind", "train")),
+                hop, msg.sim_time)
+
+
+def result_message(cid: int, task: Task, arrays: Arrays, body: dict[str, Any], num_examples: int,
+                   sim_time: float, run_id: str) -> Message:
+    """The RESULT the last client of a route returns to the server."""
+    return Message(MsgKind.RESULT, client_name(cid), run_id, task.round, task.task_id, sim_time,
+                   {"n": int(num_examples), "body": body}, arrays)
+
+
+def message_result(msg: Message, cid: int, arrival: float) -> Result:
+    """Rebuild a Result; `arrival` is the simulated time it reached the server."""
+    return Result(msg.task_id, msg.round, cid, dict(msg.arrays), dict(msg.body.get("body", {})),
+                  int(msg.body.get("n", 0)), arrival)
+
+
+def failure_message(cid: int, task_id: int, rnd: int, reason: str, sim_time: float,
+                    run_id: str) -> Message:
+    """A client's report that it could not finish a task."""
+    return Message(MsgKind.FAILURE, client_name(cid), run_id, rnd, task_id, sim_time,
+                   {"reason": reason[:2000]})
+
+
+def message_failure(msg: Message, cid: int) -> Failure:
+    """Rebuild a Failure from a FAILURE message."""
+    return Failure(msg.task_id, msg.round, cid, str(msg.body.get("reason", "unknown")), msg.sim_time)
+
+
+def record(ledger: Ledger, msg: Message, frames: list[Any], src: str, dst: str) -> int:
+    """Account one message in the ledger; returns its size (header + payload frames)."""
+    h, p = frame_bytes(frames)
+    ledger.record(msg.round, msg.kind.name, src, dst, h, p, tensor_bytes(msg))
+    return h + p
