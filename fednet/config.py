@@ -36,9 +36,9 @@ class TrainConfig:
     """The local optimiser every client runs."""
 
     model: str = "auto"
-    epochs: int = 2
-    batch_size: int = 16
-    lr: float = 0.05
+    epochs: int = 5
+    batch_size: int = 8
+    lr: float = 0.1
     momentum: float = 0.0
     weight_decay: float = 4e-4
     threads: int = 1
@@ -67,7 +67,7 @@ class NetConfig:
 class LatencyConfig:
     """Per-client simulated compute speed and links; real=True also sleeps the delays."""
 
-    preset: str = "none"
+    preset: str = "lan"
     file: str = ""
     real: bool = False
     time_scale: float = 1.0
@@ -78,7 +78,7 @@ class RunConfig:
     """Everything a run needs; sent to every client in WELCOME."""
 
     clients: int = 10
-    rounds: int = 20
+    rounds: int = 30
     seed: int = 0
     gpus: tuple[int, ...] = ()
     out: str = ""

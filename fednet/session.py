@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from fednet.config import RunConfig, validate
 from fednet.data import load_dataset, partition
 from fednet.data.stats import label_histogram, partition_summary
 from fednet.metrics.accounting import Ledger
-from fednet.metrics.history import History
+from fednet.metrics.history import History, resolve_out
 from fednet.metrics.progress import Progress
 from fednet.server.evaluate import Evaluator
 from fednet.server.rounds import RoundDriver
@@ -21,21 +20,11 @@ from fednet.types import ClientInfo
 log = logging.getLogger("fednet")
 
 
-def default_out(cfg: RunConfig) -> Path:
-    """runs/<timestamp>-<algo>/ (unique even for runs started in the same second)."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path("runs") / f"{stamp}-{cfg.algo.name}"
-    p, i = base, 1
-    while p.exists():
-        i += 1
-        p = Path(f"{base}-{i}")
-    return p
-
-
 class Session:
     """Builds the server-side pieces of a run from a config (no sockets)."""
 
-    def __init__(self, cfg: RunConfig, quiet: bool = False, write: bool = True) -> None:
+    def __init__(self, cfg: RunConfig, quiet: bool = False, write: bool = True,
+                 out: Path | None = None) -> None:
         self.cfg = validate(cfg)
         self.run_id = uuid.uuid4().hex
         d = cfg.data
@@ -47,7 +36,7 @@ class Session:
         self.algo = algorithms.build(cfg)
         self.evaluator = Evaluator(cfg)
         self.algo.setup(self.evaluator.initial)
-        self.out = (Path(cfg.out) if cfg.out else default_out(cfg)) if write else None
+        self.out = (out or resolve_out(cfg)) if write else None
         self.ledger = Ledger()
         self.history = History(self.out, cfg)
         self.progress = Progress(cfg.rounds, quiet=quiet)

@@ -4,10 +4,27 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 from fednet.config import RunConfig, to_toml
+
+
+def default_out(cfg: RunConfig) -> Path:
+    """runs/<timestamp>-<algo>/ (unique even for runs started in the same second)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = Path("runs") / f"{stamp}-{cfg.algo.name}"
+    p, i = base, 1
+    while p.exists():
+        i += 1
+        p = Path(f"{base}-{i}")
+    return p
+
+
+def resolve_out(cfg: RunConfig) -> Path:
+    """--out, or a fresh runs/<timestamp>-<algo>/."""
+    return Path(cfg.out) if cfg.out else default_out(cfg)
 
 
 def _clean(v: Any) -> Any:

@@ -50,10 +50,11 @@ class RoundDriver:
         self.failures: list[dict[str, Any]] = []
         self.status = "running"
         self.t0 = time.monotonic()
+        self.t_end: float | None = None
 
     def wall(self) -> float:
-        """Seconds since the driver started."""
-        return time.monotonic() - self.t0
+        """Seconds of training: from the first round's start to the last round's end (or now)."""
+        return (self.t_end or time.monotonic()) - self.t0
 
     def run(self, dispatcher: Dispatcher) -> None:
         """All rounds; stops early (status says why) when no client is left."""
@@ -65,6 +66,7 @@ class RoundDriver:
                 log.error("round %d: no client is alive; stopping the run", rnd)
                 return
             self.round(rnd, clients, dispatcher)
+            self.t_end = time.monotonic()
         self.status = "completed"
 
     def round(self, rnd: int, clients: list[ClientInfo], dispatcher: Dispatcher) -> dict[str, Any]:

@@ -1,0 +1,161 @@
+"""The ZeroMQ client process: register, receive tasks, train, reply; one poll loop, no threads."""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from typing import Any
+
+import torch
+import zmq
+
+from fednet.client.executor import Executor
+from fednet.client.peers import PeerChainBroken, Peers, to_server
+from fednet.config import from_dict
+from fednet.errors import ConfigError
+from fednet.latency import Profile, up_delay
+from fednet.metrics.accounting import SERVER, Ledger
+from fednet.protocol import Message, MsgKind
+from fednet.transport.channels import Channel, connect_dealer
+from fednet.types import client_name
+
+log = logging.getLogger("fednet.client")
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+
+
+class Client:
+    """One federated client: a DEALER to the server and a ROUTER for peer hand-offs."""
+
+    def __init__(self, cid: int, connect: str, device: str = "cpu", advertise: str = "127.0.0.1",
+                 threads: int = 1) -> None:
+        self.cid, self.name, self.device = cid, client_name(cid), device
+        self.ctx = zmq.Context()
+        self.ledger = Ledger()
+        self.server = Channel(connect_dealer(self.ctx, self.name, connect), self.ledger, self.name,
+                              router=False)
+        self.peers = Peers(self.ctx, self.name, advertise, self.ledger)
+        self.connect = connect
+        self.executor: Executor | None = None
+        self.run_id = ""
+        self.real, self.scale = False, 1.0
+        self.profile = Profile()
+        self._tracker: Any = None
+        self.parent = os.getppid()
+        torch.set_num_threads(threads)
+
+    def _send_server(self, msg: Message, track: bool = False) -> int:
+        n, tracker = self.server.send(msg, SERVER, track=track)
+        if track:
+            self._tracker = tracker
+        return n
+
+    def register(self, timeout_s: float) -> None:
+        """READY (hello) -> WELCOME -> build data and model -> READY (ready)."""
+        hello = {"phase": "hello", "cid": self.cid, "endpoint": self.peers.endpoint,
+                 "device": self.device, "pid": os.getpid(), "host": socket.gethostname()}
+        self._send_server(Message(MsgKind.READY, self.name, body=hello))
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ConfigError(f"the server at {self.connect} did not answer within {timeout_s:.0f}s;"
+                                  " check --connect (address and port) and that the server runs")
+            if not self.server.sock.poll(int(min(left, 1.0) * 1000)):
+                continue
+            got = self.server.recv()
+            if got is None:
+                continue
+            _, msg, _ = got
+            if msg.kind == MsgKind.REJECT:
+                raise ConfigError(f"the server refused client {self.cid}: {msg.body.get('reason')}")
+            if msg.kind == MsgKind.WELCOME:
+                break
+        b = msg.body
+        cfg = from_dict(b["config"])
+        self.run_id = str(b.get("run_id", ""))
+        self.profile = Profile.from_dict(b.get("profile", {}))
+        self.real, self.scale = cfg.latency.real, cfg.latency.time_scale
+        torch.set_num_threads(cfg.train.threads)
+        self.executor = Executor(self.cid, cfg, self.profile, self.device, self.run_id)
+        self._send_server(Message(MsgKind.READY, self.name, self.run_id,
+                                  body={"phase": "ready", "n": self.executor.num_examples}))
+
+    def _run_task(self, msg: Message, nbytes: int) -> None:
+        assert self.executor is not None
+        if self._tracker is not None:  # the last zero-copy send still reads our model's memory
+            self._tracker.wait()
+            self._tracker = None
+        out = self.executor.on_task(msg, nbytes)
+        reply = out.reply
+        nxt = self.peers.next_hop(msg, reply)
+        if nxt is not None:  # a ring route: hand the model straight to the next client
+            self._sleep_real(out.sim_delay, out.real_elapsed)
+            try:
+                self.peers.handoff(nxt, msg, reply)
+                self._send_server(self.peers.hop_done(msg, reply))
+                return
+            except PeerChainBroken:
+                log.error("client %d: the rest of the route is unreachable; returning the model"
+                          " to the server", self.cid)
+                reply = to_server(reply)
+        if self.real:
+            self._sleep_real(out.sim_delay, out.real_elapsed, up_delay(self.profile, 0))
+        self._send_server(reply, track=True)
+
+    def _sleep_real(self, sim_delay: float, elapsed: float, extra: float = 0.0) -> None:
+        if self.real:
+            time.sleep(max(0.0, (sim_delay + extra) * self.scale - elapsed))
+
+    def serve(self) -> int:
+        """The poll loop: tasks from the server, hand-offs from peers, until SHUTDOWN."""
+        poller = zmq.Poller()
+        poller.register(self.server.sock, zmq.POLLIN)
+        poller.register(self.peers.sock, zmq.POLLIN)
+        while True:
+            ready = dict(poller.poll(1000))
+            if os.getppid() != self.parent:  # our launcher is gone: do not linger as an orphan
+                log.error("client %d: parent process exited; stopping", self.cid)
+                return EXIT_ERROR
+            if self.peers.sock in ready:
+                got = self.peers.receive()
+                if got is not None:
+                    self._run_task(*got)
+            if self.server.sock in ready:
+                got = self.server.recv()
+                if got is None:
+                    continue
+                _, msg, n = got
+                if msg.kind == MsgKind.TASK:
+                    self._run_task(msg, n)
+                elif msg.kind == MsgKind.SHUTDOWN:
+                    tot = self.ledger.totals()
+                    self._send_server(Message(MsgKind.BYE, self.name, self.run_id, body=tot))
+                    return EXIT_OK
+                else:
+                    log.warning("client %d: unexpected %s from the server", self.cid, msg.kind.name)
+
+    def close(self) -> None:
+        """Close sockets (waiting briefly for queued messages) and the context."""
+        self.peers.close()
+        self.server.sock.close(linger=2000)
+        self.ctx.term()
+
+
+def run_client(cid: int, connect: str, device: str = "cpu", advertise: str = "127.0.0.1",
+               threads: int = 1, register_timeout: float = 60.0) -> int:
+    """Run one client to completion; returns a process exit code."""
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+    client = Client(cid, connect, device, advertise, threads)
+    try:
+        client.register(register_timeout)
+        return client.serve()
+    except ConfigError as e:
+        log.error("client %d: %s", cid, e)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return EXIT_ERROR
+    finally:
+        client.close()

@@ -1,0 +1,121 @@
+"""Direct client-to-client hand-off of a task's model along its route (never via the server).
+
+The holder sends HANDOFF to the next client's peer ROUTER and keeps the model until a
+HANDOFF_ACK arrives; it retries with a fresh socket, then skips a dead peer; when no peer is
+left it returns the model to the server as the task's RESULT, so a chain is never lost.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import zmq
+
+from fednet.metrics.accounting import SERVER, Ledger
+from fednet.protocol import Message, MsgKind, tensor_bytes
+from fednet.transport.channels import Channel, bind_router, connect_dealer
+from fednet.types import client_name
+
+log = logging.getLogger("fednet.client.peers")
+
+ACK_TIMEOUT_S = 5.0
+RETRIES = 3
+
+
+class Peers:
+    """This client's peer socket and its outgoing hand-offs."""
+
+    def __init__(self, ctx: zmq.Context, me: str, advertise: str, ledger: Ledger) -> None:
+        self.ctx, self.me, self.ledger = ctx, me, ledger
+        sock, self.endpoint = bind_router(ctx, advertise, 0, what="peer port")
+        self.sock = sock
+        self.chan = Channel(sock, ledger, me, router=True)
+        self.last_peer_bytes = self.last_peer_tensor = 0
+
+    def next_hop(self, task_msg: Message, reply: Message) -> int | None:
+        """Index of the next hop when the reply must travel on along the route, else None."""
+        if reply.kind != MsgKind.RESULT:
+            return None
+        route = task_msg.body.get("route", [])
+        hop = int(task_msg.body.get("hop", 0))
+        return hop + 1 if hop + 1 < len(route) else None
+
+    def handoff(self, nxt: int, task_msg: Message, reply: Message) -> None:
+        """Send the trained model to route[nxt] (skipping dead peers); fall back to the server."""
+        b = task_msg.body
+        route, endpoints = list(b["route"]), list(b.get("endpoints", []))
+        self.last_peer_bytes = self.last_peer_tensor = 0
+        for hop in range(nxt, len(route)):
+            if hop >= len(endpoints):
+                break
+            body = dict(b, hop=hop)
+            msg = Message(MsgKind.HANDOFF, self.me, reply.run_id, reply.round, reply.task_id,
+                          reply.sim_time, body, reply.arrays)
+            if self._send_acked(endpoints[hop], client_name(int(route[hop])), msg):
+                return
+            log.warning("%s: peer %s did not acknowledge the hand-off; skipping it", self.me,
+                        route[hop])
+        raise PeerChainBroken(reply)
+
+    def _send_acked(self, endpoint: str, peer: str, msg: Message) -> bool:
+        for attempt in range(RETRIES):
+            dealer = connect_dealer(self.ctx, f"{self.me}-{attempt}-{time.monotonic_ns() % 10**6}",
+                                    endpoint)
+            chan = Channel(dealer, self.ledger, self.me, router=False)
+            try:
+                n, _ = chan.send(msg, peer)
+                deadline = time.monotonic() + ACK_TIMEOUT_S
+                while time.monotonic() < deadline:
+                    if not dealer.poll(100):
+                        continue
+                    got = chan.recv()
+                    if got and got[1].kind == MsgKind.HANDOFF_ACK and got[1].task_id == msg.task_id:
+                        self.last_peer_bytes += n
+                        self.last_peer_tensor += tensor_bytes(msg)
+                        return True
+            finally:
+                dealer.close(linger=0)
+        return False
+
+    def receive(self) -> tuple[Message, int] | None:
+        """A HANDOFF from a peer (acknowledged at once), as a task to run; else None."""
+        got = self.chan.recv()
+        if got is None:
+            return None
+        ident, msg, n = got
+        if msg.kind != MsgKind.HANDOFF:
+            log.warning("%s: unexpected %s on the peer socket dropped", self.me, msg.kind.name)
+            return None
+        ack = Message(MsgKind.HANDOFF_ACK, self.me, msg.run_id, msg.round, msg.task_id, msg.sim_time)
+        self.chan.send(ack, ident)
+        return msg, n
+
+    def hop_done(self, task_msg: Message, reply: Message) -> Message:
+        """HOP_DONE for the server: header only, with the bytes this hop sent to its peer."""
+        return Message(MsgKind.HOP_DONE, self.me, reply.run_id, reply.round, reply.task_id,
+                       reply.sim_time, {"hop": int(task_msg.body.get("hop", 0)),
+                                        "peer_bytes": self.last_peer_bytes,
+                                        "peer_tensor_bytes": self.last_peer_tensor})
+
+    def close(self) -> None:
+        """Close the peer socket."""
+        self.sock.close(linger=0)
+
+
+class PeerChainBroken(Exception):
+    """No later peer on the route acknowledged; the holder must return the model to the server."""
+
+    def __init__(self, reply: Message) -> None:
+        super().__init__("no peer on the rest of the route acknowledged the hand-off")
+        self.reply = reply
+
+
+def to_server(reply: Message) -> Message:
+    """The RESULT to send the server when the chain is cut (the model is kept)."""
+    body = dict(reply.body)
+    body["chain_cut"] = True
+    return Message(MsgKind.RESULT, reply.sender, reply.run_id, reply.round, reply.task_id,
+                   reply.sim_time, body, reply.arrays)
+
+
+__all__ = ["Peers", "PeerChainBroken", "to_server", "SERVER"]

@@ -1,0 +1,136 @@
+"""Start the zygote, fork N clients through it, watch their exits, stop them all."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from fednet.errors import FednetError
+from fednet.launch.gpus import device_for
+
+log = logging.getLogger("fednet.launch")
+
+
+class Zygote:
+    """A warm fork server in its own session; clients are its children."""
+
+    def __init__(self, dataset: str = "digits", data_root: str = "", log_file: TextIO | None = None,
+                 warm_timeout_s: float = 120.0) -> None:
+        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
+                   PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "fednet.launch.zygote", "--dataset", dataset, "--data-root",
+             data_root], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=log_file if log_file is not None else None, env=env, start_new_session=True)
+        os.set_blocking(self.proc.stdout.fileno(), False)
+        self._buf = b""
+        self.pids: dict[int, int] = {}      # cid -> pid
+        self.exits: dict[int, int] = {}     # cid -> exit code
+        self._new_dead: dict[int, str] = {}
+        self.warm_timeout_s = warm_timeout_s
+        self.warm_s: float | None = None
+
+    def wait_warm(self) -> None:
+        """Block until the zygote has warmed up (it starts in parallel with the server)."""
+        deadline = time.monotonic() + self.warm_timeout_s
+        while self.warm_s is None:
+            for ev in self._events():
+                if ev.get("event") == "warm":
+                    self.warm_s = float(ev.get("seconds", 0))
+            if self.warm_s is not None:
+                return
+            if self.proc.poll() is not None:
+                raise FednetError(f"the client zygote exited during start-up (code "
+                                  f"{self.proc.returncode}); see the client log")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise FednetError("the client zygote did not warm up in time")
+            time.sleep(0.01)
+
+    def _events(self) -> list[dict[str, Any]]:
+        try:
+            chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
+        except BlockingIOError:
+            chunk = b""
+        self._buf += chunk
+        out = []
+        while b"\n" in self._buf:
+            line, self._buf = self._buf.split(b"\n", 1)
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            out.append(ev)
+            if ev.get("event") == "spawned":
+                self.pids[int(ev["cid"])] = int(ev["pid"])
+            elif ev.get("event") == "exit":
+                cid, code = int(ev["cid"]), int(ev["code"])
+                self.exits[cid] = code
+                self._new_dead[cid] = (f"process exited with code {code}" if code >= 0
+                                       else f"process killed by signal {-code}")
+        return out
+
+    def spawn(self, specs: list[dict[str, Any]]) -> None:
+        """Fork one client per spec (cid, connect, device, threads, ...)."""
+        if not specs:
+            return
+        common = {k: v for k, v in specs[0].items() if k not in ("cid", "device")}
+        cmd = {"cmd": "spawn_many", "common": common, "cids": [s["cid"] for s in specs],
+               "devices": [s["device"] for s in specs]}
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps(cmd) + "\n").encode())  # a few KB even for 500 clients
+        self.proc.stdin.flush()
+
+    def dead(self) -> dict[int, str]:
+        """Clients that exited since the last call (cid -> reason); the zygote dying kills all."""
+        self._events()
+        if self.proc.poll() is not None:
+            for cid in self.pids:
+                if cid not in self.exits:
+                    self.exits[cid] = -9
+                    self._new_dead[cid] = "the client zygote died"
+        out, self._new_dead = self._new_dead, {}
+        return out
+
+    def child_pids(self) -> list[int]:
+        """PIDs of clients still running."""
+        self._events()
+        return [p for c, p in self.pids.items() if c not in self.exits]
+
+    def stop(self, grace_s: float = 8.0) -> None:
+        """Ask the zygote to stop its children and exit; kill it if it does not."""
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(b'{"cmd": "stop"}\n')
+                self.proc.stdin.close()
+            except (BrokenPipeError, OSError):
+                pass
+            try:
+                self.proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._events()
+
+
+def client_specs(n: int, connect: str, gpus: tuple[int, ...], threads: int,
+                 ids: list[int] | None = None, advertise: str = "127.0.0.1",
+                 log_level: str = "WARNING") -> list[dict[str, Any]]:
+    """One spawn spec per client id, pinned round-robin to the GPUs (or the CPU)."""
+    return [{"cid": cid, "connect": connect, "device": device_for(cid, gpus), "threads": threads,
+             "advertise": advertise, "log_level": log_level}
+            for cid in (ids if ids is not None else range(n))]
+
+
+def open_client_log(out: Path | None) -> TextIO | None:
+    """The shared log file of all client processes (inside the run folder)."""
+    if out is None:
+        return None
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    return (out / "logs" / "clients.log").open("ab", buffering=0)  # type: ignore[return-value]

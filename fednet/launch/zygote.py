@@ -1,0 +1,164 @@
+"""The warm fork server: imports torch and the client once, warms up, then forks clients.
+
+Run as `python -m fednet.launch.zygote` with OMP_NUM_THREADS=1. It never opens a socket nor
+touches CUDA. Commands arrive as JSON lines on stdin; events leave as JSON lines on stdout:
+  in:  {"cmd": "spawn_many", "cids": [0, 1], "devices": ["cpu", "cpu"],
+        "common": {"connect": "tcp://...", "threads": 1, ...}}
+       {"cmd": "stop"}                       (or EOF: the launcher is gone)
+  out: {"event": "warm", "pid": P, "seconds": S}
+       {"event": "spawned", "cid": 3, "pid": P}
+       {"event": "exit", "cid": 3, "pid": P, "code": C}   (C < 0: killed by signal -C)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import signal
+import sys
+import time
+from typing import Any
+
+from fednet.launch.proc import set_pdeathsig
+
+
+def warm_up(dataset: str, data_root: str) -> None:
+    """Import and run once everything a client's first training step would load lazily.
+
+    (fednet's own SGD loop keeps torch._dynamo out; the step still warms autograd and kernels.)
+    """
+    import torch
+
+    torch.set_num_threads(1)
+    from fednet.client import app  # noqa: F401  (imports zmq, the executor, algorithms)
+    from fednet.data import load_dataset
+    from fednet.models import build_model
+    from fednet.training.local import train
+
+    try:
+        ds = load_dataset(dataset, data_root or None)
+    except Exception:  # the real error is reported by the server's own load; warm on digits
+        ds = load_dataset("digits")
+    model = build_model("auto", ds.num_classes, ds.input_shape)
+    x, y = torch.from_numpy(ds.train_x[:8]), torch.from_numpy(ds.train_y[:8])
+    train(model, x, y, epochs=1, batch_size=8, lr=0.01, momentum=0.9,
+          generator=torch.Generator().manual_seed(0))
+
+
+def _emit(event: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(event) + "\n")
+    sys.stdout.flush()
+
+
+def _child(spec: dict[str, Any]) -> int:
+    """Runs in the forked child: becomes client spec['cid']."""
+    set_pdeathsig(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(2, 1)  # stdout is the launcher's event pipe: keep client output off it
+    from fednet.client.app import run_client
+    from fednet.log import setup_logging
+
+    setup_logging(f"client {spec['cid']}", spec.get("log_level", "WARNING"))
+    return run_client(int(spec["cid"]), spec["connect"], spec.get("device", "cpu"),
+                      spec.get("advertise", "127.0.0.1"), int(spec.get("threads", 1)),
+                      float(spec.get("register_timeout", 60.0)))
+
+
+def serve(children: dict[int, int]) -> None:
+    """Read commands, fork clients, report exits; return on stop or EOF."""
+    buf = b""
+    stdin = sys.stdin.fileno()
+    while True:
+        _reap(children)
+        r, _, _ = select.select([stdin], [], [], 0.05)
+        if not r:
+            continue
+        chunk = os.read(stdin, 1 << 16)
+        if not chunk:
+            return
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            cmd = json.loads(line)
+            if cmd.get("cmd") == "stop":
+                return
+            if cmd.get("cmd") == "spawn_many":
+                for cid, dev in zip(cmd["cids"], cmd["devices"]):
+                    _fork(dict(cmd["common"], cid=cid, device=dev), children)
+                    _reap(children)
+
+
+def _fork(spec: dict[str, Any], children: dict[int, int]) -> None:
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = _child(spec)
+        except BaseException as e:  # noqa: BLE001 - report anything, exit cleanly
+            print(f"client {spec.get('cid')}: {type(e).__name__}: {e}", file=sys.stderr)
+        finally:
+            os._exit(code)
+    children[pid] = int(spec["cid"])
+    _emit({"event": "spawned", "cid": int(spec["cid"]), "pid": pid})
+
+
+def _reap(children: dict[int, int]) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        cid = children.pop(pid, -1)
+        code = os.waitstatus_to_exitcode(status)
+        _emit({"event": "exit", "cid": cid, "pid": pid, "code": code})
+
+
+def stop_children(children: dict[int, int], grace_s: float = 5.0) -> None:
+    """SIGTERM every child, wait up to grace_s, then SIGKILL what is left."""
+    for pid in list(children):
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace_s
+    while children and time.monotonic() < deadline:
+        _reap(children)
+        time.sleep(0.02)
+    for pid in list(children):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    while children:
+        _reap(children)
+        time.sleep(0.01)
+
+
+def main() -> None:
+    """Entry point of the zygote process."""
+    ap = argparse.ArgumentParser(description="fednet zygote (started by fednet launch)")
+    ap.add_argument("--dataset", default="digits")
+    ap.add_argument("--data-root", default="")
+    a = ap.parse_args()
+    set_pdeathsig(signal.SIGTERM)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    children: dict[int, int] = {}
+    signal.signal(signal.SIGTERM, lambda *_: (stop_children(children, 2.0), os._exit(0)))
+    t0 = time.monotonic()
+    warm_up(a.dataset, a.data_root)
+    _emit({"event": "warm", "pid": os.getpid(), "seconds": time.monotonic() - t0})
+    try:
+        serve(children)
+    finally:
+        stop_children(children)
+
+
+if __name__ == "__main__":
+    main()

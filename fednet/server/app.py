@@ -1,0 +1,188 @@
+"""The ZeroMQ server: registration, task dispatch, result collection, shutdown (a Dispatcher)."""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import zmq
+
+from fednet.metrics.accounting import SERVER
+from fednet.protocol import Message, MsgKind
+from fednet.server.rounds import accept_reply
+from fednet.session import Session
+from fednet.transport.channels import Channel, bind_router
+from fednet.types import ClientInfo, Failure, Result, Task, client_name
+from fednet.wire import task_message
+
+log = logging.getLogger("fednet.server")
+
+DeathWatch = Callable[[], dict[int, str]]
+
+
+def _cid_of(ident: str) -> int | None:
+    if len(ident) == 5 and ident[0] == "c" and ident[1:].isdigit():
+        return int(ident[1:])
+    return None
+
+
+class ZmqServer:
+    """One ROUTER socket; clients register with READY and receive TASKs."""
+
+    def __init__(self, session: Session, host: str = "127.0.0.1", port: int = 0,
+                 bound: tuple[zmq.Context, zmq.Socket, str] | None = None) -> None:
+        self.s = session
+        if bound is None:
+            ctx = zmq.Context()
+            bound = (ctx, *bind_router(ctx, host, port))
+        self.ctx, self.sock, self.endpoint = bound
+        self.chan = Channel(self.sock, session.ledger, SERVER, router=True)
+        self.clients: dict[int, ClientInfo] = {}
+        self.hello: dict[int, dict[str, Any]] = {}
+        self.dead: dict[int, str] = {}
+        self.byes: dict[int, dict[str, Any]] = {}
+        self.watch: DeathWatch | None = None
+        self._pending: dict[int, Task] = {}
+        self._replies: list[Result | Failure] = []
+
+    # ---- helpers -------------------------------------------------------------------------
+    def _send(self, cid: int, msg: Message) -> bool:
+        try:
+            self.chan.send(msg, client_name(cid))
+            return True
+        except zmq.ZMQError as e:  # ROUTER_MANDATORY: the client is not connected (any more)
+            log.warning("cannot reach client %d: %s", cid, e.strerror)
+            return False
+
+    def _check_deaths(self) -> None:
+        if self.watch is None:
+            return
+        for cid, why in self.watch().items():
+            if cid not in self.dead:
+                self.dead[cid] = why
+                if cid not in self.byes:  # an exit after BYE is the normal end
+                    log.warning("client %d is gone: %s", cid, why)
+        for tid, task in list(self._pending.items()):
+            if any(c in self.dead for c in task.route[task.hop:]):
+                why = next(self.dead[c] for c in task.route[task.hop:] if c in self.dead)
+                self._fail(tid, f"client died: {why}")
+
+    def _fail(self, tid: int, reason: str) -> None:
+        task = self._pending.pop(tid)
+        self._replies.append(Failure(tid, task.round, task.route[-1], reason, task.sim_time))
+
+    def _poll_once(self, timeout_s: float) -> None:
+        if not self.sock.poll(int(timeout_s * 1000), zmq.POLLIN):
+            return
+        for _ in range(1000):  # drain what is queued without starving the death watch
+            got = self.chan.recv()
+            if got is not None:
+                self._handle(*got)
+            if not self.sock.poll(0, zmq.POLLIN):
+                return
+
+    def _handle(self, ident: str, msg: Message, nbytes: int) -> None:
+        cid = _cid_of(ident)
+        if cid is None or cid >= self.s.cfg.clients:
+            log.warning("message from unknown sender %r dropped", ident[:40])
+            if msg.kind == MsgKind.READY:
+                self.chan.send(Message(MsgKind.REJECT, SERVER, self.s.run_id, body={
+                    "reason": f"client id out of range: this run has {self.s.cfg.clients} clients"}),
+                    ident)
+            return
+        if msg.kind == MsgKind.READY:
+            self._on_ready(cid, msg)
+        elif msg.kind in (MsgKind.RESULT, MsgKind.FAILURE):
+            task = self._pending.get(msg.task_id)
+            if task is None or cid not in task.route:
+                log.warning("unexpected %s for task %d from client %d dropped", msg.kind.name,
+                            msg.task_id, cid)
+                return
+            self._pending.pop(msg.task_id)
+            self._replies.append(accept_reply(msg, cid, nbytes, self.s.profiles))
+        elif msg.kind == MsgKind.BYE:
+            self.byes[cid] = dict(msg.body)
+        elif msg.kind == MsgKind.HOP_DONE:
+            b = msg.body
+            self.s.ledger.add_totals(msg.round, {"client_to_client": int(b.get("peer_bytes", 0)),
+                                                 "tensor_bytes": int(b.get("peer_tensor_bytes", 0))})
+        elif msg.kind == MsgKind.HEARTBEAT:
+            pass
+        else:
+            log.warning("unexpected %s from client %d dropped", msg.kind.name, cid)
+
+    def _on_ready(self, cid: int, msg: Message) -> None:
+        b = msg.body
+        if b.get("phase") == "hello":
+            self.hello[cid] = dict(b)
+            self.dead.pop(cid, None)
+            body = {"config": self.s.cfg.to_dict(), "profile": self.s.profiles[cid].to_dict(),
+                    "run_id": self.s.run_id, "cid": cid}
+            self._send(cid, Message(MsgKind.WELCOME, SERVER, self.s.run_id, body=body))
+        elif b.get("phase") == "ready" and cid in self.hello:
+            h = self.hello[cid]
+            self.clients[cid] = ClientInfo(cid, int(b.get("n", 0)), str(h.get("device", "?")),
+                                           str(h.get("endpoint", "")), int(h.get("pid", 0)),
+                                           str(h.get("host", "")))
+
+    # ---- Dispatcher ----------------------------------------------------------------------
+    def wait_for_clients(self, n: int, timeout_s: float) -> None:
+        """Block until n clients registered, or raise TimeoutError naming how many came."""
+        deadline = time.monotonic() + timeout_s
+        while len(self.clients) < n:
+            self._check_deaths()
+            if self.dead and len(self.clients) + len(self.dead) >= n and not self._missing(n):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {len(self.clients)} of {n} clients registered within "
+                                   f"{timeout_s:.0f}s")
+            self._poll_once(0.05)
+
+    def _missing(self, n: int) -> list[int]:
+        return [c for c in range(n) if c not in self.clients and c not in self.dead]
+
+    def alive_clients(self) -> list[ClientInfo]:
+        """Registered clients that have not died."""
+        self._check_deaths()
+        return [c for cid, c in sorted(self.clients.items()) if cid not in self.dead]
+
+    def run_round(self, rnd: int, tasks: list[Task]) -> tuple[list[Result], list[Failure]]:
+        """Send every task, then collect results until all arrived, died or timed out."""
+        self._replies = []
+        for task in tasks:
+            self._pending[task.task_id] = task
+            msg = task_message(task, self.s.run_id)
+            if len(task.route) > 1:  # peers find each other through the route itself
+                msg.body["endpoints"] = [self.clients[c].endpoint if c in self.clients else ""
+                                         for c in task.route]
+            if not self._send(task.cid, msg):
+                self._fail(task.task_id, "client unreachable")
+        deadline = time.monotonic() + self.s.cfg.net.round_timeout
+        while self._pending:
+            self._check_deaths()
+            if time.monotonic() > deadline:
+                for tid in list(self._pending):
+                    self._fail(tid, f"no result within --round-timeout {self.s.cfg.net.round_timeout:g}s")
+                break
+            self._poll_once(0.05)
+        results = [r for r in self._replies if isinstance(r, Result)]
+        failures = [r for r in self._replies if isinstance(r, Failure)]
+        return results, failures
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        """SHUTDOWN to every live client; wait briefly for their BYE."""
+        targets = [c for c in self.clients if c not in self.dead]
+        for cid in targets:
+            self._send(cid, Message(MsgKind.SHUTDOWN, SERVER, self.s.run_id))
+        deadline = time.monotonic() + timeout_s
+        while any(c not in self.byes and c not in self.dead for c in targets):
+            if time.monotonic() > deadline:
+                break
+            self._check_deaths()
+            self._poll_once(0.05)
+
+    def close(self) -> None:
+        """Close the socket and the context."""
+        self.sock.close(linger=500)
+        self.ctx.term()

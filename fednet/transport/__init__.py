@@ -1,0 +1,1 @@
+"""ZeroMQ sockets: the only package (with server/client apps) that knows about zmq."""
