@@ -38,7 +38,7 @@ class TrainConfig:
     model: str = "auto"
     epochs: int = 5
     batch_size: int = 8
-    lr: float = 0.1
+    lr: float = 0.15
     momentum: float = 0.0
     weight_decay: float = 4e-4
     threads: int = 1
@@ -78,7 +78,7 @@ class RunConfig:
     """Everything a run needs; sent to every client in WELCOME."""
 
     clients: int = 10
-    rounds: int = 30
+    rounds: int = 25
     seed: int = 0
     gpus: tuple[int, ...] = ()
     out: str = ""

@@ -6,6 +6,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from fednet import algorithms, latency
 from fednet.config import RunConfig, validate
 from fednet.data import load_dataset, partition
@@ -66,6 +68,8 @@ class Session:
                                                 **(extra or {})})
         self.history.summary(summary)
         self.history.close()
+        if self.out is not None:  # the final global model, as plain arrays (np.load(allow_pickle=False))
+            np.savez(self.out / "final_model.npz", **self.algo.eval_arrays())
         if self.out is not None and self.history.rows:
             try:
                 from fednet.metrics.plots import plot_run
