@@ -7,11 +7,12 @@ from fednet.client.executor import Executor
 from fednet.config import RunConfig
 from fednet.launch.gpus import check_gpus, device_for
 from fednet.metrics.accounting import SERVER
-from fednet.protocol import decode, encode
+from fednet.protocol import Message, MsgKind, decode, encode
 from fednet.server.rounds import accept_reply
 from fednet.session import Session
 from fednet.types import ClientInfo, Failure, Result, Task, client_name
-from fednet.wire import record, task_message
+from fednet.wire import (ack_message, handoff_message, hop_done_message, placeholder_endpoints,
+                         record, task_message)
 
 
 def _wire(frames: list) -> list[bytes]:
@@ -38,23 +39,49 @@ class InprocDispatcher:
         results: list[Result] = []
         failures: list[Failure] = []
         for task in tasks:
-            cid = task.cid
-            msg = task_message(task, self.s.run_id)
-            frames = _wire(encode(msg))
-            n = record(self.s.ledger, msg, frames, SERVER, client_name(cid))
-            out = self.executors[cid].on_task(decode(frames), n)
-            rframes = _wire(encode(out.reply))
-            n2 = record(self.s.ledger, out.reply, rframes, client_name(cid), SERVER)
-            got = accept_reply(decode(rframes), cid, n2, self.s.profiles)
+            got = self._deliver(task)
             (failures if isinstance(got, Failure) else results).append(got)
         return results, failures
 
+    def _send(self, msg: Message, src: str, dst: str) -> tuple[Message, int]:
+        frames = _wire(encode(msg))
+        return decode(frames), record(self.s.ledger, msg, frames, src, dst)
 
-def run_local(cfg: RunConfig, quiet: bool = False, write: bool = True) -> dict:
-    """Run a whole experiment in this process; returns the summary dict."""
+    def _deliver(self, task: Task) -> Result | Failure:
+        """The task's whole route: TASK, then HANDOFF/ACK/HOP_DONE per hop, then RESULT."""
+        led = self.s.ledger
+        msg = task_message(task, self.s.run_id)
+        if len(task.route) > 1:
+            msg.body["endpoints"] = placeholder_endpoints(task.route)
+        got, n = self._send(msg, SERVER, client_name(task.cid))
+        while True:
+            cid = task.route[int(got.body["hop"])]
+            out = self.executors[cid].on_task(got, n)
+            reply = out.reply
+            hop = int(got.body["hop"]) + 1
+            if reply.kind != MsgKind.RESULT or hop >= len(task.route):
+                break
+            me, peer = client_name(cid), client_name(task.route[hop])
+            t0 = led.totals()["tensor_bytes"]
+            nxt, n = self._send(handoff_message(got, reply, hop), me, peer)
+            _, n_ack = self._send(ack_message(nxt, peer), peer, me)
+            self._send(hop_done_message(got, reply, n + n_ack, led.totals()["tensor_bytes"] - t0),
+                       me, SERVER)
+            got = nxt
+        back, n2 = self._send(reply, client_name(cid), SERVER)
+        return accept_reply(back, cid, n2, self.s.profiles)
+
+
+def run_local(cfg: RunConfig, quiet: bool = False, write: bool = True, prepare=None) -> dict:
+    """Run a whole experiment in this process; returns the summary dict.
+
+    `prepare(session)`, if given, runs once the session exists (as in run_zmq).
+    """
     check_gpus(cfg.gpus)
     torch.set_num_threads(cfg.train.threads)
     session = Session(cfg, quiet=quiet, write=write)
+    if prepare is not None:
+        prepare(session)
     session.progress.message(session.describe())
     dispatcher = InprocDispatcher(session)
     try:

@@ -63,3 +63,29 @@ def record(ledger: Ledger, msg: Message, frames: list[Any], src: str, dst: str) 
     h, p = frame_bytes(frames)
     ledger.record(msg.round, msg.kind.name, src, dst, h, p, tensor_bytes(msg))
     return h + p
+
+
+def handoff_message(task_msg: Message, reply: Message, hop: int) -> Message:
+    """The HANDOFF carrying a hop's trained model to route[hop] (same body as the TASK)."""
+    body = dict(task_msg.body, hop=hop)
+    return Message(MsgKind.HANDOFF, reply.sender, reply.run_id, reply.round, reply.task_id,
+                   reply.sim_time, body, reply.arrays)
+
+
+def ack_message(handoff: Message, me: str) -> Message:
+    """HANDOFF_ACK from the receiving peer (header only)."""
+    return Message(MsgKind.HANDOFF_ACK, me, handoff.run_id, handoff.round, handoff.task_id,
+                   handoff.sim_time)
+
+
+def hop_done_message(task_msg: Message, reply: Message, peer_bytes: int, peer_tensor: int) -> Message:
+    """HOP_DONE for the server: header only, with the bytes this hop exchanged with its peer."""
+    return Message(MsgKind.HOP_DONE, reply.sender, reply.run_id, reply.round, reply.task_id,
+                   reply.sim_time, {"hop": int(task_msg.body.get("hop", 0)),
+                                    "peer_bytes": int(peer_bytes), "peer_tensor_bytes": int(peer_tensor)})
+
+
+def placeholder_endpoints(route: list[int]) -> list[str]:
+    """Endpoints the in-process runtime puts in multi-hop tasks: the length of a loopback endpoint
+    with an ephemeral (5-digit) port, so that header bytes match a `fednet launch` run exactly."""
+    return [f"tcp://127.0.0.1:{40000 + c % 20000}" for c in route]

@@ -15,6 +15,7 @@ from fednet.metrics.accounting import SERVER, Ledger
 from fednet.protocol import Message, MsgKind, tensor_bytes
 from fednet.transport.channels import Channel, bind_router, connect_dealer
 from fednet.types import client_name
+from fednet.wire import ack_message, handoff_message, hop_done_message
 
 log = logging.getLogger("fednet.client.peers")
 
@@ -48,9 +49,7 @@ class Peers:
         for hop in range(nxt, len(route)):
             if hop >= len(endpoints):
                 break
-            body = dict(b, hop=hop)
-            msg = Message(MsgKind.HANDOFF, self.me, reply.run_id, reply.round, reply.task_id,
-                          reply.sim_time, body, reply.arrays)
+            msg = handoff_message(task_msg, reply, hop)
             if self._send_acked(endpoints[hop], client_name(int(route[hop])), msg):
                 return
             log.warning("%s: peer %s did not acknowledge the hand-off; skipping it", self.me,
@@ -70,7 +69,7 @@ class Peers:
                         continue
                     got = chan.recv()
                     if got and got[1].kind == MsgKind.HANDOFF_ACK and got[1].task_id == msg.task_id:
-                        self.last_peer_bytes += n
+                        self.last_peer_bytes += n + got[2]
                         self.last_peer_tensor += tensor_bytes(msg)
                         return True
             finally:
@@ -86,16 +85,12 @@ class Peers:
         if msg.kind != MsgKind.HANDOFF:
             log.warning("%s: unexpected %s on the peer socket dropped", self.me, msg.kind.name)
             return None
-        ack = Message(MsgKind.HANDOFF_ACK, self.me, msg.run_id, msg.round, msg.task_id, msg.sim_time)
-        self.chan.send(ack, ident)
+        self.chan.send(ack_message(msg, self.me), ident)
         return msg, n
 
     def hop_done(self, task_msg: Message, reply: Message) -> Message:
-        """HOP_DONE for the server: header only, with the bytes this hop sent to its peer."""
-        return Message(MsgKind.HOP_DONE, self.me, reply.run_id, reply.round, reply.task_id,
-                       reply.sim_time, {"hop": int(task_msg.body.get("hop", 0)),
-                                        "peer_bytes": self.last_peer_bytes,
-                                        "peer_tensor_bytes": self.last_peer_tensor})
+        """HOP_DONE for the server: the bytes of the last hand-off and its acknowledgement."""
+        return hop_done_message(task_msg, reply, self.last_peer_bytes, self.last_peer_tensor)
 
     def close(self) -> None:
         """Close the peer socket."""

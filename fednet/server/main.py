@@ -25,8 +25,18 @@ def _client_exits(zyg: Zygote | None) -> dict[str, Any]:
     return {"client_exit_codes": bad}
 
 
+def _client_view(byes: dict[int, dict[str, Any]]) -> dict[str, int]:
+    """The clients' own ledgers added up (sent with BYE): a cross-check of the server's view."""
+    out: dict[str, int] = {}
+    for totals in byes.values():
+        for k, v in totals.items():
+            if isinstance(v, int):
+                out[k] = out.get(k, 0) + v
+    return out
+
+
 def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
-            on_listen: Any = None) -> dict[str, Any]:
+            on_listen: Any = None, prepare: Any = None) -> dict[str, Any]:
     """Serve a whole run; with local_clients, fork the clients here through the zygote.
 
     Everything started here is stopped before returning, also on Ctrl-C and on errors;
@@ -56,6 +66,8 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
 
         torch.set_num_threads(max(1, cfg.train.threads))
         session = Session(cfg, quiet=quiet, out=out)
+        if prepare is not None:  # e.g. tests and notebooks that customise the algorithm object
+            prepare(session)
         server = ZmqServer(session, bound=(ctx, sock, endpoint))
         if zyg is not None:
             zyg.wait_warm()
@@ -99,6 +111,7 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
                 zyg.stop()
             extra.update(_client_exits(zyg))
             extra["rejected_messages"] = server.chan.rejects.total
+            extra["bytes_client_view"] = _client_view(server.byes)
             extra["total_wall_s"] = time.monotonic() - t_start
             summary = session.finish(server.alive_clients() or list(server.clients.values()), extra)
             server.close()
