@@ -4,12 +4,13 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
 
 from fednet.config import ALGORITHMS, LATENCY_PRESETS, PARTITIONS, RunConfig, from_dict, load_toml, merge
-from fednet.errors import FednetError
+from fednet.errors import ConfigError, FednetError
 
 # option name -> dotted config key
 _KEYS = {
@@ -84,12 +85,14 @@ def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
     base = RunConfig().to_dict()
     base = merge(base, defaults)
     if opts.get("config_file"):
-        file_d = load_toml(opts["config_file"])
-        base = merge(base, {k: v for k, v in _flatten(file_d).items()})
+        base = merge(base, _file_overrides(opts["config_file"]))
     over: dict[str, Any] = {_KEYS[k]: v for k, v in opts.items() if k in _KEYS and v is not None}
     if opts.get("gpus") is not None:
         over["gpus"] = list(parse_gpus(opts["gpus"]))
     lat = opts.get("latency")
+    if lat is not None and lat not in LATENCY_PRESETS and not Path(lat).is_file():
+        raise ConfigError(f"--latency '{lat}' is neither a preset ({', '.join(LATENCY_PRESETS)}) "
+                          "nor an existing CSV/JSON file")
     if lat is not None:
         over["latency.preset" if lat in LATENCY_PRESETS else "latency.file"] = lat
         if lat in LATENCY_PRESETS:
@@ -100,6 +103,53 @@ def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
         k, v = p.split("=", 1)
         over[f"algo.params.{k.strip()}"] = _param_value(v.strip())
     return from_dict(merge(base, over))
+
+
+def _file_overrides(path: str) -> dict[str, Any]:
+    """The dotted keys of a TOML run file, checked against the known keys and their types."""
+    flat = _flatten(load_toml(path))
+    known = _flatten(RunConfig().to_dict())
+    for key, v in flat.items():
+        want = known.get(key)
+        if want is None and key not in known:
+            continue  # unknown keys and misplaced tables are named by from_dict below
+        kind = _kind(want)
+        if not _is_kind(v, kind):
+            raise ConfigError(f"--config {path}: '{key}' must be {kind} (got {v!r})")
+        if kind == "a number":
+            flat[key] = float(v)
+    try:
+        from_dict(merge(RunConfig().to_dict(), flat))
+    except ConfigError as e:
+        raise ConfigError(f"--config {path}: {e}") from None
+    return flat
+
+
+def _kind(default: Any) -> str:
+    if isinstance(default, bool):
+        return "true or false"
+    if isinstance(default, int):
+        return "an integer"
+    if isinstance(default, float):
+        return "a number"
+    if isinstance(default, str):
+        return "a string"
+    if isinstance(default, (list, tuple)):
+        return "a list of integers"
+    return "a table"
+
+
+def _is_kind(v: Any, kind: str) -> bool:
+    if kind == "true or false":
+        return isinstance(v, bool)
+    if kind in ("an integer", "a number"):
+        ok = (int,) if kind == "an integer" else (int, float)
+        return isinstance(v, ok) and not isinstance(v, bool)
+    if kind == "a string":
+        return isinstance(v, str)
+    if kind == "a list of integers":
+        return isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+    return isinstance(v, dict)
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -137,7 +187,40 @@ def _setup_logs(quiet: bool) -> None:
     setup_logging("server", "ERROR" if quiet else "WARNING")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _Main(click.Group):
+    """The `fednet` group: a usage error is one line, `fednet: error: ...`, exit code 2."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as e:
+            if type(e).__name__ == "NoArgsIsHelpError":  # bare `fednet`: the help text
+                e.show()
+                sys.exit(e.exit_code)
+            ctx = getattr(e, "ctx", None)
+            hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+            click.echo(f"fednet: error: {e.format_message()}{hint}", err=True)
+            sys.exit(e.exit_code)
+        except click.Abort:
+            click.echo("fednet: interrupted", err=True)
+            sys.exit(130)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+_SHARED_HELP = """\b
+Options shared by launch, local and server (details: fednet launch --help):
+  --clients N        --rounds N          --algo NAME          --dataset NAME
+  --partition iid|dirichlet|shards       --alpha A            --seed S
+  --gpus 0,1         --latency PRESET|FILE                    --out DIR
+  --config RUN.toml  (command-line options override the file)
+"""
+
+
+@click.group(cls=_Main, epilog=_SHARED_HELP,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="fednet")
 def main() -> None:
     """fednet: federated learning over real processes and ZeroMQ sockets.

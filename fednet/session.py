@@ -37,7 +37,7 @@ class Session:
         self.profiles = latency.profiles(cfg.latency, cfg.clients, cfg.seed)
         self.algo = algorithms.build(cfg)
         self.evaluator = Evaluator(cfg)
-        self.algo.setup(self.evaluator.initial)
+        self.algo.setup(self.evaluator.initial, self.evaluator.trainable)
         self.out = (out or resolve_out(cfg)) if write else None
         self.ledger = Ledger()
         self.history = History(self.out, cfg)

@@ -2,11 +2,18 @@
 from __future__ import annotations
 
 from fednet.algorithms.base import Algorithm, ClientContext
-from fednet.algorithms.fedavg import FedAvg
+from fednet.algorithms.centralized import Centralized
+from fednet.algorithms.fedavg import FedAvg, FedProx
+from fednet.algorithms.feddyn import FedDyn
+from fednet.algorithms.scaffold import Scaffold
+from fednet.algorithms.standalone import StandAlone
 from fednet.config import ALGORITHMS, RunConfig
 from fednet.errors import ConfigError
 
-REGISTRY: dict[str, type[Algorithm]] = {"fedavg": FedAvg}
+REGISTRY: dict[str, type[Algorithm]] = {
+    "fedavg": FedAvg, "fedprox": FedProx, "scaffold": Scaffold, "feddyn": FedDyn,
+    "standalone": StandAlone, "centralized": Centralized,
+}
 
 
 def available() -> list[str]:

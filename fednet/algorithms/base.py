@@ -25,6 +25,9 @@ class ClientContext:
     cfg: RunConfig
     device: torch.device
     state: dict[str, Any] = field(default_factory=dict)  # persists across rounds in this client
+    test_x: torch.Tensor | None = None  # the test set this client evaluates on (personalized FL)
+    test_y: torch.Tensor | None = None
+    pooled: Any = None  # callable -> (x, y) of the whole training set (the centralized reference)
 
     @property
     def num_examples(self) -> int:
@@ -49,12 +52,16 @@ class Algorithm:
         self.cfg = cfg
         self.params: dict[str, Any] = dict(cfg.algo.params)
         self.global_arrays: Arrays = {}
+        self.trainable: set[str] = set()  # names of trainable parameters (set by the runtime)
+        self.personalized = False  # True: clients keep their own models and report accuracy
         self._next_task = 0
 
     # ---- server side -------------------------------------------------------------------
-    def setup(self, init: Arrays) -> None:
-        """Receive the initial global model (already seeded by the runtime)."""
+    def setup(self, init: Arrays, trainable: set[str] | None = None) -> None:
+        """Receive the initial global model and the names of its trainable parameters."""
         self.global_arrays = dict(init)
+        self.trainable = set(trainable) if trainable is not None else {
+            k for k, v in init.items() if v.dtype.kind == "f"}
 
     def select(self, rnd: int, clients: Sequence[ClientInfo]) -> list[ClientInfo]:
         """max(floor(fraction * K), 1) clients, uniformly without replacement, seeded by round."""
@@ -88,6 +95,10 @@ class Algorithm:
     def eval_arrays(self) -> Arrays:
         """The model the server evaluates after each round."""
         return self.global_arrays
+
+    def client_accuracy(self) -> tuple[float, float]:
+        """(accuracy, loss) reported by the clients (only for personalized algorithms)."""
+        raise NotImplementedError
 
     def state_arrays(self) -> Arrays:
         """Server-side algorithm state beyond the model (for checkpoints)."""

@@ -6,9 +6,24 @@ from typing import Any
 
 from fednet.algorithms.aggregate import weighted_mean
 from fednet.algorithms.base import Algorithm, ClientContext, finite
-from fednet.models.params import load_arrays, state_arrays
-from fednet.training.local import train
+from fednet.algorithms.local import Plain, Prox
+from fednet.config import RunConfig
+from fednet.models.params import state_arrays
 from fednet.types import Arrays, Failure, Result, Task
+
+
+def usable(results: list[Result]) -> tuple[list[Result], int]:
+    """Results with finite arrays, ordered by client id; and how many were dropped."""
+    ok = sorted((r for r in results if finite(r.arrays)), key=lambda r: r.cid)
+    return ok, len(results) - len(ok)
+
+
+def round_metrics(ok: list[Result], failures: list[Failure], dropped: int) -> dict[str, float]:
+    """Sample-weighted training loss and result counts."""
+    n = sum(r.num_examples for r in ok)
+    loss = sum(float(r.body.get("loss", 0.0)) * r.num_examples for r in ok)
+    return {"train_loss": loss / n if n else float("nan"), "results": len(ok),
+            "failures": len(failures), "non_finite": dropped}
 
 
 class FedAvg(Algorithm):
@@ -16,30 +31,30 @@ class FedAvg(Algorithm):
 
     name = "fedavg"
 
+    def __init__(self, cfg: RunConfig) -> None:
+        super().__init__(cfg)
+        self.local: Any = Plain()
+
     def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
                         ) -> dict[str, float]:
         """theta = sum_k n_k theta_k / sum_k n_k over the usable results (sorted by client)."""
-        usable = sorted((r for r in results if finite(r.arrays)), key=lambda r: r.cid)
-        dropped = len(results) - len(usable)
-        if usable:
-            self.global_arrays = weighted_mean([r.arrays for r in usable],
-                                               [r.num_examples for r in usable])
-        loss = sum(r.body.get("loss", 0.0) * r.num_examples for r in usable)
-        n = sum(r.num_examples for r in usable)
-        return {"train_loss": loss / n if n else float("nan"), "results": len(usable),
-                "failures": len(failures), "non_finite": dropped}
-
-    def local_train(self, ctx: ClientContext, task: Task, **extra: Any) -> dict[str, Any]:
-        """Load the task's model and run the configured local SGD; hooks/terms via extra."""
-        load_arrays(ctx.model, task.arrays)
-        t = ctx.cfg.train
-        stats = train(ctx.model, ctx.x, ctx.y, epochs=int(task.body.get("epochs", t.epochs)),
-                      batch_size=t.batch_size, lr=float(task.body.get("lr", t.lr)),
-                      momentum=t.momentum, weight_decay=t.weight_decay,
-                      generator=ctx.batch_generator(task.round), **extra)
-        return {"loss": stats.loss, "samples": stats.samples, "steps": stats.steps}
+        ok, dropped = usable(results)
+        if ok:
+            self.global_arrays = weighted_mean([r.arrays for r in ok], [r.num_examples for r in ok])
+        return round_metrics(ok, failures, dropped)
 
     def client_update(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
-        """Plain local SGD; returns the whole model."""
-        body = self.local_train(ctx, task)
+        """The local rule from the received model; returns the whole model."""
+        body = self.local.run(ctx, task)
         return state_arrays(ctx.model), body
+
+
+class FedProx(FedAvg):
+    """FedProx. Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020.
+    ALGORITHMS.md 3.2: FedAvg's server with a proximal client term (mu, default 0.01)."""
+
+    name = "fedprox"
+
+    def __init__(self, cfg: RunConfig) -> None:
+        super().__init__(cfg)
+        self.local = Prox(float(self.params.get("mu", 0.01)))

@@ -43,9 +43,16 @@ class Executor:
         idx = client_indices(ds.train_y, cfg.clients, d.partition, d.alpha, cfg.seed, cid)
         x = torch.from_numpy(ds.train_x[idx]).to(self.device)
         y = torch.from_numpy(ds.train_y[idx]).to(self.device)
-        model = build_model(cfg.train.model, ds.num_classes, ds.input_shape).to(self.device)
+        # the same seeded initial weights as the server's, so personal models need no download
+        model = build_model(cfg.train.model, ds.num_classes, ds.input_shape,
+                            dataset=d.dataset, seed=cfg.seed).to(self.device)
         self.algo = algorithms.build(cfg)
-        self.ctx = ClientContext(cid, model, x, y, cfg, self.device)
+        dev = self.device
+        self.ctx = ClientContext(cid, model, x, y, cfg, dev,
+                                 test_x=torch.from_numpy(ds.test_x).to(dev),
+                                 test_y=torch.from_numpy(ds.test_y).to(dev),
+                                 pooled=lambda: (torch.from_numpy(ds.train_x).to(dev),
+                                                 torch.from_numpy(ds.train_y).to(dev)))
 
     @property
     def num_examples(self) -> int:

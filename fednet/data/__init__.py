@@ -1,19 +1,28 @@
-"""Datasets, client partitions and their statistics (numpy only; no wire or process knowledge)."""
+"""Datasets, client partitions, label permutations, augmentation and statistics (no wire or process knowledge)."""
 from __future__ import annotations
 
-from fednet.data.datasets import DATASETS, Dataset, clear_cache, load_dataset, stratified_split
-from fednet.data.partition import SCHEMES, client_indices, partition
+from fednet.data.datasets import DATASETS, Dataset, clear_cache, load_dataset, split_exemplars, stratified_split
+from fednet.data.domains import client_labels, domain_classes, domain_test_indices, label_permutation
+from fednet.data.partition import PERMUTABLE, SCHEMES, client_indices, partition
 from fednet.data.stats import label_histogram, partition_summary
+from fednet.data.torchvision_sets import NORMALIZATION
 
 __all__ = [
     "DATASETS",
     "Dataset",
+    "NORMALIZATION",
+    "PERMUTABLE",
     "SCHEMES",
     "clear_cache",
     "client_indices",
+    "client_labels",
+    "domain_classes",
+    "domain_test_indices",
     "label_histogram",
+    "label_permutation",
     "load_dataset",
     "partition",
     "partition_summary",
+    "split_exemplars",
     "stratified_split",
 ]

@@ -1,18 +1,22 @@
-"""Datasets as normalized numpy arrays (N x C x H x W float32, int64 labels), loaded once per process."""
+"""Datasets as normalized numpy arrays (N x C x H x W float32, int64 labels), loaded once per process.
+
+digits is embedded (scikit-learn's CSV); cifar10, cifar100 and svhn are read by torchvision from --data-root
+(see torchvision_sets.py; torchvision is imported only when one of them is loaded).
+"""
 from __future__ import annotations
 
 import importlib.util
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from fednet.errors import ConfigError
 from fednet.rng import generator
 
-DATASETS = ("digits",)
+DATASETS = ("digits", "cifar10", "cifar100", "svhn")
 """Names accepted by load_dataset (and --dataset)."""
 
 TEST_FRACTION = 0.2
@@ -30,9 +34,10 @@ class Dataset:
     test_y: np.ndarray
     num_classes: int
     input_shape: tuple[int, int, int]
+    class_names: tuple[str, ...] = ()
 
 
-_CACHE: dict[tuple[str, int], Dataset] = {}
+_CACHE: dict[tuple[str, str | None, int], Dataset] = {}
 
 
 def stratified_split(
@@ -97,27 +102,67 @@ def _load_digits(data_root: str | None, download: bool, split_seed: int) -> Data
         test_y=y[te].copy(),
         num_classes=10,
         input_shape=(1, 8, 8),
+        class_names=tuple(str(i) for i in range(10)),
     )
 
 
-_LOADERS: dict[str, Callable[[str | None, bool, int], Dataset]] = {"digits": _load_digits}
+def _torchvision_loader(name: str) -> Callable[[str | None, bool, int], Dataset]:
+    """A loader that imports torchvision_sets (and so torchvision) only when called; official split, no seed."""
+
+    def load(data_root: str | None, download: bool, split_seed: int) -> Dataset:
+        from fednet.data.torchvision_sets import load_torchvision
+
+        return load_torchvision(name, data_root, download)
+
+    return load
+
+
+_LOADERS: dict[str, Callable[[str | None, bool, int], Dataset]] = {
+    "digits": _load_digits,
+    **{n: _torchvision_loader(n) for n in ("cifar10", "cifar100", "svhn")},
+}
 
 
 def load_dataset(
     name: str, data_root: str | None = None, download: bool = False, split_seed: int = 0
 ) -> Dataset:
-    """Load (once per process, cached by name and split seed) the named dataset; do not mutate the result."""
+    """Load (once per process, cached by name, root and split seed) the named dataset; do not mutate the result."""
     loader = _LOADERS.get(name)
     if loader is None:
         raise ConfigError(
             f"--dataset {name!r} is not known; choose one of: {', '.join(DATASETS)}"
         )
-    key = (name, int(split_seed))
+    root = None if name == "digits" or not data_root else os.path.abspath(os.path.expanduser(data_root))
+    key = (name, root, int(split_seed) if name == "digits" else 0)  # official splits ignore the seed
     ds = _CACHE.get(key)
     if ds is None:
         ds = loader(data_root, download, int(split_seed))
         _CACHE[key] = ds
     return ds
+
+
+def split_exemplars(ds: Dataset, per_class: int, seed: int) -> tuple[np.ndarray, np.ndarray, Dataset]:
+    """FedSeq's public exemplars (2.1, pitfall 14): per_class random test images of every class, removed.
+
+    Returns (x, y) of the exemplars, ordered by class, and a copy of ds whose test set excludes them
+    (remaining test images keep their order; the train arrays are shared, not copied).
+    """
+    per_class = int(per_class)
+    counts = np.bincount(ds.test_y, minlength=ds.num_classes)
+    if per_class < 1 or per_class > int(counts.min()):
+        c = int(np.argmin(counts))
+        raise ConfigError(
+            f"--param exemplars={per_class} is not usable: exemplars per class must be between 1 and the "
+            f"{int(counts.min())} test images of class {c} of {ds.name}; choose a value in that range"
+        )
+    rng = generator(seed, "data/exemplars")
+    picked = np.concatenate(
+        [np.sort(rng.permutation(np.flatnonzero(ds.test_y == c))[:per_class]) for c in range(ds.num_classes)]
+    ).astype(np.int64)
+    keep = np.ones(ds.test_y.size, dtype=bool)
+    keep[picked] = False
+    rest = replace(ds, test_x=np.ascontiguousarray(ds.test_x[keep]), test_y=ds.test_y[keep].copy())
+    return np.ascontiguousarray(ds.test_x[picked]), ds.test_y[picked].copy(), rest
 
 
 def clear_cache() -> None:

@@ -1,17 +1,26 @@
-"""Client partitions of a label array (ALGORITHMS.md 2.2, 2.3); deterministic in the seed, recomputable anywhere."""
+"""Client partitions of a label array (ALGORITHMS.md 2.2-2.6); deterministic in the seed, recomputable anywhere."""
 from __future__ import annotations
 
 import math
 import zlib
 from collections import OrderedDict
+from collections.abc import Sequence
 
 import numpy as np
 
+from fednet.data.domains import check_domain_clients, domain_classes, domain_split
 from fednet.errors import ConfigError
 from fednet.rng import generator
 
-SCHEMES = ("iid", "dirichlet", "shards")
-"""Names accepted by partition (and --partition)."""
+SCHEMES = ("iid", "dirichlet", "shards", "domain")
+"""Names accepted by partition (and --partition); domain = 5 domains x 4 clients (digits, cifar100)."""
+
+PERMUTABLE = True
+"""Every scheme combines with per-client label permutation ("permuted iid", "permuted non-iid", domain).
+
+Permutation is a flag, not a scheme: the partition (which samples a client holds) is unchanged, and the
+client relabels its train and test labels with client_labels(y, label_permutation(num_classes, seed, cid)).
+"""
 
 _CACHE_SIZE = 8
 _CACHE: OrderedDict[tuple, list[np.ndarray]] = OrderedDict()
@@ -127,13 +136,20 @@ def partition(
     max_iter: int = 100,
     *,
     dataset: str = "the dataset",
+    class_names: Sequence[str] | None = None,
 ) -> list[np.ndarray]:
-    """One shuffled int64 index array per client; scheme iid, dirichlet (alpha 0 = shards) or shards."""
+    """One shuffled int64 index array per client; scheme iid, dirichlet (alpha 0 = shards), shards or domain.
+
+    domain (alpha unused) needs dataset "digits" or "cifar100" (with its class_names) and 20 clients.
+    """
     labels = np.asarray(labels)
     num_clients = int(num_clients)
     alpha = float(alpha)
     _check(labels, num_clients, scheme, alpha, dataset)
-    if scheme == "iid":
+    if scheme == "domain":
+        check_domain_clients(num_clients)
+        parts = domain_split(labels, domain_classes(dataset, class_names), seed)
+    elif scheme == "iid":
         parts = _iid(labels, num_clients, seed)
     elif scheme == "shards" or alpha == 0:
         parts = _shards(labels, num_clients, seed)
@@ -149,17 +165,26 @@ def partition(
 
 
 def client_indices(
-    labels: np.ndarray, num_clients: int, scheme: str, alpha: float, seed: int, cid: int
+    labels: np.ndarray,
+    num_clients: int,
+    scheme: str,
+    alpha: float,
+    seed: int,
+    cid: int,
+    *,
+    dataset: str = "the dataset",
+    class_names: Sequence[str] | None = None,
 ) -> np.ndarray:
-    """partition(...)[cid] (read-only), computed once per (scheme, clients, alpha, seed, labels)."""
+    """partition(...)[cid] (read-only), computed once per (scheme, clients, alpha, seed, labels, dataset)."""
     labels = np.asarray(labels)
     if not 0 <= int(cid) < int(num_clients):
         raise ConfigError(f"client id {cid} is outside 0..{int(num_clients) - 1} for --clients {num_clients}")
     fingerprint = zlib.crc32(np.ascontiguousarray(labels).tobytes())
-    key = (scheme, int(num_clients), float(alpha), int(seed), labels.size, fingerprint)
+    names = tuple(class_names or ())
+    key = (scheme, int(num_clients), float(alpha), int(seed), labels.size, fingerprint, dataset, names)
     parts = _CACHE.get(key)
     if parts is None:
-        parts = partition(labels, num_clients, scheme, alpha, seed)
+        parts = partition(labels, num_clients, scheme, alpha, seed, dataset=dataset, class_names=names or None)
         for p in parts:
             p.setflags(write=False)
         _CACHE[key] = parts

@@ -25,7 +25,7 @@ class Zygote:
                    PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "fednet.launch.zygote", "--dataset", dataset, "--data-root",
-             data_root], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+             data_root, "--parent", str(os.getpid())], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=log_file if log_file is not None else None, env=env, start_new_session=True)
         os.set_blocking(self.proc.stdout.fileno(), False)
         self._buf = b""
@@ -39,9 +39,7 @@ class Zygote:
         """Block until the zygote has warmed up (it starts in parallel with the server)."""
         deadline = time.monotonic() + self.warm_timeout_s
         while self.warm_s is None:
-            for ev in self._events():
-                if ev.get("event") == "warm":
-                    self.warm_s = float(ev.get("seconds", 0))
+            self._events()
             if self.warm_s is not None:
                 return
             if self.proc.poll() is not None:
@@ -66,7 +64,9 @@ class Zygote:
             except ValueError:
                 continue
             out.append(ev)
-            if ev.get("event") == "spawned":
+            if ev.get("event") == "warm":
+                self.warm_s = float(ev.get("seconds", 0))
+            elif ev.get("event") == "spawned":
                 self.pids[int(ev["cid"])] = int(ev["pid"])
             elif ev.get("event") == "exit":
                 cid, code = int(ev["cid"]), int(ev["code"])
@@ -102,9 +102,24 @@ class Zygote:
         self._events()
         return [p for c, p in self.pids.items() if c not in self.exits]
 
-    def stop(self, grace_s: float = 8.0) -> None:
-        """Ask the zygote to stop its children and exit; kill it if it does not."""
+    def stop(self, grace_s: float = 8.0, wait_for: list[int] | None = None,
+             wait_s: float = 2.0) -> None:
+        """Ask the zygote to stop its children and exit; kill it if it does not.
+
+        Clients in wait_for (those that said BYE) get up to wait_s to exit by themselves first,
+        so a clean exit is not recorded as killed by SIGTERM. A zygote still warming up has no
+        children: it is terminated at once instead of finishing its warm-up.
+        """
+        deadline = time.monotonic() + wait_s
+        while wait_for and self.proc.poll() is None and time.monotonic() < deadline:
+            self._events()
+            if all(c in self.exits for c in wait_for):
+                break
+            time.sleep(0.01)
+        self._events()
         if self.proc.poll() is None:
+            if self.warm_s is None and not self.pids:
+                self.proc.terminate()  # its SIGTERM handler stops any child and exits
             try:
                 assert self.proc.stdin is not None
                 self.proc.stdin.write(b'{"cmd": "stop"}\n')

@@ -18,6 +18,7 @@ import select
 import signal
 import sys
 import time
+import traceback
 from typing import Any
 
 from fednet.launch.proc import set_pdeathsig
@@ -51,11 +52,13 @@ def _emit(event: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def _child(spec: dict[str, Any]) -> int:
+def _child(spec: dict[str, Any], zygote: int) -> int:
     """Runs in the forked child: becomes client spec['cid']."""
     set_pdeathsig(signal.SIGTERM)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if os.getppid() != zygote:  # the zygote died before PDEATHSIG was armed
+        return 1
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.dup2(2, 1)  # stdout is the launcher's event pipe: keep client output off it
@@ -94,11 +97,12 @@ def serve(children: dict[int, int]) -> None:
 
 def _fork(spec: dict[str, Any], children: dict[int, int]) -> None:
     sys.stdout.flush()
+    me = os.getpid()
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
-            code = _child(spec)
+            code = _child(spec, me)
         except BaseException as e:  # noqa: BLE001 - report anything, exit cleanly
             print(f"client {spec.get('cid')}: {type(e).__name__}: {e}", file=sys.stderr)
         finally:
@@ -146,18 +150,28 @@ def main() -> None:
     ap = argparse.ArgumentParser(description="fednet zygote (started by fednet launch)")
     ap.add_argument("--dataset", default="digits")
     ap.add_argument("--data-root", default="")
+    ap.add_argument("--parent", type=int, default=0, help="the launcher's pid")
     a = ap.parse_args()
     set_pdeathsig(signal.SIGTERM)
+    if a.parent and os.getppid() != a.parent:  # the launcher died before PDEATHSIG was armed
+        os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     children: dict[int, int] = {}
     signal.signal(signal.SIGTERM, lambda *_: (stop_children(children, 2.0), os._exit(0)))
     t0 = time.monotonic()
     warm_up(a.dataset, a.data_root)
     _emit({"event": "warm", "pid": os.getpid(), "seconds": time.monotonic() - t0})
+    code = 0
     try:
         serve(children)
+    except BaseException:  # noqa: BLE001 - report it, then still stop every child
+        traceback.print_exc()
+        code = 1
     finally:
         stop_children(children)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # skip interpreter teardown (torch's takes ~0.3 s); nothing is left to flush
 
 
 if __name__ == "__main__":

@@ -7,13 +7,17 @@ import torch
 from torch import nn
 
 from fednet.errors import ConfigError
+from fednet.models.resnet import ResNet9, resnet18
 from fednet.rng import int_seed
 
-MODELS = ("digits_cnn",)
+MODELS = ("digits_cnn", "fedseq_cnn", "resnet9", "resnet18")
 """Names accepted by build_model (and --model), besides "auto"."""
 
-AUTO_MODELS = {"digits": "digits_cnn"}
+AUTO_MODELS = {"digits": "digits_cnn", "cifar10": "fedseq_cnn", "cifar100": "fedseq_cnn", "svhn": "fedseq_cnn"}
 """The model "auto" picks for each dataset."""
+
+AUTO_BY_SIZE = {(8, 8): "digits_cnn", (32, 32): "fedseq_cnn"}
+"""The model "auto" picks from the input's H x W when the dataset is not given."""
 
 
 class DigitsNet(nn.Module):
@@ -42,8 +46,40 @@ class DigitsNet(nn.Module):
         return self.fc3(x)
 
 
+class FedSeqCNN(nn.Module):
+    """1.1 (FedSeq's "LeNet"): 5x5 conv 64, 5x5 conv 64, fc 384, 192, N_C; 797,962 params for 10 classes."""
+
+    def __init__(self, num_classes: int = 10, input_shape: tuple[int, int, int] = (3, 32, 32)) -> None:
+        super().__init__()
+        c, h, w = input_shape
+        self.conv1 = nn.Conv2d(c, 64, kernel_size=5)
+        self.conv2 = nn.Conv2d(64, 64, kernel_size=5)
+        self.pool = nn.MaxPool2d(2)
+        fh, fw = ((h - 4) // 2 - 4) // 2, ((w - 4) // 2 - 4) // 2
+        if fh < 1 or fw < 1:
+            raise ConfigError(f"--model fedseq_cnn needs inputs of at least 16x16 (got {h}x{w}); use digits_cnn")
+        self.fc1 = nn.Linear(64 * fh * fw, 384)
+        self.fc2 = nn.Linear(384, 192)
+        self.fc3 = nn.Linear(192, num_classes)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """The flattened conv2 output (1,600 values for 32x32 inputs)."""
+        x = self.pool(torch.relu(self.conv1(x)))
+        x = self.pool(torch.relu(self.conv2(x)))
+        return torch.flatten(x, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits of shape (B, num_classes)."""
+        x = torch.relu(self.fc1(self.features(x)))
+        x = torch.relu(self.fc2(x))
+        return self.fc3(x)
+
+
 _BUILDERS: dict[str, Callable[[int, tuple[int, int, int]], nn.Module]] = {
     "digits_cnn": lambda k, shape: DigitsNet(k, shape),
+    "fedseq_cnn": lambda k, shape: FedSeqCNN(k, shape),
+    "resnet9": lambda k, shape: ResNet9(k, shape),
+    "resnet18": lambda k, shape: resnet18(k, shape),
 }
 
 
@@ -52,8 +88,8 @@ def resolve_model(name: str, dataset: str | None = None, input_shape: tuple[int,
     if name == "auto":
         if dataset in AUTO_MODELS:
             return AUTO_MODELS[dataset]
-        if dataset is None and input_shape is not None and tuple(input_shape)[1:] == (8, 8):
-            return "digits_cnn"
+        if dataset is None and input_shape is not None and tuple(input_shape)[1:] in AUTO_BY_SIZE:
+            return AUTO_BY_SIZE[tuple(input_shape)[1:]]
         raise ConfigError(
             f"--model auto has no default for dataset {dataset!r}; pass --model with one of: {', '.join(MODELS)}"
         )

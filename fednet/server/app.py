@@ -43,6 +43,8 @@ class ZmqServer:
         self.dead: dict[int, str] = {}
         self.byes: dict[int, dict[str, Any]] = {}
         self.watch: DeathWatch | None = None
+        self.round = 0  # the round in progress, or the next one between rounds
+        self.death_round: dict[int, int] = {}
         self._pending: dict[int, Task] = {}
         self._replies: list[Result | Failure] = []
 
@@ -61,6 +63,7 @@ class ZmqServer:
         for cid, why in self.watch().items():
             if cid not in self.dead:
                 self.dead[cid] = why
+                self.death_round[cid] = self.round
                 if cid not in self.byes:  # an exit after BYE is the normal end
                     log.warning("client %d is gone: %s", cid, why)
         for tid, task in list(self._pending.items()):
@@ -150,6 +153,7 @@ class ZmqServer:
     def run_round(self, rnd: int, tasks: list[Task]) -> tuple[list[Result], list[Failure]]:
         """Send every task, then collect results until all arrived, died or timed out."""
         self._replies = []
+        self.round = rnd
         for task in tasks:
             self._pending[task.task_id] = task
             msg = task_message(task, self.s.run_id)
@@ -168,7 +172,15 @@ class ZmqServer:
             self._poll_once(0.05)
         results = [r for r in self._replies if isinstance(r, Result)]
         failures = [r for r in self._replies if isinstance(r, Failure)]
+        self.round = rnd + 1
         return results, failures
+
+    def untasked_deaths(self, failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Failure rows for clients that died while holding no task (between rounds, at start)."""
+        seen = {f.get("client") for f in failures}
+        return [{"round": self.death_round.get(cid, self.round), "client": cid, "task": None,
+                 "reason": f"client died: {why}"}
+                for cid, why in sorted(self.dead.items()) if cid not in self.byes and cid not in seen]
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """SHUTDOWN to every live client; wait briefly for their BYE."""

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import torch
 
-from fednet import rng
 from fednet.config import RunConfig
 from fednet.data import load_dataset
 from fednet.models import build_model
@@ -21,8 +20,9 @@ class Evaluator:
         self.num_classes = ds.num_classes
         self.x = torch.from_numpy(ds.test_x)
         self.y = torch.from_numpy(ds.test_y)
-        torch.manual_seed(rng.int_seed(cfg.seed, "init"))
-        self.model = build_model(cfg.train.model, ds.num_classes, ds.input_shape)
+        self.model = build_model(cfg.train.model, ds.num_classes, ds.input_shape, dataset=d.dataset,
+                                 seed=cfg.seed)
+        self.trainable = {n for n, p in self.model.named_parameters() if p.requires_grad}
         self.initial: Arrays = clone_arrays(state_arrays(self.model))
 
     def __call__(self, arrays: Arrays) -> tuple[float, float]:

@@ -35,6 +35,18 @@ def _client_view(byes: dict[int, dict[str, Any]]) -> dict[str, int]:
     return out
 
 
+def precheck(cfg: RunConfig) -> None:
+    """Configuration errors that need the dataset but not torch, found before any process starts."""
+    from fednet import latency
+    from fednet.data import load_dataset, partition
+
+    validate(cfg)
+    d = cfg.data
+    ds = load_dataset(d.dataset, d.data_root or None, d.download)
+    partition(ds.train_y, cfg.clients, d.partition, d.alpha, cfg.seed)
+    latency.profiles(cfg.latency, cfg.clients, cfg.seed)
+
+
 def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
             on_listen: Any = None, prepare: Any = None) -> dict[str, Any]:
     """Serve a whole run; with local_clients, fork the clients here through the zygote.
@@ -46,19 +58,20 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
     t_start = time.monotonic()
     if local_clients:
         check_gpus(cfg.gpus)
-    validate(cfg)
+    precheck(cfg)
     out = resolve_out(cfg)
-    logfile = open_client_log(out)
+    logfile = open_client_log(out) if local_clients else None
     # Start-up overlaps on both cores: the socket is bound first (clients can queue their READY),
-    # the zygote warms up and forks the clients (commands queue in its pipe) while this process imports torch and builds the
-    # session. Measured: 100 clients registered ~1 s sooner than doing these steps in order.
+    # the zygote warms up while this process imports torch and builds the session; the clients
+    # are forked once the session exists (the zygote reads commands only after its warm-up, so
+    # this costs nothing, and a configuration error stops the zygote before any client exists).
     ctx = zmq.Context()
     zyg: Zygote | None = None
     try:
-        sock, endpoint = bind_router(ctx, cfg.net.host, cfg.net.port)
+        sock, endpoint = bind_router(ctx, cfg.net.host, cfg.net.port,
+                                     what="--bind port" if not local_clients else "net.port")
         if local_clients:
             zyg = Zygote(cfg.data.dataset, cfg.data.data_root, logfile)
-            zyg.spawn(client_specs(cfg.clients, endpoint, cfg.gpus, cfg.train.threads))
         import torch
 
         from fednet.server.app import ZmqServer
@@ -70,15 +83,20 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
             prepare(session)
         server = ZmqServer(session, bound=(ctx, sock, endpoint))
         if zyg is not None:
+            zyg.spawn(client_specs(cfg.clients, endpoint, cfg.gpus, cfg.train.threads))
             zyg.wait_warm()
     except BaseException:
         if zyg is not None:
             zyg.stop()
         ctx.destroy(linger=0)
+        if logfile is not None:
+            logfile.close()
         raise
     session.progress.message(session.describe())
-    session.progress.message(f"server listening on {server.endpoint}; results in {session.out}")
-    if on_listen is not None:
+    if on_listen is None:
+        session.progress.message(f"server listening on {server.endpoint}; results in {session.out}")
+    else:  # `fednet server`: the endpoint is printed by the caller even with --quiet
+        session.progress.message(f"results in {session.out}")
         on_listen(server.endpoint)
     extra: dict[str, Any] = {"runtime": "launch" if local_clients else "server",
                              "endpoint": server.endpoint}
@@ -107,13 +125,14 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
         try:
             server.shutdown(timeout_s=5.0)
         finally:
-            if zyg is not None:
-                zyg.stop()
+            if zyg is not None:  # clients that said BYE exit by themselves within moments
+                zyg.stop(wait_for=[c for c in server.byes if c not in server.dead])
             extra.update(_client_exits(zyg))
+            session.driver.failures.extend(server.untasked_deaths(session.driver.failures))
             extra["rejected_messages"] = server.chan.rejects.total
             extra["bytes_client_view"] = _client_view(server.byes)
             extra["total_wall_s"] = time.monotonic() - t_start
-            summary = session.finish(server.alive_clients() or list(server.clients.values()), extra)
+            summary = session.finish(list(server.clients.values()), extra)
             server.close()
             if logfile is not None:
                 logfile.close()

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from fednet import latency
-from fednet.algorithms.base import Algorithm
+from fednet.algorithms.base import Algorithm, finite
 from fednet.config import RunConfig
 from fednet.latency import Profile
 from fednet.metrics.accounting import Ledger
@@ -67,6 +67,8 @@ class RoundDriver:
                 return
             self.round(rnd, clients, dispatcher)
             self.t_end = time.monotonic()
+            if self.status == "diverged":
+                return
         self.status = "completed"
 
     def round(self, rnd: int, clients: list[ClientInfo], dispatcher: Dispatcher) -> dict[str, Any]:
@@ -79,7 +81,15 @@ class RoundDriver:
         self.sim_time = max([self.sim_time] + [r.sim_time for r in results])
         for f in failures:
             self.failures.append({"round": rnd, "client": f.cid, "task": f.task_id, "reason": f.reason})
-        acc, loss = self.evaluate(self.algo.eval_arrays())
+        if self.algo.personalized:  # clients evaluated their own models
+            acc, loss = self.algo.client_accuracy()
+        else:
+            acc, loss = self.evaluate(self.algo.eval_arrays())
+            all_bad = bool(metrics.get("non_finite")) and not metrics.get("results")
+            if all_bad or not finite(self.algo.eval_arrays()):
+                self.status = "diverged"
+                log.error("round %d: NaN/inf parameters (every client's result, or the global "
+                          "model): the run diverged and stops here (for FedDyn try --param clip=30 or a smaller alpha)", rnd)
         per_round = self.ledger.round_totals(rnd)
         tot = self.ledger.totals()
         row: dict[str, Any] = {

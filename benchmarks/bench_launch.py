@@ -1,0 +1,526 @@
+"""`fednet launch` start-up time, client memory, and overhead against `fednet local`.
+
+Everything runs as real `fednet` commands (subprocesses) in one script, side by side:
+
+  (a) ready time: `fednet launch --clients N --rounds 1 --epochs 1 --out TMP`, repeated. Two
+      figures per run: ready_s from summary.json (run_zmq's start until all N clients registered,
+      so it leaves out the interpreter start and the CLI imports) and the time from exec
+      (Popen) until the server printed "N clients ready" on stderr. Their difference is the
+      process-start overhead.
+  (b) memory: client_pss_bytes from summary.json (sum of the PSS of the client processes, read
+      right after training), total and per client, for the (a) runs and the (c) launch runs.
+  (c) overhead: `fednet launch` and `fednet local` with the same seed and config (N clients,
+      default rounds, or fewer with --quick), alternated launch, local, launch, local, ...; ratios
+      of the training wall-clock (summary wall_clock_s) and of the whole command's wall-clock;
+      final_accuracy, the byte counts and final_model.npz must be identical.
+  (d) a breakdown of the ready time: one more launch run, in a wrapper process that times the
+      steps of run_zmq (wrapping its functions; fednet itself is not modified).
+
+    python3 benchmarks/bench_launch.py [--quick] [--json FILE]
+
+Targets (issue): 100 clients ready within 3 s; client PSS <= 2 GB for 100 clients;
+launch <= 1.5x local (goal 1.2x).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _util import loadavg, machine, median, table, write_json  # noqa: E402
+
+TARGET_READY_S = 3.0
+TARGET_PSS_BYTES = 2e9          # "2 GB"; compared as 10^9 bytes (the stricter reading)
+TARGET_RATIO, GOAL_RATIO = 1.5, 1.2
+DATA_KEYS = ("server_to_client", "client_to_server", "client_to_client", "tensor_bytes",
+             "header_bytes")
+
+
+def fednet_cmd() -> list[str]:
+    exe = shutil.which("fednet")
+    return [exe] if exe else [sys.executable, "-m", "fednet.cli"]
+
+
+def run_cmd(argv: list[str], timeout_s: float = 600.0) -> dict[str, Any]:
+    """Run a command; returns wall seconds from exec to exit and stderr lines with timestamps
+    (seconds after exec, read as they arrive)."""
+    lines: list[tuple[float, str]] = []
+    t0 = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def reader() -> None:
+        assert proc.stderr is not None
+        for raw in proc.stderr:
+            lines.append((time.monotonic() - t0, raw.decode("utf-8", "replace").rstrip()))
+
+    th = threading.Thread(target=reader, daemon=True)
+    th.start()
+    try:
+        code = proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise SystemExit(f"timed out after {timeout_s:.0f}s: {' '.join(argv)}")
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    wall = time.monotonic() - t0
+    th.join(5)
+    if code != 0:
+        tail = "\n".join(l for _, l in lines[-20:])
+        raise SystemExit(f"exit code {code}: {' '.join(argv)}\n{tail}")
+    return {"wall_s": wall, "lines": lines, "t_popen": t0}
+
+
+def line_time(lines: list[tuple[float, str]], needle: str) -> float | None:
+    for t, text in lines:
+        if needle in text:
+            return t
+    return None
+
+
+def summary(out: Path) -> dict[str, Any]:
+    return json.loads((out / "summary.json").read_text())
+
+
+def same_model(a: Path, b: Path) -> bool:
+    import numpy as np
+
+    with np.load(a / "final_model.npz", allow_pickle=False) as za, \
+            np.load(b / "final_model.npz", allow_pickle=False) as zb:
+        return sorted(za.files) == sorted(zb.files) and all(
+            np.array_equal(za[k], zb[k]) for k in za.files)
+
+
+# ---- (a)+(b) ready time and memory -----------------------------------------------------------
+def bench_ready(tmp: Path, clients: int, reps: int) -> list[dict[str, Any]]:
+    runs = []
+    for i in range(reps):
+        out = tmp / f"ready{i}"
+        r = run_cmd(fednet_cmd() + ["launch", "--clients", str(clients), "--rounds", "1",
+                                    "--epochs", "1", "--out", str(out)])
+        s = summary(out)
+        t_ready = line_time(r["lines"], "clients ready in")
+        t_listen = line_time(r["lines"], "server listening on")
+        runs.append({"wall_s": r["wall_s"], "exec_to_ready_s": t_ready,
+                     "exec_to_listening_s": t_listen, "ready_s": s["ready_s"],
+                     "startup_overhead_s": (t_ready - s["ready_s"]) if t_ready else None,
+                     "client_pss_bytes": s.get("client_pss_bytes"),
+                     "total_wall_s": s["total_wall_s"], "status": s["status"],
+                     "client_exit_codes": s.get("client_exit_codes", {}),
+                     "loadavg": loadavg()})
+        shutil.rmtree(out, ignore_errors=True)
+    return runs
+
+
+# ---- (c) launch vs local ---------------------------------------------------------------------
+def bench_overhead(tmp: Path, clients: int, rounds: int, reps: int, seed: int) -> list[dict[str, Any]]:
+    runs = []
+    for i in range(reps):
+        for rt in ("launch", "local"):
+            out = tmp / f"{rt}{i}"
+            r = run_cmd(fednet_cmd() + [rt, "--clients", str(clients), "--rounds", str(rounds),
+                                        "--seed", str(seed), "--out", str(out)])
+            s = summary(out)
+            runs.append({"runtime": rt, "rep": i, "out": out, "wall_s": r["wall_s"],
+                         "wall_clock_s": s["wall_clock_s"], "total_wall_s": s.get("total_wall_s"),
+                         "ready_s": s.get("ready_s"),
+                         "exec_to_ready_s": line_time(r["lines"], "clients ready in"),
+                         "client_pss_bytes": s.get("client_pss_bytes"),
+                         "final_accuracy": s["final_accuracy"], "bytes": s["bytes"],
+                         "messages": s["messages"], "status": s["status"], "rounds": s["rounds"],
+                         "client_exit_codes": s.get("client_exit_codes", {}),
+                         "loadavg": loadavg()})
+    return runs
+
+
+# ---- (d) breakdown: runs inside a wrapper process ---------------------------------------------
+def _schedstat(pid: int) -> tuple[float, float]:
+    """(seconds on a CPU, seconds waiting for a CPU) summed over all threads of pid."""
+    run = wait = 0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
+                    r, w, _ = fh.read().split()
+                run, wait = run + int(r), wait + int(w)
+            except (OSError, ValueError):
+                pass
+    except OSError:
+        pass
+    return run / 1e9, wait / 1e9
+
+
+def _cpu_pressure_us() -> int | None:
+    """Total microseconds during which some task of this machine waited for a CPU (PSI)."""
+    try:
+        for line in Path("/proc/pressure/cpu").read_text().splitlines():
+            if line.startswith("some"):
+                return int(line.rsplit("total=", 1)[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+class _PostImport:
+    """A meta-path finder that calls hook(module) right after the named modules are executed,
+    so the wrapper can patch fednet's lazily imported modules without importing them early."""
+
+    def __init__(self, hooks: dict[str, Any]) -> None:
+        self.hooks = hooks
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        import importlib.util
+
+        if name not in self.hooks:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return spec
+        orig, hook = spec.loader.exec_module, self.hooks.pop(name)
+
+        def exec_module(module: Any) -> None:
+            orig(module)
+            hook(module)
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def trace_child(result_file: str, launch_args: list[str]) -> None:
+    """Run `fednet launch` in this process with timestamps around the steps of run_zmq."""
+    t_main = time.monotonic()
+    ev: dict[str, Any] = {"child_main": t_main, "hello": [], "ready": [],
+                          "psi_start": _cpu_pressure_us()}
+    state: dict[str, Any] = {}
+
+    def wrap(obj: Any, name: str, before: str | None, after: str | None, post: Any = None) -> None:
+        orig = getattr(obj, name)
+
+        def w(*a: Any, **k: Any) -> Any:
+            if before:
+                ev[before] = time.monotonic()
+            res = orig(*a, **k)
+            if after:
+                ev[after] = time.monotonic()
+            if post is not None:
+                post(a, res)
+            return res
+        setattr(obj, name, w)
+
+    def at_ready(a: Any, res: Any) -> None:
+        import resource
+
+        import psutil
+
+        ev["psi_ready"] = _cpu_pressure_us()
+        zyg = state.get("zyg")
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        cpu: dict[str, Any] = {"server_user_s": ru.ru_utime, "server_sys_s": ru.ru_stime,
+                               "server_sched": _schedstat(os.getpid())}
+        if zyg is not None:
+            ev["zygote_warm_s"] = zyg.warm_s
+            offset = time.time() - time.monotonic()
+            pz = psutil.Process(zyg.proc.pid)
+            t = pz.cpu_times()
+            cpu["zygote_user_s"], cpu["zygote_sys_s"] = t.user, t.system
+            cpu["zygote_sched"] = _schedstat(zyg.proc.pid)
+            created, users, syss, runs, waits = [], [], [], [], []
+            for pid in zyg.child_pids():
+                try:
+                    p = psutil.Process(pid)
+                    ct = p.cpu_times()
+                    created.append(p.create_time() - offset)
+                except psutil.NoSuchProcess:
+                    continue
+                users.append(ct.user)
+                syss.append(ct.system)
+                r, w = _schedstat(pid)
+                runs.append(r)
+                waits.append(w)
+            cpu.update(clients_user_s=sum(users), clients_sys_s=sum(syss),
+                       clients_sched=(sum(runs), sum(waits)),
+                       client_cpu_s_median=median([u + s for u, s in zip(users, syss)]))
+            ev["first_fork"] = min(created) if created else None
+            ev["last_fork"] = max(created) if created else None
+        ev["cpu_at_ready"] = cpu
+
+    def hook_app(m: Any) -> None:
+        wrap(m.ZmqServer, "__init__", None, "server_object_done")
+        wrap(m.ZmqServer, "wait_for_clients", "wait_clients_enter", "all_ready", at_ready)
+        wrap(m.ZmqServer, "shutdown", "shutdown_start", "shutdown_done")
+        orig_on_ready = m.ZmqServer._on_ready
+
+        def on_ready(self: Any, cid: int, msg: Any) -> None:
+            phase = msg.body.get("phase")
+            if phase in ("hello", "ready"):
+                ev[phase].append(time.monotonic())
+            return orig_on_ready(self, cid, msg)
+        m.ZmqServer._on_ready = on_ready
+
+    def hook_session(m: Any) -> None:
+        wrap(m.Session, "__init__", "session_start", "session_done")
+        wrap(m.Session, "finish", "finish_start", "finish_done")
+
+    def hook_rounds(m: Any) -> None:
+        wrap(m.RoundDriver, "run", "training_start", "training_done")
+
+    sys.meta_path.insert(0, _PostImport({
+        "torch": lambda m: ev.__setitem__("torch_imported", time.monotonic()),
+        "fednet.server.app": hook_app, "fednet.session": hook_session,
+        "fednet.server.rounds": hook_rounds}))
+
+    import fednet.cli as cli
+    import fednet.launch.spawn as spawn
+    import fednet.server.main as smain
+    ev["imports_done"] = time.monotonic()
+
+    wrap(smain, "run_zmq", "run_zmq_start", "run_zmq_done")
+    wrap(spawn.Zygote, "__init__", None, "zygote_popen_done",
+         lambda a, r: state.__setitem__("zyg", a[0]))
+    wrap(spawn.Zygote, "spawn", None, "spawn_command_sent")
+    wrap(spawn.Zygote, "wait_warm", "wait_warm_enter", "wait_warm_done")
+    wrap(spawn.Zygote, "stop", "zygote_stop_start", "zygote_stop_done")
+    wrap(smain, "pss_bytes", "pss_start", "pss_done")
+    try:
+        cli.main(["launch", *launch_args], standalone_mode=False)
+    finally:
+        ev["cli_returned"] = time.monotonic()
+        Path(result_file).write_text(json.dumps(ev))
+
+
+def bench_breakdown(tmp: Path, clients: int) -> dict[str, Any]:
+    out = tmp / "trace"
+    res_file = tmp / "trace.json"
+    r = run_cmd([sys.executable, str(Path(__file__).resolve()), "--trace-child", str(res_file),
+                 "--", "--clients", str(clients), "--rounds", "1", "--epochs", "1",
+                 "--out", str(out)])
+    ev = json.loads(res_file.read_text())
+    s = summary(out)
+    t0 = r["t_popen"]  # CLOCK_MONOTONIC is shared by all processes of this machine
+
+    def rel(key: str) -> float | None:
+        v = ev.get(key)
+        return None if v is None else v - t0
+
+    hello, ready = ev["hello"], ev["ready"]
+    steps = [
+        ("interpreter up (exec -> wrapper's first line)", rel("child_main")),
+        ("CLI imports done (fednet.cli, server.main, spawn)", rel("imports_done")),
+        ("run_zmq starts (ready_s counts from here)", rel("run_zmq_start")),
+        ("zygote process started (Popen returned)", rel("zygote_popen_done")),
+        ("spawn command sent to the zygote", rel("spawn_command_sent")),
+        ("server: torch imported", rel("torch_imported")),
+        ("server: Session built (data, partition, model)", rel("session_done")),
+        ("server: ZmqServer built; waits for the zygote", rel("server_object_done")),
+        ("first client forked (psutil create_time, 10 ms res.)", rel("first_fork")),
+        ("zygote warm seen (wait_warm returned)", rel("wait_warm_done")),
+        ("server starts reading READYs (wait_for_clients)", rel("wait_clients_enter")),
+        ("first hello READY handled (WELCOME sent)", (min(hello) - t0) if hello else None),
+        ("first ready READY handled", (min(ready) - t0) if ready else None),
+        ("last client forked", rel("last_fork")),
+        (f"{clients}th hello READY handled", (max(hello) - t0) if hello else None),
+        (f"all {clients} clients registered", rel("all_ready")),
+        ("-- after ready --", None),
+        ("training done (1 round, 1 epoch)", rel("training_done")),
+        ("client PSS read (pss_bytes)", rel("pss_done")),
+        ("SHUTDOWN sent, BYEs collected", rel("shutdown_done")),
+        ("zygote and clients stopped", rel("zygote_stop_done")),
+        ("results written (Session.finish: files, plots)", rel("finish_done")),
+        ("CLI printed the summary", rel("cli_returned")),
+        ("process exited", r["wall_s"]),
+    ]
+    durations = {
+        "pss_bytes_s": _dur(ev, "pss_start", "pss_done"),
+        "shutdown_s": _dur(ev, "shutdown_start", "shutdown_done"),
+        "zygote_stop_s": _dur(ev, "zygote_stop_start", "zygote_stop_done"),
+        "finish_s": _dur(ev, "finish_start", "finish_done"),
+        "session_s": _dur(ev, "session_start", "session_done"),
+        "training_s": _dur(ev, "training_start", "training_done"),
+        "interpreter_exit_s": r["wall_s"] - (ev["cli_returned"] - t0),
+    }
+    psi = None
+    if ev.get("psi_start") is not None and ev.get("psi_ready") is not None:
+        psi = (ev["psi_ready"] - ev["psi_start"]) / 1e6 / (ev["all_ready"] - ev["child_main"])
+    shutil.rmtree(out, ignore_errors=True)
+    return {"steps": steps, "durations": durations, "zygote_warm_s": ev.get("zygote_warm_s"),
+            "cpu_at_ready": ev.get("cpu_at_ready", {}), "ready_s": s["ready_s"],
+            "cpu_pressure_some_fraction_until_ready": psi, "loadavg": loadavg()}
+
+
+def _dur(ev: dict[str, Any], a: str, b: str) -> float | None:
+    return (ev[b] - ev[a]) if a in ev and b in ev else None
+
+
+# ---- main ------------------------------------------------------------------------------------
+def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--trace-child":
+        rest = sys.argv[3:]
+        trace_child(sys.argv[2], rest[1:] if rest[:1] == ["--"] else rest)
+        return
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer runs and rounds (a smoke test)")
+    ap.add_argument("--json", help="write the numbers to this file")
+    ap.add_argument("--clients", type=int, default=100)
+    ap.add_argument("--ready-reps", type=int, help="ready-time runs [3; quick 1]")
+    ap.add_argument("--reps", type=int, help="launch/local pairs [2; quick 1]")
+    ap.add_argument("--rounds", type=int, help="rounds of the launch/local runs [25; quick 3]")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-breakdown", action="store_true", help="skip the traced run (d)")
+    a = ap.parse_args()
+    ready_reps = a.ready_reps or (1 if a.quick else 3)
+    reps = a.reps or (1 if a.quick else 2)
+    rounds = a.rounds or (3 if a.quick else 25)
+    n = a.clients
+    info = machine()
+    print(f"bench_launch  {info['date']}  nproc={info['nproc']}  load={info['loadavg_at_start']}"
+          f"  clients={n}", flush=True)
+    t_all = time.monotonic()
+    tmp = Path(tempfile.mkdtemp(prefix="fednet-bench-launch-"))
+    try:
+        ready = bench_ready(tmp, n, ready_reps)
+        bd = None if a.no_breakdown else bench_breakdown(tmp, n)
+        over = bench_overhead(tmp, n, rounds, reps, a.seed)
+        launch = [r for r in over if r["runtime"] == "launch"]
+        local = [r for r in over if r["runtime"] == "local"]
+        # identity of results: every run against the first launch run
+        ref = launch[0]
+        ident = []
+        for r in over[1:]:
+            ident.append({
+                "runtime": r["runtime"], "rep": r["rep"],
+                "final_accuracy_equal": r["final_accuracy"] == ref["final_accuracy"],
+                "data_bytes_equal": all(r["bytes"][k] == ref["bytes"][k] for k in DATA_KEYS),
+                "bytes_differing": {k: [ref["bytes"][k], r["bytes"][k]] for k in ref["bytes"]
+                                    if ref["bytes"][k] != r["bytes"][k]},
+                "final_model_equal": same_model(ref["out"], r["out"]),
+            })
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    elapsed = time.monotonic() - t_all
+
+    # ---- (a)+(b) table
+    print(f"\n(a)+(b) ready time and memory: fednet launch --clients {n} --rounds 1 --epochs 1")
+    rows = []
+    for i, r in enumerate(ready):
+        pss = r["client_pss_bytes"] or 0
+        rows.append([i, r["exec_to_ready_s"], r["ready_s"], r["startup_overhead_s"],
+                     r["wall_s"], pss / 2**30, pss / n / 2**20, r["loadavg"][0]])
+    med_exec = median([r["exec_to_ready_s"] for r in ready])
+    med_ready = median([r["ready_s"] for r in ready])
+    pss_all = [r["client_pss_bytes"] for r in ready + launch if r.get("client_pss_bytes")]
+    rows.append(["median", med_exec, med_ready,
+                 median([r["startup_overhead_s"] for r in ready]), median([r["wall_s"] for r in ready]),
+                 median([r["client_pss_bytes"] for r in ready]) / 2**30,
+                 median([r["client_pss_bytes"] for r in ready]) / n / 2**20, ""])
+    print(table(["run", "exec->ready s", "ready_s", "start overhead s", "command s",
+                 "client PSS GiB", "MiB/client", "load1"], rows))
+    if launch:
+        print(f"client PSS after {rounds} rounds (launch runs of (c)): "
+              + ", ".join(f"{r['client_pss_bytes'] / 2**30:.2f} GiB "
+                          f"({r['client_pss_bytes'] / n / 2**20:.1f} MiB/client)" for r in launch))
+    ready_ok_summary = med_ready <= TARGET_READY_S
+    ready_ok_exec = med_exec <= TARGET_READY_S
+    pss_max = max(pss_all) if pss_all else float("nan")
+    pss_ok = pss_max <= TARGET_PSS_BYTES
+    print(f"target ready <= {TARGET_READY_S:g}s: ready_s median {med_ready:.2f}s "
+          f"{'met' if ready_ok_summary else 'MISSED'}; from exec median {med_exec:.2f}s "
+          f"{'met' if ready_ok_exec else 'MISSED'}")
+    print(f"target client PSS <= 2 GB: largest {pss_max / 1e9:.2f} GB "
+          f"({pss_max / 2**30:.2f} GiB) {'met' if pss_ok else 'MISSED'}")
+
+    # ---- (d) table
+    if bd is not None:
+        print(f"\n(d) where the time goes (one traced launch run, --rounds 1 --epochs 1; seconds "
+              f"after exec; ready_s {bd['ready_s']:.2f})")
+        print(table(["step", "t (s)"], [[k, "" if v is None else v] for k, v in bd["steps"]]))
+        c = bd["cpu_at_ready"]
+        nan = float("nan")
+        sv, zg, cl = (c.get("server_sched") or (nan, nan), c.get("zygote_sched") or (nan, nan),
+                      c.get("clients_sched") or (nan, nan))
+        print(f"zygote warm-up {bd['zygote_warm_s'] or nan:.2f}s. CPU seconds until ready "
+              f"(user/sys; on-CPU/waiting-for-CPU from schedstat):")
+        print(f"  server  {c.get('server_user_s', nan):.2f}/{c.get('server_sys_s', nan):.2f}"
+              f"  on {sv[0]:.2f} wait {sv[1]:.2f}")
+        print(f"  zygote  {c.get('zygote_user_s', nan):.2f}/{c.get('zygote_sys_s', nan):.2f}"
+              f"  on {zg[0]:.2f} wait {zg[1]:.2f}")
+        print(f"  {n} clients {c.get('clients_user_s', nan):.2f}/{c.get('clients_sys_s', nan):.2f}"
+              f"  on {cl[0]:.2f} wait {cl[1]:.2f}  (median {c.get('client_cpu_s_median', nan):.3f}s"
+              f" CPU per client)")
+        if bd.get("cpu_pressure_some_fraction_until_ready") is not None:
+            print(f"  machine CPU pressure (PSI 'some') until ready: "
+                  f"{bd['cpu_pressure_some_fraction_until_ready']:.0%} of the time")
+        d = bd["durations"]
+        print("after ready: " + ", ".join(f"{k[:-2]} {v:.2f}s" for k, v in d.items() if v is not None))
+
+    # ---- (c) table
+    print(f"\n(c) launch vs local: --clients {n} --rounds {rounds} --seed {a.seed}, alternated")
+    rows = []
+    for r in over:
+        rows.append([r["runtime"], r["rep"], r["wall_clock_s"], r["wall_s"], r["ready_s"] or "",
+                     f"{r['final_accuracy']:.4f}", r["status"], r["loadavg"][0]])
+    print(table(["runtime", "rep", "training s", "command s", "ready_s", "final acc", "status",
+                 "load1"], rows))
+    train_ratio = median([r["wall_clock_s"] for r in launch]) / median([r["wall_clock_s"] for r in local])
+    cmd_ratio = median([r["wall_s"] for r in launch]) / median([r["wall_s"] for r in local])
+    pair_train = [la["wall_clock_s"] / lo["wall_clock_s"] for la, lo in zip(launch, local)]
+    pair_cmd = [la["wall_s"] / lo["wall_s"] for la, lo in zip(launch, local)]
+
+    def verdict(x: float) -> str:
+        return ("met, and within the 1.2x goal" if x <= GOAL_RATIO else
+                "met (not the 1.2x goal)" if x <= TARGET_RATIO else "MISSED")
+    print(f"launch/local training wall-clock: {train_ratio:.2f}x (per pair "
+          f"{', '.join(f'{x:.2f}' for x in pair_train)}) -> {verdict(train_ratio)}")
+    print(f"launch/local whole command:       {cmd_ratio:.2f}x (per pair "
+          f"{', '.join(f'{x:.2f}' for x in pair_cmd)}) -> {verdict(cmd_ratio)}")
+    all_same = all(d["final_accuracy_equal"] and d["data_bytes_equal"] and d["final_model_equal"]
+                   for d in ident)
+    print("identical results (vs launch rep 0): final_accuracy, data bytes "
+          f"({', '.join(DATA_KEYS)}) and final_model.npz: {'yes' if all_same else 'NO'}")
+    for d in ident:
+        diff = {k: v for k, v in d["bytes_differing"].items()}
+        print(f"  {d['runtime']} rep {d['rep']}: accuracy {'=' if d['final_accuracy_equal'] else '!='},"
+              f" model {'=' if d['final_model_equal'] else '!='}, bytes differing: {diff or 'none'}")
+    bad_exits = {f"{r.get('runtime', 'ready')}": r["client_exit_codes"]
+                 for r in ready + launch if r.get("client_exit_codes")}
+    if bad_exits:
+        print("note: summary.json client_exit_codes not empty (clients reported as exiting "
+              "abnormally): " + "; ".join(f"{len(v)} clients in a {k} run, codes "
+                                          f"{sorted(set(v.values()))}" for k, v in bad_exits.items()))
+    print(f"\nmeasured in {elapsed:.0f}s; load average now {loadavg()}")
+
+    for r in over:
+        r["out"] = str(r["out"])
+    write_json(a.json, {
+        "benchmark": "launch", "machine": info, "quick": a.quick, "clients": n,
+        "elapsed_s": elapsed, "loadavg_at_end": loadavg(),
+        "targets": {"ready_s": TARGET_READY_S, "client_pss_bytes": TARGET_PSS_BYTES,
+                    "launch_over_local": TARGET_RATIO, "launch_over_local_goal": GOAL_RATIO},
+        "ready_runs": ready,
+        "ready": {"ready_s_median": med_ready, "exec_to_ready_s_median": med_exec,
+                  "met_ready_s": ready_ok_summary, "met_from_exec": ready_ok_exec},
+        "memory": {"client_pss_bytes_max": pss_max, "per_client_mib_max": pss_max / n / 2**20,
+                   "met": pss_ok},
+        "breakdown": bd,
+        "overhead_runs": over, "rounds": rounds,
+        "overhead": {"training_ratio": train_ratio, "command_ratio": cmd_ratio,
+                     "training_ratio_pairs": pair_train, "command_ratio_pairs": pair_cmd},
+        "identical": {"all": all_same, "details": ident},
+    })
+
+
+if __name__ == "__main__":
+    main()

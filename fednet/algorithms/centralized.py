@@ -1,0 +1,46 @@
+"""The centralized reference (ALGORITHMS.md 3.6): one model trained on the pooled training set,
+SGD with cosine annealing over the run. It gives Acc_centr for "rounds to X% of centralized".
+The pooled data never travels: the one worker (client 0) rebuilds it from the dataset locally."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from fednet.algorithms.base import Algorithm, ClientContext
+from fednet.models.params import load_arrays, state_arrays
+from fednet.training.local import train
+from fednet.types import Arrays, ClientInfo, Failure, Result, Task
+
+
+class Centralized(Algorithm):
+    """Each round: E epochs over all training data at lr * (1 + cos(pi t / T)) / 2."""
+
+    name = "centralized"
+
+    def configure_round(self, rnd: int, clients: list[ClientInfo]) -> list[Task]:
+        """One task, to the lowest-id live client."""
+        worker = min(clients, key=lambda c: c.cid)
+        lr = self.cfg.train.lr * 0.5 * (1 + math.cos(math.pi * rnd / self.cfg.rounds))
+        return [self.new_task(rnd, [worker.cid], self.global_arrays,
+                              {"epochs": self.cfg.train.epochs, "lr": lr})]
+
+    def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
+                        ) -> dict[str, float]:
+        """The worker's model becomes the model."""
+        if results:
+            self.global_arrays = results[0].arrays
+        loss = float(results[0].body.get("loss", float("nan"))) if results else float("nan")
+        return {"train_loss": loss, "results": len(results), "failures": len(failures),
+                "lr": float(results[0].body.get("lr", 0.0)) if results else 0.0}
+
+    def client_update(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
+        """Train on the pooled training set."""
+        load_arrays(ctx.model, task.arrays)
+        x, y = ctx.pooled()
+        t = ctx.cfg.train
+        lr = float(task.body["lr"])
+        stats = train(ctx.model, x, y, epochs=int(task.body["epochs"]), batch_size=t.batch_size,
+                      lr=lr, momentum=t.momentum, weight_decay=t.weight_decay,
+                      generator=ctx.batch_generator(task.round, "centralized"))
+        return state_arrays(ctx.model), {"loss": stats.loss, "samples": stats.samples,
+                                         "steps": stats.steps, "lr": lr}

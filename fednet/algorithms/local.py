@@ -1,0 +1,117 @@
+"""Local update rules that algorithms compose: plain SGD, FedProx, FedDyn (client side only)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from fednet.algorithms.base import ClientContext
+from fednet.models.params import load_arrays
+from fednet.training import hooks
+from fednet.training.local import GradHook, train
+from fednet.types import Task
+
+
+def trainable(ctx: ClientContext) -> list[torch.Tensor]:
+    """The model's trainable parameters, in order."""
+    return [p for p in ctx.model.parameters() if p.requires_grad]
+
+
+def local_sgd(ctx: ClientContext, task: Task, extra_hooks: Sequence[GradHook] = (),
+              load: bool = True, lr: float | None = None) -> dict[str, Any]:
+    """Load the task's model (unless load=False) and run the configured local SGD."""
+    if load:
+        load_arrays(ctx.model, task.arrays)
+    t = ctx.cfg.train
+    stats = train(ctx.model, ctx.x, ctx.y, epochs=int(task.body.get("epochs", t.epochs)),
+                  batch_size=t.batch_size, lr=float(lr if lr is not None else task.body.get("lr", t.lr)),
+                  momentum=t.momentum, weight_decay=t.weight_decay,
+                  generator=ctx.batch_generator(task.round), hooks=extra_hooks)
+    return {"loss": stats.loss, "samples": stats.samples, "steps": stats.steps}
+
+
+class Plain:
+    """FedAvg's client: SGD from the received model."""
+
+    name = "sgd"
+
+    def run(self, ctx: ClientContext, task: Task) -> dict[str, Any]:
+        """Train in place; returns the training statistics."""
+        return local_sgd(ctx, task)
+
+
+class Prox:
+    """FedProx's client: SGD on F_k + (mu/2)||theta - anchor||^2, anchor = the received model."""
+
+    name = "fedprox"
+
+    def __init__(self, mu: float) -> None:
+        self.mu = float(mu)
+
+    def run(self, ctx: ClientContext, task: Task) -> dict[str, Any]:
+        """Train in place with the proximal term (mu = 0 is exactly plain SGD)."""
+        load_arrays(ctx.model, task.arrays)
+        if self.mu == 0:
+            return local_sgd(ctx, task, load=False)
+        anchor = [p.detach().clone() for p in trainable(ctx)]
+        return local_sgd(ctx, task, [hooks.prox(anchor, self.mu)], load=False)
+
+
+class Dyn:
+    """FedDyn's client: SGD on L_k - <g_k, theta> + (alpha/2)||theta - anchor||^2, then
+    g_k <- g_k - alpha (theta_k - anchor). g_k lives in the client process (ctx.state).
+
+    official=True reproduces the FedSeq repository instead (ALGORITHMS.md section 7, item 9):
+    the linear term carries no gradient and g_k is updated after every minibatch.
+    """
+
+    name = "feddyn"
+
+    def __init__(self, alpha: float, clip: float = 0.0, official: bool = False) -> None:
+        self.alpha, self.clip, self.official = float(alpha), float(clip), bool(official)
+
+    def run(self, ctx: ClientContext, task: Task) -> dict[str, Any]:
+        """Train in place and update this client's g_k."""
+        load_arrays(ctx.model, task.arrays)
+        params = trainable(ctx)
+        anchor = [p.detach().clone() for p in params]
+        g = ctx.state.setdefault("feddyn_g", [torch.zeros_like(p) for p in params])
+        extra: list[GradHook] = []
+        if self.official:
+            zeros = [torch.zeros_like(p) for p in params]
+            extra.append(hooks.dyn(anchor, zeros, self.alpha))
+        else:
+            extra.append(hooks.dyn(anchor, g, self.alpha))
+        if self.clip > 0:
+            extra.append(hooks.clip_norm(self.clip))
+        if self.official:  # g_k follows the drift after every minibatch (post-step, via a hook)
+            extra.append(_official_g_update(params, anchor, g, self.alpha))
+        stats = local_sgd(ctx, task, extra, load=False)
+        if not self.official:
+            with torch.no_grad():
+                for gk, p, a in zip(g, params, anchor):
+                    gk.sub_(p - a, alpha=self.alpha)
+        return stats
+
+
+def _official_g_update(params: list[torch.Tensor], anchor: list[torch.Tensor],
+                       g: list[torch.Tensor], alpha: float) -> GradHook:
+    """Runs before each step: g_k <- g_k - alpha (theta - anchor) with the current drift."""
+    def hook(_: Sequence[torch.Tensor]) -> None:
+        with torch.no_grad():
+            for gk, p, a in zip(g, params, anchor):
+                gk.sub_(p - a, alpha=alpha)
+    return hook
+
+
+def rule_from_params(name: str, params: dict[str, Any]) -> Plain | Prox | Dyn:
+    """A local rule by name ('sgd', 'fedprox', 'feddyn') with its parameters."""
+    if name in ("sgd", "fedavg"):
+        return Plain()
+    if name == "fedprox":
+        return Prox(float(params.get("mu", 0.01)))
+    if name == "feddyn":
+        return Dyn(float(params.get("alpha", 0.1)), float(params.get("clip", 0.0)),
+                   bool(params.get("official", False)))
+    raise ValueError(f"unknown local rule '{name}'")

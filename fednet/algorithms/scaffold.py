@@ -1,0 +1,105 @@
+"""SCAFFOLD. Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for Federated
+Learning", ICML 2020. Spec: ALGORITHMS.md 3.3. Option II (the paper's cheaper update) by default;
+--param option=1 selects option I, the FedSeq repository's full local gradient at the server model."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from fednet.algorithms.aggregate import weighted_mean
+from fednet.algorithms.base import ClientContext
+from fednet.algorithms.fedavg import FedAvg, round_metrics, usable
+from fednet.algorithms.local import local_sgd, trainable
+from fednet.config import RunConfig
+from fednet.errors import ConfigError
+from fednet.models.params import clone_arrays, load_arrays, state_arrays
+from fednet.training import hooks
+from fednet.training.local import batches
+from fednet.types import Arrays, ClientInfo, Failure, Result, Task
+
+C = "c:"    # server control, sent with the model
+DC = "dc:"  # a client's control change, sent back with its model
+
+
+class Scaffold(FedAvg):
+    """Server keeps c; each client keeps c_k in its own process; global step size 1."""
+
+    name = "scaffold"
+
+    def __init__(self, cfg: RunConfig) -> None:
+        super().__init__(cfg)
+        self.option = int(self.params.get("option", 2))
+        if self.option not in (1, 2):
+            raise ConfigError(f"--param option must be 1 or 2 for scaffold (got {self.option})")
+        self.c: Arrays = {}
+
+    def setup(self, init: Arrays, trainable: set[str] | None = None) -> None:
+        """Global model and c = 0 for every trainable parameter."""
+        super().setup(init, trainable)
+        self.c = {k: np.zeros_like(init[k]) for k in init if k in self.trainable}
+
+    def configure_round(self, rnd: int, clients: list[ClientInfo]) -> list[Task]:
+        """Model plus server control in every task."""
+        arrays = dict(self.global_arrays)
+        arrays.update({C + k: v for k, v in self.c.items()})
+        return [self.new_task(rnd, [c.cid], arrays, self.task_body(rnd, c))
+                for c in self.select(rnd, clients)]
+
+    def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
+                        ) -> dict[str, float]:
+        """x = weighted mean of y_k; c += (1/K) sum of delta c_k (K = all clients)."""
+        ok, dropped = usable(results)
+        if ok:
+            models = [{k: v for k, v in r.arrays.items() if not k.startswith(DC)} for r in ok]
+            self.global_arrays = weighted_mean(models, [r.num_examples for r in ok])
+            K = self.cfg.clients
+            for k in self.c:
+                dc = sum(r.arrays[DC + k].astype(np.float64) for r in ok)
+                self.c[k] = (self.c[k] + dc / K).astype(self.c[k].dtype)
+        return round_metrics(ok, failures, dropped)
+
+    def client_update(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
+        """Corrected local SGD; returns y and delta c_k."""
+        model = {k: v for k, v in task.arrays.items() if not k.startswith(C)}
+        load_arrays(ctx.model, model)
+        names = [n for n, p in ctx.model.named_parameters() if p.requires_grad]
+        c = [torch.from_numpy(np.array(task.arrays[C + n])).to(ctx.device) for n in names]
+        params = trainable(ctx)
+        c_k = ctx.state.setdefault("scaffold_c", [torch.zeros_like(p) for p in params])
+        x = [p.detach().clone() for p in params]
+        body = local_sgd(ctx, task, [hooks.control_variate(c, c_k)], load=False)
+        if self.option == 2:
+            lr = float(task.body.get("lr", ctx.cfg.train.lr))
+            scale = 1.0 / (max(body["steps"], 1) * lr)
+            new = [ck - ci + (xi - p.detach()) * scale for ck, ci, xi, p in zip(c_k, c, x, params)]
+        else:
+            new = _full_gradient(ctx, x, task)
+        delta = {DC + n: (nw - old).cpu().numpy() for n, nw, old in zip(names, new, c_k)}
+        ctx.state["scaffold_c"] = new
+        out = dict(state_arrays(ctx.model))
+        out.update(delta)
+        return out, body
+
+
+def _full_gradient(ctx: ClientContext, x: list[torch.Tensor], task: Task) -> list[torch.Tensor]:
+    """Option I: mean over the minibatches of E epochs of grad f_k(x; batch), at the server model."""
+    params = trainable(ctx)
+    trained = clone_arrays(state_arrays(ctx.model))  # buffers too: BN statistics must not move
+    with torch.no_grad():
+        for p, xi in zip(params, x):
+            p.copy_(xi)
+    acc = [torch.zeros_like(p) for p in params]
+    n = 0
+    g = ctx.batch_generator(task.round, "scaffold-grad")
+    for _ in range(int(task.body.get("epochs", ctx.cfg.train.epochs))):
+        for idx in batches(len(ctx.y), ctx.cfg.train.batch_size, g):
+            ctx.model.zero_grad(set_to_none=True)
+            F.cross_entropy(ctx.model(ctx.x[idx]), ctx.y[idx]).backward()
+            for a, p in zip(acc, params):
+                a.add_(p.grad)
+            n += 1
+    load_arrays(ctx.model, trained)
+    return [a / max(n, 1) for a in acc]

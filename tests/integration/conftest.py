@@ -1,0 +1,148 @@
+"""Helpers for tests that run the `fednet` command: a marker on every process, leak checks."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+MARKER = "FEDNET_TEST_MARKER"
+SMALL = ["--clients", "3", "--rounds", "2", "--epochs", "1", "--batch-size", "16", "-q"]
+
+
+def fednet_cmd() -> list[str]:
+    """The installed `fednet` script (the same entry point a user types)."""
+    exe = shutil.which("fednet")
+    return [exe] if exe else [sys.executable, "-c", "from fednet.cli import main; main()"]
+
+
+def marked(marker: str) -> list[psutil.Process]:
+    """Live (non-zombie) processes started with FEDNET_TEST_MARKER=marker, wherever they are now."""
+    out = []
+    for p in psutil.process_iter():
+        if p.pid == os.getpid():
+            continue
+        try:
+            if p.environ().get(MARKER) == marker and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass
+    return out
+
+
+def wait_gone(marker: str, timeout_s: float) -> list[psutil.Process]:
+    """Poll until no marked process is left; returns those still alive after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    left = marked(marker)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = marked(marker)
+    return left
+
+
+def describe(procs: list[psutil.Process]) -> list[str]:
+    """'pid: cmdline' for an assertion message."""
+    out = []
+    for p in procs:
+        try:
+            out.append(f"{p.pid}: {' '.join(p.cmdline())[:120]}")
+        except psutil.Error:
+            out.append(f"{p.pid}: ?")
+    return out
+
+
+class Fednet:
+    """Runs `fednet` commands carrying this test's marker; kills and reports leftovers at the end."""
+
+    def __init__(self, marker: str, cwd: Path) -> None:
+        self.marker, self.cwd = marker, cwd
+        self.env = dict(os.environ, **{MARKER: marker}, PYTHONUNBUFFERED="1")
+        self.env.pop("CUDA_VISIBLE_DEVICES", None)
+        self.popens: list[subprocess.Popen[str]] = []
+
+    def run(self, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+        """Run to completion; stdout and stderr captured as text."""
+        return subprocess.run(fednet_cmd() + list(args), env=self.env, cwd=self.cwd,
+                              capture_output=True, text=True, timeout=timeout)
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        """Start in its own process group (like a shell job); stderr piped, stdout to a file."""
+        p = subprocess.Popen(fednet_cmd() + list(args), env=self.env, cwd=self.cwd,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+        self.popens.append(p)
+        return p
+
+    def processes(self) -> list[psutil.Process]:
+        """Every live process of this test (launchers, zygotes, clients)."""
+        return marked(self.marker)
+
+    def cleanup(self) -> list[str]:
+        """Wait for this test's processes to end on their own; kill and name what is left."""
+        for p in self.popens:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        left = wait_gone(self.marker, 10.0)
+        names = describe(left)
+        for p in left:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        return names
+
+
+@pytest.fixture
+def fed(tmp_path: Path):
+    """A `fednet` runner whose processes must all be gone when the test ends."""
+    f = Fednet(uuid.uuid4().hex, tmp_path)
+    yield f
+    left = f.cleanup()
+    assert not left, f"fednet processes left behind: {left}"
+
+
+def error_line(res: subprocess.CompletedProcess[str]) -> str:
+    """The single stderr line of a failed command (asserts: exit 2, one line, no traceback)."""
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2, (res.returncode, res.stderr)
+    assert "Traceback" not in res.stderr, res.stderr
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("fednet: error: "), lines[0]
+    return lines[0][len("fednet: error: "):]
+
+
+def wait_for_lines(path: Path, n: int, proc: subprocess.Popen[str] | None = None,
+                   timeout_s: float = 60.0) -> int:
+    """Block until the file has at least n lines (fails if proc exits first); returns the count."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists():
+            k = path.read_text().count("\n")
+            if k >= n:
+                return k
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"fednet exited ({proc.returncode}) early: {proc.stderr.read()[-2000:]}")
+        time.sleep(0.05)
+    pytest.fail(f"{path} did not reach {n} lines within {timeout_s}s")
+
+
+def read_json(path: Path) -> Any:
+    """Parse a JSON file."""
+    return json.loads(path.read_text())
+
+
+def jsonl(path: Path) -> list[dict[str, Any]]:
+    """Parse a JSON-lines file."""
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
