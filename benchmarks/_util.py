@@ -30,8 +30,22 @@ def machine() -> dict[str, Any]:
     except (OSError, ValueError):
         load = []
     return {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "git": git_state(),
             "nproc": nproc, "cpu": cpu, "python": platform.python_version(),
             "loadavg_at_start": load}
+
+
+def git_state() -> str:
+    """The commit of the checkout, with '+dirty' when fednet/ has uncommitted changes."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root,
+                              capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "fednet"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
 
 
 def loadavg() -> list[float]:

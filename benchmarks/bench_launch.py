@@ -118,6 +118,7 @@ def bench_ready(tmp: Path, clients: int, reps: int) -> list[dict[str, Any]]:
                      "client_pss_bytes": s.get("client_pss_bytes"),
                      "total_wall_s": s["total_wall_s"], "status": s["status"],
                      "client_exit_codes": s.get("client_exit_codes", {}),
+                     "warnings": [l for _, l in r["lines"] if "WARNING" in l or "ERROR" in l],
                      "loadavg": loadavg()})
         shutil.rmtree(out, ignore_errors=True)
     return runs
@@ -140,6 +141,7 @@ def bench_overhead(tmp: Path, clients: int, rounds: int, reps: int, seed: int) -
                          "final_accuracy": s["final_accuracy"], "bytes": s["bytes"],
                          "messages": s["messages"], "status": s["status"], "rounds": s["rounds"],
                          "client_exit_codes": s.get("client_exit_codes", {}),
+                         "warnings": [l for _, l in r["lines"] if "WARNING" in l or "ERROR" in l],
                          "loadavg": loadavg()})
     return runs
 
@@ -170,6 +172,55 @@ def _cpu_pressure_us() -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def _vm_status(pid: int) -> dict[str, Any]:
+    """VmRSS and VmPTE (kB) and the number of mappings of pid: what a fork has to copy."""
+    out: dict[str, Any] = {}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(("VmRSS:", "VmPTE:")):
+                out[line.split(":")[0]] = int(line.split()[1])
+        out["maps"] = len(Path(f"/proc/{pid}/maps").read_text().splitlines())
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def fork_probe(n: int, warm: bool) -> None:
+    """Print the parent-side cost of os.fork() in a process like the zygote (warm=True: after
+    fednet's zygote warm-up, torch and all) or a bare interpreter; children exit at once."""
+    import resource
+
+    if warm:
+        from fednet.launch.zygote import warm_up
+        warm_up("digits", "")
+    times = []
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
+    for _ in range(n):
+        t0 = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        times.append(time.perf_counter() - t0)
+        os.waitpid(pid, 0)
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({"warm": warm, "n": n, "fork_ms_median": median(times) * 1e3,
+                      "fork_ms_min": min(times) * 1e3,
+                      "parent_user_ms_per_fork": (ru1.ru_utime - ru0.ru_utime) / n * 1e3,
+                      "parent_sys_ms_per_fork": (ru1.ru_stime - ru0.ru_stime) / n * 1e3,
+                      **_vm_status(os.getpid())}))
+
+
+def bench_fork(n: int = 30) -> list[dict[str, Any]]:
+    out = []
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    for warm in (True, False):
+        p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--fork-probe", str(n),
+                            "warm" if warm else "bare"], capture_output=True, text=True, env=env,
+                           timeout=120, check=True)
+        out.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    return out
 
 
 class _PostImport:
@@ -233,11 +284,15 @@ def trace_child(result_file: str, launch_args: list[str]) -> None:
                                "server_sched": _schedstat(os.getpid())}
         if zyg is not None:
             ev["zygote_warm_s"] = zyg.warm_s
-            offset = time.time() - time.monotonic()
             pz = psutil.Process(zyg.proc.pid)
+            # Fork times relative to the zygote's own start (both create_times share the same
+            # coarse boot-time offset, so only their difference is exact, to 10 ms), placed at
+            # the moment its Popen returned.
+            offset = pz.create_time() - ev["zygote_popen_done"]
             t = pz.cpu_times()
             cpu["zygote_user_s"], cpu["zygote_sys_s"] = t.user, t.system
             cpu["zygote_sched"] = _schedstat(zyg.proc.pid)
+            cpu["zygote_status"] = _vm_status(zyg.proc.pid)
             created, users, syss, runs, waits = [], [], [], [], []
             for pid in zyg.child_pids():
                 try:
@@ -292,7 +347,12 @@ def trace_child(result_file: str, launch_args: list[str]) -> None:
     wrap(spawn.Zygote, "__init__", None, "zygote_popen_done",
          lambda a, r: state.__setitem__("zyg", a[0]))
     wrap(spawn.Zygote, "spawn", None, "spawn_command_sent")
-    wrap(spawn.Zygote, "wait_warm", "wait_warm_enter", "wait_warm_done")
+    def at_warm(a: Any, res: Any) -> None:
+        import psutil
+
+        t = psutil.Process(a[0].proc.pid).cpu_times()
+        ev["zygote_cpu_at_warm"] = (t.user, t.system)
+    wrap(spawn.Zygote, "wait_warm", "wait_warm_enter", "wait_warm_done", at_warm)
     wrap(spawn.Zygote, "stop", "zygote_stop_start", "zygote_stop_done")
     wrap(smain, "pss_bytes", "pss_start", "pss_done")
     try:
@@ -334,7 +394,6 @@ def bench_breakdown(tmp: Path, clients: int) -> dict[str, Any]:
         ("last client forked", rel("last_fork")),
         (f"{clients}th hello READY handled", (max(hello) - t0) if hello else None),
         (f"all {clients} clients registered", rel("all_ready")),
-        ("-- after ready --", None),
         ("training done (1 round, 1 epoch)", rel("training_done")),
         ("client PSS read (pss_bytes)", rel("pss_done")),
         ("SHUTDOWN sent, BYEs collected", rel("shutdown_done")),
@@ -343,6 +402,9 @@ def bench_breakdown(tmp: Path, clients: int) -> dict[str, Any]:
         ("CLI printed the summary", rel("cli_returned")),
         ("process exited", r["wall_s"]),
     ]
+    steps = sorted([x for x in steps if x[1] is not None], key=lambda x: x[1])
+    cut = next((i for i, x in enumerate(steps) if x[0].startswith("all ")), len(steps) - 1)
+    steps.insert(cut + 1, ("-- after ready --", None))
     durations = {
         "pss_bytes_s": _dur(ev, "pss_start", "pss_done"),
         "shutdown_s": _dur(ev, "shutdown_start", "shutdown_done"),
@@ -357,6 +419,8 @@ def bench_breakdown(tmp: Path, clients: int) -> dict[str, Any]:
         psi = (ev["psi_ready"] - ev["psi_start"]) / 1e6 / (ev["all_ready"] - ev["child_main"])
     shutil.rmtree(out, ignore_errors=True)
     return {"steps": steps, "durations": durations, "zygote_warm_s": ev.get("zygote_warm_s"),
+            "zygote_cpu_at_warm": ev.get("zygote_cpu_at_warm"),
+            "fork_span_s": (ev["last_fork"] - ev["first_fork"]) if ev.get("first_fork") else None,
             "cpu_at_ready": ev.get("cpu_at_ready", {}), "ready_s": s["ready_s"],
             "cpu_pressure_some_fraction_until_ready": psi, "loadavg": loadavg()}
 
@@ -367,6 +431,9 @@ def _dur(ev: dict[str, Any], a: str, b: str) -> float | None:
 
 # ---- main ------------------------------------------------------------------------------------
 def main() -> None:
+    if len(sys.argv) > 3 and sys.argv[1] == "--fork-probe":
+        fork_probe(int(sys.argv[2]), sys.argv[3] == "warm")
+        return
     if len(sys.argv) > 2 and sys.argv[1] == "--trace-child":
         rest = sys.argv[3:]
         trace_child(sys.argv[2], rest[1:] if rest[:1] == ["--"] else rest)
@@ -386,13 +453,15 @@ def main() -> None:
     rounds = a.rounds or (3 if a.quick else 25)
     n = a.clients
     info = machine()
-    print(f"bench_launch  {info['date']}  nproc={info['nproc']}  load={info['loadavg_at_start']}"
+    print(f"bench_launch  {info['date']}  git {info['git']}  nproc={info['nproc']}  load={info['loadavg_at_start']}"
           f"  clients={n}", flush=True)
     t_all = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="fednet-bench-launch-"))
     try:
         ready = bench_ready(tmp, n, ready_reps)
         bd = None if a.no_breakdown else bench_breakdown(tmp, n)
+        if bd is not None:
+            bd["fork_probe"] = bench_fork()
         over = bench_overhead(tmp, n, rounds, reps, a.seed)
         launch = [r for r in over if r["runtime"] == "launch"]
         local = [r for r in over if r["runtime"] == "local"]
@@ -460,6 +529,19 @@ def main() -> None:
         print(f"  {n} clients {c.get('clients_user_s', nan):.2f}/{c.get('clients_sys_s', nan):.2f}"
               f"  on {cl[0]:.2f} wait {cl[1]:.2f}  (median {c.get('client_cpu_s_median', nan):.3f}s"
               f" CPU per client)")
+        zw, zs = bd.get("zygote_cpu_at_warm"), c.get("zygote_status", {})
+        if zw and "zygote_user_s" in c:
+            print(f"  zygote CPU from warm to ready (forking {n} clients): user "
+                  f"{c['zygote_user_s'] - zw[0]:.2f}s sys {c['zygote_sys_s'] - zw[1]:.2f}s; forks "
+                  f"spread over {bd['fork_span_s'] or nan:.2f}s; zygote VmRSS "
+                  f"{zs.get('VmRSS', 0) / 1024:.0f} MiB, VmPTE {zs.get('VmPTE', 0)} kB, "
+                  f"{zs.get('maps', 0)} mappings")
+        for fp in bd.get("fork_probe", []):
+            print(f"  fork probe ({'after the zygote warm-up' if fp['warm'] else 'bare python'}):"
+                  f" os.fork() {fp['fork_ms_median']:.2f} ms median (min {fp['fork_ms_min']:.2f}),"
+                  f" parent CPU {fp['parent_user_ms_per_fork']:.2f} user + "
+                  f"{fp['parent_sys_ms_per_fork']:.2f} sys ms per fork; VmRSS "
+                  f"{fp.get('VmRSS', 0) / 1024:.0f} MiB, VmPTE {fp.get('VmPTE', 0)} kB")
         if bd.get("cpu_pressure_some_fraction_until_ready") is not None:
             print(f"  machine CPU pressure (PSI 'some') until ready: "
                   f"{bd['cpu_pressure_some_fraction_until_ready']:.0%} of the time")
@@ -500,6 +582,11 @@ def main() -> None:
         print("note: summary.json client_exit_codes not empty (clients reported as exiting "
               "abnormally): " + "; ".join(f"{len(v)} clients in a {k} run, codes "
                                           f"{sorted(set(v.values()))}" for k, v in bad_exits.items()))
+    warns = [w for r in ready + over for w in r.get("warnings", [])]
+    if warns:
+        print(f"note: {len(warns)} WARNING/ERROR lines on stderr across the runs, e.g.:")
+        for w in warns[:5]:
+            print("  " + w[:160])
     print(f"\nmeasured in {elapsed:.0f}s; load average now {loadavg()}")
 
     for r in over:

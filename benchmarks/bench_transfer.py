@@ -181,7 +181,7 @@ def main() -> None:
     reps = a.reps or (2 if a.quick else 10)
     pings = a.pings or (500 if a.quick else 3000)
     info = machine()
-    print(f"bench_transfer  {info['date']}  nproc={info['nproc']}  load={info['loadavg_at_start']}")
+    print(f"bench_transfer  {info['date']}  git {info['git']}  nproc={info['nproc']}  load={info['loadavg_at_start']}")
 
     sizes_mib = [1, 10, 100]
     # Messages per measurement: about 200-400 MiB streamed per measurement.

@@ -105,51 +105,31 @@ def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
     return from_dict(merge(base, over))
 
 
+# the default value's type -> how a TOML value must look, and the types accepted
+_TOML_KINDS = [(bool, "true or false", (bool,)), (int, "an integer", (int,)),
+               (float, "a number", (int, float)), (str, "a string", (str,)),
+               (list, "a list of integers", (list,)), (dict, "a table", (dict,))]
+
+
 def _file_overrides(path: str) -> dict[str, Any]:
     """The dotted keys of a TOML run file, checked against the known keys and their types."""
     flat = _flatten(load_toml(path))
     known = _flatten(RunConfig().to_dict())
     for key, v in flat.items():
-        want = known.get(key)
-        if want is None and key not in known:
+        if key not in known:
             continue  # unknown keys and misplaced tables are named by from_dict below
-        kind = _kind(want)
-        if not _is_kind(v, kind):
+        kind, ok = next((k, ok) for t, k, ok in _TOML_KINDS if isinstance(known[key], t))
+        good = isinstance(v, ok) and (kind == "true or false" or not isinstance(v, bool))
+        if good and isinstance(v, list):
+            good = all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+        if not good:
             raise ConfigError(f"--config {path}: '{key}' must be {kind} (got {v!r})")
-        if kind == "a number":
-            flat[key] = float(v)
+        flat[key] = float(v) if kind == "a number" else v
     try:
         from_dict(merge(RunConfig().to_dict(), flat))
     except ConfigError as e:
         raise ConfigError(f"--config {path}: {e}") from None
     return flat
-
-
-def _kind(default: Any) -> str:
-    if isinstance(default, bool):
-        return "true or false"
-    if isinstance(default, int):
-        return "an integer"
-    if isinstance(default, float):
-        return "a number"
-    if isinstance(default, str):
-        return "a string"
-    if isinstance(default, (list, tuple)):
-        return "a list of integers"
-    return "a table"
-
-
-def _is_kind(v: Any, kind: str) -> bool:
-    if kind == "true or false":
-        return isinstance(v, bool)
-    if kind in ("an integer", "a number"):
-        ok = (int,) if kind == "an integer" else (int, float)
-        return isinstance(v, ok) and not isinstance(v, bool)
-    if kind == "a string":
-        return isinstance(v, str)
-    if kind == "a list of integers":
-        return isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
-    return isinstance(v, dict)
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -274,16 +254,17 @@ def server(bind: str, **opts: Any) -> None:
     host, port = _split_bind(bind)
     _setup_logs(opts["quiet"])
     cfg = build_config(opts, dict(RUN_DEFAULTS, clients=100, **{"net.host": host, "net.port": port}))
-    summary = run_zmq(cfg, quiet=opts["quiet"], local_clients=False)
+    summary = run_zmq(cfg, quiet=opts["quiet"], local_clients=False,
+                      on_listen=lambda ep: click.echo(f"server listening on {ep}", err=True))
     click.echo(summary_table(summary))
 
 
 def _split_bind(bind: str) -> tuple[str, int]:
-    if not bind.startswith("tcp://") or ":" not in bind[6:]:
-        raise click.BadParameter("expected tcp://HOST:PORT", param_hint="--bind")
     host, _, port = bind[6:].rpartition(":")
-    if not port.isdigit():
-        raise click.BadParameter(f"port '{port}' is not a number", param_hint="--bind")
+    if not bind.startswith("tcp://") or not host:
+        raise ConfigError(f"--bind expects tcp://HOST:PORT, e.g. tcp://0.0.0.0:5555 (got '{bind}')")
+    if not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"--bind: port '{port}' is not a number in 0..65535 (0 = any free port)")
     return host, int(port)
 
 
@@ -294,12 +275,15 @@ def _split_bind(bind: str) -> tuple[str, int]:
 @click.option("--advertise", default="127.0.0.1", show_default=True,
               help="Address of this host that peers use for hand-offs.")
 @click.option("--threads", type=int, default=1, show_default=True, help="Torch threads per client.")
+@click.option("--timeout", type=float, default=60.0, show_default=True,
+              help="Seconds to wait for the server to listen and to welcome each client.")
 @_errors
-def clients(connect: str, ids: str, gpus: str | None, advertise: str, threads: int) -> None:
+def clients(connect: str, ids: str, gpus: str | None, advertise: str, threads: int,
+            timeout: float) -> None:
     """Start clients on this host; they get the run's configuration from the server."""
-    from fednet.launch.local_clients import run_clients, parse_ids
+    from fednet.launch.local_clients import parse_ids, run_clients
 
-    sys.exit(run_clients(connect, parse_ids(ids), gpus, advertise, threads))
+    sys.exit(run_clients(connect, parse_ids(ids), gpus, advertise, threads, timeout))
 
 
 @main.command()

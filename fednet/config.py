@@ -16,7 +16,7 @@ else:  # pragma: no cover
 
 ALGORITHMS = ("fedavg", "fedprox", "scaffold", "feddyn", "standalone", "centralized", "fedseq",
               "fedseq_inter", "factorized", "factorized_beta", "pfedpara", "cfl", "fedfomo", "perfedavg")
-PARTITIONS = ("iid", "dirichlet", "shards")
+PARTITIONS = ("iid", "dirichlet", "shards", "domain")
 LATENCY_PRESETS = ("none", "lan", "wan", "hetero")
 
 

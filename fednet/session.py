@@ -10,7 +10,7 @@ import numpy as np
 
 from fednet import algorithms, latency
 from fednet.config import RunConfig, validate
-from fednet.data import load_dataset, partition
+from fednet.data import load_dataset, run_partition
 from fednet.data.stats import label_histogram, partition_summary
 from fednet.metrics.accounting import Ledger
 from fednet.metrics.history import History, resolve_out
@@ -31,7 +31,7 @@ class Session:
         self.run_id = uuid.uuid4().hex
         d = cfg.data
         ds = load_dataset(d.dataset, d.data_root or None, d.download)
-        self.parts = partition(ds.train_y, cfg.clients, d.partition, d.alpha, cfg.seed)
+        self.parts = run_partition(ds, d, cfg.clients, cfg.seed)
         self.stats = partition_summary(self.parts, ds.train_y, ds.num_classes)
         self.histograms = [label_histogram(ds.train_y[p], ds.num_classes) for p in self.parts]
         self.profiles = latency.profiles(cfg.latency, cfg.clients, cfg.seed)

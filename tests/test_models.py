@@ -35,7 +35,7 @@ def test_digits_net_has_15466_params_and_outputs_b_by_10():
 
 
 def test_build_model_auto_picks_digits_cnn_and_seeds_the_init():
-    assert MODELS == ("digits_cnn",)
+    assert MODELS == ("digits_cnn", "fedseq_cnn", "resnet9", "resnet18")
     a = build_model("auto", 10, (1, 8, 8), dataset="digits", seed=1)
     b = build_model("digits_cnn", 10, (1, 8, 8), seed=1)
     c = build_model("digits_cnn", 10, (1, 8, 8), seed=2)
@@ -57,7 +57,9 @@ def test_unknown_model_is_a_config_error_naming_the_option():
     with pytest.raises(ConfigError, match=r"--model 'resnet50'.*digits_cnn"):
         build_model("resnet50", 10, (1, 8, 8))
     with pytest.raises(ConfigError, match="--model auto"):
-        build_model("auto", 10, (3, 32, 32), dataset="cifar10")
+        build_model("auto", 10, (3, 32, 32), dataset="mnist")
+    with pytest.raises(ConfigError, match="--model auto"):
+        build_model("auto", 10, (3, 28, 28))
 
 
 def test_state_arrays_share_memory_with_the_parameters():

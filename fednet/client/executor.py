@@ -13,7 +13,7 @@ import torch
 from fednet import algorithms, latency
 from fednet.algorithms.base import ClientContext
 from fednet.config import RunConfig
-from fednet.data import client_indices, load_dataset
+from fednet.data import load_dataset, run_client_indices
 from fednet.latency import Profile
 from fednet.models import build_model
 from fednet.protocol import Message
@@ -40,7 +40,7 @@ class Executor:
         self.device = torch.device(device)
         d = cfg.data
         ds = load_dataset(d.dataset, d.data_root or None, d.download)
-        idx = client_indices(ds.train_y, cfg.clients, d.partition, d.alpha, cfg.seed, cid)
+        idx = run_client_indices(ds, d, cfg.clients, cfg.seed, cid)
         x = torch.from_numpy(ds.train_x[idx]).to(self.device)
         y = torch.from_numpy(ds.train_y[idx]).to(self.device)
         # the same seeded initial weights as the server's, so personal models need no download

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from fednet.data.datasets import DATASETS, Dataset, clear_cache, load_dataset, split_exemplars, stratified_split
 from fednet.data.domains import client_labels, domain_classes, domain_test_indices, label_permutation
-from fednet.data.partition import PERMUTABLE, SCHEMES, client_indices, partition
+from fednet.data.partition import (PERMUTABLE, SCHEMES, client_indices, partition, run_client_indices,
+                                   run_partition)
 from fednet.data.stats import label_histogram, partition_summary
 from fednet.data.torchvision_sets import NORMALIZATION
 
@@ -23,6 +24,8 @@ __all__ = [
     "load_dataset",
     "partition",
     "partition_summary",
+    "run_client_indices",
+    "run_partition",
     "split_exemplars",
     "stratified_split",
 ]

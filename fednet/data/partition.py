@@ -193,3 +193,15 @@ def client_indices(
     else:
         _CACHE.move_to_end(key)
     return parts[int(cid)]
+
+
+def run_partition(ds, cfg_data, num_clients: int, seed: int) -> list[np.ndarray]:
+    """The partition a run uses: `partition` with the run's data options and the dataset's names."""
+    return partition(ds.train_y, num_clients, cfg_data.partition, cfg_data.alpha, seed,
+                     dataset=ds.name, class_names=ds.class_names or None)
+
+
+def run_client_indices(ds, cfg_data, num_clients: int, seed: int, cid: int) -> np.ndarray:
+    """One client's indices under the run's partition (cached like client_indices)."""
+    return client_indices(ds.train_y, num_clients, cfg_data.partition, cfg_data.alpha, seed, cid,
+                          dataset=ds.name, class_names=ds.class_names or None)

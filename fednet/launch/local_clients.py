@@ -1,6 +1,7 @@
 """`fednet clients`: run a set of client ids on this host through the warm zygote."""
 from __future__ import annotations
 
+import socket
 import sys
 import time
 
@@ -20,7 +21,7 @@ def parse_ids(text: str) -> list[int]:
             if "-" in part:
                 a, b = (int(x) for x in part.split("-", 1))
                 if b < a:
-                    raise ValueError
+                    raise ConfigError(f"--ids: the range '{part}' runs backwards; write it as {b}-{a}")
                 out.extend(range(a, b + 1))
             else:
                 out.append(int(part))
@@ -32,15 +33,53 @@ def parse_ids(text: str) -> list[int]:
     return out
 
 
-def run_clients(connect: str, ids: list[int], gpus: str | None, advertise: str, threads: int) -> int:
+def _host_port(connect: str) -> tuple[str, int] | None:
+    """(host, port) of a tcp:// endpoint; None for other transports (not probed)."""
+    if not connect.startswith("tcp://"):
+        return None
+    host, _, port = connect[6:].rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"--connect expects tcp://HOST:PORT (got '{connect}')")
+    return host.strip("[]"), int(port)
+
+
+def wait_listening(connect: str, timeout_s: float) -> None:
+    """Retry a plain TCP connection to the server until it accepts one or timeout_s passes.
+
+    Clients may be started before the server; without this a wrong address would only show as
+    every client timing out on its own, one log line each.
+    """
+    hp = _host_port(connect)
+    if hp is None:
+        return
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection(hp, timeout=max(0.1, min(2.0, left))):
+                return
+        except OSError as e:
+            why = e.strerror or type(e).__name__
+        if left <= 0:
+            raise ConfigError(f"--connect {connect}: no server is listening there ({why.lower()}, "
+                              f"tried for {timeout_s:g}s); check the address and port, start "
+                              "`fednet server` first, or raise --timeout")
+        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+
+def run_clients(connect: str, ids: list[int], gpus: str | None, advertise: str, threads: int,
+                timeout_s: float = 60.0) -> int:
     """Fork the clients, wait for all of them to exit; exit code 0 only if all exited cleanly."""
+    if timeout_s <= 0:
+        raise ConfigError(f"--timeout must be positive (got {timeout_s:g})")
     g = parse_gpus(gpus)
     if g:
         from fednet.launch.gpus import check_gpus
         check_gpus(g)
+    wait_listening(connect, timeout_s)
     zyg = Zygote(log_file=None)
     zyg.spawn(client_specs(len(ids), connect, g, threads, ids=ids, advertise=advertise,
-                           log_level="WARNING"))
+                           log_level="WARNING", register_timeout=timeout_s))
     print(f"started {len(ids)} clients connecting to {connect}", file=sys.stderr)
     try:
         while len(zyg.exits) < len(ids):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import zmq
@@ -35,6 +36,17 @@ def _client_view(byes: dict[int, dict[str, Any]]) -> dict[str, int]:
     return out
 
 
+def _discard_if_empty(out: Path) -> None:
+    for f in (out / "logs" / "clients.log", out / "metrics.jsonl"):
+        if f.is_file() and f.stat().st_size == 0:
+            f.unlink()
+    for d in (out / "logs", out):
+        try:
+            d.rmdir()
+        except OSError:  # not empty: keep what is there
+            pass
+
+
 def precheck(cfg: RunConfig) -> None:
     """Configuration errors that need the dataset but not torch, found before any process starts."""
     from fednet import latency
@@ -60,6 +72,7 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
         check_gpus(cfg.gpus)
     precheck(cfg)
     out = resolve_out(cfg)
+    out_existed = out.exists()
     logfile = open_client_log(out) if local_clients else None
     # Start-up overlaps on both cores: the socket is bound first (clients can queue their READY),
     # the zygote warms up while this process imports torch and builds the session; the clients
@@ -83,7 +96,8 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
             prepare(session)
         server = ZmqServer(session, bound=(ctx, sock, endpoint))
         if zyg is not None:
-            zyg.spawn(client_specs(cfg.clients, endpoint, cfg.gpus, cfg.train.threads))
+            zyg.spawn(client_specs(cfg.clients, endpoint, cfg.gpus, cfg.train.threads,
+                                   register_timeout=cfg.net.register_timeout))
             zyg.wait_warm()
     except BaseException:
         if zyg is not None:
@@ -91,6 +105,8 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
         ctx.destroy(linger=0)
         if logfile is not None:
             logfile.close()
+        if not out_existed:  # a run that never started leaves no results folder behind
+            _discard_if_empty(out)
         raise
     session.progress.message(session.describe())
     if on_listen is None:

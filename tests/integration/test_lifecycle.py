@@ -1,0 +1,130 @@
+"""Process lifecycle of real runs: Ctrl-C, a client killed, the launcher killed, server + clients."""
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import threading
+import time
+
+import psutil
+import pytest
+
+from tests.integration.conftest import describe, jsonl, read_json, wait_for_lines, wait_gone
+
+pytestmark = [pytest.mark.slow, pytest.mark.net]
+
+RUN = ["--epochs", "1", "--batch-size", "16", "--latency", "none", "-q"]
+
+
+def _running(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _zygote_and_clients(launcher: int, n: int, timeout_s: float = 30.0
+                        ) -> tuple[psutil.Process, list[psutil.Process]]:
+    """The launcher's zygote and its n client children (waits until all are forked)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        zyg = [p for p in psutil.Process(launcher).children()
+               if "fednet.launch.zygote" in " ".join(p.cmdline())]
+        if zyg and len(zyg[0].children()) == n:
+            return zyg[0], zyg[0].children()
+        time.sleep(0.05)
+    pytest.fail(f"the launcher {launcher} did not fork {n} clients through a zygote")
+
+
+def test_ctrl_c_stops_everything_and_keeps_partial_results(fed, tmp_path):
+    p = fed.start("launch", "--clients", "4", "--rounds", "200", *RUN, "--out", "run")
+    wait_for_lines(tmp_path / "run" / "metrics.jsonl", 1, p)
+    zyg, kids = _zygote_and_clients(p.pid, 4)
+    os.killpg(p.pid, signal.SIGINT)  # what a terminal sends to the foreground job on Ctrl-C
+    t0 = time.monotonic()
+    rc = p.wait(timeout=30)
+    took = time.monotonic() - t0
+    err = p.stderr.read()
+    assert rc == 130, err
+    assert took < 8, f"Ctrl-C took {took:.1f}s to end the run"
+    assert err.strip().splitlines()[-1] == "fednet: interrupted; partial results were kept"
+    assert "Traceback" not in err
+    assert not wait_gone(fed.marker, 1.0), describe(fed.processes())
+    assert not [q.pid for q in [zyg, *kids] if _running(q)]
+    s = read_json(tmp_path / "run" / "summary.json")
+    rows = jsonl(tmp_path / "run" / "metrics.jsonl")
+    assert s["status"] == "interrupted"
+    assert 1 <= s["rounds"] == len(rows) < 200
+    assert [r["round"] for r in rows] == list(range(len(rows)))
+    assert s["final_accuracy"] == rows[-1]["accuracy"]
+
+
+def test_killed_client_is_a_failure_and_the_run_completes(fed, tmp_path):
+    p = fed.start("launch", "--clients", "3", "--rounds", "12", *RUN, "--out", "run")
+    _, kids = _zygote_and_clients(p.pid, 3)
+    wait_for_lines(tmp_path / "run" / "metrics.jsonl", 1, p)
+    victim = kids[1]
+    victim.send_signal(signal.SIGKILL)
+    rc = p.wait(timeout=120)
+    err = p.stderr.read()
+    assert rc == 0, err
+    s = read_json(tmp_path / "run" / "summary.json")
+    assert (s["status"], s["rounds"]) == ("completed", 12)
+    assert len(s["client_exit_codes"]) == 1, s["client_exit_codes"]
+    (dead, code), = s["client_exit_codes"].items()
+    assert code == -9
+    assert s["failures"], "the killed client is not recorded in failures"
+    assert {f["client"] for f in s["failures"]} == {int(dead)}
+    assert all("killed by signal 9" in f["reason"] for f in s["failures"])
+    assert len(s["failures"]) == 1
+    rows = jsonl(tmp_path / "run" / "metrics.jsonl")
+    assert len(rows) == 12
+    assert rows[-1]["clients"] == 2  # the survivors train and are aggregated
+    assert rows[-1]["accuracy"] == s["final_accuracy"] > 0.1
+    assert set(s["devices"]) == {"0", "1", "2"}
+
+
+def test_killed_launcher_takes_zygote_and_clients_with_it(fed, tmp_path):
+    p = fed.start("launch", "--clients", "3", "--rounds", "200", *RUN, "--out", "run")
+    zyg, kids = _zygote_and_clients(p.pid, 3)
+    wait_for_lines(tmp_path / "run" / "metrics.jsonl", 1, p)
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=10)
+    left = wait_gone(fed.marker, 5.0)
+    assert not left, f"still running 5 s after the launcher was killed: {describe(left)}"
+    assert not [q.pid for q in [zyg, *kids] if _running(q)]
+
+
+def _lines(stream, q: queue.Queue[str]) -> None:
+    for line in stream:
+        q.put(line)
+
+
+def test_server_and_clients_on_a_port_chosen_at_bind_time(fed, tmp_path):
+    srv = fed.start("server", "--bind", "tcp://127.0.0.1:0", "--clients", "3", "--rounds", "2",
+                    "--register-timeout", "60", *RUN, "--out", "srv")
+    q: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=_lines, args=(srv.stderr, q), daemon=True).start()
+    endpoint = None
+    deadline = time.monotonic() + 60
+    while endpoint is None and time.monotonic() < deadline:
+        try:
+            m = re.fullmatch(r"server listening on (tcp://127\.0\.0\.1:\d+)\n", q.get(timeout=1))
+        except queue.Empty:
+            assert srv.poll() is None, f"server exited with {srv.returncode}"
+            continue
+        endpoint = m.group(1) if m else None
+    assert endpoint and not endpoint.endswith(":0"), endpoint
+    cl = fed.run("clients", "--connect", endpoint, "--ids", "0-2", "--timeout", "60", timeout=120)
+    assert cl.returncode == 0, cl.stderr
+    assert srv.wait(timeout=60) == 0
+    s = read_json(tmp_path / "srv" / "summary.json")
+    assert (s["status"], s["clients"], s["rounds"], s["runtime"]) == ("completed", 3, 2, "server")
+    assert s["endpoint"] == endpoint
+    assert s["devices"] == {"0": "cpu", "1": "cpu", "2": "cpu"}
+    assert s["failures"] == []
+    assert [r["clients"] for r in jsonl(tmp_path / "srv" / "metrics.jsonl")] == [3, 3]
+    assert not (tmp_path / "srv" / "logs").exists()  # no local clients, no client log
+    assert not wait_gone(fed.marker, 5.0), describe(fed.processes())
