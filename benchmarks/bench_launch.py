@@ -13,8 +13,15 @@ Everything runs as real `fednet` commands (subprocesses) in one script, side by 
       default rounds, or fewer with --quick), alternated launch, local, launch, local, ...; ratios
       of the training wall-clock (summary wall_clock_s) and of the whole command's wall-clock;
       final_accuracy, the byte counts and final_model.npz must be identical.
-  (d) a breakdown of the ready time: one more launch run, in a wrapper process that times the
-      steps of run_zmq (wrapping its functions; fednet itself is not modified).
+  (d) where the time goes: one more launch run (--rounds 1 --epochs 1) in a wrapper process
+      that times the steps of run_zmq by wrapping its functions (fednet itself is not
+      modified), with the CPU seconds (user/sys, and on-CPU/waiting from /proc schedstat) of
+      the server, the zygote and the clients until all are registered; and a fork probe: the
+      cost of os.fork() in a process after the zygote's warm-up vs a bare interpreter.
+
+  Every run also records the CPU seconds of its whole process tree and the machine's CPU
+  pressure (PSI "some": the share of the time some task waited for a CPU), because the machine
+  is shared and its load changes from one run to the next.
 
     python3 benchmarks/bench_launch.py [--quick] [--json FILE]
 
@@ -53,7 +60,11 @@ def fednet_cmd() -> list[str]:
 def run_cmd(argv: list[str], timeout_s: float = 600.0) -> dict[str, Any]:
     """Run a command; returns wall seconds from exec to exit and stderr lines with timestamps
     (seconds after exec, read as they arrive)."""
+    import resource
+
     lines: list[tuple[float, str]] = []
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    psi0 = _cpu_pressure_us()
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
@@ -75,11 +86,22 @@ def run_cmd(argv: list[str], timeout_s: float = 600.0) -> dict[str, Any]:
         proc.wait()
         raise
     wall = time.monotonic() - t0
+    # CPU of the whole process tree (every descendant was waited for by its parent), which a
+    # busy shared machine distorts much less than wall-clock; and how much of the time some
+    # task of the machine was waiting for a CPU (PSI).
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    psi1 = _cpu_pressure_us()
+    pressure = (psi1 - psi0) / 1e6 / wall if psi0 is not None and psi1 is not None else None
     th.join(5)
     if code != 0:
         tail = "\n".join(l for _, l in lines[-20:])
         raise SystemExit(f"exit code {code}: {' '.join(argv)}\n{tail}")
-    return {"wall_s": wall, "lines": lines, "t_popen": t0}
+    return {"wall_s": wall, "lines": lines, "t_popen": t0, "cpu_s": cpu, "cpu_pressure": pressure}
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
 
 
 def line_time(lines: list[tuple[float, str]], needle: str) -> float | None:
@@ -112,7 +134,8 @@ def bench_ready(tmp: Path, clients: int, reps: int) -> list[dict[str, Any]]:
         s = summary(out)
         t_ready = line_time(r["lines"], "clients ready in")
         t_listen = line_time(r["lines"], "server listening on")
-        runs.append({"wall_s": r["wall_s"], "exec_to_ready_s": t_ready,
+        runs.append({"wall_s": r["wall_s"], "cpu_s": r["cpu_s"], "cpu_pressure": r["cpu_pressure"],
+                     "failures": s.get("failures", []), "exec_to_ready_s": t_ready,
                      "exec_to_listening_s": t_listen, "ready_s": s["ready_s"],
                      "startup_overhead_s": (t_ready - s["ready_s"]) if t_ready else None,
                      "client_pss_bytes": s.get("client_pss_bytes"),
@@ -134,6 +157,8 @@ def bench_overhead(tmp: Path, clients: int, rounds: int, reps: int, seed: int) -
                                         "--seed", str(seed), "--out", str(out)])
             s = summary(out)
             runs.append({"runtime": rt, "rep": i, "out": out, "wall_s": r["wall_s"],
+                         "cpu_s": r["cpu_s"], "cpu_pressure": r["cpu_pressure"],
+                         "failures": s.get("failures", []),
                          "wall_clock_s": s["wall_clock_s"], "total_wall_s": s.get("total_wall_s"),
                          "ready_s": s.get("ready_s"),
                          "exec_to_ready_s": line_time(r["lines"], "clients ready in"),
@@ -443,13 +468,13 @@ def main() -> None:
     ap.add_argument("--json", help="write the numbers to this file")
     ap.add_argument("--clients", type=int, default=100)
     ap.add_argument("--ready-reps", type=int, help="ready-time runs [3; quick 1]")
-    ap.add_argument("--reps", type=int, help="launch/local pairs [2; quick 1]")
+    ap.add_argument("--reps", type=int, help="launch/local pairs [2; quick 2]")
     ap.add_argument("--rounds", type=int, help="rounds of the launch/local runs [25; quick 3]")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-breakdown", action="store_true", help="skip the traced run (d)")
     a = ap.parse_args()
     ready_reps = a.ready_reps or (1 if a.quick else 3)
-    reps = a.reps or (1 if a.quick else 2)
+    reps = a.reps or 2
     rounds = a.rounds or (3 if a.quick else 25)
     n = a.clients
     info = machine()
@@ -487,7 +512,7 @@ def main() -> None:
     for i, r in enumerate(ready):
         pss = r["client_pss_bytes"] or 0
         rows.append([i, r["exec_to_ready_s"], r["ready_s"], r["startup_overhead_s"],
-                     r["wall_s"], pss / 2**30, pss / n / 2**20, r["loadavg"][0]])
+                     r["wall_s"], pss / 2**30, pss / n / 2**20, _pct(r["cpu_pressure"])])
     med_exec = median([r["exec_to_ready_s"] for r in ready])
     med_ready = median([r["ready_s"] for r in ready])
     pss_all = [r["client_pss_bytes"] for r in ready + launch if r.get("client_pss_bytes")]
@@ -496,7 +521,7 @@ def main() -> None:
                  median([r["client_pss_bytes"] for r in ready]) / 2**30,
                  median([r["client_pss_bytes"] for r in ready]) / n / 2**20, ""])
     print(table(["run", "exec->ready s", "ready_s", "start overhead s", "command s",
-                 "client PSS GiB", "MiB/client", "load1"], rows))
+                 "client PSS GiB", "MiB/client", "CPU pressure"], rows))
     if launch:
         print(f"client PSS after {rounds} rounds (launch runs of (c)): "
               + ", ".join(f"{r['client_pss_bytes'] / 2**30:.2f} GiB "
@@ -552,14 +577,16 @@ def main() -> None:
     print(f"\n(c) launch vs local: --clients {n} --rounds {rounds} --seed {a.seed}, alternated")
     rows = []
     for r in over:
-        rows.append([r["runtime"], r["rep"], r["wall_clock_s"], r["wall_s"], r["ready_s"] or "",
-                     f"{r['final_accuracy']:.4f}", r["status"], r["loadavg"][0]])
-    print(table(["runtime", "rep", "training s", "command s", "ready_s", "final acc", "status",
-                 "load1"], rows))
+        rows.append([r["runtime"], r["rep"], r["wall_clock_s"], r["wall_s"], r["cpu_s"],
+                     r["ready_s"] or "", f"{r['final_accuracy']:.4f}", r["status"],
+                     _pct(r["cpu_pressure"]), r["loadavg"][0]])
+    print(table(["runtime", "rep", "training s", "command s", "command CPU s", "ready_s",
+                 "final acc", "status", "CPU pressure", "load1"], rows))
     train_ratio = median([r["wall_clock_s"] for r in launch]) / median([r["wall_clock_s"] for r in local])
     cmd_ratio = median([r["wall_s"] for r in launch]) / median([r["wall_s"] for r in local])
     pair_train = [la["wall_clock_s"] / lo["wall_clock_s"] for la, lo in zip(launch, local)]
     pair_cmd = [la["wall_s"] / lo["wall_s"] for la, lo in zip(launch, local)]
+    cpu_ratio = median([r["cpu_s"] for r in launch]) / median([r["cpu_s"] for r in local])
 
     def verdict(x: float) -> str:
         return ("met, and within the 1.2x goal" if x <= GOAL_RATIO else
@@ -568,6 +595,8 @@ def main() -> None:
           f"{', '.join(f'{x:.2f}' for x in pair_train)}) -> {verdict(train_ratio)}")
     print(f"launch/local whole command:       {cmd_ratio:.2f}x (per pair "
           f"{', '.join(f'{x:.2f}' for x in pair_cmd)}) -> {verdict(cmd_ratio)}")
+    print(f"launch/local CPU seconds (whole process tree, whole command): {cpu_ratio:.2f}x "
+          "(for reference; the target is about wall-clock)")
     all_same = all(d["final_accuracy_equal"] and d["data_bytes_equal"] and d["final_model_equal"]
                    for d in ident)
     print("identical results (vs launch rep 0): final_accuracy, data bytes "
@@ -582,6 +611,10 @@ def main() -> None:
         print("note: summary.json client_exit_codes not empty (clients reported as exiting "
               "abnormally): " + "; ".join(f"{len(v)} clients in a {k} run, codes "
                                           f"{sorted(set(v.values()))}" for k, v in bad_exits.items()))
+    fails = [(r.get("runtime", "ready"), f) for r in ready + over for f in r.get("failures", [])]
+    if fails:
+        print(f"note: {len(fails)} failure rows in summary.json failures, e.g. "
+              + "; ".join(f"{k}: {f}" for k, f in fails[:3]))
     warns = [w for r in ready + over for w in r.get("warnings", [])]
     if warns:
         print(f"note: {len(warns)} WARNING/ERROR lines on stderr across the runs, e.g.:")
@@ -604,6 +637,7 @@ def main() -> None:
         "breakdown": bd,
         "overhead_runs": over, "rounds": rounds,
         "overhead": {"training_ratio": train_ratio, "command_ratio": cmd_ratio,
+                     "cpu_ratio": cpu_ratio,
                      "training_ratio_pairs": pair_train, "command_ratio_pairs": pair_cmd},
         "identical": {"all": all_same, "details": ident},
     })

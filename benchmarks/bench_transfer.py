@@ -4,7 +4,10 @@ Measured side by side in one run, interleaved repetition by repetition:
   memcpy     np.copyto into a preallocated array of the same size (the reference bandwidth)
   zero-copy  fednet encode -> send_multipart(copy=False) -> recv_multipart(copy=False) -> decode
   copying    the same with copy=True on both ends (a reference)
-  split      (diagnostic, 100 MiB only) zero-copy, the tensor sent as 4 MiB arrays (frames)
+  split      (diagnostic, 10 and 100 MiB) zero-copy, the tensor sent as 4 MiB arrays (frames)
+  fresh      (diagnostic) memcpy into a newly allocated array each time (page faults included)
+  rawtcp     (diagnostic) the bytes over a plain TCP socket (sendall / recv_into one reused
+             buffer): what the kernel's loopback costs without ZeroMQ and without allocation
 for float32 tensors of 1, 10 and 100 MiB, between two processes (a DEALER sender, as a client
 sending a RESULT, and a ROUTER receiver, as the server; sockets made by fednet.transport.channels,
 so with fednet's socket options). Each measurement streams K messages back-to-back and stops the
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import resource
+import socket
 import sys
 import time
 from pathlib import Path
@@ -53,7 +57,10 @@ def _receiver(conn: Any) -> None:
     """Bind a ROUTER, then obey commands that arrive as HEARTBEAT bodies on it."""
     ctx = zmq.Context()
     sock, endpoint = bind_router(ctx, "127.0.0.1", 0)
-    conn.send(endpoint)
+    lst = socket.create_server(("127.0.0.1", 0))
+    conn.send((endpoint, lst.getsockname()[1]))
+    raw, _ = lst.accept()
+    rawbuf = bytearray(0)
     chan = Channel(sock, Ledger(), "server", router=True)
     while True:
         parts = sock.recv_multipart(copy=False)
@@ -77,6 +84,20 @@ def _receiver(conn: Any) -> None:
             ack = Message(MsgKind.HEARTBEAT, "server",
                           body={"bytes": total, "sum": checksum, "minor_faults": faults})
             sock.send_multipart([ident] + encode(ack), copy=False)
+        elif op == "rawtcp":  # plain kernel socket, received into one reused buffer
+            n = int(cmd["nbytes"])
+            if len(rawbuf) < n:
+                rawbuf = bytearray(n)
+            view = memoryview(rawbuf)[:n]
+            faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            for _ in range(int(cmd["count"])):
+                got = 0
+                while got < n:
+                    got += raw.recv_into(view[got:], n - got)
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
+            ack = Message(MsgKind.HEARTBEAT, "server",
+                          body={"bytes": n * int(cmd["count"]), "minor_faults": faults})
+            sock.send_multipart([ident] + encode(ack), copy=False)
         elif op == "ping_bare":
             for _ in range(int(cmd["n"])):
                 who, data = sock.recv_multipart()
@@ -93,6 +114,8 @@ def _receiver(conn: Any) -> None:
                 got = chan.recv()
                 assert got is not None
                 chan.send(reply, got[0])
+    raw.close()
+    lst.close()
     sock.close(0)
     ctx.term()
 
@@ -104,7 +127,8 @@ class Bench:
         here, there = c.Pipe()
         self.proc = c.Process(target=_receiver, args=(there,), daemon=True)
         self.proc.start()
-        endpoint = here.recv()
+        endpoint, raw_port = here.recv()
+        self.raw = socket.create_connection(("127.0.0.1", raw_port))
         self.ctx = zmq.Context()
         self.sock = connect_dealer(self.ctx, SENDER, endpoint)
         self.chan = Channel(self.sock, Ledger(), SENDER, router=False)
@@ -128,6 +152,16 @@ class Bench:
         t0 = time.perf_counter()
         for _ in range(count):
             self.sock.send_multipart(encode(msg), copy=copy)
+        ack = decode(self.sock.recv_multipart(copy=False))
+        return time.perf_counter() - t0, ack.body
+
+    def rawtcp(self, arr: np.ndarray, count: int) -> tuple[float, dict]:
+        """Seconds to stream arr count times over a plain TCP socket (no ZeroMQ, no codec)."""
+        view = memoryview(arr).cast("B")
+        self.command(op="rawtcp", nbytes=arr.nbytes, count=count)
+        t0 = time.perf_counter()
+        for _ in range(count):
+            self.raw.sendall(view)
         ack = decode(self.sock.recv_multipart(copy=False))
         return time.perf_counter() - t0, ack.body
 
@@ -160,15 +194,29 @@ class Bench:
     def close(self) -> None:
         self.command(op="stop")
         self.proc.join(10)
+        self.raw.close()
         self.sock.close(linger=1000)
         self.ctx.term()
 
 
-def memcpy_s(src: np.ndarray, dst: np.ndarray, count: int) -> float:
+def memcpy_s(src: np.ndarray, dst: np.ndarray | None, count: int) -> float:
+    """Seconds for count copies of src into dst (None: into a freshly allocated array each time,
+    as a receiver that allocates its message buffer does; its pages are faulted in by the copy)."""
     t0 = time.perf_counter()
     for _ in range(count):
-        np.copyto(dst, src)
+        np.copyto(dst if dst is not None else np.empty_like(src), src)
     return time.perf_counter() - t0
+
+
+def cpu_pressure_us() -> int | None:
+    """Microseconds during which some task of this machine waited for a CPU (PSI), or None."""
+    try:
+        for line in Path("/proc/pressure/cpu").read_text().splitlines():
+            if line.startswith("some"):
+                return int(line.rsplit("total=", 1)[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def main() -> None:
@@ -194,6 +242,7 @@ def main() -> None:
 
     b = Bench()
     t_start = time.monotonic()
+    psi0 = cpu_pressure_us()
     try:
         # Correctness once per size and mode: the receiver's checksum must match ours.
         for s in sizes_mib:
@@ -205,18 +254,22 @@ def main() -> None:
             b.bulk(arrays[s], 2, "zerocopy")  # warm the connection and allocator
             b.bulk(arrays[s], 2, "copy")
 
-        variants = ("memcpy", "zerocopy", "copy", "split")
+        variants = ("memcpy", "zerocopy", "copy", "rawtcp", "fresh", "split")
         gbps: dict[tuple[int, str], list[float]] = {(s, v): [] for s in sizes_mib for v in variants}
         faults: dict[tuple[int, str], list[float]] = {(s, v): [] for s in sizes_mib for v in variants}
         for rep in range(reps):
             for s in sizes_mib:
-                todo = variants if s > SPLIT_MIB else variants[:3]
+                todo = variants if s > SPLIT_MIB else variants[:-1]
                 r = rep % len(todo)
                 for v in todo[r:] + todo[:r]:  # rotate who goes first
                     k = counts[s]
                     nbytes = arrays[s].nbytes * k
-                    if v == "memcpy":
-                        dt = memcpy_s(arrays[s], dsts[s], k)
+                    if v in ("memcpy", "fresh"):
+                        dt = memcpy_s(arrays[s], dsts[s] if v == "memcpy" else None, k)
+                    elif v == "rawtcp":
+                        dt, ack = b.rawtcp(arrays[s], k)
+                        assert ack["bytes"] == nbytes
+                        faults[(s, v)].append(ack["minor_faults"] / (s * k))
                     else:
                         dt, ack = b.bulk(arrays[s], k, "copy" if v == "copy" else "zerocopy",
                                          split_mib=SPLIT_MIB if v == "split" else 0)
@@ -232,7 +285,9 @@ def main() -> None:
                                    "reps": reps,
                                    "memcpy": {"gbps_median": median(mc), "gbps_max": max(mc),
                                               "gbps_all": mc}}
-            for v in variants[1:]:
+            fr = gbps[(s, "fresh")]
+            rec["memcpy_fresh_dst"] = {"gbps_median": median(fr), "gbps_all": fr}
+            for v in ("zerocopy", "copy", "split", "rawtcp"):
                 xs = gbps[(s, v)]
                 if not xs:
                     continue
@@ -241,16 +296,21 @@ def main() -> None:
                           "ratio_to_memcpy_median": median(ratios),
                           "receiver_minor_faults_per_mib": median(faults[(s, v)])}
                 label = {"zerocopy": "zero-copy", "copy": "copying",
-                         "split": f"zero-copy, {SPLIT_MIB} MiB frames"}[v]
+                         "split": f"zero-copy, {SPLIT_MIB} MiB frames",
+                         "rawtcp": "plain TCP socket, no zmq"}[v]
                 ok = "yes" if median(ratios) >= TARGET_RATIO else "NO"
-                rows.append([f"{s} MiB", label, median(mc), median(xs), max(xs), median(ratios),
+                rows.append([f"{s} MiB", label, median(mc), median(fr), median(xs), max(xs),
+                             median(ratios),
                              median(faults[(s, v)]), ok if v == "zerocopy" else "(ref)"])
             rec["target_met"] = rec["zerocopy"]["ratio_to_memcpy_median"] >= TARGET_RATIO
             results.append(rec)
         print()
         print(f"Bandwidth, GB/s (1 GB = 1e9 B), median of {reps} interleaved repetitions; "
               "ratio = median of per-repetition (variant / memcpy of the same size)")
-        print(table(["tensor", "variant", "memcpy", "GB/s", "best", "/memcpy", "rx faults/MiB",
+        print("memcpy = np.copyto into a preallocated array; memcpy fresh = into a newly "
+              "allocated one (page faults included)")
+        print(table(["tensor", "variant", "memcpy", "memcpy fresh", "GB/s", "best", "/memcpy",
+                     "rx faults/MiB",
                      f">= {TARGET_RATIO:.0%}"], rows))
 
         lat: dict[str, Any] = {}
@@ -273,9 +333,12 @@ def main() -> None:
     finally:
         b.close()
     elapsed = time.monotonic() - t_start
-    print(f"\nmeasured in {elapsed:.0f}s; load average now {loadavg()}")
+    psi1 = cpu_pressure_us()
+    pressure = (psi1 - psi0) / 1e6 / elapsed if psi0 is not None and psi1 is not None else None
+    print(f"\nmeasured in {elapsed:.0f}s; load average now {loadavg()}; some task of the machine "
+          f"waited for a CPU {'-' if pressure is None else f'{pressure:.0%}'} of that time (PSI)")
     write_json(a.json, {"benchmark": "transfer", "machine": info, "quick": a.quick,
-                        "elapsed_s": elapsed, "loadavg_at_end": loadavg(),
+                        "elapsed_s": elapsed, "loadavg_at_end": loadavg(), "cpu_pressure": pressure,
                         "target_ratio_to_memcpy": TARGET_RATIO, "bandwidth": results,
                         "target_rtt_us": TARGET_RTT_US, "latency": lat})
 

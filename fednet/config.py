@@ -29,6 +29,7 @@ class DataConfig:
     alpha: float = 0.5
     data_root: str = ""
     download: bool = False
+    exemplars: int = -1  # per class, removed from the test set (-1: 5 for digits, 10 otherwise)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
 """The in-process runtime (`fednet local`): the same executors, codec and ledger, no sockets."""
 from __future__ import annotations
 
+from collections import deque
+
 import torch
 
 from fednet.client.executor import Executor
@@ -8,7 +10,7 @@ from fednet.config import RunConfig
 from fednet.launch.gpus import check_gpus, device_for
 from fednet.metrics.accounting import SERVER
 from fednet.protocol import Message, MsgKind, decode, encode
-from fednet.server.rounds import accept_reply
+from fednet.server.rounds import FollowUp, accept_reply
 from fednet.session import Session
 from fednet.types import ClientInfo, Failure, Result, Task, client_name
 from fednet.wire import (ack_message, handoff_message, hop_done_message, placeholder_endpoints,
@@ -34,13 +36,17 @@ class InprocDispatcher:
         return [ClientInfo(cid, ex.num_examples, str(ex.device), "inproc", 0, "localhost")
                 for cid, ex in self.executors.items()]
 
-    def run_round(self, rnd: int, tasks: list[Task]) -> tuple[list[Result], list[Failure]]:
-        """Run the tasks one after another in this process."""
+    def run_round(self, rnd: int, tasks: list[Task], follow: FollowUp | None = None
+                  ) -> tuple[list[Result], list[Failure]]:
+        """Run the tasks one after another; follow-up tasks join the queue as results arrive."""
         results: list[Result] = []
         failures: list[Failure] = []
-        for task in tasks:
-            got = self._deliver(task)
+        queue = deque(tasks)
+        while queue:
+            got = self._deliver(queue.popleft())
             (failures if isinstance(got, Failure) else results).append(got)
+            if follow is not None:
+                queue.extend(follow(got))
         return results, failures
 
     def _send(self, msg: Message, src: str, dst: str) -> tuple[Message, int]:

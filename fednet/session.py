@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from fednet import algorithms, latency
+from fednet.algorithms.base import ServerInfo
 from fednet.config import RunConfig, validate
 from fednet.data import load_dataset, run_partition
 from fednet.data.stats import label_histogram, partition_summary
@@ -38,6 +39,8 @@ class Session:
         self.algo = algorithms.build(cfg)
         self.evaluator = Evaluator(cfg)
         self.algo.setup(self.evaluator.initial, self.evaluator.trainable)
+        self.algo.bind(ServerInfo(ds.num_classes, np.array(self.histograms),
+                                  self.evaluator.exemplars, self.evaluator.pretrain_init))
         self.out = (out or resolve_out(cfg)) if write else None
         self.ledger = Ledger()
         self.history = History(self.out, cfg)

@@ -129,9 +129,9 @@ def test_split_exemplars_removes_j_random_test_images_per_class(digits):
 def test_split_exemplars_rejects_bad_counts():
     ds = Dataset("tiny", np.zeros((2, 1, 8, 8), np.float32), np.array([0, 1]),
                  np.zeros((4, 1, 8, 8), np.float32), np.array([0, 0, 0, 1]), 2, (1, 8, 8))
-    with pytest.raises(ConfigError, match=r"--param exemplars=2 .*1 test images of class 1"):
+    with pytest.raises(ConfigError, match=r"--exemplars 2 .*1 test images of class 1"):
         split_exemplars(ds, 2, 0)
-    with pytest.raises(ConfigError, match="--param exemplars=0"):
+    with pytest.raises(ConfigError, match="--exemplars 0"):
         split_exemplars(ds, 0, 0)
     _, y, rest = split_exemplars(ds, 1, 0)
     assert y.tolist() == [0, 1] and rest.test_y.tolist() == [0, 0]

@@ -5,6 +5,8 @@ from fednet.algorithms.base import Algorithm, ClientContext
 from fednet.algorithms.centralized import Centralized
 from fednet.algorithms.fedavg import FedAvg, FedProx
 from fednet.algorithms.feddyn import FedDyn
+from fednet.algorithms.fedseq import FedSeq
+from fednet.algorithms.fedseq_inter import FedSeqInter
 from fednet.algorithms.scaffold import Scaffold
 from fednet.algorithms.standalone import StandAlone
 from fednet.config import ALGORITHMS, RunConfig
@@ -12,7 +14,8 @@ from fednet.errors import ConfigError
 
 REGISTRY: dict[str, type[Algorithm]] = {
     "fedavg": FedAvg, "fedprox": FedProx, "scaffold": Scaffold, "feddyn": FedDyn,
-    "standalone": StandAlone, "centralized": Centralized,
+    "standalone": StandAlone, "centralized": Centralized, "fedseq": FedSeq,
+    "fedseq_inter": FedSeqInter,
 }
 
 

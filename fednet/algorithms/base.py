@@ -39,6 +39,16 @@ class ClientContext:
         return torch.Generator().manual_seed(rng.int_seed(self.cfg.seed, purpose, rnd, self.cid))
 
 
+@dataclass
+class ServerInfo:
+    """What the runtime tells a server-side algorithm about the run (never sent to clients)."""
+
+    num_classes: int
+    label_hist: np.ndarray | None = None       # K x N_C, for reports only (e.g. superclient quality)
+    exemplars: tuple[np.ndarray, np.ndarray] | None = None  # public exemplar set (x, y)
+    pretrain_init: Arrays | None = None        # a second random init (FedSeq's theta_pre)
+
+
 class Algorithm:
     """Base class: holds the global model arrays; subclasses override the hooks they change.
 
@@ -54,6 +64,7 @@ class Algorithm:
         self.global_arrays: Arrays = {}
         self.trainable: set[str] = set()  # names of trainable parameters (set by the runtime)
         self.personalized = False  # True: clients keep their own models and report accuracy
+        self.info = ServerInfo(num_classes=0)
         self._next_task = 0
 
     # ---- server side -------------------------------------------------------------------
@@ -62,6 +73,26 @@ class Algorithm:
         self.global_arrays = dict(init)
         self.trainable = set(trainable) if trainable is not None else {
             k for k, v in init.items() if v.dtype.kind == "f"}
+
+    def bind(self, info: ServerInfo) -> None:
+        """Receive the run's server-side facts (number of classes, exemplars, ...)."""
+        self.info = info
+
+    def setup_tasks(self, clients: Sequence[ClientInfo]) -> list[Task]:
+        """Tasks of a stage before round 0 (e.g. FedSeq's pre-training); none by default."""
+        return []
+
+    def setup_results(self, results: list[Result], failures: list[Failure]) -> dict[str, Any]:
+        """Consume the setup stage's results; returns statistics for the summary."""
+        return {}
+
+    def rounds_per_step(self) -> int:
+        """Logical rounds that one driver step covers (FedSeqInter: its aggregation period)."""
+        return 1
+
+    def follow_up(self, done: Result | Failure) -> list[Task]:
+        """Tasks released by one arrival, sent at once (asynchronous pipelines); none by default."""
+        return []
 
     def select(self, rnd: int, clients: Sequence[ClientInfo]) -> list[ClientInfo]:
         """max(floor(fraction * K), 1) clients, uniformly without replacement, seeded by round."""

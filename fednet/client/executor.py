@@ -13,7 +13,7 @@ import torch
 from fednet import algorithms, latency
 from fednet.algorithms.base import ClientContext
 from fednet.config import RunConfig
-from fednet.data import load_dataset, run_client_indices
+from fednet.data import load_dataset, run_client_indices, run_test_split
 from fednet.latency import Profile
 from fednet.models import build_model
 from fednet.protocol import Message
@@ -48,9 +48,10 @@ class Executor:
                             dataset=d.dataset, seed=cfg.seed).to(self.device)
         self.algo = algorithms.build(cfg)
         dev = self.device
+        test, _ = run_test_split(ds, d.exemplars, cfg.seed)
         self.ctx = ClientContext(cid, model, x, y, cfg, dev,
-                                 test_x=torch.from_numpy(ds.test_x).to(dev),
-                                 test_y=torch.from_numpy(ds.test_y).to(dev),
+                                 test_x=torch.from_numpy(test.test_x).to(dev),
+                                 test_y=torch.from_numpy(test.test_y).to(dev),
                                  pooled=lambda: (torch.from_numpy(ds.train_x).to(dev),
                                                  torch.from_numpy(ds.train_y).to(dev)))
 

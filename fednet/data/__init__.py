@@ -1,7 +1,8 @@
 """Datasets, client partitions, label permutations, augmentation and statistics (no wire or process knowledge)."""
 from __future__ import annotations
 
-from fednet.data.datasets import DATASETS, Dataset, clear_cache, load_dataset, split_exemplars, stratified_split
+from fednet.data.datasets import (DATASETS, Dataset, clear_cache, load_dataset, run_test_split,
+                                   split_exemplars, stratified_split)
 from fednet.data.domains import client_labels, domain_classes, domain_test_indices, label_permutation
 from fednet.data.partition import (PERMUTABLE, SCHEMES, client_indices, partition, run_client_indices,
                                    run_partition)
@@ -25,6 +26,7 @@ __all__ = [
     "partition",
     "partition_summary",
     "run_client_indices",
+    "run_test_split",
     "run_partition",
     "split_exemplars",
     "stratified_split",

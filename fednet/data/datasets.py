@@ -152,7 +152,7 @@ def split_exemplars(ds: Dataset, per_class: int, seed: int) -> tuple[np.ndarray,
     if per_class < 1 or per_class > int(counts.min()):
         c = int(np.argmin(counts))
         raise ConfigError(
-            f"--param exemplars={per_class} is not usable: exemplars per class must be between 1 and the "
+            f"--exemplars {per_class} is not usable: exemplars per class must be between 1 and the "
             f"{int(counts.min())} test images of class {c} of {ds.name}; choose a value in that range"
         )
     rng = generator(seed, "data/exemplars")
@@ -163,6 +163,20 @@ def split_exemplars(ds: Dataset, per_class: int, seed: int) -> tuple[np.ndarray,
     keep[picked] = False
     rest = replace(ds, test_x=np.ascontiguousarray(ds.test_x[keep]), test_y=ds.test_y[keep].copy())
     return np.ascontiguousarray(ds.test_x[picked]), ds.test_y[picked].copy(), rest
+
+
+def run_test_split(ds: Dataset, requested: int, seed: int
+                   ) -> tuple[Dataset, tuple[np.ndarray, np.ndarray] | None]:
+    """The test set every algorithm of a run evaluates on, and the exemplars taken out of it.
+
+    requested < 0 means the default: 5 per class for digits, 10 for the 32x32 datasets
+    (ALGORITHMS.md 2.1 and 2.6); 0 keeps the whole test set and provides no exemplars.
+    """
+    j = requested if requested >= 0 else (5 if ds.name == "digits" else 10)
+    if j == 0:
+        return ds, None
+    x, y, rest = split_exemplars(ds, j, seed)
+    return rest, (x, y)
 
 
 def clear_cache() -> None:

@@ -10,7 +10,7 @@ import zmq
 
 from fednet.metrics.accounting import SERVER
 from fednet.protocol import Message, MsgKind
-from fednet.server.rounds import accept_reply
+from fednet.server.rounds import FollowUp, accept_reply
 from fednet.session import Session
 from fednet.transport.channels import Channel, bind_router
 from fednet.types import ClientInfo, Failure, Result, Task, client_name
@@ -47,6 +47,7 @@ class ZmqServer:
         self.death_round: dict[int, int] = {}
         self._pending: dict[int, Task] = {}
         self._replies: list[Result | Failure] = []
+        self._progress = time.monotonic()
 
     # ---- helpers -------------------------------------------------------------------------
     def _send(self, cid: int, msg: Message) -> bool:
@@ -103,10 +104,12 @@ class ZmqServer:
                             msg.task_id, cid)
                 return
             self._pending.pop(msg.task_id)
+            self._progress = time.monotonic()
             self._replies.append(accept_reply(msg, cid, nbytes, self.s.profiles))
         elif msg.kind == MsgKind.BYE:
             self.byes[cid] = dict(msg.body)
         elif msg.kind == MsgKind.HOP_DONE:
+            self._progress = time.monotonic()
             b = msg.body
             self.s.ledger.add_totals(msg.round, {"client_to_client": int(b.get("peer_bytes", 0)),
                                                  "tensor_bytes": int(b.get("peer_tensor_bytes", 0))})
@@ -150,24 +153,40 @@ class ZmqServer:
         self._check_deaths()
         return [c for cid, c in sorted(self.clients.items()) if cid not in self.dead]
 
-    def run_round(self, rnd: int, tasks: list[Task]) -> tuple[list[Result], list[Failure]]:
-        """Send every task, then collect results until all arrived, died or timed out."""
+    def _dispatch(self, task: Task) -> None:
+        self._pending[task.task_id] = task
+        msg = task_message(task, self.s.run_id)
+        if len(task.route) > 1:  # peers find each other through the route itself
+            msg.body["endpoints"] = [self.clients[c].endpoint if c in self.clients else ""
+                                     for c in task.route]
+        if not self._send(task.cid, msg):
+            self._fail(task.task_id, "client unreachable")
+
+    def run_round(self, rnd: int, tasks: list[Task], follow: FollowUp | None = None
+                  ) -> tuple[list[Result], list[Failure]]:
+        """Send every task, then collect results until all arrived, died or timed out.
+
+        With `follow`, each arrival may release new tasks, sent at once (asynchronous slots).
+        """
         self._replies = []
         self.round = rnd
         for task in tasks:
-            self._pending[task.task_id] = task
-            msg = task_message(task, self.s.run_id)
-            if len(task.route) > 1:  # peers find each other through the route itself
-                msg.body["endpoints"] = [self.clients[c].endpoint if c in self.clients else ""
-                                         for c in task.route]
-            if not self._send(task.cid, msg):
-                self._fail(task.task_id, "client unreachable")
-        deadline = time.monotonic() + self.s.cfg.net.round_timeout
-        while self._pending:
+            self._dispatch(task)
+        timeout = self.s.cfg.net.round_timeout
+        self._progress = time.monotonic()  # results and HOP_DONEs move it: chains may be long
+        seen = 0
+        while self._pending or (follow is not None and seen < len(self._replies)):
+            if follow is not None:
+                while seen < len(self._replies):
+                    seen += 1
+                    for t in follow(self._replies[seen - 1]):
+                        self._dispatch(t)
+                if not self._pending:
+                    break
             self._check_deaths()
-            if time.monotonic() > deadline:
+            if time.monotonic() - self._progress > timeout:
                 for tid in list(self._pending):
-                    self._fail(tid, f"no result within --round-timeout {self.s.cfg.net.round_timeout:g}s")
+                    self._fail(tid, f"no progress within --round-timeout {timeout:g}s")
                 break
             self._poll_once(0.05)
         results = [r for r in self._replies if isinstance(r, Result)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from fednet.config import RunConfig
-from fednet.data import load_dataset
+from fednet.data import load_dataset, run_test_split
 from fednet.models import build_model
 from fednet.models.params import clone_arrays, load_arrays, state_arrays
 from fednet.training.local import evaluate
@@ -16,13 +16,17 @@ class Evaluator:
 
     def __init__(self, cfg: RunConfig) -> None:
         d = cfg.data
-        ds = load_dataset(d.dataset, d.data_root or None, d.download)
+        full = load_dataset(d.dataset, d.data_root or None, d.download)
+        ds, self.exemplars = run_test_split(full, d.exemplars, cfg.seed)
         self.num_classes = ds.num_classes
         self.x = torch.from_numpy(ds.test_x)
         self.y = torch.from_numpy(ds.test_y)
         self.model = build_model(cfg.train.model, ds.num_classes, ds.input_shape, dataset=d.dataset,
                                  seed=cfg.seed)
         self.trainable = {n for n, p in self.model.named_parameters() if p.requires_grad}
+        pre = build_model(cfg.train.model, ds.num_classes, ds.input_shape, dataset=d.dataset,
+                          seed=cfg.seed + 1_000_003)  # FedSeq's theta_pre: another random init
+        self.pretrain_init: Arrays = clone_arrays(state_arrays(pre))
         self.initial: Arrays = clone_arrays(state_arrays(self.model))
 
     def __call__(self, arrays: Arrays) -> tuple[float, float]:

@@ -21,12 +21,16 @@ from fednet.wire import message_failure, message_result
 log = logging.getLogger("fednet.server")
 
 
+FollowUp = Callable[[Result | Failure], list[Task]]
+
+
 class Dispatcher(Protocol):
     """Delivers a round's tasks to clients and collects what comes back."""
 
     def alive_clients(self) -> list[ClientInfo]: ...
 
-    def run_round(self, rnd: int, tasks: list[Task]) -> tuple[list[Result], list[Failure]]: ...
+    def run_round(self, rnd: int, tasks: list[Task], follow: FollowUp | None = None
+                  ) -> tuple[list[Result], list[Failure]]: ...
 
 
 def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile]) -> Result | Failure:
@@ -49,6 +53,7 @@ class RoundDriver:
         self.rounds_done = 0
         self.failures: list[dict[str, Any]] = []
         self.status = "running"
+        self.setup_stats: dict[str, Any] = {}
         self.t0 = time.monotonic()
         self.t_end: float | None = None
 
@@ -57,30 +62,53 @@ class RoundDriver:
         return (self.t_end or time.monotonic()) - self.t0
 
     def run(self, dispatcher: Dispatcher) -> None:
-        """All rounds; stops early (status says why) when no client is left."""
+        """The setup stage, then all rounds; stops early (status says why)."""
         self.t0 = time.monotonic()
-        for rnd in range(self.cfg.rounds):
+        if not self.setup(dispatcher):
+            return
+        step = max(1, self.algo.rounds_per_step())
+        for rnd in range(0, self.cfg.rounds, step):
             clients = dispatcher.alive_clients()
             if not clients:
                 self.status = "no_clients"
                 log.error("round %d: no client is alive; stopping the run", rnd)
                 return
-            self.round(rnd, clients, dispatcher)
+            self.round(rnd, clients, dispatcher, min(step, self.cfg.rounds - rnd))
             self.t_end = time.monotonic()
             if self.status == "diverged":
                 return
         self.status = "completed"
 
-    def round(self, rnd: int, clients: list[ClientInfo], dispatcher: Dispatcher) -> dict[str, Any]:
-        """One round: configure, dispatch, aggregate, evaluate, log."""
+    def setup(self, dispatcher: Dispatcher) -> bool:
+        """Round -1: tasks the algorithm needs before training (e.g. FedSeq's pre-training)."""
+        tasks = self.algo.setup_tasks(dispatcher.alive_clients())
+        if not tasks:
+            return True
+        self.progress.message(f"setup stage: {len(tasks)} tasks")
+        results, failures = dispatcher.run_round(-1, tasks, None)
+        self._note_failures(-1, failures)
+        self.sim_time = max([self.sim_time] + [r.sim_time for r in results])
+        self.setup_stats = self.algo.setup_results(results, failures)
+        self.setup_stats["sim_s"] = self.sim_time
+        self.setup_stats["bytes"] = self.ledger.round_totals(-1)
+        return True
+
+    def _note_failures(self, rnd: int, failures: list[Failure]) -> None:
+        for f in failures:
+            self.failures.append({"round": rnd, "client": f.cid, "task": f.task_id, "reason": f.reason})
+
+    def round(self, rnd: int, clients: list[ClientInfo], dispatcher: Dispatcher, span: int = 1
+              ) -> dict[str, Any]:
+        """One step (span logical rounds): configure, dispatch, aggregate, evaluate, log."""
+        before = self.ledger.totals()
         tasks = self.algo.configure_round(rnd, clients)
         for t in tasks:
             t.sim_time = self.sim_time
-        results, failures = dispatcher.run_round(rnd, tasks)
+        follow = self.algo.follow_up if span > 1 else None
+        results, failures = dispatcher.run_round(rnd, tasks, follow)
         metrics = self.algo.aggregate_round(rnd, results, failures)
         self.sim_time = max([self.sim_time] + [r.sim_time for r in results])
-        for f in failures:
-            self.failures.append({"round": rnd, "client": f.cid, "task": f.task_id, "reason": f.reason})
+        self._note_failures(rnd, failures)
         if self.algo.personalized:  # clients evaluated their own models
             acc, loss = self.algo.client_accuracy()
         else:
@@ -89,22 +117,23 @@ class RoundDriver:
             if all_bad or not finite(self.algo.eval_arrays()):
                 self.status = "diverged"
                 log.error("round %d: NaN/inf parameters (every client's result, or the global "
-                          "model): the run diverged and stops here (for FedDyn try --param clip=30 or a smaller alpha)", rnd)
-        per_round = self.ledger.round_totals(rnd)
+                          "model): the run diverged and stops here (for FedDyn try --param clip=30 "
+                          "or a smaller alpha)", rnd)
         tot = self.ledger.totals()
+        last = rnd + span - 1
         row: dict[str, Any] = {
-            "round": rnd, "accuracy": acc, "loss": loss, **metrics,
-            "wall_s": self.wall(), "sim_s": self.sim_time, "clients": len(tasks),
+            "round": last, "accuracy": acc, "loss": loss, **metrics,
+            "wall_s": self.wall(), "sim_s": self.sim_time, "tasks": len(results) + len(failures),
             "failures": len(failures),
-            "bytes_round": {k: per_round[k] for k in ("server_to_client", "client_to_server",
-                                                      "client_to_client", "tensor_bytes")},
+            "bytes_round": {k: tot[k] - before[k] for k in ("server_to_client", "client_to_server",
+                                                             "client_to_client", "tensor_bytes")},
             "bytes_total": tot["server_to_client"] + tot["client_to_server"] + tot["client_to_client"],
         }
         if not math.isfinite(loss):
-            log.warning("round %d: the global model's loss is not finite", rnd)
+            log.warning("round %d: the global model's loss is not finite", last)
         self.history.log_round(row)
         self.progress.update(row)
-        self.rounds_done = rnd + 1
+        self.rounds_done = last + 1
         return row
 
     def summary(self, clients: list[ClientInfo], extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -124,5 +153,7 @@ class RoundDriver:
             "devices": {str(c.cid): c.device for c in sorted(clients, key=lambda c: c.cid)},
             "failures": self.failures, "seed": self.cfg.seed,
         }
+        if self.setup_stats:
+            out["setup"] = self.setup_stats
         out.update(extra or {})
         return out

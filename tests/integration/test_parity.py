@@ -69,3 +69,19 @@ def test_ring_route_hands_off_peer_to_peer_and_matches_local(tmp_path):
     assert b["bytes"]["server_to_client"] < 2 * (model + 1000)
     # the clients' ledgers: what the holders sent to peers is what the server was told
     assert b["bytes_client_view"]["client_to_client"] == 2 * b["bytes"]["client_to_client"]
+
+
+def test_fedseq_inter_over_sockets_matches_local(tmp_path):
+    """Asynchronous bank slots, peer-to-peer chains and pre-training, over real processes."""
+    p = {"min_samples": 400, "max_clients": 3, "superclient_fraction": 0.5, "pretrain_epochs": 1,
+         "period": 2}
+    cfg = small_config(clients=6, rounds=2, latency={"preset": "hetero"},
+                       algo={"name": "fedseq_inter", "params": p})
+    a, b, ma, mb = _both(tmp_path, cfg)
+    assert b["status"] == "completed" and not b["failures"]
+    for k in ma:
+        assert np.array_equal(ma[k], mb[k]), k
+    assert {k: a["bytes"][k] for k in KEYS} == {k: b["bytes"][k] for k in KEYS}
+    assert b["bytes"]["client_to_client"] > 0
+    assert a["sim_time_s"] == b["sim_time_s"]
+    assert a["setup"]["groups"] == b["setup"]["groups"]

@@ -1,0 +1,97 @@
+"""FedSeqInter (ALGORITHMS.md 4.8, the `dev` semantics of pitfall 12): a bank of M models travels
+between superclients and is averaged only every P rounds (default P = N_S).
+
+It is asynchronous: each bank slot is its own pipeline. When a slot's superclient returns its
+model, the slot's next superclient starts at once (Algorithm.follow_up), whatever the other slots
+are doing; the only barrier is the aggregation at the end of each period. The superclients of
+every (round, slot) are drawn up front from seeded streams, so the result does not depend on
+which slot finishes first, and period 1 reproduces FedSeq exactly.
+"""
+from __future__ import annotations
+
+from fednet.algorithms.aggregate import weighted_mean
+from fednet.algorithms.base import finite
+from fednet.algorithms.fedavg import round_metrics
+from fednet.algorithms.fedseq import FedSeq
+from fednet.config import RunConfig
+from fednet.errors import ConfigError
+from fednet.types import Arrays, ClientInfo, Failure, Result, Task
+
+
+class FedSeqInter(FedSeq):
+    """Bank slots continue from their own model; weighted merge every `period` rounds."""
+
+    name = "fedseq_inter"
+
+    def __init__(self, cfg: RunConfig) -> None:
+        super().__init__(cfg)
+        period = self.params.get("period", 0)
+        if not isinstance(period, int) or period < 0:
+            raise ConfigError(f"--param period must be a whole number of rounds (0 = the number "
+                              f"of superclients); got {period!r}")
+        self.period_param = period
+        self.bank: list[Arrays] = []
+        self.weights: list[float] = []
+        self.schedule: list[list[int]] = []
+        self.task_slot: dict[int, tuple[int, int]] = {}  # task id -> (slot, round)
+        self.alive: set[int] = set()
+        self.start = 0
+        self.stats_round: dict[str, float] = {}
+
+    def rounds_per_step(self) -> int:
+        """The aggregation period P (N_S by default)."""
+        return self.period_param or max(len(self.superclients), 1)
+
+    def configure_round(self, rnd: int, clients: list[ClientInfo]) -> list[Task]:
+        """Start of a period: fresh copies of the server model in every slot, first chains."""
+        self.alive = {c.cid for c in clients}
+        self.start = rnd
+        end = min(rnd + self.rounds_per_step(), self.cfg.rounds)
+        self.schedule = [self.sample(t, self.alive) for t in range(rnd, end)]
+        m = len(self.schedule[0])
+        self.bank = [self.global_arrays] * m  # arrays are never changed in place: copies for free
+        self.weights = [0.0] * m
+        self.task_slot = {}
+        self._ok: list[Result] = []
+        self._failed: list[Failure] = []
+        return [self._slot_task(i, rnd, 0.0) for i in range(m)]  # the driver stamps the start
+
+    def _slot_task(self, slot: int, rnd: int, sim_time: float) -> Task:
+        s = self.schedule[rnd - self.start][slot]
+        t = self.chain_task(rnd, s, self.bank[slot], self.alive)
+        t.sim_time = sim_time
+        self.task_slot[t.task_id] = (slot, rnd)
+        return t
+
+    def follow_up(self, done: Result | Failure) -> list[Task]:
+        """The slot's next superclient, at once, from the model that just came back."""
+        slot, rnd = self.task_slot[done.task_id]
+        if isinstance(done, Result) and finite(done.arrays):
+            self.bank[slot] = done.arrays
+            self.weights[slot] += self.sc_size(self.task_sc[done.task_id])
+            self._ok.append(done)
+        elif isinstance(done, Failure):
+            self._failed.append(done)
+        nxt = rnd + 1
+        if nxt - self.start >= len(self.schedule) or slot >= len(self.schedule[nxt - self.start]):
+            return []
+        return [self._slot_task(slot, nxt, done.sim_time)]
+
+    def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
+                        ) -> dict[str, float]:
+        """End of the period: theta = sum_i w_i Theta_i / sum_i w_i (w: samples each slot saw)."""
+        if len(self.schedule) == 1:  # no follow-ups were asked for: record the one round here
+            for r in sorted(results, key=lambda r: r.cid):
+                self.follow_up(r)
+            for f in failures:
+                self.follow_up(f)
+        used = [(b, w) for b, w in zip(self.bank, self.weights) if w > 0]
+        if used:
+            if self.p["local"] == "feddyn":
+                self.global_arrays = self.combine([b for b, _ in used], [w for _, w in used])
+            else:
+                self.global_arrays = weighted_mean([b for b, _ in used], [w for _, w in used])
+        m = round_metrics(sorted(self._ok, key=lambda r: r.cid), self._failed,
+                          len(results) - len(self._ok))
+        m["period"] = len(self.schedule)
+        return m

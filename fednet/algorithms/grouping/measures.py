@@ -1,0 +1,65 @@
+"""Measures tau(r, x) between a superclient representation r and a candidate x (ALGORITHMS.md 4.4)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from scipy.stats import wasserstein_distance
+
+from fednet.errors import ConfigError
+
+MEASURES = ("kl", "gini", "cosine", "euclidean", "wasserstein")
+"""Names accepted by measure() (and --param measure=...); larger = more heterogeneous = preferred."""
+
+PROBABILITY_ONLY = {"kl", "gini"}
+"""Measures that need probability vectors (confidence approximator only)."""
+
+Measure = Callable[[np.ndarray, np.ndarray], float]
+
+
+def _vec(a: np.ndarray) -> np.ndarray:
+    """a as a flat float64 vector."""
+    return np.asarray(a, dtype=np.float64).ravel()
+
+
+def gini(r: np.ndarray, x: np.ndarray) -> float:
+    """Gini impurity of the unweighted midpoint m = (r + x) / 2: 1 - sum m^2."""
+    m = (_vec(r) + _vec(x)) / 2.0
+    return float(1.0 - np.sum(m * m))
+
+
+def kl(r: np.ndarray, x: np.ndarray) -> float:
+    """1 - KL(m || uniform) = 1 - sum m log(m N_C) with m = (r + x) / 2 and 0 log 0 = 0."""
+    m = (_vec(r) + _vec(x)) / 2.0
+    pos = m > 0
+    return float(1.0 - np.sum(m[pos] * np.log(m[pos] * m.size)))
+
+
+def cosine(r: np.ndarray, x: np.ndarray) -> float:
+    """Cosine distance 1 - r.x / (|r| |x|) (nan when either vector is zero)."""
+    r, x = _vec(r), _vec(x)
+    den = float(np.linalg.norm(r) * np.linalg.norm(x))
+    return float(1.0 - np.dot(r, x) / den) if den > 0 else float("nan")
+
+
+def euclidean(r: np.ndarray, x: np.ndarray) -> float:
+    """Euclidean distance |r - x|_2 (paper only; not in the official code)."""
+    return float(np.linalg.norm(_vec(r) - _vec(x)))
+
+
+def wasserstein(r: np.ndarray, x: np.ndarray) -> float:
+    """scipy's 1-D Wasserstein distance with the vectors' entries taken as samples (as the official code)."""
+    return float(wasserstein_distance(_vec(r), _vec(x)))
+
+
+_MEASURES: dict[str, Measure] = {
+    "kl": kl, "gini": gini, "cosine": cosine, "euclidean": euclidean, "wasserstein": wasserstein,
+}
+
+
+def measure(name: str) -> Measure:
+    """The measure function called name, or a ConfigError naming --param measure."""
+    fn = _MEASURES.get(name)
+    if fn is None:
+        raise ConfigError(f"--param measure={name} is not known; choose one of: {', '.join(MEASURES)}")
+    return fn
