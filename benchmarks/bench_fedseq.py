@@ -32,10 +32,13 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+DATA: dict[str, Any] = {}  # --dataset / --data-root / --gpus pass-through (the GPU path)
+
+
 def cfg_for(algo: str, params: dict[str, Any], rounds: int, lr: float, seed: int,
             latency: str = "none") -> RunConfig:
-    """100 digits clients, shards, 20 client-epochs per round."""
-    return RunConfig().replace(**{
+    """100 clients (digits by default), shards, 20 client-epochs per round."""
+    return RunConfig().replace(**DATA, **{
         "clients": 100, "rounds": rounds, "seed": seed, "data.partition": "shards",
         "data.alpha": 0.0, "algo.name": algo, "algo.params": params, "algo.fraction": 0.2,
         "train.epochs": 1, "train.lr": lr, "latency.preset": latency})
@@ -151,8 +154,13 @@ def main() -> None:
     ap.add_argument("--lrs", type=float, nargs="+", default=[0.05, 0.1, 0.2])
     ap.add_argument("--latency-only", action="store_true")
     ap.add_argument("--latency-lr", type=float, default=0.05)
+    ap.add_argument("--dataset", default="digits", help="e.g. cifar10 (needs --data-root)")
+    ap.add_argument("--data-root", default="")
+    ap.add_argument("--gpus", default="", help="e.g. 0 or 0,1: clients pinned round-robin")
     ap.add_argument("--json")
     args = ap.parse_args()
+    DATA.update({"data.dataset": args.dataset, "data.data_root": args.data_root,
+                 "gpus": [int(g) for g in args.gpus.split(",") if g.strip()]})
     result: dict[str, Any] = {}
     if args.latency_only:
         acc_c = run(cfg_for("centralized", {}, 30, 0.1, 0))["summary"]["best_accuracy"]

@@ -43,6 +43,7 @@ class TrainConfig:
     momentum: float = 0.0
     weight_decay: float = 4e-4
     threads: int = 1
+    augment: str = "auto"  # none, fedseq, simclr; auto = the dataset's default (none for digits)
 
 
 @dataclass(frozen=True)

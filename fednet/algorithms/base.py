@@ -28,6 +28,7 @@ class ClientContext:
     test_x: torch.Tensor | None = None  # the test set this client evaluates on (personalized FL)
     test_y: torch.Tensor | None = None
     pooled: Any = None  # callable -> (x, y) of the whole training set (the centralized reference)
+    augment: Any = None  # callable (batch, generator) -> batch, the dataset's train augmentation
 
     @property
     def num_examples(self) -> int:

@@ -41,6 +41,6 @@ class Centralized(Algorithm):
         lr = float(task.body["lr"])
         stats = train(ctx.model, x, y, epochs=int(task.body["epochs"]), batch_size=t.batch_size,
                       lr=lr, momentum=t.momentum, weight_decay=t.weight_decay,
-                      generator=ctx.batch_generator(task.round, "centralized"))
+                      generator=ctx.batch_generator(task.round, "centralized"), augment=ctx.augment)
         return state_arrays(ctx.model), {"loss": stats.loss, "samples": stats.samples,
                                          "steps": stats.steps, "lr": lr}

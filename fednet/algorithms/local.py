@@ -27,7 +27,8 @@ def local_sgd(ctx: ClientContext, task: Task, extra_hooks: Sequence[GradHook] = 
     stats = train(ctx.model, ctx.x, ctx.y, epochs=int(task.body.get("epochs", t.epochs)),
                   batch_size=t.batch_size, lr=float(lr if lr is not None else task.body.get("lr", t.lr)),
                   momentum=t.momentum, weight_decay=t.weight_decay,
-                  generator=ctx.batch_generator(task.round), hooks=extra_hooks)
+                  generator=ctx.batch_generator(task.round), hooks=extra_hooks,
+                  augment=ctx.augment)
     return {"loss": stats.loss, "samples": stats.samples, "steps": stats.steps}
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from fednet.client.executor import Executor
 from fednet.client.peers import PeerChainBroken, Peers, to_server
@@ -35,6 +36,12 @@ class Client:
         self.ledger = Ledger()
         self.server = Channel(connect_dealer(self.ctx, self.name, connect), self.ledger, self.name,
                               router=False)
+        # connection events of the server link: a server that died is noticed (DISCONNECTED and
+        # no new handshake) even while this client idles between rounds
+        self.monitor = self.server.sock.get_monitor_socket(
+            zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        self.lost_since: float | None = None
+        self.lost_timeout = 60.0
         self.peers = Peers(self.ctx, self.name, advertise, self.ledger)
         self.connect = connect
         self.executor: Executor | None = None
@@ -104,6 +111,16 @@ class Client:
             self._sleep_real(out.sim_delay, out.real_elapsed, up_delay(self.profile, 0))
         self._send_server(reply, track=True)
 
+    def _server_gone(self) -> bool:
+        """True when the server link has been down for longer than lost_timeout."""
+        while self.monitor.poll(0):
+            ev = recv_monitor_message(self.monitor)["event"]
+            if ev == zmq.EVENT_DISCONNECTED:
+                self.lost_since = self.lost_since or time.monotonic()
+            elif ev == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self.lost_since = None
+        return self.lost_since is not None and time.monotonic() - self.lost_since > self.lost_timeout
+
     def _sleep_real(self, sim_delay: float, elapsed: float, extra: float = 0.0) -> None:
         if self.real:
             time.sleep(max(0.0, (sim_delay + extra) * self.scale - elapsed))
@@ -113,10 +130,15 @@ class Client:
         poller = zmq.Poller()
         poller.register(self.server.sock, zmq.POLLIN)
         poller.register(self.peers.sock, zmq.POLLIN)
+        poller.register(self.monitor, zmq.POLLIN)
         while True:
             ready = dict(poller.poll(1000))
             if os.getppid() != self.parent:  # our launcher is gone: do not linger as an orphan
                 log.error("client %d: parent process exited; stopping", self.cid)
+                return EXIT_ERROR
+            if self._server_gone():
+                log.error("client %d: lost the server at %s (no connection for %.0fs); stopping",
+                          self.cid, self.connect, self.lost_timeout)
                 return EXIT_ERROR
             if self.peers.sock in ready:
                 got = self.peers.receive()
@@ -138,6 +160,8 @@ class Client:
 
     def close(self) -> None:
         """Close sockets (waiting briefly for queued messages) and the context."""
+        self.server.sock.disable_monitor()
+        self.monitor.close(linger=0)
         self.peers.close()
         self.server.sock.close(linger=2000)
         self.ctx.term()
@@ -149,6 +173,7 @@ def run_client(cid: int, connect: str, device: str = "cpu", advertise: str = "12
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
     client = Client(cid, connect, device, advertise, threads)
+    client.lost_timeout = register_timeout
     try:
         client.register(register_timeout)
         return client.serve()

@@ -14,12 +14,19 @@ from fednet import algorithms, latency
 from fednet.algorithms.base import ClientContext
 from fednet.config import RunConfig
 from fednet.data import load_dataset, run_client_indices, run_test_split
+from fednet.data.augment import augmentation, identity
 from fednet.latency import Profile
 from fednet.models import build_model
 from fednet.protocol import Message
 from fednet.wire import failure_message, message_task, result_message
 
 log = logging.getLogger("fednet.client")
+
+
+def _augment(name: str, dataset: str):
+    """The train-time augmentation, or None when it is the identity (no random draws at all)."""
+    fn = augmentation(name, dataset)
+    return None if fn is identity else fn
 
 
 @dataclass
@@ -52,6 +59,7 @@ class Executor:
         self.ctx = ClientContext(cid, model, x, y, cfg, dev,
                                  test_x=torch.from_numpy(test.test_x).to(dev),
                                  test_y=torch.from_numpy(test.test_y).to(dev),
+                                 augment=_augment(cfg.train.augment, d.dataset),
                                  pooled=lambda: (torch.from_numpy(ds.train_x).to(dev),
                                                  torch.from_numpy(ds.train_y).to(dev)))
 

@@ -66,8 +66,13 @@ def batches(n: int, batch_size: int, generator: torch.Generator) -> list[torch.T
 def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: int, batch_size: int,
           lr: float, momentum: float = 0.0, weight_decay: float = 0.0,
           generator: torch.Generator, hooks: Sequence[GradHook] = (),
-          loss_terms: Sequence[Callable[[], torch.Tensor]] = ()) -> TrainStats:
-    """`epochs` passes of minibatch SGD with a fresh optimiser; returns the mean training loss."""
+          loss_terms: Sequence[Callable[[], torch.Tensor]] = (),
+          augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None
+          ) -> TrainStats:
+    """`epochs` passes of minibatch SGD with a fresh optimiser; returns the mean training loss.
+
+    `augment(batch, generator)` transforms each minibatch (seeded by the same generator).
+    """
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
@@ -76,6 +81,8 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: int, ba
         for idx in batches(len(y), batch_size, generator):
             idx = idx.to(x.device)
             xb, yb = x[idx], y[idx]
+            if augment is not None:
+                xb = augment(xb, generator)
             opt.zero_grad()
             loss = F.cross_entropy(model(xb), yb)
             full = loss

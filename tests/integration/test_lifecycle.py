@@ -5,6 +5,7 @@ import os
 import queue
 import re
 import signal
+import subprocess
 import threading
 import time
 
@@ -109,21 +110,28 @@ def _lines(stream, q: queue.Queue[str]) -> None:
         q.put(line)
 
 
-def test_server_and_clients_on_a_port_chosen_at_bind_time(fed, tmp_path):
-    srv = fed.start("server", "--bind", "tcp://127.0.0.1:0", "--clients", "3", "--rounds", "2",
-                    "--register-timeout", "60", *RUN, "--out", "srv")
+def _start_server(fed, *args: str) -> tuple[subprocess.Popen[str], str, queue.Queue[str]]:
+    """`fednet server --bind tcp://127.0.0.1:0 ...` and the endpoint it prints on stderr."""
+    srv = fed.start("server", "--bind", "tcp://127.0.0.1:0", *args)
     q: queue.Queue[str] = queue.Queue()
     threading.Thread(target=_lines, args=(srv.stderr, q), daemon=True).start()
-    endpoint = None
     deadline = time.monotonic() + 60
-    while endpoint is None and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
         try:
-            m = re.fullmatch(r"server listening on (tcp://127\.0\.0\.1:\d+)\n", q.get(timeout=1))
+            line = q.get(timeout=1)
         except queue.Empty:
             assert srv.poll() is None, f"server exited with {srv.returncode}"
             continue
-        endpoint = m.group(1) if m else None
-    assert endpoint and not endpoint.endswith(":0"), endpoint
+        m = re.fullmatch(r"server listening on (tcp://127\.0\.0\.1:(\d+))\n", line)
+        if m:
+            assert int(m.group(2)) > 0
+            return srv, m.group(1), q
+    pytest.fail("the server did not print 'server listening on tcp://...'")
+
+
+def test_server_and_clients_on_a_port_chosen_at_bind_time(fed, tmp_path):
+    srv, endpoint, _ = _start_server(fed, "--clients", "3", "--rounds", "2", "--register-timeout",
+                                     "60", *RUN, "--out", "srv")
     cl = fed.run("clients", "--connect", endpoint, "--ids", "0-2", "--timeout", "60", timeout=120)
     assert cl.returncode == 0, cl.stderr
     assert srv.wait(timeout=60) == 0
@@ -135,3 +143,20 @@ def test_server_and_clients_on_a_port_chosen_at_bind_time(fed, tmp_path):
     assert [r["results"] for r in jsonl(tmp_path / "srv" / "metrics.jsonl")] == [3, 3]
     assert not (tmp_path / "srv" / "logs").exists()  # no local clients, no client log
     assert not wait_gone(fed.marker, 5.0), describe(fed.processes())
+
+
+def test_killed_server_stops_remote_clients_after_timeout(fed, tmp_path):
+    srv, endpoint, _ = _start_server(fed, "--clients", "2", "--rounds", "300", *RUN, "--out", "srv")
+    cl = fed.start("clients", "--connect", endpoint, "--ids", "0-1", "--timeout", "2")
+    wait_for_lines(tmp_path / "srv" / "metrics.jsonl", 1, srv)
+    srv.send_signal(signal.SIGKILL)
+    srv.wait(timeout=10)
+    t0 = time.monotonic()
+    rc = cl.wait(timeout=30)
+    took = time.monotonic() - t0
+    err = cl.stderr.read()
+    assert rc == 1, err
+    assert 2 <= took < 15, took
+    assert err.count("lost the server at " + endpoint + " (no connection for 2s); stopping") == 2
+    assert err.strip().splitlines()[-1] == ("2 of 2 clients exited with errors (client: exit code "
+                                            "{0: 1, 1: 1}); see their log lines above")
