@@ -76,6 +76,10 @@ def part1(args: argparse.Namespace) -> tuple[list[dict], float]:
     for label, (algo, params) in METHODS.items():
         tries = {lr: run(cfg_for(algo, params, args.rounds, lr, args.seeds[0])) for lr in args.lrs}
         best = min(tries, key=lambda lr: score(tries[lr], acc_c))
+        while best == max(tries) and len(tries) < len(args.lrs) + 3:  # best at the edge: go on
+            lr = round(2 * best, 6)
+            tries[lr] = run(cfg_for(algo, params, args.rounds, lr, args.seeds[0]))
+            best = min(tries, key=lambda lr: score(tries[lr], acc_c))
         for lr, r in tries.items():
             print(f"  tune {label:<26} lr={lr:<5} r90={first(r['rows'], 0.9 * acc_c)} "
                   f"final={r['summary']['final_accuracy']:.3f}", flush=True)
