@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -147,17 +148,28 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 RUN_DEFAULTS: dict[str, Any] = {}
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (kill, a scheduler's time limit), handled like Ctrl-C so results are written."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    raise _Terminated()
+
+
 def _errors(f: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(f)
     def wrapper(*a: Any, **kw: Any) -> Any:
+        signal.signal(signal.SIGTERM, _on_sigterm)
         try:
             return f(*a, **kw)
         except FednetError as e:
             click.echo(f"fednet: error: {e}", err=True)
             sys.exit(2)
-        except KeyboardInterrupt:
-            click.echo("fednet: interrupted; partial results were kept", err=True)
-            sys.exit(130)
+        except KeyboardInterrupt as e:
+            what = "terminated" if isinstance(e, _Terminated) else "interrupted"
+            click.echo(f"fednet: {what}; partial results were kept", err=True)
+            sys.exit(143 if isinstance(e, _Terminated) else 130)
     return wrapper
 
 
@@ -232,11 +244,11 @@ def launch(**opts: Any) -> None:
 @_errors
 def local(**opts: Any) -> None:
     """Run the same experiment in one process, without sockets (reference and tests)."""
+    cfg = build_config(opts, dict(RUN_DEFAULTS, clients=10))  # errors before importing torch
     from fednet.inproc import run_local
     from fednet.metrics.report import summary_table
 
     _setup_logs(opts["quiet"])
-    cfg = build_config(opts, dict(RUN_DEFAULTS, clients=10))
     summary = run_local(cfg, quiet=opts["quiet"])
     click.echo(summary_table(summary))
 

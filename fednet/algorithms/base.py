@@ -95,6 +95,10 @@ class Algorithm:
         """Tasks released by one arrival, sent at once (asynchronous pipelines); none by default."""
         return []
 
+    def interim_points(self) -> list[tuple[int, Arrays, float, dict[str, Any]]]:
+        """(round, model, simulated time, metrics) to evaluate inside a multi-round step."""
+        return []
+
     def select(self, rnd: int, clients: Sequence[ClientInfo]) -> list[ClientInfo]:
         """max(floor(fraction * K), 1) clients, uniformly without replacement, seeded by round."""
         ordered = sorted(clients, key=lambda c: c.cid)

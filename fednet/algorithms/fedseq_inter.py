@@ -54,6 +54,7 @@ class FedSeqInter(FedSeq):
         self.task_slot = {}
         self._ok: list[Result] = []
         self._failed: list[Failure] = []
+        self.snaps: dict[int, dict[int, tuple[Arrays, float, float]]] = {}
         return [self._slot_task(i, rnd, 0.0) for i in range(m)]  # the driver stamps the start
 
     def _slot_task(self, slot: int, rnd: int, sim_time: float) -> Task:
@@ -72,10 +73,26 @@ class FedSeqInter(FedSeq):
             self._ok.append(done)
         elif isinstance(done, Failure):
             self._failed.append(done)
+        # the slot's state after logical round rnd, to evaluate the bank round by round
+        self.snaps.setdefault(rnd, {})[slot] = (self.bank[slot], self.weights[slot], done.sim_time)
         nxt = rnd + 1
         if nxt - self.start >= len(self.schedule) or slot >= len(self.schedule[nxt - self.start]):
             return []
         return [self._slot_task(slot, nxt, done.sim_time)]
+
+    def interim_points(self) -> list[tuple[int, Arrays, float, dict[str, float]]]:
+        """The bank's weighted mean after each logical round of the period but the last
+        (as the official code logs it), at the time its slowest slot finished that round."""
+        out = []
+        for t in range(self.start, self.start + len(self.schedule) - 1):
+            snap = self.snaps.get(t, {})
+            used = [(a, w) for _, (a, w, _) in sorted(snap.items()) if w > 0]  # slot order
+            if not used:
+                continue
+            sim = max(s for _, _, s in snap.values())
+            out.append((t, weighted_mean([a for a, _ in used], [w for _, w in used]), sim,
+                        {"slots": len(snap)}))
+        return out
 
     def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
                         ) -> dict[str, float]:

@@ -57,6 +57,7 @@ def _child(spec: dict[str, Any], zygote: int) -> int:
     set_pdeathsig(signal.SIGTERM)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     if os.getppid() != zygote:  # the zygote died before PDEATHSIG was armed
         return 1
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -98,7 +99,12 @@ def serve(children: dict[int, int]) -> None:
 def _fork(spec: dict[str, Any], children: dict[int, int]) -> None:
     sys.stdout.flush()
     me = os.getpid()
+    # SIGTERM stays blocked across fork: the child must never run the zygote's handler (which
+    # would stop the child's copy of the siblings); _child unblocks it once it is SIG_DFL.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     pid = os.fork()
+    if pid != 0:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     if pid == 0:
         code = 1
         try:

@@ -7,6 +7,8 @@ import torch
 from torch import nn
 
 from fednet.errors import ConfigError
+from fednet.models.factorized import FactorizedDigitsNet, FactorizedResNet9
+from fednet.models.fedpara import PFedParaDigitsNet
 from fednet.models.resnet import ResNet9, resnet18
 from fednet.rng import int_seed
 
@@ -80,6 +82,9 @@ _BUILDERS: dict[str, Callable[[int, tuple[int, int, int]], nn.Module]] = {
     "fedseq_cnn": lambda k, shape: FedSeqCNN(k, shape),
     "resnet9": lambda k, shape: ResNet9(k, shape),
     "resnet18": lambda k, shape: resnet18(k, shape),
+    "factorized_digits": lambda k, shape: FactorizedDigitsNet(k, input_shape=shape),
+    "factorized_resnet9": lambda k, shape: FactorizedResNet9(k, shape),
+    "pfedpara_digits": lambda k, shape: PFedParaDigitsNet(k, input_shape=shape),
 }
 
 

@@ -50,12 +50,12 @@ def _discard_if_empty(out: Path) -> None:
 def precheck(cfg: RunConfig) -> None:
     """Configuration errors that need the dataset but not torch, found before any process starts."""
     from fednet import latency
-    from fednet.data import load_dataset, partition
+    from fednet.data import load_dataset, run_partition
 
     validate(cfg)
     d = cfg.data
-    ds = load_dataset(d.dataset, d.data_root or None, d.download)
-    partition(ds.train_y, cfg.clients, d.partition, d.alpha, cfg.seed)
+    ds = load_dataset(d.dataset, d.data_root or None, d.download)  # cached for the session
+    run_partition(ds, d, cfg.clients, cfg.seed)
     latency.profiles(cfg.latency, cfg.clients, cfg.seed)
 
 
@@ -132,8 +132,10 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
         raise
     except TimeoutError as e:
         session.driver.status = "registration_timeout"
-        raise FednetError(f"{e}; see {session.out}/logs/clients.log, or raise "
-                          "--register-timeout") from None
+        hint = (f"see {session.out}/logs/clients.log" if local_clients else
+                f"start them with `fednet clients --connect {server.endpoint} --ids "
+                f"0-{cfg.clients - 1}`")
+        raise FednetError(f"{e}; {hint}, or raise --register-timeout") from None
     except BaseException:
         session.driver.status = "error"
         raise

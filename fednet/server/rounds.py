@@ -100,7 +100,6 @@ class RoundDriver:
     def round(self, rnd: int, clients: list[ClientInfo], dispatcher: Dispatcher, span: int = 1
               ) -> dict[str, Any]:
         """One step (span logical rounds): configure, dispatch, aggregate, evaluate, log."""
-        before = self.ledger.totals()
         tasks = self.algo.configure_round(rnd, clients)
         for t in tasks:
             t.sim_time = self.sim_time
@@ -109,6 +108,9 @@ class RoundDriver:
         metrics = self.algo.aggregate_round(rnd, results, failures)
         self.sim_time = max([self.sim_time] + [r.sim_time for r in results])
         self._note_failures(rnd, failures)
+        for t, arrays, sim, extra in self.algo.interim_points():  # e.g. FedSeqInter's bank
+            acc_t, loss_t = self.evaluate(arrays)
+            self._log(t, acc_t, loss_t, {**extra, "interim": True}, sim)
         if self.algo.personalized:  # clients evaluated their own models
             acc, loss = self.algo.client_accuracy()
         else:
@@ -119,21 +121,29 @@ class RoundDriver:
                 log.error("round %d: NaN/inf parameters (every client's result, or the global "
                           "model): the run diverged and stops here (for FedDyn try --param clip=30 "
                           "or a smaller alpha)", rnd)
-        tot = self.ledger.totals()
         last = rnd + span - 1
+        metrics = {**metrics, "tasks": len(results) + len(failures), "failures": len(failures)}
+        row = self._log(last, acc, loss, metrics, self.sim_time)
+        self.rounds_done = last + 1
+        return row
+
+    def _log(self, rnd: int, acc: float, loss: float, metrics: dict[str, Any], sim: float
+             ) -> dict[str, Any]:
+        """Write one metrics row (bytes: the messages of that logical round) and show it."""
+        per = self.ledger.round_totals(rnd)
+        after = self.ledger.totals()
         row: dict[str, Any] = {
-            "round": last, "accuracy": acc, "loss": loss, **metrics,
-            "wall_s": self.wall(), "sim_s": self.sim_time, "tasks": len(results) + len(failures),
-            "failures": len(failures),
-            "bytes_round": {k: tot[k] - before[k] for k in ("server_to_client", "client_to_server",
-                                                             "client_to_client", "tensor_bytes")},
-            "bytes_total": tot["server_to_client"] + tot["client_to_server"] + tot["client_to_client"],
+            "round": rnd, "accuracy": acc, "loss": loss, **metrics, "wall_s": self.wall(),
+            "sim_s": sim,
+            "bytes_round": {k: per[k] for k in ("server_to_client", "client_to_server",
+                                                "client_to_client", "tensor_bytes")},
+            "bytes_total": after["server_to_client"] + after["client_to_server"]
+            + after["client_to_client"],
         }
         if not math.isfinite(loss):
-            log.warning("round %d: the global model's loss is not finite", last)
+            log.warning("round %d: the model's loss is not finite", rnd)
         self.history.log_round(row)
         self.progress.update(row)
-        self.rounds_done = last + 1
         return row
 
     def summary(self, clients: list[ClientInfo], extra: dict[str, Any] | None = None) -> dict[str, Any]:
