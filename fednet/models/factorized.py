@@ -24,6 +24,7 @@ class _Factorized(nn.Module):
     """Shared parts: u (rows x r), v (r x cols), optional mu (rows x cols), pruning threshold."""
 
     def _factors(self, rows: int, cols: int, rank: int, mu: bool, mu_init: str, threshold: float) -> None:
+        """Create and tag u, v (Xavier-uniform) and mu (zeros, or Xavier-uniform), set rank and threshold."""
         if rank < 1:
             raise ValueError(f"rank must be >= 1, got {rank}")
         if mu_init not in MU_INITS:
