@@ -30,6 +30,7 @@ class DataConfig:
     data_root: str = ""
     download: bool = False
     exemplars: int = -1  # per class, removed from the test set (-1: 5 for digits, 10 otherwise)
+    permute: bool = False  # each client relabels its data with a private permutation
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class AlgoConfig:
 
     name: str = "fedavg"
     fraction: float = 1.0
+    eval: str = "auto"  # global (server model on the test set) | clients (each client's own model)
     params: dict[str, Any] = field(default_factory=dict)
 
 
@@ -186,6 +188,17 @@ def to_toml(cfg: RunConfig) -> str:
     return "\n".join(lines) + "\n"
 
 
+PERSONAL = ("standalone", "factorized", "factorized_beta", "pfedpara", "cfl", "fedfomo", "perfedavg")
+
+
+def eval_mode(cfg: RunConfig) -> str:
+    """'clients' (personalized: every client tests its own model on its own split) or 'global'."""
+    if cfg.algo.eval != "auto":
+        return cfg.algo.eval
+    personal = cfg.data.permute or cfg.data.partition == "domain" or cfg.algo.name in PERSONAL
+    return "clients" if personal else "global"
+
+
 def _need(ok: bool, msg: str) -> None:
     if not ok:
         raise ConfigError(msg)
@@ -199,6 +212,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     _need(all(g >= 0 for g in cfg.gpus), f"--gpus takes non-negative device indices (got {cfg.gpus})")
     _need(cfg.algo.name in ALGORITHMS,
           f"--algo '{cfg.algo.name}' is unknown; choose one of: {', '.join(ALGORITHMS)}")
+    _need(cfg.algo.eval in ("auto", "global", "clients"),
+          f"--eval '{cfg.algo.eval}' is unknown; choose auto, global or clients")
     _need(0.0 < cfg.algo.fraction <= 1.0, f"--fraction must be in (0, 1] (got {cfg.algo.fraction})")
     _need(cfg.data.partition in PARTITIONS,
           f"--partition '{cfg.data.partition}' is unknown; choose one of: {', '.join(PARTITIONS)}")

@@ -39,8 +39,9 @@ class Session:
         self.algo = algorithms.build(cfg)
         self.evaluator = Evaluator(cfg)
         self.algo.setup(self.evaluator.initial, self.evaluator.trainable)
-        self.algo.bind(ServerInfo(ds.num_classes, np.array(self.histograms),
-                                  self.evaluator.exemplars, self.evaluator.pretrain_init))
+        ev = self.evaluator
+        self.algo.bind(ServerInfo(ds.num_classes, np.array(self.histograms), ev.exemplars,
+                                  ev.pretrain_init, ev.kinds, ev.matching))
         self.out = (out or resolve_out(cfg)) if write else None
         self.ledger = Ledger()
         self.history = History(self.out, cfg)

@@ -4,7 +4,9 @@ from __future__ import annotations
 from fednet.algorithms.base import Algorithm, ClientContext
 from fednet.algorithms.centralized import Centralized
 from fednet.algorithms.fedavg import FedAvg, FedProx
+from fednet.algorithms.factorized import Factorized
 from fednet.algorithms.feddyn import FedDyn
+from fednet.algorithms.pfedpara import PFedPara
 from fednet.algorithms.fedseq import FedSeq
 from fednet.algorithms.fedseq_inter import FedSeqInter
 from fednet.algorithms.scaffold import Scaffold
@@ -15,13 +17,28 @@ from fednet.errors import ConfigError
 REGISTRY: dict[str, type[Algorithm]] = {
     "fedavg": FedAvg, "fedprox": FedProx, "scaffold": Scaffold, "feddyn": FedDyn,
     "standalone": StandAlone, "centralized": Centralized, "fedseq": FedSeq,
-    "fedseq_inter": FedSeqInter,
+    "fedseq_inter": FedSeqInter, "factorized": Factorized, "factorized_beta": Factorized,
+    "pfedpara": PFedPara,
 }
 
 
 def available() -> list[str]:
     """Names that this build can run."""
     return [n for n in ALGORITHMS if n in REGISTRY]
+
+
+# Algorithms that need a model of their own kind; "auto" resolves to it (by input size).
+MODEL_FOR = {"factorized": ("factorized_digits", "factorized_resnet9"),
+             "factorized_beta": ("factorized_digits", "factorized_resnet9"),
+             "pfedpara": ("pfedpara_digits", "pfedpara_digits")}
+
+
+def model_name(cfg: RunConfig) -> str:
+    """The architecture to build: --model, or the algorithm's own for "auto"."""
+    if cfg.train.model != "auto" or cfg.algo.name not in MODEL_FOR:
+        return cfg.train.model
+    small, large = MODEL_FOR[cfg.algo.name]
+    return small if cfg.data.dataset == "digits" else large
 
 
 def build(cfg: RunConfig) -> Algorithm:

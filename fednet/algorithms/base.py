@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from fednet import rng
-from fednet.config import RunConfig
+from fednet.config import RunConfig, eval_mode
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 
 
@@ -48,6 +48,8 @@ class ServerInfo:
     label_hist: np.ndarray | None = None       # K x N_C, for reports only (e.g. superclient quality)
     exemplars: tuple[np.ndarray, np.ndarray] | None = None  # public exemplar set (x, y)
     pretrain_init: Arrays | None = None        # a second random init (FedSeq's theta_pre)
+    kinds: dict[str, str] = field(default_factory=dict)  # state name -> kind (u, v, mu, head, ...)
+    matching: str = ""                          # Factorized-FL: the v used for similarity
 
 
 class Algorithm:
@@ -64,7 +66,7 @@ class Algorithm:
         self.params: dict[str, Any] = dict(cfg.algo.params)
         self.global_arrays: Arrays = {}
         self.trainable: set[str] = set()  # names of trainable parameters (set by the runtime)
-        self.personalized = False  # True: clients keep their own models and report accuracy
+        self.eval_clients = eval_mode(cfg) == "clients"  # clients report their own accuracy
         self.info = ServerInfo(num_classes=0)
         self._next_task = 0
 
@@ -111,7 +113,10 @@ class Algorithm:
     def task_body(self, rnd: int, client: ClientInfo) -> dict[str, Any]:
         """Scalar instructions sent with each task (local epochs, lr, ...)."""
         t = self.cfg.train
-        return {"epochs": t.epochs, "lr": t.lr}
+        body: dict[str, Any] = {"epochs": t.epochs, "lr": t.lr}
+        if self.eval_clients:
+            body["evaluate"] = True
+        return body
 
     def new_task(self, rnd: int, route: list[int], arrays: Arrays, body: dict[str, Any]) -> Task:
         """A task with a fresh id."""
@@ -132,10 +137,6 @@ class Algorithm:
         """The model the server evaluates after each round."""
         return self.global_arrays
 
-    def client_accuracy(self) -> tuple[float, float]:
-        """(accuracy, loss) reported by the clients (only for personalized algorithms)."""
-        raise NotImplementedError
-
     def state_arrays(self) -> Arrays:
         """Server-side algorithm state beyond the model (for checkpoints)."""
         return {}
@@ -144,6 +145,27 @@ class Algorithm:
     def client_update(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
         """Run the local update for `task`; return (arrays to send, scalar body)."""
         raise NotImplementedError
+
+
+def evaluate_own(ctx: ClientContext) -> dict[str, float]:
+    """This client's current model on its own test split."""
+    from fednet.training.local import evaluate
+
+    assert ctx.test_x is not None and ctx.test_y is not None
+    acc, loss = evaluate(ctx.model, ctx.test_x, ctx.test_y)
+    return {"accuracy": acc, "test_loss": loss}
+
+
+def client_accuracy(results: Sequence[Result]) -> tuple[float, float, dict[str, float]]:
+    """Mean (and spread) of the accuracies that clients reported for their own models."""
+    accs = [float(r.body["accuracy"]) for r in results if "accuracy" in r.body]
+    losses = [float(r.body.get("test_loss", 0.0)) for r in results if "accuracy" in r.body]
+    if not accs:
+        return float("nan"), float("nan"), {}
+    mean = sum(accs) / len(accs)
+    std = (sum((a - mean) ** 2 for a in accs) / len(accs)) ** 0.5
+    return mean, sum(losses) / len(losses), {"acc_std": std, "acc_min": min(accs),
+                                             "acc_max": max(accs)}
 
 
 def finite(arrays: Arrays) -> bool:

@@ -19,7 +19,8 @@ def trainable(ctx: ClientContext) -> list[torch.Tensor]:
 
 
 def local_sgd(ctx: ClientContext, task: Task, extra_hooks: Sequence[GradHook] = (),
-              load: bool = True, lr: float | None = None) -> dict[str, Any]:
+              load: bool = True, lr: float | None = None,
+              loss_terms: Sequence[Any] = (), keep_momentum: bool = False) -> dict[str, Any]:
     """Load the task's model (unless load=False) and run the configured local SGD."""
     if load:
         load_arrays(ctx.model, task.arrays)
@@ -28,7 +29,8 @@ def local_sgd(ctx: ClientContext, task: Task, extra_hooks: Sequence[GradHook] = 
                   batch_size=t.batch_size, lr=float(lr if lr is not None else task.body.get("lr", t.lr)),
                   momentum=t.momentum, weight_decay=t.weight_decay,
                   generator=ctx.batch_generator(task.round), hooks=extra_hooks,
-                  augment=ctx.augment)
+                  augment=ctx.augment, loss_terms=loss_terms,
+                  momentum_state=ctx.state.setdefault("momentum", {}) if keep_momentum else None)
     return {"loss": stats.loss, "samples": stats.samples, "steps": stats.steps}
 
 

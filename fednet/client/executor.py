@@ -8,12 +8,14 @@ import logging
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from fednet import algorithms, latency
-from fednet.algorithms.base import ClientContext
+from fednet.algorithms.base import ClientContext, evaluate_own
 from fednet.config import RunConfig
-from fednet.data import load_dataset, run_client_indices, run_test_split
+from fednet.data import load_dataset
+from fednet.data.client_data import client_data
 from fednet.data.augment import augmentation, identity
 from fednet.latency import Profile
 from fednet.models import build_model
@@ -47,18 +49,17 @@ class Executor:
         self.device = torch.device(device)
         d = cfg.data
         ds = load_dataset(d.dataset, d.data_root or None, d.download)
-        idx = run_client_indices(ds, d, cfg.clients, cfg.seed, cid)
-        x = torch.from_numpy(ds.train_x[idx]).to(self.device)
-        y = torch.from_numpy(ds.train_y[idx]).to(self.device)
+        cd = client_data(ds, d, cfg.clients, cfg.seed, cid)
+        x = torch.from_numpy(np.ascontiguousarray(cd.x)).to(self.device)
+        y = torch.from_numpy(np.ascontiguousarray(cd.y)).to(self.device)
         # the same seeded initial weights as the server's, so personal models need no download
-        model = build_model(cfg.train.model, ds.num_classes, ds.input_shape,
+        model = build_model(algorithms.model_name(cfg), ds.num_classes, ds.input_shape,
                             dataset=d.dataset, seed=cfg.seed).to(self.device)
         self.algo = algorithms.build(cfg)
         dev = self.device
-        test, _ = run_test_split(ds, d.exemplars, cfg.seed)
         self.ctx = ClientContext(cid, model, x, y, cfg, dev,
-                                 test_x=torch.from_numpy(test.test_x).to(dev),
-                                 test_y=torch.from_numpy(test.test_y).to(dev),
+                                 test_x=torch.from_numpy(np.ascontiguousarray(cd.test_x)).to(dev),
+                                 test_y=torch.from_numpy(np.ascontiguousarray(cd.test_y)).to(dev),
                                  augment=_augment(cfg.train.augment, d.dataset),
                                  pooled=lambda: (torch.from_numpy(ds.train_x).to(dev),
                                                  torch.from_numpy(ds.train_y).to(dev)))
@@ -75,6 +76,8 @@ class Executor:
         try:
             task = message_task(msg)
             arrays, body = self.algo.client_update(self.ctx, task)
+            if task.body.get("evaluate"):  # personalized evaluation: this client's model, its split
+                body.update(evaluate_own(self.ctx))
         except Exception as e:  # a failing update is data for the server, not a dead client
             log.exception("client %d: task %d failed", self.cid, msg.task_id)
             reply = failure_message(self.cid, msg.task_id, msg.round, f"{type(e).__name__}: {e}",

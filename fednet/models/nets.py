@@ -82,7 +82,8 @@ _BUILDERS: dict[str, Callable[[int, tuple[int, int, int]], nn.Module]] = {
     "fedseq_cnn": lambda k, shape: FedSeqCNN(k, shape),
     "resnet9": lambda k, shape: ResNet9(k, shape),
     "resnet18": lambda k, shape: resnet18(k, shape),
-    "factorized_digits": lambda k, shape: FactorizedDigitsNet(k, input_shape=shape),
+    # BN on: with mu = 0 at init (the paper) the rank-1 digits net does not learn without it
+    "factorized_digits": lambda k, shape: FactorizedDigitsNet(k, bn=True, input_shape=shape),
     "factorized_resnet9": lambda k, shape: FactorizedResNet9(k, shape),
     "pfedpara_digits": lambda k, shape: PFedParaDigitsNet(k, input_shape=shape),
 }

@@ -4,8 +4,11 @@ from __future__ import annotations
 import torch
 
 from fednet.config import RunConfig
+from fednet.algorithms import model_name
 from fednet.data import load_dataset, run_test_split
 from fednet.models import build_model
+from fednet.models.factorized import matching_layer
+from fednet.models.kinds import state_kinds
 from fednet.models.params import clone_arrays, load_arrays, state_arrays
 from fednet.training.local import evaluate
 from fednet.types import Arrays
@@ -21,10 +24,12 @@ class Evaluator:
         self.num_classes = ds.num_classes
         self.x = torch.from_numpy(ds.test_x)
         self.y = torch.from_numpy(ds.test_y)
-        self.model = build_model(cfg.train.model, ds.num_classes, ds.input_shape, dataset=d.dataset,
+        self.model = build_model(model_name(cfg), ds.num_classes, ds.input_shape, dataset=d.dataset,
                                  seed=cfg.seed)
         self.trainable = {n for n, p in self.model.named_parameters() if p.requires_grad}
-        pre = build_model(cfg.train.model, ds.num_classes, ds.input_shape, dataset=d.dataset,
+        self.kinds = state_kinds(self.model)
+        self.matching = matching_layer(self.model) if "v" in self.kinds.values() else ""
+        pre = build_model(model_name(cfg), ds.num_classes, ds.input_shape, dataset=d.dataset,
                           seed=cfg.seed + 1_000_003)  # FedSeq's theta_pre: another random init
         self.pretrain_init: Arrays = clone_arrays(state_arrays(pre))
         self.initial: Arrays = clone_arrays(state_arrays(self.model))

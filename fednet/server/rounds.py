@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from fednet import latency
-from fednet.algorithms.base import Algorithm, finite
+from fednet.algorithms.base import Algorithm, client_accuracy, finite
 from fednet.config import RunConfig
 from fednet.latency import Profile
 from fednet.metrics.accounting import Ledger
@@ -111,8 +111,9 @@ class RoundDriver:
         for t, arrays, sim, extra in self.algo.interim_points():  # e.g. FedSeqInter's bank
             acc_t, loss_t = self.evaluate(arrays)
             self._log(t, acc_t, loss_t, {**extra, "interim": True}, sim)
-        if self.algo.personalized:  # clients evaluated their own models
-            acc, loss = self.algo.client_accuracy()
+        if self.algo.eval_clients:  # personalized: clients evaluated their own models
+            acc, loss, spread = client_accuracy(results)
+            metrics = {**metrics, **spread}
         else:
             acc, loss = self.evaluate(self.algo.eval_arrays())
             all_bad = bool(metrics.get("non_finite")) and not metrics.get("results")

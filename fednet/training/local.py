@@ -67,15 +67,16 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: int, ba
           lr: float, momentum: float = 0.0, weight_decay: float = 0.0,
           generator: torch.Generator, hooks: Sequence[GradHook] = (),
           loss_terms: Sequence[Callable[[], torch.Tensor]] = (),
-          augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None
-          ) -> TrainStats:
+          augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
+          momentum_state: dict[int, torch.Tensor] | None = None) -> TrainStats:
     """`epochs` passes of minibatch SGD with a fresh optimiser; returns the mean training loss.
 
-    `augment(batch, generator)` transforms each minibatch (seeded by the same generator).
+    `augment(batch, generator)` transforms each minibatch (seeded by the same generator);
+    `momentum_state` keeps the momentum buffers across calls (a client's optimizer state).
     """
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    opt = SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay, state=momentum_state)
     total, samples, steps = 0.0, 0, 0
     for _ in range(epochs):
         for idx in batches(len(y), batch_size, generator):

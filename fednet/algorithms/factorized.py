@@ -1,0 +1,146 @@
+"""Factorized-FL. Jeong and Hwang, "Factorized-FL: Personalized Federated Learning with Parameter
+Factorization & Similarity Matching", NeurIPS 2022. Spec: ALGORITHMS.md section 5, pitfalls 15-26.
+
+Every layer is W = u v + mu. Clients keep v, mu and the head; they send u (every layer, plus the
+BN affine terms and plain biases, 5.6) and the v of the layer before the classifier. The server
+matches clients by the cosine similarity of those v and sends each client its own aggregate of u
+over its most similar peers (softmax(eps * sim) weights, threshold tau, at least m_min peers).
+Factorized-FL beta (`factorized_beta`) also aggregates v and mu with the same weights.
+Ablations (--param matching=...): none (Factorized-FedAvg: sample-weighted average of everything
+shared), random or worst (3 peers plus self). The L1 term on mu carries a gradient (the paper);
+--param l1_detached=true mimics the official code, where it does not.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fednet import rng
+from fednet.algorithms.aggregate import weighted_mean
+from fednet.algorithms.base import Algorithm, ClientContext
+from fednet.algorithms.fedavg import round_metrics, usable
+from fednet.algorithms.local import local_sgd
+from fednet.config import RunConfig
+from fednet.errors import ConfigError
+from fednet.models.factorized import l1_penalty
+from fednet.models.params import load_arrays, state_arrays
+from fednet.types import Arrays, ClientInfo, Failure, Result, Task
+
+DEFAULTS = {"tau": 0.0, "eps": 1.0, "min_peers": 0, "lambda_sparsity": 5e-4, "matching": "similarity",
+            "peers": 3, "l1_detached": False}
+SHARED = {"factorized": {"u", "norm", "dense"}, "factorized_beta": {"u", "v", "mu", "norm", "dense"}}
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """Cosine similarity of two flattened arrays (0 when either is all zeros)."""
+    a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    return float(a @ b / (na * nb)) if na > 0 and nb > 0 else 0.0
+
+
+class Factorized(Algorithm):
+    """Personalized aggregation of the shared factors by similarity of the matching v."""
+
+    name = "factorized"
+
+    def __init__(self, cfg: RunConfig) -> None:
+        super().__init__(cfg)
+        unknown = set(self.params) - set(DEFAULTS)
+        if unknown:
+            raise ConfigError(f"--param {sorted(unknown)[0]} is not a {cfg.algo.name} parameter; "
+                              f"known: {', '.join(sorted(DEFAULTS))}")
+        scenario: dict[str, Any] = {}  # ALGORITHMS.md 5.4's table of per-scenario settings
+        if cfg.data.partition == "domain":
+            scenario = {"tau": 0.95, "eps": 20.0, "min_peers": 4}
+        elif cfg.data.permute:
+            scenario = {"min_peers": max(1, cfg.clients // 2)}
+        self.p = {**DEFAULTS, **scenario, **self.params}
+        if self.p["matching"] not in ("similarity", "none", "random", "worst"):
+            raise ConfigError(f"--param matching={self.p['matching']} is unknown; choose "
+                              "similarity, none, random or worst")
+        self.shared_kinds = SHARED["factorized_beta" if cfg.algo.name == "factorized_beta" else
+                                   "factorized"]
+        self.latest: dict[int, Arrays] = {}
+        self.sizes: dict[int, int] = {}
+        self.matched: dict[int, list[int]] = {}
+
+    def shared(self) -> list[str]:
+        """State names that travel (by kind; never the head, never BN running statistics)."""
+        kinds = self.info.kinds
+        if not kinds or "u" not in kinds.values():
+            raise ConfigError(f"--algo {self.cfg.algo.name} needs a factorized model (--model "
+                              "factorized_digits or factorized_resnet9, or auto)")
+        return [n for n, k in kinds.items() if k in self.shared_kinds]
+
+    def _weights(self, k: int) -> list[tuple[int, float]]:
+        """(peer, weight) pairs for client k's aggregate (section 5.4 and the ablations)."""
+        peers = sorted(self.latest)
+        if self.p["matching"] == "none":
+            tot = sum(self.sizes[j] for j in peers)
+            return [(j, self.sizes[j] / tot) for j in peers]
+        z = self.info.matching
+        sims = {j: (1.0 if j == k else cosine(self.latest[k][z], self.latest[j][z])) for j in peers}
+        if self.p["matching"] in ("random", "worst"):
+            others = [j for j in peers if j != k]
+            m = min(int(self.p["peers"]), len(others))
+            if self.p["matching"] == "random":
+                pick = rng.generator(self.cfg.seed, "random-matching", len(self.matched), k)
+                chosen = [others[i] for i in sorted(pick.choice(len(others), m, replace=False))]
+            else:
+                chosen = sorted(others, key=lambda j: (sims[j], j))[:m]
+            group = [k] + chosen
+        else:
+            order = sorted(peers, key=lambda j: (-sims[j], j))
+            n = sum(1 for j in peers if sims[j] >= float(self.p["tau"]))
+            n = max(n, int(self.p["min_peers"]) or len(peers), 1)
+            group = order[:n]
+        e = np.array([float(self.p["eps"]) * sims[j] for j in group])
+        w = np.exp(e - e.max())
+        w = w / w.sum()
+        return list(zip(group, w.tolist()))
+
+    def personalized(self, k: int) -> Arrays:
+        """Client k's shared arrays: its similarity-weighted aggregate (init before any upload)."""
+        names = self.shared()
+        if not self.latest:
+            return {n: self.global_arrays[n] for n in names}
+        if k not in self.latest:  # never uploaded: the sample-weighted average of all stored
+            peers = sorted(self.latest)
+            return weighted_mean([{n: self.latest[j][n] for n in names} for j in peers],
+                                 [self.sizes[j] for j in peers])
+        pw = self._weights(k)
+        self.matched[k] = [j for j, _ in pw]
+        return weighted_mean([{n: self.latest[j][n] for n in names} for j, _ in pw],
+                             [w for _, w in pw])
+
+    def configure_round(self, rnd: int, clients: list[ClientInfo]) -> list[Task]:
+        """One task per selected client with its own personalized aggregate."""
+        self.matched = {}
+        body_extra = {"lambda": float(self.p["lambda_sparsity"]), "l1_detached": bool(self.p["l1_detached"]),
+                      "upload": sorted(set(self.shared()) | {self.info.matching})}
+        return [self.new_task(rnd, [c.cid], self.personalized(c.cid),
+                              {**self.task_body(rnd, c), **body_extra})
+                for c in self.select(rnd, clients)]
+
+    def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
+                        ) -> dict[str, float]:
+        """Store each client's latest upload; the aggregation is per client, next round."""
+        ok, dropped = usable(results)
+        for r in ok:
+            self.latest[r.cid] = r.arrays
+            self.sizes[r.cid] = r.num_examples
+        m = round_metrics(ok, failures, dropped)
+        if self.matched:
+            m["peers_mean"] = float(np.mean([len(v) for v in self.matched.values()]))
+        return m
+
+    def client_update(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
+        """Load the shared factors, train with the L1 term on mu (momentum kept), upload."""
+        load_arrays(ctx.model, task.arrays, strict=False)
+        lam = float(task.body.get("lambda", 0.0))
+        detach = bool(task.body.get("l1_detached", False))
+        terms = [lambda: lam * l1_penalty(ctx.model, detach=detach)] if lam > 0 else []
+        body = local_sgd(ctx, task, load=False, loss_terms=terms, keep_momentum=True)
+        state = state_arrays(ctx.model)
+        return {n: state[n] for n in task.body["upload"]}, body

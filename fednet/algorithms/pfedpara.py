@@ -1,0 +1,54 @@
+"""pFedPara. Hyeon-Woo, Ye-Bin, Oh, "FedPara: Low-Rank Hadamard Product for Communication-Efficient
+Federated Learning", ICLR 2022 (the personalized variant). Spec: ALGORITHMS.md 3.7.
+
+Each layer is W = (X1 Y1^T) * (X2 Y2^T + 1): the global factors (and biases, BN affine terms)
+travel and are averaged by sample count; the local factors and the head never leave the client.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from fednet.algorithms.aggregate import weighted_mean
+from fednet.algorithms.base import Algorithm, ClientContext
+from fednet.algorithms.fedavg import round_metrics, usable
+from fednet.algorithms.local import local_sgd
+from fednet.errors import ConfigError
+from fednet.models.params import load_arrays, state_arrays
+from fednet.types import Arrays, ClientInfo, Failure, Result, Task
+
+SHARED_KINDS = {"global", "dense", "norm"}
+
+
+class PFedPara(Algorithm):
+    """FedAvg over the global factors only; local factors stay personal."""
+
+    name = "pfedpara"
+
+    def shared(self) -> list[str]:
+        """The state names that travel (selected by kind)."""
+        kinds = self.info.kinds
+        if "global" not in kinds.values():
+            raise ConfigError("--algo pfedpara needs a FedPara model (--model pfedpara_digits or auto)")
+        return [n for n, k in kinds.items() if k in SHARED_KINDS]
+
+    def configure_round(self, rnd: int, clients: list[ClientInfo]) -> list[Task]:
+        """The global factors to every selected client."""
+        arrays = {n: self.global_arrays[n] for n in self.shared()}
+        return [self.new_task(rnd, [c.cid], arrays, {**self.task_body(rnd, c), "upload": self.shared()})
+                for c in self.select(rnd, clients)]
+
+    def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
+                        ) -> dict[str, float]:
+        """Sample-weighted average of the uploaded global factors."""
+        ok, dropped = usable(results)
+        if ok:
+            avg = weighted_mean([r.arrays for r in ok], [r.num_examples for r in ok])
+            self.global_arrays = {**self.global_arrays, **avg}
+        return round_metrics(ok, failures, dropped)
+
+    def client_update(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
+        """Load the global factors over the personal model, train, send the global factors."""
+        load_arrays(ctx.model, task.arrays, strict=False)
+        body = local_sgd(ctx, task, load=False)
+        state = state_arrays(ctx.model)
+        return {n: state[n] for n in task.body["upload"]}, body
