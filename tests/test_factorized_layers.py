@@ -169,8 +169,10 @@ def test_factorized_resnet9_u_plus_v_is_270882_as_in_section_1_2():
 
 
 def test_factorized_digits_counts_kinds_and_matching_layer():
-    net = build_model("factorized_digits", 10, (1, 8, 8), seed=0)
-    assert isinstance(net, FactorizedDigitsNet)
+    registered = build_model("factorized_digits", 10, (1, 8, 8), seed=0)
+    assert isinstance(registered, FactorizedDigitsNet)  # registered with BN: it learns with SGD
+    assert _kind_counts(registered, head=False)["norm"] == 96
+    net = FactorizedDigitsNet(10, bn=False)
     assert _kind_counts(net, head=False) == {"u": 242, "v": 634, "mu": 15_312, "dense": 154}
     assert _kind_counts(net) == {"u": 210, "v": 624, "mu": 14_992, "dense": 144, "head": 372}
     kinds = param_kinds(net)

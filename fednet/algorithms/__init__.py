@@ -3,9 +3,12 @@ from __future__ import annotations
 
 from fednet.algorithms.base import Algorithm, ClientContext
 from fednet.algorithms.centralized import Centralized
+from fednet.algorithms.cfl import ClusteredFL
 from fednet.algorithms.fedavg import FedAvg, FedProx
 from fednet.algorithms.factorized import Factorized
 from fednet.algorithms.feddyn import FedDyn
+from fednet.algorithms.fedfomo import FedFomo
+from fednet.algorithms.perfedavg import PerFedAvg
 from fednet.algorithms.pfedpara import PFedPara
 from fednet.algorithms.fedseq import FedSeq
 from fednet.algorithms.fedseq_inter import FedSeqInter
@@ -18,7 +21,7 @@ REGISTRY: dict[str, type[Algorithm]] = {
     "fedavg": FedAvg, "fedprox": FedProx, "scaffold": Scaffold, "feddyn": FedDyn,
     "standalone": StandAlone, "centralized": Centralized, "fedseq": FedSeq,
     "fedseq_inter": FedSeqInter, "factorized": Factorized, "factorized_beta": Factorized,
-    "pfedpara": PFedPara,
+    "pfedpara": PFedPara, "cfl": ClusteredFL, "fedfomo": FedFomo, "perfedavg": PerFedAvg,
 }
 
 
