@@ -552,8 +552,8 @@ def main() -> None:
         print(f"  zygote  {c.get('zygote_user_s', nan):.2f}/{c.get('zygote_sys_s', nan):.2f}"
               f"  on {zg[0]:.2f} wait {zg[1]:.2f}")
         print(f"  {n} clients {c.get('clients_user_s', nan):.2f}/{c.get('clients_sys_s', nan):.2f}"
-              f"  on {cl[0]:.2f} wait {cl[1]:.2f}  (median {c.get('client_cpu_s_median', nan):.3f}s"
-              f" CPU per client)")
+              f"  on {cl[0]:.2f} wait {cl[1]:.2f}  ({cl[0] / n * 1e3:.1f} ms on-CPU per client;"
+              " user/sys are 10 ms ticks, schedstat is exact)")
         zw, zs = bd.get("zygote_cpu_at_warm"), c.get("zygote_status", {})
         if zw and "zygote_user_s" in c:
             print(f"  zygote CPU from warm to ready (forking {n} clients): user "

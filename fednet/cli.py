@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import functools
-import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -148,28 +147,24 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 RUN_DEFAULTS: dict[str, Any] = {}
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM (kill, a scheduler's time limit), handled like Ctrl-C so results are written."""
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
-    raise _Terminated()
-
-
 def _errors(f: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(f)
     def wrapper(*a: Any, **kw: Any) -> Any:
-        signal.signal(signal.SIGTERM, _on_sigterm)
+        from fednet.launch.proc import Terminated, sigterm_interrupts
+
+        restore = sigterm_interrupts()
         try:
             return f(*a, **kw)
         except FednetError as e:
             click.echo(f"fednet: error: {e}", err=True)
             sys.exit(2)
         except KeyboardInterrupt as e:
-            what = "terminated" if isinstance(e, _Terminated) else "interrupted"
-            click.echo(f"fednet: {what}; partial results were kept", err=True)
-            sys.exit(143 if isinstance(e, _Terminated) else 130)
+            term = isinstance(e, Terminated)
+            click.echo(f"fednet: {'terminated' if term else 'interrupted'}; partial results were "
+                       "kept", err=True)
+            sys.exit(143 if term else 130)
+        finally:
+            restore()
     return wrapper
 
 
@@ -261,23 +256,14 @@ def local(**opts: Any) -> None:
 def server(bind: str, **opts: Any) -> None:
     """Serve a run to clients on other hosts (`fednet clients --connect ...`)."""
     from fednet.metrics.report import summary_table
-    from fednet.server.main import run_zmq
+    from fednet.server.main import run_zmq, split_bind
 
-    host, port = _split_bind(bind)
+    host, port = split_bind(bind)
     _setup_logs(opts["quiet"])
     cfg = build_config(opts, dict(RUN_DEFAULTS, clients=100, **{"net.host": host, "net.port": port}))
     summary = run_zmq(cfg, quiet=opts["quiet"], local_clients=False,
                       on_listen=lambda ep: click.echo(f"server listening on {ep}", err=True))
     click.echo(summary_table(summary))
-
-
-def _split_bind(bind: str) -> tuple[str, int]:
-    host, _, port = bind[6:].rpartition(":")
-    if not bind.startswith("tcp://") or not host:
-        raise ConfigError(f"--bind expects tcp://HOST:PORT, e.g. tcp://0.0.0.0:5555 (got '{bind}')")
-    if not port.isdigit() or int(port) > 65535:
-        raise ConfigError(f"--bind: port '{port}' is not a number in 0..65535 (0 = any free port)")
-    return host, int(port)
 
 
 @main.command()

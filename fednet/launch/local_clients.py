@@ -92,5 +92,5 @@ def run_clients(connect: str, ids: list[int], gpus: str | None, advertise: str, 
     bad = {c: code for c, code in zyg.exits.items() if code != 0}
     if bad:
         print(f"{len(bad)} of {len(ids)} clients exited with errors (client: exit code "
-              f"{dict(list(bad.items())[:10])}); see their log lines above", file=sys.stderr)
+              f"{dict(sorted(bad.items())[:10])}); see their log lines above", file=sys.stderr)
     return 0 if not bad and len(zyg.exits) == len(ids) else 1

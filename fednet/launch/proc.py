@@ -1,8 +1,12 @@
-"""Process helpers: parent-death signals and memory readings (Linux)."""
+"""Process helpers: parent-death signals, SIGTERM as an interrupt, memory readings (Linux)."""
 from __future__ import annotations
 
 import ctypes
+import signal
 import sys
+import threading
+from collections.abc import Callable
+from typing import Any
 
 PR_SET_PDEATHSIG = 1
 
@@ -29,3 +33,26 @@ def pss_bytes(pids: list[int]) -> int:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
     return total
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (kill, a scheduler's time limit), handled like Ctrl-C so the results are written."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    raise Terminated()
+
+
+def sigterm_interrupts() -> Callable[[], None]:
+    """Make SIGTERM raise Terminated; returns a function that puts the previous handler back.
+
+    Only the main thread can set handlers; elsewhere this changes nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    prev = signal.signal(signal.SIGTERM, _raise_terminated)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, prev if prev is not None else signal.SIG_DFL)
+    return restore

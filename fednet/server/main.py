@@ -9,7 +9,7 @@ from typing import Any
 import zmq
 
 from fednet.config import RunConfig, validate
-from fednet.errors import FednetError
+from fednet.errors import ConfigError, FednetError
 from fednet.launch.gpus import check_gpus
 from fednet.launch.proc import pss_bytes
 from fednet.launch.spawn import Zygote, client_specs, open_client_log
@@ -45,6 +45,16 @@ def _discard_if_empty(out: Path) -> None:
             d.rmdir()
         except OSError:  # not empty: keep what is there
             pass
+
+
+def split_bind(bind: str) -> tuple[str, int]:
+    """'tcp://HOST:PORT' -> (HOST, PORT); errors name --bind."""
+    host, _, port = bind[6:].rpartition(":")
+    if not bind.startswith("tcp://") or not host:
+        raise ConfigError(f"--bind expects tcp://HOST:PORT, e.g. tcp://0.0.0.0:5555 (got '{bind}')")
+    if not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"--bind: port '{port}' is not a number in 0..65535 (0 = any free port)")
+    return host, int(port)
 
 
 def precheck(cfg: RunConfig) -> None:

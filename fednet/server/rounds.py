@@ -64,6 +64,13 @@ class RoundDriver:
     def run(self, dispatcher: Dispatcher) -> None:
         """The setup stage, then all rounds; stops early (status says why)."""
         self.t0 = time.monotonic()
+        self.t_end = None
+        try:
+            self._run(dispatcher)
+        finally:
+            self.t_end = time.monotonic()
+
+    def _run(self, dispatcher: Dispatcher) -> None:
         if not self.setup(dispatcher):
             return
         step = max(1, self.algo.rounds_per_step())
@@ -74,7 +81,6 @@ class RoundDriver:
                 log.error("round %d: no client is alive; stopping the run", rnd)
                 return
             self.round(rnd, clients, dispatcher, min(step, self.cfg.rounds - rnd))
-            self.t_end = time.monotonic()
             if self.status == "diverged":
                 return
         self.status = "completed"

@@ -88,9 +88,9 @@ class Fednet:
 
     def cleanup(self) -> list[str]:
         """Wait for this test's processes to end on their own; kill and name what is left."""
-        for p in self.popens:
+        for p in self.popens:  # a test that failed half-way may leave a long run going
             try:
-                p.wait(timeout=30)
+                p.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()

@@ -42,18 +42,24 @@ def _zygote_and_clients(launcher: int, n: int, timeout_s: float = 30.0
     pytest.fail(f"the launcher {launcher} did not fork {n} clients through a zygote")
 
 
-def test_ctrl_c_stops_everything_and_keeps_partial_results(fed, tmp_path):
+@pytest.mark.parametrize("sig,code,word", [(signal.SIGINT, 130, "interrupted"),
+                                           (signal.SIGTERM, 143, "terminated")],
+                         ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_stops_everything_and_keeps_partial_results(fed, tmp_path, sig, code, word):
     p = fed.start("launch", "--clients", "4", "--rounds", "200", *RUN, "--out", "run")
     wait_for_lines(tmp_path / "run" / "metrics.jsonl", 1, p)
     zyg, kids = _zygote_and_clients(p.pid, 4)
-    os.killpg(p.pid, signal.SIGINT)  # what a terminal sends to the foreground job on Ctrl-C
+    if sig == signal.SIGINT:
+        os.killpg(p.pid, sig)  # what a terminal sends to the foreground job on Ctrl-C
+    else:
+        p.send_signal(sig)  # `kill PID`, or a batch scheduler's time limit
     t0 = time.monotonic()
     rc = p.wait(timeout=30)
     took = time.monotonic() - t0
     err = p.stderr.read()
-    assert rc == 130, err
-    assert took < 8, f"Ctrl-C took {took:.1f}s to end the run"
-    assert err.strip().splitlines()[-1] == "fednet: interrupted; partial results were kept"
+    assert rc == code, err
+    assert took < 8, f"stopping took {took:.1f}s"
+    assert err.strip().splitlines()[-1] == f"fednet: {word}; partial results were kept"
     assert "Traceback" not in err
     assert not wait_gone(fed.marker, 1.0), describe(fed.processes())
     still = [q for q in [zyg, *kids] if _running(q)]
@@ -67,7 +73,7 @@ def test_ctrl_c_stops_everything_and_keeps_partial_results(fed, tmp_path):
 
 
 def test_killed_client_is_a_failure_and_the_run_completes(fed, tmp_path):
-    p = fed.start("launch", "--clients", "3", "--rounds", "12", *RUN, "--out", "run")
+    p = fed.start("launch", "--clients", "3", "--rounds", "6", *RUN, "--out", "run")
     _, kids = _zygote_and_clients(p.pid, 3)
     wait_for_lines(tmp_path / "run" / "metrics.jsonl", 1, p)
     victim = kids[1]
@@ -76,7 +82,7 @@ def test_killed_client_is_a_failure_and_the_run_completes(fed, tmp_path):
     err = p.stderr.read()
     assert rc == 0, err
     s = read_json(tmp_path / "run" / "summary.json")
-    assert (s["status"], s["rounds"]) == ("completed", 12)
+    assert (s["status"], s["rounds"]) == ("completed", 6)
     assert len(s["client_exit_codes"]) == 1, s["client_exit_codes"]
     (dead, code), = s["client_exit_codes"].items()
     assert code == -9
@@ -85,7 +91,7 @@ def test_killed_client_is_a_failure_and_the_run_completes(fed, tmp_path):
     assert all("killed by signal 9" in f["reason"] for f in s["failures"])
     assert len(s["failures"]) == 1
     rows = jsonl(tmp_path / "run" / "metrics.jsonl")
-    assert len(rows) == 12
+    assert len(rows) == 6
     assert (rows[-1]["results"], rows[-1]["failures"]) == (2, 0)  # survivors are aggregated
     assert rows[-1]["accuracy"] == s["final_accuracy"] > 0.1
     assert set(s["devices"]) == {"0", "1", "2"}
@@ -147,8 +153,8 @@ def test_server_and_clients_on_a_port_chosen_at_bind_time(fed, tmp_path):
 
 def test_killed_server_stops_remote_clients_after_timeout(fed, tmp_path):
     srv, endpoint, _ = _start_server(fed, "--clients", "2", "--rounds", "300", *RUN, "--out", "srv")
-    cl = fed.start("clients", "--connect", endpoint, "--ids", "0-1", "--timeout", "2")
-    wait_for_lines(tmp_path / "srv" / "metrics.jsonl", 1, srv)
+    cl = fed.start("clients", "--connect", endpoint, "--ids", "0-1", "--timeout", "4")
+    wait_for_lines(tmp_path / "srv" / "metrics.jsonl", 1, cl)  # fails early if the clients end
     srv.send_signal(signal.SIGKILL)
     srv.wait(timeout=10)
     t0 = time.monotonic()
@@ -156,7 +162,7 @@ def test_killed_server_stops_remote_clients_after_timeout(fed, tmp_path):
     took = time.monotonic() - t0
     err = cl.stderr.read()
     assert rc == 1, err
-    assert 2 <= took < 15, took
-    assert err.count("lost the server at " + endpoint + " (no connection for 2s); stopping") == 2
+    assert 4 <= took < 20, took
+    assert err.count("lost the server at " + endpoint + " (no connection for 4s); stopping") == 2
     assert err.strip().splitlines()[-1] == ("2 of 2 clients exited with errors (client: exit code "
                                             "{0: 1, 1: 1}); see their log lines above")
