@@ -1,0 +1,199 @@
+"""Command-line options shared by launch, local and server, and how they become a RunConfig."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from fednet.config import ALGORITHMS, LATENCY_PRESETS, PARTITIONS, RunConfig, from_dict, load_toml, merge
+from fednet.errors import ConfigError
+
+# option name -> dotted config key
+_KEYS = {
+    "clients": "clients", "rounds": "rounds", "seed": "seed", "out": "out",
+    "algo": "algo.name", "fraction": "algo.fraction",
+    "dataset": "data.dataset", "partition": "data.partition", "alpha": "data.alpha",
+    "data_root": "data.data_root", "download": "data.download",
+    "model": "train.model", "epochs": "train.epochs", "batch_size": "train.batch_size", "lr": "train.lr",
+    "momentum": "train.momentum", "weight_decay": "train.weight_decay", "threads": "train.threads",
+    "round_timeout": "net.round_timeout", "register_timeout": "net.register_timeout",
+    "real_time": "latency.real", "time_scale": "latency.time_scale",
+    "permute": "data.permute", "exemplars": "data.exemplars", "eval_mode": "algo.eval",
+    "augment": "train.augment",
+}
+
+# Algorithm parameters with their own option: (option, params key, type, help). Each lands in
+# algo.params; --param KEY=VALUE reaches the rest.
+ALGO_OPTIONS: list[tuple[str, str, Any, str]] = [
+    ("--mu", "mu", float, "[fedprox; fedseq --local fedprox] proximal weight. [default: 0.01]"),
+    ("--dyn-alpha", "alpha", float, "[feddyn; fedseq --local feddyn] regularisation. [default: 0.1]"),
+    ("--clip", "clip", float, "[feddyn] clip the gradient norm (0 = off). [default: 0]"),
+    ("--scaffold-option", "option", click.IntRange(1, 2),
+     "[scaffold] control update: 2 = the paper's cheap rule, 1 = full local gradient. [default: 2]"),
+    ("--local", "local", click.Choice(["sgd", "fedprox", "feddyn"]),
+     "[fedseq, fedseq_inter] local rule inside the chain. [default: sgd]"),
+    ("--approximator", "approximator",
+     click.Choice(["confidence", "clf_last", "clf_last2", "clf_all"]),
+     "[fedseq*] client representation. [default: confidence]"),
+    ("--measure", "measure", click.Choice(["kl", "gini", "cosine", "euclidean", "wasserstein"]),
+     "[fedseq*] heterogeneity measure. [default: kl]"),
+    ("--grouping", "grouping", click.Choice(["greedy", "kmeans", "random"]),
+     "[fedseq*] superclient grouping. [default: greedy]"),
+    ("--pretrain-epochs", "pretrain_epochs", int, "[fedseq*] pre-training epochs e. [default: 40]"),
+    ("--min-samples", "min_samples", int,
+     "[fedseq*] |D_S|min (0 = room for about one client per class). [default: 0]"),
+    ("--max-clients", "max_clients", int, "[fedseq*] K_S,max clients per superclient. [default: 11]"),
+    ("--passes", "passes", int, "[fedseq*] ring passes E_S per round. [default: 1]"),
+    ("--superclient-fraction", "superclient_fraction", float,
+     "[fedseq*] fraction of superclients per round. [default: 0.2]"),
+    ("--period", "period", int,
+     "[fedseq_inter] aggregation period in rounds (0 = the number of superclients). [default: 0]"),
+    ("--tau", "tau", float, "[factorized*] similarity threshold. [default: 0; domain: 0.95]"),
+    ("--eps", "eps", float, "[factorized*] softmax sharpness of the matching. [default: 1; domain: 20]"),
+    ("--min-peers", "min_peers", int, "[factorized*] least peers aggregated (0 = all). [default: 0]"),
+    ("--lambda-sparsity", "lambda_sparsity", float, "[factorized*] L1 weight on mu. [default: 5e-4]"),
+    ("--matching", "matching", click.Choice(["similarity", "none", "random", "worst"]),
+     "[factorized*] peer matching (none = Factorized-FedAvg). [default: similarity]"),
+]
+_ALGO_DEST = {opt.lstrip("-").replace("-", "_"): key for opt, key, _, _ in ALGO_OPTIONS}
+
+def _opt_dest(opt: str) -> str:
+    return opt.lstrip("-").replace("-", "_")
+
+
+_COMMON: list[Callable[[Any], Any]] = [
+    click.option("--config", "config_file", type=click.Path(dir_okay=False),
+                 help="TOML file with the same fields; command-line options override it."),
+    click.option("--clients", type=int, help="Number of clients (default 100 for launch, 10 for local)."),
+    click.option("--rounds", type=int, help="Communication rounds. [default: 25]"),
+    click.option("--algo", type=click.Choice(ALGORITHMS), help="Algorithm. [default: fedavg]"),
+    click.option("--dataset", help="digits (embedded), cifar10, cifar100 or svhn (from --data-root). "
+                                   "[default: digits]"),
+    click.option("--partition", type=click.Choice(PARTITIONS),
+                 help="How data is split: iid, dirichlet(alpha), shards (one class per client) or "
+                      "domain (20 clients, 5 domains)."),
+    click.option("--alpha", type=float, help="Dirichlet concentration; 0 means shards. [default: 0.5]"),
+    click.option("--seed", type=int, help="Seed of every random draw. [default: 0]"),
+    click.option("--gpus", help="Comma-separated CUDA devices, e.g. 0,1; client i uses gpus[i % n]. "
+                                "Without it everything runs on the CPU."),
+    click.option("--latency", help=f"Client profiles: {', '.join(LATENCY_PRESETS)} or a CSV/JSON "
+                                   "file (compute_s_per_sample, rtt_s, up_bps, down_bps). [default: lan]"),
+    click.option("--real-time/--virtual-time", "real_time", default=None,
+                 help="Also sleep the simulated delays (demonstrations); figures use the virtual clock."),
+    click.option("--time-scale", type=float, help="Multiplier on slept delays in --real-time mode."),
+    click.option("--out", type=click.Path(file_okay=False),
+                 help="Results folder. [default: runs/<timestamp>-<algo>]"),
+    click.option("--fraction", type=float, help="Fraction of clients per round. [default: 1.0]"),
+    click.option("--model", help="Model architecture. [default: auto]"),
+    click.option("--epochs", type=int, help="Local epochs per round. [default: 5]"),
+    click.option("--batch-size", type=int, help="Local minibatch size. [default: 8]"),
+    click.option("--lr", type=float, help="Local SGD learning rate. [default: 0.15]"),
+    click.option("--momentum", type=float, help="Local SGD momentum. [default: 0]"),
+    click.option("--weight-decay", type=float, help="Local SGD weight decay. [default: 4e-4]"),
+    click.option("--threads", type=int, help="Torch threads per client process. [default: 1]"),
+    click.option("--data-root", type=click.Path(file_okay=False), help="Folder of dataset files."),
+    click.option("--download/--no-download", default=None, help="Download datasets if missing."),
+    click.option("--round-timeout", type=float, help="Seconds a round may take. [default: 300]"),
+    click.option("--register-timeout", type=float, help="Seconds to wait for clients. [default: 60]"),
+    click.option("--permute/--no-permute", default=None,
+                 help="Every client relabels its data with a private permutation (personalized FL)."),
+    click.option("--eval", "eval_mode", type=click.Choice(["auto", "global", "clients"]),
+                 help="global: the server model on the test set; clients: each client's own model "
+                      "on its own split. [default: auto]"),
+    click.option("--exemplars", type=int,
+                 help="Exemplars per class taken out of the test set (FedSeq). [default: 5 digits, 10 else]"),
+    click.option("--augment", type=click.Choice(["auto", "none", "fedseq", "simclr"]),
+                 help="Train-time augmentation. [default: auto]"),
+    *[click.option(opt, _opt_dest(opt), type=typ, help=hlp) for opt, _, typ, hlp in ALGO_OPTIONS],
+    click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
+                 help="Algorithm parameter (repeatable), e.g. --param mu=0.01."),
+    click.option("-q", "--quiet", is_flag=True, help="No progress output."),
+]
+
+
+def common_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Attach the options shared by launch, local and server."""
+    for opt in reversed(_COMMON):
+        f = opt(f)
+    return f
+
+
+def _param_value(text: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
+    """Defaults < TOML file < command-line options."""
+    from fednet.launch.gpus import parse_gpus
+
+    base = RunConfig().to_dict()
+    base = merge(base, defaults)
+    if opts.get("config_file"):
+        base = merge(base, _file_overrides(opts["config_file"]))
+    over: dict[str, Any] = {_KEYS[k]: v for k, v in opts.items() if k in _KEYS and v is not None}
+    if opts.get("gpus") is not None:
+        over["gpus"] = list(parse_gpus(opts["gpus"]))
+    lat = opts.get("latency")
+    if lat is not None and lat not in LATENCY_PRESETS and not Path(lat).is_file():
+        raise ConfigError(f"--latency '{lat}' is neither a preset ({', '.join(LATENCY_PRESETS)}) "
+                          "nor an existing CSV/JSON file")
+    if lat is not None:
+        over["latency.preset" if lat in LATENCY_PRESETS else "latency.file"] = lat
+        if lat in LATENCY_PRESETS:
+            over["latency.file"] = ""
+    for dest, key in _ALGO_DEST.items():
+        if opts.get(dest) is not None:
+            over[f"algo.params.{key}"] = opts[dest]
+    for p in opts.get("params") or ():
+        if "=" not in p:
+            raise click.BadParameter(f"'{p}' is not KEY=VALUE", param_hint="--param")
+        k, v = p.split("=", 1)
+        over[f"algo.params.{k.strip()}"] = _param_value(v.strip())
+    return from_dict(merge(base, over))
+
+
+# the default value's type -> how a TOML value must look, and the types accepted
+_TOML_KINDS = [(bool, "true or false", (bool,)), (int, "an integer", (int,)),
+               (float, "a number", (int, float)), (str, "a string", (str,)),
+               (list, "a list of integers", (list,)), (dict, "a table", (dict,))]
+
+
+def _file_overrides(path: str) -> dict[str, Any]:
+    """The dotted keys of a TOML run file, checked against the known keys and their types."""
+    flat = _flatten(load_toml(path))
+    known = _flatten(RunConfig().to_dict())
+    for key, v in flat.items():
+        if key not in known:
+            continue  # unknown keys and misplaced tables are named by from_dict below
+        kind, ok = next((k, ok) for t, k, ok in _TOML_KINDS if isinstance(known[key], t))
+        good = isinstance(v, ok) and (kind == "true or false" or not isinstance(v, bool))
+        if good and isinstance(v, list):
+            good = all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+        if not good:
+            raise ConfigError(f"--config {path}: '{key}' must be {kind} (got {v!r})")
+        flat[key] = float(v) if kind == "a number" else v
+    try:
+        from_dict(merge(RunConfig().to_dict(), flat))
+    except ConfigError as e:
+        raise ConfigError(f"--config {path}: {e}") from None
+    return flat
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and key != "algo.params":
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
