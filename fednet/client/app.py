@@ -82,6 +82,7 @@ class Client:
         b = msg.body
         cfg = from_dict(b["config"])
         self.run_id = str(b.get("run_id", ""))
+        self.peers.run_id = self.run_id
         self.profile = Profile.from_dict(b.get("profile", {}))
         self.real, self.scale = cfg.latency.real, cfg.latency.time_scale
         torch.set_num_threads(cfg.train.threads)
@@ -152,7 +153,8 @@ class Client:
                 if msg.kind == MsgKind.TASK:
                     self._run_task(msg, n)
                 elif msg.kind == MsgKind.SHUTDOWN:
-                    tot = self.ledger.totals()
+                    tot = dict(self.ledger.totals())
+                    tot["rejected"] = self.server.rejects.total + self.peers.chan.rejects.total
                     self._send_server(Message(MsgKind.BYE, self.name, self.run_id, body=tot))
                     return EXIT_OK
                 else:

@@ -32,6 +32,7 @@ class Peers:
         self.sock = sock
         self.chan = Channel(sock, ledger, me, router=True)
         self.last_peer_bytes = self.last_peer_tensor = 0
+        self.run_id = ""  # set at WELCOME; hand-offs of other runs are rejected
 
     def next_hop(self, task_msg: Message, reply: Message) -> int | None:
         """Index of the next hop when the reply must travel on along the route, else None."""
@@ -82,11 +83,28 @@ class Peers:
         if got is None:
             return None
         ident, msg, n = got
-        if msg.kind != MsgKind.HANDOFF:
-            log.warning("%s: unexpected %s on the peer socket dropped", self.me, msg.kind.name)
+        why = self._reject_reason(msg)
+        if why:
+            self.chan.rejects.note(ident, ValueError(why))
             return None
-        self.chan.send(ack_message(msg, self.me), ident)
+        try:
+            self.chan.send(ack_message(msg, self.me), ident)
+        except zmq.ZMQError as e:  # the sender is gone: it will retry or skip us; run the hop
+            log.warning("%s: could not acknowledge a hand-off from %s: %s", self.me, ident, e)
         return msg, n
+
+    def _reject_reason(self, msg: Message) -> str:
+        """Why a peer message is not a hand-off of this run for this client ('' if it is)."""
+        if msg.kind != MsgKind.HANDOFF:
+            return f"unexpected {msg.kind.name} on the peer socket"
+        if msg.run_id != self.run_id:
+            return "hand-off of another run"
+        route, hop = msg.body.get("route"), msg.body.get("hop")
+        if not isinstance(route, list) or not isinstance(hop, int) or not 0 < hop < len(route):
+            return "hand-off with a malformed route"
+        if client_name(int(route[hop])) != self.me or client_name(int(route[hop - 1])) != msg.sender:
+            return "hand-off not addressed to this client by its predecessor"
+        return ""
 
     def hop_done(self, task_msg: Message, reply: Message) -> Message:
         """HOP_DONE for the server: the bytes of the last hand-off and its acknowledgement."""

@@ -89,7 +89,7 @@ class ZmqServer:
     def _handle(self, ident: str, msg: Message, nbytes: int) -> None:
         cid = _cid_of(ident)
         if cid is None or cid >= self.s.cfg.clients:
-            log.warning("message from unknown sender %r dropped", ident[:40])
+            self.chan.rejects.note(ident[:40], ValueError("unknown sender"))
             if msg.kind == MsgKind.READY:
                 self.chan.send(Message(MsgKind.REJECT, SERVER, self.s.run_id, body={
                     "reason": f"client id out of range: this run has {self.s.cfg.clients} clients"}),

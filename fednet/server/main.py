@@ -158,7 +158,9 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
             extra.update(_client_exits(zyg))
             session.driver.failures.extend(server.untasked_deaths(session.driver.failures))
             extra["rejected_messages"] = server.chan.rejects.total
-            extra["bytes_client_view"] = _client_view(server.byes)
+            view = _client_view(server.byes)
+            extra["client_rejected_messages"] = view.pop("rejected", 0)
+            extra["bytes_client_view"] = view
             extra["total_wall_s"] = time.monotonic() - t_start
             summary = session.finish(list(server.clients.values()), extra)
             server.close()
