@@ -70,6 +70,15 @@ class Algorithm:
         self.info = ServerInfo(num_classes=0)
         self._next_task = 0
 
+    def checked_params(self, defaults: dict[str, Any], also: Sequence[str] = ()) -> dict[str, Any]:
+        """defaults updated by --param values; an unknown name is a ConfigError that lists the known."""
+        unknown = set(self.params) - set(defaults) - set(also)
+        if unknown:
+            from fednet.errors import ConfigError
+            raise ConfigError(f"--param {sorted(unknown)[0]} is not a {self.cfg.algo.name} parameter; "
+                              f"known: {', '.join(sorted(defaults))}")
+        return {**defaults, **self.params}
+
     # ---- server side -------------------------------------------------------------------
     def setup(self, init: Arrays, trainable: set[str] | None = None) -> None:
         """Receive the initial global model and the names of its trainable parameters."""

@@ -70,11 +70,7 @@ class ClusteredFL(Algorithm):
 
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)
-        unknown = set(self.params) - set(DEFAULTS)
-        if unknown:
-            raise ConfigError(f"--param {sorted(unknown)[0]} is not a cfl parameter; "
-                              f"known: {', '.join(sorted(DEFAULTS))}")
-        p = {**DEFAULTS, **self.params}
+        p = self.checked_params(DEFAULTS)
         try:
             self.eps1, self.eps2 = float(p["eps1"]), float(p["eps2"])
             self.warmup, self.lr_decay = int(p["warmup"]), float(p["lr_decay"])

@@ -50,16 +50,13 @@ class Factorized(Algorithm):
 
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)
-        unknown = set(self.params) - set(DEFAULTS)
-        if unknown:
-            raise ConfigError(f"--param {sorted(unknown)[0]} is not a {cfg.algo.name} parameter; "
-                              f"known: {', '.join(sorted(DEFAULTS))}")
+        checked = self.checked_params(DEFAULTS)
         scenario: dict[str, Any] = {}  # ALGORITHMS.md 5.4's table of per-scenario settings
         if cfg.data.partition == "domain":
             scenario = {"tau": 0.95, "eps": 20.0, "min_peers": 4}
         elif cfg.data.permute:
             scenario = {"min_peers": max(1, cfg.clients // 2)}
-        self.p = {**DEFAULTS, **scenario, **self.params}
+        self.p = {**checked, **scenario, **self.params}
         if self.p["matching"] not in ("similarity", "none", "random", "worst"):
             raise ConfigError(f"--param matching={self.p['matching']} is unknown; choose "
                               "similarity, none, random or worst")

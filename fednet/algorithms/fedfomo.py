@@ -72,11 +72,7 @@ class FedFomo(Algorithm):
 
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)
-        unknown = set(self.params) - set(DEFAULTS)
-        if unknown:
-            raise ConfigError(f"--param {sorted(unknown)[0]} is not a fedfomo parameter; "
-                              f"known: {', '.join(sorted(DEFAULTS))}")
-        p = {**DEFAULTS, **self.params}
+        p = self.checked_params(DEFAULTS)
         if p["baseline"] not in ("current", "first_model"):
             raise ConfigError(f"--param baseline={p['baseline']} is unknown; choose current "
                               "(the paper) or first_model (the official code)")

@@ -39,11 +39,7 @@ class FedSeq(Algorithm):
 
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)
-        unknown = set(self.params) - set(DEFAULTS) - {"mu", "alpha", "clip", "official", "period"}
-        if unknown:
-            raise ConfigError(f"--param {sorted(unknown)[0]} is not a {self.name} parameter; "
-                              f"known: {', '.join(sorted(DEFAULTS))}")
-        p = {**DEFAULTS, **self.params}
+        p = self.checked_params(DEFAULTS, ("mu", "alpha", "clip", "official", "period"))
         self.p = p
         approx.check_combination(str(p["approximator"]), str(p["measure"]))
         self.local = rule_from_params(str(p["local"]), self.params)

@@ -54,11 +54,7 @@ class PerFedAvg(FedAvg):
 
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)
-        unknown = set(self.params) - set(DEFAULTS)
-        if unknown:
-            raise ConfigError(f"--param {sorted(unknown)[0]} is not a perfedavg parameter; "
-                              f"known: {', '.join(sorted(DEFAULTS))}")
-        p = {**DEFAULTS, **self.params}
+        p = self.checked_params(DEFAULTS)
         try:
             self.alpha, self.beta = float(p["alpha"]), float(p["beta"])
             self.fd_delta = float(p["fd_delta"])
