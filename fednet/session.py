@@ -65,7 +65,8 @@ class Session:
             c = by_cid.get(cid)
             rows.append({"client": cid, "samples": int(len(self.parts[cid])),
                          "labels": self.histograms[cid], "device": c.device if c else None,
-                         "host": c.host if c else None, "profile": self.profiles[cid].to_dict()})
+                         "host": c.host if c else None, "endpoint": c.endpoint if c else None,
+                         "profile": self.profiles[cid].to_dict()})
         self.history.clients(rows)
         summary = self.driver.summary(clients, {"partition": self.stats, "run_id": self.run_id,
                                                 "out": str(self.out) if self.out else None,
