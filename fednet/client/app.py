@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import deque
 import socket
 import time
 from typing import Any
@@ -50,6 +51,9 @@ class Client:
         self.profile = Profile()
         self._tracker: Any = None
         self.parent = os.getppid()
+        self.work: deque[tuple[Message, int]] = deque()  # tasks and hand-offs, run one at a time
+        self.seen: set[tuple[int, int]] = set()  # (task, hop) of the hand-offs already queued
+        self.stopping = False
         torch.set_num_threads(threads)
 
     def _send_server(self, msg: Message, track: bool = False) -> int:
@@ -123,17 +127,50 @@ class Client:
         return self.lost_since is not None and time.monotonic() - self.lost_since > self.lost_timeout
 
     def _sleep_real(self, sim_delay: float, elapsed: float, extra: float = 0.0) -> None:
-        if self.real:
-            time.sleep(max(0.0, (sim_delay + extra) * self.scale - elapsed))
+        """Real-time mode: wait out the simulated delay, still acknowledging hand-offs."""
+        if not self.real:
+            return
+        end = time.monotonic() + max(0.0, (sim_delay + extra) * self.scale - elapsed)
+        while (left := end - time.monotonic()) > 0:
+            self._pump(max(1, int(min(left, 0.05) * 1000)))
+
+    def _pump(self, timeout_ms: int) -> None:
+        """Read what the sockets hold: hand-offs are acknowledged at once and queued as work
+        (a duplicate, re-sent after a slow acknowledgement, is acknowledged but not run again);
+        tasks from the server are queued; SHUTDOWN stops the loop."""
+        ready = dict(self.poller.poll(timeout_ms))
+        if self.peers.sock in ready:
+            for _ in range(1000):
+                got = self.peers.receive()
+                if got is not None:
+                    key = (got[0].task_id, int(got[0].body.get("hop", 0)))
+                    if key not in self.seen:
+                        self.seen.add(key)
+                        self.work.append(got)
+                if not self.peers.sock.poll(0):
+                    break
+        if self.server.sock in ready:
+            for _ in range(1000):
+                got = self.server.recv()
+                if got is not None:
+                    _, msg, n = got
+                    if msg.kind == MsgKind.TASK:
+                        self.work.append((msg, n))
+                    elif msg.kind == MsgKind.SHUTDOWN:
+                        self.stopping = True
+                    else:
+                        log.warning("client %d: unexpected %s from the server", self.cid,
+                                    msg.kind.name)
+                if not self.server.sock.poll(0):
+                    break
 
     def serve(self) -> int:
-        """The poll loop: tasks from the server, hand-offs from peers, until SHUTDOWN."""
-        poller = zmq.Poller()
-        poller.register(self.server.sock, zmq.POLLIN)
-        poller.register(self.peers.sock, zmq.POLLIN)
-        poller.register(self.monitor, zmq.POLLIN)
-        while True:
-            ready = dict(poller.poll(1000))
+        """The poll loop: tasks from the server and hand-offs from peers, one at a time."""
+        self.poller = zmq.Poller()
+        self.poller.register(self.server.sock, zmq.POLLIN)
+        self.poller.register(self.peers.sock, zmq.POLLIN)
+        self.peers.pump = lambda: self._pump(0)
+        while not self.stopping:
             if os.getppid() != self.parent:  # our launcher is gone: do not linger as an orphan
                 log.error("client %d: parent process exited; stopping", self.cid)
                 return EXIT_ERROR
@@ -141,24 +178,15 @@ class Client:
                 log.error("client %d: lost the server at %s (no connection for %.0fs); stopping",
                           self.cid, self.connect, self.lost_timeout)
                 return EXIT_ERROR
-            if self.peers.sock in ready:
-                got = self.peers.receive()
-                if got is not None:
-                    self._run_task(*got)
-            if self.server.sock in ready:
-                got = self.server.recv()
-                if got is None:
-                    continue
-                _, msg, n = got
-                if msg.kind == MsgKind.TASK:
-                    self._run_task(msg, n)
-                elif msg.kind == MsgKind.SHUTDOWN:
-                    tot = dict(self.ledger.totals())
-                    tot["rejected"] = self.server.rejects.total + self.peers.chan.rejects.total
-                    self._send_server(Message(MsgKind.BYE, self.name, self.run_id, body=tot))
-                    return EXIT_OK
-                else:
-                    log.warning("client %d: unexpected %s from the server", self.cid, msg.kind.name)
+            if self.work:
+                self._run_task(*self.work.popleft())
+                self._pump(0)
+            else:
+                self._pump(1000)
+        tot = dict(self.ledger.totals())
+        tot["rejected"] = self.server.rejects.total + self.peers.chan.rejects.total
+        self._send_server(Message(MsgKind.BYE, self.name, self.run_id, body=tot))
+        return EXIT_OK
 
     def close(self) -> None:
         """Close sockets (waiting briefly for queued messages) and the context."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import zmq
 
@@ -19,7 +20,7 @@ from fednet.wire import ack_message, handoff_message, hop_done_message
 
 log = logging.getLogger("fednet.client.peers")
 
-ACK_TIMEOUT_S = 5.0
+ACK_TIMEOUT_S = 30.0  # a busy peer acknowledges between two local updates
 RETRIES = 3
 
 
@@ -33,6 +34,7 @@ class Peers:
         self.chan = Channel(sock, ledger, me, router=True)
         self.last_peer_bytes = self.last_peer_tensor = 0
         self.run_id = ""  # set at WELCOME; hand-offs of other runs are rejected
+        self.pump: Callable[[], None] = lambda: None  # serves our own sockets while we wait
 
     def next_hop(self, task_msg: Message, reply: Message) -> int | None:
         """Index of the next hop when the reply must travel on along the route, else None."""
@@ -66,7 +68,8 @@ class Peers:
                 n, _ = chan.send(msg, peer)
                 deadline = time.monotonic() + ACK_TIMEOUT_S
                 while time.monotonic() < deadline:
-                    if not dealer.poll(100):
+                    if not dealer.poll(50):
+                        self.pump()  # acknowledge hand-offs to us meanwhile: no mutual waits
                         continue
                     got = chan.recv()
                     if got and got[1].kind == MsgKind.HANDOFF_ACK and got[1].task_id == msg.task_id:
