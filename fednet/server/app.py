@@ -48,6 +48,7 @@ class ZmqServer:
         self._pending: dict[int, Task] = {}
         self._replies: list[Result | Failure] = []
         self._progress = time.monotonic()
+        self.shutting_down = False
 
     # ---- helpers -------------------------------------------------------------------------
     def _send(self, cid: int, msg: Message) -> bool:
@@ -65,7 +66,8 @@ class ZmqServer:
             if cid not in self.dead:
                 self.dead[cid] = why
                 self.death_round[cid] = self.round
-                if cid not in self.byes:  # an exit after BYE is the normal end
+                normal = cid in self.byes or (self.shutting_down and why.endswith("code 0"))
+                if not normal:  # an exit after SHUTDOWN is the normal end (its BYE may be queued)
                     log.warning("client %d is gone: %s", cid, why)
         for tid, task in list(self._pending.items()):
             if any(c in self.dead for c in task.route[task.hop:]):
@@ -203,6 +205,7 @@ class ZmqServer:
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """SHUTDOWN to every live client; wait briefly for their BYE."""
+        self.shutting_down = True
         targets = [c for c in self.clients if c not in self.dead]
         for cid in targets:
             self._send(cid, Message(MsgKind.SHUTDOWN, SERVER, self.s.run_id))
