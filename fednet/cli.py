@@ -143,13 +143,31 @@ def server(bind: str, **opts: Any) -> None:
 @click.option("--threads", type=int, default=1, show_default=True, help="Torch threads per client.")
 @click.option("--timeout", type=float, default=60.0, show_default=True,
               help="Seconds to wait for the server to listen and to welcome each client.")
+@click.option("--secure", type=click.Path(file_okay=False), default="",
+              help="Key folder (as the server's): CURVE and authentication on every link.")
 @_errors
 def clients(connect: str, ids: str, gpus: str | None, advertise: str, threads: int,
-            timeout: float) -> None:
+            timeout: float, secure: str) -> None:
     """Start clients on this host; they get the run's configuration from the server."""
     from fednet.launch.local_clients import parse_ids, run_clients
 
-    sys.exit(run_clients(connect, parse_ids(ids), gpus, advertise, threads, timeout))
+    sys.exit(run_clients(connect, parse_ids(ids), gpus, advertise, threads, timeout, secure))
+
+
+@main.group()
+def keys() -> None:
+    """Key pairs for --secure (CURVE encryption, client authentication)."""
+
+
+@keys.command("init")
+@click.argument("folder", type=click.Path(file_okay=False))
+@_errors
+def keys_init(folder: str) -> None:
+    """Write a server key pair and a cluster client key pair into FOLDER."""
+    from fednet.transport.security import init_keys
+
+    for p in init_keys(folder):
+        click.echo(p)
 
 
 @main.command()

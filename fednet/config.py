@@ -65,6 +65,7 @@ class NetConfig:
     port: int = 0
     round_timeout: float = 300.0
     register_timeout: float = 60.0
+    secure: str = ""  # key folder (fednet keys init DIR): CURVE + ZAP on every link
 
 
 @dataclass(frozen=True)

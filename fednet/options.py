@@ -21,7 +21,7 @@ _KEYS = {
     "round_timeout": "net.round_timeout", "register_timeout": "net.register_timeout",
     "real_time": "latency.real", "time_scale": "latency.time_scale",
     "permute": "data.permute", "exemplars": "data.exemplars", "eval_mode": "algo.eval",
-    "augment": "train.augment",
+    "augment": "train.augment", "secure": "net.secure",
 }
 
 # Algorithm parameters with their own option: (option, params key, type, help). Each lands in
@@ -97,6 +97,9 @@ _COMMON: list[Callable[[Any], Any]] = [
     click.option("--download/--no-download", default=None, help="Download datasets if missing."),
     click.option("--round-timeout", type=float, help="Seconds a round may take. [default: 300]"),
     click.option("--register-timeout", type=float, help="Seconds to wait for clients. [default: 60]"),
+    click.option("--secure", type=click.Path(file_okay=False),
+                 help="Key folder from `fednet keys init`: CURVE encryption and client "
+                      "authentication on every server and peer link."),
     click.option("--permute/--no-permute", default=None,
                  help="Every client relabels its data with a private permutation (personalized FL)."),
     click.option("--eval", "eval_mode", type=click.Choice(["auto", "global", "clients"]),

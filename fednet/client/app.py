@@ -31,19 +31,26 @@ class Client:
     """One federated client: a DEALER to the server and a ROUTER for peer hand-offs."""
 
     def __init__(self, cid: int, connect: str, device: str = "cpu", advertise: str = "127.0.0.1",
-                 threads: int = 1) -> None:
+                 threads: int = 1, secure: str = "") -> None:
         self.cid, self.name, self.device = cid, client_name(cid), device
         self.ctx = zmq.Context()
         self.ledger = Ledger()
-        self.server = Channel(connect_dealer(self.ctx, self.name, connect), self.ledger, self.name,
-                              router=False)
+        self.auth, self.keys, setup = None, None, None
+        if secure:  # CURVE to the server; our peer socket admits only allowed keys (ZAP)
+            from fednet.transport import security
+
+            self.keys = keys = security.load_keys(secure, need_server_secret=False)
+            self.auth = security.start_authenticator(self.ctx, keys)
+            setup = lambda s: security.as_client(s, keys.server_public, keys)  # noqa: E731
+        self.server = Channel(connect_dealer(self.ctx, self.name, connect, setup), self.ledger,
+                              self.name, router=False)
         # connection events of the server link: a server that died is noticed (DISCONNECTED and
         # no new handshake) even while this client idles between rounds
         self.monitor = self.server.sock.get_monitor_socket(
             zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
         self.lost_since: float | None = None
         self.lost_timeout = 60.0
-        self.peers = Peers(self.ctx, self.name, advertise, self.ledger)
+        self.peers = Peers(self.ctx, self.name, advertise, self.ledger, self.keys)
         self.connect = connect
         self.executor: Executor | None = None
         self.run_id = ""
@@ -194,15 +201,17 @@ class Client:
         self.monitor.close(linger=0)
         self.peers.close()
         self.server.sock.close(linger=2000)
+        if self.auth is not None:
+            self.auth.stop()
         self.ctx.term()
 
 
 def run_client(cid: int, connect: str, device: str = "cpu", advertise: str = "127.0.0.1",
-               threads: int = 1, register_timeout: float = 60.0) -> int:
+               threads: int = 1, register_timeout: float = 60.0, secure: str = "") -> int:
     """Run one client to completion; returns a process exit code."""
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
-    client = Client(cid, connect, device, advertise, threads)
+    client = Client(cid, connect, device, advertise, threads, secure)
     client.lost_timeout = register_timeout
     try:
         client.register(register_timeout)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 import zmq
 
@@ -27,9 +28,17 @@ RETRIES = 3
 class Peers:
     """This client's peer socket and its outgoing hand-offs."""
 
-    def __init__(self, ctx: zmq.Context, me: str, advertise: str, ledger: Ledger) -> None:
+    def __init__(self, ctx: zmq.Context, me: str, advertise: str, ledger: Ledger,
+                 keys: Any = None) -> None:
         self.ctx, self.me, self.ledger = ctx, me, ledger
-        sock, self.endpoint = bind_router(ctx, advertise, 0, what="peer port")
+        self.server_setup = self.client_setup = None
+        if keys is not None:  # peers: CURVE servers with the cluster key pair, ZAP-checked
+            from fednet.transport import security
+
+            self.server_setup = lambda s: security.as_server(s, keys.client_public, keys.client_secret)
+            self.client_setup = lambda s: security.as_client(s, keys.client_public, keys)
+        sock, self.endpoint = bind_router(ctx, advertise, 0, what="peer port",
+                                          setup=self.server_setup)
         self.sock = sock
         self.chan = Channel(sock, ledger, me, router=True)
         self.last_peer_bytes = self.last_peer_tensor = 0
@@ -62,7 +71,7 @@ class Peers:
     def _send_acked(self, endpoint: str, peer: str, msg: Message) -> bool:
         for attempt in range(RETRIES):
             dealer = connect_dealer(self.ctx, f"{self.me}-{attempt}-{time.monotonic_ns() % 10**6}",
-                                    endpoint)
+                                    endpoint, self.client_setup)
             chan = Channel(dealer, self.ledger, self.me, router=False)
             try:
                 n, _ = chan.send(msg, peer)

@@ -68,7 +68,7 @@ def wait_listening(connect: str, timeout_s: float) -> None:
 
 
 def run_clients(connect: str, ids: list[int], gpus: str | None, advertise: str, threads: int,
-                timeout_s: float = 60.0) -> int:
+                timeout_s: float = 60.0, secure: str = "") -> int:
     """Fork the clients, wait for all of them to exit; exit code 0 only if all exited cleanly."""
     if timeout_s <= 0:
         raise ConfigError(f"--timeout must be positive (got {timeout_s:g})")
@@ -76,10 +76,13 @@ def run_clients(connect: str, ids: list[int], gpus: str | None, advertise: str, 
     if g:
         from fednet.launch.gpus import check_gpus
         check_gpus(g)
+    if secure:  # fail now, in this process, if the keys are not there
+        from fednet.transport.security import load_keys
+        load_keys(secure, need_server_secret=False)
     wait_listening(connect, timeout_s)
     zyg = Zygote(log_file=None)
     zyg.spawn(client_specs(len(ids), connect, g, threads, ids=ids, advertise=advertise,
-                           log_level="WARNING", register_timeout=timeout_s))
+                           log_level="WARNING", register_timeout=timeout_s, secure=secure))
     print(f"started {len(ids)} clients connecting to {connect}", file=sys.stderr)
     try:
         while len(zyg.exits) < len(ids):

@@ -136,10 +136,12 @@ class Zygote:
 
 def client_specs(n: int, connect: str, gpus: tuple[int, ...], threads: int,
                  ids: list[int] | None = None, advertise: str = "127.0.0.1",
-                 log_level: str = "WARNING", register_timeout: float = 60.0) -> list[dict[str, Any]]:
+                 log_level: str = "WARNING", register_timeout: float = 60.0,
+                 secure: str = "") -> list[dict[str, Any]]:
     """One spawn spec per client id, pinned round-robin to the GPUs (or the CPU)."""
     return [{"cid": cid, "connect": connect, "device": device_for(cid, gpus), "threads": threads,
-             "advertise": advertise, "log_level": log_level, "register_timeout": register_timeout}
+             "advertise": advertise, "log_level": log_level, "register_timeout": register_timeout,
+             "secure": secure}
             for cid in (ids if ids is not None else range(n))]
 
 

@@ -69,7 +69,7 @@ def _child(spec: dict[str, Any], zygote: int) -> int:
     setup_logging(f"client {spec['cid']}", spec.get("log_level", "WARNING"))
     return run_client(int(spec["cid"]), spec["connect"], spec.get("device", "cpu"),
                       spec.get("advertise", "127.0.0.1"), int(spec.get("threads", 1)),
-                      float(spec.get("register_timeout", 60.0)))
+                      float(spec.get("register_timeout", 60.0)), spec.get("secure", ""))
 
 
 def serve(children: dict[int, int]) -> None:

@@ -90,9 +90,18 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
     # this costs nothing, and a configuration error stops the zygote before any client exists).
     ctx = zmq.Context()
     zyg: Zygote | None = None
+    auth = None
     try:
+        setup = None
+        if cfg.net.secure:  # CURVE server; ZAP admits only the public keys in DIR/allowed
+            from fednet.transport import security
+
+            keys = security.load_keys(cfg.net.secure, need_server_secret=True)
+            auth = security.start_authenticator(ctx, keys)
+            setup = lambda s: security.as_server(s, keys.server_public, keys.server_secret)  # noqa: E731
         sock, endpoint = bind_router(ctx, cfg.net.host, cfg.net.port,
-                                     what="--bind port" if not local_clients else "net.port")
+                                     what="--bind port" if not local_clients else "net.port",
+                                     setup=setup)
         if local_clients:
             zyg = Zygote(cfg.data.dataset, cfg.data.data_root, logfile)
         import torch
@@ -106,7 +115,7 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
             prepare(session)
         server = ZmqServer(session, bound=(ctx, sock, endpoint))
         if zyg is not None:
-            zyg.spawn(client_specs(cfg.clients, endpoint, cfg.gpus, cfg.train.threads,
+            zyg.spawn(client_specs(cfg.clients, endpoint, cfg.gpus, cfg.train.threads, secure=cfg.net.secure,
                                    register_timeout=cfg.net.register_timeout))
             zyg.wait_warm()
     except BaseException:
@@ -163,6 +172,8 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
             extra["bytes_client_view"] = view
             extra["total_wall_s"] = time.monotonic() - t_start
             summary = session.finish(list(server.clients.values()), extra)
+            if auth is not None:
+                auth.stop()
             server.close()
             if logfile is not None:
                 logfile.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import errno
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import zmq
@@ -22,10 +23,15 @@ def _common(sock: zmq.Socket) -> None:
     sock.setsockopt(zmq.RCVHWM, 0)
 
 
-def bind_router(ctx: zmq.Context, host: str, port: int, what: str = "--port") -> tuple[zmq.Socket, str]:
-    """A ROUTER bound on host:port (0 = any free port); returns (socket, actual endpoint)."""
+def bind_router(ctx: zmq.Context, host: str, port: int, what: str = "--port",
+                setup: Callable[[zmq.Socket], None] | None = None) -> tuple[zmq.Socket, str]:
+    """A ROUTER bound on host:port (0 = any free port); returns (socket, actual endpoint).
+
+    `setup(sock)` runs before bind (e.g. to make it a CURVE server)."""
     sock = ctx.socket(zmq.ROUTER)
     _common(sock)
+    if setup is not None:
+        setup(sock)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
     sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
     addr = f"tcp://{host}:{port if port else '*'}"
@@ -40,10 +46,13 @@ def bind_router(ctx: zmq.Context, host: str, port: int, what: str = "--port") ->
     return sock, sock.getsockopt_string(zmq.LAST_ENDPOINT)
 
 
-def connect_dealer(ctx: zmq.Context, identity: str, endpoint: str) -> zmq.Socket:
-    """A DEALER with a fixed identity connected to endpoint."""
+def connect_dealer(ctx: zmq.Context, identity: str, endpoint: str,
+                   setup: Callable[[zmq.Socket], None] | None = None) -> zmq.Socket:
+    """A DEALER with a fixed identity connected to endpoint (`setup` runs before connect)."""
     sock = ctx.socket(zmq.DEALER)
     _common(sock)
+    if setup is not None:
+        setup(sock)
     sock.setsockopt(zmq.IDENTITY, identity.encode())
     sock.setsockopt(zmq.RECONNECT_IVL, 100)
     sock.setsockopt(zmq.RECONNECT_IVL_MAX, 5000)
