@@ -66,6 +66,9 @@ class NetConfig:
     round_timeout: float = 300.0
     register_timeout: float = 60.0
     secure: str = ""  # key folder (fednet keys init DIR): CURVE + ZAP on every link
+    ack_timeout: float = 30.0  # seconds a hand-off waits for HANDOFF_ACK before a retry
+    ack_retries: int = 2       # attempts per peer before it counts as dead
+    dead_peer: str = "skip"    # skip the dead peer and go on, or "server": return the model
 
 
 @dataclass(frozen=True)
@@ -227,6 +230,10 @@ def validate(cfg: RunConfig) -> RunConfig:
     _need(t.weight_decay >= 0, f"--weight-decay must be >= 0 (got {t.weight_decay})")
     _need(t.threads >= 1, f"--threads must be at least 1 (got {t.threads})")
     _need(0 <= cfg.net.port <= 65535, f"--port must be in 0..65535 (got {cfg.net.port})")
+    _need(cfg.net.dead_peer in ("skip", "server"),
+          f"net.dead_peer must be skip or server (got '{cfg.net.dead_peer}')")
+    _need(cfg.net.ack_timeout > 0 and cfg.net.ack_retries >= 1,
+          "net.ack_timeout must be positive and net.ack_retries at least 1")
     _need(cfg.net.round_timeout > 0, f"--round-timeout must be positive (got {cfg.net.round_timeout})")
     lat = cfg.latency
     _need(bool(lat.file) or lat.preset in LATENCY_PRESETS,

@@ -71,8 +71,8 @@ class InprocDispatcher:
             t0 = led.totals()["tensor_bytes"]
             nxt, n = self._send(handoff_message(got, reply, hop), me, peer)
             _, n_ack = self._send(ack_message(nxt, peer), peer, me)
-            self._send(hop_done_message(got, reply, n + n_ack, led.totals()["tensor_bytes"] - t0),
-                       me, SERVER)
+            self._send(hop_done_message(got, reply, n + n_ack, led.totals()["tensor_bytes"] - t0,
+                                        hop), me, SERVER)
             got = nxt
         back, n2 = self._send(reply, client_name(cid), SERVER)
         return accept_reply(back, cid, n2, self.s.profiles)

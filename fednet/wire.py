@@ -78,10 +78,12 @@ def ack_message(handoff: Message, me: str) -> Message:
                    handoff.sim_time)
 
 
-def hop_done_message(task_msg: Message, reply: Message, peer_bytes: int, peer_tensor: int) -> Message:
-    """HOP_DONE for the server: header only, with the bytes this hop exchanged with its peer."""
+def hop_done_message(task_msg: Message, reply: Message, peer_bytes: int, peer_tensor: int,
+                     to_hop: int) -> Message:
+    """HOP_DONE for the server: header only; which hop now holds the model (to_hop: the next one,
+    or a later one when dead peers were skipped) and the bytes of this hand-off."""
     return Message(MsgKind.HOP_DONE, reply.sender, reply.run_id, reply.round, reply.task_id,
-                   reply.sim_time, {"hop": int(task_msg.body.get("hop", 0)),
+                   reply.sim_time, {"hop": int(task_msg.body.get("hop", 0)), "to": int(to_hop),
                                     "peer_bytes": int(peer_bytes), "peer_tensor_bytes": int(peer_tensor)})
 
 

@@ -94,6 +94,9 @@ class Client:
         cfg = from_dict(b["config"])
         self.run_id = str(b.get("run_id", ""))
         self.peers.run_id = self.run_id
+        n = cfg.net
+        self.peers.ack_timeout, self.peers.retries, self.peers.dead_peer = (
+            n.ack_timeout, n.ack_retries, n.dead_peer)
         self.profile = Profile.from_dict(b.get("profile", {}))
         self.real, self.scale = cfg.latency.real, cfg.latency.time_scale
         torch.set_num_threads(cfg.train.threads)

@@ -22,7 +22,7 @@ from fednet.wire import ack_message, handoff_message, hop_done_message
 log = logging.getLogger("fednet.client.peers")
 
 ACK_TIMEOUT_S = 30.0  # a busy peer acknowledges between two local updates
-RETRIES = 3
+RETRIES = 2
 
 
 class Peers:
@@ -44,6 +44,8 @@ class Peers:
         self.last_peer_bytes = self.last_peer_tensor = 0
         self.run_id = ""  # set at WELCOME; hand-offs of other runs are rejected
         self.pump: Callable[[], None] = lambda: None  # serves our own sockets while we wait
+        self.ack_timeout, self.retries, self.dead_peer = ACK_TIMEOUT_S, RETRIES, "skip"
+        self.last_to_hop = 0
 
     def next_hop(self, task_msg: Message, reply: Message) -> int | None:
         """Index of the next hop when the reply must travel on along the route, else None."""
@@ -58,24 +60,26 @@ class Peers:
         b = task_msg.body
         route, endpoints = list(b["route"]), list(b.get("endpoints", []))
         self.last_peer_bytes = self.last_peer_tensor = 0
-        for hop in range(nxt, len(route)):
+        last = nxt if self.dead_peer == "server" else len(route) - 1
+        for hop in range(nxt, last + 1):
             if hop >= len(endpoints):
                 break
             msg = handoff_message(task_msg, reply, hop)
             if self._send_acked(endpoints[hop], client_name(int(route[hop])), msg):
+                self.last_to_hop = hop
                 return
             log.warning("%s: peer %s did not acknowledge the hand-off; skipping it", self.me,
                         route[hop])
         raise PeerChainBroken(reply)
 
     def _send_acked(self, endpoint: str, peer: str, msg: Message) -> bool:
-        for attempt in range(RETRIES):
+        for attempt in range(self.retries):
             dealer = connect_dealer(self.ctx, f"{self.me}-{attempt}-{time.monotonic_ns() % 10**6}",
                                     endpoint, self.client_setup)
             chan = Channel(dealer, self.ledger, self.me, router=False)
             try:
                 n, _ = chan.send(msg, peer)
-                deadline = time.monotonic() + ACK_TIMEOUT_S
+                deadline = time.monotonic() + self.ack_timeout
                 while time.monotonic() < deadline:
                     if not dealer.poll(50):
                         self.pump()  # acknowledge hand-offs to us meanwhile: no mutual waits
@@ -120,7 +124,8 @@ class Peers:
 
     def hop_done(self, task_msg: Message, reply: Message) -> Message:
         """HOP_DONE for the server: the bytes of the last hand-off and its acknowledgement."""
-        return hop_done_message(task_msg, reply, self.last_peer_bytes, self.last_peer_tensor)
+        return hop_done_message(task_msg, reply, self.last_peer_bytes, self.last_peer_tensor,
+                                self.last_to_hop)
 
     def close(self) -> None:
         """Close the peer socket."""

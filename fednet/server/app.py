@@ -49,6 +49,7 @@ class ZmqServer:
         self._replies: list[Result | Failure] = []
         self._progress = time.monotonic()
         self.shutting_down = False
+        self._holder: dict[int, int] = {}  # task id -> route index of the client holding it
 
     # ---- helpers -------------------------------------------------------------------------
     def _send(self, cid: int, msg: Message) -> bool:
@@ -70,9 +71,9 @@ class ZmqServer:
                 if not normal:  # an exit after SHUTDOWN is the normal end (its BYE may be queued)
                     log.warning("client %d is gone: %s", cid, why)
         for tid, task in list(self._pending.items()):
-            if any(c in self.dead for c in task.route[task.hop:]):
-                why = next(self.dead[c] for c in task.route[task.hop:] if c in self.dead)
-                self._fail(tid, f"client died: {why}")
+            holder = task.route[self._holder.get(tid, task.hop)]  # later dead peers are skipped
+            if holder in self.dead:
+                self._fail(tid, f"client {holder} died holding the model: {self.dead[holder]}")
 
     def _fail(self, tid: int, reason: str) -> None:
         task = self._pending.pop(tid)
@@ -113,6 +114,8 @@ class ZmqServer:
         elif msg.kind == MsgKind.HOP_DONE:
             self._progress = time.monotonic()
             b = msg.body
+            if msg.task_id in self._pending and isinstance(b.get("to"), int):
+                self._holder[msg.task_id] = int(b["to"])
             self.s.ledger.add_totals(msg.round, {"client_to_client": int(b.get("peer_bytes", 0)),
                                                  "tensor_bytes": int(b.get("peer_tensor_bytes", 0))})
         elif msg.kind == MsgKind.HEARTBEAT:
