@@ -98,7 +98,7 @@ def launch(**opts: Any) -> None:
 
     _setup_logs(opts["quiet"])
     cfg = build_config(opts, dict(RUN_DEFAULTS, clients=100))
-    summary = run_zmq(cfg, quiet=opts["quiet"], local_clients=True)
+    summary = run_zmq(cfg, quiet=opts["quiet"], local_clients=True, resume=bool(opts["resume"]))
     click.echo(summary_table(summary))
 
 
@@ -112,7 +112,7 @@ def local(**opts: Any) -> None:
     from fednet.metrics.report import summary_table
 
     _setup_logs(opts["quiet"])
-    summary = run_local(cfg, quiet=opts["quiet"])
+    summary = run_local(cfg, quiet=opts["quiet"], resume=bool(opts["resume"]))
     click.echo(summary_table(summary))
 
 
@@ -129,7 +129,7 @@ def server(bind: str, **opts: Any) -> None:
     host, port = split_bind(bind)
     _setup_logs(opts["quiet"])
     cfg = build_config(opts, dict(RUN_DEFAULTS, clients=100, **{"net.host": host, "net.port": port}))
-    summary = run_zmq(cfg, quiet=opts["quiet"], local_clients=False,
+    summary = run_zmq(cfg, quiet=opts["quiet"], local_clients=False, resume=bool(opts["resume"]),
                       on_listen=lambda ep: click.echo(f"server listening on {ep}", err=True))
     click.echo(summary_table(summary))
 

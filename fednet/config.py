@@ -69,6 +69,7 @@ class NetConfig:
     ack_timeout: float = 30.0  # seconds a hand-off waits for HANDOFF_ACK before a retry
     ack_retries: int = 2       # attempts per peer before it counts as dead
     dead_peer: str = "skip"    # skip the dead peer and go on, or "server": return the model
+    checkpoint_every: int = 0  # rounds between checkpoints (0: none); see --resume
 
 
 @dataclass(frozen=True)

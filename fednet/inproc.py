@@ -78,14 +78,15 @@ class InprocDispatcher:
         return accept_reply(back, cid, n2, self.s.profiles)
 
 
-def run_local(cfg: RunConfig, quiet: bool = False, write: bool = True, prepare=None) -> dict:
+def run_local(cfg: RunConfig, quiet: bool = False, write: bool = True, prepare=None,
+              resume: bool = False) -> dict:
     """Run a whole experiment in this process; returns the summary dict.
 
     `prepare(session)`, if given, runs once the session exists (as in run_zmq).
     """
     check_gpus(cfg.gpus)
     torch.set_num_threads(cfg.train.threads)
-    session = Session(cfg, quiet=quiet, write=write)
+    session = Session(cfg, quiet=quiet, write=write, resume=resume)
     if prepare is not None:
         prepare(session)
     session.progress.message(session.describe())

@@ -21,7 +21,7 @@ _KEYS = {
     "round_timeout": "net.round_timeout", "register_timeout": "net.register_timeout",
     "real_time": "latency.real", "time_scale": "latency.time_scale",
     "permute": "data.permute", "exemplars": "data.exemplars", "eval_mode": "algo.eval",
-    "augment": "train.augment", "secure": "net.secure",
+    "augment": "train.augment", "secure": "net.secure", "checkpoint_every": "net.checkpoint_every",
 }
 
 # Algorithm parameters with their own option: (option, params key, type, help). Each lands in
@@ -97,6 +97,11 @@ _COMMON: list[Callable[[Any], Any]] = [
     click.option("--download/--no-download", default=None, help="Download datasets if missing."),
     click.option("--round-timeout", type=float, help="Seconds a round may take. [default: 300]"),
     click.option("--register-timeout", type=float, help="Seconds to wait for clients. [default: 60]"),
+    click.option("--checkpoint-every", type=int,
+                 help="Write RUN/checkpoint every N rounds (atomically) for --resume. [default: off]"),
+    click.option("--resume", type=click.Path(file_okay=False, exists=True),
+                 help="Continue the run in this folder from its checkpoint (its config.toml; "
+                      "options given here override it, e.g. more --rounds)."),
     click.option("--secure", type=click.Path(file_okay=False),
                  help="Key folder from `fednet keys init`: CURVE encryption and client "
                       "authentication on every server and peer link."),
@@ -140,6 +145,9 @@ def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
     base = merge(base, defaults)
     if opts.get("config_file"):
         base = merge(base, _file_overrides(opts["config_file"]))
+    if opts.get("resume"):
+        base = merge(base, _file_overrides(str(Path(opts["resume"]) / "config.toml")))
+        base["out"] = str(opts["resume"])
     over: dict[str, Any] = {_KEYS[k]: v for k, v in opts.items() if k in _KEYS and v is not None}
     if opts.get("gpus") is not None:
         over["gpus"] = list(parse_gpus(opts["gpus"]))

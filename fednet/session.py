@@ -16,6 +16,8 @@ from fednet.data.stats import label_histogram, partition_summary
 from fednet.metrics.accounting import Ledger
 from fednet.metrics.history import History, resolve_out
 from fednet.metrics.progress import Progress
+from fednet.errors import ConfigError
+from fednet.server import checkpoint
 from fednet.server.evaluate import Evaluator
 from fednet.server.rounds import RoundDriver
 from fednet.types import ClientInfo
@@ -27,7 +29,7 @@ class Session:
     """Builds the server-side pieces of a run from a config (no sockets)."""
 
     def __init__(self, cfg: RunConfig, quiet: bool = False, write: bool = True,
-                 out: Path | None = None) -> None:
+                 out: Path | None = None, resume: bool = False) -> None:
         self.cfg = validate(cfg)
         self.run_id = uuid.uuid4().hex
         d = cfg.data
@@ -44,10 +46,26 @@ class Session:
                                   ev.pretrain_init, ev.kinds, ev.matching))
         self.out = (out or resolve_out(cfg)) if write else None
         self.ledger = Ledger()
-        self.history = History(self.out, cfg)
+        state = self._resume_state() if resume else None
+        self.history = History(self.out, cfg, keep_rows=state["rows"] if state else -1)
         self.progress = Progress(cfg.rounds, quiet=quiet)
         self.driver = RoundDriver(cfg, self.algo, self.evaluator, self.ledger, self.history,
                                   self.progress)
+        if state is not None:
+            self.driver.resume(state)
+        if self.out is not None and cfg.net.checkpoint_every:
+            out_dir = self.out
+            self.driver.checkpoint = lambda: checkpoint.save(out_dir, self.algo, self.driver)
+
+    def _resume_state(self) -> dict:
+        if self.out is None:
+            raise ConfigError("--resume needs a results folder")
+        if not self.algo.resumable:
+            raise ConfigError(f"--resume: {self.cfg.algo.name} keeps per-client state on the "
+                              "server that checkpoints do not hold yet")
+        arrays, state = checkpoint.load(self.out)
+        self.algo.restore(arrays, state["algo"])
+        return state
 
     def describe(self) -> str:
         """One line on the partition, for the console at start."""

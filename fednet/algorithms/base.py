@@ -150,6 +150,23 @@ class Algorithm:
         """Server-side algorithm state beyond the model (for checkpoints)."""
         return {}
 
+    resumable = True  # False where the server holds per-client state that is not checkpointed
+
+    def checkpoint(self) -> tuple[Arrays, dict[str, Any]]:
+        """(arrays, JSON state) that restore() turns back into this server-side state."""
+        arrays = {f"model/{k}": v for k, v in self.global_arrays.items()}
+        arrays.update({f"state/{k}": v for k, v in self.state_arrays().items()})
+        return arrays, {"next_task": self._next_task}
+
+    def restore(self, arrays: Arrays, meta: dict[str, Any]) -> None:
+        """Inverse of checkpoint()."""
+        self.global_arrays = {k[6:]: v for k, v in arrays.items() if k.startswith("model/")}
+        self.restore_state({k[6:]: v for k, v in arrays.items() if k.startswith("state/")}, meta)
+        self._next_task = int(meta.get("next_task", 0))
+
+    def restore_state(self, state: Arrays, meta: dict[str, Any]) -> None:
+        """Algorithm-specific part of restore() (state_arrays() came back as `state`)."""
+
     # ---- client side -------------------------------------------------------------------
     def client_update(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
         """Run the local update for `task`; return (arrays to send, scalar body)."""

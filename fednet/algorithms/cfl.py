@@ -67,6 +67,7 @@ class ClusteredFL(Algorithm):
     """Per-cluster models; clusters split recursively when their members' updates disagree."""
 
     name = "cfl"
+    resumable = False  # per-client server state (uploads, clusters, affinities) not saved
 
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)

@@ -47,6 +47,7 @@ class Factorized(Algorithm):
     """Personalized aggregation of the shared factors by similarity of the matching v."""
 
     name = "factorized"
+    resumable = False  # per-client server state (uploads, clusters, affinities) not saved
 
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)

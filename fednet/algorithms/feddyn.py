@@ -52,3 +52,7 @@ class FedDyn(FedAvg):
     def state_arrays(self) -> Arrays:
         """h, for checkpoints."""
         return {f"h/{k}": v for k, v in self.h.items()}
+
+    def restore_state(self, state: Arrays, meta: dict) -> None:
+        """h back from a checkpoint."""
+        self.h = {k[2:]: v.astype(np.float64) for k, v in state.items() if k.startswith("h/")}

@@ -69,6 +69,7 @@ class FedFomo(Algorithm):
     """Per-client first-order model mixing over downloaded peer models."""
 
     name = "fedfomo"
+    resumable = False  # per-client server state (uploads, clusters, affinities) not saved
 
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)

@@ -95,6 +95,24 @@ class FedSeq(Algorithm):
         self.stats = stats
         return stats
 
+    def state_arrays(self) -> Arrays:
+        """FedDyn's h when it runs inside the chains."""
+        return {f"h/{k}": v for k, v in self.h.items()}
+
+    def checkpoint(self) -> tuple[Arrays, dict[str, Any]]:
+        """The model, h, and the superclients (grouping is not repeated on resume)."""
+        arrays, meta = super().checkpoint()
+        meta.update({"superclients": self.superclients, "sizes": {str(k): v for k, v in self.sizes.items()},
+                     "stats": {k: v for k, v in self.stats.items() if k != "groups"}})
+        return arrays, meta
+
+    def restore_state(self, state: Arrays, meta: dict[str, Any]) -> None:
+        """Superclients, sizes and h back from a checkpoint."""
+        self.superclients = [list(map(int, g)) for g in meta.get("superclients", [])]
+        self.sizes = {int(k): int(v) for k, v in meta.get("sizes", {}).items()}
+        self.stats = dict(meta.get("stats", {}), groups=self.superclients)
+        self.h = {k[2:]: v.astype(np.float64) for k, v in state.items() if k.startswith("h/")}
+
     # ---- rounds ------------------------------------------------------------------------------
     def sc_size(self, s: int) -> int:
         """|D_S|: samples of all members of superclient s."""

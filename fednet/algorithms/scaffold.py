@@ -41,6 +41,14 @@ class Scaffold(FedAvg):
         super().setup(init, trainable)
         self.c = {k: np.zeros_like(init[k]) for k in init if k in self.trainable}
 
+    def state_arrays(self) -> Arrays:
+        """The server control c, for checkpoints."""
+        return {f"c/{k}": v for k, v in self.c.items()}
+
+    def restore_state(self, state: Arrays, meta: dict[str, Any]) -> None:
+        """c back from a checkpoint."""
+        self.c = {k[2:]: np.array(v) for k, v in state.items() if k.startswith("c/")}
+
     def configure_round(self, rnd: int, clients: list[ClientInfo]) -> list[Task]:
         """Model plus server control in every task."""
         arrays = dict(self.global_arrays)

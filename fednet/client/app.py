@@ -61,6 +61,7 @@ class Client:
         self.work: deque[tuple[Message, int]] = deque()  # tasks and hand-offs, run one at a time
         self.seen: set[tuple[int, int]] = set()  # (task, hop) of the hand-offs already queued
         self.stopping = False
+        self.rehello = False
         torch.set_num_threads(threads)
 
     def _send_server(self, msg: Message, track: bool = False) -> int:
@@ -69,11 +70,14 @@ class Client:
             self._tracker = tracker
         return n
 
-    def register(self, timeout_s: float) -> None:
-        """READY (hello) -> WELCOME -> build data and model -> READY (ready)."""
+    def _hello(self) -> None:
         hello = {"phase": "hello", "cid": self.cid, "endpoint": self.peers.endpoint,
                  "device": self.device, "pid": os.getpid(), "host": socket.gethostname()}
         self._send_server(Message(MsgKind.READY, self.name, body=hello))
+
+    def register(self, timeout_s: float) -> None:
+        """READY (hello) -> WELCOME -> build data and model -> READY (ready)."""
+        self._hello()
         deadline = time.monotonic() + timeout_s
         while True:
             left = deadline - time.monotonic()
@@ -90,6 +94,11 @@ class Client:
                 raise ConfigError(f"the server refused client {self.cid}: {msg.body.get('reason')}")
             if msg.kind == MsgKind.WELCOME:
                 break
+        self._welcome(msg)
+
+    def _welcome(self, msg: Message) -> None:
+        """Take the run's configuration; keep the data and model when it did not change (a
+        restarted server resuming the same run), then answer READY (ready)."""
         b = msg.body
         cfg = from_dict(b["config"])
         self.run_id = str(b.get("run_id", ""))
@@ -100,7 +109,10 @@ class Client:
         self.profile = Profile.from_dict(b.get("profile", {}))
         self.real, self.scale = cfg.latency.real, cfg.latency.time_scale
         torch.set_num_threads(cfg.train.threads)
-        self.executor = Executor(self.cid, cfg, self.profile, self.device, self.run_id)
+        if self.executor is None or self.executor.cfg.replace(out="") != cfg.replace(out=""):
+            self.executor = Executor(self.cid, cfg, self.profile, self.device, self.run_id)
+        self.executor.run_id = self.run_id
+        self.seen.clear()
         self._send_server(Message(MsgKind.READY, self.name, self.run_id,
                                   body={"phase": "ready", "n": self.executor.num_examples}))
 
@@ -133,6 +145,8 @@ class Client:
             if ev == zmq.EVENT_DISCONNECTED:
                 self.lost_since = self.lost_since or time.monotonic()
             elif ev == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                if self.lost_since is not None and self.executor is not None:
+                    self.rehello = True  # a (restarted) server is back: register again
                 self.lost_since = None
         return self.lost_since is not None and time.monotonic() - self.lost_since > self.lost_timeout
 
@@ -168,6 +182,9 @@ class Client:
                         self.work.append((msg, n))
                     elif msg.kind == MsgKind.SHUTDOWN:
                         self.stopping = True
+                    elif msg.kind == MsgKind.WELCOME:
+                        self.work.clear()  # what the old server sent is void now
+                        self._welcome(msg)
                     else:
                         log.warning("client %d: unexpected %s from the server", self.cid,
                                     msg.kind.name)
@@ -188,6 +205,10 @@ class Client:
                 log.error("client %d: lost the server at %s (no connection for %.0fs); stopping",
                           self.cid, self.connect, self.lost_timeout)
                 return EXIT_ERROR
+            if self.rehello:
+                self.rehello = False
+                log.warning("client %d: the server is back; registering again", self.cid)
+                self._hello()
             if self.work:
                 self._run_task(*self.work.popleft())
                 self._pump(0)

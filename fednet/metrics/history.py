@@ -47,14 +47,21 @@ def write_json_atomic(path: Path, data: Any) -> None:
 class History:
     """Per-round rows in memory and on disk (when an output folder is given)."""
 
-    def __init__(self, out: Path | None, cfg: RunConfig) -> None:
+    def __init__(self, out: Path | None, cfg: RunConfig, keep_rows: int = -1) -> None:
+        """keep_rows >= 0 resumes: the first keep_rows lines of metrics.jsonl stay, the rest go."""
         self.out = out
         self.rows: list[dict[str, Any]] = []
         self._fh = None
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             (out / "config.toml").write_text(to_toml(cfg))
-            self._fh = (out / "metrics.jsonl").open("w")
+            path = out / "metrics.jsonl"
+            if keep_rows >= 0 and path.exists():
+                self.rows = [json.loads(x) for x in path.read_text().splitlines()[:keep_rows]]
+                path.write_text("".join(json.dumps(r) + "\n" for r in self.rows))
+                self._fh = path.open("a")
+            else:
+                self._fh = path.open("w")
 
     def clients(self, rows: list[dict[str, Any]]) -> None:
         """Per-client statistics (one JSON object per line)."""

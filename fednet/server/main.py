@@ -70,7 +70,7 @@ def precheck(cfg: RunConfig) -> None:
 
 
 def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
-            on_listen: Any = None, prepare: Any = None) -> dict[str, Any]:
+            on_listen: Any = None, prepare: Any = None, resume: bool = False) -> dict[str, Any]:
     """Serve a whole run; with local_clients, fork the clients here through the zygote.
 
     Everything started here is stopped before returning, also on Ctrl-C and on errors;
@@ -110,7 +110,7 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
         from fednet.session import Session
 
         torch.set_num_threads(max(1, cfg.train.threads))
-        session = Session(cfg, quiet=quiet, out=out)
+        session = Session(cfg, quiet=quiet, out=out, resume=resume)
         if prepare is not None:  # e.g. tests and notebooks that customise the algorithm object
             prepare(session)
         server = ZmqServer(session, bound=(ctx, sock, endpoint))

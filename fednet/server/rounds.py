@@ -54,6 +54,7 @@ class RoundDriver:
         self.failures: list[dict[str, Any]] = []
         self.status = "running"
         self.setup_stats: dict[str, Any] = {}
+        self.checkpoint: Callable[[], None] | None = None  # set by the session with --checkpoint-every
         self.t0 = time.monotonic()
         self.t_end: float | None = None
 
@@ -71,16 +72,20 @@ class RoundDriver:
             self.t_end = time.monotonic()
 
     def _run(self, dispatcher: Dispatcher) -> None:
-        if not self.setup(dispatcher):
+        if self.rounds_done == 0 and not self.setup(dispatcher):
             return
         step = max(1, self.algo.rounds_per_step())
-        for rnd in range(0, self.cfg.rounds, step):
+        for rnd in range(self.rounds_done, self.cfg.rounds, step):
             clients = dispatcher.alive_clients()
             if not clients:
                 self.status = "no_clients"
                 log.error("round %d: no client is alive; stopping the run", rnd)
                 return
             self.round(rnd, clients, dispatcher, min(step, self.cfg.rounds - rnd))
+            every = self.cfg.net.checkpoint_every
+            if self.checkpoint is not None and every and (
+                    self.rounds_done // every > rnd // every or self.rounds_done == self.cfg.rounds):
+                self.checkpoint()
             if self.status == "diverged":
                 return
         self.status = "completed"
@@ -98,6 +103,14 @@ class RoundDriver:
         self.setup_stats["sim_s"] = self.sim_time
         self.setup_stats["bytes"] = self.ledger.round_totals(-1)
         return True
+
+    def resume(self, state: dict[str, Any]) -> None:
+        """Continue after the checkpointed round (state from checkpoint.load)."""
+        self.rounds_done = int(state["rounds_done"])
+        self.sim_time = float(state["sim_time"])
+        self.failures = list(state.get("failures", []))
+        self.setup_stats = dict(state.get("setup", {}))
+        self.ledger.add_totals(-2, {k: int(v) for k, v in state["ledger"].items()})
 
     def _note_failures(self, rnd: int, failures: list[Failure]) -> None:
         for f in failures:

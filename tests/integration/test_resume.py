@@ -1,0 +1,82 @@
+"""A server killed mid-run resumes from its last checkpoint and ends where an unbroken run ends."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from fednet.inproc import run_local
+from tests.conftest import small_config
+
+pytestmark = [pytest.mark.net, pytest.mark.slow]
+ARGS = ["--clients", "3", "--rounds", "6", "--epochs", "1", "--batch-size", "16", "--lr", "0.1",
+        "--seed", "7", "--latency", "lan", "-q"]
+KEYS = ("server_to_client", "client_to_server", "client_to_client", "tensor_bytes")
+
+
+def test_killed_launcher_resumes_from_its_checkpoint(tmp_path, fed):
+    ref = run_local(small_config(rounds=6).replace(out=str(tmp_path / "ref")), quiet=True)
+    run = tmp_path / "run"
+    p = fed.start("launch", *ARGS, "--checkpoint-every", "2", "--out", str(run))
+    metrics = run / "metrics.jsonl"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:  # wait for the round-2 checkpoint and one more round
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 3 \
+                and (run / "checkpoint" / "state.json").exists():
+            break
+        time.sleep(0.05)
+    os.killpg(p.pid, signal.SIGKILL)  # the server dies without a word
+    p.wait()
+    state = json.loads((run / "checkpoint" / "state.json").read_text())
+    assert state["rounds_done"] in (2, 4)
+    res = fed.run("launch", "--resume", str(run), "-q", timeout=120)
+    assert res.returncode == 0, res.stderr
+    s = json.loads((run / "summary.json").read_text())
+    assert s["status"] == "completed" and s["rounds"] == 6
+    rows = [json.loads(x) for x in metrics.read_text().splitlines()]
+    assert [r["round"] for r in rows] == list(range(6))
+    with np.load(run / "final_model.npz") as a, np.load(tmp_path / "ref" / "final_model.npz") as b:
+        assert all(np.array_equal(a[k], b[k]) for k in b.files)
+    assert {k: s["bytes"][k] for k in KEYS} == {k: ref["bytes"][k] for k in KEYS}
+    assert s["sim_time_s"] == pytest.approx(ref["sim_time_s"], rel=1e-12)
+
+
+def test_resume_without_a_checkpoint_is_one_clear_error(tmp_path, fed):
+    res = fed.run("local", "--resume", str(tmp_path), "-q")
+    assert res.returncode == 2
+    assert "config.toml" in res.stderr or "checkpoint" in res.stderr
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_remote_clients_reregister_with_a_restarted_server(tmp_path, fed):
+    """`fednet server` dies; restarted with --resume on the same address, the running
+    `fednet clients` register again by themselves and the run finishes."""
+    run = tmp_path / "run"
+    bind = f"tcp://127.0.0.1:{_free_port()}"
+    srv = fed.start("server", "--bind", bind, *ARGS, "--checkpoint-every", "1", "--out", str(run))
+    cl = fed.start("clients", "--connect", bind, "--ids", "0-2", "--timeout", "60")
+    metrics = run / "metrics.jsonl"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not (
+            metrics.exists() and len(metrics.read_text().splitlines()) >= 2):
+        time.sleep(0.05)
+    os.killpg(srv.pid, signal.SIGKILL)
+    srv.wait()
+    time.sleep(1.0)  # the clients notice the lost connection and keep trying
+    res = fed.run("server", "--bind", bind, "--resume", str(run), "-q", timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert cl.wait(timeout=60) == 0
+    s = json.loads((run / "summary.json").read_text())
+    assert s["status"] == "completed" and s["rounds"] == 6
+    assert [json.loads(x)["round"] for x in metrics.read_text().splitlines()] == list(range(6))
