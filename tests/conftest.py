@@ -19,6 +19,24 @@ def small_config(**over) -> RunConfig:
     return from_dict(d)
 
 
+def final_model(cfg: RunConfig, tmp_path, name: str):
+    """Run cfg in-process into tmp_path/name; (summary, final model arrays)."""
+    import numpy as np
+
+    from fednet.inproc import run_local
+
+    s = run_local(cfg.replace(out=str(tmp_path / name)), quiet=True)
+    with np.load(tmp_path / name / "final_model.npz", allow_pickle=False) as z:
+        return s, {k: z[k] for k in z.files}
+
+
+def same_arrays(a, b) -> bool:
+    """Bit-identical arrays under every name."""
+    import numpy as np
+
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
 @pytest.fixture(autouse=True)
 def _one_thread():
     """Tests run torch single-threaded, like every client process."""

@@ -15,31 +15,21 @@ from fednet.inproc import InprocDispatcher, run_local
 from fednet.models.params import clone_arrays, state_arrays
 from fednet.session import Session
 from fednet.types import Result, Task
-from tests.conftest import small_config
-
-
-def _final(cfg, tmp_path, name):
-    s = run_local(cfg.replace(out=str(tmp_path / name)), quiet=True)
-    with np.load(tmp_path / name / "final_model.npz", allow_pickle=False) as z:
-        return s, {k: z[k] for k in z.files}
-
-
-def _same(a, b):
-    return all(np.array_equal(a[k], b[k]) for k in a)
+from tests.conftest import final_model, same_arrays, small_config
 
 
 def test_fedprox_with_mu_zero_equals_fedavg(tmp_path):
-    _, avg = _final(small_config(), tmp_path, "avg")
-    _, prox = _final(small_config(algo={"name": "fedprox", "params": {"mu": 0.0}}), tmp_path, "p0")
-    _, prox1 = _final(small_config(algo={"name": "fedprox", "params": {"mu": 1.0}}), tmp_path, "p1")
-    assert _same(avg, prox)
-    assert not _same(avg, prox1)
+    _, avg = final_model(small_config(), tmp_path, "avg")
+    _, prox = final_model(small_config(algo={"name": "fedprox", "params": {"mu": 0.0}}), tmp_path, "p0")
+    _, prox1 = final_model(small_config(algo={"name": "fedprox", "params": {"mu": 1.0}}), tmp_path, "p1")
+    assert same_arrays(avg, prox)
+    assert not same_arrays(avg, prox1)
 
 
 def test_scaffold_with_zero_controls_equals_fedavg_in_its_first_round(tmp_path):
-    s_avg, avg = _final(small_config(rounds=1), tmp_path, "avg")
-    s_sc, sc = _final(small_config(rounds=1, algo={"name": "scaffold"}), tmp_path, "sc")
-    assert _same(avg, sc)
+    s_avg, avg = final_model(small_config(rounds=1), tmp_path, "avg")
+    s_sc, sc = final_model(small_config(rounds=1, algo={"name": "scaffold"}), tmp_path, "sc")
+    assert same_arrays(avg, sc)
     # the control variates double the downlink: model + c, and the uplink: model + delta c
     assert s_sc["bytes"]["tensor_bytes"] == 2 * s_avg["bytes"]["tensor_bytes"]
 

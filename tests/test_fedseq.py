@@ -1,25 +1,14 @@
 """FedSeq and FedSeqInter: equivalences, chains, grouping stage, asynchronous slots."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from fednet.errors import ConfigError
-from fednet.inproc import InprocDispatcher, run_local
+from fednet.inproc import InprocDispatcher
 from fednet.session import Session
-from tests.conftest import small_config
+from tests.conftest import final_model, same_arrays, small_config
 
 SEQ = {"min_samples": 60, "max_clients": 4, "superclient_fraction": 0.5, "pretrain_epochs": 2}
-
-
-def _final(cfg, tmp_path, name):
-    s = run_local(cfg.replace(out=str(tmp_path / name)), quiet=True)
-    with np.load(tmp_path / name / "final_model.npz", allow_pickle=False) as z:
-        return s, {k: z[k] for k in z.files}
-
-
-def _same(a, b):
-    return all(np.array_equal(a[k], b[k]) for k in a)
 
 
 def _session(cfg):
@@ -30,19 +19,19 @@ def _session(cfg):
 
 def test_one_client_superclients_equal_fedavg(tmp_path):
     one = {"min_samples": 1, "max_clients": 1, "superclient_fraction": 1.0, "pretrain_epochs": 1}
-    _, avg = _final(small_config(clients=4, rounds=2), tmp_path, "avg")
-    s, seq = _final(small_config(clients=4, rounds=2, algo={"name": "fedseq", "params": one}),
+    _, avg = final_model(small_config(clients=4, rounds=2), tmp_path, "avg")
+    s, seq = final_model(small_config(clients=4, rounds=2, algo={"name": "fedseq", "params": one}),
                     tmp_path, "seq")
     assert s["setup"]["superclients"] == 4
-    assert _same(avg, seq)
+    assert same_arrays(avg, seq)
 
 
 def test_fedseq_inter_with_period_one_equals_fedseq(tmp_path):
-    _, seq = _final(small_config(clients=8, rounds=3, algo={"name": "fedseq", "params": SEQ}),
+    _, seq = final_model(small_config(clients=8, rounds=3, algo={"name": "fedseq", "params": SEQ}),
                     tmp_path, "seq")
-    _, inter = _final(small_config(clients=8, rounds=3, algo={
+    _, inter = final_model(small_config(clients=8, rounds=3, algo={
         "name": "fedseq_inter", "params": dict(SEQ, period=1)}), tmp_path, "inter")
-    assert _same(seq, inter)
+    assert same_arrays(seq, inter)
 
 
 def test_chains_travel_peer_to_peer_and_superclients_cover_classes():

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fednet.models.convfc import ConvFC
 from fednet.models.kinds import mark_head, tag
 
 GAIN = math.sqrt(2.0)
@@ -101,7 +102,7 @@ class FedParaConv2d(nn.Module):
                 f"padding={self.padding}, rank={self.rank}")
 
 
-class PFedParaDigitsNet(nn.Module):
+class PFedParaDigitsNet(ConvFC):
     """1.3 DigitsNet with every conv / fc layer a pFedPara layer; fc3 is the head (kind "head")."""
 
     def __init__(self, num_classes: int = 10, gamma: float = 0.1,
@@ -114,15 +115,3 @@ class PFedParaDigitsNet(nn.Module):
         self.fc1 = FedParaLinear(32 * (h // 4) * (w // 4), 64, gamma)
         self.fc2 = FedParaLinear(64, 32, gamma)
         self.fc3 = mark_head(FedParaLinear(32, num_classes, gamma))
-
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        """The flattened conv2 output (128 values for 8x8 inputs)."""
-        x = self.pool(torch.relu(self.conv1(x)))
-        x = self.pool(torch.relu(self.conv2(x)))
-        return torch.flatten(x, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits of shape (B, num_classes)."""
-        x = torch.relu(self.fc1(self.features(x)))
-        x = torch.relu(self.fc2(x))
-        return self.fc3(x)

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from fednet.errors import ConfigError
+from fednet.models.convfc import ConvFC
 from fednet.models.factorized import FactorizedDigitsNet, FactorizedResNet9
 from fednet.models.fedpara import PFedParaDigitsNet
 from fednet.models.resnet import ResNet9, resnet18
@@ -22,7 +23,7 @@ AUTO_BY_SIZE = {(8, 8): "digits_cnn", (32, 32): "fedseq_cnn"}
 """The model "auto" picks from the input's H x W when the dataset is not given."""
 
 
-class DigitsNet(nn.Module):
+class DigitsNet(ConvFC):
     """ALGORITHMS.md 1.3: two 3x3 conv blocks (16, 32 channels) and a 3-layer classifier; 15,466 params."""
 
     def __init__(self, num_classes: int = 10, input_shape: tuple[int, int, int] = (1, 8, 8)) -> None:
@@ -35,20 +36,8 @@ class DigitsNet(nn.Module):
         self.fc2 = nn.Linear(64, 32)
         self.fc3 = nn.Linear(32, num_classes)
 
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        """The flattened conv2 output (128 values for 8x8 inputs)."""
-        x = self.pool(torch.relu(self.conv1(x)))
-        x = self.pool(torch.relu(self.conv2(x)))
-        return torch.flatten(x, 1)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits of shape (B, num_classes)."""
-        x = torch.relu(self.fc1(self.features(x)))
-        x = torch.relu(self.fc2(x))
-        return self.fc3(x)
-
-
-class FedSeqCNN(nn.Module):
+class FedSeqCNN(ConvFC):
     """1.1 (FedSeq's "LeNet"): 5x5 conv 64, 5x5 conv 64, fc 384, 192, N_C; 797,962 params for 10 classes."""
 
     def __init__(self, num_classes: int = 10, input_shape: tuple[int, int, int] = (3, 32, 32)) -> None:
@@ -63,18 +52,6 @@ class FedSeqCNN(nn.Module):
         self.fc1 = nn.Linear(64 * fh * fw, 384)
         self.fc2 = nn.Linear(384, 192)
         self.fc3 = nn.Linear(192, num_classes)
-
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        """The flattened conv2 output (1,600 values for 32x32 inputs)."""
-        x = self.pool(torch.relu(self.conv1(x)))
-        x = self.pool(torch.relu(self.conv2(x)))
-        return torch.flatten(x, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits of shape (B, num_classes)."""
-        x = torch.relu(self.fc1(self.features(x)))
-        x = torch.relu(self.fc2(x))
-        return self.fc3(x)
 
 
 _BUILDERS: dict[str, Callable[[int, tuple[int, int, int]], nn.Module]] = {

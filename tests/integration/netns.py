@@ -17,7 +17,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from contextlib import contextmanager
 from collections.abc import Iterator
 from dataclasses import dataclass, field
