@@ -127,10 +127,20 @@ class Algorithm:
             body["evaluate"] = True
         return body
 
-    def new_task(self, rnd: int, route: list[int], arrays: Arrays, body: dict[str, Any]) -> Task:
-        """A task with a fresh id."""
-        self._next_task += 1
-        return Task(task_id=self._next_task, round=rnd, route=route, arrays=arrays, body=body)
+    def new_task(self, rnd: int, route: list[int], arrays: Arrays, body: dict[str, Any],
+                 task_id: int | None = None) -> Task:
+        """A task with a fresh id (or `task_id`, reserved with reserve_ids)."""
+        if task_id is None:
+            self._next_task += 1
+            task_id = self._next_task
+        return Task(task_id=task_id, round=rnd, route=route, arrays=arrays, body=body)
+
+    def reserve_ids(self, n: int) -> int:
+        """Reserve n task ids; returns the first. Tasks created in arrival order get ids fixed in
+        advance this way, so message sizes (msgpack ints) do not depend on timing."""
+        first = self._next_task + 1
+        self._next_task += n
+        return first
 
     def configure_round(self, rnd: int, clients: Sequence[ClientInfo]) -> list[Task]:
         """One task per selected client carrying the global model."""

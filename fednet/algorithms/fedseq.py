@@ -136,10 +136,11 @@ class FedSeq(Algorithm):
             out += [members[i] for i in order]
         return out
 
-    def chain_task(self, rnd: int, s: int, arrays: Arrays, alive: set[int]) -> Task:
+    def chain_task(self, rnd: int, s: int, arrays: Arrays, alive: set[int],
+                   task_id: int | None = None) -> Task:
         """The task that sends `arrays` around superclient s."""
         body = {"epochs": self.cfg.train.epochs, "lr": self.cfg.train.lr}
-        t = self.new_task(rnd, self.route(rnd, s, alive), arrays, body)
+        t = self.new_task(rnd, self.route(rnd, s, alive), arrays, body, task_id)
         self.task_sc[t.task_id] = s
         return t
 

@@ -49,6 +49,7 @@ class FedSeqInter(FedSeq):
         end = min(rnd + self.rounds_per_step(), self.cfg.rounds)
         self.schedule = [self.sample(t, self.alive) for t in range(rnd, end)]
         m = len(self.schedule[0])
+        self.first_id = self.reserve_ids(len(self.schedule) * m)  # ids by (round, slot), not by timing
         self.bank = [self.global_arrays] * m  # arrays are never changed in place: copies for free
         self.weights = [0.0] * m
         self.task_slot = {}
@@ -59,7 +60,9 @@ class FedSeqInter(FedSeq):
 
     def _slot_task(self, slot: int, rnd: int, sim_time: float) -> Task:
         s = self.schedule[rnd - self.start][slot]
-        t = self.chain_task(rnd, s, self.bank[slot], self.alive)
+        m = len(self.schedule[0])
+        tid = self.first_id + (rnd - self.start) * m + slot
+        t = self.chain_task(rnd, s, self.bank[slot], self.alive, tid)
         t.sim_time = sim_time
         self.task_slot[t.task_id] = (slot, rnd)
         return t
