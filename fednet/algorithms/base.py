@@ -75,8 +75,9 @@ class Algorithm:
         unknown = set(self.params) - set(defaults) - set(also)
         if unknown:
             from fednet.errors import ConfigError
-            raise ConfigError(f"--param {sorted(unknown)[0]} is not a {self.cfg.algo.name} parameter; "
-                              f"known: {', '.join(sorted(defaults))}")
+            known = ", ".join(sorted(defaults)) or "none"
+            raise ConfigError(f"--param {sorted(unknown)[0]} is not a {self.cfg.algo.name} parameter "
+                              f"(it takes: {known}); drop it or choose the algorithm it belongs to")
         return {**defaults, **self.params}
 
     # ---- server side -------------------------------------------------------------------

@@ -30,9 +30,12 @@ class FedAvg(Algorithm):
     """Clients run E epochs of SGD from the global model; the server averages by sample count."""
 
     name = "fedavg"
+    PARAMS: dict[str, Any] | None = {}  # --param names this algorithm takes (None: checks its own)
 
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)
+        if self.PARAMS is not None:
+            self.checked_params(self.PARAMS)
         self.local: Any = Plain()
 
     def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
@@ -54,6 +57,7 @@ class FedProx(FedAvg):
     ALGORITHMS.md 3.2: FedAvg's server with a proximal client term (mu, default 0.01)."""
 
     name = "fedprox"
+    PARAMS = {"mu": 0.01}
 
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)

@@ -16,6 +16,7 @@ class FedDyn(FedAvg):
     """Server: h <- h - (alpha/K) sum_P (theta_k - theta_t); theta = mean_P theta_k - h/alpha."""
 
     name = "feddyn"
+    PARAMS = {"alpha": 0.1, "clip": 0.0, "official": False}
 
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)

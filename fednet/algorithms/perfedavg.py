@@ -51,6 +51,7 @@ class PerFedAvg(FedAvg):
     """FedAvg's server; the client takes MAML-style (first-order or Hessian-free) steps."""
 
     name = "perfedavg"
+    PARAMS = None  # validated below with its own defaults
 
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)

@@ -28,6 +28,7 @@ class Scaffold(FedAvg):
     """Server keeps c; each client keeps c_k in its own process; global step size 1."""
 
     name = "scaffold"
+    PARAMS = {"option": 2}
 
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)

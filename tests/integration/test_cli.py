@@ -147,7 +147,8 @@ def test_clients_without_server_give_up_after_timeout(fed):
 def test_config_file_is_used_and_options_override_it(fed, tmp_path):
     (tmp_path / "run.toml").write_text(
         'clients = 3\nrounds = 3\nseed = 5\n[train]\nepochs = 1\nlr = 0.05\nbatch_size = 16\n'
-        '[data]\npartition = "dirichlet"\nalpha = 0.3\n[algo.params]\nnote = "kept"\n')
+        '[data]\npartition = "dirichlet"\nalpha = 0.3\n[algo]\nname = "fedprox"\n'
+        '[algo.params]\nmu = 0.5\n')
     res = fed.run("local", "--config", "run.toml", "--rounds", "1", "--lr", "0.1", "--out", "out",
                   "-q")
     assert res.returncode == 0, res.stderr
@@ -155,7 +156,7 @@ def test_config_file_is_used_and_options_override_it(fed, tmp_path):
     assert (cfg.clients, cfg.rounds, cfg.seed) == (3, 1, 5)
     assert (cfg.train.epochs, cfg.train.lr, cfg.train.batch_size) == (1, 0.1, 16)
     assert (cfg.data.partition, cfg.data.alpha) == ("dirichlet", 0.3)
-    assert cfg.algo.params == {"note": "kept"}
+    assert cfg.algo.name == "fedprox" and cfg.algo.params == {"mu": 0.5}
     assert len(jsonl(tmp_path / "out" / "metrics.jsonl")) == 1
 
 
