@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from fednet.algorithms.base import Algorithm, ClientContext
+from fednet.config import RunConfig
 from fednet.models.params import load_arrays, state_arrays
 from fednet.training.local import train
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
@@ -16,6 +17,10 @@ class Centralized(Algorithm):
     """Each round: E epochs over all training data at lr * (1 + cos(pi t / T)) / 2."""
 
     name = "centralized"
+
+    def __init__(self, cfg: RunConfig) -> None:
+        super().__init__(cfg)
+        self.checked_params({})
 
     def configure_round(self, rnd: int, clients: list[ClientInfo]) -> list[Task]:
         """One task, to the lowest-id live client."""

@@ -14,6 +14,7 @@ from fednet.algorithms.aggregate import weighted_mean
 from fednet.algorithms.base import Algorithm, ClientContext
 from fednet.algorithms.fedavg import round_metrics, usable
 from fednet.algorithms.local import local_sgd
+from fednet.config import RunConfig
 from fednet.errors import ConfigError
 from fednet.models.params import load_arrays, state_arrays
 from fednet.training.hooks import clip_norm
@@ -27,6 +28,10 @@ class PFedPara(Algorithm):
 
     name = "pfedpara"
 
+    def __init__(self, cfg: RunConfig) -> None:
+        super().__init__(cfg)
+        self.clip = float(self.checked_params({"clip": 5.0})["clip"])
+
     def shared(self) -> list[str]:
         """The state names that travel (selected by kind)."""
         kinds = self.info.kinds
@@ -37,7 +42,7 @@ class PFedPara(Algorithm):
     def configure_round(self, rnd: int, clients: list[ClientInfo]) -> list[Task]:
         """The global factors to every selected client."""
         arrays = {n: self.global_arrays[n] for n in self.shared()}
-        body = {"upload": self.shared(), "clip": float(self.params.get("clip", 5.0))}
+        body = {"upload": self.shared(), "clip": self.clip}
         return [self.new_task(rnd, [c.cid], arrays, {**self.task_body(rnd, c), **body})
                 for c in self.select(rnd, clients)]
 

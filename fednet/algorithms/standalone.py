@@ -18,6 +18,7 @@ class StandAlone(Algorithm):
 
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)
+        self.checked_params({})
         self.eval_clients = True  # there is no global model to evaluate
 
     def configure_round(self, rnd: int, clients: list[ClientInfo]) -> list[Task]:
