@@ -21,6 +21,7 @@ class Progress:
         self.total, self.quiet = total, quiet
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
+        self._open_line = False  # a bar was drawn with \r and no newline yet
 
     def update(self, row: dict[str, Any]) -> None:
         """Show the state after one round."""
@@ -39,6 +40,7 @@ class Progress:
             line += f"  failures {row['failures']}"
         if self.tty:
             self.stream.write("\r" + line + ("\n" if r == self.total else ""))
+            self._open_line = r != self.total
         else:
             self.stream.write(line + "\n")
         self.stream.flush()
@@ -46,5 +48,6 @@ class Progress:
     def message(self, text: str) -> None:
         """A status line (not overwritten by the bar)."""
         if not self.quiet:
-            self.stream.write(text + "\n")
+            self.stream.write(("\n" if self._open_line else "") + text + "\n")
+            self._open_line = False
             self.stream.flush()
