@@ -56,6 +56,17 @@ def loadavg() -> list[float]:
         return []
 
 
+def cpu_pressure_us() -> int | None:
+    """Microseconds during which some task of this machine waited for a CPU (PSI), or None."""
+    try:
+        for line in Path("/proc/pressure/cpu").read_text().splitlines():
+            if line.startswith("some"):
+                return int(line.rsplit("total=", 1)[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def median(xs: Sequence[float]) -> float:
     """Median of a non-empty sequence (nan when empty)."""
     return statistics.median(xs) if xs else float("nan")

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import loadavg, machine, median, table, write_json  # noqa: E402
+from _util import cpu_pressure_us, loadavg, machine, median, table, write_json  # noqa: E402
 
 TARGET_READY_S = 3.0
 TARGET_PSS_BYTES = 2e9          # "2 GB"; compared as 10^9 bytes (the stricter reading)
@@ -64,7 +64,7 @@ def run_cmd(argv: list[str], timeout_s: float = 600.0) -> dict[str, Any]:
 
     lines: list[tuple[float, str]] = []
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    psi0 = _cpu_pressure_us()
+    psi0 = cpu_pressure_us()
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
@@ -91,7 +91,7 @@ def run_cmd(argv: list[str], timeout_s: float = 600.0) -> dict[str, Any]:
     # task of the machine was waiting for a CPU (PSI).
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
-    psi1 = _cpu_pressure_us()
+    psi1 = cpu_pressure_us()
     pressure = (psi1 - psi0) / 1e6 / wall if psi0 is not None and psi1 is not None else None
     th.join(5)
     if code != 0:
@@ -188,17 +188,6 @@ def _schedstat(pid: int) -> tuple[float, float]:
     return run / 1e9, wait / 1e9
 
 
-def _cpu_pressure_us() -> int | None:
-    """Total microseconds during which some task of this machine waited for a CPU (PSI)."""
-    try:
-        for line in Path("/proc/pressure/cpu").read_text().splitlines():
-            if line.startswith("some"):
-                return int(line.rsplit("total=", 1)[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
 def _vm_status(pid: int) -> dict[str, Any]:
     """VmRSS and VmPTE (kB) and the number of mappings of pid: what a fork has to copy."""
     out: dict[str, Any] = {}
@@ -280,7 +269,7 @@ def trace_child(result_file: str, launch_args: list[str]) -> None:
     """Run `fednet launch` in this process with timestamps around the steps of run_zmq."""
     t_main = time.monotonic()
     ev: dict[str, Any] = {"child_main": t_main, "hello": [], "ready": [],
-                          "psi_start": _cpu_pressure_us()}
+                          "psi_start": cpu_pressure_us()}
     state: dict[str, Any] = {}
 
     def wrap(obj: Any, name: str, before: str | None, after: str | None, post: Any = None) -> None:
@@ -302,7 +291,7 @@ def trace_child(result_file: str, launch_args: list[str]) -> None:
 
         import psutil
 
-        ev["psi_ready"] = _cpu_pressure_us()
+        ev["psi_ready"] = cpu_pressure_us()
         zyg = state.get("zyg")
         ru = resource.getrusage(resource.RUSAGE_SELF)
         cpu: dict[str, Any] = {"server_user_s": ru.ru_utime, "server_sys_s": ru.ru_stime,

@@ -37,7 +37,7 @@ import numpy as np
 import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import loadavg, machine, median, pct, table, write_json  # noqa: E402
+from _util import cpu_pressure_us, loadavg, machine, median, pct, table, write_json  # noqa: E402
 
 from fednet.metrics.accounting import Ledger  # noqa: E402
 from fednet.protocol import Message, MsgKind, decode, encode  # noqa: E402
@@ -206,17 +206,6 @@ def memcpy_s(src: np.ndarray, dst: np.ndarray | None, count: int) -> float:
     for _ in range(count):
         np.copyto(dst if dst is not None else np.empty_like(src), src)
     return time.perf_counter() - t0
-
-
-def cpu_pressure_us() -> int | None:
-    """Microseconds during which some task of this machine waited for a CPU (PSI), or None."""
-    try:
-        for line in Path("/proc/pressure/cpu").read_text().splitlines():
-            if line.startswith("some"):
-                return int(line.rsplit("total=", 1)[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def main() -> None:
