@@ -29,7 +29,8 @@ class InprocDispatcher:
         self.s = session
         cfg = session.cfg
         self.executors = {cid: Executor(cid, cfg, session.profiles[cid], device_for(cid, cfg.gpus),
-                                        session.run_id) for cid in range(cfg.clients)}
+                                        session.run_id, session.parts[cid])
+                          for cid in range(cfg.clients)}
 
     def alive_clients(self) -> list[ClientInfo]:
         """Every client (none can die in-process)."""

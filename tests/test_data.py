@@ -192,3 +192,37 @@ def test_partition_summary_reports_sizes_classes_and_balance():
     assert s["mean_size"] == pytest.approx(8 / 3)
     assert s["mean_classes"] == pytest.approx(5 / 3)  # 2, 1, 2 classes
     assert s["mean_balance"] == pytest.approx((0.5 + 0.0 + 0.5) / 3)
+
+
+def test_client_data_from_server_indices_equals_its_own_partition():
+    from fednet.config import RunConfig
+    from fednet.data import load_dataset
+    from fednet.data.client_data import client_data
+    from fednet.data.partition import run_partition
+
+    cfg = RunConfig().replace(clients=20)
+    d = cfg.data.__class__(**{**cfg.data.__dict__, "partition": "dirichlet", "alpha": 0.3})
+    ds = load_dataset("digits")
+    parts = run_partition(ds, d, 20, 5)
+    for cid in (0, 7, 19):
+        own = client_data(ds, d, 20, 5, cid)
+        sent = client_data(ds, d, 20, 5, cid, parts[cid].astype(np.int64))
+        assert np.array_equal(own.x, sent.x) and np.array_equal(own.y, sent.y)
+        assert np.array_equal(own.test_y, sent.test_y)
+
+
+@pytest.mark.parametrize("bad, why", [
+    (np.array([[1, 2]]), "1-D integer"),
+    (np.array([0.5, 1.0]), "1-D integer"),
+    (np.array([0, 1797]), r"outside the training set of \d+ samples"),
+    (np.array([-1]), "outside the training set"),
+])
+def test_client_data_rejects_indices_that_do_not_fit_the_dataset(bad, why):
+    from fednet.config import RunConfig
+    from fednet.data import load_dataset
+    from fednet.data.client_data import client_data
+    from fednet.errors import ConfigError
+
+    cfg = RunConfig()
+    with pytest.raises(ConfigError, match=why):
+        client_data(load_dataset("digits"), cfg.data, 10, 0, 0, bad)

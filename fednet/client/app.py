@@ -110,7 +110,8 @@ class Client:
         self.real, self.scale = cfg.latency.real, cfg.latency.time_scale
         torch.set_num_threads(cfg.train.threads)
         if self.executor is None or self.executor.cfg.replace(out="") != cfg.replace(out=""):
-            self.executor = Executor(self.cid, cfg, self.profile, self.device, self.run_id)
+            self.executor = Executor(self.cid, cfg, self.profile, self.device, self.run_id,
+                                     msg.arrays.get("indices"))
         self.executor.run_id = self.run_id
         self.seen.clear()
         self._send_server(Message(MsgKind.READY, self.name, self.run_id,

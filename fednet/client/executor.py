@@ -44,12 +44,12 @@ class Executor:
     """One client's data, model and algorithm state."""
 
     def __init__(self, cid: int, cfg: RunConfig, profile: Profile, device: str = "cpu",
-                 run_id: str = "") -> None:
+                 run_id: str = "", indices: np.ndarray | None = None) -> None:
         self.cid, self.cfg, self.profile, self.run_id = cid, cfg, profile, run_id
         self.device = torch.device(device)
         d = cfg.data
         ds = load_dataset(d.dataset, d.data_root or None, d.download)
-        cd = client_data(ds, d, cfg.clients, cfg.seed, cid)
+        cd = client_data(ds, d, cfg.clients, cfg.seed, cid, indices)
         x = torch.from_numpy(np.ascontiguousarray(cd.x)).to(self.device)
         y = torch.from_numpy(np.ascontiguousarray(cd.y)).to(self.device)
         # the same seeded initial weights as the server's, so personal models need no download

@@ -9,6 +9,7 @@ import numpy as np
 from fednet.data.datasets import Dataset, run_test_split
 from fednet.data.domains import client_labels, domain_test_indices, label_permutation
 from fednet.data.partition import run_client_indices
+from fednet.errors import ConfigError
 
 
 @dataclass
@@ -22,9 +23,17 @@ class ClientData:
     permutation: np.ndarray | None
 
 
-def client_data(ds: Dataset, data_cfg, num_clients: int, seed: int, cid: int) -> ClientData:
-    """Client cid's train partition and test split; `domain` clients test on their domain only."""
-    idx = run_client_indices(ds, data_cfg, num_clients, seed, cid)
+def client_data(ds: Dataset, data_cfg, num_clients: int, seed: int, cid: int,
+                indices: np.ndarray | None = None) -> ClientData:
+    """Client cid's train partition and test split; `domain` clients test on their domain only.
+
+    `indices` (the server's partition, sent at registration) spares a client process from
+    computing the whole partition itself and makes the server's copy the one every host uses.
+    """
+    if indices is None:
+        idx = run_client_indices(ds, data_cfg, num_clients, seed, cid)
+    else:
+        idx = checked_indices(indices, len(ds.train_y))
     test, _ = run_test_split(ds, data_cfg.exemplars, seed)
     tx, ty = test.test_x, test.test_y
     if data_cfg.partition == "domain":
@@ -37,3 +46,15 @@ def client_data(ds: Dataset, data_cfg, num_clients: int, seed: int, cid: int) ->
         perm = label_permutation(ds.num_classes, seed, cid)
         y, ty = client_labels(y, perm), client_labels(ty, perm)
     return ClientData(x, y, tx, ty, perm)
+
+
+def checked_indices(indices: np.ndarray, n: int) -> np.ndarray:
+    """Indices received from the server: 1-D integers inside the training set, or ConfigError."""
+    idx = np.asarray(indices)
+    if idx.ndim != 1 or idx.dtype.kind not in "iu":
+        raise ConfigError(f"partition indices must be a 1-D integer array (got {idx.dtype}, "
+                         f"{idx.ndim}-D)")
+    if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= n):
+        raise ConfigError(f"partition indices outside the training set of {n} samples: the "
+                         "server and this client load different datasets (check --data-root)")
+    return idx.astype(np.int64, copy=False)

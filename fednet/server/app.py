@@ -130,7 +130,10 @@ class ZmqServer:
             self.dead.pop(cid, None)
             body = {"config": self.s.cfg.to_dict(), "profile": self.s.profiles[cid].to_dict(),
                     "run_id": self.s.run_id, "cid": cid}
-            self._send(cid, Message(MsgKind.WELCOME, SERVER, self.s.run_id, body=body))
+            # the client's partition travels with the configuration: no client process
+            # recomputes the whole partition (30 ms for Dirichlet on digits, per process)
+            self._send(cid, Message(MsgKind.WELCOME, SERVER, self.s.run_id, body=body,
+                                    arrays={"indices": self.s.parts[cid].astype("int64")}))
         elif b.get("phase") == "ready" and cid in self.hello:
             h = self.hello[cid]
             self.clients[cid] = ClientInfo(cid, int(b.get("n", 0)), str(h.get("device", "?")),
