@@ -36,6 +36,7 @@ def test_unknown_key_is_named():
     ({"data.alpha": -1.0}, "--alpha"), ({"train.lr": 0.0}, "--lr"), ({"train.epochs": 0}, "--epochs"),
     ({"train.momentum": 1.0}, "--momentum"), ({"net.port": 70000}, "--port"),
     ({"latency.preset": "moon"}, "--latency"), ({"train.batch_size": 0}, "--batch-size"),
+    ({"net.max_inflight": -1}, "--max-inflight"),
 ])
 def test_validation_names_the_option(over, option):
     with pytest.raises(ConfigError, match=option):

@@ -1,33 +1,133 @@
-"""Weighted averaging of model arrays (deterministic order, float64 accumulation)."""
+"""Weighted averaging of model arrays, streamed and independent of the order of the inputs.
+
+The server folds each result into a running sum as it arrives and lets the message's memory go,
+so peak server memory does not grow with the number of clients per round. Arrival order differs
+between runs and runtimes, yet the average must not: a plain float sum depends on the order of
+its terms. `StreamingMean` therefore keeps each sum as an unevaluated pair hi + lo of float64
+arrays updated with Knuth's error-free TwoSum, so hi + lo is the *exact* sum of the terms w_i*a_i
+(each product rounded once, to float64, the same way whatever the order). The result,
+float64(hi + lo) / sum(w), cast to the input dtype, is then the same for every order.
+
+Exactness holds while, per coordinate, the terms span less than about 2^44 / K in magnitude
+(K terms; 1.8e10 for K = 1000): lo can then absorb every rounding error of hi without rounding
+itself. Beyond that the sum is still accurate to ~2^-100 relative and an order dependence would
+need the exact sum to sit within that distance of a float32 rounding boundary.
+"""
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from fednet.types import Arrays
 
 
-def weighted_mean(arrays: Sequence[Arrays], weights: Sequence[float]) -> Arrays:
-    """sum_i w_i a_i / sum_i w_i per name; integer arrays are taken from the first input.
+CHUNK = 1 << 14  # elements per step: the scratch buffers stay in the CPU cache
 
-    Callers pass inputs in a fixed order (by client id) so the result does not depend on
-    arrival order; accumulation is in float64 and cast back to each array's dtype.
+
+def two_sum_into(hi: np.ndarray, lo: np.ndarray, x: np.ndarray, weight: float = 1.0) -> None:
+    """hi + lo += weight * x exactly (Knuth's TwoSum: hi takes the rounded sum, lo the rounding
+    error); weight * x is rounded once, to float64. Works through cache-sized chunks with
+    preallocated scratch space, so it costs no allocation per input."""
+    h, lo_, xf = hi.reshape(-1), lo.reshape(-1), x.reshape(-1)
+    n = h.size
+    buf = np.empty((3, min(n, CHUNK)), dtype=np.float64)
+    for i in range(0, n, CHUNK):
+        j = min(n, i + CHUNK)
+        m = j - i
+        p, s, t = buf[0, :m], buf[1, :m], buf[2, :m]
+        hh, ll = h[i:j], lo_[i:j]
+        np.multiply(xf[i:j], weight, out=p, dtype=np.float64)
+        np.add(hh, p, out=s)             # s = fl(hi + p)
+        np.subtract(s, hh, out=t)        # bb = s - hi
+        np.subtract(p, t, out=p)         # p - bb
+        np.subtract(s, t, out=t)         # s - bb
+        np.subtract(hh, t, out=t)        # hi - (s - bb)
+        np.add(t, p, out=t)              # the rounding error of hi + p
+        np.add(ll, t, out=ll)
+        hh[...] = s
+
+
+class StreamingMean:
+    """sum_i w_i a_i / sum_i w_i per array name, fed one input at a time.
+
+    Floating arrays are averaged; other dtypes (integer counters) are taken from the first input.
+    Memory: two float64 arrays per floating input array, whatever the number of inputs.
     """
+
+    def __init__(self) -> None:
+        self.hi: dict[str, np.ndarray] = {}
+        self.lo: dict[str, np.ndarray] = {}
+        self.dtypes: dict[str, np.dtype] = {}
+        self.other: Arrays = {}
+        self.other_key: float = math.inf
+        self.weights: list[float] = []
+
+    @property
+    def count(self) -> int:
+        """Inputs added so far."""
+        return len(self.weights)
+
+    def add(self, arrays: Mapping[str, np.ndarray], weight: float, key: float | None = None
+            ) -> None:
+        """Fold one input in; it is not referenced afterwards (the caller may free it).
+
+        Non-floating arrays are kept from the input with the smallest `key` (e.g. the client id;
+        default: the order of arrival), so they do not depend on arrival order either.
+        """
+        w = float(weight)
+        if not math.isfinite(w) or w < 0:
+            raise ValueError(f"weights must be finite and non-negative (got {weight})")
+        if self.weights and set(arrays) != set(self.dtypes):
+            raise ValueError("every input must hold the same array names")
+        arrays = {name: np.asarray(a) for name, a in arrays.items()}
+        for name, a in arrays.items():  # check everything before changing anything
+            if name in self.hi and a.shape != self.hi[name].shape:
+                raise ValueError(f"array {name!r} has shape {a.shape}, expected "
+                                 f"{self.hi[name].shape}")
+        k = float(len(self.weights) if key is None else key)
+        keep_other = k < self.other_key
+        if keep_other:
+            self.other_key = k
+        for name, a in arrays.items():
+            if a.dtype.kind != "f":
+                if keep_other:
+                    self.other[name] = np.array(a, copy=True)
+                self.dtypes.setdefault(name, a.dtype)
+                continue
+            if name not in self.hi:
+                self.hi[name] = np.zeros(a.shape, dtype=np.float64)
+                self.lo[name] = np.zeros(a.shape, dtype=np.float64)
+                self.dtypes[name] = a.dtype
+            two_sum_into(self.hi[name], self.lo[name], a, w)
+        self.weights.append(w)
+
+    def sums(self) -> dict[str, np.ndarray]:
+        """The weighted sums, float64 (each the correctly rounded value of the exact sum)."""
+        return {name: self.hi[name] + self.lo[name] for name in self.hi}
+
+    def result(self) -> Arrays:
+        """The weighted mean, each array in its input dtype."""
+        if not self.weights:
+            raise ValueError("weighted mean of no inputs")
+        total = math.fsum(self.weights)
+        if total <= 0:
+            raise ValueError("weighted_mean weights must sum to a positive number")
+        out: Arrays = {}
+        for name, dt in self.dtypes.items():
+            if name in self.hi:
+                out[name] = ((self.hi[name] + self.lo[name]) / total).astype(dt)
+            else:
+                out[name] = self.other[name]
+        return out
+
+
+def weighted_mean(arrays: Sequence[Mapping[str, np.ndarray]], weights: Sequence[float]) -> Arrays:
+    """sum_i w_i a_i / sum_i w_i per name (StreamingMean over a list); the same for any order."""
     if not arrays:
         raise ValueError("weighted_mean needs at least one input")
-    w = np.asarray(weights, dtype=np.float64)
-    total = float(w.sum())
-    if total <= 0:
-        raise ValueError("weighted_mean weights must sum to a positive number")
-    w = w / total
-    out: Arrays = {}
-    for name, first in arrays[0].items():
-        if first.dtype.kind != "f":
-            out[name] = np.array(first, copy=True)
-            continue
-        acc = np.zeros(first.shape, dtype=np.float64)
-        for wi, a in zip(w, arrays):
-            acc += wi * a[name]
-        out[name] = acc.astype(first.dtype)
-    return out
+    acc = StreamingMean()
+    for a, w in zip(arrays, weights, strict=True):
+        acc.add(a, w)
+    return acc.result()

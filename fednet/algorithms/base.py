@@ -107,6 +107,11 @@ class Algorithm:
         """Tasks released by one arrival, sent at once (asynchronous pipelines); none by default."""
         return []
 
+    def absorb(self, done: Result | Failure) -> None:
+        """Called by the runtime for every reply as it arrives. Streaming algorithms fold the
+        result into the round's running sums here and drop its arrays, so the server never holds
+        more than one client's model at a time; the rest keep results for aggregate_round."""
+
     def interim_points(self) -> list[tuple[int, Arrays, float, dict[str, Any]]]:
         """(round, model, simulated time, metrics) to evaluate inside a multi-round step."""
         return []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fednet.algorithms.aggregate import weighted_mean
+from fednet.algorithms.aggregate import StreamingMean
 from fednet.algorithms.base import Algorithm, ClientContext, finite
 from fednet.algorithms.local import Plain, Prox
 from fednet.config import RunConfig
@@ -30,6 +30,7 @@ class FedAvg(Algorithm):
     """Clients run E epochs of SGD from the global model; the server averages by sample count."""
 
     name = "fedavg"
+    streams = True
     PARAMS: dict[str, Any] | None = {}  # --param names this algorithm takes (None: checks its own)
 
     def __init__(self, cfg: RunConfig) -> None:
@@ -37,13 +38,41 @@ class FedAvg(Algorithm):
         if self.PARAMS is not None:
             self.checked_params(self.PARAMS)
         self.local: Any = Plain()
+        self._sums: dict[str, StreamingMean] = {}
+        self._finite: dict[int, bool] = {}  # task id -> its result was finite (and folded in)
+
+    # ---- streamed aggregation: each result is folded in on arrival, then its arrays dropped --
+    def sum_of(self, part: str) -> StreamingMean:
+        """The round's running sum named `part` (created on first use)."""
+        return self._sums.setdefault(part, StreamingMean())
+
+    def fold(self, r: Result) -> None:
+        """Add one finite result to the round's sums: the model, weighted by samples."""
+        self.sum_of("model").add(r.arrays, r.num_examples, key=r.cid)
+
+    def absorb(self, done: Result | Failure) -> None:
+        """Fold a result in (non-finite ones are only counted) and release its arrays."""
+        if isinstance(done, Result) and done.task_id not in self._finite:
+            self._finite[done.task_id] = ok = finite(done.arrays)
+            if ok:
+                self.fold(done)
+            done.arrays = {}
+
+    def take_round(self, results: list[Result]) -> tuple[list[Result], int, dict[str, StreamingMean]]:
+        """Finish the round's sums (folding results the runtime did not stream); returns the
+        usable results, how many were non-finite, and the sums."""
+        for r in results:
+            self.absorb(r)
+        ok = [r for r in results if self._finite.get(r.task_id)]
+        sums, self._sums, self._finite = self._sums, {}, {}
+        return ok, len(results) - len(ok), sums
 
     def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
                         ) -> dict[str, float]:
-        """theta = sum_k n_k theta_k / sum_k n_k over the usable results (sorted by client)."""
-        ok, dropped = usable(results)
+        """theta = sum_k n_k theta_k / sum_k n_k over the usable results (any arrival order)."""
+        ok, dropped, sums = self.take_round(results)
         if ok:
-            self.global_arrays = weighted_mean([r.arrays for r in ok], [r.num_examples for r in ok])
+            self.global_arrays = sums["model"].result()
         return round_metrics(ok, failures, dropped)
 
     def client_update(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:

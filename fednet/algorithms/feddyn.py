@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fednet.algorithms.aggregate import weighted_mean
-from fednet.algorithms.fedavg import FedAvg, round_metrics, usable
+from fednet.algorithms.fedavg import FedAvg, round_metrics
 from fednet.algorithms.local import Dyn
 from fednet.config import RunConfig
 from fednet.types import Arrays, Failure, Result
@@ -33,16 +32,21 @@ class FedDyn(FedAvg):
         super().setup(init, trainable)
         self.h = {k: np.zeros_like(v, dtype=np.float64) for k, v in init.items() if k in self.trainable}
 
+    def fold(self, r: Result) -> None:
+        """Uniform weights: every participant counts once."""
+        self.sum_of("model").add(r.arrays, 1.0, key=r.cid)
+
     def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
                         ) -> dict[str, float]:
         """Uniform mean of the participants plus the h-correction (K = all clients)."""
-        ok, dropped = usable(results)
+        ok, dropped, sums = self.take_round(results)
         if not ok:
             return round_metrics(ok, failures, dropped)
         K = self.cfg.clients
-        mean = weighted_mean([r.arrays for r in ok], [1.0] * len(ok))
-        for k, h in self.h.items():
-            drift = sum(r.arrays[k].astype(np.float64) - self.global_arrays[k] for r in ok)
+        acc = sums["model"]
+        mean, total = acc.result(), acc.sums()
+        for k, h in self.h.items():  # sum_k (theta_k - theta) = sum_k theta_k - n theta
+            drift = total[k] - len(ok) * self.global_arrays[k].astype(np.float64)
             h -= (self.alpha / K) * drift
         self.global_arrays = {k: (mean[k] - self.h[k] / self.alpha).astype(mean[k].dtype)
                               if k in self.h else mean[k] for k in mean}

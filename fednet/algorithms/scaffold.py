@@ -9,9 +9,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fednet.algorithms.aggregate import weighted_mean
 from fednet.algorithms.base import ClientContext
-from fednet.algorithms.fedavg import FedAvg, round_metrics, usable
+from fednet.algorithms.fedavg import FedAvg, round_metrics
 from fednet.algorithms.local import local_sgd, trainable
 from fednet.config import RunConfig
 from fednet.errors import ConfigError
@@ -57,17 +56,23 @@ class Scaffold(FedAvg):
         return [self.new_task(rnd, [c.cid], arrays, self.task_body(rnd, c))
                 for c in self.select(rnd, clients)]
 
+    def fold(self, r: Result) -> None:
+        """The model weighted by samples; the control changes delta c_k summed."""
+        self.sum_of("model").add({k: v for k, v in r.arrays.items() if not k.startswith(DC)},
+                                 r.num_examples, key=r.cid)
+        self.sum_of("dc").add({k[len(DC):]: v for k, v in r.arrays.items() if k.startswith(DC)},
+                              1.0, key=r.cid)
+
     def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
                         ) -> dict[str, float]:
         """x = weighted mean of y_k; c += (1/K) sum of delta c_k (K = all clients)."""
-        ok, dropped = usable(results)
+        ok, dropped, sums = self.take_round(results)
         if ok:
-            models = [{k: v for k, v in r.arrays.items() if not k.startswith(DC)} for r in ok]
-            self.global_arrays = weighted_mean(models, [r.num_examples for r in ok])
+            self.global_arrays = sums["model"].result()
             K = self.cfg.clients
+            dc = sums["dc"].sums()
             for k in self.c:
-                dc = sum(r.arrays[DC + k].astype(np.float64) for r in ok)
-                self.c[k] = (self.c[k] + dc / K).astype(self.c[k].dtype)
+                self.c[k] = (self.c[k] + dc[k] / K).astype(self.c[k].dtype)
         return round_metrics(ok, failures, dropped)
 
     def client_update(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +48,9 @@ class ZmqServer:
         self.death_round: dict[int, int] = {}
         self._pending: dict[int, Task] = {}
         self._replies: list[Result | Failure] = []
+        self._on_reply: FollowUp | None = None
+        self._queue: deque[Task] = deque()  # tasks waiting for room under net.max_inflight
+        self._accepting = True
         self._progress = time.monotonic()
         self.shutting_down = False
         self._holder: dict[int, int] = {}  # task id -> route index of the client holding it
@@ -71,13 +75,32 @@ class ZmqServer:
                 if not normal:  # an exit after SHUTDOWN is the normal end (its BYE may be queued)
                     log.warning("client %d is gone: %s", cid, why)
         for tid, task in list(self._pending.items()):
+            if tid not in self._pending:  # failed meanwhile (a follow-up could not be sent)
+                continue
             holder = task.route[self._holder.get(tid, task.hop)]  # later dead peers are skipped
             if holder in self.dead:
                 self._fail(tid, f"client {holder} died holding the model: {self.dead[holder]}")
 
     def _fail(self, tid: int, reason: str) -> None:
         task = self._pending.pop(tid)
-        self._replies.append(Failure(tid, task.round, task.route[-1], reason, task.sim_time))
+        self._reply(Failure(tid, task.round, task.route[-1], reason, task.sim_time))
+
+    def _reply(self, done: Result | Failure) -> None:
+        """Record a reply; the round's callback sees it at once (a streaming algorithm folds it
+        in, an asynchronous one releases follow-up tasks, dispatched here)."""
+        self._replies.append(done)
+        if self._on_reply is not None:
+            if self._accepting:
+                self._queue.extend(self._on_reply(done))
+                self._fill()
+            else:
+                self._on_reply(done)
+
+    def _fill(self) -> None:
+        """Send queued tasks while fewer than net.max_inflight are out (all when 0)."""
+        limit = self.s.cfg.net.max_inflight or len(self._queue) + len(self._pending)
+        while self._queue and len(self._pending) < limit:
+            self._dispatch(self._queue.popleft())
 
     def _poll_once(self, timeout_s: float) -> None:
         if not self.sock.poll(int(timeout_s * 1000), zmq.POLLIN):
@@ -108,7 +131,7 @@ class ZmqServer:
                 return
             self._pending.pop(msg.task_id)
             self._progress = time.monotonic()
-            self._replies.append(accept_reply(msg, cid, nbytes, self.s.profiles))
+            self._reply(accept_reply(msg, cid, nbytes, self.s.profiles))
         elif msg.kind == MsgKind.BYE:
             self.byes[cid] = dict(msg.body)
         elif msg.kind == MsgKind.HOP_DONE:
@@ -174,29 +197,29 @@ class ZmqServer:
                   ) -> tuple[list[Result], list[Failure]]:
         """Send every task, then collect results until all arrived, died or timed out.
 
-        With `follow`, each arrival may release new tasks, sent at once (asynchronous slots).
+        `follow` sees each reply the moment it arrives; tasks it returns are sent at once
+        (asynchronous slots).
         """
         self._replies = []
         self.round = rnd
-        for task in tasks:
-            self._dispatch(task)
+        self._on_reply, self._accepting = follow, True
+        self._queue.extend(tasks)
+        self._fill()
         timeout = self.s.cfg.net.round_timeout
         self._progress = time.monotonic()  # results and HOP_DONEs move it: chains may be long
-        seen = 0
-        while self._pending or (follow is not None and seen < len(self._replies)):
-            if follow is not None:
-                while seen < len(self._replies):
-                    seen += 1
-                    for t in follow(self._replies[seen - 1]):
-                        self._dispatch(t)
-                if not self._pending:
-                    break
+        while self._pending or self._queue:
+            self._fill()
             self._check_deaths()
             if time.monotonic() - self._progress > timeout:
+                self._accepting = False  # what is pending fails; nothing new is started
+                for task in self._queue:
+                    self._pending[task.task_id] = task
+                self._queue.clear()
                 for tid in list(self._pending):
                     self._fail(tid, f"no progress within --round-timeout {timeout:g}s")
                 break
             self._poll_once(0.05)
+        self._on_reply = None
         results = [r for r in self._replies if isinstance(r, Result)]
         failures = [r for r in self._replies if isinstance(r, Failure)]
         self.round = rnd + 1

@@ -122,8 +122,13 @@ class RoundDriver:
         tasks = self.algo.configure_round(rnd, clients)
         for t in tasks:
             t.sim_time = self.sim_time
-        follow = self.algo.follow_up if span > 1 else None
-        results, failures = dispatcher.run_round(rnd, tasks, follow)
+        algo = self.algo
+
+        def on_reply(done: Result | Failure) -> list[Task]:
+            algo.absorb(done)  # streaming algorithms fold the result in and free its arrays
+            return algo.follow_up(done) if span > 1 else []
+
+        results, failures = dispatcher.run_round(rnd, tasks, on_reply)
         metrics = self.algo.aggregate_round(rnd, results, failures)
         self.sim_time = max([self.sim_time] + [r.sim_time for r in results])
         self._note_failures(rnd, failures)

@@ -85,3 +85,34 @@ def test_fedseq_inter_over_sockets_matches_local(tmp_path):
     assert b["bytes"]["client_to_client"] > 0
     assert a["sim_time_s"] == b["sim_time_s"]
     assert a["setup"]["groups"] == b["setup"]["groups"]
+
+
+@pytest.mark.parametrize("algo, clients, params", [
+    ("fedavg", 5, {}),
+    ("fedseq_inter", 6, {"min_samples": 400, "max_clients": 3, "superclient_fraction": 0.5,
+                         "pretrain_epochs": 1, "period": 2}),
+])
+def test_max_inflight_bounds_tasks_out_and_changes_no_result(tmp_path, monkeypatch, algo,
+                                                             clients, params):
+    """--max-inflight 1: one task out at a time (follow-ups queue too); same model, bytes, time."""
+    from fednet.server.app import ZmqServer
+
+    most = []
+    dispatch = ZmqServer._dispatch
+
+    def counting(self, task):
+        dispatch(self, task)
+        most.append(len(self._pending))
+    monkeypatch.setattr(ZmqServer, "_dispatch", counting)
+    over = {"clients": clients, "rounds": 2, "latency": {"preset": "hetero"},
+            "algo": {"name": algo, "params": params}}
+    a = run_local(small_config(**over, out=str(tmp_path / "local")), quiet=True)
+    b = run_zmq(small_config(**over, out=str(tmp_path / "launch"), net={"max_inflight": 1}),
+                quiet=True)
+    assert b["status"] == "completed" and not b["failures"]
+    assert max(most) == 1 and len(most) >= clients
+    ma, mb = _model(tmp_path / "local"), _model(tmp_path / "launch")
+    for k in ma:
+        assert np.array_equal(ma[k], mb[k]), k
+    assert {k: a["bytes"][k] for k in KEYS} == {k: b["bytes"][k] for k in KEYS}
+    assert a["sim_time_s"] == b["sim_time_s"]

@@ -1,0 +1,88 @@
+"""Streamed weighted averaging: exact sums, so the result never depends on arrival order."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fednet.algorithms.aggregate import StreamingMean, weighted_mean
+
+
+def _inputs(k: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    # magnitudes spread over 6 decades per coordinate: plain float sums depend on the order
+    arrays = [{"w": (rng.standard_normal(300) * 10.0 ** rng.integers(-3, 3, 300)).astype(np.float32),
+               "b": rng.standard_normal((4, 5)).astype(np.float32)} for _ in range(k)]
+    return arrays, [int(n) for n in rng.integers(1, 400, k)]
+
+
+def test_the_mean_is_bit_identical_for_every_arrival_order():
+    arrays, weights = _inputs(200)
+    ref = weighted_mean(arrays, weights)
+    rng = np.random.default_rng(1)
+    naive_differs = False
+    for _ in range(5):
+        order = rng.permutation(len(arrays))
+        got = weighted_mean([arrays[i] for i in order], [weights[i] for i in order])
+        for k in ref:
+            assert np.array_equal(got[k], ref[k])
+        naive = sum(arrays[i]["w"].astype(np.float64) * weights[i] for i in order)
+        naive_ref = sum(a["w"].astype(np.float64) * w for a, w in zip(arrays, weights))
+        naive_differs |= not np.array_equal(naive, naive_ref)
+    assert naive_differs  # the inputs are hard enough that a plain sum would not be
+
+
+def test_the_sum_is_the_correctly_rounded_exact_sum():
+    arrays, weights = _inputs(50, seed=3)
+    acc = StreamingMean()
+    for a, w in zip(arrays, weights):
+        acc.add(a, w)
+    s = acc.sums()["w"]
+    for j in range(0, 300, 7):
+        exact = math.fsum(float(np.float64(a["w"][j]) * w) for a, w in zip(arrays, weights))
+        assert s[j] == exact
+    total = math.fsum(weights)
+    expect = np.array([math.fsum(float(np.float64(a["w"][j]) * w) for a, w in zip(arrays, weights))
+                       for j in range(300)]) / total
+    assert np.array_equal(acc.result()["w"], expect.astype(np.float32))
+
+
+def test_non_integer_weights_and_integer_arrays():
+    a = {"w": np.array([1.0, 3.0], np.float32), "n": np.array(5, np.int64)}
+    b = {"w": np.array([2.0, 5.0], np.float32), "n": np.array(9, np.int64)}
+    out = weighted_mean([a, b], [0.25, 0.75])
+    np.testing.assert_allclose(out["w"], [1.75, 4.5])
+    assert out["w"].dtype == np.float32 and int(out["n"]) == 5
+    assert np.array_equal(weighted_mean([b, a], [0.75, 0.25])["w"], out["w"])
+
+
+@pytest.mark.parametrize("bad, match", [
+    (lambda acc: acc.add({"w": np.zeros(3, np.float32)}, 1), "shape"),
+    (lambda acc: acc.add({"x": np.zeros(2, np.float32)}, 1), "same array names"),
+    (lambda acc: acc.add({"w": np.zeros(2, np.float32)}, -1), "non-negative"),
+    (lambda acc: acc.add({"w": np.zeros(2, np.float32)}, float("nan")), "finite"),
+])
+def test_inputs_that_do_not_fit_are_refused(bad, match):
+    acc = StreamingMean()
+    acc.add({"w": np.ones(2, np.float32)}, 2)
+    with pytest.raises(ValueError, match=match):
+        bad(acc)
+    assert acc.count == 1 and np.array_equal(acc.result()["w"], [1.0, 1.0])
+
+
+def test_empty_and_zero_weight_means_are_errors():
+    with pytest.raises(ValueError):
+        weighted_mean([], [])
+    with pytest.raises(ValueError, match="positive"):
+        weighted_mean([{"w": np.ones(2, np.float32)}], [0])
+
+
+def test_integer_arrays_come_from_the_smallest_key_whatever_the_order():
+    a = {"w": np.ones(1, np.float32), "n": np.array(5, np.int64)}
+    b = {"w": np.ones(1, np.float32), "n": np.array(9, np.int64)}
+    for order in ([(a, 3), (b, 1)], [(b, 1), (a, 3)]):
+        acc = StreamingMean()
+        for arrays, cid in order:
+            acc.add(arrays, 1, key=cid)
+        assert int(acc.result()["n"]) == 9
