@@ -6,6 +6,7 @@ touches CUDA. Commands arrive as JSON lines on stdin; events leave as JSON lines
         "common": {"connect": "tcp://...", "threads": 1, ...}}
        {"cmd": "stop"}                       (or EOF: the launcher is gone)
   out: {"event": "warm", "pid": P, "seconds": S}
+       {"event": "hugepages", "bytes": B, "seconds": S}   (once, before a large spawn_many)
        {"event": "spawned", "cid": 3, "pid": P}
        {"event": "exit", "cid": 3, "pid": P, "code": C}   (C < 0: killed by signal -C)
 """
@@ -77,6 +78,7 @@ def _child(spec: dict[str, Any], zygote: int) -> int:
 def serve(children: dict[int, int]) -> None:
     """Read commands, fork clients, report exits; return on stop or EOF."""
     buf = b""
+    collapsed = False
     stdin = sys.stdin.fileno()
     while True:
         _reap(children)
@@ -93,6 +95,11 @@ def serve(children: dict[int, int]) -> None:
             if cmd.get("cmd") == "stop":
                 return
             if cmd.get("cmd") == "spawn_many":
+                if not collapsed and len(cmd["cids"]) >= hugepages.WORTH_IT:
+                    collapsed = True  # once: later forks are cheap too
+                    t0 = time.monotonic()
+                    huge = hugepages.collapse()
+                    _emit({"event": "hugepages", "bytes": huge, "seconds": time.monotonic() - t0})
                 for cid, dev in zip(cmd["cids"], cmd["devices"]):
                     _fork(dict(cmd["common"], cid=cid, device=dev), children)
                     _reap(children)
@@ -170,9 +177,7 @@ def main() -> None:
     warm_up(a.dataset, a.data_root)
     gc.collect()
     gc.freeze()  # children's collections then skip the inherited objects (no copy-on-write)
-    huge = hugepages.collapse()
-    _emit({"event": "warm", "pid": os.getpid(), "seconds": time.monotonic() - t0,
-           "huge_bytes": huge})
+    _emit({"event": "warm", "pid": os.getpid(), "seconds": time.monotonic() - t0})
     code = 0
     try:
         serve(children)
