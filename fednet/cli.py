@@ -145,13 +145,16 @@ def server(bind: str, **opts: Any) -> None:
               help="Seconds to wait for the server to listen and to welcome each client.")
 @click.option("--secure", type=click.Path(file_okay=False), default="",
               help="Key folder (as the server's): CURVE and authentication on every link.")
+@click.option("--clients-per-process", "per_process", type=int, default=1, show_default=True,
+              help="Logical clients per process (one CUDA context for several clients).")
 @_errors
 def clients(connect: str, ids: str, gpus: str | None, advertise: str, threads: int,
-            timeout: float, secure: str) -> None:
+            timeout: float, secure: str, per_process: int) -> None:
     """Start clients on this host; they get the run's configuration from the server."""
     from fednet.launch.local_clients import parse_ids, run_clients
 
-    sys.exit(run_clients(connect, parse_ids(ids), gpus, advertise, threads, timeout, secure))
+    sys.exit(run_clients(connect, parse_ids(ids), gpus, advertise, threads, timeout, secure,
+                         per_process))
 
 
 @main.group()

@@ -71,6 +71,7 @@ class NetConfig:
     dead_peer: str = "skip"    # skip the dead peer and go on, or "server": return the model
     checkpoint_every: int = 0  # rounds between checkpoints (0: none); see --resume
     max_inflight: int = 0      # tasks out at once (0: all of a round's tasks)
+    clients_per_process: int = 1  # logical clients per client process (fednet launch)
 
 
 @dataclass(frozen=True)
@@ -236,6 +237,8 @@ def validate(cfg: RunConfig) -> RunConfig:
           f"net.dead_peer must be skip or server (got '{cfg.net.dead_peer}')")
     _need(cfg.net.ack_timeout > 0 and cfg.net.ack_retries >= 1,
           "net.ack_timeout must be positive and net.ack_retries at least 1")
+    _need(cfg.net.clients_per_process >= 1, "--clients-per-process must be at least 1 (got "
+          f"{cfg.net.clients_per_process})")
     _need(cfg.net.max_inflight >= 0,
           f"--max-inflight must be 0 (no limit) or a positive number (got {cfg.net.max_inflight})")
     _need(cfg.net.round_timeout > 0, f"--round-timeout must be positive (got {cfg.net.round_timeout})")

@@ -19,7 +19,7 @@ _KEYS = {
     "model": "train.model", "epochs": "train.epochs", "batch_size": "train.batch_size", "lr": "train.lr",
     "momentum": "train.momentum", "weight_decay": "train.weight_decay", "threads": "train.threads",
     "round_timeout": "net.round_timeout", "register_timeout": "net.register_timeout",
-    "max_inflight": "net.max_inflight",
+    "max_inflight": "net.max_inflight", "clients_per_process": "net.clients_per_process",
     "real_time": "latency.real", "time_scale": "latency.time_scale",
     "permute": "data.permute", "exemplars": "data.exemplars", "eval_mode": "algo.eval",
     "augment": "train.augment", "secure": "net.secure", "checkpoint_every": "net.checkpoint_every",
@@ -98,6 +98,10 @@ _COMMON: list[Callable[[Any], Any]] = [
     click.option("--download/--no-download", default=None, help="Download datasets if missing."),
     click.option("--round-timeout", type=float, help="Seconds a round may take. [default: 300]"),
     click.option("--register-timeout", type=float, help="Seconds to wait for clients. [default: 60]"),
+    click.option("--clients-per-process", type=int,
+                 help="Logical clients in each client process (launch): one fork, one "
+                      "interpreter and one CUDA context serve them all; their tasks run one at a "
+                      "time. Use it when 100 CUDA contexts do not fit on a device. [default: 1]"),
     click.option("--max-inflight", type=int,
                  help="At most N tasks out at once; the next is sent when a result returns. Bounds "
                       "the server's memory when results arrive faster than it aggregates them "

@@ -43,3 +43,11 @@ def test_client_trains_on_cuda(tmp_path):
     s = run_local(small_config(gpus=[0], out=str(tmp_path)), quiet=True)
     assert set(s["devices"].values()) == {"cuda:0"}
     assert s["final_accuracy"] > 0.3
+
+
+def test_clients_per_process_groups_consecutive_ids_and_pins_processes_round_robin():
+    specs = client_specs(7, "tcp://127.0.0.1:1", (0, 1), 1, per_process=3)
+    assert [s["cids"] for s in specs] == [[0, 1, 2], [3, 4, 5], [6]]
+    assert [s["device"] for s in specs] == ["cuda:0", "cuda:1", "cuda:0"]
+    one = client_specs(3, "tcp://127.0.0.1:1", (), 1, ids=[5, 9, 11])
+    assert [(s["cids"], s["device"]) for s in one] == [([5], "cpu"), ([9], "cpu"), ([11], "cpu")]

@@ -31,16 +31,18 @@ class Client:
     """One federated client: a DEALER to the server and a ROUTER for peer hand-offs."""
 
     def __init__(self, cid: int, connect: str, device: str = "cpu", advertise: str = "127.0.0.1",
-                 threads: int = 1, secure: str = "") -> None:
+                 threads: int = 1, secure: str = "", ctx: zmq.Context | None = None) -> None:
         self.cid, self.name, self.device = cid, client_name(cid), device
-        self.ctx = zmq.Context()
+        self.own_ctx = ctx is None  # several logical clients of one process share a context
+        self.ctx = ctx if ctx is not None else zmq.Context()
         self.ledger = Ledger()
         self.auth, self.keys, setup = None, None, None
         if secure:  # CURVE to the server; our peer socket admits only allowed keys (ZAP)
             from fednet.transport import security
 
             self.keys = keys = security.load_keys(secure, need_server_secret=False)
-            self.auth = security.start_authenticator(self.ctx, keys)
+            if self.own_ctx:  # one ZAP handler per context: a Host starts its own
+                self.auth = security.start_authenticator(self.ctx, keys)
             setup = lambda s: security.as_client(s, keys.server_public, keys)  # noqa: E731
         self.server = Channel(connect_dealer(self.ctx, self.name, connect, setup), self.ledger,
                               self.name, router=False)
@@ -62,6 +64,7 @@ class Client:
         self.seen: set[tuple[int, int]] = set()  # (task, hop) of the hand-offs already queued
         self.stopping = False
         self.rehello = False
+        self.pump: Any = self._pump  # what waits call to serve sockets (the Host's: all clients)
         torch.set_num_threads(threads)
 
     def _send_server(self, msg: Message, track: bool = False) -> int:
@@ -70,14 +73,18 @@ class Client:
             self._tracker = tracker
         return n
 
-    def _hello(self) -> None:
+    def hello(self) -> None:
         hello = {"phase": "hello", "cid": self.cid, "endpoint": self.peers.endpoint,
                  "device": self.device, "pid": os.getpid(), "host": socket.gethostname()}
         self._send_server(Message(MsgKind.READY, self.name, body=hello))
 
     def register(self, timeout_s: float) -> None:
         """READY (hello) -> WELCOME -> build data and model -> READY (ready)."""
-        self._hello()
+        self.hello()
+        self.await_welcome(timeout_s)
+
+    def await_welcome(self, timeout_s: float) -> None:
+        """Wait for the server's WELCOME (or REJECT) after READY (hello); then take it."""
         deadline = time.monotonic() + timeout_s
         while True:
             left = deadline - time.monotonic()
@@ -157,13 +164,20 @@ class Client:
             return
         end = time.monotonic() + max(0.0, (sim_delay + extra) * self.scale - elapsed)
         while (left := end - time.monotonic()) > 0:
-            self._pump(max(1, int(min(left, 0.05) * 1000)))
+            self.pump(max(1, int(min(left, 0.05) * 1000)))
 
     def _pump(self, timeout_ms: int) -> None:
         """Read what the sockets hold: hand-offs are acknowledged at once and queued as work
         (a duplicate, re-sent after a slow acknowledgement, is acknowledged but not run again);
         tasks from the server are queued; SHUTDOWN stops the loop."""
-        ready = dict(self.poller.poll(timeout_ms))
+        self.read(dict(self.poller.poll(timeout_ms)))
+
+    def sockets(self) -> list[zmq.Socket]:
+        """The sockets this client reads: the server link and its peer socket."""
+        return [self.server.sock, self.peers.sock]
+
+    def read(self, ready: dict[Any, int]) -> None:
+        """Handle what the readable sockets in `ready` (a poll result) hold."""
         if self.peers.sock in ready:
             for _ in range(1000):
                 got = self.peers.receive()
@@ -193,32 +207,48 @@ class Client:
                     break
 
     def serve(self) -> int:
-        """The poll loop: tasks from the server and hand-offs from peers, one at a time."""
+        """The poll loop of a process that holds only this client (see Host for several)."""
         self.poller = zmq.Poller()
-        self.poller.register(self.server.sock, zmq.POLLIN)
-        self.poller.register(self.peers.sock, zmq.POLLIN)
-        self.peers.pump = lambda: self._pump(0)
+        for sock in self.sockets():
+            self.poller.register(sock, zmq.POLLIN)
+        self.peers.pump = lambda: self.pump(0)
         while not self.stopping:
-            if os.getppid() != self.parent:  # our launcher is gone: do not linger as an orphan
-                log.error("client %d: parent process exited; stopping", self.cid)
-                return EXIT_ERROR
-            if self._server_gone():
-                log.error("client %d: lost the server at %s (no connection for %.0fs); stopping",
-                          self.cid, self.connect, self.lost_timeout)
-                return EXIT_ERROR
-            if self.rehello:
-                self.rehello = False
-                log.warning("client %d: the server is back; registering again", self.cid)
-                self._hello()
-            if self.work:
-                self._run_task(*self.work.popleft())
-                self._pump(0)
-            else:
-                self._pump(1000)
+            code = self.check()
+            if code is not None:
+                return code
+            if not self.step():
+                self.pump(1000)
+        self.bye()
+        return EXIT_OK
+
+    def check(self) -> int | None:
+        """Launcher and server liveness, re-registration; an exit code when this client must stop."""
+        if os.getppid() != self.parent:  # our launcher is gone: do not linger as an orphan
+            log.error("client %d: parent process exited; stopping", self.cid)
+            return EXIT_ERROR
+        if self._server_gone():
+            log.error("client %d: lost the server at %s (no connection for %.0fs); stopping",
+                      self.cid, self.connect, self.lost_timeout)
+            return EXIT_ERROR
+        if self.rehello:
+            self.rehello = False
+            log.warning("client %d: the server is back; registering again", self.cid)
+            self.hello()
+        return None
+
+    def step(self) -> bool:
+        """Run one queued task or hand-off (then read what arrived meanwhile); False if idle."""
+        if not self.work:
+            return False
+        self._run_task(*self.work.popleft())
+        self.pump(0)
+        return True
+
+    def bye(self) -> None:
+        """BYE to the server with this client's ledger totals."""
         tot = dict(self.ledger.totals())
         tot["rejected"] = self.server.rejects.total + self.peers.chan.rejects.total
         self._send_server(Message(MsgKind.BYE, self.name, self.run_id, body=tot))
-        return EXIT_OK
 
     def close(self) -> None:
         """Close sockets (waiting briefly for queued messages) and the context."""
@@ -228,14 +258,23 @@ class Client:
         self.server.sock.close(linger=2000)
         if self.auth is not None:
             self.auth.stop()
-        self.ctx.term()
+        if self.own_ctx:
+            self.ctx.term()
 
 
-def run_client(cid: int, connect: str, device: str = "cpu", advertise: str = "127.0.0.1",
-               threads: int = 1, register_timeout: float = 60.0, secure: str = "") -> int:
-    """Run one client to completion; returns a process exit code."""
+def run_client(cid: int | list[int], connect: str, device: str = "cpu",
+               advertise: str = "127.0.0.1", threads: int = 1, register_timeout: float = 60.0,
+               secure: str = "") -> int:
+    """Run one client (or, given a list of ids, several in this process) to completion; returns
+    a process exit code."""
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
+    if isinstance(cid, list):
+        if len(cid) > 1:
+            from fednet.client.host import run_host
+
+            return run_host(cid, connect, device, advertise, threads, register_timeout, secure)
+        cid = cid[0]
     client = Client(cid, connect, device, advertise, threads, secure)
     client.lost_timeout = register_timeout
     try:

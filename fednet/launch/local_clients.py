@@ -68,10 +68,12 @@ def wait_listening(connect: str, timeout_s: float) -> None:
 
 
 def run_clients(connect: str, ids: list[int], gpus: str | None, advertise: str, threads: int,
-                timeout_s: float = 60.0, secure: str = "") -> int:
+                timeout_s: float = 60.0, secure: str = "", per_process: int = 1) -> int:
     """Fork the clients, wait for all of them to exit; exit code 0 only if all exited cleanly."""
     if timeout_s <= 0:
         raise ConfigError(f"--timeout must be positive (got {timeout_s:g})")
+    if per_process < 1:
+        raise ConfigError(f"--clients-per-process must be at least 1 (got {per_process})")
     g = parse_gpus(gpus)
     if g:
         from fednet.launch.gpus import check_gpus
@@ -82,7 +84,8 @@ def run_clients(connect: str, ids: list[int], gpus: str | None, advertise: str, 
     wait_listening(connect, timeout_s)
     zyg = Zygote(log_file=None)
     zyg.spawn(client_specs(len(ids), connect, g, threads, ids=ids, advertise=advertise,
-                           log_level="WARNING", register_timeout=timeout_s, secure=secure))
+                           log_level="WARNING", register_timeout=timeout_s, secure=secure,
+                           per_process=per_process))
     print(f"started {len(ids)} clients connecting to {connect}", file=sys.stderr)
     try:
         while len(zyg.exits) < len(ids):

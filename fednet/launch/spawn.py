@@ -76,11 +76,11 @@ class Zygote:
         return out
 
     def spawn(self, specs: list[dict[str, Any]]) -> None:
-        """Fork one client per spec (cid, connect, device, threads, ...)."""
+        """Fork one process per spec (cids, connect, device, threads, ...)."""
         if not specs:
             return
-        common = {k: v for k, v in specs[0].items() if k not in ("cid", "device")}
-        cmd = {"cmd": "spawn_many", "common": common, "cids": [s["cid"] for s in specs],
+        common = {k: v for k, v in specs[0].items() if k not in ("cids", "device")}
+        cmd = {"cmd": "spawn_many", "common": common, "groups": [s["cids"] for s in specs],
                "devices": [s["device"] for s in specs]}
         assert self.proc.stdin is not None
         self.proc.stdin.write((json.dumps(cmd) + "\n").encode())  # a few KB even for 500 clients
@@ -98,9 +98,9 @@ class Zygote:
         return out
 
     def child_pids(self) -> list[int]:
-        """PIDs of clients still running."""
+        """PIDs of client processes still running (each once, whatever it holds)."""
         self._events()
-        return [p for c, p in self.pids.items() if c not in self.exits]
+        return sorted({p for c, p in self.pids.items() if c not in self.exits})
 
     def stop(self, grace_s: float = 8.0, wait_for: list[int] | None = None,
              wait_s: float = 2.0) -> None:
@@ -137,12 +137,16 @@ class Zygote:
 def client_specs(n: int, connect: str, gpus: tuple[int, ...], threads: int,
                  ids: list[int] | None = None, advertise: str = "127.0.0.1",
                  log_level: str = "WARNING", register_timeout: float = 60.0,
-                 secure: str = "") -> list[dict[str, Any]]:
-    """One spawn spec per client id, pinned round-robin to the GPUs (or the CPU)."""
-    return [{"cid": cid, "connect": connect, "device": device_for(cid, gpus), "threads": threads,
-             "advertise": advertise, "log_level": log_level, "register_timeout": register_timeout,
-             "secure": secure}
-            for cid in (ids if ids is not None else range(n))]
+                 secure: str = "", per_process: int = 1) -> list[dict[str, Any]]:
+    """One spawn spec per process: `per_process` consecutive client ids each (the last may hold
+    fewer), processes pinned round-robin to the GPUs (or the CPU)."""
+    cids = list(ids if ids is not None else range(n))
+    k = max(1, per_process)
+    groups = [cids[i:i + k] for i in range(0, len(cids), k)]
+    return [{"cids": g, "connect": connect, "device": device_for(g[0] if k == 1 else i, gpus),
+             "threads": threads, "advertise": advertise, "log_level": log_level,
+             "register_timeout": register_timeout, "secure": secure}
+            for i, g in enumerate(groups)]
 
 
 def open_client_log(out: Path | None) -> TextIO | None:

@@ -2,12 +2,12 @@
 
 Run as `python -m fednet.launch.zygote` with OMP_NUM_THREADS=1. It never opens a socket nor
 touches CUDA. Commands arrive as JSON lines on stdin; events leave as JSON lines on stdout:
-  in:  {"cmd": "spawn_many", "cids": [0, 1], "devices": ["cpu", "cpu"],
-        "common": {"connect": "tcp://...", "threads": 1, ...}}
+  in:  {"cmd": "spawn_many", "groups": [[0, 1], [2, 3]], "devices": ["cpu", "cpu"],
+        "common": {"connect": "tcp://...", "threads": 1, ...}}   (one process per group)
        {"cmd": "stop"}                       (or EOF: the launcher is gone)
   out: {"event": "warm", "pid": P, "seconds": S}
        {"event": "hugepages", "bytes": B, "seconds": S}   (once, before a large spawn_many)
-       {"event": "spawned", "cid": 3, "pid": P}
+       {"event": "spawned", "cid": 3, "pid": P}            (one per client of the group)
        {"event": "exit", "cid": 3, "pid": P, "code": C}   (C < 0: killed by signal -C)
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ def warm_up(dataset: str, data_root: str) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from fednet.client import app  # noqa: F401  (imports zmq, the executor, algorithms)
+    from fednet.client import app, host  # noqa: F401  (imports zmq, the executor, algorithms)
     from fednet.data import load_dataset
     from fednet.models import build_model
     from fednet.training.local import train
@@ -56,7 +56,7 @@ def _emit(event: dict[str, Any]) -> None:
 
 
 def _child(spec: dict[str, Any], zygote: int) -> int:
-    """Runs in the forked child: becomes client spec['cid']."""
+    """Runs in the forked child: becomes the clients spec['cids'] (usually one)."""
     set_pdeathsig(signal.SIGTERM)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -69,13 +69,15 @@ def _child(spec: dict[str, Any], zygote: int) -> int:
     from fednet.client.app import run_client
     from fednet.log import setup_logging
 
-    setup_logging(f"client {spec['cid']}", spec.get("log_level", "WARNING"))
-    return run_client(int(spec["cid"]), spec["connect"], spec.get("device", "cpu"),
+    cids = [int(c) for c in spec["cids"]]
+    name = f"client {cids[0]}" if len(cids) == 1 else f"clients {cids[0]}-{cids[-1]}"
+    setup_logging(name, spec.get("log_level", "WARNING"))
+    return run_client(cids, spec["connect"], spec.get("device", "cpu"),
                       spec.get("advertise", "127.0.0.1"), int(spec.get("threads", 1)),
                       float(spec.get("register_timeout", 60.0)), spec.get("secure", ""))
 
 
-def serve(children: dict[int, int]) -> None:
+def serve(children: dict[int, list[int]]) -> None:
     """Read commands, fork clients, report exits; return on stop or EOF."""
     buf = b""
     collapsed = False
@@ -95,17 +97,17 @@ def serve(children: dict[int, int]) -> None:
             if cmd.get("cmd") == "stop":
                 return
             if cmd.get("cmd") == "spawn_many":
-                if not collapsed and len(cmd["cids"]) >= hugepages.WORTH_IT:
+                if not collapsed and len(cmd["groups"]) >= hugepages.WORTH_IT:
                     collapsed = True  # once: later forks are cheap too
                     t0 = time.monotonic()
                     huge = hugepages.collapse()
                     _emit({"event": "hugepages", "bytes": huge, "seconds": time.monotonic() - t0})
-                for cid, dev in zip(cmd["cids"], cmd["devices"]):
-                    _fork(dict(cmd["common"], cid=cid, device=dev), children)
+                for cids, dev in zip(cmd["groups"], cmd["devices"]):
+                    _fork(dict(cmd["common"], cids=cids, device=dev), children)
                     _reap(children)
 
 
-def _fork(spec: dict[str, Any], children: dict[int, int]) -> None:
+def _fork(spec: dict[str, Any], children: dict[int, list[int]]) -> None:
     sys.stdout.flush()
     me = os.getpid()
     # SIGTERM stays blocked across fork: the child must never run the zygote's handler (which
@@ -119,14 +121,15 @@ def _fork(spec: dict[str, Any], children: dict[int, int]) -> None:
         try:
             code = _child(spec, me)
         except BaseException as e:  # noqa: BLE001 - report anything, exit cleanly
-            print(f"client {spec.get('cid')}: {type(e).__name__}: {e}", file=sys.stderr)
+            print(f"clients {spec.get('cids')}: {type(e).__name__}: {e}", file=sys.stderr)
         finally:
             os._exit(code)
-    children[pid] = int(spec["cid"])
-    _emit({"event": "spawned", "cid": int(spec["cid"]), "pid": pid})
+    children[pid] = [int(c) for c in spec["cids"]]
+    for cid in children[pid]:
+        _emit({"event": "spawned", "cid": cid, "pid": pid})
 
 
-def _reap(children: dict[int, int]) -> None:
+def _reap(children: dict[int, list[int]]) -> None:
     while children:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -134,12 +137,12 @@ def _reap(children: dict[int, int]) -> None:
             return
         if pid == 0:
             return
-        cid = children.pop(pid, -1)
         code = os.waitstatus_to_exitcode(status)
-        _emit({"event": "exit", "cid": cid, "pid": pid, "code": code})
+        for cid in children.pop(pid, [-1]):
+            _emit({"event": "exit", "cid": cid, "pid": pid, "code": code})
 
 
-def stop_children(children: dict[int, int], grace_s: float = 5.0) -> None:
+def stop_children(children: dict[int, list[int]], grace_s: float = 5.0) -> None:
     """SIGTERM every child, wait up to grace_s, then SIGKILL what is left."""
     for pid in list(children):
         try:
@@ -171,7 +174,7 @@ def main() -> None:
     if a.parent and os.getppid() != a.parent:  # the launcher died before PDEATHSIG was armed
         os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    children: dict[int, int] = {}
+    children: dict[int, list[int]] = {}
     signal.signal(signal.SIGTERM, lambda *_: (stop_children(children, 2.0), os._exit(0)))
     t0 = time.monotonic()
     warm_up(a.dataset, a.data_root)

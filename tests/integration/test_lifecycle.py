@@ -97,6 +97,26 @@ def test_killed_client_is_a_failure_and_the_run_completes(fed, tmp_path):
     assert set(s["devices"]) == {"0", "1", "2"}
 
 
+def test_killed_process_of_several_clients_fails_each_of_them_and_the_run_completes(fed, tmp_path):
+    """--clients-per-process 2: 5 clients in 3 processes; SIGKILL one process of two clients."""
+    p = fed.start("launch", "--clients", "5", "--clients-per-process", "2", "--rounds", "6", *RUN,
+                  "--out", "run")
+    _, kids = _zygote_and_clients(p.pid, 3)
+    wait_for_lines(tmp_path / "run" / "metrics.jsonl", 1, p)
+    kids[0].send_signal(signal.SIGKILL)
+    rc = p.wait(timeout=120)
+    err = p.stderr.read()
+    assert rc == 0, err
+    s = read_json(tmp_path / "run" / "summary.json")
+    assert (s["status"], s["rounds"]) == ("completed", 6)
+    dead = {int(c) for c in s["client_exit_codes"]}
+    assert dead in ({0, 1}, {2, 3}, {4}), s["client_exit_codes"]  # all clients of one process
+    assert set(s["client_exit_codes"].values()) == {-9}
+    assert {f["client"] for f in s["failures"]} == dead
+    rows = jsonl(tmp_path / "run" / "metrics.jsonl")
+    assert (rows[-1]["results"], rows[-1]["failures"]) == (5 - len(dead), 0)  # the rest go on
+
+
 def test_killed_launcher_takes_zygote_and_clients_with_it(fed, tmp_path):
     p = fed.start("launch", "--clients", "3", "--rounds", "200", *RUN, "--out", "run")
     zyg, kids = _zygote_and_clients(p.pid, 3)

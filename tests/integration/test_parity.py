@@ -116,3 +116,38 @@ def test_max_inflight_bounds_tasks_out_and_changes_no_result(tmp_path, monkeypat
         assert np.array_equal(ma[k], mb[k]), k
     assert {k: a["bytes"][k] for k in KEYS} == {k: b["bytes"][k] for k in KEYS}
     assert a["sim_time_s"] == b["sim_time_s"]
+
+
+@pytest.mark.parametrize("algo, clients, params", [
+    ("fedavg", 5, {}),
+    ("fedseq_inter", 6, {"min_samples": 400, "max_clients": 3, "superclient_fraction": 0.5,
+                         "pretrain_epochs": 1, "period": 2}),
+])
+def test_several_clients_per_process_match_local(tmp_path, monkeypatch, algo, clients, params):
+    """--clients-per-process 3: fewer processes, same wire: model, bytes and time as in-process
+    (FedSeqInter's chains hand off between clients of one process and across processes)."""
+    from fednet.server.app import ZmqServer
+
+    pids = {}
+    on_ready = ZmqServer._on_ready
+
+    def recording(self, cid, msg):
+        if msg.body.get("phase") == "hello":
+            pids[cid] = msg.body.get("pid")
+        on_ready(self, cid, msg)
+    monkeypatch.setattr(ZmqServer, "_on_ready", recording)
+    over = {"clients": clients, "rounds": 2, "latency": {"preset": "hetero"},
+            "algo": {"name": algo, "params": params}}
+    a = run_local(small_config(**over, out=str(tmp_path / "local")), quiet=True)
+    b = run_zmq(small_config(**over, out=str(tmp_path / "launch"),
+                             net={"clients_per_process": 3}), quiet=True)
+    assert b["status"] == "completed" and not b["failures"]
+    assert len(pids) == clients and len(set(pids.values())) == -(-clients // 3)
+    assert pids[0] == pids[1] == pids[2] != pids[3]
+    ma, mb = _model(tmp_path / "local"), _model(tmp_path / "launch")
+    for k in ma:
+        assert np.array_equal(ma[k], mb[k]), k
+    assert {k: a["bytes"][k] for k in KEYS} == {k: b["bytes"][k] for k in KEYS}
+    assert a["sim_time_s"] == b["sim_time_s"]
+    cv = b["bytes_client_view"]  # every logical client still reports its own ledger at BYE
+    assert cv["client_to_server"] == b["bytes"]["client_to_server"]

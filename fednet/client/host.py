@@ -1,0 +1,143 @@
+"""Several logical clients in one process (`--clients-per-process N`).
+
+One zmq context, one poll loop and one worker serve N clients, so N clients cost one process:
+one fork, one interpreter, one CUDA context on a GPU (a context holds hundreds of MB of device
+memory, so 100 separate processes may not fit on one device). Each logical client keeps its own
+identity, server link, peer socket, ledger, data and model: the server and the wire see exactly
+what N separate processes would send. Their tasks run one at a time, round-robin. Hand-offs
+between two clients of the same process travel over their peer sockets like any other, and any
+wait (for an acknowledgement, a real-time delay) reads every client's sockets, so a hand-off to a
+neighbour in the same process is acknowledged while its sender waits.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import zmq
+
+from fednet.client.app import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Client
+from fednet.errors import ConfigError
+from fednet.protocol import MsgKind
+
+log = logging.getLogger("fednet.client")
+
+
+class Host:
+    """The logical clients of one process and their shared poll loop."""
+
+    def __init__(self, cids: list[int], connect: str, device: str = "cpu",
+                 advertise: str = "127.0.0.1", threads: int = 1, secure: str = "") -> None:
+        self.ctx = zmq.Context()
+        self.auth = None
+        self.clients: list[Client] = []
+        self.poller = zmq.Poller()
+        try:
+            if secure:  # one ZAP handler for the shared context, admitting the allowed keys
+                from fednet.transport import security
+
+                self.auth = security.start_authenticator(
+                    self.ctx, security.load_keys(secure, need_server_secret=False))
+            for cid in cids:
+                c = Client(cid, connect, device, advertise, threads, secure, ctx=self.ctx)
+                self.clients.append(c)
+                c.pump = self.pump
+                c.peers.pump = lambda: self.pump(0)
+                for sock in c.sockets():
+                    self.poller.register(sock, zmq.POLLIN)
+        except BaseException:
+            self.close()
+            raise
+        self._next = 0
+
+    def pump(self, timeout_ms: int) -> None:
+        """Read every client's sockets (waiting up to timeout_ms for the first message)."""
+        ready = dict(self.poller.poll(timeout_ms))
+        if ready:
+            for c in self.clients:
+                if any(s in ready for s in c.sockets()):
+                    c.read(ready)
+
+    def register(self, timeout_s: float) -> None:
+        """READY (hello) from every client, then each takes its WELCOME as it comes."""
+        for c in self.clients:
+            c.hello()
+        waiting = {c.server.sock: c for c in self.clients}
+        poller = zmq.Poller()
+        for sock in waiting:
+            poller.register(sock, zmq.POLLIN)
+        deadline = time.monotonic() + timeout_s
+        while waiting:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ConfigError(f"the server at {self.clients[0].connect} did not answer within "
+                                  f"{timeout_s:.0f}s; check --connect (address and port) and "
+                                  "that the server runs")
+            for sock in dict(poller.poll(int(min(left, 1.0) * 1000))):
+                c = waiting[sock]
+                got = c.server.recv()
+                if got is None:
+                    continue
+                msg = got[1]
+                if msg.kind == MsgKind.REJECT:
+                    raise ConfigError(f"the server refused client {c.cid}: {msg.body.get('reason')}")
+                if msg.kind == MsgKind.WELCOME:
+                    c._welcome(msg)
+                    poller.unregister(sock)
+                    del waiting[sock]
+
+    def serve(self) -> int:
+        """Run the clients' work round-robin until every one of them stopped; the exit code is
+        0 only if all stopped cleanly."""
+        live = list(self.clients)
+        worst = EXIT_OK
+        while live:
+            for c in list(live):
+                code = c.check()
+                if code is None and c.stopping:
+                    c.bye()
+                    code = EXIT_OK
+                if code is not None:
+                    worst = max(worst, code)
+                    live.remove(c)
+                    for sock in c.sockets():
+                        self.poller.unregister(sock)
+            if live and not self._step(live):
+                self.pump(1000)
+        return worst
+
+    def _step(self, live: list[Client]) -> bool:
+        """One work item of the next client (round-robin) that has any; False if none has."""
+        n = len(live)
+        for i in range(n):
+            c = live[(self._next + i) % n]
+            if c.work:
+                self._next = (self._next + i + 1) % n
+                return c.step()
+        return False
+
+    def close(self) -> None:
+        """Close every client's sockets, then the shared context."""
+        for c in self.clients:
+            c.close()
+        if self.auth is not None:
+            self.auth.stop()
+        self.ctx.term()
+
+
+def run_host(cids: list[int], connect: str, device: str = "cpu", advertise: str = "127.0.0.1",
+             threads: int = 1, register_timeout: float = 60.0, secure: str = "") -> int:
+    """Run several clients in this process to completion; returns the process exit code."""
+    host = Host(cids, connect, device, advertise, threads, secure)
+    for c in host.clients:
+        c.lost_timeout = register_timeout
+    try:
+        host.register(register_timeout)
+        return host.serve()
+    except ConfigError as e:
+        log.error("clients %s: %s", ",".join(map(str, cids)), e)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return EXIT_ERROR
+    finally:
+        host.close()
