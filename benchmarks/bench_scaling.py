@@ -2,7 +2,7 @@
 of clients grows (10, 50, 100, 200, 500), measured side by side in one run.
 
     python3 benchmarks/bench_scaling.py [--clients 10 50 100 200 500] [--rounds 3] [--epochs 1]
-                                        [--algo fedavg] [--plot benchmarks/scaling.png] [--json F]
+                                        [--algo fedavg] [--per-process 1] [--plot benchmarks/scaling.png] [--json F]
 
 Each size runs `fednet launch` then `fednet local` with the same seed and configuration (digits,
 IID, `--epochs` local epochs); the table gives the training wall-clock of both and their ratio
@@ -26,6 +26,8 @@ def run(cmd: str, n: int, args: argparse.Namespace, out: Path) -> dict:
     argv = [sys.executable, "-m", "fednet.cli", cmd, "--clients", str(n), "--rounds", str(args.rounds),
             "--epochs", str(args.epochs), "--algo", args.algo, "--seed", "0", "-q", "--out", str(out),
             "--register-timeout", "120"]
+    if cmd == "launch" and args.per_process > 1:
+        argv += ["--clients-per-process", str(args.per_process)]
     t = time.perf_counter()
     subprocess.run(argv, check=True, capture_output=True)
     s = json.loads((out / "summary.json").read_text())
@@ -40,6 +42,7 @@ def main() -> None:
     ap.add_argument("--clients", type=int, nargs="+", default=[10, 50, 100, 200, 500])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--per-process", type=int, default=1, help="launch --clients-per-process")
     ap.add_argument("--algo", default="fedavg")
     ap.add_argument("--plot", default="")
     ap.add_argument("--json")
