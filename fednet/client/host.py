@@ -18,9 +18,12 @@ import zmq
 
 from fednet.client.app import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Client
 from fednet.errors import ConfigError
+from fednet.launch.proc import check_files_per_process
 from fednet.protocol import MsgKind
 
 log = logging.getLogger("fednet.client")
+
+SOCKETS_PER_CLIENT = 8  # server link, its monitor pair, peer socket, hand-off dealers
 
 
 class Host:
@@ -28,7 +31,9 @@ class Host:
 
     def __init__(self, cids: list[int], connect: str, device: str = "cpu",
                  advertise: str = "127.0.0.1", threads: int = 1, secure: str = "") -> None:
+        check_files_per_process(len(cids))
         self.ctx = zmq.Context()
+        self.ctx.set(zmq.MAX_SOCKETS, max(1023, SOCKETS_PER_CLIENT * len(cids) + 64))
         self.auth = None
         self.clients: list[Client] = []
         self.poller = zmq.Poller()
@@ -128,16 +133,27 @@ class Host:
 def run_host(cids: list[int], connect: str, device: str = "cpu", advertise: str = "127.0.0.1",
              threads: int = 1, register_timeout: float = 60.0, secure: str = "") -> int:
     """Run several clients in this process to completion; returns the process exit code."""
-    host = Host(cids, connect, device, advertise, threads, secure)
+    try:
+        host = Host(cids, connect, device, advertise, threads, secure)
+    except ConfigError as e:
+        log.error("clients %s: %s", ids_text(cids), e)
+        return EXIT_USAGE
     for c in host.clients:
         c.lost_timeout = register_timeout
     try:
         host.register(register_timeout)
         return host.serve()
     except ConfigError as e:
-        log.error("clients %s: %s", ",".join(map(str, cids)), e)
+        log.error("clients %s: %s", ids_text(cids), e)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_ERROR
     finally:
         host.close()
+
+
+def ids_text(cids: list[int]) -> str:
+    """'0-299' for consecutive ids, else the ids with commas (at most 10 shown)."""
+    if cids == list(range(cids[0], cids[0] + len(cids))):
+        return f"{cids[0]}-{cids[-1]}" if len(cids) > 1 else str(cids[0])
+    return ",".join(map(str, cids[:10])) + (",..." if len(cids) > 10 else "")

@@ -7,6 +7,7 @@ import time
 
 from fednet.errors import ConfigError
 from fednet.launch.gpus import parse_gpus
+from fednet.launch.proc import check_files_per_process, raise_fd_limit
 from fednet.launch.spawn import Zygote, client_specs
 
 
@@ -74,6 +75,8 @@ def run_clients(connect: str, ids: list[int], gpus: str | None, advertise: str, 
         raise ConfigError(f"--timeout must be positive (got {timeout_s:g})")
     if per_process < 1:
         raise ConfigError(f"--clients-per-process must be at least 1 (got {per_process})")
+    raise_fd_limit()
+    check_files_per_process(per_process)
     g = parse_gpus(gpus)
     if g:
         from fednet.launch.gpus import check_gpus
@@ -86,7 +89,9 @@ def run_clients(connect: str, ids: list[int], gpus: str | None, advertise: str, 
     zyg.spawn(client_specs(len(ids), connect, g, threads, ids=ids, advertise=advertise,
                            log_level="WARNING", register_timeout=timeout_s, secure=secure,
                            per_process=per_process))
-    print(f"started {len(ids)} clients connecting to {connect}", file=sys.stderr)
+    procs = -(-len(ids) // per_process)
+    print(f"started {len(ids)} clients ({procs} processes) connecting to {connect}",
+          file=sys.stderr)
     try:
         while len(zyg.exits) < len(ids):
             zyg.dead()

@@ -11,7 +11,7 @@ import zmq
 from fednet.config import RunConfig, validate
 from fednet.errors import ConfigError, FednetError
 from fednet.launch.gpus import check_gpus
-from fednet.launch.proc import pss_bytes
+from fednet.launch.proc import check_files_per_process, pss_bytes, raise_fd_limit
 from fednet.launch.spawn import Zygote, client_specs, open_client_log
 from fednet.metrics.history import resolve_out
 from fednet.transport.channels import bind_router
@@ -78,8 +78,10 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
     run ended.
     """
     t_start = time.monotonic()
+    raise_fd_limit()  # one connection per client; the zygote's children inherit it
     if local_clients:
         check_gpus(cfg.gpus)
+        check_files_per_process(cfg.net.clients_per_process)
     precheck(cfg)
     out = resolve_out(cfg)
     out_existed = out.exists()

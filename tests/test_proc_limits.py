@@ -1,0 +1,42 @@
+"""Open-file limits for many clients: raised to the hard limit, refused with a clear message."""
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+
+import pytest
+
+from fednet.client.host import ids_text
+from fednet.errors import ConfigError
+from fednet.launch.proc import check_files_per_process
+
+
+def test_raise_fd_limit_lifts_the_soft_limit_to_the_hard_one():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard <= 256:
+        pytest.skip("the hard limit leaves nothing to raise")
+    code = ("import resource; from fednet.launch.proc import raise_fd_limit;"
+            "h = resource.getrlimit(resource.RLIMIT_NOFILE)[1];"
+            "resource.setrlimit(resource.RLIMIT_NOFILE, (256, h));"
+            "n = raise_fd_limit(); s = resource.getrlimit(resource.RLIMIT_NOFILE)[0];"
+            "print(n, s, h)")
+    n, s, h = (int(x) for x in subprocess.run([sys.executable, "-c", code], check=True,
+                                              capture_output=True, text=True).stdout.split())
+    assert n == s > 256
+    assert s == h or h == resource.RLIM_INFINITY
+
+
+def test_too_many_clients_per_process_for_the_limit_names_the_option(monkeypatch):
+    monkeypatch.setattr(resource, "getrlimit", lambda _r: (1024, 1024))
+    check_files_per_process(100)  # 864 files: fits
+    with pytest.raises(ConfigError, match=r"--clients-per-process 300: .* about 2464 open files, "
+                                          r"the limit is 1024 \(ulimit -n\)"):
+        check_files_per_process(300)
+
+
+def test_ids_text():
+    assert ids_text(list(range(0, 300))) == "0-299"
+    assert ids_text([7]) == "7"
+    assert ids_text([1, 5, 9]) == "1,5,9"
+    assert ids_text(list(range(0, 40, 2))).endswith(",...")
