@@ -8,6 +8,7 @@ import torch
 from fednet.client.executor import Executor
 from fednet.config import RunConfig
 from fednet.launch.gpus import check_gpus, device_for
+from fednet.launch.proc import peak_rss_bytes
 from fednet.metrics.accounting import SERVER
 from fednet.protocol import Message, MsgKind, decode, encode
 from fednet.server.rounds import FollowUp, accept_reply
@@ -98,5 +99,6 @@ def run_local(cfg: RunConfig, quiet: bool = False, write: bool = True, prepare=N
         session.driver.status = "interrupted"
         raise
     finally:
-        summary = session.finish(dispatcher.alive_clients(), {"runtime": "local"})
+        summary = session.finish(dispatcher.alive_clients(), {"runtime": "local",
+                                                              "server_peak_rss_bytes": peak_rss_bytes()})
     return summary

@@ -56,6 +56,15 @@ def check_files_per_process(per_process: int) -> None:
                           "fewer clients per process or raise the limit")
 
 
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory so far (Linux reports KiB, macOS bytes)."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
 def pss_bytes(pids: list[int]) -> int:
     """Sum of proportional set size of the given live processes (0 for the ones gone)."""
     import psutil

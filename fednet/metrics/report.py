@@ -44,6 +44,11 @@ def summary_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     ]
     if s.get("ready_s") is not None:
         rows.append(("clients ready after", _fmt(s.get("ready_s"), "s")))
+    if s.get("server_peak_rss_bytes"):
+        label = "server peak memory" if s.get("runtime") != "local" else "peak memory (RSS)"
+        rows.append((label, _fmt(s.get("server_peak_rss_bytes"), "bytes")))
+    if s.get("client_pss_bytes"):
+        rows.append(("client memory (PSS)", _fmt(s.get("client_pss_bytes"), "bytes")))
     devices = s.get("devices") or {}
     if devices:
         counts: dict[str, int] = {}
