@@ -40,3 +40,22 @@ def test_ids_text():
     assert ids_text([7]) == "7"
     assert ids_text([1, 5, 9]) == "1,5,9"
     assert ids_text(list(range(0, 40, 2))).endswith(",...")
+
+
+def test_pss_bytes_sums_live_processes_and_skips_gone_ones():
+    import os
+
+    from fednet.launch.proc import pss_bytes
+
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        one = pss_bytes([p.pid])
+        assert one > 1 << 20  # an interpreter holds more than 1 MiB
+        me = pss_bytes([os.getpid()])
+        both = pss_bytes([p.pid, os.getpid()])
+        assert abs(both - (one + me)) < 0.1 * both
+        assert pss_bytes([]) == 0
+    finally:
+        p.kill()
+        p.wait()
+    assert pss_bytes([p.pid]) == 0  # exited and reaped: no such process
