@@ -47,8 +47,10 @@ def test_pss_bytes_sums_live_processes_and_skips_gone_ones():
 
     from fednet.launch.proc import pss_bytes
 
-    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    p = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); "
+                          "time.sleep(30)"], stdout=subprocess.PIPE, text=True)
     try:
+        assert p.stdout.readline().strip() == "up"
         one = pss_bytes([p.pid])
         assert one > 1 << 20  # an interpreter holds more than 1 MiB
         me = pss_bytes([os.getpid()])
