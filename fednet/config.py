@@ -239,6 +239,9 @@ def validate(cfg: RunConfig) -> RunConfig:
           "net.ack_timeout must be positive and net.ack_retries at least 1")
     _need(cfg.net.clients_per_process >= 1, "--clients-per-process must be at least 1 (got "
           f"{cfg.net.clients_per_process})")
+    _need(cfg.net.clients_per_process == 1 or not cfg.latency.real,
+          "--clients-per-process above 1 does not go with --real-time: the clients of one process "
+          "would wait out each other's simulated delays; use one process per client")
     _need(cfg.net.max_inflight >= 0,
           f"--max-inflight must be 0 (no limit) or a positive number (got {cfg.net.max_inflight})")
     _need(cfg.net.round_timeout > 0, f"--round-timeout must be positive (got {cfg.net.round_timeout})")

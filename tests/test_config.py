@@ -37,6 +37,7 @@ def test_unknown_key_is_named():
     ({"train.momentum": 1.0}, "--momentum"), ({"net.port": 70000}, "--port"),
     ({"latency.preset": "moon"}, "--latency"), ({"train.batch_size": 0}, "--batch-size"),
     ({"net.max_inflight": -1}, "--max-inflight"),
+    ({"net.clients_per_process": 2, "latency.real": True}, "--clients-per-process"),
 ])
 def test_validation_names_the_option(over, option):
     with pytest.raises(ConfigError, match=option):

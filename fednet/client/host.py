@@ -90,6 +90,10 @@ class Host:
                     c._welcome(msg)
                     poller.unregister(sock)
                     del waiting[sock]
+        if self.clients[0].real and len(self.clients) > 1:
+            log.warning("clients %s: --real-time with several clients per process: each waits "
+                        "out the others' simulated delays, so wall-clock times are inflated",
+                        ids_text([c.cid for c in self.clients]))
 
     def serve(self) -> int:
         """Run the clients' work round-robin until every one of them stopped; the exit code is
