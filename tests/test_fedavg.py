@@ -94,3 +94,30 @@ def test_one_fedavg_round_matches_an_independent_reference():
     for k in init:
         np.testing.assert_allclose(algo.global_arrays[k], ref[k], rtol=1e-5, atol=1e-6)
     assert not np.allclose(algo.global_arrays["fc3.weight"], init["fc3.weight"])
+
+
+def test_a_result_that_does_not_fit_the_model_is_dropped_not_fatal(caplog):
+    algo = build(small_config())
+    algo.setup({"w": np.zeros(2, np.float32)})
+    rs = [Result(1, 0, 0, {"w": np.array([1.0, 3.0], np.float32)}, {"loss": 1.0}, 10),
+          Result(2, 0, 1, {"w": np.array([9.0, 9.0, 9.0], np.float32)}, {"loss": 1.0}, 10),
+          Result(3, 0, 2, {"v": np.array([9.0, 9.0], np.float32)}, {"loss": 1.0}, 10)]
+    m = algo.aggregate_round(0, rs, [])
+    assert m["results"] == 1 and m["non_finite"] == 2
+    np.testing.assert_array_equal(algo.global_arrays["w"], [1.0, 3.0])
+    assert "result of client 1 dropped" in caplog.text and "result of client 2 dropped" in caplog.text
+
+
+def test_round_metrics_do_not_depend_on_arrival_order():
+    rng = np.random.default_rng(0)
+    rs = [Result(i, 0, i, {"w": np.zeros(1, np.float32)}, {"loss": float(rng.random())},
+                 int(rng.integers(1, 50))) for i in range(30)]
+    losses = set()
+    for seed in range(10):
+        algo = build(small_config())
+        algo.setup({"w": np.zeros(1, np.float32)})
+        order = np.random.default_rng(seed).permutation(30)
+        losses.add(algo.aggregate_round(0, [rs[i] for i in order], [])["train_loss"])
+        rs = [Result(r.task_id, 0, r.cid, {"w": np.zeros(1, np.float32)}, r.body, r.num_examples)
+              for r in rs]
+    assert len(losses) == 1

@@ -12,7 +12,7 @@ from fednet.errors import ConfigError
 from fednet.launch.proc import check_files_per_process
 
 
-def test_raise_fd_limit_lifts_the_soft_limit_to_the_hard_one():
+def test_raise_fd_limit_lifts_the_soft_limit_towards_the_hard_one():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard <= 256:
         pytest.skip("the hard limit leaves nothing to raise")
@@ -24,7 +24,7 @@ def test_raise_fd_limit_lifts_the_soft_limit_to_the_hard_one():
     n, s, h = (int(x) for x in subprocess.run([sys.executable, "-c", code], check=True,
                                               capture_output=True, text=True).stdout.split())
     assert n == s > 256
-    assert s == h or h == resource.RLIM_INFINITY
+    assert s == min(h, 1 << 16) or (h == resource.RLIM_INFINITY and s == 1 << 16)
 
 
 def test_too_many_clients_per_process_for_the_limit_names_the_option(monkeypatch):

@@ -2,16 +2,17 @@
 
 The server folds each result into a running sum as it arrives and lets the message's memory go,
 so peak server memory does not grow with the number of clients per round. Arrival order differs
-between runs and runtimes, yet the average must not: a plain float sum depends on the order of
+between runs and runtimes, yet the average should not: a plain float sum depends on the order of
 its terms. `StreamingMean` therefore keeps each sum as an unevaluated pair hi + lo of float64
-arrays updated with Knuth's error-free TwoSum, so hi + lo is the *exact* sum of the terms w_i*a_i
-(each product rounded once, to float64, the same way whatever the order). The result,
-float64(hi + lo) / sum(w), cast to the input dtype, is then the same for every order.
+arrays updated with Knuth's error-free TwoSum: hi + lo is the exact sum of the terms w_i*a_i
+(each product rounded once, to float64, the same way whatever the order) as long as lo's own
+additions are exact. The result, float64(hi + lo) / sum(w), cast to the input dtype, is then the
+same for every order.
 
-Exactness holds while, per coordinate, the terms span less than about 2^44 / K in magnitude
-(K terms; 1.8e10 for K = 1000): lo can then absorb every rounding error of hi without rounding
-itself. Beyond that the sum is still accurate to ~2^-100 relative and an order dependence would
-need the exact sum to sit within that distance of a float32 rounding boundary.
+lo's additions are exact while, per coordinate, the terms span less than about 2^44 / K in
+magnitude (K terms; 1.8e10 for K = 1000), which model parameters of one coordinate across clients
+do in practice. Beyond that (say 1e-32 next to 1.0) the sum is still accurate to about 2^-100
+relative, but it can differ between orders in its last bit, and so can the float32 result.
 """
 from __future__ import annotations
 
@@ -69,6 +70,23 @@ class StreamingMean:
         """Inputs added so far."""
         return len(self.weights)
 
+    def check(self, arrays: Mapping[str, np.ndarray], weight: float) -> float:
+        """ValueError if the input does not fit the inputs so far (names, shapes, floating or
+        not) or its weight is invalid; returns the weight as a float. Changes nothing."""
+        w = float(weight)
+        if not math.isfinite(w) or w < 0:
+            raise ValueError(f"weights must be finite and non-negative (got {weight})")
+        if self.weights and set(arrays) != set(self.dtypes):
+            raise ValueError("every input must hold the same array names")
+        for name, a in arrays.items():
+            a = np.asarray(a)
+            if self.weights and (a.dtype.kind == "f") != (name in self.hi):
+                raise ValueError(f"array {name!r} is {a.dtype} here, {self.dtypes[name]} before")
+            if name in self.hi and a.shape != self.hi[name].shape:
+                raise ValueError(f"array {name!r} has shape {a.shape}, expected "
+                                 f"{self.hi[name].shape}")
+        return w
+
     def add(self, arrays: Mapping[str, np.ndarray], weight: float, key: float | None = None
             ) -> None:
         """Fold one input in; it is not referenced afterwards (the caller may free it).
@@ -76,16 +94,8 @@ class StreamingMean:
         Non-floating arrays are kept from the input with the smallest `key` (e.g. the client id;
         default: the order of arrival), so they do not depend on arrival order either.
         """
-        w = float(weight)
-        if not math.isfinite(w) or w < 0:
-            raise ValueError(f"weights must be finite and non-negative (got {weight})")
-        if self.weights and set(arrays) != set(self.dtypes):
-            raise ValueError("every input must hold the same array names")
+        w = self.check(arrays, weight)
         arrays = {name: np.asarray(a) for name, a in arrays.items()}
-        for name, a in arrays.items():  # check everything before changing anything
-            if name in self.hi and a.shape != self.hi[name].shape:
-                raise ValueError(f"array {name!r} has shape {a.shape}, expected "
-                                 f"{self.hi[name].shape}")
         k = float(len(self.weights) if key is None else key)
         keep_other = k < self.other_key
         if keep_other:

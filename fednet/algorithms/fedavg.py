@@ -2,6 +2,8 @@
 Decentralized Data", AISTATS 2017. Spec: ALGORITHMS.md section 3.1."""
 from __future__ import annotations
 
+import logging
+import math
 from typing import Any
 
 from fednet.algorithms.aggregate import StreamingMean
@@ -11,6 +13,8 @@ from fednet.config import RunConfig
 from fednet.models.params import state_arrays
 from fednet.types import Arrays, Failure, Result, Task
 
+log = logging.getLogger("fednet.server")
+
 
 def usable(results: list[Result]) -> tuple[list[Result], int]:
     """Results with finite arrays, ordered by client id; and how many were dropped."""
@@ -19,9 +23,9 @@ def usable(results: list[Result]) -> tuple[list[Result], int]:
 
 
 def round_metrics(ok: list[Result], failures: list[Failure], dropped: int) -> dict[str, float]:
-    """Sample-weighted training loss and result counts."""
+    """Sample-weighted training loss (an exact sum: the same for any order) and result counts."""
     n = sum(r.num_examples for r in ok)
-    loss = sum(float(r.body.get("loss", 0.0)) * r.num_examples for r in ok)
+    loss = math.fsum(float(r.body.get("loss", 0.0)) * r.num_examples for r in ok)
     return {"train_loss": loss / n if n else float("nan"), "results": len(ok),
             "failures": len(failures), "non_finite": dropped}
 
@@ -51,11 +55,17 @@ class FedAvg(Algorithm):
         self.sum_of("model").add(r.arrays, r.num_examples, key=r.cid)
 
     def absorb(self, done: Result | Failure) -> None:
-        """Fold a result in (non-finite ones are only counted) and release its arrays."""
+        """Fold a result in and release its arrays; non-finite ones, and ones that do not fit
+        the model (names, shapes, dtypes: logged), are only counted as dropped."""
         if isinstance(done, Result) and done.task_id not in self._finite:
-            self._finite[done.task_id] = ok = finite(done.arrays)
+            ok = finite(done.arrays)
             if ok:
-                self.fold(done)
+                try:
+                    self.fold(done)
+                except ValueError as e:
+                    log.warning("round %d: result of client %d dropped: %s", done.round, done.cid, e)
+                    ok = False
+            self._finite[done.task_id] = ok
             done.arrays = {}
 
     def take_round(self, results: list[Result]) -> tuple[list[Result], int, dict[str, StreamingMean]]:
@@ -63,7 +73,7 @@ class FedAvg(Algorithm):
         usable results, how many were non-finite, and the sums."""
         for r in results:
             self.absorb(r)
-        ok = [r for r in results if self._finite.get(r.task_id)]
+        ok = sorted((r for r in results if self._finite.get(r.task_id)), key=lambda r: r.cid)
         sums, self._sums, self._finite = self._sums, {}, {}
         return ok, len(results) - len(ok), sums
 

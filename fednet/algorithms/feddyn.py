@@ -33,8 +33,14 @@ class FedDyn(FedAvg):
         self.h = {k: np.zeros_like(v, dtype=np.float64) for k, v in init.items() if k in self.trainable}
 
     def fold(self, r: Result) -> None:
-        """Uniform weights: every participant counts once."""
+        """Uniform weights: every participant counts once; its drift theta_k - theta is summed
+        apart (exactly, as the per-client differences, not as a difference of sums)."""
+        drift = {k: r.arrays[k].astype(np.float64) - self.global_arrays[k] for k in self.h
+                 if k in r.arrays}
+        self.sum_of("model").check(r.arrays, 1.0)
+        self.sum_of("drift").check(drift, 1.0)
         self.sum_of("model").add(r.arrays, 1.0, key=r.cid)
+        self.sum_of("drift").add(drift, 1.0, key=r.cid)
 
     def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
                         ) -> dict[str, float]:
@@ -43,11 +49,9 @@ class FedDyn(FedAvg):
         if not ok:
             return round_metrics(ok, failures, dropped)
         K = self.cfg.clients
-        acc = sums["model"]
-        mean, total = acc.result(), acc.sums()
-        for k, h in self.h.items():  # sum_k (theta_k - theta) = sum_k theta_k - n theta
-            drift = total[k] - len(ok) * self.global_arrays[k].astype(np.float64)
-            h -= (self.alpha / K) * drift
+        mean, drift = sums["model"].result(), sums["drift"].sums()
+        for k, h in self.h.items():
+            h -= (self.alpha / K) * drift[k]
         self.global_arrays = {k: (mean[k] - self.h[k] / self.alpha).astype(mean[k].dtype)
                               if k in self.h else mean[k] for k in mean}
         m = round_metrics(ok, failures, dropped)

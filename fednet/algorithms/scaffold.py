@@ -57,11 +57,17 @@ class Scaffold(FedAvg):
                 for c in self.select(rnd, clients)]
 
     def fold(self, r: Result) -> None:
-        """The model weighted by samples; the control changes delta c_k summed."""
-        self.sum_of("model").add({k: v for k, v in r.arrays.items() if not k.startswith(DC)},
-                                 r.num_examples, key=r.cid)
-        self.sum_of("dc").add({k[len(DC):]: v for k, v in r.arrays.items() if k.startswith(DC)},
-                              1.0, key=r.cid)
+        """The model weighted by samples; the control changes delta c_k summed (both checked
+        before either is added, so a bad result changes neither)."""
+        model = {k: v for k, v in r.arrays.items() if not k.startswith(DC)}
+        dc = {k[len(DC):]: v for k, v in r.arrays.items() if k.startswith(DC)}
+        if set(dc) != set(self.c):
+            raise ValueError(f"control changes for {sorted(set(dc) ^ set(self.c))[:3]} do not "
+                             "match the server control")
+        self.sum_of("model").check(model, r.num_examples)
+        self.sum_of("dc").check(dc, 1.0)
+        self.sum_of("model").add(model, r.num_examples, key=r.cid)
+        self.sum_of("dc").add(dc, 1.0, key=r.cid)
 
     def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
                         ) -> dict[str, float]:

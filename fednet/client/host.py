@@ -50,10 +50,15 @@ class Host:
                 c.peers.pump = lambda: self.pump(0)
                 for sock in c.sockets():
                     self.poller.register(sock, zmq.POLLIN)
-        except BaseException:
-            self.close()
+        except BaseException:  # a client half built (a failed bind) has sockets close() misses
+            for c in self.clients:
+                c.server.sock.disable_monitor()
+            if self.auth is not None:
+                self.auth.stop()
+            self.ctx.destroy(linger=0)
             raise
         self._next = 0
+        self.rejected: list[Client] = []
 
     def pump(self, timeout_ms: int) -> None:
         """Read every client's sockets (waiting up to timeout_ms for the first message)."""
@@ -64,7 +69,9 @@ class Host:
                     c.read(ready)
 
     def register(self, timeout_s: float) -> None:
-        """READY (hello) from every client, then each takes its WELCOME as it comes."""
+        """READY (hello) from every client, then each takes its WELCOME as it comes (the wait
+        restarts with every WELCOME: building each client's data and model takes time). A client
+        the server refuses stops alone; ConfigError when none is left."""
         for c in self.clients:
             c.hello()
         waiting = {c.server.sock: c for c in self.clients}
@@ -84,22 +91,37 @@ class Host:
                 if got is None:
                     continue
                 msg = got[1]
+                if msg.kind not in (MsgKind.WELCOME, MsgKind.REJECT):
+                    continue
+                poller.unregister(sock)
+                del waiting[sock]
                 if msg.kind == MsgKind.REJECT:
-                    raise ConfigError(f"the server refused client {c.cid}: {msg.body.get('reason')}")
-                if msg.kind == MsgKind.WELCOME:
-                    c._welcome(msg)
-                    poller.unregister(sock)
-                    del waiting[sock]
+                    log.error("client %d: the server refused it: %s", c.cid, msg.body.get("reason"))
+                    self._drop(c)
+                    self.rejected.append(c)
+                    continue
+                c._welcome(msg)
+                deadline = time.monotonic() + timeout_s
+        if len(self.rejected) == len(self.clients):
+            raise ConfigError("the server refused every client of this process")
         if self.clients[0].real and len(self.clients) > 1:
             log.warning("clients %s: --real-time with several clients per process: each waits "
                         "out the others' simulated delays, so wall-clock times are inflated",
                         ids_text([c.cid for c in self.clients]))
 
+    def _drop(self, c: Client) -> None:
+        """Stop reading a client's sockets (it stopped; the others go on)."""
+        for sock in c.sockets():
+            try:
+                self.poller.unregister(sock)
+            except KeyError:
+                pass
+
     def serve(self) -> int:
         """Run the clients' work round-robin until every one of them stopped; the exit code is
-        0 only if all stopped cleanly."""
-        live = list(self.clients)
-        worst = EXIT_OK
+        0 only if all stopped cleanly. A client whose work raises stops alone (logged)."""
+        live = [c for c in self.clients if c not in self.rejected]
+        worst = EXIT_USAGE if self.rejected else EXIT_OK
         while live:
             for c in list(live):
                 code = c.check()
@@ -109,21 +131,32 @@ class Host:
                 if code is not None:
                     worst = max(worst, code)
                     live.remove(c)
-                    for sock in c.sockets():
-                        self.poller.unregister(sock)
-            if live and not self._step(live):
+                    self._drop(c)
+            if not live:
+                break
+            c = self._next_with_work(live)
+            if c is None:
                 self.pump(1000)
+                continue
+            try:
+                c.step()
+            except Exception:  # noqa: BLE001 - one client's failure is not its neighbours'
+                log.exception("client %d: stopped by an error; the other clients of this process "
+                              "go on", c.cid)
+                worst = max(worst, EXIT_ERROR)
+                live.remove(c)
+                self._drop(c)
         return worst
 
-    def _step(self, live: list[Client]) -> bool:
-        """One work item of the next client (round-robin) that has any; False if none has."""
+    def _next_with_work(self, live: list[Client]) -> Client | None:
+        """The next client (round-robin) with a queued task or hand-off; None if none has."""
         n = len(live)
         for i in range(n):
             c = live[(self._next + i) % n]
             if c.work:
                 self._next = (self._next + i + 1) % n
-                return c.step()
-        return False
+                return c
+        return None
 
     def close(self) -> None:
         """Close every client's sockets, then the shared context."""

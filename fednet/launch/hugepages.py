@@ -18,7 +18,7 @@ import time
 MADV_COLLAPSE = 25
 HUGE = 2 << 20
 STEP = 32 << 20  # bytes per madvise call, so that the time budget is checked often
-WORTH_IT = 128   # clients from which the collapse (0.5-1 s once) pays for itself (6.6 ms a fork)
+WORTH_IT = 128   # processes from which the collapse (0.5-1 s once) pays for itself (6.6 ms a fork)
 
 
 def _writable_private_anon(maps_text: str) -> list[tuple[int, int]]:

@@ -24,13 +24,15 @@ def set_pdeathsig(sig: int) -> bool:
 
 
 def raise_fd_limit() -> int:
-    """Raise this process's soft limit of open files to its hard limit (children inherit it):
-    the server holds one connection per client, a process of several clients about 8 files each,
-    and a common soft limit of 1024 is too few for a few hundred clients. Returns the limit now."""
+    """Raise this process's soft limit of open files towards its hard limit, to at most 65,536
+    (children inherit it): the server holds one connection per client, a process of several
+    clients about 8 files each, and a common soft limit of 1024 is too few for a few hundred
+    clients. Returns the limit now."""
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    want = max(soft, 1 << 16)  # plenty; not the hard limit itself, which may be ~1e9
+    target = want if hard == resource.RLIM_INFINITY else min(hard, want)
     if target > soft:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))

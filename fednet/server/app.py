@@ -50,6 +50,7 @@ class ZmqServer:
         self._replies: list[Result | Failure] = []
         self._on_reply: FollowUp | None = None
         self._queue: deque[Task] = deque()  # tasks waiting for room under net.max_inflight
+        self._filling = False
         self._accepting = True
         self._progress = time.monotonic()
         self.shutting_down = False
@@ -83,6 +84,7 @@ class ZmqServer:
 
     def _fail(self, tid: int, reason: str) -> None:
         task = self._pending.pop(tid)
+        self._holder.pop(tid, None)
         self._reply(Failure(tid, task.round, task.route[-1], reason, task.sim_time))
 
     def _reply(self, done: Result | Failure) -> None:
@@ -97,10 +99,21 @@ class ZmqServer:
                 self._on_reply(done)
 
     def _fill(self) -> None:
-        """Send queued tasks while fewer than net.max_inflight are out (all when 0)."""
-        limit = self.s.cfg.net.max_inflight or len(self._queue) + len(self._pending)
-        while self._queue and len(self._pending) < limit:
-            self._dispatch(self._queue.popleft())
+        """Send queued tasks while fewer than net.max_inflight are out (all when 0).
+
+        Not re-entrant: a send that fails records a Failure, whose follow-ups join the queue
+        that the running loop is already emptying (no recursion however many sends fail)."""
+        if self._filling:
+            return
+        self._filling = True
+        try:
+            while self._queue:
+                limit = self.s.cfg.net.max_inflight or len(self._queue) + len(self._pending)
+                if len(self._pending) >= limit:
+                    break
+                self._dispatch(self._queue.popleft())
+        finally:
+            self._filling = False
 
     def _poll_once(self, timeout_s: float) -> None:
         if not self.sock.poll(int(timeout_s * 1000), zmq.POLLIN):
@@ -130,6 +143,7 @@ class ZmqServer:
                             msg.task_id, cid)
                 return
             self._pending.pop(msg.task_id)
+            self._holder.pop(msg.task_id, None)
             self._progress = time.monotonic()
             self._reply(accept_reply(msg, cid, nbytes, self.s.profiles))
         elif msg.kind == MsgKind.BYE:
@@ -204,22 +218,27 @@ class ZmqServer:
         self.round = rnd
         self._on_reply, self._accepting = follow, True
         self._queue.extend(tasks)
-        self._fill()
         timeout = self.s.cfg.net.round_timeout
         self._progress = time.monotonic()  # results and HOP_DONEs move it: chains may be long
-        while self._pending or self._queue:
+        try:
             self._fill()
-            self._check_deaths()
-            if time.monotonic() - self._progress > timeout:
-                self._accepting = False  # what is pending fails; nothing new is started
-                for task in self._queue:
-                    self._pending[task.task_id] = task
-                self._queue.clear()
-                for tid in list(self._pending):
-                    self._fail(tid, f"no progress within --round-timeout {timeout:g}s")
-                break
-            self._poll_once(0.05)
-        self._on_reply = None
+            while self._pending or self._queue:
+                self._fill()
+                self._check_deaths()
+                if time.monotonic() - self._progress > timeout:
+                    self._accepting = False  # what is pending fails; nothing new is started
+                    why = f"no progress within --round-timeout {timeout:g}s"
+                    for task in self._queue:
+                        self._pending[task.task_id] = task
+                        self._fail(task.task_id, why + " (never sent: no room under --max-inflight)")
+                    self._queue.clear()
+                    for tid in list(self._pending):
+                        self._fail(tid, why)
+                    break
+                self._poll_once(0.05)
+        finally:  # also when a callback raised: no stale task survives into the next round
+            self._on_reply, self._accepting = None, True
+            self._queue.clear()
         results = [r for r in self._replies if isinstance(r, Result)]
         failures = [r for r in self._replies if isinstance(r, Failure)]
         self.round = rnd + 1

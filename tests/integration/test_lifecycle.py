@@ -171,6 +171,22 @@ def test_server_and_clients_on_a_port_chosen_at_bind_time(fed, tmp_path):
     assert not wait_gone(fed.marker, 5.0), describe(fed.processes())
 
 
+def test_a_process_of_several_remote_clients_runs_even_if_one_is_refused(fed, tmp_path):
+    """fednet clients --ids 0-2 --clients-per-process 3 against a 2-client server: client 2 is
+    refused (id out of range), clients 0 and 1 of the same process run the whole experiment."""
+    srv, endpoint, _ = _start_server(fed, "--clients", "2", "--rounds", "2", "--register-timeout",
+                                     "60", *RUN, "--out", "srv")
+    cl = fed.run("clients", "--connect", endpoint, "--ids", "0-2", "--clients-per-process", "3",
+                 "--timeout", "60", timeout=120)
+    assert "started 3 clients (1 processes)" in cl.stderr
+    assert "client 2: the server refused it: client id out of range" in cl.stderr
+    assert cl.returncode == 1, cl.stderr  # the process exits 2 (a refused client): reported
+    assert srv.wait(timeout=60) == 0
+    s = read_json(tmp_path / "srv" / "summary.json")
+    assert (s["status"], s["rounds"], s["failures"]) == ("completed", 2, [])
+    assert [r["results"] for r in jsonl(tmp_path / "srv" / "metrics.jsonl")] == [2, 2]
+
+
 def test_killed_server_stops_remote_clients_after_timeout(fed, tmp_path):
     srv, endpoint, _ = _start_server(fed, "--clients", "2", "--rounds", "300", *RUN, "--out", "srv")
     cl = fed.start("clients", "--connect", endpoint, "--ids", "0-1", "--timeout", "4")

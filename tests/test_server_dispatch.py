@@ -1,0 +1,44 @@
+"""The server's dispatch loop without clients: every send fails at once (ROUTER_MANDATORY)."""
+from __future__ import annotations
+
+from fednet.server.app import ZmqServer
+from fednet.session import Session
+from fednet.types import Failure, Task
+from tests.conftest import small_config
+
+
+def _server(**net) -> ZmqServer:
+    return ZmqServer(Session(small_config(clients=3, net=net), quiet=True, write=False))
+
+
+def test_thousands_of_unreachable_tasks_fail_without_recursion():
+    srv = _server()
+    try:
+        tasks = [Task(i + 1, 0, [i % 3]) for i in range(3000)]
+        seen = []
+        results, failures = srv.run_round(0, tasks, lambda done: seen.append(done) or [])
+        assert results == [] and len(failures) == 3000 == len(seen)
+        assert all(f.reason == "client unreachable" for f in failures)
+        assert not srv._pending and not srv._queue
+    finally:
+        srv.close()
+
+
+def test_follow_ups_of_failures_are_sent_through_the_window_and_the_state_is_reset():
+    srv = _server(max_inflight=2)
+    try:
+        made = []
+
+        def follow(done):
+            assert isinstance(done, Failure)
+            if done.task_id < 100:  # each failure releases one more task, up to 5 in all
+                nxt = Task(done.task_id + 100, 0, [0])
+                made.append(nxt)
+                return [nxt] if len(made) <= 2 else []
+            return []
+        results, failures = srv.run_round(0, [Task(1, 0, [0]), Task(2, 0, [1]), Task(3, 0, [2])],
+                                          follow)
+        assert sorted(f.task_id for f in failures) == [1, 2, 3, 101, 102]
+        assert srv._on_reply is None and not srv._queue and not srv._pending
+    finally:
+        srv.close()
