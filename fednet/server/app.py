@@ -266,5 +266,5 @@ class ZmqServer:
 
     def close(self) -> None:
         """Close the socket and the context."""
-        self.sock.close(linger=500)
+        self.sock.close(linger=100)  # after SHUTDOWN and BYE nothing is left worth waiting for
         self.ctx.term()
