@@ -27,9 +27,12 @@ def keys(tmp_path_factory):
     return d
 
 
-def test_secure_fedseq_run_authenticates_server_and_peer_links(tmp_path, keys):
+@pytest.mark.parametrize("per_process", [1, 2], ids=["one per process", "two per process"])
+def test_secure_fedseq_run_authenticates_server_and_peer_links(tmp_path, keys, per_process):
+    """With two clients per process, one ZAP handler serves both clients' peer sockets."""
     p = {"min_samples": 1400, "max_clients": 4, "superclient_fraction": 1.0, "pretrain_epochs": 1}
-    cfg = small_config(clients=4, rounds=2, net={"secure": str(keys)},
+    cfg = small_config(clients=4, rounds=2,
+                       net={"secure": str(keys), "clients_per_process": per_process},
                        algo={"name": "fedseq", "params": p})
     s = run_zmq(cfg.replace(out=str(tmp_path)), quiet=True)
     assert s["status"] == "completed" and not s["failures"]
