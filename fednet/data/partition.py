@@ -164,21 +164,19 @@ def partition(
     return [np.asarray(p, dtype=np.int64) for p in parts]
 
 
-def client_indices(
+def cached_partition(
     labels: np.ndarray,
     num_clients: int,
     scheme: str,
     alpha: float,
     seed: int,
-    cid: int,
     *,
     dataset: str = "the dataset",
     class_names: Sequence[str] | None = None,
-) -> np.ndarray:
-    """partition(...)[cid] (read-only), computed once per (scheme, clients, alpha, seed, labels, dataset)."""
+) -> list[np.ndarray]:
+    """partition(...) (read-only arrays), computed once per (scheme, clients, alpha, seed, labels,
+    dataset): the precheck, the session and in-process clients share one computation."""
     labels = np.asarray(labels)
-    if not 0 <= int(cid) < int(num_clients):
-        raise ConfigError(f"client id {cid} is outside 0..{int(num_clients) - 1} for --clients {num_clients}")
     fingerprint = zlib.crc32(np.ascontiguousarray(labels).tobytes())
     names = tuple(class_names or ())
     key = (scheme, int(num_clients), float(alpha), int(seed), labels.size, fingerprint, dataset, names)
@@ -192,13 +190,32 @@ def client_indices(
             _CACHE.popitem(last=False)
     else:
         _CACHE.move_to_end(key)
-    return parts[int(cid)]
+    return list(parts)
+
+
+def client_indices(
+    labels: np.ndarray,
+    num_clients: int,
+    scheme: str,
+    alpha: float,
+    seed: int,
+    cid: int,
+    *,
+    dataset: str = "the dataset",
+    class_names: Sequence[str] | None = None,
+) -> np.ndarray:
+    """partition(...)[cid] (read-only), computed once per (scheme, clients, alpha, seed, labels, dataset)."""
+    if not 0 <= int(cid) < int(num_clients):
+        raise ConfigError(f"client id {cid} is outside 0..{int(num_clients) - 1} for --clients {num_clients}")
+    return cached_partition(labels, num_clients, scheme, alpha, seed, dataset=dataset,
+                            class_names=class_names)[int(cid)]
 
 
 def run_partition(ds, cfg_data, num_clients: int, seed: int) -> list[np.ndarray]:
-    """The partition a run uses: `partition` with the run's data options and the dataset's names."""
-    return partition(ds.train_y, num_clients, cfg_data.partition, cfg_data.alpha, seed,
-                     dataset=ds.name, class_names=ds.class_names or None)
+    """The partition a run uses: `partition` with the run's data options and the dataset's names
+    (cached: computed once per process)."""
+    return cached_partition(ds.train_y, num_clients, cfg_data.partition, cfg_data.alpha, seed,
+                            dataset=ds.name, class_names=ds.class_names or None)
 
 
 def run_client_indices(ds, cfg_data, num_clients: int, seed: int, cid: int) -> np.ndarray:
