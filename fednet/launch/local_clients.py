@@ -85,7 +85,7 @@ def run_clients(connect: str, ids: list[int], gpus: str | None, advertise: str, 
         from fednet.transport.security import load_keys
         load_keys(secure, need_server_secret=False)
     wait_listening(connect, timeout_s)
-    zyg = Zygote(log_file=None)
+    zyg = Zygote(log_file=None, unknown_run=True)  # the dataset and model come at WELCOME
     zyg.spawn(client_specs(len(ids), connect, g, threads, ids=ids, advertise=advertise,
                            log_level="WARNING", register_timeout=timeout_s, secure=secure,
                            per_process=per_process))

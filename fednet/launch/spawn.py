@@ -20,12 +20,13 @@ class Zygote:
     """A warm fork server in its own session; clients are its children."""
 
     def __init__(self, dataset: str = "digits", data_root: str = "", log_file: TextIO | None = None,
-                 warm_timeout_s: float = 120.0) -> None:
+                 warm_timeout_s: float = 120.0, unknown_run: bool = False) -> None:
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
                    PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "fednet.launch.zygote", "--dataset", dataset, "--data-root",
-             data_root, "--parent", str(os.getpid())], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+             data_root, "--parent", str(os.getpid())] + (["--unknown-run"] if unknown_run else []),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=log_file if log_file is not None else None, env=env, start_new_session=True)
         os.set_blocking(self.proc.stdout.fileno(), False)
         self._buf = b""
