@@ -100,8 +100,9 @@ _COMMON: list[Callable[[Any], Any]] = [
     click.option("--register-timeout", type=float, help="Seconds to wait for clients. [default: 60]"),
     click.option("--clients-per-process", type=int,
                  help="Logical clients in each client process (launch): one fork, one "
-                      "interpreter and one CUDA context serve them all; their tasks run one at a "
-                      "time. Use it when 100 CUDA contexts do not fit on a device. [default: 1]"),
+                      "interpreter and one CUDA context serve them all, so hundreds of clients "
+                      "start faster and need a fraction of the memory; their tasks run one at a "
+                      "time. Not with --real-time. [default: 1]"),
     click.option("--max-inflight", type=int,
                  help="At most N tasks out at once; the next is sent when a result returns. Bounds "
                       "the server's memory when results arrive faster than it aggregates them "
