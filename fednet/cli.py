@@ -112,6 +112,10 @@ def local(**opts: Any) -> None:
     from fednet.metrics.report import summary_table
 
     _setup_logs(opts["quiet"])
+    if cfg.net.clients_per_process != 1 or cfg.net.max_inflight:
+        click.echo("note: --clients-per-process and --max-inflight shape client processes and "
+                   "their traffic; fednet local runs every client in this process and ignores "
+                   "them", err=True)
     summary = run_local(cfg, quiet=opts["quiet"], resume=bool(opts["resume"]))
     click.echo(summary_table(summary))
 
