@@ -10,6 +10,7 @@ from fednet.config import RunConfig
 from fednet.launch.gpus import check_gpus, device_for
 from fednet.launch.proc import peak_rss_bytes
 from fednet.metrics.accounting import SERVER
+from fednet.models import drop_templates, keep_template
 from fednet.protocol import Message, MsgKind, decode, encode
 from fednet.server.rounds import FollowUp, accept_reply
 from fednet.session import Session
@@ -29,9 +30,16 @@ class InprocDispatcher:
     def __init__(self, session: Session) -> None:
         self.s = session
         cfg = session.cfg
-        self.executors = {cid: Executor(cid, cfg, session.profiles[cid], device_for(cid, cfg.gpus),
-                                        session.run_id, session.parts[cid])
-                          for cid in range(cfg.clients)}
+        t = session.model_template()  # built once, copied by every executor
+        keep_template(t["name"], t["num_classes"], tuple(t["input_shape"]), dataset=t["dataset"],
+                      seed=t["seed"])
+        try:
+            self.executors = {cid: Executor(cid, cfg, session.profiles[cid],
+                                            device_for(cid, cfg.gpus), session.run_id,
+                                            session.parts[cid])
+                              for cid in range(cfg.clients)}
+        finally:
+            drop_templates()
 
     def alive_clients(self) -> list[ClientInfo]:
         """Every client (none can die in-process)."""

@@ -67,6 +67,14 @@ class Session:
         self.algo.restore(arrays, state["algo"])
         return state
 
+    def model_template(self) -> dict[str, Any]:
+        """The clients' initial model (name, classes, input shape, dataset, seed), for
+        models.keep_template: built once, then copied by every client."""
+        d = self.cfg.data
+        ds = load_dataset(d.dataset, d.data_root or None, d.download)  # cached
+        return {"name": algorithms.model_name(self.cfg), "num_classes": ds.num_classes,
+                "input_shape": list(ds.input_shape), "dataset": d.dataset, "seed": self.cfg.seed}
+
     def describe(self) -> str:
         """One line on the partition, for the console at start."""
         s = self.stats

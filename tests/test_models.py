@@ -129,3 +129,27 @@ def test_state_and_load_arrays_work_for_a_cuda_model():
     gpu = build_model("digits_cnn", 10, (1, 8, 8), seed=2).cuda()
     load_arrays(gpu, frozen)
     assert all(np.array_equal(a, frozen[k]) for k, a in state_arrays(gpu).items())
+
+
+@pytest.mark.parametrize("name, shape", [("auto", (1, 8, 8)), ("factorized_digits", (1, 8, 8)),
+                                         ("pfedpara_digits", (1, 8, 8))])
+def test_a_kept_template_gives_independent_copies_with_the_same_weights_and_kinds(name, shape):
+    from fednet.models import drop_templates, keep_template, param_kinds
+    from fednet.models.params import state_arrays
+
+    fresh = build_model(name, 10, shape, dataset="digits", seed=5)
+    keep_template(name, 10, shape, dataset="digits", seed=5)
+    try:
+        a = build_model(name, 10, shape, dataset="digits", seed=5)
+        b = build_model(name, 10, shape, dataset="digits", seed=5)
+        other = build_model(name, 10, shape, dataset="digits", seed=6)  # not kept: initialised
+    finally:
+        drop_templates()
+    sf, sa = state_arrays(fresh), state_arrays(a)
+    assert list(sf) == list(sa) and all(np.array_equal(sf[k], sa[k]) for k in sf)
+    assert param_kinds(a) == param_kinds(fresh)
+    with torch.no_grad():
+        next(a.parameters()).add_(1.0)  # a copy is its own model
+    assert not np.array_equal(state_arrays(a)[next(iter(sa))], state_arrays(b)[next(iter(sa))])
+    so = state_arrays(other)
+    assert any(not np.array_equal(so[k], sf[k]) for k in sf)

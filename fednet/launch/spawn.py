@@ -76,13 +76,15 @@ class Zygote:
                                        else f"process killed by signal {-code}")
         return out
 
-    def spawn(self, specs: list[dict[str, Any]]) -> None:
-        """Fork one process per spec (cids, connect, device, threads, ...)."""
+    def spawn(self, specs: list[dict[str, Any]], template: dict[str, Any] | None = None) -> None:
+        """Fork one process per spec (cids, connect, device, threads, ...); with `template`
+        (the run's model: name, num_classes, input_shape, dataset, seed) the zygote builds that
+        model once and the clients copy it."""
         if not specs:
             return
         common = {k: v for k, v in specs[0].items() if k not in ("cids", "device")}
         cmd = {"cmd": "spawn_many", "common": common, "groups": [s["cids"] for s in specs],
-               "devices": [s["device"] for s in specs]}
+               "devices": [s["device"] for s in specs], "template": template}
         assert self.proc.stdin is not None
         self.proc.stdin.write((json.dumps(cmd) + "\n").encode())  # a few KB even for 500 clients
         self.proc.stdin.flush()

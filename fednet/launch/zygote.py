@@ -60,6 +60,23 @@ def warm_up(dataset: str, data_root: str, unknown_run: bool = False) -> None:
           generator=torch.Generator().manual_seed(0))
 
 
+def _keep_model(template: dict[str, Any] | None) -> None:
+    """Build the run's seeded model once, so that every client copies it instead of running the
+    initialisation (e.g. {"name": "resnet18", "num_classes": 10, "input_shape": [3, 32, 32],
+    "dataset": "cifar10", "seed": 0}); a template that cannot be built is only reported."""
+    if not template:
+        return
+    try:
+        from fednet.models import keep_template
+
+        keep_template(str(template["name"]), int(template["num_classes"]),
+                      tuple(int(x) for x in template["input_shape"]),
+                      dataset=template.get("dataset"), seed=int(template["seed"]))
+    except Exception as e:  # noqa: BLE001 - clients then build the model themselves
+        print(f"zygote: could not keep the model template: {type(e).__name__}: {e}",
+              file=sys.stderr)
+
+
 def _emit(event: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(event) + "\n")
     sys.stdout.flush()
@@ -107,6 +124,7 @@ def serve(children: dict[int, list[int]]) -> None:
             if cmd.get("cmd") == "stop":
                 return
             if cmd.get("cmd") == "spawn_many":
+                _keep_model(cmd.get("template"))
                 if not collapsed and len(cmd["groups"]) >= hugepages.WORTH_IT:
                     collapsed = True  # once: later forks are cheap too
                     t0 = time.monotonic()

@@ -12,7 +12,8 @@ from fednet.models.factorized import (
 )
 from fednet.models.fedpara import FedParaConv2d, FedParaLinear, PFedParaDigitsNet, fedpara_rank
 from fednet.models.kinds import KINDS, mark_head, names_of_kind, param_kinds, state_kinds
-from fednet.models.nets import AUTO_MODELS, MODELS, DigitsNet, FedSeqCNN, build_model, resolve_model
+from fednet.models.nets import (AUTO_MODELS, MODELS, DigitsNet, FedSeqCNN, build_model, drop_templates,
+                                keep_template, resolve_model)
 from fednet.models.params import clone_arrays, load_arrays, num_params, state_arrays
 from fednet.models.resnet import ResNet9, resnet18
 
@@ -31,6 +32,8 @@ __all__ = [
     "PFedParaDigitsNet",
     "ResNet9",
     "build_model",
+    "drop_templates",
+    "keep_template",
     "clone_arrays",
     "fedpara_rank",
     "l1_penalty",

@@ -120,7 +120,8 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
         if zyg is not None:
             zyg.spawn(client_specs(cfg.clients, endpoint, cfg.gpus, cfg.train.threads, secure=cfg.net.secure,
                                    register_timeout=cfg.net.register_timeout,
-                                   per_process=cfg.net.clients_per_process))
+                                   per_process=cfg.net.clients_per_process),
+                      template=session.model_template())
             zyg.wait_warm()
     except BaseException:
         if zyg is not None:
