@@ -20,6 +20,7 @@ from fednet.wire import task_message
 log = logging.getLogger("fednet.server")
 
 DeathWatch = Callable[[], dict[int, str]]
+UNREACHABLE = "client unreachable"
 
 
 def _cid_of(ident: str) -> int | None:
@@ -205,7 +206,7 @@ class ZmqServer:
             msg.body["endpoints"] = [self.clients[c].endpoint if c in self.clients else ""
                                      for c in task.route]
         if not self._send(task.cid, msg):
-            self._fail(task.task_id, "client unreachable")
+            self._fail(task.task_id, UNREACHABLE)
 
     def run_round(self, rnd: int, tasks: list[Task], follow: FollowUp | None = None
                   ) -> tuple[list[Result], list[Failure]]:
@@ -241,6 +242,10 @@ class ZmqServer:
             self._queue.clear()
         results = [r for r in self._replies if isinstance(r, Result)]
         failures = [r for r in self._replies if isinstance(r, Failure)]
+        self._check_deaths()  # a send can fail before the exit of its client is reported
+        for f in failures:
+            if f.reason == UNREACHABLE and f.cid in self.dead:
+                f.reason = f"{UNREACHABLE}: {self.dead[f.cid]}"
         self.round = rnd + 1
         return results, failures
 
