@@ -34,7 +34,6 @@ class FedAvg(Algorithm):
     """Clients run E epochs of SGD from the global model; the server averages by sample count."""
 
     name = "fedavg"
-    streams = True
     PARAMS: dict[str, Any] | None = {}  # --param names this algorithm takes (None: checks its own)
 
     def __init__(self, cfg: RunConfig) -> None:

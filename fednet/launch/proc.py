@@ -84,7 +84,7 @@ def pss_bytes(pids: list[int]) -> int:
     """Sum of proportional set size of the given live processes (0 for the ones gone).
 
     The kernel walks each process's page tables to compute it (about 6.6 ms for a client): the
-    reads run on a few threads, which halves the time for 500 clients on 2 cores.
+    reads run on a few threads (300 client-sized processes on 2 cores: 1.63 s -> 0.63 s).
     """
     if not pids:
         return 0

@@ -24,7 +24,7 @@ import traceback
 from typing import Any
 
 from fednet.launch import hugepages
-from fednet.launch.proc import raise_fd_limit, set_pdeathsig
+from fednet.launch.proc import set_pdeathsig
 
 
 def warm_up(dataset: str, data_root: str, unknown_run: bool = False) -> None:
@@ -206,7 +206,6 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     children: dict[int, list[int]] = {}
     signal.signal(signal.SIGTERM, lambda *_: (stop_children(children, 2.0), os._exit(0)))
-    raise_fd_limit()  # the clients inherit it
     t0 = time.monotonic()
     warm_up(a.dataset, a.data_root, a.unknown_run)
     gc.collect()
