@@ -9,7 +9,8 @@ from typing import Any
 import click
 
 from fednet.errors import FednetError
-from fednet.options import build_config, common_options
+from fednet.metrics.files import WRITE_ERRNOS
+from fednet.options import build_config, common_options, prepare_out
 
 # The defaults of a first run: 100 digits clients reach >= 85% within about a minute on 2 cores.
 RUN_DEFAULTS: dict[str, Any] = {}
@@ -26,6 +27,11 @@ def _errors(f: Callable[..., Any]) -> Callable[..., Any]:
         except FednetError as e:
             click.echo(f"fednet: error: {e}", err=True)
             sys.exit(2)
+        except OSError as e:  # a write outside the results helpers (e.g. the clients' log)
+            if e.errno not in WRITE_ERRNOS or not e.filename:
+                raise
+            click.echo(f"fednet: error: cannot write {e.filename}: {e.strerror}", err=True)
+            sys.exit(2)
         except KeyboardInterrupt as e:
             term = isinstance(e, Terminated)
             click.echo(f"fednet: {'terminated' if term else 'interrupted'}; partial results were "
@@ -34,6 +40,23 @@ def _errors(f: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             restore()
     return wrapper
+
+
+def _config(opts: dict[str, Any], defaults: dict[str, Any]) -> Any:
+    """The run's configuration with its results folder chosen and checked (before anything is
+    written or started)."""
+    return prepare_out(opts, build_config(opts, defaults))
+
+
+def _done(summary: dict[str, Any]) -> None:
+    """Print the summary table; the exit code follows its status (no_clients: 3)."""
+    from fednet.metrics.report import summary_table
+
+    click.echo(summary_table(summary))
+    if summary.get("status") == "no_clients":
+        click.echo(f"fednet: error: no live clients left after round {summary.get('rounds')}; "
+                   f"see {summary.get('out')}/summary.json", err=True)
+        sys.exit(3)
 
 
 def _setup_logs(quiet: bool) -> None:
@@ -93,13 +116,11 @@ def main() -> None:
 @_errors
 def launch(**opts: Any) -> None:
     """Run a whole experiment on this machine: one server and N client processes."""
-    from fednet.metrics.report import summary_table
     from fednet.server.main import run_zmq
 
     _setup_logs(opts["quiet"])
-    cfg = build_config(opts, dict(RUN_DEFAULTS, clients=100))
-    summary = run_zmq(cfg, quiet=opts["quiet"], local_clients=True, resume=bool(opts["resume"]))
-    click.echo(summary_table(summary))
+    cfg = _config(opts, dict(RUN_DEFAULTS, clients=100))
+    _done(run_zmq(cfg, quiet=opts["quiet"], local_clients=True, resume=bool(opts["resume"])))
 
 
 @main.command()
@@ -107,17 +128,15 @@ def launch(**opts: Any) -> None:
 @_errors
 def local(**opts: Any) -> None:
     """Run the same experiment in one process, without sockets (reference and tests)."""
-    cfg = build_config(opts, dict(RUN_DEFAULTS, clients=10))  # errors before importing torch
+    cfg = _config(opts, dict(RUN_DEFAULTS, clients=10))  # errors before importing torch
     from fednet.inproc import run_local
-    from fednet.metrics.report import summary_table
 
     _setup_logs(opts["quiet"])
     if cfg.net.clients_per_process != 1 or cfg.net.max_inflight:
         click.echo("note: --clients-per-process and --max-inflight shape client processes and "
                    "their traffic; fednet local runs every client in this process and ignores "
                    "them", err=True)
-    summary = run_local(cfg, quiet=opts["quiet"], resume=bool(opts["resume"]))
-    click.echo(summary_table(summary))
+    _done(run_local(cfg, quiet=opts["quiet"], resume=bool(opts["resume"])))
 
 
 @main.command()
@@ -127,15 +146,13 @@ def local(**opts: Any) -> None:
 @_errors
 def server(bind: str, **opts: Any) -> None:
     """Serve a run to clients on other hosts (`fednet clients --connect ...`)."""
-    from fednet.metrics.report import summary_table
     from fednet.server.main import run_zmq, split_bind
 
     host, port = split_bind(bind)
     _setup_logs(opts["quiet"])
-    cfg = build_config(opts, dict(RUN_DEFAULTS, clients=100, **{"net.host": host, "net.port": port}))
-    summary = run_zmq(cfg, quiet=opts["quiet"], local_clients=False, resume=bool(opts["resume"]),
-                      on_listen=lambda ep: click.echo(f"server listening on {ep}", err=True))
-    click.echo(summary_table(summary))
+    cfg = _config(opts, dict(RUN_DEFAULTS, clients=100, **{"net.host": host, "net.port": port}))
+    _done(run_zmq(cfg, quiet=opts["quiet"], local_clients=False, resume=bool(opts["resume"]),
+                  on_listen=lambda ep: click.echo(f"server listening on {ep}", err=True)))
 
 
 @main.command()

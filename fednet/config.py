@@ -169,30 +169,19 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"--config: '{p}' is not valid TOML ({e})") from None
 
 
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    raise TypeError(f"cannot write {type(v).__name__} to TOML")
-
-
 def to_toml(cfg: RunConfig) -> str:
-    """The resolved configuration as TOML text, readable back with --config."""
+    """The resolved configuration as TOML text, readable back with --config.
+
+    `out` is left out: a run's config.toml reused with --config must not write into that run's
+    folder (the results folder comes from --out or is a fresh runs/<stamp>-<algo>/)."""
+    import tomli_w
+
     d = cfg.to_dict()
-    lines = [f"{k} = {_toml_value(v)}" for k, v in d.items() if not isinstance(v, dict)]
-    for sec in _SECTIONS:
-        lines += ["", f"[{sec}]"]
-        sub = d[sec]
-        lines += [f"{k} = {_toml_value(v)}" for k, v in sub.items() if not isinstance(v, dict)]
-        for k, v in sub.items():
-            if isinstance(v, dict):
-                lines += ["", f"[{sec}.{k}]"] + [f"{kk} = {_toml_value(vv)}" for kk, vv in v.items()]
-    return "\n".join(lines) + "\n"
+    d.pop("out", None)
+    try:
+        return tomli_w.dumps(d)
+    except TypeError as e:  # e.g. a value TOML has no type for
+        raise ConfigError(f"the configuration cannot be written as TOML ({e})") from None
 
 
 PERSONAL = ("standalone", "factorized", "factorized_beta", "pfedpara", "cfl", "fedfomo", "perfedavg")

@@ -113,6 +113,9 @@ _COMMON: list[Callable[[Any], Any]] = [
     click.option("--resume", type=click.Path(file_okay=False, exists=True),
                  help="Continue the run in this folder from its checkpoint (its config.toml; "
                       "options given here override it, e.g. more --rounds)."),
+    click.option("--overwrite", is_flag=True,
+                 help="Let --out name a folder that already holds files: the previous run's "
+                      "results there are replaced. [default: such a folder is refused]"),
     click.option("--secure", type=click.Path(file_okay=False),
                  help="Key folder from `fednet keys init`: CURVE encryption and client "
                       "authentication on every server and peer link."),
@@ -156,9 +159,11 @@ def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
     base = merge(base, defaults)
     if opts.get("config_file"):
         base = merge(base, _file_overrides(opts["config_file"]))
-    if opts.get("resume"):
-        base = merge(base, _file_overrides(str(Path(opts["resume"]) / "config.toml")))
-        base["out"] = str(opts["resume"])
+    resume = opts.get("resume")
+    if resume:
+        _check_resume(resume, opts)
+        base = merge(base, _file_overrides(str(Path(resume) / "config.toml")))
+        base["out"] = str(resume)
     over: dict[str, Any] = {_KEYS[k]: v for k, v in opts.items() if k in _KEYS and v is not None}
     if opts.get("gpus") is not None:
         over["gpus"] = list(parse_gpus(opts["gpus"]))
@@ -181,6 +186,39 @@ def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
     return from_dict(merge(base, over))
 
 
+def prepare_out(opts: dict[str, Any], cfg: RunConfig) -> RunConfig:
+    """Choose the results folder before anything starts: --out (refused when it holds files,
+    unless --resume or --overwrite), --resume's folder (its checkpoint checked), or a fresh
+    runs/<stamp>-<algo>/. Nothing is written here; the folder must be writable."""
+    from fednet.config import validate
+    from fednet.metrics.history import check_out, resolve_out
+
+    validate(cfg)
+    out = resolve_out(cfg)
+    resume = bool(opts.get("resume"))
+    check_out(out, resume=resume, overwrite=bool(opts.get("overwrite")))
+    cfg = cfg.replace(out=str(out))
+    if resume:
+        from fednet.server import checkpoint
+
+        checkpoint.read(out, cfg)
+    return cfg
+
+
+def _check_resume(resume: str, opts: dict[str, Any]) -> None:
+    """--resume DIR continues the run in DIR: no other --out, no --overwrite, a config.toml."""
+    if opts.get("overwrite"):
+        raise ConfigError("--resume and --overwrite do not go together: --resume continues the "
+                          "run in its folder, --overwrite starts a new one there")
+    out = opts.get("out")
+    if out is not None and Path(out).resolve() != Path(resume).resolve():
+        raise ConfigError(f"--resume {resume} continues the run in its own folder; drop "
+                          f"--out {out}")
+    if not (Path(resume) / "config.toml").is_file():
+        raise ConfigError(f"--resume {resume}: no config.toml there; give the folder of a run "
+                          "that was started with --checkpoint-every N")
+
+
 # the default value's type -> how a TOML value must look, and the types accepted
 _TOML_KINDS = [(bool, "true or false", (bool,)), (int, "an integer", (int,)),
                (float, "a number", (int, float)), (str, "a string", (str,)),
@@ -190,6 +228,7 @@ _TOML_KINDS = [(bool, "true or false", (bool,)), (int, "an integer", (int,)),
 def _file_overrides(path: str) -> dict[str, Any]:
     """The dotted keys of a TOML run file, checked against the known keys and their types."""
     flat = _flatten(load_toml(path))
+    flat.pop("out", None)  # older config.toml files recorded it: only --out chooses the folder
     known = _flatten(RunConfig().to_dict())
     for key, v in flat.items():
         if key not in known:

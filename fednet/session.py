@@ -14,6 +14,7 @@ from fednet.config import RunConfig, validate
 from fednet.data import load_dataset, run_partition
 from fednet.data.stats import label_histogram, partition_summary
 from fednet.metrics.accounting import Ledger
+from fednet.metrics.files import OutputError, atomic_file
 from fednet.metrics.history import History, resolve_out
 from fednet.metrics.progress import Progress
 from fednet.errors import ConfigError
@@ -63,8 +64,7 @@ class Session:
         if not self.algo.resumable:
             raise ConfigError(f"--resume: {self.cfg.algo.name} keeps per-client state on the "
                               "server that checkpoints do not hold yet")
-        arrays, state = checkpoint.load(self.out)
-        self.algo.restore(arrays, state["algo"])
+        _, state = checkpoint.load(self.out, self.algo, self.cfg)  # checked, then restored
         return state
 
     def model_template(self) -> dict[str, Any]:
@@ -84,7 +84,9 @@ class Session:
 
     def finish(self, clients: list[ClientInfo], extra: dict[str, Any] | None = None
                ) -> dict[str, Any]:
-        """Write clients.jsonl, summary.json and the plots; return the summary."""
+        """Write clients.jsonl, final_model.npz, summary.json (last: it says the run is done) and
+        the plots; return the summary. Each file is replaced atomically: a disk error is an
+        OutputError naming the file, and the files written before it stay intact."""
         by_cid = {c.cid: c for c in clients}
         rows = []
         for cid in range(self.cfg.clients):
@@ -93,18 +95,22 @@ class Session:
                          "labels": self.histograms[cid], "device": c.device if c else None,
                          "host": c.host if c else None, "endpoint": c.endpoint if c else None,
                          "profile": self.profiles[cid].to_dict()})
-        self.history.clients(rows)
         summary = self.driver.summary(clients, {"partition": self.stats, "run_id": self.run_id,
                                                 "out": str(self.out) if self.out else None,
                                                 **(extra or {})})
-        self.history.summary(summary)
         self.history.close()
-        if self.out is not None:  # the final global model, as plain arrays (np.load(allow_pickle=False))
-            np.savez(self.out / "final_model.npz", **self.algo.eval_arrays())
-        if self.out is not None and self.history.rows:
+        if self.out is None:
+            return summary
+        self.history.clients(rows)
+        with atomic_file(self.out / "final_model.npz") as fh:  # plain arrays (allow_pickle=False)
+            np.savez(fh, **self.algo.eval_arrays())
+        self.history.summary(summary)
+        if self.history.rows:
             try:
                 from fednet.metrics.plots import plot_run
                 plot_run(self.out, self.history.rows)
+            except OutputError:
+                raise
             except Exception:  # plots are a convenience; a failure must not lose the results
                 log.exception("could not draw the plots for %s", self.out)
         return summary

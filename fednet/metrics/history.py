@@ -1,14 +1,27 @@
-"""The results folder: config.toml, metrics.jsonl (flushed every round), clients.jsonl, summary.json."""
+"""The results folder: config.toml, metrics.jsonl (flushed every round), clients.jsonl, summary.json.
+
+Every file except metrics.jsonl is replaced atomically (metrics/files.py); metrics.jsonl is
+appended one row per round, and rewritten atomically when a resumed run cuts it back."""
 from __future__ import annotations
 
+import errno
 import json
-import math
 import os
+import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from fednet.config import RunConfig, to_toml
+from fednet.errors import ConfigError
+from fednet.metrics.files import (OutputError, clean_json, make_dir, remove, write_json,
+                                  write_jsonl, write_text)
+
+# What a run writes into its folder; a fresh run in an existing folder (--overwrite) removes the
+# previous run's files first, so that nothing stale (a checkpoint, a summary) is left beside it.
+RESULT_FILES = ("summary.json", "clients.jsonl", "final_model.npz", "accuracy_vs_round.png",
+                "accuracy_vs_sim_time.png", "accuracy_vs_bytes.png")
+CHECKPOINT_DIRS = ("checkpoint", "checkpoint.old", "checkpoint.tmp")
 
 
 def default_out(cfg: RunConfig) -> Path:
@@ -27,21 +40,39 @@ def resolve_out(cfg: RunConfig) -> Path:
     return Path(cfg.out) if cfg.out else default_out(cfg)
 
 
-def _clean(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return None  # JSON has no NaN/inf; null means "not a number" in our files
-    if isinstance(v, dict):
-        return {str(k): _clean(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_clean(x) for x in v]
-    return v
+def check_out(out: Path, resume: bool, overwrite: bool) -> None:
+    """Refuse a results folder that holds files (unless resumed or overwritten) or that cannot be
+    written; nothing is created here."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file; give a folder")
+    if out.is_dir() and not resume and not overwrite and any(out.iterdir()):
+        raise ConfigError(f"--out {out} already holds files; give a new folder, --resume {out} to "
+                          "continue that run, or --overwrite to replace it")
+    probe = out
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise ConfigError(f"--out {out}: '{probe}' is a file, not a folder")
+    if probe.exists() and not os.access(probe, os.W_OK | os.X_OK):
+        ro = bool(os.statvfs(probe).f_flag & os.ST_RDONLY)
+        code = errno.EROFS if ro else errno.EACCES
+        raise OutputError(out, OSError(code, os.strerror(code)))
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON through a temporary file and rename, so readers never see half a file."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(_clean(data), indent=2, sort_keys=False) + "\n")
-    os.replace(tmp, path)
+    write_json(path, data)
+
+
+def _clear_previous_run(out: Path) -> None:
+    for name in RESULT_FILES:
+        remove(out / name)
+    for name in CHECKPOINT_DIRS:
+        if (out / name).is_dir():
+            try:
+                shutil.rmtree(out / name)
+            except OSError as e:
+                raise OutputError(out / name, e) from None
 
 
 class History:
@@ -51,39 +82,56 @@ class History:
         """keep_rows >= 0 resumes: the first keep_rows lines of metrics.jsonl stay, the rest go."""
         self.out = out
         self.rows: list[dict[str, Any]] = []
-        self._fh = None
-        if out is not None:
-            out.mkdir(parents=True, exist_ok=True)
-            (out / "config.toml").write_text(to_toml(cfg))
-            path = out / "metrics.jsonl"
-            if keep_rows >= 0 and path.exists():
-                self.rows = [json.loads(x) for x in path.read_text().splitlines()[:keep_rows]]
-                path.write_text("".join(json.dumps(r) + "\n" for r in self.rows))
-                self._fh = path.open("a")
-            else:
-                self._fh = path.open("w")
+        self._fh: IO[str] | None = None
+        if out is None:
+            return
+        make_dir(out)
+        path = out / "metrics.jsonl"
+        if keep_rows < 0:
+            _clear_previous_run(out)
+        elif path.exists():  # resumed: checked by checkpoint.read before anything is written
+            self.rows = [json.loads(x) for x in path.read_text().splitlines()[:keep_rows]]
+        write_text(out / "config.toml", to_toml(cfg))
+        write_jsonl(path, self.rows)  # atomic: a resume cuts the rows after the checkpoint
+        try:
+            self._fh = path.open("a")
+        except OSError as e:
+            raise OutputError(path, e) from None
 
     def clients(self, rows: list[dict[str, Any]]) -> None:
         """Per-client statistics (one JSON object per line)."""
         if self.out is not None:
-            with (self.out / "clients.jsonl").open("w") as fh:
-                for r in rows:
-                    fh.write(json.dumps(_clean(r)) + "\n")
+            write_jsonl(self.out / "clients.jsonl", rows)
 
     def log_round(self, row: dict[str, Any]) -> None:
         """Append one round and flush it to disk at once."""
         self.rows.append(row)
         if self._fh is not None:
-            self._fh.write(json.dumps(_clean(row)) + "\n")
-            self._fh.flush()
+            try:
+                self._fh.write(json.dumps(clean_json(row)) + "\n")
+                self._fh.flush()
+            except OSError as e:
+                self._drop_file()
+                raise OutputError(self.out / "metrics.jsonl", e) from None  # type: ignore[operator]
 
     def summary(self, data: dict[str, Any]) -> None:
         """Write summary.json (atomically); may be called again as the run goes."""
         if self.out is not None:
-            write_json_atomic(self.out / "summary.json", data)
+            write_json(self.out / "summary.json", data)
+
+    def _drop_file(self) -> None:
+        """After a failed write: stop writing metrics.jsonl (its unflushed tail is lost)."""
+        fh, self._fh = self._fh, None
+        try:
+            fh.close()  # type: ignore[union-attr]
+        except OSError:
+            pass
 
     def close(self) -> None:
         """Close metrics.jsonl."""
         if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+            fh, self._fh = self._fh, None
+            try:
+                fh.close()
+            except OSError as e:
+                raise OutputError(self.out / "metrics.jsonl", e) from None  # type: ignore[operator]

@@ -9,6 +9,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from fednet.metrics.files import atomic_file  # noqa: E402
+
 
 def _cum_bytes(rows: list[dict[str, Any]]) -> list[float]:
     out, tot = [], 0.0
@@ -34,7 +36,10 @@ def plot_run(out: Path, rows: list[dict[str, Any]], title: str = "") -> list[Pat
         a.set_title(title or out.name, fontsize=9)
         a.grid(alpha=0.3)
         path = out / f"accuracy_vs_{key}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
+        try:
+            with atomic_file(path) as fh:  # a failed write keeps the previous plot
+                fig.savefig(fh, format="png", dpi=110)
+        finally:
+            plt.close(fig)
         paths.append(path)
     return paths

@@ -81,9 +81,14 @@ def load_summary(run: str | Path) -> dict[str, Any]:
     if not f.exists():
         raise ConfigError(f"'{run}' has no summary.json; give a run folder such as runs/<name>")
     try:
-        return json.loads(f.read_text())
+        s = json.loads(f.read_bytes().decode("utf-8"))
+    except OSError as e:
+        raise ConfigError(f"cannot read '{f}': {e.strerror or e}") from None
     except ValueError as e:
         raise ConfigError(f"'{f}' is not valid JSON ({e})") from None
+    if not isinstance(s, dict):
+        raise ConfigError(f"'{f}' is not a run summary (a JSON object)")
+    return s
 
 
 def compare(runs: list[str]) -> str:
