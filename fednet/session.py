@@ -87,6 +87,8 @@ class Session:
         """Write clients.jsonl, final_model.npz, summary.json (last: it says the run is done) and
         the plots; return the summary. Each file is replaced atomically: a disk error is an
         OutputError naming the file, and the files written before it stay intact."""
+        if self.driver.status == "running":  # an error escaped the rounds (the runtime re-raises it)
+            self.driver.status = "error"
         by_cid = {c.cid: c for c in clients}
         rows = []
         for cid in range(self.cfg.clients):
