@@ -1,4 +1,4 @@
-"""Tests of Factorized-FL's layers and models (ALGORITHMS.md 5.1, 5.2, 1.2, 1.3) and of parameter kinds."""
+"""Tests of Factorized-FL's layers and models (docs/algorithms.md §5.1, §5.2, §1.2, §1.3) and of parameter kinds."""
 from __future__ import annotations
 
 import copy

@@ -1,4 +1,4 @@
-"""Tests of the pFedPara layers and digits model (ALGORITHMS.md 3.7)."""
+"""Tests of the pFedPara layers and digits model (docs/algorithms.md §3.7)."""
 from __future__ import annotations
 
 import math

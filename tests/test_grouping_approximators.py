@@ -1,4 +1,4 @@
-"""Tests of FedSeq approximators (ALGORITHMS.md 4.3): confidence vectors, classifier weights, PCA, combinations."""
+"""Tests of FedSeq approximators (docs/algorithms.md §4.3): confidence vectors, classifier weights, PCA, combinations."""
 from __future__ import annotations
 
 import numpy as np

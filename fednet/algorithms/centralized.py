@@ -1,4 +1,4 @@
-"""The centralized reference (ALGORITHMS.md 3.6): one model trained on the pooled training set,
+"""The centralized reference (docs/algorithms.md §3.6): one model trained on the pooled training set,
 SGD with cosine annealing over the run. It gives Acc_centr for "rounds to X% of centralized".
 The pooled data never travels: the one worker (client 0) rebuilds it from the dataset locally."""
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Clustered-FL. Sattler, Mueller, Samek, "Clustered Federated Learning: Model-Agnostic Distributed
 Multitask Optimization Under Privacy Constraints", IEEE TNNLS 2020 (arXiv 1910.01991).
-Spec: ALGORITHMS.md 3.8; reference code: felisat/clustered-federated-learning (notebook).
+Spec: docs/algorithms.md §3.8; reference code: felisat/clustered-federated-learning (notebook).
 
 All clients start in one cluster. Each participant trains E epochs from its cluster's model and
 uploads its full update dW_k = W_after - W_before (every floating state entry). For every

@@ -1,5 +1,5 @@
 """Factorized-FL. Jeong and Hwang, "Factorized-FL: Personalized Federated Learning with Parameter
-Factorization & Similarity Matching", NeurIPS 2022. Spec: ALGORITHMS.md section 5, pitfalls 15-26.
+Factorization & Similarity Matching", NeurIPS 2022. Spec: docs/algorithms.md §5 and §7.15-§7.26.
 
 Every layer is W = u v + mu. Clients keep v, mu and the head; they send u (every layer, plus the
 BN affine terms and plain biases, 5.6) and the v of the layer before the classifier. The server
@@ -52,7 +52,7 @@ class Factorized(Algorithm):
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)
         checked = self.checked_params(DEFAULTS)
-        scenario: dict[str, Any] = {}  # ALGORITHMS.md 5.4's table of per-scenario settings
+        scenario: dict[str, Any] = {}  # docs/algorithms.md §5.4's table of per-scenario settings
         if cfg.data.partition == "domain":
             scenario = {"tau": 0.95, "eps": 20.0, "min_peers": 4}
         elif cfg.data.permute:

@@ -1,5 +1,5 @@
 """FedAvg. McMahan et al., "Communication-Efficient Learning of Deep Networks from
-Decentralized Data", AISTATS 2017. Spec: ALGORITHMS.md section 3.1."""
+Decentralized Data", AISTATS 2017. Spec: docs/algorithms.md §3.1."""
 from __future__ import annotations
 
 import logging
@@ -92,7 +92,7 @@ class FedAvg(Algorithm):
 
 class FedProx(FedAvg):
     """FedProx. Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020.
-    ALGORITHMS.md 3.2: FedAvg's server with a proximal client term (mu, default 0.01)."""
+    docs/algorithms.md §3.2: FedAvg's server with a proximal client term (mu, default 0.01)."""
 
     name = "fedprox"
     PARAMS = {"mu": 0.01}

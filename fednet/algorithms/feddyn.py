@@ -1,6 +1,6 @@
 """FedDyn. Acar et al., "Federated Learning Based on Dynamic Regularization", ICLR 2021.
-Spec: ALGORITHMS.md 3.4 (paper-correct rule by default; the FedSeq repository's variant with
---param official=true) and section 7 item 9 (parameter explosion: clip with --param clip=30)."""
+Spec: docs/algorithms.md §3.4 (paper-correct rule by default; the FedSeq repository's variant with
+--param official=true) and §7.9 (parameter explosion: clip with --param clip=30)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,5 +1,5 @@
 """FedFOMO. Zhang, Sapra, Fidler, Yeung, Alvarez, "Personalized Federated Learning with First Order
-Model Optimization", ICLR 2021. Spec: ALGORITHMS.md 3.9; reference code: NVlabs/FedFomo.
+Model Optimization", ICLR 2021. Spec: docs/algorithms.md §3.9; reference code: NVlabs/FedFomo.
 
 The server keeps every client's latest model and an affinity vector p_i per client (p_i[i] = 0.1,
 others 0). Each round client i downloads M = --param m models of other clients that have uploaded

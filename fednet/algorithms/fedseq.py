@@ -1,5 +1,5 @@
 """FedSeq. Zaccone, Rizzardi, Caldarola, Ciccone, Caputo, "Speeding up Heterogeneous Federated
-Learning with Sequentially Trained Superclients", ICPR 2022. Spec: ALGORITHMS.md section 4.
+Learning with Sequentially Trained Superclients", ICPR 2022. Spec: docs/algorithms.md §4.
 
 Clients pre-train a shared random init; the server groups them into superclients of dissimilar
 data (approximator + measure + grouping); each round a sample of superclients trains

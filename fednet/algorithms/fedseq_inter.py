@@ -1,4 +1,4 @@
-"""FedSeqInter (ALGORITHMS.md 4.8, the `dev` semantics of pitfall 12): a bank of M models travels
+"""FedSeqInter (docs/algorithms.md §4.8, the `dev` semantics of §7.12): a bank of M models travels
 between superclients and is averaged only every P rounds (default P = N_S).
 
 It is asynchronous: each bank slot is its own pipeline. When a slot's superclient returns its

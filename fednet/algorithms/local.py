@@ -65,7 +65,7 @@ class Dyn:
     """FedDyn's client: SGD on L_k - <g_k, theta> + (alpha/2)||theta - anchor||^2, then
     g_k <- g_k - alpha (theta_k - anchor). g_k lives in the client process (ctx.state).
 
-    official=True reproduces the FedSeq repository instead (ALGORITHMS.md section 7, item 9):
+    official=True reproduces the FedSeq repository instead (docs/algorithms.md §7.9):
     the linear term carries no gradient and g_k is updated after every minibatch.
     """
 

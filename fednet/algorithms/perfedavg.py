@@ -1,5 +1,5 @@
 """Per-FedAvg. Fallah, Mokhtari, Ozdaglar, "Personalized Federated Learning with Theoretical
-Guarantees: A Model-Agnostic Meta-Learning Approach", NeurIPS 2020. Spec: ALGORITHMS.md 3.10.
+Guarantees: A Model-Agnostic Meta-Learning Approach", NeurIPS 2020. Spec: docs/algorithms.md §3.10.
 
 Clients minimise F_k(theta) = f_k(theta - alpha grad f_k(theta)). Each local step takes two
 minibatches D, D' of one shuffled epoch (E epochs worth of pairs per round):

@@ -1,5 +1,5 @@
 """pFedPara. Hyeon-Woo, Ye-Bin, Oh, "FedPara: Low-Rank Hadamard Product for Communication-Efficient
-Federated Learning", ICLR 2022 (the personalized variant). Spec: ALGORITHMS.md 3.7.
+Federated Learning", ICLR 2022 (the personalized variant). Spec: docs/algorithms.md §3.7.
 
 Each layer is W = (X1 Y1^T) * (X2 Y2^T + 1): the global factors (and biases, BN affine terms)
 travel and are averaged by sample count; the local factors and the head never leave the client.

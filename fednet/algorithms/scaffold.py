@@ -1,5 +1,5 @@
 """SCAFFOLD. Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for Federated
-Learning", ICML 2020. Spec: ALGORITHMS.md 3.3. Option II (the paper's cheaper update) by default;
+Learning", ICML 2020. Spec: docs/algorithms.md §3.3. Option II (the paper's cheaper update) by default;
 --param option=1 selects option I, the FedSeq repository's full local gradient at the server model."""
 from __future__ import annotations
 

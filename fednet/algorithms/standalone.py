@@ -1,5 +1,5 @@
 """Stand-Alone: every client trains only its own model on its own data (no model ever travels).
-The lower bound of personalized FL (ALGORITHMS.md 3.5). Clients start from the shared seeded
+The lower bound of personalized FL (docs/algorithms.md §3.5). Clients start from the shared seeded
 initialisation that they build locally, and report their own test accuracy each round."""
 from __future__ import annotations
 

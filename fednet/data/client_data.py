@@ -1,5 +1,5 @@
 """What one client holds: its training partition and the test split it evaluates on, with its
-private label permutation when the scenario asks for one (ALGORITHMS.md 2.4-2.6)."""
+private label permutation when the scenario asks for one (docs/algorithms.md §2.4-§2.6)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -170,7 +170,7 @@ def run_test_split(ds: Dataset, requested: int, seed: int
     """The test set every algorithm of a run evaluates on, and the exemplars taken out of it.
 
     requested < 0 means the default: 5 per class for digits, 10 for the 32x32 datasets
-    (ALGORITHMS.md 2.1 and 2.6); 0 keeps the whole test set and provides no exemplars.
+    (docs/algorithms.md §2.1 and §2.6); 0 keeps the whole test set and provides no exemplars.
     """
     j = requested if requested >= 0 else (5 if ds.name == "digits" else 10)
     if j == 0:

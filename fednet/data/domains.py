@@ -1,4 +1,4 @@
-"""Domain groups (ALGORITHMS.md 2.5, 2.6) and per-client label permutations (2.4) of Factorized-FL."""
+"""Domain groups (docs/algorithms.md §2.5, §2.6) and per-client label permutations (§2.4) of Factorized-FL."""
 from __future__ import annotations
 
 from collections.abc import Sequence

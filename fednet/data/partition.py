@@ -1,4 +1,4 @@
-"""Client partitions of a label array (ALGORITHMS.md 2.2-2.6); deterministic in the seed, recomputable anywhere."""
+"""Client partitions of a label array (docs/algorithms.md §2.2-§2.6); deterministic in the seed, recomputable anywhere."""
 from __future__ import annotations
 
 import math
@@ -55,7 +55,7 @@ def _iid(labels: np.ndarray, num_clients: int, seed: int) -> list[np.ndarray]:
 def _shards(labels: np.ndarray, num_clients: int, seed: int) -> list[np.ndarray]:
     """Pure pathological split: client k holds class k % N_C only; each class is cut evenly among its clients.
 
-    This is the "pure" alternative of ALGORITHMS.md 2.2 (not the sort-and-cut shard method), chosen because
+    This is the "pure" alternative of docs/algorithms.md §2.2 (not the sort-and-cut shard method), chosen because
     on uneven data (digits) the shard method makes shards straddle two classes and drops tail samples.
     With num_clients >= N_C every client holds exactly one class and every sample is used. With fewer
     clients than classes the roles flip: class c goes to client c % num_clients, so all samples are still
@@ -112,7 +112,7 @@ def _dirichlet_counts(
 
 
 def _dirichlet(labels: np.ndarray, num_clients: int, alpha: float, seed: int, max_iter: int) -> list[np.ndarray]:
-    """ALGORITHMS.md 2.3: per class Dirichlet(alpha) over clients, full clients capped, best of max_iter."""
+    """docs/algorithms.md §2.3: per class Dirichlet(alpha) over clients, full clients capped, best of max_iter."""
     classes, class_sizes = np.unique(labels, return_counts=True)
     counts = _dirichlet_counts(class_sizes, num_clients, alpha, seed, max_iter)
     rng = generator(seed, "partition/dirichlet/assign")

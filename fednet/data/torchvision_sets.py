@@ -12,9 +12,9 @@ DEFAULT_ROOT = os.path.join("~", ".cache", "fednet", "data")
 """Folder used when --data-root is not given."""
 
 NORMALIZATION: dict[str, tuple[tuple[float, float, float], tuple[float, float, float]]] = {
-    # ALGORITHMS.md 2.1 (FedSeq's CIFAR pipeline; the widely used CIFAR-10 figures).
+    # docs/algorithms.md §2.1 (FedSeq's CIFAR pipeline; the widely used CIFAR-10 figures).
     "cifar10": ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)),
-    # ALGORITHMS.md 2.4 (Factorized-FL's per-dataset figures). FedSeq reuses the CIFAR-10 figures for
+    # docs/algorithms.md §2.4 (Factorized-FL's per-dataset figures). FedSeq reuses the CIFAR-10 figures for
     # CIFAR-100; the difference is a small per-channel affine shift of the inputs.
     "cifar100": ((0.507, 0.487, 0.441), (0.268, 0.257, 0.276)),
     "svhn": ((0.4380, 0.4440, 0.4730), (0.1751, 0.1771, 0.1744)),

@@ -1,4 +1,4 @@
-"""pFedPara layers and digits model (ALGORITHMS.md 3.7): W = W_global * (W_local + 1), low-rank Hadamard factors."""
+"""pFedPara layers and digits model (docs/algorithms.md §3.7): W = W_global * (W_local + 1), low-rank Hadamard factors."""
 from __future__ import annotations
 
 import math

@@ -1,4 +1,4 @@
-"""Network architectures (ALGORITHMS.md 1) and the name -> model factory behind --model."""
+"""Network architectures (docs/algorithms.md §1) and the name -> model factory behind --model."""
 from __future__ import annotations
 
 import copy
@@ -25,7 +25,7 @@ AUTO_BY_SIZE = {(8, 8): "digits_cnn", (32, 32): "fedseq_cnn"}
 
 
 class DigitsNet(ConvFC):
-    """ALGORITHMS.md 1.3: two 3x3 conv blocks (16, 32 channels) and a 3-layer classifier; 15,466 params."""
+    """docs/algorithms.md §1.3: two 3x3 conv blocks (16, 32 channels) and a 3-layer classifier; 15,466 params."""
 
     def __init__(self, num_classes: int = 10, input_shape: tuple[int, int, int] = (1, 8, 8)) -> None:
         super().__init__()

@@ -1,4 +1,4 @@
-"""FedSeq grouping: client approximators, heterogeneity measures and superclient builders (ALGORITHMS.md 4.3-4.5)."""
+"""FedSeq grouping: client approximators, heterogeneity measures and superclient builders (docs/algorithms.md §4.3-§4.5)."""
 from __future__ import annotations
 
 from fednet.algorithms.grouping.approximators import (

@@ -1,4 +1,4 @@
-"""Client approximators psi (ALGORITHMS.md 4.3): confidence vectors and classifier weights (+ server-side PCA)."""
+"""Client approximators psi (docs/algorithms.md §4.3): confidence vectors and classifier weights (+ server-side PCA)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Measures tau(r, x) between a superclient representation r and a candidate x (ALGORITHMS.md 4.4)."""
+"""Measures tau(r, x) between a superclient representation r and a candidate x (docs/algorithms.md §4.4)."""
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -1,4 +1,4 @@
-"""Superclient builders phi_rand / phi_kmeans / phi_greedy and their quality statistics (ALGORITHMS.md 4.5, 4.10)."""
+"""Superclient builders phi_rand / phi_kmeans / phi_greedy and their quality statistics (docs/algorithms.md §4.5, §4.10)."""
 from __future__ import annotations
 
 import itertools
@@ -120,7 +120,7 @@ def _greedy(reps: np.ndarray, sizes: np.ndarray, measure: str, zero_floor: bool)
 
 def group(name: str, reps: np.ndarray | None, sizes: np.ndarray, measure: str, min_samples: int,
           max_clients: int, seed: int, num_classes: int, zero_floor: bool = False) -> list[list[int]]:
-    """Client indices (0..K-1) of each superclient built by grouping `name` (ALGORITHMS.md 4.5)."""
+    """Client indices (0..K-1) of each superclient built by grouping `name` (docs/algorithms.md §4.5)."""
     if name not in GROUPINGS:
         raise ConfigError(f"--param grouping={name} is not known; choose one of: {', '.join(GROUPINGS)}")
     if int(min_samples) < 1:
@@ -151,7 +151,7 @@ def _mean_std(v: list[float]) -> tuple[float, float]:
 
 
 def superclient_stats(groups: list[list[int]], label_hist: np.ndarray) -> dict:
-    """Balance ratio and covered classes per superclient plus size statistics (ALGORITHMS.md 4.10)."""
+    """Balance ratio and covered classes per superclient plus size statistics (docs/algorithms.md §4.10)."""
     hist = np.asarray(label_hist, dtype=np.float64)
     balance: list[float] = []
     covered: list[float] = []
