@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -120,7 +121,25 @@ def launch(**opts: Any) -> None:
 
     _setup_logs(opts["quiet"])
     cfg = _config(opts, dict(RUN_DEFAULTS, clients=100))
-    _done(run_zmq(cfg, quiet=opts["quiet"], local_clients=True, resume=bool(opts["resume"])))
+    log = Path(cfg.out) / "logs" / "clients.log"
+    had_log = log.exists()
+    try:
+        summary = run_zmq(cfg, quiet=opts["quiet"], local_clients=True, resume=bool(opts["resume"]))
+    except FednetError:  # e.g. a checkpoint refused by the session: the folder stays as it was
+        if opts["resume"] and not had_log:
+            _drop_empty(log)
+        raise
+    _done(summary)
+
+
+def _drop_empty(log: Path) -> None:
+    """Remove the clients' log (and its folder) that a refused start created, if still empty."""
+    try:
+        if log.is_file() and log.stat().st_size == 0:
+            log.unlink()
+        log.parent.rmdir()
+    except OSError:
+        pass
 
 
 @main.command()

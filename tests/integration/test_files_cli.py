@@ -86,3 +86,35 @@ def test_read_only_out_and_resume_are_one_line_and_nothing_changes(fed, tmp_path
         "cannot write ro/new: Read-only file system"
     assert _snapshot(ro / "run") == before and not (src / "new").exists()
     assert read_json(ro / "run" / "summary.json")["status"] == "completed"
+
+
+@pytest.mark.net
+def test_launch_refuses_a_damaged_checkpoint_and_leaves_the_folder_as_it_was(fed, tmp_path):
+    """The file checks come before any process starts; the array checks in the session, after
+    the zygote started: either way one line, exit 2, no process left, the folder unchanged."""
+    import json
+
+    import numpy as np
+
+    res = fed.run("local", *SMALL, "--checkpoint-every", "1", "--out", "run")
+    assert res.returncode == 0, res.stderr
+    run = tmp_path / "run"
+    state = run / "checkpoint" / "state.json"
+    good = state.read_bytes()
+    state.write_text(json.dumps({**json.loads(good), "rounds_done": -2}))
+    before = _snapshot(run)
+    assert error_line(fed.run("launch", "--resume", "run", "--rounds", "3", "-q")) == \
+        "--resume run: run/checkpoint/state.json: rounds_done must be a whole number >= 0 (got -2)"
+    assert _snapshot(run) == before
+    state.write_bytes(good)
+    npz = run / "checkpoint" / "state.npz"
+    with np.load(npz) as z:
+        arrays = {k: z[k] for k in z.files}
+    key = sorted(k for k in arrays if k.startswith("model/"))[-1]
+    arrays[key] = arrays[key].astype(np.float16)
+    np.savez(npz, **arrays)
+    before = _snapshot(run)
+    line = error_line(fed.run("launch", "--resume", "run", "--rounds", "3", "-q"))
+    assert line == (f"--resume run: run/checkpoint/state.npz: array '{key}' has dtype float16, "
+                    "the model needs float32")
+    assert _snapshot(run) == before and not (run / "logs").exists()
