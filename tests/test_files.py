@@ -381,3 +381,10 @@ def test_diverged_run_keeps_exit_0(tmp_path, monkeypatch):
     res = cli("local", *RUN, "--rounds", "3", "--out", "r")
     assert res.exit_code == 0, res.stderr
     assert json.loads(Path("r/summary.json").read_text())["status"] == "diverged"
+
+
+def test_report_refuses_a_summary_that_is_not_an_object(run):
+    (run / "summary.json").write_text("[1, 2]")
+    assert one_line(cli("report", "run")) == "'run/summary.json' is not a run summary (a JSON object)"
+    (run / "summary.json").write_bytes(b"\xff\x00")
+    assert one_line(cli("report", "run")).startswith("'run/summary.json' is not valid JSON (")

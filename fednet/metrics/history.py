@@ -59,11 +59,6 @@ def check_out(out: Path, resume: bool, overwrite: bool) -> None:
         raise OutputError(out, OSError(code, os.strerror(code)))
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON through a temporary file and rename, so readers never see half a file."""
-    write_json(path, data)
-
-
 def _clear_previous_run(out: Path) -> None:
     for name in RESULT_FILES:
         remove(out / name)
