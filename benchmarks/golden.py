@@ -1,0 +1,316 @@
+"""Golden numbers: one small in-process run per algorithm, pinned in tests/golden/golden.json.
+
+    python3 benchmarks/golden.py                 # rerun every algorithm, diff against the JSON
+    python3 benchmarks/golden.py --write         # (re)generate tests/golden/golden.json
+    python3 benchmarks/golden.py --algos cfl fedfomo [--twice]
+
+Each run is `fednet local` with the arguments in COMMON + EXTRA[algo] (parsed by the CLI's own
+option parser and build_config, so the configuration is exactly what the command line gives),
+written to a temporary results folder. What is pinned per algorithm (see tests/golden/README.md):
+the sha256 of final_model.npz's arrays, the sha256 of what the clients keep (their model and
+their tensor state), summary.json's "bytes" (and the setup stage's), "messages", "sim_time_s",
+"final_accuracy", "status", and a few facts that show the scenario does what it is meant to
+(FedSeq's superclients, FedSeqInter's slot schedule, CFL's clusters, FedFOMO's mixing).
+
+Regenerate only when a change of the numbers is intended, and say why in the commit message.
+tests/test_golden.py loads this file (by path) and compares a fresh run with the JSON exactly.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import shlex
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = ROOT / "tests" / "golden" / "golden.json"
+FORMAT = 1
+
+# `fednet local` arguments shared by every algorithm (digits is the default dataset).
+COMMON = ["--dataset", "digits", "--clients", "6", "--rounds", "3", "--epochs", "1", "--seed", "0",
+          "--partition", "dirichlet", "--alpha", "0.5", "--latency", "lan"]
+# Per algorithm: what makes its run small and still non-trivial.
+FEDSEQ = ["--pretrain-epochs", "1", "--min-samples", "300", "--max-clients", "3"]
+EXTRA: dict[str, list[str]] = {
+    "fedavg": [],
+    "fedprox": ["--mu", "0.01"],
+    "scaffold": ["--scaffold-option", "2"],
+    "feddyn": ["--dyn-alpha", "0.1"],
+    "standalone": [],
+    "centralized": [],
+    "fedseq": FEDSEQ + ["--superclient-fraction", "1.0"],
+    "fedseq_inter": FEDSEQ + ["--superclient-fraction", "0.5", "--period", "3"],
+    "factorized": [],
+    "factorized_beta": [],
+    "pfedpara": [],
+    "cfl": ["--param", "warmup=1", "--param", "eps1=10", "--param", "eps2=0.1"],
+    "fedfomo": ["--param", "m=3"],
+    "perfedavg": [],
+}
+SUMMARY_KEYS = ("status", "final_accuracy", "sim_time_s", "messages", "bytes")
+
+
+def argv(algo: str) -> list[str]:
+    """The `fednet local` arguments of the algorithm's golden run (without --out)."""
+    return ["--algo", algo, *COMMON, *EXTRA[algo]]
+
+
+def command(algo: str) -> str:
+    """The golden run as a command line (add --out DIR)."""
+    return shlex.join(["fednet", "local", *argv(algo)])
+
+
+def config(algo: str, out: str):
+    """The RunConfig that `fednet local <argv> --out OUT -q` builds."""
+    from fednet.cli import RUN_DEFAULTS, local
+    from fednet.options import build_config
+
+    ctx = local.make_context("local", [*argv(algo), "--out", out, "-q"])
+    return build_config(ctx.params, dict(RUN_DEFAULTS, clients=10))  # as cli.local does
+
+
+def sha256_arrays(arrays: dict[str, Any]) -> str:
+    """sha256 over sorted names: name, dtype, shape and the C-order bytes of each array."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}|{a.dtype.str}|{list(a.shape)}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _tensors(prefix: str, obj: Any, out: dict[str, np.ndarray]) -> None:
+    """The tensors and arrays inside a client's state (dicts, lists, tuples), by path."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        out[prefix] = obj.detach().cpu().numpy()
+    elif isinstance(obj, np.ndarray):
+        out[prefix] = obj
+    elif isinstance(obj, dict):
+        for k in obj:
+            _tensors(f"{prefix}/{k}", obj[k], out)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            _tensors(f"{prefix}/{i}", v, out)
+
+
+def client_arrays(dispatcher) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(every client's model state_dict, every client's tensor state), names prefixed by client.
+
+    Reaches into the in-process runtime (InprocDispatcher.executors[cid].ctx); adapt this one
+    function if that layout changes."""
+    models: dict[str, np.ndarray] = {}
+    state: dict[str, np.ndarray] = {}
+    for cid, ex in sorted(dispatcher.executors.items()):
+        for k, v in ex.ctx.model.state_dict().items():
+            models[f"c{cid}/{k}"] = v.detach().cpu().numpy()
+        _tensors(f"c{cid}", ex.ctx.state, state)
+    return models, state
+
+
+@contextlib.contextmanager
+def capture_dispatcher() -> Iterator[list]:
+    """Record the InprocDispatcher that run_local creates (to read the clients afterwards)."""
+    import fednet.inproc as inproc
+
+    seen: list = []
+    original = inproc.InprocDispatcher
+
+    class Recording(original):  # type: ignore[misc, valid-type]
+        def __init__(self, session) -> None:
+            super().__init__(session)
+            seen.append(self)
+
+    inproc.InprocDispatcher = Recording
+    try:
+        yield seen
+    finally:
+        inproc.InprocDispatcher = original
+
+
+def _scenario(algo: str, summary: dict[str, Any], rows: list[dict[str, Any]], session) -> dict:
+    """Facts that show the run exercises what the algorithm is about."""
+    out: dict[str, Any] = {}
+    if algo in ("fedseq", "fedseq_inter"):
+        out["superclients"] = summary["setup"]["groups"]
+    if algo == "fedseq_inter":  # the slots' superclients, round by round (one period here)
+        out["slot_schedule"] = [list(r) for r in session.algo.schedule]
+    if algo == "cfl":
+        out["clusters"] = [int(r["clusters"]) for r in rows]
+        out["final_clusters"] = [list(map(int, c)) for c in session.algo.clusters]
+    if algo == "fedfomo":
+        out["mixed_mean"] = [r.get("mixed_mean") for r in rows]
+    return out
+
+
+def scenario_problems(algo: str, rec: dict[str, Any]) -> list[str]:
+    """Why the pinned run would not exercise what the algorithm is about (empty: it does)."""
+    sc, out = rec["scenario"], []
+    if rec["status"] != "completed":
+        out.append(f"status {rec['status']}")
+    if algo in ("fedseq", "fedseq_inter"):
+        if sum(len(g) >= 2 for g in sc["superclients"]) < 2:
+            out.append(f"fewer than two superclients of >= 2 clients: {sc['superclients']}")
+        if rec["bytes"]["client_to_client"] <= 0:
+            out.append("no peer-to-peer hand-off")
+    if algo == "fedseq_inter":
+        sched = sc["slot_schedule"]
+        if len(sched) < 2 or not any(len({r[i] for r in sched}) >= 2 for i in range(len(sched[0]))):
+            out.append(f"no slot passes its model to another superclient: {sched}")
+    if algo == "cfl" and max(sc["clusters"]) < 2:
+        out.append(f"no cluster split: {sc['clusters']}")
+    if algo == "fedfomo" and not sum(x or 0 for x in sc["mixed_mean"]) > 0:
+        out.append(f"no client mixed a peer's model: {sc['mixed_mean']}")
+    return out
+
+
+def wire_bytes(rec: dict[str, Any]) -> int:
+    """All bytes on the wire: server->client + client->server + client->client + control."""
+    b = rec["bytes"]
+    return b["server_to_client"] + b["client_to_server"] + b["client_to_client"] + b["control"]
+
+
+def run(algo: str, out_dir: Path) -> dict[str, Any]:
+    """One golden run into out_dir (which must not hold files); the record to pin."""
+    from fednet.config import PERSONAL
+    from fednet.inproc import run_local
+
+    cfg = config(algo, str(out_dir))
+    sessions: list = []
+    with capture_dispatcher() as seen:
+        summary = run_local(cfg, quiet=True, prepare=sessions.append)
+    with np.load(out_dir / "final_model.npz", allow_pickle=False) as z:
+        model = {k: z[k] for k in z.files}
+    rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()
+            if line.strip()]
+    models, state = client_arrays(seen[0])
+    rec: dict[str, Any] = {
+        "model_sha256": sha256_arrays(model),
+        "model_arrays": len(model),
+        "model_elements": int(sum(a.size for a in model.values())),
+        # the personal models: what a personalized algorithm's clients keep between rounds
+        "client_models_sha256": sha256_arrays(models) if algo in PERSONAL else None,
+        # tensors the clients keep in their algorithm state (SCAFFOLD's c_k, FedDyn's g, ...)
+        "client_state_sha256": sha256_arrays(state) if state else None,
+        "client_state_names": sorted({k.split("/", 1)[1] for k in state}),
+    }
+    rec.update({k: summary[k] for k in SUMMARY_KEYS})
+    rec["setup_bytes"] = summary.get("setup", {}).get("bytes")
+    rec["scenario"] = _scenario(algo, summary, rows, sessions[0])
+    return rec
+
+
+def environment() -> dict[str, Any]:
+    """What the numbers depend on beyond the code: library versions and the CPU's kernels."""
+    import platform
+
+    import torch
+
+    return {"torch": str(torch.__version__), "numpy": str(np.__version__),
+            "python": platform.python_version(), "machine": platform.machine(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+
+
+def load() -> dict[str, Any]:
+    """The pinned JSON."""
+    return json.loads(GOLDEN.read_text())
+
+
+def dumps(obj: Any, indent: str = "") -> str:
+    """JSON with one key per line and every list of plain values on one line."""
+    if isinstance(obj, dict) and obj:
+        inner = indent + " "
+        items = [f"{inner}{json.dumps(k)}: {dumps(v, inner)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + indent + "}"
+    if isinstance(obj, list) and any(isinstance(x, dict) for x in obj):
+        inner = indent + " "
+        return "[\n" + ",\n".join(inner + dumps(x, inner) for x in obj) + "\n" + indent + "]"
+    return json.dumps(obj)
+
+
+def diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """Lines 'key: old -> new' for every leaf that differs (exact comparison)."""
+    lines = []
+    for k in sorted(set(old) | set(new)):
+        a, b = old.get(k, "<missing>"), new.get(k, "<missing>")
+        if isinstance(a, dict) and isinstance(b, dict):
+            lines += diff(a, b, f"{prefix}{k}.")
+        elif a != b or type(a) is not type(b):
+            lines.append(f"{prefix}{k}: {a!r} -> {b!r}")
+    return lines
+
+
+def main(args: list[str] | None = None) -> int:
+    from fednet.config import ALGORITHMS
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help=f"write {GOLDEN.relative_to(ROOT)}")
+    ap.add_argument("--algos", nargs="+", choices=ALGORITHMS, default=list(ALGORITHMS))
+    ap.add_argument("--twice", action="store_true",
+                    help="run each algorithm twice in this process and require identical records")
+    ap.add_argument("--json", help="also write the fresh records (and timings) to this file")
+    ns = ap.parse_args(args)
+    if set(EXTRA) != set(ALGORITHMS):
+        raise SystemExit(f"EXTRA covers {sorted(EXTRA)}, the CLI offers {sorted(ALGORITHMS)}")
+    if ns.write and ns.algos != list(ALGORITHMS):
+        raise SystemExit("--write regenerates every algorithm; drop --algos")
+    records: dict[str, Any] = {}
+    timings: dict[str, float] = {}
+    bad = 0
+    with tempfile.TemporaryDirectory(prefix="fednet-golden-") as tmp:
+        for algo in ns.algos:
+            t0 = time.perf_counter()
+            rec = run(algo, Path(tmp) / algo)
+            timings[algo] = time.perf_counter() - t0
+            if ns.twice:
+                again = run(algo, Path(tmp) / f"{algo}-again")
+                if again != rec:
+                    bad += 1
+                    print(f"{algo}: NOT deterministic in one process:", *diff(rec, again),
+                          sep="\n  ")
+            records[algo] = {"command": command(algo), **rec}
+            for p in scenario_problems(algo, rec):
+                bad += 1
+                print(f"{algo}: trivial scenario: {p}")
+            print(f"{algo:16s} {timings[algo]:6.2f} s  {rec['model_sha256'][:12]}  "
+                  f"bytes {wire_bytes(rec):>9d}  sim {rec['sim_time_s']!r} s  "
+                  f"acc {rec['final_accuracy']:.4f}", flush=True)
+    doc = {"format": FORMAT, "environment": environment(), "algorithms": records}
+    if ns.json:
+        Path(ns.json).write_text(dumps({**doc, "timings_s": timings}) + "\n")
+    if ns.write and bad:
+        print(f"{GOLDEN.relative_to(ROOT)} not written: fix the problems above first")
+        return 1
+    if ns.write:
+        GOLDEN.parent.mkdir(parents=True, exist_ok=True)
+        GOLDEN.write_text(dumps(doc) + "\n")
+        print(f"wrote {GOLDEN.relative_to(ROOT)} ({len(records)} algorithms, "
+              f"{sum(timings.values()):.1f} s)")
+        return 0
+    if not GOLDEN.exists():
+        print(f"{GOLDEN.relative_to(ROOT)} does not exist yet; run with --write")
+        return 1
+    old = load()
+    lines = diff({"format": old.get("format")}, {"format": FORMAT})
+    for algo in ns.algos:
+        lines += diff(old["algorithms"].get(algo, {}), records[algo], f"{algo}.")
+    notes = diff(old.get("environment", {}), doc["environment"], "environment.")
+    print("\n".join(lines) if lines else "no difference from the pinned numbers")
+    if notes:
+        print("note: pinned on another environment (bit-exact numbers may differ there):",
+              *notes, sep="\n  ")
+    return 1 if lines or bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
