@@ -185,32 +185,67 @@ def server(bind: str, **opts: Any) -> None:
               help="Seconds to wait for the server to listen and to welcome each client.")
 @click.option("--secure", type=click.Path(file_okay=False), default="",
               help="Key folder (as the server's): CURVE and authentication on every link.")
+@click.option("--key", "key_name", default="",
+              help="With --secure: this host's key NAME in the folder (made by `fednet keys add`); "
+                   "needed only when the folder holds several client keys.")
 @click.option("--clients-per-process", "per_process", type=int, default=1, show_default=True,
               help="Logical clients per process (one CUDA context for several clients).")
 @_errors
 def clients(connect: str, ids: str, gpus: str | None, advertise: str, threads: int,
-            timeout: float, secure: str, per_process: int) -> None:
+            timeout: float, secure: str, key_name: str, per_process: int) -> None:
     """Start clients on this host; they get the run's configuration from the server."""
     from fednet.launch.local_clients import parse_ids, run_clients
 
     sys.exit(run_clients(connect, parse_ids(ids), gpus, advertise, threads, timeout, secure,
-                         per_process))
+                         per_process, key_name))
 
 
 @main.group()
 def keys() -> None:
-    """Key pairs for --secure (CURVE encryption, client authentication)."""
+    """Key pairs for --secure (CURVE encryption; each key may claim only its client ids).
+
+    \b
+      fednet keys init DIR                     # the server's key pair
+      fednet keys add DIR hostA --ids 0-49     # one key per client host (or per client)
+      fednet keys list DIR                     # which key may claim which ids
+    Copy DIR/server.key and DIR/hostA.key* to host A; keep DIR/server.key_secret on the server.
+    """
 
 
 @keys.command("init")
 @click.argument("folder", type=click.Path(file_okay=False))
 @_errors
 def keys_init(folder: str) -> None:
-    """Write a server key pair and a cluster client key pair into FOLDER."""
+    """Write the server's key pair (and an empty allowed/ folder) into FOLDER."""
     from fednet.transport.security import init_keys
 
     for p in init_keys(folder):
         click.echo(p)
+
+
+@keys.command("add")
+@click.argument("folder", type=click.Path(file_okay=False))
+@click.argument("name")
+@click.option("--ids", required=True, help="The client ids this key may claim, e.g. 0-49 or 0,2,4.")
+@_errors
+def keys_add(folder: str, name: str, ids: str) -> None:
+    """Issue key pair NAME in FOLDER for one client host, allowed to claim --ids."""
+    from fednet.transport.security import add_key
+
+    for p in add_key(folder, name, ids):
+        click.echo(p)
+
+
+@keys.command("list")
+@click.argument("folder", type=click.Path(file_okay=False, exists=True))
+@_errors
+def keys_list(folder: str) -> None:
+    """The client keys the server in FOLDER admits, and the ids each may claim."""
+    from fednet.client.host import ids_text
+    from fednet.transport.security import list_keys
+
+    for name, (pub, ids) in list_keys(folder).items():
+        click.echo(f"{name}\t{ids_text(sorted(ids)) if ids else '(no ids)'}\t{pub}")
 
 
 @main.command()

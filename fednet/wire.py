@@ -9,6 +9,7 @@ from typing import Any
 
 from fednet.metrics.accounting import SERVER, Ledger
 from fednet.protocol import Message, MsgKind, frame_bytes, tensor_bytes
+from fednet.protocol.proof import NO_MAC
 from fednet.types import Arrays, Failure, Result, Task, client_name
 
 
@@ -65,9 +66,10 @@ def record(ledger: Ledger, msg: Message, frames: list[Any], src: str, dst: str) 
     return h + p
 
 
-def handoff_message(task_msg: Message, reply: Message, hop: int) -> Message:
-    """The HANDOFF carrying a hop's trained model to route[hop] (same body as the TASK)."""
-    body = dict(task_msg.body, hop=hop)
+def handoff_message(task_msg: Message, reply: Message, hop: int, tag: bytes = NO_MAC) -> Message:
+    """The HANDOFF carrying a hop's trained model to route[hop] (same body as the TASK, plus
+    the tag that proves the sender; the in-process runtime sends the all-zero placeholder)."""
+    body = dict(task_msg.body, hop=hop, mac=tag)
     return Message(MsgKind.HANDOFF, reply.sender, reply.run_id, reply.round, reply.task_id,
                    reply.sim_time, body, reply.arrays)
 

@@ -29,7 +29,8 @@ def test_ledger_separates_control_from_traffic():
     led.record(1, "HANDOFF", "c0000", "c0001", 90, 1000, 1000)
     t = led.totals()
     assert t == {"server_to_client": 1100, "client_to_server": 0, "client_to_client": 1090,
-                 "tensor_bytes": 2000, "header_bytes": 190, "control": 50}
+                 "tensor_bytes": 2000, "header_bytes": 190, "control": 50, "rejected": 0,
+                 "rejected_messages": 0}
     assert led.round_totals(1)["client_to_client"] == 1090
     assert led.messages == 3
 

@@ -21,6 +21,9 @@ from fednet.protocol import (
     tensor_bytes,
 )
 from fednet.protocol.kinds import ALLOWED_DTYPES
+from tests.schema_examples import msg as M
+from tests.schema_examples import valid_body
+from fednet.protocol.schema import WITH_ARRAYS
 
 # ---------------------------------------------------------------- helpers
 
@@ -44,10 +47,12 @@ def _msg(**kw: Any) -> Message:
         round=3,
         task_id=17,
         sim_time=12.5,
-        body={"lr": 0.1, "epochs": 2},
+        body=valid_body(MsgKind.TASK),
         arrays=_sample_arrays(),
     )
     base.update(kw)
+    if "kind" in kw and "body" not in kw and kw["kind"] in set(MsgKind):
+        base["body"] = valid_body(kw["kind"])
     return Message(**base)
 
 
@@ -85,15 +90,23 @@ def _base_ptr(buf: Any) -> int:
 # ---------------------------------------------------------------- round trips
 
 
-@pytest.mark.parametrize("kind", list(MsgKind))
+@pytest.mark.parametrize("kind", sorted(WITH_ARRAYS))
 def test_round_trip_every_kind_with_arrays(kind: MsgKind) -> None:
     msg = _msg(kind=kind)
     _assert_same(msg, decode(encode(msg)))
 
 
+@pytest.mark.parametrize("kind", sorted(set(MsgKind) - WITH_ARRAYS))
+def test_kinds_without_arrays_refuse_arrays(kind: MsgKind) -> None:
+    with pytest.raises(ProtocolError, match="carries no arrays"):
+        encode(_msg(kind=kind))
+    frames = encode(_msg(kind=kind), check=False)
+    _reject(frames, "carries no arrays")
+
+
 @pytest.mark.parametrize("kind", list(MsgKind))
 def test_round_trip_every_kind_without_arrays(kind: MsgKind) -> None:
-    msg = Message(kind=kind, sender="c0007")
+    msg = M(kind=kind, sender="c0007")
     frames = encode(msg)
     assert len(frames) == 1
     out = decode(frames)
@@ -104,7 +117,7 @@ def test_round_trip_every_kind_without_arrays(kind: MsgKind) -> None:
 @pytest.mark.parametrize("dtype", sorted(ALLOWED_DTYPES))
 def test_round_trip_every_allowed_dtype(dtype: str) -> None:
     arr = (np.arange(24) % 7).astype(dtype).reshape(2, 3, 4)
-    msg = Message(MsgKind.RESULT, "c0001", arrays={"x": arr})
+    msg = M(MsgKind.RESULT, "c0001", arrays={"x": arr})
     _assert_same(msg, decode(encode(msg)))
 
 
@@ -115,7 +128,7 @@ def test_round_trip_zero_d_and_empty_arrays() -> None:
         "empty_2d": np.zeros((4, 0), dtype=np.uint8),
         "zero_d_bool": np.array(True),
     }
-    msg = Message(MsgKind.RESULT, "c0001", arrays=arrays)
+    msg = M(MsgKind.RESULT, "c0001", arrays=arrays)
     frames = encode(msg)
     assert [len(memoryview(f)) for f in frames[1:]] == [4, 0, 0, 1]
     _assert_same(msg, decode(frames))
@@ -124,13 +137,13 @@ def test_round_trip_zero_d_and_empty_arrays() -> None:
 def test_round_trip_non_contiguous_input_arrays() -> None:
     base = np.arange(60, dtype=np.float64).reshape(6, 10)
     arrays = {"t": base.T, "s": base[::2, 1::3], "f": np.asfortranarray(base)}
-    msg = Message(MsgKind.HANDOFF, "c0002", arrays=arrays)
+    msg = M(MsgKind.HANDOFF, "c0002", arrays=arrays)
     _assert_same(msg, decode(encode(msg)))
 
 
 def test_round_trip_big_endian_input_is_sent_little_endian() -> None:
     arr = np.arange(6, dtype=">i4").reshape(2, 3)
-    out = decode(encode(Message(MsgKind.RESULT, "c1", arrays={"x": arr})))
+    out = decode(encode(M(MsgKind.RESULT, "c1", arrays={"x": arr})))
     assert out.arrays["x"].dtype == np.dtype("<i4")
     np.testing.assert_array_equal(out.arrays["x"], arr)
 
@@ -147,25 +160,27 @@ def test_round_trip_body_nested_values() -> None:
         "empty": {},
         "lst": [],
     }
-    out = decode(encode(Message(MsgKind.WELCOME, "server", body=body)))
-    assert out.body == body
-    assert isinstance(out.body["blob"], bytes)
+    outer = dict(valid_body(MsgKind.TASK), body=body)
+    out = decode(encode(Message(MsgKind.TASK, "server", body=outer)))
+    assert out.body["body"] == body
+    assert isinstance(out.body["body"]["blob"], bytes)
 
 
 def test_round_trip_tuples_become_lists() -> None:
-    out = decode(encode(Message(MsgKind.READY, "c0", body={"t": (1, (2, 3))})))
-    assert out.body == {"t": [1, [2, 3]]}
+    body = {"n": 1, "body": {"t": (1, (2, 3))}}
+    out = decode(encode(Message(MsgKind.RESULT, "c0000", body=body)))
+    assert out.body["body"] == {"t": [1, [2, 3]]}
 
 
 def test_round_trip_preserves_array_order() -> None:
     names = [f"layer{i}.weight" for i in (5, 1, 9, 0, 3)]
     arrays = {n: np.full((2,), i, dtype=np.float32) for i, n in enumerate(names)}
-    out = decode(encode(Message(MsgKind.RESULT, "c3", arrays=arrays)))
+    out = decode(encode(M(MsgKind.RESULT, "c3", arrays=arrays)))
     assert list(out.arrays) == names
 
 
 def test_round_trip_accepts_int_kind_and_int_sim_time() -> None:
-    out = decode(encode(Message(4, "c9", sim_time=3)))  # type: ignore[arg-type]
+    out = decode(encode(M(4, "c9", sim_time=3)))  # type: ignore[arg-type]
     assert out.kind is MsgKind.RESULT and out.sim_time == 3.0 and isinstance(out.sim_time, float)
 
 
@@ -215,7 +230,7 @@ def test_decode_does_not_copy_buffer_attr_frames() -> None:
 
 def test_encode_does_not_copy_contiguous_array() -> None:
     arr = np.arange(1000, dtype=np.float32).reshape(10, 100)
-    frames = encode(Message(MsgKind.RESULT, "c1", arrays={"x": arr}))
+    frames = encode(M(MsgKind.RESULT, "c1", arrays={"x": arr}))
     view = frames[1]
     assert isinstance(view, memoryview) and view.nbytes == arr.nbytes
     assert np.shares_memory(np.frombuffer(view, dtype=np.uint8), arr)
@@ -225,7 +240,7 @@ def test_encode_does_not_copy_contiguous_array() -> None:
 
 def test_encode_copies_non_contiguous_array_into_c_order() -> None:
     arr = np.arange(12, dtype=np.int16).reshape(3, 4).T
-    frames = encode(Message(MsgKind.RESULT, "c1", arrays={"x": arr}))
+    frames = encode(M(MsgKind.RESULT, "c1", arrays={"x": arr}))
     assert bytes(frames[1]) == np.ascontiguousarray(arr).tobytes()
 
 
@@ -268,7 +283,7 @@ def test_frame_bytes_and_tensor_bytes() -> None:
     assert frame_bytes([bytes(memoryview(f)) for f in frames]) == (hdr, payload)
     assert frame_bytes([_FakeZmqFrame(bytes(memoryview(f))) for f in frames]) == (hdr, payload)
     assert frame_bytes([]) == (0, 0)
-    assert tensor_bytes(Message(MsgKind.BYE, "c0")) == 0
+    assert tensor_bytes(M(MsgKind.BYE, "c0")) == 0
 
 
 # ---------------------------------------------------------------- encode rejections
@@ -288,13 +303,13 @@ def test_frame_bytes_and_tensor_bytes() -> None:
 )
 def test_encode_rejects_bad_dtype(arr: np.ndarray) -> None:
     with pytest.raises(ProtocolError, match="dtype"):
-        encode(Message(MsgKind.RESULT, "c1", arrays={"x": arr}))
+        encode(M(MsgKind.RESULT, "c1", arrays={"x": arr}))
 
 
 @pytest.mark.parametrize("body", [{1: "x"}, {"ok": {b"k": 1}}, {"ok": [{None: 1}]}])
 def test_encode_rejects_non_str_body_keys(body: Any) -> None:
     with pytest.raises(ProtocolError, match="key"):
-        encode(Message(MsgKind.TASK, "server", body=body))
+        encode(Message(MsgKind.TASK, "server", body=dict(valid_body(MsgKind.TASK), body=body)))
 
 
 @pytest.mark.parametrize("value", [object(), np.int64(3), {1, 2}, 2**70, np.zeros(2)])
@@ -311,23 +326,24 @@ def test_encode_rejects_body_that_is_not_a_dict() -> None:
 def test_encode_rejects_too_many_arrays() -> None:
     arrays = {f"a{i}": np.zeros(1, np.float32) for i in range(5)}
     with pytest.raises(ProtocolError, match="arrays"):
-        encode(Message(MsgKind.RESULT, "c1", arrays=arrays), Limits(max_arrays=4))
+        encode(M(MsgKind.RESULT, "c1", arrays=arrays), Limits(max_arrays=4))
 
 
 def test_encode_rejects_header_over_cap() -> None:
     with pytest.raises(ProtocolError, match="header"):
-        msg = Message(MsgKind.TASK, "server", body={"s": "x" * 5000})
+        msg = Message(MsgKind.TASK, "server",
+                      body=dict(valid_body(MsgKind.TASK), body={"s": "x" * 4000}))
         encode(msg, Limits(max_header_bytes=1024))
 
 
 def test_encode_rejects_array_and_message_size_limits() -> None:
     arr = np.zeros(1000, np.float64)
     with pytest.raises(ProtocolError):
-        encode(Message(MsgKind.RESULT, "c1", arrays={"x": arr}), Limits(max_array_bytes=100))
+        encode(M(MsgKind.RESULT, "c1", arrays={"x": arr}), Limits(max_array_bytes=100))
     with pytest.raises(ProtocolError):
-        encode(Message(MsgKind.RESULT, "c1", arrays={"x": arr}), Limits(max_message_bytes=4000))
+        encode(M(MsgKind.RESULT, "c1", arrays={"x": arr}), Limits(max_message_bytes=4000))
     with pytest.raises(ProtocolError):
-        encode(Message(MsgKind.RESULT, "c1", arrays={"x": arr.reshape((1,) * 9 + (1000,))}))
+        encode(M(MsgKind.RESULT, "c1", arrays={"x": arr.reshape((1,) * 9 + (1000,))}))
 
 
 @pytest.mark.parametrize(
@@ -466,9 +482,9 @@ def test_decode_rejects_non_str_map_keys() -> None:
     raw = msgpack.packb({1: "x", "v": 1}, use_bin_type=True)
     _reject([raw])
     h = _header_map()
-    h["b"] = {b"bytes-key": 1}
+    h["b"] = dict(h["b"], **{"body": {b"bytes-key": 1}})
     _reject(_frames_with(h), "key")
-    h["b"] = {"ok": {b"nested": 1}}
+    h["b"] = dict(h["b"], **{"body": {"ok": {b"nested": 1}}})
     _reject(_frames_with(h), "key")
 
 
@@ -560,8 +576,9 @@ def test_fuzz_random_frames_and_mutated_messages() -> None:
         [bytes(memoryview(f)) for f in encode(m)]
         for m in (
             _msg(),
-            Message(MsgKind.HEARTBEAT, "c0001"),
-            _msg(kind=MsgKind.HANDOFF, body={"path": ["c1"], "meta": {"x": None, "y": b"z"}}),
+            M(MsgKind.HEARTBEAT, "c0001"),
+            _msg(kind=MsgKind.HANDOFF, body=dict(valid_body(MsgKind.HANDOFF),
+                                                 body={"path": ["c1"], "meta": {"y": b"z"}})),
         )
     ]
     for _ in range(3000):

@@ -19,20 +19,27 @@ from fednet.errors import ConfigError
 from fednet.latency import Profile, up_delay
 from fednet.metrics.accounting import SERVER, Ledger
 from fednet.protocol import Message, MsgKind
-from fednet.transport.channels import Channel, connect_dealer
+from fednet.protocol.proof import client_secret, hello_proof, peer_key
+from fednet.transport.channels import HEARTBEAT_TIMEOUT_MS, Channel, Received, connect_dealer
 from fednet.types import client_name
 
 log = logging.getLogger("fednet.client")
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+FROM_SERVER = frozenset({MsgKind.WELCOME, MsgKind.TASK, MsgKind.SHUTDOWN, MsgKind.REJECT,
+                         MsgKind.HEARTBEAT})
 
 
 class Client:
     """One federated client: a DEALER to the server and a ROUTER for peer hand-offs."""
 
     def __init__(self, cid: int, connect: str, device: str = "cpu", advertise: str = "127.0.0.1",
-                 threads: int = 1, secure: str = "", ctx: zmq.Context | None = None) -> None:
+                 threads: int = 1, secure: str = "", ctx: zmq.Context | None = None,
+                 run_key: bytes | None = None, key_name: str = "",
+                 curve: tuple[bytes, bytes] | None = None) -> None:
         self.cid, self.name, self.device = cid, client_name(cid), device
+        # under `fednet launch`: the run key came through the zygote's pipe (never a socket)
+        self.secret = client_secret(run_key, cid) if run_key else None
         self.own_ctx = ctx is None  # several logical clients of one process share a context
         self.ctx = ctx if ctx is not None else zmq.Context()
         self.ledger = Ledger()
@@ -40,11 +47,12 @@ class Client:
         if secure:  # CURVE to the server; our peer socket admits only allowed keys (ZAP)
             from fednet.transport import security
 
-            self.keys = keys = security.load_keys(secure, need_server_secret=False)
+            self.keys = keys = security.load_keys(secure, need_server_secret=False, name=key_name,
+                                                          pair=curve)
             if self.own_ctx:  # one ZAP handler per context: a Host starts its own
-                self.auth = security.start_authenticator(self.ctx, keys)
+                self.auth = security.start_authenticator(self.ctx, None)  # peers check keys
             setup = lambda s: security.as_client(s, keys.server_public, keys)  # noqa: E731
-        self.server = Channel(connect_dealer(self.ctx, self.name, connect, setup), self.ledger,
+        self.server = Channel(connect_dealer(self.ctx, connect, setup), self.ledger,
                               self.name, router=False)
         # connection events of the server link: a server that died is noticed (DISCONNECTED and
         # no new handshake) even while this client idles between rounds
@@ -52,7 +60,8 @@ class Client:
             zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
         self.lost_since: float | None = None
         self.lost_timeout = 60.0
-        self.peers = Peers(self.ctx, self.name, advertise, self.ledger, self.keys)
+        self.peers = Peers(self.ctx, self.name, advertise, self.ledger, self.keys,
+                           peer_key(run_key) if run_key else None)
         self.connect = connect
         self.executor: Executor | None = None
         self.run_id = ""
@@ -75,7 +84,10 @@ class Client:
 
     def hello(self) -> None:
         hello = {"phase": "hello", "cid": self.cid, "endpoint": self.peers.endpoint,
-                 "device": self.device, "pid": os.getpid(), "host": socket.gethostname()}
+                 "device": self.device, "pid": os.getpid(), "host": socket.gethostname()[:256]}
+        if self.secret is not None:  # prove the id: a fresh nonce, signed with our secret
+            nonce = os.urandom(16)
+            hello.update(nonce=nonce, proof=hello_proof(self.secret, self.cid, nonce))
         self._send_server(Message(MsgKind.READY, self.name, body=hello))
 
     def register(self, timeout_s: float) -> None:
@@ -93,10 +105,10 @@ class Client:
                                   " check --connect (address and port) and that the server runs")
             if not self.server.sock.poll(int(min(left, 1.0) * 1000)):
                 continue
-            got = self.server.recv()
+            got = self.recv_server()
             if got is None:
                 continue
-            _, msg, _ = got
+            msg = got.msg
             if msg.kind == MsgKind.REJECT:
                 raise ConfigError(f"the server refused client {self.cid}: {msg.body.get('reason')}")
             if msg.kind == MsgKind.WELCOME:
@@ -107,7 +119,11 @@ class Client:
         """Take the run's configuration; keep the data and model when it did not change (a
         restarted server resuming the same run), then answer READY (ready)."""
         b = msg.body
-        cfg = from_dict(b["config"])
+        try:
+            cfg = from_dict(b["config"])
+        except (ConfigError, TypeError, ValueError, KeyError, AttributeError) as e:
+            raise ConfigError(f"the server sent a configuration this client cannot use ({e}); "
+                              "are both on the same fednet version?") from None
         self.run_id = str(b.get("run_id", ""))
         self.peers.run_id = self.run_id
         n = cfg.net
@@ -151,7 +167,11 @@ class Client:
         while self.monitor.poll(0):
             ev = recv_monitor_message(self.monitor)["event"]
             if ev == zmq.EVENT_DISCONNECTED:
-                self.lost_since = self.lost_since or time.monotonic()
+                if self.lost_since is None:  # a frozen server stops answering heartbeats
+                    log.warning("client %d: lost the server at %s (closed, or no answer to "
+                                "heartbeats for %.0fs); waiting up to %.0fs for it", self.cid,
+                                self.connect, HEARTBEAT_TIMEOUT_MS / 1000, self.lost_timeout)
+                    self.lost_since = time.monotonic()
             elif ev == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 if self.lost_since is not None and self.executor is not None:
                     self.rehello = True  # a (restarted) server is back: register again
@@ -190,9 +210,9 @@ class Client:
                     break
         if self.server.sock in ready:
             for _ in range(1000):
-                got = self.server.recv()
+                got = self.recv_server()
                 if got is not None:
-                    _, msg, n = got
+                    msg, n = got.msg, got.nbytes
                     if msg.kind == MsgKind.TASK:
                         self.work.append((msg, n))
                     elif msg.kind == MsgKind.SHUTDOWN:
@@ -205,6 +225,18 @@ class Client:
                                     msg.kind.name)
                 if not self.server.sock.poll(0):
                     break
+
+    def recv_server(self) -> Received | None:
+        """One message from the server (accepted and counted), or None: undecodable, or a kind
+        the server never sends (counted as rejected)."""
+        got = self.server.recv("server")
+        if got is None:
+            return None
+        if got.msg.kind not in FROM_SERVER:
+            self.server.reject(got, f"{got.msg.kind.name} is not sent by the server", "server")
+            return None
+        self.server.accept(got, SERVER)
+        return got
 
     def serve(self) -> int:
         """The poll loop of a process that holds only this client (see Host for several)."""
@@ -246,8 +278,7 @@ class Client:
 
     def bye(self) -> None:
         """BYE to the server with this client's ledger totals."""
-        tot = dict(self.ledger.totals())
-        tot["rejected"] = self.server.rejects.total + self.peers.chan.rejects.total
+        tot = dict(self.ledger.totals())  # rejected: bytes; rejected_messages: how many
         self._send_server(Message(MsgKind.BYE, self.name, self.run_id, body=tot))
 
     def close(self) -> None:
@@ -260,30 +291,3 @@ class Client:
             self.auth.stop()
         if self.own_ctx:
             self.ctx.term()
-
-
-def run_client(cid: int | list[int], connect: str, device: str = "cpu",
-               advertise: str = "127.0.0.1", threads: int = 1, register_timeout: float = 60.0,
-               secure: str = "") -> int:
-    """Run one client (or, given a list of ids, several in this process) to completion; returns
-    a process exit code."""
-    if device.startswith("cuda"):
-        torch.cuda.set_device(torch.device(device))
-    if isinstance(cid, list):
-        if len(cid) > 1:
-            from fednet.client.host import run_host
-
-            return run_host(cid, connect, device, advertise, threads, register_timeout, secure)
-        cid = cid[0]
-    client = Client(cid, connect, device, advertise, threads, secure)
-    client.lost_timeout = register_timeout
-    try:
-        client.register(register_timeout)
-        return client.serve()
-    except ConfigError as e:
-        log.error("client %d: %s", cid, e)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        return EXIT_ERROR
-    finally:
-        client.close()

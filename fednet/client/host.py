@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 
+import torch
 import zmq
 
 from fednet.client.app import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Client
@@ -30,7 +31,9 @@ class Host:
     """The logical clients of one process and their shared poll loop."""
 
     def __init__(self, cids: list[int], connect: str, device: str = "cpu",
-                 advertise: str = "127.0.0.1", threads: int = 1, secure: str = "") -> None:
+                 advertise: str = "127.0.0.1", threads: int = 1, secure: str = "",
+                 run_key: bytes | None = None, key_name: str = "",
+                 curve: tuple[bytes, bytes] | None = None) -> None:
         check_files_per_process(len(cids))
         self.ctx = zmq.Context()
         self.ctx.set(zmq.MAX_SOCKETS, max(1023, SOCKETS_PER_CLIENT * len(cids) + 64))
@@ -41,10 +44,11 @@ class Host:
             if secure:  # one ZAP handler for the shared context, admitting the allowed keys
                 from fednet.transport import security
 
-                self.auth = security.start_authenticator(
-                    self.ctx, security.load_keys(secure, need_server_secret=False))
+                security.load_keys(secure, need_server_secret=False, name=key_name, pair=curve)
+                self.auth = security.start_authenticator(self.ctx, None)
             for cid in cids:
-                c = Client(cid, connect, device, advertise, threads, secure, ctx=self.ctx)
+                c = Client(cid, connect, device, advertise, threads, secure, ctx=self.ctx,
+                           run_key=run_key, key_name=key_name, curve=curve)
                 self.clients.append(c)
                 c.pump = self.pump
                 c.peers.pump = lambda: self.pump(0)
@@ -87,10 +91,10 @@ class Host:
                                   "that the server runs")
             for sock in dict(poller.poll(int(min(left, 1.0) * 1000))):
                 c = waiting[sock]
-                got = c.server.recv()
+                got = c.recv_server()
                 if got is None:
                     continue
-                msg = got[1]
+                msg = got.msg
                 if msg.kind not in (MsgKind.WELCOME, MsgKind.REJECT):
                     continue
                 poller.unregister(sock)
@@ -168,10 +172,12 @@ class Host:
 
 
 def run_host(cids: list[int], connect: str, device: str = "cpu", advertise: str = "127.0.0.1",
-             threads: int = 1, register_timeout: float = 60.0, secure: str = "") -> int:
+             threads: int = 1, register_timeout: float = 60.0, secure: str = "",
+             run_key: bytes | None = None, key_name: str = "",
+             curve: tuple[bytes, bytes] | None = None) -> int:
     """Run several clients in this process to completion; returns the process exit code."""
     try:
-        host = Host(cids, connect, device, advertise, threads, secure)
+        host = Host(cids, connect, device, advertise, threads, secure, run_key, key_name, curve)
     except ConfigError as e:
         log.error("clients %s: %s", ids_text(cids), e)
         return EXIT_USAGE
@@ -194,3 +200,37 @@ def ids_text(cids: list[int]) -> str:
     if cids == list(range(cids[0], cids[0] + len(cids))):
         return f"{cids[0]}-{cids[-1]}" if len(cids) > 1 else str(cids[0])
     return ",".join(map(str, cids[:10])) + (",..." if len(cids) > 10 else "")
+
+
+def run_client(cid: int | list[int], connect: str, device: str = "cpu",
+               advertise: str = "127.0.0.1", threads: int = 1, register_timeout: float = 60.0,
+               secure: str = "", run_key: bytes | None = None, key_name: str = "",
+               curve: tuple[bytes, bytes] | None = None) -> int:
+    """Run one client (or, given a list of ids, several in this process) to completion; returns
+    a process exit code. `run_key`: the launcher's secret (clients it forked prove their ids
+    with it); `key_name`: which key pair of the --secure folder is this host's; `curve`: the
+    key pair `fednet launch --secure` issued to this process instead."""
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+    if isinstance(cid, list):
+        if len(cid) > 1:
+            return run_host(cid, connect, device, advertise, threads, register_timeout, secure,
+                            run_key, key_name, curve)
+        cid = cid[0]
+    try:
+        client = Client(cid, connect, device, advertise, threads, secure, run_key=run_key,
+                        key_name=key_name, curve=curve)
+    except ConfigError as e:
+        log.error("client %d: %s", cid, e)
+        return EXIT_USAGE
+    client.lost_timeout = register_timeout
+    try:
+        client.register(register_timeout)
+        return client.serve()
+    except ConfigError as e:
+        log.error("client %d: %s", cid, e)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return EXIT_ERROR
+    finally:
+        client.close()

@@ -15,6 +15,7 @@ import zmq
 
 from fednet.metrics.accounting import SERVER, Ledger
 from fednet.protocol import Message, MsgKind, tensor_bytes
+from fednet.protocol.proof import check_handoff, handoff_tag
 from fednet.transport.channels import Channel, bind_router, connect_dealer
 from fednet.types import client_name
 from fednet.wire import ack_message, handoff_message, hop_done_message
@@ -29,14 +30,14 @@ class Peers:
     """This client's peer socket and its outgoing hand-offs."""
 
     def __init__(self, ctx: zmq.Context, me: str, advertise: str, ledger: Ledger,
-                 keys: Any = None) -> None:
+                 keys: Any = None, peer_key: bytes | None = None) -> None:
         self.ctx, self.me, self.ledger = ctx, me, ledger
-        self.server_setup = self.client_setup = None
-        if keys is not None:  # peers: CURVE servers with the cluster key pair, ZAP-checked
+        self.keys, self.peer_key = keys, peer_key
+        self.server_setup = None
+        if keys is not None:  # peers: CURVE servers with this host's key pair
             from fednet.transport import security
 
             self.server_setup = lambda s: security.as_server(s, keys.client_public, keys.client_secret)
-            self.client_setup = lambda s: security.as_client(s, keys.client_public, keys)
         sock, self.endpoint = bind_router(ctx, advertise, 0, what="peer port",
                                           setup=self.server_setup)
         self.sock = sock
@@ -59,24 +60,40 @@ class Peers:
         """Send the trained model to route[nxt] (skipping dead peers); fall back to the server."""
         b = task_msg.body
         route, endpoints = list(b["route"]), list(b.get("endpoints", []))
+        keys = list(b.get("keys", []))
         self.last_peer_bytes = self.last_peer_tensor = 0
         last = nxt if self.dead_peer == "server" else len(route) - 1
         for hop in range(nxt, last + 1):
             if hop >= len(endpoints):
                 break
-            msg = handoff_message(task_msg, reply, hop)
-            if self._send_acked(endpoints[hop], client_name(int(route[hop])), msg):
+            tag = handoff_tag(self.peer_key, reply.run_id, reply.round, reply.task_id, hop, self.me)
+            msg = handoff_message(task_msg, reply, hop, tag)
+            setup = self._client_setup(keys[hop] if hop < len(keys) else "")
+            if self._send_acked(endpoints[hop], client_name(int(route[hop])), msg, setup):
                 self.last_to_hop = hop
                 return
             log.warning("%s: peer %s did not acknowledge the hand-off; skipping it", self.me,
                         route[hop])
         raise PeerChainBroken(reply)
 
-    def _send_acked(self, endpoint: str, peer: str, msg: Message) -> bool:
-        for attempt in range(self.retries):
-            dealer = connect_dealer(self.ctx, f"{self.me}-{attempt}-{time.monotonic_ns() % 10**6}",
-                                    endpoint, self.client_setup)
+    def _client_setup(self, peer_public: str) -> Any:
+        """CURVE client setup towards a peer whose public key (z85) the server sent."""
+        if self.keys is None:
+            return None
+        from fednet.transport import security
+
+        server_key = peer_public.encode()
+        return lambda s: security.as_client(s, server_key, self.keys)
+
+    def _send_acked(self, endpoint: str, peer: str, msg: Message, setup: Any = None) -> bool:
+        for _attempt in range(self.retries):
+            try:
+                dealer = connect_dealer(self.ctx, endpoint, setup)
+            except Exception as e:  # noqa: BLE001 - a bad endpoint or key: this peer is unreachable
+                log.warning("%s: cannot connect to peer %s at %s: %s", self.me, peer, endpoint[:80], e)
+                return False
             chan = Channel(dealer, self.ledger, self.me, router=False)
+            chan.rejects = self.chan.rejects  # one count for everything this peer refused
             try:
                 n, _ = chan.send(msg, peer)
                 deadline = time.monotonic() + self.ack_timeout
@@ -84,11 +101,15 @@ class Peers:
                     if not dealer.poll(50):
                         self.pump()  # acknowledge hand-offs to us meanwhile: no mutual waits
                         continue
-                    got = chan.recv()
-                    if got and got[1].kind == MsgKind.HANDOFF_ACK and got[1].task_id == msg.task_id:
-                        self.last_peer_bytes += n + got[2]
+                    got = chan.recv(peer)
+                    if got is None:
+                        continue
+                    if got.msg.kind == MsgKind.HANDOFF_ACK and got.msg.task_id == msg.task_id:
+                        chan.accept(got, peer)
+                        self.last_peer_bytes += n + got.nbytes
                         self.last_peer_tensor += tensor_bytes(msg)
                         return True
+                    chan.reject(got, "not the acknowledgement awaited", peer)
             finally:
                 dealer.close(linger=0)
         return False
@@ -98,28 +119,39 @@ class Peers:
         got = self.chan.recv()
         if got is None:
             return None
-        ident, msg, n = got
-        why = self._reject_reason(msg)
+        msg = got.msg
+        why = self._reject_reason(msg, got.prop("User-Id") if self.keys is not None else None)
         if why:
-            self.chan.rejects.note(ident, ValueError(why))
+            self.chan.reject(got, why)
             return None
+        self.chan.accept(got, msg.sender)
         try:
-            self.chan.send(ack_message(msg, self.me), ident)
+            self.chan.send(ack_message(msg, self.me), msg.sender, route=got.route, block=False)
         except zmq.ZMQError as e:  # the sender is gone: it will retry or skip us; run the hop
-            log.warning("%s: could not acknowledge a hand-off from %s: %s", self.me, ident, e)
-        return msg, n
+            log.warning("%s: could not acknowledge a hand-off from %s: %s", self.me,
+                        msg.sender, e)
+        return msg, got.nbytes
 
-    def _reject_reason(self, msg: Message) -> str:
-        """Why a peer message is not a hand-off of this run for this client ('' if it is)."""
+    def _reject_reason(self, msg: Message, user_key: str | None) -> str:
+        """Why a peer message is not a hand-off of this run for this client from its
+        predecessor ('' if it is): run, addressing, the tag (launch) or the key (--secure)."""
         if msg.kind != MsgKind.HANDOFF:
             return f"unexpected {msg.kind.name} on the peer socket"
         if msg.run_id != self.run_id:
             return "hand-off of another run"
-        route, hop = msg.body.get("route"), msg.body.get("hop")
-        if not isinstance(route, list) or not isinstance(hop, int) or not 0 < hop < len(route):
-            return "hand-off with a malformed route"
-        if client_name(int(route[hop])) != self.me or client_name(int(route[hop - 1])) != msg.sender:
+        b = msg.body
+        route, hop = b["route"], b["hop"]
+        if not 0 < hop < len(route):
+            return "hand-off with a hop outside its route"
+        if client_name(route[hop]) != self.me or client_name(route[hop - 1]) != msg.sender:
             return "hand-off not addressed to this client by its predecessor"
+        if not check_handoff(self.peer_key, b["mac"], msg.run_id, msg.round, msg.task_id, hop,
+                             msg.sender):
+            return "hand-off whose tag does not prove the sender"
+        if self.keys is not None:
+            keys = b.get("keys", [])
+            if hop >= len(keys) or not user_key or keys[hop - 1] != user_key:
+                return "hand-off from a key that does not own the route's predecessor"
         return ""
 
     def hop_done(self, task_msg: Message, reply: Message) -> Message:

@@ -69,7 +69,8 @@ def wait_listening(connect: str, timeout_s: float) -> None:
 
 
 def run_clients(connect: str, ids: list[int], gpus: str | None, advertise: str, threads: int,
-                timeout_s: float = 60.0, secure: str = "", per_process: int = 1) -> int:
+                timeout_s: float = 60.0, secure: str = "", per_process: int = 1,
+                key_name: str = "") -> int:
     """Fork the clients, wait for all of them to exit; exit code 0 only if all exited cleanly."""
     if timeout_s <= 0:
         raise ConfigError(f"--timeout must be positive (got {timeout_s:g})")
@@ -83,12 +84,12 @@ def run_clients(connect: str, ids: list[int], gpus: str | None, advertise: str, 
         check_gpus(g)
     if secure:  # fail now, in this process, if the keys are not there
         from fednet.transport.security import load_keys
-        load_keys(secure, need_server_secret=False)
+        load_keys(secure, need_server_secret=False, name=key_name)
     wait_listening(connect, timeout_s)
     zyg = Zygote(log_file=None, unknown_run=True)  # the dataset and model come at WELCOME
     zyg.spawn(client_specs(len(ids), connect, g, threads, ids=ids, advertise=advertise,
                            log_level="WARNING", register_timeout=timeout_s, secure=secure,
-                           per_process=per_process))
+                           per_process=per_process, key_name=key_name))
     procs = -(-len(ids) // per_process)
     print(f"started {len(ids)} clients ({procs} processes) connecting to {connect}",
           file=sys.stderr)

@@ -140,15 +140,20 @@ class Zygote:
 def client_specs(n: int, connect: str, gpus: tuple[int, ...], threads: int,
                  ids: list[int] | None = None, advertise: str = "127.0.0.1",
                  log_level: str = "WARNING", register_timeout: float = 60.0,
-                 secure: str = "", per_process: int = 1) -> list[dict[str, Any]]:
+                 secure: str = "", per_process: int = 1, run_key: bytes | None = None,
+                 key_name: str = "", curve_pairs: list[tuple[str, str]] | None = None
+                 ) -> list[dict[str, Any]]:
     """One spawn spec per process: `per_process` consecutive client ids each (the last may hold
-    fewer), processes pinned round-robin to the GPUs (or the CPU)."""
+    fewer), processes pinned round-robin to the GPUs (or the CPU). `run_key` (the launcher's
+    secret, from which each client derives its own) travels only through the zygote's pipe."""
     cids = list(ids if ids is not None else range(n))
     k = max(1, per_process)
     groups = [cids[i:i + k] for i in range(0, len(cids), k)]
     return [{"cids": g, "connect": connect, "device": device_for(g[0] if k == 1 else i, gpus),
              "threads": threads, "advertise": advertise, "log_level": log_level,
-             "register_timeout": register_timeout, "secure": secure}
+             "register_timeout": register_timeout, "secure": secure,
+             "run_key": run_key.hex() if run_key else "", "key_name": key_name,
+             "curve": list(curve_pairs[i]) if curve_pairs else None}
             for i, g in enumerate(groups)]
 
 

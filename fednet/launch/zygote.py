@@ -93,7 +93,7 @@ def _child(spec: dict[str, Any], zygote: int) -> int:
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.dup2(2, 1)  # stdout is the launcher's event pipe: keep client output off it
-    from fednet.client.app import run_client
+    from fednet.client.host import run_client
     from fednet.log import setup_logging
 
     cids = [int(c) for c in spec["cids"]]
@@ -101,7 +101,10 @@ def _child(spec: dict[str, Any], zygote: int) -> int:
     setup_logging(name, spec.get("log_level", "WARNING"))
     return run_client(cids, spec["connect"], spec.get("device", "cpu"),
                       spec.get("advertise", "127.0.0.1"), int(spec.get("threads", 1)),
-                      float(spec.get("register_timeout", 60.0)), spec.get("secure", ""))
+                      float(spec.get("register_timeout", 60.0)), spec.get("secure", ""),
+                      bytes.fromhex(spec["run_key"]) if spec.get("run_key") else None,
+                      spec.get("key_name", ""),
+                      tuple(c.encode() for c in spec["curve"]) if spec.get("curve") else None)
 
 
 def serve(children: dict[int, list[int]]) -> None:

@@ -61,6 +61,12 @@ class Ledger:
                 bucket["tensor_bytes"] += tensor_bytes
                 bucket["header_bytes"] += header_bytes
 
+    def reject(self, nbytes: int) -> None:
+        """Count a received message that was refused (undecodable, unproven, unexpected): apart
+        from every accepted total, so an attack never inflates what the run measured."""
+        self._totals["rejected"] += int(nbytes)
+        self._totals["rejected_messages"] += 1
+
     def add_totals(self, rnd: int, totals: dict[str, int]) -> None:
         """Merge totals reported by another process (e.g. a client's peer traffic)."""
         for k, v in totals.items():
@@ -68,9 +74,10 @@ class Ledger:
             self._by_round[rnd][k] += int(v)
 
     def totals(self) -> dict[str, int]:
-        """All rounds: server_to_client, client_to_server, client_to_client, tensor_bytes, ..."""
+        """All rounds: server_to_client, client_to_server, client_to_client, tensor_bytes, ...,
+        and what was refused (rejected bytes, rejected_messages)."""
         keys = ("server_to_client", "client_to_server", "client_to_client", "tensor_bytes",
-                "header_bytes", "control")
+                "header_bytes", "control", "rejected", "rejected_messages")
         return {k: int(self._totals.get(k, 0)) for k in keys}
 
     def round_totals(self, rnd: int) -> dict[str, int]:

@@ -46,6 +46,10 @@ DEFAULT_LIMITS = Limits()
 """The limits used when none are given."""
 
 
+_HEADER_KEYS = frozenset({S.K_VERSION, S.K_KIND, S.K_SENDER, S.K_RUN_ID, S.K_ROUND, S.K_TASK_ID,
+                          S.K_SIM_TIME, S.K_BODY, S.K_ARRAYS})
+
+
 class _ExtTypeSeen(Exception):
     """Raised by the ext hook; converted to ProtocolError by decode."""
 
@@ -111,20 +115,27 @@ def _wire_array(name: Any, arr: Any, limits: Limits) -> tuple[list[Any], memoryv
     return [name, dname, list(arr.shape)], view
 
 
-def encode(msg: Message, limits: Limits = DEFAULT_LIMITS) -> list[bytes | memoryview]:
-    """Encode ``msg`` as ``[header, buf_0, ..., buf_k]``; C-contiguous arrays are not copied."""
+def encode(msg: Message, limits: Limits = DEFAULT_LIMITS, check: bool = True
+           ) -> list[bytes | memoryview]:
+    """Encode ``msg`` as ``[header, buf_0, ..., buf_k]``; C-contiguous arrays are not copied.
+
+    The message is checked against the schema as the decoder will check it (``check=False``
+    only for tests that build wrong messages on purpose)."""
     try:
         kind = MsgKind(msg.kind)
     except (ValueError, TypeError) as exc:
         raise ProtocolError(f"unknown message kind {msg.kind!r}") from exc
-    S.check_str(msg.sender, "sender")
-    S.check_str(msg.run_id, "run_id")
-    S.check_int(msg.round, "round")
-    S.check_int(msg.task_id, "task_id")
-    sim_time = S.check_time(msg.sim_time, "sim_time")
-    body = S.check_body(msg.body)
     if not isinstance(msg.arrays, dict):
         raise ProtocolError(f"arrays must be a dict, got {type(msg.arrays).__name__}")
+    body = msg.body
+    sim_time = msg.sim_time
+    if check:
+        S.check_str(msg.sender, "sender", S.SENDER)
+        S.check_str(msg.run_id, "run_id", S.RUN_ID)
+        S.check_int(msg.round, "round", S.ROUND)
+        S.check_int(msg.task_id, "task_id", S.TASK_ID)
+        sim_time = S.check_time(msg.sim_time, "sim_time")
+        body = S.check_message(kind, msg.body, len(msg.arrays))
     if len(msg.arrays) > limits.max_arrays:
         raise ProtocolError(f"{len(msg.arrays)} arrays, limit is {limits.max_arrays}")
     entries: list[list[Any]] = []
@@ -213,17 +224,20 @@ def decode(frames: Sequence[Any], limits: Limits = DEFAULT_LIMITS) -> Message:
         kind = MsgKind(kind_no)
     except ValueError:
         raise ProtocolError(f"unknown message kind {kind_no}") from None
-    sender = S.check_str(_field(header, S.K_SENDER), S.K_SENDER)
-    run_id = S.check_str(_field(header, S.K_RUN_ID), S.K_RUN_ID)
-    rnd = S.check_int(_field(header, S.K_ROUND), S.K_ROUND)
-    task_id = S.check_int(_field(header, S.K_TASK_ID), S.K_TASK_ID)
+    sender = S.check_str(_field(header, S.K_SENDER), S.K_SENDER, S.SENDER)
+    run_id = S.check_str(_field(header, S.K_RUN_ID), S.K_RUN_ID, S.RUN_ID)
+    rnd = S.check_int(_field(header, S.K_ROUND), S.K_ROUND, S.ROUND)
+    task_id = S.check_int(_field(header, S.K_TASK_ID), S.K_TASK_ID, S.TASK_ID)
     sim_time = S.check_time(_field(header, S.K_SIM_TIME), S.K_SIM_TIME)
-    body = S.check_body(_field(header, S.K_BODY))
     entries = _field(header, S.K_ARRAYS)
     if not isinstance(entries, list):
         raise ProtocolError(f"header field {S.K_ARRAYS!r} must be a list")
     if len(entries) > limits.max_arrays:
         raise ProtocolError(f"{len(entries)} arrays, limit is {limits.max_arrays}")
+    unknown = set(header) - _HEADER_KEYS
+    if unknown:
+        raise ProtocolError(f"unexpected header fields {sorted(map(str, unknown))[:5]}")
+    body = S.check_message(kind, _field(header, S.K_BODY), len(entries))
     specs: list[tuple[str, np.dtype, tuple[int, ...], int]] = []
     seen: set[str] = set()
     for i, entry in enumerate(entries):

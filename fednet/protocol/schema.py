@@ -1,10 +1,17 @@
-"""Header layout and validation helpers shared by the encoder and the decoder."""
+"""The typed schema of every message: header fields, each kind's body, which kinds carry arrays.
+
+The decoder checks all of it before any runtime code sees a message, so runtime code may use
+body fields with the declared types. Algorithm-defined bodies (a task's and a result's `body`)
+have typed known keys and bounded free-form content for the rest.
+"""
 from __future__ import annotations
 
-import math
+import re
 from typing import Any
 
 from fednet.errors import ProtocolError
+from fednet.protocol.fields import Bin, Bool, Free, Int, List, Map, Num, OneOf, Spec, Str
+from fednet.protocol.kinds import MsgKind
 
 # Short header keys (msgpack map keys).
 K_VERSION = "v"
@@ -17,57 +24,93 @@ K_SIM_TIME = "t"
 K_BODY = "b"
 K_ARRAYS = "a"
 
-_SCALARS = (str, bytes, bool, int, float, type(None))
+MAX_CLIENTS = 10_000_000
+"""Client ids are 0 .. MAX_CLIENTS - 1."""
+MAC_BYTES = 16
+"""Length of a hand-off's authentication tag."""
+
+SENDER = Str(64)
+RUN_ID = Str(64)
+ROUND = Int(-2, 1 << 31)
+TASK_ID = Int(-1, 1 << 62)
+
+_CID = Int(0, MAX_CLIENTS - 1)
+_COUNT = Int(0, 1 << 50)
+_FREE = Free(depth=4, items=100_000, str_len=4096)
+
+TASK_BODY = Map({
+    "epochs": Int(0, 1_000_000), "lr": Num(), "evaluate": Bool(), "upload": List(Str(256), 100_000),
+    "lambda": Num(), "clip": Num(0.0), "l1_detached": Bool(), "approximator": Str(64),
+    "classes": Int(1, 1_000_000), "candidates": List(_CID, 100_000),
+}, extra=_FREE, max_items=1024)
+"""An algorithm's task body: the keys algorithms read are typed; the rest is bounded."""
+
+RESULT_BODY = Map({
+    "loss": Num(allow_nan=True), "accuracy": Num(0.0, 1.0), "test_loss": Num(allow_nan=True),
+    "lr": Num(), "mixed": Num(allow_nan=True), "samples": _COUNT, "steps": _COUNT,
+    "candidates": List(_CID, 100_000), "next_task": TASK_ID,
+}, extra=_FREE, max_items=1024)
+"""An algorithm's result body (statistics the server reads)."""
+
+_ROUTE = {
+    "route": List(_CID, 100_000, min_len=1), "hop": Int(0, 100_000), "kind": Str(64),
+    "body": TASK_BODY, "endpoints": List(Str(256), 100_000), "keys": List(Str(40), 100_000),
+}
+_ROUTE_REQUIRED = frozenset({"route", "hop", "kind", "body"})
+
+BODIES: dict[MsgKind, Spec] = {
+    MsgKind.READY: OneOf("phase", {
+        "hello": Map({"phase": Str(8), "cid": _CID, "endpoint": Str(256), "device": Str(64),
+                      "pid": Int(0, 1 << 31), "host": Str(256), "nonce": Bin(16, 16),
+                      "proof": Bin(32, 32)},
+                     required=frozenset({"phase", "cid", "endpoint"})),
+        "ready": Map({"phase": Str(8), "n": _COUNT}, required=frozenset({"phase", "n"})),
+    }),
+    MsgKind.WELCOME: Map({"config": Free(depth=6, items=10_000, str_len=4096),
+                          "profile": Map(extra=Num(0.0)), "run_id": RUN_ID, "cid": _CID},
+                         required=frozenset({"config", "profile", "run_id", "cid"})),
+    MsgKind.TASK: Map(_ROUTE, required=_ROUTE_REQUIRED),
+    MsgKind.HANDOFF: Map({**_ROUTE, "mac": Bin(MAC_BYTES, MAC_BYTES)},
+                         required=_ROUTE_REQUIRED | {"mac"}),
+    MsgKind.RESULT: Map({"n": _COUNT, "body": RESULT_BODY, "chain_cut": Bool()},
+                        required=frozenset({"n", "body"})),
+    MsgKind.HANDOFF_ACK: Map(),
+    MsgKind.HOP_DONE: Map({"hop": Int(0, 100_000), "to": Int(0, 100_000),
+                           "peer_bytes": _COUNT, "peer_tensor_bytes": _COUNT},
+                          required=frozenset({"hop", "to", "peer_bytes", "peer_tensor_bytes"})),
+    MsgKind.FAILURE: Map({"reason": Str(4096)}, required=frozenset({"reason"})),
+    MsgKind.SHUTDOWN: Map(),
+    MsgKind.HEARTBEAT: Map(),
+    MsgKind.BYE: Map(extra=Int(0, 1 << 62), max_items=64),
+    MsgKind.REJECT: Map({"reason": Str(4096)}, required=frozenset({"reason"})),
+}
+"""Every kind's body."""
+
+WITH_ARRAYS = frozenset({MsgKind.WELCOME, MsgKind.TASK, MsgKind.RESULT, MsgKind.HANDOFF})
+"""Kinds that may carry arrays; every other kind must carry none."""
 
 
-def check_body(body: Any, where: str = "body") -> dict[str, Any]:
-    """Check that ``body`` is a dict tree of msgpack-native values with str keys."""
-    if not isinstance(body, dict):
-        raise ProtocolError(f"{where} must be a dict, got {type(body).__name__}")
-    stack: list[Any] = [body]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if not isinstance(key, str):
-                    raise ProtocolError(
-                        f"{where} has a non-str key of type {type(key).__name__}"
-                    )
-                if not isinstance(value, _SCALARS):
-                    stack.append(value)
-        elif isinstance(node, (list, tuple)):
-            for value in node:
-                if not isinstance(value, _SCALARS):
-                    stack.append(value)
-        else:
-            raise ProtocolError(
-                f"{where} holds a value of unsupported type {type(node).__name__}"
-            )
-    return body
+def check_message(kind: MsgKind, body: Any, n_arrays: int) -> dict[str, Any]:
+    """Check a kind's body (and that it may carry arrays); ProtocolError names the field."""
+    checked = BODIES[kind].check(body, f"{kind.name} body")
+    if n_arrays and kind not in WITH_ARRAYS:
+        raise ProtocolError(f"{kind.name} carries no arrays, got {n_arrays}")
+    return checked
 
 
-def check_int(value: Any, field: str) -> int:
-    """Return ``value`` if it is a plain int (not bool), else raise ProtocolError."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ProtocolError(f"header field {field!r} must be an int, got {type(value).__name__}")
-    return value
+def check_int(value: Any, field: str, spec: Int = Int()) -> int:
+    """Return ``value`` if it is a plain int (not bool) in the spec's range."""
+    return spec.check(value, f"header field {field!r}")
 
 
-def check_str(value: Any, field: str) -> str:
-    """Return ``value`` if it is a str, else raise ProtocolError."""
-    if not isinstance(value, str):
-        raise ProtocolError(f"header field {field!r} must be a str, got {type(value).__name__}")
-    return value
+def check_str(value: Any, field: str, spec: Str = Str(1 << 20)) -> str:
+    """Return ``value`` if it is a str of the spec's length."""
+    return spec.check(value, f"header field {field!r}")
 
 
 def check_time(value: Any, field: str) -> float:
     """Return ``value`` as a finite float, else raise ProtocolError."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ProtocolError(f"header field {field!r} must be a float, got {type(value).__name__}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ProtocolError(f"header field {field!r} must be finite, got {value!r}")
-    return value
+    return float(Num().check(value, f"header field {field!r}"))
 
 
 def check_shape(shape: Any, name: str, max_ndim: int) -> tuple[int, ...]:
@@ -80,3 +123,18 @@ def check_shape(shape: Any, name: str, max_ndim: int) -> tuple[int, ...]:
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 0:
             raise ProtocolError(f"array {name!r}: bad shape entry {dim!r}")
     return tuple(shape)
+
+
+_CLIENT_NAME = re.compile(r"c([0-9]{4,7})", re.ASCII)
+
+
+def parse_client(name: Any) -> int | None:
+    """The client id of a canonical client name ('c0007' -> 7); None for anything else
+    (non-ASCII digits, a sign, spaces, leading zeros beyond the 4-digit form)."""
+    if not isinstance(name, str):
+        return None
+    m = _CLIENT_NAME.fullmatch(name)
+    if m is None:
+        return None
+    cid = int(m.group(1))
+    return cid if f"c{cid:04d}" == name else None

@@ -11,7 +11,9 @@ import zmq
 
 from fednet.metrics.accounting import SERVER
 from fednet.protocol import Message, MsgKind
-from fednet.server.rounds import FollowUp, accept_reply
+from fednet.server.conns import Connections, Identity
+from fednet.server.intake import Intake
+from fednet.server.rounds import FollowUp
 from fednet.session import Session
 from fednet.transport.channels import Channel, bind_router
 from fednet.types import ClientInfo, Failure, Result, Task, client_name
@@ -23,23 +25,25 @@ DeathWatch = Callable[[], dict[int, str]]
 UNREACHABLE = "client unreachable"
 
 
-def _cid_of(ident: str) -> int | None:
-    if len(ident) == 5 and ident[0] == "c" and ident[1:].isdigit():
-        return int(ident[1:])
-    return None
-
-
-class ZmqServer:
+class ZmqServer(Intake):
     """One ROUTER socket; clients register with READY and receive TASKs."""
 
     def __init__(self, session: Session, host: str = "127.0.0.1", port: int = 0,
-                 bound: tuple[zmq.Context, zmq.Socket, str] | None = None) -> None:
+                 bound: tuple[zmq.Context, zmq.Socket, str] | None = None,
+                 identity: Identity | None = None) -> None:
         self.s = session
         if bound is None:
             ctx = zmq.Context()
             bound = (ctx, *bind_router(ctx, host, port))
         self.ctx, self.sock, self.endpoint = bound
         self.chan = Channel(self.sock, session.ledger, SERVER, router=True)
+        self.conns = Connections(identity or Identity())
+        self.monitor = self.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self.poller = zmq.Poller()
+        self.poller.register(self.sock, zmq.POLLIN)
+        self.poller.register(self.monitor, zmq.POLLIN)
+        self._hello_at: dict[bytes, float] = {}
+        self._reject_window, self._rejects_sent = 0.0, 0
         self.clients: dict[int, ClientInfo] = {}
         self.hello: dict[int, dict[str, Any]] = {}
         self.dead: dict[int, str] = {}
@@ -59,17 +63,27 @@ class ZmqServer:
 
     # ---- helpers -------------------------------------------------------------------------
     def _send(self, cid: int, msg: Message) -> bool:
+        route = self.conns.route_of.get(cid)
+        if route is None:
+            log.warning("cannot reach client %d: it has no connection", cid)
+            return False
         try:
-            self.chan.send(msg, client_name(cid))
+            self.chan.send(msg, client_name(cid), route=route, block=False)
             return True
+        except zmq.Again:  # its queue is full: it has not read for a long time
+            log.warning("cannot reach client %d: it does not read its messages", cid)
+            return False
         except zmq.ZMQError as e:  # ROUTER_MANDATORY: the client is not connected (any more)
             log.warning("cannot reach client %d: %s", cid, e.strerror)
             return False
 
     def _check_deaths(self) -> None:
-        if self.watch is None:
-            return
-        for cid, why in self.watch().items():
+        lost = {cid: "connection lost (no answer to heartbeats, or closed)"
+                for cid in self.conns.gone() if cid in self.clients or cid in self.hello}
+        for cid in lost:
+            self.conns.lost.pop(cid, None)
+        found = dict(self.watch()) if self.watch is not None else {}
+        for cid, why in {**lost, **found}.items():
             if cid not in self.dead:
                 self.dead[cid] = why
                 self.death_round[cid] = self.round
@@ -117,66 +131,22 @@ class ZmqServer:
             self._filling = False
 
     def _poll_once(self, timeout_s: float) -> None:
-        if not self.sock.poll(int(timeout_s * 1000), zmq.POLLIN):
+        ready = dict(self.poller.poll(int(timeout_s * 1000)))
+        if self.monitor in ready:
+            self._read_monitor()
+        if self.sock not in ready:
             return
         for _ in range(1000):  # drain what is queued without starving the death watch
             got = self.chan.recv()
             if got is not None:
-                self._handle(*got)
+                try:
+                    self._handle(got)
+                except Exception as e:  # noqa: BLE001 - one message never stops the server
+                    log.exception("message %s from %s could not be handled", got.msg.kind.name,
+                                  got.msg.sender[:40])
+                    self.chan.reject(got, f"could not be handled: {type(e).__name__}")
             if not self.sock.poll(0, zmq.POLLIN):
                 return
-
-    def _handle(self, ident: str, msg: Message, nbytes: int) -> None:
-        cid = _cid_of(ident)
-        if cid is None or cid >= self.s.cfg.clients:
-            self.chan.rejects.note(ident[:40], ValueError("unknown sender"))
-            if msg.kind == MsgKind.READY:
-                self.chan.send(Message(MsgKind.REJECT, SERVER, self.s.run_id, body={
-                    "reason": f"client id out of range: this run has {self.s.cfg.clients} clients"}),
-                    ident)
-            return
-        if msg.kind == MsgKind.READY:
-            self._on_ready(cid, msg)
-        elif msg.kind in (MsgKind.RESULT, MsgKind.FAILURE):
-            task = self._pending.get(msg.task_id)
-            if task is None or cid not in task.route:
-                log.warning("unexpected %s for task %d from client %d dropped", msg.kind.name,
-                            msg.task_id, cid)
-                return
-            self._pending.pop(msg.task_id)
-            self._holder.pop(msg.task_id, None)
-            self._progress = time.monotonic()
-            self._reply(accept_reply(msg, cid, nbytes, self.s.profiles))
-        elif msg.kind == MsgKind.BYE:
-            self.byes[cid] = dict(msg.body)
-        elif msg.kind == MsgKind.HOP_DONE:
-            self._progress = time.monotonic()
-            b = msg.body
-            if msg.task_id in self._pending and isinstance(b.get("to"), int):
-                self._holder[msg.task_id] = int(b["to"])
-            self.s.ledger.add_totals(msg.round, {"client_to_client": int(b.get("peer_bytes", 0)),
-                                                 "tensor_bytes": int(b.get("peer_tensor_bytes", 0))})
-        elif msg.kind == MsgKind.HEARTBEAT:
-            pass
-        else:
-            log.warning("unexpected %s from client %d dropped", msg.kind.name, cid)
-
-    def _on_ready(self, cid: int, msg: Message) -> None:
-        b = msg.body
-        if b.get("phase") == "hello":
-            self.hello[cid] = dict(b)
-            self.dead.pop(cid, None)
-            body = {"config": self.s.cfg.to_dict(), "profile": self.s.profiles[cid].to_dict(),
-                    "run_id": self.s.run_id, "cid": cid}
-            # the client's partition travels with the configuration: no client process
-            # recomputes the whole partition (30 ms for Dirichlet on digits, per process)
-            self._send(cid, Message(MsgKind.WELCOME, SERVER, self.s.run_id, body=body,
-                                    arrays={"indices": self.s.parts[cid].astype("int64")}))
-        elif b.get("phase") == "ready" and cid in self.hello:
-            h = self.hello[cid]
-            self.clients[cid] = ClientInfo(cid, int(b.get("n", 0)), str(h.get("device", "?")),
-                                           str(h.get("endpoint", "")), int(h.get("pid", 0)),
-                                           str(h.get("host", "")))
 
     # ---- Dispatcher ----------------------------------------------------------------------
     def wait_for_clients(self, n: int, timeout_s: float) -> None:
@@ -205,6 +175,8 @@ class ZmqServer:
         if len(task.route) > 1:  # peers find each other through the route itself
             msg.body["endpoints"] = [self.clients[c].endpoint if c in self.clients else ""
                                      for c in task.route]
+            if self.conns.ident.key_ids:  # --secure: each peer's key, to check the hand-off's sender
+                msg.body["keys"] = [self.conns.key_of.get(c, "") for c in task.route]
         if not self._send(task.cid, msg):
             self._fail(task.task_id, UNREACHABLE)
 
@@ -271,5 +243,7 @@ class ZmqServer:
 
     def close(self) -> None:
         """Close the socket and the context."""
+        self.sock.disable_monitor()
+        self.monitor.close(linger=0)
         self.sock.close(linger=100)  # after SHUTDOWN and BYE nothing is left worth waiting for
         self.ctx.term()

@@ -15,6 +15,7 @@ from fednet.launch.gpus import check_gpus
 from fednet.launch.proc import check_files_per_process, peak_rss_bytes, pss_bytes, raise_fd_limit
 from fednet.launch.spawn import Zygote, client_specs, open_client_log
 from fednet.metrics.history import resolve_out
+from fednet.server.conns import Identity
 from fednet.transport.channels import bind_router
 
 log = logging.getLogger("fednet.server")
@@ -70,6 +71,38 @@ def precheck(cfg: RunConfig) -> None:
     latency.profiles(cfg.latency, cfg.clients, cfg.seed)
 
 
+def identity_for(cfg: RunConfig, local_clients: bool) -> tuple[Identity, dict[str, Any]]:
+    """How clients prove their ids in this run, and what the launcher hands its clients.
+
+    `fednet launch` draws a run key and gives it to the zygote (never to a socket): each client
+    proves its id with a secret derived from it. With --secure, launch also issues one CURVE key
+    pair per client process; `fednet server --secure` binds ids to the keys in DIR/allowed/."""
+    from fednet.protocol.proof import client_secret, new_run_key
+
+    ident = Identity()
+    specs: dict[str, Any] = {}
+    if local_clients:
+        run_key = new_run_key()
+        ident.run_key_secret = lambda cid: client_secret(run_key, cid)
+        specs["run_key"] = run_key
+    if cfg.net.secure:
+        from fednet.transport import security
+
+        keys = security.load_keys(cfg.net.secure, need_server_secret=True)
+        ident.key_ids = dict(keys.allowed)
+        if local_clients:
+            k = max(1, cfg.net.clients_per_process)
+            pairs = [zmq.curve_keypair() for _ in range(0, cfg.clients, k)]
+            specs["curve_pairs"] = [(p.decode(), s.decode()) for p, s in pairs]
+            for i, (pub, _sec) in enumerate(pairs):
+                ident.key_ids[pub.decode()] = frozenset(range(i * k, min(cfg.clients, (i + 1) * k)))
+        elif not ident.key_ids:
+            raise ConfigError(f"--secure {cfg.net.secure}: no client key is allowed yet; issue "
+                              f"one per client host with `fednet keys add {cfg.net.secure} NAME "
+                              "--ids 0-49`")
+    return ident, specs
+
+
 def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
             on_listen: Any = None, prepare: Any = None, resume: bool = False) -> dict[str, Any]:
     """Serve a whole run; with local_clients, fork the clients here through the zygote.
@@ -94,13 +127,14 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
     ctx = zmq.Context()
     zyg: Zygote | None = None
     auth = None
+    ident, specs = identity_for(cfg, local_clients)
     try:
         setup = None
-        if cfg.net.secure:  # CURVE server; ZAP admits only the public keys in DIR/allowed
+        if cfg.net.secure:  # CURVE server; ZAP admits only the allowed public keys
             from fednet.transport import security
 
             keys = security.load_keys(cfg.net.secure, need_server_secret=True)
-            auth = security.start_authenticator(ctx, keys)
+            auth = security.start_authenticator(ctx, {k.encode() for k in ident.key_ids})
             setup = lambda s: security.as_server(s, keys.server_public, keys.server_secret)  # noqa: E731
         sock, endpoint = bind_router(ctx, cfg.net.host, cfg.net.port,
                                      what="--bind port" if not local_clients else "net.port",
@@ -116,11 +150,11 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
         session = Session(cfg, quiet=quiet, out=out, resume=resume)
         if prepare is not None:  # e.g. tests and notebooks that customise the algorithm object
             prepare(session)
-        server = ZmqServer(session, bound=(ctx, sock, endpoint))
+        server = ZmqServer(session, bound=(ctx, sock, endpoint), identity=ident)
         if zyg is not None:
             zyg.spawn(client_specs(cfg.clients, endpoint, cfg.gpus, cfg.train.threads, secure=cfg.net.secure,
                                    register_timeout=cfg.net.register_timeout,
-                                   per_process=cfg.net.clients_per_process),
+                                   per_process=cfg.net.clients_per_process, **specs),
                       template=session.model_template())
             zyg.wait_warm()
     except BaseException:
@@ -178,7 +212,8 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
             session.driver.failures.extend(server.untasked_deaths(session.driver.failures))
             extra["rejected_messages"] = server.chan.rejects.total
             view = _client_view(server.byes)
-            extra["client_rejected_messages"] = view.pop("rejected", 0)
+            extra["client_rejected_messages"] = view.pop("rejected_messages", 0)
+            extra["client_rejected_bytes"] = view.pop("rejected", 0)
             extra["bytes_client_view"] = view
             extra["total_wall_s"] = time.monotonic() - t_start
             extra["server_peak_rss_bytes"] = peak_rss_bytes()

@@ -16,11 +16,23 @@ from fednet.protocol import DEFAULT_LIMITS, Message, decode, encode, frame_bytes
 log = logging.getLogger("fednet.transport")
 
 
+HEARTBEAT_IVL_MS = 1000      # every link pings its peer once a second (libzmq's ZMTP heartbeats)
+HEARTBEAT_TIMEOUT_MS = 3000  # ... and drops the connection when nothing came back within 3 s
+HANDSHAKE_MS = 5000          # a connection that has not finished its handshake by then is closed
+ROUTER_HWM = 1000            # messages queued per connection on a ROUTER before sends are dropped
+
+
 def _common(sock: zmq.Socket) -> None:
     sock.setsockopt(zmq.LINGER, 2000)
     sock.setsockopt(zmq.MAXMSGSIZE, DEFAULT_LIMITS.max_message_bytes)
     sock.setsockopt(zmq.SNDHWM, 0)  # queues bounded by memory, not by a count that would drop
     sock.setsockopt(zmq.RCVHWM, 0)
+    # liveness: a peer that is frozen or cut off (TCP still up, nobody answering) is dropped
+    # within seconds, and so is a half-open connection that never finishes a frame
+    sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+    sock.setsockopt(zmq.HEARTBEAT_TTL, 2 * HEARTBEAT_TIMEOUT_MS)
+    sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)
 
 
 def bind_router(ctx: zmq.Context, host: str, port: int, what: str = "--port",
@@ -33,7 +45,10 @@ def bind_router(ctx: zmq.Context, host: str, port: int, what: str = "--port",
     if setup is not None:
         setup(sock)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-    sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
+    # a ROUTER names each connection itself (clients set no identity): a claimed id is bound
+    # to a connection only after it is proven, and no one can take a connection over
+    sock.setsockopt(zmq.SNDHWM, ROUTER_HWM)  # a peer that never reads costs at most this many
+    sock.setsockopt(zmq.RCVHWM, ROUTER_HWM)  # one flooding connection is throttled, not queued
     addr = f"tcp://{host}:{port if port else '*'}"
     try:
         sock.bind(addr)
@@ -46,14 +61,14 @@ def bind_router(ctx: zmq.Context, host: str, port: int, what: str = "--port",
     return sock, sock.getsockopt_string(zmq.LAST_ENDPOINT)
 
 
-def connect_dealer(ctx: zmq.Context, identity: str, endpoint: str,
+def connect_dealer(ctx: zmq.Context, endpoint: str,
                    setup: Callable[[zmq.Socket], None] | None = None) -> zmq.Socket:
-    """A DEALER with a fixed identity connected to endpoint (`setup` runs before connect)."""
+    """A DEALER connected to endpoint (`setup` runs before connect). It sets no identity: the
+    ROUTER it talks to names the connection, and the sender proves who it is in the messages."""
     sock = ctx.socket(zmq.DEALER)
     _common(sock)
     if setup is not None:
         setup(sock)
-    sock.setsockopt(zmq.IDENTITY, identity.encode())
     sock.setsockopt(zmq.RECONNECT_IVL, 100)
     sock.setsockopt(zmq.RECONNECT_IVL_MAX, 5000)
     try:
@@ -66,17 +81,33 @@ def connect_dealer(ctx: zmq.Context, identity: str, endpoint: str,
 
 
 class Rejects:
-    """Counts malformed messages and logs the first per sender (then every 1000th)."""
+    """Counts rejected messages and their bytes; logs the first per sender, then every 1000th,
+    and at most 20 lines a second in all (a flood cannot flood the log)."""
 
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
+        self.bytes = 0
+        self._window, self._lines = 0.0, 0
+        self.suppressed = 0
 
-    def note(self, sender: str, err: Exception) -> None:
-        """Record one rejected message from `sender`."""
-        n = self.counts.get(sender, 0) + 1
-        self.counts[sender] = n
+    def note(self, sender: str, err: Exception | str, nbytes: int = 0) -> None:
+        """Record one rejected message of nbytes from `sender`."""
+        if len(self.counts) < 10_000 or sender in self.counts:
+            n = self.counts[sender] = self.counts.get(sender, 0) + 1
+        else:  # a flood of fresh connection names: one bucket, bounded memory
+            n = self.counts["(others)"] = self.counts.get("(others)", 0) + 1
+        self.bytes += nbytes
         if n == 1 or n % 1000 == 0:
-            log.warning("dropped a malformed message from %s (%d so far): %s", sender, n, err)
+            now = time.monotonic()
+            if now - self._window > 1.0:
+                if self.suppressed:
+                    log.warning("... and %d more rejections not shown", self.suppressed)
+                self._window, self._lines, self.suppressed = now, 0, 0
+            self._lines += 1
+            if self._lines <= 20:
+                log.warning("dropped a message from %s (%d so far): %s", sender[:40], n, err)
+            else:
+                self.suppressed += 1
 
     @property
     def total(self) -> int:
@@ -84,39 +115,86 @@ class Rejects:
         return sum(self.counts.values())
 
 
+class Received:
+    """One decoded message as it arrived, not yet accounted: accept() or reject() it."""
+
+    __slots__ = ("route", "msg", "nbytes", "header", "payload", "frame")
+
+    def __init__(self, route: bytes, msg: Message, header: int, payload: int, frame: Any) -> None:
+        self.route, self.msg = route, msg
+        self.header, self.payload, self.nbytes = header, payload, header + payload
+        self.frame = frame  # the header frame: connection properties (fd, User-Id)
+
+    def prop(self, name: str) -> str | None:
+        """A connection property of the message ('User-Id' under CURVE), None if absent."""
+        try:
+            return self.frame.get(name)
+        except (zmq.ZMQError, AttributeError, UnicodeDecodeError):
+            return None
+
+    @property
+    def fd(self) -> int:
+        """The file descriptor of the connection it came on (-1 if unknown)."""
+        try:
+            return int(self.frame.get(zmq.SRCFD))
+        except (zmq.ZMQError, AttributeError, ValueError):
+            return -1
+
+
 class Channel:
-    """Send and receive fednet Messages on one socket, recording each in a ledger."""
+    """Send and receive fednet Messages on one socket. A sent message is recorded in the
+    ledger; a received one only when the caller accepts it, and rejected ones apart."""
 
     def __init__(self, sock: zmq.Socket, ledger: Ledger, me: str, router: bool) -> None:
         self.sock, self.ledger, self.me, self.router = sock, ledger, me, router
         self.rejects = Rejects()
+        self.dropped_sends = 0
 
-    def send(self, msg: Message, dst: str, track: bool = False) -> tuple[int, Any]:
-        """Encode and send msg to dst (the identity on a ROUTER); returns (bytes, tracker)."""
+    def send(self, msg: Message, dst: str, route: bytes | None = None, track: bool = False,
+             block: bool = True) -> tuple[int, Any]:
+        """Encode and send msg to dst (on a ROUTER: to the connection `route`); returns
+        (bytes, tracker). block=False raises zmq.Again when the connection's queue is full."""
         frames = encode(msg)
         h, p = frame_bytes(frames)
-        parts: list[Any] = [dst.encode()] + frames if self.router else frames
-        tracker = self.sock.send_multipart(parts, copy=False, track=track)
+        if self.router:
+            parts: list[Any] = [route if route is not None else dst.encode()] + frames
+        else:
+            parts = frames
+        tracker = self.sock.send_multipart(parts, copy=False, track=track,
+                                           flags=0 if block else zmq.NOBLOCK)
         self.ledger.record(msg.round, msg.kind.name, self.me, dst, h, p, tensor_bytes(msg))
         return h + p, tracker
 
-    def recv(self) -> tuple[str, Message, int] | None:
-        """Receive one message; returns (sender identity, message, bytes) or None if it was dropped."""
+    def recv(self, who: str = "") -> Received | None:
+        """Receive one message; None when it could not be decoded (counted as rejected)."""
         parts = self.sock.recv_multipart(copy=False)
-        ident = ""
+        route = b""
         if self.router:
-            ident = parts[0].bytes.decode("utf-8", "replace")
+            route = parts[0].bytes
             parts = parts[1:]
+        h, p = frame_bytes(parts)
         try:
             msg = decode(parts)
-            if self.router and msg.sender != ident and not ident.startswith(msg.sender + "-"):
-                raise ProtocolError(f"sender field '{msg.sender[:40]}' does not match the connection")
         except ProtocolError as e:
-            self.rejects.note(ident or "server", e)
+            self.rejects.note(who or _route_name(route) or "server", e, h + p)
+            self.ledger.reject(h + p)
             return None
-        h, p = frame_bytes(parts)
-        self.ledger.record(msg.round, msg.kind.name, ident or msg.sender, self.me, h, p, tensor_bytes(msg))
-        return ident or msg.sender, msg, h + p
+        return Received(route, msg, h, p, parts[0] if parts else None)
+
+    def accept(self, got: Received, src: str) -> None:
+        """Count an accepted message in the ledger, as sent by `src`."""
+        m = got.msg
+        self.ledger.record(m.round, m.kind.name, src, self.me, got.header, got.payload,
+                           tensor_bytes(m))
+
+    def reject(self, got: Received, why: str, who: str = "") -> None:
+        """Count a decoded message that is refused (wrong sender, stale, not expected)."""
+        self.rejects.note(who or _route_name(got.route) or got.msg.sender, why, got.nbytes)
+        self.ledger.reject(got.nbytes)
+
+
+def _route_name(route: bytes) -> str:
+    return route.hex() if route else ""
 
 
 def wait_readable(sock: zmq.Socket, timeout_s: float) -> bool:

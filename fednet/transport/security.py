@@ -1,17 +1,21 @@
-"""--secure: CURVE encryption on every server and peer link, ZAP authentication of clients.
+"""--secure: CURVE encryption on every server and peer link; identities bound to keys.
 
-`fednet keys init DIR` writes a server key pair and one cluster key pair for the clients, and
-puts the cluster's public key in DIR/allowed/. The server accepts only clients whose public key
-is in DIR/allowed/; each client's peer socket accepts only those keys too, so peers
-authenticate each other the same way. Key files are ZeroMQ's text certificates (no pickle).
-A client host needs DIR/server.key, DIR/client.key, DIR/client.key_secret and DIR/allowed/;
-only the server host needs DIR/server.key_secret.
+`fednet keys init DIR` writes the server's key pair. `fednet keys add DIR NAME --ids 0-49`
+issues a key pair for one client host (or one client) and records, in DIR/allowed/NAME.key,
+which client ids that key may claim. The server admits only keys in DIR/allowed/ (ZAP), and
+binds a client id to a connection only when the connection's key may claim it; a key holder
+cannot register as, nor take over, another host's clients. A peer accepts a hand-off only from
+the key that the server bound to the route's predecessor (TASKs carry the route's keys).
+A client host needs DIR/server.key and its own NAME.key + NAME.key_secret; only the server host
+needs DIR/server.key_secret and DIR/allowed/. Key files are ZeroMQ's text certificates.
+`fednet launch --secure DIR` issues a fresh key pair per client process itself (handed to the
+processes through the zygote's pipe), so it needs only the server's pair.
 """
 from __future__ import annotations
 
 import logging
-import shutil
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import zmq
@@ -29,46 +33,111 @@ class Keys:
 
     server_public: bytes
     server_secret: bytes | None
-    client_public: bytes
-    client_secret: bytes
-    allowed: Path
+    client_public: bytes = b""
+    client_secret: bytes = b""
+    allowed: dict[str, frozenset[int]] = field(default_factory=dict)  # z85 key -> ids
+
+
+def ids_text_to_set(text: str, where: str) -> frozenset[int]:
+    """'0-3,7' -> {0, 1, 2, 3, 7}; a ConfigError naming `where` otherwise."""
+    out: set[int] = set()
+    for part in text.replace(" ", "").split(","):
+        m = re.fullmatch(r"([0-9]+)(?:-([0-9]+))?", part, re.ASCII)
+        if m is None:
+            raise ConfigError(f"{where}: expected ids such as 0-49 or 0,2,4 (got '{text}')")
+        a, b = int(m.group(1)), int(m.group(2) or m.group(1))
+        if b < a:
+            raise ConfigError(f"{where}: the range '{part}' runs backwards")
+        out.update(range(a, b + 1))
+    return frozenset(out)
 
 
 def init_keys(folder: str | Path) -> list[Path]:
-    """Create DIR/server.key(_secret), DIR/client.key(_secret) and DIR/allowed/client.key."""
+    """Create DIR/server.key(_secret) and an empty DIR/allowed/."""
     d = Path(folder)
     if (d / "server.key_secret").exists():
         raise ConfigError(f"{d} already holds keys; remove it or choose another folder")
     (d / "allowed").mkdir(parents=True, exist_ok=True)
-    made = []
-    for name in ("server", "client"):
-        pub, sec = zmq.auth.create_certificates(str(d), name)
-        Path(sec).chmod(0o600)
-        made += [Path(pub), Path(sec)]
-    shutil.copy(d / "client.key", d / "allowed" / "client.key")
-    made.append(d / "allowed" / "client.key")
-    return made
+    pub, sec = zmq.auth.create_certificates(str(d), "server")
+    Path(sec).chmod(0o600)
+    return [Path(pub), Path(sec)]
 
 
-def load_keys(folder: str | Path, need_server_secret: bool) -> Keys:
-    """The keys in DIR; a missing file is a ConfigError that says how to make them."""
+def add_key(folder: str | Path, name: str, ids: str) -> list[Path]:
+    """Issue NAME.key(_secret) in DIR, allowed to claim `ids`; listed in DIR/allowed/."""
+    d = Path(folder)
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name, re.ASCII) or name == "server":
+        raise ConfigError(f"key name '{name}': use letters, digits, '-', '_' or '.' (not 'server')")
+    if not (d / "server.key").exists():
+        raise ConfigError(f"{d} has no server key; run `fednet keys init {d}` first")
+    if (d / f"{name}.key").exists():
+        raise ConfigError(f"{d}/{name}.key exists already; choose another name")
+    span = ids_text_to_set(ids, "--ids")
+    (d / "allowed").mkdir(exist_ok=True)
+    pub, sec = zmq.auth.create_certificates(str(d), name, metadata={"ids": ids})
+    Path(sec).chmod(0o600)
+    allowed = d / "allowed" / f"{name}.key"
+    public = zmq.auth.load_certificate(pub)[0].decode()
+    allowed.write_text(f"#   fednet: the client ids that key {name} may claim\nmetadata\n"
+                       f'    ids = "{ids}"\ncurve\n    public-key = "{public}"\n')
+    log.info("key %s may claim %d client ids", name, len(span))
+    return [Path(pub), Path(sec), allowed]
+
+
+def _cert_ids(path: Path) -> frozenset[int]:
+    """The `ids = "..."` metadata of a certificate (empty when it names none)."""
+    m = re.search(r'^\s*ids\s*=\s*"([^"]*)"', path.read_text(errors="replace"), re.MULTILINE)
+    return ids_text_to_set(m.group(1), str(path)) if m else frozenset()
+
+
+def list_keys(folder: str | Path) -> dict[str, tuple[str, frozenset[int]]]:
+    """allowed/NAME.key -> (z85 public key, ids)."""
+    out = {}
+    for p in sorted((Path(folder) / "allowed").glob("*.key")):
+        pub, _ = zmq.auth.load_certificate(str(p))
+        out[p.stem] = (pub.decode(), _cert_ids(p))
+    return out
+
+
+def _client_pair(d: Path, name: str) -> tuple[bytes, bytes]:
+    if not name:
+        names = sorted(p.name[:-len(".key_secret")] for p in d.glob("*.key_secret")
+                       if p.name != "server.key_secret")
+        if len(names) != 1:
+            found = ", ".join(names) or "none"
+            raise ConfigError(f"--secure {d}: say which client key is this host's with --key "
+                              f"NAME (found: {found}; issue one with `fednet keys add {d} NAME "
+                              "--ids 0-49`)")
+        name = names[0]
+    pub, sec = zmq.auth.load_certificate(str(d / f"{name}.key_secret"))
+    if sec is None:
+        raise ConfigError(f"--secure {d}: {name}.key_secret holds no secret key")
+    return pub, sec
+
+
+def load_keys(folder: str | Path, need_server_secret: bool, name: str = "",
+              pair: tuple[bytes, bytes] | None = None) -> Keys:
+    """The keys in DIR for the server (need_server_secret) or a client host (its key NAME, or
+    the z85 `pair` that `fednet launch` issued to it)."""
     d = Path(folder)
     try:
         spub, ssec = zmq.auth.load_certificate(str(d / ("server.key_secret" if need_server_secret
                                                          else "server.key")))
-        cpub, csec = zmq.auth.load_certificate(str(d / "client.key_secret"))
+        if need_server_secret:
+            if ssec is None:
+                raise ConfigError(f"--secure {d}: server.key_secret holds no secret key")
+            allowed = {pub: ids for pub, ids in list_keys(d).values()}
+            return Keys(spub, ssec, allowed=allowed)
+        cpub, csec = pair if pair is not None else _client_pair(d, name)
     except (OSError, ValueError) as e:
         raise ConfigError(f"--secure {d}: cannot read the keys ({e}); create them with "
-                          f"`fednet keys init {d}` and copy the folder to every host") from None
-    if csec is None or (need_server_secret and ssec is None):
-        raise ConfigError(f"--secure {d}: a secret key file is missing")
-    if not (d / "allowed").is_dir():
-        raise ConfigError(f"--secure {d}: no allowed/ folder of client public keys")
-    return Keys(spub, ssec, cpub, csec, d / "allowed")
+                          f"`fednet keys init {d}` and `fednet keys add {d} NAME --ids ...`") \
+            from None
+    return Keys(spub, None, cpub, csec)
 
 
 class _DenialsAsWarnings(logging.Filter):
-    """ZAP reports refusals at DEBUG level; a refused client deserves a warning."""
+    """ZAP reports refusals at DEBUG level; a refused connection deserves a warning."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if "DENIED" in record.getMessage():
@@ -77,15 +146,28 @@ class _DenialsAsWarnings(logging.Filter):
         return False
 
 
-def start_authenticator(ctx: zmq.Context, keys: Keys) -> ThreadAuthenticator:
-    """ZAP handler for this context: only the public keys in keys.allowed may connect."""
+class _KeySet:
+    """ZAP credentials callback: admits the public keys of a (mutable) set; None admits any
+    CURVE key (peers check the sender's key against the route themselves)."""
+
+    def __init__(self, keys: set[bytes] | None) -> None:
+        self.keys = keys
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        return self.keys is None or key in self.keys
+
+
+def start_authenticator(ctx: zmq.Context, allowed: set[bytes] | None = None
+                        ) -> ThreadAuthenticator:
+    """ZAP handler for this context: admits the z85 public keys in `allowed` (None: any key
+    that completes the CURVE handshake); the connection's User-Id is its z85 public key."""
     zap_log = logging.getLogger("fednet.security.zap")
     zap_log.setLevel(logging.DEBUG)
     if not any(isinstance(f, _DenialsAsWarnings) for f in zap_log.filters):
         zap_log.addFilter(_DenialsAsWarnings())
     auth = ThreadAuthenticator(ctx, log=zap_log)
     auth.start()
-    auth.configure_curve(domain="*", location=str(keys.allowed))
+    auth.configure_curve_callback(domain="*", credentials_provider=_KeySet(allowed))
     return auth
 
 

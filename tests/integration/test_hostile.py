@@ -36,13 +36,12 @@ def _frames(g: np.random.Generator, valid: list[bytes]) -> list[bytes]:
 def _fuzz(endpoint: str, n: int, seed: int, identity: bytes) -> None:
     ctx = zmq.Context.instance()
     s = ctx.socket(zmq.DEALER)
-    s.setsockopt(zmq.IDENTITY, identity)
     s.setsockopt(zmq.LINGER, 0)
     s.connect(endpoint)
     g = np.random.default_rng(seed)
+    body = {"route": [0, 1], "hop": 1, "kind": "train", "body": {}, "mac": b"\0" * 16}
     valid = [bytes(f) for f in encode(Message(
-        MsgKind.HANDOFF, identity.decode(), "r", 0, 1, 0.0, {"route": [0, 1], "hop": 1},
-        {"w": np.zeros(16, np.float32)}))]
+        MsgKind.HANDOFF, "c0000", "r", 0, 1, 0.0, body, {"w": np.zeros(16, np.float32)}))]
     for _ in range(n):
         s.send_multipart(_frames(g, valid))
     s.close()

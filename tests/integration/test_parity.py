@@ -129,13 +129,12 @@ def test_several_clients_per_process_match_local(tmp_path, monkeypatch, algo, cl
     from fednet.server.app import ZmqServer
 
     pids = {}
-    on_ready = ZmqServer._on_ready
+    on_hello = ZmqServer._on_hello
 
-    def recording(self, cid, msg):
-        if msg.body.get("phase") == "hello":
-            pids[cid] = msg.body.get("pid")
-        on_ready(self, cid, msg)
-    monkeypatch.setattr(ZmqServer, "_on_ready", recording)
+    def recording(self, got):
+        pids[got.msg.body["cid"]] = got.msg.body.get("pid")
+        on_hello(self, got)
+    monkeypatch.setattr(ZmqServer, "_on_hello", recording)
     over = {"clients": clients, "rounds": 2, "latency": {"preset": "hetero"},
             "algo": {"name": algo, "params": params}}
     a = run_local(small_config(**over, out=str(tmp_path / "local")), quiet=True)

@@ -14,7 +14,7 @@ from fednet.errors import FednetError
 from fednet.models import build_model
 from fednet.models.params import state_arrays
 from fednet.server.main import run_zmq
-from fednet.transport.security import init_keys, load_keys
+from fednet.transport.security import add_key, init_keys, load_keys
 from tests.conftest import small_config
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]
@@ -24,6 +24,7 @@ pytestmark = [pytest.mark.net, pytest.mark.slow]
 def keys(tmp_path_factory):
     d = tmp_path_factory.mktemp("keys")
     init_keys(d)
+    add_key(d, "client", "0-3")
     return d
 
 
@@ -60,7 +61,6 @@ def test_a_client_without_an_allowed_key_is_refused_and_gets_no_model(tmp_path, 
     for kind in ("plaintext", "unknown key"):
         s = ctx.socket(zmq.DEALER)
         s.setsockopt(zmq.LINGER, 0)
-        s.setsockopt(zmq.IDENTITY, b"c0000")
         if kind == "unknown key":
             pub, sec = zmq.curve_keypair()
             s.curve_publickey, s.curve_secretkey, s.curve_serverkey = pub, sec, k.server_public

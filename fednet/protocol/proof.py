@@ -1,0 +1,65 @@
+"""Proofs of identity that travel in messages: a client's hello proof and a hand-off's tag.
+
+Under `fednet launch` the server draws a run key and hands it to the zygote through its pipe
+(never over a socket). Each client's secret is derived from it (`client_secret`); a client
+proves its id at READY(hello) with HMAC-SHA256(secret, "hello" | cid | nonce), and the server
+refuses a reused nonce. Peers tag each HANDOFF with HMAC(peer key, run | round | task | hop |
+sender) truncated to 16 bytes, so only the run's own clients can hand a model on. Without a run
+key (plaintext `fednet server`) the tag is all zeros and carries no proof.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+
+from fednet.protocol.schema import MAC_BYTES
+
+NO_MAC = b"\0" * MAC_BYTES
+"""The tag of a hand-off in a run without a peer key (and the in-process placeholder)."""
+
+
+def new_run_key() -> bytes:
+    """32 random bytes: the launch's root secret."""
+    return os.urandom(32)
+
+
+def _derive(key: bytes, label: bytes) -> bytes:
+    return hmac.new(key, label, hashlib.sha256).digest()
+
+
+def client_secret(run_key: bytes, cid: int) -> bytes:
+    """The secret of client cid, derived from the run key."""
+    return _derive(run_key, b"fednet client %d" % cid)
+
+
+def peer_key(run_key: bytes) -> bytes:
+    """The key that tags hand-offs between the run's clients."""
+    return _derive(run_key, b"fednet peers")
+
+
+def hello_proof(secret: bytes, cid: int, nonce: bytes) -> bytes:
+    """What client cid sends with READY(hello) to prove it holds its secret."""
+    return hmac.new(secret, b"hello|%d|" % cid + nonce, hashlib.sha256).digest()
+
+
+def check_hello(secret: bytes, cid: int, nonce: bytes, proof: bytes) -> bool:
+    """True when `proof` was made with client cid's secret over `nonce`."""
+    return hmac.compare_digest(hello_proof(secret, cid, nonce), proof)
+
+
+def handoff_tag(key: bytes | None, run_id: str, rnd: int, task_id: int, hop: int,
+                sender: str) -> bytes:
+    """The tag a HANDOFF carries (all zeros without a key)."""
+    if not key:
+        return NO_MAC
+    msg = f"{run_id}|{rnd}|{task_id}|{hop}|{sender}".encode()
+    return hmac.new(key, msg, hashlib.sha256).digest()[:MAC_BYTES]
+
+
+def check_handoff(key: bytes | None, tag: bytes, run_id: str, rnd: int, task_id: int, hop: int,
+                  sender: str) -> bool:
+    """True when the tag is right for these fields (always, without a key)."""
+    if not key:
+        return True
+    return hmac.compare_digest(handoff_tag(key, run_id, rnd, task_id, hop, sender), tag)

@@ -1,0 +1,127 @@
+"""Who is on which connection: client ids bound to proven connections, and liveness.
+
+The server's ROUTER names every connection itself (clients set no identity). A connection
+becomes client cid only through an accepted READY(hello) that proves the claim:
+- under `fednet launch`: an HMAC over a fresh nonce with the client's secret (fednet.protocol.proof);
+- under `--secure`: the CURVE public key that ZAP authenticated is one allowed to claim cid;
+- plaintext `fednet server`: nothing can be proven; a claim is taken while no live connection
+  holds that id (first come), which the README's threat model states.
+A proven client may take its id over from an older connection (a restart); nobody else can.
+Connection losses come from the socket monitor (ZMTP heartbeats drop a silent peer within
+seconds); a client whose connection stays lost past the grace time is reported gone.
+"""
+from __future__ import annotations
+
+import ctypes
+import time
+from dataclasses import dataclass, field
+
+from fednet.protocol.proof import check_hello
+
+LOST_GRACE_S = 1.0
+"""A client without a connection for this long (after the heartbeat timeout) is gone."""
+
+
+@dataclass
+class Identity:
+    """How claims are proven in this run (at most one of the two is set)."""
+
+    run_key_secret: object | None = None  # callable cid -> secret (launch)
+    key_ids: dict[str, object] = field(default_factory=dict)  # z85 key -> ids (--secure)
+
+    @property
+    def proven(self) -> bool:
+        """Whether claims are checked at all."""
+        return self.run_key_secret is not None or bool(self.key_ids)
+
+
+class Connections:
+    """Bindings between client ids and connections, and the connections' liveness."""
+
+    def __init__(self, ident: Identity) -> None:
+        self.ident = ident
+        self.route_of: dict[int, bytes] = {}
+        self.cid_of: dict[bytes, int] = {}
+        self.key_of: dict[int, str] = {}
+        self.fd_route: dict[int, bytes] = {}
+        self.route_fd: dict[bytes, int] = {}
+        self.lost: dict[int, float] = {}
+        self.nonces: set[tuple[int, bytes]] = set()
+        self._closed_since_trim = 0
+        self._last_trim = 0.0
+
+    def seen(self, route: bytes, fd: int) -> None:
+        """A message arrived on connection `route` through socket fd."""
+        if fd >= 0 and self.route_fd.get(route) != fd:
+            self.route_fd[route] = fd
+            self.fd_route[fd] = route
+        cid = self.cid_of.get(route)
+        if cid is not None:
+            self.lost.pop(cid, None)
+
+    def check_claim(self, cid: int, route: bytes, key: str | None, nonce: bytes | None,
+                    proof: bytes | None) -> str:
+        """Why connection `route` may not be client cid ('' when it may)."""
+        ident = self.ident
+        if ident.run_key_secret is not None:
+            if nonce is None or proof is None:
+                return "identity not proven (this run needs the launcher's secret)"
+            if (cid, nonce) in self.nonces:
+                return "identity proof replayed"
+            if not check_hello(ident.run_key_secret(cid), cid, nonce, proof):  # type: ignore[operator]
+                return "identity proof is wrong"
+            self.nonces.add((cid, nonce))
+            return ""
+        if ident.key_ids:
+            ids = ident.key_ids.get(key or "")
+            if ids is None:
+                return "this key is not allowed"
+            if cid not in ids:  # type: ignore[operator]
+                return f"this key may not claim client {cid}"
+            return ""
+        held = self.route_of.get(cid)
+        if held is not None and held != route and cid not in self.lost:
+            return f"client {cid} is already connected"
+        return ""
+
+    def bind(self, cid: int, route: bytes, key: str | None) -> None:
+        """Connection `route` is client cid from now on (any older binding of either ends)."""
+        old = self.route_of.get(cid)
+        if old is not None and old != route:
+            self.cid_of.pop(old, None)
+        prev = self.cid_of.get(route)
+        if prev is not None and prev != cid:
+            self.route_of.pop(prev, None)
+        self.route_of[cid] = route
+        self.cid_of[route] = cid
+        if key:
+            self.key_of[cid] = key
+        self.lost.pop(cid, None)
+
+    def disconnected(self, fd: int) -> None:
+        """The socket monitor saw connection fd close."""
+        route = self.fd_route.pop(fd, None)
+        self._closed_since_trim += 1
+        if route is None:
+            return
+        self.route_fd.pop(route, None)
+        cid = self.cid_of.get(route)
+        if cid is not None and self.route_of.get(cid) == route:
+            self.lost.setdefault(cid, time.monotonic())
+
+    def gone(self, grace_s: float = LOST_GRACE_S) -> list[int]:
+        """Clients whose connection has been lost for longer than grace_s."""
+        now = time.monotonic()
+        return [c for c, t in self.lost.items() if now - t > grace_s]
+
+    def trim_memory(self) -> None:
+        """Give freed memory back after many connections closed (libzmq's buffers of
+        half-open connections are freed, but glibc keeps the pages until asked)."""
+        now = time.monotonic()
+        if self._closed_since_trim < 100 or now - self._last_trim < 5.0:
+            return
+        self._closed_since_trim, self._last_trim = 0, now
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):  # not glibc
+            pass

@@ -1,0 +1,138 @@
+"""The server's intake: every message from a connection is accepted (and only then counted)
+or rejected, by who sent it, for which run, and whether it was expected (ZmqServer's half)."""
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import zmq
+from zmq.utils.monitor import parse_monitor_message
+
+from fednet.metrics.accounting import SERVER
+from fednet.protocol import Message, MsgKind
+from fednet.server.rounds import accept_reply
+from fednet.transport.channels import Received
+from fednet.types import ClientInfo, client_name
+
+if TYPE_CHECKING:
+    from fednet.server.app import ZmqServer
+
+log = logging.getLogger("fednet.server")
+
+HELLO_EVERY_S = 2.0  # one READY(hello) per connection in this time is answered; more are dropped
+REJECTS_PER_S = 50  # REJECT replies per second at most (the rest are only counted)
+FROM_CLIENTS = frozenset({MsgKind.READY, MsgKind.RESULT, MsgKind.FAILURE, MsgKind.HOP_DONE,
+                          MsgKind.BYE, MsgKind.HEARTBEAT})
+
+
+class Intake:
+    """Message handling of ZmqServer (its state lives there)."""
+
+    def _read_monitor(self: ZmqServer) -> None:
+        for _ in range(10_000):
+            if not self.monitor.poll(0):
+                break
+            ev = parse_monitor_message(self.monitor.recv_multipart())
+            if ev["event"] == zmq.EVENT_DISCONNECTED:
+                self.conns.disconnected(int(ev["value"]))
+        self.conns.trim_memory()
+
+    def _handle(self: ZmqServer, got: Received) -> None:
+        """Accept (and account) a message only from the connection bound to its client, for
+        this run, when it is expected; everything else is counted as rejected."""
+        msg = got.msg
+        self.conns.seen(got.route, got.fd)
+        if msg.kind not in FROM_CLIENTS:
+            return self.chan.reject(got, f"{msg.kind.name} is not sent to the server")
+        if msg.kind == MsgKind.READY and msg.body["phase"] == "hello":
+            return self._on_hello(got)
+        cid = self.conns.cid_of.get(got.route)
+        if cid is None:
+            return self.chan.reject(got, f"{msg.kind.name} from a connection that is no client")
+        if msg.sender != client_name(cid):
+            return self.chan.reject(got, f"sender {msg.sender[:40]!r} on client {cid}'s connection")
+        if msg.kind == MsgKind.READY:
+            return self._on_ready(cid, got)
+        if msg.run_id != self.s.run_id:  # e.g. results of a server before a --resume
+            return self.chan.reject(got, f"{msg.kind.name} of another run or server start")
+        if msg.kind in (MsgKind.RESULT, MsgKind.FAILURE):
+            task = self._pending.get(msg.task_id)
+            if task is None or cid not in task.route or msg.round != task.round:
+                return self.chan.reject(got, f"unexpected {msg.kind.name} for task {msg.task_id}")
+            self.chan.accept(got, client_name(cid))
+            self._pending.pop(msg.task_id)
+            self._holder.pop(msg.task_id, None)
+            self._progress = time.monotonic()
+            self._reply(accept_reply(msg, cid, got.nbytes, self.s.profiles))
+        elif msg.kind == MsgKind.HOP_DONE:
+            task = self._pending.get(msg.task_id)
+            b = msg.body
+            if task is None or cid not in task.route or not b["hop"] < b["to"] < len(task.route):
+                return self.chan.reject(got, f"unexpected HOP_DONE for task {msg.task_id}")
+            self.chan.accept(got, client_name(cid))
+            self._progress = time.monotonic()
+            self._holder[msg.task_id] = b["to"]
+            self.s.ledger.add_totals(msg.round, {"client_to_client": b["peer_bytes"],
+                                                 "tensor_bytes": b["peer_tensor_bytes"]})
+        elif msg.kind == MsgKind.BYE:
+            self.chan.accept(got, client_name(cid))
+            self.byes[cid] = dict(msg.body)
+        else:  # HEARTBEAT
+            self.chan.accept(got, client_name(cid))
+
+    def _on_hello(self: ZmqServer, got: Received) -> None:
+        b = got.msg.body
+        cid = b["cid"]
+        if got.msg.sender != client_name(cid):
+            return self.chan.reject(got, "hello whose sender is not its cid")
+        if cid >= self.s.cfg.clients:
+            self.chan.reject(got, "client id out of range")
+            return self._send_reject(got, f"client id out of range: this run has "
+                                          f"{self.s.cfg.clients} clients")
+        now = time.monotonic()
+        if now - self._hello_at.get(got.route, -1e9) < HELLO_EVERY_S:
+            return self.chan.reject(got, "repeated hello")
+        key = got.prop("User-Id")
+        why = self.conns.check_claim(cid, got.route, key, b.get("nonce"), b.get("proof"))
+        if why:
+            self.chan.reject(got, why)
+            return self._send_reject(got, why)
+        if len(self._hello_at) > 100_000:
+            self._hello_at.clear()
+        self._hello_at[got.route] = now
+        self.chan.accept(got, client_name(cid))
+        self.conns.bind(cid, got.route, key)
+        self.hello[cid] = dict(b)
+        self.dead.pop(cid, None)
+        body = {"config": self.s.cfg.to_dict(), "profile": self.s.profiles[cid].to_dict(),
+                "run_id": self.s.run_id, "cid": cid}
+        # the client's partition travels with the configuration: no client process
+        # recomputes the whole partition (30 ms for Dirichlet on digits, per process)
+        self._send(cid, Message(MsgKind.WELCOME, SERVER, self.s.run_id, body=body,
+                                arrays={"indices": self.s.parts[cid].astype("int64")}))
+
+    def _on_ready(self: ZmqServer, cid: int, got: Received) -> None:
+        if cid not in self.hello:
+            return self.chan.reject(got, "READY(ready) before hello")
+        self.chan.accept(got, client_name(cid))
+        h = self.hello[cid]
+        self.clients[cid] = ClientInfo(cid, got.msg.body["n"], str(h.get("device", "?")),
+                                       str(h.get("endpoint", "")), int(h.get("pid", 0)),
+                                       str(h.get("host", "")))
+
+    def _send_reject(self: ZmqServer, got: Received, reason: str) -> None:
+        """A REJECT to a connection that made a claim it cannot have, at most REJECTS_PER_S a
+        second; never blocks, never raises (the sender may be gone), carries no run secret."""
+        now = time.monotonic()
+        if now - self._reject_window > 1.0:
+            self._reject_window, self._rejects_sent = now, 0
+        if self._rejects_sent >= REJECTS_PER_S:
+            self.chan.dropped_sends += 1
+            return
+        self._rejects_sent += 1
+        try:
+            self.chan.send(Message(MsgKind.REJECT, SERVER, body={"reason": reason[:4096]}),
+                           "unknown", route=got.route, block=False)
+        except zmq.ZMQError:  # gone already, or not reading: nothing is queued for it
+            self.chan.dropped_sends += 1
