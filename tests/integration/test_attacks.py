@@ -1,0 +1,168 @@
+"""Generated wrong messages of every kind, and forged claims, against a live run.
+
+Every message is refused: no process stops, the final model is bit-identical to an undisturbed
+run, the accepted byte totals are the undisturbed run's, and each refused message is counted in
+`rejected_messages` and `bytes.rejected` (exactly: what was sent is what was refused)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zmq
+
+from fednet.server.main import run_zmq
+from fednet.transport.security import add_key, init_keys, load_keys
+from tests.conftest import final_model, same_arrays, small_config
+from tests.fuzz_schema import frames_of, runtime_attacks, schema_attacks
+
+pytestmark = [pytest.mark.net, pytest.mark.slow]
+
+KEYS = ("server_to_client", "client_to_server", "client_to_client", "tensor_bytes")
+FEDSEQ = {"min_samples": 1400, "max_clients": 4, "superclient_fraction": 1.0, "pretrain_epochs": 1}
+
+
+class Shooter:
+    """Sends every generated attack to each target; counts messages and bytes sent."""
+
+    def __init__(self, senders: tuple[str, ...] = ("c0000", "c0001", "c0003")) -> None:
+        self.senders = senders
+        self.sent: dict[str, int] = {}
+        self.bytes: dict[str, int] = {}
+
+    def fire(self, target: str, endpoint: str, run_id: str, route: list[int],
+             curve: tuple[bytes, bytes, bytes] | None = None) -> None:
+        ctx = zmq.Context.instance()
+        for sender in self.senders:
+            s = ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 5000)
+            if curve is not None:
+                s.curve_publickey, s.curve_secretkey, s.curve_serverkey = curve
+            s.connect(endpoint)
+            batches = [f for _, f in schema_attacks(sender, run_id)]
+            for rid in ("", run_id):
+                batches += [frames_of(m) for _, m in runtime_attacks(sender, rid, route)]
+            for frames in batches:
+                s.send_multipart(frames)
+                self.sent[target] = self.sent.get(target, 0) + 1
+                self.bytes[target] = self.bytes.get(target, 0) + sum(map(len, frames))
+            s.close()  # linger: everything queued reaches the target
+
+
+def _attack_when_registered(session, box, shooter: Shooter, curve_for=None) -> None:
+    """Start the shooters at the first round, when every endpoint is known; wait for them
+    before round 2 so every attack is in before the run ends."""
+    orig = session.algo.configure_round
+    threads: list[threading.Thread] = []
+
+    def configure_round(rnd, clients):
+        if not threads:
+            targets = [("server", box["endpoint"], None)]
+            targets += [(f"peer{c.cid}", c.endpoint, c.cid) for c in clients]
+            for name, ep, cid in targets:
+                curve = curve_for(name, cid) if curve_for else None
+                t = threading.Thread(target=shooter.fire,
+                                     args=(name, ep, session.run_id, [0, 1, 2, 3], curve))
+                t.start()
+                threads.append(t)
+        elif rnd == 2:
+            for t in threads:
+                t.join(60)
+        return orig(rnd, clients)
+    session.algo.configure_round = configure_round
+
+
+def _check(s, ref, ref_model, out: Path, shooter: Shooter) -> None:
+    assert s["status"] == "completed" and not s["failures"], s["failures"]
+    _, model = ref_model
+    from numpy import load
+    with load(out / "final_model.npz", allow_pickle=False) as z:
+        assert same_arrays(model, {k: z[k] for k in z.files})
+    assert {k: s["bytes"][k] for k in KEYS} == {k: ref["bytes"][k] for k in KEYS}
+    assert s["rejected_messages"] == shooter.sent["server"]
+    assert s["bytes"]["rejected"] == shooter.bytes["server"]
+    peers = sum(v for k, v in shooter.sent.items() if k.startswith("peer"))
+    assert s["client_rejected_messages"] == peers
+    assert s["client_rejected_bytes"] == sum(v for k, v in shooter.bytes.items()
+                                             if k.startswith("peer"))
+    assert all(code == 0 for code in s.get("client_exit_codes", {}).values())
+
+
+def test_generated_wrong_messages_change_nothing_under_launch(tmp_path, caplog):
+    """Plaintext `fednet launch`: unauthenticated senders, every kind wrong in every field,
+    unproven hellos for real ids, stale results, forged hand-offs at every peer socket."""
+    cfg = small_config(clients=4, rounds=3, algo={"name": "fedseq", "params": FEDSEQ})
+    ref = final_model(cfg, tmp_path, "ref")
+    box: dict = {}
+    shooter = Shooter()
+    s = run_zmq(cfg.replace(out=str(tmp_path / "run")), quiet=True,
+                prepare=lambda session: _attack_when_registered(session, box, shooter),
+                on_listen=lambda ep: box.setdefault("endpoint", ep))
+    assert shooter.sent["server"] > 1000 and len(shooter.sent) == 5
+    _check(s, ref[0], ref, tmp_path / "run", shooter)
+    # every refusal came from the schema or an explicit rule, none from a handler that raised
+    assert not [r for r in caplog.records if "could not be handled" in r.getMessage()]
+
+
+@pytest.fixture()
+def host_keys(tmp_path):
+    d = tmp_path / "keys"
+    init_keys(d)
+    add_key(d, "hostA", "0-1")
+    add_key(d, "hostB", "2-3")
+    return d
+
+
+def _secure_run(cfg, out: Path, keys: Path, shooter: Shooter | None, curve_for=None) -> dict:
+    """`fednet server --secure` here, clients 0-1 (hostA's key) and 2-3 (hostB's) as
+    `fednet clients` processes; the shooter (if any) fires once they registered."""
+    box: dict = {}
+
+    def prepare(session):
+        if shooter is not None:
+            _attack_when_registered(session, box, shooter, curve_for)
+
+    def serve():
+        box["summary"] = run_zmq(cfg.replace(out=str(out)), quiet=True, local_clients=False,
+                                 prepare=prepare,
+                                 on_listen=lambda ep: box.setdefault("endpoint", ep))
+    t = threading.Thread(target=serve)
+    t.start()
+    while "endpoint" not in box and t.is_alive():
+        t.join(0.05)
+    procs = [subprocess.Popen([sys.executable, "-m", "fednet.cli", "clients", "--connect",
+                               box["endpoint"], "--ids", ids, "--timeout", "30", "--secure",
+                               str(keys), "--key", key])
+             for ids, key in (("0-1", "hostA"), ("2-3", "hostB"))]
+    t.join(180)
+    assert [p.wait(60) for p in procs] == [0, 0]
+    return box["summary"]
+
+
+def test_a_holder_of_another_hosts_key_cannot_claim_its_clients(tmp_path, host_keys):
+    """`fednet server --secure`: clients 0-1 run with hostA's key, 2-3 with hostB's. The holder
+    of hostB's key claims c0000 and c0001 at the server and forges hand-offs into hostA's peer
+    sockets; an unknown key forges hand-offs into hostB's: all refused, and the run is the
+    undisturbed one (same model, same bytes)."""
+    cfg = small_config(clients=4, rounds=3, algo={"name": "fedseq", "params": FEDSEQ},
+                       net={"secure": str(host_keys)})
+    quiet = _secure_run(cfg, tmp_path / "ref", host_keys, None)
+    with np.load(tmp_path / "ref" / "final_model.npz", allow_pickle=False) as z:
+        ref_model = {k: z[k] for k in z.files}
+    shooter = Shooter(senders=("c0000", "c0001"))  # the ids hostB's key may not claim
+    outsider = zmq.curve_keypair()  # a CURVE key no one allowed
+    a = load_keys(host_keys, need_server_secret=False, name="hostA")
+    b = load_keys(host_keys, need_server_secret=False, name="hostB")
+
+    def curve_for(name, cid):
+        if name == "server":
+            return b.client_public, b.client_secret, b.server_public
+        if cid in (0, 1):  # hostA's peers: hostB's key may not hand off as 0 or 1
+            return b.client_public, b.client_secret, a.client_public
+        return outsider[0], outsider[1], b.client_public  # hostB's peers: an unknown key
+
+    s = _secure_run(cfg, tmp_path / "run", host_keys, shooter, curve_for)
+    _check(s, quiet, (quiet, ref_model), tmp_path / "run", shooter)
