@@ -206,21 +206,23 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
         try:
             server.shutdown(timeout_s=5.0)
         finally:
-            if zyg is not None:  # clients that said BYE exit by themselves within moments
-                zyg.stop(wait_for=[c for c in server.byes if c not in server.dead])
-            extra.update(_client_exits(zyg))
-            session.driver.failures.extend(server.untasked_deaths(session.driver.failures))
-            extra["rejected_messages"] = server.chan.rejects.total
-            view = _client_view(server.byes)
-            extra["client_rejected_messages"] = view.pop("rejected_messages", 0)
-            extra["client_rejected_bytes"] = view.pop("rejected", 0)
-            extra["bytes_client_view"] = view
-            extra["total_wall_s"] = time.monotonic() - t_start
-            extra["server_peak_rss_bytes"] = peak_rss_bytes()
-            summary = session.finish(list(server.clients.values()), extra)
-            if auth is not None:
-                auth.stop()
-            server.close()
-            if logfile is not None:
-                logfile.close()
+            try:
+                if zyg is not None:  # clients that said BYE exit by themselves within moments
+                    zyg.stop(wait_for=[c for c in server.byes if c not in server.dead])
+                extra.update(_client_exits(zyg))
+                session.driver.failures.extend(server.untasked_deaths(session.driver.failures))
+                extra["rejected_messages"] = server.chan.rejects.total
+                view = _client_view(server.byes)
+                extra["client_rejected_messages"] = view.pop("rejected_messages", 0)
+                extra["client_rejected_bytes"] = view.pop("rejected", 0)
+                extra["bytes_client_view"] = view
+                extra["total_wall_s"] = time.monotonic() - t_start
+                extra["server_peak_rss_bytes"] = peak_rss_bytes()
+                summary = session.finish(list(server.clients.values()), extra)
+            finally:  # also when the results cannot be written: nothing stays open
+                if auth is not None:
+                    auth.stop()
+                server.close()
+                if logfile is not None:
+                    logfile.close()
     return summary

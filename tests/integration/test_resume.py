@@ -61,7 +61,10 @@ def _free_port() -> int:
 
 def test_remote_clients_reregister_with_a_restarted_server(tmp_path, fed):
     """`fednet server` dies; restarted with --resume on the same address, the running
-    `fednet clients` register again by themselves and the run finishes."""
+    `fednet clients` register again by themselves and the run finishes. Results the clients
+    computed for the dead server (still queued, or sent late) are refused, not counted again:
+    the byte totals are an unbroken run's."""
+    ref = run_local(small_config(rounds=6).replace(out=str(tmp_path / "ref")), quiet=True)
     run = tmp_path / "run"
     bind = f"tcp://127.0.0.1:{_free_port()}"
     srv = fed.start("server", "--bind", bind, *ARGS, "--checkpoint-every", "1", "--out", str(run))
@@ -80,3 +83,4 @@ def test_remote_clients_reregister_with_a_restarted_server(tmp_path, fed):
     s = json.loads((run / "summary.json").read_text())
     assert s["status"] == "completed" and s["rounds"] == 6
     assert [json.loads(x)["round"] for x in metrics.read_text().splitlines()] == list(range(6))
+    assert {k: s["bytes"][k] for k in KEYS} == {k: ref["bytes"][k] for k in KEYS}
