@@ -9,6 +9,7 @@ from typing import Any
 
 import zmq
 
+from fednet.log import Throttle
 from fednet.metrics.accounting import SERVER
 from fednet.protocol import Message, MsgKind
 from fednet.server.conns import Connections, Identity
@@ -20,6 +21,7 @@ from fednet.types import ClientInfo, Failure, Result, Task, client_name
 from fednet.wire import task_message
 
 log = logging.getLogger("fednet.server")
+throttled = Throttle(log)
 
 DeathWatch = Callable[[], dict[int, str]]
 UNREACHABLE = "client unreachable"
@@ -65,16 +67,16 @@ class ZmqServer(Intake):
     def _send(self, cid: int, msg: Message) -> bool:
         route = self.conns.route_of.get(cid)
         if route is None:
-            log.warning("cannot reach client %d: it has no connection", cid)
+            throttled.warning("cannot reach client %d: it has no connection", cid)
             return False
         try:
             self.chan.send(msg, client_name(cid), route=route, block=False)
             return True
         except zmq.Again:  # its queue is full: it has not read for a long time
-            log.warning("cannot reach client %d: it does not read its messages", cid)
+            throttled.warning("cannot reach client %d: it does not read its messages", cid)
             return False
         except zmq.ZMQError as e:  # ROUTER_MANDATORY: the client is not connected (any more)
-            log.warning("cannot reach client %d: %s", cid, e.strerror)
+            throttled.warning("cannot reach client %d: %s", cid, e.strerror)
             return False
 
     def _check_deaths(self) -> None:
@@ -89,7 +91,7 @@ class ZmqServer(Intake):
                 self.death_round[cid] = self.round
                 normal = cid in self.byes or (self.shutting_down and why.endswith("code 0"))
                 if not normal:  # an exit after SHUTDOWN is the normal end (its BYE may be queued)
-                    log.warning("client %d is gone: %s", cid, why)
+                    throttled.warning("client %d is gone: %s", cid, why)
         for tid, task in list(self._pending.items()):
             if tid not in self._pending:  # failed meanwhile (a follow-up could not be sent)
                 continue

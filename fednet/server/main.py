@@ -212,6 +212,7 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
                 extra.update(_client_exits(zyg))
                 session.driver.failures.extend(server.untasked_deaths(session.driver.failures))
                 extra["rejected_messages"] = server.chan.rejects.total
+                extra["dropped_sends"] = server.chan.dropped_sends  # REJECTs not sent (rate, queue)
                 view = _client_view(server.byes)
                 extra["client_rejected_messages"] = view.pop("rejected_messages", 0)
                 extra["client_rejected_bytes"] = view.pop("rejected", 0)
