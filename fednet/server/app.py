@@ -12,7 +12,7 @@ import zmq
 from fednet.log import Throttle
 from fednet.metrics.accounting import SERVER
 from fednet.protocol import Message, MsgKind
-from fednet.server.conns import Connections, Identity
+from fednet.server.conns import LOST_GRACE_S, Connections, Identity
 from fednet.server.intake import Intake
 from fednet.server.rounds import FollowUp
 from fednet.session import Session
@@ -80,8 +80,11 @@ class ZmqServer(Intake):
             return False
 
     def _check_deaths(self) -> None:
+        # under `fednet launch` the zygote reports a dead process with its exit code within
+        # moments; a lost connection decides only after a longer grace (a frozen process)
+        grace = LOST_GRACE_S if self.watch is None else 3 * LOST_GRACE_S
         lost = {cid: "connection lost (no answer to heartbeats, or closed)"
-                for cid in self.conns.gone() if cid in self.clients or cid in self.hello}
+                for cid in self.conns.gone(grace) if cid in self.clients or cid in self.hello}
         for cid in lost:
             self.conns.lost.pop(cid, None)
         found = dict(self.watch()) if self.watch is not None else {}
