@@ -154,7 +154,8 @@ def schema_attacks(sender: str = "c0000", run_id: str = "") -> Iterator[tuple[st
     for key, values in [(S.K_SENDER, [7, "x" * 65, None]), (S.K_RUN_ID, [1, "r" * 65]),
                         (S.K_ROUND, ["0", -3, 1 << 40, 2.0]), (S.K_TASK_ID, ["1", -2, True]),
                         (S.K_SIM_TIME, ["0", float("nan"), float("inf")]),
-                        (S.K_KIND, [0, 99, "TASK"]), (S.K_VERSION, [0, 2, "1"]),
+                        (S.K_KIND, [0, 99, "TASK"]),
+                        (S.K_VERSION, [0, PROTOCOL_VERSION + 1, str(PROTOCOL_VERSION)]),
                         (S.K_ARRAYS, [{"a": 1}, [["x", "float32", [1]]]]), ("extra", [1])]:
         for v in values:
             frames = _raw(dict(h, **{key: v}), [])

@@ -642,3 +642,34 @@ def test_protocol_does_not_import_torch_zmq_or_pickle() -> None:
     for mod in ("torch", "zmq", "pickle"):
         for banned in (f"import {mod}", f"from {mod}"):
             assert banned not in src
+
+
+# ---------------------------------------------------------------- large arrays in chunks
+
+
+def test_large_arrays_travel_in_chunks_and_join_exactly() -> None:
+    from fednet.protocol.kinds import CHUNK_BYTES
+
+    big = np.arange(CHUNK_BYTES // 2 + 5, dtype=np.float32)  # 3 chunks, the last 20 bytes
+    exact = np.ones(CHUNK_BYTES // 8, dtype=np.float64)  # exactly one chunk
+    msg = _msg(kind=MsgKind.RESULT, arrays={"big": big, "exact": exact, "s": np.zeros(3)})
+    frames = encode(msg)
+    sizes = [memoryview(f).nbytes for f in frames[1:]]
+    assert sizes == [CHUNK_BYTES, CHUNK_BYTES, big.nbytes - 2 * CHUNK_BYTES, CHUNK_BYTES, 24]
+    assert frame_bytes(frames)[1] == big.nbytes + exact.nbytes + 24  # the ledger: same bytes
+    out = decode(frames)
+    np.testing.assert_array_equal(out.arrays["big"], big)
+    np.testing.assert_array_equal(out.arrays["exact"], exact)
+    assert out.arrays["big"].flags.c_contiguous and out.arrays["big"].dtype == np.float32
+    assert _base_ptr(frames[4]) == out.arrays["exact"].__array_interface__["data"][0]  # no copy
+
+
+def test_a_wrongly_split_large_array_is_refused() -> None:
+    from fednet.protocol.kinds import CHUNK_BYTES
+
+    big = np.zeros(CHUNK_BYTES // 4 + 10, dtype=np.float32)  # 2 chunks
+    frames = [bytes(memoryview(f)) for f in encode(_msg(kind=MsgKind.RESULT, arrays={"b": big}))]
+    whole = frames[1] + frames[2]
+    _reject([frames[0], whole], "frames")  # one frame where two are due
+    _reject([frames[0], whole[:100], whole[100:]], "frame 0 has")  # split elsewhere
+    _reject([frames[0], frames[1], frames[2], b""], "frames")  # a frame too many

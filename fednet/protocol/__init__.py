@@ -8,9 +8,9 @@ from fednet.protocol.codec import (
     Message,
     decode,
     encode,
-    frame_bytes,
     tensor_bytes,
 )
+from fednet.protocol.frames import frame_bytes
 from fednet.protocol.kinds import ALLOWED_DTYPES, PROTOCOL_VERSION, MsgKind
 
 __all__ = [

@@ -10,7 +10,8 @@ import numpy as np
 
 from fednet.errors import ProtocolError
 from fednet.protocol import schema as S
-from fednet.protocol.kinds import ALLOWED_DTYPES, PROTOCOL_VERSION, MsgKind
+from fednet.protocol.frames import as_bytes
+from fednet.protocol.kinds import ALLOWED_DTYPES, CHUNK_BYTES, PROTOCOL_VERSION, MsgKind
 
 _WIRE_DTYPES: dict[str, np.dtype] = {
     name: np.dtype(name).newbyteorder("<") for name in ALLOWED_DTYPES
@@ -56,40 +57,6 @@ class _ExtTypeSeen(Exception):
 
 def _reject_ext(code: int, data: bytes) -> Any:
     raise _ExtTypeSeen(f"msgpack ext type {code} is not allowed")
-
-
-def _buffer(frame: Any) -> memoryview:
-    """Return a flat byte memoryview over ``frame`` without copying."""
-    try:
-        if isinstance(frame, memoryview):
-            mv = frame
-        elif isinstance(frame, (bytes, bytearray)):
-            mv = memoryview(frame)
-        elif hasattr(frame, "buffer"):
-            mv = memoryview(frame.buffer)
-        else:
-            mv = memoryview(frame)
-    except TypeError as exc:
-        raise ProtocolError(f"frame of type {type(frame).__name__} is not a buffer") from exc
-    if not mv.c_contiguous:
-        raise ProtocolError("frame buffer is not contiguous")
-    if mv.ndim != 1 or mv.format != "B":
-        try:
-            mv = mv.cast("B")
-        except (TypeError, ValueError) as exc:
-            raise ProtocolError(f"frame buffer cannot be viewed as bytes: {exc}") from exc
-    return mv
-
-
-def _nbytes(frame: Any) -> int:
-    """Length of one frame in bytes."""
-    if isinstance(frame, (bytes, bytearray)):
-        return len(frame)
-    if isinstance(frame, memoryview):
-        return frame.nbytes
-    if hasattr(frame, "buffer"):
-        return memoryview(frame.buffer).nbytes
-    return memoryview(frame).nbytes
 
 
 def _wire_array(name: Any, arr: Any, limits: Limits) -> tuple[list[Any], memoryview]:
@@ -143,7 +110,10 @@ def encode(msg: Message, limits: Limits = DEFAULT_LIMITS, check: bool = True
     for name, arr in msg.arrays.items():
         entry, view = _wire_array(name, arr, limits)
         entries.append(entry)
-        bufs.append(view)
+        if view.nbytes <= CHUNK_BYTES:
+            bufs.append(view)
+        else:  # zero-copy slices: heartbeats interleave between frames of a long transfer
+            bufs.extend(view[j:j + CHUNK_BYTES] for j in range(0, view.nbytes, CHUNK_BYTES))
     header_map = {
         S.K_VERSION: PROTOCOL_VERSION,
         S.K_KIND: int(kind),
@@ -167,6 +137,11 @@ def encode(msg: Message, limits: Limits = DEFAULT_LIMITS, check: bool = True
     if total > limits.max_message_bytes:
         raise ProtocolError(f"message is {total} bytes, limit is {limits.max_message_bytes}")
     return [header, *bufs]
+
+
+def _chunks(nbytes: int) -> int:
+    """Frames that carry an array of nbytes: CHUNK_BYTES each, the last one the rest."""
+    return max(1, -(-nbytes // CHUNK_BYTES))
 
 
 def _unpack_header(buf: memoryview) -> dict[Any, Any]:
@@ -208,7 +183,7 @@ def decode(frames: Sequence[Any], limits: Limits = DEFAULT_LIMITS) -> Message:
         raise ProtocolError(f"frames must be a sequence, got {type(frames).__name__}") from exc
     if not frames:
         raise ProtocolError("message has no frames")
-    hbuf = _buffer(frames[0])
+    hbuf = as_bytes(frames[0])
     if hbuf.nbytes > limits.max_header_bytes:
         raise ProtocolError(
             f"header is {hbuf.nbytes} bytes, limit is {limits.max_header_bytes}"
@@ -259,32 +234,31 @@ def decode(frames: Sequence[Any], limits: Limits = DEFAULT_LIMITS) -> Message:
                 f"array {name!r}: {nbytes} bytes, limit is {limits.max_array_bytes}"
             )
         specs.append((name, dtype, dims, nbytes))
-    if len(frames) - 1 != len(specs):
-        raise ProtocolError(
-            f"header lists {len(specs)} arrays but {len(frames) - 1} array frames arrived"
-        )
-    bufs = [_buffer(f) for f in frames[1:]]
-    total = hbuf.nbytes
-    for (name, _dtype, dims, nbytes), buf in zip(specs, bufs):
-        if buf.nbytes != nbytes:
-            raise ProtocolError(
-                f"array {name!r}: shape {list(dims)} needs {nbytes} bytes, frame has {buf.nbytes}"
-            )
-        total += nbytes
+    total = hbuf.nbytes + sum(nbytes for *_, nbytes in specs)
     if total > limits.max_message_bytes:
         raise ProtocolError(f"message is {total} bytes, limit is {limits.max_message_bytes}")
+    counts = [_chunks(nbytes) for *_, nbytes in specs]
+    if len(frames) - 1 != sum(counts):
+        raise ProtocolError(f"header lists {len(specs)} arrays in {sum(counts)} frames but "
+                            f"{len(frames) - 1} array frames arrived")
     arrays: dict[str, np.ndarray] = {}
-    for (name, dtype, dims, _nbytes), buf in zip(specs, bufs):
-        arrays[name] = np.frombuffer(buf, dtype=dtype).reshape(dims)
+    i = 1
+    for (name, dtype, dims, nbytes), k in zip(specs, counts):
+        parts = [as_bytes(f) for f in frames[i:i + k]]
+        i += k
+        for j, part in enumerate(parts):
+            want = min(CHUNK_BYTES, nbytes - j * CHUNK_BYTES) if nbytes else 0
+            if part.nbytes != want:
+                raise ProtocolError(f"array {name!r}: shape {list(dims)} needs {nbytes} bytes "
+                                    f"in {k} frame(s); frame {j} has {part.nbytes}")
+        if k == 1:  # the common case: a view of the frame, no copy
+            arrays[name] = np.frombuffer(parts[0], dtype=dtype).reshape(dims)
+        else:  # a large array arrives in chunks: joined once, into its own buffer
+            joined = np.empty(nbytes, dtype=np.uint8)
+            for j, part in enumerate(parts):
+                joined[j * CHUNK_BYTES:j * CHUNK_BYTES + part.nbytes] = np.frombuffer(part, np.uint8)
+            arrays[name] = joined.view(dtype).reshape(dims)
     return Message(kind, sender, run_id, rnd, task_id, sim_time, body, arrays)
-
-
-def frame_bytes(frames: Sequence[Any]) -> tuple[int, int]:
-    """Return ``(header_bytes, payload_bytes)`` for a frame list."""
-    frames = list(frames)
-    if not frames:
-        return 0, 0
-    return _nbytes(frames[0]), sum(_nbytes(f) for f in frames[1:])
 
 
 def tensor_bytes(msg: Message) -> int:

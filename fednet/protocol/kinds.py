@@ -3,8 +3,15 @@ from __future__ import annotations
 
 import enum
 
-PROTOCOL_VERSION = 1
-"""Version number written into every header; decode rejects any other value."""
+PROTOCOL_VERSION = 2
+"""Version number written into every header; decode rejects any other value.
+(2: arrays larger than CHUNK_BYTES travel as several frames.)"""
+
+CHUNK_BYTES = 1 << 18
+"""An array of more bytes than this travels as consecutive frames of this size (the last one
+shorter). ZeroMQ sends its heartbeats only between frames: with one frame per array, a peer
+receiving a model slower than the heartbeat timeout (45 MB at 100 Mbit/s is 3.6 s) would be
+dropped as dead. 256 KiB is 2 s even at 1 Mbit/s."""
 
 
 class MsgKind(enum.IntEnum):
