@@ -73,6 +73,7 @@ class Client:
         self.seen: set[tuple[int, int]] = set()  # (task, hop) of the hand-offs already queued
         self.stopping = False
         self.rehello = False
+        self.rehello_at: float | None = None
         self.pump: Any = self._pump  # what waits call to serve sockets (the Host's: all clients)
         torch.set_num_threads(threads)
 
@@ -126,9 +127,8 @@ class Client:
                               "are both on the same fednet version?") from None
         self.run_id = str(b.get("run_id", ""))
         self.peers.run_id = self.run_id
-        n = cfg.net
-        self.peers.ack_timeout, self.peers.retries, self.peers.dead_peer = (
-            n.ack_timeout, n.ack_retries, n.dead_peer)
+        n, p = cfg.net, self.peers
+        p.ack_timeout, p.retries, p.dead_peer = n.ack_timeout, n.ack_retries, n.dead_peer
         self.profile = Profile.from_dict(b.get("profile", {}))
         self.real, self.scale = cfg.latency.real, cfg.latency.time_scale
         torch.set_num_threads(cfg.train.threads)
@@ -220,6 +220,11 @@ class Client:
                     elif msg.kind == MsgKind.WELCOME:
                         self.work.clear()  # what the old server sent is void now
                         self._welcome(msg)
+                    elif msg.kind == MsgKind.REJECT:  # a re-registration refused: e.g. the
+                        # server has not yet seen our old connection close; try again shortly
+                        log.warning("client %d: the server refused to register it again (%s); "
+                                    "retrying in 2 s", self.cid, msg.body["reason"][:200])
+                        self.rehello_at = time.monotonic() + 2.0
                     else:
                         log.warning("client %d: unexpected %s from the server", self.cid,
                                     msg.kind.name)
@@ -262,6 +267,8 @@ class Client:
             log.error("client %d: lost the server at %s (no connection for %.0fs); stopping",
                       self.cid, self.connect, self.lost_timeout)
             return EXIT_ERROR
+        if self.rehello_at is not None and time.monotonic() >= self.rehello_at:
+            self.rehello_at, self.rehello = None, True
         if self.rehello:
             self.rehello = False
             log.warning("client %d: the server is back; registering again", self.cid)
