@@ -89,10 +89,16 @@ def sha256_arrays(arrays: dict[str, Any]) -> str:
 
 
 def _tensors(prefix: str, obj: Any, out: dict[str, np.ndarray]) -> None:
-    """The tensors and arrays inside a client's state (dicts, lists, tuples), by path."""
+    """The tensors and arrays inside a client's state (dataclass fields, dicts, lists, tuples),
+    by path."""
+    import dataclasses
+
     import torch
 
-    if isinstance(obj, torch.Tensor):
+    if dataclasses.is_dataclass(obj):
+        for f in dataclasses.fields(obj):
+            _tensors(f"{prefix}/{f.name}", getattr(obj, f.name), out)
+    elif isinstance(obj, torch.Tensor):
         out[prefix] = obj.detach().cpu().numpy()
     elif isinstance(obj, np.ndarray):
         out[prefix] = obj
@@ -147,7 +153,7 @@ def _scenario(algo: str, summary: dict[str, Any], rows: list[dict[str, Any]], se
         out["slot_schedule"] = [list(r) for r in session.algo.schedule]
     if algo == "cfl":
         out["clusters"] = [int(r["clusters"]) for r in rows]
-        out["final_clusters"] = [list(map(int, c)) for c in session.algo.clusters]
+        out["final_clusters"] = [list(map(int, c)) for c in session.algo.state.clusters]
     if algo == "fedfomo":
         out["mixed_mean"] = [r.get("mixed_mean") for r in rows]
     return out

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from fednet.algorithms import registry
 from fednet.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -14,8 +15,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-ALGORITHMS = ("fedavg", "fedprox", "scaffold", "feddyn", "standalone", "centralized", "fedseq",
-              "fedseq_inter", "factorized", "factorized_beta", "pfedpara", "cfl", "fedfomo", "perfedavg")
 PARTITIONS = ("iid", "dirichlet", "shards", "domain")
 LATENCY_PRESETS = ("none", "lan", "wan", "hetero")
 
@@ -184,14 +183,22 @@ def to_toml(cfg: RunConfig) -> str:
         raise ConfigError(f"the configuration cannot be written as TOML ({e})") from None
 
 
-PERSONAL = ("standalone", "factorized", "factorized_beta", "pfedpara", "cfl", "fedfomo", "perfedavg")
+def __getattr__(name: str) -> Any:
+    """ALGORITHMS and PERSONAL: views of the algorithm registry (fednet.algorithms), kept for
+    code that imported these names from here."""
+    if name == "ALGORITHMS":
+        return registry.names()
+    if name == "PERSONAL":
+        return tuple(n for n in registry.names() if registry.personalized(n))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def eval_mode(cfg: RunConfig) -> str:
     """'clients' (personalized: every client tests its own model on its own split) or 'global'."""
     if cfg.algo.eval != "auto":
         return cfg.algo.eval
-    personal = cfg.data.permute or cfg.data.partition == "domain" or cfg.algo.name in PERSONAL
+    personal = (cfg.data.permute or cfg.data.partition == "domain"
+                or registry.personalized(cfg.algo.name))
     return "clients" if personal else "global"
 
 
@@ -206,8 +213,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     _need(cfg.rounds >= 1, f"--rounds must be at least 1 (got {cfg.rounds})")
     _need(cfg.seed >= 0, f"--seed must be a non-negative integer (got {cfg.seed})")
     _need(all(g >= 0 for g in cfg.gpus), f"--gpus takes non-negative device indices (got {cfg.gpus})")
-    _need(cfg.algo.name in ALGORITHMS,
-          f"--algo '{cfg.algo.name}' is unknown; choose one of: {', '.join(ALGORITHMS)}")
+    registry.check_params(cfg.algo.name, dict(cfg.algo.params))  # the name, then each --param
     _need(cfg.algo.eval in ("auto", "global", "clients"),
           f"--eval '{cfg.algo.eval}' is unknown; choose auto, global or clients")
     _need(0.0 < cfg.algo.fraction <= 1.0, f"--fraction must be in (0, 1] (got {cfg.algo.fraction})")

@@ -36,10 +36,13 @@ class InprocDispatcher:
         try:
             self.executors = {cid: Executor(cid, cfg, session.profiles[cid],
                                             device_for(cid, cfg.gpus), session.run_id,
-                                            session.parts[cid])
+                                            session.parts[cid], files=False)
                               for cid in range(cfg.clients)}
         finally:
             drop_templates()
+        for cid, (state, model) in session.resumed_clients.items():  # --resume
+            self.executors[cid].restore(state, model)
+        session.client_view = lambda: {c: ex.client_state() for c, ex in self.executors.items()}
 
     def alive_clients(self) -> list[ClientInfo]:
         """Every client (none can die in-process)."""
@@ -96,7 +99,7 @@ def run_local(cfg: RunConfig, quiet: bool = False, write: bool = True, prepare=N
     """
     check_gpus(cfg.gpus)
     torch.set_num_threads(cfg.train.threads)
-    session = Session(cfg, quiet=quiet, write=write, resume=resume)
+    session = Session(cfg, quiet=quiet, write=write, resume=resume, local=True)
     if prepare is not None:
         prepare(session)
     session.progress.message(session.describe())

@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fednet import algorithms, latency
-from fednet.algorithms.base import ServerInfo
+from fednet.algorithms.contract import ServerInfo
+from fednet.algorithms.state import Shapes
 from fednet.config import RunConfig, validate
 from fednet.data import load_dataset, run_partition
 from fednet.data.stats import label_histogram, partition_summary
@@ -30,8 +32,9 @@ class Session:
     """Builds the server-side pieces of a run from a config (no sockets)."""
 
     def __init__(self, cfg: RunConfig, quiet: bool = False, write: bool = True,
-                 out: Path | None = None, resume: bool = False) -> None:
+                 out: Path | None = None, resume: bool = False, local: bool = False) -> None:
         self.cfg = validate(cfg)
+        self.local = local  # fednet local: the clients' state goes into the checkpoint
         self.run_id = uuid.uuid4().hex
         d = cfg.data
         ds = load_dataset(d.dataset, d.data_root or None, d.download)
@@ -39,7 +42,7 @@ class Session:
         self.stats = partition_summary(self.parts, ds.train_y, ds.num_classes)
         self.histograms = [label_histogram(ds.train_y[p], ds.num_classes) for p in self.parts]
         self.profiles = latency.profiles(cfg.latency, cfg.clients, cfg.seed)
-        self.algo = algorithms.build(cfg)
+        self.algo = algorithms.build(cfg)  # the server half
         self.evaluator = Evaluator(cfg)
         self.algo.setup(self.evaluator.initial, self.evaluator.trainable)
         ev = self.evaluator
@@ -47,24 +50,30 @@ class Session:
                                   ev.pretrain_init, ev.kinds, ev.matching))
         self.out = (out or resolve_out(cfg)) if write else None
         self.ledger = Ledger()
+        self.resumed_clients: checkpoint.ClientStates = {}  # fednet local --resume: per client
+        self.client_view: Callable[[], checkpoint.ClientStates] | None = None  # set by local
         state = self._resume_state() if resume else None
         self.history = History(self.out, cfg, keep_rows=state["rows"] if state else -1)
         self.progress = Progress(cfg.rounds, quiet=quiet)
         self.driver = RoundDriver(cfg, self.algo, self.evaluator, self.ledger, self.history,
                                   self.progress)
+        self.driver.client_state = algorithms.client_class(cfg.algo.name).stateful()
         if state is not None:
             self.driver.resume(state)
         if self.out is not None and cfg.net.checkpoint_every:
             out_dir = self.out
-            self.driver.checkpoint = lambda: checkpoint.save(out_dir, self.algo, self.driver)
+            self.driver.checkpoint = lambda: checkpoint.save(
+                out_dir, self.algo, self.driver, self.client_view() if self.client_view else None)
 
     def _resume_state(self) -> dict:
         if self.out is None:
             raise ConfigError("--resume needs a results folder")
-        if not self.algo.resumable:
-            raise ConfigError(f"--resume: {self.cfg.algo.name} keeps per-client state on the "
-                              "server that checkpoints do not hold yet")
-        _, state = checkpoint.load(self.out, self.algo, self.cfg)  # checked, then restored
+        ev = self.evaluator
+        shapes = Shapes(ev.initial, [tuple(p.shape) for p in ev.model.parameters()
+                                     if p.requires_grad], self.cfg.clients, self.algo.state)
+        cls = algorithms.client_class(self.cfg.algo.name)
+        state, self.resumed_clients = checkpoint.load(  # checked, then restored
+            self.out, self.algo, self.cfg, shapes, cls, self.local)
         return state
 
     def model_template(self) -> dict[str, Any]:

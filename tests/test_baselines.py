@@ -52,7 +52,7 @@ def test_scaffold_one_step_controls_are_the_gradient_at_the_server_model(option)
     init = clone_arrays(state_arrays(ex.ctx.model))
     algo.setup(init)
     arrays = dict(init, **{"c:" + k: np.zeros_like(v) for k, v in init.items()})
-    out, body = algo.client_update(ex.ctx, _task(arrays))
+    out, body = ex.update.run(ex.ctx, _task(arrays))
     assert body["steps"] == 1
     model = ex.ctx.model
     model.load_state_dict({k: torch.from_numpy(v) for k, v in init.items()})
@@ -62,17 +62,16 @@ def test_scaffold_one_step_controls_are_the_gradient_at_the_server_model(option)
         np.testing.assert_allclose(out["dc:" + n], p.grad.numpy(), rtol=1e-4, atol=1e-6)
     # server: c += (1/K) sum dc over participants, K = all clients
     algo.aggregate_round(0, [Result(1, 0, 0, out, body, ex.num_examples)], [])
-    np.testing.assert_allclose(algo.c["fc3.weight"], out["dc:fc3.weight"] / 2, rtol=1e-6)
+    np.testing.assert_allclose(algo.state.c["fc3.weight"], out["dc:fc3.weight"] / 2, rtol=1e-6)
 
 
 def test_fedprox_client_matches_an_autograd_reference():
     mu = 0.5
     cfg = small_config(clients=2, train={"epochs": 2, "batch_size": 8},
                        algo={"name": "fedprox", "params": {"mu": mu}})
-    ex = _executors(cfg)[1]
-    algo = build(cfg)
+    ex = _executors(cfg)[1]  # its client half (ex.update) is FedProx's
     init = clone_arrays(state_arrays(ex.ctx.model))
-    out, _ = algo.client_update(ex.ctx, _task(init, epochs=2))
+    out, _ = ex.update.run(ex.ctx, _task(init, epochs=2))
     model = ex.ctx.model
     model.load_state_dict({k: torch.from_numpy(v) for k, v in init.items()})
     anchor = [p.detach().clone() for p in model.parameters()]
@@ -93,14 +92,13 @@ def test_feddyn_client_gradient_and_state_match_the_paper_rule():
     cfg = small_config(clients=2, train={"epochs": 1, "batch_size": 8},
                        algo={"name": "feddyn", "params": {"alpha": alpha}})
     ex = _executors(cfg)[0]
-    algo = build(cfg)
     init = clone_arrays(state_arrays(ex.ctx.model))
-    algo.client_update(ex.ctx, _task(init))              # round 0: g_k = -alpha (theta_1 - init)
+    ex.update.run(ex.ctx, _task(init))              # round 0: g_k = -alpha (theta_1 - init)
     after0 = clone_arrays(state_arrays(ex.ctx.model))
-    g = [gk.clone() for gk in ex.ctx.state["feddyn_g"]]
+    g = [gk.clone() for gk in ex.ctx.state.feddyn_g]
     for gk, (n, _) in zip(g, ex.ctx.model.named_parameters()):
         np.testing.assert_allclose(gk.numpy(), -alpha * (after0[n] - init[n]), rtol=1e-5, atol=1e-7)
-    out, _ = algo.client_update(ex.ctx, _task(after0, rnd=1))  # round 1 uses that g_k
+    out, _ = ex.update.run(ex.ctx, _task(after0, rnd=1))  # round 1 uses that g_k
     model = ex.ctx.model
     model.load_state_dict({k: torch.from_numpy(v) for k, v in after0.items()})
     anchor = [p.detach().clone() for p in model.parameters()]
@@ -123,7 +121,7 @@ def test_feddyn_server_golden_numbers():
           Result(2, 0, 1, {"w": np.array([1.0, -2.0], np.float32)}, {}, 90)]
     algo.aggregate_round(0, rs, [])
     # h = -(0.5/4) * ((2,2) + (0,-2)) = (-0.25, 0); theta = mean (2, 0) - h/0.5 = (2.5, 0)
-    np.testing.assert_allclose(algo.h["w"], [-0.25, 0.0])
+    np.testing.assert_allclose(algo.state.h["w"], [-0.25, 0.0])
     np.testing.assert_allclose(algo.global_arrays["w"], [2.5, 0.0])
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from fednet.algorithms import build
-from fednet.algorithms.base import ServerInfo
+from fednet.algorithms.contract import ServerInfo
 from fednet.algorithms.factorized import cosine
 from fednet.inproc import InprocDispatcher
 from fednet.session import Session
@@ -24,12 +24,12 @@ def _session(**over):
 def test_factorized_uploads_only_u_norm_bias_and_the_matching_v():
     s = _session(clients=3, rounds=2, data=PERM, algo={"name": "factorized"})
     kinds = s.algo.info.kinds
-    up = s.algo.latest[0]
+    up = s.algo.state.latest[0]
     assert {kinds[n] for n in up} == {"u", "norm", "dense", "v"}
     assert [n for n in up if kinds[n] == "v"] == [s.algo.info.matching] == ["fc2.v"]
     assert not any(kinds[n] in ("mu", "head", "buffer") for n in up)
     beta = _session(clients=3, rounds=1, data=PERM, algo={"name": "factorized_beta"})
-    assert {"u", "v", "mu", "norm", "dense"} == {kinds[n] for n in beta.algo.latest[0]}
+    assert {"u", "v", "mu", "norm", "dense"} == {kinds[n] for n in beta.algo.state.latest[0]}
 
 
 def _algo(params, clients=3):

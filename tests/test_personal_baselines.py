@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from fednet import latency
-from fednet.algorithms import build
-from fednet.algorithms.base import ClientContext
+from fednet.algorithms import build, build_client
+from fednet.algorithms.contract import ClientContext
 from fednet.algorithms.fedfomo import W_KEY, affinity_step, epsilon, fomo_weights, mix_weights
 from fednet.client.executor import Executor
 from fednet.errors import ConfigError
@@ -23,8 +23,8 @@ from tests.conftest import small_config
 def _cfl(clients=7, warmup=2):
     algo = build(small_config(clients=clients, algo={"name": "cfl", "params": {"warmup": warmup}}))
     algo.setup({"w": np.zeros(3, np.float32), "n": np.zeros((), np.int64)})
-    algo.clusters = [[0, 2], [1, 3, 4, 5, 6]]
-    algo.models = [{"w": np.full(3, 10.0, np.float32), "n": np.zeros((), np.int64)},
+    algo.state.clusters = [[0, 2], [1, 3, 4, 5, 6]]
+    algo.state.models = [{"w": np.full(3, 10.0, np.float32), "n": np.zeros((), np.int64)},
                    {"w": np.zeros(3, np.float32), "n": np.zeros((), np.int64)}]
     return algo
 
@@ -42,11 +42,11 @@ def test_cfl_splits_opposite_updates_into_two_clusters_with_global_ids():
     m = algo.step(2, up)
     # local indices of the split would be [0, 2] and [1, 3]; the clusters hold global ids, and
     # the member that sat the round out (6) joins the larger child (a tie: the one holding 1)
-    assert algo.clusters == [[0, 2], [1, 4, 6], [3, 5]]
+    assert algo.state.clusters == [[0, 2], [1, 4, 6], [3, 5]]
     assert m["clusters"] == 3 and m["splits"] == 1
-    np.testing.assert_allclose(algo.models[0]["w"], [10, 10, 10])  # no update: unchanged
-    np.testing.assert_allclose(algo.models[1]["w"], (up[1]["w"] + up[4]["w"]) / 2, rtol=1e-6)
-    np.testing.assert_allclose(algo.models[2]["w"], (up[3]["w"] + up[5]["w"]) / 2, rtol=1e-6)
+    np.testing.assert_allclose(algo.state.models[0]["w"], [10, 10, 10])  # no update: unchanged
+    np.testing.assert_allclose(algo.state.models[1]["w"], (up[1]["w"] + up[4]["w"]) / 2, rtol=1e-6)
+    np.testing.assert_allclose(algo.state.models[2]["w"], (up[3]["w"] + up[5]["w"]) / 2, rtol=1e-6)
     assert m["mean_update_norm"] == pytest.approx(np.linalg.norm([0, 0.05, 0.075]), rel=1e-5)
     assert algo.cluster_of(6) == 1
 
@@ -55,9 +55,9 @@ def test_cfl_does_not_split_before_warmup_or_when_updates_are_small():
     algo = _cfl()
     up = _opposite_updates()
     m = algo.step(1, up)                      # round 1 < warmup 2
-    assert algo.clusters == [[0, 2], [1, 3, 4, 5, 6]] and m["splits"] == 0
+    assert algo.state.clusters == [[0, 2], [1, 3, 4, 5, 6]] and m["splits"] == 0
     mean = np.mean([u["w"] for u in up.values()], axis=0)
-    np.testing.assert_allclose(algo.models[1]["w"], mean, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(algo.state.models[1]["w"], mean, rtol=1e-6, atol=1e-7)
     small = _cfl()
     assert small.step(5, _opposite_updates(0.5))["splits"] == 0   # max norm 1.0 < eps2 = 1.6
     with pytest.raises(ConfigError, match="--param eps1"):
@@ -70,12 +70,12 @@ def test_cfl_client_uploads_its_update_and_the_server_adds_the_mean():
     algo = build(cfg)
     init = clone_arrays(state_arrays(ex.ctx.model))
     algo.setup(init)
-    dw, body = algo.client_update(ex.ctx, Task(1, 0, [0], init, {"epochs": 1, "lr": 0.1}))
+    dw, body = ex.update.run(ex.ctx, Task(1, 0, [0], init, {"epochs": 1, "lr": 0.1}))
     after = state_arrays(ex.ctx.model)
     for k in init:
         np.testing.assert_allclose(dw[k], after[k] - init[k], atol=1e-7)
     algo.aggregate_round(0, [Result(1, 0, 0, dw, body, ex.num_examples)], [])
-    np.testing.assert_allclose(algo.models[0]["fc3.weight"], after["fc3.weight"], atol=1e-6)
+    np.testing.assert_allclose(algo.state.models[0]["fc3.weight"], after["fc3.weight"], atol=1e-6)
 
 
 # ---- FedFOMO ---------------------------------------------------------------------------------
@@ -90,16 +90,16 @@ def test_fedfomo_weights_affinity_and_epsilon_golden_numbers():
     algo.setup({"w": np.zeros(2, np.float32)})
     rs = [Result(1, 0, 0, {"w": np.ones(2, np.float32), W_KEY: w[:2]}, {"candidates": [2, 3]}, 10)]
     algo.aggregate_round(0, rs, [])
-    np.testing.assert_allclose(algo.affinity[0], [0.1, 0, 1.0, -2.0])  # / |0.25 - 0.5|
-    assert set(algo.latest[0]) == {"w"}
+    np.testing.assert_allclose(algo.state.affinity[0], [0.1, 0, 1.0, -2.0])  # / |0.25 - 0.5|
+    assert set(algo.state.latest[0]) == {"w"}
 
 
 def test_fedfomo_greedy_choice_and_download_of_m_models():
     algo = build(small_config(clients=5, algo={"name": "fedfomo", "params": {"m": 2}}))
     model = {"a": np.zeros((4, 5), np.float32), "b": np.zeros(5, np.float32)}
     algo.setup(model)
-    algo.latest = {k: clone_arrays(model) for k in range(5)}
-    algo.affinity[0] = [0.1, 0.5, -1.0, 0.7, 0.2]
+    algo.state.latest = {k: clone_arrays(model) for k in range(5)}
+    algo.state.affinity[0] = [0.1, 0.5, -1.0, 0.7, 0.2]
     assert algo.candidates(10, 0) == [3, 1]              # eps = 0 from round 6: the top two
     assert algo.candidates(0, 0) == algo.candidates(0, 0)  # seeded
     tasks = algo.configure_round(1, [ClientInfo(k, 10) for k in range(5)])
@@ -112,7 +112,7 @@ def test_fedfomo_greedy_choice_and_download_of_m_models():
 def test_fedfomo_client_mixes_only_positive_candidates_by_normalised_weights():
     cfg = small_config(clients=3, algo={"name": "fedfomo", "params": {"norm": "l2"}})
     ex = Executor(0, cfg, latency.profiles(cfg.latency, 3, cfg.seed)[0])
-    ctx, algo = ex.ctx, build(cfg)
+    ctx, algo = ex.ctx, ex.update
     own = clone_arrays(state_arrays(ctx.model))
     tr, va = algo.split(ctx)
     assert len(va) == round(0.2 * ctx.num_examples) and not set(tr.tolist()) & set(va.tolist())
@@ -136,8 +136,8 @@ def test_fedfomo_client_mixes_only_positive_candidates_by_normalised_weights():
     assert want[0] > 0 and want[2] > 0 and want[1] < 0
     load_arrays(ctx.model, own)
     arrays = {f"m{k}:{n}": a for k, c in zip([1, 2, 3], cands) for n, a in c.items()}
-    out, body = algo.client_update(ctx, Task(1, 1, [0], arrays,
-                                             {"epochs": 0, "lr": 0.1, "candidates": [1, 2, 3]}))
+    out, body = algo.run(ctx, Task(1, 1, [0], arrays,
+                                 {"epochs": 0, "lr": 0.1, "candidates": [1, 2, 3]}))
     np.testing.assert_allclose(out[W_KEY], want, rtol=1e-4)
     assert body["mixed"] == 2
     mix = want.clip(0) / want.clip(0).sum()
@@ -154,7 +154,7 @@ def _toy(params, wd=0.01):
     model = nn.Linear(2, 3, bias=False)
     x = torch.tensor([[1.0, 2.0], [0.5, -1.0], [-1.5, 0.5], [2.0, 1.0]])
     y = torch.tensor([0, 2, 1, 2])
-    return build(cfg), ClientContext(0, model, x, y, cfg, torch.device("cpu"))
+    return build_client(cfg), ClientContext(0, model, x, y, cfg, torch.device("cpu"))
 
 
 def _softmax(z):
@@ -191,8 +191,8 @@ def test_perfedavg_first_order_step_equals_a_hand_computation():
     # the whole client update: one pair per epoch of two batches, then the personalization step
     algo, ctx = _toy({"alpha": a, "beta": b}, wd)
     bl = batches(4, 2, ctx.batch_generator(0))
-    up, body = algo.client_update(ctx, Task(1, 0, [0], {"weight": W.astype(np.float32)},
-                                            {"epochs": 1, "evaluate": True}))
+    up, body = algo.run(ctx, Task(1, 0, [0], {"weight": W.astype(np.float32)},
+                                 {"epochs": 1, "evaluate": True}))
     d1, d2 = bl[0].tolist(), bl[1].tolist()
     want = W - b * _grad(W - a * _grad(W, x[d1], y[d1], wd), x[d2], y[d2], wd)
     np.testing.assert_allclose(up["weight"], want, rtol=1e-5, atol=1e-7)

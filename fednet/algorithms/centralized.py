@@ -6,39 +6,36 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fednet.algorithms.base import Algorithm, ClientContext
-from fednet.config import RunConfig
+from fednet.algorithms.contract import ClientContext, ClientUpdate, Strategy
 from fednet.models.params import load_arrays, state_arrays
 from fednet.training.local import train
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 
 
-class Centralized(Algorithm):
+class Centralized(Strategy):
     """Each round: E epochs over all training data at lr * (1 + cos(pi t / T)) / 2."""
-
-    name = "centralized"
-
-    def __init__(self, cfg: RunConfig) -> None:
-        super().__init__(cfg)
-        self.checked_params({})
 
     def configure_round(self, rnd: int, clients: list[ClientInfo]) -> list[Task]:
         """One task, to the lowest-id live client."""
         worker = min(clients, key=lambda c: c.cid)
         lr = self.cfg.train.lr * 0.5 * (1 + math.cos(math.pi * rnd / self.cfg.rounds))
-        return [self.new_task(rnd, [worker.cid], self.global_arrays,
+        return [self.new_task(rnd, [worker.cid], self.state.model,
                               {"epochs": self.cfg.train.epochs, "lr": lr})]
 
     def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
                         ) -> dict[str, float]:
         """The worker's model becomes the model."""
         if results:
-            self.global_arrays = results[0].arrays
+            self.state.model = results[0].arrays
         loss = float(results[0].body.get("loss", float("nan"))) if results else float("nan")
         return {"train_loss": loss, "results": len(results), "failures": len(failures),
                 "lr": float(results[0].body.get("lr", 0.0)) if results else 0.0}
 
-    def client_update(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
+
+class CentralizedClient(ClientUpdate):
+    """The one worker: trains on the pooled training set it rebuilds locally."""
+
+    def run(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
         """Train on the pooled training set."""
         load_arrays(ctx.model, task.arrays)
         x, y = ctx.pooled()

@@ -24,19 +24,24 @@ Rounds are 0-based: warmup=20 (default) first allows a split in the 21st round, 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from fednet.algorithms.base import Algorithm, ClientContext
-from fednet.algorithms.fedavg import round_metrics, usable
+from fednet.algorithms.common import round_metrics, usable
+from fednet.algorithms.contract import ClientContext, ClientUpdate, Model, ServerState, Strategy
 from fednet.algorithms.local import local_sgd
-from fednet.config import RunConfig
-from fednet.errors import ConfigError
 from fednet.models.params import clone_arrays, load_arrays, state_arrays
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 
-DEFAULTS: dict[str, Any] = {"eps1": 0.4, "eps2": 1.6, "warmup": 20, "lr_decay": 1.0}
+
+@dataclass
+class CFLState(ServerState):
+    """The clusters (client ids), one model per cluster; `model` is the biggest cluster's."""
+
+    clusters: list[list[int]] = field(default_factory=list)
+    models: list[Model] = field(default_factory=list)
 
 
 def _flat(update: Arrays, names: list[str]) -> np.ndarray:
@@ -63,37 +68,19 @@ def bipartition(sim: np.ndarray) -> tuple[list[int], list[int]]:
     return a, b
 
 
-class ClusteredFL(Algorithm):
+class ClusteredFL(Strategy):
     """Per-cluster models; clusters split recursively when their members' updates disagree."""
 
-    name = "cfl"
-    resumable = False  # per-client server state (uploads, clusters, affinities) not saved
+    State = CFLState
 
-    def __init__(self, cfg: RunConfig) -> None:
-        super().__init__(cfg)
-        p = self.checked_params(DEFAULTS)
-        try:
-            self.eps1, self.eps2 = float(p["eps1"]), float(p["eps2"])
-            self.warmup, self.lr_decay = int(p["warmup"]), float(p["lr_decay"])
-        except (TypeError, ValueError):
-            raise ConfigError("--param eps1, eps2, lr_decay take numbers and --param warmup an "
-                              "integer") from None
-        for name, val in (("eps1", self.eps1), ("eps2", self.eps2), ("lr_decay", self.lr_decay)):
-            if not val > 0:
-                raise ConfigError(f"--param {name} must be positive (got {val})")
-        if self.warmup < 0:
-            raise ConfigError(f"--param warmup must be >= 0 (got {self.warmup})")
-        self.clusters: list[list[int]] = [list(range(cfg.clients))]
-        self.models: list[Arrays] = []
-
-    def setup(self, init: Arrays, trainable: set[str] | None = None) -> None:
-        """The initial model is the one cluster's model."""
-        super().setup(init, trainable)
-        self.models = [clone_arrays(self.global_arrays)]
+    def init_state(self, init: Arrays) -> CFLState:
+        """All clients in one cluster, whose model is the initial one."""
+        return CFLState(model=dict(init), clusters=[list(range(self.cfg.clients))],
+                        models=[clone_arrays(init)])
 
     def cluster_of(self, cid: int) -> int:
         """Index of the cluster that holds client cid."""
-        for i, members in enumerate(self.clusters):
+        for i, members in enumerate(self.state.clusters):
             if cid in members:
                 return i
         raise KeyError(f"client {cid} is in no cluster")
@@ -101,12 +88,12 @@ class ClusteredFL(Algorithm):
     def task_body(self, rnd: int, client: ClientInfo) -> dict[str, Any]:
         """The run's instructions, lr decayed by lr_decay per round (1: no decay)."""
         body = super().task_body(rnd, client)
-        body["lr"] = float(body["lr"]) * self.lr_decay ** rnd
+        body["lr"] = float(body["lr"]) * self.p.lr_decay ** rnd
         return body
 
     def configure_round(self, rnd: int, clients: list[ClientInfo]) -> list[Task]:
         """Each selected client gets its cluster's model."""
-        return [self.new_task(rnd, [c.cid], self.models[self.cluster_of(c.cid)],
+        return [self.new_task(rnd, [c.cid], self.state.models[self.cluster_of(c.cid)],
                               self.task_body(rnd, c)) for c in self.select(rnd, clients)]
 
     def _names(self, update: Arrays) -> list[str]:
@@ -119,7 +106,7 @@ class ClusteredFL(Algorithm):
         new_clusters: list[list[int]] = []
         new_models: list[Arrays] = []
         splits, mean_norms, max_norms = 0, [], []
-        for members, model in zip(self.clusters, self.models):
+        for members, model in zip(self.state.clusters, self.state.models):
             ids = [k for k in members if k in updates]
             if not ids:
                 new_clusters.append(members)
@@ -132,8 +119,8 @@ class ClusteredFL(Algorithm):
             mean_norms.append(mean_norm)
             max_norms.append(max_norm)
             parts = [members]
-            if (mean_norm < self.eps1 and max_norm > self.eps2 and len(ids) > 2
-                    and rnd >= self.warmup):
+            if (mean_norm < self.p.eps1 and max_norm > self.p.eps2 and len(ids) > 2
+                    and rnd >= self.p.warmup):
                 a, b = bipartition(cosine_matrix(vecs))
                 ga, gb = [ids[i] for i in a], [ids[i] for i in b]  # local -> global ids
                 rest = [k for k in members if k not in updates]
@@ -144,8 +131,8 @@ class ClusteredFL(Algorithm):
             for part in parts:
                 new_clusters.append(part)
                 new_models.append(self._apply(model, [updates[k] for k in part if k in updates]))
-        self.clusters, self.models = new_clusters, new_models
-        return {"clusters": len(self.clusters), "splits": splits,
+        self.state.clusters, self.state.models = new_clusters, new_models
+        return {"clusters": len(new_clusters), "splits": splits,
                 "mean_update_norm": max(mean_norms, default=float("nan")),
                 "max_update_norm": max(max_norms, default=float("nan"))}
 
@@ -170,11 +157,16 @@ class ClusteredFL(Algorithm):
         """Split and aggregate per cluster; the biggest cluster's model is the 'global' one."""
         ok, dropped = usable(results)
         metrics = self.step(rnd, {r.cid: r.arrays for r in ok})
-        big = max(range(len(self.clusters)), key=lambda i: (len(self.clusters[i]), -i))
-        self.global_arrays = self.models[big]
+        clusters = self.state.clusters
+        big = max(range(len(clusters)), key=lambda i: (len(clusters[i]), -i))
+        self.state.model = self.state.models[big]
         return {**round_metrics(ok, failures, dropped), **metrics}
 
-    def client_update(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
+
+class CFLClient(ClientUpdate):
+    """Trains from its cluster's model and uploads its update dW."""
+
+    def run(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
         """Train from the cluster's model; upload dW = W_after - W_before (floating entries)."""
         load_arrays(ctx.model, task.arrays)
         before = clone_arrays(state_arrays(ctx.model))

@@ -15,14 +15,17 @@ domain clients by round 4 at lr 0.05, momentum 0.9); the paper's lr of 1e-3 trai
 """
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
 from fednet import rng
 from fednet.algorithms.aggregate import weighted_mean
-from fednet.algorithms.base import Algorithm, ClientContext
-from fednet.algorithms.fedavg import round_metrics, usable
+from fednet.algorithms.common import round_metrics, usable
+from fednet.algorithms.contract import ClientContext, ClientUpdate, Model, ServerState, Strategy
 from fednet.algorithms.local import local_sgd
 from fednet.config import RunConfig
 from fednet.errors import ConfigError
@@ -31,8 +34,6 @@ from fednet.models.params import load_arrays, state_arrays
 from fednet.training.hooks import clip_norm
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 
-DEFAULTS = {"tau": 0.0, "eps": 1.0, "min_peers": 0, "lambda_sparsity": 5e-4, "matching": "similarity",
-            "peers": 3, "l1_detached": False, "clip": 5.0}
 SHARED = {"factorized": {"u", "norm", "dense"}, "factorized_beta": {"u", "v", "mu", "norm", "dense"}}
 
 
@@ -43,29 +44,41 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / (na * nb)) if na > 0 and nb > 0 else 0.0
 
 
-class Factorized(Algorithm):
+@dataclass
+class FactorizedState(ServerState):
+    """The (initial) model, each client's latest upload and its sample count."""
+
+    latest: dict[int, Model] = field(default_factory=dict)
+    sizes: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class FactorizedClientState:
+    """The client's optimizer momentum (its model itself is personal too: keeps_model)."""
+
+    momentum: dict[int, torch.Tensor] = field(default_factory=dict)
+
+
+def scenario_params(cfg: RunConfig, p: Any) -> Any:
+    """docs/algorithms.md §5.4's per-scenario defaults, where --param did not set a value."""
+    scenario: dict[str, Any] = {}
+    if cfg.data.partition == "domain":
+        scenario = {"tau": 0.95, "eps": 20.0, "min_peers": 4}
+    elif cfg.data.permute:
+        scenario = {"min_peers": max(1, cfg.clients // 2)}
+    return dataclasses.replace(p, **{k: v for k, v in scenario.items() if k not in cfg.algo.params})
+
+
+class Factorized(Strategy):
     """Personalized aggregation of the shared factors by similarity of the matching v."""
 
-    name = "factorized"
-    resumable = False  # per-client server state (uploads, clusters, affinities) not saved
+    State = FactorizedState
 
-    def __init__(self, cfg: RunConfig) -> None:
-        super().__init__(cfg)
-        checked = self.checked_params(DEFAULTS)
-        scenario: dict[str, Any] = {}  # docs/algorithms.md §5.4's table of per-scenario settings
-        if cfg.data.partition == "domain":
-            scenario = {"tau": 0.95, "eps": 20.0, "min_peers": 4}
-        elif cfg.data.permute:
-            scenario = {"min_peers": max(1, cfg.clients // 2)}
-        self.p = {**checked, **scenario, **self.params}
-        if self.p["matching"] not in ("similarity", "none", "random", "worst"):
-            raise ConfigError(f"--param matching={self.p['matching']} is unknown; choose "
-                              "similarity, none, random or worst")
+    def __init__(self, cfg: RunConfig, params: Any) -> None:
+        super().__init__(cfg, scenario_params(cfg, params))
         self.shared_kinds = SHARED["factorized_beta" if cfg.algo.name == "factorized_beta" else
                                    "factorized"]
-        self.latest: dict[int, Arrays] = {}
-        self.sizes: dict[int, int] = {}
-        self.matched: dict[int, list[int]] = {}
+        self.matched: dict[int, list[int]] = {}  # client -> its peers, within a round
 
     def shared(self) -> list[str]:
         """State names that travel (by kind; never the head, never BN running statistics)."""
@@ -77,16 +90,17 @@ class Factorized(Algorithm):
 
     def _weights(self, k: int) -> list[tuple[int, float]]:
         """(peer, weight) pairs for client k's aggregate (section 5.4 and the ablations)."""
-        peers = sorted(self.latest)
-        if self.p["matching"] == "none":
-            tot = sum(self.sizes[j] for j in peers)
-            return [(j, self.sizes[j] / tot) for j in peers]
+        latest, sizes = self.state.latest, self.state.sizes
+        peers = sorted(latest)
+        if self.p.matching == "none":
+            tot = sum(sizes[j] for j in peers)
+            return [(j, sizes[j] / tot) for j in peers]
         z = self.info.matching
-        sims = {j: (1.0 if j == k else cosine(self.latest[k][z], self.latest[j][z])) for j in peers}
-        if self.p["matching"] in ("random", "worst"):
+        sims = {j: (1.0 if j == k else cosine(latest[k][z], latest[j][z])) for j in peers}
+        if self.p.matching in ("random", "worst"):
             others = [j for j in peers if j != k]
-            m = min(int(self.p["peers"]), len(others))
-            if self.p["matching"] == "random":
+            m = min(self.p.peers, len(others))
+            if self.p.matching == "random":
                 pick = rng.generator(self.cfg.seed, "random-matching", len(self.matched), k)
                 chosen = [others[i] for i in sorted(pick.choice(len(others), m, replace=False))]
             else:
@@ -94,10 +108,10 @@ class Factorized(Algorithm):
             group = [k] + chosen
         else:
             order = sorted(peers, key=lambda j: (-sims[j], j))
-            n = sum(1 for j in peers if sims[j] >= float(self.p["tau"]))
-            n = max(n, int(self.p["min_peers"]) or len(peers), 1)
+            n = sum(1 for j in peers if sims[j] >= self.p.tau)
+            n = max(n, self.p.min_peers or len(peers), 1)
             group = order[:n]
-        e = np.array([float(self.p["eps"]) * sims[j] for j in group])
+        e = np.array([self.p.eps * sims[j] for j in group])
         w = np.exp(e - e.max())
         w = w / w.sum()
         return list(zip(group, w.tolist()))
@@ -105,22 +119,23 @@ class Factorized(Algorithm):
     def personalized(self, k: int) -> Arrays:
         """Client k's shared arrays: its similarity-weighted aggregate (init before any upload)."""
         names = self.shared()
-        if not self.latest:
-            return {n: self.global_arrays[n] for n in names}
-        if k not in self.latest:  # never uploaded: the sample-weighted average of all stored
-            peers = sorted(self.latest)
-            return weighted_mean([{n: self.latest[j][n] for n in names} for j in peers],
-                                 [self.sizes[j] for j in peers])
+        latest = self.state.latest
+        if not latest:
+            return {n: self.state.model[n] for n in names}
+        if k not in latest:  # never uploaded: the sample-weighted average of all stored
+            peers = sorted(latest)
+            return weighted_mean([{n: latest[j][n] for n in names} for j in peers],
+                                 [self.state.sizes[j] for j in peers])
         pw = self._weights(k)
         self.matched[k] = [j for j, _ in pw]
-        return weighted_mean([{n: self.latest[j][n] for n in names} for j, _ in pw],
+        return weighted_mean([{n: latest[j][n] for n in names} for j, _ in pw],
                              [w for _, w in pw])
 
     def configure_round(self, rnd: int, clients: list[ClientInfo]) -> list[Task]:
         """One task per selected client with its own personalized aggregate."""
         self.matched = {}
-        body_extra = {"lambda": float(self.p["lambda_sparsity"]), "l1_detached": bool(self.p["l1_detached"]),
-                      "clip": float(self.p["clip"]),
+        body_extra = {"lambda": self.p.lambda_sparsity, "l1_detached": self.p.l1_detached,
+                      "clip": self.p.clip,
                       "upload": sorted(set(self.shared()) | {self.info.matching})}
         return [self.new_task(rnd, [c.cid], self.personalized(c.cid),
                               {**self.task_body(rnd, c), **body_extra})
@@ -131,14 +146,21 @@ class Factorized(Algorithm):
         """Store each client's latest upload; the aggregation is per client, next round."""
         ok, dropped = usable(results)
         for r in ok:
-            self.latest[r.cid] = r.arrays
-            self.sizes[r.cid] = r.num_examples
+            self.state.latest[r.cid] = r.arrays
+            self.state.sizes[r.cid] = r.num_examples
         m = round_metrics(ok, failures, dropped)
         if self.matched:
             m["peers_mean"] = float(np.mean([len(v) for v in self.matched.values()]))
         return m
 
-    def client_update(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
+
+class FactorizedClient(ClientUpdate):
+    """Trains its personal factorized model; only the shared factors are loaded and sent."""
+
+    State = FactorizedClientState
+    keeps_model = True
+
+    def run(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
         """Load the shared factors, train with the L1 term on mu (momentum kept), upload."""
         load_arrays(ctx.model, task.arrays, strict=False)
         lam = float(task.body.get("lambda", 0.0))

@@ -1,13 +1,14 @@
 """FedAvg. McMahan et al., "Communication-Efficient Learning of Deep Networks from
-Decentralized Data", AISTATS 2017. Spec: docs/algorithms.md §3.1."""
+Decentralized Data", AISTATS 2017. Spec: docs/algorithms.md §3.1. FedProx (§3.2) is FedAvg's
+server with the proximal client rule; Per-FedAvg (§3.10) also uses this server."""
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any
 
 from fednet.algorithms.aggregate import StreamingMean
-from fednet.algorithms.base import Algorithm, ClientContext, finite
+from fednet.algorithms.common import finite, round_metrics
+from fednet.algorithms.contract import ClientContext, ClientUpdate, Strategy
 from fednet.algorithms.local import Plain, Prox
 from fednet.config import RunConfig
 from fednet.models.params import state_arrays
@@ -16,31 +17,11 @@ from fednet.types import Arrays, Failure, Result, Task
 log = logging.getLogger("fednet.server")
 
 
-def usable(results: list[Result]) -> tuple[list[Result], int]:
-    """Results with finite arrays, ordered by client id; and how many were dropped."""
-    ok = sorted((r for r in results if finite(r.arrays)), key=lambda r: r.cid)
-    return ok, len(results) - len(ok)
+class FedAvg(Strategy):
+    """The server averages the clients' models by sample count, streaming (folded on arrival)."""
 
-
-def round_metrics(ok: list[Result], failures: list[Failure], dropped: int) -> dict[str, float]:
-    """Sample-weighted training loss (an exact sum: the same for any order) and result counts."""
-    n = sum(r.num_examples for r in ok)
-    loss = math.fsum(float(r.body.get("loss", 0.0)) * r.num_examples for r in ok)
-    return {"train_loss": loss / n if n else float("nan"), "results": len(ok),
-            "failures": len(failures), "non_finite": dropped}
-
-
-class FedAvg(Algorithm):
-    """Clients run E epochs of SGD from the global model; the server averages by sample count."""
-
-    name = "fedavg"
-    PARAMS: dict[str, Any] | None = {}  # --param names this algorithm takes (None: checks its own)
-
-    def __init__(self, cfg: RunConfig) -> None:
-        super().__init__(cfg)
-        if self.PARAMS is not None:
-            self.checked_params(self.PARAMS)
-        self.local: Any = Plain()
+    def __init__(self, cfg: RunConfig, params: Any) -> None:
+        super().__init__(cfg, params)
         self._sums: dict[str, StreamingMean] = {}
         self._finite: dict[int, bool] = {}  # task id -> its result was finite (and folded in)
 
@@ -81,22 +62,27 @@ class FedAvg(Algorithm):
         """theta = sum_k n_k theta_k / sum_k n_k over the usable results (any arrival order)."""
         ok, dropped, sums = self.take_round(results)
         if ok:
-            self.global_arrays = sums["model"].result()
+            self.state.model = sums["model"].result()
         return round_metrics(ok, failures, dropped)
 
-    def client_update(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
+
+class FedAvgClient(ClientUpdate):
+    """E epochs of SGD from the received model; sends the whole model back."""
+
+    def __init__(self, cfg: RunConfig, params: Any) -> None:
+        super().__init__(cfg, params)
+        self.local: Any = Plain()
+
+    def run(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
         """The local rule from the received model; returns the whole model."""
         body = self.local.run(ctx, task)
         return state_arrays(ctx.model), body
 
 
-class FedProx(FedAvg):
+class FedProxClient(FedAvgClient):
     """FedProx. Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020.
-    docs/algorithms.md §3.2: FedAvg's server with a proximal client term (mu, default 0.01)."""
+    docs/algorithms.md §3.2: SGD with a proximal term toward the received model (mu)."""
 
-    name = "fedprox"
-    PARAMS = {"mu": 0.01}
-
-    def __init__(self, cfg: RunConfig) -> None:
-        super().__init__(cfg)
-        self.local = Prox(float(self.params.get("mu", 0.01)))
+    def __init__(self, cfg: RunConfig, params: Any) -> None:
+        super().__init__(cfg, params)
+        self.local = Prox(params.mu)

@@ -3,39 +3,48 @@ Spec: docs/algorithms.md §3.4 (paper-correct rule by default; the FedSeq reposi
 --param official=true) and §7.9 (parameter explosion: clip with --param clip=30)."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any
+
 import numpy as np
 
-from fednet.algorithms.fedavg import FedAvg, round_metrics
-from fednet.algorithms.local import Dyn
+from fednet.algorithms.common import round_metrics
+from fednet.algorithms.contract import Model, ServerState
+from fednet.algorithms.fedavg import FedAvg, FedAvgClient
+from fednet.algorithms.local import Dyn, DynState
 from fednet.config import RunConfig
 from fednet.types import Arrays, Failure, Result
+
+
+@dataclass
+class FedDynState(ServerState):
+    """The global model and h (float64, one entry per trainable parameter)."""
+
+    h: Model = field(default_factory=dict)
+
+
+def dyn_update(h: Arrays, alpha: float, K: int, drift: Arrays, mean: Arrays) -> Arrays:
+    """h <- h - (alpha/K) drift (in place); the model mean - h/alpha on h's entries."""
+    for k, hk in h.items():
+        hk -= (alpha / K) * drift[k]
+    return {k: (mean[k] - h[k] / alpha).astype(mean[k].dtype) if k in h else mean[k] for k in mean}
 
 
 class FedDyn(FedAvg):
     """Server: h <- h - (alpha/K) sum_P (theta_k - theta_t); theta = mean_P theta_k - h/alpha."""
 
-    name = "feddyn"
-    PARAMS = {"alpha": 0.1, "clip": 0.0, "official": False}
+    State = FedDynState
 
-    def __init__(self, cfg: RunConfig) -> None:
-        super().__init__(cfg)
-        self.alpha = float(self.params.get("alpha", 0.1))
-        if self.alpha <= 0:
-            from fednet.errors import ConfigError
-            raise ConfigError(f"--param alpha must be positive for feddyn (got {self.alpha})")
-        self.local = Dyn(self.alpha, float(self.params.get("clip", 0.0)),
-                         bool(self.params.get("official", False)))
-        self.h: Arrays = {}
-
-    def setup(self, init: Arrays, trainable: set[str] | None = None) -> None:
+    def init_state(self, init: Arrays) -> FedDynState:
         """Global model plus the server state h = 0 (trainable parameters only)."""
-        super().setup(init, trainable)
-        self.h = {k: np.zeros_like(v, dtype=np.float64) for k, v in init.items() if k in self.trainable}
+        return FedDynState(model=dict(init), h={k: np.zeros_like(v, dtype=np.float64)
+                                                for k, v in init.items() if k in self.trainable})
 
     def fold(self, r: Result) -> None:
         """Uniform weights: every participant counts once; its drift theta_k - theta is summed
         apart (exactly, as the per-client differences, not as a difference of sums)."""
-        drift = {k: r.arrays[k].astype(np.float64) - self.global_arrays[k] for k in self.h
+        model = self.state.model
+        drift = {k: r.arrays[k].astype(np.float64) - model[k] for k in self.state.h
                  if k in r.arrays}
         self.sum_of("model").check(r.arrays, 1.0)
         self.sum_of("drift").check(drift, 1.0)
@@ -48,20 +57,19 @@ class FedDyn(FedAvg):
         ok, dropped, sums = self.take_round(results)
         if not ok:
             return round_metrics(ok, failures, dropped)
-        K = self.cfg.clients
-        mean, drift = sums["model"].result(), sums["drift"].sums()
-        for k, h in self.h.items():
-            h -= (self.alpha / K) * drift[k]
-        self.global_arrays = {k: (mean[k] - self.h[k] / self.alpha).astype(mean[k].dtype)
-                              if k in self.h else mean[k] for k in mean}
+        h = self.state.h
+        self.state.model = dyn_update(h, self.p.alpha, self.cfg.clients, sums["drift"].sums(),
+                                      sums["model"].result())
         m = round_metrics(ok, failures, dropped)
-        m["h_norm"] = float(np.sqrt(sum(float((h * h).sum()) for h in self.h.values())))
+        m["h_norm"] = float(np.sqrt(sum(float((x * x).sum()) for x in h.values())))
         return m
 
-    def state_arrays(self) -> Arrays:
-        """h, for checkpoints."""
-        return {f"h/{k}": v for k, v in self.h.items()}
 
-    def restore_state(self, state: Arrays, meta: dict) -> None:
-        """h back from a checkpoint."""
-        self.h = {k[2:]: v.astype(np.float64) for k, v in state.items() if k.startswith("h/")}
+class FedDynClient(FedAvgClient):
+    """SGD with FedDyn's linear and quadratic terms; g_k is this client's state."""
+
+    State = DynState
+
+    def __init__(self, cfg: RunConfig, params: Any) -> None:
+        super().__init__(cfg, params)
+        self.local = Dyn(params.alpha, params.clip, params.official)

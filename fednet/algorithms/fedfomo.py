@@ -21,6 +21,7 @@ Deviation: a candidate at distance 0 scores w = 0 (the official code would divid
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -28,17 +29,13 @@ import torch
 
 from fednet import rng
 from fednet.algorithms.aggregate import weighted_mean
-from fednet.algorithms.base import Algorithm, ClientContext
-from fednet.algorithms.fedavg import round_metrics, usable
+from fednet.algorithms.common import round_metrics, usable
+from fednet.algorithms.contract import ClientContext, ClientUpdate, Model, ServerState, Strategy
 from fednet.algorithms.local import local_sgd
-from fednet.config import RunConfig
-from fednet.errors import ConfigError
 from fednet.models.params import clone_arrays, load_arrays, state_arrays
 from fednet.training.local import evaluate
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 
-DEFAULTS: dict[str, Any] = {"m": 5, "eps": 0.3, "eps_decay": 0.05, "val_fraction": 0.2,
-                            "baseline": "current", "norm": "l1", "self_weight": 0.1}
 W_KEY = "fomo:w"
 
 
@@ -65,52 +62,48 @@ def affinity_step(w: np.ndarray) -> np.ndarray:
     return w / (norm if norm >= 1e-9 else norm + 1e-9)
 
 
-class FedFomo(Algorithm):
+@dataclass
+class FedFomoState(ServerState):
+    """The affinities p (K x K), each client's latest model and its sample count."""
+
+    affinity: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    latest: dict[int, Model] = field(default_factory=dict)
+    sizes: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class FedFomoClientState:
+    """The fixed (train, validation) index split, and theta_b for --param baseline=first_model
+    (the client's model itself is personal: keeps_model)."""
+
+    fomo_split: tuple[torch.Tensor, ...] | None = None
+    fomo_first: Model | None = None
+
+
+class FedFomo(Strategy):
     """Per-client first-order model mixing over downloaded peer models."""
 
-    name = "fedfomo"
-    resumable = False  # per-client server state (uploads, clusters, affinities) not saved
+    State = FedFomoState
 
-    def __init__(self, cfg: RunConfig) -> None:
-        super().__init__(cfg)
-        p = self.checked_params(DEFAULTS)
-        if p["baseline"] not in ("current", "first_model"):
-            raise ConfigError(f"--param baseline={p['baseline']} is unknown; choose current "
-                              "(the paper) or first_model (the official code)")
-        if p["norm"] not in ("l1", "l2"):
-            raise ConfigError(f"--param norm={p['norm']} is unknown; choose l1 or l2")
-        try:
-            self.m = int(p["m"])
-            self.eps0, self.eps_decay = float(p["eps"]), float(p["eps_decay"])
-            self.val_fraction, self.self_weight = float(p["val_fraction"]), float(p["self_weight"])
-        except (TypeError, ValueError):
-            raise ConfigError("--param m takes an integer; eps, eps_decay, val_fraction and "
-                              "self_weight take numbers") from None
-        if self.m < 1:
-            raise ConfigError(f"--param m must be at least 1 (got {self.m})")
-        if not 0 < self.val_fraction < 1:
-            raise ConfigError(f"--param val_fraction must be in (0, 1) (got {self.val_fraction})")
-        if self.eps0 < 0 or self.eps_decay < 0:
-            raise ConfigError("--param eps and eps_decay must be >= 0")
-        self.baseline, self.norm = str(p["baseline"]), str(p["norm"])
-        self.affinity = np.zeros((cfg.clients, cfg.clients))
-        np.fill_diagonal(self.affinity, self.self_weight)
-        self.latest: dict[int, Arrays] = {}
-        self.sizes: dict[int, int] = {}
+    def init_state(self, init: Arrays) -> FedFomoState:
+        """No uploads yet; p_i[i] = self_weight, 0 elsewhere."""
+        affinity = np.zeros((self.cfg.clients, self.cfg.clients))
+        np.fill_diagonal(affinity, self.p.self_weight)
+        return FedFomoState(model=dict(init), affinity=affinity)
 
-    # ---- server side -------------------------------------------------------------------
     def candidates(self, rnd: int, cid: int) -> list[int]:
         """Up to m other clients with a stored model, chosen epsilon-greedily on p_cid."""
-        pool = [k for k in sorted(self.latest) if k != cid]
-        if len(pool) <= self.m:
+        pool = [k for k in sorted(self.state.latest) if k != cid]
+        m = self.p.m
+        if len(pool) <= m:
             return pool
         g = rng.generator(self.cfg.seed, "fedfomo/select", rnd, cid)
-        aff = self.affinity[cid, pool]
+        aff = self.state.affinity[cid, pool]
         top = [pool[i] for i in np.lexsort((g.random(len(pool)), aff))[::-1]]  # random ties
         shuffled = [pool[i] for i in g.permutation(len(pool))]
-        eps = epsilon(rnd, self.eps0, self.eps_decay)
+        eps = epsilon(rnd, self.p.eps, self.p.eps_decay)
         chosen: list[int] = []
-        while len(chosen) < self.m:
+        while len(chosen) < m:
             src = shuffled if g.random() < eps else top
             k = src.pop(0)
             if k not in chosen:
@@ -122,7 +115,7 @@ class FedFomo(Algorithm):
         tasks = []
         for c in self.select(rnd, clients):
             cands = self.candidates(rnd, c.cid)
-            arrays = {f"m{k}:{n}": a for k in cands for n, a in self.latest[k].items()}
+            arrays = {f"m{k}:{n}": a for k in cands for n, a in self.state.latest[k].items()}
             tasks.append(self.new_task(rnd, [c.cid], arrays,
                                        {**self.task_body(rnd, c), "candidates": cands}))
         return tasks
@@ -131,12 +124,13 @@ class FedFomo(Algorithm):
                         ) -> dict[str, float]:
         """Store each upload; update the uploader's affinities from its reported w."""
         ok, dropped = usable(results)
+        st = self.state
         for r in ok:
-            self.latest[r.cid] = {n: a for n, a in r.arrays.items() if n != W_KEY}
-            self.sizes[r.cid] = r.num_examples
+            st.latest[r.cid] = {n: a for n, a in r.arrays.items() if n != W_KEY}
+            st.sizes[r.cid] = r.num_examples
             cands = [int(k) for k in r.body.get("candidates", [])]
             if cands and W_KEY in r.arrays:
-                self.affinity[r.cid, cands] += affinity_step(r.arrays[W_KEY].astype(np.float64))
+                st.affinity[r.cid, cands] += affinity_step(r.arrays[W_KEY].astype(np.float64))
         m = round_metrics(ok, failures, dropped)
         mixed = [float(r.body["mixed"]) for r in ok if "mixed" in r.body]
         if mixed:
@@ -145,33 +139,41 @@ class FedFomo(Algorithm):
 
     def eval_arrays(self) -> Arrays:
         """No global model exists: the sample-weighted mean of the stored client models."""
-        if not self.latest:
-            return self.global_arrays
-        ks = sorted(self.latest)
-        return weighted_mean([self.latest[k] for k in ks], [self.sizes[k] for k in ks])
+        st = self.state
+        if not st.latest:
+            return st.model
+        ks = sorted(st.latest)
+        return weighted_mean([st.latest[k] for k in ks], [st.sizes[k] for k in ks])
 
-    # ---- client side -------------------------------------------------------------------
-    def split(self, ctx: ClientContext) -> tuple[torch.Tensor, torch.Tensor]:
+
+class FedFomoClient(ClientUpdate):
+    """Scores the downloaded peers on a validation split, mixes, trains its personal model."""
+
+    State = FedFomoClientState
+    keeps_model = True
+
+    def split(self, ctx: ClientContext) -> tuple[torch.Tensor, ...]:
         """(train, validation) indices of this client's data: fixed and seeded."""
-        if "fomo_split" not in ctx.state:
+        if ctx.state.fomo_split is None:
             n = ctx.num_examples
-            n_train = min(max(int(round((1 - self.val_fraction) * n)), 1), max(n - 1, 1))
+            n_train = min(max(int(round((1 - self.p.val_fraction) * n)), 1), max(n - 1, 1))
             perm = torch.randperm(n, generator=torch.Generator().manual_seed(
                 rng.int_seed(self.cfg.seed, "fedfomo/val", -1, ctx.cid)))
-            ctx.state["fomo_split"] = (perm[:n_train].sort().values, perm[n_train:].sort().values)
-        return ctx.state["fomo_split"]
+            ctx.state.fomo_split = (perm[:n_train].sort().values, perm[n_train:].sort().values)
+        return ctx.state.fomo_split
 
     def distance(self, a: Arrays, b: Arrays, names: list[str]) -> float:
         """||a - b|| over the named entries, L1 or L2."""
-        if self.norm == "l1":
+        if self.p.norm == "l1":
             return float(sum(np.abs(a[n].astype(np.float64) - b[n]).sum() for n in names))
         return float(np.sqrt(sum(((a[n].astype(np.float64) - b[n]) ** 2).sum() for n in names)))
 
-    def client_update(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
+    def run(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
         """Score the candidates on the validation split, mix, train on the rest, upload."""
         tr, va = self.split(ctx)
-        if self.baseline == "first_model" and "fomo_first" not in ctx.state:
-            ctx.state["fomo_first"] = clone_arrays(state_arrays(ctx.model))
+        first = self.p.baseline == "first_model"
+        if first and ctx.state.fomo_first is None:
+            ctx.state.fomo_first = clone_arrays(state_arrays(ctx.model))
         cands = [int(k) for k in task.body.get("candidates", [])]
         models = [{n[len(f"m{k}:"):]: a for n, a in task.arrays.items() if n.startswith(f"m{k}:")}
                   for k in cands]
@@ -179,8 +181,8 @@ class FedFomo(Algorithm):
         mixed = 0
         if cands:
             own = clone_arrays(state_arrays(ctx.model))
-            base = ctx.state["fomo_first"] if self.baseline == "first_model" else own
-            if self.baseline == "first_model":  # the official candidate set includes self
+            base = ctx.state.fomo_first if first else own
+            if first:  # the official candidate set includes self
                 cands, models = cands + [ctx.cid], models + [own]
             names = [n for n, p in ctx.model.named_parameters() if p.requires_grad]
             xv, yv = ctx.x[va], ctx.y[va]

@@ -2,34 +2,30 @@
 between superclients and is averaged only every P rounds (default P = N_S).
 
 It is asynchronous: each bank slot is its own pipeline. When a slot's superclient returns its
-model, the slot's next superclient starts at once (Algorithm.follow_up), whatever the other slots
+model, the slot's next superclient starts at once (Strategy.follow_up), whatever the other slots
 are doing; the only barrier is the aggregation at the end of each period. The superclients of
 every (round, slot) are drawn up front from seeded streams, so the result does not depend on
 which slot finishes first, and period 1 reproduces FedSeq exactly.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from fednet.algorithms.aggregate import weighted_mean
-from fednet.algorithms.base import finite
-from fednet.algorithms.fedavg import round_metrics
+from fednet.algorithms.common import finite, round_metrics
 from fednet.algorithms.fedseq import FedSeq
 from fednet.config import RunConfig
-from fednet.errors import ConfigError
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 
 
 class FedSeqInter(FedSeq):
-    """Bank slots continue from their own model; weighted merge every `period` rounds."""
+    """Bank slots continue from their own model; weighted merge every `period` rounds.
 
-    name = "fedseq_inter"
+    The bank, the schedule and the slots live only within one step (a period): the driver
+    checkpoints between steps, where the server state is FedSeq's."""
 
-    def __init__(self, cfg: RunConfig) -> None:
-        super().__init__(cfg)
-        period = self.params.get("period", 0)
-        if not isinstance(period, int) or period < 0:
-            raise ConfigError(f"--param period must be a whole number of rounds (0 = the number "
-                              f"of superclients); got {period!r}")
-        self.period_param = period
+    def __init__(self, cfg: RunConfig, params: Any) -> None:
+        super().__init__(cfg, params)
         self.bank: list[Arrays] = []
         self.weights: list[float] = []
         self.schedule: list[list[int]] = []
@@ -40,7 +36,7 @@ class FedSeqInter(FedSeq):
 
     def rounds_per_step(self) -> int:
         """The aggregation period P (N_S by default)."""
-        return self.period_param or max(len(self.superclients), 1)
+        return self.p.period or max(len(self.state.superclients), 1)
 
     def configure_round(self, rnd: int, clients: list[ClientInfo]) -> list[Task]:
         """Start of a period: fresh copies of the server model in every slot, first chains."""
@@ -50,7 +46,7 @@ class FedSeqInter(FedSeq):
         self.schedule = [self.sample(t, self.alive) for t in range(rnd, end)]
         m = len(self.schedule[0])
         self.first_id = self.reserve_ids(len(self.schedule) * m)  # ids by (round, slot), not by timing
-        self.bank = [self.global_arrays] * m  # arrays are never changed in place: copies for free
+        self.bank = [self.state.model] * m  # arrays are never changed in place: copies for free
         self.weights = [0.0] * m
         self.task_slot = {}
         self._ok: list[Result] = []
@@ -107,10 +103,10 @@ class FedSeqInter(FedSeq):
                 self.follow_up(f)
         used = [(b, w) for b, w in zip(self.bank, self.weights) if w > 0]
         if used:
-            if self.p["local"] == "feddyn":
-                self.global_arrays = self.combine([b for b, _ in used], [w for _, w in used])
+            if self.p.local == "feddyn":
+                self.state.model = self.combine([b for b, _ in used], [w for _, w in used])
             else:
-                self.global_arrays = weighted_mean([b for b, _ in used], [w for _, w in used])
+                self.state.model = weighted_mean([b for b, _ in used], [w for _, w in used])
         m = round_metrics(sorted(self._ok, key=lambda r: r.cid), self._failed,
                           len(results) - len(self._ok))
         m["period"] = len(self.schedule)

@@ -1,12 +1,13 @@
-"""Local update rules that algorithms compose: plain SGD, FedProx, FedDyn (client side only)."""
+"""Local update rules that client halves compose: plain SGD, FedProx, FedDyn (client side only)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from fednet.algorithms.base import ClientContext
+from fednet.algorithms.contract import ClientContext
 from fednet.models.params import load_arrays
 from fednet.training import hooks
 from fednet.training.local import GradHook, train
@@ -30,8 +31,15 @@ def local_sgd(ctx: ClientContext, task: Task, extra_hooks: Sequence[GradHook] = 
                   momentum=t.momentum, weight_decay=t.weight_decay,
                   generator=ctx.batch_generator(task.round), hooks=extra_hooks,
                   augment=ctx.augment, loss_terms=loss_terms,
-                  momentum_state=ctx.state.setdefault("momentum", {}) if keep_momentum else None)
+                  momentum_state=ctx.state.momentum if keep_momentum else None)
     return {"loss": stats.loss, "samples": stats.samples, "steps": stats.steps}
+
+
+@dataclass
+class DynState:
+    """FedDyn's client term g_k: one tensor per trainable parameter (None before the first task)."""
+
+    feddyn_g: list[torch.Tensor] | None = None
 
 
 class Plain:
@@ -63,7 +71,7 @@ class Prox:
 
 class Dyn:
     """FedDyn's client: SGD on L_k - <g_k, theta> + (alpha/2)||theta - anchor||^2, then
-    g_k <- g_k - alpha (theta_k - anchor). g_k lives in the client process (ctx.state).
+    g_k <- g_k - alpha (theta_k - anchor). g_k lives in the client's DynState (ctx.state).
 
     official=True reproduces the FedSeq repository instead (docs/algorithms.md §7.9):
     the linear term carries no gradient and g_k is updated after every minibatch.
@@ -79,7 +87,9 @@ class Dyn:
         load_arrays(ctx.model, task.arrays)
         params = trainable(ctx)
         anchor = [p.detach().clone() for p in params]
-        g = ctx.state.setdefault("feddyn_g", [torch.zeros_like(p) for p in params])
+        if ctx.state.feddyn_g is None:
+            ctx.state.feddyn_g = [torch.zeros_like(p) for p in params]
+        g = ctx.state.feddyn_g
         extra: list[GradHook] = []
         if self.official:
             zeros = [torch.zeros_like(p) for p in params]
@@ -108,13 +118,13 @@ def _official_g_update(params: list[torch.Tensor], anchor: list[torch.Tensor],
     return hook
 
 
-def rule_from_params(name: str, params: dict[str, Any]) -> Plain | Prox | Dyn:
-    """A local rule by name ('sgd', 'fedprox', 'feddyn') with its parameters."""
+def rule(name: str, p: Any) -> Plain | Prox | Dyn:
+    """A local rule by name ('sgd', 'fedprox', 'feddyn') with its typed parameters
+    (mu; alpha, clip, official)."""
     if name in ("sgd", "fedavg"):
         return Plain()
     if name == "fedprox":
-        return Prox(float(params.get("mu", 0.01)))
+        return Prox(p.mu)
     if name == "feddyn":
-        return Dyn(float(params.get("alpha", 0.1)), float(params.get("clip", 0.0)),
-                   bool(params.get("official", False)))
+        return Dyn(p.alpha, p.clip, p.official)
     raise ValueError(f"unknown local rule '{name}'")

@@ -23,51 +23,15 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from fednet.algorithms.base import ClientContext
-from fednet.algorithms.fedavg import FedAvg
+from fednet.algorithms.contract import ClientContext, ClientUpdate
 from fednet.algorithms.local import trainable
-from fednet.config import RunConfig
-from fednet.errors import ConfigError
 from fednet.models.params import clone_arrays, load_arrays, state_arrays
 from fednet.training.local import batches
 from fednet.types import Arrays, Task
 
-DEFAULTS: dict[str, Any] = {"alpha": 0.01, "beta": 0.005, "hf": False, "hvp": "autograd",
-                            "fd_delta": 1e-3}
 
-
-def _bool(v: Any, name: str) -> bool:
-    """A boolean parameter given as a bool or the strings true/false."""
-    if isinstance(v, bool):
-        return v
-    if str(v).lower() in ("true", "1", "yes"):
-        return True
-    if str(v).lower() in ("false", "0", "no"):
-        return False
-    raise ConfigError(f"--param {name} takes true or false (got {v!r})")
-
-
-class PerFedAvg(FedAvg):
-    """FedAvg's server; the client takes MAML-style (first-order or Hessian-free) steps."""
-
-    name = "perfedavg"
-    PARAMS = None  # validated below with its own defaults
-
-    def __init__(self, cfg: RunConfig) -> None:
-        super().__init__(cfg)
-        p = self.checked_params(DEFAULTS)
-        try:
-            self.alpha, self.beta = float(p["alpha"]), float(p["beta"])
-            self.fd_delta = float(p["fd_delta"])
-        except (TypeError, ValueError):
-            raise ConfigError("--param alpha, beta and fd_delta take numbers") from None
-        for name, val in (("alpha", self.alpha), ("beta", self.beta), ("fd_delta", self.fd_delta)):
-            if not val > 0:
-                raise ConfigError(f"--param {name} must be positive (got {val})")
-        self.hf = _bool(p["hf"], "hf")
-        self.hvp = str(p["hvp"])
-        if self.hvp not in ("autograd", "fd"):
-            raise ConfigError(f"--param hvp={self.hvp} is unknown; choose autograd or fd")
+class PerFedAvgClient(ClientUpdate):
+    """MAML-style (first-order or Hessian-free) local steps; the server is FedAvg's."""
 
     def _grad(self, ctx: ClientContext, idx: torch.Tensor, create_graph: bool = False
               ) -> tuple[list[torch.Tensor], float]:
@@ -83,11 +47,11 @@ class PerFedAvg(FedAvg):
              ) -> list[torch.Tensor]:
         """H f(theta; idx) v at the model's current parameters."""
         params = trainable(ctx)
-        if self.hvp == "autograd":
+        if self.p.hvp == "autograd":
             grads, _ = self._grad(ctx, idx, create_graph=True)
             dot = sum((g * vi).sum() for g, vi in zip(grads, v))
             return [h.detach() for h in torch.autograd.grad(dot, params)]
-        d = self.fd_delta
+        d = self.p.fd_delta
         with torch.no_grad():
             for p, vi in zip(params, v):
                 p.add_(vi, alpha=d)
@@ -109,20 +73,20 @@ class PerFedAvg(FedAvg):
         g1, loss = self._grad(ctx, d1)
         with torch.no_grad():
             for p, g in zip(params, g1):
-                p.sub_(g, alpha=self.alpha)                  # theta'
+                p.sub_(g, alpha=self.p.alpha)                  # theta'
         g2, _ = self._grad(ctx, d2)
         with torch.no_grad():
             for p, t in zip(params, theta):
                 p.copy_(t)                                   # back to theta
-        if self.hf:
+        if self.p.hf:
             hv = self._hvp(ctx, d3 if d3 is not None else d2, g2)
-            g2 = [g - self.alpha * h for g, h in zip(g2, hv)]
+            g2 = [g - self.p.alpha * h for g, h in zip(g2, hv)]
         with torch.no_grad():
             for p, g in zip(params, g2):
-                p.sub_(g, alpha=self.beta)
+                p.sub_(g, alpha=self.p.beta)
         return loss
 
-    def client_update(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
+    def run(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
         """E epochs of meta steps from the global model; upload theta, then personalize."""
         load_arrays(ctx.model, task.arrays)
         ctx.model.train()
@@ -134,7 +98,7 @@ class PerFedAvg(FedAvg):
             bl = [b.to(ctx.x.device) for b in batches(n, bs, gen)]
             pairs = list(zip(bl[0::2], bl[1::2])) or [(bl[0], bl[0])]
             for d1, d2 in pairs:
-                d3 = torch.randperm(n, generator=hgen)[:bs].to(ctx.x.device) if self.hf else None
+                d3 = torch.randperm(n, generator=hgen)[:bs].to(ctx.x.device) if self.p.hf else None
                 total += self.meta_step(ctx, d1, d2, d3) * len(d1)
                 seen += len(d1)
                 samples += len(d1) + len(d2) + (len(d3) if d3 is not None else 0)
@@ -153,4 +117,4 @@ class PerFedAvg(FedAvg):
         grads, _ = self._grad(ctx, idx.to(ctx.x.device))
         with torch.no_grad():
             for p, gr in zip(trainable(ctx), grads):
-                p.sub_(gr, alpha=self.alpha)
+                p.sub_(gr, alpha=self.p.alpha)

@@ -11,10 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from fednet.algorithms.aggregate import weighted_mean
-from fednet.algorithms.base import Algorithm, ClientContext
-from fednet.algorithms.fedavg import round_metrics, usable
+from fednet.algorithms.common import round_metrics, usable
+from fednet.algorithms.contract import ClientContext, ClientUpdate, Strategy
 from fednet.algorithms.local import local_sgd
-from fednet.config import RunConfig
 from fednet.errors import ConfigError
 from fednet.models.params import load_arrays, state_arrays
 from fednet.training.hooks import clip_norm
@@ -23,14 +22,8 @@ from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 SHARED_KINDS = {"global", "dense", "norm"}
 
 
-class PFedPara(Algorithm):
+class PFedPara(Strategy):
     """FedAvg over the global factors only; local factors stay personal."""
-
-    name = "pfedpara"
-
-    def __init__(self, cfg: RunConfig) -> None:
-        super().__init__(cfg)
-        self.clip = float(self.checked_params({"clip": 5.0})["clip"])
 
     def shared(self) -> list[str]:
         """The state names that travel (selected by kind)."""
@@ -41,8 +34,8 @@ class PFedPara(Algorithm):
 
     def configure_round(self, rnd: int, clients: list[ClientInfo]) -> list[Task]:
         """The global factors to every selected client."""
-        arrays = {n: self.global_arrays[n] for n in self.shared()}
-        body = {"upload": self.shared(), "clip": self.clip}
+        arrays = {n: self.state.model[n] for n in self.shared()}
+        body = {"upload": self.shared(), "clip": self.p.clip}
         return [self.new_task(rnd, [c.cid], arrays, {**self.task_body(rnd, c), **body})
                 for c in self.select(rnd, clients)]
 
@@ -52,10 +45,16 @@ class PFedPara(Algorithm):
         ok, dropped = usable(results)
         if ok:
             avg = weighted_mean([r.arrays for r in ok], [r.num_examples for r in ok])
-            self.global_arrays = {**self.global_arrays, **avg}
+            self.state.model = {**self.state.model, **avg}
         return round_metrics(ok, failures, dropped)
 
-    def client_update(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
+
+class PFedParaClient(ClientUpdate):
+    """Trains its personal FedPara model; the global factors come and go."""
+
+    keeps_model = True
+
+    def run(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
         """Load the global factors over the personal model, train, send the global factors."""
         load_arrays(ctx.model, task.arrays, strict=False)
         clip = float(task.body.get("clip", 0.0))

@@ -3,17 +3,17 @@ Learning", ICML 2020. Spec: docs/algorithms.md §3.3. Option II (the paper's che
 --param option=1 selects option I, the FedSeq repository's full local gradient at the server model."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fednet.algorithms.base import ClientContext
-from fednet.algorithms.fedavg import FedAvg, round_metrics
+from fednet.algorithms.common import round_metrics
+from fednet.algorithms.contract import ClientContext, ClientUpdate, Model, ServerState
+from fednet.algorithms.fedavg import FedAvg
 from fednet.algorithms.local import local_sgd, trainable
-from fednet.config import RunConfig
-from fednet.errors import ConfigError
 from fednet.models.params import clone_arrays, load_arrays, state_arrays
 from fednet.training import hooks
 from fednet.training.local import batches
@@ -23,36 +23,34 @@ C = "c:"    # server control, sent with the model
 DC = "dc:"  # a client's control change, sent back with its model
 
 
+@dataclass
+class ScaffoldState(ServerState):
+    """The global model and the server control c (one entry per trainable parameter)."""
+
+    c: Model = field(default_factory=dict)
+
+
+@dataclass
+class ScaffoldClientState:
+    """The client control c_k: one tensor per trainable parameter (None before the first task)."""
+
+    scaffold_c: list[torch.Tensor] | None = None
+
+
 class Scaffold(FedAvg):
-    """Server keeps c; each client keeps c_k in its own process; global step size 1."""
+    """Server keeps c; each client keeps c_k in its own state; global step size 1."""
 
-    name = "scaffold"
-    PARAMS = {"option": 2}
+    State = ScaffoldState
 
-    def __init__(self, cfg: RunConfig) -> None:
-        super().__init__(cfg)
-        self.option = int(self.params.get("option", 2))
-        if self.option not in (1, 2):
-            raise ConfigError(f"--param option must be 1 or 2 for scaffold (got {self.option})")
-        self.c: Arrays = {}
-
-    def setup(self, init: Arrays, trainable: set[str] | None = None) -> None:
+    def init_state(self, init: Arrays) -> ScaffoldState:
         """Global model and c = 0 for every trainable parameter."""
-        super().setup(init, trainable)
-        self.c = {k: np.zeros_like(init[k]) for k in init if k in self.trainable}
-
-    def state_arrays(self) -> Arrays:
-        """The server control c, for checkpoints."""
-        return {f"c/{k}": v for k, v in self.c.items()}
-
-    def restore_state(self, state: Arrays, meta: dict[str, Any]) -> None:
-        """c back from a checkpoint."""
-        self.c = {k[2:]: np.array(v) for k, v in state.items() if k.startswith("c/")}
+        return ScaffoldState(model=dict(init),
+                             c={k: np.zeros_like(init[k]) for k in init if k in self.trainable})
 
     def configure_round(self, rnd: int, clients: list[ClientInfo]) -> list[Task]:
         """Model plus server control in every task."""
-        arrays = dict(self.global_arrays)
-        arrays.update({C + k: v for k, v in self.c.items()})
+        arrays = dict(self.state.model)
+        arrays.update({C + k: v for k, v in self.state.c.items()})
         return [self.new_task(rnd, [c.cid], arrays, self.task_body(rnd, c))
                 for c in self.select(rnd, clients)]
 
@@ -61,8 +59,8 @@ class Scaffold(FedAvg):
         before either is added, so a bad result changes neither)."""
         model = {k: v for k, v in r.arrays.items() if not k.startswith(DC)}
         dc = {k[len(DC):]: v for k, v in r.arrays.items() if k.startswith(DC)}
-        if set(dc) != set(self.c):
-            raise ValueError(f"control changes for {sorted(set(dc) ^ set(self.c))[:3]} do not "
+        if set(dc) != set(self.state.c):
+            raise ValueError(f"control changes for {sorted(set(dc) ^ set(self.state.c))[:3]} do not "
                              "match the server control")
         self.sum_of("model").check(model, r.num_examples)
         self.sum_of("dc").check(dc, 1.0)
@@ -74,31 +72,40 @@ class Scaffold(FedAvg):
         """x = weighted mean of y_k; c += (1/K) sum of delta c_k (K = all clients)."""
         ok, dropped, sums = self.take_round(results)
         if ok:
-            self.global_arrays = sums["model"].result()
+            self.state.model = sums["model"].result()
             K = self.cfg.clients
             dc = sums["dc"].sums()
-            for k in self.c:
-                self.c[k] = (self.c[k] + dc[k] / K).astype(self.c[k].dtype)
+            c = self.state.c
+            for k in c:
+                c[k] = (c[k] + dc[k] / K).astype(c[k].dtype)
         return round_metrics(ok, failures, dropped)
 
-    def client_update(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
+
+class ScaffoldClient(ClientUpdate):
+    """Corrected local SGD; the client control c_k is this client's state."""
+
+    State = ScaffoldClientState
+
+    def run(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
         """Corrected local SGD; returns y and delta c_k."""
         model = {k: v for k, v in task.arrays.items() if not k.startswith(C)}
         load_arrays(ctx.model, model)
         names = [n for n, p in ctx.model.named_parameters() if p.requires_grad]
         c = [torch.from_numpy(np.array(task.arrays[C + n])).to(ctx.device) for n in names]
         params = trainable(ctx)
-        c_k = ctx.state.setdefault("scaffold_c", [torch.zeros_like(p) for p in params])
+        if ctx.state.scaffold_c is None:
+            ctx.state.scaffold_c = [torch.zeros_like(p) for p in params]
+        c_k = ctx.state.scaffold_c
         x = [p.detach().clone() for p in params]
         body = local_sgd(ctx, task, [hooks.control_variate(c, c_k)], load=False)
-        if self.option == 2:
+        if self.p.option == 2:
             lr = float(task.body.get("lr", ctx.cfg.train.lr))
             scale = 1.0 / (max(body["steps"], 1) * lr)
             new = [ck - ci + (xi - p.detach()) * scale for ck, ci, xi, p in zip(c_k, c, x, params)]
         else:
             new = _full_gradient(ctx, x, task)
         delta = {DC + n: (nw - old).cpu().numpy() for n, nw, old in zip(names, new, c_k)}
-        ctx.state["scaffold_c"] = new
+        ctx.state.scaffold_c = new
         out = dict(state_arrays(ctx.model))
         out.update(delta)
         return out, body

@@ -5,20 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from fednet.algorithms.base import Algorithm, ClientContext
+from fednet.algorithms.contract import ClientContext, ClientUpdate, Strategy
 from fednet.algorithms.local import local_sgd
 from fednet.config import RunConfig
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 
 
-class StandAlone(Algorithm):
+class StandAlone(Strategy):
     """Tasks carry no arrays; each client trains its persistent model."""
 
-    name = "standalone"
-
-    def __init__(self, cfg: RunConfig) -> None:
-        super().__init__(cfg)
-        self.checked_params({})
+    def __init__(self, cfg: RunConfig, params: Any) -> None:
+        super().__init__(cfg, params)
         self.eval_clients = True  # there is no global model to evaluate
 
     def configure_round(self, rnd: int, clients: list[ClientInfo]) -> list[Task]:
@@ -34,6 +31,12 @@ class StandAlone(Algorithm):
         return {"train_loss": loss / n if n else float("nan"), "results": len(results),
                 "failures": len(failures)}
 
-    def client_update(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
-        """Continue training the model this process holds."""
+
+class StandAloneClient(ClientUpdate):
+    """Each client's model is its own and persists between rounds."""
+
+    keeps_model = True
+
+    def run(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
+        """Continue training the model this client holds."""
         return {}, local_sgd(ctx, task, load=False)

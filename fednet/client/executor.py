@@ -12,17 +12,22 @@ import numpy as np
 import torch
 
 from fednet import algorithms, latency
-from fednet.algorithms.base import ClientContext, evaluate_own
+from fednet.algorithms.common import evaluate_own
+from fednet.algorithms.contract import ClientContext
+from fednet.algorithms.state import Shapes, to_device
+from fednet.client.state_files import StateFiles, decode_client, encode_client
 from fednet.config import RunConfig
 from fednet.data import load_dataset
 from fednet.data.client_data import client_data
 from fednet.data.augment import augmentation, identity
 from fednet.latency import Profile
 from fednet.models import build_model
+from fednet.models.params import load_arrays, state_arrays
 from fednet.protocol import Message
 from fednet.wire import failure_message, message_task, result_message
 
 log = logging.getLogger("fednet.client")
+algorithms.preload()  # every algorithm's halves, imported once (in the zygote, before it forks)
 
 
 def _augment(name: str, dataset: str):
@@ -44,7 +49,7 @@ class Executor:
     """One client's data, model and algorithm state."""
 
     def __init__(self, cid: int, cfg: RunConfig, profile: Profile, device: str = "cpu",
-                 run_id: str = "", indices: np.ndarray | None = None) -> None:
+                 run_id: str = "", indices: np.ndarray | None = None, files: bool = True) -> None:
         self.cid, self.cfg, self.profile, self.run_id = cid, cfg, profile, run_id
         self.device = torch.device(device)
         d = cfg.data
@@ -53,11 +58,15 @@ class Executor:
         x = torch.from_numpy(np.ascontiguousarray(cd.x)).to(self.device)
         y = torch.from_numpy(np.ascontiguousarray(cd.y)).to(self.device)
         # the same seeded initial weights as the server's, so personal models need no download
-        model = build_model(algorithms.model_name(cfg), ds.num_classes, ds.input_shape,
-                            dataset=d.dataset, seed=cfg.seed).to(self.device)
-        self.algo = algorithms.build(cfg)
+        self._initial = lambda: build_model(algorithms.model_name(cfg), ds.num_classes,
+                                            ds.input_shape, dataset=d.dataset, seed=cfg.seed)
+        model = self._initial().to(self.device)
+        self.update = algorithms.build_client(cfg)  # the client half only
+        # --checkpoint-every under fednet launch/clients: this client keeps its state on disk
+        self.files = (StateFiles(cfg.out, cid, cfg.algo.name) if files and cfg.out and
+                      cfg.net.checkpoint_every and self.update.stateful() else None)
         dev = self.device
-        self.ctx = ClientContext(cid, model, x, y, cfg, dev,
+        self.ctx = ClientContext(cid, model, x, y, cfg, dev, self.update.new_state(),
                                  test_x=torch.from_numpy(np.ascontiguousarray(cd.test_x)).to(dev),
                                  test_y=torch.from_numpy(np.ascontiguousarray(cd.test_y)).to(dev),
                                  augment=_augment(cfg.train.augment, d.dataset),
@@ -75,9 +84,14 @@ class Executor:
         recv = msg.sim_time + latency.down_delay(self.profile, nbytes)
         try:
             task = message_task(msg)
-            arrays, body = self.algo.client_update(self.ctx, task)
+            saving = self.files is not None and "ckpt" in task.body
+            if saving:  # a resumed server: take the state back from before its checkpoint
+                self.files.before(int(task.body["ckpt"]), msg.run_id, self.take_back)
+            arrays, body = self.update.run(self.ctx, task)
             if task.body.get("evaluate"):  # personalized evaluation: this client's model, its split
                 body.update(evaluate_own(self.ctx))
+            if saving:
+                self.files.after(task.round, *encode_client(*self.client_state()))
         except Exception as e:  # a failing update is data for the server, not a dead client
             log.exception("client %d: task %d failed", self.cid, msg.task_id)
             reply = failure_message(self.cid, msg.task_id, msg.round, f"{type(e).__name__}: {e}",
@@ -87,3 +101,32 @@ class Executor:
         send = recv + latency.compute_time(self.profile, samples)
         reply = result_message(self.cid, task, arrays, body, self.num_examples, send, self.run_id)
         return Outcome(reply, send - msg.sim_time, time.perf_counter() - t0)
+
+    # ---- state for checkpoints -----------------------------------------------------------
+    def client_state(self) -> tuple[object, dict[str, np.ndarray] | None]:
+        """(the typed client state, the personal model or None): what a checkpoint keeps."""
+        keep = self.update.keeps_model
+        return self.ctx.state, state_arrays(self.ctx.model) if keep else None
+
+    def restore(self, state: object, model: dict[str, np.ndarray] | None) -> None:
+        """Take a checkpointed client state back (tensors moved to this client's device)."""
+        self.ctx.state = to_device(state, self.device)
+        if model is not None:
+            load_arrays(self.ctx.model, model)
+
+    def take_back(self, arrays: dict[str, np.ndarray] | None, meta: dict | None) -> None:
+        """Restore from this client's own file (None: its initial state), checked first."""
+        if arrays is None:
+            self.ctx.state = self.update.new_state()
+            if self.update.keeps_model:
+                load_arrays(self.ctx.model, state_arrays(self._initial()))
+            return
+        model = self.ctx.model
+        shapes = Shapes(state_arrays(model), [tuple(p.shape) for p in model.parameters()
+                                              if p.requires_grad], self.cfg.clients)
+
+        def fail(problem: str) -> None:
+            raise ValueError(f"client {self.cid}: saved state: {problem}")
+        state, saved = decode_client(self.update.State, arrays, meta or {}, shapes, fail,
+                                     self.device)
+        self.restore(state, saved if self.update.keeps_model else None)

@@ -1,17 +1,21 @@
-"""Atomic checkpoints of the server's state and resuming from them (--checkpoint-every, --resume).
+"""Atomic checkpoints of a run's state and resuming from them (--checkpoint-every, --resume).
 
-A checkpoint is RUN/checkpoint/{state.npz, state.json}: the algorithm's arrays (the model and its
-server state: FedDyn's h, SCAFFOLD's c, ...), its JSON state (FedSeq's superclients, ...), the
-rounds done, the simulated time, the ledger totals and the failures so far. Randomness needs no
-saving: every draw comes from (seed, purpose, round, client). It is written to a temporary
+A checkpoint is RUN/checkpoint/{state.npz, state.json}: the algorithm's server state (its typed
+State dataclass, stored generically by algorithms/state.py: the model as model/<entry>, other
+array fields as state/<field>/..., JSON fields under "algo"), the rounds done, the simulated time,
+the ledger totals and the failures so far. The clients' state (their typed ClientUpdate state,
+and personal models) is part of it too: `fednet local` stores it in state.npz as
+client/<cid>/<field>/... and client/<cid>/model/<entry>; under `fednet launch` (and `fednet
+clients`) each client process writes its own file into RUN/checkpoint/clients/ on its host
+(client/state_files.py), which the swap below carries over. Randomness needs no saving: every
+draw comes from (seed, purpose, round, client). The server's files are written to a temporary
 folder (each file fsynced) and renamed into place, so a crash leaves either the old or the new
 checkpoint (a crash between the two renames leaves checkpoint.old, which --resume then reads).
-State that lives in client processes (SCAFFOLD's c_k, FedDyn's g_k, personal models) survives
-only if those processes do (clients on other hosts re-register with a restarted server).
 
 A checkpoint is checked before a resumed run writes anything: read() checks the files and the
-numbers against the run's configuration, load() also the arrays against what the algorithm's own
-checkpoint() produces (names, shapes, dtypes). Anything wrong is a ConfigError naming the file.
+numbers against the run's configuration, load() also every array and JSON field against the
+algorithm's state classes and the model (names, shapes, dtypes, client ids). Anything wrong is a
+ConfigError naming the file.
 """
 from __future__ import annotations
 
@@ -24,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from fednet.algorithms.state import Shapes, check_model, decode, encode
+from fednet.client import state_files
 from fednet.config import RunConfig
 from fednet.errors import ConfigError
 from fednet.metrics.accounting import Ledger
@@ -33,18 +39,37 @@ Arrays = dict[str, np.ndarray]
 # Totals every checkpoint has; the ledger may add others (checked against Ledger().totals())
 LEDGER_KEYS = frozenset({"server_to_client", "client_to_server", "client_to_client",
                          "tensor_bytes", "header_bytes", "control"})
+ClientStates = dict[int, tuple[Any, "Arrays | None"]]  # cid -> (typed state, personal model)
 
 
-def save(out: Path, algo: Any, driver: Any) -> None:
-    """Write RUN/checkpoint atomically; a disk error is an OutputError and the old one stays."""
-    arrays, meta = algo.checkpoint()
+def _server_prefix(name: str) -> str:
+    return "model" if name == "model" else f"state/{name}"
+
+
+def save(out: Path, algo: Any, driver: Any, clients: ClientStates | None = None) -> None:
+    """Write RUN/checkpoint atomically; a disk error is an OutputError and the old one stays.
+    `clients` (fednet local): every client's state, stored in state.npz."""
+    arrays, meta = encode(algo.state, _server_prefix)
+    client_meta: dict[str, Any] = {}
+    for cid, (st, model) in sorted((clients or {}).items()):
+        a, m = encode(st, lambda n, c=cid: f"client/{c}/{n}")
+        arrays.update(a)
+        arrays.update({f"client/{cid}/model/{k}": v for k, v in (model or {}).items()})
+        client_meta[str(cid)] = m
     state = {"rounds_done": driver.rounds_done, "sim_time": driver.sim_time,
              "ledger": driver.ledger.totals(), "failures": driver.failures,
              "setup": driver.setup_stats, "rows": len(driver.history.rows), "algo": meta,
-             "algorithm": algo.cfg.algo.name}
+             "algorithm": algo.cfg.algo.name,
+             "client_state": "checkpoint" if clients is not None else "files"}
+    if clients is not None:
+        state["clients"] = client_meta
     text = json.dumps(state, default=float)
     tmp, final, old = out / "checkpoint.tmp", out / "checkpoint", out / "checkpoint.old"
+    target = final if final.is_dir() else old  # the folder --resume reads now
+    gather_clients(out, target)
     shutil.rmtree(tmp, ignore_errors=True)
+    if target is final:
+        shutil.rmtree(old, ignore_errors=True)
     try:
         tmp.mkdir(parents=True)
     except OSError as e:
@@ -54,7 +79,8 @@ def save(out: Path, algo: Any, driver: Any) -> None:
             np.savez(fh, **arrays)
         write_text(tmp / "state.json", text)
         fsync_dir(tmp)
-        shutil.rmtree(old, ignore_errors=True)
+        if (target / "clients").is_dir():  # the clients' own files move with the checkpoint
+            os.replace(target / "clients", tmp / "clients")
         try:
             if final.exists():
                 os.replace(final, old)
@@ -65,8 +91,26 @@ def save(out: Path, algo: Any, driver: Any) -> None:
             raise OutputError(final, e) from None
         fsync_dir(out)
     finally:
+        back = final if final.is_dir() else old
+        if (tmp / "clients").is_dir() and back.is_dir() and not (back / "clients").exists():
+            os.replace(tmp / "clients", back / "clients")  # a failed write keeps them
         shutil.rmtree(tmp, ignore_errors=True)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def gather_clients(out: Path, target: Path) -> None:
+    """Move client files left in another checkpoint folder by a crash into target/clients
+    (the newer file wins where both have one)."""
+    dst = target / "clients"
+    for src in state_files.client_dirs(out):
+        if src == dst or not src.is_dir():
+            continue
+        dst.mkdir(parents=True, exist_ok=True)
+        for f in src.iterdir():
+            there = dst / f.name
+            if not there.exists() or f.stat().st_mtime > there.stat().st_mtime:
+                os.replace(f, there)
+        shutil.rmtree(src, ignore_errors=True)
 
 
 class _Check:
@@ -88,13 +132,13 @@ def _is_int(v: Any) -> bool:
 
 
 def _folder(run_dir: Path) -> Path:
-    d = run_dir / "checkpoint"
-    if not d.is_dir() and (run_dir / "checkpoint.old").is_dir():
-        return run_dir / "checkpoint.old"  # the writer died between its two renames
-    if not d.is_dir():
-        raise ConfigError(f"--resume {run_dir}: no checkpoint there (runs write one with "
-                          "--checkpoint-every N)")
-    return d
+    """RUN/checkpoint, or checkpoint.old when the writer died between its two renames (a folder
+    that holds only the clients' files is no checkpoint)."""
+    for d in (run_dir / "checkpoint", run_dir / "checkpoint.old"):
+        if (d / "state.json").exists() or (d / "state.npz").exists():
+            return d
+    raise ConfigError(f"--resume {run_dir}: no checkpoint there (runs write one with "
+                      "--checkpoint-every N)")
 
 
 def _read_json(chk: _Check, path: Path) -> dict[str, Any]:
@@ -179,35 +223,55 @@ def read(run_dir: str | Path, cfg: RunConfig) -> tuple[Arrays, dict[str, Any]]:
     return arrays, state
 
 
-def check_arrays(chk: _Check, path: Path, arrays: Arrays, template: Arrays) -> None:
-    """Names, shapes and dtypes as the algorithm's own checkpoint() has them now; besides, state
-    arrays the algorithm creates later (state/<what>/<model key>, shaped like that parameter)."""
-    for k, t in template.items():
-        chk.need(k in arrays, path, f"array '{k}' is missing")
-        a = arrays[k]
-        chk.need(a.shape == t.shape, path, f"array '{k}' has shape {a.shape}, the model needs "
-                                           f"{t.shape}")
-        chk.need(a.dtype == t.dtype, path, f"array '{k}' has dtype {a.dtype}, the model needs "
-                                           f"{t.dtype}")
-    for k in sorted(set(arrays) - set(template)):
-        parts = k.split("/", 2)
-        ref = template.get(f"model/{parts[2]}") if len(parts) == 3 and parts[0] == "state" else None
-        chk.need(ref is not None, path, f"array '{k}' does not belong to this model")
-        chk.need(arrays[k].shape == ref.shape and arrays[k].dtype.kind == "f", path,  # type: ignore[union-attr]
-                 f"array '{k}' has shape {arrays[k].shape} and dtype {arrays[k].dtype}, expected "
-                 f"floats of shape {ref.shape}")  # type: ignore[union-attr]
-
-
-def load(run_dir: str | Path, algo: Any, cfg: RunConfig) -> tuple[Arrays, dict[str, Any]]:
-    """read(), then the arrays checked against algo.checkpoint() and restored into algo."""
+def load(run_dir: str | Path, algo: Any, cfg: RunConfig, shapes: Shapes,
+         client: Any, local: bool) -> tuple[dict[str, Any], ClientStates]:
+    """read(), then every array and JSON field checked against the algorithm's state classes
+    and the model; the server state is restored into algo. Returns the checkpoint's state and,
+    for `fednet local`, each client's (typed state, personal model). `client` is the client
+    half's class (its State and keeps_model)."""
     run_dir = Path(run_dir)
     arrays, state = read(run_dir, cfg)
-    chk = _Check(run_dir)
-    template, _ = algo.checkpoint()
-    path = _folder(run_dir) / "state.npz"
-    check_arrays(chk, path, arrays, template)
-    try:
-        algo.restore(arrays, state["algo"])
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
-        chk.fail(_folder(run_dir) / "state.json", f"the algorithm's state does not fit ({e})")
-    return arrays, state
+    chk, d = _Check(run_dir), _folder(run_dir)
+    npz, js = d / "state.npz", d / "state.json"
+    fail = lambda m: chk.fail(npz, m)  # noqa: E731
+    fail_json = lambda m: chk.fail(js, m)  # noqa: E731
+    server, used = decode(type(algo.state), arrays, state["algo"], _server_prefix, shapes, fail,
+                          fail_json)
+    for k in sorted(set(arrays) - used):
+        chk.need(k.startswith("client/"), npz, f"array '{k}' does not belong to this model")
+    clients = _clients(chk, npz, js, arrays, state, shapes, client.State)
+    saved = state.get("client_state", "files")
+    if client.stateful() and saved != ("checkpoint" if local else "files"):
+        how = "fednet local" if saved == "checkpoint" else "fednet launch or fednet server"
+        chk.fail(js, f"the clients' state of this run is kept by {how}; resume it that way")
+    algo.state = server
+    return state, clients
+
+
+def _clients(chk: _Check, npz: Path, js: Path, arrays: Arrays, state: dict[str, Any],
+             shapes: Shapes, cls: type) -> ClientStates:
+    """The clients' states of a `fednet local` checkpoint (client/<cid>/...), checked."""
+    metas = state.get("clients", {})
+    chk.need(isinstance(metas, dict), js, "clients must be an object")
+    groups: dict[int, Arrays] = {}
+    for k, a in arrays.items():
+        if k.startswith("client/"):
+            head = k.split("/", 2)[1]
+            cid = int(head) if head.isdigit() and int(head) < shapes.clients else None
+            chk.need(cid is not None and str(cid) == head, npz,
+                     f"array '{k}' does not belong to a client of this run")
+            groups.setdefault(int(head), {})[k] = a
+    out: ClientStates = {}
+    for cid in sorted(set(groups) | {int(c) for c in metas if str(c).isdigit()}):
+        got, meta = groups.get(cid, {}), metas.get(str(cid), {})
+        chk.need(isinstance(meta, dict), js, f"clients.{cid} must be an object")
+        mp = f"client/{cid}/model"
+        model = {k[len(mp) + 1:]: a for k, a in got.items() if k.startswith(mp + "/")}
+        rest = {k: a for k, a in got.items() if not k.startswith(mp + "/")}
+        st, used = decode(cls, rest, meta, lambda n, c=cid: f"client/{c}/{n}", shapes,
+                          lambda m: chk.fail(npz, m), lambda m: chk.fail(js, m))
+        for k in sorted(set(rest) - used):
+            chk.fail(npz, f"array '{k}' does not belong to this client's state")
+        out[cid] = (st, check_model(mp, model, shapes, lambda m: chk.fail(npz, m)) if model
+                    else None)
+    return out

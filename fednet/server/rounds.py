@@ -8,7 +8,8 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from fednet import latency
-from fednet.algorithms.base import Algorithm, client_accuracy, finite
+from fednet.algorithms.common import client_accuracy, finite
+from fednet.algorithms.contract import Strategy
 from fednet.config import RunConfig
 from fednet.latency import Profile
 from fednet.metrics.accounting import Ledger
@@ -44,7 +45,7 @@ def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile]) -
 class RoundDriver:
     """Runs cfg.rounds rounds of `algo` over a dispatcher, logging as it goes."""
 
-    def __init__(self, cfg: RunConfig, algo: Algorithm, evaluate: Callable[[Any], tuple[float, float]],
+    def __init__(self, cfg: RunConfig, algo: Strategy, evaluate: Callable[[Any], tuple[float, float]],
                  ledger: Ledger, history: History, progress: Progress | None = None) -> None:
         self.cfg, self.algo, self.evaluate = cfg, algo, evaluate
         self.ledger, self.history = ledger, history
@@ -55,6 +56,8 @@ class RoundDriver:
         self.status = "running"
         self.setup_stats: dict[str, Any] = {}
         self.checkpoint: Callable[[], None] | None = None  # set by the session with --checkpoint-every
+        self.ckpt_round = 0  # rounds done at the last checkpoint (tasks carry it: client state)
+        self.client_state = False  # the algorithm's clients keep state between rounds
         self.t0 = time.monotonic()
         self.t_end: float | None = None
 
@@ -86,13 +89,14 @@ class RoundDriver:
             if self.checkpoint is not None and every and (
                     self.rounds_done // every > rnd // every or self.rounds_done == self.cfg.rounds):
                 self.checkpoint()
+                self.ckpt_round = self.rounds_done
             if self.status == "diverged":
                 return
         self.status = "completed"
 
     def setup(self, dispatcher: Dispatcher) -> bool:
         """Round -1: tasks the algorithm needs before training (e.g. FedSeq's pre-training)."""
-        tasks = self.algo.setup_tasks(dispatcher.alive_clients())
+        tasks = self.stamp(self.algo.setup_tasks(dispatcher.alive_clients()))
         if not tasks:
             return True
         self.progress.message(f"setup stage: {len(tasks)} tasks")
@@ -106,11 +110,20 @@ class RoundDriver:
 
     def resume(self, state: dict[str, Any]) -> None:
         """Continue after the checkpointed round (state from checkpoint.load)."""
-        self.rounds_done = int(state["rounds_done"])
+        self.rounds_done = self.ckpt_round = int(state["rounds_done"])
         self.sim_time = float(state["sim_time"])
         self.failures = list(state.get("failures", []))
         self.setup_stats = dict(state.get("setup", {}))
         self.ledger.add_totals(-2, {k: int(v) for k, v in state["ledger"].items()})
+
+    def stamp(self, tasks: list[Task]) -> list[Task]:
+        """With --checkpoint-every and clients that keep state, every task says the rounds done
+        at the last checkpoint (`ckpt`): the clients keep their state files by it
+        (client/state_files.py)."""
+        if self.cfg.net.checkpoint_every and self.client_state:
+            for t in tasks:
+                t.body = {**t.body, "ckpt": self.ckpt_round}
+        return tasks
 
     def _note_failures(self, rnd: int, failures: list[Failure]) -> None:
         for f in failures:
@@ -119,14 +132,14 @@ class RoundDriver:
     def round(self, rnd: int, clients: list[ClientInfo], dispatcher: Dispatcher, span: int = 1
               ) -> dict[str, Any]:
         """One step (span logical rounds): configure, dispatch, aggregate, evaluate, log."""
-        tasks = self.algo.configure_round(rnd, clients)
+        tasks = self.stamp(self.algo.configure_round(rnd, clients))
         for t in tasks:
             t.sim_time = self.sim_time
         algo = self.algo
 
         def on_reply(done: Result | Failure) -> list[Task]:
             algo.absorb(done)  # streaming algorithms fold the result in and free its arrays
-            return algo.follow_up(done) if span > 1 else []
+            return self.stamp(algo.follow_up(done)) if span > 1 else []
 
         results, failures = dispatcher.run_round(rnd, tasks, on_reply)
         metrics = self.algo.aggregate_round(rnd, results, failures)

@@ -18,10 +18,15 @@ ARGS = ["--clients", "3", "--rounds", "6", "--epochs", "1", "--batch-size", "16"
 KEYS = ("server_to_client", "client_to_server", "client_to_client", "tensor_bytes")
 
 
-def test_killed_launcher_resumes_from_its_checkpoint(tmp_path, fed):
-    ref = run_local(small_config(rounds=6).replace(out=str(tmp_path / "ref")), quiet=True)
+@pytest.mark.parametrize("algo", ["fedavg", "fedfomo", "scaffold"])
+def test_killed_launcher_resumes_from_its_checkpoint(tmp_path, fed, algo):
+    """FedFOMO: personal models, each client's split, the server's affinities and uploads;
+    SCAFFOLD: the clients' control variates. The client processes keep their state in
+    RUN/checkpoint/clients/ and take it back when the resumed server sends them tasks."""
+    cfg = small_config(rounds=6, algo={"name": algo}, net={"checkpoint_every": 2})
+    ref = run_local(cfg.replace(out=str(tmp_path / "ref")), quiet=True)
     run = tmp_path / "run"
-    p = fed.start("launch", *ARGS, "--checkpoint-every", "2", "--out", str(run))
+    p = fed.start("launch", *ARGS, "--algo", algo, "--checkpoint-every", "2", "--out", str(run))
     metrics = run / "metrics.jsonl"
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:  # wait for the round-2 checkpoint and one more round
@@ -33,6 +38,9 @@ def test_killed_launcher_resumes_from_its_checkpoint(tmp_path, fed):
     p.wait()
     state = json.loads((run / "checkpoint" / "state.json").read_text())
     assert state["rounds_done"] in (2, 4)
+    files = sorted(f.name for f in (run / "checkpoint" / "clients").glob("*.npz")) \
+        if algo != "fedavg" else []
+    assert algo == "fedavg" or {"c0000.npz", "c0001.npz", "c0002.npz"} <= set(files), files
     res = fed.run("launch", "--resume", str(run), "-q", timeout=120)
     assert res.returncode == 0, res.stderr
     s = json.loads((run / "summary.json").read_text())
@@ -43,6 +51,7 @@ def test_killed_launcher_resumes_from_its_checkpoint(tmp_path, fed):
         assert all(np.array_equal(a[k], b[k]) for k in b.files)
     assert {k: s["bytes"][k] for k in KEYS} == {k: ref["bytes"][k] for k in KEYS}
     assert s["sim_time_s"] == pytest.approx(ref["sim_time_s"], rel=1e-12)
+    assert s["final_accuracy"] == ref["final_accuracy"]  # fedfomo: the clients' own models
 
 
 def test_resume_without_a_checkpoint_is_one_clear_error(tmp_path, fed):

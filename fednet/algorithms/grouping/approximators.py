@@ -5,12 +5,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from fednet.algorithms.grouping.measures import MEASURES, PROBABILITY_ONLY
+from fednet.algorithms.grouping.names import APPROXIMATORS, MEASURES, PROBABILITY_ONLY
 from fednet.errors import ConfigError
 from fednet.rng import generator
-
-APPROXIMATORS = ("confidence", "clf_last", "clf_last2", "clf_all")
-"""Names accepted by --param approximator=...; clf_* are classifier-weight approximators."""
 
 CLASSIFIER_PARTS = ("last", "last2", "all")
 """Accepted `which` values of classifier_vector (also with the "clf_" prefix)."""

@@ -5,13 +5,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from fednet.algorithms.grouping.names import MEASURES, PROBABILITY_ONLY  # noqa: F401
 from fednet.errors import ConfigError
-
-MEASURES = ("kl", "gini", "cosine", "euclidean", "wasserstein")
-"""Names accepted by measure() (and --param measure=...); larger = more heterogeneous = preferred."""
-
-PROBABILITY_ONLY = {"kl", "gini"}
-"""Measures that need probability vectors (confidence approximator only)."""
 
 Measure = Callable[[np.ndarray, np.ndarray], float]
 

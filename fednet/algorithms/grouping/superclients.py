@@ -9,11 +9,10 @@ from collections.abc import Callable
 import numpy as np
 
 from fednet.algorithms.grouping.measures import measure as get_measure
+from fednet.algorithms.grouping.names import GROUPINGS  # noqa: F401
 from fednet.errors import ConfigError
 from fednet.rng import generator
 
-GROUPINGS = ("random", "kmeans", "greedy")
-"""Names accepted by group() (and --param grouping=...)."""
 
 TIE_TOL = 1e-12
 """Greedy scores closer than this (relative to max(1, |best|)) are ties: summation order must not break them."""

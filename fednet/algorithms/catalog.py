@@ -1,0 +1,169 @@
+"""The built-in algorithms: each one's Spec and typed parameters (docs/algorithms.md has the rules).
+
+This is the single place where an algorithm's name, defaults, ranges and default model are
+written; the CLI, config.toml and both halves read them from here. No torch is imported.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fednet.algorithms.grouping.names import APPROXIMATORS, GROUPINGS, MEASURES, PROBABILITY_ONLY
+from fednet.algorithms.params import param
+from fednet.algorithms.registry import Spec, register
+
+A = "fednet.algorithms."
+
+
+@dataclass(frozen=True)
+class ProxParams:
+    """FedProx's proximal term (docs/algorithms.md §3.2)."""
+
+    mu: float = param(0.01, "proximal weight of FedProx", ge=0, option="--mu")
+
+
+@dataclass(frozen=True)
+class DynParams:
+    """FedDyn's dynamic regulariser (docs/algorithms.md §3.4, §7.9)."""
+
+    alpha: float = param(0.1, "FedDyn regularisation", gt=0, option="--dyn-alpha")
+    clip: float = param(0.0, "clip the local gradient norm (0 = off)", ge=0, option="--clip")
+    official: bool = param(False, "the FedSeq repository's FedDyn variant (docs/algorithms.md §7.9)")
+
+
+@dataclass(frozen=True)
+class ScaffoldParams:
+    """SCAFFOLD (docs/algorithms.md §3.3)."""
+
+    option: int = param(2, "control update: 2 = the paper's cheap rule, 1 = full local gradient",
+                        ge=1, le=2, option="--scaffold-option")
+
+
+@dataclass(frozen=True)
+class FedSeqParams(ProxParams, DynParams):
+    """FedSeq (docs/algorithms.md §4); mu, alpha, clip, official are for --local."""
+
+    approximator: str = param("confidence", "client representation", choices=APPROXIMATORS,
+                              option="--approximator")
+    measure: str = param("kl", "heterogeneity measure", choices=MEASURES, option="--measure")
+    grouping: str = param("greedy", "superclient grouping", choices=GROUPINGS, option="--grouping")
+    pretrain_epochs: int = param(40, "pre-training epochs e", ge=0, option="--pretrain-epochs")
+    min_samples: int = param(0, "|D_S|min (0 = room for about one client per class)", ge=0,
+                             option="--min-samples")
+    max_clients: int = param(11, "K_S,max clients per superclient", ge=1, option="--max-clients")
+    passes: int = param(1, "ring passes E_S per round", ge=1, option="--passes")
+    superclient_fraction: float = param(0.2, "fraction of superclients per round", gt=0, le=1,
+                                        option="--superclient-fraction")
+    local: str = param("sgd", "local rule inside the chain", choices=("sgd", "fedprox", "feddyn"),
+                       option="--local")
+    zero_floor: bool = param(False, "greedy grouping: floor the score at zero")
+    pca_variance: float = param(0.9, "PCA variance kept for classifier approximators", gt=0, le=1)
+
+    def check(self) -> str:
+        """kl and gini need probability vectors (the confidence approximator)."""
+        if self.approximator != "confidence" and self.measure in PROBABILITY_ONLY:
+            return (f"--param measure={self.measure} needs probability vectors and cannot be used "
+                    f"with --param approximator={self.approximator}; use --param measure=cosine "
+                    "(or euclidean, wasserstein) or --param approximator=confidence")
+        return ""
+
+
+@dataclass(frozen=True)
+class FedSeqInterParams(FedSeqParams):
+    """FedSeqInter (docs/algorithms.md §4.8)."""
+
+    period: int = param(0, "aggregation period in rounds (0 = the number of superclients)", ge=0,
+                        option="--period")
+
+
+@dataclass(frozen=True)
+class FactorizedParams:
+    """Factorized-FL (docs/algorithms.md §5.4); domain and permuted runs change some defaults."""
+
+    tau: float = param(0.0, "similarity threshold", ge=-1, le=1, option="--tau", note="domain: 0.95")
+    eps: float = param(1.0, "softmax sharpness of the matching", ge=0, option="--eps",
+                       note="domain: 20")
+    min_peers: int = param(0, "least peers aggregated (0 = all)", ge=0, option="--min-peers",
+                           note="domain: 4; --permute: half the clients")
+    lambda_sparsity: float = param(5e-4, "L1 weight on mu", ge=0, option="--lambda-sparsity")
+    matching: str = param("similarity", "peer matching (none = Factorized-FedAvg)",
+                          choices=("similarity", "none", "random", "worst"), option="--matching")
+    peers: int = param(3, "peers of the random and worst matchings", ge=1)
+    l1_detached: bool = param(False, "the L1 term carries no gradient (the official code)")
+    clip: float = param(5.0, "clip the local gradient norm (0 = off)", ge=0, option="--clip")
+
+
+@dataclass(frozen=True)
+class PFedParaParams:
+    """pFedPara (docs/algorithms.md §3.7)."""
+
+    clip: float = param(5.0, "clip the local gradient norm (0 = off)", ge=0, option="--clip")
+
+
+@dataclass(frozen=True)
+class CFLParams:
+    """Clustered-FL (docs/algorithms.md §3.8)."""
+
+    eps1: float = param(0.4, "split when the mean update norm is below this", gt=0)
+    eps2: float = param(1.6, "... and the largest update norm above this", gt=0)
+    warmup: int = param(20, "rounds before the first split", ge=0)
+    lr_decay: float = param(1.0, "learning rate factor per round", gt=0)
+
+
+@dataclass(frozen=True)
+class FedFomoParams:
+    """FedFOMO (docs/algorithms.md §3.9)."""
+
+    m: int = param(5, "peer models each client downloads", ge=1)
+    eps: float = param(0.3, "initial exploration probability", ge=0, option="--eps")
+    eps_decay: float = param(0.05, "exploration decay per round", ge=0)
+    val_fraction: float = param(0.2, "validation share of each client's data", gt=0, lt=1)
+    baseline: str = param("current", "theta_b: current (the paper) or first_model (official code)",
+                          choices=("current", "first_model"))
+    norm: str = param("l1", "distance of the weights", choices=("l1", "l2"))
+    self_weight: float = param(0.1, "initial affinity of a client to itself")
+
+
+@dataclass(frozen=True)
+class PerFedAvgParams:
+    """Per-FedAvg (docs/algorithms.md §3.10)."""
+
+    alpha: float = param(0.01, "inner (personalization) step size", gt=0)
+    beta: float = param(0.005, "outer (meta) step size", gt=0)
+    hf: bool = param(False, "Hessian-free variant")
+    hvp: str = param("autograd", "Hessian-vector product", choices=("autograd", "fd"))
+    fd_delta: float = param(1e-3, "finite-difference step of hvp=fd", gt=0)
+
+
+FACTORIZED = {"digits": "factorized_digits", "*": "factorized_resnet9"}
+
+register(Spec("fedavg", "FedAvg: local SGD, sample-weighted average",
+              A + "fedavg:FedAvg", A + "fedavg:FedAvgClient"))
+register(Spec("fedprox", "FedAvg plus a proximal term toward the received model",
+              A + "fedavg:FedAvg", A + "fedavg:FedProxClient", ProxParams))
+register(Spec("scaffold", "control variates c, c_k", A + "scaffold:Scaffold",
+              A + "scaffold:ScaffoldClient", ScaffoldParams))
+register(Spec("feddyn", "dynamic regularisation", A + "feddyn:FedDyn", A + "feddyn:FedDynClient",
+              DynParams))
+register(Spec("standalone", "every client trains alone; nothing travels",
+              A + "standalone:StandAlone", A + "standalone:StandAloneClient", personalized=True))
+register(Spec("centralized", "one model on the pooled training set (the reference accuracy)",
+              A + "centralized:Centralized", A + "centralized:CentralizedClient"))
+register(Spec("fedseq", "superclients trained sequentially over peer-to-peer rings",
+              A + "fedseq:FedSeq", A + "fedseq:FedSeqClient", FedSeqParams))
+register(Spec("fedseq_inter", "FedSeq with a bank of models travelling between superclients",
+              A + "fedseq_inter:FedSeqInter", A + "fedseq:FedSeqClient", FedSeqInterParams))
+register(Spec("factorized", "Factorized-FL: u travels, v and mu stay; matching by v similarity",
+              A + "factorized:Factorized", A + "factorized:FactorizedClient", FactorizedParams,
+              personalized=True, models=FACTORIZED))
+register(Spec("factorized_beta", "Factorized-FL beta: v and mu shared too",
+              A + "factorized:Factorized", A + "factorized:FactorizedClient", FactorizedParams,
+              personalized=True, models=FACTORIZED))
+register(Spec("pfedpara", "low-rank Hadamard layers; local factors stay personal",
+              A + "pfedpara:PFedPara", A + "pfedpara:PFedParaClient", PFedParaParams,
+              personalized=True, models={"*": "pfedpara_digits"}))
+register(Spec("cfl", "Clustered-FL: clusters bi-partitioned by update similarity",
+              A + "cfl:ClusteredFL", A + "cfl:CFLClient", CFLParams, personalized=True))
+register(Spec("fedfomo", "each client mixes the peers' models that lower its validation loss",
+              A + "fedfomo:FedFomo", A + "fedfomo:FedFomoClient", FedFomoParams, personalized=True))
+register(Spec("perfedavg", "Per-FedAvg (MAML-style local steps)", A + "fedavg:FedAvg",
+              A + "perfedavg:PerFedAvgClient", PerFedAvgParams, personalized=True))

@@ -1,0 +1,221 @@
+"""The algorithm contract: a server Strategy and a client ClientUpdate, each with typed state.
+
+An algorithm is two classes and a Spec (registry.py):
+
+- **Strategy** (server half). `self.state` is a dataclass derived from ServerState: the global
+  model, the task counter and whatever else the server keeps between rounds. Each round the
+  driver calls `configure_round` (tasks for the clients), `absorb` for every reply as it arrives
+  (optional: streaming sums), then `aggregate_round` (new state, metrics to log), and evaluates
+  `eval_arrays()` (by default `state.model`).
+- **ClientUpdate** (client half). Every client process builds only this half. `run(ctx, task)`
+  trains on the client's data and returns (arrays to send, scalar body). Per-client state lives in
+  `ctx.state`, an instance of its `State` dataclass; with `keeps_model = True` the client's model
+  itself persists between rounds (personal models).
+
+Both states are checkpointed generically (state.py), so a state field must be one of: arrays keyed
+by model entry (`Model`), lists or client-id dicts of them, numpy arrays, torch tensors (client
+side: one per trainable parameter in a list, or a tuple of index tensors), or JSON values.
+Staged and asynchronous algorithms (FedSeq, FedSeqInter) also override the optional hooks
+setup_tasks/setup_results, rounds_per_step, follow_up and interim_points. No method here touches
+sockets, files or clocks.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from fednet import rng
+from fednet.config import RunConfig, eval_mode
+from fednet.types import Arrays, ClientInfo, Failure, Result, Task
+
+Model = dict[str, np.ndarray]
+"""Arrays named and shaped like entries of the model (a model, an upload, a control variate)."""
+
+
+@dataclass
+class ServerState:
+    """What the server half keeps between rounds; algorithms subclass it to add fields."""
+
+    model: Model = field(default_factory=dict)  # the global model (what the server evaluates)
+    next_task: int = 0                           # the last task id handed out
+
+
+@dataclass
+class NoState:
+    """The client state of an algorithm whose clients keep nothing between rounds."""
+
+
+@dataclass
+class ServerInfo:
+    """What the runtime tells the server half about the run (never sent to clients)."""
+
+    num_classes: int
+    label_hist: np.ndarray | None = None       # K x N_C, for reports only (e.g. superclient quality)
+    exemplars: tuple[np.ndarray, np.ndarray] | None = None  # public exemplar set (x, y)
+    pretrain_init: Arrays | None = None        # a second random init (FedSeq's theta_pre)
+    kinds: dict[str, str] = field(default_factory=dict)  # state name -> kind (u, v, mu, head, ...)
+    matching: str = ""                          # Factorized-FL: the v used for similarity
+
+
+@dataclass
+class ClientContext:
+    """Everything a local update may touch inside one client process."""
+
+    cid: int
+    model: nn.Module
+    x: torch.Tensor
+    y: torch.Tensor
+    cfg: RunConfig
+    device: torch.device
+    state: Any = field(default_factory=NoState)  # the ClientUpdate's State, kept across rounds
+    test_x: torch.Tensor | None = None  # the test set this client evaluates on (personalized FL)
+    test_y: torch.Tensor | None = None
+    pooled: Any = None  # callable -> (x, y) of the whole training set (the centralized reference)
+    augment: Any = None  # callable (batch, generator) -> batch, the dataset's train augmentation
+
+    @property
+    def num_examples(self) -> int:
+        """Number of local training examples."""
+        return int(len(self.y))
+
+    def batch_generator(self, rnd: int, purpose: str = "batches") -> torch.Generator:
+        """The seeded torch generator for this client's minibatch order in round rnd."""
+        return torch.Generator().manual_seed(rng.int_seed(self.cfg.seed, purpose, rnd, self.cid))
+
+
+class ClientUpdate:
+    """The client half: the local update a client runs for each task it receives."""
+
+    State: type = NoState  # the per-client state dataclass (ctx.state)
+    keeps_model = False    # True: the client's model persists between rounds (personal models)
+
+    def __init__(self, cfg: RunConfig, params: Any) -> None:
+        self.cfg, self.p = cfg, params
+
+    @classmethod
+    def stateful(cls) -> bool:
+        """True when clients keep anything between rounds (checkpoints must hold it)."""
+        return cls.keeps_model or bool(dataclasses.fields(cls.State))
+
+    def new_state(self) -> Any:
+        """A client's state before its first task."""
+        return self.State()
+
+    def run(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
+        """Train for `task` (ctx.model, ctx.state in place); return (arrays to send, body)."""
+        raise NotImplementedError
+
+
+class Strategy:
+    """The server half: configures rounds, folds results in, holds the typed server state."""
+
+    State: type[ServerState] = ServerState
+
+    def __init__(self, cfg: RunConfig, params: Any) -> None:
+        self.cfg, self.p = cfg, params
+        self.state: Any = self.State()
+        self.trainable: set[str] = set()  # names of trainable parameters (set by the runtime)
+        self.info = ServerInfo(num_classes=0)
+        self.eval_clients = eval_mode(cfg) == "clients"  # clients report their own accuracy
+
+    # ---- what an algorithm defines -----------------------------------------------------------
+    def configure_round(self, rnd: int, clients: Sequence[ClientInfo]) -> list[Task]:
+        """The round's tasks; by default one per selected client, carrying the global model."""
+        return [self.new_task(rnd, [c.cid], self.state.model, self.task_body(rnd, c))
+                for c in self.select(rnd, clients)]
+
+    def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
+                        ) -> dict[str, float]:
+        """Fold the round's results into the state; return metrics to log."""
+        raise NotImplementedError
+
+    def init_state(self, init: Arrays) -> Any:
+        """The state before round 0 from the initial model (self.trainable is known)."""
+        return self.State(model=dict(init))
+
+    def absorb(self, done: Result | Failure) -> None:
+        """Called for every reply as it arrives: streaming algorithms fold it into running sums
+        and drop its arrays; the rest keep results for aggregate_round."""
+
+    def eval_arrays(self) -> Arrays:
+        """The model the server evaluates after each round."""
+        return self.state.model
+
+    # ---- staged and asynchronous algorithms (FedSeq, FedSeqInter) --------------------------
+    def setup_tasks(self, clients: Sequence[ClientInfo]) -> list[Task]:
+        """Tasks of a stage before round 0 (e.g. FedSeq's pre-training); none by default."""
+        return []
+
+    def setup_results(self, results: list[Result], failures: list[Failure]) -> dict[str, Any]:
+        """Consume the setup stage's results; returns statistics for the summary."""
+        return {}
+
+    def rounds_per_step(self) -> int:
+        """Logical rounds that one driver step covers (FedSeqInter: its aggregation period)."""
+        return 1
+
+    def follow_up(self, done: Result | Failure) -> list[Task]:
+        """Tasks released by one arrival, sent at once (asynchronous pipelines); none by default."""
+        return []
+
+    def interim_points(self) -> list[tuple[int, Arrays, float, dict[str, Any]]]:
+        """(round, model, simulated time, metrics) to evaluate inside a multi-round step."""
+        return []
+
+    # ---- given ---------------------------------------------------------------------------------
+    def setup(self, init: Arrays, trainable: set[str] | None = None) -> None:
+        """Receive the initial model and the names of its trainable parameters."""
+        self.trainable = set(trainable) if trainable is not None else {
+            k for k, v in init.items() if v.dtype.kind == "f"}
+        self.state = self.init_state(init)
+
+    def bind(self, info: ServerInfo) -> None:
+        """Receive the run's server-side facts (number of classes, exemplars, ...)."""
+        self.info = info
+
+    @property
+    def global_arrays(self) -> Arrays:
+        """The global model (state.model)."""
+        return self.state.model
+
+    @global_arrays.setter
+    def global_arrays(self, arrays: Arrays) -> None:
+        self.state.model = arrays
+
+    def select(self, rnd: int, clients: Sequence[ClientInfo]) -> list[ClientInfo]:
+        """max(floor(fraction * K), 1) clients, uniformly without replacement, seeded by round."""
+        ordered = sorted(clients, key=lambda c: c.cid)
+        m = max(int(self.cfg.algo.fraction * len(ordered)), 1)
+        if m >= len(ordered):
+            return ordered
+        pick = rng.generator(self.cfg.seed, "select", rnd).choice(len(ordered), m, replace=False)
+        return [ordered[i] for i in sorted(pick)]
+
+    def task_body(self, rnd: int, client: ClientInfo) -> dict[str, Any]:
+        """Scalar instructions sent with each task (local epochs, lr, ...)."""
+        t = self.cfg.train
+        body: dict[str, Any] = {"epochs": t.epochs, "lr": t.lr}
+        if self.eval_clients:
+            body["evaluate"] = True
+        return body
+
+    def new_task(self, rnd: int, route: list[int], arrays: Arrays, body: dict[str, Any],
+                 task_id: int | None = None) -> Task:
+        """A task with a fresh id (or `task_id`, reserved with reserve_ids)."""
+        if task_id is None:
+            self.state.next_task += 1
+            task_id = self.state.next_task
+        return Task(task_id=task_id, round=rnd, route=route, arrays=arrays, body=body)
+
+    def reserve_ids(self, n: int) -> int:
+        """Reserve n task ids; returns the first. Tasks created in arrival order get ids fixed in
+        advance this way, so message sizes (msgpack ints) do not depend on timing."""
+        first = self.state.next_task + 1
+        self.state.next_task += n
+        return first

@@ -1,0 +1,81 @@
+"""Every algorithm resumes: a `fednet local` run stopped right after a checkpoint and resumed
+ends exactly where an unbroken run ends (final model, personal models and client state, bytes,
+simulated time, accuracy). The runs are the golden ones (benchmarks/golden.py) with
+--checkpoint-every 1."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fednet.algorithms import client_class, names
+from fednet.inproc import run_local
+
+_SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "golden.py"
+_spec = importlib.util.spec_from_file_location("fednet_benchmarks_golden_resume", _SCRIPT)
+golden = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(golden)
+
+STOP = 2  # the run is stopped after the checkpoint of round 1 (two rounds done)
+KEYS = ("server_to_client", "client_to_server", "client_to_client", "tensor_bytes",
+        "header_bytes")
+
+
+class Stop(KeyboardInterrupt):
+    """Stands for Ctrl-C (or a crash) right after a checkpoint was written."""
+
+
+def _config(algo: str, out: Path):
+    cfg = golden.config(algo, str(out)).replace(**{"net.checkpoint_every": 1})
+    if algo == "fedseq_inter":  # two periods of two rounds: a checkpoint between them
+        cfg = cfg.replace(**{"rounds": 4, "algo.params.period": 2})
+    return cfg
+
+
+def _run(cfg, **kw):
+    """(summary, final model, the clients' models and tensor state as hashes)."""
+    with golden.capture_dispatcher() as seen:
+        try:
+            summary = run_local(cfg, quiet=True, **kw)
+        except Stop:
+            return None
+    with np.load(Path(cfg.out) / "final_model.npz", allow_pickle=False) as z:
+        model = {k: z[k] for k in z.files}
+    models, state = golden.client_arrays(seen[0])
+    return summary, model, golden.sha256_arrays(models), golden.sha256_arrays(state)
+
+
+def _stop_after(rounds_done: int):
+    def prepare(session) -> None:
+        save = session.driver.checkpoint
+
+        def checkpoint() -> None:
+            save()
+            if session.driver.rounds_done == rounds_done:
+                raise Stop()
+        session.driver.checkpoint = checkpoint
+    return prepare
+
+
+@pytest.mark.parametrize("algo", names())
+def test_a_resumed_local_run_ends_where_an_unbroken_run_ends(algo, tmp_path):
+    ref, ref_model, ref_models, ref_state = _run(_config(algo, tmp_path / "ref"))
+    cfg = _config(algo, tmp_path / "run")
+    assert _run(cfg, prepare=_stop_after(STOP)) is None
+    saved = json.loads((tmp_path / "run" / "checkpoint" / "state.json").read_text())
+    assert saved["rounds_done"] == STOP and saved["client_state"] == "checkpoint"
+    got, model, models, state = _run(cfg, resume=True)
+    assert got["status"] == ref["status"] == "completed" and got["rounds"] == ref["rounds"]
+    assert model.keys() == ref_model.keys()
+    assert all(np.array_equal(model[k], ref_model[k]) for k in model), "final model"
+    assert state == ref_state, "the clients' state"
+    if client_class(algo).keeps_model:  # the others load the whole model from every task
+        assert models == ref_models, "the clients' personal models"
+    assert {k: got["bytes"][k] for k in KEYS} == {k: ref["bytes"][k] for k in KEYS}
+    assert got["sim_time_s"] == ref["sim_time_s"]
+    assert got["final_accuracy"] == ref["final_accuracy"]
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == list(range(cfg.rounds))
