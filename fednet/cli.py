@@ -176,7 +176,9 @@ def server(bind: str, **opts: Any) -> None:
 
 @main.command()
 @click.option("--connect", required=True, help="The server's endpoint, tcp://HOST:PORT.")
-@click.option("--ids", required=True, help="Client ids to run here, e.g. 0-49 or 0,2,4.")
+@click.option("--ids", required=True,
+              help="Client ids to run here, e.g. 0-49 or 0,2,4; slurm:N = this srun task's share "
+                   "of N clients (task 0 runs the server).")
 @click.option("--gpus", help="CUDA devices for these clients (round-robin by client id).")
 @click.option("--advertise", default="127.0.0.1", show_default=True,
               help="Address of this host that peers use for hand-offs.")

@@ -1,9 +1,11 @@
 """`fednet clients`: run a set of client ids on this host through the warm zygote."""
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import time
+from collections.abc import Mapping
 
 from fednet.errors import ConfigError
 from fednet.launch.gpus import parse_gpus
@@ -11,8 +13,40 @@ from fednet.launch.proc import check_files_per_process, raise_fd_limit
 from fednet.launch.spawn import Zygote, client_specs
 
 
-def parse_ids(text: str) -> list[int]:
-    """'0-3,7' -> [0, 1, 2, 3, 7]; errors name --ids."""
+def slurm_share(text: str, env: Mapping[str, str]) -> list[int]:
+    """'slurm:N' -> this SLURM task's share of the ids 0..N-1; errors name --ids.
+
+    Task 0 runs `fednet server`; tasks 1..T-1 split the ids in contiguous blocks whose sizes
+    differ by at most one (SLURM_PROCID is the task, SLURM_NTASKS is T)."""
+    n_text = text.partition(":")[2].strip()
+    if not n_text.isdigit() or int(n_text) < 1:
+        raise ConfigError(f"--ids {text}: write slurm:N with N the run's --clients, e.g. "
+                          "slurm:100 (this task takes its share of the ids 0..N-1)")
+    n = int(n_text)
+    procid, ntasks = env.get("SLURM_PROCID", ""), env.get("SLURM_NTASKS", "")
+    if not (procid.isdigit() and ntasks.isdigit()):
+        raise ConfigError(f"--ids {text}: SLURM_PROCID and SLURM_NTASKS are not set; run it as a "
+                          "task of srun (or give the ids, e.g. --ids 0-49)")
+    task, tasks = int(procid), int(ntasks)
+    if tasks < 2 or task >= tasks:
+        raise ConfigError(f"--ids {text}: SLURM_NTASKS={tasks}, SLURM_PROCID={task}: needs at "
+                          "least 2 tasks (task 0 runs `fednet server`, tasks 1.. the clients)")
+    if task == 0:
+        raise ConfigError(f"--ids {text}: this is SLURM task 0, which runs `fednet server`; "
+                          "clients run on tasks 1..")
+    workers, k = tasks - 1, task - 1
+    if n < workers:
+        raise ConfigError(f"--ids {text}: {n} clients cannot fill the {workers} client tasks "
+                          f"(SLURM_NTASKS={tasks}, task 0 is the server); ask for at most "
+                          f"{n + 1} tasks")
+    return list(range(k * n // workers, (k + 1) * n // workers))
+
+
+def parse_ids(text: str, env: Mapping[str, str] | None = None) -> list[int]:
+    """'0-3,7' -> [0, 1, 2, 3, 7]; 'slurm:N' -> this SLURM task's share (slurm_share); errors
+    name --ids."""
+    if text.strip().lower().startswith("slurm"):
+        return slurm_share(text.strip(), os.environ if env is None else env)
     out: list[int] = []
     try:
         for part in text.split(","):
