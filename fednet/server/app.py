@@ -62,6 +62,8 @@ class ZmqServer(Intake):
         self._progress = time.monotonic()
         self.shutting_down = False
         self._holder: dict[int, int] = {}  # task id -> route index of the client holding it
+        self._routes: dict[int, tuple[int, list[int]]] = {}  # task id -> (round, route) sent
+        self._hops: set[tuple[int, int]] = set()  # (task id, hop) whose HOP_DONE was counted
 
     # ---- helpers -------------------------------------------------------------------------
     def _send(self, cid: int, msg: Message) -> bool:
@@ -176,6 +178,7 @@ class ZmqServer(Intake):
 
     def _dispatch(self, task: Task) -> None:
         self._pending[task.task_id] = task
+        self._routes[task.task_id] = (task.round, list(task.route))
         msg = task_message(task, self.s.run_id)
         if len(task.route) > 1:  # peers find each other through the route itself
             msg.body["endpoints"] = [self.clients[c].endpoint if c in self.clients else ""
@@ -194,6 +197,9 @@ class ZmqServer(Intake):
         """
         self._replies = []
         self.round = rnd
+        for tid in [t for t, (r, _) in self._routes.items() if r < rnd - 1]:
+            del self._routes[tid]  # late HOP_DONEs are accepted for one round after
+        self._hops = {h for h in self._hops if h[0] in self._routes}
         self._on_reply, self._accepting = follow, True
         self._queue.extend(tasks)
         timeout = self.s.cfg.net.round_timeout

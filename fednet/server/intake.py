@@ -66,13 +66,19 @@ class Intake:
             self._progress = time.monotonic()
             self._reply(accept_reply(msg, cid, got.nbytes, self.s.profiles))
         elif msg.kind == MsgKind.HOP_DONE:
-            task = self._pending.get(msg.task_id)
+            # it may arrive after the task's RESULT (another connection): any task sent in this
+            # round or the last, once per hop, from the client that held that hop
+            rnd_route = self._routes.get(msg.task_id)
             b = msg.body
-            if task is None or cid not in task.route or not b["hop"] < b["to"] < len(task.route):
+            if (rnd_route is None or rnd_route[0] != msg.round
+                    or not b["hop"] < b["to"] < len(rnd_route[1])
+                    or rnd_route[1][b["hop"]] != cid or (msg.task_id, b["hop"]) in self._hops):
                 return self.chan.reject(got, f"unexpected HOP_DONE for task {msg.task_id}")
             self.chan.accept(got, client_name(cid))
+            self._hops.add((msg.task_id, b["hop"]))
             self._progress = time.monotonic()
-            self._holder[msg.task_id] = b["to"]
+            if msg.task_id in self._pending:
+                self._holder[msg.task_id] = b["to"]
             self.s.ledger.add_totals(msg.round, {"client_to_client": b["peer_bytes"],
                                                  "tensor_bytes": b["peer_tensor_bytes"]})
         elif msg.kind == MsgKind.BYE:
