@@ -78,8 +78,11 @@ def _keep_model(template: dict[str, Any] | None) -> None:
 
 
 def _emit(event: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(event) + "\n")
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(json.dumps(event) + "\n")
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError):  # the launcher is gone: nobody reads events any more
+        pass
 
 
 def _child(spec: dict[str, Any], zygote: int) -> int:
@@ -222,8 +225,11 @@ def main() -> None:
         code = 1
     finally:
         stop_children(children)
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (BrokenPipeError, ValueError):  # the launcher is gone
+                pass
         os._exit(code)  # skip interpreter teardown (torch's takes ~0.3 s); nothing is left to flush
 
 
