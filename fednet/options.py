@@ -7,7 +7,8 @@ from typing import Any
 
 import click
 
-from fednet.config import ALGORITHMS, LATENCY_PRESETS, PARTITIONS, RunConfig, from_dict, load_toml, merge
+from fednet.algorithms.registry import REGISTRY, check_params, get
+from fednet.config import LATENCY_PRESETS, PARTITIONS, RunConfig, from_dict, load_toml, merge
 from fednet.errors import ConfigError
 
 # option name -> dotted config key
@@ -25,40 +26,39 @@ _KEYS = {
     "augment": "train.augment", "secure": "net.secure", "checkpoint_every": "net.checkpoint_every",
 }
 
-# Algorithm parameters with their own option: (option, params key, type, help). Each lands in
-# algo.params; --param KEY=VALUE reaches the rest.
-ALGO_OPTIONS: list[tuple[str, str, Any, str]] = [
-    ("--mu", "mu", float, "[fedprox; fedseq --local fedprox] proximal weight. [default: 0.01]"),
-    ("--dyn-alpha", "alpha", float, "[feddyn; fedseq --local feddyn] regularisation. [default: 0.1]"),
-    ("--clip", "clip", float, "[feddyn] clip the gradient norm (0 = off). [default: 0]"),
-    ("--scaffold-option", "option", click.IntRange(1, 2),
-     "[scaffold] control update: 2 = the paper's cheap rule, 1 = full local gradient. [default: 2]"),
-    ("--local", "local", click.Choice(["sgd", "fedprox", "feddyn"]),
-     "[fedseq, fedseq_inter] local rule inside the chain. [default: sgd]"),
-    ("--approximator", "approximator",
-     click.Choice(["confidence", "clf_last", "clf_last2", "clf_all"]),
-     "[fedseq*] client representation. [default: confidence]"),
-    ("--measure", "measure", click.Choice(["kl", "gini", "cosine", "euclidean", "wasserstein"]),
-     "[fedseq*] heterogeneity measure. [default: kl]"),
-    ("--grouping", "grouping", click.Choice(["greedy", "kmeans", "random"]),
-     "[fedseq*] superclient grouping. [default: greedy]"),
-    ("--pretrain-epochs", "pretrain_epochs", int, "[fedseq*] pre-training epochs e. [default: 40]"),
-    ("--min-samples", "min_samples", int,
-     "[fedseq*] |D_S|min (0 = room for about one client per class). [default: 0]"),
-    ("--max-clients", "max_clients", int, "[fedseq*] K_S,max clients per superclient. [default: 11]"),
-    ("--passes", "passes", int, "[fedseq*] ring passes E_S per round. [default: 1]"),
-    ("--superclient-fraction", "superclient_fraction", float,
-     "[fedseq*] fraction of superclients per round. [default: 0.2]"),
-    ("--period", "period", int,
-     "[fedseq_inter] aggregation period in rounds (0 = the number of superclients). [default: 0]"),
-    ("--tau", "tau", float, "[factorized*] similarity threshold. [default: 0; domain: 0.95]"),
-    ("--eps", "eps", float, "[factorized*] softmax sharpness of the matching. [default: 1; domain: 20]"),
-    ("--min-peers", "min_peers", int, "[factorized*] least peers aggregated (0 = all). [default: 0]"),
-    ("--lambda-sparsity", "lambda_sparsity", float, "[factorized*] L1 weight on mu. [default: 5e-4]"),
-    ("--matching", "matching", click.Choice(["similarity", "none", "random", "worst"]),
-     "[factorized*] peer matching (none = Factorized-FedAvg). [default: similarity]"),
-]
-_ALGO_DEST = {opt.lstrip("-").replace("-", "_"): key for opt, key, _, _ in ALGO_OPTIONS}
+def _algo_options() -> list[tuple[str, str, Any, str]]:
+    """(option, params key, click type, help) of every parameter the registry gives an option
+    of its own (param(..., option="--mu")); help and defaults come from the declarations."""
+    from fednet.algorithms import params as P
+
+    seen: dict[str, list[tuple[str, P.Info]]] = {}
+    for spec in REGISTRY.values():
+        for info in P.declared(spec.params):
+            if info.option:
+                seen.setdefault(info.option, []).append((spec.name, info))
+    out = []
+    for opt, uses in seen.items():
+        first = uses[0][1]
+        if any(i.name != first.name or i.type is not first.type for _, i in uses):
+            raise TypeError(f"{opt} stands for different parameters: {uses}")
+        choices = {i.choices for _, i in uses}
+        typ: Any = (click.Choice(first.choices) if len(choices) == 1 and first.choices
+                    else {int: int, float: float, bool: click.BOOL}.get(first.type, str))
+        defaults: dict[str, list[str]] = {}
+        for name, i in uses:
+            shown = str(i.default).lower() if i.type is bool else f"{i.default:g}" \
+                if i.type is float else str(i.default)
+            defaults.setdefault(shown + (f"; {i.note}" if i.note else ""), []).append(name)
+        default = (next(iter(defaults)) if len(defaults) == 1 else
+                   "; ".join(f"{', '.join(n)}: {d}" for d, n in defaults.items()))
+        algos = ", ".join(n for n, _ in uses)
+        out.append((opt, first.name, typ, f"[{algos}] {first.help}. [default: {default}]"))
+    return out
+
+
+ALGO_OPTIONS = _algo_options()
+_ALGO_DEST = {opt.lstrip("-").replace("-", "_"): (opt, key) for opt, key, _, _ in ALGO_OPTIONS}
+
 
 def _opt_dest(opt: str) -> str:
     return opt.lstrip("-").replace("-", "_")
@@ -69,7 +69,9 @@ _COMMON: list[Callable[[Any], Any]] = [
                  help="TOML file with the same fields; command-line options override it."),
     click.option("--clients", type=int, help="Number of clients (default 100 for launch, 10 for local)."),
     click.option("--rounds", type=int, help="Communication rounds. [default: 25]"),
-    click.option("--algo", type=click.Choice(ALGORITHMS), help="Algorithm. [default: fedavg]"),
+    click.option("--algo", type=click.Choice(list(REGISTRY)),
+                 help="Algorithm (README: the table; docs/algorithms.md: the rules). "
+                      "[default: fedavg]"),
     click.option("--dataset", help="digits (embedded), cifar10, cifar100 or svhn (from --data-root). "
                                    "[default: digits]"),
     click.option("--partition", type=click.Choice(PARTITIONS),
@@ -130,7 +132,8 @@ _COMMON: list[Callable[[Any], Any]] = [
                  help="Train-time augmentation. [default: auto]"),
     *[click.option(opt, _opt_dest(opt), type=typ, help=hlp) for opt, _, typ, hlp in ALGO_OPTIONS],
     click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
-                 help="Algorithm parameter (repeatable), e.g. --param mu=0.01."),
+                 help="Algorithm parameter (repeatable), e.g. --param mu=0.01; typed and checked "
+                      "against the algorithm's declared parameters (a wrong name lists them)."),
     click.option("-q", "--quiet", is_flag=True, help="No progress output."),
 ]
 
@@ -140,15 +143,6 @@ def common_options(f: Callable[..., Any]) -> Callable[..., Any]:
     for opt in reversed(_COMMON):
         f = opt(f)
     return f
-
-
-def _param_value(text: str) -> Any:
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)
 
 
 def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
@@ -175,15 +169,38 @@ def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
         over["latency.preset" if lat in LATENCY_PRESETS else "latency.file"] = lat
         if lat in LATENCY_PRESETS:
             over["latency.file"] = ""
-    for dest, key in _ALGO_DEST.items():
-        if opts.get(dest) is not None:
-            over[f"algo.params.{key}"] = opts[dest]
+    given = [(dest, opt, key) for dest, (opt, key) in _ALGO_DEST.items()
+             if opts.get(dest) is not None]
+    for dest, _, key in given:
+        over[f"algo.params.{key}"] = opts[dest]
     for p in opts.get("params") or ():
         if "=" not in p:
             raise click.BadParameter(f"'{p}' is not KEY=VALUE", param_hint="--param")
         k, v = p.split("=", 1)
-        over[f"algo.params.{k.strip()}"] = _param_value(v.strip())
-    return from_dict(merge(base, over))
+        over[f"algo.params.{k.strip()}"] = v.strip()  # typed below, by the algorithm's declaration
+    merged = merge(base, over)
+    algo = merged["algo"]
+    spec = get(str(algo.get("name")))
+    for dest, opt, _ in given:  # an option names its value in the error
+        _check_option(spec, opt, opts[dest])
+    algo["params"] = check_params(spec.name, dict(algo.get("params") or {}))
+    return from_dict(merged)
+
+
+def _check_option(spec: Any, opt: str, value: Any) -> None:
+    """A per-algorithm option's value, for the chosen algorithm (ConfigError naming the option)."""
+    from fednet.algorithms.params import check_value, declared
+
+    info = next((i for i in declared(spec.params) if i.option == opt), None)
+    if info is None:
+        users = [n for n, s in REGISTRY.items() if any(i.option == opt for i in declared(s.params))]
+        raise ConfigError(f"{opt} does not apply to {spec.name} (it is for {', '.join(users)}); "
+                          "drop it or choose one of those")
+    try:
+        check_value(info, value, spec.name)
+    except ConfigError:
+        raise ConfigError(f"{opt} {value}: {spec.name} expects {info.name} to be "
+                          f"{info.expected()}") from None
 
 
 def prepare_out(opts: dict[str, Any], cfg: RunConfig) -> RunConfig:

@@ -114,7 +114,7 @@ class FedFomoParams:
     """FedFOMO (docs/algorithms.md §3.9)."""
 
     m: int = param(5, "peer models each client downloads", ge=1)
-    eps: float = param(0.3, "initial exploration probability", ge=0, option="--eps")
+    eps: float = param(0.3, "initial exploration probability", ge=0)
     eps_decay: float = param(0.05, "exploration decay per round", ge=0)
     val_fraction: float = param(0.2, "validation share of each client's data", gt=0, lt=1)
     baseline: str = param("current", "theta_b: current (the paper) or first_model (official code)",
