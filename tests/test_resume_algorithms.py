@@ -79,3 +79,18 @@ def test_a_resumed_local_run_ends_where_an_unbroken_run_ends(algo, tmp_path):
     assert got["final_accuracy"] == ref["final_accuracy"]
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rows] == list(range(cfg.rounds))
+
+
+def test_client_state_kept_by_one_runtime_is_not_resumed_by_the_other(tmp_path):
+    """fednet local keeps SCAFFOLD's c_k in the checkpoint; fednet launch's clients keep their
+    own files: resuming across the two would silently lose the clients' state."""
+    from fednet.errors import ConfigError
+    from fednet.session import Session
+
+    cfg = _config("scaffold", tmp_path / "run")
+    run_local(cfg, quiet=True)
+    with pytest.raises(ConfigError, match="clients' state of this run is kept by fednet local"):
+        Session(cfg, quiet=True, resume=True)  # as fednet launch builds it
+    cfg = _config("fedavg", tmp_path / "avg")  # stateless clients: either runtime resumes it
+    run_local(cfg, quiet=True)
+    Session(cfg.replace(rounds=4), quiet=True, resume=True)
