@@ -41,7 +41,7 @@ _FREE = Free(depth=4, items=100_000, str_len=4096)
 TASK_BODY = Map({
     "epochs": Int(0, 1_000_000), "lr": Num(), "evaluate": Bool(), "upload": List(Str(256), 100_000),
     "lambda": Num(), "clip": Num(0.0), "l1_detached": Bool(), "approximator": Str(64),
-    "classes": Int(1, 1_000_000), "candidates": List(_CID, 100_000),
+    "classes": Int(1, 1_000_000), "candidates": List(_CID, 100_000), "ckpt": Int(0, 1 << 31),
 }, extra=_FREE, max_items=1024)
 """An algorithm's task body: the keys algorithms read are typed; the rest is bounded."""
 
