@@ -9,6 +9,7 @@ before it imports anything heavy.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import typing
 from dataclasses import dataclass
@@ -69,8 +70,10 @@ def _num(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else repr(v)
 
 
+@functools.cache
 def declared(cls: type) -> list[Info]:
-    """The parameters a Params dataclass declares, in field order."""
+    """The parameters a Params dataclass declares, in field order (computed once per class:
+    register() does it, so forked client processes reuse the zygote's copy)."""
     hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
