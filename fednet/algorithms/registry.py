@@ -7,6 +7,7 @@ catalog.py; a plugin calls register(Spec(...)) the same way.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -81,6 +82,7 @@ def model_name(cfg: RunConfig) -> str:
     return spec.models.get(cfg.data.dataset, spec.models.get("*", "auto"))
 
 
+@functools.cache
 def _load(ref: str) -> Any:
     module, _, attr = ref.partition(":")
     return getattr(importlib.import_module(module), attr)
