@@ -1,8 +1,9 @@
-"""The `fednet` command: launch, local, server, clients, report."""
+"""The `fednet` command: launch, local, server, clients, sweep, report."""
 from __future__ import annotations
 
 import functools
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,9 +13,13 @@ import click
 from fednet.errors import FednetError
 from fednet.metrics.files import WRITE_ERRNOS
 from fednet.options import build_config, common_options, prepare_out
+from fednet.sweep_cli import SWEEP_EPILOG, SweepCommand, sweep_options
 
 # The defaults of a first run: 100 digits clients reach >= 85% within about a minute on 2 cores.
 RUN_DEFAULTS: dict[str, Any] = {}
+
+# The results folder of the command now running, once chosen (for the interrupt message).
+_RUN: dict[str, Any] = {}
 
 
 def _errors(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -23,6 +28,8 @@ def _errors(f: Callable[..., Any]) -> Callable[..., Any]:
         from fednet.launch.proc import Terminated, sigterm_interrupts
 
         restore = sigterm_interrupts()
+        _RUN.clear()
+        t0 = time.time()
         try:
             return f(*a, **kw)
         except FednetError as e:
@@ -34,9 +41,11 @@ def _errors(f: Callable[..., Any]) -> Callable[..., Any]:
             click.echo(f"fednet: error: cannot write {e.filename}: {e.strerror}", err=True)
             sys.exit(2)
         except KeyboardInterrupt as e:
+            from fednet.metrics.report import interrupt_note
+
             term = isinstance(e, Terminated)
-            click.echo(f"fednet: {'terminated' if term else 'interrupted'}; partial results were "
-                       "kept", err=True)
+            what = interrupt_note(f.__name__, _RUN.get("out"), t0, click.echo)
+            click.echo(f"fednet: {'terminated' if term else 'interrupted'}{what}", err=True)
             sys.exit(143 if term else 130)
         finally:
             restore()
@@ -46,7 +55,9 @@ def _errors(f: Callable[..., Any]) -> Callable[..., Any]:
 def _config(opts: dict[str, Any], defaults: dict[str, Any]) -> Any:
     """The run's configuration with its results folder chosen and checked (before anything is
     written or started)."""
-    return prepare_out(opts, build_config(opts, defaults))
+    cfg = prepare_out(opts, build_config(opts, defaults))
+    _RUN["out"] = cfg.out
+    return cfg
 
 
 def _done(summary: dict[str, Any]) -> None:
@@ -250,14 +261,36 @@ def keys_list(folder: str) -> None:
         click.echo(f"{name}\t{ids_text(sorted(ids)) if ids else '(no ids)'}\t{pub}")
 
 
+@main.command(cls=SweepCommand, epilog=SWEEP_EPILOG,
+              context_settings={"ignore_unknown_options": True})
+@sweep_options
+@click.pass_context
+@_errors
+def sweep(ctx: click.Context, **opts: Any) -> None:
+    """Run a grid of experiments (one fednet local per cell) and tabulate the best settings."""
+    from fednet.sweep_cli import run_command
+
+    _RUN["out"] = opts["out"]
+    command, clients = (local, 10) if opts["runtime"] == "local" else (launch, 100)
+    click.echo(run_command(ctx, opts, command, dict(RUN_DEFAULTS, clients=clients)))
+
+
 @main.command()
 @click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--plot", "plot_file", type=click.Path(dir_okay=False),
+              help="Also draw accuracy vs round, vs simulated time and vs traffic of these runs "
+                   "into one PNG, overlaid (a sweep folder: each method's best setting, the mean "
+                   "over its seeds).")
 @_errors
-def report(runs: tuple[str, ...]) -> None:
-    """Print finished runs side by side (each RUN is a results folder)."""
-    from fednet.metrics.report import compare
+def report(runs: tuple[str, ...], plot_file: str | None) -> None:
+    """Print finished runs side by side (each RUN is a results folder, or a sweep folder)."""
+    from fednet.metrics.report import report as text
 
-    click.echo(compare(list(runs)))
+    click.echo(text(list(runs)))
+    if plot_file:
+        from fednet.metrics.plots import plot_overlay
+
+        click.echo(f"wrote {plot_overlay(list(runs), Path(plot_file))}", err=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -61,23 +62,78 @@ def _preset(name: str, n: int, seed: int) -> list[Profile]:
     raise ConfigError(f"--latency '{name}' is unknown; choose none, lan, wan, hetero or a CSV/JSON file")
 
 
+COLUMNS = ("compute_s_per_sample", "rtt_s", "up_bps", "down_bps")
+"""A trace's required columns (0 bandwidth = unlimited); an optional `client` column gives ids."""
+
+
 def _from_file(path: str, n: int) -> list[Profile]:
+    """A CSV (header row) or JSON (a list of objects) trace, checked: the four COLUMNS and at most
+    `client` besides, every value a finite number >= 0. Length rule: one row is every client's
+    profile; otherwise the trace needs a row per client: row i is client i (with a `client` column,
+    the row whose id is i), and rows past the run's clients are not used. A trace with more than
+    one row but fewer than the clients is refused (fednet does not guess how to repeat it)."""
     p = Path(path)
+    where = f"--latency {p}"
     if not p.exists():
         raise ConfigError(f"--latency: file '{p}' does not exist (give a preset or a CSV/JSON trace)")
     try:
         if p.suffix.lower() == ".json":
             rows = json.loads(p.read_text())
+            if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+                raise ConfigError(f"{where}: a JSON trace is a list of objects with the keys "
+                                  f"{', '.join(COLUMNS)}")
+            named = [(f"entry {i}", r) for i, r in enumerate(rows)]
         else:
             with p.open(newline="") as fh:
-                rows = list(csv.DictReader(fh))
-        profs = [Profile.from_dict({k: float(v) for k, v in r.items() if k != "client"}) for r in rows]
-    except (ValueError, TypeError, AttributeError) as e:
-        raise ConfigError(f"--latency: cannot read '{p}': {e}; expected columns compute_s_per_sample,"
-                          " rtt_s, up_bps, down_bps") from None
-    if not profs:
-        raise ConfigError(f"--latency: '{p}' has no rows")
-    return [profs[i % len(profs)] for i in range(n)]  # traces shorter than the run are cycled
+                named = [(f"line {i + 2}", r) for i, r in enumerate(csv.DictReader(fh))]
+    except (OSError, UnicodeDecodeError, ValueError, csv.Error) as e:
+        raise ConfigError(f"{where}: cannot read it ({e})") from None
+    if not named:
+        raise ConfigError(f"{where}: the trace has no rows")
+    profs: list[Profile] = []
+    ids: list[int] = []
+    for at, r in named:
+        extra = sorted(str(k) for k in r if k not in COLUMNS and k != "client")
+        missing = [c for c in COLUMNS if c not in r]
+        if extra or missing:
+            raise ConfigError(f"{where}: {at}: " + "; ".join(
+                ([f"unknown column(s) {', '.join(extra)}"] if extra else [])
+                + ([f"missing column(s) {', '.join(missing)}"] if missing else []))
+                + f"; a trace has the columns {', '.join(COLUMNS)} (and optionally client)")
+        vals = {c: _number(r[c], f"{where}: {at}: {c}") for c in COLUMNS}
+        profs.append(Profile.from_dict(vals))
+        if "client" in r:
+            cid = _number(r["client"], f"{where}: {at}: client")
+            if cid != int(cid):
+                raise ConfigError(f"{where}: {at}: client must be an integer id (got {r['client']!r})")
+            ids.append(int(cid))
+    if len(profs) == 1:
+        return profs * n
+    if ids:
+        if len(ids) != len(profs) or len(set(ids)) != len(ids):
+            raise ConfigError(f"{where}: the client column must give every row a distinct id")
+        by_id = dict(zip(ids, profs))
+        lack = [c for c in range(n) if c not in by_id]
+        if lack:
+            raise ConfigError(f"{where}: no row for client(s) {', '.join(map(str, lack[:5]))}"
+                              f"{' ...' if len(lack) > 5 else ''}; give one row per client 0.."
+                              f"{n - 1}, or one row for all")
+        return [by_id[c] for c in range(n)]
+    if len(profs) < n:
+        raise ConfigError(f"{where}: {len(profs)} rows for {n} clients; give one row per client "
+                          "(row i is client i), or a single row for all of them")
+    return profs[:n]
+
+
+def _number(v: object, where: str) -> float:
+    """A finite number >= 0 (a CSV cell is text)."""
+    try:
+        x = float(v) if not isinstance(v, bool) else float("nan")  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        x = float("nan")
+    if not math.isfinite(x) or x < 0:
+        raise ConfigError(f"{where} must be a finite number >= 0 (got {v!r})")
+    return x
 
 
 def profiles(cfg: LatencyConfig, num_clients: int, seed: int) -> list[Profile]:

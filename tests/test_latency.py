@@ -40,26 +40,72 @@ def test_delay_arithmetic():
     assert latency.peer_delay(p, q, 1_000_000) == pytest.approx((0.1 + 0.02) / 4 + 1_000_000 / 1e6)
 
 
-def test_trace_files_csv_and_json_are_cycled(tmp_path):
+def test_trace_files_csv_and_json(tmp_path):
     csv = tmp_path / "t.csv"
-    csv.write_text("client,compute_s_per_sample,rtt_s,up_bps,down_bps\n0,0.001,0.01,1e6,2e6\n"
-                   "1,0.004,0.05,5e5,1e6\n")
-    ps = latency.profiles(LatencyConfig(file=str(csv)), 5, 0)
-    assert [p.compute_s_per_sample for p in ps] == [0.001, 0.004, 0.001, 0.004, 0.001]
+    csv.write_text("client,compute_s_per_sample,rtt_s,up_bps,down_bps\n1,0.004,0.05,5e5,1e6\n"
+                   "0,0.001,0.01,1e6,2e6\n")
+    ps = latency.profiles(LatencyConfig(file=str(csv)), 2, 0)  # rows found by their client id
+    assert [p.compute_s_per_sample for p in ps] == [0.001, 0.004]
     js = tmp_path / "t.json"
     js.write_text(json.dumps([{"compute_s_per_sample": 0.01, "rtt_s": 0.2, "up_bps": 0,
                                "down_bps": 0}]))
-    (p,) = latency.profiles(LatencyConfig(file=str(js)), 1, 0)
-    assert p.up_bps == float("inf")  # 0 = unlimited
+    ps = latency.profiles(LatencyConfig(file=str(js)), 3, 0)  # one row: every client's
+    assert len(ps) == 3 and ps[0] == ps[2] and ps[0].up_bps == float("inf")  # 0 = unlimited
+    long = tmp_path / "long.csv"  # more rows than clients: the first ones
+    long.write_text("compute_s_per_sample,rtt_s,up_bps,down_bps\n"
+                    + "".join(f"{i / 1000},0,0,0\n" for i in range(5)))
+    assert [p.compute_s_per_sample for p in latency.profiles(LatencyConfig(file=str(long)), 3, 0)] \
+        == [0.0, 0.001, 0.002]
+
+
+HEAD = "compute_s_per_sample,rtt_s,up_bps,down_bps"
+BAD_TRACES = [
+    ("rows.csv", f"{HEAD}\n0.001,0.01,0,0\n0.002,0.01,0,0\n",
+     "2 rows for 5 clients; give one row per client (row i is client i), or a single row for "
+     "all of them"),
+    ("misspelt.csv", "compute_s_per_sample,rtt,up_bps,down_bps\n0.001,0.01,0,0\n",
+     "line 2: unknown column(s) rtt; missing column(s) rtt_s; a trace has the columns "
+     "compute_s_per_sample, rtt_s, up_bps, down_bps (and optionally client)"),
+    ("missing.csv", "compute_s_per_sample,rtt_s,up_bps\n0.001,0.01,0\n",
+     "line 2: missing column(s) down_bps; a trace has the columns compute_s_per_sample, rtt_s, "
+     "up_bps, down_bps (and optionally client)"),
+    ("text.csv", f"{HEAD}\nfast,0.01,0,0\n", "line 2: compute_s_per_sample must be a finite "
+     "number >= 0 (got 'fast')"),
+    ("empty_cell.csv", f"{HEAD}\n0.001,,0,0\n", "line 2: rtt_s must be a finite number >= 0 "
+     "(got '')"),
+    ("negative.csv", f"{HEAD}\n0.001,0.01,-5,0\n", "line 2: up_bps must be a finite number >= 0 "
+     "(got '-5')"),
+    ("nan.csv", f"{HEAD}\n0.001,0.01,0,nan\n", "line 2: down_bps must be a finite number >= 0 "
+     "(got 'nan')"),
+    ("ids.csv", f"client,{HEAD}\n0,0.001,0.01,0,0\n0,0.001,0.01,0,0\n",
+     "the client column must give every row a distinct id"),
+    ("gap.csv", f"client,{HEAD}\n0,0.001,0.01,0,0\n7,0.001,0.01,0,0\n",
+     "no row for client(s) 1, 2, 3, 4; give one row per client 0..4, or one row for all"),
+    ("header_only.csv", f"{HEAD}\n", "the trace has no rows"),
+    ("obj.json", json.dumps({"rtt_s": 1}), "a JSON trace is a list of objects with the keys "
+     "compute_s_per_sample, rtt_s, up_bps, down_bps"),
+    ("bool.json", json.dumps([{"compute_s_per_sample": True, "rtt_s": 0, "up_bps": 0,
+                               "down_bps": 0}]),
+     "entry 0: compute_s_per_sample must be a finite number >= 0 (got True)"),
+]
+
+
+@pytest.mark.parametrize("name,text,expected", BAD_TRACES, ids=[b[0] for b in BAD_TRACES])
+def test_bad_traces_are_refused_with_one_line(tmp_path, name, text, expected):
+    f = tmp_path / name
+    f.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        latency.profiles(LatencyConfig(file=str(f)), 5, 0)
+    assert str(e.value) == f"--latency {f}: {expected}"
 
 
 def test_bad_trace_file_names_the_option(tmp_path):
-    bad = tmp_path / "bad.csv"
-    bad.write_text("compute_s_per_sample,rtt_s\nfast,1\n")
-    with pytest.raises(ConfigError, match="--latency"):
-        latency.profiles(LatencyConfig(file=str(bad)), 2, 0)
     with pytest.raises(ConfigError, match="does not exist"):
         latency.profiles(LatencyConfig(file=str(tmp_path / "nope.csv")), 2, 0)
+    bad = tmp_path / "bad.json"
+    bad.write_text("[{")
+    with pytest.raises(ConfigError, match=r"^--latency .*bad.json: cannot read it \("):
+        latency.profiles(LatencyConfig(file=str(bad)), 2, 0)
 
 
 def test_profile_dict_round_trip():

@@ -68,13 +68,15 @@ def parse_ids(text: str, env: Mapping[str, str] | None = None) -> list[int]:
     return out
 
 
-def _host_port(connect: str) -> tuple[str, int] | None:
-    """(host, port) of a tcp:// endpoint; None for other transports (not probed)."""
-    if not connect.startswith("tcp://"):
-        return None
+def check_connect(connect: str) -> tuple[str, int]:
+    """(host, port) of --connect, which must be tcp://HOST:PORT; errors name --connect (the
+    server's --bind is checked the same way)."""
     host, _, port = connect[6:].rpartition(":")
-    if not host or not port.isdigit():
-        raise ConfigError(f"--connect expects tcp://HOST:PORT (got '{connect}')")
+    if not connect.startswith("tcp://") or not host:
+        raise ConfigError(f"--connect expects tcp://HOST:PORT, e.g. tcp://10.0.0.1:5555 (got "
+                          f"'{connect}')")
+    if not port.isdigit() or not 0 < int(port) <= 65535:
+        raise ConfigError(f"--connect: port '{port}' is not a number in 1..65535")
     return host.strip("[]"), int(port)
 
 
@@ -84,9 +86,7 @@ def wait_listening(connect: str, timeout_s: float) -> None:
     Clients may be started before the server; without this a wrong address would only show as
     every client timing out on its own, one log line each.
     """
-    hp = _host_port(connect)
-    if hp is None:
-        return
+    hp = check_connect(connect)
     deadline = time.monotonic() + timeout_s
     while True:
         left = deadline - time.monotonic()
@@ -106,6 +106,7 @@ def run_clients(connect: str, ids: list[int], gpus: str | None, advertise: str, 
                 timeout_s: float = 60.0, secure: str = "", per_process: int = 1,
                 key_name: str = "") -> int:
     """Fork the clients, wait for all of them to exit; exit code 0 only if all exited cleanly."""
+    check_connect(connect)  # before anything starts
     if timeout_s <= 0:
         raise ConfigError(f"--timeout must be positive (got {timeout_s:g})")
     if per_process < 1:

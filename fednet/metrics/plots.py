@@ -1,6 +1,9 @@
-"""PNG plots of a run: accuracy vs round, vs simulated time, vs cumulative bytes."""
+"""PNG plots: a run's accuracy vs round, vs simulated time and vs cumulative bytes (three files in
+its folder), and `fednet report --plot`: several runs, or a sweep's best settings, overlaid."""
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -8,8 +11,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from fednet.metrics.files import atomic_file  # noqa: E402
+from fednet.metrics.report import run_info  # noqa: E402
+
+AXES = (("round", "round"), ("sim_time", "simulated time (s)"),
+        ("bytes", "traffic on all links (MiB)"))
 
 
 def _cum_bytes(rows: list[dict[str, Any]]) -> list[float]:
@@ -21,25 +29,154 @@ def _cum_bytes(rows: list[dict[str, Any]]) -> list[float]:
     return out
 
 
+def _xs(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
+    return {"round": [r["round"] + 1 for r in rows], "sim_time": [r["sim_s"] for r in rows],
+            "bytes": _cum_bytes(rows)}
+
+
+def _acc(rows: list[dict[str, Any]]) -> list[float]:
+    return [100 * r["accuracy"] if isinstance(r.get("accuracy"), (int, float)) else math.nan
+            for r in rows]
+
+
+def ylabel(evals: set[str]) -> str:
+    """'test accuracy (%)' (the global model on the test set), 'mean client accuracy (%)' (each
+    client's own model on its own split), or both kinds: 'accuracy (%)'."""
+    if evals == {"clients"}:
+        return "mean client accuracy (%)"
+    return "test accuracy (%)" if evals <= {"global"} else "accuracy (%)"
+
+
+def describe(info: dict[str, str], keys: tuple[str, ...] = ("algorithm", "dataset", "partition",
+                                                           "clients")) -> str:
+    """'fedavg, digits shards, 100 clients' from run_info (the keys given)."""
+    parts = []
+    if "algorithm" in keys and info.get("algorithm"):
+        parts.append(info["algorithm"])
+    data = " ".join(info[k] for k in ("dataset", "partition") if k in keys and info.get(k))
+    if data:
+        parts.append(data)
+    if "clients" in keys and info.get("clients"):
+        parts.append(f"{info['clients']} clients")
+    return ", ".join(parts)
+
+
+def _save(fig: Any, path: Path) -> None:
+    try:
+        with atomic_file(path) as fh:  # a failed write keeps the previous plot
+            fig.savefig(fh, format="png", dpi=110)
+    finally:
+        plt.close(fig)
+
+
 def plot_run(out: Path, rows: list[dict[str, Any]], title: str = "") -> list[Path]:
-    """Write accuracy_vs_round.png, accuracy_vs_sim_time.png, accuracy_vs_bytes.png."""
-    acc = [100 * r["accuracy"] if r.get("accuracy") is not None else float("nan") for r in rows]
-    axes = (("round", [r["round"] + 1 for r in rows], "round"),
-            ("sim_time", [r["sim_s"] for r in rows], "simulated time (s)"),
-            ("bytes", _cum_bytes(rows), "traffic on all links (MiB)"))
+    """Write accuracy_vs_round.png, accuracy_vs_sim_time.png, accuracy_vs_bytes.png; titled with
+    the algorithm, dataset, partition and clients of the run's config.toml."""
+    info = run_info(out)
+    title = title or describe(info) or out.name
+    acc, xs = _acc(rows), _xs(rows)
     paths = []
-    for key, x, label in axes:
+    for key, label in AXES:
         fig, a = plt.subplots(figsize=(5.5, 3.8), constrained_layout=True)
-        a.plot(x, acc, marker="o", ms=2.5, lw=1.2)
+        a.plot(xs[key], acc, marker="o", ms=2.5, lw=1.2)
         a.set_xlabel(label)
-        a.set_ylabel("test accuracy (%)")
-        a.set_title(title or out.name, fontsize=9)
+        a.set_ylabel(ylabel({info.get("eval", "global")}))
+        if key == "round":
+            a.xaxis.set_major_locator(MaxNLocator(integer=True))
+        a.set_title(title, fontsize=9)
         a.grid(alpha=0.3)
         path = out / f"accuracy_vs_{key}.png"
-        try:
-            with atomic_file(path) as fh:  # a failed write keeps the previous plot
-                fig.savefig(fh, format="png", dpi=110)
-        finally:
-            plt.close(fig)
+        _save(fig, path)
         paths.append(path)
     return paths
+
+
+def _rows(folder: Path) -> list[dict[str, Any]]:
+    try:
+        return [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines() if x]
+    except (OSError, ValueError):
+        return []
+
+
+def _series(sources: list[str]) -> tuple[list[dict[str, Any]], list[float]]:
+    """One curve per run folder, and per method of each sweep folder (its best setting, every
+    finished seed); and the accuracies the sweeps' metrics wait for (drawn as lines)."""
+    from fednet.metrics import sweep_table as T
+
+    out, targets = [], []
+    for src in sources:
+        p = Path(src)
+        if (p / "sweep.json").is_file():
+            spec, recs = T.load_sweep(p)
+            res = T.evaluate(spec, recs)
+            goal = T.parse_metric(spec["metric"]).target(spec.get("reference_accuracy"))
+            if goal is not None:
+                targets.append(goal)
+            for b in res["best"]:
+                cells = [r for r in recs if r["method"] == b["method"]
+                         and r["setting"] == b["setting"] and r["status"] in T.FINISHED]
+                runs = [rw for r in cells if (rw := _rows(p / r["folder"]))]
+                if runs:
+                    n = f", {len(runs)} seeds" if len(runs) > 1 else ""
+                    label = f"{b['method']} ({b['text']}{n})" if b["text"] != "-" else \
+                        f"{b['method']}{n}"
+                    out.append({"label": label, "runs": runs,
+                                "info": run_info(p / cells[0]["folder"])})
+        else:
+            folder = p if p.is_dir() else p.parent
+            info = run_info(folder)
+            name = folder.resolve().name
+            algo = info.get("algorithm", "")
+            label = name if not algo or algo in name else f"{name} ({algo})"
+            out.append({"label": label, "runs": [_rows(folder)], "info": info})
+    return [s for s in out if s["runs"] and s["runs"][0]], targets
+
+
+def plot_overlay(sources: list[str], path: Path) -> Path:
+    """One PNG, three panels (accuracy vs round, vs simulated time, vs traffic), one curve per
+    run or sweep method: the mean over seeds, with the range of the seeds shaded."""
+    from fednet.errors import ConfigError
+
+    series, targets = _series(sources)
+    if not series:
+        raise ConfigError("--plot: none of the runs has any rows in metrics.jsonl yet")
+    if len({s["info"].get("eval", "global") for s in series}) > 1:  # say which is which
+        for s in series:
+            if s["info"].get("eval") == "clients":
+                s["label"] += ", mean client accuracy"
+    fig, axs = plt.subplots(1, 3, figsize=(15, 4.4), constrained_layout=True)
+    for i, s in enumerate(series):
+        n = min(len(r) for r in s["runs"])
+        accs = [_acc(r[:n]) for r in s["runs"]]
+        xss = [_xs(r[:n]) for r in s["runs"]]
+        mean = [sum(a[j] for a in accs) / len(accs) for j in range(n)]
+        color = f"C{i % 10}"
+        for a, (key, label) in zip(axs, AXES):
+            x = [sum(xs[key][j] for xs in xss) / len(xss) for j in range(n)]
+            a.plot(x, mean, lw=1.4, color=color, label=s["label"] if key == "round" else None,
+                   marker="o" if n <= 30 else None, ms=3)
+            if len(accs) > 1:
+                a.fill_between(x, [min(c[j] for c in accs) for j in range(n)],
+                               [max(c[j] for c in accs) for j in range(n)], color=color,
+                               alpha=0.15, lw=0)
+    infos = [s["info"] for s in series]
+    shared = {k for k in ("algorithm", "dataset", "partition", "clients")
+              if len({i.get(k) for i in infos}) == 1}
+    for a, (key, label) in zip(axs, AXES):
+        a.set_xlabel(label)
+        a.set_ylabel(ylabel({i.get("eval", "global") for i in infos}))
+        a.grid(alpha=0.3)
+        for t in sorted(set(targets)):
+            a.axhline(100 * t, color="0.4", ls="--", lw=0.8)
+        if key == "round":
+            a.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axs[0].legend(fontsize=8, loc="lower right")
+    title = describe(infos[0], tuple(k for k in ("algorithm", "dataset", "partition", "clients")
+                                     if k in shared))
+    if targets:
+        title += ("; " if title else "") + "dashed: the sweep's target accuracy"
+    if any(len(s["runs"]) > 1 for s in series):
+        title += ("; " if title else "") + "shaded: range over seeds"
+    fig.suptitle(title, fontsize=10)
+    _save(fig, path)
+    return path

@@ -1,8 +1,14 @@
-"""Console progress: a bar per round on a terminal, one line per round otherwise."""
+"""Console progress: a bar per round on a terminal, one line per round otherwise; each line has the
+accuracy, the mean training loss and the time left. A run whose model loss has not fallen after a
+few rounds gets one hint naming the options to look at."""
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any, TextIO
+
+HINT_ROUNDS = 5  # rounds after which a loss that has not fallen gets the hint
+HINT_FALL = 0.05  # "fallen": at least 5% below the first round's
 
 
 def human_bytes(n: float) -> str:
@@ -14,6 +20,44 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
+def human_seconds(s: float) -> str:
+    """75 -> '1m15s'."""
+    if s < 60:
+        return f"{s:.0f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def stalled_hint(first: dict[str, Any], now: dict[str, Any]) -> str | None:
+    """The hint when the model's loss (the evaluated one: global on the test set, or the clients'
+    own) is not HINT_FALL below round 0's, or is not finite, while the accuracy is below 50%
+    (a model that converged in round 0 gets none); None otherwise."""
+    a, b = _num(first.get("loss")), _num(now.get("loss"))
+    acc = _num(now.get("accuracy"))
+    if a is None or b is None or (math.isfinite(b) and b < (1 - HINT_FALL) * a):
+        return None
+    if math.isfinite(b) and acc is not None and acc >= 0.5:
+        return None
+    t0, t1 = _num(first.get("train_loss")), _num(now.get("train_loss"))
+    r = now["round"] + 1
+    head = (f"hint: after {r} rounds the model's loss has not fallen ({a:.3f} -> {b:.3f}"
+            + (f"; clients' training loss {t0:.3f} -> {t1:.3f})" if t0 is not None and
+               t1 is not None else ")"))
+    if not math.isfinite(b):
+        return head + ": it diverged; try a smaller --lr (or --param clip=... where supported)"
+    if t1 is not None and t0 is not None and t1 < 0.5 * t0:
+        return (head + ": the clients fit their own data but the aggregate does not learn "
+                "(common with --partition shards or a small --alpha); try fewer --epochs and a "
+                "smaller --lr, e.g. --epochs 1 --lr 0.05, or an algorithm made for non-IID data")
+    return (head + ": look at --lr (larger, or smaller if the loss jumps), --epochs, "
+            "--batch-size and --momentum")
+
+
 class Progress:
     """Prints round progress to stderr; quiet=True prints nothing."""
 
@@ -22,20 +66,43 @@ class Progress:
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
         self._open_line = False  # a bar was drawn with \r and no newline yet
+        self._first: dict[str, Any] | None = None  # the first row this process saw
+        self._hinted = False
+
+    def eta(self, row: dict[str, Any]) -> float | None:
+        """Wall-clock seconds left, from the pace since the first row seen (a resumed run starts
+        its pace at its first new round)."""
+        first, r = self._first, row["round"] + 1
+        if first is None or r >= self.total:
+            return None
+        done = r - (first["round"] + 1)
+        if done > 0:
+            per = (row["wall_s"] - first["wall_s"]) / done
+        else:
+            per = row["wall_s"] / r
+        return max(0.0, per * (self.total - r))
 
     def update(self, row: dict[str, Any]) -> None:
-        """Show the state after one round."""
+        """Show the state after one round (and the hint, once, when the loss is stuck)."""
+        if self._first is None:
+            self._first = row
         if self.quiet:
             return
         r = row["round"] + 1
         width = 24
-        done = int(width * r / self.total)
+        done = int(width * min(r, self.total) / max(self.total, 1))
         bar = "#" * done + "." * (width - done)
         acc = row.get("accuracy")
         acc_s = f"{acc:.3f}" if isinstance(acc, float) else "  -  "
-        sent = row["bytes_total"]
-        line = (f"[{bar}] round {r}/{self.total}  acc {acc_s}  wall {row['wall_s']:.1f}s"
-                f"  sim {row['sim_s']:.2f}s  traffic {human_bytes(sent)}")
+        line = f"[{bar}] round {r}/{self.total}  acc {acc_s}"
+        tl = _num(row.get("train_loss"))
+        if tl is not None:
+            line += f"  train loss {tl:.3f}"
+        line += f"  wall {row['wall_s']:.1f}s"
+        left = self.eta(row)
+        if left is not None:
+            line += f" (~{human_seconds(left)} left)"
+        line += f"  sim {row['sim_s']:.2f}s  traffic {human_bytes(row['bytes_total'])}"
         if row.get("failures"):
             line += f"  failures {row['failures']}"
         if self.tty:
@@ -44,6 +111,11 @@ class Progress:
         else:
             self.stream.write(line + "\n")
         self.stream.flush()
+        if not self._hinted and r >= HINT_ROUNDS and self._first["round"] == 0:
+            self._hinted = True
+            hint = stalled_hint(self._first, row)
+            if hint:
+                self.message(hint)
 
     def message(self, text: str) -> None:
         """A status line (not overwritten by the bar)."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +22,64 @@ def _fmt(v: Any, kind: str = "") -> str:
     return str(v)
 
 
-def summary_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
-    """(label, value) pairs describing one run's summary."""
+def run_info(folder: str | Path | None) -> dict[str, str]:
+    """What a run folder's config.toml says about the experiment: algorithm, dataset, partition,
+    clients, model (the algorithm's default when auto) and evaluation (global: the server's model
+    on the test set; clients: each client's own model on its own split). {} without one."""
+    if folder is None:
+        return {}
+    try:
+        from fednet.config import RunConfig, eval_mode, from_dict, load_toml, merge
+        from fednet.algorithms import model_name
+
+        cfg = from_dict(merge(RunConfig().to_dict(), load_toml(Path(folder) / "config.toml")))
+    except Exception:  # noqa: BLE001 -- a folder without (or with an old) config.toml
+        return {}
+    d = cfg.data
+    part = {"dirichlet": f"dirichlet(alpha={d.alpha:g})"}.get(d.partition, d.partition)
+    if d.partition == "dirichlet" and d.alpha == 0:
+        part = "shards"
+    return {"algorithm": cfg.algo.name, "dataset": d.dataset,
+            "partition": part + (", permuted labels" if d.permute else ""),
+            "clients": str(cfg.clients), "model": _concrete(model_name(cfg), d.dataset),
+            "eval": eval_mode(cfg)}
+
+
+def _concrete(model: str, dataset: str) -> str:
+    """'auto' -> the model it stands for on this dataset (models/nets.AUTO_MODELS, read from its
+    source: importing it would import torch)."""
+    if model != "auto":
+        return model
+    import ast
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("fednet")
+        assert spec is not None and spec.origin is not None
+        tree = ast.parse((Path(spec.origin).parent / "models" / "nets.py").read_text())
+        for node in tree.body:
+            if (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+                    and node.targets[0].id == "AUTO_MODELS"):
+                return str(ast.literal_eval(node.value).get(dataset, model))
+    except (OSError, SyntaxError, ValueError, AssertionError):
+        pass
+    return model
+
+
+EVAL_TEXT = {"global": "global model, test set", "clients": "each client's model, own split"}
+
+
+def summary_rows(s: dict[str, Any], info: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    """(label, value) pairs describing one run's summary (info: run_info of its folder; by
+    default that of the summary's own `out`)."""
+    info = run_info(s.get("out")) if info is None else info
     b = s.get("bytes", {})
     tb = b.get("tensor_bytes") or 0
     wire = (b.get("server_to_client", 0) + b.get("client_to_server", 0) + b.get("client_to_client", 0))
     rows = [
         ("algorithm", _fmt(s.get("algorithm"))),
+        *[(k, info[k]) for k in ("dataset", "partition", "model") if k in info],
+        *([("evaluation", EVAL_TEXT.get(info["eval"], info["eval"]))] if "eval" in info else []),
         ("status", _fmt(s.get("status"))),
         ("clients", _fmt(s.get("clients"))),
         ("rounds", f"{s.get('rounds')}/{s.get('rounds_planned', s.get('rounds'))}"),
@@ -92,12 +144,61 @@ def load_summary(run: str | Path) -> dict[str, Any]:
 
 
 def compare(runs: list[str]) -> str:
-    """Runs side by side: one column per run."""
+    """Runs side by side: one column per run, one row per label any of them has."""
     sums = [load_summary(r) for r in runs]
-    cols = [summary_rows(s) for s in sums]
-    labels = [k for k, _ in cols[0]]
-    rows = []
-    for lab in labels:
-        rows.append([lab] + [dict(c).get(lab, "-") for c in cols])
+    cols = [summary_rows(s, run_info(r if Path(r).is_dir() else Path(r).parent))
+            for s, r in zip(sums, runs)]
+    labels: list[str] = []
+    for c in cols:  # the union, each new label placed after the one before it in its run
+        at = 0
+        for lab, _ in c:
+            if lab in labels:
+                at = labels.index(lab) + 1
+            else:
+                labels.insert(at, lab)
+                at += 1
+    rows = [[lab] + [dict(c).get(lab, "-") for c in cols] for lab in labels]
     headers = ["run"] + [Path(r).name or str(r) for r in runs]
     return table(headers, rows)
+
+
+def report(paths: list[str]) -> str:
+    """`fednet report`: run folders side by side; each sweep folder (sweep.json) as its table."""
+    from fednet.metrics import sweep_table as T
+
+    runs = [p for p in paths if not (Path(p) / "sweep.json").is_file()]
+    parts = [compare(runs)] if runs else []
+    for p in paths:
+        if p not in runs:
+            spec, recs = T.load_sweep(Path(p))
+            parts.append(f"sweep {p}:\n" + T.render(spec, T.evaluate(spec, recs)))
+    return "\n\n".join(parts)
+
+
+def interrupt_note(command: str, out: str | None, t0: float,
+                   echo: Callable[[str], Any] = print) -> str:
+    """What a Ctrl-C (or SIGTERM) left behind, for `fednet: interrupted<note>`; echoes the partial
+    summary table of a run that wrote one after t0 (time.time() when the command started)."""
+    if command == "clients":
+        return "; the clients on this host were stopped"
+    if command == "sweep":
+        return (f"; the finished cells are kept in {out}: the same command goes on from there"
+                if out and Path(out).is_dir() else "")
+    if command not in ("launch", "local", "server"):
+        return ""
+    if not out or not Path(out).is_dir():
+        return " before the run started; nothing was written"
+
+    def fresh(name: str) -> bool:
+        p = Path(out) / name
+        return p.is_file() and p.stat().st_mtime >= t0 - 1
+
+    if fresh("summary.json"):
+        try:
+            echo(summary_table(load_summary(out)))
+        except (ConfigError, OSError):
+            pass
+        return f"; partial results were kept in {out}"
+    if fresh("metrics.jsonl"):
+        return f"; partial results (metrics.jsonl) were kept in {out}"
+    return f" before the first round ended; {out} holds only the configuration"

@@ -53,6 +53,10 @@ BAD_INPUT = [
      "--ids: the range '5-1' runs backwards; write it as 1-5"),
     (["server", "--bind", "tcp://127.0.0.1:x"],
      "--bind: port 'x' is not a number in 0..65535 (0 = any free port)"),
+    (["clients", "--connect", "127.0.0.1:5596", "--ids", "0-3"],  # nothing forked (fed checks)
+     "--connect expects tcp://HOST:PORT, e.g. tcp://10.0.0.1:5555 (got '127.0.0.1:5596')"),
+    (["sweep", "--out", "run", "--lr", "0.1,x", "--", "--clients", "3"],
+     "cell fedavg__lr=x: Invalid value for '--lr': 'x' is not a valid float."),
 ]
 
 

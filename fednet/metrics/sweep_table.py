@@ -1,0 +1,284 @@
+"""What a sweep found: each cell's metric, each setting's mean and spread over seeds, the best
+setting per method, and the tables (text, CSV) of `fednet sweep` and `fednet report SWEEP`."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fednet.errors import ConfigError
+from fednet.metrics.progress import human_bytes
+
+FINISHED = ("completed", "diverged")  # a cell that ended so is a result (and is not run again)
+_ACC = ("final_accuracy", "best_accuracy")
+_TO = {"rounds_to": "round", "sim_to": "sim_s", "bytes_to": "bytes_total", "wall_to": "wall_s"}
+METRIC_HELP = ("final_accuracy, best_accuracy, or rounds_to:X, sim_to:X, bytes_to:X, wall_to:X "
+               "(rounds, simulated seconds, bytes or wall-clock seconds until the accuracy first "
+               "reaches X; X x the reference accuracy with --reference)")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """final_accuracy / best_accuracy (higher is better) or KIND_to:X (lower is better)."""
+
+    kind: str
+    x: float | None = None
+
+    @property
+    def text(self) -> str:
+        return self.kind if self.x is None else f"{self.kind}:{self.x:g}"
+
+    @property
+    def higher(self) -> bool:
+        return self.kind in _ACC
+
+    def target(self, ref: float | None) -> float | None:
+        """The accuracy a *_to metric waits for."""
+        return None if self.x is None else self.x * (ref if ref is not None else 1.0)
+
+    def of(self, summary: dict[str, Any], rows: list[dict[str, Any]], ref: float | None
+           ) -> float | None:
+        """This metric for one finished run (None: not reached, or no accuracy)."""
+        if self.kind in _ACC:
+            v = summary.get(self.kind)
+            return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
+        target, key = self.target(ref), _TO[self.kind]
+        for r in rows:
+            a = r.get("accuracy")
+            if isinstance(a, (int, float)) and target is not None and a >= target:
+                return float(r["round"] + 1 if key == "round" else r.get(key, math.nan))
+        return None
+
+    def fmt(self, v: float | None) -> str:
+        if v is None or (isinstance(v, float) and not math.isfinite(v)):
+            return "-"
+        if self.kind in _ACC:
+            return f"{v:.4f}"
+        if self.kind == "bytes_to":
+            return human_bytes(v)
+        return f"{v:.1f}" if self.kind == "rounds_to" else f"{v:.2f}s"
+
+
+def parse_metric(text: str, option: str = "--metric") -> Metric:
+    """'final_accuracy', 'rounds_to:0.9', ...; ConfigError naming the option otherwise."""
+    kind, colon, x = text.strip().partition(":")
+    if kind in _ACC and not colon:
+        return Metric(kind)
+    if kind in _TO and colon:
+        try:
+            v = float(x)
+        except ValueError:
+            v = math.nan
+        if 0 < v <= 1:
+            return Metric(kind, v)
+    raise ConfigError(f"{option} '{text}': expected {METRIC_HELP}; X is an accuracy in (0, 1]")
+
+
+def _rows(folder: Path) -> list[dict[str, Any]]:
+    try:
+        return [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines() if x]
+    except (OSError, ValueError):
+        return []
+
+
+def read_summary(folder: Path) -> dict[str, Any] | None:
+    """A cell's summary.json, or None when it has none (not run yet) or it cannot be read."""
+    try:
+        s = json.loads((folder / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return s if isinstance(s, dict) else None
+
+
+def _dotted(d: Any, key: str) -> Any:
+    for part in key.split("."):
+        d = d.get(part) if isinstance(d, dict) else None
+    return d
+
+
+def measure(cell: dict[str, Any], root: Path, metric: Metric, shows: list[str],
+            ref: float | None) -> dict[str, Any]:
+    """A cell's record with its status and values read from its folder (root/cell['folder'])."""
+    folder = root / cell["folder"]
+    s = read_summary(folder) or {}
+    status = s.get("status", "not run")
+    out = dict(cell, status=status, value=None, final_accuracy=s.get("final_accuracy"),
+               best_accuracy=s.get("best_accuracy"), rounds=s.get("rounds"),
+               sim_time_s=s.get("sim_time_s"), wall_clock_s=s.get("wall_clock_s"), show={})
+    if status not in FINISHED:
+        return out
+    need = [metric] + [parse_metric(x) for x in shows if is_metric(x)]
+    rows = _rows(folder) if any(m.kind in _TO for m in need) else []
+    out["value"] = metric.of(s, rows, ref)
+    for key in shows:
+        v = parse_metric(key).of(s, rows, ref) if is_metric(key) else _dotted(s, key)
+        out["show"][key] = v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    return out
+
+
+def is_metric(key: str) -> bool:
+    return key in _ACC or key.split(":", 1)[0] in _TO
+
+
+def _stats(vals: list[float | None]) -> dict[str, Any]:
+    got = [v for v in vals if v is not None]
+    return {"runs": len(vals), "reached": len(got),
+            "mean": statistics.fmean(got) if got else None,
+            "sd": statistics.stdev(got) if len(got) > 1 else None,
+            "min": min(got) if got else None, "max": max(got) if got else None}
+
+
+def setting_text(setting: dict[str, str]) -> str:
+    return " ".join(f"{k}={v}" for k, v in setting.items()) or "-"
+
+
+def evaluate(spec: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per (method, setting): stats over seeds; per method: the best setting, and notes (a best
+    setting at the edge of a numeric axis; cells not finished)."""
+    metric = parse_metric(spec["metric"])
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault((r["method"], setting_text(r["setting"])), []).append(r)
+    settings = []
+    for (method, text), rs in groups.items():
+        done = [r for r in rs if r["status"] in FINISHED]
+        st = _stats([r["value"] for r in done])
+        shows = {k: _stats([r["show"].get(k) for r in done])["mean"] for k in spec.get("show", [])}
+        fin = _stats([r["final_accuracy"] for r in done])["mean"]
+        settings.append({"method": method, "setting": rs[0]["setting"], "text": text,
+                         "planned": len(rs), "done": len(done), **st, "final_accuracy": fin,
+                         "show": shows, "seeds": {r["seed"]: r["value"] for r in done}})
+
+    def rank(s: dict[str, Any]) -> tuple:
+        mean = s["mean"] if s["mean"] is not None else (-math.inf if metric.higher else math.inf)
+        fin = s["final_accuracy"] if s["final_accuracy"] is not None else -1.0
+        return (-s["reached"], -mean if metric.higher else mean, -fin)
+
+    best, notes = [], []
+    for method in dict.fromkeys(s["method"] for s in settings):
+        mine = [s for s in settings if s["method"] == method and s["done"]]
+        if not mine:
+            notes.append(f"{method}: no finished cell yet")
+            continue
+        b = min(mine, key=rank)
+        best.append(b)
+        for axis, v in b["setting"].items():
+            vals = _numbers([s["setting"].get(axis) for s in settings if s["method"] == method])
+            if len(vals) >= 2 and _number(v) in (min(vals), max(vals)):
+                edge = "largest" if _number(v) == max(vals) else "smallest"
+                notes.append(f"{method}: the best {axis}={v} is the {edge} value tried; widen the "
+                             "grid to be sure the best lies inside it")
+    missing = sum(1 for r in records if r["status"] not in FINISHED)
+    if missing:
+        notes.append(f"{missing} of {len(records)} cells have not finished (not run, interrupted "
+                     "or failed); their seeds are left out")
+    return {"metric": metric.text, "settings": settings, "best": best, "notes": notes}
+
+
+def _number(v: Any) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _numbers(vs: list[Any]) -> list[float]:
+    out = [_number(v) for v in vs]
+    return sorted({v for v in out if v is not None}) if all(v is not None for v in out) else []
+
+
+def _cells(metric: Metric, s: dict[str, Any]) -> list[str]:
+    mean = metric.fmt(s["mean"])
+    sd = "-" if s["sd"] is None else metric.fmt(s["sd"]).rstrip("s")
+    rng = "-" if s["min"] is None else f"{metric.fmt(s['min'])}..{metric.fmt(s['max'])}"
+    return [mean, sd, rng, f"{s['reached']}/{s['planned']}"]
+
+
+def render(spec: dict[str, Any], result: dict[str, Any], every: bool = True) -> str:
+    """The text table: the best setting per method, then (every=True) every setting."""
+    from fednet.metrics.report import table
+
+    metric = parse_metric(spec["metric"])
+    ref = spec.get("reference_accuracy")
+    head = f"metric {metric.text}"
+    if metric.x is not None:
+        goal = metric.target(ref)
+        head += (f": until accuracy >= {metric.x:g} x reference {ref:.4f} = {goal:.4f}"
+                 if ref is not None else f": until accuracy >= {goal:g}")
+    head += "; higher is better" if metric.higher else "; lower is better ('-' = not reached)"
+    shows = list(spec.get("show", []))
+    base = spec.get("baseline")
+    bmean = next((b["mean"] for b in result["best"] if b["method"] == base), None)
+    hdr = ["method", "best setting", metric.text, "sd", "min..max", "seeds"]
+    hdr += (["final_accuracy"] if metric.kind != "final_accuracy" else []) + shows
+    hdr += [f"vs {base}"] if base else []
+    rows = []
+    for b in result["best"]:
+        row = [b["method"], b["text"], *_cells(metric, b)]
+        if metric.kind != "final_accuracy":
+            row.append(Metric("final_accuracy").fmt(b["final_accuracy"]))
+        row += [_fmt_show(k, b["show"].get(k)) for k in shows]
+        if base:
+            row.append(_versus(metric, b["mean"], bmean, b["reached"] == b["planned"]))
+        rows.append(row)
+    parts = [head, "best setting per method (mean over seeds, sample sd):", table(hdr, rows)]
+    if every:
+        hdr2 = ["method", "setting", metric.text, "sd", "min..max", "seeds", "per seed"]
+        rows2 = [[s["method"], s["text"], *_cells(metric, s),
+                  " ".join(f"{k}:{metric.fmt(v)}" if k else metric.fmt(v)
+                           for k, v in s["seeds"].items())]
+                 for s in result["settings"]]
+        parts += ["", "every setting:", table(hdr2, rows2)]
+    parts += [f"note: {n}" for n in result["notes"]]
+    return "\n".join(parts)
+
+
+def _fmt_show(key: str, v: float | None) -> str:
+    if is_metric(key):
+        return parse_metric(key).fmt(v)
+    return "-" if v is None else f"{v:.4g}"
+
+
+def _versus(metric: Metric, mean: float | None, base: float | None, all_reached: bool) -> str:
+    if mean is None or base is None:
+        return "-"
+    if metric.higher:
+        return f"{mean - base:+.4f}"
+    return f"{base / mean:.2f}x" if mean > 0 and all_reached else "-"
+
+
+def write_csv(records: list[dict[str, Any]], axes: list[str], shows: list[str]) -> str:
+    """One line per cell."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    keys = ["status", "value", "final_accuracy", "best_accuracy", "rounds", "sim_time_s",
+            "wall_clock_s", "seconds"]
+    w.writerow(["cell", "method", *axes, "seed", *keys, *shows, "folder"])
+    for r in records:
+        w.writerow([r["name"], r["method"], *[r["setting"].get(a, "") for a in axes], r["seed"],
+                    *[_csv(r.get(k)) for k in keys], *[_csv(r["show"].get(k)) for k in shows],
+                    r["folder"]])
+    return buf.getvalue()
+
+
+def _csv(v: Any) -> str:
+    return "" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
+def load_sweep(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """sweep.json of a sweep folder: (spec, cell records re-read from the cells' folders)."""
+    try:
+        data = json.loads((folder / "sweep.json").read_text())
+        spec, cells = data["spec"], data["cells"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"'{folder}' is not a sweep folder (sweep.json: {e})") from None
+    metric = parse_metric(spec["metric"])
+    ref = spec.get("reference_accuracy")
+    keep = ("name", "method", "setting", "seed", "folder", "seconds")
+    return spec, [measure({k: c.get(k) for k in keep}, folder, metric, spec.get("show", []), ref)
+                  for c in cells]

@@ -1,0 +1,87 @@
+"""The options and help of `fednet sweep` (the command itself is in cli.py): grid options before
+`--` (each a comma-separated list), fixed options after it."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+
+class SweepCommand(click.Command):
+    """Arguments after `--` are the cells' fixed options, passed on as given (never split)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["argv"] = list(args)
+        if "--" in args:
+            i = args.index("--")
+            ctx.meta["fixed"], args = list(args[i + 1:]), list(args[:i])
+        return super().parse_args(ctx, args)
+
+
+SWEEP_EPILOG = """\\b
+Grid options (before --): any option of `fednet local`, each with a comma-separated list of
+values; --param KEY=V1,V2 for an algorithm parameter. Every combination is one cell; an option
+with one value is the same in every cell. Options after -- are passed to every cell as given.
+\\b
+  fednet sweep --out sweeps/lr --algo fedavg,fedprox --lr 0.05,0.1,0.2 --seed 0,1,2 \\\\
+      -- --clients 20 --rounds 30 --partition shards
+  fednet sweep --out sweeps/seq --metric rounds_to:0.9 --reference centralized \\\\
+      --method 'fedavg=--algo fedavg --lr 0.1,0.2,0.3' \\\\
+      --method 'greedy=--algo fedseq --lr 0.05,0.1,0.2' --seed 0,1,2 -- --partition shards
+\\b
+A method is the value of --by (default: algo), or a --method NAME=OPTIONS (its options may hold
+lists too: that method's own grid). Each method's best setting is chosen by the mean of --metric
+over the seeds. Cells go to OUT/cells/<method>__<setting>__seed=<s>/ (a run folder each, with
+cell.json and log.txt); OUT/sweep.json and OUT/sweep.csv hold every cell. Running the same
+command again skips the cells that finished (status completed or diverged).
+"""
+
+_OPTIONS: list[Callable[[Any], Any]] = [
+    click.option("--out", required=True, type=click.Path(file_okay=False),
+                 help="The sweep's folder (created; reused to go on with an unfinished sweep)."),
+    click.option("--jobs", type=int, default=1, show_default=True, help="Cells run at once."),
+    click.option("--runtime", type=click.Choice(["local", "launch"]), default="local",
+                 show_default=True, help="How each cell runs: fednet local or fednet launch."),
+    click.option("--metric", default="final_accuracy", show_default=True,
+                 help="What chooses the best setting: final_accuracy, best_accuracy, "
+                      "rounds_to:X, sim_to:X, bytes_to:X or wall_to:X (until the accuracy first "
+                      "reaches X)."),
+    click.option("--reference", default="",
+                 help="Makes X of rounds_to:X a fraction of this accuracy: a number, a run "
+                      "folder (its best accuracy), or centralized[:OPTIONS] (a --algo "
+                      "centralized cell with the fixed options, then OPTIONS)."),
+    click.option("--method", "methods", multiple=True, metavar="NAME=OPTIONS",
+                 help="A named method and its options (repeatable), e.g. 'random=--algo fedseq "
+                      "--grouping random'."),
+    click.option("--by", default="algo", show_default=True,
+                 help="Grid options whose values tell methods apart (comma-separated); the "
+                      "other options but --seed are the settings tuned per method."),
+    click.option("--baseline", default="", metavar="METHOD",
+                 help="Add a column comparing each method with this one (ratio for "
+                      "rounds_to-like metrics, difference for accuracies)."),
+    click.option("--show", multiple=True, metavar="METRIC|KEY",
+                 help="Another column for the best settings: a metric (rounds_to:0.8) or a "
+                      "summary.json key (setup.balance_ratio_mean); repeatable."),
+    click.option("--dry-run", is_flag=True, help="List the cells and their commands; run nothing."),
+    click.argument("grid", nargs=-1, type=click.UNPROCESSED),
+]
+
+
+def sweep_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Attach the options of `fednet sweep`."""
+    for opt in reversed(_OPTIONS):
+        f = opt(f)
+    return f
+
+
+def run_command(ctx: click.Context, o: dict[str, Any], command: click.Command,
+                defaults: dict[str, Any]) -> str:
+    """Run the sweep the command line describes (progress on stderr); its table."""
+    from fednet.sweep import Options, run_sweep
+
+    opts = Options(o["out"], list(o["grid"]), ctx.meta.get("fixed", []), list(o["methods"]),
+                   [b.strip() for b in o["by"].split(",") if b.strip()], o["runtime"], o["jobs"],
+                   o["metric"], o["reference"], o["baseline"], list(o["show"]), o["dry_run"],
+                   argv=["fednet", "sweep", *ctx.meta.get("argv", [])])
+    return run_sweep(opts, command, defaults, lambda line: click.echo(line, err=True))

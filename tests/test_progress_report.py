@@ -1,0 +1,160 @@
+"""Progress lines (training loss, time left, the stuck-loss hint), `fednet report` over the union
+of rows with the experiment's rows, the plots' titles and labels, and honest interrupt messages."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from fednet.config import to_toml
+from fednet.metrics.plots import describe, plot_overlay, plot_run, ylabel
+from fednet.metrics.progress import Progress, human_seconds
+from fednet.metrics.report import compare, run_info
+from tests.conftest import small_config
+
+
+def _row(r, acc, loss, train, wall):
+    return {"round": r, "accuracy": acc, "loss": loss, "train_loss": train, "wall_s": wall,
+            "sim_s": 0.5 * (r + 1), "bytes_total": 1000 * (r + 1),
+            "bytes_round": {"server_to_client": 500, "client_to_server": 500,
+                            "client_to_client": 0}}
+
+
+def _lines(rows, total=10, quiet=False):
+    buf = io.StringIO()
+    p = Progress(total, quiet=quiet, stream=buf)
+    for r in rows:
+        p.update(r)
+    return buf.getvalue().splitlines()
+
+
+def test_progress_line_has_training_loss_and_time_left():
+    lines = _lines([_row(0, 0.5, 1.0, 2.0, 2.0), _row(1, 0.6, 0.8, 1.5, 3.0)])
+    assert lines[0] == ("[##......................] round 1/10  acc 0.500  train loss 2.000  "
+                        "wall 2.0s (~18s left)  sim 0.50s  traffic 1000 B")
+    assert "wall 3.0s (~8s left)" in lines[1]  # 1 s per round since the first row
+    last = _lines([_row(9, 0.9, 0.1, 0.1, 10.0)])[0]
+    assert "left" not in last and last.startswith("[########################] round 10/10")
+    assert human_seconds(75) == "1m15s" and human_seconds(7300) == "2h01m"
+
+
+def test_a_loss_that_does_not_fall_gets_one_hint():
+    shards = [_row(r, 0.1, 2.30 - 0.01 * r, 0.2 - 0.03 * r, r + 1.0) for r in range(8)]
+    lines = _lines(shards)
+    hints = [ln for ln in lines if ln.startswith("hint:")]
+    assert hints == ["hint: after 5 rounds the model's loss has not fallen (2.300 -> 2.260; "
+                     "clients' training loss 0.200 -> 0.080): the clients fit their own data but "
+                     "the aggregate does not learn (common with --partition shards or a small "
+                     "--alpha); try fewer --epochs and a smaller --lr, e.g. --epochs 1 --lr 0.05, "
+                     "or an algorithm made for non-IID data"]
+    assert lines.index(hints[0]) == 5  # right after round 5's line
+    flat = [_row(r, 0.1, 2.3, 2.3, r + 1.0) for r in range(6)]
+    assert "look at --lr (larger, or smaller if the loss jumps), --epochs" in _lines(flat)[-2]
+    nan = [_row(r, 0.1, 2.3 if r < 4 else float("nan"), 2.3, r + 1.0) for r in range(6)]
+    assert "it diverged; try a smaller --lr" in _lines(nan)[-2]
+    learning = [_row(r, 0.2 + 0.1 * r, 2.3 * 0.8 ** r, 2.3 * 0.8 ** r, r + 1.0) for r in range(8)]
+    assert not [ln for ln in _lines(learning) if ln.startswith("hint")]
+    converged = [_row(r, 0.95, 0.15, 0.1, r + 1.0) for r in range(8)]  # good from round 0
+    assert not [ln for ln in _lines(converged) if ln.startswith("hint")]
+    assert _lines(shards, quiet=True) == []
+
+
+def _run(folder: Path, algo="fedavg", failures=(), pss=None, **cfg):
+    folder.mkdir(parents=True)
+    c = small_config(algo={"name": algo}, **cfg)
+    (folder / "config.toml").write_text(to_toml(c))
+    s = {"algorithm": algo, "status": "completed", "clients": 3, "rounds": 2, "rounds_planned": 2,
+         "final_accuracy": 0.5, "best_accuracy": 0.5, "bytes": {}, "failures": list(failures)}
+    if pss:
+        s["client_pss_bytes"] = pss
+    (folder / "summary.json").write_text(json.dumps(s))
+    rows = [_row(r, 0.3 + 0.1 * r, 2.0, 2.0, r + 1.0) for r in range(3)]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+def test_report_shows_the_union_of_rows_and_the_experiment(tmp_path):
+    a = _run(tmp_path / "ok")
+    b = _run(tmp_path / "withfail", algo="standalone", failures=[{"client": 1}], pss=2**30,
+             data={"partition": "dirichlet", "alpha": 0.3})
+    by = {ln.split("  ")[0].strip(): ln.split() for ln in compare([str(a), str(b)]).splitlines()[2:]}
+    assert by["failures"][-2:] == ["-", "1"]
+    assert by["client memory (PSS)"][-3:] == ["-", "1.0", "GiB"]
+    assert by["dataset"][-2:] == ["digits", "digits"]
+    assert by["partition"][-2:] == ["iid", "dirichlet(alpha=0.3)"]
+    assert by["model"][-2:] == ["digits_cnn", "digits_cnn"]
+    text = compare([str(a), str(b)])
+    assert "global model, test set" in text and "each client's model, own split" in text
+    labels = [ln.split("  ")[0].strip() for ln in text.splitlines()[2:]]
+    assert labels[-2:] == ["client memory (PSS)", "failures"]  # rows only the second run has
+    assert labels[:6] == ["algorithm", "dataset", "partition", "model", "evaluation", "status"]
+
+
+def test_plots_are_titled_and_labelled(tmp_path):
+    a = _run(tmp_path / "a")
+    assert describe(run_info(a)) == "fedavg, digits iid, 3 clients"
+    assert ylabel({"clients"}) == "mean client accuracy (%)"
+    assert ylabel({"global"}) == "test accuracy (%)" and ylabel({"global", "clients"}) == "accuracy (%)"
+    rows = [json.loads(x) for x in (a / "metrics.jsonl").read_text().splitlines()]
+    paths = plot_run(a, rows)
+    assert [p.name for p in paths] == ["accuracy_vs_round.png", "accuracy_vs_sim_time.png",
+                                       "accuracy_vs_bytes.png"]
+    b = _run(tmp_path / "b", algo="standalone")
+    out = plot_overlay([str(a), str(b)], tmp_path / "both.png")
+    assert out.stat().st_size > 10_000
+
+
+def test_interrupt_messages_say_what_was_kept(tmp_path, monkeypatch):
+    from fednet.metrics.report import interrupt_note
+
+    monkeypatch.chdir(tmp_path)
+    t0, shown = time.time(), []
+
+    def note(command, out="run"):
+        return interrupt_note(command, out, t0, shown.append)
+
+    assert note("local", None) == " before the run started; nothing was written"
+    assert note("clients", None) == "; the clients on this host were stopped"
+    assert note("launch") == " before the run started; nothing was written"
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.toml").write_text("")
+    assert note("local") == " before the first round ended; run holds only the configuration"
+    (tmp_path / "run" / "metrics.jsonl").write_text("{}\n")
+    assert note("local") == "; partial results (metrics.jsonl) were kept in run"
+    (tmp_path / "run" / "summary.json").write_text(json.dumps(
+        {"algorithm": "fedavg", "status": "interrupted", "rounds": 1, "rounds_planned": 5}))
+    assert not shown
+    assert note("server") == "; partial results were kept in run"
+    assert "interrupted" in shown[0] and "1/5" in shown[0]  # the partial table
+    old = t0 - 3600  # a summary of an earlier run in that folder is not this run's
+    os.utime(tmp_path / "run" / "summary.json", (old, old))
+    assert note("local") == "; partial results (metrics.jsonl) were kept in run"
+    assert note("sweep") == "; the finished cells are kept in run: the same command goes on from there"
+    assert note("report") == ""
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_local_prints_the_partial_table(tmp_path):
+    import signal
+    import subprocess
+
+    from tests.integration.conftest import fednet_cmd, wait_for_lines
+
+    p = subprocess.Popen(fednet_cmd() + ["local", "--clients", "3", "--rounds", "500", "--epochs",
+                                         "1", "--out", "run"], cwd=tmp_path, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        wait_for_lines(tmp_path / "run" / "metrics.jsonl", 2, p)
+        os.killpg(p.pid, signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "fednet: interrupted; partial results were kept in run"
+    assert "status                  interrupted" in out
