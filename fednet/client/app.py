@@ -187,13 +187,12 @@ class Client:
             self.pump(max(1, int(min(left, 0.05) * 1000)))
 
     def _pump(self, timeout_ms: int) -> None:
-        """Read what the sockets hold: hand-offs are acknowledged at once and queued as work
-        (a duplicate, re-sent after a slow acknowledgement, is acknowledged but not run again);
-        tasks from the server are queued; SHUTDOWN stops the loop."""
+        """Read the sockets: hand-offs are acknowledged at once and queued (a duplicate, re-sent
+        after a slow acknowledgement, is not run again); tasks queued; SHUTDOWN stops the loop."""
         self.read(dict(self.poller.poll(timeout_ms)))
 
     def sockets(self) -> list[zmq.Socket]:
-        """The sockets this client reads: the server link and its peer socket."""
+        """The server link and the peer socket."""
         return [self.server.sock, self.peers.sock]
 
     def read(self, ready: dict[Any, int]) -> None:
@@ -267,7 +266,8 @@ class Client:
             log.error("client %d: lost the server at %s (no connection for %.0fs); stopping",
                       self.cid, self.connect, self.lost_timeout)
             return EXIT_ERROR
-        if self.rehello_at is not None and time.monotonic() >= self.rehello_at:
+        if self.rehello_at is not None and self.lost_since is None \
+                and time.monotonic() >= self.rehello_at:
             self.rehello_at, self.rehello = None, True
         if self.rehello:
             self.rehello = False

@@ -78,6 +78,7 @@ class ZmqServer(Intake):
             throttled.warning("cannot reach client %d: it does not read its messages", cid)
             return False
         except zmq.ZMQError as e:  # ROUTER_MANDATORY: the client is not connected (any more)
+            self.conns.lost.setdefault(cid, time.monotonic())  # before the monitor says so
             throttled.warning("cannot reach client %d: %s", cid, e.strerror)
             return False
 
@@ -87,10 +88,9 @@ class ZmqServer(Intake):
         grace = LOST_GRACE_S if self.watch is None else 3 * LOST_GRACE_S
         lost = {cid: "connection lost (no answer to heartbeats, or closed)"
                 for cid in self.conns.gone(grace) if cid in self.clients or cid in self.hello}
-        for cid in lost:
-            self.conns.lost.pop(cid, None)
         found = dict(self.watch()) if self.watch is not None else {}
         for cid, why in {**lost, **found}.items():
+            self.conns.release(cid)  # its id is free: a restarted client may claim it again
             if cid not in self.dead:
                 self.dead[cid] = why
                 self.death_round[cid] = self.round
@@ -141,6 +141,7 @@ class ZmqServer(Intake):
         ready = dict(self.poller.poll(int(timeout_s * 1000)))
         if self.monitor in ready:
             self._read_monitor()
+        self.conns.trim_memory()
         if self.sock not in ready:
             return
         for _ in range(1000):  # drain what is queued without starving the death watch
@@ -172,8 +173,15 @@ class ZmqServer(Intake):
         return [c for c in range(n) if c not in self.clients and c not in self.dead]
 
     def alive_clients(self) -> list[ClientInfo]:
-        """Registered clients that have not died."""
-        self._check_deaths()
+        """Registered clients that have not died. A client whose connection was just lost is
+        waited for (it comes back, or its grace runs out and it is dead): a round never starts
+        with clients it cannot reach."""
+        deadline = time.monotonic() + 3 * LOST_GRACE_S + 1.0
+        while time.monotonic() < deadline:
+            self._check_deaths()
+            if not any(c in self.clients and c not in self.dead for c in self.conns.lost):
+                break
+            self._poll_once(0.05)
         return [c for cid, c in sorted(self.clients.items()) if cid not in self.dead]
 
     def _dispatch(self, task: Task) -> None:
@@ -186,6 +194,8 @@ class ZmqServer(Intake):
             if self.conns.ident.key_ids:  # --secure: each peer's key, to check the hand-off's sender
                 msg.body["keys"] = [self.conns.key_of.get(c, "") for c in task.route]
         if not self._send(task.cid, msg):
+            if task.cid in self.conns.lost and task.cid not in self.dead:
+                return  # its connection just closed: it fails as dead after the grace
             self._fail(task.task_id, UNREACHABLE)
 
     def run_round(self, rnd: int, tasks: list[Task], follow: FollowUp | None = None

@@ -48,7 +48,7 @@ class Connections:
         self.lost: dict[int, float] = {}
         self.nonces: set[tuple[int, bytes]] = set()
         self._closed_since_trim = 0
-        self._last_trim = 0.0
+        self._last_close = 0.0
 
     def seen(self, route: bytes, fd: int) -> None:
         """A message arrived on connection `route` through socket fd."""
@@ -98,10 +98,18 @@ class Connections:
             self.key_of[cid] = key
         self.lost.pop(cid, None)
 
+    def release(self, cid: int) -> None:
+        """Client cid is dead: its id is no longer bound to any connection."""
+        route = self.route_of.pop(cid, None)
+        if route is not None and self.cid_of.get(route) == cid:
+            del self.cid_of[route]
+        self.lost.pop(cid, None)
+
     def disconnected(self, fd: int) -> None:
         """The socket monitor saw connection fd close."""
         route = self.fd_route.pop(fd, None)
         self._closed_since_trim += 1
+        self._last_close = time.monotonic()
         if route is None:
             return
         self.route_fd.pop(route, None)
@@ -115,12 +123,11 @@ class Connections:
         return [c for c, t in self.lost.items() if now - t > grace_s]
 
     def trim_memory(self) -> None:
-        """Give freed memory back after many connections closed (libzmq's buffers of
-        half-open connections are freed, but glibc keeps the pages until asked)."""
-        now = time.monotonic()
-        if self._closed_since_trim < 100 or now - self._last_trim < 5.0:
+        """Give freed memory back once a burst of closed connections is over (libzmq frees the
+        buffers of half-open connections, but glibc keeps the pages until asked)."""
+        if self._closed_since_trim < 50 or time.monotonic() - self._last_close < 0.5:
             return
-        self._closed_since_trim, self._last_trim = 0, now
+        self._closed_since_trim = 0
         try:
             ctypes.CDLL("libc.so.6").malloc_trim(0)
         except (OSError, AttributeError):  # not glibc

@@ -36,7 +36,6 @@ class Intake:
             ev = parse_monitor_message(self.monitor.recv_multipart())
             if ev["event"] == zmq.EVENT_DISCONNECTED:
                 self.conns.disconnected(int(ev["value"]))
-        self.conns.trim_memory()
 
     def _handle(self: ZmqServer, got: Received) -> None:
         """Accept (and account) a message only from the connection bound to its client, for
@@ -111,6 +110,10 @@ class Intake:
         self.conns.bind(cid, got.route, key)
         self.hello[cid] = dict(b)
         self.dead.pop(cid, None)
+        for tid, task in list(self._pending.items()):  # the client drops its queued work at
+            if task.route[self._holder.get(tid, task.hop)] == cid:  # WELCOME: those tasks are lost
+                self._fail(tid, f"client {cid} registered again; the task was lost with its "
+                                "old connection")
         body = {"config": self.s.cfg.to_dict(), "profile": self.s.profiles[cid].to_dict(),
                 "run_id": self.s.run_id, "cid": cid}
         # the client's partition travels with the configuration: no client process

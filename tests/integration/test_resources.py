@@ -48,13 +48,6 @@ def test_half_open_connections_hold_at_most_50mb_and_are_closed(half_open):
     assert r["rc"] == 143                                  # and stops on SIGTERM
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "fednet/server/conns.py Connections.trim_memory (l. 117-123) runs only from "
-    "Intake._read_monitor (fednet/server/intake.py l. 39), i.e. when monitor events arrive, and "
-    "at most once per 5 s: a burst of disconnects is trimmed after its first 100 events and "
-    "never again, so the pages freed by the rest stay resident until another 100 connections "
-    "close >= 5 s later (measured: +45 MB of +46 MB still held 3 s and 10 s after the 2,000 "
-    "were closed; +1.5 MB once 150 more connections had closed)"))
 def test_half_open_memory_is_given_back_after_the_server_closed_them(half_open):
     r = half_open
     assert r["after_mb"] <= 5, (f"+{r['after_mb']:.1f} MB still held 3 s after the server closed "
