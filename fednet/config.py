@@ -16,6 +16,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 PARTITIONS = ("iid", "dirichlet", "shards", "domain")
+OPTIMIZERS = ("sgd", "adam", "adamw")
 LATENCY_PRESETS = ("none", "lan", "wan", "hetero")
 
 
@@ -44,6 +45,11 @@ class TrainConfig:
     weight_decay: float = 4e-4
     threads: int = 1
     augment: str = "auto"  # none, fedseq, simclr; auto = the dataset's default (none for digits)
+    optimizer: str = "sgd"  # sgd, adam, adamw (training/optim.py: torch's functional kernels)
+    nesterov: bool = False  # sgd with momentum only
+    beta1: float = 0.9      # adam, adamw
+    beta2: float = 0.999
+    eps: float = 1e-8
 
 
 @dataclass(frozen=True)
@@ -207,6 +213,21 @@ def _need(ok: bool, msg: str) -> None:
         raise ConfigError(msg)
 
 
+def optimizer_problem(t: TrainConfig) -> str:
+    """Why the [train] optimizer settings do not fit together (one line naming the option)."""
+    if t.optimizer not in OPTIMIZERS:
+        return f"--optimizer '{t.optimizer}' is unknown; choose one of: {', '.join(OPTIMIZERS)}"
+    if t.nesterov and (t.optimizer != "sgd" or t.momentum <= 0):
+        return "--nesterov needs --optimizer sgd and a --momentum above 0"
+    if t.optimizer == "sgd" and (t.beta1, t.beta2, t.eps) != (0.9, 0.999, 1e-8):
+        return "--betas and --optimizer-eps are Adam's; add --optimizer adam (or adamw)"
+    if t.optimizer != "sgd" and t.momentum:
+        return f"--momentum is SGD's; {t.optimizer} has --betas B1,B2 instead: drop --momentum"
+    if not (0 <= t.beta1 < 1 and 0 <= t.beta2 < 1):
+        return f"--betas must each be in [0, 1) (got {t.beta1:g},{t.beta2:g})"
+    return "" if t.eps > 0 else f"--optimizer-eps must be positive (got {t.eps:g})"
+
+
 def validate(cfg: RunConfig) -> RunConfig:
     """Check values that do not need the dataset; raise ConfigError naming the option."""
     _need(cfg.clients >= 1, f"--clients must be at least 1 (got {cfg.clients})")
@@ -227,6 +248,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     _need(0 <= t.momentum < 1, f"--momentum must be in [0, 1) (got {t.momentum})")
     _need(t.weight_decay >= 0, f"--weight-decay must be >= 0 (got {t.weight_decay})")
     _need(t.threads >= 1, f"--threads must be at least 1 (got {t.threads})")
+    _need(not (why := optimizer_problem(t)), why)
     _need(0 <= cfg.net.port <= 65535, f"--port must be in 0..65535 (got {cfg.net.port})")
     _need(cfg.net.dead_peer in ("skip", "server"),
           f"net.dead_peer must be skip or server (got '{cfg.net.dead_peer}')")

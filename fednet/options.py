@@ -10,6 +10,7 @@ import click
 from fednet.algorithms.registry import REGISTRY, check_params, get
 from fednet.config import LATENCY_PRESETS, PARTITIONS, RunConfig, from_dict, load_toml, merge
 from fednet.errors import ConfigError
+from fednet.options_extra import OPTIONS as EXTRA_OPTIONS, overrides
 
 # option name -> dotted config key
 _KEYS = {
@@ -130,6 +131,7 @@ _COMMON: list[Callable[[Any], Any]] = [
                  help="Exemplars per class taken out of the test set (FedSeq). [default: 5 digits, 10 else]"),
     click.option("--augment", type=click.Choice(["auto", "none", "fedseq", "simclr"]),
                  help="Train-time augmentation. [default: auto]"),
+    *EXTRA_OPTIONS,
     *[click.option(opt, _opt_dest(opt), type=typ, help=hlp) for opt, _, typ, hlp in ALGO_OPTIONS],
     click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
                  help="Algorithm parameter (repeatable), e.g. --param mu=0.01; typed and checked "
@@ -159,6 +161,7 @@ def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
         base = merge(base, _file_overrides(str(Path(resume) / "config.toml")))
         base["out"] = str(resume)
     over: dict[str, Any] = {_KEYS[k]: v for k, v in opts.items() if k in _KEYS and v is not None}
+    over.update(overrides(opts, base))  # --optimizer and its settings
     if opts.get("gpus") is not None:
         over["gpus"] = list(parse_gpus(opts["gpus"]))
     lat = opts.get("latency")

@@ -9,6 +9,7 @@ from typing import Any
 from fednet.algorithms.contract import ClientContext, ClientUpdate, Strategy
 from fednet.models.params import load_arrays, state_arrays
 from fednet.training.local import train
+from fednet.training.optim import spec_of
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 
 
@@ -42,7 +43,7 @@ class CentralizedClient(ClientUpdate):
         t = ctx.cfg.train
         lr = float(task.body["lr"])
         stats = train(ctx.model, x, y, epochs=int(task.body["epochs"]), batch_size=t.batch_size,
-                      lr=lr, momentum=t.momentum, weight_decay=t.weight_decay,
+                      lr=lr, optim=spec_of(t), objective=ctx.objective,
                       generator=ctx.batch_generator(task.round, "centralized"), augment=ctx.augment)
         return state_arrays(ctx.model), {"loss": stats.loss, "samples": stats.samples,
                                          "steps": stats.steps, "lr": lr}

@@ -34,7 +34,7 @@ def evaluate_own(ctx: ClientContext) -> dict[str, float]:
     from fednet.training.local import evaluate
 
     assert ctx.test_x is not None and ctx.test_y is not None
-    acc, loss = evaluate(ctx.model, ctx.test_x, ctx.test_y)
+    acc, loss = evaluate(ctx.model, ctx.test_x, ctx.test_y, objective=ctx.objective)
     return {"accuracy": acc, "test_loss": loss}
 
 

@@ -10,7 +10,10 @@ An algorithm is two classes and a Spec (registry.py):
 - **ClientUpdate** (client half). Every client process builds only this half. `run(ctx, task)`
   trains on the client's data and returns (arrays to send, scalar body). Per-client state lives in
   `ctx.state`, an instance of its `State` dataclass; with `keeps_model = True` the client's model
-  itself persists between rounds (personal models).
+  itself persists between rounds (personal models). A State derived from
+  training.optim.OptimizerState keeps the client's optimizer (momentum, Adam's moments) across
+  rounds (local.local_sgd(..., keep_optimizer=True)). Losses go through `ctx.loss` /
+  `ctx.objective` (training/objective.py: cross-entropy and top-1 accuracy by default).
 
 Both states are checkpointed generically (state.py), so a state field must be one of: arrays keyed
 by model entry (`Model`), lists or client-id dicts of them, numpy arrays, torch tensors (client
@@ -32,6 +35,7 @@ from torch import nn
 
 from fednet import rng
 from fednet.config import RunConfig, eval_mode
+from fednet.training.objective import CLASSIFICATION, Objective
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 
 Model = dict[str, np.ndarray]
@@ -78,11 +82,16 @@ class ClientContext:
     test_y: torch.Tensor | None = None
     pooled: Any = None  # callable -> (x, y) of the whole training set (the centralized reference)
     augment: Any = None  # callable (batch, generator) -> batch, the dataset's train augmentation
+    objective: Objective = CLASSIFICATION  # the loss and the score (the dataset's objective)
 
     @property
     def num_examples(self) -> int:
         """Number of local training examples."""
         return int(len(self.y))
+
+    def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The task's mean loss of a batch (cross-entropy unless the dataset brings another)."""
+        return self.objective.loss(out, y)
 
     def batch_generator(self, rnd: int, purpose: str = "batches") -> torch.Generator:
         """The seeded torch generator for this client's minibatch order in round rnd."""

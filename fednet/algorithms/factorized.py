@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 from fednet import rng
 from fednet.algorithms.aggregate import weighted_mean
@@ -32,6 +31,7 @@ from fednet.errors import ConfigError
 from fednet.models.factorized import l1_penalty
 from fednet.models.params import load_arrays, state_arrays
 from fednet.training.hooks import clip_norm
+from fednet.training.optim import OptimizerState
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 
 SHARED = {"factorized": {"u", "norm", "dense"}, "factorized_beta": {"u", "v", "mu", "norm", "dense"}}
@@ -53,10 +53,9 @@ class FactorizedState(ServerState):
 
 
 @dataclass
-class FactorizedClientState:
-    """The client's optimizer momentum (its model itself is personal too: keeps_model)."""
-
-    momentum: dict[int, torch.Tensor] = field(default_factory=dict)
+class FactorizedClientState(OptimizerState):
+    """The client's optimizer (SGD's momentum, Adam's moments; its model is personal too:
+    keeps_model)."""
 
 
 def scenario_params(cfg: RunConfig, p: Any) -> Any:
@@ -161,13 +160,13 @@ class FactorizedClient(ClientUpdate):
     keeps_model = True
 
     def run(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
-        """Load the shared factors, train with the L1 term on mu (momentum kept), upload."""
+        """Load the shared factors, train with the L1 term on mu (optimizer kept), upload."""
         load_arrays(ctx.model, task.arrays, strict=False)
         lam = float(task.body.get("lambda", 0.0))
         detach = bool(task.body.get("l1_detached", False))
         terms = [lambda: lam * l1_penalty(ctx.model, detach=detach)] if lam > 0 else []
         clip = float(task.body.get("clip", 0.0))
         hooks_ = [clip_norm(clip)] if clip > 0 else []
-        body = local_sgd(ctx, task, hooks_, load=False, loss_terms=terms, keep_momentum=True)
+        body = local_sgd(ctx, task, hooks_, load=False, loss_terms=terms, keep_optimizer=True)
         state = state_arrays(ctx.model)
         return {n: state[n] for n in task.body["upload"]}, body

@@ -189,7 +189,7 @@ class FedFomoClient(ClientUpdate):
 
             def val_loss(arrays: Arrays) -> float:
                 load_arrays(ctx.model, arrays)
-                return evaluate(ctx.model, xv, yv)[1]
+                return evaluate(ctx.model, xv, yv, objective=ctx.objective)[1]
 
             base_loss = val_loss(base)
             losses = [val_loss(mdl) for mdl in models]

@@ -1,4 +1,5 @@
-"""Local update rules that client halves compose: plain SGD, FedProx, FedDyn (client side only)."""
+"""Local update rules that client halves compose: plain local training (SGD or the run's
+--optimizer), FedProx, FedDyn (client side only)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -11,6 +12,7 @@ from fednet.algorithms.contract import ClientContext
 from fednet.models.params import load_arrays
 from fednet.training import hooks
 from fednet.training.local import GradHook, train
+from fednet.training.optim import spec_of
 from fednet.types import Task
 
 
@@ -21,17 +23,18 @@ def trainable(ctx: ClientContext) -> list[torch.Tensor]:
 
 def local_sgd(ctx: ClientContext, task: Task, extra_hooks: Sequence[GradHook] = (),
               load: bool = True, lr: float | None = None,
-              loss_terms: Sequence[Any] = (), keep_momentum: bool = False) -> dict[str, Any]:
-    """Load the task's model (unless load=False) and run the configured local SGD."""
+              loss_terms: Sequence[Any] = (), keep_optimizer: bool = False) -> dict[str, Any]:
+    """Load the task's model (unless load=False) and run the configured local optimizer
+    (--optimizer; SGD by default). keep_optimizer: its memory persists in ctx.state, which
+    must then derive from training.optim.OptimizerState (and so is checkpointed)."""
     if load:
         load_arrays(ctx.model, task.arrays)
     t = ctx.cfg.train
     stats = train(ctx.model, ctx.x, ctx.y, epochs=int(task.body.get("epochs", t.epochs)),
                   batch_size=t.batch_size, lr=float(lr if lr is not None else task.body.get("lr", t.lr)),
-                  momentum=t.momentum, weight_decay=t.weight_decay,
-                  generator=ctx.batch_generator(task.round), hooks=extra_hooks,
-                  augment=ctx.augment, loss_terms=loss_terms,
-                  momentum_state=ctx.state.momentum if keep_momentum else None)
+                  optim=spec_of(t), generator=ctx.batch_generator(task.round), hooks=extra_hooks,
+                  augment=ctx.augment, loss_terms=loss_terms, objective=ctx.objective,
+                  opt_state=ctx.state if keep_optimizer else None)
     return {"loss": stats.loss, "samples": stats.samples, "steps": stats.steps}
 
 

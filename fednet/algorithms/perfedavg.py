@@ -21,7 +21,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from fednet.algorithms.contract import ClientContext, ClientUpdate
 from fednet.algorithms.local import trainable
@@ -35,9 +34,9 @@ class PerFedAvgClient(ClientUpdate):
 
     def _grad(self, ctx: ClientContext, idx: torch.Tensor, create_graph: bool = False
               ) -> tuple[list[torch.Tensor], float]:
-        """grad of CE(batch idx) + (wd/2)||theta||^2 at the model's current parameters."""
+        """grad of the loss (batch idx) + (wd/2)||theta||^2 at the model's current parameters."""
         params = trainable(ctx)
-        loss = F.cross_entropy(ctx.model(ctx.x[idx]), ctx.y[idx])
+        loss = ctx.loss(ctx.model(ctx.x[idx]), ctx.y[idx])
         grads = torch.autograd.grad(loss, params, create_graph=create_graph)
         wd = ctx.cfg.train.weight_decay
         ps = params if create_graph else [p.detach() for p in params]

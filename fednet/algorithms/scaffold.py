@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from fednet.algorithms.common import round_metrics
 from fednet.algorithms.contract import ClientContext, ClientUpdate, Model, ServerState
@@ -124,7 +123,7 @@ def _full_gradient(ctx: ClientContext, x: list[torch.Tensor], task: Task) -> lis
     for _ in range(int(task.body.get("epochs", ctx.cfg.train.epochs))):
         for idx in batches(len(ctx.y), ctx.cfg.train.batch_size, g):
             ctx.model.zero_grad(set_to_none=True)
-            F.cross_entropy(ctx.model(ctx.x[idx]), ctx.y[idx]).backward()
+            ctx.loss(ctx.model(ctx.x[idx]), ctx.y[idx]).backward()
             for a, p in zip(acc, params):
                 a.add_(p.grad)
             n += 1

@@ -23,6 +23,7 @@ from fednet.data.augment import augmentation, identity
 from fednet.latency import Profile
 from fednet.models import build_model
 from fednet.models.params import load_arrays, state_arrays
+from fednet.training.objective import get_objective
 from fednet.protocol import Message
 from fednet.wire import failure_message, message_task, result_message
 
@@ -70,6 +71,7 @@ class Executor:
                                  test_x=torch.from_numpy(np.ascontiguousarray(cd.test_x)).to(dev),
                                  test_y=torch.from_numpy(np.ascontiguousarray(cd.test_y)).to(dev),
                                  augment=_augment(cfg.train.augment, d.dataset),
+                                 objective=get_objective(ds.objective),
                                  pooled=lambda: (torch.from_numpy(ds.train_x).to(dev),
                                                  torch.from_numpy(ds.train_y).to(dev)))
 

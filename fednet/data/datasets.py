@@ -35,6 +35,7 @@ class Dataset:
     num_classes: int
     input_shape: tuple[int, int, int]
     class_names: tuple[str, ...] = ()
+    objective: str = ""  # the task's loss and score (training/objective.py); "" = classification
 
 
 _CACHE: dict[tuple[str, str | None, int], Dataset] = {}

@@ -30,7 +30,8 @@ from fednet.launch.proc import set_pdeathsig
 def warm_up(dataset: str, data_root: str, unknown_run: bool = False) -> None:
     """Import and run once everything a client's first training step would load lazily.
 
-    (fednet's own SGD loop keeps torch._dynamo out; the step still warms autograd and kernels.)
+    (fednet's optimizers call torch's functional kernels, which keep torch._dynamo out; the
+    step still warms autograd and kernels.)
     With unknown_run (`fednet clients`: the run's dataset and model arrive later, at WELCOME)
     torchvision is imported too, when installed, so that no client pays its ~1.2 s import for a
     CIFAR/SVHN dataset or a ResNet-18.

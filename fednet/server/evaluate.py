@@ -11,6 +11,7 @@ from fednet.models.factorized import matching_layer
 from fednet.models.kinds import state_kinds
 from fednet.models.params import clone_arrays, load_arrays, state_arrays
 from fednet.training.local import evaluate
+from fednet.training.objective import get_objective
 from fednet.types import Arrays
 
 
@@ -22,6 +23,7 @@ class Evaluator:
         full = load_dataset(d.dataset, d.data_root or None, d.download)
         ds, self.exemplars = run_test_split(full, d.exemplars, cfg.seed)
         self.num_classes = ds.num_classes
+        self.objective = get_objective(ds.objective)  # the loss and the score of the task
         self.x = torch.from_numpy(ds.test_x)
         self.y = torch.from_numpy(ds.test_y)
         self.model = build_model(model_name(cfg), ds.num_classes, ds.input_shape, dataset=d.dataset,
@@ -37,4 +39,4 @@ class Evaluator:
     def __call__(self, arrays: Arrays) -> tuple[float, float]:
         """(accuracy, loss) of the model given by `arrays` on the test set."""
         load_arrays(self.model, arrays)
-        return evaluate(self.model, self.x, self.y)
+        return evaluate(self.model, self.x, self.y, objective=self.objective)
