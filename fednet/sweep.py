@@ -158,6 +158,7 @@ def run_sweep(o: Options, command: Any, defaults: dict[str, Any],
         return "\n".join(lines + [f"{len(todo)} of {len(lines)} cells to run"])
     make_dir(root)
     seconds = _old_seconds(root)
+    finish(root, spec, cells, seconds, ref_cell)  # `fednet report OUT` works while it runs
     echo(f"fednet sweep: {len(cells) + bool(ref_cell)} cells, {len(todo)} to run "
          f"({o.jobs} at a time) into {root}")
     runner, t0, n = Runner(root, o.runtime, o.jobs), time.monotonic(), [0]

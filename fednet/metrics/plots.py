@@ -98,7 +98,7 @@ def _rows(folder: Path) -> list[dict[str, Any]]:
         return []
 
 
-def _series(sources: list[str]) -> tuple[list[dict[str, Any]], list[float]]:
+def _series(sources: list[str]) -> tuple[list[dict[str, Any]], list[tuple[float, str]]]:
     """One curve per run folder, and per method of each sweep folder (its best setting, every
     finished seed); and the accuracies the sweeps' metrics wait for (drawn as lines)."""
     from fednet.metrics import sweep_table as T
@@ -109,9 +109,10 @@ def _series(sources: list[str]) -> tuple[list[dict[str, Any]], list[float]]:
         if (p / "sweep.json").is_file():
             spec, recs = T.load_sweep(p)
             res = T.evaluate(spec, recs)
-            goal = T.parse_metric(spec["metric"]).target(spec.get("reference_accuracy"))
+            metric = T.parse_metric(spec["metric"])
+            goal = metric.target(spec.get("reference_accuracy"))
             if goal is not None:
-                targets.append(goal)
+                targets.append((goal, metric.text))
             for b in res["best"]:
                 cells = [r for r in recs if r["method"] == b["method"]
                          and r["setting"] == b["setting"] and r["status"] in T.FINISHED]
@@ -133,8 +134,9 @@ def _series(sources: list[str]) -> tuple[list[dict[str, Any]], list[float]]:
 
 
 def plot_overlay(sources: list[str], path: Path) -> Path:
-    """One PNG, three panels (accuracy vs round, vs simulated time, vs traffic), one curve per
-    run or sweep method: the mean over seeds, with the range of the seeds shaded."""
+    """One PNG, three panels (accuracy vs round, vs simulated time, vs traffic; two without any
+    simulated time), one curve per run or sweep method: the mean over seeds, with the range of
+    the seeds shaded."""
     from fednet.errors import ConfigError
 
     series, targets = _series(sources)
@@ -144,14 +146,18 @@ def plot_overlay(sources: list[str], path: Path) -> Path:
         for s in series:
             if s["info"].get("eval") == "clients":
                 s["label"] += ", mean client accuracy"
-    fig, axs = plt.subplots(1, 3, figsize=(15, 4.4), constrained_layout=True)
+    # no simulated time to show (--latency none in every run): two panels
+    panels = [(k, lab) for k, lab in AXES if k != "sim_time" or any(
+        r.get("sim_s") for s in series for rows in s["runs"] for r in rows)]
+    fig, axs = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.4),
+                            constrained_layout=True)
     for i, s in enumerate(series):
         n = min(len(r) for r in s["runs"])
         accs = [_acc(r[:n]) for r in s["runs"]]
         xss = [_xs(r[:n]) for r in s["runs"]]
         mean = [sum(a[j] for a in accs) / len(accs) for j in range(n)]
         color = f"C{i % 10}"
-        for a, (key, label) in zip(axs, AXES):
+        for a, (key, label) in zip(axs, panels):
             x = [sum(xs[key][j] for xs in xss) / len(xss) for j in range(n)]
             a.plot(x, mean, lw=1.4, color=color, label=s["label"] if key == "round" else None,
                    marker="o" if n <= 30 else None, ms=3)
@@ -162,11 +168,11 @@ def plot_overlay(sources: list[str], path: Path) -> Path:
     infos = [s["info"] for s in series]
     shared = {k for k in ("algorithm", "dataset", "partition", "clients")
               if len({i.get(k) for i in infos}) == 1}
-    for a, (key, label) in zip(axs, AXES):
+    for a, (key, label) in zip(axs, panels):
         a.set_xlabel(label)
         a.set_ylabel(ylabel({i.get("eval", "global") for i in infos}))
         a.grid(alpha=0.3)
-        for t in sorted(set(targets)):
+        for t, _ in sorted(set(targets)):
             a.axhline(100 * t, color="0.4", ls="--", lw=0.8)
         if key == "round":
             a.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -174,9 +180,12 @@ def plot_overlay(sources: list[str], path: Path) -> Path:
     title = describe(infos[0], tuple(k for k in ("algorithm", "dataset", "partition", "clients")
                                      if k in shared))
     if targets:
-        title += ("; " if title else "") + "dashed: the sweep's target accuracy"
+        title += ("; " if title else "") + "dashed: " + ", ".join(
+            f"{100 * t:.1f}% ({m})" for t, m in sorted(set(targets)))
     if any(len(s["runs"]) > 1 for s in series):
         title += ("; " if title else "") + "shaded: range over seeds"
+    if len(panels) < len(AXES):
+        title += ("; " if title else "") + "no simulated time (--latency none)"
     fig.suptitle(title, fontsize=10)
     _save(fig, path)
     return path

@@ -127,3 +127,13 @@ def test_interrupted_sweep_keeps_finished_cells_and_prints_the_table(fed, tmp_pa
     dry = fed.run("sweep", "--out", "sw", "--lr", "0.05,0.1,0.2", "--dry-run", "--", *TINY,
                   "--rounds", "500")
     assert dry.stdout.splitlines()[-1] == "3 of 3 cells to run"  # the interrupted one again
+
+
+@pytest.mark.net
+def test_cells_can_run_under_fednet_launch(fed, tmp_path):
+    res = fed.run("sweep", "--out", "sw", "--runtime", "launch", "--lr", "0.1", "--",
+                  *TINY, "--rounds", "1", timeout=120)
+    assert res.returncode == 0, res.stderr
+    s = read_json(tmp_path / "sw" / "cells" / "fedavg" / "summary.json")
+    assert s["status"] == "completed" and s["ready_s"] > 0  # a ZeroMQ run: clients registered
+    assert (tmp_path / "sw" / "cells" / "fedavg" / "logs" / "clients.log").is_file()
