@@ -349,8 +349,8 @@ def trace_child(result_file: str, launch_args: list[str]) -> None:
 
     sys.meta_path.insert(0, _PostImport({
         "torch": lambda m: ev.__setitem__("torch_imported", time.monotonic()),
-        "fednet.server.app": hook_app, "fednet.session": hook_session,
-        "fednet.server.rounds": hook_rounds}))
+        "fednet.server.app": hook_app, "fednet.core.session": hook_session,
+        "fednet.core.rounds": hook_rounds}))
 
     import fednet.cli as cli
     import fednet.launch.spawn as spawn

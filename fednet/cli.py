@@ -25,7 +25,7 @@ _RUN: dict[str, Any] = {}
 def _errors(f: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(f)
     def wrapper(*a: Any, **kw: Any) -> Any:
-        from fednet.launch.proc import Terminated, sigterm_interrupts
+        from fednet.platform.proc import Terminated, sigterm_interrupts
 
         restore = sigterm_interrupts()
         _RUN.clear()

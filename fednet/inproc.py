@@ -7,13 +7,13 @@ import torch
 
 from fednet.client.executor import Executor
 from fednet.config import RunConfig
-from fednet.launch.gpus import check_gpus, device_for
-from fednet.launch.proc import peak_rss_bytes
+from fednet.platform.gpus import check_gpus, device_for
+from fednet.platform.proc import peak_rss_bytes
 from fednet.metrics.accounting import SERVER
 from fednet.models import drop_templates, keep_template
 from fednet.protocol import Message, MsgKind, decode, encode
-from fednet.server.rounds import FollowUp, accept_reply
-from fednet.session import Session
+from fednet.core.rounds import FollowUp, accept_reply
+from fednet.core.session import Session
 from fednet.types import ClientInfo, Failure, Result, Task, client_name
 from fednet.wire import (ack_message, handoff_message, hop_done_message, placeholder_endpoints,
                          record, task_message)

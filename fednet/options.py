@@ -149,7 +149,7 @@ def common_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
     """Defaults < TOML file < command-line options."""
-    from fednet.launch.gpus import parse_gpus
+    from fednet.platform.gpus import parse_gpus
 
     base = RunConfig().to_dict()
     base = merge(base, defaults)
@@ -219,7 +219,7 @@ def prepare_out(opts: dict[str, Any], cfg: RunConfig) -> RunConfig:
     check_out(out, resume=resume, overwrite=bool(opts.get("overwrite")))
     cfg = cfg.replace(out=str(out))
     if resume:
-        from fednet.server import checkpoint
+        from fednet.core import checkpoint
 
         checkpoint.read(out, cfg)
     return cfg

@@ -7,7 +7,7 @@ from fednet.inproc import InprocDispatcher
 from fednet.metrics.accounting import Ledger, direction
 from fednet.models import build_model, num_params
 from fednet.protocol import Message, MsgKind, encode
-from fednet.session import Session
+from fednet.core.session import Session
 from fednet.types import client_name
 from tests.conftest import small_config
 

@@ -13,7 +13,7 @@ from fednet.algorithms import build
 from fednet.client.executor import Executor
 from fednet.inproc import InprocDispatcher, run_local
 from fednet.models.params import clone_arrays, state_arrays
-from fednet.session import Session
+from fednet.core.session import Session
 from fednet.types import Result, Task
 from tests.conftest import final_model, same_arrays, small_config
 

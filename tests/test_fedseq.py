@@ -5,7 +5,7 @@ import pytest
 
 from fednet.errors import ConfigError
 from fednet.inproc import InprocDispatcher
-from fednet.session import Session
+from fednet.core.session import Session
 from tests.conftest import final_model, same_arrays, small_config
 
 SEQ = {"min_samples": 60, "max_clients": 4, "superclient_fraction": 0.5, "pretrain_epochs": 2}

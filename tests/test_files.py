@@ -214,7 +214,7 @@ def test_intact_checkpoint_resumes_and_keeps_the_first_rows(run):
 
 
 def test_checkpoint_of_an_older_version_with_fewer_ledger_totals_resumes(run):
-    from fednet.server.checkpoint import LEDGER_KEYS
+    from fednet.core.checkpoint import LEDGER_KEYS
 
     ledger = json.loads((run / "checkpoint" / "state.json").read_text())["ledger"]
     _state(run, ledger={k: v for k, v in ledger.items() if k in LEDGER_KEYS})
@@ -385,7 +385,7 @@ def test_no_live_clients_is_exit_3_with_one_line(tmp_path, monkeypatch):
 
 
 def test_diverged_run_keeps_exit_0(tmp_path, monkeypatch):
-    import fednet.server.rounds as rounds
+    import fednet.core.rounds as rounds
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(rounds, "finite", lambda arrays: False)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from fednet.errors import ConfigError
-from fednet.launch.gpus import check_gpus, device_for, parse_gpus
+from fednet.platform.gpus import check_gpus, device_for, parse_gpus
 from fednet.launch.spawn import client_specs
 
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from fednet.launch import hugepages
+from fednet.platform import hugepages
 
 MAPS = """\
 00400000-00600000 r-xp 00000000 08:01 123 /usr/bin/python3

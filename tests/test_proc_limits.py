@@ -9,14 +9,14 @@ import pytest
 
 from fednet.client.host import ids_text
 from fednet.errors import ConfigError
-from fednet.launch.proc import check_files_per_process
+from fednet.platform.proc import check_files_per_process
 
 
 def test_raise_fd_limit_lifts_the_soft_limit_towards_the_hard_one():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard <= 256:
         pytest.skip("the hard limit leaves nothing to raise")
-    code = ("import resource; from fednet.launch.proc import raise_fd_limit;"
+    code = ("import resource; from fednet.platform.proc import raise_fd_limit;"
             "h = resource.getrlimit(resource.RLIMIT_NOFILE)[1];"
             "resource.setrlimit(resource.RLIMIT_NOFILE, (256, h));"
             "n = raise_fd_limit(); s = resource.getrlimit(resource.RLIMIT_NOFILE)[0];"
@@ -45,7 +45,7 @@ def test_ids_text():
 def test_pss_bytes_sums_live_processes_and_skips_gone_ones():
     import os
 
-    from fednet.launch.proc import pss_bytes
+    from fednet.platform.proc import pss_bytes
 
     p = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); "
                           "time.sleep(30)"], stdout=subprocess.PIPE, text=True)

@@ -85,7 +85,7 @@ def test_client_state_kept_by_one_runtime_is_not_resumed_by_the_other(tmp_path):
     """fednet local keeps SCAFFOLD's c_k in the checkpoint; fednet launch's clients keep their
     own files: resuming across the two would silently lose the clients' state."""
     from fednet.errors import ConfigError
-    from fednet.session import Session
+    from fednet.core.session import Session
 
     cfg = _config("scaffold", tmp_path / "run")
     run_local(cfg, quiet=True)

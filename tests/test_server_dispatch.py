@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from fednet.server.app import ZmqServer
-from fednet.session import Session
+from fednet.core.session import Session
 from fednet.types import Failure, Task
 from tests.conftest import small_config
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from fednet.algorithms.contract import ServerState
-from fednet.client import state_files as sf
+from fednet.core import state_files as sf
 from fednet.metrics.accounting import Ledger
-from fednet.server import checkpoint
+from fednet.core import checkpoint
 from tests.conftest import small_config
 
 

@@ -15,7 +15,7 @@ from fednet import algorithms, latency
 from fednet.algorithms.common import evaluate_own
 from fednet.algorithms.contract import ClientContext
 from fednet.algorithms.state import Shapes, to_device
-from fednet.client.state_files import StateFiles, decode_client, encode_client
+from fednet.core.state_files import StateFiles, decode_client, encode_client
 from fednet.config import RunConfig
 from fednet.data import load_dataset
 from fednet.data.client_data import client_data

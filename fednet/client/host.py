@@ -19,7 +19,7 @@ import zmq
 
 from fednet.client.app import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Client
 from fednet.errors import ConfigError
-from fednet.launch.proc import check_files_per_process
+from fednet.platform.proc import check_files_per_process
 from fednet.protocol import MsgKind
 
 log = logging.getLogger("fednet.client")

@@ -1,1 +1,1 @@
-"""Starting runs on one machine: the warm zygote, client spawning and GPU pinning."""
+"""Starting clients on one machine: the warm zygote, client spawning, fednet clients."""

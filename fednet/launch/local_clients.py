@@ -8,8 +8,8 @@ import time
 from collections.abc import Mapping
 
 from fednet.errors import ConfigError
-from fednet.launch.gpus import parse_gpus
-from fednet.launch.proc import check_files_per_process, raise_fd_limit
+from fednet.platform.gpus import parse_gpus
+from fednet.platform.proc import check_files_per_process, raise_fd_limit
 from fednet.launch.spawn import Zygote, client_specs
 
 
@@ -115,7 +115,7 @@ def run_clients(connect: str, ids: list[int], gpus: str | None, advertise: str, 
     check_files_per_process(per_process)
     g = parse_gpus(gpus)
     if g:
-        from fednet.launch.gpus import check_gpus
+        from fednet.platform.gpus import check_gpus
         check_gpus(g)
     if secure:  # fail now, in this process, if the keys are not there
         from fednet.transport.security import load_keys

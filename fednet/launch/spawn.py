@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from fednet.errors import FednetError
-from fednet.launch.gpus import device_for
+from fednet.platform.gpus import device_for
 
 log = logging.getLogger("fednet.launch")
 

@@ -23,8 +23,8 @@ import time
 import traceback
 from typing import Any
 
-from fednet.launch import hugepages
-from fednet.launch.proc import set_pdeathsig
+from fednet.platform import hugepages
+from fednet.platform.proc import set_pdeathsig
 
 
 def warm_up(dataset: str, data_root: str, unknown_run: bool = False) -> None:

@@ -1,1 +1,2 @@
-"""Server side: the round driver (runtime-agnostic), evaluation, and the ZeroMQ server."""
+"""The ZeroMQ server: the ROUTER loop (app.py), what arrives (intake.py), connections (conns.py),
+and run_zmq for fednet launch and fednet server (main.py). The round driver it runs is fednet.core."""

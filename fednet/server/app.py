@@ -14,8 +14,8 @@ from fednet.metrics.accounting import SERVER
 from fednet.protocol import Message, MsgKind
 from fednet.server.conns import LOST_GRACE_S, Connections, Identity
 from fednet.server.intake import Intake
-from fednet.server.rounds import FollowUp
-from fednet.session import Session
+from fednet.core.rounds import FollowUp
+from fednet.core.session import Session
 from fednet.transport.channels import Channel, bind_router
 from fednet.types import ClientInfo, Failure, Result, Task, client_name
 from fednet.wire import task_message

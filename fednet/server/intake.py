@@ -11,7 +11,7 @@ from zmq.utils.monitor import parse_monitor_message
 
 from fednet.metrics.accounting import SERVER
 from fednet.protocol import Message, MsgKind
-from fednet.server.rounds import accept_reply
+from fednet.core.rounds import accept_reply
 from fednet.transport.channels import Received
 from fednet.types import ClientInfo, client_name
 

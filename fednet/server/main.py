@@ -11,8 +11,8 @@ import zmq
 
 from fednet.config import RunConfig, validate
 from fednet.errors import ConfigError, FednetError
-from fednet.launch.gpus import check_gpus
-from fednet.launch.proc import check_files_per_process, peak_rss_bytes, pss_bytes, raise_fd_limit
+from fednet.platform.gpus import check_gpus
+from fednet.platform.proc import check_files_per_process, peak_rss_bytes, pss_bytes, raise_fd_limit
 from fednet.launch.spawn import Zygote, client_specs, open_client_log
 from fednet.metrics.history import resolve_out
 from fednet.server.conns import Identity
@@ -144,7 +144,7 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
         import torch
 
         from fednet.server.app import ZmqServer
-        from fednet.session import Session
+        from fednet.core.session import Session
 
         torch.set_num_threads(max(1, cfg.train.threads))
         session = Session(cfg, quiet=quiet, out=out, resume=resume)

@@ -8,7 +8,7 @@ import pytest
 
 from fednet.inproc import run_local
 from fednet.server.main import run_zmq
-from fednet.session import Session
+from fednet.core.session import Session
 from tests.conftest import small_config
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]

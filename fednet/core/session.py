@@ -20,9 +20,9 @@ from fednet.metrics.files import OutputError, atomic_file
 from fednet.metrics.history import History, resolve_out
 from fednet.metrics.progress import Progress
 from fednet.errors import ConfigError
-from fednet.server import checkpoint
-from fednet.server.evaluate import Evaluator
-from fednet.server.rounds import RoundDriver
+from fednet.core import checkpoint
+from fednet.core.evaluate import Evaluator
+from fednet.core.rounds import RoundDriver
 from fednet.types import ClientInfo
 
 log = logging.getLogger("fednet")

@@ -7,7 +7,7 @@ the ledger totals and the failures so far. The clients' state (their typed Clien
 and personal models) is part of it too: `fednet local` stores it in state.npz as
 client/<cid>/<field>/... and client/<cid>/model/<entry>; under `fednet launch` (and `fednet
 clients`) each client process writes its own file into RUN/checkpoint/clients/ on its host
-(client/state_files.py), which the swap below carries over. Randomness needs no saving: every
+(core/state_files.py), which the swap below carries over. Randomness needs no saving: every
 draw comes from (seed, purpose, round, client). The server's files are written to a temporary
 folder (each file fsynced) and renamed into place, so a crash leaves either the old or the new
 checkpoint (a crash between the two renames leaves checkpoint.old, which --resume then reads).
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from fednet.algorithms.state import Shapes, check_model, decode, encode
-from fednet.client import state_files
+from fednet.core import state_files
 from fednet.config import RunConfig
 from fednet.errors import ConfigError
 from fednet.metrics.accounting import Ledger

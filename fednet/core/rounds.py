@@ -119,7 +119,7 @@ class RoundDriver:
     def stamp(self, tasks: list[Task]) -> list[Task]:
         """With --checkpoint-every and clients that keep state, every task says the rounds done
         at the last checkpoint (`ckpt`): the clients keep their state files by it
-        (client/state_files.py)."""
+        (core/state_files.py)."""
         if self.cfg.net.checkpoint_every and self.client_state:
             for t in tasks:
                 t.body = {**t.body, "ckpt": self.ckpt_round}
