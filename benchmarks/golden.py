@@ -55,6 +55,10 @@ EXTRA: dict[str, list[str]] = {
     "cfl": ["--param", "warmup=1", "--param", "eps1=10", "--param", "eps2=0.1"],
     "fedfomo": ["--param", "m=3"],
     "perfedavg": [],
+    "fedavgm": ["--server-lr", "1.0", "--server-momentum", "0.9"],
+    "fedadam": ["--server-lr", "0.01", "--server-tau", "0.001"],
+    "fedyogi": ["--server-lr", "0.01", "--server-tau", "0.001"],
+    "fedadagrad": ["--server-lr", "0.1", "--server-tau", "0.001"],
 }
 SUMMARY_KEYS = ("status", "final_accuracy", "sim_time_s", "messages", "bytes")
 

@@ -134,6 +134,35 @@ class PerFedAvgParams:
     fd_delta: float = param(1e-3, "finite-difference step of hvp=fd", gt=0)
 
 
+@dataclass(frozen=True)
+class FedAvgMParams:
+    """FedAvgM (docs/algorithms.md §3.11): server SGD with momentum on Δ_t."""
+
+    server_lr: float = param(1.0, "server learning rate eta", gt=0, option="--server-lr")
+    server_momentum: float = param(0.9, "server momentum beta", ge=0, lt=1,
+                                   option="--server-momentum")
+
+
+@dataclass(frozen=True)
+class FedAdagradParams:
+    """FedAdagrad (docs/algorithms.md §3.11; Reddi et al. 2021)."""
+
+    server_lr: float = param(0.1, "server learning rate eta", gt=0, option="--server-lr")
+    beta1: float = param(0.9, "server first-moment decay beta1", ge=0, lt=1,
+                         option="--server-beta1")
+    tau: float = param(1e-3, "server adaptivity tau (v starts at tau^2)", gt=0,
+                       option="--server-tau")
+
+
+@dataclass(frozen=True)
+class FedAdamParams(FedAdagradParams):
+    """FedAdam and FedYogi (docs/algorithms.md §3.11; Reddi et al. 2021)."""
+
+    server_lr: float = param(0.01, "server learning rate eta", gt=0, option="--server-lr")
+    beta2: float = param(0.99, "server second-moment decay beta2", ge=0, lt=1,
+                         option="--server-beta2")
+
+
 FACTORIZED = {"digits": "factorized_digits", "*": "factorized_resnet9"}
 
 register(Spec("fedavg", "FedAvg: local SGD, sample-weighted average",
@@ -165,5 +194,13 @@ register(Spec("cfl", "Clustered-FL: clusters bi-partitioned by update similarity
               A + "cfl:ClusteredFL", A + "cfl:CFLClient", CFLParams, personalized=True))
 register(Spec("fedfomo", "each client mixes the peers' models that lower its validation loss",
               A + "fedfomo:FedFomo", A + "fedfomo:FedFomoClient", FedFomoParams, personalized=True))
+register(Spec("fedavgm", "FedAvg with server momentum (FedAvgM)", A + "fedopt:FedOpt",
+              A + "fedavg:FedAvgClient", FedAvgMParams))
+register(Spec("fedadam", "FedAvg clients, Adam on the server (Reddi et al. 2021)",
+              A + "fedopt:FedOpt", A + "fedavg:FedAvgClient", FedAdamParams))
+register(Spec("fedyogi", "FedAvg clients, Yogi on the server (Reddi et al. 2021)",
+              A + "fedopt:FedOpt", A + "fedavg:FedAvgClient", FedAdamParams))
+register(Spec("fedadagrad", "FedAvg clients, Adagrad on the server (Reddi et al. 2021)",
+              A + "fedopt:FedOpt", A + "fedavg:FedAvgClient", FedAdagradParams))
 register(Spec("perfedavg", "Per-FedAvg (MAML-style local steps)", A + "fedavg:FedAvg",
               A + "perfedavg:PerFedAvgClient", PerFedAvgParams, personalized=True))

@@ -1,0 +1,96 @@
+"""Server optimizers for the FedAvg family: FedAvgM, FedAdam, FedYogi, FedAdagrad.
+
+Reddi et al., "Adaptive Federated Optimization", ICLR 2021 (Algorithm 2); FedAvgM: Hsu et al.,
+"Measuring the Effects of Non-Identical Data Distribution", 2019. Spec: docs/algorithms.md §3.11.
+Clients run FedAvg's local update; the server treats Δ_t = (sample-weighted mean of the returned
+models) − x_t as a pseudo-gradient and steps with its own optimizer, per trainable entry:
+
+    FedAvgM     m_t = β m_{t−1} + Δ_t                           x_{t+1} = x_t + η m_t
+    FedAdagrad  m_t = β1 m_{t−1} + (1 − β1) Δ_t,  v_t = v_{t−1} + Δ_t²
+    FedYogi     m_t as above,  v_t = v_{t−1} − (1 − β2) Δ_t² sign(v_{t−1} − Δ_t²)
+    FedAdam     m_t as above,  v_t = β2 v_{t−1} + (1 − β2) Δ_t²
+                                                  x_{t+1} = x_t + η m_t / (√v_t + τ)
+
+with m_{−1} = 0 and v_{−1} = τ² (the paper's v_{−1} ≥ τ²), no bias correction (as the paper).
+Buffers (BN statistics, counters) take FedAvg's average. m and v are float64 state fields
+(checkpointed by name like the model); the arithmetic is float64, the model keeps its dtype.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fednet.algorithms.common import round_metrics
+from fednet.algorithms.contract import Model, ServerState
+from fednet.algorithms.fedavg import FedAvg
+from fednet.types import Arrays, Failure, Result
+
+
+@dataclass
+class FedOptState(ServerState):
+    """The global model plus the server optimizer's moments, per trainable entry."""
+
+    m: Model = field(default_factory=dict)  # first moment (FedAvgM: the momentum buffer)
+    v: Model = field(default_factory=dict)  # second moment (not FedAvgM)
+
+
+def server_step(rule: str, x: np.ndarray, avg: np.ndarray, m: np.ndarray, v: np.ndarray | None,
+                p: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """One server step of `rule` on float64 arrays: (x_{t+1}, m_t, v_t)."""
+    d = avg - x
+    if rule == "fedavgm":
+        m = p.server_momentum * m + d
+        return x + p.server_lr * m, m, None
+    assert v is not None
+    m = p.beta1 * m + (1.0 - p.beta1) * d
+    d2 = d * d
+    if rule == "fedadagrad":
+        v = v + d2
+    elif rule == "fedyogi":
+        v = v - (1.0 - p.beta2) * d2 * np.sign(v - d2)
+    else:  # fedadam
+        v = p.beta2 * v + (1.0 - p.beta2) * d2
+    return x + p.server_lr * m / (np.sqrt(v) + p.tau), m, v
+
+
+class FedOpt(FedAvg):
+    """FedAvg's streamed average, then a server optimizer step (the rule is the --algo name)."""
+
+    State = FedOptState
+
+    def init_state(self, init: Arrays) -> FedOptState:
+        """m = 0 and v = τ² for every trainable floating entry."""
+        rule = self.cfg.algo.name
+        names = sorted(n for n in self.trainable if init[n].dtype.kind == "f")
+        m = {n: np.zeros(init[n].shape, np.float64) for n in names}
+        v = {} if rule == "fedavgm" else {n: np.full(init[n].shape, self.p.tau ** 2, np.float64)
+                                          for n in names}
+        return FedOptState(model=dict(init), m=m, v=v)
+
+    def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
+                        ) -> dict[str, float]:
+        """Δ_t from the exact weighted mean (float64), then the rule's step on each entry."""
+        ok, dropped, sums = self.take_round(results)
+        metrics = round_metrics(ok, failures, dropped)
+        if not ok:
+            return metrics
+        mean = sums["model"]
+        new = mean.result()  # buffers (and the dtypes) as FedAvg
+        exact = mean.sums()
+        total = math.fsum(mean.weights)
+        st, rule = self.state, self.cfg.algo.name
+        norm = 0.0
+        for n in st.m:
+            x = st.model[n].astype(np.float64)
+            avg = exact[n] / total
+            x1, st.m[n], v = server_step(rule, x, avg, st.m[n], st.v.get(n), self.p)
+            if v is not None:
+                st.v[n] = v
+            norm += float(np.sum((avg - x) ** 2))
+            new[n] = x1.astype(st.model[n].dtype)
+        st.model = new
+        metrics["delta_norm"] = math.sqrt(norm)
+        return metrics
