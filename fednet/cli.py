@@ -13,6 +13,7 @@ import click
 from fednet.errors import FednetError
 from fednet.metrics.files import WRITE_ERRNOS
 from fednet.options import build_config, common_options, prepare_out
+from fednet.plugins_cli import plugins_command
 from fednet.sweep_cli import SWEEP_EPILOG, SweepCommand, sweep_options
 
 # The defaults of a first run: 100 digits clients reach >= 85% within about a minute on 2 cores.
@@ -292,6 +293,8 @@ def report(runs: tuple[str, ...], plot_file: str | None) -> None:
 
         click.echo(f"wrote {plot_overlay(list(runs), Path(plot_file))}", err=True)
 
+
+main.add_command(plugins_command)  # fednet plugins: what is installed (fednet/plugins_cli.py)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -98,6 +98,7 @@ class RunConfig:
     seed: int = 0
     gpus: tuple[int, ...] = ()
     out: str = ""
+    plugins: tuple[str, ...] = ()  # --plugin modules (dotted names or .py paths) the run imports
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
@@ -108,6 +109,7 @@ class RunConfig:
         """Plain nested dict (msgpack- and TOML-friendly)."""
         d = dataclasses.asdict(self)
         d["gpus"] = list(self.gpus)
+        d["plugins"] = list(self.plugins)
         return d
 
     def replace(self, **overrides: Any) -> RunConfig:
@@ -136,6 +138,8 @@ def _build(cls: type, d: dict[str, Any], where: str) -> Any:
             v = _build(_SECTIONS[f.name], v, f"{f.name}.")
         elif f.name == "gpus":
             v = tuple(int(x) for x in v)
+        elif f.name == "plugins":
+            v = tuple(str(x) for x in v)
         elif f.name == "params":
             v = dict(v)
         kw[f.name] = v

@@ -7,10 +7,11 @@ from typing import Any
 
 import click
 
-from fednet.algorithms.registry import REGISTRY, check_params, get
+from fednet import plugins
+from fednet.algorithms.registry import REGISTRY, check_params, get, with_plugins
 from fednet.config import LATENCY_PRESETS, PARTITIONS, RunConfig, from_dict, load_toml, merge
 from fednet.errors import ConfigError
-from fednet.options_extra import OPTIONS as EXTRA_OPTIONS, overrides
+from fednet.options_extra import OPTIONS as EXTRA_OPTIONS, AlgoChoice, load_plugins, overrides
 
 # option name -> dotted config key
 _KEYS = {
@@ -33,7 +34,7 @@ def _algo_options() -> list[tuple[str, str, Any, str]]:
     from fednet.algorithms import params as P
 
     seen: dict[str, list[tuple[str, P.Info]]] = {}
-    for spec in REGISTRY.values():
+    for spec in with_plugins().values():
         for info in P.declared(spec.params):
             if info.option:
                 seen.setdefault(info.option, []).append((spec.name, info))
@@ -66,11 +67,11 @@ def _opt_dest(opt: str) -> str:
 
 
 _COMMON: list[Callable[[Any], Any]] = [
-    click.option("--config", "config_file", type=click.Path(dir_okay=False),
-                 help="TOML file with the same fields; command-line options override it."),
+    click.option("--config", "config_file", type=click.Path(dir_okay=False), is_eager=True,
+                 callback=load_plugins, help="TOML file with the same fields; command-line options override it."),
     click.option("--clients", type=int, help="Number of clients (default 100 for launch, 10 for local)."),
     click.option("--rounds", type=int, help="Communication rounds. [default: 25]"),
-    click.option("--algo", type=click.Choice(list(REGISTRY)),
+    click.option("--algo", type=AlgoChoice(),
                  help="Algorithm (README: the table; docs/algorithms.md: the rules). "
                       "[default: fedavg]"),
     click.option("--dataset", help="digits (embedded), cifar10, cifar100 or svhn (from --data-root). "
@@ -113,8 +114,8 @@ _COMMON: list[Callable[[Any], Any]] = [
                       "clients). [default: 0 = all at once]"),
     click.option("--checkpoint-every", type=int,
                  help="Write RUN/checkpoint every N rounds (atomically) for --resume. [default: off]"),
-    click.option("--resume", type=click.Path(file_okay=False, exists=True),
-                 help="Continue the run in this folder from its checkpoint (its config.toml; "
+    click.option("--resume", type=click.Path(file_okay=False, exists=True), is_eager=True,
+                 callback=load_plugins, help="Continue the run in this folder from its checkpoint (its config.toml; "
                       "options given here override it, e.g. more --rounds)."),
     click.option("--overwrite", is_flag=True,
                  help="Let --out name a folder that already holds files: the previous run's "
@@ -161,7 +162,7 @@ def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
         base = merge(base, _file_overrides(str(Path(resume) / "config.toml")))
         base["out"] = str(resume)
     over: dict[str, Any] = {_KEYS[k]: v for k, v in opts.items() if k in _KEYS and v is not None}
-    over.update(overrides(opts, base))  # --optimizer and its settings
+    over.update(overrides(opts, base))  # --optimizer and its settings, --plugin
     if opts.get("gpus") is not None:
         over["gpus"] = list(parse_gpus(opts["gpus"]))
     lat = opts.get("latency")
@@ -182,6 +183,7 @@ def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
         k, v = p.split("=", 1)
         over[f"algo.params.{k.strip()}"] = v.strip()  # typed below, by the algorithm's declaration
     merged = merge(base, over)
+    plugins.load_modules(list(merged.get("plugins") or ()))  # before the algorithm is looked up
     algo = merged["algo"]
     spec = get(str(algo.get("name")))
     for dest, opt, _ in given:  # an option names its value in the error
@@ -254,9 +256,11 @@ def _file_overrides(path: str) -> dict[str, Any]:
         if key not in known:
             continue  # unknown keys and misplaced tables are named by from_dict below
         kind, ok = next((k, ok) for t, k, ok in _TOML_KINDS if isinstance(known[key], t))
+        kind = "a list of strings" if key == "plugins" else kind
         good = isinstance(v, ok) and (kind == "true or false" or not isinstance(v, bool))
         if good and isinstance(v, list):
-            good = all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+            item = str if key == "plugins" else int
+            good = all(isinstance(x, item) and not isinstance(x, bool) for x in v)
         if not good:
             raise ConfigError(f"--config {path}: '{key}' must be {kind} (got {v!r})")
         flat[key] = float(v) if kind == "a number" else v

@@ -1,7 +1,12 @@
-"""Command-line options of the local optimizer (shared by launch, local, server)."""
+"""Command-line options of the local optimizer and of plugins (shared by launch, local, server).
+
+--plugin, --config and --resume are eager: the plugins they name are imported before click checks
+the other options, so that `--plugin my_algo --algo myalgo` finds the algorithm.
+"""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -14,6 +19,46 @@ KEYS = {"optimizer": "train.optimizer", "nesterov": "train.nesterov",
         "optimizer_eps": "train.eps"}
 
 
+class AlgoChoice(click.Choice):
+    """--algo's choices: the registry's names when the option is checked (so the algorithms of
+    --plugin modules, imported by the eager --plugin, are choices too), and those it had when
+    the CLI was built (one missing since is then named by the registry's own error)."""
+
+    def __init__(self) -> None:
+        from fednet.algorithms.registry import names
+
+        self.built = names()
+        super().__init__(())
+
+    @property  # type: ignore[override]
+    def choices(self) -> tuple[str, ...]:
+        from fednet.algorithms.registry import names
+
+        return tuple(dict.fromkeys(self.built + names()))
+
+    @choices.setter
+    def choices(self, _: object) -> None:
+        pass
+
+
+def load_plugins(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Import the plugin modules named by --plugin (or by the plugins field of the --config or
+    --resume file) before the other options are checked."""
+    from fednet import plugins
+
+    if not value:
+        return value
+    try:
+        if param.name == "plugin":
+            plugins.load_modules(list(value))
+        else:
+            path = Path(value) / "config.toml" if param.name == "resume" else Path(value)
+            plugins.load_modules(plugins.named_in(path))
+    except ConfigError as e:
+        raise click.UsageError(str(e), ctx=ctx) from None
+    return value
+
+
 OPTIONS: list[Callable[[Any], Any]] = [
     click.option("--optimizer", type=click.Choice(OPTIMIZERS),
                  help="The clients' local optimizer (torch's functional kernels); adam and adamw "
@@ -24,11 +69,17 @@ OPTIONS: list[Callable[[Any], Any]] = [
                  help="Adam's and AdamW's moment decays. [default: 0.9,0.999]"),
     click.option("--optimizer-eps", type=float,
                  help="Adam's and AdamW's epsilon. [default: 1e-8]"),
+    click.option("--plugin", multiple=True, metavar="MODULE", is_eager=True,
+                 callback=load_plugins,
+                 help="Import this module (a dotted name or a .py file) first: it registers "
+                      "algorithms, models or datasets (repeatable; recorded in config.toml). "
+                      "Installed plugins (entry points) load by themselves; see `fednet plugins`."),
 ]
 
 
 def overrides(opts: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
-    """The dotted config keys these options set (base: the configuration so far)."""
+    """The dotted config keys these options set (base: the configuration so far, for the
+    plugins the file named)."""
     over: dict[str, Any] = {KEYS[k]: v for k, v in opts.items() if k in KEYS and v is not None}
     betas = opts.get("betas")
     if betas is not None:
@@ -38,4 +89,9 @@ def overrides(opts: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"--betas expects two numbers B1,B2, e.g. 0.9,0.999 (got "
                               f"'{betas}')") from None
         over["train.beta1"], over["train.beta2"] = b1, b2
+    given = list(opts.get("plugin") or ())
+    if given:
+        from fednet import plugins
+
+        over["plugins"] = plugins.merged(list(base.get("plugins") or ()), given)
     return over

@@ -3,7 +3,8 @@
 A Spec names the algorithm's server half (a Strategy) and client half (a ClientUpdate) as
 "module:Class" strings, imported on first use: the registry itself imports no torch, so the CLI
 derives its choices, options and checks from it at once. The built-in algorithms register in
-catalog.py; a plugin calls register(Spec(...)) the same way.
+catalog.py; a plugin calls register(Spec(...)) the same way (fednet/plugins.py: the installed
+`fednet.algorithms` entry points are loaded the first time a name is looked up or listed).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from fednet import plugins
 from fednet.algorithms import params as P
 from fednet.errors import ConfigError
 
@@ -46,22 +48,33 @@ def register(spec: Spec) -> Spec:
         raise ValueError(f"algorithm {spec.name!r} is registered twice")
     P.declared(spec.params)  # the declarations are checked now, not at the first run
     REGISTRY[spec.name] = spec
+    plugins.provide("algorithm", spec.name)
     return spec
 
 
+def with_plugins() -> dict[str, Spec]:
+    """REGISTRY, once the installed algorithm plugins (entry points) are loaded into it."""
+    plugins.load_algorithms()
+    return REGISTRY
+
+
+def _find(name: str) -> Spec | None:
+    return REGISTRY.get(name) or with_plugins().get(name)
+
+
 def names() -> tuple[str, ...]:
-    """Every registered algorithm, in registration order."""
-    return tuple(REGISTRY)
+    """Every registered algorithm (built-in, then plugins), in registration order."""
+    return tuple(with_plugins())
 
 
 def available() -> list[str]:
     """The names this build can run."""
-    return list(REGISTRY)
+    return list(with_plugins())
 
 
 def get(name: str) -> Spec:
     """The Spec of `name`, or a ConfigError naming --algo and the choices."""
-    spec = REGISTRY.get(name)
+    spec = _find(name)
     if spec is None:
         raise ConfigError(f"--algo '{name}' is not available in this build; "
                           f"available: {', '.join(available())}")
@@ -70,13 +83,13 @@ def get(name: str) -> Spec:
 
 def personalized(name: str) -> bool:
     """True for algorithms whose clients keep and evaluate their own models."""
-    spec = REGISTRY.get(name)
+    spec = _find(name)
     return bool(spec and spec.personalized)
 
 
 def model_name(cfg: RunConfig) -> str:
     """The architecture to build: --model, or the algorithm's default for the dataset ("auto")."""
-    spec = REGISTRY.get(cfg.algo.name)
+    spec = _find(cfg.algo.name)
     if cfg.train.model != "auto" or spec is None:
         return cfg.train.model
     return spec.models.get(cfg.data.dataset, spec.models.get("*", "auto"))
@@ -95,7 +108,7 @@ def client_class(name: str) -> type[ClientUpdate]:
 
 def preload() -> None:
     """Import every registered algorithm's two halves (the zygote does, before it forks)."""
-    for spec in REGISTRY.values():
+    for spec in with_plugins().values():
         _load(spec.server), _load(spec.client)
 
 

@@ -18,6 +18,7 @@ from fednet.config import from_dict
 from fednet.errors import ConfigError
 from fednet.latency import Profile, up_delay
 from fednet.metrics.accounting import SERVER, Ledger
+from fednet.plugin_check import checked_welcome
 from fednet.protocol import Message, MsgKind
 from fednet.protocol.proof import client_secret, hello_proof, peer_key
 from fednet.transport.channels import HEARTBEAT_TIMEOUT_MS, Channel, Received, connect_dealer
@@ -54,8 +55,7 @@ class Client:
             setup = lambda s: security.as_client(s, keys.server_public, keys)  # noqa: E731
         self.server = Channel(connect_dealer(self.ctx, connect, setup), self.ledger,
                               self.name, router=False)
-        # connection events of the server link: a server that died is noticed (DISCONNECTED and
-        # no new handshake) even while this client idles between rounds
+        # server link events: a dead server is noticed (DISCONNECTED, no new handshake) when idle
         self.monitor = self.server.sock.get_monitor_socket(
             zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
         self.lost_since: float | None = None
@@ -119,7 +119,7 @@ class Client:
     def _welcome(self, msg: Message) -> None:
         """Take the run's configuration; keep the data and model when it did not change (a
         restarted server resuming the same run), then answer READY (ready)."""
-        b = msg.body
+        b = checked_welcome(msg.body)  # the run's plugins imported (PluginError: one line)
         try:
             cfg = from_dict(b["config"])
         except (ConfigError, TypeError, ValueError, KeyError, AttributeError) as e:

@@ -20,6 +20,7 @@ import zmq
 from fednet.client.app import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Client
 from fednet.errors import ConfigError
 from fednet.platform.proc import check_files_per_process
+from fednet.plugin_check import report
 from fednet.protocol import MsgKind
 
 log = logging.getLogger("fednet.client")
@@ -187,7 +188,8 @@ def run_host(cids: list[int], connect: str, device: str = "cpu", advertise: str 
         host.register(register_timeout)
         return host.serve()
     except ConfigError as e:
-        log.error("clients %s: %s", ids_text(cids), e)
+        if not report(e):  # a missing plugin: one line per host, not one per client
+            log.error("clients %s: %s", ids_text(cids), e)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_ERROR
@@ -228,7 +230,8 @@ def run_client(cid: int | list[int], connect: str, device: str = "cpu",
         client.register(register_timeout)
         return client.serve()
     except ConfigError as e:
-        log.error("client %d: %s", cid, e)
+        if not report(e):
+            log.error("client %d: %s", cid, e)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_ERROR

@@ -168,6 +168,10 @@ def simclr(x: torch.Tensor, g: torch.Generator, mean: Sequence[float] = (0.0,),
 def augmentation(name: str, dataset: str | None = None) -> Augment:
     """The named augmentation ("auto": the dataset's default), using the dataset's normalization if known."""
     if name == "auto":
+        from fednet.data.datasets import PLUGIN_DATASETS
+
+        if dataset in PLUGIN_DATASETS:  # a plugin's dataset: no augmentation unless asked for
+            return identity
         if dataset not in DEFAULT_AUGMENTATION:
             raise ConfigError(
                 f"--augment auto has no default for dataset {dataset!r}; pass one of: {', '.join(AUGMENTATIONS)}"

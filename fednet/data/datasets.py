@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from fednet import plugins
 from fednet.errors import ConfigError
 from fednet.rng import generator
 
@@ -124,6 +125,33 @@ _LOADERS: dict[str, Callable[[str | None, bool, int], Dataset]] = {
 }
 
 
+PLUGIN_DATASETS: list[str] = []
+"""Datasets that plugins registered (register_dataset; fednet/plugins.py), in order."""
+DEFAULT_MODELS: dict[str, str] = {}
+"""A plugin dataset -> the model --model auto builds for it."""
+
+
+def register_dataset(name: str, loader: Callable[[str | None, bool, int], Dataset], *,
+                     model: str = "") -> None:
+    """Make `--dataset NAME` load loader(data_root, download, split_seed) -> Dataset (normalized
+    float32 N x C x H x W arrays and int64 labels; a plugin's dataset). model: the model that
+    --model auto builds for it (the loader's `default_model` attribute does the same)."""
+    if name in _LOADERS and name not in PLUGIN_DATASETS:
+        raise ValueError(f"dataset {name!r} is registered twice")
+    _LOADERS[name] = loader
+    if name not in PLUGIN_DATASETS:
+        PLUGIN_DATASETS.append(name)
+    model = model or getattr(loader, "default_model", "")
+    if model:
+        DEFAULT_MODELS[name] = model
+    plugins.provide("dataset", name)
+
+
+def dataset_names() -> tuple[str, ...]:
+    """Every name --dataset accepts (built-in, then plugins)."""
+    return DATASETS + tuple(PLUGIN_DATASETS)
+
+
 def load_dataset(
     name: str, data_root: str | None = None, download: bool = False, split_seed: int = 0
 ) -> Dataset:
@@ -131,7 +159,7 @@ def load_dataset(
     loader = _LOADERS.get(name)
     if loader is None:
         raise ConfigError(
-            f"--dataset {name!r} is not known; choose one of: {', '.join(DATASETS)}"
+            f"--dataset {name!r} is not known; choose one of: {', '.join(dataset_names())}"
         )
     root = None if name == "digits" or not data_root else os.path.abspath(os.path.expanduser(data_root))
     key = (name, root, int(split_seed) if name == "digits" else 0)  # official splits ignore the seed
@@ -183,3 +211,6 @@ def run_test_split(ds: Dataset, requested: int, seed: int
 def clear_cache() -> None:
     """Forget every loaded dataset (tests; freeing memory)."""
     _CACHE.clear()
+
+
+plugins.attach("dataset", register_dataset)  # installed dataset plugins (entry points), lazily

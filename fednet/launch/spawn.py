@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from fednet import plugins
 from fednet.errors import FednetError
 from fednet.platform.gpus import device_for
 
@@ -23,9 +24,13 @@ class Zygote:
                  warm_timeout_s: float = 120.0, unknown_run: bool = False) -> None:
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
                    PYTHONUNBUFFERED="1")
+        # the --plugin modules this process imported (the run's): the zygote imports them before
+        # it warms up, so every forked client has them (installed plugins load by themselves)
+        plugin_args = [a for ref in plugins.LOADED for a in ("--plugin", ref)]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "fednet.launch.zygote", "--dataset", dataset, "--data-root",
-             data_root, "--parent", str(os.getpid())] + (["--unknown-run"] if unknown_run else []),
+             data_root, "--parent", str(os.getpid())] + (["--unknown-run"] if unknown_run else [])
+            + plugin_args,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=log_file if log_file is not None else None, env=env, start_new_session=True)
         os.set_blocking(self.proc.stdout.fileno(), False)

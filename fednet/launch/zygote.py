@@ -53,12 +53,23 @@ def warm_up(dataset: str, data_root: str, unknown_run: bool = False) -> None:
 
     try:
         ds = load_dataset(dataset, data_root or None)
+        model = build_model("auto", ds.num_classes, ds.input_shape, dataset=ds.name)
     except Exception:  # the real error is reported by the server's own load; warm on digits
-        ds = load_dataset("digits")
-    model = build_model("auto", ds.num_classes, ds.input_shape)
+        ds = load_dataset("digits")  # (or a plugin's dataset without a default model)
+        model = build_model("auto", ds.num_classes, ds.input_shape)
     x, y = torch.from_numpy(ds.train_x[:8]), torch.from_numpy(ds.train_y[:8])
     train(model, x, y, epochs=1, batch_size=8, lr=0.01, momentum=0.9,
           generator=torch.Generator().manual_seed(0))
+
+
+def load_plugins(modules: list[str]) -> None:
+    """Import the run's --plugin modules and every installed plugin (entry points: algorithms,
+    models, datasets) before the warm-up, so forked clients inherit them at no cost."""
+    from fednet import plugin_check, plugins
+
+    plugins.load_modules(modules)
+    plugins.preload()
+    plugin_check.arm_report_token()  # a missing plugin is reported by one client, not by each
 
 
 def _keep_model(template: dict[str, Any] | None) -> None:
@@ -206,6 +217,8 @@ def main() -> None:
     ap.add_argument("--parent", type=int, default=0, help="the launcher's pid")
     ap.add_argument("--unknown-run", action="store_true",
                     help="the run is not known yet (fednet clients): warm torchvision as well")
+    ap.add_argument("--plugin", action="append", default=[],
+                    help="a plugin module of the run (repeatable), imported before the warm-up")
     a = ap.parse_args()
     set_pdeathsig(signal.SIGTERM)
     if a.parent and os.getppid() != a.parent:  # the launcher died before PDEATHSIG was armed
@@ -214,6 +227,7 @@ def main() -> None:
     children: dict[int, list[int]] = {}
     signal.signal(signal.SIGTERM, lambda *_: (stop_children(children, 2.0), os._exit(0)))
     t0 = time.monotonic()
+    load_plugins(a.plugin)
     warm_up(a.dataset, a.data_root, a.unknown_run)
     gc.collect()
     gc.freeze()  # children's collections then skip the inherited objects (no copy-on-write)

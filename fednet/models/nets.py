@@ -7,6 +7,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from fednet import plugins
+from fednet.data.datasets import DEFAULT_MODELS
 from fednet.errors import ConfigError
 from fednet.models.convfc import ConvFC
 from fednet.models.factorized import FactorizedDigitsNet, FactorizedResNet9
@@ -67,18 +69,46 @@ _BUILDERS: dict[str, Callable[[int, tuple[int, int, int]], nn.Module]] = {
 }
 
 
+PLUGIN_MODELS: list[str] = []
+"""Models that plugins registered (register_model; fednet/plugins.py), in order."""
+
+
+def register_model(name: str, builder: Callable[[int, tuple[int, int, int]], nn.Module], *,
+                   auto_for: tuple[str, ...] = ()) -> None:
+    """Make `--model NAME` build builder(num_classes, input_shape) (a plugin's model; build it
+    with torch's global RNG: fednet seeds it per run). auto_for: datasets whose --model auto is
+    this model."""
+    if name == "auto" or (name in _BUILDERS and name not in PLUGIN_MODELS):
+        raise ValueError(f"model {name!r} is registered twice")
+    _BUILDERS[name] = builder
+    if name not in PLUGIN_MODELS:
+        PLUGIN_MODELS.append(name)
+    for d in auto_for or getattr(builder, "auto_for", ()):
+        AUTO_MODELS[d] = name
+    plugins.provide("model", name)
+
+
+def model_names() -> tuple[str, ...]:
+    """Every name --model accepts besides auto (built-in, then plugins)."""
+    return MODELS + tuple(PLUGIN_MODELS)
+
+
 def resolve_model(name: str, dataset: str | None = None, input_shape: tuple[int, int, int] | None = None) -> str:
     """The concrete model name for name ("auto" looks at the dataset, else at the input shape)."""
     if name == "auto":
         if dataset in AUTO_MODELS:
             return AUTO_MODELS[dataset]
+        if dataset in DEFAULT_MODELS:  # a plugin dataset's own default
+            return DEFAULT_MODELS[dataset]
         if dataset is None and input_shape is not None and tuple(input_shape)[1:] in AUTO_BY_SIZE:
             return AUTO_BY_SIZE[tuple(input_shape)[1:]]
         raise ConfigError(
-            f"--model auto has no default for dataset {dataset!r}; pass --model with one of: {', '.join(MODELS)}"
+            f"--model auto has no default for dataset {dataset!r}; pass --model with one of: "
+            f"{', '.join(model_names())}"
         )
     if name not in _BUILDERS:
-        raise ConfigError(f"--model {name!r} is not known; choose auto or one of: {', '.join(MODELS)}")
+        raise ConfigError(f"--model {name!r} is not known; choose auto or one of: "
+                          f"{', '.join(model_names())}")
     return name
 
 
@@ -121,3 +151,6 @@ def keep_template(name: str, num_classes: int, input_shape: tuple[int, int, int]
 def drop_templates() -> None:
     """Forget the kept models (their memory is freed once no copy refers to it: none does)."""
     _TEMPLATES.clear()
+
+
+plugins.attach("model", register_model)  # installed model plugins (entry points), loaded lazily

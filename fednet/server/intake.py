@@ -10,6 +10,7 @@ import zmq
 from zmq.utils.monitor import parse_monitor_message
 
 from fednet.metrics.accounting import SERVER
+from fednet.plugin_check import welcome_plugins
 from fednet.protocol import Message, MsgKind
 from fednet.core.rounds import accept_reply
 from fednet.transport.channels import Received
@@ -116,6 +117,9 @@ class Intake:
                                 "old connection")
         body = {"config": self.s.cfg.to_dict(), "profile": self.s.profiles[cid].to_dict(),
                 "run_id": self.s.run_id, "cid": cid}
+        needed = welcome_plugins(self.s.cfg)  # [name, version] of the plugins the run uses
+        if needed:
+            body["plugins"] = needed
         # the client's partition travels with the configuration: no client process
         # recomputes the whole partition (30 ms for Dirichlet on digits, per process)
         self._send(cid, Message(MsgKind.WELCOME, SERVER, self.s.run_id, body=body,

@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from fednet import plugins
+
 
 class Objective:
     """A loss to minimise and a per-example score to report (higher is better)."""
@@ -56,6 +58,7 @@ def register_objective(objective: Objective) -> Objective:
     if not objective.name or objective.name in OBJECTIVES:
         raise ValueError(f"objective {objective.name!r} has no name or is registered twice")
     OBJECTIVES[objective.name] = objective
+    plugins.provide("objective", objective.name)
     return objective
 
 
