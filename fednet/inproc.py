@@ -7,13 +7,14 @@ import torch
 
 from fednet.client.executor import Executor
 from fednet.config import RunConfig
-from fednet.platform.gpus import check_gpus, device_for
-from fednet.platform.proc import peak_rss_bytes
-from fednet.metrics.accounting import SERVER
-from fednet.models import drop_templates, keep_template
-from fednet.protocol import Message, MsgKind, decode, encode
 from fednet.core.rounds import FollowUp, accept_reply
+from fednet.core.run import Run
 from fednet.core.session import Session
+from fednet.metrics.accounting import SERVER
+from fednet.metrics.history import resolve_out
+from fednet.models import drop_templates, keep_template
+from fednet.platform.gpus import check_gpus, device_for
+from fednet.protocol import Message, MsgKind, decode, encode
 from fednet.types import ClientInfo, Failure, Result, Task, client_name
 from fednet.wire import (ack_message, handoff_message, hop_done_message, placeholder_endpoints,
                          record, task_message)
@@ -95,21 +96,22 @@ def run_local(cfg: RunConfig, quiet: bool = False, write: bool = True, prepare=N
               resume: bool = False) -> dict:
     """Run a whole experiment in this process; returns the summary dict.
 
-    `prepare(session)`, if given, runs once the session exists (as in run_zmq).
+    `prepare(session)`, if given, runs once the session exists (as in run_zmq). The `Run`
+    writes the summary and sets the status on Ctrl-C and errors, as for fednet launch.
     """
     check_gpus(cfg.gpus)
     torch.set_num_threads(cfg.train.threads)
-    session = Session(cfg, quiet=quiet, write=write, resume=resume, local=True)
-    if prepare is not None:
-        prepare(session)
-    session.progress.message(session.describe())
-    dispatcher = InprocDispatcher(session)
-    try:
+    out = resolve_out(cfg) if write else None
+    with Run("local", out) as run:
+        session = run.open(Session(cfg, quiet=quiet, write=write, out=out, resume=resume,
+                                   local=True))
+        if prepare is not None:
+            prepare(session)
+        session.progress.message(session.describe())
+        dispatcher = InprocDispatcher(session)
+        run.clients = dispatcher.alive_clients
+        run.finish_here()
+        run.started()
         session.driver.run(dispatcher)
-    except KeyboardInterrupt:
-        session.driver.status = "interrupted"
-        raise
-    finally:
-        summary = session.finish(dispatcher.alive_clients(), {"runtime": "local",
-                                                              "server_peak_rss_bytes": peak_rss_bytes()})
-    return summary
+    assert run.summary is not None
+    return run.summary

@@ -4,19 +4,22 @@ from __future__ import annotations
 import logging
 import os
 import time
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
 from fednet.config import RunConfig, validate
-from fednet.errors import ConfigError, FednetError
-from fednet.platform.gpus import check_gpus
-from fednet.platform.proc import check_files_per_process, peak_rss_bytes, pss_bytes, raise_fd_limit
+from fednet.core.run import Run, Stopped
+from fednet.errors import ConfigError
 from fednet.launch.spawn import Zygote, client_specs, open_client_log
 from fednet.metrics.history import resolve_out
+from fednet.platform.gpus import check_gpus
+from fednet.platform.proc import check_files_per_process, pss_bytes, raise_fd_limit
 from fednet.server.conns import Identity
 from fednet.transport.channels import bind_router
+
+if TYPE_CHECKING:
+    from fednet.server.app import ZmqServer
 
 log = logging.getLogger("fednet.server")
 
@@ -36,17 +39,6 @@ def _client_view(byes: dict[int, dict[str, Any]]) -> dict[str, int]:
             if isinstance(v, int):
                 out[k] = out.get(k, 0) + v
     return out
-
-
-def _discard_if_empty(out: Path) -> None:
-    for f in (out / "logs" / "clients.log", out / "metrics.jsonl"):
-        if f.is_file() and f.stat().st_size == 0:
-            f.unlink()
-    for d in (out / "logs", out):
-        try:
-            d.rmdir()
-        except OSError:  # not empty: keep what is there
-            pass
 
 
 def split_bind(bind: str) -> tuple[str, int]:
@@ -103,13 +95,16 @@ def identity_for(cfg: RunConfig, local_clients: bool) -> tuple[Identity, dict[st
     return ident, specs
 
 
+STOPPING = "interrupted: stopping the clients and writing the results"
+
+
 def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
             on_listen: Any = None, prepare: Any = None, resume: bool = False) -> dict[str, Any]:
     """Serve a whole run; with local_clients, fork the clients here through the zygote.
 
-    Everything started here is stopped before returning, also on Ctrl-C and on errors;
-    metrics.jsonl is already on disk for the rounds that finished, and summary.json says why the
-    run ended.
+    Everything started here is owned by a `Run` and stopped before returning, also on Ctrl-C and
+    on errors; metrics.jsonl is already on disk for the rounds that finished, and summary.json
+    says why the run ended.
     """
     t_start = time.monotonic()
     raise_fd_limit()  # one connection per client; the zygote's children inherit it
@@ -117,113 +112,139 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
         check_gpus(cfg.gpus)
         check_files_per_process(cfg.net.clients_per_process)
     precheck(cfg)
-    out = resolve_out(cfg)
-    out_existed = out.exists()
+    runtime = "launch" if local_clients else "server"
+    with Run(runtime, resolve_out(cfg), on_interrupt=STOPPING, t_start=t_start) as run:
+        server, zyg = _start(run, cfg, quiet, local_clients, prepare, resume)
+        run.started()
+        _announce(server, cfg, local_clients, on_listen)
+        _serve(run, server, zyg, cfg, local_clients)
+    assert run.summary is not None
+    return run.summary
+
+
+def _start(run: Run, cfg: RunConfig, quiet: bool, local_clients: bool, prepare: Any,
+           resume: bool) -> tuple[ZmqServer, Zygote | None]:
+    """Start the run's resources, each owned by `run` (stopped in reverse order).
+
+    Start-up overlaps on both cores: the socket is bound first (clients can queue their READY),
+    the zygote warms up while this process imports torch and builds the session; the clients
+    are forked once the session exists (the zygote reads commands only after its warm-up, so
+    this costs nothing, and a configuration error stops the zygote before any client exists)."""
+    assert run.out is not None
+    out = run.out
     logfile = open_client_log(out) if local_clients else None
-    # Start-up overlaps on both cores: the socket is bound first (clients can queue their READY),
-    # the zygote warms up while this process imports torch and builds the session; the clients
-    # are forked once the session exists (the zygote reads commands only after its warm-up, so
-    # this costs nothing, and a configuration error stops the zygote before any client exists).
-    ctx = zmq.Context()
-    zyg: Zygote | None = None
-    auth = None
+    if logfile is not None:
+        run.enter(logfile)
     ident, specs = identity_for(cfg, local_clients)
-    try:
-        setup = None
-        if cfg.net.secure:  # CURVE server; ZAP admits only the allowed public keys
-            from fednet.transport import security
+    ctx = zmq.Context()
+    built: list[ZmqServer] = []
+    run.on_stop(_close_zmq, run, ctx, built)
+    setup = None
+    if cfg.net.secure:  # CURVE server; ZAP admits only the allowed public keys
+        from fednet.transport import security
 
-            keys = security.load_keys(cfg.net.secure, need_server_secret=True)
-            auth = security.start_authenticator(ctx, {k.encode() for k in ident.key_ids})
-            setup = lambda s: security.as_server(s, keys.server_public, keys.server_secret)  # noqa: E731
-        sock, endpoint = bind_router(ctx, cfg.net.host, cfg.net.port,
-                                     what="--bind port" if not local_clients else "net.port",
-                                     setup=setup)
-        if local_clients:
-            zyg = Zygote(cfg.data.dataset, cfg.data.data_root, logfile)
-        import torch
+        keys = security.load_keys(cfg.net.secure, need_server_secret=True)
+        auth = security.start_authenticator(ctx, {k.encode() for k in ident.key_ids})
+        run.on_stop(auth.stop)
+        setup = lambda s: security.as_server(s, keys.server_public, keys.server_secret)  # noqa: E731
+    sock, endpoint = bind_router(ctx, cfg.net.host, cfg.net.port,
+                                 what="--bind port" if not local_clients else "net.port",
+                                 setup=setup)
+    run.finish_here()  # the summary is written once the server and the clients have stopped
+    zyg = Zygote(cfg.data.dataset, cfg.data.data_root, logfile) if local_clients else None
+    if zyg is not None:
+        run.on_stop(_stop_zygote, run, zyg, built)
+    import torch
 
-        from fednet.server.app import ZmqServer
-        from fednet.core.session import Session
+    from fednet.core.session import Session
+    from fednet.server.app import ZmqServer
 
-        torch.set_num_threads(max(1, cfg.train.threads))
-        session = Session(cfg, quiet=quiet, out=out, resume=resume)
-        if prepare is not None:  # e.g. tests and notebooks that customise the algorithm object
-            prepare(session)
-        server = ZmqServer(session, bound=(ctx, sock, endpoint), identity=ident)
-        if zyg is not None:
-            zyg.spawn(client_specs(cfg.clients, endpoint, cfg.gpus, cfg.train.threads, secure=cfg.net.secure,
-                                   register_timeout=cfg.net.register_timeout,
-                                   per_process=cfg.net.clients_per_process, **specs),
-                      template=session.model_template())
-            zyg.wait_warm()
-    except BaseException:
-        if zyg is not None:
-            zyg.stop()
-        ctx.destroy(linger=0)
-        if logfile is not None:
-            logfile.close()
-        if not out_existed:  # a run that never started leaves no results folder behind
-            _discard_if_empty(out)
-        raise
-    session.progress.message(session.describe())
+    torch.set_num_threads(max(1, cfg.train.threads))
+    session = run.open(Session(cfg, quiet=quiet, out=out, resume=resume))
+    if prepare is not None:  # e.g. tests and notebooks that customise the algorithm object
+        prepare(session)
+    server = ZmqServer(session, bound=(ctx, sock, endpoint), identity=ident)
+    built.append(server)
+    run.on_stop(_shutdown, run, server)
+    run.clients = lambda: list(server.clients.values())
+    run.reports.append(lambda: _report(run, server))
+    if zyg is not None:
+        zyg.spawn(client_specs(cfg.clients, endpoint, cfg.gpus, cfg.train.threads, secure=cfg.net.secure,
+                               register_timeout=cfg.net.register_timeout,
+                               per_process=cfg.net.clients_per_process, **specs),
+                  template=session.model_template())
+        zyg.wait_warm()
+    return server, zyg
+
+
+def _announce(server: ZmqServer, cfg: RunConfig, local_clients: bool, on_listen: Any) -> None:
+    progress = server.s.progress
+    progress.message(server.s.describe())
     cores = os.cpu_count() or 1
     if local_clients and cfg.net.clients_per_process == 1 and cfg.clients >= 100 * cores:
-        session.progress.message(f"{cfg.clients} client processes on {cores} cores: "
-                                 "--clients-per-process 10 starts faster, needs about a fifth of "
-                                 "the memory and gives the same results")
+        progress.message(f"{cfg.clients} client processes on {cores} cores: "
+                         "--clients-per-process 10 starts faster, needs about a fifth of "
+                         "the memory and gives the same results")
     if on_listen is None:
-        session.progress.message(f"server listening on {server.endpoint}; results in {session.out}")
+        progress.message(f"server listening on {server.endpoint}; results in {server.s.out}")
     else:  # `fednet server`: the endpoint is printed by the caller even with --quiet
-        session.progress.message(f"results in {session.out}")
+        progress.message(f"results in {server.s.out}")
         on_listen(server.endpoint)
-    extra: dict[str, Any] = {"runtime": "launch" if local_clients else "server",
-                             "endpoint": server.endpoint}
+
+
+def _serve(run: Run, server: ZmqServer, zyg: Zygote | None, cfg: RunConfig,
+           local_clients: bool) -> None:
+    """Wait for the clients, then run every round."""
+    session = server.s
+    run.extra["endpoint"] = server.endpoint
+    if zyg is not None:
+        server.watch = zyg.dead
     try:
-        if zyg is not None:
-            server.watch = zyg.dead
         server.wait_for_clients(cfg.clients, cfg.net.register_timeout)
-        extra["ready_s"] = time.monotonic() - t_start
-        session.progress.message(f"{len(server.alive_clients())} clients ready in "
-                                 f"{extra['ready_s']:.1f}s")
-        session.driver.run(server)
-        if zyg is not None:
-            extra["client_pss_bytes"] = pss_bytes(zyg.child_pids())
-    except KeyboardInterrupt:
-        session.driver.status = "interrupted"
-        session.progress.message("interrupted: stopping the clients and writing the results")
-        raise
     except TimeoutError as e:
-        session.driver.status = "registration_timeout"
         hint = (f"see {session.out}/logs/clients.log" if local_clients else
                 f"start them with `fednet clients --connect {server.endpoint} --ids "
                 f"0-{cfg.clients - 1}`")
-        raise FednetError(f"{e}; {hint}, or raise --register-timeout") from None
-    except BaseException:
-        session.driver.status = "error"
-        raise
-    finally:
-        try:
-            server.shutdown(timeout_s=5.0)
-        finally:
-            try:
-                if zyg is not None:  # clients that said BYE exit by themselves within moments
-                    zyg.stop(wait_for=[c for c in server.byes if c not in server.dead])
-                extra.update(_client_exits(zyg))
-                session.driver.failures.extend(server.untasked_deaths(session.driver.failures))
-                extra["rejected_messages"] = server.chan.rejects.total
-                extra["dropped_sends"] = server.chan.dropped_sends  # REJECTs not sent (rate, queue)
-                view = _client_view(server.byes)
-                extra["client_rejected_messages"] = view.pop("rejected_messages", 0)
-                extra["client_rejected_bytes"] = view.pop("rejected", 0)
-                extra["bytes_client_view"] = view
-                extra["total_wall_s"] = time.monotonic() - t_start
-                extra["server_peak_rss_bytes"] = peak_rss_bytes()
-                summary = session.finish(list(server.clients.values()), extra)
-            finally:  # also when the results cannot be written: nothing stays open
-                if auth is not None:
-                    auth.stop()
-                server.close()
-                if logfile is not None:
-                    logfile.close()
-    return summary
+        raise Stopped("registration_timeout",
+                      f"{e}; {hint}, or raise --register-timeout") from None
+    run.extra["ready_s"] = time.monotonic() - run.t_start
+    session.progress.message(f"{len(server.alive_clients())} clients ready in "
+                             f"{run.extra['ready_s']:.1f}s")
+    session.driver.run(server)
+    if zyg is not None:
+        run.extra["client_pss_bytes"] = pss_bytes(zyg.child_pids())
+
+
+# ---- stopping, in this order: server, clients, summary, authenticator, sockets, log ------------
+def _shutdown(run: Run, server: ZmqServer) -> None:
+    if run.is_started:
+        server.shutdown(timeout_s=5.0)
+
+
+def _stop_zygote(run: Run, zyg: Zygote, built: list[ZmqServer]) -> None:
+    if run.is_started:  # clients that said BYE exit by themselves within moments
+        server = built[0]
+        zyg.stop(wait_for=[c for c in server.byes if c not in server.dead])
+    else:
+        zyg.stop()
+    run.extra.update(_client_exits(zyg))
+
+
+def _report(run: Run, server: ZmqServer) -> None:
+    """The server's part of the summary (after the clients stopped)."""
+    driver = server.s.driver
+    driver.failures.extend(server.untasked_deaths(driver.failures))
+    run.extra["rejected_messages"] = server.chan.rejects.total
+    run.extra["dropped_sends"] = server.chan.dropped_sends  # REJECTs not sent (rate, queue)
+    view = _client_view(server.byes)
+    run.extra["client_rejected_messages"] = view.pop("rejected_messages", 0)
+    run.extra["client_rejected_bytes"] = view.pop("rejected", 0)
+    run.extra["bytes_client_view"] = view
+    run.extra["total_wall_s"] = time.monotonic() - run.t_start
+
+
+def _close_zmq(run: Run, ctx: zmq.Context, built: list[ZmqServer]) -> None:
+    if run.is_started:
+        built[0].close()  # the socket (after SHUTDOWN and BYE), then the context
+    else:  # a run that never started: nothing is worth waiting for
+        ctx.destroy(linger=0)

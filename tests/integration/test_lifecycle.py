@@ -202,3 +202,21 @@ def test_killed_server_stops_remote_clients_after_timeout(fed, tmp_path):
     assert err.count("lost the server at " + endpoint + " (no connection for 4s); stopping") == 2
     assert err.strip().splitlines()[-1] == ("2 of 2 clients exited with errors (client: exit code "
                                             "{0: 1, 1: 1}); see their log lines above")
+
+
+def test_a_launch_that_fails_during_its_setup_stops_the_zygote_and_writes_no_summary(tmp_path):
+    """The zygote starts before the session exists: an error in between (here in prepare) stops
+    it and its clients (core.run.Run owns it from the moment it starts)."""
+    from fednet.server.main import run_zmq
+    from tests.conftest import small_config
+
+    def prepare(session):
+        raise RuntimeError("broken prepare")
+
+    with pytest.raises(RuntimeError, match="broken prepare"):
+        run_zmq(small_config(clients=2, rounds=1).replace(out=str(tmp_path / "run")), quiet=True,
+                prepare=prepare)
+    left = [p for p in psutil.Process().children(recursive=True)
+            if _running(p) and "fednet.launch.zygote" in " ".join(p.cmdline())]
+    assert not left, describe(left)
+    assert not (tmp_path / "run" / "summary.json").exists()
