@@ -48,7 +48,7 @@ def test_a_loss_that_does_not_fall_gets_one_hint():
     hints = [ln for ln in lines if ln.startswith("hint:")]
     assert hints == ["hint: after 5 rounds the model's loss has not fallen (2.300 -> 2.260; "
                      "clients' training loss 0.200 -> 0.080): the clients fit their own data but "
-                     "the aggregate does not learn (common with --partition shards or a small "
+                     "the evaluated model does not learn (common with --partition shards or a small "
                      "--alpha); try fewer --epochs and a smaller --lr, e.g. --epochs 1 --lr 0.05, "
                      "or an algorithm made for non-IID data"]
     assert lines.index(hints[0]) == 5  # right after round 5's line
@@ -58,6 +58,9 @@ def test_a_loss_that_does_not_fall_gets_one_hint():
     assert "it diverged; try a smaller --lr" in _lines(nan)[-2]
     learning = [_row(r, 0.2 + 0.1 * r, 2.3 * 0.8 ** r, 2.3 * 0.8 ** r, r + 1.0) for r in range(8)]
     assert not [ln for ln in _lines(learning) if ln.startswith("hint")]
+    overfit = [_row(r, 0.1 + 0.02 * r, 2.3 + 0.05 * r, 2.2 - 0.1 * r, r + 1.0) for r in range(6)]
+    assert "but the accuracy rose (0.100 -> 0.180): the models learn and grow overconfident" in \
+        _lines(overfit)[-2]
     converged = [_row(r, 0.95, 0.15, 0.1, r + 1.0) for r in range(8)]  # good from round 0
     assert not [ln for ln in _lines(converged) if ln.startswith("hint")]
     assert _lines(shards, quiet=True) == []

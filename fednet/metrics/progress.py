@@ -50,8 +50,13 @@ def stalled_hint(first: dict[str, Any], now: dict[str, Any]) -> str | None:
                t1 is not None else ")"))
     if not math.isfinite(b):
         return head + ": it diverged; try a smaller --lr (or --param clip=... where supported)"
+    acc0 = _num(first.get("accuracy"))
+    if acc is not None and acc0 is not None and acc - acc0 >= 0.05 and b > a:
+        return (head + f", but the accuracy rose ({acc0:.3f} -> {acc:.3f}): the models learn and "
+                "grow overconfident; if the accuracy stalls, look at fewer --epochs, "
+                "--weight-decay and --lr")
     if t1 is not None and t0 is not None and t1 < 0.5 * t0:
-        return (head + ": the clients fit their own data but the aggregate does not learn "
+        return (head + ": the clients fit their own data but the evaluated model does not learn "
                 "(common with --partition shards or a small --alpha); try fewer --epochs and a "
                 "smaller --lr, e.g. --epochs 1 --lr 0.05, or an algorithm made for non-IID data")
     return (head + ": look at --lr (larger, or smaller if the loss jumps), --epochs, "
