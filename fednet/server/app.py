@@ -50,6 +50,7 @@ class ZmqServer(Intake):
         self.hello: dict[int, dict[str, Any]] = {}
         self.dead: dict[int, str] = {}
         self.byes: dict[int, dict[str, Any]] = {}
+        self.clean_exits: set[int] = set()  # exited with code 0 after SHUTDOWN, BYE not read
         self.watch: DeathWatch | None = None
         self.round = 0  # the round in progress, or the next one between rounds
         self.death_round: dict[int, int] = {}
@@ -95,7 +96,9 @@ class ZmqServer(Intake):
                 self.dead[cid] = why
                 self.death_round[cid] = self.round
                 normal = cid in self.byes or (self.shutting_down and why.endswith("code 0"))
-                if not normal:  # an exit after SHUTDOWN is the normal end (its BYE may be queued)
+                if normal:  # an exit after SHUTDOWN is the normal end (its BYE may be queued)
+                    self.clean_exits.add(cid)
+                else:
                     throttled.warning("client %d is gone: %s", cid, why)
         for tid, task in list(self._pending.items()):
             if tid not in self._pending:  # failed meanwhile (a follow-up could not be sent)
@@ -247,7 +250,8 @@ class ZmqServer(Intake):
         seen = {f.get("client") for f in failures}
         return [{"round": self.death_round.get(cid, self.round), "client": cid, "task": None,
                  "reason": f"client died: {why}"}
-                for cid, why in sorted(self.dead.items()) if cid not in self.byes and cid not in seen]
+                for cid, why in sorted(self.dead.items())
+                if cid not in self.byes and cid not in self.clean_exits and cid not in seen]
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """SHUTDOWN to every live client; wait briefly for their BYE."""
