@@ -32,7 +32,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "latency": BASE | {"config"},
     "metrics": BASE | {"config"},
     "wire": BASE | {"metrics", "protocol"},
-    "transport": BASE | {"metrics", "protocol", "platform"},
+    "transport": BASE | {"log", "metrics", "protocol", "platform"},
     "core": BASE | {"config", "models", "data", "training", "algorithms", "latency", "metrics",
                     "wire", "protocol", "platform"},
     "client": BASE | {"log", "config", "models", "data", "training", "algorithms", "latency",

@@ -10,6 +10,7 @@ from typing import Any
 import zmq
 
 from fednet.errors import ConfigError, ProtocolError
+from fednet.log import Throttle
 from fednet.metrics.accounting import Ledger
 from fednet.protocol import DEFAULT_LIMITS, Message, decode, encode, frame_bytes, tensor_bytes
 
@@ -81,33 +82,21 @@ def connect_dealer(ctx: zmq.Context, endpoint: str,
 
 
 class Rejects:
-    """Counts rejected messages and their bytes; logs the first per sender, then every 1000th,
-    and at most 20 lines a second in all (a flood cannot flood the log)."""
+    """Counts rejected messages per sender (the bytes go to the ledger); logs the first per
+    sender, then every 1000th, at most 20 lines a second in all (log.Throttle)."""
 
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
-        self.bytes = 0
-        self._window, self._lines = 0.0, 0
-        self.suppressed = 0
+        self._log = Throttle(log)
 
-    def note(self, sender: str, err: Exception | str, nbytes: int = 0) -> None:
-        """Record one rejected message of nbytes from `sender`."""
+    def note(self, sender: str, err: Exception | str) -> None:
+        """Record one rejected message from `sender`."""
         if len(self.counts) < 10_000 or sender in self.counts:
             n = self.counts[sender] = self.counts.get(sender, 0) + 1
         else:  # a flood of fresh connection names: one bucket, bounded memory
             n = self.counts["(others)"] = self.counts.get("(others)", 0) + 1
-        self.bytes += nbytes
         if n == 1 or n % 1000 == 0:
-            now = time.monotonic()
-            if now - self._window > 1.0:
-                if self.suppressed:
-                    log.warning("... and %d more rejections not shown", self.suppressed)
-                self._window, self._lines, self.suppressed = now, 0, 0
-            self._lines += 1
-            if self._lines <= 20:
-                log.warning("dropped a message from %s (%d so far): %s", sender[:40], n, err)
-            else:
-                self.suppressed += 1
+            self._log.warning("dropped a message from %s (%d so far): %s", sender[:40], n, err)
 
     @property
     def total(self) -> int:
@@ -176,7 +165,7 @@ class Channel:
         try:
             msg = decode(parts)
         except ProtocolError as e:
-            self.rejects.note(who or _route_name(route) or "server", e, h + p)
+            self.rejects.note(who or _route_name(route) or "server", e)
             self.ledger.reject(h + p)
             return None
         return Received(route, msg, h, p, parts[0] if parts else None)
@@ -189,7 +178,7 @@ class Channel:
 
     def reject(self, got: Received, why: str, who: str = "") -> None:
         """Count a decoded message that is refused (wrong sender, stale, not expected)."""
-        self.rejects.note(who or _route_name(got.route) or got.msg.sender, why, got.nbytes)
+        self.rejects.note(who or _route_name(got.route) or got.msg.sender, why)
         self.ledger.reject(got.nbytes)
 
 
