@@ -40,6 +40,47 @@ class Profile:
 
 MBIT = 1e6 / 8
 
+_RATE_UNITS = {  # unit -> bytes per second (case matters only for the b/B distinction)
+    "b": 1 / 8, "bit": 1 / 8, "kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8,
+    "B": 1.0, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9, "KiB": 1024.0, "MiB": 1024.0 ** 2,
+    "GiB": 1024.0 ** 3,
+}
+RATE_HELP = ("a rate: a plain number is bytes/s; or with a unit: 100Mbit, 1Gbit, 500kbit "
+             "(bits/s) or 12.5MB, 2MiB (bytes/s); 0 or 'unlimited' for no limit")
+
+
+def parse_rate(text: object, where: str) -> float:
+    """Bytes per second from `text` (RATE_HELP); inf for 0/'unlimited'. A trailing '/s' is
+    allowed; 'bps'-style units are refused (tc reads 'mbps' as megabytes, networking as
+    megabits): the error names `where` and the spellings that are accepted."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        raw, unit = float(text), ""
+    else:
+        s = str(text).strip()
+        if s.lower() in ("unlimited", "inf", "none"):
+            return float("inf")
+        s = s[:-2] if s.endswith("/s") else s
+        i = len(s)
+        while i and not (s[i - 1].isdigit() or s[i - 1] == "."):
+            i -= 1
+        num, unit = s[:i].strip(), s[i:].strip()
+        try:
+            raw = float(num)
+        except ValueError:
+            raise ConfigError(f"{where}: '{text}' is not {RATE_HELP}") from None
+    if unit.lower().endswith("bps"):
+        raise ConfigError(f"{where}: '{text}' is ambiguous ('bps' means bits to some tools and "
+                          f"bytes to others); write {unit[:-3]}bit for bits/s or {unit[:-3]}B "
+                          "for bytes/s")
+    scale = 1.0 if not unit else _RATE_UNITS.get(unit, _RATE_UNITS.get(unit.lower()
+                                                                       if "bit" in unit.lower()
+                                                                       else unit))
+    if scale is None:
+        raise ConfigError(f"{where}: unknown unit '{unit}' in '{text}'; {RATE_HELP}")
+    if not math.isfinite(raw) or raw < 0:
+        raise ConfigError(f"{where}: '{text}' must be a finite rate >= 0; {RATE_HELP}")
+    return float("inf") if raw == 0 else raw * scale
+
 
 def _preset(name: str, n: int, seed: int) -> list[Profile]:
     g = rng.generator(seed, "latency")

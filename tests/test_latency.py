@@ -111,3 +111,21 @@ def test_bad_trace_file_names_the_option(tmp_path):
 def test_profile_dict_round_trip():
     p = Profile(0.001, 0.02, float("inf"), 5e6)
     assert Profile.from_dict(p.to_dict()) == p
+
+
+@pytest.mark.parametrize("text,bps", [("100Mbit", 12.5e6), ("100mbit/s", 12.5e6), ("12.5MB", 12.5e6),
+                                      ("2MiB", 2 * 1024 ** 2), ("1e6", 1e6), (5, 5.0),
+                                      ("500kbit", 62500.0), ("0", float("inf")),
+                                      ("unlimited", float("inf"))])
+def test_parse_rate_units(text, bps):
+    from fednet.latency import parse_rate
+    assert parse_rate(text, "--x") == bps
+
+
+@pytest.mark.parametrize("text,says", [("100Mbps", "ambiguous"), ("3 parsecs", "unknown unit"),
+                                       ("-1", ">= 0"), ("fast", "is not a rate")])
+def test_parse_rate_refuses(text, says):
+    from fednet.latency import parse_rate
+    with pytest.raises(ConfigError, match=says) as e:
+        parse_rate(text, "--server-bandwidth")
+    assert "--server-bandwidth" in str(e.value)
