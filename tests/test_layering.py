@@ -30,17 +30,19 @@ MAY_IMPORT: dict[str, set[str]] = {
     "training": BASE | {"plugins", "config", "models", "data"},
     "algorithms": BASE | {"plugins", "config", "models", "data", "training"},
     "latency": BASE | {"config"},
+    "network": BASE | {"config", "latency"},  # server link, availability, deadlines
     "metrics": BASE | {"config"},
     "wire": BASE | {"metrics", "protocol"},
     "transport": BASE | {"log", "metrics", "protocol", "platform"},
-    "core": BASE | {"config", "models", "data", "training", "algorithms", "latency", "metrics",
-                    "wire", "protocol", "platform"},
-    "client": BASE | {"log", "config", "models", "data", "training", "algorithms", "latency",
+    "core": BASE | {"config", "models", "data", "training", "algorithms", "latency", "network",
+                    "metrics", "wire", "protocol", "platform"},
+    "client": BASE | {"log", "config", "models", "data", "training", "algorithms", "latency", "network",
                       "metrics", "wire", "protocol", "transport", "platform", "plugins",
                       "plugin_check"},
-    "inproc": BASE | {"config", "models", "data", "training", "algorithms", "latency", "metrics",
+    "inproc": BASE | {"config", "models", "data", "training", "algorithms", "latency", "network",
+                      "metrics",
                       "wire", "protocol", "platform", "core", "client"},
-    "server": BASE | {"log", "config", "data", "latency", "metrics", "wire", "protocol",
+    "server": BASE | {"log", "config", "data", "latency", "network", "metrics", "wire", "protocol",
                       "transport", "platform", "core", "launch", "plugins", "plugin_check"},
     "launch": BASE | {"log", "platform", "config", "plugins"},  # and lazily: see LAZY
 }
@@ -68,7 +70,7 @@ THIRD_PARTY_ONLY_IN = {
     "zmq": {"transport", "server", "client"},  # the sockets
     "msgpack": {"protocol"},  # the codec
 }
-NO_TORCH_AT_MODULE_LEVEL = {"protocol", "transport", "platform", "launch", "config", "latency",
+NO_TORCH_AT_MODULE_LEVEL = {"protocol", "transport", "platform", "launch", "config", "latency", "network",
                             "wire", "plugins", "plugin_check", "options", "options_extra",
                             "plugins_cli", "cli", "sweep", "sweep_cli", "sweep_grid"}
 
