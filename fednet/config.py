@@ -87,6 +87,9 @@ class LatencyConfig:
     file: str = ""
     real: bool = False
     time_scale: float = 1.0
+    server_bandwidth: float = 0.0  # the server's shared link, bytes/s each way (0: unlimited)
+    deadline: float = 0.0     # simulated seconds per round; later results are stragglers (0: none)
+    over_select: float = 1.0  # select ceil(F x target) clients, keep the first target arrivals
 
 
 @dataclass(frozen=True)
@@ -270,4 +273,11 @@ def validate(cfg: RunConfig) -> RunConfig:
     _need(bool(lat.file) or lat.preset in LATENCY_PRESETS,
           f"--latency '{lat.preset}' is neither a preset ({', '.join(LATENCY_PRESETS)}) nor a file")
     _need(lat.time_scale > 0, f"--time-scale must be positive (got {lat.time_scale})")
+    _need(isinstance(lat.deadline, (int, float)) and 0 <= lat.deadline < float("inf"),
+          f"--deadline must be a number of simulated seconds > 0, or 0 for none (got {lat.deadline})")
+    _need(isinstance(lat.over_select, (int, float)) and 1 <= lat.over_select <= 100,
+          f"--over-select must be a factor in [1, 100], e.g. 1.3 (got {lat.over_select})")
+    _need(lat.over_select == 1 or cfg.algo.name != "fedseq_inter",
+          "--over-select does not apply to fedseq_inter (its slots run on without waiting for "
+          "the others); use --deadline, or --algo fedseq")
     return cfg

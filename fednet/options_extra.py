@@ -16,7 +16,8 @@ from fednet.errors import ConfigError
 
 # option name -> dotted config key
 KEYS = {"optimizer": "train.optimizer", "nesterov": "train.nesterov",
-        "optimizer_eps": "train.eps"}
+        "optimizer_eps": "train.eps", "deadline": "latency.deadline",
+        "over_select": "latency.over_select"}
 
 
 class AlgoChoice(click.Choice):
@@ -69,6 +70,16 @@ OPTIONS: list[Callable[[Any], Any]] = [
                  help="Adam's and AdamW's moment decays. [default: 0.9,0.999]"),
     click.option("--optimizer-eps", type=float,
                  help="Adam's and AdamW's epsilon. [default: 1e-8]"),
+    click.option("--server-bandwidth", metavar="RATE",
+                 help="The server's link, each way, shared fairly by concurrent server<->client "
+                      "transfers (peer hand-offs do not use it): 100Mbit, 1Gbit, 12.5MB (a plain "
+                      "number is bytes/s). [default: unlimited]"),
+    click.option("--deadline", type=float, metavar="S",
+                 help="Simulated seconds per round; results that arrive later are stragglers "
+                      "(counted, not aggregated). [default: none]"),
+    click.option("--over-select", type=float, metavar="F",
+                 help="Select ceil(F x the round's target) clients and keep the first target "
+                      "results to arrive. [default: 1]"),
     click.option("--plugin", multiple=True, metavar="MODULE", is_eager=True,
                  callback=load_plugins,
                  help="Import this module (a dotted name or a .py file) first: it registers "
@@ -89,6 +100,11 @@ def overrides(opts: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"--betas expects two numbers B1,B2, e.g. 0.9,0.999 (got "
                               f"'{betas}')") from None
         over["train.beta1"], over["train.beta2"] = b1, b2
+    if opts.get("server_bandwidth") is not None:
+        from fednet.latency import parse_rate
+
+        rate = parse_rate(opts["server_bandwidth"], "--server-bandwidth")
+        over["latency.server_bandwidth"] = 0.0 if rate == float("inf") else rate
     given = list(opts.get("plugin") or ())
     if given:
         from fednet import plugins

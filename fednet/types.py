@@ -56,6 +56,8 @@ class Result:
     body: dict[str, Any] = field(default_factory=dict)
     num_examples: int = 0
     sim_time: float = 0.0
+    sent: float = 0.0  # when the client sent it (simulated s) and its bytes on the wire:
+    nbytes: int = 0    # what the server link's schedule of the uploads needs
 
 
 @dataclass

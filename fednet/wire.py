@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from fednet.metrics.accounting import SERVER, Ledger
-from fednet.protocol import Message, MsgKind, frame_bytes, tensor_bytes
+from fednet.protocol import Message, MsgKind, encode, frame_bytes, tensor_bytes
 from fednet.protocol.proof import NO_MAC
 from fednet.types import Arrays, Failure, Result, Task, client_name
 
@@ -87,6 +87,16 @@ def hop_done_message(task_msg: Message, reply: Message, peer_bytes: int, peer_te
     return Message(MsgKind.HOP_DONE, reply.sender, reply.run_id, reply.round, reply.task_id,
                    reply.sim_time, {"hop": int(task_msg.body.get("hop", 0)), "to": int(to_hop),
                                     "peer_bytes": int(peer_bytes), "peer_tensor_bytes": int(peer_tensor)})
+
+
+def task_size(task: Task, run_id: str) -> int:
+    """The bytes of `task`'s TASK as fednet local sends it (loopback-length endpoints; arrays
+    not copied): what the server link's schedule charges for its download."""
+    msg = task_message(task, run_id)
+    if len(task.route) > 1:
+        msg.body["endpoints"] = placeholder_endpoints(task.route)
+    h, p = frame_bytes(encode(msg))
+    return h + p
 
 
 def placeholder_endpoints(route: list[int]) -> list[str]:

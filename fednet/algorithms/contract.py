@@ -25,6 +25,7 @@ sockets, files or clocks.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -132,6 +133,7 @@ class Strategy:
         self.trainable: set[str] = set()  # names of trainable parameters (set by the runtime)
         self.info = ServerInfo(num_classes=0)
         self.eval_clients = eval_mode(cfg) == "clients"  # clients report their own accuracy
+        self.target: int | None = None  # results a round needs (set by picks: --over-select)
 
     # ---- what an algorithm defines -----------------------------------------------------------
     def configure_round(self, rnd: int, clients: Sequence[ClientInfo]) -> list[Task]:
@@ -200,11 +202,18 @@ class Strategy:
     def select(self, rnd: int, clients: Sequence[ClientInfo]) -> list[ClientInfo]:
         """max(floor(fraction * K), 1) clients, uniformly without replacement, seeded by round."""
         ordered = sorted(clients, key=lambda c: c.cid)
-        m = max(int(self.cfg.algo.fraction * len(ordered)), 1)
+        m = self.picks(max(int(self.cfg.algo.fraction * len(ordered)), 1), len(ordered))
         if m >= len(ordered):
             return ordered
         pick = rng.generator(self.cfg.seed, "select", rnd).choice(len(ordered), m, replace=False)
         return [ordered[i] for i in sorted(pick)]
+
+    def picks(self, target: int, available: int) -> int:
+        """How many to select for a round that needs `target` results: ceil(F x target) with
+        --over-select F, at most `available` (the driver keeps the first `target` arrivals)."""
+        self.target = target
+        f = self.cfg.latency.over_select
+        return target if f == 1 else min(available, math.ceil(round(f * target, 9)))
 
     def task_body(self, rnd: int, client: ClientInfo) -> dict[str, Any]:
         """Scalar instructions sent with each task (local epochs, lr, ...)."""

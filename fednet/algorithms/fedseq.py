@@ -109,7 +109,7 @@ class FedSeq(Strategy):
         """max(floor(C * N_S), 1) superclients with a live member, seeded by round."""
         groups = self.state.superclients
         cand = [i for i, g in enumerate(groups) if any(c in alive for c in g)]
-        m = max(int(self.p.superclient_fraction * len(groups)), 1)
+        m = self.picks(max(int(self.p.superclient_fraction * len(groups)), 1), len(cand))
         if m >= len(cand):
             return cand
         pick = rng.generator(self.cfg.seed, "superclients", rnd).choice(len(cand), m, replace=False)

@@ -15,6 +15,7 @@ from fednet.latency import Profile
 from fednet.metrics.accounting import Ledger
 from fednet.metrics.history import History
 from fednet.metrics.progress import Progress
+from fednet.network.rounds import Network
 from fednet.protocol import Message, MsgKind
 from fednet.types import ClientInfo, Failure, Result, Task
 from fednet.wire import message_failure, message_result
@@ -39,7 +40,9 @@ def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile]) -
     if msg.kind == MsgKind.FAILURE:
         return message_failure(msg, cid)
     arrival = msg.sim_time + latency.up_delay(profiles[cid], nbytes)
-    return message_result(msg, cid, arrival)
+    res = message_result(msg, cid, arrival)
+    res.sent, res.nbytes = msg.sim_time, nbytes  # for the shared server link (network/rounds.py)
+    return res
 
 
 class RoundDriver:
@@ -60,6 +63,7 @@ class RoundDriver:
         self.client_state = False  # the algorithm's clients keep state between rounds
         self.t0 = time.monotonic()
         self.t_end: float | None = None
+        self.network: Network | None = None  # --server-bandwidth, --deadline, --over-select
 
     def wall(self) -> float:
         """Seconds of training: from the first round's start to the last round's end (or now)."""
@@ -100,7 +104,9 @@ class RoundDriver:
         if not tasks:
             return True
         self.progress.message(f"setup stage: {len(tasks)} tasks")
-        results, failures = dispatcher.run_round(-1, tasks, None)
+        step = self.network and self.network.step(self.sim_time, -1, tasks, 1, None, setup=True)
+        results, failures = dispatcher.run_round(-1, step.send(tasks) if step else tasks, None)
+        results = step.close(results, None) if step else results
         self._note_failures(-1, failures)
         self.sim_time = max([self.sim_time] + [r.sim_time for r in results])
         self.setup_stats = self.algo.setup_results(results, failures)
@@ -136,14 +142,22 @@ class RoundDriver:
         for t in tasks:
             t.sim_time = self.sim_time
         algo = self.algo
+        step = self.network and self.network.step(self.sim_time, rnd, tasks, span, algo.target)
 
         def on_reply(done: Result | Failure) -> list[Task]:
-            algo.absorb(done)  # streaming algorithms fold the result in and free its arrays
-            return self.stamp(algo.follow_up(done)) if span > 1 else []
+            seen = step.reply(done) if step else done  # None: held or a straggler
+            if seen is None:
+                return []
+            algo.absorb(seen)  # streaming algorithms fold the result in and free its arrays
+            nxt = self.stamp(algo.follow_up(seen)) if span > 1 else []
+            return step.send(nxt) if step else nxt
 
-        results, failures = dispatcher.run_round(rnd, tasks, on_reply)
+        results, failures = dispatcher.run_round(rnd, step.send(tasks) if step else tasks,
+                                                 on_reply)
+        results = step.close(results, algo.absorb) if step else results
         metrics = self.algo.aggregate_round(rnd, results, failures)
-        self.sim_time = max([self.sim_time] + [r.sim_time for r in results])
+        self.sim_time = max([self.sim_time, step.end if step else 0.0]
+                            + [r.sim_time for r in results])
         self._note_failures(rnd, failures)
         for t, arrays, sim, extra in self.algo.interim_points():  # e.g. FedSeqInter's bank
             acc_t, loss_t = self.evaluate(arrays)
@@ -160,7 +174,9 @@ class RoundDriver:
                           "model): the run diverged and stops here (for FedDyn try --param clip=30 "
                           "or a smaller alpha)", rnd)
         last = rnd + span - 1
-        metrics = {**metrics, "tasks": len(results) + len(failures), "failures": len(failures)}
+        late = step.stragglers if step else 0
+        metrics = {**metrics, "tasks": len(results) + len(failures) + late,
+                   "failures": len(failures), **(step.row if step else {})}
         row = self._log(last, acc, loss, metrics, self.sim_time)
         self.rounds_done = last + 1
         return row
@@ -204,5 +220,7 @@ class RoundDriver:
         }
         if self.setup_stats:
             out["setup"] = self.setup_stats
+        if self.network is not None:
+            out.update(self.network.summary())
         out.update(extra or {})
         return out

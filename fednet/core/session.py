@@ -23,6 +23,8 @@ from fednet.errors import ConfigError
 from fednet.core import checkpoint
 from fednet.core.evaluate import Evaluator
 from fednet.core.rounds import RoundDriver
+from fednet.network.rounds import Network
+from fednet.wire import task_size
 from fednet.types import ClientInfo
 
 log = logging.getLogger("fednet")
@@ -58,6 +60,7 @@ class Session:
         self.driver = RoundDriver(cfg, self.algo, self.evaluator, self.ledger, self.history,
                                   self.progress)
         self.driver.client_state = algorithms.client_class(cfg.algo.name).stateful()
+        self.driver.network = Network.of(cfg, self.profiles, lambda t: task_size(t, self.run_id))
         if state is not None:
             self.driver.resume(state)
         if self.out is not None and cfg.net.checkpoint_every:
