@@ -12,7 +12,7 @@ import click
 
 from fednet.errors import FednetError
 from fednet.metrics.files import WRITE_ERRNOS
-from fednet.options import build_config, common_options, prepare_out
+from fednet.options import HOST_PER_PROCESS, auto_for_host, build_config, common_options, prepare_out
 from fednet.plugins_cli import plugins_command
 from fednet.sweep_cli import SWEEP_EPILOG, SweepCommand, sweep_options
 
@@ -163,7 +163,7 @@ def local(**opts: Any) -> None:
     from fednet.inproc import run_local
 
     _setup_logs(opts["quiet"])
-    if cfg.net.clients_per_process != 1 or cfg.net.max_inflight:
+    if cfg.net.clients_per_process > 1 or cfg.net.max_inflight:
         click.echo("note: --clients-per-process and --max-inflight shape client processes and "
                    "their traffic; fednet local runs every client in this process and ignores "
                    "them", err=True)
@@ -202,16 +202,16 @@ def server(bind: str, **opts: Any) -> None:
 @click.option("--key", "key_name", default="",
               help="With --secure: this host's key NAME in the folder (made by `fednet keys add`); "
                    "needed only when the folder holds several client keys.")
-@click.option("--clients-per-process", "per_process", type=int, default=1, show_default=True,
-              help="Logical clients per process (one CUDA context for several clients).")
+@HOST_PER_PROCESS
 @_errors
 def clients(connect: str, ids: str, gpus: str | None, advertise: str, threads: int,
             timeout: float, secure: str, key_name: str, per_process: int) -> None:
     """Start clients on this host; they get the run's configuration from the server."""
     from fednet.launch.local_clients import parse_ids, run_clients
 
-    sys.exit(run_clients(connect, parse_ids(ids), gpus, advertise, threads, timeout, secure,
-                         per_process, key_name))
+    cids = parse_ids(ids)  # auto (0): from this host's cores, memory and devices
+    sys.exit(run_clients(connect, cids, gpus, advertise, threads, timeout, secure,
+                         per_process or auto_for_host(len(cids), gpus), key_name))
 
 
 @main.group()

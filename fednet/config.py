@@ -76,7 +76,7 @@ class NetConfig:
     dead_peer: str = "skip"    # skip the dead peer and go on, or "server": return the model
     checkpoint_every: int = 0  # rounds between checkpoints (0: none); see --resume
     max_inflight: int = 0      # tasks out at once (0: all of a round's tasks)
-    clients_per_process: int = 1  # logical clients per client process (fednet launch)
+    clients_per_process: int = 0  # logical clients per client process (launch); 0 = auto
 
 
 @dataclass(frozen=True)
@@ -261,9 +261,9 @@ def validate(cfg: RunConfig) -> RunConfig:
           f"net.dead_peer must be skip or server (got '{cfg.net.dead_peer}')")
     _need(cfg.net.ack_timeout > 0 and cfg.net.ack_retries >= 1,
           "net.ack_timeout must be positive and net.ack_retries at least 1")
-    _need(cfg.net.clients_per_process >= 1, "--clients-per-process must be at least 1 (got "
-          f"{cfg.net.clients_per_process})")
-    _need(cfg.net.clients_per_process == 1 or not cfg.latency.real,
+    _need(cfg.net.clients_per_process >= 0, "--clients-per-process must be auto (0 in a TOML "
+          f"file) or at least 1 (got {cfg.net.clients_per_process})")
+    _need(cfg.net.clients_per_process <= 1 or not cfg.latency.real,
           "--clients-per-process above 1 does not go with --real-time: the clients of one process "
           "would wait out each other's simulated delays; use one process per client")
     _need(cfg.net.max_inflight >= 0,

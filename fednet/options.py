@@ -12,6 +12,8 @@ from fednet.algorithms.registry import REGISTRY, check_params, get, with_plugins
 from fednet.config import LATENCY_PRESETS, PARTITIONS, RunConfig, from_dict, load_toml, merge
 from fednet.errors import ConfigError
 from fednet.options_extra import OPTIONS as EXTRA_OPTIONS, AlgoChoice, load_plugins, overrides
+from fednet.options_extra import HOST_PER_PROCESS, PER_PROCESS_HELP, PerProcess  # noqa: F401
+from fednet.platform.packing import auto_for_host  # noqa: F401  (fednet clients)
 
 # option name -> dotted config key
 _KEYS = {
@@ -102,11 +104,7 @@ _COMMON: list[Callable[[Any], Any]] = [
     click.option("--download/--no-download", default=None, help="Download datasets if missing."),
     click.option("--round-timeout", type=float, help="Seconds a round may take. [default: 300]"),
     click.option("--register-timeout", type=float, help="Seconds to wait for clients. [default: 60]"),
-    click.option("--clients-per-process", type=int,
-                 help="Logical clients in each client process (launch): one fork, one "
-                      "interpreter and one CUDA context serve them all, so hundreds of clients "
-                      "start faster and need a fraction of the memory; their tasks run one at a "
-                      "time. Not with --real-time. [default: 1]"),
+    click.option("--clients-per-process", type=PerProcess(), help=PER_PROCESS_HELP),
     click.option("--max-inflight", type=int,
                  help="At most N tasks out at once; the next is sent when a result returns. Bounds "
                       "the server's memory when results arrive faster than it aggregates them "

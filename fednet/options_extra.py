@@ -111,3 +111,33 @@ def overrides(opts: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
 
         over["plugins"] = plugins.merged(list(base.get("plugins") or ()), given)
     return over
+
+
+class PerProcess(click.ParamType):
+    """--clients-per-process: 'auto' (0) or a positive number."""
+
+    name = "auto|N"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().lower()
+        if text == "auto":
+            return 0
+        if text.isdigit() and int(text) >= 1:
+            return int(text)
+        self.fail(f"'{value}': write auto or a number of clients, at least 1 (e.g. 10)", param,
+                  ctx)
+
+
+PER_PROCESS_HELP = (
+    "Logical clients in each client process: one fork, one interpreter and one CUDA context "
+    "serve them all, their tasks one at a time. auto: one process per client up to 64 per "
+    "core (and half the available memory at 32 MiB each); beyond that the fewest clients per "
+    "process within those limits; with --gpus, also each device's memory (512 MiB CUDA context "
+    "+ 256 MiB workspace per process, 4 model copies and the data per client, within 90%); "
+    "--real-time keeps one per client. A number wins. [default: auto]")
+
+
+HOST_PER_PROCESS = click.option("--clients-per-process", "per_process", type=PerProcess(),
+                                default="auto", help=PER_PROCESS_HELP)

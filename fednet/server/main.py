@@ -13,6 +13,7 @@ from fednet.core.run import Run, Stopped
 from fednet.errors import ConfigError
 from fednet.launch.spawn import Zygote, client_specs, open_client_log
 from fednet.metrics.history import resolve_out
+from fednet.platform import packing
 from fednet.platform.gpus import check_gpus
 from fednet.platform.proc import check_files_per_process, pss_bytes, raise_fd_limit
 from fednet.server.conns import Identity
@@ -63,7 +64,25 @@ def precheck(cfg: RunConfig) -> None:
     latency.profiles(cfg.latency, cfg.clients, cfg.seed)
 
 
-def identity_for(cfg: RunConfig, local_clients: bool) -> tuple[Identity, dict[str, Any]]:
+def per_process_choice(cfg: RunConfig) -> packing.Choice:
+    """--clients-per-process for this machine: the number given, or the auto rule's choice
+    (platform/packing.py) from its cores, memory and, with --gpus, device memory."""
+    requested = cfg.net.clients_per_process
+    machine = packing.this_machine(cfg.gpus if not requested else ())
+    per_client = packing.CLIENT_DEVICE_BYTES
+    if cfg.gpus and machine.device_bytes:
+        from fednet.core.footprint import device_bytes_per_client
+        try:
+            per_client = device_bytes_per_client(cfg)
+        except Exception as e:  # noqa: BLE001 - e.g. a plugin model that cannot be built on meta
+            log.warning("cannot size the model on the meta device (%s); counting %d MiB per "
+                        "client", e, per_client >> 20)
+    return packing.choose(cfg.clients, machine, requested, cfg.gpus, per_client,
+                          real_time=cfg.latency.real)
+
+
+def identity_for(cfg: RunConfig, local_clients: bool, per_process: int = 1
+                 ) -> tuple[Identity, dict[str, Any]]:
     """How clients prove their ids in this run, and what the launcher hands its clients.
 
     `fednet launch` draws a run key and gives it to the zygote (never to a socket): each client
@@ -83,7 +102,7 @@ def identity_for(cfg: RunConfig, local_clients: bool) -> tuple[Identity, dict[st
         keys = security.load_keys(cfg.net.secure, need_server_secret=True)
         ident.key_ids = dict(keys.allowed)
         if local_clients:
-            k = max(1, cfg.net.clients_per_process)
+            k = max(1, per_process)
             pairs = [zmq.curve_keypair() for _ in range(0, cfg.clients, k)]
             specs["curve_pairs"] = [(p.decode(), s.decode()) for p, s in pairs]
             for i, (pub, _sec) in enumerate(pairs):
@@ -110,20 +129,25 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
     raise_fd_limit()  # one connection per client; the zygote's children inherit it
     if local_clients:
         check_gpus(cfg.gpus)
-        check_files_per_process(cfg.net.clients_per_process)
     precheck(cfg)
+    choice = per_process_choice(cfg) if local_clients else None
+    if choice is not None:
+        check_files_per_process(choice.per_process)
     runtime = "launch" if local_clients else "server"
     with Run(runtime, resolve_out(cfg), on_interrupt=STOPPING, t_start=t_start) as run:
-        server, zyg = _start(run, cfg, quiet, local_clients, prepare, resume)
+        if choice is not None:
+            run.extra["clients_per_process"] = choice.as_dict()
+        k = choice.per_process if choice is not None else 1
+        server, zyg = _start(run, cfg, quiet, local_clients, prepare, resume, k)
         run.started()
-        _announce(server, cfg, local_clients, on_listen)
+        _announce(server, cfg, choice, on_listen)
         _serve(run, server, zyg, cfg, local_clients)
     assert run.summary is not None
     return run.summary
 
 
 def _start(run: Run, cfg: RunConfig, quiet: bool, local_clients: bool, prepare: Any,
-           resume: bool) -> tuple[ZmqServer, Zygote | None]:
+           resume: bool, per_process: int) -> tuple[ZmqServer, Zygote | None]:
     """Start the run's resources, each owned by `run` (stopped in reverse order).
 
     Start-up overlaps on both cores: the socket is bound first (clients can queue their READY),
@@ -135,7 +159,7 @@ def _start(run: Run, cfg: RunConfig, quiet: bool, local_clients: bool, prepare: 
     logfile = open_client_log(out) if local_clients else None
     if logfile is not None:
         run.enter(logfile)
-    ident, specs = identity_for(cfg, local_clients)
+    ident, specs = identity_for(cfg, local_clients, per_process)
     ctx = zmq.Context()
     built: list[ZmqServer] = []
     run.on_stop(_close_zmq, run, ctx, built)
@@ -171,19 +195,23 @@ def _start(run: Run, cfg: RunConfig, quiet: bool, local_clients: bool, prepare: 
     if zyg is not None:
         zyg.spawn(client_specs(cfg.clients, endpoint, cfg.gpus, cfg.train.threads, secure=cfg.net.secure,
                                register_timeout=cfg.net.register_timeout,
-                               per_process=cfg.net.clients_per_process, **specs),
+                               per_process=per_process, **specs),
                   template=session.model_template())
         zyg.wait_warm()
     return server, zyg
 
 
-def _announce(server: ZmqServer, cfg: RunConfig, local_clients: bool, on_listen: Any) -> None:
+def _announce(server: ZmqServer, cfg: RunConfig, choice: packing.Choice | None,
+              on_listen: Any) -> None:
     progress = server.s.progress
     progress.message(server.s.describe())
+    if choice is not None:
+        progress.message(choice.line(cfg.clients))
     cores = os.cpu_count() or 1
-    if local_clients and cfg.net.clients_per_process == 1 and cfg.clients >= 100 * cores:
+    if choice is not None and not choice.auto and choice.per_process == 1 and \
+            cfg.clients > packing.PROCESSES_PER_CORE * cores:
         progress.message(f"{cfg.clients} client processes on {cores} cores: "
-                         "--clients-per-process 10 starts faster, needs about a fifth of "
+                         "--clients-per-process auto starts faster, needs a fraction of "
                          "the memory and gives the same results")
     if on_listen is None:
         progress.message(f"server listening on {server.endpoint}; results in {server.s.out}")

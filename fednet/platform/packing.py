@@ -1,0 +1,180 @@
+"""`--clients-per-process auto`: how many logical clients share one client process.
+
+The rule (README, `fednet launch --help`):
+- one process per client while that is cheap: at most PROCESSES_PER_CORE processes per core
+  (each costs ~14 ms of CPU to fork and register and ~11 MiB of PSS, BENCHMARKS.md sections 8
+  and 15) and at most half the available memory at PROCESS_BYTES each;
+- beyond that, the fewest clients per process that keeps the processes within both limits;
+- with --gpus, also device memory: every process holds its own CUDA context
+  (CUDA_CONTEXT_BYTES) and allocator workspace (DEVICE_WORKSPACE_BYTES), and every client its
+  model and data on the device; the processes of each device must fit DEVICE_SHARE of its memory;
+- --real-time keeps one process per client (grouped clients would wait out each other's delays);
+- an explicit number always wins.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+MiB = 1 << 20
+PROCESSES_PER_CORE = 64            # 100 clients on 2 cores stay 100 processes
+PROCESS_BYTES = 32 * MiB           # one client process (PSS ~11-13 MiB on digits) with headroom
+MEMORY_SHARE = 0.5                 # of MemAvailable, for the client processes' own overhead
+CUDA_CONTEXT_BYTES = 512 * MiB     # per process; PyTorch measured 287 MB (lazy module loading,
+#                                    the default since CUDA 12.2) to 667 MB (eager): pytorch#86509
+DEVICE_WORKSPACE_BYTES = 256 * MiB  # caching allocator blocks, cuBLAS/cuDNN workspaces
+DEVICE_SHARE = 0.9                 # of each device's memory
+MODEL_COPIES = 4                   # parameters, gradients, optimizer buffer, received model
+CLIENT_DEVICE_BYTES = 192 * MiB    # a client's share when its model is unknown (fednet clients):
+#                                    ResNet-18 (44.7 MB x 4) and a CIFAR-sized partition
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the rule looks at: CPU cores, available memory, each used device's memory."""
+
+    cores: int
+    mem_available: int
+    device_bytes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Logical clients per process, how many processes that makes, and why."""
+
+    per_process: int
+    processes: int
+    auto: bool
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """For summary.json."""
+        return asdict(self)
+
+    def line(self, clients: int) -> str:
+        """The start-up line."""
+        each = "one client per process" if self.per_process == 1 else \
+            f"{self.per_process} clients per process"
+        return f"{clients} clients in {self.processes} processes ({each}): {self.reason}"
+
+
+def client_device_bytes(model_bytes: int, data_bytes: int) -> int:
+    """One client's device memory: its model's copies and its training data."""
+    return MODEL_COPIES * model_bytes + data_bytes
+
+
+def _gib(b: float) -> str:
+    return f"{b / 2**30:.1f} GiB"
+
+
+def _device_need(clients: int, k: int, ndev: int, per_client: int) -> int:
+    """Bytes on the busiest device with k clients per process, processes round-robin."""
+    procs = -(-clients // k)
+    procs_dev = -(-procs // ndev)
+    clients_dev = min(clients, procs_dev * k)
+    return procs_dev * (CUDA_CONTEXT_BYTES + DEVICE_WORKSPACE_BYTES) + clients_dev * per_client
+
+
+def choose(clients: int, machine: Machine, requested: int = 0, gpus: Sequence[int] = (),
+           per_client_device: int = CLIENT_DEVICE_BYTES, real_time: bool = False) -> Choice:
+    """The number of clients per process for `clients` clients (requested > 0 wins)."""
+    n = max(1, clients)
+    if requested > 0:
+        return Choice(requested, -(-n // requested), False,
+                      f"--clients-per-process {requested} as given")
+    if real_time:
+        return Choice(1, n, True, "auto: --real-time keeps one process per client")
+    cores = max(1, machine.cores)
+    cpu_cap = PROCESSES_PER_CORE * cores
+    mem_cap = max(1, int(MEMORY_SHARE * machine.mem_available) // PROCESS_BYTES)
+    cap = min(cpu_cap, mem_cap)
+    k = -(-n // cap)
+    if mem_cap < cpu_cap:
+        why = (f"{mem_cap} processes of {PROCESS_BYTES // MiB} MiB fit half of the "
+               f"{_gib(machine.mem_available)} available")
+    else:
+        why = f"at most {PROCESSES_PER_CORE} processes per core, {cores} cores"
+    if gpus and machine.device_bytes:
+        budget = int(DEVICE_SHARE * min(machine.device_bytes))
+        ndev = len(gpus)
+        k_cpu = k
+        while k < n and _device_need(n, k, ndev, per_client_device) > budget:
+            k += 1
+        need = _device_need(n, k, ndev, per_client_device)
+        dev = (f"{_gib(need)} on the busiest of {ndev} device(s) of "
+               f"{_gib(min(machine.device_bytes))} ({CUDA_CONTEXT_BYTES // MiB} MiB CUDA context "
+               f"+ {DEVICE_WORKSPACE_BYTES // MiB} MiB workspace per process, "
+               f"{per_client_device / MiB:.0f} MiB per client; at most "
+               f"{DEVICE_SHARE:.0%} used)")
+        if need > budget:
+            dev = "does not fit even so: " + dev
+        if k > k_cpu:
+            why = dev
+        else:
+            why += "; " + dev
+    if k == 1:
+        return Choice(1, n, True, f"auto: one process per client ({why})")
+    return Choice(k, -(-n // k), True, f"auto: {why}")
+
+
+def mem_available() -> int:
+    """MemAvailable from /proc/meminfo (bytes); elsewhere the physical memory, or 8 GiB."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def device_bytes(gpus: Sequence[int]) -> tuple[int, ...]:
+    """Total memory of each device, from nvidia-smi (which creates no CUDA context here), else
+    from torch's device properties; () when neither answers."""
+    if not gpus:
+        return ()
+    smi = shutil.which("nvidia-smi")
+    if smi and "CUDA_VISIBLE_DEVICES" not in os.environ:  # else its indices are not torch's
+        try:
+            out = subprocess.run([smi, "--query-gpu=index,memory.total",
+                                  "--format=csv,noheader,nounits"], capture_output=True,
+                                 text=True, timeout=10, check=True).stdout
+            total = {int(a): int(b) * MiB for a, b in
+                     (line.split(",") for line in out.splitlines() if "," in line)}
+            if all(g in total for g in gpus):
+                return tuple(total[g] for g in gpus)
+        except (OSError, ValueError, subprocess.SubprocessError):
+            pass
+    try:
+        import torch
+
+        return tuple(int(torch.cuda.get_device_properties(g).total_memory) for g in gpus)
+    except Exception:  # noqa: BLE001 - no device information: the rule counts cores and memory
+        return ()
+
+
+def this_machine(gpus: Sequence[int] = ()) -> Machine:
+    """The machine the client processes run on."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return Machine(cores or 1, mem_available(), device_bytes(gpus))
+
+
+def auto_for_host(clients: int, gpus_text: str | None) -> int:
+    """`fednet clients --clients-per-process auto`: the rule on this host (the model is not known
+    before WELCOME: CLIENT_DEVICE_BYTES per client); the choice is printed on stderr."""
+    import sys
+
+    from fednet.platform.gpus import parse_gpus
+
+    g = parse_gpus(gpus_text)
+    choice = choose(clients, this_machine(g), 0, g)
+    print(choice.line(clients), file=sys.stderr)
+    return choice.per_process

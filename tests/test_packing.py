@@ -1,0 +1,128 @@
+"""--clients-per-process auto (platform/packing.py): the rule for given cores, memory, devices."""
+from __future__ import annotations
+
+import pytest
+
+from fednet.platform import packing
+from fednet.platform.packing import MiB, Machine, choose, client_device_bytes
+
+GiB = 1 << 30
+GB = 10 ** 9
+RESNET18_BYTES = 44_729_800          # fednet's resnet18 state for 10 classes (core/footprint.py)
+CIFAR_SHARE_100 = 50_000 * 3 * 32 * 32 * 4 // 100  # float32 training set over 100 clients
+
+
+def test_one_process_per_client_at_100_clients_on_2_cores():
+    c = choose(100, Machine(cores=2, mem_available=22 * GiB))
+    assert (c.per_process, c.processes, c.auto) == (1, 100, True)
+    assert "one process per client" in c.reason and "2 cores" in c.reason
+
+
+def test_beyond_64_processes_per_core_clients_are_grouped():
+    m = Machine(cores=2, mem_available=22 * GiB)
+    assert choose(128, m).per_process == 1
+    c = choose(129, m)
+    assert (c.per_process, c.processes) == (2, 65)
+    c = choose(1000, m)
+    assert (c.per_process, c.processes) == (8, 125)
+    assert "64 processes per core" in c.reason
+    assert choose(1000, Machine(cores=16, mem_available=64 * GiB)).per_process == 1
+
+
+def test_memory_limits_the_processes():
+    c = choose(1000, Machine(cores=64, mem_available=2 * GiB))  # half of 2 GiB / 32 MiB = 32
+    assert (c.per_process, c.processes) == (32, 32)
+    assert "available" in c.reason
+
+
+def test_an_explicit_number_wins_and_real_time_keeps_one_per_client():
+    m = Machine(cores=2, mem_available=22 * GiB)
+    c = choose(1000, m, requested=3)
+    assert (c.per_process, c.processes, c.auto) == (3, 334, False)
+    assert choose(10, m, requested=10).processes == 1
+    assert choose(1000, m, real_time=True).per_process == 1
+
+
+def test_100_clients_on_two_24_gb_cards_fit():
+    """`fednet launch --clients 100 --gpus 0,1` on CIFAR-sized data: one process per client
+    would need 50 CUDA contexts per card (50 x 768 MiB = 37.5 GiB > 24 GB)."""
+    m = Machine(cores=16, mem_available=64 * GiB, device_bytes=(24 * GB, 24 * GB))
+    for model_bytes in (RESNET18_BYTES, 3_200_000):  # ResNet-18, a FedSeq-sized CNN
+        per_client = client_device_bytes(model_bytes, CIFAR_SHARE_100)
+        c = choose(100, m, gpus=(0, 1), per_client_device=per_client)
+        procs_per_card = -(-c.processes // 2)
+        clients_per_card = min(100, procs_per_card * c.per_process)
+        need = procs_per_card * (packing.CUDA_CONTEXT_BYTES + packing.DEVICE_WORKSPACE_BYTES) \
+            + clients_per_card * per_client
+        assert need <= 0.9 * 24 * GB
+        assert c.per_process > 1 and "CUDA context" in c.reason
+        # the smallest such number: one fewer client per process would not fit
+        k = c.per_process - 1
+        procs = -(-100 // k)
+        less = -(-procs // 2) * (packing.CUDA_CONTEXT_BYTES + packing.DEVICE_WORKSPACE_BYTES) \
+            + min(100, -(-procs // 2) * k) * per_client
+        assert less > 0.9 * 24 * GB
+    resnet = choose(100, m, gpus=(0, 1),
+                    per_client_device=client_device_bytes(RESNET18_BYTES, CIFAR_SHARE_100))
+    assert (resnet.per_process, resnet.processes) == (4, 25)
+
+
+def test_a_large_device_keeps_one_process_per_client():
+    m = Machine(cores=16, mem_available=120 * GiB, device_bytes=(141 * GB,))
+    c = choose(100, m, gpus=(0,),
+               per_client_device=client_device_bytes(RESNET18_BYTES, CIFAR_SHARE_100))
+    assert (c.per_process, c.processes) == (1, 100)
+
+
+def test_device_rule_says_when_nothing_fits():
+    m = Machine(cores=16, mem_available=64 * GiB, device_bytes=(2 * GB,))
+    c = choose(100, m, gpus=(0,), per_client_device=100 * MiB)
+    assert c.per_process == 100 and "does not fit" in c.reason
+
+
+def test_model_bytes_of_resnet18_on_the_meta_device():
+    from fednet.config import RunConfig
+    from fednet.core.footprint import model_bytes
+
+    cfg = RunConfig(clients=100)
+    assert model_bytes(cfg) == 61_864  # the digits CNN: the bytes the ledger counts per model
+    cfg = cfg.replace(**{"train.model": "resnet18"})
+    assert model_bytes(cfg) == RESNET18_BYTES
+
+
+@pytest.mark.parametrize("text,want", [("auto", 0), ("AUTO", 0), ("1", 1), ("12", 12)])
+def test_option_accepts_auto_or_a_number(text, want):
+    from fednet.options_extra import PerProcess
+
+    assert PerProcess().convert(text, None, None) == want
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "two", ""])
+def test_option_refuses_anything_else(text):
+    import click
+
+    from fednet.options_extra import PerProcess
+
+    with pytest.raises(click.BadParameter, match="auto or a number"):
+        PerProcess().convert(text, None, None)
+
+
+@pytest.mark.slow
+@pytest.mark.net
+def test_launch_records_what_auto_chose(tmp_path, monkeypatch):
+    """A real launch: the summary says how the clients were grouped and why; 128 clients on a
+    machine seen as 1 core (64 processes at most) run as 64 processes of 2 clients."""
+    from fednet.server.main import run_zmq
+    from tests.conftest import small_config
+
+    monkeypatch.setattr(packing.os, "sched_getaffinity", lambda pid: {0})
+    monkeypatch.setattr(packing, "mem_available", lambda: 16 << 30)
+    s = run_zmq(small_config(clients=128, rounds=1, out=str(tmp_path / "a")), quiet=True)
+    got = s["clients_per_process"]
+    assert (got["per_process"], got["processes"], got["auto"]) == (2, 64, True)
+    assert "64 processes per core, 1 cores" in got["reason"]
+    assert s["status"] == "completed" and s["clients"] == 128
+    s = run_zmq(small_config(clients=3, rounds=1, out=str(tmp_path / "b"),
+                             net={"clients_per_process": 2}), quiet=True)
+    assert s["clients_per_process"] == {"per_process": 2, "processes": 2, "auto": False,
+                                        "reason": "--clients-per-process 2 as given"}
