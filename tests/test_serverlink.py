@@ -9,6 +9,7 @@ import pytest
 
 from fednet.errors import ConfigError
 from fednet.inproc import run_local
+from fednet.metrics.report import summary_rows
 from fednet.network.deadline import Cutoff
 from fednet.network.serverlink import Flow, busy_seconds, fair_rates, share
 from fednet.options_extra import overrides
@@ -116,6 +117,8 @@ def test_a_fedavg_round_through_the_shared_link_takes_the_fluid_time(tmp_path):
     assert s["sim_time_s"] == pytest.approx(8 * (n_d + n_u) / rate + 0.01, rel=1e-9)
     assert row["server_busy_s"] == pytest.approx(8 * (n_d + n_u) / rate, rel=1e-9)
     assert s["server_link"] == {"rate_Bps": rate, "busy_s": row["server_busy_s"]}
+    shown = dict(summary_rows(s))  # fednet report
+    assert shown["server link busy"].endswith("at 16 Mbit/s") and shown["stragglers"] == "0"
     # unlimited: client 0 alone sets the time, at its own cap; the same model either way
     u = run_local(cfg.replace(out=str(tmp_path / "u"), **{"latency.server_bandwidth": 0.0}),
                   quiet=True)
