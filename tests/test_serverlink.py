@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 from fednet.errors import ConfigError
+from fednet.core.evaluate import Evaluator
 from fednet.inproc import run_local
 from fednet.metrics.report import summary_rows
 from fednet.network.deadline import Cutoff
@@ -153,3 +155,24 @@ def test_a_deadline_drops_late_results_and_over_selection_keeps_the_first(tmp_pa
     assert [r["tasks"] for r in rows] == [3, 3] and [r["results"] for r in rows] == [2, 2]
     assert all(r["stragglers"] == 1 for r in rows)
     assert math.isfinite(o["sim_time_s"]) and o["sim_time_s"] <= s["sim_time_s"]
+
+
+def test_fedseq_inter_slots_that_miss_every_deadline_keep_the_server_model(tmp_path):
+    """A deadline nothing can meet: every ring result of the 2-round period is a straggler; each
+    slot keeps its copy of the server model and starts its next superclient at the deadline, so
+    the period ends exactly 2 deadlines after the setup stage and the model does not move."""
+    dl = 1e-4
+    p = {"min_samples": 400, "max_clients": 3, "superclient_fraction": 0.5, "pretrain_epochs": 1,
+         "period": 2}
+    cfg = small_config(clients=6, rounds=2, algo={"name": "fedseq_inter", "params": p},
+                       latency={"deadline": dl})
+    s = run_local(cfg.replace(out=str(tmp_path / "i")), quiet=True)
+    rows = [r for r in _rows(tmp_path / "i") if not r.get("interim")]
+    slots = rows[0]["tasks"] // 2
+    assert slots >= 1 and s["stragglers"] == rows[0]["stragglers"] == 2 * slots
+    assert rows[0]["results"] == 0
+    assert s["sim_time_s"] == pytest.approx(s["setup"]["sim_s"] + 2 * dl, rel=1e-12)
+    with np.load(tmp_path / "i" / "final_model.npz", allow_pickle=False) as z:
+        final = {k: z[k] for k in z.files}
+    init = Evaluator(cfg).initial
+    assert set(final) == set(init) and all(np.array_equal(final[k], init[k]) for k in init)
