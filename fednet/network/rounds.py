@@ -71,9 +71,10 @@ class Network:
 
     def summary(self) -> dict[str, Any]:
         """For summary.json."""
-        return {"server_link": {"rate_Bps": None if math.isinf(self.rate) else self.rate,
-                                "busy_s": self.busy},
-                "stragglers": self.stragglers}
+        out: dict[str, Any] = {"stragglers": self.stragglers}
+        if not math.isinf(self.rate):
+            out["server_link"] = {"rate_Bps": self.rate, "busy_s": self.busy}
+        return out
 
 
 class Step:
@@ -146,5 +147,5 @@ class Step:
         self.net.stragglers += len(late)
         busy = busy_seconds(self.spans)
         self.net.busy += busy
-        self.row = {"server_busy_s": busy, "stragglers": len(late)}
+        self.row = {"stragglers": len(late), **({"server_busy_s": busy} if self.limited else {})}
         return sorted(kept, key=lambda r: (r.cid, r.task_id))
