@@ -87,6 +87,7 @@ class LatencyConfig:
     file: str = ""
     real: bool = False
     time_scale: float = 1.0
+    availability: str = ""  # when clients are online: a preset or a trace (network/availability.py)
     server_bandwidth: float = 0.0  # the server's shared link, bytes/s each way (0: unlimited)
     deadline: float = 0.0     # simulated seconds per round; later results are stragglers (0: none)
     over_select: float = 1.0  # select ceil(F x target) clients, keep the first target arrivals

@@ -13,6 +13,7 @@ from fednet.core.session import Session
 from fednet.metrics.accounting import SERVER
 from fednet.metrics.history import resolve_out
 from fednet.models import drop_templates, keep_template
+from fednet.network.churn import next_online_hop
 from fednet.platform.gpus import check_gpus, device_for
 from fednet.protocol import Message, MsgKind, decode, encode
 from fednet.types import ClientInfo, Failure, Result, Task, client_name
@@ -41,6 +42,8 @@ class InprocDispatcher:
                               for cid in range(cfg.clients)}
         finally:
             drop_templates()
+        for ex in self.executors.values():
+            ex.availability = session.availability
         for cid, (state, model) in session.resumed_clients.items():  # --resume
             self.executors[cid].restore(state, model)
         session.client_view = lambda: {c: ex.client_state() for c, ex in self.executors.items()}
@@ -81,15 +84,25 @@ class InprocDispatcher:
             hop = int(got.body["hop"]) + 1
             if reply.kind != MsgKind.RESULT or hop >= len(task.route):
                 break
+            hop, skipped = next_online_hop(self.s.availability, task.route, hop, reply.sim_time)
+            if hop is None:  # every later peer is offline: the model goes back to the server
+                reply.body["skipped"] = skipped
+                break
             me, peer = client_name(cid), client_name(task.route[hop])
             t0 = led.totals()["tensor_bytes"]
             nxt, n = self._send(handoff_message(got, reply, hop), me, peer)
             _, n_ack = self._send(ack_message(nxt, peer), peer, me)
-            self._send(hop_done_message(got, reply, n + n_ack, led.totals()["tensor_bytes"] - t0,
-                                        hop), me, SERVER)
+            done = hop_done_message(got, reply, n + n_ack, led.totals()["tensor_bytes"] - t0, hop)
+            if skipped:  # offline peers passed over (--availability)
+                done.body["skipped"] = skipped
+                self.s.driver.churn.note(reply.round, skipped)  # type: ignore[union-attr]
+            self._send(done, me, SERVER)
             got = nxt
         back, n2 = self._send(reply, client_name(cid), SERVER)
-        return accept_reply(back, cid, n2, self.s.profiles)
+        done = accept_reply(back, cid, n2, self.s.profiles)
+        churn = self.s.driver.churn  # --availability: offline before the result arrived?
+        return done if churn is None else churn.upload(done, back.sim_time,
+                                                       back.body.get("skipped", 0))
 
 
 def run_local(cfg: RunConfig, quiet: bool = False, write: bool = True, prepare=None,

@@ -26,6 +26,7 @@ _KEYS = {
     "round_timeout": "net.round_timeout", "register_timeout": "net.register_timeout",
     "max_inflight": "net.max_inflight", "clients_per_process": "net.clients_per_process",
     "real_time": "latency.real", "time_scale": "latency.time_scale",
+    "availability": "latency.availability",
     "permute": "data.permute", "exemplars": "data.exemplars", "eval_mode": "algo.eval",
     "augment": "train.augment", "secure": "net.secure", "checkpoint_every": "net.checkpoint_every",
 }
@@ -87,6 +88,9 @@ _COMMON: list[Callable[[Any], Any]] = [
                                 "Without it everything runs on the CPU."),
     click.option("--latency", help=f"Client profiles: {', '.join(LATENCY_PRESETS)} or a CSV/JSON "
                                    "file (compute_s_per_sample, rtt_s, up_bps, down_bps). [default: lan]"),
+    click.option("--availability", help="When clients are online: always, offline:F[:S], "
+                                        "diurnal[:DAY[:ON]] or a CSV/JSON trace (client,start,end "
+                                        "in simulated seconds). [default: always]"),
     click.option("--real-time/--virtual-time", "real_time", default=None,
                  help="Also sleep the simulated delays (demonstrations); figures use the virtual clock."),
     click.option("--time-scale", type=float, help="Multiplier on slept delays in --real-time mode."),

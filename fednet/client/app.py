@@ -135,7 +135,7 @@ class Client:
         if self.executor is None or self.executor.cfg.replace(out="") != cfg.replace(out=""):
             self.executor = Executor(self.cid, cfg, self.profile, self.device, self.run_id,
                                      msg.arrays.get("indices"))
-        self.executor.run_id = self.run_id
+        self.peers.availability = self.executor.welcome(self.run_id, msg.arrays)
         self.seen.clear()
         self._send_server(Message(MsgKind.READY, self.name, self.run_id,
                                   body={"phase": "ready", "n": self.executor.num_examples}))

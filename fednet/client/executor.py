@@ -23,6 +23,8 @@ from fednet.data.augment import augmentation, identity
 from fednet.latency import Profile
 from fednet.models import build_model
 from fednet.models.params import load_arrays, state_arrays
+from fednet.network.availability import Availability, from_welcome
+from fednet.network.churn import offline_reason
 from fednet.training.objective import get_objective
 from fednet.protocol import Message
 from fednet.wire import failure_message, message_task, result_message
@@ -63,6 +65,7 @@ class Executor:
                                             ds.input_shape, dataset=d.dataset, seed=cfg.seed)
         model = self._initial().to(self.device)
         self.update = algorithms.build_client(cfg)  # the client half only
+        self.availability: Availability | None = None  # --availability: set by the runtime
         # --checkpoint-every under fednet launch/clients: this client keeps its state on disk
         self.files = (StateFiles(cfg.out, cid, cfg.algo.name) if files and cfg.out and
                       cfg.net.checkpoint_every and self.update.stateful() else None)
@@ -84,6 +87,10 @@ class Executor:
         """Run a TASK received with `nbytes` on the wire; return RESULT (or FAILURE)."""
         t0 = time.perf_counter()
         recv = msg.sim_time + latency.down_delay(self.profile, nbytes)
+        off = offline_reason(self.availability, self.cid, msg.sim_time, recv, "while the task "
+                             "arrived")
+        if off is not None:  # gone before the model was in: nothing to train
+            return self._offline(msg, off, t0)
         try:
             task = message_task(msg)
             saving = self.files is not None and "ckpt" in task.body
@@ -101,8 +108,23 @@ class Executor:
             return Outcome(reply, recv - msg.sim_time, time.perf_counter() - t0)
         samples = int(body.get("samples", self.num_examples))
         send = recv + latency.compute_time(self.profile, samples)
+        off = offline_reason(self.availability, self.cid, recv, send, "during local training")
+        if off is not None:
+            return self._offline(msg, off, t0)
         reply = result_message(self.cid, task, arrays, body, self.num_examples, send, self.run_id)
         return Outcome(reply, send - msg.sim_time, time.perf_counter() - t0)
+
+    def welcome(self, run_id: str, arrays: dict[str, np.ndarray]) -> Availability | None:
+        """Take a WELCOME's run id and availability (a preset rebuilt, a trace from arrays)."""
+        cfg = self.cfg
+        self.run_id = run_id
+        self.availability = from_welcome(cfg.latency.availability, cfg.clients, cfg.seed, arrays)
+        return self.availability
+
+    def _offline(self, msg: Message, off: tuple[float, str], t0: float) -> Outcome:
+        """The FAILURE of a client that went offline at off[0] (--availability)."""
+        reply = failure_message(self.cid, msg.task_id, msg.round, off[1], off[0], self.run_id)
+        return Outcome(reply, off[0] - msg.sim_time, time.perf_counter() - t0)
 
     # ---- state for checkpoints -----------------------------------------------------------
     def client_state(self) -> tuple[object, dict[str, np.ndarray] | None]:

@@ -14,6 +14,7 @@ from typing import Any
 import zmq
 
 from fednet.metrics.accounting import SERVER, Ledger
+from fednet.network.churn import next_online_hop, passed_over
 from fednet.protocol import Message, MsgKind, tensor_bytes
 from fednet.protocol.proof import check_handoff, handoff_tag
 from fednet.transport.channels import Channel, bind_router, connect_dealer
@@ -47,6 +48,8 @@ class Peers:
         self.pump: Callable[[], None] = lambda: None  # serves our own sockets while we wait
         self.ack_timeout, self.retries, self.dead_peer = ACK_TIMEOUT_S, RETRIES, "skip"
         self.last_to_hop = 0
+        self.availability: Any = None  # --availability: offline peers are passed over
+        self.skipped = 0  # offline peers the last hand-off passed over
 
     def next_hop(self, task_msg: Message, reply: Message) -> int | None:
         """Index of the next hop when the reply must travel on along the route, else None."""
@@ -54,7 +57,12 @@ class Peers:
             return None
         route = task_msg.body.get("route", [])
         hop = int(task_msg.body.get("hop", 0))
-        return hop + 1 if hop + 1 < len(route) else None
+        if hop + 1 >= len(route):
+            return None
+        nxt, self.skipped = next_online_hop(self.availability, route, hop + 1, reply.sim_time)
+        if nxt is None:  # --availability: every later peer is offline; back to the server
+            reply.body["skipped"] = self.skipped
+        return nxt
 
     def handoff(self, nxt: int, task_msg: Message, reply: Message) -> None:
         """Send the trained model to route[nxt] (skipping dead peers); fall back to the server."""
@@ -143,21 +151,26 @@ class Peers:
         route, hop = b["route"], b["hop"]
         if not 0 < hop < len(route):
             return "hand-off with a hop outside its route"
-        if client_name(route[hop]) != self.me or client_name(route[hop - 1]) != msg.sender:
+        prev = hop - 1 if client_name(route[hop - 1]) == msg.sender else passed_over(
+            self.availability, route, hop, msg.sender, msg.sim_time)  # offline peers between
+        if client_name(route[hop]) != self.me or prev is None:
             return "hand-off not addressed to this client by its predecessor"
         if not check_handoff(self.peer_key, b["mac"], msg.run_id, msg.round, msg.task_id, hop,
                              msg.sender):
             return "hand-off whose tag does not prove the sender"
         if self.keys is not None:
             keys = b.get("keys", [])
-            if hop >= len(keys) or not user_key or keys[hop - 1] != user_key:
+            if hop >= len(keys) or not user_key or keys[prev] != user_key:
                 return "hand-off from a key that does not own the route's predecessor"
         return ""
 
     def hop_done(self, task_msg: Message, reply: Message) -> Message:
         """HOP_DONE for the server: the bytes of the last hand-off and its acknowledgement."""
-        return hop_done_message(task_msg, reply, self.last_peer_bytes, self.last_peer_tensor,
+        done = hop_done_message(task_msg, reply, self.last_peer_bytes, self.last_peer_tensor,
                                 self.last_to_hop)
+        if self.skipped:  # offline peers passed over (--availability)
+            done.body["skipped"] = self.skipped
+        return done
 
     def close(self) -> None:
         """Close the peer socket."""

@@ -15,6 +15,7 @@ from fednet.latency import Profile
 from fednet.metrics.accounting import Ledger
 from fednet.metrics.history import History
 from fednet.metrics.progress import Progress
+from fednet.network.churn import Churn
 from fednet.network.rounds import Network
 from fednet.protocol import Message, MsgKind
 from fednet.types import ClientInfo, Failure, Result, Task
@@ -61,6 +62,7 @@ class RoundDriver:
         self.checkpoint: Callable[[], None] | None = None  # set by the session with --checkpoint-every
         self.ckpt_round = 0  # rounds done at the last checkpoint (tasks carry it: client state)
         self.client_state = False  # the algorithm's clients keep state between rounds
+        self.churn: Churn | None = None  # --availability (network/churn.py)
         self.t0 = time.monotonic()
         self.t_end: float | None = None
         self.network: Network | None = None  # --server-bandwidth, --deadline, --over-select
@@ -88,6 +90,13 @@ class RoundDriver:
                 self.status = "no_clients"
                 log.error("round %d: no client is alive; stopping the run", rnd)
                 return
+            if self.churn is not None:  # among the clients online (waits until one is)
+                clients, self.sim_time = self.churn.select(clients, self.sim_time)
+                if not clients:
+                    self.status = "no_clients_online"
+                    log.error("round %d: no client is online now or later (--availability); "
+                              "stopping the run", rnd)
+                    return
             self.round(rnd, clients, dispatcher, min(step, self.cfg.rounds - rnd))
             every = self.cfg.net.checkpoint_every
             if self.checkpoint is not None and every and (
@@ -100,7 +109,10 @@ class RoundDriver:
 
     def setup(self, dispatcher: Dispatcher) -> bool:
         """Round -1: tasks the algorithm needs before training (e.g. FedSeq's pre-training)."""
-        tasks = self.stamp(self.algo.setup_tasks(dispatcher.alive_clients()))
+        clients = dispatcher.alive_clients()
+        if self.churn is not None:
+            clients, self.sim_time = self.churn.select(clients, self.sim_time)
+        tasks = self.stamp(self.algo.setup_tasks(clients))
         if not tasks:
             return True
         self.progress.message(f"setup stage: {len(tasks)} tasks")
@@ -150,6 +162,7 @@ class RoundDriver:
                 return []
             algo.absorb(seen)  # streaming algorithms fold the result in and free its arrays
             nxt = self.stamp(algo.follow_up(seen)) if span > 1 else []
+            nxt = self.churn.trim(nxt) if self.churn is not None else nxt  # offline first hops
             return step.send(nxt) if step else nxt
 
         results, failures = dispatcher.run_round(rnd, step.send(tasks) if step else tasks,
@@ -177,6 +190,8 @@ class RoundDriver:
         late = step.stragglers if step else 0
         metrics = {**metrics, "tasks": len(results) + len(failures) + late,
                    "failures": len(failures), **(step.row if step else {})}
+        if self.churn is not None:  # online clients, waits, skipped peers (--availability)
+            metrics = {**metrics, **self.churn.row(rnd, span)}
         row = self._log(last, acc, loss, metrics, self.sim_time)
         self.rounds_done = last + 1
         return row
@@ -220,6 +235,8 @@ class RoundDriver:
         }
         if self.setup_stats:
             out["setup"] = self.setup_stats
+        if self.churn is not None:
+            out["availability"] = self.churn.summary(self.failures)
         if self.network is not None:
             out.update(self.network.summary())
         out.update(extra or {})

@@ -23,6 +23,8 @@ from fednet.errors import ConfigError
 from fednet.core import checkpoint
 from fednet.core.evaluate import Evaluator
 from fednet.core.rounds import RoundDriver
+from fednet.network import availability
+from fednet.network.churn import Churn
 from fednet.network.rounds import Network
 from fednet.wire import task_size
 from fednet.types import ClientInfo
@@ -44,6 +46,7 @@ class Session:
         self.stats = partition_summary(self.parts, ds.train_y, ds.num_classes)
         self.histograms = [label_histogram(ds.train_y[p], ds.num_classes) for p in self.parts]
         self.profiles = latency.profiles(cfg.latency, cfg.clients, cfg.seed)
+        self.availability = availability.build(cfg.latency.availability, cfg.clients, cfg.seed)
         self.algo = algorithms.build(cfg)  # the server half
         self.evaluator = Evaluator(cfg)
         self.algo.setup(self.evaluator.initial, self.evaluator.trainable)
@@ -60,6 +63,7 @@ class Session:
         self.driver = RoundDriver(cfg, self.algo, self.evaluator, self.ledger, self.history,
                                   self.progress)
         self.driver.client_state = algorithms.client_class(cfg.algo.name).stateful()
+        self.driver.churn = Churn(self.availability) if self.availability is not None else None
         self.driver.network = Network.of(cfg, self.profiles, lambda t: task_size(t, self.run_id))
         if state is not None:
             self.driver.resume(state)

@@ -64,7 +64,10 @@ class Intake:
             self._pending.pop(msg.task_id)
             self._holder.pop(msg.task_id, None)
             self._progress = time.monotonic()
-            self._reply(accept_reply(msg, cid, got.nbytes, self.s.profiles))
+            done = accept_reply(msg, cid, got.nbytes, self.s.profiles)
+            churn = self.s.driver.churn  # --availability: offline before the result arrived?
+            self._reply(done if churn is None else churn.upload(done, msg.sim_time,
+                                                                msg.body.get("skipped", 0)))
         elif msg.kind == MsgKind.HOP_DONE:
             # it may arrive after the task's RESULT (another connection): any task sent in this
             # round or the last, once per hop, from the client that held that hop
@@ -81,6 +84,8 @@ class Intake:
                 self._holder[msg.task_id] = b["to"]
             self.s.ledger.add_totals(msg.round, {"client_to_client": b["peer_bytes"],
                                                  "tensor_bytes": b["peer_tensor_bytes"]})
+            if b.get("skipped") and self.s.driver.churn is not None:  # offline peers passed over
+                self.s.driver.churn.note(msg.round, b["skipped"])
         elif msg.kind == MsgKind.BYE:
             self.chan.accept(got, client_name(cid))
             self.byes[cid] = dict(msg.body)
@@ -122,8 +127,11 @@ class Intake:
             body["plugins"] = needed
         # the client's partition travels with the configuration: no client process
         # recomputes the whole partition (30 ms for Dirichlet on digits, per process)
-        self._send(cid, Message(MsgKind.WELCOME, SERVER, self.s.run_id, body=body,
-                                arrays={"indices": self.s.parts[cid].astype("int64")}))
+        arrays = {"indices": self.s.parts[cid].astype("int64")}
+        av = self.s.availability
+        if av is not None and av.from_file:  # a trace travels: the client host needs no copy
+            arrays.update(av.to_arrays())
+        self._send(cid, Message(MsgKind.WELCOME, SERVER, self.s.run_id, body=body, arrays=arrays))
 
     def _on_ready(self: ZmqServer, cid: int, got: Received) -> None:
         if cid not in self.hello:
