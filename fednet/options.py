@@ -77,8 +77,8 @@ _COMMON: list[Callable[[Any], Any]] = [
     click.option("--algo", type=AlgoChoice(),
                  help="Algorithm (README: the table; docs/algorithms.md: the rules). "
                       "[default: fedavg]"),
-    click.option("--dataset", help="digits (embedded), cifar10, cifar100 or svhn (from --data-root). "
-                                   "[default: digits]"),
+    click.option("--dataset", help="digits (embedded), cifar10, cifar100 or svhn (from --data-root), "
+                                   "synthetic-cifar10/100 (generated; not CIFAR). [default: digits]"),
     click.option("--partition", type=click.Choice(PARTITIONS),
                  help="How data is split: iid, dirichlet(alpha), shards (one class per client) or "
                       "domain (20 clients, 5 domains)."),

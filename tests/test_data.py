@@ -35,7 +35,7 @@ def _naive_dirichlet_std(labels: np.ndarray, k: int, alpha: float, seed: int) ->
 
 
 def test_digits_has_1437_train_and_360_test_images_of_shape_1x8x8(digits):
-    assert DATASETS == ("digits", "cifar10", "cifar100", "svhn")
+    assert DATASETS == ("digits", "cifar10", "cifar100", "svhn", "synthetic-cifar10", "synthetic-cifar100")
     assert digits.train_x.shape == (1437, 1, 8, 8) and digits.test_x.shape == (360, 1, 8, 8)
     assert digits.train_x.dtype == np.float32 and digits.test_x.dtype == np.float32
     assert digits.train_y.dtype == np.int64 and digits.test_y.dtype == np.int64

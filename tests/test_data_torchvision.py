@@ -114,7 +114,7 @@ def trust(monkeypatch):
 
 
 def test_dataset_names():
-    assert DATASETS == ("digits", "cifar10", "cifar100", "svhn")
+    assert DATASETS == ("digits", "cifar10", "cifar100", "svhn", "synthetic-cifar10", "synthetic-cifar100")
 
 
 def test_cifar10_loads_official_splits_normalized_channel_first(tmp_path, trust):

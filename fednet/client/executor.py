@@ -20,6 +20,7 @@ from fednet.config import RunConfig
 from fednet.data import load_dataset
 from fednet.data.client_data import client_data
 from fednet.data.augment import augmentation, identity
+from fednet.data.views import Rows
 from fednet.latency import Profile
 from fednet.models import build_model
 from fednet.models.params import load_arrays, state_arrays
@@ -58,7 +59,10 @@ class Executor:
         d = cfg.data
         ds = load_dataset(d.dataset, d.data_root or None, d.download)
         cd = client_data(ds, d, cfg.clients, cfg.seed, cid, indices)
-        x = torch.from_numpy(np.ascontiguousarray(cd.x)).to(self.device)
+        # index views of the run's shared images (data/views.py): nothing copied on the CPU; on a
+        # device only the client's own partition is, and test rows travel batch by batch
+        x = Rows.of(cd.images, cd.rows, self.device)
+        x = x if self.device.type == "cpu" else x.materialize()
         y = torch.from_numpy(np.ascontiguousarray(cd.y)).to(self.device)
         # the same seeded initial weights as the server's, so personal models need no download
         self._initial = lambda: build_model(algorithms.model_name(cfg), ds.num_classes,
@@ -71,8 +75,8 @@ class Executor:
                       cfg.net.checkpoint_every and self.update.stateful() else None)
         dev = self.device
         self.ctx = ClientContext(cid, model, x, y, cfg, dev, self.update.new_state(),
-                                 test_x=torch.from_numpy(np.ascontiguousarray(cd.test_x)).to(dev),
-                                 test_y=torch.from_numpy(np.ascontiguousarray(cd.test_y)).to(dev),
+                                 test_x=Rows.of(cd.test_images, cd.test_rows, dev),
+                                 test_y=torch.from_numpy(cd.test_y).to(dev),
                                  augment=_augment(cfg.train.augment, d.dataset),
                                  objective=get_objective(ds.objective),
                                  pooled=lambda: (torch.from_numpy(ds.train_x).to(dev),

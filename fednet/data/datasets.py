@@ -1,7 +1,9 @@
 """Datasets as normalized numpy arrays (N x C x H x W float32, int64 labels), loaded once per process.
 
 digits is embedded (scikit-learn's CSV); cifar10, cifar100 and svhn are read by torchvision from --data-root
-(see torchvision_sets.py; torchvision is imported only when one of them is loaded).
+(see torchvision_sets.py; torchvision is imported only when one of them is loaded); synthetic-cifar10 and
+synthetic-cifar100 are generated (synthetic.py; not CIFAR). All but digits go through the host's .npy cache
+(cache.py): converted or generated once per host, then memory-mapped, so processes share one copy.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from fednet import plugins
 from fednet.errors import ConfigError
 from fednet.rng import generator
 
-DATASETS = ("digits", "cifar10", "cifar100", "svhn")
+DATASETS = ("digits", "cifar10", "cifar100", "svhn", "synthetic-cifar10", "synthetic-cifar100")
 """Names accepted by load_dataset (and --dataset)."""
 
 TEST_FRACTION = 0.2
@@ -108,13 +110,54 @@ def _load_digits(data_root: str | None, download: bool, split_seed: int) -> Data
     )
 
 
+CACHE_VERSION = 1
+"""Part of every cache key of a converted dataset: bump it when a conversion changes."""
+
+
+def _from_cache(name: str, key: str, data_root: str | None, make: Callable[[], Dataset]) -> Dataset:
+    """The dataset from the host's .npy cache (cache.py), made by make() on a miss."""
+    from fednet.data.cache import cached
+
+    def build() -> tuple[dict[str, np.ndarray], dict]:
+        ds = make()
+        arrays = {"train_x": ds.train_x, "train_y": ds.train_y, "test_x": ds.test_x,
+                  "test_y": ds.test_y}
+        return arrays, {"num_classes": ds.num_classes, "input_shape": list(ds.input_shape),
+                        "class_names": list(ds.class_names)}
+
+    a, meta = cached(key, data_root, build)
+    return Dataset(name=name, train_x=a["train_x"], train_y=a["train_y"], test_x=a["test_x"],
+                   test_y=a["test_y"], num_classes=int(meta["num_classes"]),
+                   input_shape=tuple(int(v) for v in meta["input_shape"]),  # type: ignore[arg-type]
+                   class_names=tuple(str(c) for c in meta["class_names"]))
+
+
 def _torchvision_loader(name: str) -> Callable[[str | None, bool, int], Dataset]:
-    """A loader that imports torchvision_sets (and so torchvision) only when called; official split, no seed."""
+    """A loader that imports torchvision_sets (and so torchvision) only on a cache miss; official
+    split, no seed."""
 
     def load(data_root: str | None, download: bool, split_seed: int) -> Dataset:
         from fednet.data.torchvision_sets import load_torchvision
 
-        return load_torchvision(name, data_root, download)
+        return _from_cache(name, f"{name}-v{CACHE_VERSION}", data_root,
+                           lambda: load_torchvision(name, data_root, download))
+
+    return load
+
+
+def _synthetic_loader(name: str) -> Callable[[str | None, bool, int], Dataset]:
+    """Generated once per host (synthetic.py), then mapped from the cache; fixed seed."""
+
+    def load(data_root: str | None, download: bool, split_seed: int) -> Dataset:
+        from fednet.data import synthetic
+
+        def make() -> Dataset:
+            a = synthetic.generate(name)
+            k = synthetic.SYNTHETIC[name]
+            return Dataset(name=name, num_classes=k, input_shape=(3, 32, 32),
+                           class_names=tuple(str(i) for i in range(k)), **a)
+
+        return _from_cache(name, f"{name}-s{synthetic.SEED}-v{synthetic.VERSION}", data_root, make)
 
     return load
 
@@ -122,6 +165,7 @@ def _torchvision_loader(name: str) -> Callable[[str | None, bool, int], Dataset]
 _LOADERS: dict[str, Callable[[str | None, bool, int], Dataset]] = {
     "digits": _load_digits,
     **{n: _torchvision_loader(n) for n in ("cifar10", "cifar100", "svhn")},
+    **{n: _synthetic_loader(n) for n in ("synthetic-cifar10", "synthetic-cifar100")},
 }
 
 
@@ -170,12 +214,8 @@ def load_dataset(
     return ds
 
 
-def split_exemplars(ds: Dataset, per_class: int, seed: int) -> tuple[np.ndarray, np.ndarray, Dataset]:
-    """FedSeq's public exemplars (2.1, pitfall 14): per_class random test images of every class, removed.
-
-    Returns (x, y) of the exemplars, ordered by class, and a copy of ds whose test set excludes them
-    (remaining test images keep their order; the train arrays are shared, not copied).
-    """
+def _exemplar_rows(ds: Dataset, per_class: int, seed: int) -> np.ndarray:
+    """Sorted-by-class test rows of FedSeq's exemplars (per_class of every class), or ConfigError."""
     per_class = int(per_class)
     counts = np.bincount(ds.test_y, minlength=ds.num_classes)
     if per_class < 1 or per_class > int(counts.min()):
@@ -185,32 +225,74 @@ def split_exemplars(ds: Dataset, per_class: int, seed: int) -> tuple[np.ndarray,
             f"{int(counts.min())} test images of class {c} of {ds.name}; choose a value in that range"
         )
     rng = generator(seed, "data/exemplars")
-    picked = np.concatenate(
+    return np.concatenate(
         [np.sort(rng.permutation(np.flatnonzero(ds.test_y == c))[:per_class]) for c in range(ds.num_classes)]
     ).astype(np.int64)
+
+
+def split_exemplars(ds: Dataset, per_class: int, seed: int) -> tuple[np.ndarray, np.ndarray, Dataset]:
+    """FedSeq's public exemplars (2.1, pitfall 14): per_class random test images of every class, removed.
+
+    Returns (x, y) of the exemplars, ordered by class, and a copy of ds whose test set excludes them
+    (remaining test images keep their order; the train arrays are shared, not copied).
+    """
+    picked = _exemplar_rows(ds, per_class, seed)
     keep = np.ones(ds.test_y.size, dtype=bool)
     keep[picked] = False
     rest = replace(ds, test_x=np.ascontiguousarray(ds.test_x[keep]), test_y=ds.test_y[keep].copy())
     return np.ascontiguousarray(ds.test_x[picked]), ds.test_y[picked].copy(), rest
 
 
+def _exemplars_per_class(ds: Dataset, requested: int) -> int:
+    """--exemplars: requested < 0 means 5 per class for digits, 10 for the 32x32 datasets."""
+    return requested if requested >= 0 else (5 if ds.name == "digits" else 10)
+
+
+# keyed by (id of the test labels, exemplars per class, seed); the value keeps the labels array
+# itself, so a recycled id never matches
+_SPLITS: dict[tuple[int, int, int], tuple[np.ndarray, Dataset, tuple[np.ndarray, np.ndarray]]] = {}
+_ROWS: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+
 def run_test_split(ds: Dataset, requested: int, seed: int
                    ) -> tuple[Dataset, tuple[np.ndarray, np.ndarray] | None]:
-    """The test set every algorithm of a run evaluates on, and the exemplars taken out of it.
+    """The test set every algorithm of a run evaluates on, and the exemplars taken out of it
+    (computed once per process and dataset; do not mutate the result).
 
     requested < 0 means the default: 5 per class for digits, 10 for the 32x32 datasets
     (docs/algorithms.md §2.1 and §2.6); 0 keeps the whole test set and provides no exemplars.
     """
-    j = requested if requested >= 0 else (5 if ds.name == "digits" else 10)
+    j = _exemplars_per_class(ds, requested)
     if j == 0:
         return ds, None
-    x, y, rest = split_exemplars(ds, j, seed)
-    return rest, (x, y)
+    key = (id(ds.test_y), j, int(seed))
+    hit = _SPLITS.get(key)
+    if hit is None or hit[0] is not ds.test_y:
+        x, y, rest = split_exemplars(ds, j, seed)
+        hit = _SPLITS[key] = (ds.test_y, rest, (x, y))
+    return hit[1], hit[2]
+
+
+def run_test_rows(ds: Dataset, requested: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows of ds.test_x, their labels) of run_test_split's test set, without copying an image:
+    what clients evaluate on, as an index view (computed once per process; do not mutate)."""
+    j = _exemplars_per_class(ds, requested)
+    key = (id(ds.test_y), j, int(seed))
+    hit = _ROWS.get(key)
+    if hit is None or hit[0] is not ds.test_y:
+        keep = np.ones(ds.test_y.size, dtype=bool)
+        if j:
+            keep[_exemplar_rows(ds, j, seed)] = False
+        rows = np.flatnonzero(keep).astype(np.int64)
+        hit = _ROWS[key] = (ds.test_y, rows, ds.test_y[rows])
+    return hit[1], hit[2]
 
 
 def clear_cache() -> None:
-    """Forget every loaded dataset (tests; freeing memory)."""
+    """Forget every loaded dataset and test split (tests; freeing memory)."""
     _CACHE.clear()
+    _SPLITS.clear()
+    _ROWS.clear()
 
 
 plugins.attach("dataset", register_dataset)  # installed dataset plugins (entry points), lazily

@@ -19,6 +19,8 @@ NORMALIZATION: dict[str, tuple[tuple[float, float, float], tuple[float, float, f
     "cifar100": ((0.507, 0.487, 0.441), (0.268, 0.257, 0.276)),
     "svhn": ((0.4380, 0.4440, 0.4730), (0.1751, 0.1771, 0.1744)),
 }
+NORMALIZATION["synthetic-cifar10"] = NORMALIZATION["cifar10"]  # generated pixels (data/synthetic.py)
+NORMALIZATION["synthetic-cifar100"] = NORMALIZATION["cifar100"]
 """Per-channel (mean, std) of the [0, 1] pixels applied to train and test images."""
 
 _FILES: dict[str, tuple[str, Sequence[str]]] = {

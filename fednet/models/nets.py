@@ -19,7 +19,8 @@ from fednet.rng import int_seed
 MODELS = ("digits_cnn", "fedseq_cnn", "resnet9", "resnet18")
 """Names accepted by build_model (and --model), besides "auto"."""
 
-AUTO_MODELS = {"digits": "digits_cnn", "cifar10": "fedseq_cnn", "cifar100": "fedseq_cnn", "svhn": "fedseq_cnn"}
+AUTO_MODELS = {"digits": "digits_cnn", "cifar10": "fedseq_cnn", "cifar100": "fedseq_cnn", "svhn": "fedseq_cnn",
+               "synthetic-cifar10": "fedseq_cnn", "synthetic-cifar100": "fedseq_cnn"}
 """The model "auto" picks for each dataset."""
 
 AUTO_BY_SIZE = {(8, 8): "digits_cnn", (32, 32): "fedseq_cnn"}
