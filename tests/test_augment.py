@@ -27,7 +27,8 @@ def _gen(seed: int) -> torch.Generator:
 
 def test_names_and_defaults():
     assert AUGMENTATIONS == ("none", "fedseq", "simclr")
-    assert DEFAULT_AUGMENTATION == {"digits": "none", "cifar10": "fedseq", "cifar100": "fedseq", "svhn": "fedseq"}
+    assert DEFAULT_AUGMENTATION == {"digits": "none", "cifar10": "fedseq", "cifar100": "fedseq", "svhn": "fedseq",
+                                    "synthetic-cifar10": "fedseq", "synthetic-cifar100": "fedseq"}
     x = _batch()
     assert augmentation("auto", "digits")(x, _gen(0)) is x
     with pytest.raises(ConfigError, match=r"--augment 'mixup'.*none, fedseq, simclr"):
