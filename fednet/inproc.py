@@ -44,6 +44,7 @@ class InprocDispatcher:
             drop_templates()
         for ex in self.executors.values():
             ex.availability = session.availability
+            ex.links = session.profiles  # a hand-off pays its sender's uplink (latency.peer_delay)
         for cid, (state, model) in session.resumed_clients.items():  # --resume
             self.executors[cid].restore(state, model)
         session.client_view = lambda: {c: ex.client_state() for c, ex in self.executors.items()}

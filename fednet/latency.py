@@ -54,7 +54,7 @@ def parse_rate(text: object, where: str) -> float:
     allowed; 'bps'-style units are refused (tc reads 'mbps' as megabytes, networking as
     megabits): the error names `where` and the spellings that are accepted."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
-        raw, unit = float(text), ""
+        raw, unit, num = float(text), "", ""
     else:
         s = str(text).strip()
         if s.lower() in ("unlimited", "inf", "none"):
@@ -70,8 +70,8 @@ def parse_rate(text: object, where: str) -> float:
             raise ConfigError(f"{where}: '{text}' is not {RATE_HELP}") from None
     if unit.lower().endswith("bps"):
         raise ConfigError(f"{where}: '{text}' is ambiguous ('bps' means bits to some tools and "
-                          f"bytes to others); write {unit[:-3]}bit for bits/s or {unit[:-3]}B "
-                          "for bytes/s")
+                          f"bytes to others); write {num}{unit[:-3]}bit for bits/s or "
+                          f"{num}{unit[:-3]}B for bytes/s")
     scale = 1.0 if not unit else _RATE_UNITS.get(unit, _RATE_UNITS.get(unit.lower()
                                                                        if "bit" in unit.lower()
                                                                        else unit))
@@ -109,7 +109,8 @@ COLUMNS = ("compute_s_per_sample", "rtt_s", "up_bps", "down_bps")
 
 def _from_file(path: str, n: int) -> list[Profile]:
     """A CSV (header row) or JSON (a list of objects) trace, checked: the four COLUMNS and at most
-    `client` besides, every value a finite number >= 0. Length rule: one row is every client's
+    `client` besides, every value a finite number >= 0; the bandwidth columns also take a unit
+    (parse_rate: `100Mbit`, `12.5MB`; a plain number is bytes/s). Length rule: one row is every client's
     profile; otherwise the trace needs a row per client: row i is client i (with a `client` column,
     the row whose id is i), and rows past the run's clients are not used. A trace with more than
     one row but fewer than the clients is refused (fednet does not guess how to repeat it)."""
@@ -141,7 +142,8 @@ def _from_file(path: str, n: int) -> list[Profile]:
                 ([f"unknown column(s) {', '.join(extra)}"] if extra else [])
                 + ([f"missing column(s) {', '.join(missing)}"] if missing else []))
                 + f"; a trace has the columns {', '.join(COLUMNS)} (and optionally client)")
-        vals = {c: _number(r[c], f"{where}: {at}: {c}") for c in COLUMNS}
+        vals = {c: (_rate if c in RATE_COLUMNS else _number)(r[c], f"{where}: {at}: {c}")
+                for c in COLUMNS}
         profs.append(Profile.from_dict(vals))
         if "client" in r:
             cid = _number(r["client"], f"{where}: {at}: client")
@@ -164,6 +166,18 @@ def _from_file(path: str, n: int) -> list[Profile]:
         raise ConfigError(f"{where}: {len(profs)} rows for {n} clients; give one row per client "
                           "(row i is client i), or a single row for all of them")
     return profs[:n]
+
+
+RATE_COLUMNS = ("up_bps", "down_bps")
+"""Bytes per second (the historical names); a cell may give a unit instead (parse_rate)."""
+
+
+def _rate(v: object, where: str) -> float:
+    """A bandwidth cell in bytes/s (0 = unlimited, as Profile.from_dict reads it)."""
+    if isinstance(v, str) and not v.strip():
+        raise ConfigError(f"{where} is empty; give {RATE_HELP}")
+    rate = parse_rate(v, where)
+    return 0.0 if math.isinf(rate) else rate
 
 
 def _number(v: object, where: str) -> float:
@@ -195,8 +209,37 @@ def up_delay(p: Profile, nbytes: int) -> float:
 
 
 def peer_delay(src: Profile, dst: Profile, nbytes: int) -> float:
-    """Simulated seconds for a direct client-to-client hand-off (slowest side's bandwidth)."""
+    """Simulated seconds for a direct client-to-client hand-off: one pipelined flow from src's
+    uplink into dst's downlink. Each rtt_s is a round trip to the server; the peer path is taken
+    as half of each end's, one way (rtt_src + rtt_dst)/4; the bytes flow at the slower of the two
+    links. With equal profiles this is down_delay to the last bit ((r + r)/4 == r/2)."""
     return (src.rtt_s + dst.rtt_s) / 4 + nbytes / min(src.up_bps, dst.down_bps)
+
+
+def receive_delay(dst: Profile, nbytes: int, src: Profile | None = None) -> float:
+    """Simulated seconds for nbytes to reach client dst: from the server (src None: down_delay)
+    or handed on by the peer src (peer_delay: src's uplink and latency are paid too)."""
+    return down_delay(dst, nbytes) if src is None else peer_delay(src, dst, nbytes)
+
+
+def wire_time(dst: Profile, nbytes: int, src: Profile | None = None) -> float:
+    """The bandwidth part of receive_delay (no latency): what a shaped network makes real."""
+    return nbytes / (dst.down_bps if src is None else min(src.up_bps, dst.down_bps))
+
+
+def to_array(profs: list[Profile]) -> np.ndarray:
+    """Profiles as an (n, 4) float64 array in COLUMNS order (0 bandwidth = unlimited)."""
+    return np.array([[p.to_dict()[c] for c in COLUMNS] for p in profs], dtype=np.float64)
+
+
+def links(cfg: LatencyConfig, num_clients: int, seed: int, arrays: dict[str, np.ndarray]
+          ) -> list[Profile]:
+    """Every client's profile on a client host: from WELCOME's `profiles` array (a trace: the
+    host needs no copy of the file), else rebuilt from the preset."""
+    a = arrays.get("profiles")
+    if a is None:
+        return profiles(cfg, num_clients, seed)
+    return [Profile.from_dict(dict(zip(COLUMNS, map(float, row)))) for row in a.reshape(-1, 4)]
 
 
 def compute_time(p: Profile, samples: int) -> float:

@@ -73,10 +73,19 @@ BAD_TRACES = [
      "number >= 0 (got 'fast')"),
     ("empty_cell.csv", f"{HEAD}\n0.001,,0,0\n", "line 2: rtt_s must be a finite number >= 0 "
      "(got '')"),
-    ("negative.csv", f"{HEAD}\n0.001,0.01,-5,0\n", "line 2: up_bps must be a finite number >= 0 "
-     "(got '-5')"),
-    ("nan.csv", f"{HEAD}\n0.001,0.01,0,nan\n", "line 2: down_bps must be a finite number >= 0 "
-     "(got 'nan')"),
+    ("negative.csv", f"{HEAD}\n0.001,0.01,-5,0\n", "line 2: up_bps: '-5' must be a finite rate "
+     f">= 0; {latency.RATE_HELP}"),
+    ("nan.csv", f"{HEAD}\n0.001,0.01,0,nan\n", f"line 2: down_bps: 'nan' is not {latency.RATE_HELP}"),
+    ("bps.csv", f"{HEAD}\n0.001,0.01,0,0\n0.001,0.01,10Mbps,0\n", "line 3: up_bps: '10Mbps' is "
+     "ambiguous ('bps' means bits to some tools and bytes to others); write 10Mbit for bits/s or "
+     "10MB for bytes/s"),
+    ("unit.csv", f"{HEAD}\n0.001,0.01,0,5 furlongs\n", "line 2: down_bps: unknown unit 'furlongs' "
+     f"in '5 furlongs'; {latency.RATE_HELP}"),
+    ("blank.csv", f"{HEAD}\n0.001,0.01,,0\n", f"line 2: up_bps is empty; give {latency.RATE_HELP}"),
+    ("unit.json", json.dumps([{"compute_s_per_sample": 0, "rtt_s": 0, "up_bps": "1Gbps",
+                               "down_bps": 0}]),
+     "entry 0: up_bps: '1Gbps' is ambiguous ('bps' means bits to some tools and bytes to others); "
+     "write 1Gbit for bits/s or 1GB for bytes/s"),
     ("ids.csv", f"client,{HEAD}\n0,0.001,0.01,0,0\n0,0.001,0.01,0,0\n",
      "the client column must give every row a distinct id"),
     ("gap.csv", f"client,{HEAD}\n0,0.001,0.01,0,0\n7,0.001,0.01,0,0\n",
@@ -129,3 +138,41 @@ def test_parse_rate_refuses(text, says):
     with pytest.raises(ConfigError, match=says) as e:
         parse_rate(text, "--server-bandwidth")
     assert "--server-bandwidth" in str(e.value)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".json"])
+def test_trace_rates_take_units_and_plain_numbers_are_bytes_per_second(tmp_path, suffix):
+    cells = [("100Mbit", "12.5MB"), ("2MiB", "500kbit"), ("125000", 250000.0), ("0", "unlimited"),
+             ("1Gbit/s", " 3 KiB ")]
+    want = [(12.5e6, 12.5e6), (2 * 1024 ** 2, 62_500.0), (125_000.0, 250_000.0),
+            (float("inf"), float("inf")), (125e6, 3072.0)]
+    f = tmp_path / f"t{suffix}"
+    if suffix == ".csv":
+        f.write_text(HEAD + "\n" + "".join(f"0.001,0.01,{u},{d}\n" for u, d in cells))
+    else:
+        f.write_text(json.dumps([{"compute_s_per_sample": 0.001, "rtt_s": 0.01, "up_bps": u,
+                                  "down_bps": d} for u, d in cells]))
+    got = latency.profiles(LatencyConfig(file=str(f)), len(cells), 0)
+    assert [(p.up_bps, p.down_bps) for p in got] == want
+
+
+def test_profiles_travel_as_an_array_and_come_back_equal(tmp_path):
+    f = tmp_path / "t.csv"
+    f.write_text(HEAD + "\n0.002,0.03,2Mbit,0\n0.0005,0.12,1MB,400kB\n")
+    cfg = LatencyConfig(file=str(f))
+    profs = latency.profiles(cfg, 2, 0)
+    arr = latency.to_array(profs)
+    assert arr.shape == (2, 4) and arr.dtype.name == "float64"
+    f.unlink()  # a client host has no copy of the file: WELCOME's array is enough
+    assert latency.links(cfg, 2, 0, {"profiles": arr}) == profs
+    assert latency.links(LatencyConfig(preset="wan"), 3, 5, {}) == latency.profiles(
+        LatencyConfig(preset="wan"), 3, 5)
+
+
+def test_a_handoff_pays_the_senders_uplink_and_both_latencies():
+    src = latency.Profile(0.0, 0.1, 1e6, 1e9)   # 1 MB/s up
+    dst = latency.Profile(0.0, 0.02, 1e9, 8e6)  # 8 MB/s down
+    n = 61_864
+    assert latency.receive_delay(dst, n, src) == (0.1 + 0.02) / 4 + n / 1e6
+    assert latency.receive_delay(dst, n) == 0.01 + n / 8e6  # from the server: downlink only
+    assert latency.wire_time(dst, n, src) == n / 1e6 and latency.wire_time(dst, n) == n / 8e6

@@ -27,7 +27,8 @@ from fednet.models.params import load_arrays, state_arrays
 from fednet.network.availability import Availability, from_welcome
 from fednet.network.churn import offline_reason
 from fednet.training.objective import get_objective
-from fednet.protocol import Message
+from fednet.protocol import Message, MsgKind
+from fednet.protocol.schema import parse_client
 from fednet.wire import failure_message, message_task, result_message
 
 log = logging.getLogger("fednet.client")
@@ -90,7 +91,7 @@ class Executor:
     def on_task(self, msg: Message, nbytes: int) -> Outcome:
         """Run a TASK received with `nbytes` on the wire; return RESULT (or FAILURE)."""
         t0 = time.perf_counter()
-        recv = msg.sim_time + latency.down_delay(self.profile, nbytes)
+        recv = msg.sim_time + latency.receive_delay(self.profile, nbytes, self.sender_link(msg))
         off = offline_reason(self.availability, self.cid, msg.sim_time, recv, "while the task "
                              "arrived")
         if off is not None:  # gone before the model was in: nothing to train
@@ -118,10 +119,24 @@ class Executor:
         reply = result_message(self.cid, task, arrays, body, self.num_examples, send, self.run_id)
         return Outcome(reply, send - msg.sim_time, time.perf_counter() - t0)
 
+    links: list[Profile] | None = None  # every client's profile: set by the runtime (or lazily)
+
+    def sender_link(self, msg: Message) -> Profile | None:
+        """The peer's profile when `msg` is a hand-off (its uplink and latency are paid too,
+        latency.peer_delay); None for a task from the server."""
+        if msg.kind != MsgKind.HANDOFF:
+            return None
+        if self.links is None:
+            cfg = self.cfg
+            self.links = latency.profiles(cfg.latency, cfg.clients, cfg.seed)
+        return self.links[parse_client(msg.sender)]  # type: ignore[index]  # checked at receive
+
     def welcome(self, run_id: str, arrays: dict[str, np.ndarray]) -> Availability | None:
-        """Take a WELCOME's run id and availability (a preset rebuilt, a trace from arrays)."""
+        """Take a WELCOME's run id, every client's profile and availability (presets rebuilt,
+        traces from arrays)."""
         cfg = self.cfg
         self.run_id = run_id
+        self.links = latency.links(cfg.latency, cfg.clients, cfg.seed, arrays)
         self.availability = from_welcome(cfg.latency.availability, cfg.clients, cfg.seed, arrays)
         return self.availability
 

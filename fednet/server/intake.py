@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
+from fednet import latency
 from fednet.metrics.accounting import SERVER
 from fednet.plugin_check import welcome_plugins
 from fednet.protocol import Message, MsgKind
@@ -131,6 +132,8 @@ class Intake:
         av = self.s.availability
         if av is not None and av.from_file:  # a trace travels: the client host needs no copy
             arrays.update(av.to_arrays())
+        if self.s.cfg.latency.file:  # so does a latency trace: hand-offs need the peers' links
+            arrays["profiles"] = latency.to_array(self.s.profiles)
         self._send(cid, Message(MsgKind.WELCOME, SERVER, self.s.run_id, body=body, arrays=arrays))
 
     def _on_ready(self: ZmqServer, cid: int, got: Received) -> None:
