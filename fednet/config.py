@@ -87,6 +87,7 @@ class LatencyConfig:
     file: str = ""
     real: bool = False
     time_scale: float = 1.0
+    shaped: bool = False  # --shaped-links: the network enforces the bandwidths (e.g. tc tbf)
     availability: str = ""  # when clients are online: a preset or a trace (network/availability.py)
     server_bandwidth: float = 0.0  # the server's shared link, bytes/s each way (0: unlimited)
     deadline: float = 0.0     # simulated seconds per round; later results are stragglers (0: none)
@@ -274,6 +275,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     _need(bool(lat.file) or lat.preset in LATENCY_PRESETS,
           f"--latency '{lat.preset}' is neither a preset ({', '.join(LATENCY_PRESETS)}) nor a file")
     _need(lat.time_scale > 0, f"--time-scale must be positive (got {lat.time_scale})")
+    _need(not lat.shaped or (lat.real and lat.time_scale == 1),
+          "--shaped-links says the network itself runs the transfers at the profiles' rates, which "
+          "only --real-time can use (at --time-scale 1); add --real-time, or drop --shaped-links")
     _need(isinstance(lat.deadline, (int, float)) and 0 <= lat.deadline < float("inf"),
           f"--deadline must be a number of simulated seconds > 0, or 0 for none (got {lat.deadline})")
     _need(isinstance(lat.over_select, (int, float)) and 1 <= lat.over_select <= 100,

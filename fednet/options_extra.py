@@ -17,7 +17,7 @@ from fednet.errors import ConfigError
 # option name -> dotted config key
 KEYS = {"optimizer": "train.optimizer", "nesterov": "train.nesterov",
         "optimizer_eps": "train.eps", "deadline": "latency.deadline",
-        "over_select": "latency.over_select"}
+        "over_select": "latency.over_select", "shaped_links": "latency.shaped"}
 
 
 class AlgoChoice(click.Choice):
@@ -74,6 +74,10 @@ OPTIONS: list[Callable[[Any], Any]] = [
                  help="The server's link, each way, shared fairly by concurrent server<->client "
                       "transfers (peer hand-offs do not use it): 100Mbit, 1Gbit, 12.5MB (a plain "
                       "number is bytes/s). [default: unlimited]"),
+    click.option("--shaped-links/--simulated-links", "shaped_links", default=None,
+                 help="With --real-time: the network itself runs every transfer at the profiles' "
+                      "rates (e.g. tc tbf per host), so only the latencies and the compute are "
+                      "slept, not the transfers. [default: simulated links]"),
     click.option("--deadline", type=float, metavar="S",
                  help="Simulated seconds per round; results that arrive later are stragglers "
                       "(counted, not aggregated). [default: none]"),

@@ -176,3 +176,12 @@ def test_a_handoff_pays_the_senders_uplink_and_both_latencies():
     assert latency.receive_delay(dst, n, src) == (0.1 + 0.02) / 4 + n / 1e6
     assert latency.receive_delay(dst, n) == 0.01 + n / 8e6  # from the server: downlink only
     assert latency.wire_time(dst, n, src) == n / 1e6 and latency.wire_time(dst, n) == n / 8e6
+
+
+def test_shaped_links_need_real_time_at_scale_one():
+    from fednet.config import from_dict, validate
+
+    for lat in ({"shaped": True}, {"shaped": True, "real": True, "time_scale": 2.0}):
+        with pytest.raises(ConfigError, match="^--shaped-links says the network itself runs"):
+            validate(from_dict({"latency": lat}))
+    assert validate(from_dict({"latency": {"shaped": True, "real": True}})).latency.shaped

@@ -16,10 +16,10 @@ from fednet.client.executor import Executor
 from fednet.client.peers import PeerChainBroken, Peers, to_server
 from fednet.config import from_dict
 from fednet.errors import ConfigError
-from fednet.latency import Profile, up_delay
+from fednet.latency import Profile, up_delay, wire_time
 from fednet.metrics.accounting import SERVER, Ledger
 from fednet.plugin_check import checked_welcome
-from fednet.protocol import Message, MsgKind
+from fednet.protocol import Message, MsgKind, tensor_bytes
 from fednet.protocol.proof import client_secret, hello_proof, peer_key
 from fednet.transport.channels import HEARTBEAT_TIMEOUT_MS, Channel, Received, connect_dealer
 from fednet.types import client_name
@@ -62,17 +62,15 @@ class Client:
         self.lost_timeout = 60.0
         self.peers = Peers(self.ctx, self.name, advertise, self.ledger, self.keys,
                            peer_key(run_key) if run_key else None)
-        self.connect = connect
+        self.connect, self.run_id = connect, ""
         self.executor: Executor | None = None
-        self.run_id = ""
-        self.real, self.scale = False, 1.0
+        self.real, self.scale, self.shaped = False, 1.0, False
         self.profile = Profile()
         self._tracker: Any = None
         self.parent = os.getppid()
         self.work: deque[tuple[Message, int]] = deque()  # tasks and hand-offs, run one at a time
         self.seen: set[tuple[int, int]] = set()  # (task, hop) of the hand-offs already queued
-        self.stopping = False
-        self.rehello = False
+        self.stopping = self.rehello = False
         self.rehello_at: float | None = None
         self.pump: Any = self._pump  # what waits call to serve sockets (the Host's: all clients)
         torch.set_num_threads(threads)
@@ -130,7 +128,8 @@ class Client:
         n, p = cfg.net, self.peers
         p.ack_timeout, p.retries, p.dead_peer = n.ack_timeout, n.ack_retries, n.dead_peer
         self.profile = Profile.from_dict(b.get("profile", {}))
-        self.real, self.scale = cfg.latency.real, cfg.latency.time_scale
+        lat = cfg.latency
+        self.real, self.scale, self.shaped = lat.real, lat.time_scale, lat.shaped
         torch.set_num_threads(cfg.train.threads)
         if self.executor is None or self.executor.cfg.replace(out="") != cfg.replace(out=""):
             self.executor = Executor(self.cid, cfg, self.profile, self.device, self.run_id,
@@ -148,8 +147,10 @@ class Client:
         out = self.executor.on_task(msg, nbytes)
         reply = out.reply
         nxt = self.peers.next_hop(msg, reply)
+        # --shaped-links: the network already took the received bytes' transfer time
+        wired = self.shaped and wire_time(self.profile, nbytes, self.executor.sender_link(msg))
         if nxt is not None:  # a ring route: hand the model straight to the next client
-            self._sleep_real(out.sim_delay, out.real_elapsed)
+            self._sleep_real(out.sim_delay - wired, out.real_elapsed)
             try:
                 self.peers.handoff(nxt, msg, reply)
                 self._send_server(self.peers.hop_done(msg, reply))
@@ -158,8 +159,8 @@ class Client:
                 log.error("client %d: the rest of the route is unreachable; returning the model"
                           " to the server", self.cid)
                 reply = to_server(reply)
-        if self.real:
-            self._sleep_real(out.sim_delay, out.real_elapsed, up_delay(self.profile, 0))
+        up = up_delay(self.profile, 0 if self.shaped else tensor_bytes(reply))  # (its latency,
+        self._sleep_real(out.sim_delay - wired, out.real_elapsed, up)  # and bytes if simulated)
         self._send_server(reply, track=True)
 
     def _server_gone(self) -> bool:
@@ -187,12 +188,11 @@ class Client:
             self.pump(max(1, int(min(left, 0.05) * 1000)))
 
     def _pump(self, timeout_ms: int) -> None:
-        """Read the sockets: hand-offs are acknowledged at once and queued (a duplicate, re-sent
-        after a slow acknowledgement, is not run again); tasks queued; SHUTDOWN stops the loop."""
+        """Read the sockets (hand-offs acknowledged at once and queued, a re-sent duplicate not
+        run again; tasks queued; SHUTDOWN stops the loop)."""
         self.read(dict(self.poller.poll(timeout_ms)))
 
-    def sockets(self) -> list[zmq.Socket]:
-        """The server link and the peer socket."""
+    def sockets(self) -> list[zmq.Socket]:  # the server link and the peer socket
         return [self.server.sock, self.peers.sock]
 
     def read(self, ready: dict[Any, int]) -> None:
