@@ -57,8 +57,9 @@ class Lan:
     made: list[str] = field(default_factory=list)
 
     @classmethod
-    def build(cls, subnet: int | None = None) -> Lan:
-        """Create the namespaces, veths and bridge; raise NetnsUnavailable if that is impossible."""
+    def build(cls, subnet: int | None = None, hosts: tuple[str, ...] = HOSTS) -> Lan:
+        """Create the namespaces, veths and bridge (one host per name in `hosts`, the first is
+        the server's); raise NetnsUnavailable if that is impossible."""
         if os.geteuid() != 0:
             raise NetnsUnavailable("needs root to create network namespaces")
         pid = os.getpid()
@@ -70,7 +71,7 @@ class Lan:
             lan.close()
             raise NetnsUnavailable(f"`ip netns add` failed: {e}") from None
         try:
-            lan._wire()
+            lan._wire(hosts)
         except Exception:
             lan.close()
             raise
@@ -85,11 +86,11 @@ class Lan:
                         "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"],
                        capture_output=True, timeout=20)
 
-    def _wire(self) -> None:
+    def _wire(self, hosts: tuple[str, ...]) -> None:
         br = self.bridge_ns
         ip("-n", br, "link", "add", "br0", "type", "bridge")
         ip("-n", br, "link", "set", "br0", "up")
-        for i, host in enumerate(HOSTS):
+        for i, host in enumerate(hosts):
             name = f"{self.prefix}-{host}"
             self._make_ns(name)
             self.ns[host] = name
@@ -115,7 +116,7 @@ class Lan:
              "import socket,sys\n"
              f"s=socket.create_server(('{srv}', 0)); s.settimeout({timeout_s})\n"
              "print(s.getsockname()[1], flush=True)\n"
-             "for _ in range(2): s.accept()[0].close()\n"],
+             f"for _ in range({len(self.ns) - 1}): s.accept()[0].close()\n"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             port = int(listener.stdout.readline() or 0)
@@ -129,7 +130,7 @@ class Lan:
                      "  except OSError:\n"
                      "    if time.monotonic()>end: sys.exit(1)\n"
                      "    time.sleep(0.1)\n")
-            for host in ("h1", "h2"):
+            for host in [h for h in self.ns if h != "srv"]:
                 res = subprocess.run([*self.exec_prefix(host), sys.executable, "-c", probe],
                                      capture_output=True, timeout=timeout_s + 10)
                 if res.returncode != 0:
@@ -169,6 +170,25 @@ class Lan:
             for ns, dev in where:
                 tc(ns, "qdisc", "add", "dev", dev, *spec)
                 added.append((ns, dev))
+            yield
+        finally:
+            for ns, dev in added:
+                tc(ns, "qdisc", "del", "dev", dev, "root", check=False)
+
+    @contextmanager
+    def shaped(self, rates: dict[str, tuple[float, float]], burst: int = 4096,
+               latency: str = "5s") -> Iterator[None]:
+        """tbf caps matching client profiles: rates[host] = (up, down) in bytes/s; up on the
+        host's eth0, down on its bridge port. A small bucket (`burst` bytes, a few packets) so
+        that little passes at line rate; a deep queue (`latency`) so that TCP sees no drops."""
+        added: list[tuple[str, str]] = []
+        try:
+            for host, (up, down) in rates.items():
+                for ns, dev, rate in ((self.ns[host], "eth0", up),
+                                      (self.bridge_ns, self.port(host), down)):
+                    tc(ns, "qdisc", "add", "dev", dev, "root", "tbf", "rate",
+                       f"{round(rate * 8)}bit", "burst", f"{burst}b", "latency", latency)
+                    added.append((ns, dev))
             yield
         finally:
             for ns, dev in added:

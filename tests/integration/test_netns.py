@@ -118,13 +118,15 @@ def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
     return {k: after[k] - before[k] for k in after}
 
 
-def run_cluster(fed: Fednet, net: Lan, out: str, *args: str, timeout_s: float = 90) -> Cluster:
-    """Server in srv (port chosen at bind time), clients 0-1 in h1, 2-3 in h2; all must exit 0."""
-    before = {h: net.counters(h) for h in ("srv", "h1", "h2")}
+def run_cluster(fed: Fednet, net: Lan, out: str, *args: str, timeout_s: float = 90,
+                ids: dict[str, str] = CLIENT_IDS, run: list[str] = RUN) -> Cluster:
+    """Server in srv (port chosen at bind time), clients by host (`ids`: 0-1 in h1, 2-3 in h2);
+    all must exit 0."""
+    before = {h: net.counters(h) for h in ("srv", *ids)}
     ports0 = net.port_counters()
     t0 = time.monotonic()
     srv_addr = net.addr["srv"]
-    srv = _start_in(fed, net, "srv", "server", "--bind", f"tcp://{srv_addr}:0", *RUN, *args,
+    srv = _start_in(fed, net, "srv", "server", "--bind", f"tcp://{srv_addr}:0", *run, *args,
                     "--out", out)
     logs: dict[str, list[str]] = {"srv": []}
     q: queue.Queue[str] = queue.Queue()
@@ -144,8 +146,8 @@ def run_cluster(fed: Fednet, net: Lan, out: str, *args: str, timeout_s: float = 
     assert endpoint, "the server did not print 'server listening on tcp://...'"
     procs: dict[str, subprocess.Popen[str]] = {}
     drains = []
-    for host, ids in CLIENT_IDS.items():
-        procs[host] = _start_in(fed, net, host, "clients", "--connect", endpoint, "--ids", ids,
+    for host, which in ids.items():
+        procs[host] = _start_in(fed, net, host, "clients", "--connect", endpoint, "--ids", which,
                                 "--advertise", net.addr[host], "--timeout", "60")
         logs[host] = []
         t = threading.Thread(target=_drain, args=(procs[host], queue.Queue(), logs[host]),
@@ -158,7 +160,7 @@ def run_cluster(fed: Fednet, net: Lan, out: str, *args: str, timeout_s: float = 
     for t in drains:
         t.join(timeout=5)
     err = {h: "".join(v) for h, v in logs.items()}
-    assert codes == {"h1": 0, "h2": 0, "srv": 0}, (codes, err)
+    assert codes == {h: 0 for h in codes}, (codes, err)
     ports1 = net.port_counters()
     return Cluster(summary=read_json(fed.cwd / out / "summary.json"),
                    clients=jsonl(fed.cwd / out / "clients.jsonl"), endpoint=endpoint, took_s=took,
