@@ -87,6 +87,11 @@ def test_offline_fraction_per_window_is_exact_and_seeded():
     assert any(sets[w] != {i for i in range(10) if not c.online(i, 2 * w + 0.5)} for w in range(20))
 
 
+def test_offline_zero_is_always_online():
+    a = av.build("offline:0", 5, seed=0)
+    assert all(a.until(c, t) == math.inf for c in range(5) for t in (0.0, 3.5, 1e6))
+
+
 def test_offline_stretch_end_and_next_start_agree_with_online():
     a = av.build("offline:0.5:1", 6, seed=3)
     for cid in range(6):

@@ -132,6 +132,8 @@ class Windows(Availability):
 
     def until(self, cid: int, t: float) -> float | None:
         w = math.floor(t / self.width)
+        if self.k == 0:  # offline:0: nobody is ever offline
+            return math.inf
         if cid in self.off(w):
             return None
         for j in range(w + 1, w + SCAN):
