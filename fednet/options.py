@@ -87,7 +87,8 @@ _COMMON: list[Callable[[Any], Any]] = [
     click.option("--gpus", help="Comma-separated CUDA devices, e.g. 0,1; client i uses gpus[i % n]. "
                                 "Without it everything runs on the CPU."),
     click.option("--latency", help=f"Client profiles: {', '.join(LATENCY_PRESETS)} or a CSV/JSON "
-                                   "file (compute_s_per_sample, rtt_s, up_bps, down_bps). [default: lan]"),
+                                   "file (compute_s_per_sample, rtt_s, up_bps, down_bps; rates in "
+                                   "bytes/s, or with a unit: 100Mbit, 12.5MB). [default: lan]"),
     click.option("--availability", help="When clients are online: always, offline:F[:S], "
                                         "diurnal[:DAY[:ON]] or a CSV/JSON trace (client,start,end "
                                         "in simulated seconds). [default: always]"),
