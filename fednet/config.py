@@ -104,6 +104,7 @@ class RunConfig:
     gpus: tuple[int, ...] = ()
     out: str = ""
     plugins: tuple[str, ...] = ()  # --plugin modules (dotted names or .py paths) the run imports
+    tuned: tuple[str, ...] = ()  # "key=value" the algorithm's tuned defaults set (registry.tuned)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
@@ -115,6 +116,7 @@ class RunConfig:
         d = dataclasses.asdict(self)
         d["gpus"] = list(self.gpus)
         d["plugins"] = list(self.plugins)
+        d["tuned"] = list(self.tuned)
         return d
 
     def replace(self, **overrides: Any) -> RunConfig:
@@ -143,7 +145,7 @@ def _build(cls: type, d: dict[str, Any], where: str) -> Any:
             v = _build(_SECTIONS[f.name], v, f"{f.name}.")
         elif f.name == "gpus":
             v = tuple(int(x) for x in v)
-        elif f.name == "plugins":
+        elif f.name in ("plugins", "tuned"):
             v = tuple(str(x) for x in v)
         elif f.name == "params":
             v = dict(v)

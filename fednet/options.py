@@ -157,12 +157,15 @@ def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
 
     base = RunConfig().to_dict()
     base = merge(base, defaults)
+    fixed: set[str] = set()  # the dotted keys the run sets itself (a file, then options)
     if opts.get("config_file"):
-        base = merge(base, _file_overrides(opts["config_file"]))
+        fo = _file_overrides(opts["config_file"])
+        base, fixed = merge(base, fo), fixed | set(fo)
     resume = opts.get("resume")
     if resume:
         _check_resume(resume, opts)
-        base = merge(base, _file_overrides(str(Path(resume) / "config.toml")))
+        fo = _file_overrides(str(Path(resume) / "config.toml"))
+        base, fixed = merge(base, fo), fixed | set(fo)
         base["out"] = str(resume)
     over: dict[str, Any] = {_KEYS[k]: v for k, v in opts.items() if k in _KEYS and v is not None}
     over.update(overrides(opts, base))  # --optimizer and its settings, --plugin
@@ -191,7 +194,13 @@ def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
     spec = get(str(algo.get("name")))
     for dest, opt, _ in given:  # an option names its value in the error
         _check_option(spec, opt, opts[dest])
+    tuned = {k: v for k, v in spec.tuned_for(str(merged["data"]["partition"])).items()
+             if k not in fixed and k not in over}
+    merged = merge(merged, tuned)
+    algo = merged["algo"]
     algo["params"] = check_params(spec.name, dict(algo.get("params") or {}))
+    if tuned or "tuned" not in fixed:  # a resumed run keeps what its first start recorded
+        merged["tuned"] = [f"{k}={v}" for k, v in sorted(tuned.items())]
     return from_dict(merged)
 
 
@@ -259,10 +268,10 @@ def _file_overrides(path: str) -> dict[str, Any]:
         if key not in known:
             continue  # unknown keys and misplaced tables are named by from_dict below
         kind, ok = next((k, ok) for t, k, ok in _TOML_KINDS if isinstance(known[key], t))
-        kind = "a list of strings" if key == "plugins" else kind
+        kind = "a list of strings" if key in ("plugins", "tuned") else kind
         good = isinstance(v, ok) and (kind == "true or false" or not isinstance(v, bool))
         if good and isinstance(v, list):
-            item = str if key == "plugins" else int
+            item = str if key in ("plugins", "tuned") else int
             good = all(isinstance(x, item) and not isinstance(x, bool) for x in v)
         if not good:
             raise ConfigError(f"--config {path}: '{key}' must be {kind} (got {v!r})")

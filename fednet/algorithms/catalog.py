@@ -5,7 +5,8 @@ written; the CLI, config.toml and both halves read them from here. No torch is i
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from fednet.algorithms.grouping.names import APPROXIMATORS, GROUPINGS, MEASURES, PROBABILITY_ONLY
 from fednet.algorithms.params import param
@@ -165,42 +166,62 @@ class FedAdamParams(FedAdagradParams):
 
 FACTORIZED = {"digits": "factorized_digits", "*": "factorized_resnet9"}
 
-register(Spec("fedavg", "FedAvg: local SGD, sample-weighted average",
+# Tuned defaults (docs/algorithms.md §0.2): the settings a run gets when it leaves these options
+# open (an option or a --config file always wins), chosen by the sweeps of BENCHMARKS.md section
+# 10 on digits with 100 clients: every built-in algorithm learns with them. With one class per
+# client (shards) local training must stay short and a run needs more rounds.
+SHARDS: dict[str, Any] = {"rounds": 100, "train.epochs": 1, "train.lr": 0.1}
+TUNED: dict[str, dict[str, dict[str, Any]]] = {
+    # option I's control (the full local gradient) is far less noisy than option II's with a few
+    # local steps per client; option II at lr 0.15 goes back to chance (BENCHMARKS.md section 10)
+    "scaffold": {"*": {"algo.params.option": 1, "train.lr": 0.1}, "shards": SHARDS},
+    "feddyn": {"*": {"train.lr": 0.05}, "shards": {**SHARDS, "train.lr": 0.05}},
+    # the paper's beta (0.005) barely moves the model within 25 rounds
+    "perfedavg": {"*": {"algo.params.beta": 0.3},  # alpha and beta replace --lr
+                  "shards": {"rounds": 100, "train.epochs": 1}},
+}
+
+
+def _register(spec: Spec) -> None:
+    """Register a built-in algorithm with its tuned defaults (SHARDS unless TUNED says more)."""
+    register(replace(spec, tuned=TUNED.get(spec.name, {"shards": SHARDS})))
+
+_register(Spec("fedavg", "FedAvg: local SGD, sample-weighted average",
               A + "fedavg:FedAvg", A + "fedavg:FedAvgClient"))
-register(Spec("fedprox", "FedAvg plus a proximal term toward the received model",
+_register(Spec("fedprox", "FedAvg plus a proximal term toward the received model",
               A + "fedavg:FedAvg", A + "fedavg:FedProxClient", ProxParams))
-register(Spec("scaffold", "control variates c, c_k", A + "scaffold:Scaffold",
+_register(Spec("scaffold", "control variates c, c_k", A + "scaffold:Scaffold",
               A + "scaffold:ScaffoldClient", ScaffoldParams))
-register(Spec("feddyn", "dynamic regularisation", A + "feddyn:FedDyn", A + "feddyn:FedDynClient",
+_register(Spec("feddyn", "dynamic regularisation", A + "feddyn:FedDyn", A + "feddyn:FedDynClient",
               DynParams))
-register(Spec("standalone", "every client trains alone; nothing travels",
+_register(Spec("standalone", "every client trains alone; nothing travels",
               A + "standalone:StandAlone", A + "standalone:StandAloneClient", personalized=True))
-register(Spec("centralized", "one model on the pooled training set (the reference accuracy)",
+_register(Spec("centralized", "one model on the pooled training set (the reference accuracy)",
               A + "centralized:Centralized", A + "centralized:CentralizedClient"))
-register(Spec("fedseq", "superclients trained sequentially over peer-to-peer rings",
+_register(Spec("fedseq", "superclients trained sequentially over peer-to-peer rings",
               A + "fedseq:FedSeq", A + "fedseq:FedSeqClient", FedSeqParams))
-register(Spec("fedseq_inter", "FedSeq with a bank of models travelling between superclients",
+_register(Spec("fedseq_inter", "FedSeq with a bank of models travelling between superclients",
               A + "fedseq_inter:FedSeqInter", A + "fedseq:FedSeqClient", FedSeqInterParams))
-register(Spec("factorized", "Factorized-FL: u travels, v and mu stay; matching by v similarity",
+_register(Spec("factorized", "Factorized-FL: u travels, v and mu stay; matching by v similarity",
               A + "factorized:Factorized", A + "factorized:FactorizedClient", FactorizedParams,
               personalized=True, models=FACTORIZED))
-register(Spec("factorized_beta", "Factorized-FL beta: v and mu shared too",
+_register(Spec("factorized_beta", "Factorized-FL beta: v and mu shared too",
               A + "factorized:Factorized", A + "factorized:FactorizedClient", FactorizedParams,
               personalized=True, models=FACTORIZED))
-register(Spec("pfedpara", "low-rank Hadamard layers; local factors stay personal",
+_register(Spec("pfedpara", "low-rank Hadamard layers; local factors stay personal",
               A + "pfedpara:PFedPara", A + "pfedpara:PFedParaClient", PFedParaParams,
               personalized=True, models={"*": "pfedpara_digits"}))
-register(Spec("cfl", "Clustered-FL: clusters bi-partitioned by update similarity",
+_register(Spec("cfl", "Clustered-FL: clusters bi-partitioned by update similarity",
               A + "cfl:ClusteredFL", A + "cfl:CFLClient", CFLParams, personalized=True))
-register(Spec("fedfomo", "each client mixes the peers' models that lower its validation loss",
+_register(Spec("fedfomo", "each client mixes the peers' models that lower its validation loss",
               A + "fedfomo:FedFomo", A + "fedfomo:FedFomoClient", FedFomoParams, personalized=True))
-register(Spec("fedavgm", "FedAvg with server momentum (FedAvgM)", A + "fedopt:FedOpt",
+_register(Spec("fedavgm", "FedAvg with server momentum (FedAvgM)", A + "fedopt:FedOpt",
               A + "fedavg:FedAvgClient", FedAvgMParams))
-register(Spec("fedadam", "FedAvg clients, Adam on the server (Reddi et al. 2021)",
+_register(Spec("fedadam", "FedAvg clients, Adam on the server (Reddi et al. 2021)",
               A + "fedopt:FedOpt", A + "fedavg:FedAvgClient", FedAdamParams))
-register(Spec("fedyogi", "FedAvg clients, Yogi on the server (Reddi et al. 2021)",
+_register(Spec("fedyogi", "FedAvg clients, Yogi on the server (Reddi et al. 2021)",
               A + "fedopt:FedOpt", A + "fedavg:FedAvgClient", FedAdamParams))
-register(Spec("fedadagrad", "FedAvg clients, Adagrad on the server (Reddi et al. 2021)",
+_register(Spec("fedadagrad", "FedAvg clients, Adagrad on the server (Reddi et al. 2021)",
               A + "fedopt:FedOpt", A + "fedavg:FedAvgClient", FedAdagradParams))
-register(Spec("perfedavg", "Per-FedAvg (MAML-style local steps)", A + "fedavg:FedAvg",
+_register(Spec("perfedavg", "Per-FedAvg (MAML-style local steps)", A + "fedavg:FedAvg",
               A + "perfedavg:PerFedAvgClient", PerFedAvgParams, personalized=True))

@@ -5,6 +5,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+import torch
 
 from fednet.algorithms.contract import ClientContext
 from fednet.types import Arrays, Failure, Result
@@ -29,13 +30,38 @@ def round_metrics(ok: list[Result], failures: list[Failure], dropped: int) -> di
             "failures": len(failures), "non_finite": dropped}
 
 
+LABEL_SKEW = ("shards", "dirichlet")
+"""Partitions whose clients see different label distributions: a client's own score weighs the
+test set by its training labels (docs/algorithms.md §0.3, Evaluation)."""
+
+
 def evaluate_own(ctx: ClientContext) -> dict[str, float]:
-    """This client's current model on its own test split."""
+    """This client's current model on its own test distribution.
+
+    With a label-skewed partition (shards, dirichlet) the test set is weighed by the client's
+    training label frequencies: score = sum_c p_c * score_c, with score_c the score on the test
+    examples of class c (the expected score on test data drawn like the client's own data; a
+    client that holds one class is scored on that class). Other partitions: the client's test
+    split as it is (the whole test set for iid, its domain's part for domain).
+    """
     from fednet.training.local import evaluate
 
     assert ctx.test_x is not None and ctx.test_y is not None
-    acc, loss = evaluate(ctx.model, ctx.test_x, ctx.test_y, objective=ctx.objective)
-    return {"accuracy": acc, "test_loss": loss}
+    if ctx.cfg.data.partition not in LABEL_SKEW or ctx.y.dtype.is_floating_point:
+        acc, loss = evaluate(ctx.model, ctx.test_x, ctx.test_y, objective=ctx.objective)
+        return {"accuracy": acc, "test_loss": loss}
+    labels, counts = torch.unique(ctx.y, return_counts=True)
+    acc = loss = 0.0
+    weight = 0
+    for c, k in zip(labels.tolist(), counts.tolist()):
+        at = (ctx.test_y == c).nonzero().flatten()
+        if len(at):  # a class with no test example cannot be scored: left out of the weights
+            a, l_ = evaluate(ctx.model, ctx.test_x[at], ctx.test_y[at], objective=ctx.objective)
+            acc, loss, weight = acc + k * a, loss + k * l_, weight + k
+    if not weight:  # none of its classes is in the test set: the whole test set, as for iid
+        acc, loss = evaluate(ctx.model, ctx.test_x, ctx.test_y, objective=ctx.objective)
+        return {"accuracy": acc, "test_loss": loss}
+    return {"accuracy": acc / weight, "test_loss": loss / weight}
 
 
 def client_accuracy(results: Sequence[Result]) -> tuple[float, float, dict[str, float]]:

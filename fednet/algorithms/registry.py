@@ -33,6 +33,13 @@ class Spec:
     params: type = P.NoParams      # a frozen dataclass of param() fields
     personalized: bool = False     # clients evaluate their own models (eval auto -> clients)
     models: dict[str, str] = field(default_factory=dict)  # dataset (or "*") -> --model auto
+    # partition (or "*") -> dotted config keys and values that replace the global defaults when
+    # the run does not set them itself (options, --config file): docs/algorithms.md §0.2
+    tuned: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def tuned_for(self, partition: str) -> dict[str, Any]:
+        """The tuned defaults for a partition ("*" first, then the partition's own)."""
+        return {**self.tuned.get("*", {}), **self.tuned.get(partition, {})}
 
     def parse(self, raw: dict[str, Any]) -> Any:
         """The typed parameters from raw values (ConfigError naming a wrong one)."""

@@ -129,7 +129,9 @@ class Executor:
         if self.links is None:
             cfg = self.cfg
             self.links = latency.profiles(cfg.latency, cfg.clients, cfg.seed)
-        return self.links[parse_client(msg.sender)]  # type: ignore[index]  # checked at receive
+        cid = parse_client(msg.sender)  # a real client of the run unless a peer without a
+        # run key lies: then no link of its own is charged (never an IndexError)
+        return self.links[cid] if cid is not None and cid < len(self.links) else None
 
     def welcome(self, run_id: str, arrays: dict[str, np.ndarray]) -> Availability | None:
         """Take a WELCOME's run id, every client's profile and availability (presets rebuilt,

@@ -239,5 +239,7 @@ class RoundDriver:
             out["availability"] = self.churn.summary(self.failures)
         if self.network is not None:
             out.update(self.network.summary())
+        if self.cfg.tuned:  # the defaults the algorithm's tuning chose (registry Spec.tuned)
+            out["tuned"] = list(self.cfg.tuned)
         out.update(extra or {})
         return out

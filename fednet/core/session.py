@@ -60,6 +60,9 @@ class Session:
         state = self._resume_state() if resume else None
         self.history = History(self.out, cfg, keep_rows=state["rows"] if state else -1)
         self.progress = Progress(cfg.rounds, quiet=quiet)
+        if cfg.tuned and state is None:
+            self.progress.message(f"{cfg.algo.name} on {d.partition}: tuned defaults "
+                                  f"{' '.join(map(_as_option, cfg.tuned))} (options you give win)")
         self.driver = RoundDriver(cfg, self.algo, self.evaluator, self.ledger, self.history,
                                   self.progress)
         self.driver.client_state = algorithms.client_class(cfg.algo.name).stateful()
@@ -132,3 +135,11 @@ class Session:
             except Exception:  # plots are a convenience; a failure must not lose the results
                 log.exception("could not draw the plots for %s", self.out)
         return summary
+
+
+def _as_option(kv: str) -> str:
+    """'train.batch_size=16' -> '--batch-size 16'; 'algo.params.mu=0.1' -> '--param mu=0.1'."""
+    key, _, val = kv.partition("=")
+    if key.startswith("algo.params."):
+        return f"--param {key[len('algo.params.'):]}={val}"
+    return f"--{key.rsplit('.', 1)[-1].replace('_', '-')} {val}"
