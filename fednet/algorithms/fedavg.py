@@ -69,6 +69,10 @@ class FedAvg(Strategy):
 class FedAvgClient(ClientUpdate):
     """E epochs of SGD from the received model; sends the whole model back."""
 
+    # the received arrays may become the model's memory (the runtime's adopt_arrays): every
+    # local rule here loads them first and keeps its own copies of what it needs (anchors)
+    adopts_received = True
+
     def __init__(self, cfg: RunConfig, params: Any) -> None:
         super().__init__(cfg, params)
         self.local: Any = Plain()

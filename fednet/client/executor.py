@@ -23,12 +23,13 @@ from fednet.data.augment import augmentation, identity
 from fednet.data.views import Rows
 from fednet.latency import Profile
 from fednet.models import build_model
-from fednet.models.params import load_arrays, state_arrays
+from fednet.models.params import adopt_arrays, load_arrays, state_arrays
 from fednet.network.availability import Availability, from_welcome
 from fednet.network.churn import offline_reason
 from fednet.training.objective import get_objective
 from fednet.protocol import Message, MsgKind
 from fednet.protocol.schema import parse_client
+from fednet.protocol.frames import is_private
 from fednet.wire import failure_message, message_task, result_message
 
 log = logging.getLogger("fednet.client")
@@ -101,6 +102,8 @@ class Executor:
             saving = self.files is not None and "ckpt" in task.body
             if saving:  # a resumed server: take the state back from before its checkpoint
                 self.files.before(int(task.body["ckpt"]), msg.run_id, self.take_back)
+            if getattr(self.update, "adopts_received", False):  # one copy: the joined buffers
+                adopt_arrays(self.ctx.model, {k: a for k, a in task.arrays.items() if is_private(a)})
             arrays, body = self.update.run(self.ctx, task)
             if task.body.get("evaluate"):  # personalized evaluation: this client's model, its split
                 body.update(evaluate_own(self.ctx))

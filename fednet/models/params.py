@@ -45,6 +45,9 @@ def load_arrays(model: nn.Module, arrays: Mapping[str, np.ndarray], strict: bool
             if name not in arrays:
                 continue
             src = np.asarray(arrays[name])
+            if t.device.type == "cpu" and src.size and src.ctypes.data == t.data_ptr() and \
+                    src.nbytes == t.numel() * t.element_size():
+                continue  # already the tensor's own memory (adopt_arrays): nothing to copy
             if t.device.type == "cpu" and t.dtype is not torch.bfloat16:
                 try:  # straight numpy copy into the tensor's memory: no temporary tensor, no torch warning
                     np.copyto(t.numpy(), src, casting="same_kind")
@@ -56,6 +59,32 @@ def load_arrays(model: nn.Module, arrays: Mapping[str, np.ndarray], strict: bool
             with warnings.catch_warnings():  # the source is only read; torch's non-writable warning does not apply
                 warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
                 t.copy_(torch.from_numpy(src))
+
+
+def adopt_arrays(model: nn.Module, arrays: Mapping[str, np.ndarray]) -> int:
+    """Make each given array the memory of the model's tensor of that name, instead of copying
+    it in (CPU tensors; the array's dtype, shape, C order and writable). The caller hands the
+    arrays over: they must be referenced nowhere else (e.g. a received model that decode joined
+    into its own buffer, protocol.frames.is_private). Entries that do not qualify are left
+    alone, for load_arrays to copy. Returns the bytes taken over."""
+    state = model.state_dict(keep_vars=True)  # the Parameter and buffer objects themselves
+    done = 0
+    for name, src in arrays.items():
+        t = state.get(name)
+        if t is None or t.device.type != "cpu" or not isinstance(src, np.ndarray):
+            continue
+        if not (src.flags.writeable and src.flags.c_contiguous and src.flags.aligned) or \
+                tuple(src.shape) != tuple(t.shape) or not src.dtype.isnative:
+            continue
+        try:
+            new = torch.from_numpy(src)
+        except TypeError:  # a dtype torch has no tensor for
+            continue
+        if new.dtype != t.dtype:
+            continue
+        t.data = new  # the old memory goes when nothing else (an unsent message) holds it
+        done += src.nbytes
+    return done
 
 
 def num_params(model: nn.Module) -> int:

@@ -10,7 +10,7 @@ import numpy as np
 
 from fednet.errors import ProtocolError
 from fednet.protocol import schema as S
-from fednet.protocol.frames import as_bytes
+from fednet.protocol.frames import as_bytes, mark_private
 from fednet.protocol.kinds import ALLOWED_DTYPES, CHUNK_BYTES, PROTOCOL_VERSION, MsgKind
 
 _WIRE_DTYPES: dict[str, np.dtype] = {
@@ -175,12 +175,19 @@ def _field(header: dict[Any, Any], key: str) -> Any:
     return header[key]
 
 
-def decode(frames: Sequence[Any], limits: Limits = DEFAULT_LIMITS) -> Message:
-    """Decode frames produced by :func:`encode`; arrays are zero-copy views of the frames."""
-    try:
-        frames = list(frames)
-    except TypeError as exc:
-        raise ProtocolError(f"frames must be a sequence, got {type(frames).__name__}") from exc
+def decode(frames: Sequence[Any], limits: Limits = DEFAULT_LIMITS, release: bool = False
+           ) -> Message:
+    """Decode frames produced by :func:`encode`; arrays are zero-copy views of the frames.
+
+    An array that came in several frames is joined once into its own buffer (marked private:
+    frames.is_private). With release=True and a list of frames, decode drops each of those
+    frames from the list once it is joined, so the message is not held twice in memory (the
+    caller keeps the list's other frames, the header included)."""
+    if not (release and isinstance(frames, list)):
+        try:
+            frames = list(frames)
+        except TypeError as exc:
+            raise ProtocolError(f"frames must be a sequence, got {type(frames).__name__}") from exc
     if not frames:
         raise ProtocolError("message has no frames")
     hbuf = as_bytes(frames[0])
@@ -241,23 +248,32 @@ def decode(frames: Sequence[Any], limits: Limits = DEFAULT_LIMITS) -> Message:
     if len(frames) - 1 != sum(counts):
         raise ProtocolError(f"header lists {len(specs)} arrays in {sum(counts)} frames but "
                             f"{len(frames) - 1} array frames arrived")
+    i = 1
+    for (name, _, dims, nbytes), k in zip(specs, counts):  # every size checked before any join
+        for j in range(k):
+            got = as_bytes(frames[i + j]).nbytes
+            want = min(CHUNK_BYTES, nbytes - j * CHUNK_BYTES) if nbytes else 0
+            if got != want:
+                raise ProtocolError(f"array {name!r}: shape {list(dims)} needs {nbytes} bytes "
+                                    f"in {k} frame(s); frame {j} has {got}")
+        i += k
     arrays: dict[str, np.ndarray] = {}
     i = 1
     for (name, dtype, dims, nbytes), k in zip(specs, counts):
-        parts = [as_bytes(f) for f in frames[i:i + k]]
-        i += k
-        for j, part in enumerate(parts):
-            want = min(CHUNK_BYTES, nbytes - j * CHUNK_BYTES) if nbytes else 0
-            if part.nbytes != want:
-                raise ProtocolError(f"array {name!r}: shape {list(dims)} needs {nbytes} bytes "
-                                    f"in {k} frame(s); frame {j} has {part.nbytes}")
         if k == 1:  # the common case: a view of the frame, no copy
-            arrays[name] = np.frombuffer(parts[0], dtype=dtype).reshape(dims)
+            arrays[name] = np.frombuffer(as_bytes(frames[i]), dtype=dtype).reshape(dims)
         else:  # a large array arrives in chunks: joined once, into its own buffer
             joined = np.empty(nbytes, dtype=np.uint8)
-            for j, part in enumerate(parts):
+            for j in range(k):
+                part = as_bytes(frames[i + j])
                 joined[j * CHUNK_BYTES:j * CHUNK_BYTES + part.nbytes] = np.frombuffer(part, np.uint8)
-            arrays[name] = joined.view(dtype).reshape(dims)
+                if release:
+                    del part
+                    frames[i + j] = None  # this frame's memory goes now, not with the message
+            arr = joined.view(dtype).reshape(dims)
+            mark_private(arr)
+            arrays[name] = arr
+        i += k
     return Message(kind, sender, run_id, rnd, task_id, sim_time, body, arrays)
 
 

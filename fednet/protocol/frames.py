@@ -1,6 +1,7 @@
 """Raw frames: byte views without copies, and their sizes (what the ledger counts)."""
 from __future__ import annotations
 
+import weakref
 from typing import Any, Sequence
 
 from fednet.errors import ProtocolError
@@ -46,3 +47,19 @@ def frame_bytes(frames: Sequence[Any]) -> tuple[int, int]:
     if not frames:
         return 0, 0
     return nbytes(frames[0]), sum(nbytes(f) for f in frames[1:])
+
+
+# Arrays that decode joined from several frames into a buffer of their own: nothing else refers
+# to that memory, so the receiver may take it over (models.params.adopt_arrays) instead of
+# copying it once more. Keyed by id, holding the array weakly: an entry goes with its array.
+_PRIVATE: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
+
+
+def mark_private(arr: Any) -> None:
+    """Record that `arr` owns memory no one else refers to (decode's joined arrays)."""
+    _PRIVATE[id(arr)] = arr
+
+
+def is_private(arr: Any) -> bool:
+    """True for an array decode joined into its own buffer (and that still exists)."""
+    return _PRIVATE.get(id(arr)) is arr

@@ -68,6 +68,7 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: int, ba
             total += float(loss.detach()) * len(yb)
             samples += len(yb)
             steps += 1
+    opt.zero_grad()  # the last gradients: a model's worth of memory while the client waits
     return TrainStats(total / max(samples, 1), samples, steps)
 
 

@@ -162,8 +162,8 @@ class Channel:
             route = parts[0].bytes
             parts = parts[1:]
         h, p = frame_bytes(parts)
-        try:
-            msg = decode(parts)
+        try:  # release: each array frame is freed as soon as it is joined (one copy, not two)
+            msg = decode(parts, release=True)
         except ProtocolError as e:
             self.rejects.note(who or _route_name(route) or "server", e)
             self.ledger.reject(h + p)
