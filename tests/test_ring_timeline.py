@@ -49,3 +49,17 @@ def test_symmetric_profiles_give_down_delay_to_the_last_bit():
         for p, q in zip(profs, profs[1:] + profs[:1]):
             for n in (0, 1, 61_864, 10**7 + 3):
                 assert latency.receive_delay(q, n, p) == latency.receive_delay(q, n)
+
+
+def test_the_receiver_charges_the_senders_link_and_never_trusts_an_unknown_sender():
+    from fednet.client.executor import Executor
+    from fednet.protocol import Message, MsgKind
+    from tests.conftest import small_config
+
+    cfg = small_config(clients=3, latency={"preset": "hetero"}, seed=1)
+    profs = latency.profiles(cfg.latency, 3, cfg.seed)
+    ex = Executor(2, cfg, profs[2])
+    assert ex.sender_link(Message(MsgKind.TASK, "server")) is None
+    assert ex.sender_link(Message(MsgKind.HANDOFF, "c0001")) == profs[1]  # rebuilt lazily
+    # a peer without a run key may claim any name: no IndexError, no link of its own charged
+    assert ex.sender_link(Message(MsgKind.HANDOFF, "c9999999")) is None
