@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 from dataclasses import asdict, dataclass
@@ -227,6 +228,12 @@ def wire_time(dst: Profile, nbytes: int, src: Profile | None = None) -> float:
     return nbytes / (dst.down_bps if src is None else min(src.up_bps, dst.down_bps))
 
 
+@functools.lru_cache(maxsize=4)
+def _rebuilt(cfg: LatencyConfig, num_clients: int, seed: int) -> list[Profile]:
+    """profiles() once per process (the clients of one process share the list; none changes it)."""
+    return profiles(cfg, num_clients, seed)
+
+
 def to_array(profs: list[Profile]) -> np.ndarray:
     """Profiles as an (n, 4) float64 array in COLUMNS order (0 bandwidth = unlimited)."""
     return np.array([[p.to_dict()[c] for c in COLUMNS] for p in profs], dtype=np.float64)
@@ -238,7 +245,7 @@ def links(cfg: LatencyConfig, num_clients: int, seed: int, arrays: dict[str, np.
     host needs no copy of the file), else rebuilt from the preset."""
     a = arrays.get("profiles")
     if a is None:
-        return profiles(cfg, num_clients, seed)
+        return _rebuilt(cfg, num_clients, seed)
     return [Profile.from_dict(dict(zip(COLUMNS, map(float, row)))) for row in a.reshape(-1, 4)]
 
 
