@@ -63,7 +63,7 @@ def generation(cache: Path) -> dict[str, float]:
     out = {}
     for key, body in (("generate_s", gen), ("first_load_s", load), ("mapped_load_s", load)):
         r = subprocess.run([sys.executable, "-c", code.format(body=body)], env=_env(ROOT, cache),
-                           capture_output=True, text=True, check=True)
+                           cwd=ROOT, capture_output=True, text=True, check=True)
         out[key] = float(r.stdout.strip().splitlines()[-1])
     return out
 
@@ -80,7 +80,8 @@ def launch(tree: Path, cache: Path, clients: int, per_process: int, min_free: fl
         argv += ["--plugin", "synthetic_plugin"]
     low = {"min": mem_available(), "killed": False}
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, env=_env(tree, cache), stdout=subprocess.DEVNULL,
+    # cwd=tree: `python -c` and `-m` put the working directory first on sys.path
+    proc = subprocess.Popen(argv, env=_env(tree, cache), cwd=tree, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
     def watch() -> None:
@@ -113,7 +114,7 @@ def launch(tree: Path, cache: Path, clients: int, per_process: int, min_free: fl
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--clients", type=int, nargs="+", default=[500])
+    ap.add_argument("--clients", type=int, nargs="*", default=[500])
     ap.add_argument("--per-process", type=int, nargs="+", default=[1, 10])
     ap.add_argument("--baseline-tree", type=Path, default=None)
     ap.add_argument("--baseline-clients", type=int, default=30)
