@@ -102,8 +102,8 @@ def main() -> None:
                 got[v + "_acc"] = [r["accuracy"] for r in rows]
             same = all(got[v + "_acc"] == got["full_acc"] for v in VARIANTS)
             table.setdefault(algo, []).append({**got, "seed": seed, "same": same})
-    print("\n| method | seed | rounds to 80% | sim. time to 80% (s) | setup (s) | server link busy (s) |"
-          " server link adds (s) | compute adds (s) | client/peer links add (s) |")
+    print("\n| method | seed | rounds to 80% | sim. time to 80% (s) | setup (s) | server link "
+          "busy (s) | server link adds (s) | compute adds (s) | client/peer links add (s) |")
     print("|---|---|---|---|---|---|---|---|---|")
     means: dict[str, list[float]] = {}
     for algo, runs in table.items():
@@ -112,8 +112,8 @@ def main() -> None:
             if f is None or any(g[v] is None for v in VARIANTS):
                 print(f"| {algo} | {g['seed']} | not reached | | | | | | |")
                 continue
-            link, comp, peer = (f["sim"] - g["no_link"]["sim"], f["sim"] - g["no_comp"]["sim"],
-                                f["sim"] - g["free_peer"]["sim"])
+            link, comp, peer = (round(f["sim"] - g[v]["sim"], 1) + 0.0  # no "-0.0"
+                                for v in ("no_link", "no_comp", "free_peer"))
             means.setdefault(algo, []).append(f["sim"])
             print(f"| {algo} | {g['seed']} | {f['round']} | {f['sim']:.1f} | {f['setup']:.1f} | "
                   f"{f['busy']:.1f} | {link:.1f} | {comp:.1f} | {peer:.1f} |"
