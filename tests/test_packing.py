@@ -126,3 +126,14 @@ def test_launch_records_what_auto_chose(tmp_path, monkeypatch):
                              net={"clients_per_process": 2}), quiet=True)
     assert s["clients_per_process"] == {"per_process": 2, "processes": 2, "auto": False,
                                         "reason": "--clients-per-process 2 as given"}
+
+
+def test_a_big_model_makes_each_process_count_for_more_memory():
+    """ResNet-18 on a 2-core machine with 22 GiB available: a process keeps ~3 models of heap
+    beyond its clients' own, so 100 clients share processes; the digits CNN changes nothing."""
+    m = Machine(cores=2, mem_available=22 * GiB)
+    assert choose(100, m, model_bytes=61_864).per_process == 1
+    c = choose(100, m, model_bytes=RESNET18_BYTES)
+    per = packing.PROCESS_BYTES + packing.HOST_MODEL_COPIES * RESNET18_BYTES
+    assert c.processes == -(-100 // c.per_process) and c.processes <= 11 * GiB // per
+    assert c.per_process == 2 and "fit half of the 22.0 GiB" in c.reason

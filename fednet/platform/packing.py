@@ -3,7 +3,8 @@
 The rule (README, `fednet launch --help`):
 - one process per client while that is cheap: at most PROCESSES_PER_CORE processes per core
   (each costs ~14 ms of CPU to fork and register and ~11 MiB of PSS, BENCHMARKS.md sections 8
-  and 15) and at most half the available memory at PROCESS_BYTES each;
+  and 15) and at most half the available memory at PROCESS_BYTES plus HOST_MODEL_COPIES of the
+  model each;
 - beyond that, the fewest clients per process that keeps the processes within both limits;
 - with --gpus, also device memory: every process holds its own CUDA context
   (CUDA_CONTEXT_BYTES) and allocator workspace (DEVICE_WORKSPACE_BYTES), and every client its
@@ -29,6 +30,8 @@ CUDA_CONTEXT_BYTES = 512 * MiB     # per process; PyTorch measured 287 MB (lazy 
 DEVICE_WORKSPACE_BYTES = 256 * MiB  # caching allocator blocks, cuBLAS/cuDNN workspaces
 DEVICE_SHARE = 0.9                 # of each device's memory
 MODEL_COPIES = 4                   # parameters, gradients, optimizer buffer, received model
+HOST_MODEL_COPIES = 3              # per process beyond its clients' models: the heap it keeps
+#                                    from received, replaced and trained models (BENCHMARKS 15)
 CLIENT_DEVICE_BYTES = 192 * MiB    # a client's share when its model is unknown (fednet clients):
 #                                    ResNet-18 (44.7 MB x 4) and a CIFAR-sized partition
 
@@ -80,8 +83,11 @@ def _device_need(clients: int, k: int, ndev: int, per_client: int) -> int:
 
 
 def choose(clients: int, machine: Machine, requested: int = 0, gpus: Sequence[int] = (),
-           per_client_device: int = CLIENT_DEVICE_BYTES, real_time: bool = False) -> Choice:
-    """The number of clients per process for `clients` clients (requested > 0 wins)."""
+           per_client_device: int = CLIENT_DEVICE_BYTES, real_time: bool = False,
+           model_bytes: int = 0) -> Choice:
+    """The number of clients per process for `clients` clients (requested > 0 wins).
+    model_bytes: the run's model state; a process also holds HOST_MODEL_COPIES of it beyond its
+    clients' own models (memory its allocator keeps from received and replaced models)."""
     n = max(1, clients)
     if requested > 0:
         return Choice(requested, -(-n // requested), False,
@@ -90,11 +96,12 @@ def choose(clients: int, machine: Machine, requested: int = 0, gpus: Sequence[in
         return Choice(1, n, True, "auto: --real-time keeps one process per client")
     cores = max(1, machine.cores)
     cpu_cap = PROCESSES_PER_CORE * cores
-    mem_cap = max(1, int(MEMORY_SHARE * machine.mem_available) // PROCESS_BYTES)
+    proc_bytes = PROCESS_BYTES + HOST_MODEL_COPIES * model_bytes
+    mem_cap = max(1, int(MEMORY_SHARE * machine.mem_available) // proc_bytes)
     cap = min(cpu_cap, mem_cap)
     k = -(-n // cap)
     if mem_cap < cpu_cap:
-        why = (f"{mem_cap} processes of {PROCESS_BYTES // MiB} MiB fit half of the "
+        why = (f"{mem_cap} processes of {proc_bytes / MiB:.0f} MiB fit half of the "
                f"{_gib(machine.mem_available)} available")
     else:
         why = f"at most {PROCESSES_PER_CORE} processes per core, {cores} cores"

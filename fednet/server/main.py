@@ -68,17 +68,20 @@ def per_process_choice(cfg: RunConfig) -> packing.Choice:
     """--clients-per-process for this machine: the number given, or the auto rule's choice
     (platform/packing.py) from its cores, memory and, with --gpus, device memory."""
     requested = cfg.net.clients_per_process
-    machine = packing.this_machine(cfg.gpus if not requested else ())
-    per_client = packing.CLIENT_DEVICE_BYTES
-    if cfg.gpus and machine.device_bytes:
-        from fednet.core.footprint import device_bytes_per_client
-        try:
+    if requested:
+        return packing.choose(cfg.clients, packing.this_machine(), requested)
+    machine = packing.this_machine(cfg.gpus)
+    per_client, model = packing.CLIENT_DEVICE_BYTES, 0
+    from fednet.core.footprint import device_bytes_per_client, model_bytes
+    try:
+        model = model_bytes(cfg)
+        if cfg.gpus and machine.device_bytes:
             per_client = device_bytes_per_client(cfg)
-        except Exception as e:  # noqa: BLE001 - e.g. a plugin model that cannot be built on meta
-            log.warning("cannot size the model on the meta device (%s); counting %d MiB per "
-                        "client", e, per_client >> 20)
-    return packing.choose(cfg.clients, machine, requested, cfg.gpus, per_client,
-                          real_time=cfg.latency.real)
+    except Exception as e:  # noqa: BLE001 - e.g. a plugin model that cannot be built on meta
+        log.warning("cannot size the model on the meta device (%s); counting %d MiB per "
+                    "client", e, per_client >> 20)
+    return packing.choose(cfg.clients, machine, 0, cfg.gpus, per_client,
+                          real_time=cfg.latency.real, model_bytes=model)
 
 
 def identity_for(cfg: RunConfig, local_clients: bool, per_process: int = 1
@@ -129,25 +132,22 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
     raise_fd_limit()  # one connection per client; the zygote's children inherit it
     if local_clients:
         check_gpus(cfg.gpus)
+        if cfg.net.clients_per_process:
+            check_files_per_process(cfg.net.clients_per_process)
     precheck(cfg)
-    choice = per_process_choice(cfg) if local_clients else None
-    if choice is not None:
-        check_files_per_process(choice.per_process)
     runtime = "launch" if local_clients else "server"
     with Run(runtime, resolve_out(cfg), on_interrupt=STOPPING, t_start=t_start) as run:
-        if choice is not None:
-            run.extra["clients_per_process"] = choice.as_dict()
-        k = choice.per_process if choice is not None else 1
-        server, zyg = _start(run, cfg, quiet, local_clients, prepare, resume, k)
+        server, zyg = _start(run, cfg, quiet, local_clients, prepare, resume)
         run.started()
-        _announce(server, cfg, choice, on_listen)
+        got = run.extra.get("clients_per_process")
+        _announce(server, cfg, packing.Choice(**got) if got else None, on_listen)
         _serve(run, server, zyg, cfg, local_clients)
     assert run.summary is not None
     return run.summary
 
 
 def _start(run: Run, cfg: RunConfig, quiet: bool, local_clients: bool, prepare: Any,
-           resume: bool, per_process: int) -> tuple[ZmqServer, Zygote | None]:
+           resume: bool) -> tuple[ZmqServer, Zygote | None]:
     """Start the run's resources, each owned by `run` (stopped in reverse order).
 
     Start-up overlaps on both cores: the socket is bound first (clients can queue their READY),
@@ -159,7 +159,10 @@ def _start(run: Run, cfg: RunConfig, quiet: bool, local_clients: bool, prepare: 
     logfile = open_client_log(out) if local_clients else None
     if logfile is not None:
         run.enter(logfile)
-    ident, specs = identity_for(cfg, local_clients, per_process)
+    # --clients-per-process auto is chosen once torch is imported (the model's size counts),
+    # except under --secure, whose CURVE pairs (one per process) are needed before the bind
+    early = per_process_choice(cfg) if local_clients and cfg.net.secure else None
+    ident, specs = identity_for(cfg, local_clients, early.per_process if early else 1)
     ctx = zmq.Context()
     built: list[ZmqServer] = []
     run.on_stop(_close_zmq, run, ctx, built)
@@ -193,6 +196,10 @@ def _start(run: Run, cfg: RunConfig, quiet: bool, local_clients: bool, prepare: 
     run.clients = lambda: list(server.clients.values())
     run.reports.append(lambda: _report(run, server))
     if zyg is not None:
+        choice = early or per_process_choice(cfg)
+        check_files_per_process(choice.per_process)
+        run.extra["clients_per_process"] = choice.as_dict()
+        per_process = choice.per_process
         zyg.spawn(client_specs(cfg.clients, endpoint, cfg.gpus, cfg.train.threads, secure=cfg.net.secure,
                                register_timeout=cfg.net.register_timeout,
                                per_process=per_process, **specs),
