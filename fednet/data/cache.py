@@ -65,6 +65,7 @@ def cached(key: str, data_root: str | None, make: Callable[[], tuple[dict[str, n
         arrays, meta = make()
         tmp = tempfile.mkdtemp(prefix=f".{key}.", dir=root)
         try:
+            os.chmod(tmp, 0o755)  # mkdtemp's 0700 would hide a shared --data-root's cache
             for k in ARRAYS:
                 np.save(os.path.join(tmp, k + ".npy"), np.ascontiguousarray(arrays[k]))
             with open(os.path.join(tmp, "meta.json"), "w") as f:
