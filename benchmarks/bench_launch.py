@@ -331,14 +331,16 @@ def trace_child(result_file: str, launch_args: list[str]) -> None:
         wrap(m.ZmqServer, "__init__", None, "server_object_done")
         wrap(m.ZmqServer, "wait_for_clients", "wait_clients_enter", "all_ready", at_ready)
         wrap(m.ZmqServer, "shutdown", "shutdown_start", "shutdown_done")
-        orig_on_ready = m.ZmqServer._on_ready
+        orig_on_ready, orig_on_hello = m.ZmqServer._on_ready, m.ZmqServer._on_hello
 
-        def on_ready(self: Any, cid: int, msg: Any) -> None:
-            phase = msg.body.get("phase")
-            if phase in ("hello", "ready"):
-                ev[phase].append(time.monotonic())
-            return orig_on_ready(self, cid, msg)
-        m.ZmqServer._on_ready = on_ready
+        def on_ready(self: Any, cid: int, got: Any) -> None:  # READY(ready): a Received
+            ev["ready"].append(time.monotonic())
+            return orig_on_ready(self, cid, got)
+
+        def on_hello(self: Any, got: Any) -> None:  # READY(hello)
+            ev["hello"].append(time.monotonic())
+            return orig_on_hello(self, got)
+        m.ZmqServer._on_ready, m.ZmqServer._on_hello = on_ready, on_hello
 
     def hook_session(m: Any) -> None:
         wrap(m.Session, "__init__", "session_start", "session_done")

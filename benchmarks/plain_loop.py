@@ -1,0 +1,84 @@
+"""A plain single-process PyTorch FedAvg loop: the reference `bench_many.py` times `fednet launch`
+against. No fednet runtime: torch.optim.SGD, a Python loop over the selected clients, a weighted
+average of state dicts, the global model tested after every round (as fednet does). It uses
+fednet's dataset, partition and model definitions only, so both do the same rounds.
+
+    python3 benchmarks/plain_loop.py --clients 1000 --fraction 0.1 --rounds 10 [--dataset digits]
+
+Local training as fednet's defaults (RunConfig): epochs, batch size, lr, momentum, weight decay.
+Prints one JSON line: seconds (after imports and data), accuracy.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+
+T0 = time.perf_counter()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from fednet.config import RunConfig  # noqa: E402
+from fednet.data import load_dataset, run_partition, run_test_split  # noqa: E402
+from fednet.models import build_model  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--clients", type=int, default=1000)
+    ap.add_argument("--fraction", type=float, default=0.1)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--dataset", default="digits")
+    ap.add_argument("--model", default="auto")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    cfg = RunConfig(clients=a.clients, seed=a.seed)
+    t = cfg.train
+    ds = load_dataset(a.dataset)
+    parts = run_partition(ds, cfg.data, a.clients, a.seed)
+    test, _ = run_test_split(ds, cfg.data.exemplars, a.seed)
+    tx, ty = torch.from_numpy(test.test_x), torch.from_numpy(test.test_y)
+    xs, ys = torch.from_numpy(ds.train_x), torch.from_numpy(ds.train_y)
+    model = build_model(a.model, ds.num_classes, ds.input_shape, dataset=a.dataset, seed=a.seed)
+    global_state = {k: v.clone() for k, v in model.state_dict().items()}
+    rng = np.random.default_rng(a.seed)
+    gen = torch.Generator().manual_seed(a.seed)
+    per_round = max(1, math.ceil(a.fraction * a.clients))
+    t_start = time.perf_counter()
+    acc = 0.0
+    for _ in range(a.rounds):
+        chosen = rng.choice(a.clients, per_round, replace=False)
+        sums = {k: torch.zeros_like(v, dtype=torch.float64) for k, v in global_state.items()}
+        total = 0
+        for cid in chosen:
+            idx = torch.from_numpy(np.array(parts[cid]))
+            x, y = xs[idx], ys[idx]
+            model.load_state_dict(global_state)
+            opt = torch.optim.SGD(model.parameters(), lr=t.lr, momentum=t.momentum,
+                                  weight_decay=t.weight_decay)
+            model.train()
+            for _ in range(t.epochs):
+                for b in torch.randperm(len(y), generator=gen).split(t.batch_size):
+                    opt.zero_grad()
+                    F.cross_entropy(model(x[b]), y[b]).backward()
+                    opt.step()
+            n = len(y)
+            total += n
+            for k, v in model.state_dict().items():
+                sums[k] += n * v.double()
+        global_state = {k: (s / max(total, 1)).to(global_state[k].dtype) for k, s in sums.items()}
+        model.load_state_dict(global_state)
+        model.eval()
+        with torch.no_grad():
+            acc = float((model(tx).argmax(1) == ty).float().mean())
+    done = time.perf_counter()
+    print(json.dumps({"loop_s": done - t_start, "process_s": done - T0, "accuracy": acc,
+                      "clients_per_round": per_round}))
+
+
+if __name__ == "__main__":
+    main()
