@@ -176,12 +176,9 @@ def this_machine(gpus: Sequence[int] = ()) -> Machine:
 
 def auto_for_host(clients: int, gpus_text: str | None) -> int:
     """`fednet clients --clients-per-process auto`: the rule on this host (the model is not known
-    before WELCOME: CLIENT_DEVICE_BYTES per client); the choice is printed on stderr."""
-    import sys
-
+    before WELCOME: CLIENT_DEVICE_BYTES per client). `fednet clients` prints the processes it
+    starts once its other options are checked."""
     from fednet.platform.gpus import parse_gpus
 
     g = parse_gpus(gpus_text)
-    choice = choose(clients, this_machine(g), 0, g)
-    print(choice.line(clients), file=sys.stderr)
-    return choice.per_process
+    return choose(clients, this_machine(g), 0, g).per_process
