@@ -137,8 +137,9 @@ class PerProcess(click.ParamType):
 PER_PROCESS_HELP = (
     "Logical clients in each client process: one fork, one interpreter and one CUDA context "
     "serve them all, their tasks one at a time. auto: one process per client up to 64 per "
-    "core (and half the available memory at 32 MiB plus 3 model copies each); beyond that "
-    "the fewest clients per process within those limits; with --gpus, also each device's "
+    "core (and half the available memory at 32 MiB plus 3 model copies each); beyond 64 per "
+    "core, 8 processes per core sharing the clients evenly; beyond the memory limit alone, the "
+    "fewest clients per process within it; with --gpus, also each device's "
     "memory (512 MiB CUDA context + 256 MiB workspace per process, 4 model copies and the "
     "data per client, within 90%); "
     "--real-time keeps one per client. A number wins. [default: auto]")

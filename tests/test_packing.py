@@ -18,14 +18,15 @@ def test_one_process_per_client_at_100_clients_on_2_cores():
     assert "one process per client" in c.reason and "2 cores" in c.reason
 
 
-def test_beyond_64_processes_per_core_clients_are_grouped():
+def test_beyond_64_processes_per_core_clients_are_grouped_8_processes_per_core():
     m = Machine(cores=2, mem_available=22 * GiB)
     assert choose(128, m).per_process == 1
-    c = choose(129, m)
-    assert (c.per_process, c.processes) == (2, 65)
+    c = choose(129, m)  # beyond 64 per core: 8 processes per core, the clients shared evenly
+    assert (c.per_process, c.processes) == (9, 15)
     c = choose(1000, m)
-    assert (c.per_process, c.processes) == (8, 125)
-    assert "64 processes per core" in c.reason
+    assert (c.per_process, c.processes) == (63, 16)
+    assert "64 processes per core" in c.reason and "8 processes per core" in c.reason
+    assert choose(5000, m).processes == 16
     assert choose(1000, Machine(cores=16, mem_available=64 * GiB)).per_process == 1
 
 
@@ -111,7 +112,7 @@ def test_option_refuses_anything_else(text):
 @pytest.mark.net
 def test_launch_records_what_auto_chose(tmp_path, monkeypatch):
     """A real launch: the summary says how the clients were grouped and why; 128 clients on a
-    machine seen as 1 core (64 processes at most) run as 64 processes of 2 clients."""
+    machine seen as 1 core (64 processes at most) run as 8 processes of 16 clients."""
     from fednet.server.main import run_zmq
     from tests.conftest import small_config
 
@@ -119,7 +120,7 @@ def test_launch_records_what_auto_chose(tmp_path, monkeypatch):
     monkeypatch.setattr(packing, "mem_available", lambda: 16 << 30)
     s = run_zmq(small_config(clients=128, rounds=1, out=str(tmp_path / "a")), quiet=True)
     got = s["clients_per_process"]
-    assert (got["per_process"], got["processes"], got["auto"]) == (2, 64, True)
+    assert (got["per_process"], got["processes"], got["auto"]) == (16, 8, True)
     assert "64 processes per core, 1 cores" in got["reason"]
     assert s["status"] == "completed" and s["clients"] == 128
     s = run_zmq(small_config(clients=3, rounds=1, out=str(tmp_path / "b"),

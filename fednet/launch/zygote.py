@@ -9,6 +9,9 @@ touches CUDA. Commands arrive as JSON lines on stdin; events leave as JSON lines
        {"event": "hugepages", "bytes": B, "seconds": S}   (once, before a large spawn_many)
        {"event": "spawned", "cid": 3, "pid": P}            (one per client of the group)
        {"event": "exit", "cid": 3, "pid": P, "code": C}   (C < 0: killed by signal -C)
+The processes of one spawn_many wait for a go signal (EOF on a pipe the zygote closes once it has
+forked them all) before they import or connect anything, so they do not take the CPU from the
+zygote while it still forks their siblings.
 """
 from __future__ import annotations
 
@@ -97,7 +100,20 @@ def _emit(event: dict[str, Any]) -> None:
         pass
 
 
-def _child(spec: dict[str, Any], zygote: int) -> int:
+def _wait_go(go: tuple[int, int]) -> None:
+    """Block until the zygote has forked the whole batch: it closes the pipe's write end then
+    (and so does its exit). A child that started its imports and registration at once would
+    take the CPU from the zygote that still forks its siblings (BENCHMARKS.md section 15)."""
+    os.close(go[1])
+    try:
+        while os.read(go[0], 1):
+            pass
+    except OSError:
+        pass
+    os.close(go[0])
+
+
+def _child(spec: dict[str, Any], zygote: int, go: tuple[int, int] | None = None) -> int:
     """Runs in the forked child: becomes the clients spec['cids'] (usually one)."""
     set_pdeathsig(signal.SIGTERM)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -105,6 +121,8 @@ def _child(spec: dict[str, Any], zygote: int) -> int:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     if os.getppid() != zygote:  # the zygote died before PDEATHSIG was armed
         return 1
+    if go is not None:
+        _wait_go(go)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.dup2(2, 1)  # stdout is the launcher's event pipe: keep client output off it
@@ -148,12 +166,18 @@ def serve(children: dict[int, list[int]]) -> None:
                     t0 = time.monotonic()
                     huge = hugepages.collapse()
                     _emit({"event": "hugepages", "bytes": huge, "seconds": time.monotonic() - t0})
-                for cids, dev in zip(cmd["groups"], cmd["devices"]):
-                    _fork(dict(cmd["common"], cids=cids, device=dev), children)
-                    _reap(children)
+                go = os.pipe()  # the batch's go signal: closed once every process is forked
+                try:
+                    for cids, dev in zip(cmd["groups"], cmd["devices"]):
+                        _fork(dict(cmd["common"], cids=cids, device=dev), children, go)
+                        _reap(children)
+                finally:
+                    os.close(go[0])
+                    os.close(go[1])
 
 
-def _fork(spec: dict[str, Any], children: dict[int, list[int]]) -> None:
+def _fork(spec: dict[str, Any], children: dict[int, list[int]],
+          go: tuple[int, int] | None = None) -> None:
     sys.stdout.flush()
     me = os.getpid()
     # SIGTERM stays blocked across fork: the child must never run the zygote's handler (which
@@ -165,7 +189,7 @@ def _fork(spec: dict[str, Any], children: dict[int, list[int]]) -> None:
     if pid == 0:
         code = 1
         try:
-            code = _child(spec, me)
+            code = _child(spec, me, go)
         except BaseException as e:  # noqa: BLE001 - report anything, exit cleanly
             print(f"clients {spec.get('cids')}: {type(e).__name__}: {e}", file=sys.stderr)
         finally:

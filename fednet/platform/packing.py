@@ -5,7 +5,11 @@ The rule (README, `fednet launch --help`):
   (each costs ~14 ms of CPU to fork and register and ~11 MiB of PSS, BENCHMARKS.md sections 8
   and 15) and at most half the available memory at PROCESS_BYTES plus HOST_MODEL_COPIES of the
   model each;
-- beyond that, the fewest clients per process that keeps the processes within both limits;
+- beyond PROCESSES_PER_CORE, GROUPED_PER_CORE processes per core (within the memory limit), the
+  clients shared evenly among them: once the processes outnumber the cores many times over, each further process
+  only costs a fork, an interpreter and a share of the run queue (BENCHMARKS.md section 15:
+  1,000 digits clients on 2 cores start and train fastest in 16 processes of 63); beyond the
+  memory limit alone, the fewest clients per process within it;
 - with --gpus, also device memory: every process holds its own CUDA context
   (CUDA_CONTEXT_BYTES) and allocator workspace (DEVICE_WORKSPACE_BYTES), and every client its
   model and data on the device; the processes of each device must fit DEVICE_SHARE of its memory;
@@ -23,6 +27,7 @@ from typing import Any
 
 MiB = 1 << 20
 PROCESSES_PER_CORE = 64            # 100 clients on 2 cores stay 100 processes
+GROUPED_PER_CORE = 8               # processes per core once clients are grouped
 PROCESS_BYTES = 32 * MiB           # one client process (PSS ~11-13 MiB on digits) with headroom
 MEMORY_SHARE = 0.5                 # of MemAvailable, for the client processes' own overhead
 CUDA_CONTEXT_BYTES = 512 * MiB     # per process; PyTorch measured 287 MB (lazy module loading,
@@ -99,10 +104,15 @@ def choose(clients: int, machine: Machine, requested: int = 0, gpus: Sequence[in
     proc_bytes = PROCESS_BYTES + HOST_MODEL_COPIES * model_bytes
     mem_cap = max(1, int(MEMORY_SHARE * machine.mem_available) // proc_bytes)
     cap = min(cpu_cap, mem_cap)
-    k = -(-n // cap)
-    if mem_cap < cpu_cap:
+    grouped = n > cpu_cap  # else only the memory limit groups: the fewest per process within it
+    procs = min(mem_cap, GROUPED_PER_CORE * cores) if grouped else cap
+    k = -(-n // procs)
+    if mem_cap < (GROUPED_PER_CORE * cores if grouped else cpu_cap):
         why = (f"{mem_cap} processes of {proc_bytes / MiB:.0f} MiB fit half of the "
                f"{_gib(machine.mem_available)} available")
+    elif grouped:
+        why = (f"over {PROCESSES_PER_CORE} processes per core, {cores} cores: grouped into "
+               f"{GROUPED_PER_CORE} processes per core")
     else:
         why = f"at most {PROCESSES_PER_CORE} processes per core, {cores} cores"
     if gpus and machine.device_bytes:

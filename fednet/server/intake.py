@@ -121,7 +121,7 @@ class Intake:
             if task.route[self._holder.get(tid, task.hop)] == cid:  # WELCOME: those tasks are lost
                 self._fail(tid, f"client {cid} registered again; the task was lost with its "
                                 "old connection")
-        body = {"config": self.s.cfg.to_dict(), "profile": self.s.profiles[cid].to_dict(),
+        body = {"config": self._config_dict(), "profile": self.s.profiles[cid].to_dict(),
                 "run_id": self.s.run_id, "cid": cid}
         needed = welcome_plugins(self.s.cfg)  # [name, version] of the plugins the run uses
         if needed:
@@ -135,6 +135,14 @@ class Intake:
         if self.s.cfg.latency.file:  # so does a latency trace: hand-offs need the peers' links
             arrays["profiles"] = latency.to_array(self.s.profiles)
         self._send(cid, Message(MsgKind.WELCOME, SERVER, self.s.run_id, body=body, arrays=arrays))
+
+    def _config_dict(self: ZmqServer) -> dict:
+        """The run's configuration as WELCOME carries it, built once per configuration (every
+        client's WELCOME carries the same; building it is a walk over every field)."""
+        cached = self.__dict__.get("_welcome_config")
+        if cached is None or cached[0] is not self.s.cfg:
+            cached = self._welcome_config = (self.s.cfg, self.s.cfg.to_dict())
+        return cached[1]
 
     def _on_ready(self: ZmqServer, cid: int, got: Received) -> None:
         if cid not in self.hello:
