@@ -1,8 +1,10 @@
 """Direct client-to-client hand-off of a task's model along its route (never via the server).
 
 The holder sends HANDOFF to the next client's peer ROUTER and keeps the model until a
-HANDOFF_ACK arrives; it retries with a fresh socket, then skips a dead peer; when no peer is
-left it returns the model to the server as the task's RESULT, so a chain is never lost.
+HANDOFF_ACK arrives; it retries with a fresh socket, then skips a dead peer (at once when the
+peer's port refuses the connection); when no peer is left it returns the model to the server as
+the task's RESULT, so a chain is never lost. With --dead-peer skip a receiver accepts a hand-off
+from any earlier member of its route whose tag (key under --secure) proves it.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from fednet.metrics.accounting import SERVER, Ledger
 from fednet.network.churn import next_online_hop, passed_over
@@ -102,10 +105,15 @@ class Peers:
                 return False
             chan = Channel(dealer, self.ledger, self.me, router=False)
             chan.rejects = self.chan.rejects  # one count for everything this peer refused
+            watch = ConnectWatch(dealer)
             try:
                 n, _ = chan.send(msg, peer)
                 deadline = time.monotonic() + self.ack_timeout
                 while time.monotonic() < deadline:
+                    if watch.refused():  # nothing listens on its port: its process is gone
+                        log.warning("%s: peer %s refused the connection (%s)", self.me, peer,
+                                    endpoint[:80])
+                        return False
                     if not dealer.poll(50):
                         self.pump()  # acknowledge hand-offs to us meanwhile: no mutual waits
                         continue
@@ -119,6 +127,7 @@ class Peers:
                         return True
                     chan.reject(got, "not the acknowledgement awaited", peer)
             finally:
+                watch.close()
                 dealer.close(linger=0)
         return False
 
@@ -142,7 +151,8 @@ class Peers:
 
     def _reject_reason(self, msg: Message, user_key: str | None) -> str:
         """Why a peer message is not a hand-off of this run for this client from its
-        predecessor ('' if it is): run, addressing, the tag (launch) or the key (--secure)."""
+        predecessor, or from an earlier member allowed to skip to it ('' if it is): run,
+        addressing, the tag naming this hop (launch) or the sender's key (--secure)."""
         if msg.kind != MsgKind.HANDOFF:
             return f"unexpected {msg.kind.name} on the peer socket"
         if msg.run_id != self.run_id:
@@ -151,8 +161,7 @@ class Peers:
         route, hop = b["route"], b["hop"]
         if not 0 < hop < len(route):
             return "hand-off with a hop outside its route"
-        prev = hop - 1 if client_name(route[hop - 1]) == msg.sender else passed_over(
-            self.availability, route, hop, msg.sender, msg.sim_time)  # offline peers between
+        prev = self._sender_hop(route, hop, msg.sender, msg.sim_time)
         if client_name(route[hop]) != self.me or prev is None:
             return "hand-off not addressed to this client by its predecessor"
         if not check_handoff(self.peer_key, b["mac"], msg.run_id, msg.round, msg.task_id, hop,
@@ -163,6 +172,17 @@ class Peers:
             if hop >= len(keys) or not user_key or keys[prev] != user_key:
                 return "hand-off from a key that does not own the route's predecessor"
         return ""
+
+    def _sender_hop(self, route: list[int], hop: int, sender: str, t: float) -> int | None:
+        """The route index of the sender of a hand-off to route[hop]: its predecessor; an earlier
+        member when every peer between was skipped for a reason this run accepts (offline per
+        --availability; with --dead-peer skip, unreachable, which only the holder can tell, so
+        any earlier member); else None. Its tag (and key under --secure) is checked after."""
+        if client_name(int(route[hop - 1])) == sender:
+            return hop - 1
+        if self.dead_peer == "skip":
+            return earlier_hop(route, hop, sender)
+        return passed_over(self.availability, route, hop, sender, t)
 
     def hop_done(self, task_msg: Message, reply: Message) -> Message:
         """HOP_DONE for the server: the bytes of the last hand-off and its acknowledgement."""
@@ -175,6 +195,38 @@ class Peers:
     def close(self) -> None:
         """Close the peer socket."""
         self.sock.close(linger=0)
+
+
+class ConnectWatch:
+    """A hand-off connection's monitor: `refused()` is True when a connect failed before any
+    succeeded, i.e. nothing listens on the peer's port (a dead process, not a busy peer), so
+    waiting for its acknowledgement is useless."""
+
+    def __init__(self, dealer: zmq.Socket) -> None:
+        self.dealer = dealer
+        self.sock = dealer.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_CONNECT_RETRIED)
+        self.connected = False
+
+    def refused(self) -> bool:
+        while self.sock.poll(0):
+            ev = recv_monitor_message(self.sock)["event"]
+            if ev == zmq.EVENT_CONNECTED:
+                self.connected = True
+            elif ev == zmq.EVENT_CONNECT_RETRIED and not self.connected:
+                return True
+        return False
+
+    def close(self) -> None:
+        self.dealer.disable_monitor()
+        self.sock.close(linger=0)
+
+
+def earlier_hop(route: list[int], hop: int, sender: str) -> int | None:
+    """The last index before `hop` at which `sender` (a client name) is on `route`, else None."""
+    for i in range(hop - 1, -1, -1):
+        if client_name(int(route[i])) == sender:
+            return i
+    return None
 
 
 class PeerChainBroken(Exception):
