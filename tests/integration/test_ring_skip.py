@@ -53,7 +53,8 @@ def _send(sender: Peers, receiver: Peers, route, to_hop: int, key: bytes | None 
                 got.append(r[0])
     sender.pump = pump
     tag = handoff_tag(key, RUN, t.round, t.task_id, to_hop, sender.me)
-    ok = sender._send_acked(receiver.endpoint, receiver.me, handoff_message(msg, reply, to_hop, tag))
+    handoff = handoff_message(msg, reply, to_hop, tag)
+    ok = sender._send_acked(receiver.endpoint, receiver.me, handoff)
     pump()
     return got, ok
 
