@@ -83,3 +83,13 @@ def test_inter_slots_are_asynchronous_in_simulated_time():
     assert [r["round"] for r in rows] == [0, 1, 2, 3]
     assert [bool(r.get("interim")) for r in rows] == [True, True, True, False]
     assert all(a["sim_s"] <= b["sim_s"] for a, b in zip(rows, rows[1:]))
+
+
+def test_default_min_samples_fits_few_clients(tmp_path):
+    """With fewer clients than classes the default |D_S|min (0.9 x mean size x classes) exceeds
+    all the data; it is capped at the pre-trained clients' total: one superclient of all."""
+    cfg = small_config(clients=4, algo={"name": "fedseq", "params": {"pretrain_epochs": 1}})
+    s, _ = final_model(cfg, tmp_path, "few")
+    assert s["status"] == "completed"
+    assert s["setup"]["groups"] == [[0, 1, 2, 3]]
+    assert s["setup"]["min_samples"] == 1437  # every training sample of digits

@@ -86,8 +86,10 @@ class FedSeq(Strategy):
         if p.approximator.startswith("clf"):
             reps = approx.pca_reduce(reps, p.pca_variance, self.cfg.seed)
         sizes = np.array([st.sizes.get(c, r.num_examples) for c, r in zip(ids, ok)])
-        # default |D_S|min: room for about N_C clients, so a superclient can cover every class
-        min_samples = p.min_samples or int(0.9 * sizes.mean() * self.info.num_classes)
+        # default |D_S|min: room for about N_C clients, so a superclient can cover every class;
+        # at most every pre-trained client's data (few clients, or many offline at the start)
+        min_samples = p.min_samples or min(int(0.9 * sizes.mean() * self.info.num_classes),
+                                           int(sizes.sum()))
         groups = sc.group(p.grouping, reps, sizes, p.measure, min_samples, p.max_clients,
                           self.cfg.seed, self.info.num_classes, p.zero_floor)
         st.superclients = [sorted(ids[i] for i in g) for g in groups]
