@@ -5,7 +5,8 @@ task is sent), with the default net.ack_timeout (30 s) and net.ack_retries (2), 
 
 Each variant runs in its own process (PYTHONPATH = its checkout), alternating, `repeats` times:
   before      the --before checkout
-  no_refusal  this checkout with the closed-port check off (the holder waits out the acks)
+  no_refusal  this package copied with the closed-port check off (the holder waits out
+              its acknowledgement timeouts)
   after       this checkout
 Setup: 4 digits clients, one superclient of all 4 (route of 4), 2 rounds; route[2] of round 1
 is killed. Printed: round 1's wall seconds, who returned its result (the dead peer's successor
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,9 +29,6 @@ CHILD = r'''
 import json, os, signal, sys
 from fednet.config import from_dict
 from fednet.server.main import run_zmq
-if sys.argv[2] == "no_refusal":
-    from fednet.client import peers
-    peers.ConnectWatch.refused = lambda self: False  # forked clients inherit it
 p = {"min_samples": 1400, "max_clients": 4, "superclient_fraction": 1.0, "pretrain_epochs": 1}
 cfg = from_dict({"clients": 4, "rounds": 2, "seed": 7, "latency": {"preset": "lan"},
                  "train": {"epochs": 1, "batch_size": 16, "lr": 0.1},
@@ -55,8 +54,23 @@ print(json.dumps({"status": s["status"], "wall_s": rows[1]["wall_s"], "route": b
 '''
 
 
+REFUSED = "    def refused(self) -> bool:\n"
+
+
+def without_refusal(tmp: str) -> str:
+    """A copy of this checkout's package whose holders never see a refused connection."""
+    shutil.copytree(HERE / "fednet", Path(tmp) / "fednet")
+    peers = Path(tmp) / "fednet" / "client" / "peers.py"
+    text = peers.read_text()
+    assert REFUSED in text
+    peers.write_text(text.replace(REFUSED, REFUSED + "        return False\n"))
+    return tmp
+
+
 def run(checkout: str, variant: str) -> dict:
-    with tempfile.TemporaryDirectory() as out:
+    with tempfile.TemporaryDirectory() as out, tempfile.TemporaryDirectory() as pkg:
+        if variant == "no_refusal":
+            checkout = without_refusal(pkg)
         env = dict(os.environ, PYTHONPATH=checkout)
         p = subprocess.run([sys.executable, "-c", CHILD, out, variant], env=env, cwd=checkout,
                            capture_output=True, text=True, timeout=600, check=True)
