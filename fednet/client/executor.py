@@ -36,6 +36,22 @@ log = logging.getLogger("fednet.client")
 algorithms.preload()  # every algorithm's halves, imported once (in the zygote, before it forks)
 
 
+_WORKING: dict[tuple, torch.nn.Module] | None = None  # see share_working_models
+
+
+def share_working_models(on: bool = True) -> None:
+    """From now on, clients built in this process whose algorithm keeps no model between tasks
+    (ClientUpdate.keeps_model False) share one working model per (model, device): each task
+    loads the received model into it before training, and the process runs its clients' tasks
+    one at a time (client.host, which also lets every earlier send finish first). Saves one
+    model per further client (FedSeq CNN: 3 MiB). on=False: every client builds its own again."""
+    global _WORKING
+    if not on:
+        _WORKING = None
+    elif _WORKING is None:
+        _WORKING = {}
+
+
 def _augment(name: str, dataset: str):
     """The train-time augmentation, or None when it is the identity (no random draws at all)."""
     fn = augmentation(name, dataset)
@@ -69,8 +85,15 @@ class Executor:
         # the same seeded initial weights as the server's, so personal models need no download
         self._initial = lambda: build_model(algorithms.model_name(cfg), ds.num_classes,
                                             ds.input_shape, dataset=d.dataset, seed=cfg.seed)
-        model = self._initial().to(self.device)
         self.update = algorithms.build_client(cfg)  # the client half only
+        if _WORKING is not None and not self.update.keeps_model:
+            key = (algorithms.model_name(cfg), ds.num_classes, tuple(ds.input_shape), d.dataset,
+                   cfg.seed, str(self.device))
+            model = _WORKING.get(key)
+            if model is None:
+                model = _WORKING[key] = self._initial().to(self.device)
+        else:
+            model = self._initial().to(self.device)
         self.availability: Availability | None = None  # --availability: set by the runtime
         # --checkpoint-every under fednet launch/clients: this client keeps its state on disk
         self.files = (StateFiles(cfg.out, cid, cfg.algo.name) if files and cfg.out and

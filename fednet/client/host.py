@@ -3,9 +3,11 @@
 One zmq context, one poll loop and one worker serve N clients, so N clients cost one process:
 one fork, one interpreter, one CUDA context on a GPU (a context holds hundreds of MB of device
 memory, so 100 separate processes may not fit on one device). Each logical client keeps its own
-identity, server link, peer socket, ledger, data and model: the server and the wire see exactly
-what N separate processes would send. Their tasks run one at a time, round-robin. Hand-offs
-between two clients of the same process travel over their peer sockets like any other, and any
+identity, server link, peer socket, ledger, data and state: the server and the wire see exactly
+what N separate processes would send. Their tasks run one at a time, round-robin, so clients
+whose algorithm keeps no model between tasks share one working model (executor.
+share_working_models); before a task starts, every earlier zero-copy send of the process has
+left (it may still read that model's memory). Hand-offs between two clients of the same process travel over their peer sockets like any other, and any
 wait (for an acknowledgement, a real-time delay) reads every client's sockets, so a hand-off to a
 neighbour in the same process is acknowledged while its sender waits.
 """
@@ -18,6 +20,7 @@ import torch
 import zmq
 
 from fednet.client.app import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Client
+from fednet.client.executor import share_working_models
 from fednet.errors import ConfigError
 from fednet.platform.proc import check_files_per_process
 from fednet.plugin_check import report
@@ -36,6 +39,7 @@ class Host:
                  run_key: bytes | None = None, key_name: str = "",
                  curve: tuple[bytes, bytes] | None = None) -> None:
         check_files_per_process(len(cids))
+        share_working_models()
         self.ctx = zmq.Context()
         self.ctx.set(zmq.MAX_SOCKETS, max(1023, SOCKETS_PER_CLIENT * len(cids) + 64))
         self.auth = None
@@ -143,6 +147,7 @@ class Host:
             if c is None:
                 self.pump(1000)
                 continue
+            self._settle()
             try:
                 c.step()
             except Exception:  # noqa: BLE001 - one client's failure is not its neighbours'
@@ -152,6 +157,14 @@ class Host:
                 live.remove(c)
                 self._drop(c)
         return worst
+
+    def _settle(self) -> None:
+        """Wait until every client's last zero-copy send has left: the next task may load a
+        received model into the working model those messages still read."""
+        for c in self.clients:
+            if c._tracker is not None:
+                c._tracker.wait()
+                c._tracker = None
 
     def _next_with_work(self, live: list[Client]) -> Client | None:
         """The next client (round-robin) with a queued task or hand-off; None if none has."""
