@@ -9,6 +9,7 @@ import signal
 import pytest
 
 from fednet.server.main import run_zmq
+from fednet.transport.security import init_keys
 from tests.conftest import small_config
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]
@@ -62,14 +63,19 @@ def _record(session, victim_index: int, when: int = 1):
     session.algo.configure_round, session.algo.aggregate_round = configure_round, aggregate_round
 
 
-@pytest.mark.parametrize("mode", ["skip", "server"])
+@pytest.mark.parametrize("mode", ["skip", "server", "skip --secure"])
 def test_a_dead_middle_peer_is_skipped_to_its_successor(tmp_path, mode):
     """With --dead-peer skip the model goes on to the dead peer's successor (which trains and
-    returns the chain's RESULT: two hand-offs in the round, one HOP_DONE each); with server the
-    holder returns it to the server itself (one hand-off)."""
+    returns the chain's RESULT: two hand-offs in the round, one HOP_DONE each; under --secure the
+    successor checks the skipping sender's own key); with server the holder returns it to the
+    server itself (one hand-off)."""
     p = {"min_samples": 1400, "max_clients": 4, "superclient_fraction": 1.0, "pretrain_epochs": 1}
-    cfg = small_config(clients=4, rounds=2, algo={"name": "fedseq", "params": p},
-                       net={"ack_timeout": 1.0, "ack_retries": 2, "dead_peer": mode})
+    net = {"ack_timeout": 1.0, "ack_retries": 2, "dead_peer": mode.split()[0]}
+    if mode.endswith("--secure"):  # one key pair per client process (fednet launch --secure)
+        init_keys(tmp_path / "keys")
+        net.update(secure=str(tmp_path / "keys"), clients_per_process=1)
+    cfg = small_config(clients=4, rounds=2, algo={"name": "fedseq", "params": p}, net=net)
+    tmp_path = tmp_path / "run"
     sessions = []
     s = run_zmq(cfg.replace(out=str(tmp_path)), quiet=True,
                 prepare=lambda ss: (sessions.append(ss), _record(ss, 2)))
@@ -81,7 +87,7 @@ def test_a_dead_middle_peer_is_skipped_to_its_successor(tmp_path, mode):
     c2c = [r["bytes_round"]["client_to_client"] for r in rows]
     per_hop = c2c[0] // 3  # round 0: three hand-offs of the same model (one HOP_DONE each)
     assert c2c[0] == 3 * per_hop and per_hop > 10_000
-    if mode == "skip":  # 0 -> 1 -> 3: the successor of the dead peer trained and returned it
+    if mode != "server":  # 0 -> 1 -> 3: the successor of the dead peer trained and returned it
         assert ss.senders[1] == [route[3]]
         assert c2c[1] == 2 * per_hop  # the dead peer's hop is not counted
         assert s["client_rejected_messages"] == 0
