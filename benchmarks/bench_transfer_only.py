@@ -1,0 +1,99 @@
+"""A ResNet-18 round's transfers alone (BENCHMARKS.md section 15, "Transfers alone"), side by side
+with loopback TCP's throughput measured in the same run.
+
+    python3 benchmarks/bench_transfer_only.py [--reps 3] [--algos echo echo-fedavg] [--json F]
+
+The round of section 15's `bench_many.py --part big` (ResNet-18, 44.7 MB; 100 clients of
+synthetic-cifar10-small, `--clients-per-process 10`, 1 round) with the clients' compute taken
+out: echo_plugin.py's clients return the received model unchanged (`echo`: the server drops each
+result on arrival; `echo-fedavg`: FedAvg's server folds each one in). For each launch, alternating
+with a fresh loopback TCP measurement (bench_many.tcp_throughput: two processes, plain sockets,
+256 KiB sends, 512 MiB):
+
+- window: the server's first TASK sent .. its last RESULT received whole (round_timing_plugin's
+  server-side timestamps), and window / (bytes moved / TCP throughput), the issue's ratio;
+- the loopback interface's busy time (section 15's measure, bench_many.LoopbackMeter) over the
+  same ideal;
+- where the time goes: the union of in-flight intervals, decode on the clients and the server,
+  the clients' task handling (no training here), aggregation, all processes' CPU in the round.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _util import loadavg, machine, write_json  # noqa: E402
+from bench_many import LoopbackMeter, fednet, split_round, tcp_throughput, timed  # noqa: E402
+
+
+def window(events: list[dict[str, Any]]) -> dict[str, float]:
+    """First TASK sent .. last RESULT received (and decoded), server-side timestamps."""
+    tasks = [e["t"] for e in events if e["ev"] == "send" and e["kind"] == "TASK"]
+    results = [e for e in events if e["ev"] == "recv" and e["kind"] == "RESULT"]
+    last = max(results, key=lambda e: e["t"])
+    return {"window_s": last["t"] - min(tasks), "window_decoded_s": last["t"] + last["dt"]
+            - min(tasks), "tasks": len(tasks), "results": len(results)}
+
+
+def launch(tmp: Path, tag: str, algo: str, tput: float, per_process: str) -> dict[str, Any]:
+    tdir, out = tmp / f"timing_{tag}", tmp / f"run_{tag}"
+    tdir.mkdir()
+    env = dict(os.environ, FEDNET_TIMING_DIR=str(tdir),
+               PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
+    argv = fednet() + ["launch", "--plugin", str(HERE / "round_timing_plugin.py"),
+                       "--plugin", str(HERE / "echo_plugin.py"), "--algo", algo,
+                       "--dataset", "synthetic-cifar10-small", "--model", "resnet18",
+                       "--clients", "100", "--rounds", "1", "--epochs", "1", "--batch-size", "8",
+                       "--clients-per-process", per_process, "-q", "--out", str(out)]
+    meter = LoopbackMeter(tput)
+    wall, _ = timed(argv, env)
+    meter.stop()
+    events = [json.loads(line) for f in tdir.glob("*.jsonl") for line in f.read_text().splitlines()]
+    r = split_round(events)
+    r.update(window(events))
+    ideal = r["bytes_moved"] / tput
+    r.update(algo=algo, tcp_bytes_per_s=tput, command_s=wall, ideal_transfer_s=ideal,
+             window_over_ideal=r["window_s"] / ideal, lo_busy_s=meter.busy_s,
+             lo_busy_over_ideal=meter.busy_s / ideal, lo_busy_bytes=meter.bytes,
+             loadavg=loadavg())
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(tdir, ignore_errors=True)
+    return r
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--algos", nargs="+", default=["echo", "echo-fedavg"])
+    ap.add_argument("--per-process", default="10")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="fednet_transfer_only_") as d:
+        for i in range(args.reps):
+            for algo in args.algos:
+                tput = tcp_throughput()
+                r = launch(Path(d), f"{i}_{algo}", algo, tput, args.per_process)
+                rows.append(r)
+                print(f"{i} {algo:12s} tcp {tput / 1e9:.2f} GB/s  moved {r['bytes_moved'] / 1e9:.2f}"
+                      f" GB  ideal {r['ideal_transfer_s']:.2f}s  window {r['window_s']:.2f}s "
+                      f"(x{r['window_over_ideal']:.2f})  lo busy {r['lo_busy_s']:.2f}s "
+                      f"(x{r['lo_busy_over_ideal']:.2f})  in flight {r['latency_s']:.2f}s  decode "
+                      f"clients {r['decode_clients_s']:.2f}s server {r['decode_server_s']:.2f}s  "
+                      f"tasks {r['compute_sum_s']:.2f}s  aggregation {r['aggregation_s']:.2f}s  "
+                      f"cpu {r['process_cpu_s']:.1f}s  round {r['round_s']:.2f}s  "
+                      f"load {r['loadavg']}", flush=True)
+    if args.json:
+        write_json(args.json, {"machine": machine(), "runs": rows})
+
+
+if __name__ == "__main__":
+    main()
