@@ -7,8 +7,8 @@ The round of section 15's `bench_many.py --part big` (ResNet-18, 44.7 MB; 100 cl
 synthetic-cifar10-small, `--clients-per-process 10`, 1 round) with the clients' compute taken
 out: echo_plugin.py's clients return the received model unchanged (`echo`: the server drops each
 result on arrival; `echo-fedavg`: FedAvg's server folds each one in). For each launch, alternating
-with a fresh loopback TCP measurement (bench_many.tcp_throughput: two processes, plain sockets,
-256 KiB sends, 512 MiB):
+with a fresh loopback TCP measurement of the round's bytes (bench_many.tcp_throughput: two
+processes, plain sockets, 256 KiB sends, 8.95 GB = 100 x 44.7 MB each way):
 
 - window: the server's first TASK sent .. its last RESULT received whole (round_timing_plugin's
   server-side timestamps), and window / (bytes moved / TCP throughput), the issue's ratio;
@@ -32,6 +32,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _util import loadavg, machine, write_json  # noqa: E402
 from bench_many import LoopbackMeter, fednet, split_round, tcp_throughput, timed  # noqa: E402
+
+
+ROUND_BYTES, CHUNK = 8_947_810_200, 256 * 1024  # a round's TASK + RESULT bytes (measured)
 
 
 def window(events: list[dict[str, Any]]) -> dict[str, float]:
@@ -80,7 +83,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="fednet_transfer_only_") as d:
         for i in range(args.reps):
             for algo in args.algos:
-                tput = tcp_throughput()
+                tput = tcp_throughput(total=ROUND_BYTES // CHUNK * CHUNK)
                 r = launch(Path(d), f"{i}_{algo}", algo, tput, args.per_process)
                 rows.append(r)
                 print(f"{i} {algo:12s} tcp {tput / 1e9:.2f} GB/s  moved {r['bytes_moved'] / 1e9:.2f}"
