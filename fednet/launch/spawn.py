@@ -87,9 +87,11 @@ class Zygote:
         model once and the clients copy it."""
         if not specs:
             return
-        common = {k: v for k, v in specs[0].items() if k not in ("cids", "device")}
+        own = ("cids", "device", "curve")  # what differs between processes
+        common = {k: v for k, v in specs[0].items() if k not in own}
         cmd = {"cmd": "spawn_many", "common": common, "groups": [s["cids"] for s in specs],
-               "devices": [s["device"] for s in specs], "template": template}
+               "devices": [s["device"] for s in specs],
+               "curves": [s.get("curve") for s in specs], "template": template}
         assert self.proc.stdin is not None
         self.proc.stdin.write((json.dumps(cmd) + "\n").encode())  # a few KB even for 500 clients
         self.proc.stdin.flush()

@@ -3,7 +3,8 @@
 Run as `python -m fednet.launch.zygote` with OMP_NUM_THREADS=1. It never opens a socket nor
 touches CUDA. Commands arrive as JSON lines on stdin; events leave as JSON lines on stdout:
   in:  {"cmd": "spawn_many", "groups": [[0, 1], [2, 3]], "devices": ["cpu", "cpu"],
-        "common": {"connect": "tcp://...", "threads": 1, ...}}   (one process per group)
+        "curves": [pair or null, ...], "common": {"connect": "tcp://...", "threads": 1, ...}}
+       (one process per group)
        {"cmd": "stop"}                       (or EOF: the launcher is gone)
   out: {"event": "warm", "pid": P, "seconds": S}
        {"event": "hugepages", "bytes": B, "seconds": S}   (once, before a large spawn_many)
@@ -140,6 +141,15 @@ def _child(spec: dict[str, Any], zygote: int, go: tuple[int, int] | None = None)
                       tuple(c.encode() for c in spec["curve"]) if spec.get("curve") else None)
 
 
+def group_specs(cmd: dict[str, Any]) -> list[dict[str, Any]]:
+    """One process spec per group of a spawn_many command: the common part, then what is the
+    group's own (its ids, its device and, under `fednet launch --secure`, its CURVE pair)."""
+    n = len(cmd["groups"])
+    curves = cmd.get("curves") or [None] * n
+    return [dict(cmd["common"], cids=cids, device=dev, curve=curve)
+            for cids, dev, curve in zip(cmd["groups"], cmd["devices"], curves)]
+
+
 def serve(children: dict[int, list[int]]) -> None:
     """Read commands, fork clients, report exits; return on stop or EOF."""
     buf = b""
@@ -168,8 +178,8 @@ def serve(children: dict[int, list[int]]) -> None:
                     _emit({"event": "hugepages", "bytes": huge, "seconds": time.monotonic() - t0})
                 go = os.pipe()  # the batch's go signal: closed once every process is forked
                 try:
-                    for cids, dev in zip(cmd["groups"], cmd["devices"]):
-                        _fork(dict(cmd["common"], cids=cids, device=dev), children, go)
+                    for spec in group_specs(cmd):
+                        _fork(spec, children, go)
                         _reap(children)
                 finally:
                     os.close(go[0])

@@ -24,7 +24,8 @@ LOST_GRACE_S = 1.0
 
 @dataclass
 class Identity:
-    """How claims are proven in this run (at most one of the two is set)."""
+    """How claims are proven in this run: the launcher's run key, the --secure keys' ids, or
+    both (fednet launch --secure: each process proves its ids and holds its own key pair)."""
 
     run_key_secret: object | None = None  # callable cid -> secret (launch)
     key_ids: dict[str, object] = field(default_factory=dict)  # z85 key -> ids (--secure)
@@ -70,14 +71,17 @@ class Connections:
                 return "identity proof replayed"
             if not check_hello(ident.run_key_secret(cid), cid, nonce, proof):  # type: ignore[operator]
                 return "identity proof is wrong"
-            self.nonces.add((cid, nonce))
-            return ""
-        if ident.key_ids:
+            if not ident.key_ids:
+                self.nonces.add((cid, nonce))
+                return ""
+        if ident.key_ids:  # fednet launch --secure: the proof and the process's own key
             ids = ident.key_ids.get(key or "")
             if ids is None:
                 return "this key is not allowed"
             if cid not in ids:  # type: ignore[operator]
                 return f"this key may not claim client {cid}"
+            if nonce is not None and ident.run_key_secret is not None:
+                self.nonces.add((cid, nonce))
             return ""
         held = self.route_of.get(cid)
         if held is not None and held != route and cid not in self.lost:
