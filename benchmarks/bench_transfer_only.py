@@ -7,15 +7,16 @@ The round of section 15's `bench_many.py --part big` (ResNet-18, 44.7 MB; 100 cl
 synthetic-cifar10-small, `--clients-per-process 10`, 1 round) with the clients' compute taken
 out: echo_plugin.py's clients return the received model unchanged (`echo`: the server drops each
 result on arrival; `echo-fedavg`: FedAvg's server folds each one in). For each launch, alternating
-with a fresh loopback TCP measurement of the round's bytes (bench_many.tcp_throughput: two
-processes, plain sockets, 256 KiB sends, 8.95 GB = 100 x 44.7 MB each way):
+with a fresh loopback TCP measurement of the round's bytes (two processes, plain sockets, 256 KiB
+sends, 8.95 GB = 100 x 44.7 MB each way; its wall time and both processes' CPU):
 
 - window: the server's first TASK sent .. its last RESULT received whole (round_timing_plugin's
   server-side timestamps), and window / (bytes moved / TCP throughput), the issue's ratio;
 - the loopback interface's busy time (section 15's measure, bench_many.LoopbackMeter) over the
   same ideal;
 - where the time goes: the union of in-flight intervals, decode on the clients and the server,
-  the clients' task handling (no training here), aggregation, all processes' CPU in the round.
+  the clients' task handling (no training here), aggregation, all processes' CPU in the round
+  against the CPU the same bytes took through plain TCP.
 """
 from __future__ import annotations
 
@@ -23,18 +24,49 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _util import loadavg, machine, write_json  # noqa: E402
-from bench_many import LoopbackMeter, fednet, split_round, tcp_throughput, timed  # noqa: E402
+from bench_many import LoopbackMeter, fednet, split_round, timed  # noqa: E402
 
 
 ROUND_BYTES, CHUNK = 8_947_810_200, 256 * 1024  # a round's TASK + RESULT bytes (measured)
+
+
+def tcp_reference(total: int = ROUND_BYTES // CHUNK * CHUNK) -> tuple[float, float]:
+    """(bytes per second, CPU seconds of sender and receiver) for `total` bytes through loopback
+    TCP between two processes (plain sockets, CHUNK sends; as bench_many.tcp_throughput)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    pid = os.fork()
+    if pid == 0:  # the sender
+        c = socket.create_connection(srv.getsockname())
+        buf = memoryview(bytearray(CHUNK))
+        for _ in range(total // CHUNK):
+            c.sendall(buf)
+        c.close()
+        os._exit(0)
+    conn, _ = srv.accept()
+    buf = bytearray(CHUNK)
+    got, c0, t = 0, time.thread_time(), time.monotonic()
+    while got < total:
+        n = conn.recv_into(buf)
+        if not n:
+            break
+        got += n
+    dt, cpu = time.monotonic() - t, time.thread_time() - c0
+    _, _, ru = os.wait4(pid, 0)
+    conn.close()
+    srv.close()
+    return got / dt, cpu + ru.ru_utime + ru.ru_stime
 
 
 def window(events: list[dict[str, Any]]) -> dict[str, float]:
@@ -83,8 +115,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="fednet_transfer_only_") as d:
         for i in range(args.reps):
             for algo in args.algos:
-                tput = tcp_throughput(total=ROUND_BYTES // CHUNK * CHUNK)
+                tput, tcp_cpu = tcp_reference()
                 r = launch(Path(d), f"{i}_{algo}", algo, tput, args.per_process)
+                r["tcp_cpu_s"] = tcp_cpu
                 rows.append(r)
                 print(f"{i} {algo:12s} tcp {tput / 1e9:.2f} GB/s  moved {r['bytes_moved'] / 1e9:.2f}"
                       f" GB  ideal {r['ideal_transfer_s']:.2f}s  window {r['window_s']:.2f}s "
@@ -92,7 +125,9 @@ def main() -> None:
                       f"(x{r['lo_busy_over_ideal']:.2f})  in flight {r['latency_s']:.2f}s  decode "
                       f"clients {r['decode_clients_s']:.2f}s server {r['decode_server_s']:.2f}s  "
                       f"tasks {r['compute_sum_s']:.2f}s  aggregation {r['aggregation_s']:.2f}s  "
-                      f"cpu {r['process_cpu_s']:.1f}s  round {r['round_s']:.2f}s  "
+                      f"cpu {r['process_cpu_s']:.1f}s (decode clients "
+                      f"{r['decode_clients_cpu_s']:.1f} server {r['decode_server_cpu_s']:.1f}; TCP "
+                      f"alone {tcp_cpu:.1f}s)  round {r['round_s']:.2f}s  "
                       f"load {r['loadavg']}", flush=True)
     if args.json:
         write_json(args.json, {"machine": machine(), "runs": rows})
