@@ -44,6 +44,7 @@ class Connections:
         self.route_of: dict[int, bytes] = {}
         self.cid_of: dict[bytes, int] = {}
         self.key_of: dict[int, str] = {}
+        self.released: dict[bytes, int] = {}  # connection -> its dead client (one per death)
         self.fd_route: dict[int, bytes] = {}
         self.route_fd: dict[bytes, int] = {}
         self.lost: dict[int, float] = {}
@@ -98,6 +99,7 @@ class Connections:
             self.route_of.pop(prev, None)
         self.route_of[cid] = route
         self.cid_of[route] = cid
+        self.released.pop(route, None)
         if key:
             self.key_of[cid] = key
         self.lost.pop(cid, None)
@@ -107,6 +109,7 @@ class Connections:
         route = self.route_of.pop(cid, None)
         if route is not None and self.cid_of.get(route) == cid:
             del self.cid_of[route]
+            self.released[route] = cid  # a BYE it queued before it exited may still arrive
         self.lost.pop(cid, None)
 
     def disconnected(self, fd: int) -> None:

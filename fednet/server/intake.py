@@ -50,6 +50,12 @@ class Intake:
             return self._on_hello(got)
         cid = self.conns.cid_of.get(got.route)
         if cid is None:
+            late = self.conns.released.get(got.route)  # its client exited with the BYE queued
+            if (msg.kind == MsgKind.BYE and late is not None and msg.sender == client_name(late)
+                    and msg.run_id == self.s.run_id):
+                self.chan.accept(got, client_name(late))
+                self.byes.setdefault(late, dict(msg.body))
+                return None
             return self.chan.reject(got, f"{msg.kind.name} from a connection that is no client")
         if msg.sender != client_name(cid):
             return self.chan.reject(got, f"sender {msg.sender[:40]!r} on client {cid}'s connection")

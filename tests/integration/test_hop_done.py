@@ -3,11 +3,12 @@ connections): its bytes still count, once."""
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
 
-from fednet.protocol import MsgKind
+from fednet.protocol import Message, MsgKind
 from fednet.server.main import run_zmq
 from tests.conftest import final_model, same_arrays, small_config
 
@@ -57,3 +58,45 @@ def test_a_hop_done_after_the_result_is_counted_once(tmp_path, monkeypatch):
     assert s["rejected_messages"] > 0  # the duplicates
     with np.load(tmp_path / "run" / "final_model.npz", allow_pickle=False) as z:
         assert same_arrays(ref_model, {k: z[k] for k in z.files})
+
+
+def test_a_bye_read_after_its_client_was_released_is_accepted(tmp_path, monkeypatch):
+    """Under `fednet launch` the zygote may report a client's clean exit before the server has
+    read the BYE that client queued: its connection is released first. That BYE is the client's
+    own (the same connection, the same run): accepted, not counted as a rejection."""
+    from fednet.client.host import run_host
+    from fednet.server.app import ZmqServer
+
+    def release_first(self, timeout_s=5.0):
+        self.shutting_down = True
+        for cid in list(self.clients):  # as if every exit were reported before its BYE is read
+            self._send(cid, Message(MsgKind.SHUTDOWN, "server", self.s.run_id))
+        time.sleep(0.5)  # the BYEs are queued by now
+        for cid in list(self.clients):
+            self.conns.release(cid)
+            self.dead[cid], self.death_round[cid] = "process exited with code 0", self.round
+            self.clean_exits.add(cid)
+        before = dict(self.byes)
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end and len(self.byes) < len(self.clients):
+            self._poll_once(0.05)  # what shutdown() and the close do: read what is queued
+        box["byes"] = (before, dict(self.byes))
+    monkeypatch.setattr(ZmqServer, "shutdown", release_first)
+    cfg = small_config(clients=2, rounds=1)
+    box: dict = {}
+
+    def serve():
+        box["summary"] = run_zmq(cfg.replace(out=str(tmp_path / "run")), quiet=True,
+                                 local_clients=False,
+                                 on_listen=lambda ep: box.setdefault("endpoint", ep))
+    t = threading.Thread(target=serve)
+    t.start()
+    while "endpoint" not in box and t.is_alive():
+        t.join(0.05)
+    code = run_host([0, 1], box["endpoint"], register_timeout=30)
+    t.join(60)
+    s = box["summary"]
+    assert code == 0 and s["status"] == "completed" and not s["failures"]
+    before, after = box["byes"]
+    assert before == {} and sorted(after) == [0, 1]  # read after the release, and accepted
+    assert s["rejected_messages"] == 0 and s["bytes"]["rejected"] == 0
