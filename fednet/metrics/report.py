@@ -98,13 +98,6 @@ def summary_rows(s: dict[str, Any], info: dict[str, str] | None = None) -> list[
     if link:  # --server-bandwidth (and --deadline/--over-select: stragglers)
         rate = link.get("rate_Bps")
         rows.append(("server link busy", _fmt(link.get("busy_s"), "s")
-                     + (f" at {rate * 8 / 1e6:g} Mbit/s" if rate else " (unlimited)")))
-    if "stragglers" in s:
-        rows.append(("stragglers", str(s["stragglers"])))
-    link = s.get("server_link")
-    if link:  # --server-bandwidth (and --deadline/--over-select: stragglers)
-        rate = link.get("rate_Bps")
-        rows.append(("server link busy", _fmt(link.get("busy_s"), "s")
                      + f" at {rate * 8 / 1e6:g} Mbit/s"))
     if "stragglers" in s:
         rows.append(("stragglers", str(s["stragglers"])))
