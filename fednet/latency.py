@@ -119,18 +119,7 @@ def _from_file(path: str, n: int) -> list[Profile]:
     where = f"--latency {p}"
     if not p.exists():
         raise ConfigError(f"--latency: file '{p}' does not exist (give a preset or a CSV/JSON trace)")
-    try:
-        if p.suffix.lower() == ".json":
-            rows = json.loads(p.read_text())
-            if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-                raise ConfigError(f"{where}: a JSON trace is a list of objects with the keys "
-                                  f"{', '.join(COLUMNS)}")
-            named = [(f"entry {i}", r) for i, r in enumerate(rows)]
-        else:
-            with p.open(newline="") as fh:
-                named = [(f"line {i + 2}", r) for i, r in enumerate(csv.DictReader(fh))]
-    except (OSError, UnicodeDecodeError, ValueError, csv.Error) as e:
-        raise ConfigError(f"{where}: cannot read it ({e})") from None
+    named = trace_rows(p, where, COLUMNS)
     if not named:
         raise ConfigError(f"{where}: the trace has no rows")
     profs: list[Profile] = []
@@ -179,6 +168,23 @@ def _rate(v: object, where: str) -> float:
         raise ConfigError(f"{where} is empty; give {RATE_HELP}")
     rate = parse_rate(v, where)
     return 0.0 if math.isinf(rate) else rate
+
+
+def trace_rows(p: Path, where: str, columns: tuple[str, ...]) -> list[tuple[str, dict]]:
+    """The rows of a CSV (header row) or JSON (a list of objects) trace, each with where it is
+    ("line N" / "entry N"); ConfigError naming `where` when the file cannot be read as one.
+    Shared by the latency and availability traces (network/availability_trace.py)."""
+    try:
+        if p.suffix.lower() == ".json":
+            rows = json.loads(p.read_text())
+            if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+                raise ConfigError(f"{where}: a JSON trace is a list of objects with the keys "
+                                  f"{', '.join(columns)}")
+            return [(f"entry {i}", r) for i, r in enumerate(rows)]
+        with p.open(newline="") as fh:
+            return [(f"line {i + 2}", r) for i, r in enumerate(csv.DictReader(fh))]
+    except (OSError, UnicodeDecodeError, ValueError, csv.Error) as e:
+        raise ConfigError(f"{where}: cannot read it ({e})") from None
 
 
 def _number(v: object, where: str) -> float:

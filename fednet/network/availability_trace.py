@@ -10,12 +10,11 @@ not used (a trace of 1000 clients serves a run of 100).
 """
 from __future__ import annotations
 
-import csv
-import json
 import math
 from pathlib import Path
 
 from fednet.errors import ConfigError
+from fednet.latency import trace_rows
 
 COLUMNS = ("client", "start", "end")
 Intervals = list[tuple[float, float]]
@@ -29,18 +28,7 @@ def read_trace(path: str, n: int, option: str = "--availability") -> list[Interv
     if not p.is_file():
         raise ConfigError(f"{option}: file '{p}' does not exist (give a preset: always, "
                           "offline:F[:S], diurnal[:DAY[:ON]], or a CSV/JSON trace)")
-    try:
-        if p.suffix.lower() == ".json":
-            rows = json.loads(p.read_text())
-            if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-                raise ConfigError(f"{where}: a JSON trace is a list of objects with the keys "
-                                  f"{', '.join(COLUMNS)}")
-            named = [(f"entry {i}", r) for i, r in enumerate(rows)]
-        else:
-            with p.open(newline="") as fh:
-                named = [(f"line {i + 2}", r) for i, r in enumerate(csv.DictReader(fh))]
-    except (OSError, UnicodeDecodeError, ValueError, csv.Error) as e:
-        raise ConfigError(f"{where}: cannot read it ({e})") from None
+    named = trace_rows(p, where, COLUMNS)
     if not named:
         raise ConfigError(f"{where}: the trace has no rows; one row per online interval with "
                           f"the columns {', '.join(COLUMNS)}")
