@@ -146,3 +146,22 @@ def read_json(path: Path) -> Any:
 def jsonl(path: Path) -> list[dict[str, Any]]:
     """Parse a JSON-lines file."""
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def serve_in_thread(cfg: Any, out: Path) -> tuple[Any, dict[str, Any]]:
+    """`fednet server` (run_zmq without local clients) in a thread of this process; returns
+    (thread, box) once it listens: box["endpoint"], and box["summary"] when the run ends."""
+    import threading
+
+    from fednet.server.main import run_zmq
+
+    box: dict[str, Any] = {}
+
+    def serve() -> None:
+        box["summary"] = run_zmq(cfg.replace(out=str(out)), quiet=True, local_clients=False,
+                                 on_listen=lambda ep: box.setdefault("endpoint", ep))
+    t = threading.Thread(target=serve)
+    t.start()
+    while "endpoint" not in box and t.is_alive():
+        t.join(0.05)
+    return t, box

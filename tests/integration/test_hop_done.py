@@ -1,16 +1,16 @@
 """A hand-off's HOP_DONE may reach the server after the task's RESULT (they travel on different
-connections): its bytes still count, once."""
+connections): its bytes still count, once; and a BYE read after its client was released is
+that client's own."""
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
 import pytest
 
 from fednet.protocol import Message, MsgKind
-from fednet.server.main import run_zmq
 from tests.conftest import final_model, same_arrays, small_config
+from tests.integration.conftest import serve_in_thread
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]
 
@@ -39,16 +39,7 @@ def test_a_hop_done_after_the_result_is_counted_once(tmp_path, monkeypatch):
     monkeypatch.setattr(Client, "_send_server", late_hop_done)
     cfg = small_config(clients=4, rounds=2, algo={"name": "fedseq", "params": FEDSEQ})
     ref, ref_model = final_model(cfg, tmp_path, "ref")
-    box: dict = {}
-
-    def serve():
-        box["summary"] = run_zmq(cfg.replace(out=str(tmp_path / "run")), quiet=True,
-                                 local_clients=False,
-                                 on_listen=lambda ep: box.setdefault("endpoint", ep))
-    t = threading.Thread(target=serve)
-    t.start()
-    while "endpoint" not in box and t.is_alive():
-        t.join(0.05)
+    t, box = serve_in_thread(cfg, tmp_path / "run")
     code = run_host([0, 1, 2, 3], box["endpoint"], register_timeout=30)
     t.join(120)
     s = box["summary"]
@@ -84,18 +75,10 @@ def test_a_bye_read_after_its_client_was_released_is_accepted(tmp_path, monkeypa
     monkeypatch.setattr(ZmqServer, "shutdown", release_first)
     cfg = small_config(clients=2, rounds=1)
     box: dict = {}
-
-    def serve():
-        box["summary"] = run_zmq(cfg.replace(out=str(tmp_path / "run")), quiet=True,
-                                 local_clients=False,
-                                 on_listen=lambda ep: box.setdefault("endpoint", ep))
-    t = threading.Thread(target=serve)
-    t.start()
-    while "endpoint" not in box and t.is_alive():
-        t.join(0.05)
-    code = run_host([0, 1], box["endpoint"], register_timeout=30)
+    t, served = serve_in_thread(cfg, tmp_path / "run")
+    code = run_host([0, 1], served["endpoint"], register_timeout=30)
     t.join(60)
-    s = box["summary"]
+    s = served["summary"]
     assert code == 0 and s["status"] == "completed" and not s["failures"]
     before, after = box["byes"]
     assert before == {} and sorted(after) == [0, 1]  # read after the release, and accepted
