@@ -5,7 +5,7 @@ from collections import deque
 
 import torch
 
-from fednet.client.executor import Executor
+from fednet.client.executor import Executor, share_working_models
 from fednet.config import RunConfig
 from fednet.core.rounds import FollowUp, accept_reply
 from fednet.core.run import Run
@@ -114,6 +114,7 @@ def run_local(cfg: RunConfig, quiet: bool = False, write: bool = True, prepare=N
     writes the summary and sets the status on Ctrl-C and errors, as for fednet launch.
     """
     check_gpus(cfg.gpus)
+    share_working_models(False)  # every client its own model, whatever ran in this process before
     torch.set_num_threads(cfg.train.threads)
     out = resolve_out(cfg) if write else None
     with Run("local", out) as run:

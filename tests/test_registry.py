@@ -70,7 +70,8 @@ def test_values_are_typed_by_the_declaration():
     assert params("official=no", "alpha=1") == {"official": False, "alpha": 1.0}
     assert params("official=TRUE")["official"] is True
     assert params("warmup=3", "eps1=10", algo="cfl") == {"warmup": 3, "eps1": 10.0}
-    assert params("hf=1", algo="perfedavg") == {"hf": True}
+    assert params("hf=1", algo="perfedavg") == {"hf": True, "beta": 0.3}  # beta: tuned default
+    assert params("hf=1", "beta=0.01", algo="perfedavg") == {"hf": True, "beta": 0.01}
     assert build_config({"algo": "fedprox", "mu": 0.5}, {}).algo.params == {"mu": 0.5}
     with pytest.raises(ConfigError, match="kl needs probability vectors"):
         params("approximator=clf_last", algo="fedseq")

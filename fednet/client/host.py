@@ -190,6 +190,7 @@ class Host:
         if self.auth is not None:
             self.auth.stop()
         self.ctx.term()
+        share_working_models(False)  # the next run in this process starts with its own models
 
 
 def run_host(cids: list[int], connect: str, device: str = "cpu", advertise: str = "127.0.0.1",
