@@ -157,15 +157,15 @@ def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
 
     base = RunConfig().to_dict()
     base = merge(base, defaults)
-    fixed: set[str] = set()  # the dotted keys the run sets itself (a file, then options)
+    fixed: dict[str, Any] = {}  # the dotted keys a file sets (algo.params: a table)
     if opts.get("config_file"):
         fo = _file_overrides(opts["config_file"])
-        base, fixed = merge(base, fo), fixed | set(fo)
+        base, fixed = merge(base, fo), {**fixed, **fo}
     resume = opts.get("resume")
     if resume:
         _check_resume(resume, opts)
         fo = _file_overrides(str(Path(resume) / "config.toml"))
-        base, fixed = merge(base, fo), fixed | set(fo)
+        base, fixed = merge(base, fo), {**fixed, **fo}
         base["out"] = str(resume)
     over: dict[str, Any] = {_KEYS[k]: v for k, v in opts.items() if k in _KEYS and v is not None}
     over.update(overrides(opts, base))  # --optimizer and its settings, --plugin
@@ -194,8 +194,10 @@ def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
     spec = get(str(algo.get("name")))
     for dest, opt, _ in given:  # an option names its value in the error
         _check_option(spec, opt, opts[dest])
+    params_set = {**(fixed.get("algo.params") or {})}  # a file's [algo.params] table
     tuned = {k: v for k, v in spec.tuned_for(str(merged["data"]["partition"])).items()
-             if k not in fixed and k not in over}
+             if k not in fixed and k not in over
+             and not (k.startswith("algo.params.") and k[len("algo.params."):] in params_set)}
     merged = merge(merged, tuned)
     algo = merged["algo"]
     algo["params"] = check_params(spec.name, dict(algo.get("params") or {}))

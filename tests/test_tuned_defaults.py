@@ -77,3 +77,14 @@ def test_personal_score_weighs_the_test_set_by_the_clients_labels():
     assert evaluate_own(_ctx("dirichlet", [0, 0, 0, 2], _Const(2)))["accuracy"] == 0.25
     # iid: the whole test set as it is (4 of 10 are class 0)
     assert evaluate_own(_ctx("iid", [1, 1, 1], _Const(0)))["accuracy"] == 0.4
+
+
+def test_a_parameter_set_in_a_files_params_table_wins(tmp_path):
+    """A resumed run reads its config.toml, whose [algo.params] is a table: a tuned algorithm
+    parameter must not replace the one it recorded (SCAFFOLD's option)."""
+    f = tmp_path / "run.toml"
+    f.write_text('[algo]\nname = "scaffold"\n[algo.params]\noption = 2\n')
+    cfg = _cfg(config_file=str(f))
+    assert cfg.algo.params["option"] == 2
+    assert not any(t.startswith("algo.params.option") for t in cfg.tuned)
+    assert _cfg(algo="scaffold").algo.params["option"] == 1  # left open: the tuned value

@@ -26,7 +26,9 @@ def test_killed_launcher_resumes_from_its_checkpoint(tmp_path, fed, algo):
     cfg = small_config(rounds=6, algo={"name": algo}, net={"checkpoint_every": 2})
     ref = run_local(cfg.replace(out=str(tmp_path / "ref")), quiet=True)
     run = tmp_path / "run"
-    p = fed.start("launch", *ARGS, "--algo", algo, "--checkpoint-every", "2", "--out", str(run))
+    same = ["--scaffold-option", "2"] if algo == "scaffold" else []  # ref's (not the tuned 1)
+    p = fed.start("launch", *ARGS, "--algo", algo, *same, "--checkpoint-every", "2",
+                  "--out", str(run))
     metrics = run / "metrics.jsonl"
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:  # wait for the round-2 checkpoint and one more round
