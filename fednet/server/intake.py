@@ -112,6 +112,8 @@ class Intake:
         if now - self._hello_at.get(got.route, -1e9) < HELLO_EVERY_S:
             return self.chan.reject(got, "repeated hello")
         key = got.prop("User-Id")
+        if self.conns.route_of.get(cid) not in (None, got.route):
+            self._read_monitor()  # its old connection may have closed just before: know it first
         why = self.conns.check_claim(cid, got.route, key, b.get("nonce"), b.get("proof"))
         if why:
             self.chan.reject(got, why)

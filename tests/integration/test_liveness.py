@@ -104,7 +104,11 @@ def test_after_a_freeze_the_clients_register_again_and_the_run_goes_on(fed, tmp_
     # connections, which voids what the old ones held); a client may miss a round or two if its
     # new hello comes after its old connection's grace (timing under load); then both are back
     assert len(results) == 6 and results[0] == 2 and results[-2:] == [2, 2], results
-    assert "refused" not in r["clients_stderr"], r["clients_stderr"]
+    # a new hello may still find the old connection bound ("already connected": the server has
+    # not yet seen it close); the client retries 2 s later and is back (the rows above). Any
+    # other refusal is a failure.
+    refusals = [ln for ln in r["clients_stderr"].splitlines() if "refused" in ln]
+    assert all("is already connected" in ln for ln in refusals), r["clients_stderr"]
     assert r["clients_rc"] == 0, r["clients_stderr"]
 
 
