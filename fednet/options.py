@@ -194,10 +194,10 @@ def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
     spec = get(str(algo.get("name")))
     for dest, opt, _ in given:  # an option names its value in the error
         _check_option(spec, opt, opts[dest])
-    params_set = {**(fixed.get("algo.params") or {})}  # a file's [algo.params] table
+    in_table = fixed.get("algo.params") or {}  # a file's [algo.params] table
     tuned = {k: v for k, v in spec.tuned_for(str(merged["data"]["partition"])).items()
              if k not in fixed and k not in over
-             and not (k.startswith("algo.params.") and k[len("algo.params."):] in params_set)}
+             and not (k.startswith("algo.params.") and k[len("algo.params."):] in in_table)}
     merged = merge(merged, tuned)
     algo = merged["algo"]
     algo["params"] = check_params(spec.name, dict(algo.get("params") or {}))
