@@ -95,6 +95,7 @@ def test_a_skip_without_the_peer_key_or_from_off_the_route_is_refused(case):
 
 def test_a_closed_peer_port_is_skipped_at_once_and_the_next_peer_gets_the_model():
     a, c = _peers(0, "skip"), _peers(2, "skip")
+    a.ack_timeout = 5.0  # a closed port must not cost it: retries x 5 s = 10 s; a busy CI is slow
     dead = _peers(1, "skip")
     dead_endpoint = dead.endpoint
     dead.close()  # nothing listens there any more: a killed peer
@@ -114,7 +115,7 @@ def test_a_closed_peer_port_is_skipped_at_once_and_the_next_peer_gets_the_model(
         a.handoff(1, msg, reply)
         took = time.monotonic() - t0
         assert a.last_to_hop == 2 and a.last_peer_bytes > 256
-        assert took < a.ack_timeout  # not retries x ack_timeout (2 s) for the closed port
+        assert took < a.ack_timeout  # not even one ack_timeout for the closed port
         a.pump()
         assert [m.body["hop"] for m in got] == [2]
         a.dead_peer = "server"  # the same dead peer: the model returns to the server
