@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import time
 from typing import Any
 
@@ -48,11 +49,13 @@ def _patch() -> None:
         return out
 
     def decode(frames: Any, *a: Any, **k: Any) -> Any:
-        t, c = time.monotonic(), time.thread_time()
+        t, c, r0 = time.monotonic(), time.thread_time(), resource.getrusage(resource.RUSAGE_THREAD)
         h, p = frame_bytes(frames)
         msg = decode0(frames, *a, **k)
+        r1 = resource.getrusage(resource.RUSAGE_THREAD)
         _log(ev="recv", kind=msg.kind.name, task=msg.task_id, t=t, dt=time.monotonic() - t,
-             cpu=time.thread_time() - c, nbytes=h + p)
+             cpu=time.thread_time() - c, nbytes=h + p, sys=r1.ru_stime - r0.ru_stime,
+             faults=r1.ru_minflt - r0.ru_minflt)
         return msg
 
     channels.Channel.send, channels.decode = send, decode

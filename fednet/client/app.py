@@ -29,6 +29,7 @@ log = logging.getLogger("fednet.client")
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 FROM_SERVER = frozenset({MsgKind.WELCOME, MsgKind.TASK, MsgKind.SHUTDOWN, MsgKind.REJECT,
                          MsgKind.HEARTBEAT})
+READ_AHEAD = 1  # queued tasks a process decodes ahead (docs/architecture.md, "Big models")
 
 
 class Client:
@@ -73,6 +74,7 @@ class Client:
         self.stopping = self.rehello = False
         self.rehello_at: float | None = None
         self.pump: Any = self._pump  # what waits call to serve sockets (the Host's: all clients)
+        self.full: Any = lambda: len(self.work) >= READ_AHEAD  # (the Host's: all its clients')
         torch.set_num_threads(threads)
 
     def _send_server(self, msg: Message, track: bool = False) -> int:
@@ -123,13 +125,11 @@ class Client:
         except (ConfigError, TypeError, ValueError, KeyError, AttributeError) as e:
             raise ConfigError(f"the server sent a configuration this client cannot use ({e}); "
                               "are both on the same fednet version?") from None
-        self.run_id = str(b.get("run_id", ""))
-        self.peers.run_id = self.run_id
+        self.run_id = self.peers.run_id = str(b.get("run_id", ""))
         n, p = cfg.net, self.peers
         p.ack_timeout, p.retries, p.dead_peer = n.ack_timeout, n.ack_retries, n.dead_peer
         self.profile = Profile.from_dict(b.get("profile", {}))
-        lat = cfg.latency
-        self.real, self.scale, self.shaped = lat.real, lat.time_scale, lat.shaped
+        self.real, self.scale, self.shaped = cfg.latency.real, cfg.latency.time_scale, cfg.latency.shaped
         torch.set_num_threads(cfg.train.threads)
         if self.executor is None or self.executor.cfg.replace(out="") != cfg.replace(out=""):
             self.executor = Executor(self.cid, cfg, self.profile, self.device, self.run_id,
@@ -207,7 +207,7 @@ class Client:
                         self.work.append(got)
                 if not self.peers.sock.poll(0):
                     break
-        if self.server.sock in ready:
+        if self.server.sock in ready and not self.full():  # (the rest: once a queued task ran)
             for _ in range(1000):
                 got = self.recv_server()
                 if got is not None:
@@ -227,7 +227,7 @@ class Client:
                     else:
                         log.warning("client %d: unexpected %s from the server", self.cid,
                                     msg.kind.name)
-                if not self.server.sock.poll(0):
+                if self.full() or not self.server.sock.poll(0):
                     break
 
     def recv_server(self) -> Received | None:

@@ -9,7 +9,8 @@ from fednet.data import load_dataset, run_test_split
 from fednet.models import build_model
 from fednet.models.factorized import matching_layer
 from fednet.models.kinds import state_kinds
-from fednet.models.params import clone_arrays, load_arrays, state_arrays
+from fednet.models.params import clone_arrays, load_arrays, state_arrays, state_nbytes
+from fednet.platform.malloc import reuse_freed_memory
 from fednet.training.local import evaluate
 from fednet.training.objective import get_objective
 from fednet.types import Arrays
@@ -28,6 +29,8 @@ class Evaluator:
         self.y = torch.from_numpy(ds.test_y)
         self.model = build_model(model_name(cfg), ds.num_classes, ds.input_shape, dataset=d.dataset,
                                  seed=cfg.seed)
+        self.model_bytes = state_nbytes(self.model)  # one copy of the model's state
+        reuse_freed_memory(self.model_bytes)  # big models: results joined into mapped pages
         self.trainable = {n for n, p in self.model.named_parameters() if p.requires_grad}
         self.kinds = state_kinds(self.model)
         self.matching = matching_layer(self.model) if "v" in self.kinds.values() else ""

@@ -14,13 +14,14 @@ def model_bytes(cfg: RunConfig) -> int:
     import torch
 
     from fednet.models import build_model
+    from fednet.models.params import state_nbytes
 
     d = cfg.data
     ds = load_dataset(d.dataset, d.data_root or None, d.download)
     with torch.device("meta"):
         model = build_model(algorithms.model_name(cfg), ds.num_classes, ds.input_shape,
                             dataset=d.dataset)
-    return sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    return state_nbytes(model)
 
 
 def device_bytes_per_client(cfg: RunConfig) -> int:

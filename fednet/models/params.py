@@ -20,6 +20,11 @@ def state_arrays(model: nn.Module) -> dict[str, np.ndarray]:
     return out
 
 
+def state_nbytes(model: nn.Module) -> int:
+    """Bytes of a model's state (parameters and buffers): what one copy of it moves."""
+    return sum(t.numel() * t.element_size() for t in model.state_dict().values())
+
+
 def _check_names(state: Mapping[str, torch.Tensor], arrays: Mapping[str, np.ndarray], strict: bool) -> None:
     """Raise ValueError naming the first missing, unexpected or wrongly shaped entry."""
     if strict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import zmq
@@ -13,6 +13,7 @@ from fednet.log import Throttle
 from fednet.metrics.accounting import SERVER
 from fednet.protocol import Message, MsgKind
 from fednet.server.conns import LOST_GRACE_S, Connections, Identity
+from fednet.server.inflight import next_task, process_cap
 from fednet.server.intake import Intake
 from fednet.core.rounds import FollowUp
 from fednet.core.session import Session
@@ -59,6 +60,7 @@ class ZmqServer(Intake):
         self._on_reply: FollowUp | None = None
         self._queue: deque[Task] = deque()  # tasks waiting for room under net.max_inflight
         self._filling = False
+        self._cap = process_cap(session.cfg, session.evaluator.model_bytes)
         self._accepting = True
         self._progress = time.monotonic()
         self.shutting_down = False
@@ -124,7 +126,8 @@ class ZmqServer(Intake):
                 self._on_reply(done)
 
     def _fill(self) -> None:
-        """Send queued tasks while fewer than net.max_inflight are out (all when 0).
+        """Send queued tasks while there is room (server/inflight.py: --max-inflight, and a
+        process's share for big models).
 
         Not re-entrant: a send that fails records a Failure, whose follow-ups join the queue
         that the running loop is already emptying (no recursion however many sends fail)."""
@@ -132,13 +135,16 @@ class ZmqServer(Intake):
             return
         self._filling = True
         try:
-            while self._queue:
-                limit = self.s.cfg.net.max_inflight or len(self._queue) + len(self._pending)
-                if len(self._pending) >= limit:
-                    break
-                self._dispatch(self._queue.popleft())
+            while (task := next_task(self._queue, self._pending, self.s.cfg.net.max_inflight,
+                                     self._cap, self._process_of)) is not None:
+                self._dispatch(task)
         finally:
             self._filling = False
+
+    def _process_of(self, cid: int) -> Hashable:
+        """The client process that holds client cid (the host and pid of its hello)."""
+        info = self.clients.get(cid)
+        return (info.host, info.pid) if info is not None and info.pid else cid
 
     def _poll_once(self, timeout_s: float) -> None:
         ready = dict(self.poller.poll(int(timeout_s * 1000)))
@@ -227,7 +233,7 @@ class ZmqServer(Intake):
                     why = f"no progress within --round-timeout {timeout:g}s"
                     for task in self._queue:
                         self._pending[task.task_id] = task
-                        self._fail(task.task_id, why + " (never sent: no room under --max-inflight)")
+                        self._fail(task.task_id, why + " (never sent: no room under --max-inflight or its process's share)")
                     self._queue.clear()
                     for tid in list(self._pending):
                         self._fail(tid, why)

@@ -1,0 +1,127 @@
+"""How many tasks a client process is sent and decodes ahead (server/inflight.py, client
+READ_AHEAD), and glibc keeping freed memory for big models (platform/malloc.py)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections import deque
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import zmq
+
+from fednet.client.app import READ_AHEAD, Client
+from fednet.metrics.accounting import Ledger
+from fednet.platform.malloc import BIG_MODEL_BYTES
+from fednet.protocol import MsgKind
+from fednet.server.inflight import PROCESS_CAP, next_task, process_cap
+from fednet.transport.channels import Channel
+from fednet.types import Task
+from fednet.wire import task_message
+from tests.conftest import small_config
+
+
+def _drain(queue, pending, max_inflight, cap, proc):
+    sent = []
+    while (t := next_task(queue, pending, max_inflight, cap, proc)) is not None:
+        pending[t.task_id] = t
+        sent.append(t.cid)
+    return sent
+
+
+def test_a_process_gets_at_most_its_cap_and_the_next_task_when_one_returns():
+    queue = deque(Task(cid + 1, 0, [cid]) for cid in range(30))
+    pending: dict[int, Task] = {}
+    proc = lambda cid: cid // 10  # noqa: E731 - 3 processes of 10 clients
+    assert _drain(queue, pending, 0, 2, proc) == [0, 1, 10, 11, 20, 21]  # queue order kept
+    assert len(queue) == 24
+    del pending[11 + 1]  # client 11's result is in: its process may take one more
+    assert _drain(queue, pending, 0, 2, proc) == [12]
+    del pending[0 + 1], pending[1 + 1]
+    assert _drain(queue, pending, 0, 2, proc) == [2, 3]
+
+
+def test_max_inflight_counts_every_task_and_no_cap_sends_in_order():
+    queue = deque(Task(cid + 1, 0, [cid]) for cid in range(6))
+    assert _drain(queue, {}, 4, 0, lambda c: c) == [0, 1, 2, 3]
+    queue = deque(Task(cid + 1, 0, [cid]) for cid in range(6))
+    assert _drain(queue, {}, 0, 0, lambda c: 0) == [0, 1, 2, 3, 4, 5]  # all at once
+
+
+def test_the_cap_applies_to_big_models_under_the_defaults_only():
+    cfg = small_config()
+    assert process_cap(cfg, BIG_MODEL_BYTES) == PROCESS_CAP == 2
+    assert process_cap(cfg, BIG_MODEL_BYTES - 1) == 0  # digits: every task at once, as before
+    assert process_cap(replace(cfg, net=replace(cfg.net, max_inflight=8)), 1 << 30) == 0
+    assert process_cap(replace(cfg, latency=replace(cfg.latency, real=True)), 1 << 30) == 0
+
+
+def test_a_client_decodes_one_task_ahead_and_leaves_the_rest_in_the_queue():
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    c = Client(0, f"tcp://127.0.0.1:{port}", ctx=ctx)
+    try:
+        c.poller = zmq.Poller()  # (serve() makes it)
+        for sock in c.sockets():
+            c.poller.register(sock, zmq.POLLIN)
+        c.hello()
+        assert router.poll(5000)
+        route = router.recv_multipart()[0]
+        chan = Channel(router, Ledger(), "server", router=True)
+        for i in range(3):
+            t = Task(i + 1, 0, [0], {"w": np.full(1000, i, np.float32)})
+            chan.send(task_message(t, ""), "c0000", route=route)
+        deadline = time.monotonic() + 5
+        while not c.work and time.monotonic() < deadline:
+            c.pump(100)
+        for _ in range(5):
+            c.pump(50)  # all three have arrived by now; only READ_AHEAD are read
+        assert READ_AHEAD == 1 and [m.task_id for m, _ in c.work] == [1]
+        assert c.server.sock.poll(0)  # the others wait, undecoded, in zmq's queue
+        got = []
+        while c.work:
+            msg, _ = c.work.popleft()  # the task runs; then the next one is read
+            got.append((msg.task_id, msg.kind, float(msg.arrays["w"][0])))
+            c.pump(1000)
+        assert got == [(1, MsgKind.TASK, 0.0), (2, MsgKind.TASK, 1.0), (3, MsgKind.TASK, 2.0)]
+    finally:
+        c.close()
+        router.close(0)
+        ctx.term()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_a_big_model_process_joins_the_next_model_into_pages_already_mapped():
+    """A 16 MiB array allocated, written and freed three times: with reuse_freed_memory the
+    second and third take no new pages; with glibc's defaults they fault them in again."""
+    code = """
+import resource, sys
+import numpy as np
+from fednet.platform.malloc import reuse_freed_memory, BIG_MODEL_BYTES
+assert not reuse_freed_memory(BIG_MODEL_BYTES - 1)
+if sys.argv[1] == "reuse":
+    assert reuse_freed_memory(BIG_MODEL_BYTES) and reuse_freed_memory(0)  # once is enough
+faults = []
+for _ in range(3):
+    f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    a = np.empty(16 << 20, np.uint8)
+    a[:] = 1
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
+    del a
+print(*faults)
+"""
+    env = dict(os.environ, NUMPY_MADVISE_HUGEPAGE="0")  # 4 KiB pages: countable faults
+    out = {}
+    for mode in ("reuse", "default"):
+        p = subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True,
+                           env=env, timeout=60)
+        assert p.returncode == 0, p.stderr
+        out[mode] = [int(x) for x in p.stdout.split()]
+    pages = (16 << 20) // 4096
+    assert out["reuse"][0] > pages // 2  # the first one is new memory either way
+    assert max(out["reuse"][1:]) < pages // 20, out
+    assert max(out["default"][1:]) > pages // 2, out  # what it saves
