@@ -60,7 +60,7 @@ class ZmqServer(Intake):
         self._on_reply: FollowUp | None = None
         self._queue: deque[Task] = deque()  # tasks waiting for room under net.max_inflight
         self._filling = False
-        self._cap = process_cap(session.cfg, session.evaluator.model_bytes)
+        self.tasks_per_process = process_cap(session.cfg, session.evaluator.model_bytes)  # 0: no cap
         self._accepting = True
         self._progress = time.monotonic()
         self.shutting_down = False
@@ -136,7 +136,7 @@ class ZmqServer(Intake):
         self._filling = True
         try:
             while (task := next_task(self._queue, self._pending, self.s.cfg.net.max_inflight,
-                                     self._cap, self._process_of)) is not None:
+                                     self.tasks_per_process, self._process_of)) is not None:
                 self._dispatch(task)
         finally:
             self._filling = False

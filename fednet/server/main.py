@@ -192,6 +192,8 @@ def _start(run: Run, cfg: RunConfig, quiet: bool, local_clients: bool, prepare: 
         prepare(session)
     server = ZmqServer(session, bound=(ctx, sock, endpoint), identity=ident)
     built.append(server)
+    if server.tasks_per_process:  # a big model: server/inflight.py
+        run.extra["tasks_per_process"] = server.tasks_per_process
     run.on_stop(_shutdown, run, server)
     run.clients = lambda: list(server.clients.values())
     run.reports.append(lambda: _report(run, server))
@@ -220,6 +222,10 @@ def _announce(server: ZmqServer, cfg: RunConfig, choice: packing.Choice | None,
         progress.message(f"{cfg.clients} client processes on {cores} cores: "
                          "--clients-per-process auto starts faster, needs a fraction of "
                          "the memory and gives the same results")
+    if server.tasks_per_process:
+        progress.message(f"a {server.s.evaluator.model_bytes / 1e6:.1f} MB model: each client "
+                         f"process gets at most {server.tasks_per_process} tasks at a time "
+                         "(--max-inflight N sets a limit of your own)")
     if on_listen is None:
         progress.message(f"server listening on {server.endpoint}; results in {server.s.out}")
     else:  # `fednet server`: the endpoint is printed by the caller even with --quiet

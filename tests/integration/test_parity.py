@@ -150,3 +150,41 @@ def test_several_clients_per_process_match_local(tmp_path, monkeypatch, algo, cl
     assert a["sim_time_s"] == b["sim_time_s"]
     cv = b["bytes_client_view"]  # every logical client still reports its own ledger at BYE
     assert cv["client_to_server"] == b["bytes"]["client_to_server"]
+
+
+@pytest.mark.parametrize("algo, clients, params", [
+    ("fedavg", 6, {}),
+    ("fedseq_inter", 6, {"min_samples": 400, "max_clients": 3, "superclient_fraction": 0.5,
+                         "pretrain_epochs": 1, "period": 2}),
+])
+def test_a_process_share_of_tasks_changes_no_result(tmp_path, monkeypatch, algo, clients, params):
+    """The big-model rule (server/inflight.py), forced onto digits with a share of 1 task per
+    process of 3 clients: never two tasks out to one process; model, bytes and time as in-process."""
+    from fednet.server import inflight
+    from fednet.server.app import ZmqServer
+
+    monkeypatch.setattr(inflight, "BIG_MODEL_BYTES", 0)
+    monkeypatch.setattr(inflight, "PROCESS_CAP", 1)
+    most = []
+    dispatch = ZmqServer._dispatch
+
+    def counting(self, task):
+        dispatch(self, task)
+        out = [self._process_of(t.cid) for t in self._pending.values()]
+        assert all(isinstance(p, tuple) for p in out)  # (host, pid) from the hellos
+        most.append((max(out.count(p) for p in out), len(out)))
+    monkeypatch.setattr(ZmqServer, "_dispatch", counting)
+    over = {"clients": clients, "rounds": 2, "latency": {"preset": "hetero"},
+            "algo": {"name": algo, "params": params}}
+    a = run_local(small_config(**over, out=str(tmp_path / "local")), quiet=True)
+    b = run_zmq(small_config(**over, out=str(tmp_path / "launch"),
+                             net={"clients_per_process": 3}), quiet=True)
+    assert b["status"] == "completed" and not b["failures"]
+    assert b["tasks_per_process"] == 1 and "tasks_per_process" not in a
+    assert max(m for m, _ in most) == 1 and max(n for _, n in most) <= 2  # 2 processes
+    assert len(most) >= clients
+    ma, mb = _model(tmp_path / "local"), _model(tmp_path / "launch")
+    for k in ma:
+        assert np.array_equal(ma[k], mb[k]), k
+    assert {k: a["bytes"][k] for k in KEYS} == {k: b["bytes"][k] for k in KEYS}
+    assert a["sim_time_s"] == b["sim_time_s"]
