@@ -1,5 +1,5 @@
-"""How many tasks a client process is sent and decodes ahead (server/inflight.py, client
-READ_AHEAD), and glibc keeping freed memory for big models (platform/malloc.py)."""
+"""How many tasks a client process is sent (server/inflight.py) and when it decodes them
+(client/inbox.py), and glibc keeping freed memory for big models (platform/malloc.py)."""
 from __future__ import annotations
 
 import os
@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import zmq
 
-from fednet.client.app import READ_AHEAD, Client
+from fednet.client.app import Client
 from fednet.metrics.accounting import Ledger
 from fednet.platform.malloc import BIG_MODEL_BYTES
-from fednet.protocol import MsgKind
+from fednet.protocol import Message, MsgKind
 from fednet.server.inflight import PROCESS_CAP, next_task, process_cap
-from fednet.transport.channels import Channel
+from fednet.transport.channels import Channel, Deferred
 from fednet.types import Task
 from fednet.wire import task_message
 from tests.conftest import small_config
@@ -59,7 +59,7 @@ def test_the_cap_applies_to_big_models_under_the_defaults_only():
     assert process_cap(replace(cfg, latency=replace(cfg.latency, real=True)), 1 << 30) == 0
 
 
-def test_a_client_decodes_one_task_ahead_and_leaves_the_rest_in_the_queue():
+def test_tasks_are_read_at_once_and_decoded_when_they_run_control_messages_at_once():
     ctx = zmq.Context()
     router = ctx.socket(zmq.ROUTER)
     port = router.bind_to_random_port("tcp://127.0.0.1")
@@ -72,22 +72,25 @@ def test_a_client_decodes_one_task_ahead_and_leaves_the_rest_in_the_queue():
         assert router.poll(5000)
         route = router.recv_multipart()[0]
         chan = Channel(router, Ledger(), "server", router=True)
+        sent = 0
         for i in range(3):
-            t = Task(i + 1, 0, [0], {"w": np.full(1000, i, np.float32)})
-            chan.send(task_message(t, ""), "c0000", route=route)
+            t = Task(i + 1, 0, [0], {"w": np.full(100_000, i, np.float32)})  # 2 frames each
+            sent += chan.send(task_message(t, ""), "c0000", route=route)[0]
+        chan.send(Message(MsgKind.SHUTDOWN, "server"), "c0000", route=route)
         deadline = time.monotonic() + 5
-        while not c.work and time.monotonic() < deadline:
+        while not c.stopping and time.monotonic() < deadline:
             c.pump(100)
-        for _ in range(5):
-            c.pump(50)  # all three have arrived by now; only READ_AHEAD are read
-        assert READ_AHEAD == 1 and [m.task_id for m, _ in c.work] == [1]
-        assert c.server.sock.poll(0)  # the others wait, undecoded, in zmq's queue
-        got = []
-        while c.work:
-            msg, _ = c.work.popleft()  # the task runs; then the next one is read
-            got.append((msg.task_id, msg.kind, float(msg.arrays["w"][0])))
-            c.pump(1000)
-        assert got == [(1, MsgKind.TASK, 0.0), (2, MsgKind.TASK, 1.0), (3, MsgKind.TASK, 2.0)]
+        assert c.stopping  # SHUTDOWN is seen at once, behind three queued tasks
+        assert [type(m) for m, _ in c.work] == [Deferred] * 3  # none decoded yet
+        assert c.ledger.totals().get("server_to_client", 0) < sent  # nor counted yet
+        msg, _ = c.work[0]
+        got = c._accepted(c.server.finish(msg))  # what _run_task does first
+        assert (got.msg.kind, got.msg.task_id, float(got.msg.arrays["w"][0])) == (MsgKind.TASK,
+                                                                                   1, 0.0)
+        c.work.popleft()
+        c.bye()  # the two tasks never run are decoded and counted before the totals go out
+        assert not c.work
+        assert c.ledger.totals()["server_to_client"] >= sent
     finally:
         c.close()
         router.close(0)

@@ -13,6 +13,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from fednet.client.executor import Executor
+from fednet.client.inbox import Inbox
 from fednet.client.peers import PeerChainBroken, Peers, to_server
 from fednet.config import from_dict
 from fednet.errors import ConfigError
@@ -21,18 +22,16 @@ from fednet.metrics.accounting import SERVER, Ledger
 from fednet.plugin_check import checked_welcome
 from fednet.protocol import Message, MsgKind, tensor_bytes
 from fednet.protocol.proof import client_secret, hello_proof, peer_key
-from fednet.transport.channels import HEARTBEAT_TIMEOUT_MS, Channel, Received, connect_dealer
+from fednet.transport.channels import (HEARTBEAT_TIMEOUT_MS, Channel, Deferred,
+                                       connect_dealer)
 from fednet.types import client_name
 
 log = logging.getLogger("fednet.client")
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
-FROM_SERVER = frozenset({MsgKind.WELCOME, MsgKind.TASK, MsgKind.SHUTDOWN, MsgKind.REJECT,
-                         MsgKind.HEARTBEAT})
-READ_AHEAD = 1  # queued tasks a process decodes ahead (docs/architecture.md, "Big models")
 
 
-class Client:
+class Client(Inbox):
     """One federated client: a DEALER to the server and a ROUTER for peer hand-offs."""
 
     def __init__(self, cid: int, connect: str, device: str = "cpu", advertise: str = "127.0.0.1",
@@ -69,12 +68,11 @@ class Client:
         self.profile = Profile()
         self._tracker: Any = None
         self.parent = os.getppid()
-        self.work: deque[tuple[Message, int]] = deque()  # tasks and hand-offs, run one at a time
+        self.work: deque[tuple[Message | Deferred, int]] = deque()  # tasks, hand-offs: one at a time
         self.seen: set[tuple[int, int]] = set()  # (task, hop) of the hand-offs already queued
         self.stopping = self.rehello = False
         self.rehello_at: float | None = None
         self.pump: Any = self._pump  # what waits call to serve sockets (the Host's: all clients)
-        self.full: Any = lambda: len(self.work) >= READ_AHEAD  # (the Host's: all its clients')
         torch.set_num_threads(threads)
 
     def _send_server(self, msg: Message, track: bool = False) -> int:
@@ -144,6 +142,11 @@ class Client:
         if self._tracker is not None:  # the last zero-copy send still reads our model's memory
             self._tracker.wait()
             self._tracker = None
+        if isinstance(msg, Deferred):  # decoded now, into the memory the last task freed
+            got = self._accepted(self.server.finish(msg))
+            if got is None or got.msg.kind != MsgKind.TASK:
+                return
+            msg, nbytes = got.msg, got.nbytes
         out = self.executor.on_task(msg, nbytes)
         reply = out.reply
         nxt = self.peers.next_hop(msg, reply)
@@ -195,53 +198,6 @@ class Client:
     def sockets(self) -> list[zmq.Socket]:  # the server link and the peer socket
         return [self.server.sock, self.peers.sock]
 
-    def read(self, ready: dict[Any, int]) -> None:
-        """Handle what the readable sockets in `ready` (a poll result) hold."""
-        if self.peers.sock in ready:
-            for _ in range(1000):
-                got = self.peers.receive()
-                if got is not None:
-                    key = (got[0].task_id, int(got[0].body.get("hop", 0)))
-                    if key not in self.seen:
-                        self.seen.add(key)
-                        self.work.append(got)
-                if not self.peers.sock.poll(0):
-                    break
-        if self.server.sock in ready and not self.full():  # (the rest: once a queued task ran)
-            for _ in range(1000):
-                got = self.recv_server()
-                if got is not None:
-                    msg, n = got.msg, got.nbytes
-                    if msg.kind == MsgKind.TASK:
-                        self.work.append((msg, n))
-                    elif msg.kind == MsgKind.SHUTDOWN:
-                        self.stopping = True
-                    elif msg.kind == MsgKind.WELCOME:
-                        self.work.clear()  # what the old server sent is void now
-                        self._welcome(msg)
-                    elif msg.kind == MsgKind.REJECT:  # a re-registration refused: e.g. the
-                        # server has not yet seen our old connection close; try again shortly
-                        log.warning("client %d: the server refused to register it again (%s); "
-                                    "retrying in 2 s", self.cid, msg.body["reason"][:200])
-                        self.rehello_at = time.monotonic() + 2.0
-                    else:
-                        log.warning("client %d: unexpected %s from the server", self.cid,
-                                    msg.kind.name)
-                if self.full() or not self.server.sock.poll(0):
-                    break
-
-    def recv_server(self) -> Received | None:
-        """One message from the server (accepted and counted), or None: undecodable, or a kind
-        the server never sends (counted as rejected)."""
-        got = self.server.recv("server")
-        if got is None:
-            return None
-        if got.msg.kind not in FROM_SERVER:
-            self.server.reject(got, f"{got.msg.kind.name} is not sent by the server", "server")
-            return None
-        self.server.accept(got, SERVER)
-        return got
-
     def serve(self) -> int:
         """The poll loop of a process that holds only this client (see Host for several)."""
         self.poller = zmq.Poller()
@@ -285,6 +241,7 @@ class Client:
 
     def bye(self) -> None:
         """BYE to the server with this client's ledger totals."""
+        self._drop_work()
         tot = dict(self.ledger.totals())  # rejected: bytes; rejected_messages: how many
         self._send_server(Message(MsgKind.BYE, self.name, self.run_id, body=tot))
 

@@ -19,7 +19,7 @@ import time
 import torch
 import zmq
 
-from fednet.client.app import EXIT_ERROR, EXIT_OK, EXIT_USAGE, READ_AHEAD, Client
+from fednet.client.app import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Client
 from fednet.client.executor import share_working_models
 from fednet.errors import ConfigError
 from fednet.platform.proc import check_files_per_process
@@ -57,7 +57,7 @@ class Host:
                 c = Client(cid, connect, device, advertise, threads, secure, ctx=self.ctx,
                            run_key=run_key, key_name=key_name, curve=curve)
                 self.clients.append(c)
-                c.pump, c.full = self.pump, self._full
+                c.pump = self.pump
                 c.peers.pump = lambda: self.pump(0)
                 for sock in c.sockets():
                     self.poller.register(sock, zmq.POLLIN)
@@ -78,10 +78,6 @@ class Host:
             for c in self.clients:
                 if any(s in ready for s in c.sockets()):
                     c.read(ready)
-
-    def _full(self) -> bool:
-        """The process holds READ_AHEAD queued tasks: its clients read no more for now."""
-        return sum(len(c.work) for c in self.clients) >= READ_AHEAD
 
     def register(self, timeout_s: float) -> None:
         """READY (hello) from every client, then each takes its WELCOME as it comes (the wait

@@ -8,6 +8,7 @@ from fednet.protocol.codec import (
     Message,
     decode,
     encode,
+    peek_kind,
     tensor_bytes,
 )
 from fednet.protocol.frames import frame_bytes
@@ -24,5 +25,6 @@ __all__ = [
     "decode",
     "encode",
     "frame_bytes",
+    "peek_kind",
     "tensor_bytes",
 ]

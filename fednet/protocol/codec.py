@@ -277,6 +277,18 @@ def decode(frames: Sequence[Any], limits: Limits = DEFAULT_LIMITS, release: bool
     return Message(kind, sender, run_id, rnd, task_id, sim_time, body, arrays)
 
 
+def peek_kind(frames: Sequence[Any], limits: Limits = DEFAULT_LIMITS) -> MsgKind | None:
+    """The kind a message's header names, nothing else checked (decode checks everything);
+    None when the header cannot be read."""
+    try:
+        hbuf = as_bytes(frames[0])
+        if hbuf.nbytes > limits.max_header_bytes:
+            return None
+        return MsgKind(_unpack_header(hbuf).get(S.K_KIND))
+    except (ProtocolError, ValueError, TypeError, IndexError):
+        return None
+
+
 def tensor_bytes(msg: Message) -> int:
     """Return the total number of array bytes in ``msg``."""
     return sum(int(np.asarray(a).nbytes) for a in msg.arrays.values())

@@ -5,14 +5,15 @@ import errno
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import zmq
 
 from fednet.errors import ConfigError, ProtocolError
 from fednet.log import Throttle
 from fednet.metrics.accounting import Ledger
-from fednet.protocol import DEFAULT_LIMITS, Message, decode, encode, frame_bytes, tensor_bytes
+from fednet.protocol import (DEFAULT_LIMITS, Message, MsgKind, decode, encode, frame_bytes,
+                             peek_kind, tensor_bytes)
 
 log = logging.getLogger("fednet.transport")
 
@@ -130,6 +131,14 @@ class Received:
             return -1
 
 
+class Deferred(NamedTuple):
+    """A message as it arrived, not decoded yet (Channel.recv with `defer`)."""
+
+    route: bytes
+    parts: list[Any]
+    who: str
+
+
 class Channel:
     """Send and receive fednet Messages on one socket. A sent message is recorded in the
     ledger; a received one only when the caller accepts it, and rejected ones apart."""
@@ -154,21 +163,31 @@ class Channel:
         self.ledger.record(msg.round, msg.kind.name, self.me, dst, h, p, tensor_bytes(msg))
         return h + p, tracker
 
-    def recv(self, who: str = "") -> Received | None:
-        """Receive one message; None when it could not be decoded (counted as rejected)."""
+    def recv(self, who: str = "", defer: frozenset[MsgKind] = frozenset()
+             ) -> Received | Deferred | None:
+        """Receive one message; None when it could not be decoded (counted as rejected). A
+        message whose header names a kind in `defer` comes back undecoded (Deferred): finish()
+        decodes it when it is needed, so its arrays are joined into memory only then."""
         parts = self.sock.recv_multipart(copy=False)
         route = b""
         if self.router:
             route = parts[0].bytes
             parts = parts[1:]
-        h, p = frame_bytes(parts)
+        d = Deferred(route, parts, who)
+        if defer and peek_kind(parts) in defer:
+            return d
+        return self.finish(d)
+
+    def finish(self, d: Deferred) -> Received | None:
+        """Decode a received message; None when it cannot be (counted as rejected)."""
+        h, p = frame_bytes(d.parts)
         try:  # release: each array frame is freed as soon as it is joined (one copy, not two)
-            msg = decode(parts, release=True)
+            msg = decode(d.parts, release=True)
         except ProtocolError as e:
-            self.rejects.note(who or _route_name(route) or "server", e)
+            self.rejects.note(d.who or _route_name(d.route) or "server", e)
             self.ledger.reject(h + p)
             return None
-        return Received(route, msg, h, p, parts[0] if parts else None)
+        return Received(d.route, msg, h, p, d.parts[0] if d.parts else None)
 
     def accept(self, got: Received, src: str) -> None:
         """Count an accepted message in the ledger, as sent by `src`."""
