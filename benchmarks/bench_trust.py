@@ -584,9 +584,13 @@ def restart_client(out: str, env: dict[str, str], cwd: Path, rounds: int = 8) ->
     again: Proc | None = None
     res: dict[str, Any] = {}
     try:
-        victim = client_processes(b, 1)[0]
+        client_processes(b, 1)
         wait_lines(cwd / out / "metrics.jsonl", 1, [srv, a, b])
-        victim.kill()
+        # picked once it has trained: the zygote's first child seen may be a short-lived one
+        alive = [k for k in client_processes(b, 1) if k.status() != psutil.STATUS_ZOMBIE]
+        if not alive:
+            raise RuntimeError(f"client 1 exited by itself: {b.text()[-2000:]}")
+        alive[0].kill()
         res["killed_rc"] = b.p.wait(30)
         time.sleep(2.0)  # heartbeats and the grace time: client 1 is gone for the server
         res["restarted_at_round"] = len(_rows(cwd / out / "metrics.jsonl"))
