@@ -22,8 +22,7 @@ from fednet.metrics.accounting import SERVER, Ledger
 from fednet.plugin_check import checked_welcome
 from fednet.protocol import Message, MsgKind, tensor_bytes
 from fednet.protocol.proof import client_secret, hello_proof, peer_key
-from fednet.transport.channels import (HEARTBEAT_TIMEOUT_MS, Channel, Deferred,
-                                       connect_dealer)
+from fednet.transport.channels import HEARTBEAT_TIMEOUT_MS, Channel, Deferred, connect_dealer
 from fednet.types import client_name
 
 log = logging.getLogger("fednet.client")
@@ -68,7 +67,8 @@ class Client(Inbox):
         self.profile = Profile()
         self._tracker: Any = None
         self.parent = os.getppid()
-        self.work: deque[tuple[Message | Deferred, int]] = deque()  # tasks, hand-offs: one at a time
+        # tasks (decoded when they run: inbox.py) and hand-offs, run one at a time
+        self.work: deque[tuple[Message | Deferred, int]] = deque()
         self.seen: set[tuple[int, int]] = set()  # (task, hop) of the hand-offs already queued
         self.stopping = self.rehello = False
         self.rehello_at: float | None = None
@@ -127,7 +127,8 @@ class Client(Inbox):
         n, p = cfg.net, self.peers
         p.ack_timeout, p.retries, p.dead_peer = n.ack_timeout, n.ack_retries, n.dead_peer
         self.profile = Profile.from_dict(b.get("profile", {}))
-        self.real, self.scale, self.shaped = cfg.latency.real, cfg.latency.time_scale, cfg.latency.shaped
+        lat = cfg.latency
+        self.real, self.scale, self.shaped = lat.real, lat.time_scale, lat.shaped
         torch.set_num_threads(cfg.train.threads)
         if self.executor is None or self.executor.cfg.replace(out="") != cfg.replace(out=""):
             self.executor = Executor(self.cid, cfg, self.profile, self.device, self.run_id,
