@@ -69,16 +69,22 @@ def tcp_reference(total: int = ROUND_BYTES // CHUNK * CHUNK) -> tuple[float, flo
     return got / dt, cpu + ru.ru_utime + ru.ru_stime
 
 
-def window(events: list[dict[str, Any]]) -> dict[str, float]:
-    """First TASK sent .. last RESULT received (and decoded), server-side timestamps."""
-    tasks = [e["t"] for e in events if e["ev"] == "send" and e["kind"] == "TASK"]
-    results = [e for e in events if e["ev"] == "recv" and e["kind"] == "RESULT"]
-    last = max(results, key=lambda e: e["t"])
-    return {"window_s": last["t"] - min(tasks), "window_decoded_s": last["t"] + last["dt"]
-            - min(tasks), "tasks": len(tasks), "results": len(results)}
+def window(events: list[dict[str, Any]], per_round: int = 100) -> dict[str, Any]:
+    """First TASK sent .. last RESULT received (and decoded), server-side timestamps: for the
+    first round (the issue's figure) and, with several rounds, for each later one (rounds do not
+    overlap: every round sends per_round tasks and waits for their results)."""
+    tasks = sorted(e["t"] for e in events if e["ev"] == "send" and e["kind"] == "TASK")
+    results = sorted((e for e in events if e["ev"] == "recv" and e["kind"] == "RESULT"),
+                     key=lambda e: e["t"])
+    last = results[min(per_round, len(results)) - 1]
+    later = [results[min(r + per_round, len(results)) - 1]["t"] - tasks[r]
+             for r in range(per_round, len(tasks), per_round)]
+    return {"window_s": last["t"] - tasks[0], "window_decoded_s": last["t"] + last["dt"]
+            - tasks[0], "tasks": len(tasks), "results": len(results), "later_windows_s": later}
 
 
-def launch(tmp: Path, tag: str, algo: str, tput: float, per_process: str) -> dict[str, Any]:
+def launch(tmp: Path, tag: str, algo: str, tput: float, per_process: str, rounds: int = 1
+           ) -> dict[str, Any]:
     tdir, out = tmp / f"timing_{tag}", tmp / f"run_{tag}"
     tdir.mkdir()
     env = dict(os.environ, FEDNET_TIMING_DIR=str(tdir),
@@ -86,14 +92,16 @@ def launch(tmp: Path, tag: str, algo: str, tput: float, per_process: str) -> dic
     argv = fednet() + ["launch", "--plugin", str(HERE / "round_timing_plugin.py"),
                        "--plugin", str(HERE / "echo_plugin.py"), "--algo", algo,
                        "--dataset", "synthetic-cifar10-small", "--model", "resnet18",
-                       "--clients", "100", "--rounds", "1", "--epochs", "1", "--batch-size", "8",
+                       "--clients", "100", "--rounds", str(rounds), "--epochs", "1", "--batch-size", "8",
                        "--clients-per-process", per_process, "-q", "--out", str(out)]
     meter = LoopbackMeter(tput)
     wall, _ = timed(argv, env)
     meter.stop()
     events = [json.loads(line) for f in tdir.glob("*.jsonl") for line in f.read_text().splitlines()]
-    r = split_round(events)
+    first = min((e for e in events if e["ev"] == "round"), key=lambda e: e["t"])
+    r = split_round([e for e in events if e["t"] <= first["t"] + first["dt"]])  # round 0
     r.update(window(events))
+    r["later_over_ideal"] = [w / (r["bytes_moved"] / tput) for w in r["later_windows_s"]]
     ideal = r["bytes_moved"] / tput
     r.update(algo=algo, tcp_bytes_per_s=tput, command_s=wall, ideal_transfer_s=ideal,
              window_over_ideal=r["window_s"] / ideal, lo_busy_s=meter.busy_s,
@@ -109,6 +117,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--algos", nargs="+", default=["echo", "echo-fedavg"])
     ap.add_argument("--per-process", default="10")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="rounds per launch: the first is the issue's figure (every process "
+                         "receives into fresh memory); later ones show the steady state")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     rows = []
@@ -116,7 +127,7 @@ def main() -> None:
         for i in range(args.reps):
             for algo in args.algos:
                 tput, tcp_cpu = tcp_reference()
-                r = launch(Path(d), f"{i}_{algo}", algo, tput, args.per_process)
+                r = launch(Path(d), f"{i}_{algo}", algo, tput, args.per_process, args.rounds)
                 r["tcp_cpu_s"] = tcp_cpu
                 rows.append(r)
                 print(f"{i} {algo:12s} tcp {tput / 1e9:.2f} GB/s  moved {r['bytes_moved'] / 1e9:.2f}"
@@ -128,7 +139,10 @@ def main() -> None:
                       f"cpu {r['process_cpu_s']:.1f}s (decode clients "
                       f"{r['decode_clients_cpu_s']:.1f} server {r['decode_server_cpu_s']:.1f}; TCP "
                       f"alone {tcp_cpu:.1f}s)  round {r['round_s']:.2f}s  "
-                      f"load {r['loadavg']}", flush=True)
+                      f"load {r['loadavg']}" + ("  later rounds " + " ".join(
+                          f"{w:.2f}s (x{x:.2f})" for w, x in zip(r["later_windows_s"],
+                                                                   r["later_over_ideal"]))
+                          if r["later_windows_s"] else ""), flush=True)
     if args.json:
         write_json(args.json, {"machine": machine(), "runs": rows})
 
