@@ -100,13 +100,18 @@ def part_scale(tmp: Path, reps: int) -> dict[str, Any]:
 # ---- big -------------------------------------------------------------------------------------
 def tcp_throughput(total: int = 512 * MiB, chunk: int = 256 * 1024) -> float:
     """Bytes per second through loopback TCP between two processes (plain sockets)."""
+    return tcp_transfer(total, chunk)[0]
+
+
+def tcp_transfer(total: int, chunk: int = 256 * 1024) -> tuple[float, float]:
+    """(bytes per second, CPU seconds of sender and receiver) for `total` bytes through
+    loopback TCP between two processes (plain sockets, `chunk`-byte sends)."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)
-    port = srv.getsockname()[1]
     pid = os.fork()
     if pid == 0:  # the sender
-        c = socket.create_connection(("127.0.0.1", port))
+        c = socket.create_connection(srv.getsockname())
         buf = memoryview(bytearray(chunk))
         for _ in range(total // chunk):
             c.sendall(buf)
@@ -114,17 +119,17 @@ def tcp_throughput(total: int = 512 * MiB, chunk: int = 256 * 1024) -> float:
         os._exit(0)
     conn, _ = srv.accept()
     buf = bytearray(chunk)
-    got, t = 0, time.monotonic()
+    got, c0, t = 0, time.thread_time(), time.monotonic()
     while got < total:
         n = conn.recv_into(buf)
         if not n:
             break
         got += n
-    dt = time.monotonic() - t
-    os.waitpid(pid, 0)
+    dt, cpu = time.monotonic() - t, time.thread_time() - c0
+    _, _, ru = os.wait4(pid, 0)
     conn.close()
     srv.close()
-    return got / dt
+    return got / dt, cpu + ru.ru_utime + ru.ru_stime
 
 
 def _union(intervals: list[tuple[float, float]]) -> float:

@@ -24,49 +24,18 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _util import loadavg, machine, write_json  # noqa: E402
-from bench_many import LoopbackMeter, fednet, split_round, timed  # noqa: E402
+from bench_many import LoopbackMeter, fednet, split_round, tcp_transfer, timed  # noqa: E402
 
 
 ROUND_BYTES, CHUNK = 8_947_810_200, 256 * 1024  # a round's TASK + RESULT bytes (measured)
-
-
-def tcp_reference(total: int = ROUND_BYTES // CHUNK * CHUNK) -> tuple[float, float]:
-    """(bytes per second, CPU seconds of sender and receiver) for `total` bytes through loopback
-    TCP between two processes (plain sockets, CHUNK sends; as bench_many.tcp_throughput)."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(1)
-    pid = os.fork()
-    if pid == 0:  # the sender
-        c = socket.create_connection(srv.getsockname())
-        buf = memoryview(bytearray(CHUNK))
-        for _ in range(total // CHUNK):
-            c.sendall(buf)
-        c.close()
-        os._exit(0)
-    conn, _ = srv.accept()
-    buf = bytearray(CHUNK)
-    got, c0, t = 0, time.thread_time(), time.monotonic()
-    while got < total:
-        n = conn.recv_into(buf)
-        if not n:
-            break
-        got += n
-    dt, cpu = time.monotonic() - t, time.thread_time() - c0
-    _, _, ru = os.wait4(pid, 0)
-    conn.close()
-    srv.close()
-    return got / dt, cpu + ru.ru_utime + ru.ru_stime
 
 
 def window(events: list[dict[str, Any]], per_round: int = 100) -> dict[str, Any]:
@@ -126,7 +95,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="fednet_transfer_only_") as d:
         for i in range(args.reps):
             for algo in args.algos:
-                tput, tcp_cpu = tcp_reference()
+                tput, tcp_cpu = tcp_transfer(ROUND_BYTES // CHUNK * CHUNK, CHUNK)
                 r = launch(Path(d), f"{i}_{algo}", algo, tput, args.per_process, args.rounds)
                 r["tcp_cpu_s"] = tcp_cpu
                 rows.append(r)

@@ -5,7 +5,7 @@ By default glibc serves every allocation above a dynamic threshold (at most 32 M
 fresh mmap and gives it back to the kernel when freed, and trims the top of its heap: every
 model a process receives then lands in never-touched pages, one page fault per 4 KiB (or per
 2 MiB page, which numpy requests for arrays of 4 MiB and more). With several processes faulting
-at once those faults cost 20 us each on the benchmark machine: decoding one ResNet-18 (44.7 MB)
+at once those faults cost 10-25 us each on the benchmark machine: decoding one ResNet-18 (44.7 MB)
 took 60-100 ms of CPU, 90% of it in the kernel, against 4-11 ms into reused memory
 (BENCHMARKS.md section 15).
 
@@ -20,7 +20,6 @@ Not glibc (musl, macOS): nothing is changed.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 
 log = logging.getLogger(__name__)
@@ -44,8 +43,7 @@ def reuse_freed_memory(model_bytes: int) -> bool:
     if model_bytes < BIG_MODEL_BYTES:
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(None).mallopt  # the process's own libc (no ldconfig subprocess)
     except (OSError, AttributeError):  # not glibc
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int

@@ -26,6 +26,22 @@ def _both(tmp_path, cfg, prepare=None):
     return a, b, _model(tmp_path / "local"), _model(tmp_path / "launch")
 
 
+def _launch_matches_local(tmp_path, algo, clients, params, net):
+    """The run in-process and under ZeroMQ with `net`: both summaries, after checking that the
+    ZeroMQ one completed without failures with the same model, bytes and simulated time."""
+    over = {"clients": clients, "rounds": 2, "latency": {"preset": "hetero"},
+            "algo": {"name": algo, "params": params}}
+    a = run_local(small_config(**over, out=str(tmp_path / "local")), quiet=True)
+    b = run_zmq(small_config(**over, out=str(tmp_path / "launch"), net=net), quiet=True)
+    assert b["status"] == "completed" and not b["failures"]
+    ma, mb = _model(tmp_path / "local"), _model(tmp_path / "launch")
+    for k in ma:
+        assert np.array_equal(ma[k], mb[k]), k
+    assert {k: a["bytes"][k] for k in KEYS} == {k: b["bytes"][k] for k in KEYS}
+    assert a["sim_time_s"] == b["sim_time_s"]
+    return a, b
+
+
 def test_local_and_launch_agree_exactly(tmp_path):
     cfg = small_config(clients=4, rounds=3, latency={"preset": "wan"})
     a, b, ma, mb = _both(tmp_path, cfg)
@@ -104,18 +120,8 @@ def test_max_inflight_bounds_tasks_out_and_changes_no_result(tmp_path, monkeypat
         dispatch(self, task)
         most.append(len(self._pending))
     monkeypatch.setattr(ZmqServer, "_dispatch", counting)
-    over = {"clients": clients, "rounds": 2, "latency": {"preset": "hetero"},
-            "algo": {"name": algo, "params": params}}
-    a = run_local(small_config(**over, out=str(tmp_path / "local")), quiet=True)
-    b = run_zmq(small_config(**over, out=str(tmp_path / "launch"), net={"max_inflight": 1}),
-                quiet=True)
-    assert b["status"] == "completed" and not b["failures"]
+    _launch_matches_local(tmp_path, algo, clients, params, {"max_inflight": 1})
     assert max(most) == 1 and len(most) >= clients
-    ma, mb = _model(tmp_path / "local"), _model(tmp_path / "launch")
-    for k in ma:
-        assert np.array_equal(ma[k], mb[k]), k
-    assert {k: a["bytes"][k] for k in KEYS} == {k: b["bytes"][k] for k in KEYS}
-    assert a["sim_time_s"] == b["sim_time_s"]
 
 
 @pytest.mark.parametrize("algo, clients, params", [
@@ -135,19 +141,9 @@ def test_several_clients_per_process_match_local(tmp_path, monkeypatch, algo, cl
         pids[got.msg.body["cid"]] = got.msg.body.get("pid")
         on_hello(self, got)
     monkeypatch.setattr(ZmqServer, "_on_hello", recording)
-    over = {"clients": clients, "rounds": 2, "latency": {"preset": "hetero"},
-            "algo": {"name": algo, "params": params}}
-    a = run_local(small_config(**over, out=str(tmp_path / "local")), quiet=True)
-    b = run_zmq(small_config(**over, out=str(tmp_path / "launch"),
-                             net={"clients_per_process": 3}), quiet=True)
-    assert b["status"] == "completed" and not b["failures"]
+    _, b = _launch_matches_local(tmp_path, algo, clients, params, {"clients_per_process": 3})
     assert len(pids) == clients and len(set(pids.values())) == -(-clients // 3)
     assert pids[0] == pids[1] == pids[2] != pids[3]
-    ma, mb = _model(tmp_path / "local"), _model(tmp_path / "launch")
-    for k in ma:
-        assert np.array_equal(ma[k], mb[k]), k
-    assert {k: a["bytes"][k] for k in KEYS} == {k: b["bytes"][k] for k in KEYS}
-    assert a["sim_time_s"] == b["sim_time_s"]
     cv = b["bytes_client_view"]  # every logical client still reports its own ledger at BYE
     assert cv["client_to_server"] == b["bytes"]["client_to_server"]
 
@@ -174,17 +170,7 @@ def test_a_process_share_of_tasks_changes_no_result(tmp_path, monkeypatch, algo,
         assert all(isinstance(p, tuple) for p in out)  # (host, pid) from the hellos
         most.append((max(out.count(p) for p in out), len(out)))
     monkeypatch.setattr(ZmqServer, "_dispatch", counting)
-    over = {"clients": clients, "rounds": 2, "latency": {"preset": "hetero"},
-            "algo": {"name": algo, "params": params}}
-    a = run_local(small_config(**over, out=str(tmp_path / "local")), quiet=True)
-    b = run_zmq(small_config(**over, out=str(tmp_path / "launch"),
-                             net={"clients_per_process": 3}), quiet=True)
-    assert b["status"] == "completed" and not b["failures"]
+    a, b = _launch_matches_local(tmp_path, algo, clients, params, {"clients_per_process": 3})
     assert b["tasks_per_process"] == 1 and "tasks_per_process" not in a
     assert max(m for m, _ in most) == 1 and max(n for _, n in most) <= 2  # 2 processes
     assert len(most) >= clients
-    ma, mb = _model(tmp_path / "local"), _model(tmp_path / "launch")
-    for k in ma:
-        assert np.array_equal(ma[k], mb[k]), k
-    assert {k: a["bytes"][k] for k in KEYS} == {k: b["bytes"][k] for k in KEYS}
-    assert a["sim_time_s"] == b["sim_time_s"]

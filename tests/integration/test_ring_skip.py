@@ -35,6 +35,19 @@ def _task(route, endpoints, hop):
     return t, msg
 
 
+def _collect(receiver: Peers) -> tuple[list, object]:
+    """(got, pump): pump() serves the receiver's peer socket, appending each hand-off it
+    accepts to got (the sender calls it while it waits for the acknowledgement)."""
+    got: list = []
+
+    def pump() -> None:
+        while receiver.sock.poll(0):
+            r = receiver.receive()
+            if r is not None:
+                got.append(r[0])
+    return got, pump
+
+
 def _send(sender: Peers, receiver: Peers, route, to_hop: int, key: bytes | None = KEY):
     """sender (at its index on route, or 0) hands the model to route[to_hop] = receiver; the
     receiver's peer socket is served meanwhile. (accepted by the receiver, acknowledged)."""
@@ -44,13 +57,7 @@ def _send(sender: Peers, receiver: Peers, route, to_hop: int, key: bytes | None 
     endpoints[to_hop] = receiver.endpoint
     t, msg = _task(route, endpoints, hop)
     reply = result_message(me, t, t.arrays, {}, 10, 1.0, RUN)
-    got: list = []
-
-    def pump():
-        while receiver.sock.poll(0):
-            r = receiver.receive()
-            if r is not None:
-                got.append(r[0])
+    got, pump = _collect(receiver)
     sender.pump = pump
     tag = handoff_tag(key, RUN, t.round, t.task_id, to_hop, sender.me)
     handoff = handoff_message(msg, reply, to_hop, tag)
@@ -103,14 +110,7 @@ def test_a_closed_peer_port_is_skipped_at_once_and_the_next_peer_gets_the_model(
         route = [0, 1, 2]
         t, msg = _task(route, ["", dead_endpoint, c.endpoint], 0)
         reply = result_message(0, t, t.arrays, {}, 10, 1.0, RUN)
-        got: list = []
-
-        def pump():
-            while c.sock.poll(0):
-                r = c.receive()
-                if r is not None:
-                    got.append(r[0])
-        a.pump = pump
+        got, a.pump = _collect(c)
         t0 = time.monotonic()
         a.handoff(1, msg, reply)
         took = time.monotonic() - t0
