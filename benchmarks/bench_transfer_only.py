@@ -61,7 +61,8 @@ def launch(tmp: Path, tag: str, algo: str, tput: float, per_process: str, rounds
     argv = fednet() + ["launch", "--plugin", str(HERE / "round_timing_plugin.py"),
                        "--plugin", str(HERE / "echo_plugin.py"), "--algo", algo,
                        "--dataset", "synthetic-cifar10-small", "--model", "resnet18",
-                       "--clients", "100", "--rounds", str(rounds), "--epochs", "1", "--batch-size", "8",
+                       "--clients", "100", "--rounds", str(rounds), "--epochs", "1",
+                       "--batch-size", "8",
                        "--clients-per-process", per_process, "-q", "--out", str(out)]
     meter = LoopbackMeter(tput)
     wall, _ = timed(argv, env)

@@ -7,9 +7,10 @@ identity, server link, peer socket, ledger, data and state: the server and the w
 what N separate processes would send. Their tasks run one at a time, round-robin, so clients
 whose algorithm keeps no model between tasks share one working model (executor.
 share_working_models); before a task starts, every earlier zero-copy send of the process has
-left (it may still read that model's memory). Hand-offs between two clients of the same process travel over their peer sockets like any other, and any
-wait (for an acknowledgement, a real-time delay) reads every client's sockets, so a hand-off to a
-neighbour in the same process is acknowledged while its sender waits.
+left (it may still read that model's memory). Hand-offs between two clients of the same process
+travel over their peer sockets like any other, and any wait (for an acknowledgement, a real-time
+delay) reads every client's sockets, so a hand-off to a neighbour in the same process is
+acknowledged while its sender waits.
 """
 from __future__ import annotations
 

@@ -6,10 +6,10 @@ The rule (README, `fednet launch --help`):
   and 15) and at most half the available memory at PROCESS_BYTES plus HOST_MODEL_COPIES of the
   model each;
 - beyond PROCESSES_PER_CORE, GROUPED_PER_CORE processes per core (within the memory limit), the
-  clients shared evenly among them: once the processes outnumber the cores many times over, each further process
-  only costs a fork, an interpreter and a share of the run queue (BENCHMARKS.md section 15:
-  1,000 digits clients on 2 cores start and train fastest in 16 processes of 63); beyond the
-  memory limit alone, the fewest clients per process within it;
+  clients shared evenly among them: once the processes outnumber the cores many times over,
+  each further process only costs a fork, an interpreter and a share of the run queue
+  (BENCHMARKS.md section 15: 1,000 digits clients on 2 cores start and train fastest in 16
+  processes of 63); beyond the memory limit alone, the fewest clients per process within it;
 - with --gpus, also device memory: every process holds its own CUDA context
   (CUDA_CONTEXT_BYTES) and allocator workspace (DEVICE_WORKSPACE_BYTES), and every client its
   model and data on the device; the processes of each device must fit DEVICE_SHARE of its memory;

@@ -60,7 +60,8 @@ class ZmqServer(Intake):
         self._on_reply: FollowUp | None = None
         self._queue: deque[Task] = deque()  # tasks waiting for room under net.max_inflight
         self._filling = False
-        self.tasks_per_process = process_cap(session.cfg, session.evaluator.model_bytes)  # 0: no cap
+        # at most this many tasks out to one client process (0: no cap; server/inflight.py)
+        self.tasks_per_process = process_cap(session.cfg, session.evaluator.model_bytes)
         self._accepting = True
         self._progress = time.monotonic()
         self.shutting_down = False
@@ -233,7 +234,8 @@ class ZmqServer(Intake):
                     why = f"no progress within --round-timeout {timeout:g}s"
                     for task in self._queue:
                         self._pending[task.task_id] = task
-                        self._fail(task.task_id, why + " (never sent: no room under --max-inflight or its process's share)")
+                        self._fail(task.task_id, why + " (never sent: no room under "
+                                   "--max-inflight or its process's share)")
                     self._queue.clear()
                     for tid in list(self._pending):
                         self._fail(tid, why)

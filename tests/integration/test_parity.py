@@ -155,7 +155,8 @@ def test_several_clients_per_process_match_local(tmp_path, monkeypatch, algo, cl
 ])
 def test_a_process_share_of_tasks_changes_no_result(tmp_path, monkeypatch, algo, clients, params):
     """The big-model rule (server/inflight.py), forced onto digits with a share of 1 task per
-    process of 3 clients: never two tasks out to one process; model, bytes and time as in-process."""
+    process of 3 clients: never two tasks out to one process; model, bytes and time as
+    in-process."""
     from fednet.server import inflight
     from fednet.server.app import ZmqServer
 
