@@ -28,6 +28,7 @@ def _log(**ev: Any) -> None:
         return
     ev["pid"] = os.getpid()
     ev["pcpu"] = time.process_time()  # this process's CPU so far, zmq's I/O threads included
+    ev["pflt"] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt  # and its page faults
     with open(os.path.join(OUT, f"{os.getpid()}.jsonl"), "a") as f:
         f.write(json.dumps(ev) + "\n")
 

@@ -13,14 +13,14 @@ import click
 from fednet.errors import FednetError
 from fednet.metrics.files import WRITE_ERRNOS
 from fednet.options import HOST_PER_PROCESS, auto_for_host, build_config, common_options, prepare_out
+from fednet.platform.malloc import one_arena
 from fednet.plugins_cli import plugins_command
 from fednet.sweep_cli import SWEEP_EPILOG, SweepCommand, sweep_options
 
 # The defaults of a first run: 100 digits clients reach >= 85% within about a minute on 2 cores.
 RUN_DEFAULTS: dict[str, Any] = {}
 
-# The results folder of the command now running, once chosen (for the interrupt message).
-_RUN: dict[str, Any] = {}
+_RUN: dict[str, Any] = {}  # the results folder of the command now running (interrupt message)
 
 
 def _errors(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -54,8 +54,7 @@ def _errors(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _config(opts: dict[str, Any], defaults: dict[str, Any]) -> Any:
-    """The run's configuration with its results folder chosen and checked (before anything is
-    written or started)."""
+    """The run's configuration, its results folder chosen and checked (before anything starts)."""
     cfg = prepare_out(opts, build_config(opts, defaults))
     _RUN["out"] = cfg.out
     return cfg
@@ -83,6 +82,7 @@ class _Main(click.Group):
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
+        one_arena()  # before any thread allocates: platform/malloc.py
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         try:

@@ -17,7 +17,8 @@ from fednet.client.app import Client
 from fednet.metrics.accounting import Ledger
 from fednet.platform.malloc import BIG_MODEL_BYTES
 from fednet.protocol import Message, MsgKind
-from fednet.server.inflight import PROCESS_CAP, next_task, process_cap
+from fednet.server.inflight import (PROCESS_CAP, RESERVE_MODELS, RESERVE_SHARE, next_task,
+                                     process_cap, reserve_bytes)
 from fednet.transport.channels import Channel, Deferred
 from fednet.types import Task
 from fednet.wire import task_message
@@ -128,3 +129,58 @@ print(*faults)
     assert out["reuse"][0] > pages // 2  # the first one is new memory either way
     assert max(out["reuse"][1:]) < pages // 20, out
     assert max(out["default"][1:]) > pages // 2, out  # what it saves
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_frames_zmq_receives_land_in_the_heap_reserved_before():
+    """40 MiB received over TCP in 256 KiB frames (allocated by zmq's I/O thread, all held at
+    once): after one_arena and reserve they take almost no new pages; without the reserve, or
+    with it but with the I/O thread in a heap of its own (glibc's default), they fault them in."""
+    code = """
+import resource, sys, threading
+import numpy as np, zmq
+from fednet.platform import malloc
+arena, reserve = sys.argv[1] == "1", sys.argv[2] == "1"
+if arena:
+    assert malloc.one_arena()
+assert malloc.reserve(64 << 20) == 0  # freed memory is not kept yet: nothing to reserve
+assert malloc.reuse_freed_memory(malloc.BIG_MODEL_BYTES)
+ctx = zmq.Context()
+rx = ctx.socket(zmq.PULL)
+port = rx.bind_to_random_port("tcp://127.0.0.1")
+tx = ctx.socket(zmq.PUSH)
+tx.connect(f"tcp://127.0.0.1:{port}")
+tx.send(b"hello"); rx.recv()  # the I/O thread has allocated (its arena is chosen) by now
+if reserve:
+    assert malloc.Reserve(64 << 20).join() >= 64 << 20
+frame = np.ones(256 << 10, np.uint8)
+f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+tx.send_multipart([frame] * 160, copy=False)
+held = rx.recv_multipart(copy=False)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0, len(held))
+"""
+    env = dict(os.environ, NUMPY_MADVISE_HUGEPAGE="0")
+    out = {}
+    for arena, reserve in (("1", "1"), ("1", "0"), ("0", "1")):
+        p = subprocess.run([sys.executable, "-c", code, arena, reserve], capture_output=True,
+                           text=True, env=env, timeout=60)
+        assert p.returncode == 0, p.stderr
+        faults, frames = (int(x) for x in p.stdout.split())
+        assert frames == 160
+        out[arena + reserve] = faults
+    pages = (40 << 20) // 4096
+    assert out["11"] < pages // 10, out
+    assert out["10"] > pages // 2, out  # no reserve: new pages
+    assert out["01"] > pages // 2, out  # the I/O thread's own arena: the reserve is elsewhere
+
+
+def test_the_server_reserves_room_for_the_results_out_at_once():
+    cfg = small_config(clients=100)
+    mb = 45_000_000
+    assert reserve_bytes(cfg, BIG_MODEL_BYTES - 1, 1 << 40) == 0  # small models: nothing
+    assert reserve_bytes(cfg, mb, 1 << 40) == RESERVE_MODELS * mb  # 100 out: at most 16
+    net = replace(cfg.net, max_inflight=8)
+    assert reserve_bytes(replace(cfg, net=net), mb, 1 << 40) == 8 * mb  # --max-inflight 8
+    few = replace(cfg, algo=replace(cfg.algo, fraction=0.05))
+    assert reserve_bytes(few, mb, 1 << 40) == 5 * mb  # 5 clients a round
+    assert reserve_bytes(cfg, mb, 4 << 30) == int(RESERVE_SHARE * (4 << 30))  # memory share

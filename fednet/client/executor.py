@@ -26,7 +26,7 @@ from fednet.models import build_model
 from fednet.models.params import adopt_arrays, load_arrays, state_arrays, state_nbytes
 from fednet.network.availability import Availability, from_welcome
 from fednet.network.churn import offline_reason
-from fednet.platform.malloc import reuse_freed_memory
+from fednet.platform.malloc import CLIENT_RESERVE_MODELS, reserve_once, reuse_freed_memory
 from fednet.training.objective import get_objective
 from fednet.protocol import Message, MsgKind
 from fednet.protocol.schema import parse_client
@@ -95,7 +95,8 @@ class Executor:
                 model = _WORKING[key] = self._initial().to(self.device)
         else:
             model = self._initial().to(self.device)
-        reuse_freed_memory(state_nbytes(model))  # big models: receive into pages already mapped
+        if reuse_freed_memory(state_nbytes(model)):  # big models: receive into mapped pages
+            reserve_once(CLIENT_RESERVE_MODELS * state_nbytes(model))  # while it registers
         self.availability: Availability | None = None  # --availability: set by the runtime
         # --checkpoint-every under fednet launch/clients: this client keeps its state on disk
         self.files = (StateFiles(cfg.out, cid, cfg.algo.name) if files and cfg.out and

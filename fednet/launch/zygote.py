@@ -28,6 +28,7 @@ import traceback
 from typing import Any
 
 from fednet.platform import hugepages
+from fednet.platform.malloc import one_arena
 from fednet.platform.proc import set_pdeathsig
 
 
@@ -254,6 +255,7 @@ def main() -> None:
     ap.add_argument("--plugin", action="append", default=[],
                     help="a plugin module of the run (repeatable), imported before the warm-up")
     a = ap.parse_args()
+    one_arena()  # inherited by every forked client (platform/malloc.py)
     set_pdeathsig(signal.SIGTERM)
     if a.parent and os.getppid() != a.parent:  # the launcher died before PDEATHSIG was armed
         os._exit(1)

@@ -17,7 +17,7 @@ from fednet.server.inflight import next_task, process_cap
 from fednet.server.intake import Intake
 from fednet.core.rounds import FollowUp
 from fednet.core.session import Session
-from fednet.transport.channels import Channel, bind_router
+from fednet.transport.channels import Channel, bind_router, server_context
 from fednet.types import ClientInfo, Failure, Result, Task, client_name
 from fednet.wire import task_message
 
@@ -36,7 +36,7 @@ class ZmqServer(Intake):
                  identity: Identity | None = None) -> None:
         self.s = session
         if bound is None:
-            ctx = zmq.Context()
+            ctx = server_context()
             bound = (ctx, *bind_router(ctx, host, port))
         self.ctx, self.sock, self.endpoint = bound
         self.chan = Channel(self.sock, session.ledger, SERVER, router=True)

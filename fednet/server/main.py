@@ -15,9 +15,11 @@ from fednet.launch.spawn import Zygote, client_specs, open_client_log
 from fednet.metrics.history import resolve_out
 from fednet.platform import packing
 from fednet.platform.gpus import check_gpus
+from fednet.platform.malloc import Reserve
 from fednet.platform.proc import check_files_per_process, pss_bytes, raise_fd_limit
 from fednet.server.conns import Identity
-from fednet.transport.channels import bind_router
+from fednet.server.inflight import reserve_bytes
+from fednet.transport.channels import bind_router, server_context
 
 if TYPE_CHECKING:
     from fednet.server.app import ZmqServer
@@ -163,7 +165,7 @@ def _start(run: Run, cfg: RunConfig, quiet: bool, local_clients: bool, prepare: 
     # except under --secure, whose CURVE pairs (one per process) are needed before the bind
     early = per_process_choice(cfg) if local_clients and cfg.net.secure else None
     ident, specs = identity_for(cfg, local_clients, early.per_process if early else 1)
-    ctx = zmq.Context()
+    ctx = server_context()
     built: list[ZmqServer] = []
     run.on_stop(_close_zmq, run, ctx, built)
     setup = None
@@ -240,6 +242,8 @@ def _serve(run: Run, server: ZmqServer, zyg: Zygote | None, cfg: RunConfig,
     run.extra["endpoint"] = server.endpoint
     if zyg is not None:
         server.watch = zyg.dead
+    # big models: map the heap for a first round's results while the clients register
+    reserving = Reserve(reserve_bytes(cfg, session.evaluator.model_bytes))
     try:
         server.wait_for_clients(cfg.clients, cfg.net.register_timeout)
     except TimeoutError as e:
@@ -249,8 +253,12 @@ def _serve(run: Run, server: ZmqServer, zyg: Zygote | None, cfg: RunConfig,
         raise Stopped("registration_timeout",
                       f"{e}; {hint}, or raise --register-timeout") from None
     run.extra["ready_s"] = time.monotonic() - run.t_start
+    if (held := reserving.join()):
+        run.extra["heap_reserved_bytes"] = held
     session.progress.message(f"{len(server.alive_clients())} clients ready in "
-                             f"{run.extra['ready_s']:.1f}s")
+                             f"{run.extra['ready_s']:.1f}s" + (
+                                 f" ({held / 1e9:.2f} GB mapped meanwhile for a first round's "
+                                 "results: platform/malloc.py)" if held else ""))
     session.driver.run(server)
     if zyg is not None:
         run.extra["client_pss_bytes"] = pss_bytes(zyg.child_pids())

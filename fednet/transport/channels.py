@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -35,6 +36,17 @@ def _common(sock: zmq.Socket) -> None:
     sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
     sock.setsockopt(zmq.HEARTBEAT_TTL, 2 * HEARTBEAT_TIMEOUT_MS)
     sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)
+
+
+SERVER_IO_THREADS = min(2, os.cpu_count() or 1)
+"""ZeroMQ I/O threads of a server's context: a ROUTER spreads its connections over them, so the
+kernel's socket copies of a round's models (the server sends and receives them all) run on two
+cores (BENCHMARKS.md section 15)."""
+
+
+def server_context() -> zmq.Context:
+    """The server's zmq context (SERVER_IO_THREADS I/O threads)."""
+    return zmq.Context(io_threads=SERVER_IO_THREADS)
 
 
 def bind_router(ctx: zmq.Context, host: str, port: int, what: str = "--port",
