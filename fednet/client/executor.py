@@ -95,8 +95,8 @@ class Executor:
                 model = _WORKING[key] = self._initial().to(self.device)
         else:
             model = self._initial().to(self.device)
-        if reuse_freed_memory(state_nbytes(model)):  # big models: receive into mapped pages
-            reserve_once(CLIENT_RESERVE_MODELS * state_nbytes(model))  # while it registers
+        if reuse_freed_memory(nbytes := state_nbytes(model)):  # big models: into mapped pages
+            reserve_once(CLIENT_RESERVE_MODELS * nbytes)  # while the process registers
         self.availability: Availability | None = None  # --availability: set by the runtime
         # --checkpoint-every under fednet launch/clients: this client keeps its state on disk
         self.files = (StateFiles(cfg.out, cid, cfg.algo.name) if files and cfg.out and

@@ -138,10 +138,9 @@ class Reserve:
 _background: Reserve | None = None
 
 
-def reserve_once(nbytes: int) -> Reserve:
-    """Reserve(nbytes) the first time this process calls it; the same object afterwards (a
-    process of several clients reserves once, for all of them)."""
+def reserve_once(nbytes: int) -> None:
+    """Reserve(nbytes) in the background, the first time this process calls it only (a process
+    of several clients reserves once, for all of them)."""
     global _background
     if _background is None:
         _background = Reserve(nbytes)
-    return _background

@@ -253,12 +253,12 @@ def _serve(run: Run, server: ZmqServer, zyg: Zygote | None, cfg: RunConfig,
         raise Stopped("registration_timeout",
                       f"{e}; {hint}, or raise --register-timeout") from None
     run.extra["ready_s"] = time.monotonic() - run.t_start
+    mapped = ""
     if (held := reserving.join()):
         run.extra["heap_reserved_bytes"] = held
+        mapped = f" ({held / 1e9:.2f} GB mapped meanwhile for a first round's results)"
     session.progress.message(f"{len(server.alive_clients())} clients ready in "
-                             f"{run.extra['ready_s']:.1f}s" + (
-                                 f" ({held / 1e9:.2f} GB mapped meanwhile for a first round's "
-                                 "results: platform/malloc.py)" if held else ""))
+                             f"{run.extra['ready_s']:.1f}s{mapped}")
     session.driver.run(server)
     if zyg is not None:
         run.extra["client_pss_bytes"] = pss_bytes(zyg.child_pids())
