@@ -15,7 +15,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-PARTITIONS = ("iid", "dirichlet", "shards", "domain")
+PARTITIONS = ("iid", "dirichlet", "shards", "domain", "natural")  # natural: data/natural.py
 OPTIMIZERS = ("sgd", "adam", "adamw")
 LATENCY_PRESETS = ("none", "lan", "wan", "hetero")
 
@@ -31,6 +31,8 @@ class DataConfig:
     download: bool = False
     exemplars: int = -1  # per class, removed from the test set (-1: 5 for digits, 10 otherwise)
     permute: bool = False  # each client relabels its data with a private permutation
+    synthetic_alpha: float = 1.0  # synthetic-fedprox: how much the clients' models differ
+    synthetic_beta: float = 1.0   # synthetic-fedprox: how much the clients' inputs differ
 
 
 @dataclass(frozen=True)
@@ -252,6 +254,11 @@ def validate(cfg: RunConfig) -> RunConfig:
     _need(cfg.data.partition in PARTITIONS,
           f"--partition '{cfg.data.partition}' is unknown; choose one of: {', '.join(PARTITIONS)}")
     _need(cfg.data.alpha >= 0, f"--alpha must be >= 0 (got {cfg.data.alpha})")
+    d = cfg.data
+    _need(d.dataset == "synthetic-fedprox" or (d.synthetic_alpha, d.synthetic_beta) == (1, 1),
+          "--synthetic-alpha and --synthetic-beta are settings of --dataset synthetic-fedprox")
+    _need(d.dataset != "synthetic-fedprox" or cfg.algo.name != "centralized", "--algo centralized "
+          "needs a pooled training set, and synthetic-fedprox's clients generate theirs apart")
     t = cfg.train
     _need(t.epochs >= 1, f"--epochs must be at least 1 (got {t.epochs})")
     _need(t.batch_size >= 1, f"--batch-size must be at least 1 (got {t.batch_size})")

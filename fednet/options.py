@@ -77,11 +77,12 @@ _COMMON: list[Callable[[Any], Any]] = [
     click.option("--algo", type=AlgoChoice(),
                  help="Algorithm (README: the table; docs/algorithms.md: the rules). "
                       "[default: fedavg]"),
-    click.option("--dataset", help="digits (embedded), cifar10, cifar100 or svhn (from --data-root), "
-                                   "synthetic-cifar10/100 (generated; not CIFAR). [default: digits]"),
+    click.option("--dataset", help="digits (embedded), cifar10, cifar100, svhn (--data-root), synthetic-"
+                                   "cifar10/100 (not CIFAR); one user per client: synthetic-fedprox, "
+                                   "femnist, shakespeare, sent140 (LEAF's JSON). [default: digits]"),
     click.option("--partition", type=click.Choice(PARTITIONS),
-                 help="How data is split: iid, dirichlet(alpha), shards (one class per client) or "
-                      "domain (20 clients, 5 domains)."),
+                 help="How data is split: iid, dirichlet(alpha), shards (one class per client), domain "
+                      "(20 clients, 5 domains); natural: the users of a naturally federated dataset."),
     click.option("--alpha", type=float, help="Dirichlet concentration; 0 means shards. [default: 0.5]"),
     click.option("--seed", type=int, help="Seed of every random draw. [default: 0]"),
     click.option("--gpus", help="Comma-separated CUDA devices, e.g. 0,1; client i uses gpus[i % n]. "

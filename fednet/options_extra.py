@@ -17,7 +17,8 @@ from fednet.errors import ConfigError
 # option name -> dotted config key
 KEYS = {"optimizer": "train.optimizer", "nesterov": "train.nesterov",
         "optimizer_eps": "train.eps", "deadline": "latency.deadline",
-        "over_select": "latency.over_select", "shaped_links": "latency.shaped"}
+        "over_select": "latency.over_select", "shaped_links": "latency.shaped",
+        "synthetic_alpha": "data.synthetic_alpha", "synthetic_beta": "data.synthetic_beta"}
 
 
 class AlgoChoice(click.Choice):
@@ -84,6 +85,12 @@ OPTIONS: list[Callable[[Any], Any]] = [
     click.option("--over-select", type=float, metavar="F",
                  help="Select ceil(F x the round's target) clients and keep the first target "
                       "results to arrive. [default: 1]"),
+    click.option("--synthetic-alpha", type=float, metavar="A",
+                 help="synthetic-fedprox: the spread of the clients' models, u_k ~ N(0, A) "
+                      "(FedProx's Synthetic(A, B)). [default: 1]"),
+    click.option("--synthetic-beta", type=float, metavar="B",
+                 help="synthetic-fedprox: the spread of the clients' inputs, B_k ~ N(0, B). "
+                      "[default: 1]"),
     click.option("--plugin", multiple=True, metavar="MODULE", is_eager=True,
                  callback=load_plugins,
                  help="Import this module (a dotted name or a .py file) first: it registers "
@@ -109,12 +116,34 @@ def overrides(opts: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
 
         rate = parse_rate(opts["server_bandwidth"], "--server-bandwidth")
         over["latency.server_bandwidth"] = 0.0 if rate == float("inf") else rate
+    over.update(_natural_partition(opts, base))
     given = list(opts.get("plugin") or ())
     if given:
         from fednet import plugins
 
         over["plugins"] = plugins.merged(list(base.get("plugins") or ()), given)
     return over
+
+
+def _natural_partition(opts: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    """A naturally federated dataset's partition is `natural` unless another is given (which
+    is refused here); a file's default iid is replaced."""
+    from fednet.data.datasets import NATURAL
+
+    dataset = opts.get("dataset") or base["data"]["dataset"]
+    given = opts.get("partition")
+    if dataset not in NATURAL:
+        return {}
+    if given not in (None, "natural"):
+        raise ConfigError(f"--partition {given} does not apply to --dataset {dataset}: its "
+                          "clients' data is naturally federated (one user per client); drop "
+                          "--partition")
+    if opts.get("alpha") is not None:
+        raise ConfigError(f"--alpha (Dirichlet's) does not apply to --dataset {dataset}, whose "
+                          "clients are its users" + ("; its own settings are --synthetic-alpha "
+                          "and --synthetic-beta" if dataset == "synthetic-fedprox" else ""))
+    return {"data.partition": "natural"} if base["data"]["partition"] in ("iid", "natural") \
+        else {}
 
 
 class PerProcess(click.ParamType):

@@ -5,7 +5,7 @@ import torch
 
 from fednet.config import RunConfig
 from fednet.algorithms import model_name
-from fednet.data import load_dataset, run_test_split
+from fednet.data import load_dataset, natural, run_test_split
 from fednet.models import build_model
 from fednet.models.factorized import matching_layer
 from fednet.models.kinds import state_kinds
@@ -22,6 +22,7 @@ class Evaluator:
     def __init__(self, cfg: RunConfig) -> None:
         d = cfg.data
         full = load_dataset(d.dataset, d.data_root or None, d.download)
+        full = natural.test_dataset(full, d, cfg.clients, cfg.seed)  # natural: the run's held-out set
         ds, self.exemplars = run_test_split(full, d.exemplars, cfg.seed)
         self.num_classes = ds.num_classes
         self.objective = get_objective(ds.objective)  # the loss and the score of the task

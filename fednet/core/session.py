@@ -13,7 +13,7 @@ from fednet import algorithms, latency
 from fednet.algorithms.contract import ServerInfo
 from fednet.algorithms.state import Shapes
 from fednet.config import RunConfig, validate
-from fednet.data import load_dataset, run_partition
+from fednet.data import load_dataset, natural, run_partition
 from fednet.data.stats import label_histogram, partition_summary
 from fednet.metrics.accounting import Ledger
 from fednet.metrics.files import OutputError, atomic_file
@@ -42,16 +42,20 @@ class Session:
         self.run_id = uuid.uuid4().hex
         d = cfg.data
         ds = load_dataset(d.dataset, d.data_root or None, d.download)
-        self.parts = run_partition(ds, d, cfg.clients, cfg.seed)
-        self.stats = partition_summary(self.parts, ds.train_y, ds.num_classes)
-        self.histograms = [label_histogram(ds.train_y[p], ds.num_classes) for p in self.parts]
+        self.parts = run_partition(ds, d, cfg.clients, cfg.seed)  # natural: built when asked for
+        if ds.natural is not None:  # statistics of a bounded sample of the population
+            self.stats, self.histograms, label_hist = natural.summary(ds, d, cfg.clients, cfg.seed)
+        else:
+            self.stats = partition_summary(self.parts, ds.train_y, ds.num_classes)
+            self.histograms = [label_histogram(ds.train_y[p], ds.num_classes) for p in self.parts]
+            label_hist = np.array(self.histograms)
         self.profiles = latency.profiles(cfg.latency, cfg.clients, cfg.seed)
         self.availability = availability.build(cfg.latency.availability, cfg.clients, cfg.seed)
         self.algo = algorithms.build(cfg)  # the server half
         self.evaluator = Evaluator(cfg)
         self.algo.setup(self.evaluator.initial, self.evaluator.trainable)
         ev = self.evaluator
-        self.algo.bind(ServerInfo(ds.num_classes, np.array(self.histograms), ev.exemplars,
+        self.algo.bind(ServerInfo(ds.num_classes, label_hist, ev.exemplars,
                                   ev.pretrain_init, ev.kinds, ev.matching))
         self.out = (out or resolve_out(cfg)) if write else None
         self.ledger = Ledger()
@@ -97,6 +101,9 @@ class Session:
     def describe(self) -> str:
         """One line on the partition, for the console at start."""
         s = self.stats
+        if "described_clients" in s:  # a naturally federated dataset
+            d = self.cfg.data
+            return natural.describe(load_dataset(d.dataset, d.data_root or None, d.download), d, s)
         return (f"{self.cfg.clients} clients, {self.cfg.data.dataset} {self.cfg.data.partition}"
                 f"(alpha={self.cfg.data.alpha}): {s['min_size']}-{s['max_size']} samples each,"
                 f" {s['mean_classes']:.1f} classes per client on average")

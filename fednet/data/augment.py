@@ -20,7 +20,9 @@ AUGMENTATIONS = ("none", "fedseq", "simclr")
 """Names accepted by augmentation ("auto" picks DEFAULT_AUGMENTATION of the dataset)."""
 
 DEFAULT_AUGMENTATION = {"digits": "none", "cifar10": "fedseq", "cifar100": "fedseq", "svhn": "fedseq",
-                        "synthetic-cifar10": "fedseq", "synthetic-cifar100": "fedseq"}
+                        "synthetic-cifar10": "fedseq", "synthetic-cifar100": "fedseq",
+                        "synthetic-fedprox": "none", "femnist": "none", "shakespeare": "none",
+                        "sent140": "none"}
 """What "auto" means per dataset (FedSeq's crop + flip for the 32x32 sets; nothing for 8x8 digits)."""
 
 _LUMA = (0.299, 0.587, 0.114)

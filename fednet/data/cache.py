@@ -4,9 +4,10 @@ process, so the page cache holds one copy per host however many clients read the
 Folder: $FEDNET_CACHE if set, else `<--data-root>/fednet-cache`, else
 ~/.cache/fednet/data/fednet-cache. One sub-folder per dataset and key (e.g.
 synthetic-cifar10-s0-v1, cifar10-v1) holds train_x.npy, train_y.npy, test_x.npy, test_y.npy and
-meta.json; it is written once under a lock (the first process generates or converts, the others
-wait), into a temporary folder renamed into place, so a reader never sees half a cache.
-Delete a folder to rebuild it.
+meta.json (a dataset with more arrays, e.g. LEAF's user offsets, lists them in meta["arrays"]);
+it is written once under a lock (the first process generates or converts, the others wait),
+into a temporary folder renamed into place, so a reader never sees half a cache. Delete a
+folder to rebuild it.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def _open(folder: str) -> tuple[dict[str, np.ndarray], dict]:
     with open(os.path.join(folder, "meta.json")) as f:
         meta = json.load(f)
     arrays = {k: np.asarray(np.load(os.path.join(folder, k + ".npy"), mmap_mode="c"))
-              for k in ARRAYS}
+              for k in meta.get("arrays", ARRAYS)}
     return arrays, meta
 
 
@@ -66,8 +67,10 @@ def cached(key: str, data_root: str | None, make: Callable[[], tuple[dict[str, n
         tmp = tempfile.mkdtemp(prefix=f".{key}.", dir=root)
         try:
             os.chmod(tmp, 0o755)  # mkdtemp's 0700 would hide a shared --data-root's cache
-            for k in ARRAYS:
+            for k in arrays:
                 np.save(os.path.join(tmp, k + ".npy"), np.ascontiguousarray(arrays[k]))
+            if set(arrays) != set(ARRAYS):
+                meta = {**meta, "arrays": list(arrays)}
             with open(os.path.join(tmp, "meta.json"), "w") as f:
                 json.dump(meta, f)
             os.rename(tmp, folder)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fednet.data import natural
 from fednet.data.datasets import Dataset, run_test_rows
 from fednet.data.domains import client_labels, domain_test_indices, label_permutation
 from fednet.data.partition import run_client_indices
@@ -44,8 +45,18 @@ def client_data(ds: Dataset, data_cfg, num_clients: int, seed: int, cid: int,
     `indices` (the server's partition, sent at registration) spares a client process from
     computing the whole partition itself and makes the server's copy the one every host uses.
     Without a domain partition or permuted labels every client of a process shares one test
-    index and one label array (run_test_rows).
+    index and one label array (run_test_rows). A naturally federated dataset's client holds
+    its own user's data and tests on that user's held-out samples (natural.py).
     """
+    if getattr(ds, "natural", None) is not None:
+        images, idx, y, test_images, trows, ty = natural.client_arrays(
+            ds, data_cfg, num_clients, seed, cid, indices)
+        perm = None
+        if getattr(data_cfg, "permute", False):
+            perm = label_permutation(ds.num_classes, seed, cid)
+            y, ty = client_labels(y, perm), client_labels(ty, perm)
+        return ClientData(images, idx, y, test_images, trows, ty, perm)
+    natural.check(ds, data_cfg, num_clients)  # --partition natural of another dataset
     if indices is None:
         idx = run_client_indices(ds, data_cfg, num_clients, seed, cid)
     else:

@@ -4,6 +4,8 @@ digits is embedded (scikit-learn's CSV); cifar10, cifar100 and svhn are read by 
 (see torchvision_sets.py; torchvision is imported only when one of them is loaded); synthetic-cifar10 and
 synthetic-cifar100 are generated (synthetic.py; not CIFAR). All but digits go through the host's .npy cache
 (cache.py): converted or generated once per host, then memory-mapped, so processes share one copy.
+The naturally federated datasets (NATURAL: one user per client, natural.py) are synthetic-fedprox,
+generated per client, and LEAF's femnist, shakespeare and sent140 (leaf.py).
 """
 from __future__ import annotations
 
@@ -11,16 +13,21 @@ import importlib.util
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from fednet import plugins
+from fednet.data import test_split
+from fednet.data.test_split import run_test_rows, run_test_split, split_exemplars  # noqa: F401
 from fednet.errors import ConfigError
 from fednet.rng import generator
 
 DATASETS = ("digits", "cifar10", "cifar100", "svhn", "synthetic-cifar10", "synthetic-cifar100")
-"""Names accepted by load_dataset (and --dataset)."""
+"""Names accepted by load_dataset (and --dataset), besides NATURAL."""
+NATURAL = ("synthetic-fedprox", "femnist", "shakespeare", "sent140")
+"""The naturally federated datasets: each client is one user with its own data (natural.py)."""
 
 TEST_FRACTION = 0.2
 """Share of each class held out as the global test set for datasets without an official split."""
@@ -39,6 +46,7 @@ class Dataset:
     input_shape: tuple[int, int, int]
     class_names: tuple[str, ...] = ()
     objective: str = ""  # the task's loss and score (training/objective.py); "" = classification
+    natural: Any = None  # a naturally federated dataset's clients (natural.Natural); None: partitioned
 
 
 _CACHE: dict[tuple[str, str | None, int], Dataset] = {}
@@ -162,10 +170,24 @@ def _synthetic_loader(name: str) -> Callable[[str | None, bool, int], Dataset]:
     return load
 
 
+def _natural_loader(name: str) -> Callable[[str | None, bool, int], Dataset]:
+    """synthetic-fedprox (nothing to load: its clients generate their data) or LEAF's files."""
+
+    def load(data_root: str | None, download: bool, split_seed: int) -> Dataset:
+        from fednet.data import leaf, synthetic_fedprox
+
+        if name == synthetic_fedprox.NAME:
+            return synthetic_fedprox.dataset()
+        return leaf.load(name, data_root, download)
+
+    return load
+
+
 _LOADERS: dict[str, Callable[[str | None, bool, int], Dataset]] = {
     "digits": _load_digits,
     **{n: _torchvision_loader(n) for n in ("cifar10", "cifar100", "svhn")},
     **{n: _synthetic_loader(n) for n in ("synthetic-cifar10", "synthetic-cifar100")},
+    **{n: _natural_loader(n) for n in NATURAL},
 }
 
 
@@ -193,7 +215,7 @@ def register_dataset(name: str, loader: Callable[[str | None, bool, int], Datase
 
 def dataset_names() -> tuple[str, ...]:
     """Every name --dataset accepts (built-in, then plugins)."""
-    return DATASETS + tuple(PLUGIN_DATASETS)
+    return DATASETS + NATURAL + tuple(PLUGIN_DATASETS)
 
 
 def load_dataset(
@@ -214,85 +236,10 @@ def load_dataset(
     return ds
 
 
-def _exemplar_rows(ds: Dataset, per_class: int, seed: int) -> np.ndarray:
-    """Sorted-by-class test rows of FedSeq's exemplars (per_class of every class), or ConfigError."""
-    per_class = int(per_class)
-    counts = np.bincount(ds.test_y, minlength=ds.num_classes)
-    if per_class < 1 or per_class > int(counts.min()):
-        c = int(np.argmin(counts))
-        raise ConfigError(
-            f"--exemplars {per_class} is not usable: exemplars per class must be between 1 and the "
-            f"{int(counts.min())} test images of class {c} of {ds.name}; choose a value in that range"
-        )
-    rng = generator(seed, "data/exemplars")
-    return np.concatenate(
-        [np.sort(rng.permutation(np.flatnonzero(ds.test_y == c))[:per_class]) for c in range(ds.num_classes)]
-    ).astype(np.int64)
-
-
-def split_exemplars(ds: Dataset, per_class: int, seed: int) -> tuple[np.ndarray, np.ndarray, Dataset]:
-    """FedSeq's public exemplars (2.1, pitfall 14): per_class random test images of every class, removed.
-
-    Returns (x, y) of the exemplars, ordered by class, and a copy of ds whose test set excludes them
-    (remaining test images keep their order; the train arrays are shared, not copied).
-    """
-    picked = _exemplar_rows(ds, per_class, seed)
-    keep = np.ones(ds.test_y.size, dtype=bool)
-    keep[picked] = False
-    rest = replace(ds, test_x=np.ascontiguousarray(ds.test_x[keep]), test_y=ds.test_y[keep].copy())
-    return np.ascontiguousarray(ds.test_x[picked]), ds.test_y[picked].copy(), rest
-
-
-def _exemplars_per_class(ds: Dataset, requested: int) -> int:
-    """--exemplars: requested < 0 means 5 per class for digits, 10 for the 32x32 datasets."""
-    return requested if requested >= 0 else (5 if ds.name == "digits" else 10)
-
-
-# keyed by (id of the test labels, exemplars per class, seed); the value keeps the labels array
-# itself, so a recycled id never matches
-_SPLITS: dict[tuple[int, int, int], tuple[np.ndarray, Dataset, tuple[np.ndarray, np.ndarray]]] = {}
-_ROWS: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-
-
-def run_test_split(ds: Dataset, requested: int, seed: int
-                   ) -> tuple[Dataset, tuple[np.ndarray, np.ndarray] | None]:
-    """The test set every algorithm of a run evaluates on, and the exemplars taken out of it
-    (computed once per process and dataset; do not mutate the result).
-
-    requested < 0 means the default: 5 per class for digits, 10 for the 32x32 datasets
-    (docs/algorithms.md §2.1 and §2.6); 0 keeps the whole test set and provides no exemplars.
-    """
-    j = _exemplars_per_class(ds, requested)
-    if j == 0:
-        return ds, None
-    key = (id(ds.test_y), j, int(seed))
-    hit = _SPLITS.get(key)
-    if hit is None or hit[0] is not ds.test_y:
-        x, y, rest = split_exemplars(ds, j, seed)
-        hit = _SPLITS[key] = (ds.test_y, rest, (x, y))
-    return hit[1], hit[2]
-
-
-def run_test_rows(ds: Dataset, requested: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(rows of ds.test_x, their labels) of run_test_split's test set, without copying an image:
-    what clients evaluate on, as an index view (computed once per process; do not mutate)."""
-    j = _exemplars_per_class(ds, requested)
-    key = (id(ds.test_y), j, int(seed))
-    hit = _ROWS.get(key)
-    if hit is None or hit[0] is not ds.test_y:
-        keep = np.ones(ds.test_y.size, dtype=bool)
-        if j:
-            keep[_exemplar_rows(ds, j, seed)] = False
-        rows = np.flatnonzero(keep).astype(np.int64)
-        hit = _ROWS[key] = (ds.test_y, rows, ds.test_y[rows])
-    return hit[1], hit[2]
-
-
 def clear_cache() -> None:
     """Forget every loaded dataset and test split (tests; freeing memory)."""
     _CACHE.clear()
-    _SPLITS.clear()
-    _ROWS.clear()
+    test_split.clear()
 
 
 plugins.attach("dataset", register_dataset)  # installed dataset plugins (entry points), lazily

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fednet.data import natural
 from fednet.data.domains import check_domain_clients, domain_classes, domain_split
 from fednet.errors import ConfigError
 from fednet.rng import generator
@@ -211,14 +212,19 @@ def client_indices(
                             class_names=class_names)[int(cid)]
 
 
-def run_partition(ds, cfg_data, num_clients: int, seed: int) -> list[np.ndarray]:
+def run_partition(ds, cfg_data, num_clients: int, seed: int) -> Sequence[np.ndarray]:
     """The partition a run uses: `partition` with the run's data options and the dataset's names
-    (cached: computed once per process)."""
+    (cached: computed once per process); a naturally federated dataset's own clients
+    (natural.Parts: each built when asked for)."""
+    if getattr(ds, "natural", None) is not None or cfg_data.partition == "natural":
+        return natural.parts(ds, cfg_data, num_clients, seed)
     return cached_partition(ds.train_y, num_clients, cfg_data.partition, cfg_data.alpha, seed,
                             dataset=ds.name, class_names=ds.class_names or None)
 
 
 def run_client_indices(ds, cfg_data, num_clients: int, seed: int, cid: int) -> np.ndarray:
     """One client's indices under the run's partition (cached like client_indices)."""
+    if getattr(ds, "natural", None) is not None or cfg_data.partition == "natural":
+        return natural.parts(ds, cfg_data, num_clients, seed)[cid]
     return client_indices(ds.train_y, num_clients, cfg_data.partition, cfg_data.alpha, seed, cid,
                           dataset=ds.name, class_names=ds.class_names or None)

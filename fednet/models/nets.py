@@ -13,14 +13,19 @@ from fednet.errors import ConfigError
 from fednet.models.convfc import ConvFC
 from fednet.models.factorized import FactorizedDigitsNet, FactorizedResNet9
 from fednet.models.fedpara import PFedParaDigitsNet
+from fednet.models.natural_nets import BagOfWords, CharLSTM, FemnistCNN, LogisticRegression
 from fednet.models.resnet import ResNet9, resnet18
 from fednet.rng import int_seed
 
 MODELS = ("digits_cnn", "fedseq_cnn", "resnet9", "resnet18")
 """Names accepted by build_model (and --model), besides "auto"."""
+NATURAL_MODELS = ("mclr", "femnist_cnn", "char_lstm", "sent140_bow")
+"""The models of the naturally federated datasets (natural_nets.py)."""
 
 AUTO_MODELS = {"digits": "digits_cnn", "cifar10": "fedseq_cnn", "cifar100": "fedseq_cnn", "svhn": "fedseq_cnn",
-               "synthetic-cifar10": "fedseq_cnn", "synthetic-cifar100": "fedseq_cnn"}
+               "synthetic-cifar10": "fedseq_cnn", "synthetic-cifar100": "fedseq_cnn",
+               "synthetic-fedprox": "mclr", "femnist": "femnist_cnn", "shakespeare": "char_lstm",
+               "sent140": "sent140_bow"}
 """The model "auto" picks for each dataset."""
 
 AUTO_BY_SIZE = {(8, 8): "digits_cnn", (32, 32): "fedseq_cnn"}
@@ -67,6 +72,10 @@ _BUILDERS: dict[str, Callable[[int, tuple[int, int, int]], nn.Module]] = {
     "factorized_digits": lambda k, shape: FactorizedDigitsNet(k, bn=True, input_shape=shape),
     "factorized_resnet9": lambda k, shape: FactorizedResNet9(k, shape),
     "pfedpara_digits": lambda k, shape: PFedParaDigitsNet(k, input_shape=shape),
+    "mclr": lambda k, shape: LogisticRegression(k, shape),
+    "femnist_cnn": lambda k, shape: FemnistCNN(k, shape),
+    "char_lstm": lambda k, shape: CharLSTM(k, shape),
+    "sent140_bow": lambda k, shape: BagOfWords(k, shape),
 }
 
 
@@ -91,7 +100,7 @@ def register_model(name: str, builder: Callable[[int, tuple[int, int, int]], nn.
 
 def model_names() -> tuple[str, ...]:
     """Every name --model accepts besides auto (built-in, then plugins)."""
-    return MODELS + tuple(PLUGIN_MODELS)
+    return MODELS + NATURAL_MODELS + tuple(PLUGIN_MODELS)
 
 
 def resolve_model(name: str, dataset: str | None = None, input_shape: tuple[int, int, int] | None = None) -> str:

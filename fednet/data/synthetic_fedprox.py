@@ -1,0 +1,140 @@
+"""synthetic-fedprox: Synthetic(alpha, beta) of FedProx (Li et al. 2020, "Federated Optimization in
+Heterogeneous Networks", §5.1 and Appendix C.1), generated client by client.
+
+60 features, 10 classes. Client k draws u_k ~ N(0, alpha), B_k ~ N(0, beta), W_k (10 x 60) and
+b_k with entries ~ N(u_k, 1), v_k with entries ~ N(B_k, 1), then its samples x ~ N(v_k, Sigma)
+with Sigma diagonal, Sigma_jj = j^-1.2 (j = 1..60), and y = argmax(softmax(W_k x + b_k)). As in
+FedProx's generator (data/synthetic_*/generate_niid.py), the second argument of N is a standard
+deviation (numpy's normal(mean, std)) and a client holds int(lognormal(4, 2)) + 50 samples, here
+capped at MAX_SIZE; the first TRAIN_SHARE of them train, the rest are its own test split.
+
+Everything comes from one seeded stream per (run seed, client id) (fednet.rng), its size first:
+a client's data exists only where that client is built, costs O(its size) whatever the
+population, and is the same bit for bit in every process. The server's test set is the
+held-out part of clients 0..min(clients, TEST_CLIENTS)-1 (test_set): bounded, and for a run
+of up to TEST_CLIENTS clients exactly FedProx's pooled test set of all of them.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from fednet.errors import ConfigError
+from fednet.rng import generator
+
+NAME = "synthetic-fedprox"
+DIM, CLASSES = 60, 10
+VERSION = 1
+"""Part of the stream's name: bump it whenever the generator's output changes."""
+LOG_MEAN, LOG_SIGMA, MIN_SIZE = 4.0, 2.0, 50  # FedProx: lognormal(4, 2).astype(int) + 50
+MAX_SIZE = 10_000  # 0.5% of clients reach it; FedProx's 30 clients never did
+TRAIN_SHARE = 0.9  # FedProx: int(0.9 * n) train samples per client, the rest test
+TEST_CLIENTS = 100  # the server's test set: the held-out samples of the first 100 clients
+_SCALE = np.arange(1, DIM + 1, dtype=np.float64) ** -0.6  # sqrt(Sigma_jj) = sqrt(j^-1.2)
+
+
+def _stream(seed: int, cid: int) -> np.random.Generator:
+    return generator(seed, f"data/{NAME}/v{VERSION}", client=cid)
+
+
+def _size(g: np.random.Generator) -> int:
+    return min(int(g.lognormal(LOG_MEAN, LOG_SIGMA)) + MIN_SIZE, MAX_SIZE)
+
+
+def check(alpha: float, beta: float) -> None:
+    """ConfigError unless alpha and beta are finite and >= 0."""
+    for opt, v in (("--synthetic-alpha", alpha), ("--synthetic-beta", beta)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            raise ConfigError(f"{opt} must be a finite number >= 0 (got {v}); FedProx uses 0, "
+                              "0.5 and 1")
+
+
+def size(seed: int, cid: int) -> int:
+    """All samples of client cid (train and test): one draw of its stream, O(1)."""
+    return _size(_stream(seed, cid))
+
+
+def train_size(seed: int, cid: int) -> int:
+    """The training samples of client cid."""
+    return int(TRAIN_SHARE * size(seed, cid))
+
+
+def client_arrays(seed: int, cid: int, alpha: float = 1.0, beta: float = 1.0
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(train x, train y, test x, test y) of client cid: float32 n x 60 features, int64 labels."""
+    g = _stream(seed, cid)
+    n = _size(g)
+    u, b_mean = g.standard_normal(2) * (float(alpha), float(beta))
+    w = u + g.standard_normal((CLASSES, DIM))
+    b = u + g.standard_normal(CLASSES)
+    v = b_mean + g.standard_normal(DIM)
+    x = (v + _SCALE * g.standard_normal((n, DIM))).astype(np.float32)
+    y = np.argmax(x.astype(np.float64) @ w.T + b, axis=1).astype(np.int64)  # softmax keeps argmax
+    k = int(TRAIN_SHARE * n)
+    return x[:k], y[:k], x[k:], y[k:]
+
+
+@lru_cache(maxsize=4)
+def sample(seed: int, clients: int, alpha: float, beta: float
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """What clients 0..min(clients, TEST_CLIENTS)-1 tell the server (built once per process):
+    (their training sizes, their K x 10 training label histograms, the pooled test x, test y)."""
+    k = min(int(clients), TEST_CLIENTS)
+    sizes, hists, xs, ys = [], [], [], []
+    for cid in range(k):
+        x, y, tx, ty = client_arrays(seed, cid, alpha, beta)
+        sizes.append(len(y))
+        hists.append(np.bincount(y, minlength=CLASSES))
+        xs.append(tx)
+        ys.append(ty)
+    out = (np.array(sizes, np.int64), np.array(hists, np.int64).reshape(k, CLASSES),
+           np.concatenate(xs), np.concatenate(ys))
+    for a in out:
+        a.setflags(write=False)
+    return out
+
+
+class Source:
+    """The clients of synthetic-fedprox (natural.Natural): generated, as many as the run asks."""
+
+    users = 0  # no limit
+    described = TEST_CLIENTS
+
+    @staticmethod
+    def _ab(d) -> tuple[float, float]:
+        a, b = float(getattr(d, "synthetic_alpha", 1.0)), float(getattr(d, "synthetic_beta", 1.0))
+        check(a, b)
+        return a, b
+
+    def check(self, d) -> None:
+        self._ab(d)
+
+    def train_size(self, ds, d, seed: int, cid: int) -> int:
+        return train_size(seed, cid)
+
+    def rows(self, ds, d, seed: int, cid: int) -> np.ndarray:
+        return np.arange(train_size(seed, cid), dtype=np.int64)
+
+    def client(self, ds, d, seed: int, cid: int) -> tuple[np.ndarray, ...]:
+        x, y, tx, ty = client_arrays(seed, cid, *self._ab(d))
+        return x, np.arange(len(y), dtype=np.int64), y, tx, np.arange(len(ty), dtype=np.int64), ty
+
+    def test(self, ds, d, clients: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        s = sample(int(seed), int(clients), *self._ab(d))
+        return s[2], s[3]
+
+    def histograms(self, ds, d, clients: int, seed: int) -> np.ndarray:
+        """Training label histograms of the described clients (the first `described`)."""
+        return sample(int(seed), int(clients), *self._ab(d))[1]
+
+
+def dataset():
+    """The Dataset of synthetic-fedprox: shapes only (no pooled arrays), its clients in .natural."""
+    from fednet.data.datasets import Dataset
+
+    empty = np.empty((0, DIM), np.float32)
+    return Dataset(name=NAME, train_x=empty, train_y=np.empty(0, np.int64), test_x=empty,
+                   test_y=np.empty(0, np.int64), num_classes=CLASSES, input_shape=(DIM,),
+                   class_names=tuple(str(i) for i in range(CLASSES)), natural=Source())
