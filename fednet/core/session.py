@@ -12,7 +12,7 @@ import numpy as np
 from fednet import algorithms, latency
 from fednet.algorithms.contract import ServerInfo
 from fednet.algorithms.state import Shapes
-from fednet.config import RunConfig, validate
+from fednet.config import RunConfig, eval_mode, validate
 from fednet.data import load_dataset, natural, run_partition
 from fednet.data.stats import label_histogram, partition_summary
 from fednet.metrics.accounting import Ledger
@@ -45,6 +45,8 @@ class Session:
         self.parts = run_partition(ds, d, cfg.clients, cfg.seed)  # natural: built when asked for
         if ds.natural is not None:  # statistics of a bounded sample of the population
             self.stats, self.histograms, label_hist = natural.summary(ds, d, cfg.clients, cfg.seed)
+            if eval_mode(cfg) == "clients":
+                natural.check_own_tests(ds, cfg.clients)
         else:
             self.stats = partition_summary(self.parts, ds.train_y, ds.num_classes)
             self.histograms = [label_histogram(ds.train_y[p], ds.num_classes) for p in self.parts]

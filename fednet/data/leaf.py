@@ -186,6 +186,10 @@ class Source:
         end = int(self.test_offsets[clients])
         return (ds.test_x[:end], ds.test_y[:end]) if end else (ds.test_x, ds.test_y)
 
+    def without_tests(self, clients: int) -> int:
+        """How many of the first `clients` users have no test samples."""
+        return int(np.count_nonzero(np.diff(self.test_offsets[:clients + 1]) == 0))
+
     def histograms(self, ds, d, clients: int, seed: int) -> np.ndarray:
         """clients x classes training label counts of the run's users."""
         end = int(self.train_offsets[clients])

@@ -31,6 +31,7 @@ class Natural(Protocol):
     def client(self, ds: Any, d: Any, seed: int, cid: int) -> tuple[np.ndarray, ...]: ...
     def test(self, ds: Any, d: Any, clients: int, seed: int) -> tuple[np.ndarray, np.ndarray]: ...
     def histograms(self, ds: Any, d: Any, clients: int, seed: int) -> np.ndarray: ...
+    def without_tests(self, clients: int) -> int: ...
 
 
 def check(ds: Any, d: Any, num_clients: int) -> None:
@@ -55,6 +56,18 @@ def check(ds: Any, d: Any, num_clients: int) -> None:
         raise ConfigError(f"--clients {num_clients} exceeds the {src.users} users of {ds.name} "
                           f"(one user per client); use at most --clients {src.users}")
     src.check(d)
+
+
+def check_own_tests(ds: Any, num_clients: int) -> None:
+    """ConfigError when some of the run's clients have no test samples of their own (LEAF's
+    user split), which --eval clients needs."""
+    src = getattr(ds, "natural", None)
+    missing = src.without_tests(int(num_clients)) if src is not None else 0
+    if missing:
+        raise ConfigError(f"--eval clients tests each client on its own held-out samples, and "
+                          f"{missing} of the {num_clients} users of {ds.name} have none (LEAF's "
+                          "user split, -t user); use LEAF's sample split (-t sample) or --eval "
+                          "global")
 
 
 def _cid(num_clients: int, cid: int) -> int:

@@ -91,7 +91,7 @@ def sample(seed: int, clients: int, alpha: float, beta: float
         ys.append(ty)
     out = (np.array(sizes, np.int64), np.array(hists, np.int64).reshape(k, CLASSES),
            np.concatenate(xs), np.concatenate(ys))
-    for a in out:
+    for a in out[:2]:
         a.setflags(write=False)
     return out
 
@@ -124,6 +124,9 @@ class Source:
     def test(self, ds, d, clients: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
         s = sample(int(seed), int(clients), *self._ab(d))
         return s[2], s[3]
+
+    def without_tests(self, clients: int) -> int:
+        return 0  # every client holds at least 5 test samples
 
     def histograms(self, ds, d, clients: int, seed: int) -> np.ndarray:
         """Training label histograms of the described clients (the first `described`)."""

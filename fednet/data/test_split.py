@@ -45,12 +45,12 @@ def split_exemplars(ds: Dataset, per_class: int, seed: int) -> tuple[np.ndarray,
 
 def _exemplars_per_class(ds: Dataset, requested: int) -> int:
     """--exemplars: requested < 0 means 5 per class for digits, 10 for the 32x32 datasets; for a
-    naturally federated dataset 10, or as many as its rarest class has (0: none)."""
+    naturally federated dataset 10, or a tenth of its rarest class's test samples (0: none)."""
     if requested >= 0:
         return requested
     if getattr(ds, "natural", None) is not None:
         counts = np.bincount(ds.test_y, minlength=ds.num_classes)
-        return int(min(10, counts.min())) if counts.size else 0
+        return int(min(10, counts.min() // 10)) if counts.size else 0
     return 5 if ds.name == "digits" else 10
 
 
