@@ -8,15 +8,18 @@ FedProx's generator (data/synthetic_*/generate_niid.py), the second argument of 
 deviation (numpy's normal(mean, std)) and a client holds int(lognormal(4, 2)) + 50 samples, here
 capped at MAX_SIZE; the first TRAIN_SHARE of them train, the rest are its own test split.
 
-Everything comes from one seeded stream per (run seed, client id) (fednet.rng), its size first:
-a client's data exists only where that client is built, costs O(its size) whatever the
-population, and is the same bit for bit in every process. The server's test set is the
+A client's size is a hash of (run seed, client id) turned into a lognormal draw (size(): 2 us,
+so a server can look up any client's size), and its data comes from a seeded stream of its own
+(fednet.rng's generator(seed, purpose, client=cid)): a client's data exists only where that
+client is built, costs O(its size) whatever the population, and is the same bit for bit in
+every process. The server's test set is the
 held-out part of clients 0..min(clients, TEST_CLIENTS)-1 (test_set): bounded, and for a run
 of up to TEST_CLIENTS clients exactly FedProx's pooled test set of all of them.
 """
 from __future__ import annotations
 
 import math
+import zlib
 from functools import lru_cache
 
 import numpy as np
@@ -35,12 +38,20 @@ TEST_CLIENTS = 100  # the server's test set: the held-out samples of the first 1
 _SCALE = np.arange(1, DIM + 1, dtype=np.float64) ** -0.6  # sqrt(Sigma_jj) = sqrt(j^-1.2)
 
 
+_M64 = (1 << 64) - 1
+_SALT = zlib.crc32(f"data/{NAME}/sizes/v{VERSION}".encode())
+
+
+def _mix(z: int) -> int:
+    """splitmix64's finalizer: a 64-bit integer -> a well-mixed 64-bit integer."""
+    z = (z + 0x9E3779B97F4A7C15) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
 def _stream(seed: int, cid: int) -> np.random.Generator:
     return generator(seed, f"data/{NAME}/v{VERSION}", client=cid)
-
-
-def _size(g: np.random.Generator) -> int:
-    return min(int(g.lognormal(LOG_MEAN, LOG_SIGMA)) + MIN_SIZE, MAX_SIZE)
 
 
 def check(alpha: float, beta: float) -> None:
@@ -52,8 +63,13 @@ def check(alpha: float, beta: float) -> None:
 
 
 def size(seed: int, cid: int) -> int:
-    """All samples of client cid (train and test): one draw of its stream, O(1)."""
-    return _size(_stream(seed, cid))
+    """All samples of client cid (train and test), int(lognormal(4, 2)) + 50 capped at
+    MAX_SIZE: two uniforms hashed from (seed, cid), Box-Muller, in O(1) (scalar libm)."""
+    a = _mix(_mix((int(seed) << 32) ^ _SALT) ^ int(cid))
+    b = _mix(a)
+    u1, u2 = ((a >> 11) + 0.5) * 2.0 ** -53, (b >> 11) * 2.0 ** -53  # (0, 1) and [0, 1)
+    z = math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
+    return min(int(math.exp(LOG_MEAN + LOG_SIGMA * z)) + MIN_SIZE, MAX_SIZE)
 
 
 def train_size(seed: int, cid: int) -> int:
@@ -65,7 +81,7 @@ def client_arrays(seed: int, cid: int, alpha: float = 1.0, beta: float = 1.0
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(train x, train y, test x, test y) of client cid: float32 n x 60 features, int64 labels."""
     g = _stream(seed, cid)
-    n = _size(g)
+    n = size(seed, cid)
     u, b_mean = g.standard_normal(2) * (float(alpha), float(beta))
     w = u + g.standard_normal((CLASSES, DIM))
     b = u + g.standard_normal(CLASSES)
