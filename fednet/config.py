@@ -31,7 +31,7 @@ class DataConfig:
     download: bool = False
     exemplars: int = -1  # per class, removed from the test set (-1: 5 for digits, 10 otherwise)
     permute: bool = False  # each client relabels its data with a private permutation
-    synthetic_alpha: float = 1.0  # synthetic-fedprox: how much the clients' models differ
+    synthetic_alpha: float = 1.0  # synthetic-fedprox: u_k ~ N(0, alpha), the clients' weight means
     synthetic_beta: float = 1.0   # synthetic-fedprox: how much the clients' inputs differ
 
 

@@ -86,10 +86,11 @@ OPTIONS: list[Callable[[Any], Any]] = [
                  help="Select ceil(F x the round's target) clients and keep the first target "
                       "results to arrive. [default: 1]"),
     click.option("--synthetic-alpha", type=float, metavar="A",
-                 help="synthetic-fedprox: the spread of the clients' models, u_k ~ N(0, A) "
-                      "(FedProx's Synthetic(A, B)). [default: 1]"),
+                 help="synthetic-fedprox: u_k ~ N(0, A), the mean of client k's weights "
+                      "(FedProx's Synthetic(A, B); a shift of every logit alike, so it changes no "
+                      "label: docs/algorithms.md 2.7). [default: 1]"),
     click.option("--synthetic-beta", type=float, metavar="B",
-                 help="synthetic-fedprox: the spread of the clients' inputs, B_k ~ N(0, B). "
+                 help="synthetic-fedprox: how much the clients' inputs differ, B_k ~ N(0, B). "
                       "[default: 1]"),
     click.option("--plugin", multiple=True, metavar="MODULE", is_eager=True,
                  callback=load_plugins,

@@ -24,11 +24,11 @@ def plugins_command(modules: tuple[str, ...]) -> None:
         sys.exit(2)
     rows = plugin_check.installed()
     from fednet.algorithms.registry import REGISTRY
-    from fednet.data.datasets import DATASETS
+    from fednet.data.datasets import DATASETS, NATURAL
     from fednet.models.nets import _BUILDERS, PLUGIN_MODELS
 
     click.echo(f"fednet {fednet.__version__}; built in: {len(REGISTRY) - _count(rows, 'algorithm')}"
-               f" algorithms, {len(_BUILDERS) - len(PLUGIN_MODELS)} models, {len(DATASETS)} datasets")
+               f" algorithms, {len(_BUILDERS) - len(PLUGIN_MODELS)} models, {len(DATASETS + NATURAL)} datasets")
     if not rows:
         click.echo("no plugins (entry points fednet.algorithms, fednet.models, fednet.datasets; "
                    "or --plugin MODULE): see docs/extending.md")

@@ -63,6 +63,17 @@ def test_synthetic_follows_the_model():
     assert abs(var[0] - 1.0) < 0.2 and 60 ** -1.2 / 2 < var[59] < 2 * 60 ** -1.2
 
 
+def test_alpha_changes_no_label_and_beta_moves_the_inputs():
+    """u_k shifts every logit of client k alike (FedProx's definition), so alpha changes nothing;
+    beta does."""
+    for cid in range(5):
+        a = sf.client_arrays(0, cid, 0.0, 1.0)
+        b = sf.client_arrays(0, cid, 1.0, 1.0)
+        assert all(np.array_equal(u, v) for u, v in zip(a, b))
+    c = sf.client_arrays(0, 1, 1.0, 0.0)
+    assert not np.array_equal(sf.client_arrays(0, 1, 1.0, 1.0)[0], c[0])
+
+
 def test_synthetic_sizes_follow_fedprox_lognormal():
     from statistics import NormalDist
 

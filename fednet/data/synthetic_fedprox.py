@@ -8,6 +8,12 @@ FedProx's generator (data/synthetic_*/generate_niid.py), the second argument of 
 deviation (numpy's normal(mean, std)) and a client holds int(lognormal(4, 2)) + 50 samples, here
 capped at MAX_SIZE; the first TRAIN_SHARE of them train, the rest are its own test split.
 
+alpha changes no label, here as in FedProx: u_k is added to every entry of W_k and b_k, which
+shifts every logit by the same u_k (1 + sum_j x_j), and argmax (softmax) ignores a common shift.
+With the same seed and beta, every alpha gives the same data; the clients' models differ through
+their own N(0, 1) draws of W_k and b_k (FedProx's datasets for different alpha differ only because
+their random draws do). beta moves the clients' inputs apart.
+
 A client's size is a hash of (run seed, client id) turned into a lognormal draw (size(): 2 us,
 so a server can look up any client's size), and its data comes from a seeded stream of its own
 (fednet.rng's generator(seed, purpose, client=cid)): a client's data exists only where that

@@ -39,7 +39,9 @@ def run_info(folder: str | Path | None) -> dict[str, str]:
     part = {"dirichlet": f"dirichlet(alpha={d.alpha:g})"}.get(d.partition, d.partition)
     if d.partition == "dirichlet" and d.alpha == 0:
         part = "shards"
-    return {"algorithm": cfg.algo.name, "dataset": d.dataset,
+    fedprox = d.dataset == "synthetic-fedprox"  # FedProx's Synthetic(alpha, beta)
+    return {"algorithm": cfg.algo.name, "dataset": d.dataset + (
+                f"({d.synthetic_alpha:g},{d.synthetic_beta:g})" if fedprox else ""),
             "partition": part + (", permuted labels" if d.permute else ""),
             "clients": str(cfg.clients), "model": _concrete(model_name(cfg), d.dataset),
             "eval": eval_mode(cfg)}
