@@ -20,9 +20,7 @@ AUGMENTATIONS = ("none", "fedseq", "simclr")
 """Names accepted by augmentation ("auto" picks DEFAULT_AUGMENTATION of the dataset)."""
 
 DEFAULT_AUGMENTATION = {"digits": "none", "cifar10": "fedseq", "cifar100": "fedseq", "svhn": "fedseq",
-                        "synthetic-cifar10": "fedseq", "synthetic-cifar100": "fedseq",
-                        "synthetic-fedprox": "none", "femnist": "none", "shakespeare": "none",
-                        "sent140": "none"}
+                        "synthetic-cifar10": "fedseq", "synthetic-cifar100": "fedseq"}
 """What "auto" means per dataset (FedSeq's crop + flip for the 32x32 sets; nothing for 8x8 digits)."""
 
 _LUMA = (0.299, 0.587, 0.114)
@@ -171,10 +169,10 @@ def simclr(x: torch.Tensor, g: torch.Generator, mean: Sequence[float] = (0.0,),
 def augmentation(name: str, dataset: str | None = None) -> Augment:
     """The named augmentation ("auto": the dataset's default), using the dataset's normalization if known."""
     if name == "auto":
-        from fednet.data.datasets import PLUGIN_DATASETS
+        from fednet.data.datasets import NATURAL, PLUGIN_DATASETS
 
-        if dataset in PLUGIN_DATASETS:  # a plugin's dataset: no augmentation unless asked for
-            return identity
+        if dataset in PLUGIN_DATASETS or dataset in NATURAL:  # a plugin's dataset, or one of
+            return identity  # features, characters or words: no augmentation unless asked for
         if dataset not in DEFAULT_AUGMENTATION:
             raise ConfigError(
                 f"--augment auto has no default for dataset {dataset!r}; pass one of: {', '.join(AUGMENTATIONS)}"
