@@ -228,3 +228,9 @@ def run_client_indices(ds, cfg_data, num_clients: int, seed: int, cid: int) -> n
         return natural.parts(ds, cfg_data, num_clients, seed)[cid]
     return client_indices(ds.train_y, num_clients, cfg_data.partition, cfg_data.alpha, seed, cid,
                           dataset=ds.name, class_names=ds.class_names or None)
+
+
+def part_size(parts: Sequence[np.ndarray], cid: int) -> int:
+    """len(parts[cid]) of run_partition's result, without building a natural client's rows."""
+    size = getattr(parts, "size", None)
+    return int(size(cid)) if callable(size) else len(parts[cid])
