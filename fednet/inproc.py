@@ -5,6 +5,7 @@ from collections import deque
 
 import torch
 
+from fednet import algorithms
 from fednet.client.executor import Executor, share_working_models
 from fednet.config import RunConfig
 from fednet.core.rounds import FollowUp, accept_reply
@@ -26,33 +27,67 @@ def _wire(frames: list) -> list[bytes]:
     return [bytes(f) for f in frames]
 
 
+class Executors:
+    """Client cid's Executor, built when the client is first given work: an idle client costs
+    nothing but its partition and profile (the session's). A client whose algorithm keeps
+    nothing between tasks (ClientUpdate.stateful() False) is dropped after each task, and all
+    of them share one working model (executor.share_working_models); a stateful one is kept."""
+
+    def __init__(self, session: Session) -> None:
+        self.s = session
+        self.built: dict[int, Executor] = {}
+        self.stateful = algorithms.client_class(session.cfg.algo.name).stateful()
+        self.resumed = dict(session.resumed_clients)  # --resume: taken back when built
+
+    def __getitem__(self, cid: int) -> Executor:
+        ex = self.built.get(cid)
+        if ex is None:
+            ex = self._build(cid)
+            if self.stateful:
+                self.built[cid] = ex
+        return ex
+
+    def _build(self, cid: int) -> Executor:
+        s, cfg = self.s, self.s.cfg
+        ex = Executor(cid, cfg, s.profiles[cid], device_for(cid, cfg.gpus), s.run_id,
+                      s.parts[cid], files=False)
+        ex.availability = s.availability
+        ex.links = s.profiles  # a hand-off pays its sender's uplink (latency.peer_delay)
+        if cid in self.resumed:
+            ex.restore(*self.resumed.pop(cid))
+        return ex
+
+    def items(self):
+        """(cid, Executor) of the clients kept between tasks."""
+        return self.built.items()
+
+    def states(self) -> dict:
+        """The kept clients' states, and those resumed but not built again yet (checkpoints)."""
+        out = {c: ex.client_state() for c, ex in self.built.items()}
+        return {**self.resumed, **out}
+
+
 class InprocDispatcher:
     """Delivers each task by encoding it, 'sending' the bytes and calling the client's executor."""
 
     def __init__(self, session: Session) -> None:
         self.s = session
-        cfg = session.cfg
-        t = session.model_template()  # built once, copied by every executor
+        t = session.model_template()  # built once, copied by every executor built
         keep_template(t["name"], t["num_classes"], tuple(t["input_shape"]), dataset=t["dataset"],
                       seed=t["seed"])
-        try:
-            self.executors = {cid: Executor(cid, cfg, session.profiles[cid],
-                                            device_for(cid, cfg.gpus), session.run_id,
-                                            session.parts[cid], files=False)
-                              for cid in range(cfg.clients)}
-        finally:
-            drop_templates()
-        for ex in self.executors.values():
-            ex.availability = session.availability
-            ex.links = session.profiles  # a hand-off pays its sender's uplink (latency.peer_delay)
-        for cid, (state, model) in session.resumed_clients.items():  # --resume
-            self.executors[cid].restore(state, model)
-        session.client_view = lambda: {c: ex.client_state() for c, ex in self.executors.items()}
+        self.executors = Executors(session)
+        session.client_view = self.executors.states
+
+    def close(self) -> None:
+        """Forget the model template and the shared working models (the next run builds its
+        own)."""
+        drop_templates()
+        share_working_models(False)
 
     def alive_clients(self) -> list[ClientInfo]:
-        """Every client (none can die in-process)."""
-        return [ClientInfo(cid, ex.num_examples, str(ex.device), "inproc", 0, "localhost")
-                for cid, ex in self.executors.items()]
+        """Every client (none can die in-process); no executor is built for it."""
+        return [ClientInfo(cid, int(len(part)), device_for(cid, self.s.cfg.gpus), "inproc", 0,
+                           "localhost") for cid, part in enumerate(self.s.parts)]
 
     def run_round(self, rnd: int, tasks: list[Task], follow: FollowUp | None = None
                   ) -> tuple[list[Result], list[Failure]]:
@@ -114,7 +149,8 @@ def run_local(cfg: RunConfig, quiet: bool = False, write: bool = True, prepare=N
     writes the summary and sets the status on Ctrl-C and errors, as for fednet launch.
     """
     check_gpus(cfg.gpus)
-    share_working_models(False)  # every client its own model, whatever ran in this process before
+    share_working_models(False)  # nothing left from what ran in this process before
+    share_working_models()  # clients that keep no model share one (Executors)
     torch.set_num_threads(cfg.train.threads)
     out = resolve_out(cfg) if write else None
     with Run("local", out) as run:
@@ -124,6 +160,7 @@ def run_local(cfg: RunConfig, quiet: bool = False, write: bool = True, prepare=N
             prepare(session)
         session.progress.message(session.describe())
         dispatcher = InprocDispatcher(session)
+        run.on_stop(dispatcher.close)
         run.clients = dispatcher.alive_clients
         run.finish_here()
         run.started()

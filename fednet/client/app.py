@@ -22,7 +22,8 @@ from fednet.metrics.accounting import SERVER, Ledger
 from fednet.plugin_check import checked_welcome
 from fednet.protocol import Message, MsgKind, tensor_bytes
 from fednet.protocol.proof import client_secret, hello_proof, peer_key
-from fednet.transport.channels import HEARTBEAT_TIMEOUT_MS, Channel, Deferred, connect_dealer
+from fednet.transport.channels import (HEARTBEAT_TIMEOUT_MS, Channel, Deferred, connect_dealer,
+                                      open_monitor, stop_monitor)
 from fednet.types import client_name
 
 log = logging.getLogger("fednet.client")
@@ -36,8 +37,11 @@ class Client(Inbox):
     def __init__(self, cid: int, connect: str, device: str = "cpu", advertise: str = "127.0.0.1",
                  threads: int = 1, secure: str = "", ctx: zmq.Context | None = None,
                  run_key: bytes | None = None, key_name: str = "",
-                 curve: tuple[bytes, bytes] | None = None) -> None:
+                 curve: tuple[bytes, bytes] | None = None, link: "Client | None" = None) -> None:
+        """`link`: the client of this process whose server link heartbeats for all of them
+        (client/host.py); None: this client's own link does."""
         self.cid, self.name, self.device = cid, client_name(cid), device
+        self.link = link
         # under `fednet launch`: the run key came through the zygote's pipe (never a socket)
         self.secret = client_secret(run_key, cid) if run_key else None
         self.own_ctx = ctx is None  # several logical clients of one process share a context
@@ -52,11 +56,11 @@ class Client(Inbox):
             if self.own_ctx:  # one ZAP handler per context: a Host starts its own
                 self.auth = security.start_authenticator(self.ctx, None)  # peers check keys
             setup = lambda s: security.as_client(s, keys.server_public, keys)  # noqa: E731
-        self.server = Channel(connect_dealer(self.ctx, connect, setup), self.ledger,
-                              self.name, router=False)
+        self.server = Channel(connect_dealer(self.ctx, connect, setup, heartbeat=link is None),
+                              self.ledger, self.name, router=False)
         # server link events: a dead server is noticed (DISCONNECTED, no new handshake) when idle
-        self.monitor = self.server.sock.get_monitor_socket(
-            zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        self.monitor = open_monitor(self.server.sock,
+                                    zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
         self.lost_since: float | None = None
         self.lost_timeout = 60.0
         self.peers = Peers(self.ctx, self.name, advertise, self.ledger, self.keys,
@@ -168,7 +172,11 @@ class Client(Inbox):
         self._send_server(reply, track=True)
 
     def _server_gone(self) -> bool:
-        """True when the server link has been down for longer than lost_timeout."""
+        """True when the server link (or the process's heartbeating one) has been down for
+        longer than lost_timeout."""
+        if self.link is not None and self.link.lost_since is not None \
+                and time.monotonic() - self.link.lost_since > self.lost_timeout:
+            return True
         while self.monitor.poll(0):
             ev = recv_monitor_message(self.monitor)["event"]
             if ev == zmq.EVENT_DISCONNECTED:
@@ -248,8 +256,7 @@ class Client(Inbox):
 
     def close(self) -> None:
         """Close sockets (waiting briefly for queued messages) and the context."""
-        self.server.sock.disable_monitor()
-        self.monitor.close(linger=0)
+        stop_monitor(self.server.sock, self.monitor)
         self.peers.close()
         self.server.sock.close(linger=2000)
         if self.auth is not None:

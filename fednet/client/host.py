@@ -24,6 +24,7 @@ from fednet.client.app import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Client
 from fednet.client.executor import share_working_models
 from fednet.errors import ConfigError
 from fednet.platform.proc import check_files_per_process
+from fednet.transport.channels import stop_monitor
 from fednet.plugin_check import report
 from fednet.protocol import MsgKind
 
@@ -54,9 +55,10 @@ class Host:
 
                 security.load_keys(secure, need_server_secret=False, name=key_name, pair=curve)
                 self.auth = security.start_authenticator(self.ctx, None)
-            for cid in cids:
+            for cid in cids:  # one link heartbeats for the process (libzmq's timer upkeep)
                 c = Client(cid, connect, device, advertise, threads, secure, ctx=self.ctx,
-                           run_key=run_key, key_name=key_name, curve=curve)
+                           run_key=run_key, key_name=key_name, curve=curve,
+                           link=self.clients[0] if self.clients else None)
                 self.clients.append(c)
                 c.pump = self.pump
                 c.peers.pump = lambda: self.pump(0)
@@ -64,7 +66,7 @@ class Host:
                     self.poller.register(sock, zmq.POLLIN)
         except BaseException:  # a client half built (a failed bind) has sockets close() misses
             for c in self.clients:
-                c.server.sock.disable_monitor()
+                stop_monitor(c.server.sock, c.monitor)
             if self.auth is not None:
                 self.auth.stop()
             self.ctx.destroy(linger=0)

@@ -20,7 +20,8 @@ from fednet.metrics.accounting import SERVER, Ledger
 from fednet.network.churn import next_online_hop, passed_over
 from fednet.protocol import Message, MsgKind, tensor_bytes
 from fednet.protocol.proof import check_handoff, handoff_tag
-from fednet.transport.channels import Channel, bind_router, connect_dealer
+from fednet.transport.channels import (Channel, bind_router, connect_dealer, open_monitor,
+                                      stop_monitor)
 from fednet.types import client_name
 from fednet.wire import ack_message, handoff_message, hop_done_message
 
@@ -212,7 +213,7 @@ class ConnectWatch:
 
     def __init__(self, dealer: zmq.Socket) -> None:
         self.dealer = dealer
-        self.sock = dealer.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED
+        self.sock = open_monitor(dealer, zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED
                                               | zmq.EVENT_CLOSED | zmq.EVENT_CONNECT_RETRIED)
         self.up = self.ever = self.failed = False
 
@@ -230,8 +231,7 @@ class ConnectWatch:
         return False
 
     def close(self) -> None:
-        self.dealer.disable_monitor()
-        self.sock.close(linger=0)
+        stop_monitor(self.dealer, self.sock)
 
 
 def earlier_hop(route: list[int], hop: int, sender: str) -> int | None:

@@ -17,7 +17,8 @@ from fednet.server.inflight import next_task, process_cap
 from fednet.server.intake import Intake
 from fednet.core.rounds import FollowUp
 from fednet.core.session import Session
-from fednet.transport.channels import Channel, bind_router, server_context
+from fednet.transport.channels import (Channel, bind_router, open_monitor, server_context,
+                                      stop_monitor)
 from fednet.types import ClientInfo, Failure, Result, Task, client_name
 from fednet.wire import task_message
 
@@ -41,7 +42,7 @@ class ZmqServer(Intake):
         self.ctx, self.sock, self.endpoint = bound
         self.chan = Channel(self.sock, session.ledger, SERVER, router=True)
         self.conns = Connections(identity or Identity())
-        self.monitor = self.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self.monitor = open_monitor(self.sock, zmq.EVENT_DISCONNECTED)
         self.poller = zmq.Poller()
         self.poller.register(self.sock, zmq.POLLIN)
         self.poller.register(self.monitor, zmq.POLLIN)
@@ -276,7 +277,6 @@ class ZmqServer(Intake):
 
     def close(self) -> None:
         """Close the socket and the context."""
-        self.sock.disable_monitor()
-        self.monitor.close(linger=0)
+        stop_monitor(self.sock, self.monitor)  # never hangs while connections close
         self.sock.close(linger=100)  # after SHUTDOWN and BYE nothing is left worth waiting for
         self.ctx.term()

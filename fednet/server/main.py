@@ -19,7 +19,7 @@ from fednet.platform.malloc import Reserve
 from fednet.platform.proc import check_files_per_process, pss_bytes, raise_fd_limit
 from fednet.server.conns import Identity
 from fednet.server.inflight import reserve_bytes
-from fednet.transport.channels import bind_router, server_context
+from fednet.transport.channels import bind_router, server_context, server_heartbeat_ms
 
 if TYPE_CHECKING:
     from fednet.server.app import ZmqServer
@@ -178,7 +178,7 @@ def _start(run: Run, cfg: RunConfig, quiet: bool, local_clients: bool, prepare: 
         setup = lambda s: security.as_server(s, keys.server_public, keys.server_secret)  # noqa: E731
     sock, endpoint = bind_router(ctx, cfg.net.host, cfg.net.port,
                                  what="--bind port" if not local_clients else "net.port",
-                                 setup=setup)
+                                 setup=setup, heartbeat_ms=server_heartbeat_ms(cfg.clients))
     run.finish_here()  # the summary is written once the server and the clients have stopped
     zyg = Zygote(cfg.data.dataset, cfg.data.data_root, logfile) if local_clients else None
     if zyg is not None:

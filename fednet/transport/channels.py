@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import itertools
 import os
 import time
 from collections.abc import Callable
@@ -23,19 +24,63 @@ HEARTBEAT_IVL_MS = 1000      # every link pings its peer once a second (libzmq's
 HEARTBEAT_TIMEOUT_MS = 3000  # ... and drops the connection when nothing came back within 3 s
 HANDSHAKE_MS = 5000          # a connection that has not finished its handshake by then is closed
 ROUTER_HWM = 1000            # messages queued per connection on a ROUTER before sends are dropped
+PONGS_PER_S = 2000           # a server's heartbeat upkeep: about this many pings answered a second
 
 
-def _common(sock: zmq.Socket) -> None:
+def server_heartbeat_ms(clients: int) -> int:
+    """The server's ping interval for a run of `clients` connections: 1 s up to 2,000, then
+    growing with the population so that about PONGS_PER_S pongs arrive a second.
+
+    libzmq (4.3.5) cancels a connection's heartbeat timer, on every message that arrives, with
+    a linear scan of its I/O thread's timers, one or two per connection: at a fixed interval the
+    upkeep grows as C^2 (0.88 cores for 10,000 idle connections, BENCHMARKS.md section 17), and
+    on a busy machine late pongs dropped connections, whose clients registered again: a storm.
+    At this interval it grows as C (10,000 clients: a ping every 5 s, a frozen client noticed
+    within 8 s)."""
+    return HEARTBEAT_IVL_MS * max(1, -(-int(clients) // PONGS_PER_S))
+
+
+def _common(sock: zmq.Socket, heartbeat_ms: int = HEARTBEAT_IVL_MS) -> None:
+    """Options of every fednet socket; `heartbeat_ms` 0: this socket sends no pings (it still
+    answers its peer's)."""
     sock.setsockopt(zmq.LINGER, 2000)
     sock.setsockopt(zmq.MAXMSGSIZE, DEFAULT_LIMITS.max_message_bytes)
     sock.setsockopt(zmq.SNDHWM, 0)  # queues bounded by memory, not by a count that would drop
     sock.setsockopt(zmq.RCVHWM, 0)
     # liveness: a peer that is frozen or cut off (TCP still up, nobody answering) is dropped
     # within seconds, and so is a half-open connection that never finishes a frame
-    sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
-    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
-    sock.setsockopt(zmq.HEARTBEAT_TTL, 2 * HEARTBEAT_TIMEOUT_MS)
+    if heartbeat_ms:
+        timeout = HEARTBEAT_TIMEOUT_MS + heartbeat_ms - HEARTBEAT_IVL_MS
+        sock.setsockopt(zmq.HEARTBEAT_IVL, heartbeat_ms)
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, timeout)
+        sock.setsockopt(zmq.HEARTBEAT_TTL, 2 * timeout)
     sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)
+
+
+_MONITORS = itertools.count()
+
+
+def open_monitor(sock: zmq.Socket, events: int) -> zmq.Socket:
+    """The reading end of `sock`'s socket monitor (what pyzmq's get_monitor_socket gives), with
+    an unbounded pipe. With pyzmq's, 1,000 unread events fill the pipe, and libzmq's I/O thread
+    then blocks in the next send holding the monitor's mutex: thousands of connections closing
+    at the end of a run (nobody reads the monitor then) hung disable_monitor() for good, in C,
+    where no SIGTERM is handled (gdb, 10,000 clients). An event is a few dozen bytes."""
+    addr = f"inproc://fednet-monitor-{os.getpid()}-{next(_MONITORS)}"
+    sock.monitor(addr, events)
+    mon = sock.context.socket(zmq.PAIR)
+    mon.setsockopt(zmq.RCVHWM, 0)  # the pipe's limit is the reader's: none
+    mon.connect(addr)
+    return mon
+
+
+def stop_monitor(sock: zmq.Socket, monitor: zmq.Socket) -> None:
+    """Stop `sock`'s monitor (opened by open_monitor) and close its reading end."""
+    try:
+        sock.disable_monitor()
+    except zmq.ZMQError:  # already closed
+        pass
+    monitor.close(linger=0)
 
 
 SERVER_IO_THREADS = min(2, os.cpu_count() or 1)
@@ -50,12 +95,14 @@ def server_context() -> zmq.Context:
 
 
 def bind_router(ctx: zmq.Context, host: str, port: int, what: str = "--port",
-                setup: Callable[[zmq.Socket], None] | None = None) -> tuple[zmq.Socket, str]:
+                setup: Callable[[zmq.Socket], None] | None = None,
+                heartbeat_ms: int = HEARTBEAT_IVL_MS) -> tuple[zmq.Socket, str]:
     """A ROUTER bound on host:port (0 = any free port); returns (socket, actual endpoint).
 
-    `setup(sock)` runs before bind (e.g. to make it a CURVE server)."""
+    `setup(sock)` runs before bind (e.g. to make it a CURVE server); `heartbeat_ms`: its ping
+    interval (a server's: server_heartbeat_ms)."""
     sock = ctx.socket(zmq.ROUTER)
-    _common(sock)
+    _common(sock, heartbeat_ms)
     if setup is not None:
         setup(sock)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -76,11 +123,14 @@ def bind_router(ctx: zmq.Context, host: str, port: int, what: str = "--port",
 
 
 def connect_dealer(ctx: zmq.Context, endpoint: str,
-                   setup: Callable[[zmq.Socket], None] | None = None) -> zmq.Socket:
+                   setup: Callable[[zmq.Socket], None] | None = None,
+                   heartbeat: bool = True) -> zmq.Socket:
     """A DEALER connected to endpoint (`setup` runs before connect). It sets no identity: the
-    ROUTER it talks to names the connection, and the sender proves who it is in the messages."""
+    ROUTER it talks to names the connection, and the sender proves who it is in the messages.
+    heartbeat=False: it sends no pings of its own (the logical clients of one process share one
+    link that does: client/host.py)."""
     sock = ctx.socket(zmq.DEALER)
-    _common(sock)
+    _common(sock, HEARTBEAT_IVL_MS if heartbeat else 0)
     if setup is not None:
         setup(sock)
     sock.setsockopt(zmq.RECONNECT_IVL, 100)
