@@ -81,6 +81,7 @@ class Recorder:
         def record(done: Any) -> None:
             self.arrivals[done.task_id] = done.sim_time
             absorb(done)
+        session.handoffs = True  # FedAvg made rings: WELCOME carries the peers' links
         algo.configure_round = configure_round
         algo.absorb = record
 

@@ -246,12 +246,13 @@ def to_array(profs: list[Profile]) -> np.ndarray:
 
 
 def links(cfg: LatencyConfig, num_clients: int, seed: int, arrays: dict[str, np.ndarray]
-          ) -> list[Profile]:
+          ) -> list[Profile] | None:
     """Every client's profile on a client host: from WELCOME's `profiles` array (a trace: the
-    host needs no copy of the file), else rebuilt from the preset."""
+    host needs no copy of the file), else rebuilt from the preset; None for a trace that WELCOME
+    did not carry (the algorithm hands no model between clients: no peer link is needed)."""
     a = arrays.get("profiles")
     if a is None:
-        return _rebuilt(cfg, num_clients, seed)
+        return None if cfg.file else _rebuilt(cfg, num_clients, seed)
     return [Profile.from_dict(dict(zip(COLUMNS, map(float, row)))) for row in a.reshape(-1, 4)]
 
 

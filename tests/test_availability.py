@@ -220,6 +220,7 @@ def test_a_round_with_nobody_online_waits_then_stops_when_nobody_comes_back(tmp_
 def _ring(session):
     """One chain through every selected client per round (a superclient ring)."""
     algo = session.algo
+    session.handoffs = True  # FedAvg's routes made rings: WELCOME carries the peers' tables
 
     def configure_round(rnd, clients):
         ids = sorted(c.cid for c in clients)
@@ -269,3 +270,29 @@ def test_passed_over_accepts_only_a_hand_off_past_offline_peers():
     assert passed_over(a, [0, 2, 1, 3], 3, "c0000", 1.5) is None  # 2 (online) stands between
     assert passed_over(a, [0, 1, 2], 2, "c0001", 1.5) is None  # the direct predecessor
     assert passed_over(None, [0, 1, 2], 2, "c0000", 1.5) is None
+
+
+def test_welcome_carries_whole_traces_only_to_algorithms_that_hand_off():
+    """A latency or availability trace travels whole in WELCOME only when the algorithm hands
+    models between clients (a receiver needs its sender's link); otherwise each client gets its
+    own intervals only, so registration costs O(P) bytes, not O(P^2)."""
+    from types import SimpleNamespace
+
+    from fednet import latency
+    from fednet.network.availability import Trace
+    from fednet.server.intake import Intake
+
+    n = 50
+    spans = [[(float(c), math.inf)] for c in range(n)]
+    profs = [latency.Profile() for _ in range(n)]
+    for handoffs in (False, True):
+        s = SimpleNamespace(handoffs=handoffs, availability=Trace(spans, "trace.csv"),
+                            profiles=profs, cfg=SimpleNamespace(latency=SimpleNamespace(file="t.csv")))
+        srv = SimpleNamespace(s=s, _profiles_array=None)
+        got = Intake._traces(srv, 7)
+        if handoffs:
+            assert got["avail_client"].tolist() == list(range(n))
+            assert got["profiles"].shape == (n, 4)
+        else:
+            assert got["avail_client"].tolist() == [7] and got["avail_start"].tolist() == [7.0]
+            assert "profiles" not in got

@@ -182,9 +182,10 @@ TUNED: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
-def _register(spec: Spec) -> None:
-    """Register a built-in algorithm with its tuned defaults (SHARDS unless TUNED says more)."""
-    register(replace(spec, tuned=TUNED.get(spec.name, {"shards": SHARDS})))
+def _register(spec: Spec, handoffs: bool = False) -> None:
+    """Register a built-in algorithm with its tuned defaults (SHARDS unless TUNED says more);
+    only FedSeq's rings hand models between clients."""
+    register(replace(spec, tuned=TUNED.get(spec.name, {"shards": SHARDS}), handoffs=handoffs))
 
 _register(Spec("fedavg", "FedAvg: local SGD, sample-weighted average",
               A + "fedavg:FedAvg", A + "fedavg:FedAvgClient"))
@@ -199,9 +200,10 @@ _register(Spec("standalone", "every client trains alone; nothing travels",
 _register(Spec("centralized", "one model on the pooled training set (the reference accuracy)",
               A + "centralized:Centralized", A + "centralized:CentralizedClient"))
 _register(Spec("fedseq", "superclients trained sequentially over peer-to-peer rings",
-              A + "fedseq:FedSeq", A + "fedseq:FedSeqClient", FedSeqParams))
+              A + "fedseq:FedSeq", A + "fedseq:FedSeqClient", FedSeqParams), handoffs=True)
 _register(Spec("fedseq_inter", "FedSeq with a bank of models travelling between superclients",
-              A + "fedseq_inter:FedSeqInter", A + "fedseq:FedSeqClient", FedSeqInterParams))
+              A + "fedseq_inter:FedSeqInter", A + "fedseq:FedSeqClient", FedSeqInterParams),
+          handoffs=True)
 _register(Spec("factorized", "Factorized-FL: u travels, v and mu stay; matching by v similarity",
               A + "factorized:Factorized", A + "factorized:FactorizedClient", FactorizedParams,
               personalized=True, models=FACTORIZED))

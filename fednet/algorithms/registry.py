@@ -33,6 +33,10 @@ class Spec:
     params: type = P.NoParams      # a frozen dataclass of param() fields
     personalized: bool = False     # clients evaluate their own models (eval auto -> clients)
     models: dict[str, str] = field(default_factory=dict)  # dataset (or "*") -> --model auto
+    # its routes hand models from client to client (rings): every client needs every client's
+    # link and availability; False: a client is sent only its own (a latency or availability
+    # trace then no longer travels whole in every WELCOME: O(P^2) bytes for P clients)
+    handoffs: bool = True
     # partition (or "*") -> dotted config keys and values that replace the global defaults when
     # the run does not set them itself (options, --config file): docs/algorithms.md §0.2
     tuned: dict[str, dict[str, Any]] = field(default_factory=dict)

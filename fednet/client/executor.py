@@ -157,6 +157,11 @@ class Executor:
             return None
         if self.links is None:
             cfg = self.cfg
+            if cfg.latency.file:  # WELCOME carried no table: its Spec says it has no hand-offs
+                raise RuntimeError(
+                    f"client {self.cid}: a hand-off arrived, but algorithm {cfg.algo.name!r} is "
+                    "registered with handoffs=False, so WELCOME carried no peer links; register "
+                    "it with Spec(..., handoffs=True)")
             self.links = latency.profiles(cfg.latency, cfg.clients, cfg.seed)
         cid = parse_client(msg.sender)  # a real client of the run unless a peer without a
         # run key lies: then no link of its own is charged (never an IndexError)

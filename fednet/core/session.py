@@ -54,6 +54,7 @@ class Session:
         self.profiles = latency.profiles(cfg.latency, cfg.clients, cfg.seed)
         self.availability = availability.build(cfg.latency.availability, cfg.clients, cfg.seed)
         self.algo = algorithms.build(cfg)  # the server half
+        self.handoffs = algorithms.get(cfg.algo.name).handoffs  # rings: WELCOME's tables
         self.evaluator = Evaluator(cfg)
         self.algo.setup(self.evaluator.initial, self.evaluator.trainable)
         ev = self.evaluator

@@ -86,9 +86,11 @@ class Trace(Availability):
         i = bisect.bisect_right(self.starts[cid], t)
         return self.spans[cid][i][0] if i < len(self.spans[cid]) else None
 
-    def to_arrays(self) -> dict[str, np.ndarray]:
-        """The intervals as three flat arrays (client, start, end; end inf = for good)."""
-        rows = [(c, s, e) for c, sp in enumerate(self.spans) for s, e in sp]
+    def to_arrays(self, clients: list[int] | None = None) -> dict[str, np.ndarray]:
+        """The intervals (of `clients`, default all) as three flat arrays (client, start, end;
+        end inf = for good)."""
+        ids = range(len(self.spans)) if clients is None else clients
+        rows = [(c, s, e) for c in ids for s, e in self.spans[c]]
         return {"avail_client": np.array([r[0] for r in rows], dtype=np.int64),
                 "avail_start": np.array([r[1] for r in rows], dtype=np.float64),
                 "avail_end": np.array([r[2] for r in rows], dtype=np.float64)}

@@ -47,6 +47,7 @@ class ZmqServer(Intake):
         self.poller.register(self.sock, zmq.POLLIN)
         self.poller.register(self.monitor, zmq.POLLIN)
         self._hello_at: dict[bytes, float] = {}
+        self._profiles_array: Any = None  # a latency trace as WELCOME carries it (intake)
         self._reject_window, self._rejects_sent = 0.0, 0
         self.clients: dict[int, ClientInfo] = {}
         self.hello: dict[int, dict[str, Any]] = {}

@@ -137,12 +137,24 @@ class Intake:
         # the client's partition travels with the configuration: no client process
         # recomputes the whole partition (30 ms for Dirichlet on digits, per process)
         arrays = {"indices": self.s.parts[cid].astype("int64")}
-        av = self.s.availability
-        if av is not None and av.from_file:  # a trace travels: the client host needs no copy
-            arrays.update(av.to_arrays())
-        if self.s.cfg.latency.file:  # so does a latency trace: hand-offs need the peers' links
-            arrays["profiles"] = latency.to_array(self.s.profiles)
+        arrays.update(self._traces(cid))
         self._send(cid, Message(MsgKind.WELCOME, SERVER, self.s.run_id, body=body, arrays=arrays))
+
+    def _traces(self: ZmqServer, cid: int) -> dict:
+        """What WELCOME carries of the latency and availability traces (the client host needs
+        no copy of the files): all of both when the algorithm hands models between clients
+        (a receiver charges its sender's link and checks who was offline), else only the
+        client's own intervals (its profile is in the body)."""
+        out: dict = {}
+        whole = self.s.handoffs
+        av = self.s.availability
+        if av is not None and av.from_file:
+            out.update(av.to_arrays() if whole else av.to_arrays([cid]))
+        if self.s.cfg.latency.file and whole:
+            if self._profiles_array is None:  # built once: every WELCOME carries the same
+                self._profiles_array = latency.to_array(self.s.profiles)
+            out["profiles"] = self._profiles_array
+        return out
 
     def _config_dict(self: ZmqServer) -> dict:
         """The run's configuration as WELCOME carries it, built once per configuration (every
