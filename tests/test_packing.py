@@ -138,3 +138,28 @@ def test_a_big_model_makes_each_process_count_for_more_memory():
     per = packing.PROCESS_BYTES + packing.HOST_MODEL_COPIES * RESNET18_BYTES
     assert c.processes == -(-100 // c.per_process) and c.processes <= 11 * GiB // per
     assert c.per_process == 2 and "fit half of the 22.0 GiB" in c.reason
+
+
+def test_auto_keeps_every_process_within_its_open_files_limit():
+    """50,000 clients on 2 cores would be 16 processes of 3,125 (25,064 files each) against a
+    limit of 20,000: auto makes more, smaller processes instead."""
+    from fednet.platform.proc import FILES_PER_CLIENT, FILES_RESERVE
+
+    c = choose(50_000, Machine(cores=2, mem_available=20 << 30, files=20_000))
+    assert FILES_PER_CLIENT * c.per_process + FILES_RESERVE <= 20_000
+    assert c.per_process * c.processes >= 50_000 and c.processes == 21
+    assert "open-files limit of 20000" in c.reason
+    assert choose(10_000, Machine(cores=2, mem_available=20 << 30, files=20_000)).processes == 16
+
+
+def test_the_server_refuses_a_population_beyond_its_open_files_limit(monkeypatch):
+    import resource
+
+    from fednet.errors import ConfigError
+    from fednet.platform import proc
+
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (20_000, 20_000))
+    proc.check_server_files(19_000)
+    with pytest.raises(ConfigError, match=r"--clients 50000: .* needs about 50256 open files; "
+                                          r"the limit is 20000 \(hard limit 20000"):
+        proc.check_server_files(50_000)

@@ -13,6 +13,8 @@ The rule (README, `fednet launch --help`):
 - with --gpus, also device memory: every process holds its own CUDA context
   (CUDA_CONTEXT_BYTES) and allocator workspace (DEVICE_WORKSPACE_BYTES), and every client its
   model and data on the device; the processes of each device must fit DEVICE_SHARE of its memory;
+- every process within its open-files limit (FILES_PER_CLIENT per logical client: sockets, their
+  mailboxes and monitors): beyond it, more processes of fewer clients each;
 - --real-time keeps one process per client (grouped clients would wait out each other's delays);
 - an explicit number always wins.
 """
@@ -24,6 +26,8 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from fednet.platform.proc import FILES_PER_CLIENT, FILES_RESERVE
 
 MiB = 1 << 20
 PROCESSES_PER_CORE = 64            # 100 clients on 2 cores stay 100 processes
@@ -48,6 +52,7 @@ class Machine:
     cores: int
     mem_available: int
     device_bytes: tuple[int, ...] = ()
+    files: int = 1 << 20  # the soft limit of open files a client process inherits
 
 
 @dataclass(frozen=True)
@@ -133,6 +138,11 @@ def choose(clients: int, machine: Machine, requested: int = 0, gpus: Sequence[in
             why = dev
         else:
             why += "; " + dev
+    k_files = max(1, (machine.files - FILES_RESERVE) // FILES_PER_CLIENT)
+    if k > k_files:  # e.g. 50,000 clients in 16 processes: 25,064 files each, the limit 20,000
+        k = k_files
+        why += (f"; at most {k_files} clients per process within the open-files limit of "
+                f"{machine.files} ({FILES_PER_CLIENT} per client)")
     if k == 1:
         return Choice(1, n, True, f"auto: one process per client ({why})")
     return Choice(k, -(-n // k), True, f"auto: {why}")
@@ -179,9 +189,14 @@ def device_bytes(gpus: Sequence[int]) -> tuple[int, ...]:
 
 
 def this_machine(gpus: Sequence[int] = ()) -> Machine:
-    """The machine the client processes run on."""
+    """The machine the client processes run on (the open-files limit as this process has it,
+    which its client processes inherit)."""
+    import resource
+
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return Machine(cores or 1, mem_available(), device_bytes(gpus))
+    files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    files = 1 << 20 if files == resource.RLIM_INFINITY else int(files)
+    return Machine(cores or 1, mem_available(), device_bytes(gpus), files)
 
 
 def auto_for_host(clients: int, gpus_text: str | None) -> int:

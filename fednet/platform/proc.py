@@ -42,6 +42,7 @@ def raise_fd_limit() -> int:
     return soft
 
 
+FILES_RESERVE = 64  # a client process's own files beyond its clients' (libraries, logs, pipes)
 FILES_PER_CLIENT = 8  # measured ~5 per logical client (sockets, mailboxes, listener) + links
 
 
@@ -51,12 +52,33 @@ def check_files_per_process(per_process: int) -> None:
 
     from fednet.errors import ConfigError
 
-    need = FILES_PER_CLIENT * per_process + 64
+    need = FILES_PER_CLIENT * per_process + FILES_RESERVE
     limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if limit < need:
         raise ConfigError(f"--clients-per-process {per_process}: one process of that many clients "
                           f"needs about {need} open files, the limit is {limit} (ulimit -n); use "
                           "fewer clients per process or raise the limit")
+
+
+SERVER_FILES_PER_CLIENT = 1  # the server holds one TCP connection per client
+SERVER_FILES_RESERVE = 256  # its own files: the dataset cache, logs, zmq's mailboxes, the zygote
+
+
+def check_server_files(clients: int) -> None:
+    """ConfigError, before anything starts, if the server could not hold one connection per
+    client within its open-files limit (call after raise_fd_limit)."""
+    import resource
+
+    from fednet.errors import ConfigError
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = SERVER_FILES_PER_CLIENT * clients + SERVER_FILES_RESERVE
+    if soft != resource.RLIM_INFINITY and soft < need:
+        raise ConfigError(f"--clients {clients}: the server holds one connection per client and "
+                          f"needs about {need} open files; the limit is {soft} (hard limit "
+                          f"{'unlimited' if hard == resource.RLIM_INFINITY else hard}, ulimit -Hn); "
+                          "run fewer clients or raise the hard limit (limits.conf, or "
+                          "LimitNOFILE under systemd)")
 
 
 def peak_rss_bytes() -> int:

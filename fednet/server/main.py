@@ -16,7 +16,8 @@ from fednet.metrics.history import resolve_out
 from fednet.platform import packing
 from fednet.platform.gpus import check_gpus
 from fednet.platform.malloc import Reserve
-from fednet.platform.proc import check_files_per_process, pss_bytes, raise_fd_limit
+from fednet.platform.proc import (check_files_per_process, check_server_files, pss_bytes,
+                                  raise_fd_limit)
 from fednet.server.conns import Identity
 from fednet.server.inflight import reserve_bytes
 from fednet.transport.channels import bind_router, server_context, server_heartbeat_ms
@@ -98,9 +99,8 @@ def identity_for(cfg: RunConfig, local_clients: bool, per_process: int = 1
     ident = Identity()
     specs: dict[str, Any] = {}
     if local_clients:
-        run_key = new_run_key()
+        specs["run_key"] = run_key = new_run_key()
         ident.run_key_secret = lambda cid: client_secret(run_key, cid)
-        specs["run_key"] = run_key
     if cfg.net.secure:
         from fednet.transport import security
 
@@ -132,6 +132,7 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
     """
     t_start = time.monotonic()
     raise_fd_limit()  # one connection per client; the zygote's children inherit it
+    check_server_files(cfg.clients)  # refused before anything starts
     if local_clients:
         check_gpus(cfg.gpus)
         if cfg.net.clients_per_process:
