@@ -77,6 +77,7 @@ class Client(Inbox):
         self.stopping = self.rehello = False
         self.rehello_at: float | None = None
         self.pump: Any = self._pump  # what waits call to serve sockets (the Host's: all clients)
+        self.on_socket: Any = lambda sock: None  # a socket opened later (the Host polls it)
         torch.set_num_threads(threads)
 
     def _send_server(self, msg: Message, track: bool = False) -> int:
@@ -139,8 +140,13 @@ class Client(Inbox):
                                      msg.arrays.get("indices"))
         self.peers.availability = self.executor.welcome(self.run_id, msg.arrays)
         self.seen.clear()
-        self._send_server(Message(MsgKind.READY, self.name, self.run_id,
-                                  body={"phase": "ready", "n": self.executor.num_examples}))
+        ready = {"phase": "ready", "n": self.executor.num_examples}
+        if b.get("peers"):  # the run's routes hand models between clients: listen for them
+            new = self.peers.listen()
+            if new is not None:
+                self.on_socket(new)
+            ready["endpoint"] = self.peers.endpoint
+        self._send_server(Message(MsgKind.READY, self.name, self.run_id, body=ready))
 
     def _run_task(self, msg: Message, nbytes: int) -> None:
         assert self.executor is not None
@@ -204,12 +210,13 @@ class Client(Inbox):
         run again; tasks queued; SHUTDOWN stops the loop)."""
         self.read(dict(self.poller.poll(timeout_ms)))
 
-    def sockets(self) -> list[zmq.Socket]:  # the server link and the peer socket
-        return [self.server.sock, self.peers.sock]
+    def sockets(self) -> list[zmq.Socket]:  # the server link and the peer socket (if bound)
+        return [self.server.sock] + ([self.peers.sock] if self.peers.sock is not None else [])
 
     def serve(self) -> int:
         """The poll loop of a process that holds only this client (see Host for several)."""
         self.poller = zmq.Poller()
+        self.on_socket = lambda sock: self.poller.register(sock, zmq.POLLIN)
         for sock in self.sockets():
             self.poller.register(sock, zmq.POLLIN)
         self.peers.pump = lambda: self.pump(0)

@@ -20,8 +20,8 @@ from fednet.metrics.accounting import SERVER, Ledger
 from fednet.network.churn import next_online_hop, passed_over
 from fednet.protocol import Message, MsgKind, tensor_bytes
 from fednet.protocol.proof import check_handoff, handoff_tag
-from fednet.transport.channels import (Channel, bind_router, connect_dealer, open_monitor,
-                                      stop_monitor)
+from fednet.transport.channels import (Channel, Rejects, bind_router, connect_dealer,
+                                      open_monitor, stop_monitor)
 from fednet.types import client_name
 from fednet.wire import ack_message, handoff_message, hop_done_message
 
@@ -43,10 +43,11 @@ class Peers:
             from fednet.transport import security
 
             self.server_setup = lambda s: security.as_server(s, keys.client_public, keys.client_secret)
-        sock, self.endpoint = bind_router(ctx, advertise, 0, what="peer port",
-                                          setup=self.server_setup)
-        self.sock = sock
-        self.chan = Channel(sock, ledger, me, router=True)
+        self.advertise = advertise
+        self.sock: zmq.Socket | None = None  # bound by listen(): only where hand-offs arrive
+        self.chan: Channel | None = None
+        self.endpoint = ""
+        self.rejects = Rejects()  # one count for everything this peer refused
         self.last_peer_bytes = self.last_peer_tensor = 0
         self.run_id = ""  # set at WELCOME; hand-offs of other runs are rejected
         self.pump: Callable[[], None] = lambda: None  # serves our own sockets while we wait
@@ -105,7 +106,7 @@ class Peers:
                 log.warning("%s: cannot connect to peer %s at %s: %s", self.me, peer, endpoint[:80], e)
                 return False
             chan = Channel(dealer, self.ledger, self.me, router=False)
-            chan.rejects = self.chan.rejects  # one count for everything this peer refused
+            chan.rejects = self.rejects
             watch = ConnectWatch(dealer)
             try:
                 n, _ = chan.send(msg, peer)
@@ -193,9 +194,23 @@ class Peers:
             done.body["skipped"] = self.skipped
         return done
 
+    def listen(self) -> zmq.Socket | None:
+        """Bind the peer socket (for an algorithm whose routes hand models between clients);
+        returns it when it is new. Lazy because a bind to a free port costs the kernel a search
+        that grows with the ports in use: binding 625 per process up front was two thirds of the
+        registration of 10,000 clients (py-spy), for algorithms that never hand off."""
+        if self.sock is not None:
+            return None
+        self.sock, self.endpoint = bind_router(self.ctx, self.advertise, 0, what="peer port",
+                                               setup=self.server_setup)
+        self.chan = Channel(self.sock, self.ledger, self.me, router=True)
+        self.chan.rejects = self.rejects
+        return self.sock
+
     def close(self) -> None:
         """Close the peer socket."""
-        self.sock.close(linger=0)
+        if self.sock is not None:
+            self.sock.close(linger=0)
 
 
 class ConnectWatch:

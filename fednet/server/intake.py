@@ -130,7 +130,7 @@ class Intake:
                 self._fail(tid, f"client {cid} registered again; the task was lost with its "
                                 "old connection")
         body = {"config": self._config_dict(), "profile": self.s.profiles[cid].to_dict(),
-                "run_id": self.s.run_id, "cid": cid}
+                "run_id": self.s.run_id, "cid": cid, "peers": self.s.handoffs}
         needed = welcome_plugins(self.s.cfg)  # [name, version] of the plugins the run uses
         if needed:
             body["plugins"] = needed
@@ -169,8 +169,9 @@ class Intake:
             return self.chan.reject(got, "READY(ready) before hello")
         self.chan.accept(got, client_name(cid))
         h = self.hello[cid]
+        peer = got.msg.body.get("endpoint") or h.get("endpoint", "")  # bound after WELCOME
         self.clients[cid] = ClientInfo(cid, got.msg.body["n"], str(h.get("device", "?")),
-                                       str(h.get("endpoint", "")), int(h.get("pid", 0)),
+                                       str(peer), int(h.get("pid", 0)),
                                        str(h.get("host", "")))
 
     def _send_reject(self: ZmqServer, got: Received, reason: str) -> None:

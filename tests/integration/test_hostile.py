@@ -54,6 +54,7 @@ def test_garbage_at_server_and_peer_sockets_changes_nothing(tmp_path):
     shooters: list[threading.Thread] = []
 
     def attack(session):
+        session.handoffs = True  # the clients open peer sockets (only rings need them): shot too
         orig = session.algo.configure_round
 
         def configure_round(rnd, clients):

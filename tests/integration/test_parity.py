@@ -75,6 +75,7 @@ def test_synthetic_fedprox_local_and_launch_agree_exactly(tmp_path):
 def _ring(session: Session) -> None:
     """Route all clients through one chain per round (a superclient ring) instead of a star."""
     algo = session.algo
+    session.handoffs = True  # the clients listen for hand-offs (WELCOME's `peers`)
 
     def configure_round(rnd, clients):
         ids = sorted(c.cid for c in clients)

@@ -25,6 +25,7 @@ RUN = "run-1"
 def _peers(cid: int, dead_peer: str, key: bytes | None = KEY) -> Peers:
     p = Peers(zmq.Context.instance(), client_name(cid), "127.0.0.1", Ledger(), peer_key=key)
     p.run_id, p.dead_peer, p.ack_timeout, p.retries = RUN, dead_peer, 1.0, 2
+    p.listen()  # as a client of a ring algorithm does at WELCOME
     return p
 
 
