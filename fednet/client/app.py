@@ -22,7 +22,7 @@ from fednet.metrics.accounting import SERVER, Ledger
 from fednet.plugin_check import checked_welcome
 from fednet.protocol import Message, MsgKind, tensor_bytes
 from fednet.protocol.proof import client_secret, hello_proof, peer_key
-from fednet.transport.channels import (HEARTBEAT_TIMEOUT_MS, Channel, Deferred, connect_dealer,
+from fednet.transport.channels import (LINK_TIMEOUT_MS, Channel, Deferred, connect_dealer,
                                       open_monitor, stop_monitor)
 from fednet.types import client_name
 
@@ -94,6 +94,14 @@ class Client(Inbox):
             hello.update(nonce=nonce, proof=hello_proof(self.secret, self.cid, nonce))
         self._send_server(Message(MsgKind.READY, self.name, body=hello))
 
+    def hello_again(self) -> None:
+        """While waiting for WELCOME: a link that dropped and came back lost the hello (or the
+        WELCOME) with the old connection; say hello again on the new one."""
+        self._server_gone()
+        if self.rehello:
+            self.rehello = False
+            self.hello()
+
     def register(self, timeout_s: float) -> None:
         """READY (hello) -> WELCOME -> build data and model -> READY (ready)."""
         self.hello()
@@ -108,6 +116,7 @@ class Client(Inbox):
                 raise ConfigError(f"the server at {self.connect} did not answer within {timeout_s:.0f}s;"
                                   " check --connect (address and port) and that the server runs")
             if not self.server.sock.poll(int(min(left, 1.0) * 1000)):
+                self.hello_again()
                 continue
             got = self.recv_server()
             if got is None:
@@ -189,11 +198,11 @@ class Client(Inbox):
                 if self.lost_since is None:  # a frozen server stops answering heartbeats
                     log.warning("client %d: lost the server at %s (closed, or no answer to "
                                 "heartbeats for %.0fs); waiting up to %.0fs for it", self.cid,
-                                self.connect, HEARTBEAT_TIMEOUT_MS / 1000, self.lost_timeout)
+                                self.connect, LINK_TIMEOUT_MS / 1000, self.lost_timeout)
                     self.lost_since = time.monotonic()
             elif ev == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                if self.lost_since is not None and self.executor is not None:
-                    self.rehello = True  # a (restarted) server is back: register again
+                if self.lost_since is not None:  # the server is back (restarted, or the link
+                    self.rehello = True  # dropped while registering): register again
                 self.lost_since = None
         return self.lost_since is not None and time.monotonic() - self.lost_since > self.lost_timeout
 

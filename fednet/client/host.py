@@ -93,14 +93,19 @@ class Host:
         poller = zmq.Poller()
         for sock in waiting:
             poller.register(sock, zmq.POLLIN)
-        deadline = time.monotonic() + timeout_s
+        deadline, recheck = time.monotonic() + timeout_s, time.monotonic() + 1.0
         while waiting:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ConfigError(f"the server at {self.clients[0].connect} did not answer within "
                                   f"{timeout_s:.0f}s; check --connect (address and port) and "
                                   "that the server runs")
-            for sock in dict(poller.poll(int(min(left, 1.0) * 1000))):
+            ready = dict(poller.poll(int(min(left, 1.0) * 1000)))
+            if time.monotonic() >= recheck:  # links that dropped meanwhile: hello again
+                recheck = time.monotonic() + 1.0
+                for c in waiting.values():
+                    c.hello_again()
+            for sock in ready:
                 c = waiting[sock]
                 got = c.recv_server()
                 if got is None:

@@ -20,7 +20,7 @@ from fednet.platform.proc import (check_files_per_process, check_server_files, p
                                   raise_fd_limit)
 from fednet.server.conns import Identity
 from fednet.server.inflight import reserve_bytes
-from fednet.transport.channels import bind_router, server_context, server_heartbeat_ms
+from fednet.transport import channels
 
 if TYPE_CHECKING:
     from fednet.server.app import ZmqServer
@@ -166,20 +166,20 @@ def _start(run: Run, cfg: RunConfig, quiet: bool, local_clients: bool, prepare: 
     # except under --secure, whose CURVE pairs (one per process) are needed before the bind
     early = per_process_choice(cfg) if local_clients and cfg.net.secure else None
     ident, specs = identity_for(cfg, local_clients, early.per_process if early else 1)
-    ctx = server_context()
+    ctx = channels.server_context()
     built: list[ZmqServer] = []
     run.on_stop(_close_zmq, run, ctx, built)
     setup = None
     if cfg.net.secure:  # CURVE server; ZAP admits only the allowed public keys
         from fednet.transport import security
-
         keys = security.load_keys(cfg.net.secure, need_server_secret=True)
         auth = security.start_authenticator(ctx, {k.encode() for k in ident.key_ids})
         run.on_stop(auth.stop)
         setup = lambda s: security.as_server(s, keys.server_public, keys.server_secret)  # noqa: E731
-    sock, endpoint = bind_router(ctx, cfg.net.host, cfg.net.port,
-                                 what="--bind port" if not local_clients else "net.port",
-                                 setup=setup, heartbeat_ms=server_heartbeat_ms(cfg.clients))
+    sock, endpoint = channels.bind_router(
+        ctx, cfg.net.host, cfg.net.port, what="--bind port" if not local_clients else "net.port",
+        setup=setup, heartbeat_ms=channels.server_heartbeat_ms(cfg.clients),
+        handshake_ms=channels.server_handshake_ms(cfg.clients))
     run.finish_here()  # the summary is written once the server and the clients have stopped
     zyg = Zygote(cfg.data.dataset, cfg.data.data_root, logfile) if local_clients else None
     if zyg is not None:

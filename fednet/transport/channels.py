@@ -22,27 +22,39 @@ log = logging.getLogger("fednet.transport")
 
 HEARTBEAT_IVL_MS = 1000      # every link pings its peer once a second (libzmq's ZMTP heartbeats)
 HEARTBEAT_TIMEOUT_MS = 3000  # ... and drops the connection when nothing came back within 3 s
+LINK_TIMEOUT_MS = 6000       # a client's link: a server busy with thousands of handshakes
+#                              answered pings 3 s late (19,000 clients), a frozen one never
 HANDSHAKE_MS = 5000          # a connection that has not finished its handshake by then is closed
+CONNECT_HANDSHAKE_MS = 30_000  # ... on the connecting side: libzmq's default (the server may be
+#                                busy with thousands of handshakes; giving up reconnects, a storm)
 ROUTER_HWM = 1000            # messages queued per connection on a ROUTER before sends are dropped
-PONGS_PER_S = 2000           # a server's heartbeat upkeep: about this many pings answered a second
+PONGS_PER_S = 1000           # a server's heartbeat upkeep: about this many pings answered a second
 
 
 def server_heartbeat_ms(clients: int) -> int:
-    """The server's ping interval for a run of `clients` connections: 1 s up to 2,000, then
+    """The server's ping interval for a run of `clients` connections: 1 s up to 1,000, then
     growing with the population so that about PONGS_PER_S pongs arrive a second.
 
     libzmq (4.3.5) cancels a connection's heartbeat timer, on every message that arrives, with
     a linear scan of its I/O thread's timers, one or two per connection: at a fixed interval the
     upkeep grows as C^2 (0.88 cores for 10,000 idle connections, BENCHMARKS.md section 17), and
     on a busy machine late pongs dropped connections, whose clients registered again: a storm.
-    At this interval it grows as C (10,000 clients: a ping every 5 s, a frozen client noticed
-    within 8 s)."""
+    At this interval it grows as C (10,000 clients: a ping every 10 s, a frozen client noticed
+    within 13 s)."""
     return HEARTBEAT_IVL_MS * max(1, -(-int(clients) // PONGS_PER_S))
 
 
-def _common(sock: zmq.Socket, heartbeat_ms: int = HEARTBEAT_IVL_MS) -> None:
+def server_handshake_ms(clients: int) -> int:
+    """How long the server's ROUTER waits for a connection's handshake: HANDSHAKE_MS, and 1 ms
+    more per client beyond 5,000 (all of a large population connects at once, and libzmq's
+    I/O threads handshake them one after another)."""
+    return HANDSHAKE_MS + max(0, int(clients) - 5000)
+
+
+def _common(sock: zmq.Socket, heartbeat_ms: int = HEARTBEAT_IVL_MS,
+            handshake_ms: int = HANDSHAKE_MS, timeout_ms: int = HEARTBEAT_TIMEOUT_MS) -> None:
     """Options of every fednet socket; `heartbeat_ms` 0: this socket sends no pings (it still
-    answers its peer's)."""
+    answers its peer's); `timeout_ms`: how long after a ping an answer may take."""
     sock.setsockopt(zmq.LINGER, 2000)
     sock.setsockopt(zmq.MAXMSGSIZE, DEFAULT_LIMITS.max_message_bytes)
     sock.setsockopt(zmq.SNDHWM, 0)  # queues bounded by memory, not by a count that would drop
@@ -50,11 +62,14 @@ def _common(sock: zmq.Socket, heartbeat_ms: int = HEARTBEAT_IVL_MS) -> None:
     # liveness: a peer that is frozen or cut off (TCP still up, nobody answering) is dropped
     # within seconds, and so is a half-open connection that never finishes a frame
     if heartbeat_ms:
-        timeout = HEARTBEAT_TIMEOUT_MS + heartbeat_ms - HEARTBEAT_IVL_MS
+        timeout = timeout_ms + heartbeat_ms - HEARTBEAT_IVL_MS
         sock.setsockopt(zmq.HEARTBEAT_IVL, heartbeat_ms)
         sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, timeout)
-        sock.setsockopt(zmq.HEARTBEAT_TTL, 2 * timeout)
-    sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)
+        # no TTL: each side trusts its own pings. A TTL asks the peer to drop the connection
+        # after that much silence; a server busy with 19,000 handshakes dropped the links
+        # that set one (the one heartbeating link of each client process)
+        sock.setsockopt(zmq.HEARTBEAT_TTL, 0)
+    sock.setsockopt(zmq.HANDSHAKE_IVL, handshake_ms)
 
 
 _MONITORS = itertools.count()
@@ -96,13 +111,15 @@ def server_context() -> zmq.Context:
 
 def bind_router(ctx: zmq.Context, host: str, port: int, what: str = "--port",
                 setup: Callable[[zmq.Socket], None] | None = None,
-                heartbeat_ms: int = HEARTBEAT_IVL_MS) -> tuple[zmq.Socket, str]:
+                heartbeat_ms: int = HEARTBEAT_IVL_MS, handshake_ms: int = HANDSHAKE_MS
+                ) -> tuple[zmq.Socket, str]:
     """A ROUTER bound on host:port (0 = any free port); returns (socket, actual endpoint).
 
-    `setup(sock)` runs before bind (e.g. to make it a CURVE server); `heartbeat_ms`: its ping
-    interval (a server's: server_heartbeat_ms)."""
+    `setup(sock)` runs before bind (e.g. to make it a CURVE server); `heartbeat_ms` and
+    `handshake_ms`: its ping interval and handshake timeout (a server's: server_heartbeat_ms,
+    server_handshake_ms)."""
     sock = ctx.socket(zmq.ROUTER)
-    _common(sock, heartbeat_ms)
+    _common(sock, heartbeat_ms, handshake_ms)
     if setup is not None:
         setup(sock)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -130,7 +147,7 @@ def connect_dealer(ctx: zmq.Context, endpoint: str,
     heartbeat=False: it sends no pings of its own (the logical clients of one process share one
     link that does: client/host.py)."""
     sock = ctx.socket(zmq.DEALER)
-    _common(sock, HEARTBEAT_IVL_MS if heartbeat else 0)
+    _common(sock, HEARTBEAT_IVL_MS if heartbeat else 0, CONNECT_HANDSHAKE_MS, LINK_TIMEOUT_MS)
     if setup is not None:
         setup(sock)
     sock.setsockopt(zmq.RECONNECT_IVL, 100)
