@@ -20,7 +20,8 @@ def test_round_robin_assignment():
 def test_parse_gpus():
     assert parse_gpus("0,1") == (0, 1)
     assert parse_gpus("") == () and parse_gpus(None) == ()
-    for bad in ("x", "0,0", "-1"):
+    assert parse_gpus("0,0") == (0, 0)  # two slots on device 0
+    for bad in ("x", "-1", "0,-1"):
         with pytest.raises(ConfigError, match="--gpus"):
             parse_gpus(bad)
 

@@ -163,3 +163,14 @@ def test_the_server_refuses_a_population_beyond_its_open_files_limit(monkeypatch
     with pytest.raises(ConfigError, match=r"--clients 50000: .* needs about 50256 open files; "
                                           r"the limit is 20000 \(hard limit 20000"):
         proc.check_server_files(50_000)
+
+
+def test_a_device_listed_twice_is_two_slots_sharing_its_memory():
+    two = Machine(cores=16, mem_available=100 << 30, device_bytes=(24 << 30, 24 << 30))
+    per_client = 150 * MiB
+    b = choose(100, two, 0, (0, 0), per_client)
+    c = choose(100, two, 0, (0, 1), per_client)
+    # both slots' processes and all 100 clients on device 0 fit 90% of it
+    assert b.processes * (packing.CUDA_CONTEXT_BYTES + packing.DEVICE_WORKSPACE_BYTES) \
+        + 100 * per_client <= 0.9 * (24 << 30)
+    assert c.per_process < b.per_process  # two real devices hold more processes

@@ -1,4 +1,6 @@
-"""Device pinning: client i runs on cuda:gpus[i % len(gpus)], or on the CPU without --gpus."""
+"""Device pinning: client i runs on cuda:gpus[i % len(gpus)], or on the CPU without --gpus. A
+device listed twice (`--gpus 0,0`) is two slots on it: its clients in twice as many processes
+(their memory shares the device: platform/packing.py)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -15,8 +17,8 @@ def parse_gpus(text: str | None) -> tuple[int, ...]:
     except ValueError:
         raise ConfigError(f"--gpus expects comma-separated device indices such as 0,1 (got '{text}')") \
             from None
-    if any(i < 0 for i in ids) or len(set(ids)) != len(ids):
-        raise ConfigError(f"--gpus expects distinct non-negative indices (got '{text}')")
+    if any(i < 0 for i in ids):
+        raise ConfigError(f"--gpus expects non-negative device indices (got '{text}')")
     return ids
 
 

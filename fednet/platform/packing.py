@@ -121,7 +121,9 @@ def choose(clients: int, machine: Machine, requested: int = 0, gpus: Sequence[in
     else:
         why = f"at most {PROCESSES_PER_CORE} processes per core, {cores} cores"
     if gpus and machine.device_bytes:
-        budget = int(DEVICE_SHARE * min(machine.device_bytes))
+        # a device listed k times (--gpus 0,0) is k slots sharing its memory
+        budget = int(DEVICE_SHARE * min(b / list(gpus).count(g)
+                                        for g, b in zip(gpus, machine.device_bytes)))
         ndev = len(gpus)
         k_cpu = k
         while k < n and _device_need(n, k, ndev, per_client_device) > budget:
