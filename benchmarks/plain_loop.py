@@ -1,7 +1,8 @@
 """A plain single-process PyTorch FedAvg loop: the reference `bench_many.py` times `fednet launch`
 against. No fednet runtime: torch.optim.SGD, a Python loop over the selected clients, a weighted
 average of state dicts, the global model tested after every round (as fednet does). It uses
-fednet's dataset, partition and model definitions only, so both do the same rounds.
+fednet's dataset, partition, client data and model definitions only, so both do the same rounds
+(naturally federated datasets too: a chosen client's data is built when it is chosen).
 
     python3 benchmarks/plain_loop.py --clients 1000 --fraction 0.1 --rounds 10 [--dataset digits]
 
@@ -22,7 +23,9 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from fednet.config import RunConfig  # noqa: E402
-from fednet.data import load_dataset, run_partition, run_test_split  # noqa: E402
+from fednet.data import load_dataset, natural, run_partition, run_test_split  # noqa: E402
+from fednet.data.client_data import client_data  # noqa: E402
+from fednet.data.datasets import NATURAL  # noqa: E402
 from fednet.models import build_model  # noqa: E402
 
 
@@ -34,15 +37,20 @@ def main() -> None:
     ap.add_argument("--dataset", default="digits")
     ap.add_argument("--model", default="auto")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--epochs", type=int, default=None, help="local epochs (default: fednet's)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     cfg = RunConfig(clients=a.clients, seed=a.seed)
+    if a.dataset in NATURAL:  # one user per client, as `fednet --dataset` sets it
+        cfg = cfg.replace(**{"data.dataset": a.dataset, "data.partition": "natural"})
+    if a.epochs is not None:
+        cfg = cfg.replace(**{"train.epochs": a.epochs})
     t = cfg.train
     ds = load_dataset(a.dataset)
     parts = run_partition(ds, cfg.data, a.clients, a.seed)
-    test, _ = run_test_split(ds, cfg.data.exemplars, a.seed)
+    full = natural.test_dataset(ds, cfg.data, a.clients, a.seed)  # natural: the run's held-out set
+    test, _ = run_test_split(full, cfg.data.exemplars, a.seed)
     tx, ty = torch.from_numpy(test.test_x), torch.from_numpy(test.test_y)
-    xs, ys = torch.from_numpy(ds.train_x), torch.from_numpy(ds.train_y)
     model = build_model(a.model, ds.num_classes, ds.input_shape, dataset=a.dataset, seed=a.seed)
     global_state = {k: v.clone() for k, v in model.state_dict().items()}
     rng = np.random.default_rng(a.seed)
@@ -55,8 +63,8 @@ def main() -> None:
         sums = {k: torch.zeros_like(v, dtype=torch.float64) for k, v in global_state.items()}
         total = 0
         for cid in chosen:
-            idx = torch.from_numpy(np.array(parts[cid]))
-            x, y = xs[idx], ys[idx]
+            cd = client_data(ds, cfg.data, a.clients, a.seed, int(cid), parts[cid])
+            x, y = torch.from_numpy(cd.x), torch.from_numpy(np.ascontiguousarray(cd.y))
             model.load_state_dict(global_state)
             opt = torch.optim.SGD(model.parameters(), lr=t.lr, momentum=t.momentum,
                                   weight_decay=t.weight_decay)

@@ -11,6 +11,7 @@ from fednet.config import RunConfig
 from fednet.core.rounds import FollowUp, accept_reply
 from fednet.core.run import Run
 from fednet.core.session import Session
+from fednet.data.partition import part_size
 from fednet.metrics.accounting import SERVER
 from fednet.metrics.history import resolve_out
 from fednet.models import drop_templates, keep_template
@@ -86,8 +87,9 @@ class InprocDispatcher:
 
     def alive_clients(self) -> list[ClientInfo]:
         """Every client (none can die in-process); no executor is built for it."""
-        return [ClientInfo(cid, int(len(part)), device_for(cid, self.s.cfg.gpus), "inproc", 0,
-                           "localhost") for cid, part in enumerate(self.s.parts)]
+        gpus = self.s.cfg.gpus
+        return [ClientInfo(cid, part_size(self.s.parts, cid), device_for(cid, gpus), "inproc", 0,
+                           "localhost") for cid in range(self.s.cfg.clients)]
 
     def run_round(self, rnd: int, tasks: list[Task], follow: FollowUp | None = None
                   ) -> tuple[list[Result], list[Failure]]:

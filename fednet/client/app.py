@@ -10,9 +10,8 @@ from typing import Any
 
 import torch
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
-from fednet.client.executor import Executor
+from fednet.client.executor import Executor, num_examples, welcome_tables
 from fednet.client.inbox import Inbox
 from fednet.client.peers import PeerChainBroken, Peers, to_server
 from fednet.config import from_dict
@@ -22,7 +21,7 @@ from fednet.metrics.accounting import SERVER, Ledger
 from fednet.plugin_check import checked_welcome
 from fednet.protocol import Message, MsgKind, tensor_bytes
 from fednet.protocol.proof import client_secret, hello_proof, peer_key
-from fednet.transport.channels import (LINK_TIMEOUT_MS, Channel, Deferred, connect_dealer,
+from fednet.transport.channels import (Channel, Deferred, connect_dealer,
                                       open_monitor, stop_monitor)
 from fednet.types import client_name
 
@@ -67,6 +66,10 @@ class Client(Inbox):
                            peer_key(run_key) if run_key else None)
         self.connect, self.run_id = connect, ""
         self.executor: Executor | None = None
+        self._build: tuple | None = None  # (config, partition) of the executor to build
+        self.drop_idle = False  # several clients in this process (Host): see _executor
+        self.links: Any = None
+        self.availability: Any = None
         self.real, self.scale, self.shaped = False, 1.0, False
         self.profile = Profile()
         self._tracker: Any = None
@@ -93,14 +96,6 @@ class Client(Inbox):
             nonce = os.urandom(16)
             hello.update(nonce=nonce, proof=hello_proof(self.secret, self.cid, nonce))
         self._send_server(Message(MsgKind.READY, self.name, body=hello))
-
-    def hello_again(self) -> None:
-        """While waiting for WELCOME: a link that dropped and came back lost the hello (or the
-        WELCOME) with the old connection; say hello again on the new one."""
-        self._server_gone()
-        if self.rehello:
-            self.rehello = False
-            self.hello()
 
     def register(self, timeout_s: float) -> None:
         """READY (hello) -> WELCOME -> build data and model -> READY (ready)."""
@@ -144,12 +139,18 @@ class Client(Inbox):
         lat = cfg.latency
         self.real, self.scale, self.shaped = lat.real, lat.time_scale, lat.shaped
         torch.set_num_threads(cfg.train.threads)
+        indices = msg.arrays.get("indices")
         if self.executor is None or self.executor.cfg.replace(out="") != cfg.replace(out=""):
-            self.executor = Executor(self.cid, cfg, self.profile, self.device, self.run_id,
-                                     msg.arrays.get("indices"))
-        self.peers.availability = self.executor.welcome(self.run_id, msg.arrays)
+            self.executor = None  # built at this client's first task (_executor)
+            self._build = (cfg, indices)
+        self.links, self.availability = welcome_tables(cfg, msg.arrays)
+        if self.executor is not None:
+            self._adopt(self.executor)
+        self.peers.availability = self.availability
         self.seen.clear()
-        ready = {"phase": "ready", "n": self.executor.num_examples}
+        n = self.executor.num_examples if self.executor is not None else \
+            num_examples(cfg, self.cid, indices)
+        ready = {"phase": "ready", "n": n}
         if b.get("peers"):  # the run's routes hand models between clients: listen for them
             new = self.peers.listen()
             if new is not None:
@@ -157,8 +158,23 @@ class Client(Inbox):
             ready["endpoint"] = self.peers.endpoint
         self._send_server(Message(MsgKind.READY, self.name, self.run_id, body=ready))
 
+    def _adopt(self, ex: Executor) -> None:
+        """The run's id, the peers' links and the availability, as WELCOME gave them."""
+        ex.run_id, ex.links, ex.availability = self.run_id, self.links, self.availability
+
+    def _executor(self) -> Executor:
+        """This client's data, model and state: built when its first task arrives (an idle
+        client is its id and a few numbers). With several clients in a process (drop_idle),
+        a client whose algorithm keeps nothing between tasks is dropped after each one."""
+        if self.executor is None:
+            assert self._build is not None, "a task before WELCOME"
+            cfg, indices = self._build
+            self.executor = Executor(self.cid, cfg, self.profile, self.device, self.run_id,
+                                     indices)
+            self._adopt(self.executor)
+        return self.executor
+
     def _run_task(self, msg: Message, nbytes: int) -> None:
-        assert self.executor is not None
         if self._tracker is not None:  # the last zero-copy send still reads our model's memory
             self._tracker.wait()
             self._tracker = None
@@ -167,11 +183,14 @@ class Client(Inbox):
             if got is None or got.msg.kind != MsgKind.TASK:
                 return
             msg, nbytes = got.msg, got.nbytes
-        out = self.executor.on_task(msg, nbytes)
+        ex = self._executor()
+        out = ex.on_task(msg, nbytes)
+        if self.drop_idle and not ex.update.stateful():
+            self.executor = None  # nothing to keep: its data is rebuilt when it is chosen again
         reply = out.reply
         nxt = self.peers.next_hop(msg, reply)
         # --shaped-links: the network already took the received bytes' transfer time
-        wired = self.shaped and wire_time(self.profile, nbytes, self.executor.sender_link(msg))
+        wired = self.shaped and wire_time(self.profile, nbytes, ex.sender_link(msg))
         if nxt is not None:  # a ring route: hand the model straight to the next client
             self._sleep_real(out.sim_delay - wired, out.real_elapsed)
             try:
@@ -185,26 +204,6 @@ class Client(Inbox):
         up = up_delay(self.profile, 0 if self.shaped else tensor_bytes(reply))  # (its latency,
         self._sleep_real(out.sim_delay - wired, out.real_elapsed, up)  # and bytes if simulated)
         self._send_server(reply, track=True)
-
-    def _server_gone(self) -> bool:
-        """True when the server link (or the process's heartbeating one) has been down for
-        longer than lost_timeout."""
-        if self.link is not None and self.link.lost_since is not None \
-                and time.monotonic() - self.link.lost_since > self.lost_timeout:
-            return True
-        while self.monitor.poll(0):
-            ev = recv_monitor_message(self.monitor)["event"]
-            if ev == zmq.EVENT_DISCONNECTED:
-                if self.lost_since is None:  # a frozen server stops answering heartbeats
-                    log.warning("client %d: lost the server at %s (closed, or no answer to "
-                                "heartbeats for %.0fs); waiting up to %.0fs for it", self.cid,
-                                self.connect, LINK_TIMEOUT_MS / 1000, self.lost_timeout)
-                    self.lost_since = time.monotonic()
-            elif ev == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                if self.lost_since is not None:  # the server is back (restarted, or the link
-                    self.rehello = True  # dropped while registering): register again
-                self.lost_since = None
-        return self.lost_since is not None and time.monotonic() - self.lost_since > self.lost_timeout
 
     def _sleep_real(self, sim_delay: float, elapsed: float, extra: float = 0.0) -> None:
         """Real-time mode: wait out the simulated delay, still acknowledging hand-offs."""

@@ -17,7 +17,8 @@ from fednet.algorithms.contract import ClientContext
 from fednet.algorithms.state import Shapes, to_device
 from fednet.core.state_files import StateFiles, decode_client, encode_client
 from fednet.config import RunConfig
-from fednet.data import load_dataset
+from fednet.data import load_dataset, run_partition
+from fednet.data.partition import part_size
 from fednet.data.client_data import client_data
 from fednet.data.augment import augmentation, identity
 from fednet.data.views import Rows
@@ -170,10 +171,8 @@ class Executor:
     def welcome(self, run_id: str, arrays: dict[str, np.ndarray]) -> Availability | None:
         """Take a WELCOME's run id, every client's profile and availability (presets rebuilt,
         traces from arrays)."""
-        cfg = self.cfg
         self.run_id = run_id
-        self.links = latency.links(cfg.latency, cfg.clients, cfg.seed, arrays)
-        self.availability = from_welcome(cfg.latency.availability, cfg.clients, cfg.seed, arrays)
+        self.links, self.availability = welcome_tables(self.cfg, arrays)
         return self.availability
 
     def _offline(self, msg: Message, off: tuple[float, str], t0: float) -> Outcome:
@@ -209,3 +208,21 @@ class Executor:
         state, saved = decode_client(self.update.State, arrays, meta or {}, shapes, fail,
                                      self.device)
         self.restore(state, saved if self.update.keeps_model else None)
+
+
+def welcome_tables(cfg: RunConfig, arrays: dict[str, np.ndarray]
+                   ) -> tuple[list[Profile] | None, Availability | None]:
+    """(every client's profile, the availability) as a WELCOME gives them: presets rebuilt from
+    the configuration, traces from its arrays."""
+    return (latency.links(cfg.latency, cfg.clients, cfg.seed, arrays),
+            from_welcome(cfg.latency.availability, cfg.clients, cfg.seed, arrays))
+
+
+def num_examples(cfg: RunConfig, cid: int, indices: np.ndarray | None) -> int:
+    """Client cid's training examples (Executor.num_examples) without building it: its share
+    of the server's partition, else its part of the run's (a natural client's size alone)."""
+    if indices is not None:
+        return int(len(indices))
+    d = cfg.data
+    ds = load_dataset(d.dataset, d.data_root or None, d.download)
+    return part_size(run_partition(ds, d, cfg.clients, cfg.seed), cid)

@@ -61,6 +61,7 @@ class Host:
                            link=self.clients[0] if self.clients else None)
                 self.clients.append(c)
                 c.pump = self.pump
+                c.drop_idle = True  # a working model shared, data rebuilt when chosen again
                 c.on_socket = lambda sock: self.poller.register(sock, zmq.POLLIN)
                 c.peers.pump = lambda: self.pump(0)
                 for sock in c.sockets():

@@ -1,6 +1,6 @@
 """A client's intake from the server: messages are read as they arrive, each accepted (and
-only then counted) or rejected; TASKs are read at once but decoded only when they run (Client's
-half).
+only then counted) or rejected; TASKs are read at once but decoded only when they run; the
+link's liveness from its monitor (Client's half).
 
 Decoding a TASK joins its model into memory. Decoding each one just before it runs, after the
 previous task's result has left, joins it into the memory that result freed; decoding them as
@@ -15,9 +15,12 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
 from fednet.metrics.accounting import SERVER
 from fednet.protocol import MsgKind
-from fednet.transport.channels import Deferred, Received
+from fednet.transport.channels import LINK_TIMEOUT_MS, Deferred, Received
 
 if TYPE_CHECKING:
     from fednet.client.app import Client
@@ -92,3 +95,31 @@ class Inbox:
             if isinstance(msg, Deferred):
                 self._accepted(self.server.finish(msg))
         self.work.clear()
+
+    def hello_again(self: Client) -> None:
+        """While waiting for WELCOME: a link that dropped and came back lost the hello (or the
+        WELCOME) with the old connection; say hello again on the new one."""
+        self._server_gone()
+        if self.rehello:
+            self.rehello = False
+            self.hello()
+
+    def _server_gone(self: Client) -> bool:
+        """True when the server link (or the process's heartbeating one) has been down for
+        longer than lost_timeout."""
+        if self.link is not None and self.link.lost_since is not None \
+                and time.monotonic() - self.link.lost_since > self.lost_timeout:
+            return True
+        while self.monitor.poll(0):
+            ev = recv_monitor_message(self.monitor)["event"]
+            if ev == zmq.EVENT_DISCONNECTED:
+                if self.lost_since is None:  # a frozen server stops answering heartbeats
+                    log.warning("client %d: lost the server at %s (closed, or no answer to "
+                                "heartbeats for %.0fs); waiting up to %.0fs for it", self.cid,
+                                self.connect, LINK_TIMEOUT_MS / 1000, self.lost_timeout)
+                    self.lost_since = time.monotonic()
+            elif ev == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                if self.lost_since is not None:  # the server is back (restarted, or the link
+                    self.rehello = True  # dropped while registering): register again
+                self.lost_since = None
+        return self.lost_since is not None and time.monotonic() - self.lost_since > self.lost_timeout

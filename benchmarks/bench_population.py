@@ -1,0 +1,161 @@
+"""Population scale (issue 22): cost that follows the cohort, not the population.
+
+    python3 benchmarks/bench_population.py [--populations 10000 100000 1000000] [--per-round 1000]
+        [--dataset synthetic-fedprox] [--rounds 5] [--epochs 1] [--runtimes loop local launch]
+        [--limit-mb 12000] [--json F]
+
+For each population, side by side in one run (in this order: the plain loop, `fednet local`,
+`fednet launch`): FedAvg with `--fraction per_round / population`, the same seed and data. Per
+run: the whole command's seconds, the seconds before the first round started (command start to
+round 0: imports, data, registration), the median round wall-clock (rounds 1.. when there are
+several) and its ratio to the plain loop's round, the peak of the summed resident memory of the
+command and every process it started (sampled every 0.2 s), and the final accuracy (the loop
+and fednet train the same clients' data; they draw different cohorts, so their accuracies
+differ a little). A run whose processes together pass --limit-mb is killed and reported so.
+
+The plain loop is benchmarks/plain_loop.py (one process, torch.optim.SGD, the clients' data
+through fednet's client_data, so natural datasets work too).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _util import git_state, machine, median, table, write_json  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+
+class Peak:
+    """The peak of the summed RSS of a process and its descendants, sampled every 0.2 s."""
+
+    def __init__(self, pid: int, limit_mb: float) -> None:
+        self.pid, self.limit, self.peak_mb, self.killed = pid, limit_mb, 0.0, False
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                root = psutil.Process(self.pid)
+                procs = [root] + root.children(recursive=True)
+            except psutil.NoSuchProcess:
+                return
+            total = 0
+            for p in procs:
+                try:
+                    total += p.memory_info().rss
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    pass
+            self.peak_mb = max(self.peak_mb, total / 2**20)
+            if self.peak_mb > self.limit and not self.killed:
+                self.killed = True
+                os.killpg(self.pid, signal.SIGKILL)
+            self._stop.wait(0.2)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._t.join()
+
+
+def run(argv: list[str], limit_mb: float, timeout_s: float) -> dict[str, Any]:
+    """One command in its own process group; seconds, peak memory, stdout."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    peak = Peak(p.pid, limit_mb)
+    try:
+        out, err = p.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+    peak.stop()
+    return {"seconds": time.perf_counter() - t0, "peak_mb": peak.peak_mb, "rc": p.returncode,
+            "killed": peak.killed, "stdout": out, "stderr": err[-2000:]}
+
+
+def fednet_run(runtime: str, n: int, a: argparse.Namespace, out: Path) -> dict[str, Any]:
+    argv = [sys.executable, "-m", "fednet.cli", runtime, "--dataset", a.dataset, "--clients",
+            str(n), "--fraction", repr(a.per_round / n), "--rounds", str(a.rounds), "--epochs",
+            str(a.epochs), "--seed", "0", "-q", "--out", str(out), "--register-timeout", "600"]
+    r = run(argv, a.limit_mb, a.timeout_s)
+    r.pop("stdout")
+    if (out / "summary.json").exists():
+        s = json.loads((out / "summary.json").read_text())
+        rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x]
+        walls = [rows[0]["wall_s"]] + [b["wall_s"] - a_["wall_s"] for a_, b in zip(rows, rows[1:])]
+        train = float(s.get("wall_clock_s") or rows[-1]["wall_s"])
+        r.update(status=s["status"], accuracy=s.get("final_accuracy"),
+                 round_s=median(walls[1:] or walls), before_first_round_s=r["seconds"] - train,
+                 ready_s=s.get("ready_s", s.get("clients_ready_s")))
+    else:
+        r["status"] = "killed (memory)" if r["killed"] else f"no summary (rc {r['rc']})"
+    return r
+
+
+def loop_run(n: int, a: argparse.Namespace) -> dict[str, Any]:
+    argv = [sys.executable, str(HERE / "plain_loop.py"), "--dataset", a.dataset, "--clients",
+            str(n), "--fraction", repr(a.per_round / n), "--rounds", str(a.rounds),
+            "--epochs", str(a.epochs)]
+    r = run(argv, a.limit_mb, a.timeout_s)
+    if r["rc"] == 0:
+        got = json.loads(r["stdout"].strip().splitlines()[-1])
+        r.update(status="completed", accuracy=got["accuracy"],
+                 round_s=got["loop_s"] / a.rounds, before_first_round_s=r["seconds"] - got["loop_s"])
+    else:
+        r["status"] = f"failed (rc {r['rc']})"
+    r.pop("stdout")
+    return r
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--populations", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    ap.add_argument("--per-round", type=int, default=1000)
+    ap.add_argument("--dataset", default="synthetic-fedprox")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--runtimes", nargs="+", default=["loop", "local", "launch"],
+                    choices=["loop", "local", "launch"])
+    ap.add_argument("--limit-mb", type=float, default=12_000,
+                    help="kill a run whose processes together hold more (default 12000)")
+    ap.add_argument("--timeout-s", type=float, default=1800)
+    ap.add_argument("--json", help="write the results here")
+    a = ap.parse_args()
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in a.populations:
+            loop = None
+            for rt in a.runtimes:
+                print(f"population {n:,}: {rt} ...", file=sys.stderr, flush=True)
+                r = loop_run(n, a) if rt == "loop" else fednet_run(rt, n, a, Path(tmp) / f"{rt}{n}")
+                r.update(population=n, runtime=rt)
+                if rt == "loop":
+                    loop = r
+                if loop and loop.get("round_s") and r.get("round_s"):
+                    r["vs_loop"] = r["round_s"] / loop["round_s"]
+                results.append(r)
+    rows = [[r["population"], r["runtime"], r["status"], r.get("before_first_round_s"),
+             r.get("round_s"), r.get("vs_loop"), r["peak_mb"], r.get("accuracy"), r["seconds"]]
+            for r in results]
+    print(table(["population", "runtime", "status", "before round 0 s", "round s", "x loop",
+                 "peak MB (all processes)", "accuracy", "command s"], rows))
+    write_json(a.json, {"machine": machine(), "commit": git_state(), "args": vars(a),
+                        "results": results})
+
+
+if __name__ == "__main__":
+    main()
