@@ -7,7 +7,8 @@
 For each population, side by side in one run (in this order: the plain loop, `fednet local`,
 `fednet launch`): FedAvg with `--fraction per_round / population`, the same seed and data. Per
 run: the whole command's seconds, the seconds before the first round started (command start to
-round 0: imports, data, registration), the median round wall-clock (rounds 1.. when there are
+round 0's start: imports, data, registration; from when metrics.jsonl got its first row, less
+that round's wall-clock), the median round wall-clock (rounds 1.. when there are
 several) and its ratio to the plain loop's round, the peak of the summed resident memory of the
 command and every process it started (sampled every 0.2 s), and the final accuracy (the loop
 and fednet train the same clients' data; they draw different cohorts, so their accuracies
@@ -41,8 +42,9 @@ HERE = Path(__file__).resolve().parent
 class Peak:
     """The peak of the summed RSS of a process and its descendants, sampled every 0.2 s."""
 
-    def __init__(self, pid: int, limit_mb: float) -> None:
+    def __init__(self, pid: int, limit_mb: float, rows: Path | None = None) -> None:
         self.pid, self.limit, self.peak_mb, self.killed = pid, limit_mb, 0.0, False
+        self.rows, self.t0, self.first_row_s = rows, time.perf_counter(), None
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
         self._t.start()
@@ -55,11 +57,14 @@ class Peak:
             except psutil.NoSuchProcess:
                 return
             total = 0
-            for p in procs:
+            for p in procs:  # PSS: pages shared by forked processes counted once in all
                 try:
-                    total += p.memory_info().rss
+                    total += getattr(p.memory_full_info(), "pss", 0) or p.memory_info().rss
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     pass
+            if self.first_row_s is None and self.rows is not None and self.rows.exists() \
+                    and self.rows.stat().st_size:
+                self.first_row_s = time.perf_counter() - self.t0  # round 0 has just ended
             self.peak_mb = max(self.peak_mb, total / 2**20)
             if self.peak_mb > self.limit and not self.killed:
                 self.killed = True
@@ -71,12 +76,14 @@ class Peak:
         self._t.join()
 
 
-def run(argv: list[str], limit_mb: float, timeout_s: float) -> dict[str, Any]:
-    """One command in its own process group; seconds, peak memory, stdout."""
+def run(argv: list[str], limit_mb: float, timeout_s: float, rows: Path | None = None
+        ) -> dict[str, Any]:
+    """One command in its own process group; seconds, peak memory, stdout, and when `rows`
+    (metrics.jsonl) got its first row."""
     t0 = time.perf_counter()
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
-    peak = Peak(p.pid, limit_mb)
+    peak = Peak(p.pid, limit_mb, rows)
     try:
         out, err = p.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -84,23 +91,24 @@ def run(argv: list[str], limit_mb: float, timeout_s: float) -> dict[str, Any]:
         out, err = p.communicate()
     peak.stop()
     return {"seconds": time.perf_counter() - t0, "peak_mb": peak.peak_mb, "rc": p.returncode,
-            "killed": peak.killed, "stdout": out, "stderr": err[-2000:]}
+            "killed": peak.killed, "stdout": out, "stderr": err[-2000:],
+            "first_row_s": peak.first_row_s}
 
 
 def fednet_run(runtime: str, n: int, a: argparse.Namespace, out: Path) -> dict[str, Any]:
     argv = [sys.executable, "-m", "fednet.cli", runtime, "--dataset", a.dataset, "--clients",
             str(n), "--fraction", repr(a.per_round / n), "--rounds", str(a.rounds), "--epochs",
             str(a.epochs), "--seed", "0", "-q", "--out", str(out), "--register-timeout", "600"]
-    r = run(argv, a.limit_mb, a.timeout_s)
+    r = run(argv, a.limit_mb, a.timeout_s, out / "metrics.jsonl")
     r.pop("stdout")
     if (out / "summary.json").exists():
         s = json.loads((out / "summary.json").read_text())
         rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x]
         walls = [rows[0]["wall_s"]] + [b["wall_s"] - a_["wall_s"] for a_, b in zip(rows, rows[1:])]
-        train = float(s.get("wall_clock_s") or rows[-1]["wall_s"])
+        first = r["first_row_s"]  # round 0 ended then; it took rows[0]["wall_s"]
         r.update(status=s["status"], accuracy=s.get("final_accuracy"),
-                 round_s=median(walls[1:] or walls), before_first_round_s=r["seconds"] - train,
-                 ready_s=s.get("ready_s", s.get("clients_ready_s")))
+                 round_s=median(walls[1:] or walls), ready_s=s.get("ready_s"),
+                 before_first_round_s=None if first is None else first - rows[0]["wall_s"])
     else:
         r["status"] = "killed (memory)" if r["killed"] else f"no summary (rc {r['rc']})"
     return r
