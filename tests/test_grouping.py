@@ -180,3 +180,20 @@ def test_zero_floor_degenerates_to_id_order_on_sharp_one_class_clients():
     quirk = superclient_stats(group("greedy", reps, sizes, "kl", 180, 11, 0, 10, zero_floor=True), hist)
     assert true["covered_classes_mean"] == 1.0 and true["balance_ratio_mean"] == 1.0
     assert quirk["covered_classes_mean"] == pytest.approx(0.1)  # 1 - KL <= 0 after the first pick: id order
+
+
+def test_vectorized_measures_equal_the_per_pair_ones():
+    """The greedy grouping scores every remaining client at once (measures.MANY); each vector
+    score equals the per-pair measure to the last few bits."""
+    from fednet.algorithms.grouping import measures
+
+    g = np.random.default_rng(3)
+    xs = g.dirichlet(np.full(10, 0.3), 200)
+    xs[:5, :3] = 0.0  # zero entries: 0 log 0 = 0
+    xs[7] = 0.0  # a zero vector: cosine is nan
+    r = g.dirichlet(np.full(10, 1.0))
+    for name, many in measures.MANY.items():
+        one = measures.measure(name)
+        want = np.array([one(r, x) for x in xs])
+        got = many(r, xs)
+        assert np.allclose(got, want, rtol=1e-12, atol=1e-15, equal_nan=True), name

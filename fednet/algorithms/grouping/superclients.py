@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from fednet.algorithms.grouping.measures import MANY
 from fednet.algorithms.grouping.measures import measure as get_measure
 from fednet.algorithms.grouping.names import GROUPINGS  # noqa: F401
 from fednet.errors import ConfigError
@@ -98,12 +99,15 @@ def _kmeans(reps: np.ndarray, num_classes: int, seed: int) -> Picker:
 
 def _greedy(reps: np.ndarray, sizes: np.ndarray, measure: str, zero_floor: bool) -> Picker:
     """The remaining client (id order) maximising tau(representation(S), rep_j)."""
-    tau = get_measure(measure)
+    tau, many = get_measure(measure), MANY.get(measure)
     remaining = list(range(reps.shape[0]))
 
     def pick(cur: list[int]) -> int:
         r = representation(cur, reps, sizes)
-        vals = np.array([tau(r, reps[j]) for j in remaining], dtype=np.float64)
+        if many is not None:  # every remaining client scored in one numpy call
+            vals = np.asarray(many(r, reps[remaining]), dtype=np.float64)
+        else:
+            vals = np.array([tau(r, reps[j]) for j in remaining], dtype=np.float64)
         vals[np.isnan(vals)] = -np.inf
         if zero_floor:  # official quirk: running best starts at 0 with strict '>'
             best, idx = 0.0, 0
