@@ -78,6 +78,7 @@ class InprocDispatcher:
                       seed=t["seed"])
         self.executors = Executors(session)
         session.client_view = self.executors.states
+        self._alive: list[ClientInfo] | None = None
 
     def close(self) -> None:
         """Forget the model template and the shared working models (the next run builds its
@@ -86,10 +87,14 @@ class InprocDispatcher:
         share_working_models(False)
 
     def alive_clients(self) -> list[ClientInfo]:
-        """Every client (none can die in-process); no executor is built for it."""
-        gpus = self.s.cfg.gpus
-        return [ClientInfo(cid, part_size(self.s.parts, cid), device_for(cid, gpus), "inproc", 0,
-                           "localhost") for cid in range(self.s.cfg.clients)]
+        """Every client (none can die in-process); no executor is built for it. Built once:
+        a natural client's size costs a few microseconds, a round's selection none."""
+        if self._alive is None:
+            gpus = self.s.cfg.gpus
+            self._alive = [ClientInfo(cid, part_size(self.s.parts, cid), device_for(cid, gpus),
+                                      "inproc", 0, "localhost")
+                           for cid in range(self.s.cfg.clients)]
+        return list(self._alive)
 
     def run_round(self, rnd: int, tasks: list[Task], follow: FollowUp | None = None
                   ) -> tuple[list[Result], list[Failure]]:

@@ -14,9 +14,9 @@ def client_name(cid: int) -> str:
     return f"c{cid:04d}"
 
 
-@dataclass
+@dataclass(slots=True)
 class ClientInfo:
-    """What the server knows of a registered client."""
+    """What the server knows of a registered client (slots: a million of them take 0.1 GB)."""
 
     cid: int
     num_examples: int
