@@ -14,6 +14,7 @@ from fednet.errors import FednetError
 from fednet.metrics.files import WRITE_ERRNOS
 from fednet.options import HOST_PER_PROCESS, auto_for_host, build_config, common_options, prepare_out
 from fednet.platform.malloc import one_arena
+from fednet.platform.proc import seed_routing_ids as seed_ids
 from fednet.plugins_cli import plugins_command
 from fednet.sweep_cli import SWEEP_EPILOG, SweepCommand, sweep_options
 
@@ -73,7 +74,6 @@ def _done(summary: dict[str, Any]) -> None:
 
 def _setup_logs(quiet: bool) -> None:
     from fednet.log import setup_logging
-
     setup_logging("server", "ERROR" if quiet else "WARNING")
 
 
@@ -82,7 +82,7 @@ class _Main(click.Group):
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
-        one_arena()  # before any thread allocates: platform/malloc.py
+        one_arena(), seed_ids()  # before any thread allocates; zmq's routing ids (platform/)
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         try:

@@ -61,3 +61,24 @@ def test_pss_bytes_sums_live_processes_and_skips_gone_ones():
         p.kill()
         p.wait()
     assert pss_bytes([p.pid]) == 0  # exited and reaped: no such process
+
+
+def test_routing_ids_that_libzmq_generates_are_not_predictable():
+    """libzmq draws a ROUTER's generated routing ids from C's rand(): unseeded, every process's
+    first id was 00 6b 8b 45 67 (issue 23). Two processes seeded by seed_routing_ids differ."""
+    import subprocess
+    import sys
+
+    code = ("import zmq\nfrom fednet.platform.proc import seed_routing_ids\n{seed}\n"
+            "c = zmq.Context(); r = c.socket(zmq.ROUTER)\n"
+            "p = r.bind_to_random_port('tcp://127.0.0.1'); d = c.socket(zmq.DEALER)\n"
+            "d.connect(f'tcp://127.0.0.1:{{p}}'); d.send(b'x'); print(r.recv_multipart()[0].hex())\n"
+            "d.close(0); r.close(0); c.term()\n")
+
+    def first_id(seed: str) -> str:
+        return subprocess.run([sys.executable, "-c", code.format(seed=seed)], capture_output=True,
+                              text=True, timeout=60, check=True).stdout.strip()
+
+    assert first_id("") == first_id("") == "006b8b4567"  # the attack's premise, unseeded
+    seeded = {first_id("seed_routing_ids()") for _ in range(3)}
+    assert "006b8b4567" not in seeded and len(seeded) == 3

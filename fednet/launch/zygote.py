@@ -29,7 +29,7 @@ from typing import Any
 
 from fednet.platform import hugepages
 from fednet.platform.malloc import one_arena
-from fednet.platform.proc import set_pdeathsig
+from fednet.platform.proc import seed_routing_ids, set_pdeathsig
 
 
 def warm_up(dataset: str, data_root: str, unknown_run: bool = False) -> None:
@@ -125,6 +125,7 @@ def _child(spec: dict[str, Any], zygote: int, go: tuple[int, int] | None = None)
         return 1
     if go is not None:
         _wait_go(go)
+    seed_routing_ids()  # else every child draws its sockets' routing ids as the zygote would
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.dup2(2, 1)  # stdout is the launcher's event pipe: keep client output off it

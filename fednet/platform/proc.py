@@ -60,6 +60,18 @@ def check_files_per_process(per_process: int) -> None:
                           "fewer clients per process or raise the limit")
 
 
+def seed_routing_ids() -> None:
+    """Seed the C library's rand() from the OS's randomness. libzmq draws the routing ids a
+    ROUTER gives its connections from rand(), which nothing seeds: the first id in every process
+    was 00 6b 8b 45 67, so a peer could claim it ahead of time (and libzmq aborts the process
+    when a generated id is already taken; issue 23). Call it in every process that opens sockets,
+    and again after fork (a child inherits its parent's sequence)."""
+    try:
+        ctypes.CDLL(None).srand(int.from_bytes(os.urandom(4), "little"))
+    except (OSError, AttributeError):  # no C library to seed: nothing to predict either
+        pass
+
+
 SERVER_FILES_PER_CLIENT = 1  # the server holds one TCP connection per client
 SERVER_FILES_RESERVE = 256  # its own files: the dataset cache, logs, zmq's mailboxes, the zygote
 
