@@ -121,7 +121,12 @@ class RoundDriver:
         results = step.close(results, None) if step else results
         self._note_failures(-1, failures)
         self.sim_time = max([self.sim_time] + [r.sim_time for r in results])
+        t0 = time.perf_counter()
         self.setup_stats = self.algo.setup_results(results, failures)
+        took = self.setup_stats["server_s"] = time.perf_counter() - t0  # e.g. FedSeq's grouping
+        groups = self.setup_stats.get("superclients")
+        self.progress.message(f"setup stage done: {groups} superclients, grouped in {took:.2f}s"
+                              if groups is not None else f"setup stage done ({took:.2f}s)")
         self.setup_stats["sim_s"] = self.sim_time
         self.setup_stats["bytes"] = self.ledger.round_totals(-1)
         return True
