@@ -171,7 +171,8 @@ PER_PROCESS_HELP = (
     "core, 8 processes per core sharing the clients evenly; beyond the memory limit alone, the "
     "fewest clients per process within it; with --gpus, also each device's "
     "memory (512 MiB CUDA context + 256 MiB workspace per process, 4 model copies and the "
-    "data per client, within 90%); "
+    "data per client, within 90%; a device listed twice is two slots sharing it); never more "
+    "clients in a process than its open-files limit allows (8 files each); "
     "--real-time keeps one per client. A number wins. [default: auto]")
 
 
