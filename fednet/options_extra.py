@@ -131,7 +131,8 @@ def _natural_partition(opts: dict[str, Any], base: dict[str, Any]) -> dict[str, 
     is refused here); a file's default iid is replaced."""
     from fednet.data.datasets import NATURAL
 
-    dataset = opts.get("dataset") or base["data"]["dataset"]
+    data = base.get("data") or {}
+    dataset = opts.get("dataset") or data.get("dataset")
     given = opts.get("partition")
     if dataset not in NATURAL:
         return {}
@@ -143,7 +144,7 @@ def _natural_partition(opts: dict[str, Any], base: dict[str, Any]) -> dict[str, 
         raise ConfigError(f"--alpha (Dirichlet's) does not apply to --dataset {dataset}, whose "
                           "clients are its users" + ("; its own settings are --synthetic-alpha "
                           "and --synthetic-beta" if dataset == "synthetic-fedprox" else ""))
-    return {"data.partition": "natural"} if base["data"]["partition"] in ("iid", "natural") \
+    return {"data.partition": "natural"} if data.get("partition", "iid") in ("iid", "natural") \
         else {}
 
 
