@@ -24,6 +24,7 @@ from fednet.protocol.proof import client_secret, hello_proof, peer_key
 from fednet.transport.channels import (Channel, Deferred, connect_dealer,
                                       open_monitor, stop_monitor)
 from fednet.types import client_name
+from fednet.wire import failure_message
 
 log = logging.getLogger("fednet.client")
 
@@ -183,7 +184,14 @@ class Client(Inbox):
             if got is None or got.msg.kind != MsgKind.TASK:
                 return
             msg, nbytes = got.msg, got.nbytes
-        ex = self._executor()
+        try:
+            ex = self._executor()
+        except Exception as e:  # noqa: BLE001 - e.g. its data cannot be built: the task fails
+            log.exception("client %d: cannot build its data and model", self.cid)
+            self._send_server(failure_message(self.cid, msg.task_id, msg.round,
+                                              f"{type(e).__name__}: {e}", msg.sim_time,
+                                              self.run_id))
+            return
         out = ex.on_task(msg, nbytes)
         if self.drop_idle and not ex.update.stateful():
             self.executor = None  # nothing to keep: its data is rebuilt when it is chosen again

@@ -19,7 +19,7 @@ from fednet.core.state_files import StateFiles, decode_client, encode_client
 from fednet.config import RunConfig
 from fednet.data import load_dataset, run_partition
 from fednet.data.partition import part_size
-from fednet.data.client_data import client_data
+from fednet.data.client_data import checked_indices, client_data
 from fednet.data.augment import augmentation, identity
 from fednet.data.views import Rows
 from fednet.latency import Profile
@@ -221,8 +221,10 @@ def welcome_tables(cfg: RunConfig, arrays: dict[str, np.ndarray]
 def num_examples(cfg: RunConfig, cid: int, indices: np.ndarray | None) -> int:
     """Client cid's training examples (Executor.num_examples) without building it: its share
     of the server's partition, else its part of the run's (a natural client's size alone)."""
-    if indices is not None:
-        return int(len(indices))
     d = cfg.data
-    ds = load_dataset(d.dataset, d.data_root or None, d.download)
-    return part_size(run_partition(ds, d, cfg.clients, cfg.seed), cid)
+    ds = load_dataset(d.dataset, d.data_root or None, d.download)  # cached: once per process
+    if indices is None:
+        return part_size(run_partition(ds, d, cfg.clients, cfg.seed), cid)
+    if getattr(ds, "natural", None) is None:  # a host with other data: one line at WELCOME
+        checked_indices(indices, len(ds.train_y))
+    return int(len(indices))
