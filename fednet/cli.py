@@ -62,14 +62,14 @@ def _config(opts: dict[str, Any], defaults: dict[str, Any]) -> Any:
 
 
 def _done(summary: dict[str, Any]) -> None:
-    """Print the summary table; the exit code follows its status (no_clients: 3)."""
-    from fednet.metrics.report import summary_table
+    """Print the summary table; the exit code follows its status (no_clients: 3, failed: 4)."""
+    from fednet.metrics.report import run_error, summary_table
 
     click.echo(summary_table(summary))
-    if summary.get("status") == "no_clients":
-        click.echo(f"fednet: error: no live clients left after round {summary.get('rounds')}; "
-                   f"see {summary.get('out')}/summary.json", err=True)
-        sys.exit(3)
+    bad = run_error(summary)
+    if bad is not None:
+        click.echo(f"fednet: error: {bad[1]}", err=True)
+        sys.exit(bad[0])
 
 
 def _setup_logs(quiet: bool) -> None:

@@ -78,6 +78,7 @@ class NetConfig:
     dead_peer: str = "skip"    # skip the dead peer and go on, or "server": return the model
     checkpoint_every: int = 0  # rounds between checkpoints (0: none); see --resume
     max_inflight: int = 0      # tasks out at once (0: all of a round's tasks)
+    max_failed_rounds: int = 3  # rounds in a row without a usable result end the run as failed
     clients_per_process: int = 0  # logical clients per client process (launch); 0 = auto
 
 
@@ -279,6 +280,8 @@ def validate(cfg: RunConfig) -> RunConfig:
           "would wait out each other's simulated delays; use one process per client")
     _need(cfg.net.max_inflight >= 0,
           f"--max-inflight must be 0 (no limit) or a positive number (got {cfg.net.max_inflight})")
+    _need(cfg.net.max_failed_rounds >= 0, "--max-failed-rounds must be 0 (never stop) or a "
+          f"positive number (got {cfg.net.max_failed_rounds})")
     _need(cfg.net.round_timeout > 0, f"--round-timeout must be positive (got {cfg.net.round_timeout})")
     lat = cfg.latency
     _need(bool(lat.file) or lat.preset in LATENCY_PRESETS,

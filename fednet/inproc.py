@@ -166,6 +166,7 @@ def run_local(cfg: RunConfig, quiet: bool = False, write: bool = True, prepare=N
         if prepare is not None:
             prepare(session)
         session.progress.message(session.describe())
+        session.driver.log_hint = "its traceback is in this command's log above"
         dispatcher = InprocDispatcher(session)
         run.on_stop(dispatcher.close)
         run.clients = dispatcher.alive_clients

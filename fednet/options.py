@@ -25,8 +25,8 @@ _KEYS = {
     "momentum": "train.momentum", "weight_decay": "train.weight_decay", "threads": "train.threads",
     "round_timeout": "net.round_timeout", "register_timeout": "net.register_timeout",
     "max_inflight": "net.max_inflight", "clients_per_process": "net.clients_per_process",
-    "real_time": "latency.real", "time_scale": "latency.time_scale",
-    "availability": "latency.availability",
+    "max_failed_rounds": "net.max_failed_rounds", "real_time": "latency.real",
+    "time_scale": "latency.time_scale", "availability": "latency.availability",
     "permute": "data.permute", "exemplars": "data.exemplars", "eval_mode": "algo.eval",
     "augment": "train.augment", "secure": "net.secure", "checkpoint_every": "net.checkpoint_every",
 }
@@ -110,6 +110,8 @@ _COMMON: list[Callable[[Any], Any]] = [
     click.option("--download/--no-download", default=None, help="Download datasets if missing."),
     click.option("--round-timeout", type=float, help="Seconds a round may take. [default: 300]"),
     click.option("--register-timeout", type=float, help="Seconds to wait for clients. [default: 60]"),
+    click.option("--max-failed-rounds", type=int, help="Rounds in a row without a usable result "
+                 "before the run stops as failed (exit code 4); 0: never. [default: 3]"),
     click.option("--clients-per-process", type=PerProcess(), help=PER_PROCESS_HELP),
     click.option("--max-inflight", type=int,
                  help="At most N tasks out at once; the next is sent when a result returns. Bounds "
@@ -121,9 +123,8 @@ _COMMON: list[Callable[[Any], Any]] = [
     click.option("--resume", type=click.Path(file_okay=False, exists=True), is_eager=True,
                  callback=load_plugins, help="Continue the run in this folder from its checkpoint (its config.toml; "
                       "options given here override it, e.g. more --rounds)."),
-    click.option("--overwrite", is_flag=True,
-                 help="Let --out name a folder that already holds files: the previous run's "
-                      "results there are replaced. [default: such a folder is refused]"),
+    click.option("--overwrite", is_flag=True, help="Let --out name a folder that already holds "
+                 "files: the previous run's results there are replaced. [default: refused]"),
     click.option("--secure", type=click.Path(file_okay=False),
                  help="Key folder from `fednet keys init`: CURVE encryption and client "
                       "authentication on every server and peer link."),

@@ -66,6 +66,9 @@ class RoundDriver:
         self.t0 = time.monotonic()
         self.t_end: float | None = None
         self.network: Network | None = None  # --server-bandwidth, --deadline, --over-select
+        self.error = ""  # why a failed run failed (its first failure's reason)
+        self.log_hint = ""  # where the clients' tracebacks are (set by the runtime)
+        self.failed_streak = self.usable_rounds = 0
 
     def wall(self) -> float:
         """Seconds of training: from the first round's start to the last round's end (or now)."""
@@ -103,9 +106,31 @@ class RoundDriver:
                     self.rounds_done // every > rnd // every or self.rounds_done == self.cfg.rounds):
                 self.checkpoint()
                 self.ckpt_round = self.rounds_done
-            if self.status == "diverged":
+            if self.status in ("diverged", "failed"):
                 return
-        self.status = "completed"
+        if self.usable_rounds == 0 and self.rounds_done > 0 and self.failures:
+            self._fail("no round of the run had a usable result")
+        else:
+            self.status = "completed"
+
+    def _count_usable(self, rnd: int, results: list[Result]) -> None:
+        """A round without one result counts towards --max-failed-rounds."""
+        if results:
+            self.usable_rounds += 1
+            self.failed_streak = 0
+            return
+        self.failed_streak += 1
+        k = self.cfg.net.max_failed_rounds
+        if k and self.failed_streak >= k:
+            self._fail(f"{k} rounds in a row without a usable result (through round {rnd})")
+
+    def _fail(self, why: str) -> None:
+        """Status failed, with the first failure's reason and where its traceback is."""
+        f = self.failures[0] if self.failures else {"client": "?", "reason": "no client answered"}
+        where = f" ({self.log_hint})" if self.log_hint else ""
+        self.status = "failed"
+        self.error = f"{why}; the first failure: client {f['client']}: {f['reason']}{where}"
+        log.error("the run failed: %s", self.error)
 
     def setup(self, dispatcher: Dispatcher) -> bool:
         """Round -1: tasks the algorithm needs before training (e.g. FedSeq's pre-training)."""
@@ -177,6 +202,7 @@ class RoundDriver:
         self.sim_time = max([self.sim_time, step.end if step else 0.0]
                             + [r.sim_time for r in results])
         self._note_failures(rnd, failures)
+        self._count_usable(rnd, results)
         for t, arrays, sim, extra in self.algo.interim_points():  # e.g. FedSeqInter's bank
             acc_t, loss_t = self.evaluate(arrays)
             self._log(t, acc_t, loss_t, {**extra, "interim": True}, sim)
@@ -238,6 +264,8 @@ class RoundDriver:
             "devices": {str(c.cid): c.device for c in sorted(clients, key=lambda c: c.cid)},
             "failures": self.failures, "seed": self.cfg.seed,
         }
+        if self.error:
+            out["error"] = self.error
         if self.setup_stats:
             out["setup"] = self.setup_stats
         if self.churn is not None:

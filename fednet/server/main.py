@@ -239,8 +239,8 @@ def _announce(server: ZmqServer, cfg: RunConfig, choice: packing.Choice | None,
 def _serve(run: Run, server: ZmqServer, zyg: Zygote | None, cfg: RunConfig,
            local_clients: bool) -> None:
     """Wait for the clients, then run every round."""
-    session = server.s
-    run.extra["endpoint"] = server.endpoint
+    session, run.extra["endpoint"] = server.s, server.endpoint
+    session.driver.log_hint = f"tracebacks in {session.out}/logs/clients.log" if zyg else ""
     if zyg is not None:
         server.watch = zyg.dead
     # big models: map the heap for a first round's results while the clients register
