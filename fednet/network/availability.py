@@ -17,6 +17,7 @@ skips a peer that is offline when the hand-off is sent (next_online_hop).
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from pathlib import Path
 
@@ -189,11 +190,20 @@ def _arg(text: str, spec: str, option: str, what: str) -> float:
     return x
 
 
+@functools.lru_cache(maxsize=4)
+def _shared_preset(spec: str, n: int, seed: int) -> Availability | None:
+    """build() once per (spec, clients, seed) in this process (presets are read-only, apart from
+    caches that depend only on those)."""
+    return build(spec, n, seed)
+
+
 def from_welcome(spec: str, n: int, seed: int, arrays: dict[str, np.ndarray]
                  ) -> Availability | None:
-    """A client's copy: a preset rebuilt from the configuration, a trace from WELCOME's arrays."""
+    """A client's copy: a preset rebuilt from the configuration (once per process: the logical
+    clients of a process share it, as its per-client arrays cost O(population)), a trace from
+    WELCOME's arrays."""
     if "avail_client" not in arrays:
-        return build(spec, n, seed)
+        return _shared_preset(spec, n, seed)
     spans: list[Intervals] = [[] for _ in range(n)]
     for c, s, e in zip(arrays["avail_client"].tolist(), arrays["avail_start"].tolist(),
                        arrays["avail_end"].tolist()):
