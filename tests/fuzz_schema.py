@@ -170,10 +170,12 @@ def schema_attacks(sender: str = "c0000", run_id: str = "") -> Iterator[tuple[st
     yield "HEARTBEAT with arrays", frames
 
 
-def runtime_attacks(sender: str, run_id: str, route: list[int]) -> Iterator[tuple[str, Message]]:
+def runtime_attacks(sender: str, run_id: str, route: list[int], key: str = ""
+                    ) -> Iterator[tuple[str, Message]]:
     """Messages that pass the schema but that the runtime must refuse: results of tasks never
     sent, hop reports out of range, hellos without proof, registrations out of order, hand-offs
-    with a forged tag or addressed to someone else."""
+    with a forged tag or addressed to someone else; with `key` (the sender's own CURVE key),
+    hand-offs whose route keys name that key, and the same with made-up grants."""
     w = {"w": np.zeros(16, np.float32)}
     for tid in (1, 10**9):
         yield "stale RESULT", Message(MsgKind.RESULT, sender, run_id, 0, tid, 0.0,
@@ -200,6 +202,14 @@ def runtime_attacks(sender: str, run_id: str, route: list[int]) -> Iterator[tupl
         prev = f"c{route[hop - 1]:04d}"
         yield "forged HANDOFF from the predecessor", Message(
             MsgKind.HANDOFF, prev, run_id, 0, 1, 0.0, body, w)
+        if key:
+            own = dict(body, keys=[key] * len(route), mac=b"\0" * 16)
+            for rnd, tid in ((0, 1), (1, 5)):  # this round's first task, a later round's
+                yield "HANDOFF naming the sender's own key", Message(
+                    MsgKind.HANDOFF, prev, run_id, rnd, tid, 0.0, own, w)
+                yield "HANDOFF with made-up grants", Message(
+                    MsgKind.HANDOFF, prev, run_id, rnd, tid, 0.0,
+                    dict(own, grants=[b"\x07" * 16] * len(route)), w)
 
 
 def frames_of(msg: Message) -> list[bytes]:

@@ -31,6 +31,7 @@ import numpy as np
 
 from fednet.algorithms.common import round_metrics, usable
 from fednet.algorithms.contract import ClientContext, ClientUpdate, Model, ServerState, Strategy
+from fednet.algorithms.layout import Layout
 from fednet.algorithms.local import local_sgd
 from fednet.models.params import clone_arrays, load_arrays, state_arrays
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
@@ -72,6 +73,10 @@ class ClusteredFL(Strategy):
     """Per-cluster models; clusters split recursively when their members' updates disagree."""
 
     State = CFLState
+
+    def result_layout(self, task: Task) -> Layout:
+        """The update dW of every floating entry."""
+        return {n: v for n, v in self.layout.items() if v[1].kind == "f"}
 
     def init_state(self, init: Arrays) -> CFLState:
         """All clients in one cluster, whose model is the initial one."""

@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from fednet import rng
+from fednet.algorithms.layout import Layout, layout_of
 from fednet.config import RunConfig, eval_mode
 from fednet.training.objective import CLASSIFICATION, Objective
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
@@ -66,6 +67,7 @@ class ServerInfo:
     pretrain_init: Arrays | None = None        # a second random init (FedSeq's theta_pre)
     kinds: dict[str, str] = field(default_factory=dict)  # state name -> kind (u, v, mu, head, ...)
     matching: str = ""                          # Factorized-FL: the v used for similarity
+    linears: list[int] = field(default_factory=list)  # sizes of the Linear weights (FedSeq's clf_*)
 
 
 @dataclass
@@ -134,6 +136,7 @@ class Strategy:
         self.info = ServerInfo(num_classes=0)
         self.eval_clients = eval_mode(cfg) == "clients"  # clients report their own accuracy
         self.target: int | None = None  # results a round needs (set by picks: --over-select)
+        self.layout: Layout = {}  # the model's names, shapes and dtypes (set by setup)
 
     # ---- what an algorithm defines -----------------------------------------------------------
     def configure_round(self, rnd: int, clients: Sequence[ClientInfo]) -> list[Task]:
@@ -149,6 +152,12 @@ class Strategy:
     def init_state(self, init: Arrays) -> Any:
         """The state before round 0 from the initial model (self.trainable is known)."""
         return self.State(model=dict(init))
+
+    def result_layout(self, task: Task) -> Layout | None:
+        """The arrays a result of `task` must carry, exactly (layout.py: checked on arrival,
+        before absorb); by default the model's own layout. Override when results carry
+        something else; None checks only the sample count."""
+        return self.layout
 
     def absorb(self, done: Result | Failure) -> None:
         """Called for every reply as it arrives: streaming algorithms fold it into running sums
@@ -184,6 +193,7 @@ class Strategy:
         """Receive the initial model and the names of its trainable parameters."""
         self.trainable = set(trainable) if trainable is not None else {
             k for k, v in init.items() if v.dtype.kind == "f"}
+        self.layout = layout_of(init)
         self.state = self.init_state(init)
 
     def bind(self, info: ServerInfo) -> None:

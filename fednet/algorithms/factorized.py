@@ -25,6 +25,7 @@ from fednet import rng
 from fednet.algorithms.aggregate import weighted_mean
 from fednet.algorithms.common import round_metrics, usable
 from fednet.algorithms.contract import ClientContext, ClientUpdate, Model, ServerState, Strategy
+from fednet.algorithms.layout import Layout
 from fednet.algorithms.local import local_sgd
 from fednet.config import RunConfig
 from fednet.errors import ConfigError
@@ -139,6 +140,10 @@ class Factorized(Strategy):
         return [self.new_task(rnd, [c.cid], self.personalized(c.cid),
                               {**self.task_body(rnd, c), **body_extra})
                 for c in self.select(rnd, clients)]
+
+    def result_layout(self, task: Task) -> Layout:
+        """The entries the task asked for (body `upload`), as the model holds them."""
+        return {n: self.layout[n] for n in task.body["upload"]}
 
     def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
                         ) -> dict[str, float]:

@@ -31,6 +31,7 @@ from fednet import rng
 from fednet.algorithms.aggregate import weighted_mean
 from fednet.algorithms.common import round_metrics, usable
 from fednet.algorithms.contract import ClientContext, ClientUpdate, Model, ServerState, Strategy
+from fednet.algorithms.layout import Layout
 from fednet.algorithms.local import local_sgd
 from fednet.models.params import clone_arrays, load_arrays, state_arrays
 from fednet.training.local import evaluate
@@ -119,6 +120,15 @@ class FedFomo(Strategy):
             tasks.append(self.new_task(rnd, [c.cid], arrays,
                                        {**self.task_body(rnd, c), "candidates": cands}))
         return tasks
+
+    def result_layout(self, task: Task) -> Layout:
+        """The client's model, and its weights w over the candidates (and itself, with
+        baseline=first_model) when it had any."""
+        cands = len(task.body.get("candidates", []))
+        if not cands:
+            return self.layout
+        w = cands + (self.p.baseline == "first_model")
+        return {**self.layout, W_KEY: ((w,), np.dtype(np.float64))}
 
     def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
                         ) -> dict[str, float]:

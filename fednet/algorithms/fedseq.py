@@ -20,6 +20,7 @@ from fednet.algorithms.common import round_metrics, usable
 from fednet.algorithms.contract import ClientContext, ClientUpdate, Model, ServerState, Strategy
 from fednet.algorithms.feddyn import dyn_update
 from fednet.algorithms.grouping import approximators as approx
+from fednet.algorithms.layout import Layout
 from fednet.algorithms.grouping import superclients as sc
 from fednet.algorithms.local import DynState, local_sgd, rule
 from fednet.config import RunConfig
@@ -74,6 +75,13 @@ class FedSeq(Strategy):
             t.kind = "pretrain"
             out.append(t)
         return out
+
+    def result_layout(self, task: Task) -> Layout:
+        """Pre-training: the client's representation, float64, of the approximator's size."""
+        if task.kind != "pretrain":
+            return self.layout
+        size = approx.vector_size(self.p.approximator, self.info.num_classes, self.info.linears)
+        return {"rep": ((size,), np.dtype(np.float64))}
 
     def setup_results(self, results: list[Result], failures: list[Failure]) -> dict[str, Any]:
         """Representations -> (PCA) -> superclients; returns the quality statistics."""

@@ -13,6 +13,7 @@ from typing import Any
 from fednet.algorithms.aggregate import weighted_mean
 from fednet.algorithms.common import round_metrics, usable
 from fednet.algorithms.contract import ClientContext, ClientUpdate, Strategy
+from fednet.algorithms.layout import Layout
 from fednet.algorithms.local import local_sgd
 from fednet.errors import ConfigError
 from fednet.models.params import load_arrays, state_arrays
@@ -38,6 +39,10 @@ class PFedPara(Strategy):
         body = {"upload": self.shared(), "clip": self.p.clip}
         return [self.new_task(rnd, [c.cid], arrays, {**self.task_body(rnd, c), **body})
                 for c in self.select(rnd, clients)]
+
+    def result_layout(self, task: Task) -> Layout:
+        """The entries the task asked for (body `upload`), as the model holds them."""
+        return {n: self.layout[n] for n in task.body["upload"]}
 
     def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
                         ) -> dict[str, float]:

@@ -12,6 +12,7 @@ import torch
 from fednet.algorithms.common import round_metrics
 from fednet.algorithms.contract import ClientContext, ClientUpdate, Model, ServerState
 from fednet.algorithms.fedavg import FedAvg
+from fednet.algorithms.layout import Layout
 from fednet.algorithms.local import local_sgd, trainable
 from fednet.models.params import clone_arrays, load_arrays, state_arrays
 from fednet.training import hooks
@@ -52,6 +53,10 @@ class Scaffold(FedAvg):
         arrays.update({C + k: v for k, v in self.state.c.items()})
         return [self.new_task(rnd, [c.cid], arrays, self.task_body(rnd, c))
                 for c in self.select(rnd, clients)]
+
+    def result_layout(self, task: Task) -> Layout:
+        """The model and a control change per server control entry."""
+        return {**self.layout, **{DC + k: self.layout[k] for k in self.state.c}}
 
     def fold(self, r: Result) -> None:
         """The model weighted by samples; the control changes delta c_k summed (both checked

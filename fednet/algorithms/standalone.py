@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from fednet.algorithms.contract import ClientContext, ClientUpdate, Strategy
+from fednet.algorithms.layout import Layout
 from fednet.algorithms.local import local_sgd
 from fednet.config import RunConfig
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
@@ -22,6 +23,10 @@ class StandAlone(Strategy):
         """Every selected client; no model in the task."""
         return [self.new_task(rnd, [c.cid], {}, self.task_body(rnd, c))
                 for c in self.select(rnd, clients)]
+
+    def result_layout(self, task: Task) -> Layout:
+        """No arrays: the model stays with its client."""
+        return {}
 
     def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
                         ) -> dict[str, float]:

@@ -134,6 +134,7 @@ class Client(Inbox):
             raise ConfigError(f"the server sent a configuration this client cannot use ({e}); "
                               "are both on the same fednet version?") from None
         self.run_id = self.peers.run_id = str(b.get("run_id", ""))
+        self.peers.grant = b.get("grant")  # --secure: checks the server's grants of hand-offs
         n, p = cfg.net, self.peers
         p.ack_timeout, p.retries, p.dead_peer = n.ack_timeout, n.ack_retries, n.dead_peer
         self.profile = Profile.from_dict(b.get("profile", {}))

@@ -19,7 +19,7 @@ from zmq.utils.monitor import recv_monitor_message
 from fednet.metrics.accounting import SERVER, Ledger
 from fednet.network.churn import next_online_hop, passed_over
 from fednet.protocol import Message, MsgKind, tensor_bytes
-from fednet.protocol.proof import check_handoff, handoff_tag
+from fednet.protocol.proof import check_grant, check_handoff, handoff_tag
 from fednet.transport.channels import (Channel, Rejects, bind_router, connect_dealer,
                                       open_monitor, stop_monitor)
 from fednet.types import client_name
@@ -50,6 +50,7 @@ class Peers:
         self.rejects = Rejects()  # one count for everything this peer refused
         self.last_peer_bytes = self.last_peer_tensor = 0
         self.run_id = ""  # set at WELCOME; hand-offs of other runs are rejected
+        self.grant: bytes | None = None  # --secure: this client's grant key (WELCOME)
         self.pump: Callable[[], None] = lambda: None  # serves our own sockets while we wait
         self.ack_timeout, self.retries, self.dead_peer = ACK_TIMEOUT_S, RETRIES, "skip"
         self.last_to_hop = 0
@@ -170,7 +171,11 @@ class Peers:
                              msg.sender):
             return "hand-off whose tag does not prove the sender"
         if self.keys is not None:
-            keys = b.get("keys", [])
+            keys, grants = b.get("keys", []), b.get("grants", [])
+            if hop >= len(grants) or not check_grant(
+                    self.grant, grants[hop], msg.run_id, msg.round, msg.task_id, hop, route, keys,
+                    b.get("endpoints", []), b["kind"], b["body"]):
+                return "hand-off whose route, keys or task the server did not grant"
             if hop >= len(keys) or not user_key or keys[prev] != user_key:
                 return "hand-off from a key that does not own the route's predecessor"
         return ""

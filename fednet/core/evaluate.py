@@ -35,6 +35,8 @@ class Evaluator:
         self.trainable = {n for n, p in self.model.named_parameters() if p.requires_grad}
         self.kinds = state_kinds(self.model)
         self.matching = matching_layer(self.model) if "v" in self.kinds.values() else ""
+        self.linears = [m.weight.numel() for m in self.model.modules()
+                        if isinstance(m, torch.nn.Linear)]  # FedSeq's classifier representation
         pre = build_model(model_name(cfg), ds.num_classes, ds.input_shape, dataset=d.dataset,
                           seed=cfg.seed + 1_000_003)  # FedSeq's theta_pre: another random init
         self.pretrain_init: Arrays = clone_arrays(state_arrays(pre))

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from fednet import latency
 from fednet.algorithms.common import client_accuracy, finite
 from fednet.algorithms.contract import Strategy
+from fednet.algorithms.layout import Layout, vet
 from fednet.config import RunConfig
 from fednet.latency import Profile
 from fednet.metrics.accounting import Ledger
@@ -36,12 +37,20 @@ class Dispatcher(Protocol):
                   ) -> tuple[list[Result], list[Failure]]: ...
 
 
-def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile]) -> Result | Failure:
-    """Turn a RESULT/FAILURE message received with `nbytes` into a Result (arrival stamped)."""
+def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile],
+                 expect: Layout | None) -> Result | Failure:
+    """Turn a RESULT/FAILURE message received with `nbytes` into a Result (arrival stamped), or
+    into the client's Failure when the result does not fit `expect` (the strategy's
+    result_layout of the task: algorithms/layout.py), so no aggregate ever reads it."""
     if msg.kind == MsgKind.FAILURE:
         return message_failure(msg, cid)
     arrival = msg.sim_time + latency.up_delay(profiles[cid], nbytes)
     res = message_result(msg, cid, arrival)
+    why = vet(expect, res.arrays, res.num_examples)
+    if why is not None:
+        log.warning("round %d: the result of client %d (task %d) was refused: %s", msg.round,
+                    cid, msg.task_id, why)
+        return Failure(res.task_id, res.round, cid, f"result refused: {why}", arrival)
     res.sent, res.nbytes = msg.sim_time, nbytes  # for the shared server link (network/rounds.py)
     return res
 

@@ -59,7 +59,7 @@ class Session:
         self.algo.setup(self.evaluator.initial, self.evaluator.trainable)
         ev = self.evaluator
         self.algo.bind(ServerInfo(ds.num_classes, label_hist, ev.exemplars,
-                                  ev.pretrain_init, ev.kinds, ev.matching))
+                                  ev.pretrain_init, ev.kinds, ev.matching, ev.linears))
         self.out = (out or resolve_out(cfg)) if write else None
         self.ledger = Ledger()
         self.resumed_clients: checkpoint.ClientStates = {}  # fednet local --resume: per client

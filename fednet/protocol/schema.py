@@ -55,6 +55,7 @@ RESULT_BODY = Map({
 _ROUTE = {
     "route": List(_CID, 100_000, min_len=1), "hop": Int(0, 100_000), "kind": Str(64),
     "body": TASK_BODY, "endpoints": List(Str(256), 100_000), "keys": List(Str(40), 100_000),
+    "grants": List(Bin(MAC_BYTES, MAC_BYTES), 100_000),
 }
 _ROUTE_REQUIRED = frozenset({"route", "hop", "kind", "body"})
 
@@ -70,7 +71,7 @@ BODIES: dict[MsgKind, Spec] = {
     MsgKind.WELCOME: Map({"config": Free(depth=6, items=10_000, str_len=4096),
                           "profile": Map(extra=Num(0.0)), "run_id": RUN_ID, "cid": _CID,
                           "plugins": List(List(Str(1024), 2, min_len=2), 256),
-                          "peers": Bool()},
+                          "peers": Bool(), "grant": Bin(32, 32)},
                          required=frozenset({"config", "profile", "run_id", "cid"})),
     MsgKind.TASK: Map(_ROUTE, required=_ROUTE_REQUIRED),
     MsgKind.HANDOFF: Map({**_ROUTE, "mac": Bin(MAC_BYTES, MAC_BYTES)},

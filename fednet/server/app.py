@@ -12,6 +12,7 @@ import zmq
 from fednet.log import Throttle
 from fednet.metrics.accounting import SERVER
 from fednet.protocol import Message, MsgKind
+from fednet.protocol.proof import route_grants
 from fednet.server.conns import LOST_GRACE_S, Connections, Identity
 from fednet.server.inflight import next_task, process_cap
 from fednet.server.intake import Intake
@@ -203,8 +204,12 @@ class ZmqServer(Intake):
         if len(task.route) > 1:  # peers find each other through the route itself
             msg.body["endpoints"] = [self.clients[c].endpoint if c in self.clients else ""
                                      for c in task.route]
-            if self.conns.ident.key_ids:  # --secure: each peer's key, to check the hand-off's sender
-                msg.body["keys"] = [self.conns.key_of.get(c, "") for c in task.route]
+            if self.conns.ident.key_ids:  # --secure: each peer's key, to check the hand-off's
+                b = msg.body  # sender, and every hop's grant of all a hand-off tells (proof.py)
+                b["keys"] = [self.conns.key_of.get(c, "") for c in task.route]
+                b["grants"] = route_grants(self.conns.ident.grants, self.s.run_id, task.round,
+                                           task.task_id, task.route, b["keys"], b["endpoints"],
+                                           task.kind, b["body"])
         if not self._send(task.cid, msg):
             if task.cid in self.conns.lost and task.cid not in self.dead:
                 return  # its connection just closed: it fails as dead after the grace

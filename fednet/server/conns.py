@@ -13,6 +13,7 @@ seconds); a client whose connection stays lost past the grace time is reported g
 from __future__ import annotations
 
 import ctypes
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -29,6 +30,7 @@ class Identity:
 
     run_key_secret: object | None = None  # callable cid -> secret (launch)
     key_ids: dict[str, object] = field(default_factory=dict)  # z85 key -> ids (--secure)
+    grants: bytes = field(default_factory=lambda: os.urandom(32))  # derives the route grants
 
     @property
     def proven(self) -> bool:

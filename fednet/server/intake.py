@@ -13,6 +13,7 @@ from fednet import latency
 from fednet.metrics.accounting import SERVER
 from fednet.plugin_check import welcome_plugins
 from fednet.protocol import Message, MsgKind
+from fednet.protocol.proof import grant_key
 from fednet.core.rounds import accept_reply
 from fednet.transport.channels import Received
 from fednet.types import ClientInfo, client_name
@@ -71,7 +72,8 @@ class Intake:
             self._pending.pop(msg.task_id)
             self._holder.pop(msg.task_id, None)
             self._progress = time.monotonic()
-            done = accept_reply(msg, cid, got.nbytes, self.s.profiles)
+            done = accept_reply(msg, cid, got.nbytes, self.s.profiles,
+                                self.s.algo.result_layout(task))
             churn = self.s.driver.churn  # --availability: offline before the result arrived?
             self._reply(done if churn is None else churn.upload(done, msg.sim_time,
                                                                 msg.body.get("skipped", 0)))
@@ -131,6 +133,8 @@ class Intake:
                                 "old connection")
         body = {"config": self._config_dict(), "profile": self.s.profiles[cid].to_dict(),
                 "run_id": self.s.run_id, "cid": cid, "peers": self.s.handoffs}
+        if self.conns.ident.key_ids:  # --secure: the key that checks this client's grants
+            body["grant"] = grant_key(self.conns.ident.grants, cid)
         needed = welcome_plugins(self.s.cfg)  # [name, version] of the plugins the run uses
         if needed:
             body["plugins"] = needed

@@ -5,7 +5,10 @@ issues a key pair for one client host (or one client) and records, in DIR/allowe
 which client ids that key may claim. The server admits only keys in DIR/allowed/ (ZAP), and
 binds a client id to a connection only when the connection's key may claim it; a key holder
 cannot register as, nor take over, another host's clients. A peer accepts a hand-off only from
-the key that the server bound to the route's predecessor (TASKs carry the route's keys).
+the key that the server bound to the route's predecessor, and only with the server's grant of
+that hop: TASKs carry the route's keys and one grant per hop, an HMAC over the route, keys,
+endpoints and task with a key the server gave the receiver alone in its WELCOME
+(protocol/proof.py), so no sender chooses the keys it is checked against.
 A client host needs DIR/server.key and its own NAME.key + NAME.key_secret; only the server host
 needs DIR/server.key_secret and DIR/allowed/. Key files are ZeroMQ's text certificates.
 `fednet launch --secure DIR` issues a fresh key pair per client process itself (handed to the

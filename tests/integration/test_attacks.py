@@ -43,8 +43,9 @@ class Shooter:
                 s.curve_publickey, s.curve_secretkey, s.curve_serverkey = curve
             s.connect(endpoint)
             batches = [f for _, f in schema_attacks(sender, run_id)]
+            key = curve[0].decode() if curve is not None else ""
             for rid in ("", run_id):
-                batches += [frames_of(m) for _, m in runtime_attacks(sender, rid, route)]
+                batches += [frames_of(m) for _, m in runtime_attacks(sender, rid, route, key)]
             for frames in batches:
                 s.send_multipart(frames)
                 self.sent[target] = self.sent.get(target, 0) + 1

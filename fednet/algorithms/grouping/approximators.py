@@ -44,6 +44,17 @@ def _linears(model: nn.Module) -> list[nn.Linear]:
     return [m for m in model.modules() if isinstance(m, nn.Linear)]
 
 
+def vector_size(which: str, num_classes: int, linears: list[int]) -> int:
+    """The length of the representation `which` makes (what the server expects of every client):
+    one entry per class (confidence), or the sizes of the chosen Linear weights (`linears`: the
+    model's, in registration order)."""
+    if which == "confidence":
+        return num_classes
+    part = which.removeprefix("clf_")
+    chosen = {"last": linears[-1:], "last2": linears[-2:], "all": linears}.get(part, [])
+    return int(sum(chosen))
+
+
 def classifier_vector(model: nn.Module, which: str) -> np.ndarray:
     """Flattened Linear weights (no biases): last = [W_L]; last2 = [W_L, W_{L-1}] (official order); all = [W_1..W_L]."""
     part = which.removeprefix("clf_")

@@ -1,0 +1,59 @@
+"""What a result must hold, and the check of every result against it on arrival.
+
+A result's arrays are what a client chose to send, so the server never learns their names,
+shapes or dtypes from the results themselves (not from the first to arrive either): each
+Strategy declares the layout a result of a task must have (`Strategy.result_layout`, by default
+the layout of the model the server built at setup), and the runtime checks every result against
+it before anything reads it (core/rounds.accept_reply). A result that does not fit is its
+client's failure with a one-line reason naming the array (expected against got); it never
+reaches an aggregate, so it can neither stop the server nor change the model's dtype.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+Layout = dict[str, tuple[tuple[int, ...], np.dtype]]
+"""Array name -> (shape, dtype) that a result must carry, exactly these names."""
+
+
+def layout_of(arrays: Mapping[str, np.ndarray]) -> Layout:
+    """The layout of `arrays` (the server's own: a model, a control variate)."""
+    return {n: (tuple(np.shape(a)), np.asarray(a).dtype) for n, a in arrays.items()}
+
+
+def _describe(shape: tuple[int, ...], dtype: np.dtype) -> str:
+    return f"{np.dtype(dtype).name} {tuple(shape)}"
+
+
+def _names(names: set[str], limit: int = 3) -> str:
+    shown = sorted(names)[:limit]
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(repr(n[:60]) for n in shown) + more
+
+
+def mismatch(expected: Layout, arrays: Mapping[str, np.ndarray]) -> str | None:
+    """Why `arrays` do not fit `expected` (the first difference, one line), or None."""
+    missing = set(expected) - set(arrays)
+    if missing:
+        return f"array(s) {_names(missing)} missing"
+    extra = set(arrays) - set(expected)
+    if extra:
+        return f"unexpected array(s) {_names(extra)}"
+    for name, (shape, dtype) in expected.items():
+        a = arrays[name]
+        got_shape, got_dtype = tuple(np.shape(a)), np.asarray(a).dtype
+        if got_shape != tuple(shape) or got_dtype != dtype:
+            return (f"array {name[:60]!r}: expected {_describe(shape, dtype)}, got "
+                    f"{_describe(got_shape, got_dtype)}")
+    return None
+
+
+def vet(expected: Layout | None, arrays: Mapping[str, np.ndarray], num_examples: int
+        ) -> str | None:
+    """Why a result cannot be used (layout, or a sample count that cannot weigh it: every client
+    holds at least one example), or None. `expected` None: the strategy declares no layout."""
+    if num_examples < 1:
+        return f"its sample count n = {num_examples} cannot weigh it (n >= 1 expected)"
+    return None if expected is None else mismatch(expected, arrays)
