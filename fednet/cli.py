@@ -62,7 +62,7 @@ def _config(opts: dict[str, Any], defaults: dict[str, Any]) -> Any:
 
 
 def _done(summary: dict[str, Any]) -> None:
-    """Print the summary table; the exit code follows its status (no_clients: 3, failed: 4)."""
+    """Print the summary table; the exit code follows its status (no_clients: 3, failed: 4, diverged: 5)."""
     from fednet.metrics.report import run_error, summary_table
 
     click.echo(summary_table(summary))

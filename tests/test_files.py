@@ -384,14 +384,19 @@ def test_no_live_clients_is_exit_3_with_one_line(tmp_path, monkeypatch):
     assert json.loads(Path("r/summary.json").read_text())["status"] == "no_clients"
 
 
-def test_diverged_run_keeps_exit_0(tmp_path, monkeypatch):
+def test_a_diverged_run_exits_5_with_one_line(tmp_path, monkeypatch):
+    """Issue 23: an aggregate that is not finite stops the run as diverged, exit code 5, one
+    line naming the round and what was not finite (summary.json's error)."""
     import fednet.core.rounds as rounds
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(rounds, "finite", lambda arrays: False)
     res = cli("local", *RUN, "--rounds", "3", "--out", "r")
-    assert res.exit_code == 0, res.stderr
-    assert json.loads(Path("r/summary.json").read_text())["status"] == "diverged"
+    assert res.exit_code == 5, res.stderr
+    s = json.loads(Path("r/summary.json").read_text())
+    assert s["status"] == "diverged" and s["rounds"] == 1
+    assert s["error"].startswith("round 0: the global model has NaN/inf parameters")
+    assert res.stderr.splitlines()[-1] == f"fednet: error: the run diverged: {s['error']}"
 
 
 def test_report_refuses_a_summary_that_is_not_an_object(run):

@@ -89,3 +89,14 @@ def test_a_result_with_no_weight_is_refused_and_the_model_kept(tmp_path, monkeyp
     s = run_local(cfg, quiet=True)
     assert s["status"] == "failed"
     assert all("n = 0" in f["reason"] for f in s["failures"])
+
+
+def test_huge_finite_weights_end_the_run_as_diverged(tmp_path, monkeypatch):
+    """One client sends every weight as 3e38 (finite, so it passes the layout check): the
+    global model's loss is no longer finite and the run stops as diverged, naming the round."""
+    def huge(arrays):
+        return {n: np.full_like(a, 3e38) if a.dtype.kind == "f" else a for n, a in arrays.items()}
+
+    s, _ = _run_with(tmp_path, monkeypatch, "run", huge)
+    assert s["status"] == "diverged" and s["rounds"] == 1
+    assert s["error"].startswith("round 0: the global model")

@@ -220,12 +220,7 @@ class RoundDriver:
             metrics = {**metrics, **spread}
         else:
             acc, loss = self.evaluate(self.algo.eval_arrays())
-            all_bad = bool(metrics.get("non_finite")) and not metrics.get("results")
-            if all_bad or not finite(self.algo.eval_arrays()):
-                self.status = "diverged"
-                log.error("round %d: NaN/inf parameters (every client's result, or the global "
-                          "model): the run diverged and stops here (for FedDyn try --param clip=30 "
-                          "or a smaller alpha)", rnd)
+            self._check_diverged(rnd, metrics, loss)
         last = rnd + span - 1
         late = step.stragglers if step else 0
         metrics = {**metrics, "tasks": len(results) + len(failures) + late,
@@ -235,6 +230,20 @@ class RoundDriver:
         row = self._log(last, acc, loss, metrics, self.sim_time)
         self.rounds_done = last + 1
         return row
+
+    def _check_diverged(self, rnd: int, metrics: dict[str, Any], loss: float) -> None:
+        """Stop as `diverged` when every result was NaN/inf, the global model is, or its loss
+        is (weights so large that the logits overflow): the error names which."""
+        all_bad = bool(metrics.get("non_finite")) and not metrics.get("results")
+        what = ("every client's result has NaN/inf parameters" if all_bad else
+                "the global model has NaN/inf parameters" if not finite(self.algo.eval_arrays())
+                else "the global model's test loss is not finite" if not math.isfinite(loss)
+                else "")
+        if what:
+            self.status = "diverged"
+            self.error = (f"round {rnd}: {what}; the run diverged and stops here (try a smaller "
+                          "--lr; for FedDyn --param clip=30 or a smaller alpha)")
+            log.error("%s", self.error)
 
     def _log(self, rnd: int, acc: float, loss: float, metrics: dict[str, Any], sim: float
              ) -> dict[str, Any]:

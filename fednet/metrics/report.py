@@ -215,10 +215,13 @@ def interrupt_note(command: str, out: str | None, t0: float,
 
 def run_error(summary: dict[str, Any]) -> tuple[int, str] | None:
     """(exit code, one line) for a run that produced no usable result, else None: failed (4,
-    with the first failure's reason and where its traceback is) or no clients left (3)."""
+    with the first failure's reason and where its traceback is), diverged (5, which round and
+    what was not finite) or no clients left (3)."""
     status = summary.get("status")
     if status == "failed":
         return 4, f"the run failed: {summary.get('error')}"
+    if status == "diverged":
+        return 5, f"the run diverged: {summary.get('error')}"
     if status == "no_clients":
         return 3, (f"no live clients left after round {summary.get('rounds')}; see "
                    f"{summary.get('out')}/summary.json")

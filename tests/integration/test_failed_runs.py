@@ -61,3 +61,43 @@ def test_a_short_run_without_any_usable_result_fails_too(tmp_path):
 def test_max_failed_rounds_0_never_stops_early(tmp_path):
     r, s = _run(tmp_path, "local", "--rounds", "4", "--max-failed-rounds", "0")
     assert s["rounds"] == 4 and s["status"] == "failed" and r.returncode == 4
+
+
+WRONG = '''
+from fednet.algorithms.fedavg import FedAvgClient
+from fednet.algorithms.registry import Spec, register
+
+
+class WrongShapes(FedAvgClient):
+    def run(self, ctx, task):
+        arrays, body = super().run(ctx, task)
+        if ctx.cid in (WHO):
+            arrays = {n: a.reshape(-1) for n, a in arrays.items()}
+        return arrays, body
+
+
+register(Spec("wrong_shapes", "some clients send flattened arrays",
+              "fednet.algorithms.fedavg:FedAvg", "wrong_shapes:WrongShapes"))
+'''
+
+
+@pytest.mark.parametrize("who,code", [("0,", 0), ("0, 1, 2, 3", 4)], ids=["one", "all"])
+def test_wrong_shapes_over_the_wire_are_failures_not_a_crash(tmp_path, who, code):
+    """Under fednet launch (real sockets): a client that sends flattened arrays fails its task
+    with a one-line reason naming the array; the server runs on. When every client does, the
+    run fails (exit 4) with that reason."""
+    (tmp_path / "wrong_shapes.py").write_text(WRONG.replace("WHO", who))
+    out = tmp_path / "run"
+    r = subprocess.run(fednet_cmd() + ["launch", "--plugin", "wrong_shapes.py", "--algo",
+                                       "wrong_shapes", "--clients", "4", "--epochs", "1",
+                                       "--rounds", "3", "-q", "--out", str(out)],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == code, r.stderr[-2000:]
+    s = json.loads((out / "summary.json").read_text())
+    refused = [f for f in s["failures"] if f["reason"].startswith("result refused: array ")]
+    assert refused and len(refused) == len(s["failures"])
+    assert "expected float32 (" in refused[0]["reason"]
+    if code == 0:
+        assert s["status"] == "completed" and {f["client"] for f in refused} == {0}
+    else:
+        assert s["status"] == "failed" and "result refused" in r.stderr
