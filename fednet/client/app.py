@@ -20,7 +20,7 @@ from fednet.latency import Profile, up_delay, wire_time
 from fednet.metrics.accounting import SERVER, Ledger
 from fednet.plugin_check import checked_welcome
 from fednet.protocol import Message, MsgKind, tensor_bytes
-from fednet.protocol.proof import client_secret, hello_proof, peer_key
+from fednet.protocol.proof import client_secret, gate_password, hello_proof, peer_key
 from fednet.transport.channels import (Channel, Deferred, connect_dealer,
                                       open_monitor, stop_monitor)
 from fednet.types import client_name
@@ -37,9 +37,11 @@ class Client(Inbox):
     def __init__(self, cid: int, connect: str, device: str = "cpu", advertise: str = "127.0.0.1",
                  threads: int = 1, secure: str = "", ctx: zmq.Context | None = None,
                  run_key: bytes | None = None, key_name: str = "",
-                 curve: tuple[bytes, bytes] | None = None, link: "Client | None" = None) -> None:
+                 curve: tuple[bytes, bytes] | None = None, link: "Client | None" = None,
+                 admitted: set[bytes] | None = None) -> None:
         """`link`: the client of this process whose server link heartbeats for all of them
-        (client/host.py); None: this client's own link does."""
+        (client/host.py); None: this client's own link does. `admitted`: the keys the shared
+        context's ZAP handler admits (--secure; filled from WELCOME)."""
         self.cid, self.name, self.device = cid, client_name(cid), device
         self.link = link
         # under `fednet launch`: the run key came through the zygote's pipe (never a socket)
@@ -47,15 +49,19 @@ class Client(Inbox):
         self.own_ctx = ctx is None  # several logical clients of one process share a context
         self.ctx = ctx if ctx is not None else zmq.Context()
         self.ledger = Ledger()
-        self.auth, self.keys, setup = None, None, None
-        if secure:  # CURVE to the server; our peer socket admits only allowed keys (ZAP)
-            from fednet.transport import security
-
+        self.auth, self.keys, setup, self.admitted = None, None, None, admitted
+        gate = gate_password(run_key) if run_key and not secure else None
+        from fednet.transport import security
+        if secure:  # CURVE to the server; our peer socket admits only the run's keys (ZAP)
             self.keys = keys = security.load_keys(secure, need_server_secret=False, name=key_name,
                                                           pair=curve)
             if self.own_ctx:  # one ZAP handler per context: a Host starts its own
-                self.auth = security.start_authenticator(self.ctx, None)  # peers check keys
+                self.admitted = set()
+                self.auth = security.start_authenticator(self.ctx, self.admitted)
             setup = lambda s: security.as_client(s, keys.server_public, keys)  # noqa: E731
+        elif gate is not None:  # plaintext launch: only run-key holders complete a handshake
+            self.auth = security.start_gate(self.ctx, gate) if self.own_ctx else None
+            setup = security.gate_client(gate)
         self.server = Channel(connect_dealer(self.ctx, connect, setup, heartbeat=link is None),
                               self.ledger, self.name, router=False)
         # server link events: a dead server is noticed (DISCONNECTED, no new handshake) when idle
@@ -64,7 +70,7 @@ class Client(Inbox):
         self.lost_since: float | None = None
         self.lost_timeout = 60.0
         self.peers = Peers(self.ctx, self.name, advertise, self.ledger, self.keys,
-                           peer_key(run_key) if run_key else None)
+                           peer_key(run_key) if run_key else None, gate)
         self.connect, self.run_id = connect, ""
         self.executor: Executor | None = None
         self._build: tuple | None = None  # (config, partition) of the executor to build
@@ -135,6 +141,8 @@ class Client(Inbox):
                               "are both on the same fednet version?") from None
         self.run_id = self.peers.run_id = str(b.get("run_id", ""))
         self.peers.grant = b.get("grant")  # --secure: checks the server's grants of hand-offs
+        if self.admitted is not None:  # --secure: the run's client keys may reach our peer port
+            self.admitted.update(k.encode() for k in b.get("peer_keys", []))
         n, p = cfg.net, self.peers
         p.ack_timeout, p.retries, p.dead_peer = n.ack_timeout, n.ack_retries, n.dead_peer
         self.profile = Profile.from_dict(b.get("profile", {}))

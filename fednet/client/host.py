@@ -46,7 +46,7 @@ class Host:
         share_working_models()
         self.ctx = zmq.Context()
         self.ctx.set(zmq.MAX_SOCKETS, max(1023, SOCKETS_PER_CLIENT * len(cids) + 64))
-        self.auth = None
+        self.auth, self.admitted = None, None
         self.clients: list[Client] = []
         self.poller = zmq.Poller()
         try:
@@ -54,11 +54,18 @@ class Host:
                 from fednet.transport import security
 
                 security.load_keys(secure, need_server_secret=False, name=key_name, pair=curve)
-                self.auth = security.start_authenticator(self.ctx, None)
+                self.admitted = set()  # the run's client keys, from WELCOME
+                self.auth = security.start_authenticator(self.ctx, self.admitted)
+            elif run_key:  # plaintext launch: only run-key holders complete a handshake
+                from fednet.protocol.proof import gate_password
+                from fednet.transport import security
+
+                self.auth = security.start_gate(self.ctx, gate_password(run_key))
             for cid in cids:  # one link heartbeats for the process (libzmq's timer upkeep)
                 c = Client(cid, connect, device, advertise, threads, secure, ctx=self.ctx,
                            run_key=run_key, key_name=key_name, curve=curve,
-                           link=self.clients[0] if self.clients else None)
+                           link=self.clients[0] if self.clients else None,
+                           admitted=self.admitted)
                 self.clients.append(c)
                 c.pump = self.pump
                 c.drop_idle = True  # a working model shared, data rebuilt when chosen again

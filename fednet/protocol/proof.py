@@ -41,6 +41,12 @@ def peer_key(run_key: bytes) -> bytes:
     return _derive(run_key, b"fednet peers")
 
 
+def gate_password(run_key: bytes) -> str:
+    """The PLAIN password that admits a connection to any socket of a plaintext `fednet launch`
+    (transport/security.start_gate): only holders of the run key complete a handshake."""
+    return _derive(run_key, b"fednet gate").hex()
+
+
 def hello_proof(secret: bytes, cid: int, nonce: bytes) -> bytes:
     """What client cid sends with READY(hello) to prove it holds its secret."""
     return hmac.new(secret, b"hello|%d|" % cid + nonce, hashlib.sha256).digest()

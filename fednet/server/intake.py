@@ -133,8 +133,9 @@ class Intake:
                                 "old connection")
         body = {"config": self._config_dict(), "profile": self.s.profiles[cid].to_dict(),
                 "run_id": self.s.run_id, "cid": cid, "peers": self.s.handoffs}
-        if self.conns.ident.key_ids:  # --secure: the key that checks this client's grants
-            body["grant"] = grant_key(self.conns.ident.grants, cid)
+        if self.conns.ident.key_ids:  # --secure: the key that checks this client's grants,
+            body["grant"] = grant_key(self.conns.ident.grants, cid)  # and the keys its peer
+            body["peer_keys"] = list(self.conns.ident.key_ids)  # port may admit (one per host)
         needed = welcome_plugins(self.s.cfg)  # [name, version] of the plugins the run uses
         if needed:
             body["plugins"] = needed

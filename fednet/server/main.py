@@ -169,13 +169,10 @@ def _start(run: Run, cfg: RunConfig, quiet: bool, local_clients: bool, prepare: 
     ctx = channels.server_context()
     built: list[ZmqServer] = []
     run.on_stop(_close_zmq, run, ctx, built)
-    setup = None
-    if cfg.net.secure:  # CURVE server; ZAP admits only the allowed public keys
-        from fednet.transport import security
-        keys = security.load_keys(cfg.net.secure, need_server_secret=True)
-        auth = security.start_authenticator(ctx, {k.encode() for k in ident.key_ids})
+    from fednet.transport.security import server_guard  # CURVE + allowed keys, or the gate
+    setup, auth = server_guard(ctx, cfg.net.secure, ident.key_ids, specs.get("run_key"))
+    if auth is not None:
         run.on_stop(auth.stop)
-        setup = lambda s: security.as_server(s, keys.server_public, keys.server_secret)  # noqa: E731
     sock, endpoint = channels.bind_router(
         ctx, cfg.net.host, cfg.net.port, what="--bind port" if not local_clients else "net.port",
         setup=setup, heartbeat_ms=channels.server_heartbeat_ms(cfg.clients),

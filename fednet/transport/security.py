@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import zmq
 import zmq.auth
@@ -160,15 +162,19 @@ class _KeySet:
         return self.keys is None or key in self.keys
 
 
-def start_authenticator(ctx: zmq.Context, allowed: set[bytes] | None = None
-                        ) -> ThreadAuthenticator:
-    """ZAP handler for this context: admits the z85 public keys in `allowed` (None: any key
-    that completes the CURVE handshake); the connection's User-Id is its z85 public key."""
+def _zap_log() -> logging.Logger:
     zap_log = logging.getLogger("fednet.security.zap")
     zap_log.setLevel(logging.DEBUG)
     if not any(isinstance(f, _DenialsAsWarnings) for f in zap_log.filters):
         zap_log.addFilter(_DenialsAsWarnings())
-    auth = ThreadAuthenticator(ctx, log=zap_log)
+    return zap_log
+
+
+def start_authenticator(ctx: zmq.Context, allowed: set[bytes] | None = None
+                        ) -> ThreadAuthenticator:
+    """ZAP handler for this context: admits the z85 public keys in `allowed` (None: any key
+    that completes the CURVE handshake); the connection's User-Id is its z85 public key."""
+    auth = ThreadAuthenticator(ctx, log=_zap_log())
     auth.start()
     auth.configure_curve_callback(domain="*", credentials_provider=_KeySet(allowed))
     return auth
@@ -186,3 +192,48 @@ def as_client(sock: zmq.Socket, server_public: bytes, keys: Keys) -> None:
     sock.curve_secretkey = keys.client_secret
     sock.curve_publickey = keys.client_public
     sock.curve_serverkey = server_public
+
+
+GATE_USER = "fednet"
+
+
+def start_gate(ctx: zmq.Context, password: str) -> ThreadAuthenticator:
+    """ZAP handler for this context under plaintext `fednet launch`: admits only PLAIN
+    handshakes with the run's password (proof.gate_password), so a connection without the run
+    key never completes one. That matters beyond authentication: libzmq 4.3.5 aborts the
+    process (an assertion in socket_base.cpp) when a ROUTER generates a routing id that a peer
+    already chose for itself, and a ROUTER takes peer-chosen ids; only peers that pass the
+    handshake get a routing id at all. PLAIN costs no throughput (no encryption)."""
+    auth = ThreadAuthenticator(ctx, log=_zap_log())
+    auth.start()
+    auth.configure_plain(domain="*", passwords={GATE_USER: password})
+    return auth
+
+
+def gate_server(sock: zmq.Socket) -> None:
+    """Make sock a PLAIN server (before bind): its context's start_gate checks the password."""
+    sock.plain_server = True
+
+
+def gate_client(password: str) -> Callable[[zmq.Socket], None]:
+    """A socket setup that presents the run's gate password (before connect)."""
+    def setup(sock: zmq.Socket) -> None:
+        sock.plain_username = GATE_USER.encode()
+        sock.plain_password = password.encode()
+    return setup
+
+
+def server_guard(ctx: zmq.Context, secure: str, key_ids: Any, run_key: bytes | None
+                 ) -> tuple[Callable[[zmq.Socket], None] | None, ThreadAuthenticator | None]:
+    """(setup of the server's ROUTER, its ZAP handler): under --secure a CURVE server whose
+    ZAP admits only the allowed keys; under plaintext `fednet launch` the run key's gate;
+    plaintext `fednet server` admits anyone (its threat model says so)."""
+    if secure:
+        keys = load_keys(secure, need_server_secret=True)
+        auth = start_authenticator(ctx, {k.encode() for k in key_ids})
+        return (lambda s: as_server(s, keys.server_public, keys.server_secret)), auth
+    if run_key:
+        from fednet.protocol.proof import gate_password
+
+        return gate_server, start_gate(ctx, gate_password(run_key))
+    return None, None

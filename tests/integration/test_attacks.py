@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from fednet.server.main import run_zmq
 from fednet.transport.security import add_key, init_keys, load_keys
@@ -25,23 +26,48 @@ KEYS = ("server_to_client", "client_to_server", "client_to_client", "tensor_byte
 FEDSEQ = {"min_samples": 1400, "max_clients": 4, "superclient_fraction": 1.0, "pretrain_epochs": 1}
 
 
-class Shooter:
-    """Sends every generated attack to each target; counts messages and bytes sent."""
+def handshake(sock: zmq.Socket, endpoint: str, timeout_s: float = 5.0) -> str:
+    """Connect sock and wait for its handshake: 'ok', 'denied' (ZAP refused it) or 'timeout'."""
+    mon = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+                                  | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
+    sock.connect(endpoint)
+    try:
+        if not mon.poll(int(timeout_s * 1000)):
+            return "timeout"
+        ev = recv_monitor_message(mon)["event"]
+        return "ok" if ev == zmq.EVENT_HANDSHAKE_SUCCEEDED else "denied"
+    finally:
+        sock.disable_monitor()
+        mon.close(0)
 
-    def __init__(self, senders: tuple[str, ...] = ("c0000", "c0001", "c0003")) -> None:
-        self.senders = senders
+
+class Shooter:
+    """Sends every generated attack to each target it can complete a handshake with; counts
+    messages and bytes sent, and the targets whose handshake was refused."""
+
+    def __init__(self, senders: tuple[str, ...] = ("c0000", "c0001", "c0003"),
+                 gate: str | None = None) -> None:
+        self.senders, self.gate = senders, gate  # gate: the run's PLAIN password (an insider)
         self.sent: dict[str, int] = {}
         self.bytes: dict[str, int] = {}
+        self.denied: set[str] = set()
 
     def fire(self, target: str, endpoint: str, run_id: str, route: list[int],
              curve: tuple[bytes, bytes, bytes] | None = None) -> None:
         ctx = zmq.Context.instance()
+        self.sent.setdefault(target, 0)
+        self.bytes.setdefault(target, 0)
         for sender in self.senders:
             s = ctx.socket(zmq.DEALER)
             s.setsockopt(zmq.LINGER, 5000)
             if curve is not None:
                 s.curve_publickey, s.curve_secretkey, s.curve_serverkey = curve
-            s.connect(endpoint)
+            elif self.gate is not None:
+                s.plain_username, s.plain_password = b"fednet", self.gate.encode()
+            if handshake(s, endpoint) != "ok":
+                self.denied.add(target)
+                s.close(0)
+                continue
             batches = [f for _, f in schema_attacks(sender, run_id)]
             key = curve[0].decode() if curve is not None else ""
             for rid in ("", run_id):
@@ -92,17 +118,24 @@ def _check(s, ref, ref_model, out: Path, shooter: Shooter) -> None:
     assert all(code == 0 for code in s.get("client_exit_codes", {}).values())
 
 
-def test_generated_wrong_messages_change_nothing_under_launch(tmp_path, caplog):
-    """Plaintext `fednet launch`: unauthenticated senders, every kind wrong in every field,
-    unproven hellos for real ids, stale results, forged hand-offs at every peer socket."""
+RUN_KEY = b"k" * 32
+
+
+def test_generated_wrong_messages_change_nothing_under_launch(tmp_path, caplog, monkeypatch):
+    """Plaintext `fednet launch`, attacked by a holder of the run key (an insider: the gate
+    admits it): every kind wrong in every field, unproven hellos for real ids, stale results,
+    forged hand-offs at every peer socket."""
+    from fednet.protocol import proof
+
+    monkeypatch.setattr(proof, "new_run_key", lambda: RUN_KEY)
     cfg = small_config(clients=4, rounds=3, algo={"name": "fedseq", "params": FEDSEQ})
     ref = final_model(cfg, tmp_path, "ref")
     box: dict = {}
-    shooter = Shooter()
+    shooter = Shooter(gate=proof.gate_password(RUN_KEY))
     s = run_zmq(cfg.replace(out=str(tmp_path / "run")), quiet=True,
                 prepare=lambda session: _attack_when_registered(session, box, shooter),
                 on_listen=lambda ep: box.setdefault("endpoint", ep))
-    assert shooter.sent["server"] > 1000 and len(shooter.sent) == 5
+    assert shooter.sent["server"] > 1000 and len(shooter.sent) == 5 and not shooter.denied
     _check(s, ref[0], ref, tmp_path / "run", shooter)
     # every refusal came from the schema or an explicit rule, none from a handler that raised
     assert not [r for r in caplog.records if "could not be handled" in r.getMessage()]
@@ -167,3 +200,76 @@ def test_a_holder_of_another_hosts_key_cannot_claim_its_clients(tmp_path, host_k
 
     s = _secure_run(cfg, tmp_path / "run", host_keys, shooter, curve_for)
     _check(s, quiet, (quiet, ref_model), tmp_path / "run", shooter)
+    # a key in no allowed/ folder completes no handshake with a peer (the run's keys, WELCOME)
+    assert shooter.denied == {"peer2", "peer3"}
+
+
+ABORT = """
+import sys, time, zmq
+from fednet.transport import channels, security
+ctx = zmq.Context()
+gated = sys.argv[1] == "gated"
+auth = security.start_gate(ctx, "pw") if gated else None
+sock, ep = channels.bind_router(ctx, "127.0.0.1", 0, setup=security.gate_server if gated else None)
+bad = ctx.socket(zmq.DEALER)
+bad.identity = b"\\x00\\x6b\\x8b\\x45\\x67"  # the first id libzmq generates when rand() is unseeded
+bad.connect(ep)
+time.sleep(0.5)
+good = channels.connect_dealer(ctx, ep, security.gate_client("pw") if gated else None)
+good.send(b"hello")
+print("received", sock.poll(3000) and sock.recv_multipart()[1], flush=True)
+if auth is not None:
+    auth.stop()
+"""
+
+
+@pytest.mark.parametrize("gated", [False, True], ids=["no gate", "gate"])
+def test_a_peer_chosen_routing_id_cannot_abort_a_gated_router(tmp_path, gated):
+    """libzmq 4.3.5 aborts a process whose ROUTER generates a routing id a peer already chose.
+    Behind the gate (plaintext launch) the peer without the run key gets no routing id at all:
+    the process lives and serves the real client. Without it the same script aborts (the
+    control: this test can fail)."""
+    r = subprocess.run([sys.executable, "-c", ABORT, "gated" if gated else "open"],
+                       capture_output=True, text=True, timeout=60)
+    if gated:
+        assert r.returncode == 0 and "received b'hello'" in r.stdout, r.stderr
+    else:
+        assert r.returncode == -6 and "Assertion failed" in r.stderr
+
+
+def test_outsiders_without_the_run_key_complete_no_handshake_under_launch(tmp_path):
+    """Plaintext `fednet launch`: connections without the run key, with libzmq-style routing
+    ids (0x00 + 4 bytes) or none, at the server and every peer port, are refused in the
+    handshake; the run is the undisturbed one."""
+    cfg = small_config(clients=4, rounds=3, algo={"name": "fedseq", "params": FEDSEQ})
+    ref = final_model(cfg, tmp_path, "ref")
+    box: dict = {}
+    results: list[str] = []
+
+    def knock(endpoint: str) -> None:
+        ctx = zmq.Context.instance()
+        for ident in [b"\x00" + i.to_bytes(4, "big") for i in range(0, 1 << 32, 1 << 29)] + [b""]:
+            s = ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            if ident:
+                s.identity = ident
+            results.append(handshake(s, endpoint, 3.0))
+            s.close(0)
+
+    def prepare(session):
+        orig = session.algo.configure_round
+
+        def configure_round(rnd, clients):
+            if rnd == 0:
+                for ep in [box["endpoint"]] + [c.endpoint for c in clients]:
+                    knock(ep)
+            return orig(rnd, clients)
+        session.algo.configure_round = configure_round
+
+    s = run_zmq(cfg.replace(out=str(tmp_path / "run")), quiet=True, prepare=prepare,
+                on_listen=lambda ep: box.setdefault("endpoint", ep))
+    assert len(results) == 5 * 9 and "ok" not in results, results  # no handshake completed
+    assert s["status"] == "completed" and not s["failures"]
+    with np.load(tmp_path / "run" / "final_model.npz", allow_pickle=False) as z:
+        assert same_arrays(ref[1], {k: z[k] for k in z.files})
+    assert all(code == 0 for code in s.get("client_exit_codes", {}).values())
