@@ -8,7 +8,8 @@ import torch
 from fednet import algorithms
 from fednet.client.executor import Executor, share_working_models
 from fednet.config import RunConfig
-from fednet.core.rounds import FollowUp, accept_reply
+from fednet.core.replies import accept_reply
+from fednet.core.rounds import FollowUp
 from fednet.core.run import Run
 from fednet.core.session import Session
 from fednet.data.partition import part_size

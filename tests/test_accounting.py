@@ -27,12 +27,13 @@ def test_ledger_separates_control_from_traffic():
     led.record(0, "TASK", "server", "c0000", 100, 1000, 1000)
     led.record(0, "READY", "c0000", "server", 50, 0, 0)
     led.record(1, "HANDOFF", "c0000", "c0001", 90, 1000, 1000)
+    led.record(1, "REJECT", "server", "unknown", 70, 0, 0)  # an answer to someone's mistake
     t = led.totals()
     assert t == {"server_to_client": 1100, "client_to_server": 0, "client_to_client": 1090,
                  "tensor_bytes": 2000, "header_bytes": 190, "control": 50, "rejected": 0,
-                 "rejected_messages": 0}
+                 "rejected_messages": 0, "rejects_sent": 70, "rejects_sent_messages": 1}
     assert led.round_totals(1)["client_to_client"] == 1090
-    assert led.messages == 3
+    assert led.messages == 3  # the REJECT is counted apart, not as the run's message
 
 
 def test_one_round_bytes_equal_model_size_times_messages_plus_headers():

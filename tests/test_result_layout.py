@@ -100,3 +100,21 @@ def test_huge_finite_weights_end_the_run_as_diverged(tmp_path, monkeypatch):
     s, _ = _run_with(tmp_path, monkeypatch, "run", huge)
     assert s["status"] == "diverged" and s["rounds"] == 1
     assert s["error"].startswith("round 0: the global model")
+
+
+def test_each_distinct_failure_reason_is_printed_once(tmp_path, monkeypatch, capsys):
+    """Client 0 fails in every round with the same reason: one line on the terminal, naming
+    the client and the reason's first line; summary.json keeps all three."""
+    def run(self, ctx, task):
+        if ctx.cid == 0:
+            raise RuntimeError(f"client 0 fails in round {task.round}\nsecond line")
+        return ORIG_RUN(self, ctx, task)
+
+    monkeypatch.setattr(FedAvgClient, "run", run)
+    s = run_local(small_config(clients=3, rounds=3, out=str(tmp_path / "run")), quiet=False)
+    out = capsys.readouterr()
+    lines = [ln for ln in (out.out + out.err).splitlines() if "failed: RuntimeError" in ln]
+    assert len(lines) == 1 and lines[0].startswith("round 0: client 0 failed: RuntimeError: "
+                                                   "client 0 fails in round 0"), lines
+    assert "second line" not in lines[0]
+    assert len(s["failures"]) == 3

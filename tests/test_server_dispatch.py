@@ -42,3 +42,19 @@ def test_follow_ups_of_failures_are_sent_through_the_window_and_the_state_is_res
         assert srv._on_reply is None and not srv._queue and not srv._pending
     finally:
         srv.close()
+
+
+def test_a_reconnect_with_its_welcome_token_takes_its_id_over_at_once():
+    """Plaintext `fednet server`: client 0's new connection is refused "already connected" while
+    the old one looks alive, unless it brings the token its WELCOME gave (a reconnect before the
+    server saw the old connection close); a wrong token changes nothing."""
+    from fednet.server.conns import Connections, Identity
+
+    conns = Connections(Identity())
+    conns.bind(0, b"old", None)
+    assert conns.check_claim(0, b"new", None, None, None) == "client 0 is already connected"
+    assert conns.check_claim(0, b"new", None, None, None, b"x" * 16) == (
+        "client 0 is already connected")
+    assert conns.check_claim(0, b"new", None, None, None, conns.token(0)) == ""
+    assert conns.token(0) != conns.token(1)
+    assert Connections(Identity()).token(0) != conns.token(0)  # each server start its own

@@ -4,7 +4,7 @@ A result's arrays are what a client chose to send, so the server never learns th
 shapes or dtypes from the results themselves (not from the first to arrive either): each
 Strategy declares the layout a result of a task must have (`Strategy.result_layout`, by default
 the layout of the model the server built at setup), and the runtime checks every result against
-it before anything reads it (core/rounds.accept_reply). A result that does not fit is its
+it before anything reads it (core/replies.accept_reply). A result that does not fit is its
 client's failure with a one-line reason naming the array (expected against got); it never
 reaches an aggregate, so it can neither stop the server nor change the model's dtype.
 """

@@ -23,6 +23,7 @@ from fednet.protocol import Message, MsgKind, tensor_bytes
 from fednet.protocol.proof import client_secret, gate_password, hello_proof, peer_key
 from fednet.transport.channels import (Channel, Deferred, connect_dealer,
                                       open_monitor, stop_monitor)
+from fednet.transport.gate import Gate, client as gate_client
 from fednet.types import client_name
 from fednet.wire import failure_message
 
@@ -60,8 +61,7 @@ class Client(Inbox):
                 self.auth = security.start_authenticator(self.ctx, self.admitted)
             setup = lambda s: security.as_client(s, keys.server_public, keys)  # noqa: E731
         elif gate is not None:  # plaintext launch: only run-key holders complete a handshake
-            self.auth = security.start_gate(self.ctx, gate) if self.own_ctx else None
-            setup = security.gate_client(gate)
+            self.auth, setup = Gate(self.ctx, gate) if self.own_ctx else None, gate_client(gate)
         self.server = Channel(connect_dealer(self.ctx, connect, setup, heartbeat=link is None),
                               self.ledger, self.name, router=False)
         # server link events: a dead server is noticed (DISCONNECTED, no new handshake) when idle
@@ -85,6 +85,7 @@ class Client(Inbox):
         self.work: deque[tuple[Message | Deferred, int]] = deque()
         self.seen: set[tuple[int, int]] = set()  # (task, hop) of the hand-offs already queued
         self.stopping = self.rehello = False
+        self.token: bytes | None = None  # from WELCOME: proves a reconnect (rejoin_token)
         self.rehello_at: float | None = None
         self.pump: Any = self._pump  # what waits call to serve sockets (the Host's: all clients)
         self.on_socket: Any = lambda sock: None  # a socket opened later (the Host polls it)
@@ -99,6 +100,8 @@ class Client(Inbox):
     def hello(self) -> None:
         hello = {"phase": "hello", "cid": self.cid, "endpoint": self.peers.endpoint,
                  "device": self.device, "pid": os.getpid(), "host": socket.gethostname()[:256]}
+        if self.token is not None:  # a reconnect: the server's own token from our WELCOME
+            hello["token"] = self.token
         if self.secret is not None:  # prove the id: a fresh nonce, signed with our secret
             nonce = os.urandom(16)
             hello.update(nonce=nonce, proof=hello_proof(self.secret, self.cid, nonce))
@@ -140,7 +143,7 @@ class Client(Inbox):
             raise ConfigError(f"the server sent a configuration this client cannot use ({e}); "
                               "are both on the same fednet version?") from None
         self.run_id = self.peers.run_id = str(b.get("run_id", ""))
-        self.peers.grant = b.get("grant")  # --secure: checks the server's grants of hand-offs
+        self.peers.grant, self.token = b.get("grant"), b.get("token")  # grants: --secure
         if self.admitted is not None:  # --secure: the run's client keys may reach our peer port
             self.admitted.update(k.encode() for k in b.get("peer_keys", []))
         n, p = cfg.net, self.peers

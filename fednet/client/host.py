@@ -58,9 +58,9 @@ class Host:
                 self.auth = security.start_authenticator(self.ctx, self.admitted)
             elif run_key:  # plaintext launch: only run-key holders complete a handshake
                 from fednet.protocol.proof import gate_password
-                from fednet.transport import security
+                from fednet.transport.gate import Gate
 
-                self.auth = security.start_gate(self.ctx, gate_password(run_key))
+                self.auth = Gate(self.ctx, gate_password(run_key))
             for cid in cids:  # one link heartbeats for the process (libzmq's timer upkeep)
                 c = Client(cid, connect, device, advertise, threads, secure, ctx=self.ctx,
                            run_key=run_key, key_name=key_name, curve=curve,

@@ -40,11 +40,11 @@ class Peers:
         self.ctx, self.me, self.ledger = ctx, me, ledger
         self.keys, self.peer_key, self.gate = keys, peer_key, gate
         self.server_setup: Any = None
-        from fednet.transport import security
+        from fednet.transport import gate as gates, security
         if keys is not None:  # peers: CURVE servers with this host's key pair
             self.server_setup = lambda s: security.as_server(s, keys.client_public, keys.client_secret)
         elif gate is not None:  # plaintext launch: PLAIN with the run's gate password
-            self.server_setup = security.gate_server
+            self.server_setup = gates.server
         self.advertise = advertise
         self.sock: zmq.Socket | None = None  # bound by listen(): only where hand-offs arrive
         self.chan: Channel | None = None
@@ -95,9 +95,9 @@ class Peers:
     def _client_setup(self, peer_public: str) -> Any:
         """CURVE client setup towards a peer whose public key (z85) the server sent (the gate's
         password under plaintext launch)."""
-        from fednet.transport import security
+        from fednet.transport import gate, security
         if self.keys is None:
-            return security.gate_client(self.gate) if self.gate is not None else None
+            return gate.client(self.gate) if self.gate is not None else None
         server_key = peer_public.encode()
         return lambda s: security.as_client(s, server_key, self.keys)
 

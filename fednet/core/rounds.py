@@ -3,29 +3,26 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from fednet import latency
 from fednet.algorithms.common import client_accuracy, finite
 from fednet.algorithms.contract import Strategy
-from fednet.algorithms.layout import Layout, vet
 from fednet.config import RunConfig
-from fednet.latency import Profile
 from fednet.metrics.accounting import Ledger
 from fednet.metrics.history import History
 from fednet.metrics.progress import Progress
 from fednet.network.churn import Churn
 from fednet.network.rounds import Network
-from fednet.protocol import Message, MsgKind
 from fednet.types import ClientInfo, Failure, Result, Task
-from fednet.wire import message_failure, message_result
 
 log = logging.getLogger("fednet.server")
 
 
 FollowUp = Callable[[Result | Failure], list[Task]]
+SHOWN_REASONS = 10  # distinct failure reasons printed on the terminal, at most
 
 
 class Dispatcher(Protocol):
@@ -35,24 +32,6 @@ class Dispatcher(Protocol):
 
     def run_round(self, rnd: int, tasks: list[Task], follow: FollowUp | None = None
                   ) -> tuple[list[Result], list[Failure]]: ...
-
-
-def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile],
-                 expect: Layout | None) -> Result | Failure:
-    """Turn a RESULT/FAILURE message received with `nbytes` into a Result (arrival stamped), or
-    into the client's Failure when the result does not fit `expect` (the strategy's
-    result_layout of the task: algorithms/layout.py), so no aggregate ever reads it."""
-    if msg.kind == MsgKind.FAILURE:
-        return message_failure(msg, cid)
-    arrival = msg.sim_time + latency.up_delay(profiles[cid], nbytes)
-    res = message_result(msg, cid, arrival)
-    why = vet(expect, res.arrays, res.num_examples)
-    if why is not None:
-        log.warning("round %d: the result of client %d (task %d) was refused: %s", msg.round,
-                    cid, msg.task_id, why)
-        return Failure(res.task_id, res.round, cid, f"result refused: {why}", arrival)
-    res.sent, res.nbytes = msg.sim_time, nbytes  # for the shared server link (network/rounds.py)
-    return res
 
 
 class RoundDriver:
@@ -78,6 +57,7 @@ class RoundDriver:
         self.error = ""  # why a failed run failed (its first failure's reason)
         self.log_hint = ""  # where the clients' tracebacks are (set by the runtime)
         self.failed_streak = self.usable_rounds = 0
+        self.reasons: set[str] = set()  # failure reasons shown on the terminal (_show_reason)
 
     def wall(self) -> float:
         """Seconds of training: from the first round's start to the last round's end (or now)."""
@@ -185,6 +165,22 @@ class RoundDriver:
     def _note_failures(self, rnd: int, failures: list[Failure]) -> None:
         for f in failures:
             self.failures.append({"round": rnd, "client": f.cid, "task": f.task_id, "reason": f.reason})
+            self._show_reason(rnd, f)
+
+    def _show_reason(self, rnd: int, f: Failure) -> None:
+        """Print each distinct failure reason once (its first line; numbers do not make a reason
+        distinct), the first SHOWN_REASONS of them; summary.json has every failure."""
+        line = (f.reason.strip().splitlines() or ["unknown"])[0][:300]
+        key = re.sub(r"\d+", "#", line)
+        if key in self.reasons or len(self.reasons) > SHOWN_REASONS:
+            return
+        self.reasons.add(key)
+        if len(self.reasons) > SHOWN_REASONS:
+            self.progress.message(f"more distinct failure reasons: see {self.log_hint or 'the log'}"
+                                  " and summary.json")
+            return
+        where = f" ({self.log_hint})" if self.log_hint else ""
+        self.progress.message(f"round {rnd}: client {f.cid} failed: {line}{where}")
 
     def round(self, rnd: int, clients: list[ClientInfo], dispatcher: Dispatcher, span: int = 1
               ) -> dict[str, Any]:
@@ -278,6 +274,8 @@ class RoundDriver:
             "bytes": {k: tot[k] for k in ("server_to_client", "client_to_server", "client_to_client",
                                           "tensor_bytes", "header_bytes", "control", "rejected")},
             "rejected_messages": tot["rejected_messages"],
+            "rejects_sent": {"messages": tot["rejects_sent_messages"],
+                             "bytes": tot["rejects_sent"]},
             "messages": self.ledger.messages,
             "devices": {str(c.cid): c.device for c in sorted(clients, key=lambda c: c.cid)},
             "failures": self.failures, "seed": self.cfg.seed,

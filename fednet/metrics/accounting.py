@@ -49,8 +49,13 @@ class Ledger:
 
     def record(self, rnd: int, kind: str, src: str, dst: str, header_bytes: int, payload_bytes: int,
                tensor_bytes: int) -> None:
-        """Add one message."""
+        """Add one message (a REJECT sent is counted apart: rejects_sent, rejects_sent_messages;
+        it answers someone else's mistake and is not traffic of the run)."""
         e = Entry(rnd, kind, src, dst, header_bytes, payload_bytes, tensor_bytes)
+        if kind == "REJECT":
+            self._totals["rejects_sent"] += e.total
+            self._totals["rejects_sent_messages"] += 1
+            return
         if self.keep_entries:
             self.entries.append(e)
         self.messages += 1
@@ -77,7 +82,8 @@ class Ledger:
         """All rounds: server_to_client, client_to_server, client_to_client, tensor_bytes, ...,
         and what was refused (rejected bytes, rejected_messages)."""
         keys = ("server_to_client", "client_to_server", "client_to_client", "tensor_bytes",
-                "header_bytes", "control", "rejected", "rejected_messages")
+                "header_bytes", "control", "rejected", "rejected_messages", "rejects_sent",
+                "rejects_sent_messages")
         return {k: int(self._totals.get(k, 0)) for k in keys}
 
     def round_totals(self, rnd: int) -> dict[str, int]:

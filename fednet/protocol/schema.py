@@ -63,7 +63,7 @@ BODIES: dict[MsgKind, Spec] = {
     MsgKind.READY: OneOf("phase", {
         "hello": Map({"phase": Str(8), "cid": _CID, "endpoint": Str(256), "device": Str(64),
                       "pid": Int(0, 1 << 31), "host": Str(256), "nonce": Bin(16, 16),
-                      "proof": Bin(32, 32)},
+                      "proof": Bin(32, 32), "token": Bin(16, 16)},
                      required=frozenset({"phase", "cid", "endpoint"})),
         "ready": Map({"phase": Str(8), "n": _COUNT, "endpoint": Str(256)},
                      required=frozenset({"phase", "n"})),
@@ -71,7 +71,7 @@ BODIES: dict[MsgKind, Spec] = {
     MsgKind.WELCOME: Map({"config": Free(depth=6, items=10_000, str_len=4096),
                           "profile": Map(extra=Num(0.0)), "run_id": RUN_ID, "cid": _CID,
                           "plugins": List(List(Str(1024), 2, min_len=2), 256),
-                          "peers": Bool(), "grant": Bin(32, 32),
+                          "peers": Bool(), "grant": Bin(32, 32), "token": Bin(16, 16),
                           "peer_keys": List(Str(40), 100_000)},
                          required=frozenset({"config", "profile", "run_id", "cid"})),
     MsgKind.TASK: Map(_ROUTE, required=_ROUTE_REQUIRED),

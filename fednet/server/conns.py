@@ -13,11 +13,12 @@ seconds); a client whose connection stays lost past the grace time is reported g
 from __future__ import annotations
 
 import ctypes
+import hmac
 import os
 import time
 from dataclasses import dataclass, field
 
-from fednet.protocol.proof import check_hello
+from fednet.protocol.proof import check_hello, rejoin_token
 
 LOST_GRACE_S = 1.0
 """A client without a connection for this long (after the heartbeat timeout) is gone."""
@@ -64,8 +65,10 @@ class Connections:
             self.lost.pop(cid, None)
 
     def check_claim(self, cid: int, route: bytes, key: str | None, nonce: bytes | None,
-                    proof: bytes | None) -> str:
-        """Why connection `route` may not be client cid ('' when it may)."""
+                    proof: bytes | None, token: bytes | None = None) -> str:
+        """Why connection `route` may not be client cid ('' when it may). `token`: the one its
+        WELCOME gave (proof.rejoin_token): a reconnect of the welcomed client takes its id over
+        even before the old connection is seen to close."""
         ident = self.ident
         if ident.run_key_secret is not None:
             if nonce is None or proof is None:
@@ -87,9 +90,14 @@ class Connections:
                 self.nonces.add((cid, nonce))
             return ""
         held = self.route_of.get(cid)
-        if held is not None and held != route and cid not in self.lost:
+        if held is not None and held != route and cid not in self.lost and not (
+                token is not None and hmac.compare_digest(token, self.token(cid))):
             return f"client {cid} is already connected"
         return ""
+
+    def token(self, cid: int) -> bytes:
+        """Client cid's rejoin token (derived, so nothing is stored per client)."""
+        return rejoin_token(self.ident.grants, cid)
 
     def bind(self, cid: int, route: bytes, key: str | None) -> None:
         """Connection `route` is client cid from now on (any older binding of either ends)."""

@@ -14,7 +14,7 @@ from fednet.metrics.accounting import SERVER
 from fednet.plugin_check import welcome_plugins
 from fednet.protocol import Message, MsgKind
 from fednet.protocol.proof import grant_key
-from fednet.core.rounds import accept_reply
+from fednet.core.replies import accept_reply
 from fednet.transport.channels import Received
 from fednet.types import ClientInfo, client_name
 
@@ -44,6 +44,8 @@ class Intake:
         """Accept (and account) a message only from the connection bound to its client, for
         this run, when it is expected; everything else is counted as rejected."""
         msg = got.msg
+        if got.fd >= 0 and self.conns.route_fd.get(got.route) != got.fd:
+            self._read_monitor()  # a new connection, maybe on a reused fd: its older events first
         self.conns.seen(got.route, got.fd)
         if msg.kind not in FROM_CLIENTS:
             return self.chan.reject(got, f"{msg.kind.name} is not sent to the server")
@@ -116,7 +118,8 @@ class Intake:
         key = got.prop("User-Id")
         if self.conns.route_of.get(cid) not in (None, got.route):
             self._read_monitor()  # its old connection may have closed just before: know it first
-        why = self.conns.check_claim(cid, got.route, key, b.get("nonce"), b.get("proof"))
+        why = self.conns.check_claim(cid, got.route, key, b.get("nonce"), b.get("proof"),
+                                     b.get("token"))
         if why:
             self.chan.reject(got, why)
             return self._send_reject(got, why)
@@ -132,7 +135,8 @@ class Intake:
                 self._fail(tid, f"client {cid} registered again; the task was lost with its "
                                 "old connection")
         body = {"config": self._config_dict(), "profile": self.s.profiles[cid].to_dict(),
-                "run_id": self.s.run_id, "cid": cid, "peers": self.s.handoffs}
+                "run_id": self.s.run_id, "cid": cid, "peers": self.s.handoffs,
+                "token": self.conns.token(cid)}
         if self.conns.ident.key_ids:  # --secure: the key that checks this client's grants,
             body["grant"] = grant_key(self.conns.ident.grants, cid)  # and the keys its peer
             body["peer_keys"] = list(self.conns.ident.key_ids)  # port may admit (one per host)

@@ -194,46 +194,19 @@ def as_client(sock: zmq.Socket, server_public: bytes, keys: Keys) -> None:
     sock.curve_serverkey = server_public
 
 
-GATE_USER = "fednet"
-
-
-def start_gate(ctx: zmq.Context, password: str) -> ThreadAuthenticator:
-    """ZAP handler for this context under plaintext `fednet launch`: admits only PLAIN
-    handshakes with the run's password (proof.gate_password), so a connection without the run
-    key never completes one. That matters beyond authentication: libzmq 4.3.5 aborts the
-    process (an assertion in socket_base.cpp) when a ROUTER generates a routing id that a peer
-    already chose for itself, and a ROUTER takes peer-chosen ids; only peers that pass the
-    handshake get a routing id at all. PLAIN costs no throughput (no encryption)."""
-    auth = ThreadAuthenticator(ctx, log=_zap_log())
-    auth.start()
-    auth.configure_plain(domain="*", passwords={GATE_USER: password})
-    return auth
-
-
-def gate_server(sock: zmq.Socket) -> None:
-    """Make sock a PLAIN server (before bind): its context's start_gate checks the password."""
-    sock.plain_server = True
-
-
-def gate_client(password: str) -> Callable[[zmq.Socket], None]:
-    """A socket setup that presents the run's gate password (before connect)."""
-    def setup(sock: zmq.Socket) -> None:
-        sock.plain_username = GATE_USER.encode()
-        sock.plain_password = password.encode()
-    return setup
-
-
 def server_guard(ctx: zmq.Context, secure: str, key_ids: Any, run_key: bytes | None
-                 ) -> tuple[Callable[[zmq.Socket], None] | None, ThreadAuthenticator | None]:
+                 ) -> tuple[Callable[[zmq.Socket], None] | None, Any]:
     """(setup of the server's ROUTER, its ZAP handler): under --secure a CURVE server whose
     ZAP admits only the allowed keys; under plaintext `fednet launch` the run key's gate;
-    plaintext `fednet server` admits anyone (its threat model says so)."""
+    plaintext `fednet server` admits anyone (its threat model says so). Either handler has
+    stop()."""
     if secure:
         keys = load_keys(secure, need_server_secret=True)
         auth = start_authenticator(ctx, {k.encode() for k in key_ids})
         return (lambda s: as_server(s, keys.server_public, keys.server_secret)), auth
     if run_key:
         from fednet.protocol.proof import gate_password
+        from fednet.transport import gate
 
-        return gate_server, start_gate(ctx, gate_password(run_key))
+        return gate.server, gate.Gate(ctx, gate_password(run_key))
     return None, None

@@ -206,16 +206,16 @@ def test_a_holder_of_another_hosts_key_cannot_claim_its_clients(tmp_path, host_k
 
 ABORT = """
 import sys, time, zmq
-from fednet.transport import channels, security
+from fednet.transport import channels, gate
 ctx = zmq.Context()
 gated = sys.argv[1] == "gated"
-auth = security.start_gate(ctx, "pw") if gated else None
-sock, ep = channels.bind_router(ctx, "127.0.0.1", 0, setup=security.gate_server if gated else None)
+auth = gate.Gate(ctx, "pw") if gated else None
+sock, ep = channels.bind_router(ctx, "127.0.0.1", 0, setup=gate.server if gated else None)
 bad = ctx.socket(zmq.DEALER)
 bad.identity = b"\\x00\\x6b\\x8b\\x45\\x67"  # the first id libzmq generates when rand() is unseeded
 bad.connect(ep)
 time.sleep(0.5)
-good = channels.connect_dealer(ctx, ep, security.gate_client("pw") if gated else None)
+good = channels.connect_dealer(ctx, ep, gate.client("pw") if gated else None)
 good.send(b"hello")
 print("received", sock.poll(3000) and sock.recv_multipart()[1], flush=True)
 if auth is not None:

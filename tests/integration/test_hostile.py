@@ -9,7 +9,7 @@ import pytest
 import zmq
 
 from fednet.inproc import run_local
-from fednet.protocol import Message, MsgKind, encode
+from fednet.protocol import Message, MsgKind, encode, proof
 from fednet.server.main import run_zmq
 from tests.conftest import small_config
 
@@ -33,10 +33,17 @@ def _frames(g: np.random.Generator, valid: list[bytes]) -> list[bytes]:
     return [bytes(f) for f in frames]
 
 
+RUN_KEY = b"h" * 32
+
+
 def _fuzz(endpoint: str, n: int, seed: int, identity: bytes) -> None:
+    """n garbage messages from a holder of the run key (the gate admits it: an insider, e.g. a
+    client process gone wrong), with its own routing id."""
     ctx = zmq.Context.instance()
     s = ctx.socket(zmq.DEALER)
     s.setsockopt(zmq.LINGER, 0)
+    s.identity = identity
+    s.plain_username, s.plain_password = b"fednet", proof.gate_password(RUN_KEY).encode()
     s.connect(endpoint)
     g = np.random.default_rng(seed)
     body = {"route": [0, 1], "hop": 1, "kind": "train", "body": {}, "mac": b"\0" * 16}
@@ -47,7 +54,8 @@ def _fuzz(endpoint: str, n: int, seed: int, identity: bytes) -> None:
     s.close()
 
 
-def test_garbage_at_server_and_peer_sockets_changes_nothing(tmp_path):
+def test_garbage_at_server_and_peer_sockets_changes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(proof, "new_run_key", lambda: RUN_KEY)
     cfg = small_config(clients=3, rounds=4)
     ref = run_local(cfg.replace(out=str(tmp_path / "ref")), quiet=True)
     started = threading.Event()
