@@ -19,22 +19,24 @@ class SweepCommand(click.Command):
         return super().parse_args(ctx, args)
 
 
-SWEEP_EPILOG = """\\b
-Grid options (before --): any option of `fednet local`, each with a comma-separated list of
-values; --param KEY=V1,V2 for an algorithm parameter. Every combination is one cell; an option
-with one value is the same in every cell. Options after -- are passed to every cell as given.
-\\b
-  fednet sweep --out sweeps/lr --algo fedavg,fedprox --lr 0.05,0.1,0.2 --seed 0,1,2 \\\\
+SWEEP_EPILOG = """Grid options (before --): any option of `fednet local`, each with a
+comma-separated list of values; --param KEY=V1,V2 for an algorithm parameter. Every combination
+is one cell; an option with one value is the same in every cell. Options after -- are passed to
+every cell as given.
+
+\b
+  fednet sweep --out sweeps/lr --algo fedavg,fedprox --lr 0.05,0.1,0.2 --seed 0,1,2 \\
       -- --clients 20 --rounds 30 --partition shards
-  fednet sweep --out sweeps/seq --metric rounds_to:0.9 --reference centralized \\\\
-      --method 'fedavg=--algo fedavg --lr 0.1,0.2,0.3' \\\\
+  fednet sweep --out sweeps/seq --metric rounds_to:0.9 --reference centralized \\
+      --method 'fedavg=--algo fedavg --lr 0.1,0.2,0.3' \\
       --method 'greedy=--algo fedseq --lr 0.05,0.1,0.2' --seed 0,1,2 -- --partition shards
-\\b
+
 A method is the value of --by (default: algo), or a --method NAME=OPTIONS (its options may hold
 lists too: that method's own grid). Each method's best setting is chosen by the mean of --metric
 over the seeds. Cells go to OUT/cells/<method>__<setting>__seed=<s>/ (a run folder each, with
 cell.json and log.txt); OUT/sweep.json and OUT/sweep.csv hold every cell. Running the same
-command again skips the cells that finished (status completed or diverged).
+command again skips the cells that finished (status completed or diverged); failed and
+diverged cells are listed apart and never tabled as results.
 """
 
 _OPTIONS: list[Callable[[Any], Any]] = [

@@ -121,8 +121,7 @@ def test_best_setting_mean_spread_and_notes():
     assert res["notes"] == [
         "b: the best lr=0.1 is the smallest value tried; widen the grid to be sure the best "
         "lies inside it",
-        "1 of 12 cells have not finished (not run, interrupted or failed); their seeds are left "
-        "out"]
+        "1 of 12 cells have not finished (not run or interrupted); their seeds are left out"]
     text = T.render(spec, res)
     lines = text.splitlines()
     assert lines[0] == "metric rounds_to:0.9: until accuracy >= 0.9; lower is better ('-' = not reached)"
@@ -160,3 +159,17 @@ def test_load_sweep_rereads_the_cells(tmp_path):
     assert (r["status"], r["value"], r["show"]) == ("completed", 1.0, {"best_accuracy": 0.8})
     with pytest.raises(ConfigError, match="is not a sweep folder"):
         T.load_sweep(cell)
+
+
+def test_failed_and_diverged_cells_are_named_and_never_tabled():
+    spec = {"metric": "final_accuracy", "show": []}
+    recs = [_rec("a", "0.1", "0", 0.9), _rec("a", "0.1", "1", 0.1, status="diverged"),
+            _rec("a", "0.2", "0", 0.1, status="failed"), _rec("a", "0.2", "1", 0.8)]
+    res = T.evaluate(spec, recs)
+    a = {s["text"]: s for s in res["settings"]}
+    assert (a["lr=0.1"]["done"], a["lr=0.1"]["mean"]) == (1, 0.9)
+    assert (a["lr=0.2"]["done"], a["lr=0.2"]["mean"]) == (1, 0.8)
+    assert "1 of 4 cells diverged (a lr=0.1 seed 1): left out of the table, not results" in \
+        res["notes"]
+    assert "1 of 4 cells failed (a lr=0.2 seed 0): left out of the table, not results" in \
+        res["notes"]

@@ -12,7 +12,7 @@ import torch
 import zmq
 
 from fednet.client.executor import Executor, num_examples, welcome_tables
-from fednet.client.inbox import Inbox
+from fednet.client.inbox import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Inbox  # noqa: F401
 from fednet.client.peers import PeerChainBroken, Peers, to_server
 from fednet.config import from_dict
 from fednet.errors import ConfigError
@@ -21,6 +21,7 @@ from fednet.metrics.accounting import SERVER, Ledger
 from fednet.plugin_check import checked_welcome
 from fednet.protocol import Message, MsgKind, tensor_bytes
 from fednet.protocol.proof import client_secret, gate_password, hello_proof, peer_key
+from fednet.training import interrupt
 from fednet.transport.channels import (Channel, Deferred, connect_dealer,
                                       open_monitor, stop_monitor)
 from fednet.transport.gate import Gate, client as gate_client
@@ -29,7 +30,6 @@ from fednet.wire import failure_message
 
 log = logging.getLogger("fednet.client")
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 
 class Client(Inbox):
@@ -248,32 +248,18 @@ class Client(Inbox):
         for sock in self.sockets():
             self.poller.register(sock, zmq.POLLIN)
         self.peers.pump = lambda: self.pump(0)
+        interrupt.install(self.must_stop)  # a long task stops between two batches
         while not self.stopping:
             code = self.check()
             if code is not None:
                 return code
-            if not self.step():
-                self.pump(1000)
+            try:
+                if not self.step():
+                    self.pump(1000)
+            except interrupt.Interrupted:  # the loop's check (or SHUTDOWN) says why
+                log.warning("client %d: stopped in the middle of a task", self.cid)
         self.bye()
         return EXIT_OK
-
-    def check(self) -> int | None:
-        """Launcher and server liveness, re-registration; an exit code when this client must stop."""
-        if os.getppid() != self.parent:  # our launcher is gone: do not linger as an orphan
-            log.error("client %d: parent process exited; stopping", self.cid)
-            return EXIT_ERROR
-        if self._server_gone():
-            log.error("client %d: lost the server at %s (no connection for %.0fs); stopping",
-                      self.cid, self.connect, self.lost_timeout)
-            return EXIT_ERROR
-        if self.rehello_at is not None and self.lost_since is None \
-                and time.monotonic() >= self.rehello_at:
-            self.rehello_at, self.rehello = None, True
-        if self.rehello:
-            self.rehello = False
-            log.warning("client %d: the server is back; registering again", self.cid)
-            self.hello()
-        return None
 
     def step(self) -> bool:
         """Run one queued task or hand-off (then read what arrived meanwhile); False if idle."""

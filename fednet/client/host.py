@@ -15,6 +15,7 @@ acknowledged while its sender waits.
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 import torch
@@ -27,6 +28,7 @@ from fednet.platform.proc import check_files_per_process
 from fednet.transport.channels import stop_monitor
 from fednet.plugin_check import report
 from fednet.protocol import MsgKind
+from fednet.training import interrupt
 
 log = logging.getLogger("fednet.client")
 
@@ -150,6 +152,8 @@ class Host:
         0 only if all stopped cleanly. A client whose work raises stops alone (logged)."""
         live = [c for c in self.clients if c not in self.rejected]
         worst = EXIT_USAGE if self.rejected else EXIT_OK
+        interrupt.install(lambda: self.pump(0) or any(
+            c.stopping or os.getppid() != c.parent or c._server_gone() for c in live))
         check_at = 0.0
         while live:
             now = time.monotonic()
@@ -174,6 +178,9 @@ class Host:
             self._settle()
             try:
                 c.step()
+            except interrupt.Interrupted:  # the run ended, or the server or launcher is gone
+                log.warning("clients %s: stopped in the middle of a task", ids_text(
+                    [c.cid for c in live]))
             except Exception:  # noqa: BLE001 - one client's failure is not its neighbours'
                 log.exception("client %d: stopped by an error; the other clients of this process "
                               "go on", c.cid)

@@ -12,6 +12,7 @@ behind queued work.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     from fednet.client.app import Client
 
 log = logging.getLogger("fednet.client")
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 FROM_SERVER = frozenset({MsgKind.WELCOME, MsgKind.TASK, MsgKind.SHUTDOWN, MsgKind.REJECT,
                          MsgKind.HEARTBEAT})
@@ -95,6 +98,30 @@ class Inbox:
             if isinstance(msg, Deferred):
                 self._accepted(self.server.finish(msg))
         self.work.clear()
+
+    def check(self: Client) -> int | None:
+        """Launcher and server liveness, re-registration; an exit code when this client must stop."""
+        if os.getppid() != self.parent:  # our launcher is gone: do not linger as an orphan
+            log.error("client %d: parent process exited; stopping", self.cid)
+            return EXIT_ERROR
+        if self._server_gone():
+            log.error("client %d: lost the server at %s (no connection for %.0fs); stopping",
+                      self.cid, self.connect, self.lost_timeout)
+            return EXIT_ERROR
+        if self.rehello_at is not None and self.lost_since is None \
+                and time.monotonic() >= self.rehello_at:
+            self.rehello_at, self.rehello = None, True
+        if self.rehello:
+            self.rehello = False
+            log.warning("client %d: the server is back; registering again", self.cid)
+            self.hello()
+        return None
+
+    def must_stop(self: Client) -> bool:
+        """Between two batches of a task (training/interrupt.py): read the sockets (a SHUTDOWN
+        sets stopping; hand-offs are acknowledged) and watch the launcher and the server."""
+        self.pump(0)
+        return self.stopping or os.getppid() != self.parent or self._server_gone()
 
     def hello_again(self: Client) -> None:
         """While waiting for WELCOME: a link that dropped and came back lost the hello (or the

@@ -115,7 +115,7 @@ def _series(sources: list[str]) -> tuple[list[dict[str, Any]], list[tuple[float,
                 targets.append((goal, metric.text))
             for b in res["best"]:
                 cells = [r for r in recs if r["method"] == b["method"]
-                         and r["setting"] == b["setting"] and r["status"] in T.FINISHED]
+                         and r["setting"] == b["setting"] and r["status"] in T.RESULTS]
                 runs = [rw for r in cells if (rw := _rows(p / r["folder"]))]
                 if runs:
                     n = f", {len(runs)} seeds" if len(runs) > 1 else ""

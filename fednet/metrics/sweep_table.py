@@ -14,7 +14,8 @@ from typing import Any
 from fednet.errors import ConfigError
 from fednet.metrics.progress import human_bytes
 
-FINISHED = ("completed", "diverged")  # a cell that ended so is a result (and is not run again)
+FINISHED = ("completed", "diverged")  # a cell that ended so is not run again (deterministic)
+RESULTS = ("completed",)  # a cell that ended so is tabled; the others are listed in the notes
 _ACC = ("final_accuracy", "best_accuracy")
 _TO = {"rounds_to": "round", "sim_to": "sim_s", "bytes_to": "bytes_total", "wall_to": "wall_s"}
 METRIC_HELP = ("final_accuracy, best_accuracy, or rounds_to:X, sim_to:X, bytes_to:X, wall_to:X "
@@ -110,7 +111,7 @@ def measure(cell: dict[str, Any], root: Path, metric: Metric, shows: list[str],
     out = dict(cell, status=status, value=None, final_accuracy=s.get("final_accuracy"),
                best_accuracy=s.get("best_accuracy"), rounds=s.get("rounds"),
                sim_time_s=s.get("sim_time_s"), wall_clock_s=s.get("wall_clock_s"), show={})
-    if status not in FINISHED:
+    if status not in RESULTS:
         return out
     need = [metric] + [parse_metric(x) for x in shows if is_metric(x)]
     rows = _rows(folder) if any(m.kind in _TO for m in need) else []
@@ -146,7 +147,7 @@ def evaluate(spec: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, A
         groups.setdefault((r["method"], setting_text(r["setting"])), []).append(r)
     settings = []
     for (method, text), rs in groups.items():
-        done = [r for r in rs if r["status"] in FINISHED]
+        done = [r for r in rs if r["status"] in RESULTS]
         st = _stats([r["value"] for r in done])
         shows = {k: _stats([r["show"].get(k) for r in done])["mean"] for k in spec.get("show", [])}
         fin = _stats([r["final_accuracy"] for r in done])["mean"]
@@ -173,10 +174,18 @@ def evaluate(spec: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, A
                 edge = "largest" if _number(v) == max(vals) else "smallest"
                 notes.append(f"{method}: the best {axis}={v} is the {edge} value tried; widen the "
                              "grid to be sure the best lies inside it")
-    missing = sum(1 for r in records if r["status"] not in FINISHED)
+    for status in ("diverged", "failed", "error", "no_clients"):
+        cells = [r for r in records if r["status"] == status]
+        if cells:
+            names = ", ".join(f"{r['method']} {setting_text(r['setting'])} seed {r['seed']}"
+                              for r in cells[:5]) + (" ..." if len(cells) > 5 else "")
+            notes.append(f"{len(cells)} of {len(records)} cells {status} ({names}): left out of "
+                         "the table, not results")
+    missing = sum(1 for r in records if r["status"] not in FINISHED + ("failed", "error",
+                                                                         "no_clients"))
     if missing:
-        notes.append(f"{missing} of {len(records)} cells have not finished (not run, interrupted "
-                     "or failed); their seeds are left out")
+        notes.append(f"{missing} of {len(records)} cells have not finished (not run or "
+                     "interrupted); their seeds are left out")
     return {"metric": metric.text, "settings": settings, "best": best, "notes": notes}
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from fednet.training import interrupt
 from fednet.training.objective import CLASSIFICATION, Objective
 from fednet.training.optim import Optimizer, OptimizerState, OptimSpec
 
@@ -25,7 +26,9 @@ class TrainStats:
 
 
 def batches(n: int, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:
-    """Shuffled index batches of one epoch (the last one may be short)."""
+    """Shuffled index batches of one epoch (the last one may be short); a client that must
+    stop stops here (training/interrupt.py)."""
+    interrupt.poll()
     perm = torch.randperm(n, generator=generator)
     return list(perm.split(batch_size))
 
@@ -52,6 +55,7 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: int, ba
     total, samples, steps = 0.0, 0, 0
     for _ in range(epochs):
         for idx in batches(len(y), batch_size, generator):
+            interrupt.poll()  # between two batches: the run's end, a lost server
             idx = idx.to(x.device)
             xb, yb = x[idx], y[idx]
             if augment is not None:

@@ -101,3 +101,41 @@ def test_wrong_shapes_over_the_wire_are_failures_not_a_crash(tmp_path, who, code
         assert s["status"] == "completed" and {f["client"] for f in refused} == {0}
     else:
         assert s["status"] == "failed" and "result refused" in r.stderr
+
+
+FOREVER = '''
+from fednet.algorithms.fedavg import FedAvg
+from fednet.algorithms.registry import Spec, register
+
+
+class Forever(FedAvg):
+    def task_body(self, rnd, c):
+        b = super().task_body(rnd, c)
+        return {**b, "epochs": 1_000_000} if c.cid == 0 else b
+
+
+register(Spec("forever", "client 0 trains for a million epochs", "forever:Forever",
+              "fednet.algorithms.fedavg:FedAvgClient"))
+'''
+
+
+def test_a_task_of_a_million_epochs_stops_at_the_runs_end(tmp_path):
+    """Issue 23 item 6: client 0 is asked for 1,000,000 epochs; its task fails at
+    --round-timeout, the run ends, and the client stops between two batches on SHUTDOWN (was:
+    it trained on, and its processes were left behind)."""
+    import time
+
+    (tmp_path / "forever.py").write_text(FOREVER)
+    out = tmp_path / "run"
+    t0 = time.monotonic()
+    r = subprocess.run(fednet_cmd() + ["launch", "--plugin", "forever.py", "--algo", "forever",
+                                       "--clients", "2", "--rounds", "1", "--round-timeout", "5",
+                                       "--epochs", "1", "-q", "--out", str(out)],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    took = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert took < 60, took
+    s = json.loads((out / "summary.json").read_text())
+    assert [f["client"] for f in s["failures"]] == [0]
+    assert "no progress within --round-timeout" in s["failures"][0]["reason"]
+    assert "client 0: stopped in the middle of a task" in (out / "logs" / "clients.log").read_text()
