@@ -44,7 +44,6 @@ def _errors(f: Callable[..., Any]) -> Callable[..., Any]:
             sys.exit(2)
         except KeyboardInterrupt as e:
             from fednet.metrics.report import interrupt_note
-
             term = isinstance(e, Terminated)
             what = interrupt_note(f.__name__, _RUN.get("out"), t0, click.echo)
             click.echo(f"fednet: {'terminated' if term else 'interrupted'}{what}", err=True)
@@ -163,10 +162,10 @@ def local(**opts: Any) -> None:
     from fednet.inproc import run_local
 
     _setup_logs(opts["quiet"])
-    if cfg.net.clients_per_process > 1 or cfg.net.max_inflight:
-        click.echo("note: --clients-per-process and --max-inflight shape client processes and "
-                   "their traffic; fednet local runs every client in this process and ignores "
-                   "them", err=True)
+    if cfg.net.clients_per_process > 1 or cfg.net.max_inflight or cfg.net.secure:
+        click.echo("note: --clients-per-process, --max-inflight and --secure shape client "
+                   "processes and their links; fednet local runs every client in this process, "
+                   "without sockets, and ignores them", err=True)
     _done(run_local(cfg, quiet=opts["quiet"], resume=bool(opts["resume"])))
 
 
@@ -183,7 +182,8 @@ def server(bind: str, **opts: Any) -> None:
     _setup_logs(opts["quiet"])
     cfg = _config(opts, dict(RUN_DEFAULTS, clients=100, **{"net.host": host, "net.port": port}))
     _done(run_zmq(cfg, quiet=opts["quiet"], local_clients=False, resume=bool(opts["resume"]),
-                  on_listen=lambda ep: click.echo(f"server listening on {ep}", err=True)))
+                  on_listen=lambda ep: (click.echo(f"server listening on {ep}", err=True), cfg.net.secure
+                  or click.echo("note: plaintext: anyone who reaches it can join (--secure)", err=True))))
 
 
 @main.command()

@@ -42,6 +42,19 @@ class AlgoChoice(click.Choice):
     def choices(self, _: object) -> None:
         pass
 
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> Any:
+        """The name, or one line: the closest names, and how to use an algorithm of one's own."""
+        if value in self.choices:
+            return value
+        import difflib
+
+        close = difflib.get_close_matches(str(value), self.choices, n=3, cutoff=0.6)
+        hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+        self.fail(f"{value!r} is not an algorithm; {hint}choose one of {', '.join(self.choices)}"
+                  " (`fednet local --help` describes them), or bring your own with --plugin "
+                  "FILE.py", param, ctx)
+
 
 def load_plugins(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     """Import the plugin modules named by --plugin (or by the plugins field of the --config or

@@ -107,8 +107,10 @@ class Session:
         if "described_clients" in s:  # a naturally federated dataset
             d = self.cfg.data
             return natural.describe(load_dataset(d.dataset, d.data_root or None, d.download), d, s)
-        return (f"{self.cfg.clients} clients, {self.cfg.data.dataset} {self.cfg.data.partition}"
-                f"(alpha={self.cfg.data.alpha}): {s['min_size']}-{s['max_size']} samples each,"
+        d = self.cfg.data
+        alpha = f"(alpha={d.alpha})" if d.partition == "dirichlet" else ""  # only it reads alpha
+        return (f"{self.cfg.clients} clients, {d.dataset} {d.partition}{alpha}"
+                f": {s['min_size']}-{s['max_size']} samples each,"
                 f" {s['mean_classes']:.1f} classes per client on average")
 
     def finish(self, clients: list[ClientInfo], extra: dict[str, Any] | None = None

@@ -71,6 +71,7 @@ class Progress:
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
         self._open_line = False  # a bar was drawn with \r and no newline yet
+        self._last_len = 0  # that bar's length (a shorter one is padded over it)
         self._first: dict[str, Any] | None = None  # the first row this process saw
         self._hinted = False
 
@@ -110,8 +111,9 @@ class Progress:
         line += f"  sim {row['sim_s']:.2f}s  traffic {human_bytes(row['bytes_total'])}"
         if row.get("failures"):
             line += f"  failures {row['failures']}"
-        if self.tty:
-            self.stream.write("\r" + line + ("\n" if r == self.total else ""))
+        if self.tty:  # padded over the last line's length: no old characters left behind
+            pad, self._last_len = max(0, self._last_len - len(line)), len(line)
+            self.stream.write("\r" + line + " " * pad + ("\n" if r == self.total else ""))
             self._open_line = r != self.total
         else:
             self.stream.write(line + "\n")

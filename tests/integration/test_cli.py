@@ -34,8 +34,12 @@ def _quoted(names: tuple[str, ...]) -> str:
 
 BAD_INPUT = [
     (["launch", "--algo", "nosuch"],
-     f"Invalid value for '--algo': 'nosuch' is not one of {_quoted(ALGORITHMS)}. "
-     "(see 'fednet launch --help')"),
+     f"Invalid value for '--algo': 'nosuch' is not an algorithm; choose one of "
+     f"{', '.join(ALGORITHMS)} (`fednet local --help` describes them), or bring your own with "
+     "--plugin FILE.py (see 'fednet launch --help')"),
+    (["launch", "--algo", "fedavgg"],
+     re.compile(r"Invalid value for '--algo': 'fedavgg' is not an algorithm; did you mean "
+                r"'fedavg' or .*--plugin FILE\.py")),
     (["launch", "--partition", "bad"],
      f"Invalid value for '--partition': 'bad' is not one of {_quoted(PARTITIONS)}. "
      "(see 'fednet launch --help')"),
