@@ -161,3 +161,15 @@ def test_ctrl_c_on_local_prints_the_partial_table(tmp_path):
     assert p.returncode == 130, err
     assert err.strip().splitlines()[-1] == "fednet: interrupted; partial results were kept in run"
     assert "status                  interrupted" in out
+
+
+def test_a_failed_or_diverged_runs_accuracy_is_marked_and_its_error_shown():
+    from fednet.metrics.report import summary_rows
+
+    for status in ("failed", "diverged", "error"):
+        rows = dict(summary_rows({"status": status, "final_accuracy": 0.1, "best_accuracy": 0.1,
+                                  "error": "round 0: why"}, info={}))
+        assert rows["final accuracy"] == f"10.00% ({status}: not a result)"
+        assert rows["error"] == "round 0: why"
+    rows = dict(summary_rows({"status": "completed", "final_accuracy": 0.9}, info={}))
+    assert rows["final accuracy"] == "90.00%" and "error" not in rows

@@ -68,6 +68,7 @@ def _concrete(model: str, dataset: str) -> str:
     return model
 
 
+NOT_RESULTS = ("failed", "diverged", "error")  # runs whose accuracy is no result of the method
 EVAL_TEXT = {"global": "global model, test set", "clients": "each client's model, own split"}
 
 
@@ -78,6 +79,8 @@ def summary_rows(s: dict[str, Any], info: dict[str, str] | None = None) -> list[
     b = s.get("bytes", {})
     tb = b.get("tensor_bytes") or 0
     wire = (b.get("server_to_client", 0) + b.get("client_to_server", 0) + b.get("client_to_client", 0))
+    status = s.get("status")
+    bad = f" ({status}: not a result)" if status in NOT_RESULTS else ""  # marked, never tabled
     rows = [
         ("algorithm", _fmt(s.get("algorithm"))),
         *[(k, info[k]) for k in ("dataset", "partition", "model") if k in info],
@@ -85,8 +88,8 @@ def summary_rows(s: dict[str, Any], info: dict[str, str] | None = None) -> list[
         ("status", _fmt(s.get("status"))),
         ("clients", _fmt(s.get("clients"))),
         ("rounds", f"{s.get('rounds')}/{s.get('rounds_planned', s.get('rounds'))}"),
-        ("final accuracy", _fmt(s.get("final_accuracy"), "pct")),
-        ("best accuracy", _fmt(s.get("best_accuracy"), "pct")),
+        ("final accuracy", _fmt(s.get("final_accuracy"), "pct") + bad),
+        ("best accuracy", _fmt(s.get("best_accuracy"), "pct") + bad),
         ("wall-clock", _fmt(s.get("wall_clock_s"), "s")),
         ("simulated time", _fmt(s.get("sim_time_s"), "s")),
         ("server -> client", _fmt(b.get("server_to_client"), "bytes")),
@@ -118,6 +121,8 @@ def summary_rows(s: dict[str, Any], info: dict[str, str] | None = None) -> list[
         rows.append(("devices", ", ".join(f"{d} x{n}" for d, n in sorted(counts.items()))))
     if s.get("failures"):
         rows.append(("failures", str(len(s["failures"]))))
+    if s.get("error"):  # why a failed, diverged or broken run ended
+        rows.append(("error", str(s["error"])[:100] + ("..." if len(str(s["error"])) > 100 else "")))
     return rows
 
 
