@@ -173,3 +173,16 @@ def test_a_failed_or_diverged_runs_accuracy_is_marked_and_its_error_shown():
         assert rows["error"] == "round 0: why"
     rows = dict(summary_rows({"status": "completed", "final_accuracy": 0.9}, info={}))
     assert rows["final accuracy"] == "90.00%" and "error" not in rows
+
+
+def test_a_long_stage_reports_its_tasks_as_they_finish():
+    import io
+
+    from fednet.metrics.progress import Progress
+
+    out = io.StringIO()
+    count = Progress(5, stream=out).counter(3, "setup stage", every_s=0.0)
+    assert [count(None) for _ in range(3)] == [[], [], []]  # it releases no tasks
+    lines = out.getvalue().splitlines()
+    assert [ln.split(",")[0] for ln in lines] == ["setup stage: 1/3 tasks done",
+                                                  "setup stage: 2/3 tasks done"]

@@ -131,7 +131,8 @@ class RoundDriver:
             return True
         self.progress.message(f"setup stage: {len(tasks)} tasks")
         step = self.network and self.network.step(self.sim_time, -1, tasks, 1, None, setup=True)
-        results, failures = dispatcher.run_round(-1, step.send(tasks) if step else tasks, None)
+        results, failures = dispatcher.run_round(-1, step.send(tasks) if step else tasks,
+                                                 self.progress.counter(len(tasks), "setup stage"))
         results = step.close(results, None) if step else results
         self._note_failures(-1, failures)
         self.sim_time = max([self.sim_time] + [r.sim_time for r in results])
