@@ -182,9 +182,19 @@ def trace_rows(p: Path, where: str, columns: tuple[str, ...]) -> list[tuple[str,
                                   f"{', '.join(columns)}")
             return [(f"entry {i}", r) for i, r in enumerate(rows)]
         with p.open(newline="") as fh:
-            return [(f"line {i + 2}", r) for i, r in enumerate(csv.DictReader(fh))]
+            rows = [(f"line {i + 2}", r) for i, r in enumerate(csv.DictReader(fh))]
     except (OSError, UnicodeDecodeError, ValueError, csv.Error) as e:
         raise ConfigError(f"{where}: cannot read it ({e})") from None
+    for at, r in rows:  # every row complete: a short row is not "the rest unlimited"
+        header = [k for k in r if k is not None]
+        if None in r:
+            raise ConfigError(f"{where}: {at}: {len(header) + len(r[None])} cells, but the header "
+                              f"has {len(header)} columns ({', '.join(header)})")
+        empty = [k for k in header if r[k] is None]
+        if empty:
+            raise ConfigError(f"{where}: {at}: no cell for column(s) {', '.join(empty)} (the "
+                              f"row has {len(header) - len(empty)} of {len(header)} cells)")
+    return rows
 
 
 def _number(v: object, where: str) -> float:

@@ -185,3 +185,20 @@ def test_shaped_links_need_real_time_at_scale_one():
         with pytest.raises(ConfigError, match="^--shaped-links says the network itself runs"):
             validate(from_dict({"latency": lat}))
     assert validate(from_dict({"latency": {"shaped": True, "real": True}})).latency.shaped
+
+
+@pytest.mark.parametrize("row,why", [
+    ("0.001,0.01,1000000", "line 2: no cell for column(s) down_bps (the row has 3 of 4 cells)"),
+    ("0.001,0.01,1000000,5,7", "line 2: 5 cells, but the header has 4 columns"),
+])
+def test_a_trace_row_with_a_missing_or_extra_cell_is_refused(tmp_path, row, why):
+    """Issue 24: a short row was read as down_bps = 0 (unlimited); an extra cell as 'unknown
+    column(s) None'."""
+    from fednet.errors import ConfigError
+    from fednet.latency import _from_file
+
+    p = tmp_path / "t.csv"
+    p.write_text("compute_s_per_sample,rtt_s,up_bps,down_bps\n" + row + "\n")
+    with pytest.raises(ConfigError) as e:
+        _from_file(str(p), 2)
+    assert why in str(e.value) and str(p) in str(e.value)
