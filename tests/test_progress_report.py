@@ -186,3 +186,21 @@ def test_a_long_stage_reports_its_tasks_as_they_finish():
     lines = out.getvalue().splitlines()
     assert [ln.split(",")[0] for ln in lines] == ["setup stage: 1/3 tasks done",
                                                   "setup stage: 2/3 tasks done"]
+
+
+def test_report_shows_a_run_in_progress_from_its_rows(tmp_path):
+    """Issue 24: `fednet report` on a run that has rows but no summary.json yet."""
+    import json
+
+    from fednet.metrics.report import compare, load_summary, summary_rows
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.toml").write_text("rounds = 10\nclients = 4\n")
+    rows = [{"round": 0, "accuracy": 0.5, "wall_s": 1.0, "sim_s": 2.0},
+            {"round": 1, "accuracy": 0.7, "wall_s": 2.0, "sim_s": 4.0}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"rou')
+    table = dict(summary_rows(load_summary(run), info={}))
+    assert "running (no summary.json yet)" in compare([str(run)])
+    assert table["status"] == "running (no summary.json yet)"
+    assert table["rounds"] == "2/10" and table["final accuracy"] == "70.00%"

@@ -140,11 +140,48 @@ def summary_table(s: dict[str, Any]) -> str:
     return table(["", "value"], [[k, v] for k, v in summary_rows(s)])
 
 
+def running_summary(folder: Path) -> dict[str, Any] | None:
+    """What a run folder without summary.json shows so far (its metrics.jsonl: rows are written
+    as the run goes), as status `running`; None without rows. A run killed before its summary
+    looks the same: the status says `running (no summary.json yet)`."""
+    try:
+        lines = (folder / "metrics.jsonl").read_text().splitlines()
+    except OSError:
+        return None
+    rows = []
+    for ln in lines:
+        try:
+            r = json.loads(ln)
+        except ValueError:  # a line being written
+            continue
+        if isinstance(r, dict) and not r.get("interim") and isinstance(r.get("round"), int):
+            rows.append(r)
+    if not rows:
+        return None
+    acc = [r["accuracy"] for r in rows if isinstance(r.get("accuracy"), (int, float))]
+    try:
+        from fednet.config import load_toml
+        planned = load_toml(folder / "config.toml").get("rounds")
+    except Exception:  # noqa: BLE001 - no (or an old) config.toml: the rounds so far
+        planned = None
+    info = run_info(folder)
+    return {"status": "running (no summary.json yet)", "rounds": rows[-1]["round"] + 1,
+            "algorithm": info.get("algorithm"), "clients": info.get("clients"),
+            "rounds_planned": planned if isinstance(planned, int) else rows[-1]["round"] + 1,
+            "final_accuracy": acc[-1] if acc else None, "best_accuracy": max(acc) if acc else None,
+            "wall_clock_s": rows[-1].get("wall_s"), "sim_time_s": rows[-1].get("sim_s"),
+            "out": str(folder)}
+
+
 def load_summary(run: str | Path) -> dict[str, Any]:
-    """summary.json of a run folder (or the file itself); ConfigError when missing."""
+    """summary.json of a run folder (or the file itself), or what a run in progress shows so
+    far (running_summary); ConfigError when neither is there."""
     p = Path(run)
     f = p / "summary.json" if p.is_dir() else p
     if not f.exists():
+        partial = running_summary(p) if p.is_dir() else None
+        if partial is not None:
+            return partial
         raise ConfigError(f"'{run}' has no summary.json; give a run folder such as runs/<name>")
     try:
         s = json.loads(f.read_bytes().decode("utf-8"))
