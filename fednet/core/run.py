@@ -107,7 +107,8 @@ class Run:
                 driver.status = e.status
             else:
                 driver.status = "error"
-                driver.error = driver.error or f"{type(e).__name__}: {e}".splitlines()[0][:2000]
+                why = (f"{type(e).__name__}: {e}".splitlines() or [""])[0][:2000]
+                driver.error = getattr(driver, "error", "") or why  # summary.json's error
         if not self.is_started and self.session is not None:
             self.session.history.close()
         self._stack.__exit__(et, e, tb)

@@ -39,7 +39,7 @@ BAD_INPUT = [
      "--plugin FILE.py (see 'fednet launch --help')"),
     (["launch", "--algo", "fedavgg"],
      re.compile(r"Invalid value for '--algo': 'fedavgg' is not an algorithm; did you mean "
-                r"'fedavg' or .*--plugin FILE\.py")),
+                r"'fedavg' or .*--plugin FILE\.py .*")),
     (["launch", "--partition", "bad"],
      f"Invalid value for '--partition': 'bad' is not one of {_quoted(PARTITIONS)}. "
      "(see 'fednet launch --help')"),
