@@ -22,7 +22,9 @@ import hashlib
 import importlib
 import importlib.util
 import os
+import re
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,7 @@ PENDING: dict[str, dict[str, Any]] = {"model": {}, "dataset": {}}  # kind -> nam
                                                # (or (the loaded object,))
 _SINKS: dict[str, Callable[[str, Any], None]] = {}  # kind -> register(name, lazy loader)
 _CURRENT: list[Plugin] = []
+_FILES: list[tuple[str, str, Any]] = []  # (stem, private module name, module) being imported
 
 
 class PluginError(ConfigError):
@@ -181,16 +184,51 @@ def _version(mod: Any) -> str:
     return ""
 
 
+def private_name(path: Path) -> str:
+    """The module name a .py plugin is imported under: its stem made an identifier plus a digest
+    of its absolute path, so a file named random.py shadows nothing and two copies of a plugin
+    never collide (the same on every process that imports the same path)."""
+    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:10]
+    return f"fednet_plugin_{re.sub(r'[^0-9A-Za-z_]', '_', path.stem)}_{digest}"
+
+
+def own_ref(ref: str) -> str:
+    """A "module:Class" reference registered while a .py plugin runs, to that file itself (by
+    its stem, or by a module that does not exist but whose class the file defines: a copy of
+    fedmedian.py saved as fedmedian_v2.py) -> the file's private module; others as given."""
+    if not _FILES or ":" not in ref:
+        return ref
+    stem, private, mod = _FILES[-1]
+    module, _, attr = ref.partition(":")
+    if module != stem and (module in sys.modules or not hasattr(mod, attr.split(".")[0])):
+        return ref
+    if module != stem:
+        try:
+            if importlib.util.find_spec(module) is not None:
+                return ref
+        except (ImportError, ValueError):
+            pass
+    return f"{private}:{attr}"
+
+
 def _import(ref: str) -> Any:
     if ref.endswith(".py"):
         path = Path(ref)
         if not path.is_file():
             raise ConfigError(f"--plugin {ref}: no such file")
-        spec = importlib.util.spec_from_file_location(path.stem, path)
+        name = private_name(path)
+        spec = importlib.util.spec_from_file_location(name, path)
         assert spec is not None and spec.loader is not None
         mod = importlib.util.module_from_spec(spec)
-        sys.modules[path.stem] = mod
-        spec.loader.exec_module(mod)
+        sys.modules[name] = mod
+        _FILES.append((path.stem, name, mod))
+        try:
+            spec.loader.exec_module(mod)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
+        finally:
+            _FILES.pop()
         return mod
     try:
         return importlib.import_module(ref)
@@ -219,8 +257,10 @@ def load_modules(refs: list[str]) -> list[Plugin]:
             except ConfigError:
                 raise
             except Exception as e:  # noqa: BLE001 - the plugin's own error, in one line
+                if os.environ.get("FEDNET_DEBUG"):
+                    traceback.print_exc()
                 raise ConfigError(f"--plugin {ref}: importing it failed: {type(e).__name__}: "
-                                  f"{e}") from None
+                                  f"{e} (FEDNET_DEBUG=1 prints the traceback)") from None
             finally:
                 _CURRENT.pop()
             LOADED[ref] = (ref, _version(mod))

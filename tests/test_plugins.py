@@ -161,3 +161,51 @@ def test_welcome_with_and_without_plugins_decodes():
                       arrays={"indices": np.arange(3)})
         assert decode(encode(msg)).body == body
     assert plugin_check.checked_welcome({"config": {}}) == {"config": {}}
+
+
+OWN = textwrap.dedent('''
+    from fednet.algorithms.fedavg import FedAvgClient
+    from fednet.algorithms.registry import Spec, register
+
+
+    class Mine(FedAvgClient):
+        marker = "FILE"
+
+
+    register(Spec("NAME", "FedAvg with its own client class", "fednet.algorithms.fedavg:FedAvg",
+                  "REF:Mine"))
+''')
+
+
+@pytest.mark.parametrize("stem,ref", [("random", "random"), ("copy", "copy"),
+                                      ("fedmedian_v2", "fedmedian")],
+                         ids=["named random.py", "named copy.py", "a renamed copy"])
+def test_a_plugin_file_is_its_own_private_module(plugin_file, tmp_path, stem, ref):
+    """Issue 24: a .py plugin is imported under a private module name; its Spec may name its own
+    classes by the file's stem (random.py shadows nothing) or by the name it had before it was
+    copied (fedmedian.py saved as fedmedian_v2.py)."""
+    import copy
+    import random
+
+    path = tmp_path / f"{stem}.py"
+    path.write_text(OWN.replace("NAME", f"own_{stem}").replace("REF", ref).replace("FILE", stem))
+    plugins.load_modules([str(path)])
+    assert sys.modules["random"] is random and sys.modules["copy"] is copy  # nothing shadowed
+    cls = registry.client_class(f"own_{stem}")
+    assert cls.marker == stem and cls.__module__ == plugins.private_name(path)
+    assert plugins.private_name(path) != plugins.private_name(tmp_path / "other" / f"{stem}.py")
+
+
+def test_a_plugin_that_fails_to_import_shows_its_traceback_on_request(tmp_path, monkeypatch,
+                                                                      capsys):
+    bad = tmp_path / "bad_plugin.py"
+    bad.write_text("def f():\n    raise ValueError('oops')\n\nf()\n")
+    with pytest.raises(ConfigError) as e:
+        plugins.load_modules([str(bad)])
+    assert "ValueError: oops (FEDNET_DEBUG=1 prints the traceback)" in str(e.value)
+    assert "Traceback" not in capsys.readouterr().err
+    monkeypatch.setenv("FEDNET_DEBUG", "1")
+    with pytest.raises(ConfigError):
+        plugins.load_modules([str(bad)])
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "in f" in err

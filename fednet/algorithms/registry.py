@@ -8,6 +8,7 @@ catalog.py; a plugin calls register(Spec(...)) the same way (fednet/plugins.py: 
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 from dataclasses import dataclass, field
@@ -58,6 +59,9 @@ def register(spec: Spec) -> Spec:
     if spec.name in REGISTRY:
         raise ValueError(f"algorithm {spec.name!r} is registered twice")
     P.declared(spec.params)  # the declarations are checked now, not at the first run
+    own = dataclasses.replace(spec, server=plugins.own_ref(spec.server),
+                              client=plugins.own_ref(spec.client))  # a .py plugin's own classes
+    spec = own if (own.server, own.client) != (spec.server, spec.client) else spec
     REGISTRY[spec.name] = spec
     plugins.provide("algorithm", spec.name)
     return spec

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+import fednet
 from fednet import plugins
 from fednet.errors import FednetError
 from fednet.platform.gpus import device_for
@@ -23,7 +24,11 @@ class Zygote:
     def __init__(self, dataset: str = "digits", data_root: str = "", log_file: TextIO | None = None,
                  warm_timeout_s: float = 120.0, unknown_run: bool = False) -> None:
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-                   PYTHONUNBUFFERED="1")
+                   PYTHONUNBUFFERED="1", PYTHONSAFEPATH="1")  # `-m` puts no cwd on the path:
+        # a plugin named copy.py or random.py in it would shadow the standard library; this
+        # process's own fednet is found through PYTHONPATH instead
+        here = str(Path(fednet.__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join([here] + [p for p in [env.get("PYTHONPATH")] if p])
         # the --plugin modules this process imported (the run's): the zygote imports them before
         # it warms up, so every forked client has them (installed plugins load by themselves)
         plugin_args = [a for ref in plugins.LOADED for a in ("--plugin", ref)]

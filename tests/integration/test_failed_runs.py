@@ -139,3 +139,19 @@ def test_a_task_of_a_million_epochs_stops_at_the_runs_end(tmp_path):
     assert [f["client"] for f in s["failures"]] == [0]
     assert "no progress within --round-timeout" in s["failures"][0]["reason"]
     assert "client 0: stopped in the middle of a task" in (out / "logs" / "clients.log").read_text()
+
+
+def test_a_plugin_named_random_py_runs_under_launch(tmp_path):
+    """Issue 24: a plugin file named random.py (beside a copy.py) runs under fednet launch: it is
+    imported under a private name, and the zygote puts no working directory on its path."""
+    (tmp_path / "random.py").write_text(WRONG.replace("WHO", "-1,").replace(
+        "wrong_shapes:WrongShapes", "random:WrongShapes").replace('"wrong_shapes"', '"mine"'))
+    (tmp_path / "copy.py").write_text("raise SystemExit('the standard library was shadowed')\n")
+    out = tmp_path / "run"
+    r = subprocess.run(fednet_cmd() + ["launch", "--plugin", "random.py", "--algo", "mine",
+                                       "--clients", "2", "--rounds", "1", "--epochs", "1", "-q",
+                                       "--out", str(out)],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    s = json.loads((out / "summary.json").read_text())
+    assert s["status"] == "completed" and not s["failures"]
