@@ -111,6 +111,9 @@ def test_plots_are_titled_and_labelled(tmp_path):
     assert out.stat().st_size > 10_000
 
 
+NO = "; it kept no checkpoint, so it cannot be resumed (--checkpoint-every N makes one)"
+
+
 def test_interrupt_messages_say_what_was_kept(tmp_path, monkeypatch):
     from fednet.metrics.report import interrupt_note
 
@@ -127,15 +130,18 @@ def test_interrupt_messages_say_what_was_kept(tmp_path, monkeypatch):
     (tmp_path / "run" / "config.toml").write_text("")
     assert note("local") == " before the first round ended; run holds only the configuration"
     (tmp_path / "run" / "metrics.jsonl").write_text("{}\n")
-    assert note("local") == "; partial results (metrics.jsonl) were kept in run"
+    assert note("local") == "; partial results (metrics.jsonl) were kept in run" + NO
     (tmp_path / "run" / "summary.json").write_text(json.dumps(
         {"algorithm": "fedavg", "status": "interrupted", "rounds": 1, "rounds_planned": 5}))
     assert not shown
-    assert note("server") == "; partial results were kept in run"
+    assert note("server") == "; partial results were kept in run" + NO
     assert "interrupted" in shown[0] and "1/5" in shown[0]  # the partial table
     old = t0 - 3600  # a summary of an earlier run in that folder is not this run's
     os.utime(tmp_path / "run" / "summary.json", (old, old))
-    assert note("local") == "; partial results (metrics.jsonl) were kept in run"
+    assert note("local") == "; partial results (metrics.jsonl) were kept in run" + NO
+    (tmp_path / "run" / "checkpoint").mkdir()  # --checkpoint-every: the exact command
+    assert note("launch") == ("; partial results (metrics.jsonl) were kept in run; continue it "
+                              "with `fednet launch --resume run`")
     assert note("sweep") == "; the finished cells are kept in run: the same command goes on from there"
     assert note("report") == ""
 
@@ -159,7 +165,8 @@ def test_ctrl_c_on_local_prints_the_partial_table(tmp_path):
         if p.poll() is None:
             p.kill()
     assert p.returncode == 130, err
-    assert err.strip().splitlines()[-1] == "fednet: interrupted; partial results were kept in run"
+    assert err.strip().splitlines()[-1] == ("fednet: interrupted; partial results were kept in "
+                                            "run" + NO)
     assert "status                  interrupted" in out
 
 

@@ -249,10 +249,18 @@ def interrupt_note(command: str, out: str | None, t0: float,
             echo(summary_table(load_summary(out)))
         except (ConfigError, OSError):
             pass
-        return f"; partial results were kept in {out}"
+        return f"; partial results were kept in {out}{_resume_hint(command, out)}"
     if fresh("metrics.jsonl"):
-        return f"; partial results (metrics.jsonl) were kept in {out}"
+        return f"; partial results (metrics.jsonl) were kept in {out}{_resume_hint(command, out)}"
     return f" before the first round ended; {out} holds only the configuration"
+
+
+def _resume_hint(command: str, out: str) -> str:
+    """How the interrupted run goes on: the exact --resume command when it kept a checkpoint,
+    else why it cannot (checkpoints are off unless --checkpoint-every N)."""
+    if (Path(out) / "checkpoint").is_dir():
+        return f"; continue it with `fednet {command} --resume {out}`"
+    return "; it kept no checkpoint, so it cannot be resumed (--checkpoint-every N makes one)"
 
 
 def run_error(summary: dict[str, Any]) -> tuple[int, str] | None:

@@ -59,7 +59,9 @@ def test_ctrl_c_stops_everything_and_keeps_partial_results(fed, tmp_path, sig, c
     err = p.stderr.read()
     assert rc == code, err
     assert took < 8, f"stopping took {took:.1f}s"
-    assert err.strip().splitlines()[-1] == f"fednet: {word}; partial results were kept in run"
+    assert err.strip().splitlines()[-1] == (f"fednet: {word}; partial results were kept in run; "
+                                            "it kept no checkpoint, so it cannot be resumed "
+                                            "(--checkpoint-every N makes one)")
     assert "Traceback" not in err
     assert not wait_gone(fed.marker, 1.0), describe(fed.processes())
     still = [q for q in [zyg, *kids] if _running(q)]
