@@ -12,7 +12,7 @@ from fednet.algorithms.registry import REGISTRY, check_params, get, with_plugins
 from fednet.config import LATENCY_PRESETS, PARTITIONS, RunConfig, from_dict, load_toml, merge
 from fednet.errors import ConfigError
 from fednet.options_extra import OPTIONS as EXTRA_OPTIONS, AlgoChoice, load_plugins, overrides
-from fednet.options_extra import HOST_PER_PROCESS, PER_PROCESS_HELP, PerProcess  # noqa: F401
+from fednet.options_extra import HOST_PER_PROCESS, PER_PROCESS_HELP, PerProcess, check_resume_options  # noqa: F401,E501
 from fednet.platform.packing import auto_for_host  # noqa: F401  (fednet clients)
 
 # option name -> dotted config key
@@ -171,8 +171,7 @@ def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
         base["out"] = str(resume)
     over: dict[str, Any] = {_KEYS[k]: v for k, v in opts.items() if k in _KEYS and v is not None}
     over.update(overrides(opts, base))  # --optimizer and its settings, --plugin
-    if opts.get("gpus") is not None:
-        over["gpus"] = list(parse_gpus(opts["gpus"]))
+    over.update({"gpus": list(parse_gpus(opts["gpus"]))} if opts.get("gpus") is not None else {})
     lat = opts.get("latency")
     if lat is not None and lat not in LATENCY_PRESETS and not Path(lat).is_file():
         raise ConfigError(f"--latency '{lat}' is neither a preset ({', '.join(LATENCY_PRESETS)}) "
@@ -190,6 +189,7 @@ def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
             raise click.BadParameter(f"'{p}' is not KEY=VALUE", param_hint="--param")
         k, v = p.split("=", 1)
         over[f"algo.params.{k.strip()}"] = v.strip()  # typed below, by the algorithm's declaration
+    check_resume_options(over, base) if resume else None  # a resumed run keeps its settings
     merged = merge(base, over)
     plugins.load_modules(list(merged.get("plugins") or ()))  # before the algorithm is looked up
     algo = merged["algo"]

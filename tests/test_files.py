@@ -404,3 +404,15 @@ def test_report_refuses_a_summary_that_is_not_an_object(run):
     assert one_line(cli("report", "run")) == "'run/summary.json' is not a run summary (a JSON object)"
     (run / "summary.json").write_bytes(b"\xff\x00")
     assert one_line(cli("report", "run")).startswith("'run/summary.json' is not valid JSON (")
+
+
+def test_a_resume_that_would_change_the_runs_settings_is_refused(run):
+    """Issue 24: `--resume run --lr 0.3` was accepted, trained nothing new, and rewrote
+    config.toml; now it is one line naming the setting, and the folder stays as it was. More
+    --rounds (and where the processes run) may still be given."""
+    before = snapshot(run)
+    line = one_line(cli("local", "--resume", "run", "--lr", "0.3", "--seed", "99", "-q"))
+    assert line.startswith("--resume continues a run with its own settings, and these options "
+                           "would change them (config.toml keys): ")
+    assert "train.lr 0.3 (the run has " in line and "seed 99 (the run has " in line
+    assert snapshot(run) == before
