@@ -189,7 +189,7 @@ def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
             raise click.BadParameter(f"'{p}' is not KEY=VALUE", param_hint="--param")
         k, v = p.split("=", 1)
         over[f"algo.params.{k.strip()}"] = v.strip()  # typed below, by the algorithm's declaration
-    check_resume_options(over, base) if resume else None  # a resumed run keeps its settings
+    check_resume_options(over, _flatten(base)) if resume else None  # a resume keeps settings
     merged = merge(base, over)
     plugins.load_modules(list(merged.get("plugins") or ()))  # before the algorithm is looked up
     algo = merged["algo"]

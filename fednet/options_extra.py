@@ -199,14 +199,6 @@ RESUME_MAY_CHANGE = ("rounds", "net.", "gpus", "train.threads", "plugins", "data
 """What a --resume may set anew: more rounds, and where and how the run's processes run."""
 
 
-def _dotted_get(d: dict[str, Any], key: str) -> Any:
-    for part in key.split("."):
-        if not isinstance(d, dict) or part not in d:
-            return None
-        d = d[part]
-    return d
-
-
 def _same(a: Any, b: Any) -> bool:
     if a == b:
         return True
@@ -218,12 +210,12 @@ def _same(a: Any, b: Any) -> bool:
 
 def check_resume_options(over: dict[str, Any], run: dict[str, Any]) -> None:
     """--resume continues a run with the settings it was started with (its config.toml, in
-    `run`): an option that would change one is refused, naming it, before anything is written
+    `run`, flattened to dotted keys): an option that would change one is refused, naming it, before anything is written
     (was: the run's config.toml rewritten with it, though nothing it had done changed). More
     --rounds, and where and how the processes run (RESUME_MAY_CHANGE), are allowed."""
     diff = [f"{key} {v!r} (the run has {had!r})" for key, v in over.items()
             if not key.startswith(RESUME_MAY_CHANGE)
-            and (had := _dotted_get(run, key)) is not None and not _same(v, had)]
+            and (had := run.get(key)) is not None and not _same(v, had)]
     if diff:
         raise ConfigError(f"--resume continues a run with its own settings, and these options "
                           f"would change them (config.toml keys): {'; '.join(diff)}; drop "

@@ -200,15 +200,15 @@ def own_ref(ref: str) -> str:
         return ref
     stem, private, mod = _FILES[-1]
     module, _, attr = ref.partition(":")
-    if module != stem and (module in sys.modules or not hasattr(mod, attr.split(".")[0])):
+    if module == stem:
+        return f"{private}:{attr}"
+    if module in sys.modules or not hasattr(mod, attr.split(".")[0]):
         return ref
-    if module != stem:
-        try:
-            if importlib.util.find_spec(module) is not None:
-                return ref
-        except (ImportError, ValueError):
-            pass
-    return f"{private}:{attr}"
+    try:
+        exists = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        exists = False
+    return ref if exists else f"{private}:{attr}"
 
 
 def _import(ref: str) -> Any:

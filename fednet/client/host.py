@@ -15,7 +15,6 @@ acknowledged while its sender waits.
 from __future__ import annotations
 
 import logging
-import os
 import time
 
 import torch
@@ -152,8 +151,7 @@ class Host:
         0 only if all stopped cleanly. A client whose work raises stops alone (logged)."""
         live = [c for c in self.clients if c not in self.rejected]
         worst = EXIT_USAGE if self.rejected else EXIT_OK
-        interrupt.install(lambda: self.pump(0) or any(
-            c.stopping or os.getppid() != c.parent or c._server_gone() for c in live))
+        interrupt.install(lambda: self.pump(0) or any(c.stop_due() for c in live))
         check_at = 0.0
         while live:
             now = time.monotonic()

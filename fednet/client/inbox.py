@@ -119,8 +119,12 @@ class Inbox:
 
     def must_stop(self: Client) -> bool:
         """Between two batches of a task (training/interrupt.py): read the sockets (a SHUTDOWN
-        sets stopping; hand-offs are acknowledged) and watch the launcher and the server."""
+        sets stopping; hand-offs are acknowledged), then stop_due()."""
         self.pump(0)
+        return self.stop_due()
+
+    def stop_due(self: Client) -> bool:
+        """The run ended for this client (SHUTDOWN), or its launcher or server is gone."""
         return self.stopping or os.getppid() != self.parent or self._server_gone()
 
     def hello_again(self: Client) -> None:

@@ -103,11 +103,9 @@ class Session:
 
     def describe(self) -> str:
         """One line on the partition, for the console at start."""
-        s = self.stats
+        s, d = self.stats, self.cfg.data
         if "described_clients" in s:  # a naturally federated dataset
-            d = self.cfg.data
             return natural.describe(load_dataset(d.dataset, d.data_root or None, d.download), d, s)
-        d = self.cfg.data
         alpha = f"(alpha={d.alpha})" if d.partition == "dirichlet" else ""  # only it reads alpha
         return (f"{self.cfg.clients} clients, {d.dataset} {d.partition}{alpha}"
                 f": {s['min_size']}-{s['max_size']} samples each,"

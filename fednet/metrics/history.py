@@ -130,3 +130,21 @@ class History:
                 fh.close()
             except OSError as e:
                 raise OutputError(self.out / "metrics.jsonl", e) from None  # type: ignore[operator]
+
+
+def read_rows(folder: Path) -> list[dict[str, Any]]:
+    """The rows of folder/metrics.jsonl ([] without one); a line that is not a JSON object (the
+    one a running run is writing) is skipped, not the whole file."""
+    try:
+        lines = (Path(folder) / "metrics.jsonl").read_text().splitlines()
+    except OSError:
+        return []
+    rows = []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows

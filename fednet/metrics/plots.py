@@ -2,7 +2,6 @@
 its folder), and `fednet report --plot`: several runs, or a sweep's best settings, overlaid."""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from fednet.metrics.files import atomic_file  # noqa: E402
+from fednet.metrics.history import read_rows  # noqa: E402
 from fednet.metrics.report import run_info  # noqa: E402
 
 AXES = (("round", "round"), ("sim_time", "simulated time (s)"),
@@ -91,13 +91,6 @@ def plot_run(out: Path, rows: list[dict[str, Any]], title: str = "") -> list[Pat
     return paths
 
 
-def _rows(folder: Path) -> list[dict[str, Any]]:
-    try:
-        return [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines() if x]
-    except (OSError, ValueError):
-        return []
-
-
 def _series(sources: list[str]) -> tuple[list[dict[str, Any]], list[tuple[float, str]]]:
     """One curve per run folder, and per method of each sweep folder (its best setting, every
     finished seed); and the accuracies the sweeps' metrics wait for (drawn as lines)."""
@@ -116,7 +109,7 @@ def _series(sources: list[str]) -> tuple[list[dict[str, Any]], list[tuple[float,
             for b in res["best"]:
                 cells = [r for r in recs if r["method"] == b["method"]
                          and r["setting"] == b["setting"] and r["status"] in T.RESULTS]
-                runs = [rw for r in cells if (rw := _rows(p / r["folder"]))]
+                runs = [rw for r in cells if (rw := read_rows(p / r["folder"]))]
                 if runs:
                     n = f", {len(runs)} seeds" if len(runs) > 1 else ""
                     label = f"{b['method']} ({b['text']}{n})" if b["text"] != "-" else \
@@ -129,7 +122,7 @@ def _series(sources: list[str]) -> tuple[list[dict[str, Any]], list[tuple[float,
             name = folder.resolve().name
             algo = info.get("algorithm", "")
             label = name if not algo or algo in name else f"{name} ({algo})"
-            out.append({"label": label, "runs": [_rows(folder)], "info": info})
+            out.append({"label": label, "runs": [read_rows(folder)], "info": info})
     return [s for s in out if s["runs"] and s["runs"][0]], targets
 
 

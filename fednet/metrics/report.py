@@ -144,18 +144,10 @@ def running_summary(folder: Path) -> dict[str, Any] | None:
     """What a run folder without summary.json shows so far (its metrics.jsonl: rows are written
     as the run goes), as status `running`; None without rows. A run killed before its summary
     looks the same: the status says `running (no summary.json yet)`."""
-    try:
-        lines = (folder / "metrics.jsonl").read_text().splitlines()
-    except OSError:
-        return None
-    rows = []
-    for ln in lines:
-        try:
-            r = json.loads(ln)
-        except ValueError:  # a line being written
-            continue
-        if isinstance(r, dict) and not r.get("interim") and isinstance(r.get("round"), int):
-            rows.append(r)
+    from fednet.metrics.history import read_rows
+
+    rows = [r for r in read_rows(folder)
+            if not r.get("interim") and isinstance(r.get("round"), int)]
     if not rows:
         return None
     acc = [r["accuracy"] for r in rows if isinstance(r.get("accuracy"), (int, float))]

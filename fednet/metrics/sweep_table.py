@@ -13,6 +13,7 @@ from typing import Any
 
 from fednet.errors import ConfigError
 from fednet.metrics.progress import human_bytes
+from fednet.metrics.history import read_rows
 
 FINISHED = ("completed", "diverged")  # a cell that ended so is not run again (deterministic)
 RESULTS = ("completed",)  # a cell that ended so is tabled; the others are listed in the notes
@@ -80,13 +81,6 @@ def parse_metric(text: str, option: str = "--metric") -> Metric:
     raise ConfigError(f"{option} '{text}': expected {METRIC_HELP}; X is an accuracy in (0, 1]")
 
 
-def _rows(folder: Path) -> list[dict[str, Any]]:
-    try:
-        return [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines() if x]
-    except (OSError, ValueError):
-        return []
-
-
 def read_summary(folder: Path) -> dict[str, Any] | None:
     """A cell's summary.json, or None when it has none (not run yet) or it cannot be read."""
     try:
@@ -114,7 +108,7 @@ def measure(cell: dict[str, Any], root: Path, metric: Metric, shows: list[str],
     if status not in RESULTS:
         return out
     need = [metric] + [parse_metric(x) for x in shows if is_metric(x)]
-    rows = _rows(folder) if any(m.kind in _TO for m in need) else []
+    rows = read_rows(folder) if any(m.kind in _TO for m in need) else []
     out["value"] = metric.of(s, rows, ref)
     for key in shows:
         v = parse_metric(key).of(s, rows, ref) if is_metric(key) else _dotted(s, key)

@@ -43,7 +43,7 @@ def peer_key(run_key: bytes) -> bytes:
 
 def gate_password(run_key: bytes) -> str:
     """The PLAIN password that admits a connection to any socket of a plaintext `fednet launch`
-    (transport/security.start_gate): only holders of the run key complete a handshake."""
+    (transport/gate.Gate): only holders of the run key complete a handshake."""
     return _derive(run_key, b"fednet gate").hex()
 
 
