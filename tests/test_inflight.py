@@ -71,8 +71,9 @@ def test_tasks_are_read_at_once_and_decoded_when_they_run_control_messages_at_on
             c.poller.register(sock, zmq.POLLIN)
         c.hello()
         assert router.poll(5000)
-        route = router.recv_multipart()[0]
-        chan = Channel(router, Ledger(), "server", router=True)
+        route, sub = router.recv_multipart()[:2]  # the connection, then the client's envelope
+        route += sub
+        chan = Channel(router, Ledger(), "server", router=True, enveloped=True)
         sent = 0
         for i in range(3):
             t = Task(i + 1, 0, [0], {"w": np.full(100_000, i, np.float32)})  # 2 frames each

@@ -152,17 +152,22 @@ def test_auto_keeps_every_process_within_its_open_files_limit():
     assert choose(10_000, Machine(cores=2, mem_available=20 << 30, files=20_000)).processes == 16
 
 
-def test_the_server_refuses_a_population_beyond_its_open_files_limit(monkeypatch):
+def test_the_server_refuses_more_client_processes_than_its_open_files_limit(monkeypatch, caplog):
     import resource
 
     from fednet.errors import ConfigError
     from fednet.platform import proc
 
     monkeypatch.setattr(resource, "getrlimit", lambda _: (20_000, 20_000))
-    proc.check_server_files(19_000)
-    with pytest.raises(ConfigError, match=r"--clients 50000: .* needs about 50256 open files; "
-                                          r"the limit is 20000 \(hard limit 20000"):
-        proc.check_server_files(50_000)
+    # the clients of a process share one connection: a million clients in 16 processes fit
+    proc.check_server_connections(1_000_000, 62_500, launch=True)
+    proc.check_server_connections(1_000_000, 0, launch=True)  # auto packs far below
+    with pytest.raises(ConfigError, match=r"--clients-per-process: .* 50000 here, and needs "
+                                          r"about 50256 open files; the limit is 20000 \(hard "
+                                          r"limit 20000"):
+        proc.check_server_connections(50_000, 1, launch=True)
+    proc.check_server_connections(50_000, 0, launch=False)  # fednet server: a warning only
+    assert "if every client host runs one process per client" in caplog.text
 
 
 def test_a_device_listed_twice_is_two_slots_sharing_its_memory():

@@ -22,9 +22,9 @@ from fednet.plugin_check import checked_welcome
 from fednet.protocol import Message, MsgKind, tensor_bytes
 from fednet.protocol.proof import client_secret, gate_password, hello_proof, peer_key
 from fednet.training import interrupt
-from fednet.transport.channels import (Channel, Deferred, connect_dealer,
-                                      open_monitor, stop_monitor)
-from fednet.transport.gate import Gate, client as gate_client
+from fednet.client.link import ServerLink, register, server_setup
+from fednet.transport.channels import Channel, Deferred, sub_frame
+from fednet.transport.gate import Gate
 from fednet.types import client_name
 from fednet.wire import failure_message
 
@@ -32,43 +32,54 @@ log = logging.getLogger("fednet.client")
 
 
 
+NO_WORK: tuple = ()  # an idle client's queue (a deque is made at its first task: ~600 B each)
+NO_PROFILE = Profile()
+
+
 class Client(Inbox):
-    """One federated client: a DEALER to the server and a ROUTER for peer hand-offs."""
+    """One federated client: an envelope on its process's server link and a ROUTER for peer
+    hand-offs. Slotted: a process holds thousands of idle ones (~1 KB each)."""
+
+    __slots__ = ("cid", "name", "device", "secret", "own_ctx", "ctx", "ledger", "auth", "keys",
+                 "admitted", "own_link", "link", "server", "lost_timeout", "registered",
+                 "refused", "peers", "connect", "run_id", "executor", "_build", "drop_idle",
+                 "links", "availability", "real", "scale", "shaped", "profile", "_tracker",
+                 "parent", "work", "seen", "stopping", "rehello", "token", "rehello_at",
+                 "host", "poller")
 
     def __init__(self, cid: int, connect: str, device: str = "cpu", advertise: str = "127.0.0.1",
                  threads: int = 1, secure: str = "", ctx: zmq.Context | None = None,
                  run_key: bytes | None = None, key_name: str = "",
-                 curve: tuple[bytes, bytes] | None = None, link: "Client | None" = None,
+                 curve: tuple[bytes, bytes] | None = None, link: ServerLink | None = None,
                  admitted: set[bytes] | None = None) -> None:
-        """`link`: the client of this process whose server link heartbeats for all of them
-        (client/host.py); None: this client's own link does. `admitted`: the keys the shared
-        context's ZAP handler admits (--secure; filled from WELCOME)."""
+        """`link`: the server link of this process, shared by its clients (client/host.py);
+        None: this client opens its own. `admitted`: the keys the shared context's ZAP handler
+        admits (--secure; filled from WELCOME)."""
         self.cid, self.name, self.device = cid, client_name(cid), device
-        self.link = link
         # under `fednet launch`: the run key came through the zygote's pipe (never a socket)
         self.secret = client_secret(run_key, cid) if run_key else None
         self.own_ctx = ctx is None  # several logical clients of one process share a context
         self.ctx = ctx if ctx is not None else zmq.Context()
         self.ledger = Ledger()
-        self.auth, self.keys, setup, self.admitted = None, None, None, admitted
+        self.auth, self.keys, self.admitted = None, None, admitted
         gate = gate_password(run_key) if run_key and not secure else None
-        from fednet.transport import security
         if secure:  # CURVE to the server; our peer socket admits only the run's keys (ZAP)
-            self.keys = keys = security.load_keys(secure, need_server_secret=False, name=key_name,
-                                                          pair=curve)
+            from fednet.transport import security
+            self.keys = security.load_keys(secure, need_server_secret=False, name=key_name,
+                                           pair=curve)
             if self.own_ctx:  # one ZAP handler per context: a Host starts its own
                 self.admitted = set()
                 self.auth = security.start_authenticator(self.ctx, self.admitted)
-            setup = lambda s: security.as_client(s, keys.server_public, keys)  # noqa: E731
-        elif gate is not None:  # plaintext launch: only run-key holders complete a handshake
-            self.auth, setup = Gate(self.ctx, gate) if self.own_ctx else None, gate_client(gate)
-        self.server = Channel(connect_dealer(self.ctx, connect, setup, heartbeat=link is None),
-                              self.ledger, self.name, router=False)
-        # server link events: a dead server is noticed (DISCONNECTED, no new handshake) when idle
-        self.monitor = open_monitor(self.server.sock,
-                                    zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
-        self.lost_since: float | None = None
+        elif gate is not None and self.own_ctx:  # plaintext launch: only run-key holders
+            self.auth = Gate(self.ctx, gate)  # complete a handshake
+        self.own_link = link is None
+        self.link = link if link is not None else \
+            ServerLink(self.ctx, connect, server_setup(self.keys, gate))
+        self.server = Channel(self.link.sock, self.ledger, self.name, router=False,
+                              sub=sub_frame(cid))
+        self.link.add(self)
         self.lost_timeout = 60.0
+        self.registered, self.refused = False, None  # refused: the server's reason (REJECT)
         self.peers = Peers(self.ctx, self.name, advertise, self.ledger, self.keys,
                            peer_key(run_key) if run_key else None, gate)
         self.connect, self.run_id = connect, ""
@@ -78,23 +89,23 @@ class Client(Inbox):
         self.links: Any = None
         self.availability: Any = None
         self.real, self.scale, self.shaped = False, 1.0, False
-        self.profile = Profile()
+        self.profile = NO_PROFILE
         self._tracker: Any = None
         self.parent = os.getppid()
         # tasks (decoded when they run: inbox.py) and hand-offs, run one at a time
-        self.work: deque[tuple[Message | Deferred, int]] = deque()
-        self.seen: set[tuple[int, int]] = set()  # (task, hop) of the hand-offs already queued
+        self.work: deque[tuple[Message | Deferred, int]] | tuple = NO_WORK
+        self.seen: set[tuple[int, int]] | None = None  # (task, hop) of hand-offs already queued
         self.stopping = self.rehello = False
         self.token: bytes | None = None  # from WELCOME: proves a reconnect (rejoin_token)
         self.rehello_at: float | None = None
-        self.pump: Any = self._pump  # what waits call to serve sockets (the Host's: all clients)
-        self.on_socket: Any = lambda sock: None  # a socket opened later (the Host polls it)
+        self.host: Any = None  # the Host of this process's clients (client/host.py), if any
         torch.set_num_threads(threads)
 
     def _send_server(self, msg: Message, track: bool = False) -> int:
         n, tracker = self.server.send(msg, SERVER, track=track)
         if track:
             self._tracker = tracker
+            self.link.tracked.add(self)
         return n
 
     def hello(self) -> None:
@@ -109,29 +120,9 @@ class Client(Inbox):
 
     def register(self, timeout_s: float) -> None:
         """READY (hello) -> WELCOME -> build data and model -> READY (ready)."""
-        self.hello()
-        self.await_welcome(timeout_s)
-
-    def await_welcome(self, timeout_s: float) -> None:
-        """Wait for the server's WELCOME (or REJECT) after READY (hello); then take it."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise ConfigError(f"the server at {self.connect} did not answer within {timeout_s:.0f}s;"
-                                  " check --connect (address and port) and that the server runs")
-            if not self.server.sock.poll(int(min(left, 1.0) * 1000)):
-                self.hello_again()
-                continue
-            got = self.recv_server()
-            if got is None:
-                continue
-            msg = got.msg
-            if msg.kind == MsgKind.REJECT:
-                raise ConfigError(f"the server refused client {self.cid}: {msg.body.get('reason')}")
-            if msg.kind == MsgKind.WELCOME:
-                break
-        self._welcome(msg)
+        register(self.link, [self], timeout_s)
+        if self.refused is not None:
+            raise ConfigError(f"the server refused client {self.cid}: {self.refused}")
 
     def _welcome(self, msg: Message) -> None:
         """Take the run's configuration; keep the data and model when it did not change (a
@@ -160,11 +151,14 @@ class Client(Inbox):
         if self.executor is not None:
             self._adopt(self.executor)
         self.peers.availability = self.availability
-        self.seen.clear()
+        self.seen = None
         n = self.executor.num_examples if self.executor is not None else \
             num_examples(cfg, self.cid, indices)
         ready = {"phase": "ready", "n": n}
         if b.get("peers"):  # the run's routes hand models between clients: listen for them
+            if self.host is not None:
+                self.host.check_files()
+            self.peers.pump = self.pump_now  # acknowledge hand-offs to us while we wait
             new = self.peers.listen()
             if new is not None:
                 self.on_socket(new)
@@ -233,21 +227,32 @@ class Client(Inbox):
         while (left := end - time.monotonic()) > 0:
             self.pump(max(1, int(min(left, 0.05) * 1000)))
 
-    def _pump(self, timeout_ms: int) -> None:
+    def pump(self, timeout_ms: int) -> None:
         """Read the sockets (hand-offs acknowledged at once and queued, a re-sent duplicate not
-        run again; tasks queued; SHUTDOWN stops the loop)."""
-        self.read(dict(self.poller.poll(timeout_ms)))
+        run again; tasks queued; SHUTDOWN stops the loop): the Host's, or this client's own."""
+        if self.host is not None:
+            return self.host.pump(timeout_ms)
+        return self.read(dict(self.poller.poll(timeout_ms)))
+
+    def pump_now(self) -> None:
+        """pump(0): what a wait calls to serve the sockets meanwhile."""
+        self.pump(0)
+
+    def on_socket(self, sock: zmq.Socket) -> None:
+        """A socket opened after serving began (the peer socket): poll it too."""
+        if self.host is not None:
+            return self.host.watch(sock, self)
+        return self.poller.register(sock, zmq.POLLIN)
 
     def sockets(self) -> list[zmq.Socket]:  # the server link and the peer socket (if bound)
-        return [self.server.sock] + ([self.peers.sock] if self.peers.sock is not None else [])
+        return [self.link.sock] + ([self.peers.sock] if self.peers.sock is not None else [])
 
     def serve(self) -> int:
         """The poll loop of a process that holds only this client (see Host for several)."""
         self.poller = zmq.Poller()
-        self.on_socket = lambda sock: self.poller.register(sock, zmq.POLLIN)
         for sock in self.sockets():
             self.poller.register(sock, zmq.POLLIN)
-        self.peers.pump = lambda: self.pump(0)
+        self.peers.pump = self.pump_now
         interrupt.install(self.must_stop)  # a long task stops between two batches
         while not self.stopping:
             code = self.check()
@@ -277,9 +282,10 @@ class Client(Inbox):
 
     def close(self) -> None:
         """Close sockets (waiting briefly for queued messages) and the context."""
-        stop_monitor(self.server.sock, self.monitor)
+        self.link.remove(self)
         self.peers.close()
-        self.server.sock.close(linger=2000)
+        if self.own_link:
+            self.link.close()
         if self.auth is not None:
             self.auth.stop()
         if self.own_ctx:

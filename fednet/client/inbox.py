@@ -14,19 +14,19 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
-import zmq
-from zmq.utils.monitor import recv_monitor_message
-
+from fednet.log import Throttle
 from fednet.metrics.accounting import SERVER
-from fednet.protocol import MsgKind
-from fednet.transport.channels import LINK_TIMEOUT_MS, Deferred, Received
+from fednet.protocol import MsgKind, peek_kind
+from fednet.transport.channels import Deferred, Received
 
 if TYPE_CHECKING:
     from fednet.client.app import Client
 
 log = logging.getLogger("fednet.client")
+throttled = Throttle(log)
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
@@ -38,48 +38,72 @@ TASKS = frozenset({MsgKind.TASK})
 class Inbox:
     """Reading the server link and the peer socket (mixed into Client)."""
 
+    __slots__ = ()
+
     def read(self: Client, ready: dict[Any, int]) -> None:
         """Handle what the readable sockets in `ready` (a poll result) hold."""
         if self.peers.sock in ready:
-            for _ in range(1000):
-                got = self.peers.receive()
-                if got is not None:
-                    key = (got[0].task_id, int(got[0].body.get("hop", 0)))
-                    if key not in self.seen:
-                        self.seen.add(key)
-                        self.work.append(got)
-                if not self.peers.sock.poll(0):
-                    break
-        if self.server.sock in ready:
-            for _ in range(1000):
-                got = self.recv_server(defer=True)
-                if isinstance(got, Deferred):
-                    self.work.append((got, 0))
-                elif got is not None:
-                    msg, n = got.msg, got.nbytes
-                    if msg.kind == MsgKind.TASK:
-                        self.work.append((msg, n))
-                    elif msg.kind == MsgKind.SHUTDOWN:
-                        self.stopping = True
-                    elif msg.kind == MsgKind.WELCOME:
-                        self._drop_work()  # what the old server sent is void now
-                        self._welcome(msg)
-                    elif msg.kind == MsgKind.REJECT:  # a re-registration refused: e.g. the
-                        # server has not yet seen our old connection close; try again shortly
-                        log.warning("client %d: the server refused to register it again (%s); "
-                                    "retrying in 2 s", self.cid, msg.body["reason"][:200])
-                        self.rehello_at = time.monotonic() + 2.0
-                    else:
-                        log.warning("client %d: unexpected %s from the server", self.cid,
-                                    msg.kind.name)
-                if not self.server.sock.poll(0):
-                    break
+            self.read_peers()
+        if self.own_link and self.link.sock in ready:
+            self.link.drain()
 
-    def recv_server(self: Client, defer: bool = False) -> Received | Deferred | None:
-        """One message from the server (accepted and counted), or None; with defer, a TASK
-        comes back undecoded (Deferred)."""
-        got = self.server.recv("server", TASKS if defer else frozenset())
-        return got if isinstance(got, Deferred) else self._accepted(got)
+    def read_peers(self: Client) -> None:
+        """Hand-offs from peers: acknowledged at once and queued; a re-sent duplicate is not
+        queued again."""
+        for _ in range(1000):
+            got = self.peers.receive()
+            if got is not None:
+                key = (got[0].task_id, int(got[0].body.get("hop", 0)))
+                if self.seen is None:
+                    self.seen = set()
+                if key not in self.seen:
+                    self.seen.add(key)
+                    self.queue_work(got)
+            if not self.peers.sock.poll(0):
+                break
+
+    def queue_work(self: Client, item: tuple[Any, int]) -> None:
+        """A task or hand-off to run; the process's scheduler learns that this client has work."""
+        if not isinstance(self.work, deque):  # an idle client's queue: none yet
+            self.work = deque()
+        self.work.append(item)
+        self.link.ready.append(self)
+
+    def on_server(self: Client, parts: list[Any]) -> None:
+        """One message from the server (its envelope removed): a TASK is queued undecoded;
+        the rest is decoded, accepted (or rejected) and acted on at once."""
+        d = Deferred(b"", parts, "server")
+        if peek_kind(parts) in TASKS:
+            return self.queue_work((d, 0))
+        got = self._accepted(self.server.finish(d))
+        if got is None:
+            return None
+        msg = got.msg
+        if msg.kind == MsgKind.SHUTDOWN:
+            self.stopping = True
+            self.link.attention.add(self)
+        elif msg.kind == MsgKind.WELCOME:
+            self._drop_work()  # what the old server sent is void now
+            self._welcome(msg)
+            if not self.registered:
+                self.registered = True
+                self.link.settled.append(self)
+        elif msg.kind == MsgKind.REJECT:
+            reason = str(msg.body.get("reason", ""))[:200]
+            if not self.registered:  # its first registration: this client stops
+                if self.refused is None:
+                    self.refused = reason
+                    self.link.settled.append(self)
+                return None
+            # a re-registration refused: e.g. the server has not yet seen our old connection
+            # close; try again shortly
+            throttled.warning("client %d: the server refused to register it again (%s); "
+                              "retrying in 2 s", self.cid, reason)
+            self.rehello_at = time.monotonic() + 2.0
+            self.link.attention.add(self)
+        elif msg.kind != MsgKind.HEARTBEAT:
+            log.warning("client %d: unexpected %s from the server", self.cid, msg.kind.name)
+        return None
 
     def _accepted(self: Client, got: Received | None) -> Received | None:
         """got counted as accepted; None if undecodable, or a kind the server never sends
@@ -97,25 +121,36 @@ class Inbox:
         for msg, _ in self.work:
             if isinstance(msg, Deferred):
                 self._accepted(self.server.finish(msg))
-        self.work.clear()
+        self.work = ()
 
     def check(self: Client) -> int | None:
         """Launcher and server liveness, re-registration; an exit code when this client must stop."""
+        code = self.check_process()
+        if code is None:
+            self.check_flags()
+        return code
+
+    def check_process(self: Client) -> int | None:
+        """What every client of this process shares: its launcher and its server link; an exit
+        code when they must all stop."""
         if os.getppid() != self.parent:  # our launcher is gone: do not linger as an orphan
-            log.error("client %d: parent process exited; stopping", self.cid)
+            log.error("%s: parent process exited; stopping", self.link.names())
             return EXIT_ERROR
-        if self._server_gone():
-            log.error("client %d: lost the server at %s (no connection for %.0fs); stopping",
-                      self.cid, self.connect, self.lost_timeout)
+        if self.link.gone(self.lost_timeout):
+            log.error("%s: lost the server at %s (no connection for %.0fs); stopping",
+                      self.link.names(), self.connect, self.lost_timeout)
             return EXIT_ERROR
-        if self.rehello_at is not None and self.lost_since is None \
+        return None
+
+    def check_flags(self: Client) -> None:
+        """Register again when the link came back, or when a refused re-registration's wait
+        is over."""
+        if self.rehello_at is not None and self.link.lost_since is None \
                 and time.monotonic() >= self.rehello_at:
             self.rehello_at, self.rehello = None, True
         if self.rehello:
             self.rehello = False
-            log.warning("client %d: the server is back; registering again", self.cid)
             self.hello()
-        return None
 
     def must_stop(self: Client) -> bool:
         """Between two batches of a task (training/interrupt.py): read the sockets (a SHUTDOWN
@@ -125,32 +160,11 @@ class Inbox:
 
     def stop_due(self: Client) -> bool:
         """The run ended for this client (SHUTDOWN), or its launcher or server is gone."""
-        return self.stopping or os.getppid() != self.parent or self._server_gone()
+        return self.stopping or os.getppid() != self.parent or self.link.gone(self.lost_timeout)
 
     def hello_again(self: Client) -> None:
         """While waiting for WELCOME: a link that dropped and came back lost the hello (or the
         WELCOME) with the old connection; say hello again on the new one."""
-        self._server_gone()
         if self.rehello:
             self.rehello = False
             self.hello()
-
-    def _server_gone(self: Client) -> bool:
-        """True when the server link (or the process's heartbeating one) has been down for
-        longer than lost_timeout."""
-        if self.link is not None and self.link.lost_since is not None \
-                and time.monotonic() - self.link.lost_since > self.lost_timeout:
-            return True
-        while self.monitor.poll(0):
-            ev = recv_monitor_message(self.monitor)["event"]
-            if ev == zmq.EVENT_DISCONNECTED:
-                if self.lost_since is None:  # a frozen server stops answering heartbeats
-                    log.warning("client %d: lost the server at %s (closed, or no answer to "
-                                "heartbeats for %.0fs); waiting up to %.0fs for it", self.cid,
-                                self.connect, LINK_TIMEOUT_MS / 1000, self.lost_timeout)
-                    self.lost_since = time.monotonic()
-            elif ev == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                if self.lost_since is not None:  # the server is back (restarted, or the link
-                    self.rehello = True  # dropped while registering): register again
-                self.lost_since = None
-        return self.lost_since is not None and time.monotonic() - self.lost_since > self.lost_timeout

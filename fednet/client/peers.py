@@ -20,8 +20,8 @@ from fednet.metrics.accounting import SERVER, Ledger
 from fednet.network.churn import next_online_hop, passed_over
 from fednet.protocol import Message, MsgKind, tensor_bytes
 from fednet.protocol.proof import check_grant, check_handoff, handoff_tag
-from fednet.transport.channels import (Channel, Rejects, bind_router, connect_dealer,
-                                      open_monitor, stop_monitor)
+from fednet.transport.channels import Channel, Rejects, bind_router, connect_dealer
+from fednet.transport.monitor import open_monitor, stop_monitor
 from fednet.types import client_name
 from fednet.wire import ack_message, handoff_message, hop_done_message
 
@@ -31,8 +31,17 @@ ACK_TIMEOUT_S = 30.0  # a busy peer acknowledges between two local updates
 RETRIES = 2
 
 
+def _nothing() -> None:
+    return None
+
+
 class Peers:
-    """This client's peer socket and its outgoing hand-offs."""
+    """This client's peer socket and its outgoing hand-offs (slotted: one per idle client)."""
+
+    __slots__ = ("ctx", "me", "ledger", "keys", "peer_key", "gate", "server_setup", "advertise",
+                 "sock", "chan", "endpoint", "rejects", "last_peer_bytes", "last_peer_tensor",
+                 "run_id", "grant", "pump", "ack_timeout", "retries", "dead_peer",
+                 "last_to_hop", "availability", "skipped")
 
     def __init__(self, ctx: zmq.Context, me: str, advertise: str, ledger: Ledger,
                  keys: Any = None, peer_key: bytes | None = None, gate: str | None = None
@@ -53,7 +62,7 @@ class Peers:
         self.last_peer_bytes = self.last_peer_tensor = 0
         self.run_id = ""  # set at WELCOME; hand-offs of other runs are rejected
         self.grant: bytes | None = None  # --secure: this client's grant key (WELCOME)
-        self.pump: Callable[[], None] = lambda: None  # serves our own sockets while we wait
+        self.pump: Callable[[], None] = _nothing  # serves our own sockets while we wait
         self.ack_timeout, self.retries, self.dead_peer = ACK_TIMEOUT_S, RETRIES, "skip"
         self.last_to_hop = 0
         self.availability: Any = None  # --availability: offline peers are passed over

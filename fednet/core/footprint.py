@@ -31,3 +31,9 @@ def device_bytes_per_client(cfg: RunConfig) -> int:
     ds = load_dataset(d.dataset, d.data_root or None, d.download)
     data = (ds.train_x.nbytes + ds.train_y.nbytes) // max(1, cfg.clients)
     return client_device_bytes(model_bytes(cfg), data)
+
+
+def hands_off(cfg: RunConfig) -> bool:
+    """Whether the run's algorithm hands models between clients (each then holds a peer socket
+    and its files: platform/packing.py)."""
+    return algorithms.get(cfg.algo.name).handoffs

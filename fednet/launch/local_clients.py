@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 from fednet.errors import ConfigError
 from fednet.platform.gpus import parse_gpus
-from fednet.platform.proc import check_files_per_process, raise_fd_limit
+from fednet.platform.proc import raise_fd_limit
 from fednet.launch.spawn import Zygote, client_specs
 
 
@@ -112,7 +112,7 @@ def run_clients(connect: str, ids: list[int], gpus: str | None, advertise: str, 
     if per_process < 1:
         raise ConfigError(f"--clients-per-process must be at least 1 (got {per_process})")
     raise_fd_limit()
-    check_files_per_process(per_process)
+    # the open files a process needs: checked by each Host at WELCOME (if the run hands over)
     g = parse_gpus(gpus)
     if g:
         from fednet.platform.gpus import check_gpus

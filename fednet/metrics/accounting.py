@@ -37,13 +37,19 @@ class Entry:
         return self.header_bytes + self.payload_bytes
 
 
+def _counts() -> defaultdict[str, int]:
+    return defaultdict(int)
+
+
 class Ledger:
     """Records messages as seen by one process; totals split by direction and round."""
+
+    __slots__ = ("keep_entries", "entries", "_by_round", "_totals", "messages")
 
     def __init__(self, keep_entries: bool = False) -> None:
         self.keep_entries = keep_entries
         self.entries: list[Entry] = []
-        self._by_round: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self._by_round: dict[int, dict[str, int]] = defaultdict(_counts)
         self._totals: dict[str, int] = defaultdict(int)
         self.messages = 0
 

@@ -13,8 +13,9 @@ The rule (README, `fednet launch --help`):
 - with --gpus, also device memory: every process holds its own CUDA context
   (CUDA_CONTEXT_BYTES) and allocator workspace (DEVICE_WORKSPACE_BYTES), and every client its
   model and data on the device; the processes of each device must fit DEVICE_SHARE of its memory;
-- every process within its open-files limit (FILES_PER_CLIENT per logical client: sockets, their
-  mailboxes and monitors): beyond it, more processes of fewer clients each;
+- every process within its open-files limit when the algorithm hands models between clients
+  (FILES_PER_CLIENT per logical client: its peer socket, its mailbox and connections; the
+  server link is one per process): beyond it, more processes of fewer clients each;
 - --real-time keeps one process per client (grouped clients would wait out each other's delays);
 - an explicit number always wins.
 """
@@ -94,10 +95,12 @@ def _device_need(clients: int, k: int, ndev: int, per_client: int) -> int:
 
 def choose(clients: int, machine: Machine, requested: int = 0, gpus: Sequence[int] = (),
            per_client_device: int = CLIENT_DEVICE_BYTES, real_time: bool = False,
-           model_bytes: int = 0) -> Choice:
+           model_bytes: int = 0, handoffs: bool = True) -> Choice:
     """The number of clients per process for `clients` clients (requested > 0 wins).
     model_bytes: the run's model state; a process also holds HOST_MODEL_COPIES of it beyond its
-    clients' own models (memory its allocator keeps from received and replaced models)."""
+    clients' own models (memory its allocator keeps from received and replaced models).
+    handoffs: whether the algorithm hands models between clients; only then does a client hold
+    files of its own (its peer socket and connections); the server link is the process's."""
     n = max(1, clients)
     if requested > 0:
         return Choice(requested, -(-n // requested), False,
@@ -140,7 +143,7 @@ def choose(clients: int, machine: Machine, requested: int = 0, gpus: Sequence[in
             why = dev
         else:
             why += "; " + dev
-    k_files = max(1, (machine.files - FILES_RESERVE) // FILES_PER_CLIENT)
+    k_files = max(1, (machine.files - FILES_RESERVE) // FILES_PER_CLIENT) if handoffs else n
     if k > k_files:  # e.g. 50,000 clients in 16 processes: 25,064 files each, the limit 20,000
         k = k_files
         why += (f"; at most {k_files} clients per process within the open-files limit of "

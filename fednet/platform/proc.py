@@ -43,15 +43,19 @@ def raise_fd_limit() -> int:
 
 
 FILES_RESERVE = 64  # a client process's own files beyond its clients' (libraries, logs, pipes)
-FILES_PER_CLIENT = 8  # measured ~5 per logical client (sockets, mailboxes, listener) + links
+FILES_PER_CLIENT = 8  # a client of a hand-off run: peer socket, mailbox, listener, connections
+#                      (without hand-offs a client holds no file: the server link is shared)
 
 
-def check_files_per_process(per_process: int) -> None:
-    """ConfigError if one process of `per_process` clients would run out of open files."""
+def check_files_per_process(per_process: int, handoffs: bool = True) -> None:
+    """ConfigError if one process of `per_process` clients of a run with hand-offs would run out
+    of open files."""
     import resource
 
     from fednet.errors import ConfigError
 
+    if not handoffs:  # the clients hold no files of their own
+        return
     need = FILES_PER_CLIENT * per_process + FILES_RESERVE
     limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if limit < need:
@@ -72,25 +76,42 @@ def seed_routing_ids() -> None:
         pass
 
 
-SERVER_FILES_PER_CLIENT = 1  # the server holds one TCP connection per client
 SERVER_FILES_RESERVE = 256  # its own files: the dataset cache, logs, zmq's mailboxes, the zygote
 
 
-def check_server_files(clients: int) -> None:
-    """ConfigError, before anything starts, if the server could not hold one connection per
-    client within its open-files limit (call after raise_fd_limit)."""
+def server_files_problem(connections: int, what: str) -> str:
+    """Why the server could not hold `connections` client connections (one per client process:
+    its clients share it) within its open-files limit, '' when it can (call after
+    raise_fd_limit). `what`: the option that sets how many there are."""
     import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = connections + SERVER_FILES_RESERVE
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return ""
+    return (f"{what}: the server holds one connection per client process, {connections} here, "
+            f"and needs about {need} open files; the limit is {soft} (hard limit "
+            f"{'unlimited' if hard == resource.RLIM_INFINITY else hard}, ulimit -Hn); put more "
+            "clients in each process (--clients-per-process) or raise the hard limit "
+            "(limits.conf, or LimitNOFILE under systemd)")
+
+
+def check_server_connections(clients: int, per_process: int, launch: bool) -> None:
+    """Before anything starts: ConfigError when launch's client processes (`per_process`
+    clients each; 0: auto, which stays far below) would need more connections than the server
+    can hold; `fednet server` only warns, since the client hosts choose how they group their
+    clients."""
+    import logging
 
     from fednet.errors import ConfigError
 
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    need = SERVER_FILES_PER_CLIENT * clients + SERVER_FILES_RESERVE
-    if soft != resource.RLIM_INFINITY and soft < need:
-        raise ConfigError(f"--clients {clients}: the server holds one connection per client and "
-                          f"needs about {need} open files; the limit is {soft} (hard limit "
-                          f"{'unlimited' if hard == resource.RLIM_INFINITY else hard}, ulimit -Hn); "
-                          "run fewer clients or raise the hard limit (limits.conf, or "
-                          "LimitNOFILE under systemd)")
+    if launch and per_process:
+        why = server_files_problem(-(-clients // per_process), "--clients-per-process")
+        if why:
+            raise ConfigError(why)
+    elif not launch and (why := server_files_problem(clients, "--clients")):
+        logging.getLogger("fednet.server").warning(
+            "%s (if every client host runs one process per client)", why)
 
 
 def peak_rss_bytes() -> int:

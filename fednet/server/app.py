@@ -18,8 +18,8 @@ from fednet.server.inflight import next_task, process_cap
 from fednet.server.intake import Intake
 from fednet.core.rounds import FollowUp
 from fednet.core.session import Session
-from fednet.transport.channels import (Channel, bind_router, open_monitor, server_context,
-                                      stop_monitor)
+from fednet.transport.channels import Channel, bind_router, server_context
+from fednet.transport.monitor import open_monitor, stop_monitor
 from fednet.types import ClientInfo, Failure, Result, Task, client_name
 from fednet.wire import task_message
 
@@ -41,7 +41,7 @@ class ZmqServer(Intake):
             ctx = server_context()
             bound = (ctx, *bind_router(ctx, host, port))
         self.ctx, self.sock, self.endpoint = bound
-        self.chan = Channel(self.sock, session.ledger, SERVER, router=True)
+        self.chan = Channel(self.sock, session.ledger, SERVER, router=True, enveloped=True)
         self.conns = Connections(identity or Identity())
         self.monitor = open_monitor(self.sock, zmq.EVENT_DISCONNECTED)
         self.poller = zmq.Poller()

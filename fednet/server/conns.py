@@ -1,7 +1,9 @@
 """Who is on which connection: client ids bound to proven connections, and liveness.
 
-The server's ROUTER names every connection itself (clients set no identity). A connection
-becomes client cid only through an accepted READY(hello) that proves the claim:
+The server's ROUTER names every connection itself (clients set no identity); the clients of
+one process share a connection, and each message's envelope says which of them it is for, so a
+route here is the connection's id and the envelope (channels.Channel). A route becomes client
+cid only through an accepted READY(hello) that proves the claim:
 - under `fednet launch`: an HMAC over a fresh nonce with the client's secret (fednet.protocol.proof);
 - under `--secure`: the CURVE public key that ZAP authenticated is one allowed to claim cid;
 - plaintext `fednet server`: nothing can be proven; a claim is taken while no live connection
@@ -48,7 +50,7 @@ class Connections:
         self.cid_of: dict[bytes, int] = {}
         self.key_of: dict[int, str] = {}
         self.released: dict[bytes, int] = {}  # connection -> its dead client (one per death)
-        self.fd_route: dict[int, bytes] = {}
+        self.fd_routes: dict[int, set[bytes]] = {}  # a process's clients share a connection
         self.route_fd: dict[bytes, int] = {}
         self.lost: dict[int, float] = {}
         self.nonces: set[tuple[int, bytes]] = set()
@@ -59,7 +61,7 @@ class Connections:
         """A message arrived on connection `route` through socket fd."""
         if fd >= 0 and self.route_fd.get(route) != fd:
             self.route_fd[route] = fd
-            self.fd_route[fd] = route
+            self.fd_routes.setdefault(fd, set()).add(route)
         cid = self.cid_of.get(route)
         if cid is not None:
             self.lost.pop(cid, None)
@@ -123,16 +125,14 @@ class Connections:
         self.lost.pop(cid, None)
 
     def disconnected(self, fd: int) -> None:
-        """The socket monitor saw connection fd close."""
-        route = self.fd_route.pop(fd, None)
+        """The socket monitor saw connection fd close (every client on it is lost)."""
         self._closed_since_trim += 1
-        self._last_close = time.monotonic()
-        if route is None:
-            return
-        self.route_fd.pop(route, None)
-        cid = self.cid_of.get(route)
-        if cid is not None and self.route_of.get(cid) == route:
-            self.lost.setdefault(cid, time.monotonic())
+        self._last_close = now = time.monotonic()
+        for route in self.fd_routes.pop(fd, ()):
+            self.route_fd.pop(route, None)
+            cid = self.cid_of.get(route)
+            if cid is not None and self.route_of.get(cid) == route:
+                self.lost.setdefault(cid, now)
 
     def gone(self, grace_s: float = LOST_GRACE_S) -> list[int]:
         """Clients whose connection has been lost for longer than grace_s."""

@@ -15,7 +15,7 @@ from fednet.plugin_check import welcome_plugins
 from fednet.protocol import Message, MsgKind
 from fednet.protocol.proof import grant_key
 from fednet.core.replies import accept_reply
-from fednet.transport.channels import Received
+from fednet.transport.channels import SUB_BYTES, Received, sub_frame
 from fednet.types import ClientInfo, client_name
 
 if TYPE_CHECKING:
@@ -106,8 +106,8 @@ class Intake:
     def _on_hello(self: ZmqServer, got: Received) -> None:
         b = got.msg.body
         cid = b["cid"]
-        if got.msg.sender != client_name(cid):
-            return self.chan.reject(got, "hello whose sender is not its cid")
+        if got.msg.sender != client_name(cid) or got.route[-SUB_BYTES:] != sub_frame(cid):
+            return self.chan.reject(got, "hello whose sender or envelope is not its cid")
         if cid >= self.s.cfg.clients:
             self.chan.reject(got, "client id out of range")
             return self._send_reject(got, f"client id out of range: this run has "

@@ -16,8 +16,8 @@ from fednet.metrics.history import resolve_out
 from fednet.platform import packing
 from fednet.platform.gpus import check_gpus
 from fednet.platform.malloc import Reserve
-from fednet.platform.proc import (check_files_per_process, check_server_files, pss_bytes,
-                                  raise_fd_limit)
+from fednet.platform.proc import (check_files_per_process, check_server_connections,
+                                  pss_bytes, raise_fd_limit)
 from fednet.server.conns import Identity
 from fednet.server.inflight import reserve_bytes
 from fednet.transport import channels
@@ -29,19 +29,16 @@ log = logging.getLogger("fednet.server")
 
 
 def _client_exits(zyg: Zygote | None) -> dict[str, Any]:
-    if zyg is None:
-        return {}
-    bad = {str(c): code for c, code in sorted(zyg.exits.items()) if code != 0}
-    return {"client_exit_codes": bad}
+    return {} if zyg is None else {"client_exit_codes": {
+        str(c): code for c, code in sorted(zyg.exits.items()) if code != 0}}
 
 
 def _client_view(byes: dict[int, dict[str, Any]]) -> dict[str, int]:
     """The clients' own ledgers added up (sent with BYE): a cross-check of the server's view."""
     out: dict[str, int] = {}
-    for totals in byes.values():
-        for k, v in totals.items():
-            if isinstance(v, int):
-                out[k] = out.get(k, 0) + v
+    for k, v in (kv for totals in byes.values() for kv in totals.items()):
+        if isinstance(v, int):
+            out[k] = out.get(k, 0) + v
     return out
 
 
@@ -84,7 +81,12 @@ def per_process_choice(cfg: RunConfig) -> packing.Choice:
         log.warning("cannot size the model on the meta device (%s); counting %d MiB per "
                     "client", e, per_client >> 20)
     return packing.choose(cfg.clients, machine, 0, cfg.gpus, per_client,
-                          real_time=cfg.latency.real, model_bytes=model)
+                          real_time=cfg.latency.real, model_bytes=model, handoffs=_handoffs(cfg))
+
+
+def _handoffs(cfg: RunConfig) -> bool:  # the algorithm hands models over: clients hold files
+    from fednet.core.footprint import hands_off
+    return hands_off(cfg)
 
 
 def identity_for(cfg: RunConfig, local_clients: bool, per_process: int = 1
@@ -131,12 +133,12 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
     says why the run ended.
     """
     t_start = time.monotonic()
-    raise_fd_limit()  # one connection per client; the zygote's children inherit it
-    check_server_files(cfg.clients)  # refused before anything starts
+    raise_fd_limit()  # one connection per client process; the zygote's children inherit it
+    check_server_connections(cfg.clients, cfg.net.clients_per_process, local_clients)
     if local_clients:
         check_gpus(cfg.gpus)
         if cfg.net.clients_per_process:
-            check_files_per_process(cfg.net.clients_per_process)
+            check_files_per_process(cfg.net.clients_per_process, _handoffs(cfg))
     precheck(cfg)
     runtime = "launch" if local_clients else "server"
     with Run(runtime, resolve_out(cfg), on_interrupt=STOPPING, t_start=t_start) as run:
@@ -176,7 +178,8 @@ def _start(run: Run, cfg: RunConfig, quiet: bool, local_clients: bool, prepare: 
     sock, endpoint = channels.bind_router(
         ctx, cfg.net.host, cfg.net.port, what="--bind port" if not local_clients else "net.port",
         setup=setup, heartbeat_ms=channels.server_heartbeat_ms(cfg.clients),
-        handshake_ms=channels.server_handshake_ms(cfg.clients))
+        handshake_ms=channels.server_handshake_ms(cfg.clients),
+        hwm=channels.ROUTER_HWM + 2 * cfg.clients)
     run.finish_here()  # the summary is written once the server and the clients have stopped
     zyg = Zygote(cfg.data.dataset, cfg.data.data_root, logfile) if local_clients else None
     if zyg is not None:
@@ -199,7 +202,7 @@ def _start(run: Run, cfg: RunConfig, quiet: bool, local_clients: bool, prepare: 
     run.reports.append(lambda: _report(run, server))
     if zyg is not None:
         choice = early or per_process_choice(cfg)
-        check_files_per_process(choice.per_process)
+        check_files_per_process(choice.per_process, _handoffs(cfg))
         run.extra["clients_per_process"] = choice.as_dict()
         per_process = choice.per_process
         zyg.spawn(client_specs(cfg.clients, endpoint, cfg.gpus, cfg.train.threads, secure=cfg.net.secure,

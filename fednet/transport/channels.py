@@ -3,9 +3,7 @@ from __future__ import annotations
 
 import errno
 import logging
-import itertools
 import os
-import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -40,8 +38,9 @@ def server_heartbeat_ms(clients: int) -> int:
     upkeep grows as C^2 (0.88 cores for 10,000 idle connections, as issue 22 measured), and
     on a busy machine late pongs dropped connections, whose clients registered again: a storm.
     At this interval it grows as C (10,000 clients: a ping every 10 s, and a frozen client is
-    dropped 12 s after the ping it did not answer, within about 22 s)."""
-    return HEARTBEAT_IVL_MS * max(1, -(-int(clients) // PONGS_PER_S))
+    dropped 12 s after the ping it did not answer, within about 22 s). At most 10 s: the
+    clients of a process share one connection, so a large population has few connections."""
+    return HEARTBEAT_IVL_MS * min(10, max(1, -(-int(clients) // PONGS_PER_S)))
 
 
 def server_handshake_ms(clients: int) -> int:
@@ -72,32 +71,6 @@ def _common(sock: zmq.Socket, heartbeat_ms: int = HEARTBEAT_IVL_MS,
     sock.setsockopt(zmq.HANDSHAKE_IVL, handshake_ms)
 
 
-_MONITORS = itertools.count()
-
-
-def open_monitor(sock: zmq.Socket, events: int) -> zmq.Socket:
-    """The reading end of `sock`'s socket monitor (what pyzmq's get_monitor_socket gives), with
-    an unbounded pipe. With pyzmq's, 1,000 unread events fill the pipe, and libzmq's I/O thread
-    then blocks in the next send holding the monitor's mutex: thousands of connections closing
-    at the end of a run (nobody reads the monitor then) hung disable_monitor() for good, in C,
-    where no SIGTERM is handled (gdb, 10,000 clients). An event is a few dozen bytes."""
-    addr = f"inproc://fednet-monitor-{os.getpid()}-{next(_MONITORS)}"
-    sock.monitor(addr, events)
-    mon = sock.context.socket(zmq.PAIR)
-    mon.setsockopt(zmq.RCVHWM, 0)  # the pipe's limit is the reader's: none
-    mon.connect(addr)
-    return mon
-
-
-def stop_monitor(sock: zmq.Socket, monitor: zmq.Socket) -> None:
-    """Stop `sock`'s monitor (opened by open_monitor) and close its reading end."""
-    try:
-        sock.disable_monitor()
-    except zmq.ZMQError:  # already closed
-        pass
-    monitor.close(linger=0)
-
-
 SERVER_IO_THREADS = min(2, os.cpu_count() or 1)
 """ZeroMQ I/O threads of a server's context: a ROUTER spreads its connections over them, so the
 kernel's socket copies of a round's models (the server sends and receives them all) run on two
@@ -111,13 +84,14 @@ def server_context() -> zmq.Context:
 
 def bind_router(ctx: zmq.Context, host: str, port: int, what: str = "--port",
                 setup: Callable[[zmq.Socket], None] | None = None,
-                heartbeat_ms: int = HEARTBEAT_IVL_MS, handshake_ms: int = HANDSHAKE_MS
-                ) -> tuple[zmq.Socket, str]:
+                heartbeat_ms: int = HEARTBEAT_IVL_MS, handshake_ms: int = HANDSHAKE_MS,
+                hwm: int = ROUTER_HWM) -> tuple[zmq.Socket, str]:
     """A ROUTER bound on host:port (0 = any free port); returns (socket, actual endpoint).
 
     `setup(sock)` runs before bind (e.g. to make it a CURVE server); `heartbeat_ms` and
     `handshake_ms`: its ping interval and handshake timeout (a server's: server_heartbeat_ms,
-    server_handshake_ms)."""
+    server_handshake_ms); `hwm`: messages queued per connection (a server's: room for one of
+    every message to every client, since a process's clients share a connection)."""
     sock = ctx.socket(zmq.ROUTER)
     _common(sock, heartbeat_ms, handshake_ms)
     if setup is not None:
@@ -125,7 +99,7 @@ def bind_router(ctx: zmq.Context, host: str, port: int, what: str = "--port",
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
     # a ROUTER names each connection itself (clients set no identity): a claimed id is bound
     # to a connection only after it is proven, and no one can take a connection over
-    sock.setsockopt(zmq.SNDHWM, ROUTER_HWM)  # a peer that never reads costs at most this many
+    sock.setsockopt(zmq.SNDHWM, hwm)  # a peer that never reads costs at most this many
     sock.setsockopt(zmq.RCVHWM, ROUTER_HWM)  # one flooding connection is throttled, not queued
     addr = f"tcp://{host}:{port if port else '*'}"
     try:
@@ -165,9 +139,11 @@ class Rejects:
     """Counts rejected messages per sender (the bytes go to the ledger); logs the first per
     sender, then every 1000th, at most 20 lines a second in all (log.Throttle)."""
 
+    __slots__ = ("counts",)
+    _log = Throttle(log)  # one for the process: its clients' rejections share the 20 lines/s
+
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
-        self._log = Throttle(log)
 
     def note(self, sender: str, err: Exception | str) -> None:
         """Record one rejected message from `sender`."""
@@ -218,12 +194,30 @@ class Deferred(NamedTuple):
     who: str
 
 
+SUB_BYTES = 4  # the envelope of the server link: which client of the connection (uint32)
+
+
+def sub_frame(cid: int) -> bytes:
+    """The envelope frame of client cid's messages on its process's server link."""
+    return int(cid).to_bytes(SUB_BYTES, "little")
+
+
 class Channel:
     """Send and receive fednet Messages on one socket. A sent message is recorded in the
-    ledger; a received one only when the caller accepts it, and rejected ones apart."""
+    ledger; a received one only when the caller accepts it, and rejected ones apart.
 
-    def __init__(self, sock: zmq.Socket, ledger: Ledger, me: str, router: bool) -> None:
+    The server link is shared by the clients of a process: every message on it starts with an
+    envelope frame naming the client (sub_frame). `sub`: the envelope this DEALER's messages
+    carry; `enveloped`: this ROUTER's messages carry one, and their route is the connection's
+    id followed by the envelope (one route per client of a connection). The envelope, like the
+    ROUTER's connection id, is routing: the ledger does not count it."""
+
+    __slots__ = ("sock", "ledger", "me", "router", "sub", "enveloped", "rejects", "dropped_sends")
+
+    def __init__(self, sock: zmq.Socket, ledger: Ledger, me: str, router: bool,
+                 sub: bytes | None = None, enveloped: bool = False) -> None:
         self.sock, self.ledger, self.me, self.router = sock, ledger, me, router
+        self.sub, self.enveloped = sub, enveloped
         self.rejects = Rejects()
         self.dropped_sends = 0
 
@@ -234,9 +228,11 @@ class Channel:
         frames = encode(msg)
         h, p = frame_bytes(frames)
         if self.router:
-            parts: list[Any] = [route if route is not None else dst.encode()] + frames
+            to = route if route is not None else dst.encode()
+            head = [to[:-SUB_BYTES], to[-SUB_BYTES:]] if self.enveloped else [to]
+            parts: list[Any] = head + frames
         else:
-            parts = frames
+            parts = frames if self.sub is None else [self.sub] + frames
         tracker = self.sock.send_multipart(parts, copy=False, track=track,
                                            flags=0 if block else zmq.NOBLOCK)
         self.ledger.record(msg.round, msg.kind.name, self.me, dst, h, p, tensor_bytes(msg))
@@ -251,6 +247,13 @@ class Channel:
         route = b""
         if self.router:
             route = parts[0].bytes
+            parts = parts[1:]
+        if self.enveloped or self.sub is not None:
+            if len(parts) < 2 or len(parts[0]) != SUB_BYTES:  # no envelope: nobody's message
+                self.rejects.note(who or _route_name(route) or "server", "no client envelope")
+                self.ledger.reject(sum(len(f) for f in parts))
+                return None
+            route = route + parts[0].bytes if self.enveloped else route
             parts = parts[1:]
         d = Deferred(route, parts, who)
         if defer and peek_kind(parts) in defer:
@@ -282,13 +285,3 @@ class Channel:
 
 def _route_name(route: bytes) -> str:
     return route.hex() if route else ""
-
-
-def wait_readable(sock: zmq.Socket, timeout_s: float) -> bool:
-    """True when sock has a message within timeout_s."""
-    return bool(sock.poll(max(0, int(timeout_s * 1000)), zmq.POLLIN))
-
-
-def monotonic_deadline(seconds: float) -> float:
-    """time.monotonic() + seconds."""
-    return time.monotonic() + seconds

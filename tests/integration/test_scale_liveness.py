@@ -23,7 +23,8 @@ from fednet.transport.channels import (HEARTBEAT_IVL_MS, bind_router, connect_de
 
 MONITOR_SCRIPT = textwrap.dedent("""
     import sys, time, zmq
-    from fednet.transport.channels import bind_router, connect_dealer, open_monitor, stop_monitor
+    from fednet.transport.channels import bind_router, connect_dealer
+    from fednet.transport.monitor import open_monitor, stop_monitor
     n = int(sys.argv[1])
     ctx = zmq.Context()
     ctx.set(zmq.MAX_SOCKETS, 2 * n + 100)
@@ -76,16 +77,16 @@ def test_the_servers_ping_interval_grows_with_the_population_beyond_1000_clients
         ctx.term()
 
 
-def test_one_link_of_a_client_process_heartbeats_for_its_logical_clients():
+def test_the_logical_clients_of_a_process_share_one_heartbeating_link():
     from fednet.client.host import Host
 
     ctx = zmq.Context()
     server, endpoint = bind_router(ctx, "127.0.0.1", 0)
     host = Host([3, 4, 5], endpoint)
     try:
-        ivl = [c.server.sock.getsockopt(zmq.HEARTBEAT_IVL) for c in host.clients]
-        assert ivl == [HEARTBEAT_IVL_MS, 0, 0]
-        assert [c.link for c in host.clients] == [None, host.clients[0], host.clients[0]]
+        assert all(c.link is host.link and c.server.sock is host.link.sock for c in host.clients)
+        assert host.link.sock.getsockopt(zmq.HEARTBEAT_IVL) == HEARTBEAT_IVL_MS
+        assert [c.server.sub for c in host.clients] == [bytes([i, 0, 0, 0]) for i in (3, 4, 5)]
     finally:
         host.close()
         server.close(0)

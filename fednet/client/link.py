@@ -1,0 +1,161 @@
+"""A client process's connection to the server, shared by all of its logical clients.
+
+One DEALER, one socket monitor and one heartbeat per process, however many clients it holds:
+a connection per client cost the server one open file, one loopback port and one heartbeat
+timer each (libzmq's timer upkeep grew as C^2; 50,000 clients needed more files than the
+limit). Every message on the link starts with an envelope frame naming the client
+(channels.sub_frame); the link hands each arriving message to the client it names. The server
+binds each (connection, client) pair to a client id only through a proven hello, so a process
+speaks only for the ids it proved (server/conns.py).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any, Callable
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from fednet.errors import ConfigError
+from fednet.log import Throttle
+from fednet.transport.channels import LINK_TIMEOUT_MS, connect_dealer
+from fednet.transport.monitor import open_monitor, stop_monitor
+
+if TYPE_CHECKING:
+    from fednet.client.app import Client
+
+log = logging.getLogger("fednet.client")
+throttled = Throttle(log)
+
+DRAIN = 1000  # messages read from the link per call (the caller's other work goes on between)
+
+
+class ServerLink:
+    """The server link of one client process: its socket, its liveness and its clients."""
+
+    def __init__(self, ctx: zmq.Context, connect: str,
+                 setup: Callable[[zmq.Socket], None] | None = None) -> None:
+        self.connect = connect
+        self.sock = connect_dealer(ctx, connect, setup)
+        try:  # a dead server is noticed (DISCONNECTED, no new handshake) while idle
+            self.monitor = open_monitor(self.sock, zmq.EVENT_DISCONNECTED
+                                        | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        except BaseException:
+            self.sock.close(0)
+            raise
+        self.lost_since: float | None = None
+        self.clients: dict[bytes, Client] = {}  # envelope -> client
+        self.strays = 0  # messages for no client of this process (dropped)
+        self.attention: set[Client] = set()  # clients with a flag to act on (Client.check)
+        self.ready: deque[Client] = deque()  # a client per task or hand-off queued, in order
+        self.settled: list[Client] = []  # clients welcomed or refused (register reads it)
+        self.tracked: set[Client] = set()  # clients whose last send may still read memory
+
+    def add(self, c: Client) -> None:
+        """Messages with c's envelope go to c from now on."""
+        self.clients[c.server.sub] = c  # type: ignore[index]
+
+    def remove(self, c: Client) -> None:
+        """c stopped: messages for it are dropped."""
+        self.clients.pop(c.server.sub, None)  # type: ignore[arg-type]
+        self.attention.discard(c)
+
+    def drain(self) -> int:
+        """Hand what the link holds (up to DRAIN messages) to the clients they name; returns how
+        many were read."""
+        n = 0
+        for n in range(1, DRAIN + 1):
+            try:
+                parts = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return n - 1
+            c = self.clients.get(parts[0].bytes) if len(parts) > 1 else None
+            if c is None:
+                self.strays += 1
+                throttled.warning("a message from the server for no client of this process "
+                                  "(%d so far): dropped", self.strays)
+                continue
+            c.on_server(parts[1:])
+        return n
+
+    def watch(self) -> None:
+        """Read the link's connection events: a loss is logged once; a new handshake after a
+        loss (the server restarted, or the link dropped) asks every client to register again."""
+        while self.monitor.poll(0):
+            ev = recv_monitor_message(self.monitor)["event"]
+            if ev == zmq.EVENT_DISCONNECTED and self.lost_since is None:
+                wait = max((c.lost_timeout for c in self.clients.values()), default=0.0)
+                log.warning("%s: lost the server at %s (closed, or no answer to heartbeats for "
+                            "%.0fs); waiting up to %.0fs for it", self.names(), self.connect,
+                            LINK_TIMEOUT_MS / 1000, wait)
+                self.lost_since = time.monotonic()
+            elif ev == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                if self.lost_since is not None:
+                    log.warning("%s: the server is back; registering again",
+                                self.names())
+                    for c in self.clients.values():
+                        c.rehello = True
+                        self.attention.add(c)
+                self.lost_since = None
+
+    def gone(self, timeout_s: float) -> bool:
+        """Whether the link has been down for longer than timeout_s."""
+        self.watch()
+        return self.lost_since is not None and time.monotonic() - self.lost_since > timeout_s
+
+    def names(self) -> str:
+        """'client 3' or 'clients 0-299': the link's clients, for a log line."""
+        ids = sorted(c.cid for c in self.clients.values())
+        return f"client{'s' if len(ids) > 1 else ''} {ids_text(ids) if ids else '-'}"
+
+    def close(self, linger_ms: int = 2000) -> None:
+        """Stop the monitor and close the socket (waiting briefly for queued messages)."""
+        stop_monitor(self.sock, self.monitor)
+        self.sock.close(linger=linger_ms)
+
+
+def server_setup(keys: Any, gate: bytes | None) -> Callable[[zmq.Socket], None] | None:
+    """How the link's socket is set up: a CURVE client of the server (--secure `keys`), a PLAIN
+    client with the run's gate password (plaintext launch), or nothing (plaintext server)."""
+    if keys is not None:
+        from fednet.transport import security
+        return lambda s: security.as_client(s, keys.server_public, keys)
+    from fednet.transport.gate import client as gate_client
+    return gate_client(gate) if gate is not None else None
+
+
+def register(link: ServerLink, clients: list[Client], timeout_s: float) -> None:
+    """READY (hello) from every client, then each takes its WELCOME (or REJECT: its `refused`
+    says why) as it comes; the wait restarts with every one of them (building a client's data
+    takes time). ConfigError when the server does not answer within timeout_s."""
+    for c in clients:
+        c.hello()
+    waiting = len(clients)
+    deadline, recheck = time.monotonic() + timeout_s, time.monotonic() + 1.0
+    while waiting:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ConfigError(f"the server at {link.connect} did not answer within "
+                              f"{timeout_s:.0f}s; check --connect (address and port) and "
+                              "that the server runs")
+        if link.sock.poll(int(min(left, 1.0) * 1000)):
+            link.drain()
+        if link.settled:
+            waiting -= len(link.settled)
+            link.settled.clear()
+            deadline = time.monotonic() + timeout_s
+        if time.monotonic() >= recheck:  # a link that dropped meanwhile: hello again
+            recheck = time.monotonic() + 1.0
+            link.watch()
+            for c in clients:
+                if not c.registered and c.refused is None:
+                    c.hello_again()
+
+
+def ids_text(cids: list[int]) -> str:
+    """'0-299' for consecutive ids, else the ids with commas (at most 10 shown)."""
+    if cids == list(range(cids[0], cids[0] + len(cids))):
+        return f"{cids[0]}-{cids[-1]}" if len(cids) > 1 else str(cids[0])
+    return ",".join(map(str, cids[:10])) + (",..." if len(cids) > 10 else "")

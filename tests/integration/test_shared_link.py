@@ -1,0 +1,110 @@
+"""The clients of one process share one server connection (client/link.py): the server sees one
+connection for all of them, each message's envelope names its client, and a connection speaks
+only for the ids it registered (proven, or first come under plaintext `fednet server`)."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import zmq
+
+from fednet.client.host import Host
+from fednet.core.session import Session
+from fednet.protocol import Message, MsgKind, encode
+from fednet.server.app import ZmqServer
+from fednet.transport.channels import sub_frame
+from fednet.types import client_name
+from tests.conftest import small_config
+
+pytestmark = [pytest.mark.net]
+
+
+def _server(clients: int) -> ZmqServer:
+    return ZmqServer(Session(small_config(clients=clients), quiet=True, write=False))
+
+
+def _serve_host(host: Host, codes: list[int]) -> threading.Thread:
+    def main() -> None:
+        host.register(30)
+        codes.append(host.serve())
+    t = threading.Thread(target=main, daemon=True)
+    t.start()
+    return t
+
+
+def test_four_clients_of_one_process_register_over_one_connection():
+    srv = _server(4)
+    host = Host([0, 1, 2, 3], srv.endpoint)
+    codes: list[int] = []
+    t = _serve_host(host, codes)
+    try:
+        srv.wait_for_clients(4, 30)
+        assert sorted(srv.clients) == [0, 1, 2, 3]
+        assert len(srv.conns.fd_routes) == 1  # one TCP connection
+        routes = next(iter(srv.conns.fd_routes.values()))
+        assert len(routes) == 4 and len({r[:-4] for r in routes}) == 1  # one connection id ...
+        assert {srv.conns.route_of[c][-4:] for c in range(4)} == {sub_frame(c) for c in range(4)}
+        srv.shutdown()
+        t.join(10)
+        assert codes == [0] and set(srv.byes) == {0, 1, 2, 3}  # each client's own BYE
+        assert all(srv.byes[c]["control"] > 0 for c in range(4))  # each its own ledger
+    finally:
+        srv.close()
+        host.close()
+
+
+def _dealer(ctx: zmq.Context, endpoint: str) -> zmq.Socket:
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(endpoint)
+    return s
+
+
+def _send(s: zmq.Socket, envelope: int, msg: Message) -> None:
+    s.send_multipart([sub_frame(envelope)] + [bytes(f) for f in encode(msg)])
+
+
+def _hello(cid: int) -> Message:
+    return Message(MsgKind.READY, client_name(cid), body={"phase": "hello", "cid": cid,
+                                                          "endpoint": "", "device": "cpu"})
+
+
+def _pump(srv: ZmqServer, seconds: float = 1.0) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        srv._poll_once(0.05)
+
+
+def test_a_connection_speaks_only_for_the_ids_it_registered():
+    """Plaintext `fednet server` (first come): connection A registers client 0. It cannot
+    speak for client 1 by changing the envelope, nor register client 3 in client 2's envelope;
+    connection B cannot speak for client 0 with client 0's envelope; messages without an
+    envelope are nobody's."""
+    srv = _server(4)
+    ctx = zmq.Context()
+    a, b = _dealer(ctx, srv.endpoint), _dealer(ctx, srv.endpoint)
+    try:
+        _send(a, 0, _hello(0))
+        _pump(srv)
+        assert srv.conns.route_of[0][-4:] == sub_frame(0)
+        assert a.poll(2000) and a.recv_multipart()[0] == sub_frame(0)  # WELCOME, enveloped
+        before = srv.chan.rejects.total
+        ready = {"phase": "ready", "n": 10}
+        _send(a, 1, Message(MsgKind.READY, client_name(1), srv.s.run_id, body=ready))
+        _send(a, 2, _hello(3))  # an envelope that is not the id it claims
+        _send(b, 0, Message(MsgKind.READY, client_name(0), srv.s.run_id, body=ready))
+        b.send_multipart([bytes(f) for f in encode(_hello(2))])  # no envelope at all
+        b.send_multipart([b"\0\0\0"] + [bytes(f) for f in encode(_hello(2))])  # a cut one
+        _pump(srv)
+        assert srv.chan.rejects.total - before == 5
+        assert 1 not in srv.conns.route_of and 3 not in srv.conns.route_of
+        assert 2 not in srv.conns.route_of and not srv.clients  # no READY(ready) was taken
+        _send(a, 0, Message(MsgKind.READY, client_name(0), srv.s.run_id, body=ready))
+        _pump(srv)
+        assert list(srv.clients) == [0]  # the registered pair itself still works
+    finally:
+        a.close()
+        b.close()
+        ctx.term()
+        srv.close()
