@@ -99,6 +99,7 @@ class Client(Inbox):
         self.token: bytes | None = None  # from WELCOME: proves a reconnect (rejoin_token)
         self.rehello_at: float | None = None
         self.host: Any = None  # the Host of this process's clients (client/host.py), if any
+        self.poller: zmq.Poller | None = None  # this client's own loop's (serve)
         torch.set_num_threads(threads)
 
     def _send_server(self, msg: Message, track: bool = False) -> int:
@@ -242,7 +243,9 @@ class Client(Inbox):
         """A socket opened after serving began (the peer socket): poll it too."""
         if self.host is not None:
             return self.host.watch(sock, self)
-        return self.poller.register(sock, zmq.POLLIN)
+        if self.poller is not None:  # else serve() polls every socket when it starts
+            self.poller.register(sock, zmq.POLLIN)
+        return None
 
     def sockets(self) -> list[zmq.Socket]:  # the server link and the peer socket (if bound)
         return [self.link.sock] + ([self.peers.sock] if self.peers.sock is not None else [])
