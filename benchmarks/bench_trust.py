@@ -336,13 +336,16 @@ def closed_by_peer(s: socket.socket) -> bool:
 
 
 def hello_frames(cid: int) -> list[bytes]:
-    """The frames of a READY(hello) claiming client cid (what `fednet clients` sends first)."""
+    """The frames of a READY(hello) claiming client cid (what `fednet clients` sends first): the
+    server link's envelope, then the message."""
     from fednet.protocol import Message, MsgKind, encode
+    from fednet.transport.channels import sub_frame
     from fednet.types import client_name
 
     body = {"phase": "hello", "cid": cid, "endpoint": "tcp://127.0.0.1:1", "device": "cpu",
             "pid": os.getpid(), "host": "bench"}
-    return [bytes(f) for f in encode(Message(MsgKind.READY, client_name(cid), body=body))]
+    return [sub_frame(cid)] + [bytes(f) for f in encode(Message(MsgKind.READY, client_name(cid),
+                                                                 body=body))]
 
 
 def welcome_for(endpoint: str, cid: int, timeout_s: float = 10.0) -> str:
@@ -359,7 +362,7 @@ def welcome_for(endpoint: str, cid: int, timeout_s: float = 10.0) -> str:
         s.send_multipart(hello_frames(cid))
         if not s.poll(int(timeout_s * 1000)):
             return ""
-        return decode(s.recv_multipart()).kind.name
+        return decode(s.recv_multipart()[1:]).kind.name  # after the envelope
     finally:
         s.close(0)
         ctx.term()
@@ -668,7 +671,8 @@ def flood(out: str, env: dict[str, str], cwd: Path, n: int = 200_000, claim: int
                                   "--batch-size", "16", "--latency", "none", "-q",
                                   "--out", out], env, cwd)
     frames = hello_frames(claim)
-    res: dict[str, Any] = {"n": n, "claim": claim, "hello_bytes": sum(map(len, frames))}
+    res: dict[str, Any] = {"n": n, "claim": claim,  # the message's bytes (not its envelope)
+                           "hello_bytes": sum(map(len, frames[1:]))}
     cl: Proc | None = None
     ctx = zmq.Context()
     s = ctx.socket(zmq.DEALER)
