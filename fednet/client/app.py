@@ -4,25 +4,22 @@ from __future__ import annotations
 import logging
 import os
 from collections import deque
-import socket
 import time
 from typing import Any
 
 import torch
 import zmq
 
-from fednet.client.executor import Executor, num_examples, welcome_tables
-from fednet.client.inbox import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Inbox  # noqa: F401
+from fednet.client.executor import Executor, num_examples, welcome_config, welcome_tables
+from fednet.client.inbox import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Inbox  # noqa: F401 (host.py)
 from fednet.client.peers import PeerChainBroken, Peers, to_server
-from fednet.config import from_dict
-from fednet.errors import ConfigError
 from fednet.latency import Profile, up_delay, wire_time
 from fednet.metrics.accounting import SERVER, Ledger
 from fednet.plugin_check import checked_welcome
 from fednet.protocol import Message, MsgKind, tensor_bytes
-from fednet.protocol.proof import client_secret, gate_password, hello_proof, peer_key
+from fednet.protocol.proof import client_secret, gate_password, peer_key
 from fednet.training import interrupt
-from fednet.client.link import ServerLink, register, server_setup
+from fednet.client.link import ServerLink, server_setup
 from fednet.transport.channels import Channel, Deferred, sub_frame
 from fednet.transport.gate import Gate
 from fednet.types import client_name
@@ -109,54 +106,47 @@ class Client(Inbox):
             self.link.tracked.add(self)
         return n
 
-    def hello(self) -> None:
-        hello = {"phase": "hello", "cid": self.cid, "endpoint": self.peers.endpoint,
-                 "device": self.device, "pid": os.getpid(), "host": socket.gethostname()[:256]}
-        if self.token is not None:  # a reconnect: the server's own token from our WELCOME
-            hello["token"] = self.token
-        if self.secret is not None:  # prove the id: a fresh nonce, signed with our secret
-            nonce = os.urandom(16)
-            hello.update(nonce=nonce, proof=hello_proof(self.secret, self.cid, nonce))
-        self._send_server(Message(MsgKind.READY, self.name, body=hello))
-
-    def register(self, timeout_s: float) -> None:
-        """READY (hello) -> WELCOME -> build data and model -> READY (ready)."""
-        register(self.link, [self], timeout_s)
-        if self.refused is not None:
-            raise ConfigError(f"the server refused client {self.cid}: {self.refused}")
-
     def _welcome(self, msg: Message) -> None:
         """Take the run's configuration; keep the data and model when it did not change (a
         restarted server resuming the same run), then answer READY (ready)."""
         b = checked_welcome(msg.body)  # the run's plugins imported (PluginError: one line)
-        try:
-            cfg = from_dict(b["config"])
-        except (ConfigError, TypeError, ValueError, KeyError, AttributeError) as e:
-            raise ConfigError(f"the server sent a configuration this client cannot use ({e}); "
-                              "are both on the same fednet version?") from None
+        cfg = welcome_config(b)
+        n = self.take_welcome(cfg, b, Profile.from_dict(b.get("profile", {})),
+                              msg.arrays.get("indices"), b.get("token"), b.get("grant"),
+                              welcome_tables(cfg, msg.arrays))
+        self.send_ready(n, bool(b.get("peers")))
+
+    def take_welcome(self, cfg: Any, b: dict[str, Any], profile: Profile, indices: Any,
+                     token: bytes | None, grant: bytes | None, tables: tuple) -> int:
+        """This client's part of a WELCOME (its own, or its process's: client/host.py);
+        returns its number of training examples."""
         self.run_id = self.peers.run_id = str(b.get("run_id", ""))
-        self.peers.grant, self.token = b.get("grant"), b.get("token")  # grants: --secure
+        self.peers.grant, self.token = grant, token  # grants: --secure
         if self.admitted is not None:  # --secure: the run's client keys may reach our peer port
             self.admitted.update(k.encode() for k in b.get("peer_keys", []))
         n, p = cfg.net, self.peers
         p.ack_timeout, p.retries, p.dead_peer = n.ack_timeout, n.ack_retries, n.dead_peer
-        self.profile = Profile.from_dict(b.get("profile", {}))
+        self.profile = profile
         lat = cfg.latency
         self.real, self.scale, self.shaped = lat.real, lat.time_scale, lat.shaped
-        torch.set_num_threads(cfg.train.threads)
-        indices = msg.arrays.get("indices")
+        if self.host is None:
+            torch.set_num_threads(cfg.train.threads)
         if self.executor is None or self.executor.cfg.replace(out="") != cfg.replace(out=""):
             self.executor = None  # built at this client's first task (_executor)
             self._build = (cfg, indices)
-        self.links, self.availability = welcome_tables(cfg, msg.arrays)
+        self.links, self.availability = tables
         if self.executor is not None:
             self._adopt(self.executor)
         self.peers.availability = self.availability
         self.seen = None
-        n = self.executor.num_examples if self.executor is not None else \
+        return self.executor.num_examples if self.executor is not None else \
             num_examples(cfg, self.cid, indices)
+
+    def send_ready(self, n: int, peers: bool) -> None:
+        """READY(ready) with this client's number of examples; first, when the run's routes hand
+        models between clients, its peer socket listens and the message says where."""
         ready = {"phase": "ready", "n": n}
-        if b.get("peers"):  # the run's routes hand models between clients: listen for them
+        if peers:
             if self.host is not None:
                 self.host.check_files()
             self.peers.pump = self.pump_now  # acknowledge hand-offs to us while we wait

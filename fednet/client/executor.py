@@ -16,7 +16,8 @@ from fednet.algorithms.common import evaluate_own
 from fednet.algorithms.contract import ClientContext
 from fednet.algorithms.state import Shapes, to_device
 from fednet.core.state_files import StateFiles, decode_client, encode_client
-from fednet.config import RunConfig
+from fednet.config import RunConfig, from_dict
+from fednet.errors import ConfigError
 from fednet.data import load_dataset, run_partition
 from fednet.data.partition import part_size
 from fednet.data.client_data import checked_indices, client_data
@@ -228,3 +229,13 @@ def num_examples(cfg: RunConfig, cid: int, indices: np.ndarray | None) -> int:
     if getattr(ds, "natural", None) is None:  # a host with other data: one line at WELCOME
         checked_indices(indices, len(ds.train_y))
     return int(len(indices))
+
+
+def welcome_config(b: dict) -> RunConfig:
+    """The run's configuration from a WELCOME's body; ConfigError when this client cannot use it."""
+    try:
+        return from_dict(b["config"])
+    except (ConfigError, TypeError, ValueError, KeyError, AttributeError) as e:
+        raise ConfigError(f"the server sent a configuration this client cannot use ({e}); "
+                          "are both on the same fednet version?") from None
+

@@ -23,6 +23,7 @@ import torch
 import zmq
 
 from fednet.client.app import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Client
+from fednet.client.enroll import Enroll
 from fednet.client.executor import share_working_models
 from fednet.client.link import ServerLink, ids_text, register, server_setup
 from fednet.errors import ConfigError
@@ -37,7 +38,7 @@ CHECK_EVERY_S = 0.05  # the clients' liveness checks (launcher, server link) at 
 #                       0.2 ms for 63 clients, once per task otherwise
 
 
-class Host:
+class Host(Enroll):
     """The logical clients of one process, their shared server link and poll loop."""
 
     def __init__(self, cids: list[int], connect: str, device: str = "cpu",
@@ -70,7 +71,9 @@ class Host:
             raise
         self.rejected: list[Client] = []
         self._current: Client | None = None
-        self.files_checked = False
+        self.files_checked = self.batching = False
+        self.run_key = run_key
+        self.by_cid = {c.cid: c for c in self.clients}
 
     def _open(self, connect: str, secure: str, run_key: bytes | None, key_name: str,
               curve: tuple[bytes, bytes] | None) -> ServerLink:
@@ -113,9 +116,14 @@ class Host:
                 c.read_peers()
 
     def register(self, timeout_s: float) -> None:
-        """Every client registers over the shared link (link.register). A client the server
-        refuses stops alone; ConfigError when none is left."""
-        register(self.link, self.clients, timeout_s)
+        """The process's clients register over the shared link: all at once (READY(hellos),
+        one WELCOME, READY(readys): server/enroll.py), or each alone if the server refuses the
+        batch (link.register). A client the server refuses stops alone; ConfigError when none
+        is left."""
+        self.batching = len(self.clients) > 1
+        if self.batching:
+            self._hellos()
+        register(self.link, self.clients, timeout_s, said=self.batching)
         for c in self.clients:
             if c.refused is not None:
                 log.error("client %d: the server refused it: %s", c.cid, c.refused)

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from fednet.log import Throttle
 from fednet.metrics.accounting import SERVER
-from fednet.protocol import MsgKind, peek_kind
+from fednet.errors import ConfigError
+from fednet.protocol import Message, MsgKind, peek_kind
+from fednet.protocol.proof import hello_proof
 from fednet.transport.channels import Deferred, Received
 
 if TYPE_CHECKING:
@@ -36,9 +39,28 @@ TASKS = frozenset({MsgKind.TASK})
 
 
 class Inbox:
-    """Reading the server link and the peer socket (mixed into Client)."""
+    """The server link's conversation (registration, what arrives) and the peer socket's
+    intake (mixed into Client)."""
 
     __slots__ = ()
+
+    def hello(self: Client) -> None:
+        """READY(hello): this client's claim of its id (proven under launch), alone."""
+        hello = {"phase": "hello", "cid": self.cid, "endpoint": self.peers.endpoint,
+                 "device": self.device, "pid": os.getpid(), "host": socket.gethostname()[:256]}
+        if self.token is not None:  # a reconnect: the server's own token from our WELCOME
+            hello["token"] = self.token
+        if self.secret is not None:  # prove the id: a fresh nonce, signed with our secret
+            nonce = os.urandom(16)
+            hello.update(nonce=nonce, proof=hello_proof(self.secret, self.cid, nonce))
+        self._send_server(Message(MsgKind.READY, self.name, body=hello))
+
+    def register(self: Client, timeout_s: float) -> None:
+        """READY (hello) -> WELCOME -> build data and model -> READY (ready)."""
+        from fednet.client.link import register
+        register(self.link, [self], timeout_s)
+        if self.refused is not None:
+            raise ConfigError(f"the server refused client {self.cid}: {self.refused}")
 
     def read(self: Client, ready: dict[Any, int]) -> None:
         """Handle what the readable sockets in `ready` (a poll result) hold."""
@@ -82,6 +104,8 @@ class Inbox:
         if msg.kind == MsgKind.SHUTDOWN:
             self.stopping = True
             self.link.attention.add(self)
+        elif msg.kind == MsgKind.WELCOME and "cids" in msg.arrays and self.host is not None:
+            self.host.on_welcome(msg)  # the process's WELCOME, for all its clients
         elif msg.kind == MsgKind.WELCOME:
             self._drop_work()  # what the old server sent is void now
             self._welcome(msg)
@@ -90,6 +114,8 @@ class Inbox:
                 self.link.settled.append(self)
         elif msg.kind == MsgKind.REJECT:
             reason = str(msg.body.get("reason", ""))[:200]
+            if self.host is not None and self.host.batching:  # the process's hellos refused
+                return self.host.batch_refused(reason)
             if not self.registered:  # its first registration: this client stops
                 if self.refused is None:
                     self.refused = reason

@@ -52,6 +52,17 @@ def hello_proof(secret: bytes, cid: int, nonce: bytes) -> bytes:
     return hmac.new(secret, b"hello|%d|" % cid + nonce, hashlib.sha256).digest()
 
 
+def process_secret(run_key: bytes) -> bytes:
+    """The secret with which a client process of the launch proves its whole id range at once
+    (READY(hellos)); a holder of the run key can derive every client's secret anyway."""
+    return _derive(run_key, b"fednet processes")
+
+
+def hellos_proof(secret: bytes, cids: bytes, nonce: bytes) -> bytes:
+    """What a client process sends with READY(hellos) for the ids `cids` (their int64 bytes)."""
+    return hmac.new(secret, b"hellos|" + nonce + b"|" + cids, hashlib.sha256).digest()
+
+
 def check_hello(secret: bytes, cid: int, nonce: bytes, proof: bytes) -> bool:
     """True when `proof` was made with client cid's secret over `nonce`."""
     return hmac.compare_digest(hello_proof(secret, cid, nonce), proof)

@@ -67,13 +67,19 @@ BODIES: dict[MsgKind, Spec] = {
                      required=frozenset({"phase", "cid", "endpoint"})),
         "ready": Map({"phase": Str(8), "n": _COUNT, "endpoint": Str(256)},
                      required=frozenset({"phase", "n"})),
+        # a client process's whole id range at once (arrays: cids; readys also n)
+        "hellos": Map({"phase": Str(8), "device": Str(64), "pid": Int(0, 1 << 31),
+                       "host": Str(256), "nonce": Bin(16, 16), "proof": Bin(32, 32)},
+                      required=frozenset({"phase"})),
+        "readys": Map({"phase": Str(8)}, required=frozenset({"phase"})),
     }),
     MsgKind.WELCOME: Map({"config": Free(depth=6, items=10_000, str_len=4096),
                           "profile": Map(extra=Num(0.0)), "run_id": RUN_ID, "cid": _CID,
                           "plugins": List(List(Str(1024), 2, min_len=2), 256),
                           "peers": Bool(), "grant": Bin(32, 32), "token": Bin(16, 16),
                           "peer_keys": List(Str(40), 100_000)},
-                         required=frozenset({"config", "profile", "run_id", "cid"})),
+                         # a process's WELCOME (to READY(hellos)): per-client fields in arrays
+                         required=frozenset({"config", "run_id"})),
     MsgKind.TASK: Map(_ROUTE, required=_ROUTE_REQUIRED),
     MsgKind.HANDOFF: Map({**_ROUTE, "mac": Bin(MAC_BYTES, MAC_BYTES)},
                          required=_ROUTE_REQUIRED | {"mac"}),
@@ -93,7 +99,8 @@ BODIES: dict[MsgKind, Spec] = {
 }
 """Every kind's body."""
 
-WITH_ARRAYS = frozenset({MsgKind.WELCOME, MsgKind.TASK, MsgKind.RESULT, MsgKind.HANDOFF})
+WITH_ARRAYS = frozenset({MsgKind.WELCOME, MsgKind.TASK, MsgKind.RESULT, MsgKind.HANDOFF,
+                         MsgKind.READY})
 """Kinds that may carry arrays; every other kind must carry none."""
 
 

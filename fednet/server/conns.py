@@ -20,7 +20,8 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from fednet.protocol.proof import check_hello, rejoin_token
+from fednet.protocol.proof import check_hello, hellos_proof, rejoin_token
+from fednet.transport.channels import sub_frame
 
 LOST_GRACE_S = 1.0
 """A client without a connection for this long (after the heartbeat timeout) is gone."""
@@ -34,6 +35,7 @@ class Identity:
     run_key_secret: object | None = None  # callable cid -> secret (launch)
     key_ids: dict[str, object] = field(default_factory=dict)  # z85 key -> ids (--secure)
     grants: bytes = field(default_factory=lambda: os.urandom(32))  # derives the route grants
+    process_secret: bytes | None = None  # launch: proves a process's id range (READY(hellos))
 
     @property
     def proven(self) -> bool:
@@ -95,6 +97,35 @@ class Connections:
         if held is not None and held != route and cid not in self.lost and not (
                 token is not None and hmac.compare_digest(token, self.token(cid))):
             return f"client {cid} is already connected"
+        return ""
+
+    def check_batch(self, cids: list[int], base: bytes, key: str | None, nonce: bytes | None,
+                    proof: bytes | None, cids_bytes: bytes) -> str:
+        """Why connection `base` may not be all of clients `cids` ('' when it may): the process's
+        proof over the ids (launch), its key's allowed ids (--secure), else ids no live
+        connection holds (each on its own envelope: channels.sub_frame)."""
+        ident = self.ident
+        if ident.run_key_secret is not None:
+            if nonce is None or proof is None or ident.process_secret is None:
+                return "identity not proven (this run needs the launcher's secret)"
+            if (-1, nonce) in self.nonces:
+                return "identity proof replayed"
+            if not hmac.compare_digest(hellos_proof(ident.process_secret, cids_bytes, nonce),
+                                       proof):
+                return "identity proof is wrong"
+            self.nonces.add((-1, nonce))
+            if not ident.key_ids:
+                return ""
+        if ident.key_ids:
+            ids = ident.key_ids.get(key or "")
+            if ids is None:
+                return "this key is not allowed"
+            bad = next((c for c in cids if c not in ids), None)  # type: ignore[operator]
+            return f"this key may not claim client {bad}" if bad is not None else ""
+        for c in cids:
+            held = self.route_of.get(c)
+            if held is not None and held != base + sub_frame(c) and c not in self.lost:
+                return f"client {c} is already connected"
         return ""
 
     def token(self, cid: int) -> bytes:

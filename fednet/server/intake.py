@@ -15,6 +15,7 @@ from fednet.plugin_check import welcome_plugins
 from fednet.protocol import Message, MsgKind
 from fednet.protocol.proof import grant_key
 from fednet.core.replies import accept_reply
+from fednet.server.enroll import on_hellos, on_readys
 from fednet.transport.channels import SUB_BYTES, Received, sub_frame
 from fednet.types import ClientInfo, client_name
 
@@ -49,8 +50,8 @@ class Intake:
         self.conns.seen(got.route, got.fd)
         if msg.kind not in FROM_CLIENTS:
             return self.chan.reject(got, f"{msg.kind.name} is not sent to the server")
-        if msg.kind == MsgKind.READY and msg.body["phase"] == "hello":
-            return self._on_hello(got)
+        if msg.kind == MsgKind.READY and msg.body["phase"] in ("hello", "hellos"):
+            return self._on_hello(got) if msg.body["phase"] == "hello" else on_hellos(self, got)
         cid = self.conns.cid_of.get(got.route)
         if cid is None:
             late = self.conns.released.get(got.route)  # its client exited with the BYE queued
@@ -113,7 +114,7 @@ class Intake:
             return self._send_reject(got, f"client id out of range: this run has "
                                           f"{self.s.cfg.clients} clients")
         now = time.monotonic()
-        if now - self._hello_at.get(got.route, -1e9) < HELLO_EVERY_S:
+        if now - self._hello_at.get(got.route, -1e9) < HELLO_EVERY_S:  # (enroll.py: the same)
             return self.chan.reject(got, "repeated hello")
         key = got.prop("User-Id")
         if self.conns.route_of.get(cid) not in (None, got.route):
@@ -149,7 +150,7 @@ class Intake:
         arrays.update(self._traces(cid))
         self._send(cid, Message(MsgKind.WELCOME, SERVER, self.s.run_id, body=body, arrays=arrays))
 
-    def _traces(self: ZmqServer, cid: int) -> dict:
+    def _traces(self: ZmqServer, cid: int | list[int]) -> dict:
         """What WELCOME carries of the latency and availability traces (the client host needs
         no copy of the files): all of both when the algorithm hands models between clients
         (a receiver charges its sender's link and checks who was offline), else only the
@@ -158,7 +159,8 @@ class Intake:
         whole = self.s.handoffs
         av = self.s.availability
         if av is not None and av.from_file:
-            out.update(av.to_arrays() if whole else av.to_arrays([cid]))
+            out.update(av.to_arrays() if whole else av.to_arrays(
+                cid if isinstance(cid, list) else [cid]))
         if self.s.cfg.latency.file and whole:
             if self._profiles_array is None:  # built once: every WELCOME carries the same
                 self._profiles_array = latency.to_array(self.s.profiles)
@@ -176,6 +178,8 @@ class Intake:
     def _on_ready(self: ZmqServer, cid: int, got: Received) -> None:
         if cid not in self.hello:
             return self.chan.reject(got, "READY(ready) before hello")
+        if got.msg.body["phase"] == "readys":  # a whole process's clients (server/enroll.py)
+            return on_readys(self, got)
         self.chan.accept(got, client_name(cid))
         h = self.hello[cid]
         peer = got.msg.body.get("endpoint") or h.get("endpoint", "")  # bound after WELCOME

@@ -85,8 +85,7 @@ def per_process_choice(cfg: RunConfig) -> packing.Choice:
 
 
 def _handoffs(cfg: RunConfig) -> bool:  # the algorithm hands models over: clients hold files
-    from fednet.core.footprint import hands_off
-    return hands_off(cfg)
+    from fednet.core import footprint; return footprint.hands_off(cfg)  # noqa: E702
 
 
 def identity_for(cfg: RunConfig, local_clients: bool, per_process: int = 1
@@ -96,13 +95,14 @@ def identity_for(cfg: RunConfig, local_clients: bool, per_process: int = 1
     `fednet launch` draws a run key and gives it to the zygote (never to a socket): each client
     proves its id with a secret derived from it. With --secure, launch also issues one CURVE key
     pair per client process; `fednet server --secure` binds ids to the keys in DIR/allowed/."""
-    from fednet.protocol.proof import client_secret, new_run_key
+    from fednet.protocol.proof import client_secret, new_run_key, process_secret
 
     ident = Identity()
     specs: dict[str, Any] = {}
     if local_clients:
         specs["run_key"] = run_key = new_run_key()
         ident.run_key_secret = lambda cid: client_secret(run_key, cid)
+        ident.process_secret = process_secret(run_key)
     if cfg.net.secure:
         from fednet.transport import security
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
 import pytest
 import zmq
 
 from fednet.client.host import Host
 from fednet.core.session import Session
-from fednet.protocol import Message, MsgKind, encode
+from fednet.protocol import Message, MsgKind, decode, encode
 from fednet.server.app import ZmqServer
 from fednet.transport.channels import sub_frame
 from fednet.types import client_name
@@ -35,11 +36,15 @@ def _serve_host(host: Host, codes: list[int]) -> threading.Thread:
 
 def test_four_clients_of_one_process_register_over_one_connection():
     srv = _server(4)
+    srv.s.ledger.keep_entries = True
     host = Host([0, 1, 2, 3], srv.endpoint)
     codes: list[int] = []
     t = _serve_host(host, codes)
     try:
         srv.wait_for_clients(4, 30)
+        kinds = [e.kind for e in srv.s.ledger.entries]  # one message each way per step
+        assert (kinds.count("READY"), kinds.count("WELCOME")) == (2, 1), kinds
+        assert [srv.clients[c].num_examples for c in range(4)] == [len(srv.s.parts[c]) for c in range(4)]
         assert sorted(srv.clients) == [0, 1, 2, 3]
         assert len(srv.conns.fd_routes) == 1  # one TCP connection
         routes = next(iter(srv.conns.fd_routes.values()))
@@ -103,6 +108,63 @@ def test_a_connection_speaks_only_for_the_ids_it_registered():
         _send(a, 0, Message(MsgKind.READY, client_name(0), srv.s.run_id, body=ready))
         _pump(srv)
         assert list(srv.clients) == [0]  # the registered pair itself still works
+    finally:
+        a.close()
+        b.close()
+        ctx.term()
+        srv.close()
+
+
+def _hellos(cids, dtype=np.int64) -> Message:
+    return Message(MsgKind.READY, client_name(int(cids[0])), body={"phase": "hellos"},
+                   arrays={"cids": np.array(cids, dtype=dtype)})
+
+
+def test_a_process_batch_claims_only_ids_it_may():
+    """READY(hellos) under plaintext `fednet server`: a batch naming an id another connection
+    holds is refused whole, as are a wrong envelope, a wrong dtype, a repeated or out-of-range
+    id; an accepted batch binds each id on its own envelope, and READY(readys) is taken only
+    for ids bound on that connection."""
+    srv = _server(4)
+    ctx = zmq.Context()
+    a, b = _dealer(ctx, srv.endpoint), _dealer(ctx, srv.endpoint)
+    try:
+        _send(a, 1, _hello(1))
+        _pump(srv)
+        before = srv.chan.rejects.total
+        for env, msg in [(0, _hellos([0, 1, 2])), (2, _hellos([0, 2])),
+                         (0, _hellos([0, 2], np.int32)), (0, _hellos([0, 0])),
+                         (0, _hellos([0, 9]))]:
+            _send(b, env, msg)
+        _pump(srv)
+        assert srv.chan.rejects.total - before == 5
+        assert srv.conns.route_of[1][-4:] == sub_frame(1) and 0 not in srv.conns.route_of
+        got = []
+        while b.poll(500):
+            got.append(decode(b.recv_multipart()[1:]))
+        assert [m.kind for m in got] == [MsgKind.REJECT] * 5
+        assert "client 1 is already connected" in got[0].body["reason"]
+        _send(b, 0, _hellos([0, 2]))
+        _pump(srv)
+        assert b.poll(2000)
+        parts = b.recv_multipart()
+        w = decode(parts[1:])
+        assert parts[0] == sub_frame(0) and w.kind == MsgKind.WELCOME
+        assert w.arrays["cids"].tolist() == [0, 2]
+        off = w.arrays["offsets"].tolist()
+        assert w.arrays["indices"][off[1]:off[2]].tolist() == srv.s.parts[2].tolist()
+        assert {srv.conns.route_of[c] for c in (0, 2)} == {srv.conns.route_of[0][:-4] + sub_frame(c)
+                                                           for c in (0, 2)}
+        readys = {"cids": np.array([0, 1], np.int64), "n": np.array([5, 5], np.int64)}
+        _send(b, 0, Message(MsgKind.READY, client_name(0), srv.s.run_id,
+                            body={"phase": "readys"}, arrays=readys))
+        _pump(srv)
+        assert not srv.clients  # client 1 is not on this connection: the whole batch refused
+        readys = {"cids": np.array([0, 2], np.int64), "n": np.array([5, 7], np.int64)}
+        _send(b, 0, Message(MsgKind.READY, client_name(0), srv.s.run_id,
+                            body={"phase": "readys"}, arrays=readys))
+        _pump(srv)
+        assert {c: i.num_examples for c, i in srv.clients.items()} == {0: 5, 2: 7}
     finally:
         a.close()
         b.close()

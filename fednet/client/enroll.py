@@ -1,0 +1,88 @@
+"""A client process's clients registered together (Host's half; server/enroll.py is the
+server's): one READY(hellos) for the whole id range, proven under launch with the processes'
+secret; one WELCOME, whose arrays carry each client's partition, profile, rejoin token and
+grant; one READY(readys) with each client's number of examples. A refused batch falls back to
+one hello per client; a reconnect registers each client alone (its rejoin token).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from fednet.client.executor import welcome_config, welcome_tables
+from fednet.errors import ConfigError
+from fednet.latency import COLUMNS, Profile
+from fednet.plugin_check import checked_welcome
+from fednet.protocol import Message, MsgKind
+from fednet.protocol.proof import hellos_proof, process_secret
+
+if TYPE_CHECKING:
+    from fednet.client.host import Host
+
+log = logging.getLogger("fednet.client")
+
+
+class Enroll:
+    """Registration of all of a Host's clients at once (mixed into Host)."""
+
+    def _hellos(self: Host) -> None:
+        """READY(hellos) for every client of the process, proven under launch."""
+        first = self.clients[0]
+        cids = np.array([c.cid for c in self.clients], dtype=np.int64)
+        body = {"phase": "hellos", "device": first.device, "pid": os.getpid(),
+                "host": socket.gethostname()[:256]}
+        if self.run_key is not None:
+            nonce = os.urandom(16)
+            body.update(nonce=nonce, proof=hellos_proof(process_secret(self.run_key),
+                                                        cids.tobytes(), nonce))
+        first._send_server(Message(MsgKind.READY, first.name, body=body, arrays={"cids": cids}))
+
+    def batch_refused(self: Host, reason: str) -> None:
+        """The server refused the process's hellos: each client registers alone."""
+        log.warning("%s: the server refused to register them together (%s); registering each "
+                    "alone", self.link.names(), reason)
+        self.batching = False
+        for c in self.clients:
+            c.hello()
+
+    def on_welcome(self: Host, msg: Message) -> None:
+        """The process's WELCOME: each client takes its part (client.take_welcome); one
+        READY(readys) answers for all, or each its own READY(ready) where the run hands models
+        between clients (each says where its peer socket listens)."""
+        self.batching = False
+        b = checked_welcome(msg.body)
+        cfg = welcome_config(b)
+        a, tables, peers = msg.arrays, welcome_tables(cfg, msg.arrays), bool(b.get("peers"))
+        torch.set_num_threads(cfg.train.threads)
+        try:
+            cids, off, idx = a["cids"].tolist(), a["offsets"].tolist(), a["indices"]
+            rows, tokens, grants = a["client_profiles"].tolist(), a["tokens"], a.get("grants")
+            parts = [(i, self.by_cid[c]) for i, c in enumerate(cids) if c in self.by_cid]
+        except (KeyError, AttributeError, TypeError) as e:
+            raise ConfigError(f"the server sent a WELCOME this process cannot use ({e}); are "
+                              "both on the same fednet version?") from None
+        shared: dict[tuple, Profile] = {}  # clients with equal profiles share one object
+        done: list[tuple[int, int]] = []
+        for i, c in parts:
+            row = tuple(rows[i])
+            prof = shared.setdefault(row, Profile.from_dict(dict(zip(COLUMNS, row))))
+            c._drop_work()
+            n = c.take_welcome(cfg, b, prof, idx[off[i]:off[i + 1]], tokens[i].tobytes(),
+                               grants[i].tobytes() if grants is not None else None, tables)
+            if peers:
+                c.send_ready(n, True)
+            done.append((c.cid, n))
+            if not c.registered:
+                c.registered = True
+                self.link.settled.append(c)
+        if done and not peers:
+            first = self.by_cid[done[0][0]]  # its envelope: the batch's first id
+            arr = np.array(done, dtype=np.int64)
+            first._send_server(Message(MsgKind.READY, first.name, first.run_id,
+                                       body={"phase": "readys"},
+                                       arrays={"cids": arr[:, 0].copy(), "n": arr[:, 1].copy()}))
