@@ -149,12 +149,12 @@ def test_several_clients_per_process_match_local(tmp_path, monkeypatch, algo, cl
     from fednet.server.app import ZmqServer
 
     pids = {}
-    on_hello = ZmqServer._on_hello
+    on_ready = ZmqServer._on_ready
 
-    def recording(self, got):
-        pids[got.msg.body["cid"]] = got.msg.body.get("pid")
-        on_hello(self, got)
-    monkeypatch.setattr(ZmqServer, "_on_hello", recording)
+    def recording(self, cid, got):  # a process's READY(readys) registers all its clients
+        on_ready(self, cid, got)
+        pids.update({c: info.pid for c, info in self.clients.items()})
+    monkeypatch.setattr(ZmqServer, "_on_ready", recording)
     _, b = _launch_matches_local(tmp_path, algo, clients, params, {"clients_per_process": 3})
     assert len(pids) == clients and len(set(pids.values())) == -(-clients // 3)
     assert pids[0] == pids[1] == pids[2] != pids[3]
