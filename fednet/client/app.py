@@ -113,7 +113,7 @@ class Client(Inbox):
         cfg = welcome_config(b)
         n = self.take_welcome(cfg, b, Profile.from_dict(b.get("profile", {})),
                               msg.arrays.get("indices"), b.get("token"), b.get("grant"),
-                              welcome_tables(cfg, msg.arrays))
+                              welcome_tables(cfg, msg.arrays, bool(b.get("peers"))))
         self.send_ready(n, bool(b.get("peers")))
 
     def take_welcome(self, cfg: Any, b: dict[str, Any], profile: Profile, indices: Any,

@@ -30,10 +30,12 @@ log = logging.getLogger("fednet.client")
 class Enroll:
     """Registration of all of a Host's clients at once (mixed into Host)."""
 
-    def _hellos(self: Host) -> None:
-        """READY(hellos) for every client of the process, proven under launch."""
-        first = self.clients[0]
-        cids = np.array([c.cid for c in self.clients], dtype=np.int64)
+    def _hellos(self: Host, clients: list | None = None) -> None:
+        """READY(hellos) for `clients` (default: every client of the process), proven under
+        launch; its envelope is the first one's."""
+        clients = self.clients if clients is None else clients
+        first = clients[0]
+        cids = np.array([c.cid for c in clients], dtype=np.int64)
         body = {"phase": "hellos", "device": first.device, "pid": os.getpid(),
                 "host": socket.gethostname()[:256]}
         if self.run_key is not None:
@@ -48,7 +50,8 @@ class Enroll:
                     "alone", self.link.names(), reason)
         self.batching = False
         for c in self.clients:
-            c.hello()
+            if c.server.sub in self.link.clients:  # not stopped meanwhile
+                c.hello()
 
     def on_welcome(self: Host, msg: Message) -> None:
         """The process's WELCOME: each client takes its part (client.take_welcome); one
@@ -57,10 +60,12 @@ class Enroll:
         self.batching = False
         b = checked_welcome(msg.body)
         cfg = welcome_config(b)
-        a, tables, peers = msg.arrays, welcome_tables(cfg, msg.arrays), bool(b.get("peers"))
+        a, peers = msg.arrays, bool(b.get("peers"))
+        tables = welcome_tables(cfg, a, peers)
         torch.set_num_threads(cfg.train.threads)
         try:
-            cids, off, idx = a["cids"].tolist(), a["offsets"].tolist(), a["indices"]
+            cids, off, idx = a["cids"].tolist(), a.get("offsets"), a.get("indices")
+            off = off.tolist() if off is not None else None  # None: natural clients
             rows, tokens, grants = a["client_profiles"].tolist(), a["tokens"], a.get("grants")
             parts = [(i, self.by_cid[c]) for i, c in enumerate(cids) if c in self.by_cid]
         except (KeyError, AttributeError, TypeError) as e:
@@ -72,7 +77,8 @@ class Enroll:
             row = tuple(rows[i])
             prof = shared.setdefault(row, Profile.from_dict(dict(zip(COLUMNS, row))))
             c._drop_work()
-            n = c.take_welcome(cfg, b, prof, idx[off[i]:off[i + 1]], tokens[i].tobytes(),
+            part = idx[off[i]:off[i + 1]] if idx is not None and off is not None else None
+            n = c.take_welcome(cfg, b, prof, part, tokens[i].tobytes(),
                                grants[i].tobytes() if grants is not None else None, tables)
             if peers:
                 c.send_ready(n, True)

@@ -211,11 +211,13 @@ class Executor:
         self.restore(state, saved if self.update.keeps_model else None)
 
 
-def welcome_tables(cfg: RunConfig, arrays: dict[str, np.ndarray]
+def welcome_tables(cfg: RunConfig, arrays: dict[str, np.ndarray], peers: bool = True
                    ) -> tuple[list[Profile] | None, Availability | None]:
     """(every client's profile, the availability) as a WELCOME gives them: presets rebuilt from
-    the configuration, traces from its arrays."""
-    return (latency.links(cfg.latency, cfg.clients, cfg.seed, arrays),
+    the configuration, traces from its arrays. Without `peers` (the run hands no model between
+    clients) no client's link is needed: None, not a table of the whole population (a million
+    profiles: 184 MB in every client process)."""
+    return (latency.links(cfg.latency, cfg.clients, cfg.seed, arrays) if peers else None,
             from_welcome(cfg.latency.availability, cfg.clients, cfg.seed, arrays))
 
 

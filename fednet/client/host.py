@@ -184,6 +184,7 @@ class Host(Enroll):
     def _flags(self, live: dict[Client, None], worst: int) -> int:
         """Act on the clients that something happened to: a SHUTDOWN (BYE, then it stops), a
         link back (register again), a refused re-registration whose wait is over."""
+        again = []
         for c in list(self.link.attention):
             self.link.attention.discard(c)
             if c not in live:
@@ -193,9 +194,18 @@ class Host(Enroll):
                 live.pop(c)
                 self._drop(c)
                 continue
+            if c.rehello and self.link.lost_since is None:  # the link is back
+                c.rehello = False
+                again.append(c)
+                continue
             c.check_flags()
             if c.rehello_at is not None:  # still waiting: look again next time
                 self.link.attention.add(c)
+        if len(again) > 1:  # all of them again in one message (a refusal: each alone)
+            self.batching = True
+            self._hellos(sorted(again, key=lambda c: c.cid))
+        elif again:
+            again[0].hello()
         return worst
 
     def _settle(self) -> None:

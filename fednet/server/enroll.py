@@ -94,12 +94,13 @@ def welcome(srv: ZmqServer, ids: list[int], cids: np.ndarray) -> Message:
     its grant key."""
     s, conns = srv.s, srv.conns
     body = {"config": srv._config_dict(), "run_id": s.run_id, "peers": s.handoffs}
-    parts = [np.asarray(s.parts[c], dtype=np.int64) for c in ids]
-    sizes = np.fromiter((len(p) for p in parts), np.int64, len(parts))
-    arrays = {"cids": cids, "indices": np.concatenate(parts) if parts else np.zeros(0, np.int64),
-              "offsets": np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
-              "client_profiles": latency.to_array([s.profiles[c] for c in ids]),
+    arrays = {"cids": cids, "client_profiles": latency.to_array([s.profiles[c] for c in ids]),
               "tokens": _rows([conns.token(c) for c in ids], 16)}
+    if not callable(getattr(s.parts, "size", None)):  # natural clients build their own rows
+        parts = [np.asarray(s.parts[c], dtype=np.int64) for c in ids]
+        sizes = np.fromiter((len(p) for p in parts), np.int64, len(parts))
+        arrays["indices"] = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        arrays["offsets"] = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     if conns.ident.key_ids:  # --secure: the grant keys, and the keys the peer ports admit
         arrays["grants"] = _rows([grant_key(conns.ident.grants, c) for c in ids], 32)
         body["peer_keys"] = list(conns.ident.key_ids)
