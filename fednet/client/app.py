@@ -17,7 +17,7 @@ from fednet.latency import Profile, up_delay, wire_time
 from fednet.metrics.accounting import SERVER, Ledger
 from fednet.plugin_check import checked_welcome
 from fednet.protocol import Message, MsgKind, tensor_bytes
-from fednet.protocol.proof import client_secret, gate_password, peer_key
+from fednet.protocol.proof import gate_password, peer_key
 from fednet.training import interrupt
 from fednet.client.link import ServerLink, server_setup
 from fednet.transport.channels import Channel, Deferred, sub_frame
@@ -37,7 +37,7 @@ class Client(Inbox):
     """One federated client: an envelope on its process's server link and a ROUTER for peer
     hand-offs. Slotted: a process holds thousands of idle ones (~1 KB each)."""
 
-    __slots__ = ("cid", "name", "device", "secret", "own_ctx", "ctx", "ledger", "auth", "keys",
+    __slots__ = ("cid", "name", "device", "run_key", "own_ctx", "ctx", "ledger", "auth", "keys",
                  "admitted", "own_link", "link", "server", "lost_timeout", "registered",
                  "refused", "peers", "connect", "run_id", "executor", "_build", "drop_idle",
                  "links", "availability", "real", "scale", "shaped", "profile", "_tracker",
@@ -53,8 +53,9 @@ class Client(Inbox):
         None: this client opens its own. `admitted`: the keys the shared context's ZAP handler
         admits (--secure; filled from WELCOME)."""
         self.cid, self.name, self.device = cid, client_name(cid), device
-        # under `fednet launch`: the run key came through the zygote's pipe (never a socket)
-        self.secret = client_secret(run_key, cid) if run_key else None
+        # under `fednet launch`: the run key came through the zygote's pipe (never a socket);
+        # this client's secret is derived from it when it says hello alone (inbox.hello)
+        self.run_key = run_key
         self.own_ctx = ctx is None  # several logical clients of one process share a context
         self.ctx = ctx if ctx is not None else zmq.Context()
         self.ledger = Ledger()
@@ -97,7 +98,8 @@ class Client(Inbox):
         self.rehello_at: float | None = None
         self.host: Any = None  # the Host of this process's clients (client/host.py), if any
         self.poller: zmq.Poller | None = None  # this client's own loop's (serve)
-        torch.set_num_threads(threads)
+        if self.own_ctx:  # a Host sets it once for its clients
+            torch.set_num_threads(threads)
 
     def _send_server(self, msg: Message, track: bool = False) -> int:
         n, tracker = self.server.send(msg, SERVER, track=track)

@@ -92,3 +92,44 @@ class Enroll:
             first._send_server(Message(MsgKind.READY, first.name, first.run_id,
                                        body={"phase": "readys"},
                                        arrays={"cids": arr[:, 0].copy(), "n": arr[:, 1].copy()}))
+
+    def on_shutdown(self: Host, msg: Message) -> None:
+        """SHUTDOWN for the process's clients named in it."""
+        try:
+            ids = msg.arrays["cids"].tolist()
+        except (AttributeError, TypeError):
+            return log.warning("%s: a SHUTDOWN this process cannot read", self.link.names())
+        for cid in ids:
+            c = self.by_cid.get(cid)
+            if c is not None:
+                c.stopping = True
+                self.link.attention.add(c)
+        return None
+
+    def byes(self: Host, clients: list) -> None:
+        """One BYE for `clients` (their ledgers' totals added up; the envelope of the first)."""
+        for c in clients:
+            c._drop_work()
+        total: dict[str, int] = {}
+        for c in clients:
+            for k, v in c.ledger.totals().items():
+                total[k] = total.get(k, 0) + v
+        first = clients[0]
+        cids = np.array([c.cid for c in clients], dtype=np.int64)
+        first._send_server(Message(MsgKind.BYE, first.name, first.run_id, body=total,
+                                   arrays={"cids": cids}))
+
+    def together(self: Host, done: list, again: list) -> None:
+        """BYE for the clients whose run ended (`done`), READY(hellos) for those whose link came
+        back (`again`): one message for each group of several."""
+        if len(done) > 1:
+            self.byes(sorted(done, key=lambda c: c.cid))
+        elif done:
+            done[0].bye()
+        for c in done:
+            self._drop(c)
+        if len(again) > 1:  # a refusal: each alone (batch_refused)
+            self.batching = True
+            self._hellos(sorted(again, key=lambda c: c.cid))
+        elif again:
+            again[0].hello()

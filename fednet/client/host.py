@@ -46,6 +46,7 @@ class Host(Enroll):
                  run_key: bytes | None = None, key_name: str = "",
                  curve: tuple[bytes, bytes] | None = None) -> None:
         share_working_models()
+        torch.set_num_threads(threads)
         self.ctx = zmq.Context()
         self.ctx.set(zmq.MAX_SOCKETS, max(1023, SOCKETS_PER_CLIENT * len(cids) + 64))
         self.auth, self.admitted, self.link = None, None, None
@@ -184,15 +185,14 @@ class Host(Enroll):
     def _flags(self, live: dict[Client, None], worst: int) -> int:
         """Act on the clients that something happened to: a SHUTDOWN (BYE, then it stops), a
         link back (register again), a refused re-registration whose wait is over."""
-        again = []
+        again, done = [], []
         for c in list(self.link.attention):
             self.link.attention.discard(c)
             if c not in live:
                 continue
             if c.stopping:
-                c.bye()
+                done.append(c)
                 live.pop(c)
-                self._drop(c)
                 continue
             if c.rehello and self.link.lost_since is None:  # the link is back
                 c.rehello = False
@@ -201,11 +201,7 @@ class Host(Enroll):
             c.check_flags()
             if c.rehello_at is not None:  # still waiting: look again next time
                 self.link.attention.add(c)
-        if len(again) > 1:  # all of them again in one message (a refusal: each alone)
-            self.batching = True
-            self._hellos(sorted(again, key=lambda c: c.cid))
-        elif again:
-            again[0].hello()
+        self.together(done, again)
         return worst
 
     def _settle(self) -> None:

@@ -22,7 +22,7 @@ from fednet.log import Throttle
 from fednet.metrics.accounting import SERVER
 from fednet.errors import ConfigError
 from fednet.protocol import Message, MsgKind, peek_kind
-from fednet.protocol.proof import hello_proof
+from fednet.protocol.proof import client_secret, hello_proof
 from fednet.transport.channels import Deferred, Received
 
 if TYPE_CHECKING:
@@ -50,9 +50,10 @@ class Inbox:
                  "device": self.device, "pid": os.getpid(), "host": socket.gethostname()[:256]}
         if self.token is not None:  # a reconnect: the server's own token from our WELCOME
             hello["token"] = self.token
-        if self.secret is not None:  # prove the id: a fresh nonce, signed with our secret
+        if self.run_key is not None:  # prove the id: a fresh nonce, signed with our secret
             nonce = os.urandom(16)
-            hello.update(nonce=nonce, proof=hello_proof(self.secret, self.cid, nonce))
+            secret = client_secret(self.run_key, self.cid)
+            hello.update(nonce=nonce, proof=hello_proof(secret, self.cid, nonce))
         self._send_server(Message(MsgKind.READY, self.name, body=hello))
 
     def register(self: Client, timeout_s: float) -> None:
@@ -101,7 +102,9 @@ class Inbox:
         if got is None:
             return None
         msg = got.msg
-        if msg.kind == MsgKind.SHUTDOWN:
+        if msg.kind == MsgKind.SHUTDOWN and "cids" in msg.arrays and self.host is not None:
+            self.host.on_shutdown(msg)  # the run ended for all the process's clients
+        elif msg.kind == MsgKind.SHUTDOWN:
             self.stopping = True
             self.link.attention.add(self)
         elif msg.kind == MsgKind.WELCOME and "cids" in msg.arrays and self.host is not None:

@@ -21,6 +21,7 @@ from fednet.network.churn import next_online_hop, passed_over
 from fednet.protocol import Message, MsgKind, tensor_bytes
 from fednet.protocol.proof import check_grant, check_handoff, handoff_tag
 from fednet.transport.channels import Channel, Rejects, bind_router, connect_dealer
+from fednet.transport.gate import server as gate_server
 from fednet.transport.monitor import open_monitor, stop_monitor
 from fednet.types import client_name
 from fednet.wire import ack_message, handoff_message, hop_done_message
@@ -49,11 +50,11 @@ class Peers:
         self.ctx, self.me, self.ledger = ctx, me, ledger
         self.keys, self.peer_key, self.gate = keys, peer_key, gate
         self.server_setup: Any = None
-        from fednet.transport import gate as gates, security
         if keys is not None:  # peers: CURVE servers with this host's key pair
+            from fednet.transport import security
             self.server_setup = lambda s: security.as_server(s, keys.client_public, keys.client_secret)
         elif gate is not None:  # plaintext launch: PLAIN with the run's gate password
-            self.server_setup = gates.server
+            self.server_setup = gate_server
         self.advertise = advertise
         self.sock: zmq.Socket | None = None  # bound by listen(): only where hand-offs arrive
         self.chan: Channel | None = None

@@ -9,6 +9,7 @@ key (plaintext `fednet server`) the tag is all zeros and carries no proof.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import os
@@ -36,11 +37,13 @@ def client_secret(run_key: bytes, cid: int) -> bytes:
     return _derive(run_key, b"fednet client %d" % cid)
 
 
+@functools.lru_cache(maxsize=4)  # every client of a process asks: one HMAC, not one each
 def peer_key(run_key: bytes) -> bytes:
     """The key that tags hand-offs between the run's clients."""
     return _derive(run_key, b"fednet peers")
 
 
+@functools.lru_cache(maxsize=4)
 def gate_password(run_key: bytes) -> str:
     """The PLAIN password that admits a connection to any socket of a plaintext `fednet launch`
     (transport/gate.Gate): only holders of the run key complete a handshake."""

@@ -100,7 +100,7 @@ BODIES: dict[MsgKind, Spec] = {
 """Every kind's body."""
 
 WITH_ARRAYS = frozenset({MsgKind.WELCOME, MsgKind.TASK, MsgKind.RESULT, MsgKind.HANDOFF,
-                         MsgKind.READY})
+                         MsgKind.READY, MsgKind.SHUTDOWN, MsgKind.BYE})  # (the last 3: cids)
 """Kinds that may carry arrays; every other kind must carry none."""
 
 

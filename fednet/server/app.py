@@ -7,6 +7,7 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Any
 
+import numpy as np
 import zmq
 
 from fednet.log import Throttle
@@ -15,6 +16,7 @@ from fednet.protocol import Message, MsgKind
 from fednet.protocol.proof import route_grants
 from fednet.server.conns import LOST_GRACE_S, Connections, Identity
 from fednet.server.inflight import next_task, process_cap
+from fednet.server.enroll import by_connection
 from fednet.server.intake import Intake
 from fednet.core.rounds import FollowUp
 from fednet.core.session import Session
@@ -272,8 +274,9 @@ class ZmqServer(Intake):
         """SHUTDOWN to every live client; wait briefly for their BYE."""
         self.shutting_down = True
         targets = [c for c in self.clients if c not in self.dead]
-        for cid in targets:
-            self._send(cid, Message(MsgKind.SHUTDOWN, SERVER, self.s.run_id))
+        for ids in by_connection(self.conns.route_of, targets):  # one per process (enroll.py)
+            arrays = {"cids": np.array(ids, np.int64)} if len(ids) > 1 else {}
+            self._send(ids[0], Message(MsgKind.SHUTDOWN, SERVER, self.s.run_id, arrays=arrays))
         deadline = time.monotonic() + timeout_s
         while any(c not in self.byes and c not in self.dead for c in targets):
             if time.monotonic() > deadline:

@@ -134,3 +134,31 @@ def on_readys(srv: ZmqServer, got: Received) -> None:
         srv.clients[cid] = ClientInfo(cid, k, str(h.get("device", "?")), "",
                                       int(h.get("pid", 0)), str(h.get("host", "")))
     return None
+
+
+def on_byes(srv: ZmqServer, got: Received) -> None:
+    """BYE for a process's clients (its `cids`, each bound on this connection): the body is
+    their ledgers' totals added up, kept with the first id (so the clients' view still adds up)."""
+    cids, why = batch_ids(got, srv.s.cfg.clients)
+    if cids is None:
+        return srv.chan.reject(got, why)
+    base, ids = got.route[:-SUB_BYTES], cids.tolist()
+    if any(srv.conns.route_of.get(c) != base + sub_frame(c) for c in ids):
+        return srv.chan.reject(got, "BYE for a client not registered on this connection")
+    srv.chan.accept(got, client_name(ids[0]))
+    srv.byes[ids[0]] = dict(got.msg.body)
+    for c in ids[1:]:
+        srv.byes[c] = NO_TOTALS
+    return None
+
+
+NO_TOTALS: dict = {}  # the BYE record of a client whose totals came added into another's
+
+
+def by_connection(route_of: dict[int, bytes], cids: list[int]) -> list[list[int]]:
+    """`cids` grouped by the connection they are bound to (one message per process)."""
+    groups: dict[bytes, list[int]] = {}
+    for c in cids:
+        route = route_of.get(c)
+        groups.setdefault(route[:-SUB_BYTES] if route else b"%d" % c, []).append(c)
+    return list(groups.values())

@@ -15,7 +15,7 @@ from fednet.plugin_check import welcome_plugins
 from fednet.protocol import Message, MsgKind
 from fednet.protocol.proof import grant_key
 from fednet.core.replies import accept_reply
-from fednet.server.enroll import on_hellos, on_readys
+from fednet.server.enroll import on_byes, on_hellos, on_readys
 from fednet.transport.channels import SUB_BYTES, Received, sub_frame
 from fednet.types import ClientInfo, client_name
 
@@ -98,6 +98,8 @@ class Intake:
                                                  "tensor_bytes": b["peer_tensor_bytes"]})
             if b.get("skipped") and self.s.driver.churn is not None:  # offline peers passed over
                 self.s.driver.churn.note(msg.round, b["skipped"])
+        elif msg.kind == MsgKind.BYE and "cids" in msg.arrays:  # a whole process's clients
+            on_byes(self, got)
         elif msg.kind == MsgKind.BYE:
             self.chan.accept(got, client_name(cid))
             self.byes[cid] = dict(msg.body)

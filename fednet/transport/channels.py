@@ -4,6 +4,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import struct
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -90,8 +91,8 @@ def bind_router(ctx: zmq.Context, host: str, port: int, what: str = "--port",
 
     `setup(sock)` runs before bind (e.g. to make it a CURVE server); `heartbeat_ms` and
     `handshake_ms`: its ping interval and handshake timeout (a server's: server_heartbeat_ms,
-    server_handshake_ms); `hwm`: messages queued per connection (a server's: room for one of
-    every message to every client, since a process's clients share a connection)."""
+    server_handshake_ms); `hwm`: messages queued per connection each way (a server's: room for
+    two messages of every client, since a process's clients share a connection)."""
     sock = ctx.socket(zmq.ROUTER)
     _common(sock, heartbeat_ms, handshake_ms)
     if setup is not None:
@@ -100,7 +101,9 @@ def bind_router(ctx: zmq.Context, host: str, port: int, what: str = "--port",
     # a ROUTER names each connection itself (clients set no identity): a claimed id is bound
     # to a connection only after it is proven, and no one can take a connection over
     sock.setsockopt(zmq.SNDHWM, hwm)  # a peer that never reads costs at most this many
-    sock.setsockopt(zmq.RCVHWM, ROUTER_HWM)  # one flooding connection is throttled, not queued
+    sock.setsockopt(zmq.RCVHWM, hwm)  # one flooding connection is throttled, not queued (a
+    # full queue stops reading the connection, its heartbeats too: a process's clients' replies
+    # must fit, or a busy server looks dead to them)
     addr = f"tcp://{host}:{port if port else '*'}"
     try:
         sock.bind(addr)
@@ -197,9 +200,12 @@ class Deferred(NamedTuple):
 SUB_BYTES = 4  # the envelope of the server link: which client of the connection (uint32)
 
 
+_SUB = struct.Struct("<I")
+
+
 def sub_frame(cid: int) -> bytes:
     """The envelope frame of client cid's messages on its process's server link."""
-    return int(cid).to_bytes(SUB_BYTES, "little")
+    return _SUB.pack(cid)
 
 
 class Channel:
