@@ -77,13 +77,15 @@ class Zygote:
             out.append(ev)
             if ev.get("event") == "warm":
                 self.warm_s = float(ev.get("seconds", 0))
-            elif ev.get("event") == "spawned":
-                self.pids[int(ev["cid"])] = int(ev["pid"])
+            elif ev.get("event") == "spawned":  # a process and all its clients: one line
+                self.pids.update(dict.fromkeys(map(int, ev["cids"]), int(ev["pid"])))
             elif ev.get("event") == "exit":
-                cid, code = int(ev["cid"]), int(ev["code"])
-                self.exits[cid] = code
-                self._new_dead[cid] = (f"process exited with code {code}" if code >= 0
-                                       else f"process killed by signal {-code}")
+                code = int(ev["code"])
+                why = (f"process exited with code {code}" if code >= 0
+                       else f"process killed by signal {-code}")
+                cids = list(map(int, ev["cids"]))
+                self.exits.update(dict.fromkeys(cids, code))
+                self._new_dead.update(dict.fromkeys(cids, why))
         return out
 
     def spawn(self, specs: list[dict[str, Any]], template: dict[str, Any] | None = None) -> None:

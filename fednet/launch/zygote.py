@@ -207,8 +207,7 @@ def _fork(spec: dict[str, Any], children: dict[int, list[int]],
         finally:
             os._exit(code)
     children[pid] = [int(c) for c in spec["cids"]]
-    for cid in children[pid]:
-        _emit({"event": "spawned", "cid": cid, "pid": pid})
+    _emit({"event": "spawned", "cids": children[pid], "pid": pid})  # one line per process
 
 
 def _reap(children: dict[int, list[int]]) -> None:
@@ -220,8 +219,7 @@ def _reap(children: dict[int, list[int]]) -> None:
         if pid == 0:
             return
         code = os.waitstatus_to_exitcode(status)
-        for cid in children.pop(pid, [-1]):
-            _emit({"event": "exit", "cid": cid, "pid": pid, "code": code})
+        _emit({"event": "exit", "cids": children.pop(pid, [-1]), "pid": pid, "code": code})
 
 
 def stop_children(children: dict[int, list[int]], grace_s: float = 5.0) -> None:
