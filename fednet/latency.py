@@ -251,8 +251,12 @@ def _rebuilt(cfg: LatencyConfig, num_clients: int, seed: int) -> list[Profile]:
 
 
 def to_array(profs: list[Profile]) -> np.ndarray:
-    """Profiles as an (n, 4) float64 array in COLUMNS order (0 bandwidth = unlimited)."""
-    return np.array([[p.to_dict()[c] for c in COLUMNS] for p in profs], dtype=np.float64)
+    """Profiles as an (n, 4) float64 array in COLUMNS order (0 bandwidth = unlimited); read
+    from the fields directly (to_dict's asdict costs 30 us a profile: a million took 30 s)."""
+    a = np.array([(p.compute_s_per_sample, p.rtt_s, p.up_bps, p.down_bps) for p in profs],
+                 dtype=np.float64).reshape(-1, len(COLUMNS))
+    a[:, 2:][np.isinf(a[:, 2:])] = 0.0
+    return a
 
 
 def links(cfg: LatencyConfig, num_clients: int, seed: int, arrays: dict[str, np.ndarray]
