@@ -5,7 +5,7 @@ import csv
 import functools
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,11 +25,12 @@ class Profile:
     down_bps: float = float("inf")
 
     def to_dict(self) -> dict[str, float]:
-        """Plain dict (inf bandwidths become 0 = unlimited, msgpack/JSON friendly)."""
-        d = asdict(self)
-        for k in ("up_bps", "down_bps"):
-            d[k] = 0.0 if d[k] == float("inf") else d[k]
-        return d
+        """Plain dict (inf bandwidths become 0 = unlimited, msgpack/JSON friendly); the fields
+        read directly (asdict's deep copy: 30 us a profile)."""
+        inf = float("inf")
+        return {"compute_s_per_sample": self.compute_s_per_sample, "rtt_s": self.rtt_s,
+                "up_bps": 0.0 if self.up_bps == inf else self.up_bps,
+                "down_bps": 0.0 if self.down_bps == inf else self.down_bps}
 
     @classmethod
     def from_dict(cls, d: dict[str, float]) -> Profile:

@@ -14,6 +14,7 @@ from fednet.algorithms.contract import ServerInfo
 from fednet.algorithms.state import Shapes
 from fednet.config import RunConfig, eval_mode, validate
 from fednet.data import load_dataset, natural, run_partition
+from fednet.data.partition import part_size
 from fednet.data.stats import label_histogram, partition_summary
 from fednet.metrics.accounting import Ledger
 from fednet.metrics.files import OutputError, atomic_file
@@ -122,7 +123,7 @@ class Session:
         rows = []
         for cid in range(self.cfg.clients):
             c = by_cid.get(cid)
-            rows.append({"client": cid, "samples": int(len(self.parts[cid])),
+            rows.append({"client": cid, "samples": part_size(self.parts, cid),  # (no rows built)
                          "labels": self.histograms[cid], "device": c.device if c else None,
                          "host": c.host if c else None, "endpoint": c.endpoint if c else None,
                          "profile": self.profiles[cid].to_dict()})
