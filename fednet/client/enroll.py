@@ -66,7 +66,7 @@ class Enroll:
         try:
             cids, off, idx = a["cids"].tolist(), a.get("offsets"), a.get("indices")
             off = off.tolist() if off is not None else None  # None: natural clients
-            rows, tokens, grants = a["client_profiles"].tolist(), a["tokens"], a.get("grants")
+            rows, tokens, grants = a["client_profiles"].tolist(), a.get("tokens"), a.get("grants")
             parts = [(i, self.by_cid[c]) for i, c in enumerate(cids) if c in self.by_cid]
         except (KeyError, AttributeError, TypeError) as e:
             raise ConfigError(f"the server sent a WELCOME this process cannot use ({e}); are "
@@ -78,7 +78,8 @@ class Enroll:
             prof = shared.setdefault(row, Profile.from_dict(dict(zip(COLUMNS, row))))
             c._drop_work()
             part = idx[off[i]:off[i + 1]] if idx is not None and off is not None else None
-            n = c.take_welcome(cfg, b, prof, part, tokens[i].tobytes(),
+            n = c.take_welcome(cfg, b, prof, part,
+                               tokens[i].tobytes() if tokens is not None else None,
                                grants[i].tobytes() if grants is not None else None, tables)
             if peers:
                 c.send_ready(n, True)

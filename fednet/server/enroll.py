@@ -69,8 +69,9 @@ def on_hellos(srv: ZmqServer, got: Received) -> None:
     srv.chan.accept(got, client_name(ids[0]))
     info = {"endpoint": "", "device": b.get("device", "?"), "pid": b.get("pid", 0),
             "host": b.get("host", "")}  # one record for the process's clients
+    fd = got.fd
     for cid in ids:  # each on this connection's fd: its close loses all of them
-        srv.conns.seen(base + sub_frame(cid), got.fd)
+        srv.conns.seen(base + sub_frame(cid), fd)
         srv.conns.bind(cid, base + sub_frame(cid), key)
         srv.hello[cid] = info
         srv.dead.pop(cid, None)
@@ -94,8 +95,9 @@ def welcome(srv: ZmqServer, ids: list[int], cids: np.ndarray) -> Message:
     its grant key."""
     s, conns = srv.s, srv.conns
     body = {"config": srv._config_dict(), "run_id": s.run_id, "peers": s.handoffs}
-    arrays = {"cids": cids, "client_profiles": latency.to_array([s.profiles[c] for c in ids]),
-              "tokens": _rows([conns.token(c) for c in ids], 16)}
+    arrays = {"cids": cids, "client_profiles": latency.to_array([s.profiles[c] for c in ids])}
+    if not conns.ident.proven:  # plaintext `fednet server`: a reconnect proves itself so
+        arrays["tokens"] = _rows([conns.token(c) for c in ids], 16)
     if not callable(getattr(s.parts, "size", None)):  # natural clients build their own rows
         parts = [np.asarray(s.parts[c], dtype=np.int64) for c in ids]
         sizes = np.fromiter((len(p) for p in parts), np.int64, len(parts))
