@@ -28,7 +28,6 @@ from fednet.client.executor import share_working_models
 from fednet.client.link import ServerLink, ids_text, register, server_setup
 from fednet.errors import ConfigError
 from fednet.platform.proc import check_files_per_process
-from fednet.plugin_check import report
 from fednet.training import interrupt
 
 log = logging.getLogger("fednet.client")
@@ -39,7 +38,12 @@ CHECK_EVERY_S = 0.05  # the clients' liveness checks (launcher, server link) at 
 
 
 class Host(Enroll):
-    """The logical clients of one process, their shared server link and poll loop."""
+    """The logical clients of one process, their shared server link and poll loop.
+
+    A client exists as an object only while it has something to do (client/enroll.py): after
+    the process's batch registration an idle client is its id and its row of the WELCOME's
+    arrays; a task for it builds its Client, and a client whose algorithm keeps nothing between
+    tasks is retired after each one (its ledger's totals kept for the process's BYE)."""
 
     def __init__(self, cids: list[int], connect: str, device: str = "cpu",
                  advertise: str = "127.0.0.1", threads: int = 1, secure: str = "",
@@ -50,19 +54,26 @@ class Host(Enroll):
         self.ctx = zmq.Context()
         self.ctx.set(zmq.MAX_SOCKETS, max(1023, SOCKETS_PER_CLIENT * len(cids) + 64))
         self.auth, self.admitted, self.link = None, None, None
-        self.clients: list[Client] = []
+        self.ids = [int(c) for c in cids]
+        self.idset = frozenset(self.ids)
+        self.by_cid: dict[int, Client] = {}  # the clients that exist now
+        self.spec = (connect, device, advertise, threads, secure, run_key, key_name, curve)
         self.poller = zmq.Poller()
         self.by_sock: dict[zmq.Socket, Client] = {}  # peer socket -> its client
+        self.rejected: list[Client] = []
+        self._current: Client | None = None
+        self.files_checked = self.batching = False
+        self.run_key, self.lost_timeout = run_key, 60.0
+        self.idle: set[int] = set()  # welcomed ids without a Client now
+        self.stopped_idle: list[int] = []  # idle ids the run ended for (BYE pending)
+        self.retired: dict[str, int] = {}  # retired clients' ledger totals (for BYE)
+        self.live: dict[Client, None] = {}
+        self.w = None  # the process's WELCOME (enroll.Welcome)
         try:
             self.link = self._open(connect, secure, run_key, key_name, curve)
+            self.link.factory = self.materialize
             self.poller.register(self.link.sock, zmq.POLLIN)
-            for cid in cids:
-                c = Client(cid, connect, device, advertise, threads, secure, ctx=self.ctx,
-                           run_key=run_key, key_name=key_name, curve=curve, link=self.link,
-                           admitted=self.admitted)
-                self.clients.append(c)
-                c.host = self  # its waits pump all of the process's sockets
-                c.drop_idle = True  # a working model shared, data rebuilt when chosen again
+            self.first = self.make(self.ids[0])  # speaks for the process (batch messages)
         except BaseException:  # a client half built (a failed bind) has sockets close() misses
             if self.link is not None:
                 self.link.close(0)
@@ -70,11 +81,45 @@ class Host(Enroll):
                 self.auth.stop()
             self.ctx.destroy(linger=0)
             raise
-        self.rejected: list[Client] = []
-        self._current: Client | None = None
-        self.files_checked = self.batching = False
-        self.run_key = run_key
-        self.by_cid = {c.cid: c for c in self.clients}
+
+    @property
+    def clients(self) -> list[Client]:
+        """The clients that exist now (see the class)."""
+        return list(self.by_cid.values())
+
+    def make(self, cid: int, take: bool = True) -> Client:
+        """Client cid's object: built, on the shared link, its part of the WELCOME taken."""
+        connect, device, advertise, threads, secure, run_key, key_name, curve = self.spec
+        c = Client(cid, connect, device, advertise, threads, secure, ctx=self.ctx,
+                   run_key=run_key, key_name=key_name, curve=curve, link=self.link,
+                   admitted=self.admitted)
+        c.host, c.drop_idle, c.lost_timeout = self, True, self.lost_timeout
+        self.by_cid[cid] = c
+        if take and self.w is not None and cid in self.w.index:
+            self.take(c)
+            c.registered = True
+        self.idle.discard(cid)
+        if self.live or self.first_served:
+            self.live[c] = None
+        return c
+
+    def materialize(self, sub: bytes) -> Client | None:
+        """A message for a client without an object (link.drain): an idle one is built."""
+        cid = int.from_bytes(sub, "little") if len(sub) == 4 else -1
+        return self.make(cid) if cid in self.idle else None
+
+    def retire(self, c: Client) -> None:
+        """c has nothing left to do and keeps nothing between tasks: back to idle."""
+        for k, v in c.ledger.totals().items():
+            self.retired[k] = self.retired.get(k, 0) + v
+        self.link.remove(c)
+        self.by_cid.pop(c.cid, None)
+        self.live.pop(c, None)
+        self.idle.add(c.cid)
+
+    def _retirable(self, c: Client) -> bool:
+        return (c is not self.first and self.w is not None and not self.w.peers
+                and c.executor is None and not c.work and not c.stopping and c in self.live)
 
     def _open(self, connect: str, secure: str, run_key: bytes | None, key_name: str,
               curve: tuple[bytes, bytes] | None) -> ServerLink:
@@ -99,7 +144,7 @@ class Host(Enroll):
         process's clients would need more open files than its limit."""
         if not self.files_checked:
             self.files_checked = True
-            check_files_per_process(len(self.clients))
+            check_files_per_process(len(self.ids))
 
     def watch(self, sock: zmq.Socket, c: Client) -> None:
         """Poll client c's peer socket (bound when WELCOME says the run hands models over)."""
@@ -121,10 +166,12 @@ class Host(Enroll):
         one WELCOME, READY(readys): server/enroll.py), or each alone if the server refuses the
         batch (link.register). A client the server refuses stops alone; ConfigError when none
         is left."""
-        self.batching = len(self.clients) > 1
-        if self.batching:
-            self._hellos()
-        register(self.link, self.clients, timeout_s, said=self.batching)
+        if len(self.ids) > 1 and self.register_together(timeout_s):
+            return self._warn_real_time()
+        for cid in self.ids:  # each alone, as separate processes would
+            if cid not in self.by_cid:
+                self.make(cid)
+        register(self.link, self.clients, timeout_s)
         for c in self.clients:
             if c.refused is not None:
                 log.error("client %d: the server refused it: %s", c.cid, c.refused)
@@ -132,10 +179,13 @@ class Host(Enroll):
                 self.rejected.append(c)
         if len(self.rejected) == len(self.clients):
             raise ConfigError("the server refused every client of this process")
-        if self.clients[0].real and len(self.clients) > 1:
+        self._warn_real_time()
+
+    def _warn_real_time(self) -> None:
+        if self.first.real and len(self.ids) > 1:
             log.warning("clients %s: --real-time with several clients per process: each waits "
                         "out the others' simulated delays, so wall-clock times are inflated",
-                        ids_text([c.cid for c in self.clients]))
+                        ids_text(self.ids))
 
     def _drop(self, c: Client) -> None:
         """Stop reading a client's messages (it stopped; the others go on)."""
@@ -143,26 +193,29 @@ class Host(Enroll):
         if c.peers.sock is not None and self.by_sock.pop(c.peers.sock, None) is not None:
             self.poller.unregister(c.peers.sock)
 
+    first_served = False
+
     def serve(self) -> int:
-        """Run the clients' work in the order it arrived until every one of them stopped; the
-        exit code is 0 only if all stopped cleanly. A client whose work raises stops alone
-        (logged)."""
-        live = {c: None for c in self.clients if c not in self.rejected}
+        """Run the clients' work in the order it arrived until the run ended for every one of
+        them; the exit code is 0 only if all stopped cleanly. A client whose work raises stops
+        alone (logged)."""
+        self.first_served = True
+        self.live = {c: None for c in self.clients if c not in self.rejected}
         worst = EXIT_USAGE if self.rejected else EXIT_OK
         interrupt.install(lambda: self.pump(0) or (self._current is not None
                                                    and self._current.stop_due()))
         check_at = 0.0
-        while live:
+        while self.live or self.idle or self.stopped_idle:
             now = time.monotonic()
             if now >= check_at:
                 check_at = now + CHECK_EVERY_S
-                code = next(iter(live)).check_process()  # the launcher, the link: all share
+                code = self.first.check_process()  # the launcher, the link: all share them
                 if code is not None:
                     return max(worst, code)
-                worst = self._flags(live, worst)
-                if not live:
+                self._flags()
+                if not (self.live or self.idle):
                     break
-            c = self._next_with_work(live)
+            c = self._next_with_work()
             if c is None:
                 self.pump(1000)
                 continue
@@ -170,29 +223,31 @@ class Host(Enroll):
             self._current = c
             try:
                 c.step()
+                if self._retirable(c):
+                    self.retire(c)
             except interrupt.Interrupted:  # the run ended, or the server or launcher is gone
                 log.warning("%s: stopped in the middle of a task", self.link.names())
             except Exception:  # noqa: BLE001 - one client's failure is not its neighbours'
                 log.exception("client %d: stopped by an error; the other clients of this process "
                               "go on", c.cid)
                 worst = max(worst, EXIT_ERROR)
-                live.pop(c, None)
+                self.live.pop(c, None)
                 self._drop(c)
             finally:
                 self._current = None
         return worst
 
-    def _flags(self, live: dict[Client, None], worst: int) -> int:
+    def _flags(self) -> None:
         """Act on the clients that something happened to: a SHUTDOWN (BYE, then it stops), a
         link back (register again), a refused re-registration whose wait is over."""
         again, done = [], []
         for c in list(self.link.attention):
             self.link.attention.discard(c)
-            if c not in live:
+            if c not in self.live:
                 continue
             if c.stopping:
                 done.append(c)
-                live.pop(c)
+                self.live.pop(c)
                 continue
             if c.rehello and self.link.lost_since is None:  # the link is back
                 c.rehello = False
@@ -202,7 +257,6 @@ class Host(Enroll):
             if c.rehello_at is not None:  # still waiting: look again next time
                 self.link.attention.add(c)
         self.together(done, again)
-        return worst
 
     def _settle(self) -> None:
         """Wait until every client's last zero-copy send has left: the next task may load a
@@ -213,13 +267,13 @@ class Host(Enroll):
                 c._tracker = None
         self.link.tracked.clear()
 
-    def _next_with_work(self, live: dict[Client, None]) -> Client | None:
+    def _next_with_work(self) -> Client | None:
         """The next client with a queued task or hand-off, in the order they arrived; None if
         none has."""
         ready = self.link.ready
         while ready:
             c = ready.popleft()
-            if c.work and c in live:
+            if c.work and c in self.live:
                 return c
         return None
 
@@ -232,63 +286,3 @@ class Host(Enroll):
             self.auth.stop()
         self.ctx.term()
         share_working_models(False)  # the next run in this process starts with its own models
-
-
-def run_host(cids: list[int], connect: str, device: str = "cpu", advertise: str = "127.0.0.1",
-             threads: int = 1, register_timeout: float = 60.0, secure: str = "",
-             run_key: bytes | None = None, key_name: str = "",
-             curve: tuple[bytes, bytes] | None = None) -> int:
-    """Run several clients in this process to completion; returns the process exit code."""
-    try:
-        host = Host(cids, connect, device, advertise, threads, secure, run_key, key_name, curve)
-    except ConfigError as e:
-        log.error("clients %s: %s", ids_text(cids), e)
-        return EXIT_USAGE
-    for c in host.clients:
-        c.lost_timeout = register_timeout
-    try:
-        host.register(register_timeout)
-        return host.serve()
-    except ConfigError as e:
-        if not report(e):  # a missing plugin: one line per host, not one per client
-            log.error("clients %s: %s", ids_text(cids), e)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        return EXIT_ERROR
-    finally:
-        host.close()
-
-
-def run_client(cid: int | list[int], connect: str, device: str = "cpu",
-               advertise: str = "127.0.0.1", threads: int = 1, register_timeout: float = 60.0,
-               secure: str = "", run_key: bytes | None = None, key_name: str = "",
-               curve: tuple[bytes, bytes] | None = None) -> int:
-    """Run one client (or, given a list of ids, several in this process) to completion; returns
-    a process exit code. `run_key`: the launcher's secret (clients it forked prove their ids
-    with it); `key_name`: which key pair of the --secure folder is this host's; `curve`: the
-    key pair `fednet launch --secure` issued to this process instead."""
-    if device.startswith("cuda"):
-        torch.cuda.set_device(torch.device(device))
-    if isinstance(cid, list):
-        if len(cid) > 1:
-            return run_host(cid, connect, device, advertise, threads, register_timeout, secure,
-                            run_key, key_name, curve)
-        cid = cid[0]
-    try:
-        client = Client(cid, connect, device, advertise, threads, secure, run_key=run_key,
-                        key_name=key_name, curve=curve)
-    except ConfigError as e:
-        log.error("client %d: %s", cid, e)
-        return EXIT_USAGE
-    client.lost_timeout = register_timeout
-    try:
-        client.register(register_timeout)
-        return client.serve()
-    except ConfigError as e:
-        if not report(e):
-            log.error("client %d: %s", cid, e)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        return EXIT_ERROR
-    finally:
-        client.close()

@@ -52,6 +52,7 @@ class ServerLink:
         self.ready: deque[Client] = deque()  # a client per task or hand-off queued, in order
         self.settled: list[Client] = []  # clients welcomed or refused (register reads it)
         self.tracked: set[Client] = set()  # clients whose last send may still read memory
+        self.factory: Callable[[bytes], Client | None] | None = None  # builds an idle client
 
     def add(self, c: Client) -> None:
         """Messages with c's envelope go to c from now on."""
@@ -72,6 +73,8 @@ class ServerLink:
             except zmq.Again:
                 return n - 1
             c = self.clients.get(parts[0].bytes) if len(parts) > 1 else None
+            if c is None and self.factory is not None and len(parts) > 1:
+                c = self.factory(parts[0].bytes)  # a client of this process without an object
             if c is None:
                 self.strays += 1
                 throttled.warning("a message from the server for no client of this process "

@@ -129,7 +129,7 @@ def _child(spec: dict[str, Any], zygote: int, go: tuple[int, int] | None = None)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.dup2(2, 1)  # stdout is the launcher's event pipe: keep client output off it
-    from fednet.client.host import run_client
+    from fednet.client.main import run_client
     from fednet.log import setup_logging
 
     cids = [int(c) for c in spec["cids"]]

@@ -20,7 +20,7 @@ FEDSEQ = {"min_samples": 1400, "max_clients": 4, "superclient_fraction": 1.0, "p
 
 def test_a_hop_done_after_the_result_is_counted_once(tmp_path, monkeypatch):
     from fednet.client.app import Client
-    from fednet.client.host import run_host
+    from fednet.client.main import run_host
 
     held: list = []
     orig = Client._send_server
@@ -55,7 +55,7 @@ def test_a_bye_read_after_its_client_was_released_is_accepted(tmp_path, monkeypa
     """Under `fednet launch` the zygote may report a client's clean exit before the server has
     read the BYE that client queued: its connection is released first. That BYE is the client's
     own (the same connection, the same run): accepted, not counted as a rejection."""
-    from fednet.client.host import run_host
+    from fednet.client.main import run_host
     from fednet.server.app import ZmqServer
 
     def release_first(self, timeout_s=5.0):
