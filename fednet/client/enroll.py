@@ -40,14 +40,14 @@ class Welcome:
     index: dict[int, int]
     offsets: list[int] | None
     indices: Any
-    rows: list
+    rows: Any  # (n, 4) float64: latency.COLUMNS
     tokens: Any
     grants: Any
     peers: bool
     shared: dict = field(default_factory=dict)  # profiles by value: equal ones are one object
 
     def profile(self, i: int) -> Profile:
-        row = tuple(self.rows[i])
+        row = tuple(self.rows[i].tolist())
         got = self.shared.get(row)
         if got is None:
             got = self.shared[row] = Profile.from_dict(dict(zip(COLUMNS, row)))
@@ -68,7 +68,7 @@ def read_welcome(msg: Message) -> Welcome:
         cids, off = a["cids"].tolist(), a.get("offsets")
         return Welcome(cfg, b, welcome_tables(cfg, a, peers), {c: i for i, c in enumerate(cids)},
                        off.tolist() if off is not None else None, a.get("indices"),
-                       a["client_profiles"].tolist(), a.get("tokens"), a.get("grants"), peers)
+                       a["client_profiles"], a.get("tokens"), a.get("grants"), peers)
     except (KeyError, AttributeError, TypeError) as e:
         raise ConfigError(f"the server sent a WELCOME this process cannot use ({e}); are "
                           "both on the same fednet version?") from None
