@@ -12,22 +12,22 @@ RESNET18_BYTES = 44_729_800          # fednet's resnet18 state for 10 classes (c
 CIFAR_SHARE_100 = 50_000 * 3 * 32 * 32 * 4 // 100  # float32 training set over 100 clients
 
 
-def test_one_process_per_client_at_100_clients_on_2_cores():
-    c = choose(100, Machine(cores=2, mem_available=22 * GiB))
-    assert (c.per_process, c.processes, c.auto) == (1, 100, True)
+def test_one_process_per_client_at_16_clients_on_2_cores():
+    c = choose(16, Machine(cores=2, mem_available=22 * GiB))
+    assert (c.per_process, c.processes, c.auto) == (1, 16, True)
     assert "one process per client" in c.reason and "2 cores" in c.reason
 
 
-def test_beyond_64_processes_per_core_clients_are_grouped_8_processes_per_core():
+def test_beyond_8_processes_per_core_clients_are_grouped_8_processes_per_core():
     m = Machine(cores=2, mem_available=22 * GiB)
-    assert choose(128, m).per_process == 1
-    c = choose(129, m)  # beyond 64 per core: 8 processes per core, the clients shared evenly
-    assert (c.per_process, c.processes) == (9, 15)
+    assert choose(16, m).per_process == 1
+    c = choose(100, m)  # beyond 8 per core: 8 processes per core, the clients shared evenly
+    assert (c.per_process, c.processes) == (7, 15)
     c = choose(1000, m)
     assert (c.per_process, c.processes) == (63, 16)
-    assert "64 processes per core" in c.reason and "8 processes per core" in c.reason
+    assert "8 processes per core" in c.reason
     assert choose(5000, m).processes == 16
-    assert choose(1000, Machine(cores=16, mem_available=64 * GiB)).per_process == 1
+    assert choose(128, Machine(cores=16, mem_available=64 * GiB)).per_process == 1
 
 
 def test_memory_limits_the_processes():
@@ -112,7 +112,7 @@ def test_option_refuses_anything_else(text):
 @pytest.mark.net
 def test_launch_records_what_auto_chose(tmp_path, monkeypatch):
     """A real launch: the summary says how the clients were grouped and why; 128 clients on a
-    machine seen as 1 core (64 processes at most) run as 8 processes of 16 clients."""
+    machine seen as 1 core (8 processes at most) run as 8 processes of 16 clients."""
     from fednet.server.main import run_zmq
     from tests.conftest import small_config
 
@@ -121,7 +121,7 @@ def test_launch_records_what_auto_chose(tmp_path, monkeypatch):
     s = run_zmq(small_config(clients=128, rounds=1, out=str(tmp_path / "a")), quiet=True)
     got = s["clients_per_process"]
     assert (got["per_process"], got["processes"], got["auto"]) == (16, 8, True)
-    assert "64 processes per core, 1 cores" in got["reason"]
+    assert "8 processes per core, 1 cores" in got["reason"]
     assert s["status"] == "completed" and s["clients"] == 128
     s = run_zmq(small_config(clients=3, rounds=1, out=str(tmp_path / "b"),
                              net={"clients_per_process": 2}), quiet=True)
@@ -130,14 +130,14 @@ def test_launch_records_what_auto_chose(tmp_path, monkeypatch):
 
 
 def test_a_big_model_makes_each_process_count_for_more_memory():
-    """ResNet-18 on a 2-core machine with 22 GiB available: a process keeps ~3 models of heap
-    beyond its clients' own, so 100 clients share processes; the digits CNN changes nothing."""
-    m = Machine(cores=2, mem_available=22 * GiB)
-    assert choose(100, m, model_bytes=61_864).per_process == 1
-    c = choose(100, m, model_bytes=RESNET18_BYTES)
+    """ResNet-18 on a 2-core machine with 2 GiB available: a process keeps ~3 models of heap
+    beyond its clients' own, so 16 clients share processes; the digits CNN changes nothing."""
+    m = Machine(cores=2, mem_available=2 * GiB)
+    assert choose(16, m, model_bytes=61_864).per_process == 1
+    c = choose(16, m, model_bytes=RESNET18_BYTES)
     per = packing.PROCESS_BYTES + packing.HOST_MODEL_COPIES * RESNET18_BYTES
-    assert c.processes == -(-100 // c.per_process) and c.processes <= 11 * GiB // per
-    assert c.per_process == 2 and "fit half of the 22.0 GiB" in c.reason
+    assert c.processes == -(-16 // c.per_process) and c.processes <= 1 * GiB // per
+    assert c.per_process == 3 and "fit half of the 2.0 GiB" in c.reason
 
 
 def test_auto_keeps_every_process_within_its_open_files_limit():

@@ -2,9 +2,10 @@
 
 The rule (README, `fednet launch --help`):
 - one process per client while that is cheap: at most PROCESSES_PER_CORE processes per core
-  (each costs ~14 ms of CPU to fork and register and ~11 MiB of PSS, BENCHMARKS.md sections 8
-  and 15) and at most half the available memory at PROCESS_BYTES plus HOST_MODEL_COPIES of the
-  model each;
+  (each costs ~14 ms of CPU to fork and ~11 MiB of PSS, BENCHMARKS.md sections 8 and 15, while
+  the clients of one process share one connection and register in one message: section 21)
+  and at most half the available memory at PROCESS_BYTES plus HOST_MODEL_COPIES of the model
+  each;
 - beyond PROCESSES_PER_CORE, GROUPED_PER_CORE processes per core (within the memory limit), the
   clients shared evenly among them: once the processes outnumber the cores many times over,
   each further process only costs a fork, an interpreter and a share of the run queue
@@ -31,7 +32,10 @@ from typing import Any
 from fednet.platform.proc import FILES_PER_CLIENT, FILES_RESERVE
 
 MiB = 1 << 20
-PROCESSES_PER_CORE = 64            # 100 clients on 2 cores stay 100 processes
+PROCESSES_PER_CORE = 8             # 16 clients on 2 cores stay 16 processes; 100 make 15 of 7
+#                                    (a process's clients share its link and register at once:
+#                                    100 digits clients, 10 rounds, 1 epoch: 6.2 s in 15
+#                                    processes, 8.9-9.6 s in 100; BENCHMARKS.md section 21)
 GROUPED_PER_CORE = 8               # processes per core once clients are grouped
 PROCESS_BYTES = 32 * MiB           # one client process (PSS ~11-13 MiB on digits) with headroom
 MEMORY_SHARE = 0.5                 # of MemAvailable, for the client processes' own overhead
