@@ -180,8 +180,8 @@ class PerProcess(click.ParamType):
 
 PER_PROCESS_HELP = (
     "Logical clients in each client process: one fork, one interpreter and one CUDA context "
-    "serve them all, their tasks one at a time. auto: one process per client up to 64 per "
-    "core (and half the available memory at 32 MiB plus 3 model copies each); beyond 64 per "
+    "serve them all, their tasks one at a time. auto: one process per client up to 8 per "
+    "core (and half the available memory at 32 MiB plus 3 model copies each); beyond 8 per "
     "core, 8 processes per core sharing the clients evenly; beyond the memory limit alone, the "
     "fewest clients per process within it; with --gpus, also each device's "
     "memory (512 MiB CUDA context + 256 MiB workspace per process, 4 model copies and the "
