@@ -96,11 +96,11 @@ def server_files_problem(connections: int, what: str) -> str:
             "(limits.conf, or LimitNOFILE under systemd)")
 
 
-def check_server_connections(clients: int, per_process: int, launch: bool) -> None:
+def check_server_connections(clients: int, per_process: int, launch: bool) -> str:
     """Before anything starts: ConfigError when launch's client processes (`per_process`
     clients each; 0: auto, which stays far below) would need more connections than the server
     can hold; `fednet server` only warns, since the client hosts choose how they group their
-    clients."""
+    clients; returns that warning ('' if none)."""
     import logging
 
     from fednet.errors import ConfigError
@@ -110,8 +110,10 @@ def check_server_connections(clients: int, per_process: int, launch: bool) -> No
         if why:
             raise ConfigError(why)
     elif not launch and (why := server_files_problem(clients, "--clients")):
-        logging.getLogger("fednet.server").warning(
-            "%s (if every client host runs one process per client)", why)
+        why += " (if every client host runs one process per client)"
+        logging.getLogger("fednet.server").warning("%s", why)
+        return why  # the warning
+    return ""
 
 
 def peak_rss_bytes() -> int:

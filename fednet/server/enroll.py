@@ -154,6 +154,20 @@ def on_byes(srv: ZmqServer, got: Received) -> None:
     return None
 
 
+def late_byes(srv: ZmqServer, got: Received, late: int) -> None:
+    """A BYE read after its client's connection was released (its process's exit reported
+    first): client `late`'s own, and, for a process's BYE, every id it names that was released
+    from this same connection."""
+    srv.chan.accept(got, client_name(late))
+    ids = [late]
+    cids, _ = batch_ids(got, srv.s.cfg.clients) if "cids" in got.msg.arrays else (None, "")
+    if cids is not None:
+        base = got.route[:-SUB_BYTES]
+        ids = [c for c in cids.tolist() if srv.conns.released.get(base + sub_frame(c)) == c]
+    for i, c in enumerate(ids):
+        srv.byes.setdefault(c, dict(got.msg.body) if i == 0 else NO_TOTALS)
+
+
 NO_TOTALS: dict = {}  # the BYE record of a client whose totals came added into another's
 
 

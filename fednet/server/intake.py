@@ -15,7 +15,7 @@ from fednet.plugin_check import welcome_plugins
 from fednet.protocol import Message, MsgKind
 from fednet.protocol.proof import grant_key
 from fednet.core.replies import accept_reply
-from fednet.server.enroll import on_byes, on_hellos, on_readys
+from fednet.server.enroll import late_byes, on_byes, on_hellos, on_readys
 from fednet.transport.channels import SUB_BYTES, Received, sub_frame
 from fednet.types import ClientInfo, client_name
 
@@ -57,9 +57,7 @@ class Intake:
             late = self.conns.released.get(got.route)  # its client exited with the BYE queued
             if (msg.kind == MsgKind.BYE and late is not None and msg.sender == client_name(late)
                     and msg.run_id == self.s.run_id):
-                self.chan.accept(got, client_name(late))
-                self.byes.setdefault(late, dict(msg.body))
-                return None
+                return late_byes(self, got, late)
             return self.chan.reject(got, f"{msg.kind.name} from a connection that is no client")
         if msg.sender != client_name(cid):
             return self.chan.reject(got, f"sender {msg.sender[:40]!r} on client {cid}'s connection")
