@@ -9,6 +9,8 @@ a dead client's id left bound to its closed connection) are fixed; the tests gua
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -123,3 +125,30 @@ def test_a_remote_client_restarted_after_its_death_registers_again(fed, tmp_path
     results = [row["results"] for row in r["rows"]]
     assert results[0] == 2 and results[-1] == 2, results   # client 1 is back by the last round
     assert r["restarted_rc"] == 0, r["restarted_stderr"]
+
+
+def test_after_a_freeze_a_process_of_clients_registers_again_in_one_message(fed, tmp_path):
+    """`fednet clients --clients-per-process 4` against a server frozen past the link timeout:
+    the process's one link drops, comes back, and all four clients (those with an object and
+    the idle ones) register again in one READY(hellos); the run completes with all of them."""
+    srv, endpoint = bt.start_server(["--clients", "4", "--rounds", "6", *bt.REAL,
+                                     "--time-scale", "2", "--out", "srv"], fed.env, tmp_path)
+    cl = bt.Proc(["clients", "--connect", endpoint, "--ids", "0-3", "--clients-per-process", "4",
+                  "--timeout", "20"], fed.env, tmp_path)
+    try:
+        bt.wait_lines(tmp_path / "srv" / "metrics.jsonl", 1, [srv, cl])
+        os.kill(srv.pid, signal.SIGSTOP)
+        lost = cl.find(r"lost the server at ", n=1, timeout_s=15)
+        os.kill(srv.pid, signal.SIGCONT)
+        assert lost, cl.text()
+        assert srv.p.wait(120) == 0, srv.text()
+        assert cl.p.wait(60) == 0, cl.text()
+        s = json.loads((tmp_path / "srv" / "summary.json").read_text())
+        rows = bt._rows(tmp_path / "srv" / "metrics.jsonl")
+        assert s["status"] == "completed" and s["rounds"] == 6
+        assert rows[-1]["results"] == 4, [r["results"] for r in rows]  # all four again
+        assert "the server is back; registering again" in cl.text()
+    finally:
+        for p in (srv, cl):
+            if p.p.poll() is None:
+                p.kill_all()
