@@ -72,6 +72,7 @@ class Host(Enroll):
         try:
             self.link = self._open(connect, secure, run_key, key_name, curve)
             self.link.factory = self.materialize
+            self.link.label = f"clients {ids_text(self.ids)}"
             self.poller.register(self.link.sock, zmq.POLLIN)
             self.first = self.make(self.ids[0])  # speaks for the process (batch messages)
         except BaseException:  # a client half built (a failed bind) has sockets close() misses

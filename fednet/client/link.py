@@ -53,6 +53,7 @@ class ServerLink:
         self.settled: list[Client] = []  # clients welcomed or refused (register reads it)
         self.tracked: set[Client] = set()  # clients whose last send may still read memory
         self.factory: Callable[[bytes], Client | None] | None = None  # builds an idle client
+        self.label = ""  # what log lines call the link's clients ('' : the ones it has)
 
     def add(self, c: Client) -> None:
         """Messages with c's envelope go to c from now on."""
@@ -109,7 +110,10 @@ class ServerLink:
         return self.lost_since is not None and time.monotonic() - self.lost_since > timeout_s
 
     def names(self) -> str:
-        """'client 3' or 'clients 0-299': the link's clients, for a log line."""
+        """'client 3' or 'clients 0-299': the link's clients (a Host's: all its ids, with an
+        object or not), for a log line."""
+        if self.label:
+            return self.label
         ids = sorted(c.cid for c in self.clients.values())
         return f"client{'s' if len(ids) > 1 else ''} {ids_text(ids) if ids else '-'}"
 
