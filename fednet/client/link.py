@@ -133,13 +133,11 @@ def server_setup(keys: Any, gate: bytes | None) -> Callable[[zmq.Socket], None] 
     return gate_client(gate) if gate is not None else None
 
 
-def register(link: ServerLink, clients: list[Client], timeout_s: float,
-             said: bool = False) -> None:
-    """READY (hello) from every client (unless `said`: the process said one for all), then
-    each takes its WELCOME (or REJECT: its `refused` says why) as it comes; the wait restarts
+def register(link: ServerLink, clients: list[Client], timeout_s: float) -> None:
+    """READY (hello) from every client, then each takes its WELCOME (or REJECT: its `refused` says why) as it comes; the wait restarts
     with every one of them (building a client's data takes time). ConfigError when the server
     does not answer within timeout_s."""
-    for c in clients if not said else ():
+    for c in clients:
         c.hello()
     waiting = len(clients)
     deadline, recheck = time.monotonic() + timeout_s, time.monotonic() + 1.0

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from fednet.server.app import ZmqServer
 
 MAX_IDS = 1 << 21  # ids in one READY(hellos)
+HELLO_EVERY_S = 2.0  # one READY(hello|hellos) per connection in this time is answered
 
 
 def batch_ids(got: Received, clients: int, extra: str = "") -> tuple[np.ndarray | None, str]:
@@ -56,7 +57,7 @@ def on_hellos(srv: ZmqServer, got: Received) -> None:
         srv.chan.reject(got, why)
         return srv._send_reject(got, why)
     now = time.monotonic()
-    if now - srv._hello_at.get(got.route, -1e9) < 2.0:
+    if now - srv._hello_at.get(got.route, -1e9) < HELLO_EVERY_S:
         return srv.chan.reject(got, "repeated hello")
     b, key, base = got.msg.body, got.prop("User-Id"), got.route[:-SUB_BYTES]
     ids = cids.tolist()

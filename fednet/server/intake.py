@@ -15,7 +15,7 @@ from fednet.plugin_check import welcome_plugins
 from fednet.protocol import Message, MsgKind
 from fednet.protocol.proof import grant_key
 from fednet.core.replies import accept_reply
-from fednet.server.enroll import late_byes, on_byes, on_hellos, on_readys
+from fednet.server.enroll import HELLO_EVERY_S, late_byes, on_byes, on_hellos, on_readys
 from fednet.transport.channels import SUB_BYTES, Received, sub_frame
 from fednet.types import ClientInfo, client_name
 
@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fednet.server")
 
-HELLO_EVERY_S = 2.0  # one READY(hello) per connection in this time is answered; more are dropped
 REJECTS_PER_S = 50  # REJECT replies per second at most (the rest are only counted)
 FROM_CLIENTS = frozenset({MsgKind.READY, MsgKind.RESULT, MsgKind.FAILURE, MsgKind.HOP_DONE,
                           MsgKind.BYE, MsgKind.HEARTBEAT})
@@ -114,7 +113,7 @@ class Intake:
             return self._send_reject(got, f"client id out of range: this run has "
                                           f"{self.s.cfg.clients} clients")
         now = time.monotonic()
-        if now - self._hello_at.get(got.route, -1e9) < HELLO_EVERY_S:  # (enroll.py: the same)
+        if now - self._hello_at.get(got.route, -1e9) < HELLO_EVERY_S:
             return self.chan.reject(got, "repeated hello")
         key = got.prop("User-Id")
         if self.conns.route_of.get(cid) not in (None, got.route):
