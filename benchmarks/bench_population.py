@@ -2,10 +2,12 @@
 
     python3 benchmarks/bench_population.py [--populations 10000 100000 1000000] [--per-round 1000]
         [--dataset synthetic-fedprox] [--rounds 5] [--epochs 1] [--runtimes loop local launch]
-        [--limit-mb 12000] [--json F]
+        [--limit-mb 12000] [--algo fedavg] [--json F]
 
 For each population, side by side in one run (in this order: the plain loop, `fednet local`,
-`fednet launch`): FedAvg with `--fraction per_round / population`, the same seed and data. Per
+`fednet launch`): FedAvg with `--fraction per_round / population`, the same seed and data (--algo: another algorithm for
+fednet's runs, e.g. scaffold, whose clients keep their state in the run's store on disk; the
+loop stays FedAvg, so its ratio then compares unlike work). Per
 run: the whole command's seconds, the seconds before the first round started (command start to
 round 0's start: imports, data, registration; from when metrics.jsonl got its first row, less
 that round's wall-clock), the median round wall-clock (rounds 1.. when there are
@@ -96,7 +98,8 @@ def run(argv: list[str], limit_mb: float, timeout_s: float, rows: Path | None = 
 
 
 def fednet_run(runtime: str, n: int, a: argparse.Namespace, out: Path) -> dict[str, Any]:
-    argv = [sys.executable, "-m", "fednet.cli", runtime, "--dataset", a.dataset, "--clients",
+    argv = [sys.executable, "-m", "fednet.cli", runtime, "--algo", a.algo, "--dataset", a.dataset,
+            "--clients",
             str(n), "--fraction", repr(a.per_round / n), "--rounds", str(a.rounds), "--epochs",
             str(a.epochs), "--seed", "0", "-q", "--out", str(out), "--register-timeout", "600"]
     r = run(argv, a.limit_mb, a.timeout_s, out / "metrics.jsonl")
@@ -141,6 +144,7 @@ def main() -> None:
     ap.add_argument("--limit-mb", type=float, default=12_000,
                     help="kill a run whose processes together hold more (default 12000)")
     ap.add_argument("--timeout-s", type=float, default=1800)
+    ap.add_argument("--algo", default="fedavg", help="fednet's algorithm (the loop is FedAvg)")
     ap.add_argument("--json", help="write the results here")
     a = ap.parse_args()
     results: list[dict[str, Any]] = []

@@ -10,6 +10,7 @@ from fednet.client.executor import Executor, share_working_models
 from fednet.config import RunConfig
 from fednet.core.replies import accept_reply
 from fednet.core.rounds import FollowUp
+from fednet.core import state_files
 from fednet.core.run import Run
 from fednet.core.session import Session
 from fednet.data.partition import part_size
@@ -30,43 +31,54 @@ def _wire(frames: list) -> list[bytes]:
 
 
 class Executors:
-    """Client cid's Executor, built when the client is first given work: an idle client costs
-    nothing but its partition and profile (the session's). A client whose algorithm keeps
-    nothing between tasks (ClientUpdate.stateful() False) is dropped after each task, and all
-    of them share one working model (executor.share_working_models); a stateful one is kept."""
+    """Client cid's Executor, built when the client is given work and dropped after it: an idle
+    client costs nothing but its partition and profile (the session's). A client whose algorithm
+    keeps nothing between tasks shares one working model with the others
+    (executor.share_working_models); one that keeps state keeps it in the run's store
+    (core/state_files.py, RUN/checkpoint/clients) between its tasks. Only without a results
+    folder (or when the store cannot be written) is a stateful client's Executor kept."""
 
     def __init__(self, session: Session) -> None:
         self.s = session
-        self.built: dict[int, Executor] = {}
-        self.stateful = algorithms.client_class(session.cfg.algo.name).stateful()
-        self.resumed = dict(session.resumed_clients)  # --resume: taken back when built
+        self.built: dict[int, Executor] = {}  # the clients whose state only their object holds
+        self.resumed = dict(session.resumed_clients)  # --resume of an older checkpoint
 
     def __getitem__(self, cid: int) -> Executor:
         ex = self.built.get(cid)
-        if ex is None:
-            ex = self._build(cid)
-            if self.stateful:
-                self.built[cid] = ex
-        return ex
+        return ex if ex is not None else self._build(cid)
+
+    def done(self, ex: Executor) -> None:
+        """After ex's task: kept only if it is the only home of its state."""
+        if ex.holds_state:
+            self.built[ex.cid] = ex
 
     def _build(self, cid: int) -> Executor:
         s, cfg = self.s, self.s.cfg
         ex = Executor(cid, cfg, s.profiles[cid], device_for(cid, cfg.gpus), s.run_id,
-                      s.parts[cid], files=False)
+                      s.parts[cid], out=str(s.out) if s.out is not None else "")
         ex.availability = s.availability
         ex.links = s.profiles  # a hand-off pays its sender's uplink (latency.peer_delay)
         if cid in self.resumed:
             ex.restore(*self.resumed.pop(cid))
         return ex
 
-    def items(self):
-        """(cid, Executor) of the clients kept between tasks."""
-        return self.built.items()
+    def items(self) -> list[tuple[int, Executor]]:
+        """(cid, Executor) of every client with a state, those in the store built again with it
+        (for tests and golden numbers: it builds every such client at once)."""
+        out = dict(self.built)
+        folder = state_files.home(self.s.out) if self.s.out is not None else None
+        for f in sorted(folder.glob("c*[0-9].npz")) if folder is not None else []:
+            cid = int(f.stem[1:])
+            if cid not in out:
+                ex = out[cid] = self._build(cid)
+                ex.take_back(ex.store.take(cid, self.s.run_id, None))
+        return sorted(out.items())
 
-    def states(self) -> dict:
-        """The kept clients' states, and those resumed but not built again yet (checkpoints)."""
-        out = {c: ex.client_state() for c, ex in self.built.items()}
-        return {**self.resumed, **out}
+    def states(self) -> dict | None:
+        """For a checkpoint: the states only objects hold (and those resumed from an older
+        checkpoint, not built again yet); None when the store holds every client's."""
+        out = {**self.resumed, **{c: ex.client_state() for c, ex in self.built.items()}}
+        return out or None
 
 
 class InprocDispatcher:
@@ -123,7 +135,9 @@ class InprocDispatcher:
         got, n = self._send(msg, SERVER, client_name(task.cid))
         while True:
             cid = task.route[int(got.body["hop"])]
-            out = self.executors[cid].on_task(got, n)
+            ex = self.executors[cid]
+            out = ex.on_task(got, n)
+            self.executors.done(ex)
             reply = out.reply
             hop = int(got.body["hop"]) + 1
             if reply.kind != MsgKind.RESULT or hop >= len(task.route):

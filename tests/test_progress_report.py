@@ -139,7 +139,9 @@ def test_interrupt_messages_say_what_was_kept(tmp_path, monkeypatch):
     old = t0 - 3600  # a summary of an earlier run in that folder is not this run's
     os.utime(tmp_path / "run" / "summary.json", (old, old))
     assert note("local") == "; partial results (metrics.jsonl) were kept in run" + NO
-    (tmp_path / "run" / "checkpoint").mkdir()  # --checkpoint-every: the exact command
+    (tmp_path / "run" / "checkpoint" / "clients").mkdir(parents=True)  # the clients' store alone
+    assert note("local").endswith(NO)
+    (tmp_path / "run" / "checkpoint" / "state.json").write_text("{}")  # a checkpoint: the command
     assert note("launch") == ("; partial results (metrics.jsonl) were kept in run; continue it "
                               "with `fednet launch --resume run`")
     assert note("sweep") == "; the finished cells are kept in run: the same command goes on from there"

@@ -66,7 +66,9 @@ def test_a_resumed_local_run_ends_where_an_unbroken_run_ends(algo, tmp_path):
     cfg = _config(algo, tmp_path / "run")
     assert _run(cfg, prepare=_stop_after(STOP)) is None
     saved = json.loads((tmp_path / "run" / "checkpoint" / "state.json").read_text())
-    assert saved["rounds_done"] == STOP and saved["client_state"] == "checkpoint"
+    assert saved["rounds_done"] == STOP and saved["client_state"] == "files"
+    if client_class(algo).stateful():  # the clients' store is the checkpoint's clients/
+        assert any((tmp_path / "run" / "checkpoint" / "clients").glob("c*.npz"))
     got, model, models, state = _run(cfg, resume=True)
     assert got["status"] == ref["status"] == "completed" and got["rounds"] == ref["rounds"]
     assert model.keys() == ref_model.keys()
@@ -81,16 +83,20 @@ def test_a_resumed_local_run_ends_where_an_unbroken_run_ends(algo, tmp_path):
     assert [r["round"] for r in rows] == list(range(cfg.rounds))
 
 
-def test_client_state_kept_by_one_runtime_is_not_resumed_by_the_other(tmp_path):
-    """fednet local keeps SCAFFOLD's c_k in the checkpoint; fednet launch's clients keep their
-    own files: resuming across the two would silently lose the clients' state."""
+def test_client_state_kept_in_a_checkpoint_by_fednet_local_is_not_resumed_by_launch(tmp_path):
+    """Only a state that no store could hold (no results folder, a store that could not be
+    written) is kept in the checkpoint itself, by fednet local; fednet launch's clients read
+    the store: resuming such a run under launch would silently lose the clients' state."""
+    from fednet.core import checkpoint
     from fednet.errors import ConfigError
     from fednet.core.session import Session
 
     cfg = _config("scaffold", tmp_path / "run")
     run_local(cfg, quiet=True)
-    with pytest.raises(ConfigError, match="clients' state of this run is kept by fednet local"):
+    Session(cfg.replace(rounds=4), quiet=True, resume=True)  # the store: either runtime
+    js = tmp_path / "run" / "checkpoint" / "state.json"
+    state = json.loads(js.read_text())
+    js.write_text(json.dumps({**state, "client_state": "checkpoint"}))
+    with pytest.raises(ConfigError, match="kept in this checkpoint by fednet local"):
         Session(cfg, quiet=True, resume=True)  # as fednet launch builds it
-    cfg = _config("fedavg", tmp_path / "avg")  # stateless clients: either runtime resumes it
-    run_local(cfg, quiet=True)
-    Session(cfg.replace(rounds=4), quiet=True, resume=True)
+    assert checkpoint.read(tmp_path / "run", cfg)  # fednet local still reads it

@@ -18,37 +18,46 @@ def _state(x: float) -> dict[str, np.ndarray]:
     return {"x": np.full(2, x)}
 
 
-def test_the_newest_state_before_the_resumed_checkpoint_is_taken_back(tmp_path):
-    files = sf.StateFiles(str(tmp_path), 7, "scaffold")
-    got: list = []
-    files.before(0, "run1", lambda a, m: got.append(a))       # the first task of a fresh run
-    files.after(0, _state(0), {})
-    files.before(0, "run1", got.append)
-    files.after(1, _state(1), {})
-    files.before(2, "run1", got.append)                       # the server checkpointed 2 rounds
-    files.after(2, _state(2), {})
-    files.before(2, "run1", got.append)
-    files.after(3, _state(3), {})
-    assert got == []                                          # one session: nothing re-read
+def _x(got) -> float | None:
+    return None if got is None else float(got[0]["x"][0])
+
+
+def test_a_session_takes_its_own_latest_state_and_a_resumed_one_the_newest_before_ckpt(tmp_path):
+    store = sf.StateStore(str(tmp_path), "scaffold")
+    assert store.take(7, "run1", 0) is None                   # the first task of a fresh run
+    store.put(7, 0, "run1", 0, _state(0), {})
+    assert _x(store.take(7, "run1", 0)) == 0.0                # this session's own file
+    store.put(7, 1, "run1", 0, _state(1), {})
+    store.put(7, 2, "run1", 2, _state(2), {})                 # the server checkpointed 2 rounds
+    store.put(7, 3, "run1", 2, _state(3), {})
+    assert _x(store.take(7, "run1", 2)) == 3.0
     home = tmp_path / "checkpoint" / "clients"
     assert sorted(p.name for p in home.iterdir()) == ["c0007.npz", "c0007.prev.npz"]
-    for ckpt, want in ((2, 1.0), (4, 3.0), (1, 0.0)):         # a restarted server resumes at ckpt
-        again = sf.StateFiles(str(tmp_path), 7, "scaffold")
-        seen: list = []
-        again.before(ckpt, "run2", lambda a, m: seen.append((a, m)))
-        if want == 0.0:  # round 0 was overwritten: only rounds 1 and 3 are kept
-            assert seen == [(None, None)]
-        else:
-            assert seen[0][0]["x"][0] == want and seen[0][1]["round"] == want
+    for ckpt, want in ((2, 1.0), (4, 3.0), (1, None)):        # a restarted server resumes at ckpt
+        got = sf.StateStore(str(tmp_path), "scaffold").take(7, "run2", ckpt)
+        assert _x(got) == want                                # round 0 was overwritten: initial
+        if got is not None:
+            assert got[1]["round"] == want and got[1]["run"] == "run1"
+
+
+def test_files_of_another_run_in_the_folder_are_never_taken_without_a_checkpoint(tmp_path):
+    store = sf.StateStore(str(tmp_path), "scaffold")
+    store.put(4, 5, "old", None, _state(5), {})
+    assert store.take(4, "new", None) is None and store.take(4, "new", 0) is None
+    store.put(4, 0, "new", None, _state(9), {})               # no checkpoints: no prev file kept
+    assert _x(store.take(4, "new", None)) == 9.0
+    assert not (tmp_path / "checkpoint" / "clients" / "c0004.prev.npz").exists()
 
 
 def test_a_damaged_client_file_is_an_error_naming_it(tmp_path):
-    files = sf.StateFiles(str(tmp_path), 3, "fedfomo")
-    files.after(0, _state(0), {})
+    store = sf.StateStore(str(tmp_path), "fedfomo")
+    store.put(3, 0, "run1", None, _state(0), {})
     p = tmp_path / "checkpoint" / "clients" / "c0003.npz"
     p.write_bytes(b"garbage")
     with pytest.raises(ValueError, match="c0003.npz: damaged client state"):
-        sf.StateFiles(str(tmp_path), 3, "fedfomo").before(1, "run2", lambda a, m: None)
+        sf.StateStore(str(tmp_path), "fedfomo").take(3, "run2", 1)
+    store.put(3, 1, "run1", 1, _state(1), {})                 # a damaged file is overwritten
+    assert _x(store.take(3, "run1", 1)) == 1.0
 
 
 def _save(out: Path, rounds_done: int) -> None:
@@ -75,3 +84,48 @@ def test_the_server_checkpoint_swap_keeps_the_clients_files(tmp_path):
     _save(tmp_path, 3)
     assert sf.find(tmp_path, "c0001.npz") == ck / "clients" / "c0001.npz"
     assert not (tmp_path / "checkpoint.old").exists()
+
+
+def _local(algo: str, out: Path, **kw):
+    from fednet.inproc import run_local
+
+    seen: list = []
+    import fednet.inproc as inproc
+    original = inproc.InprocDispatcher
+
+    class Recording(original):  # type: ignore[misc, valid-type]
+        def __init__(self, session) -> None:
+            super().__init__(session)
+            seen.append(self)
+
+    inproc.InprocDispatcher = Recording
+    try:
+        summary = run_local(small_config(clients=4, rounds=3, algo={"name": algo},
+                                         out=str(out), **kw), quiet=True)
+    finally:
+        inproc.InprocDispatcher = original
+    with np.load(out / "final_model.npz") as z:
+        return summary, {k: z[k] for k in z.files}, seen[0].executors
+
+
+@pytest.mark.parametrize("algo", ["scaffold", "factorized"])
+def test_stateful_clients_live_in_the_store_and_a_store_that_cannot_be_written_loses_nothing(
+        algo, tmp_path, monkeypatch):
+    """Between tasks a stateful client is its file in RUN/checkpoint/clients, not an object;
+    when the store cannot be written (a full disk) the clients keep their objects instead, with
+    one warning, and the run ends exactly where it ends with the store."""
+    s1, m1, exs = _local(algo, tmp_path / "store")
+    assert exs.built == {}  # no client object survived its task
+    files = sorted(p.name for p in (tmp_path / "store" / "checkpoint" / "clients").iterdir())
+    assert files == [f"c000{i}.npz" for i in range(4)]
+    _, meta = sf.read(tmp_path / "store" / "checkpoint" / "clients" / "c0002.npz")
+    assert meta["round"] == 2 and meta["run"] == s1["run_id"] and meta["algorithm"] == algo
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(sf.StateStore, "put", full)
+    monkeypatch.setattr("fednet.client.executor._STORE_WARNED", False)
+    s2, m2, exs = _local(algo, tmp_path / "full")
+    assert sorted(exs.built) == [0, 1, 2, 3]  # the objects hold the state now
+    assert m1.keys() == m2.keys() and all(np.array_equal(m1[k], m2[k]) for k in m1)
+    assert s1["final_accuracy"] == s2["final_accuracy"]

@@ -164,13 +164,16 @@ class Client(Inbox):
 
     def _executor(self) -> Executor:
         """This client's data, model and state: built when its first task arrives (an idle
-        client is its id and a few numbers). With several clients in a process (drop_idle),
-        a client whose algorithm keeps nothing between tasks is dropped after each one."""
+        client is its id and a few numbers). With several clients in a process (drop_idle) it
+        is dropped after each task unless it is the only home of its state (a stateful client
+        keeps its state in the run's store between tasks; one client alone in its process keeps
+        its objects and writes the store only for checkpoints)."""
         if self.executor is None:
             assert self._build is not None, "a task before WELCOME"
             cfg, indices = self._build
             self.executor = Executor(self.cid, cfg, self.profile, self.device, self.run_id,
-                                     indices)
+                                     indices, files=self.drop_idle or
+                                     bool(cfg.net.checkpoint_every))
             self._adopt(self.executor)
         return self.executor
 
@@ -192,7 +195,7 @@ class Client(Inbox):
                                               self.run_id))
             return
         out = ex.on_task(msg, nbytes)
-        if self.drop_idle and not ex.update.stateful():
+        if self.drop_idle and not ex.holds_state:
             self.executor = None  # nothing to keep: its data is rebuilt when it is chosen again
         reply = out.reply
         nxt = self.peers.next_hop(msg, reply)

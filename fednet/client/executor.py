@@ -15,7 +15,7 @@ from fednet import algorithms, latency
 from fednet.algorithms.common import evaluate_own
 from fednet.algorithms.contract import ClientContext
 from fednet.algorithms.state import Shapes, to_device
-from fednet.core.state_files import StateFiles, decode_client, encode_client
+from fednet.core.state_files import StateStore, decode_client, encode_client
 from fednet.config import RunConfig, from_dict
 from fednet.errors import ConfigError
 from fednet.data import load_dataset, run_partition
@@ -40,6 +40,7 @@ algorithms.preload()  # every algorithm's halves, imported once (in the zygote, 
 
 
 _WORKING: dict[tuple, torch.nn.Module] | None = None  # see share_working_models
+_STORE_WARNED = False  # a store that cannot be written is reported once per process
 
 
 def share_working_models(on: bool = True) -> None:
@@ -74,7 +75,8 @@ class Executor:
     """One client's data, model and algorithm state."""
 
     def __init__(self, cid: int, cfg: RunConfig, profile: Profile, device: str = "cpu",
-                 run_id: str = "", indices: np.ndarray | None = None, files: bool = True) -> None:
+                 run_id: str = "", indices: np.ndarray | None = None, files: bool = True,
+                 out: str = "") -> None:
         self.cid, self.cfg, self.profile, self.run_id = cid, cfg, profile, run_id
         self.device = torch.device(device)
         d = cfg.data
@@ -100,9 +102,13 @@ class Executor:
         if reuse_freed_memory(nbytes := state_nbytes(model)):  # big models: into mapped pages
             reserve_once(CLIENT_RESERVE_MODELS * nbytes)  # while the process registers
         self.availability: Availability | None = None  # --availability: set by the runtime
-        # --checkpoint-every under fednet launch/clients: this client keeps its state on disk
-        self.files = (StateFiles(cfg.out, cid, cfg.algo.name) if files and cfg.out and
-                      cfg.net.checkpoint_every and self.update.stateful() else None)
+        # a stateful client keeps its state in the run's store (core/state_files.py) between
+        # tasks, so that its objects can be dropped; without a results folder (or once the store
+        # cannot be written) the state stays in this object and it must be kept (holds_state)
+        out = out or cfg.out
+        self.store = (StateStore(out, cfg.algo.name) if files and out and self.update.stateful()
+                      else None)
+        self.session: str | None = None  # the server session whose state this object holds
         dev = self.device
         self.ctx = ClientContext(cid, model, x, y, cfg, dev, self.update.new_state(),
                                  test_x=Rows.of(cd.test_images, cd.test_rows, dev),
@@ -127,16 +133,17 @@ class Executor:
             return self._offline(msg, off, t0)
         try:
             task = message_task(msg)
-            saving = self.files is not None and "ckpt" in task.body
-            if saving:  # a resumed server: take the state back from before its checkpoint
-                self.files.before(int(task.body["ckpt"]), msg.run_id, self.take_back)
+            ckpt = task.body.get("ckpt")
+            if self.store is not None and self.session != msg.run_id:  # from the store
+                self.take_back(self.store.take(self.cid, msg.run_id, ckpt))
+            self.session = msg.run_id
             if getattr(self.update, "adopts_received", False):  # one copy: the joined buffers
                 adopt_arrays(self.ctx.model, {k: a for k, a in task.arrays.items() if is_private(a)})
             arrays, body = self.update.run(self.ctx, task)
             if task.body.get("evaluate"):  # personalized evaluation: this client's model, its split
                 body.update(evaluate_own(self.ctx))
-            if saving:
-                self.files.after(task.round, *encode_client(*self.client_state()))
+            if self.store is not None:
+                self._save(task.round, msg.run_id, ckpt)
         except Exception as e:  # a failing update is data for the server, not a dead client
             log.exception("client %d: task %d failed", self.cid, msg.task_id)
             reply = failure_message(self.cid, msg.task_id, msg.round, f"{type(e).__name__}: {e}",
@@ -181,7 +188,27 @@ class Executor:
         reply = failure_message(self.cid, msg.task_id, msg.round, off[1], off[0], self.run_id)
         return Outcome(reply, off[0] - msg.sim_time, time.perf_counter() - t0)
 
-    # ---- state for checkpoints -----------------------------------------------------------
+    # ---- state in the store ----------------------------------------------------------------
+    @property
+    def holds_state(self) -> bool:
+        """True when this object is the only home of the client's state (no store): dropping it
+        would lose the state."""
+        return self.store is None and self.update.stateful()
+
+    def _save(self, rnd: int, run_id: str, ckpt: int | None) -> None:
+        """The state after this task into the store; when it cannot be written the state stays
+        here (one warning per process: a resume would start such clients afresh)."""
+        try:
+            self.store.put(self.cid, rnd, run_id, ckpt, *encode_client(*self.client_state()))
+        except OSError as e:
+            global _STORE_WARNED
+            if not _STORE_WARNED:
+                log.warning("client %d: cannot write its state into %s (%s); this process keeps "
+                            "its clients' state in memory from now on, and a --resume would start"
+                            " them afresh", self.cid, self.store.out, e)
+                _STORE_WARNED = True
+            self.store = None
+
     def client_state(self) -> tuple[object, dict[str, np.ndarray] | None]:
         """(the typed client state, the personal model or None): what a checkpoint keeps."""
         keep = self.update.keeps_model
@@ -193,13 +220,17 @@ class Executor:
         if model is not None:
             load_arrays(self.ctx.model, model)
 
-    def take_back(self, arrays: dict[str, np.ndarray] | None, meta: dict | None) -> None:
-        """Restore from this client's own file (None: its initial state), checked first."""
-        if arrays is None:
+    def take_back(self, got: tuple[dict[str, np.ndarray], dict] | None) -> None:
+        """Restore (arrays, meta) from this client's own file, checked first; None: its initial
+        state (nothing to do for an object built for this task)."""
+        if got is None:
+            if self.session is None:
+                return
             self.ctx.state = self.update.new_state()
             if self.update.keeps_model:
                 load_arrays(self.ctx.model, state_arrays(self._initial()))
             return
+        arrays, meta = got
         model = self.ctx.model
         shapes = Shapes(state_arrays(model), [tuple(p.shape) for p in model.parameters()
                                               if p.requires_grad], self.cfg.clients)

@@ -4,10 +4,12 @@ A checkpoint is RUN/checkpoint/{state.npz, state.json}: the algorithm's server s
 State dataclass, stored generically by algorithms/state.py: the model as model/<entry>, other
 array fields as state/<field>/..., JSON fields under "algo"), the rounds done, the simulated time,
 the ledger totals and the failures so far. The clients' state (their typed ClientUpdate state,
-and personal models) is part of it too: `fednet local` stores it in state.npz as
-client/<cid>/<field>/... and client/<cid>/model/<entry>; under `fednet launch` (and `fednet
-clients`) each client process writes its own file into RUN/checkpoint/clients/ on its host
-(core/state_files.py), which the swap below carries over. Randomness needs no saving: every
+and personal models) is part of it too: it is the clients' store, RUN/checkpoint/clients/, one
+file per client written after each of its tasks by whichever process ran it (`fednet local`, or
+a client process of `fednet launch`/`fednet clients` on its host; core/state_files.py), which
+the swap below carries over. Only a state that no store could hold (no results folder, a store
+that could not be written) is put in state.npz, as client/<cid>/<field>/... and
+client/<cid>/model/<entry>; `fednet local` resumes those too. Randomness needs no saving: every
 draw comes from (seed, purpose, round, client). The server's files are written to a temporary
 folder (each file fsynced) and renamed into place, so a crash leaves either the old or the new
 checkpoint (a crash between the two renames leaves checkpoint.old, which --resume then reads).
@@ -48,7 +50,7 @@ def _server_prefix(name: str) -> str:
 
 def save(out: Path, algo: Any, driver: Any, clients: ClientStates | None = None) -> None:
     """Write RUN/checkpoint atomically; a disk error is an OutputError and the old one stays.
-    `clients` (fednet local): every client's state, stored in state.npz."""
+    `clients` (fednet local): the client states that no store holds, put in state.npz."""
     arrays, meta = encode(algo.state, _server_prefix)
     client_meta: dict[str, Any] = {}
     for cid, (st, model) in sorted((clients or {}).items()):
@@ -241,9 +243,9 @@ def load(run_dir: str | Path, algo: Any, cfg: RunConfig, shapes: Shapes,
         chk.need(k.startswith("client/"), npz, f"array '{k}' does not belong to this model")
     clients = _clients(chk, npz, js, arrays, state, shapes, client.State)
     saved = state.get("client_state", "files")
-    if client.stateful() and saved != ("checkpoint" if local else "files"):
-        how = "fednet local" if saved == "checkpoint" else "fednet launch or fednet server"
-        chk.fail(js, f"the clients' state of this run is kept by {how}; resume it that way")
+    if client.stateful() and saved == "checkpoint" and not local:
+        chk.fail(js, "the clients' state of this run is kept in this checkpoint by fednet local;"
+                 " resume it with fednet local")
     algo.state = server
     return state, clients
 

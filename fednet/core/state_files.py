@@ -1,14 +1,16 @@
-"""A client process's own state files for `fednet launch --resume` (RUN/checkpoint/clients/).
+"""The clients' state store (RUN/checkpoint/clients/): where per-client algorithm state lives.
 
-With --checkpoint-every N (and an algorithm whose clients keep state) every task carries `ckpt`,
-the rounds done at the server's last checkpoint. After each task the client writes its state
-(the typed ClientUpdate state and, for personal models, the model) to c0007.npz, tagged with the
-task's round; before it overwrites a state older than the last checkpoint it keeps it as
-c0007.prev.npz. So the newest state from before any checkpoint the server may resume from is
-always on disk. When a task arrives from a new server session (another run id: the server was
-restarted with --resume), the client takes back the newest of its two files whose round is
-before `ckpt` (or its initial state if it has none). Files are np.savez archives of plain
-arrays (the tags are JSON text in a uint8 array), written atomically, read with
+An algorithm whose clients keep state between rounds (SCAFFOLD's c_k, FedDyn's gradients,
+personal models, optimizer moments, Factorized-FL's v and mu) keeps each client's state in a
+file of this store between the client's tasks, under `fednet local` and every client process
+of `fednet launch`/`fednet clients` alike: after each task the client writes its state (the
+typed ClientUpdate state and, for personal models, the model) to c0007.npz, and its objects
+are dropped until it is selected again. With --checkpoint-every N every task also carries
+`ckpt`, the rounds done at the server's last checkpoint, and the store keeps the newest state
+from before it (StateStore). When a task arrives from a new server session (another run id: the
+server was restarted with --resume), the client takes back the newest of its two files whose
+round is before `ckpt` (or its initial state if it has none). Files are np.savez archives of
+plain arrays (the tags are JSON text in a uint8 array), written atomically, read with
 allow_pickle=False and checked before use.
 """
 from __future__ import annotations
@@ -67,58 +69,66 @@ def read(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     return arrays, meta
 
 
-class StateFiles:
-    """One client's latest and kept states on disk, and the rule for taking one back."""
+class StateStore:
+    """A process's clients' states between their tasks, one file per client (c0007.npz).
 
-    def __init__(self, out: str, cid: int, algorithm: str) -> None:
-        self.out, self.cid, self.algorithm = out, cid, algorithm
-        self.name = client_name(cid)
-        self.rounds: dict[str, int] = {}  # "latest" / "prev" -> the round of that file
-        self.run_id: str | None = None    # the server session whose tasks we have seen
-        self.warned = False
+    The store is where a stateful client's state lives: the client's objects are dropped after
+    each task and built again from its file at the next one, so a process holds the states of
+    the clients it is training, not of every client it has (issue 22). Every file is tagged
+    with the round and the server session (run id) that wrote it. take() gives a client's state
+    for a task: its latest file if this session wrote it; else, in a resumed session (the task
+    carries the checkpoint's rounds `ckpt`), the newest of its two files from before ckpt; else
+    None (its initial state). put() writes the state after a task; before it overwrites a file
+    older than ckpt it keeps it as c0007.prev.npz, so the newest state from before any
+    checkpoint the server may resume from is always on disk. The checkpoint is this store."""
 
-    def _path(self, which: str) -> Path:
-        return home(self.out) / (self.name + (".npz" if which == "latest" else ".prev.npz"))
+    __slots__ = ("out", "algorithm")
 
-    def before(self, ckpt: int, run_id: str, restore: Any) -> None:
-        """Before a task: on a new server session take back the newest state from before ckpt
-        (restore(arrays, meta), or restore(None, None) for the initial state); then keep the
-        latest file as prev when it is older than ckpt."""
-        if self.run_id != run_id:
-            if not (self.run_id is None and ckpt == 0):  # not the first task of a fresh run
-                self._take_back(ckpt, restore)  # a damaged file fails this task (and the next)
-            self.run_id = run_id
-        latest = self.rounds.get("latest")
-        if latest is not None and latest < ckpt and self.rounds.get("prev") != latest:
-            src = find(self.out, self.name + ".npz")
-            if src is not None:
-                os.replace(src, self._path("prev"))
-                self.rounds["prev"] = self.rounds.pop("latest")
+    def __init__(self, out: str | Path, algorithm: str) -> None:
+        self.out, self.algorithm = str(out), algorithm
 
-    def _take_back(self, ckpt: int, restore: Any) -> None:
-        self.rounds = {}
-        chosen = None
-        for which, suffix in (("latest", ".npz"), ("prev", ".prev.npz")):
-            path = find(self.out, self.name + suffix)
-            if path is None:
-                continue
-            arrays, meta = read(path)
-            self.rounds[which] = int(meta["round"])
-            if chosen is None and meta["round"] < ckpt:
-                chosen = (arrays, meta)
-        restore(*(chosen or (None, None)))
+    def _path(self, cid: int, which: str) -> Path:
+        return home(self.out) / (client_name(cid) + (".npz" if which == "latest" else ".prev.npz"))
 
-    def after(self, rnd: int, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
-        """After a task of round rnd: write the state as the latest file (a failed write is
-        logged once; the run goes on, but a resume would start this client afresh)."""
-        try:
-            write(self._path("latest"), arrays, {**meta, "round": rnd, "cid": self.cid,
-                                                 "algorithm": self.algorithm})
-            self.rounds["latest"] = rnd
-        except OSError as e:
-            if not self.warned:
-                log.warning("client %d: cannot save its state for --resume (%s)", self.cid, e)
-                self.warned = True
+    def take(self, cid: int, run_id: str, ckpt: int | None
+             ) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
+        """(arrays, meta) of the state client cid starts a task with, or None for its initial
+        one; ValueError naming the file when the file it needs is damaged."""
+        name = client_name(cid)
+        path = find(self.out, name + ".npz")
+        latest = read(path) if path is not None else None
+        if latest is not None and latest[1].get("run") == run_id:
+            return latest
+        if not ckpt:
+            return None  # a fresh session: whatever is there is not this run's
+        prev_path = find(self.out, name + ".prev.npz")
+        for got in (latest, read(prev_path) if prev_path is not None else None):
+            if got is not None and got[1]["round"] < ckpt:
+                return got
+        return None
+
+    def put(self, cid: int, rnd: int, run_id: str, ckpt: int | None,
+            arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
+        """Write client cid's state after its task of round rnd (OSError when it cannot)."""
+        name = client_name(cid)
+        src = find(self.out, name + ".npz")
+        if ckpt and src is not None:
+            kept = _round_of(src)
+            if kept is not None and kept < ckpt:  # the newest before the checkpoint: keep it
+                os.replace(src, self._path(cid, "prev"))
+        write(self._path(cid, "latest"), arrays, {**meta, "round": rnd, "run": run_id,
+                                                  "cid": cid, "algorithm": self.algorithm})
+
+
+def _round_of(path: Path) -> int | None:
+    """The round tag of a client file, read alone (None when it cannot be read: it is
+    overwritten)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(z[META].tobytes().decode())
+        return int(meta["round"])
+    except Exception:  # noqa: BLE001 - a damaged file is replaced, not kept
+        return None
 
 
 def encode_client(state: Any, model: dict[str, np.ndarray] | None

@@ -250,7 +250,7 @@ def interrupt_note(command: str, out: str | None, t0: float,
 def _resume_hint(command: str, out: str) -> str:
     """How the interrupted run goes on: the exact --resume command when it kept a checkpoint,
     else why it cannot (checkpoints are off unless --checkpoint-every N)."""
-    if (Path(out) / "checkpoint").is_dir():
+    if (Path(out) / "checkpoint" / "state.json").is_file():  # (clients/ alone is no checkpoint)
         return f"; continue it with `fednet {command} --resume {out}`"
     return "; it kept no checkpoint, so it cannot be resumed (--checkpoint-every N makes one)"
 
