@@ -13,11 +13,12 @@ processes, in one run:
       client logs "lost the server" (its stderr, time-stamped as read). Then SIGCONT, and what
       the rest of the run did. (c') a remote client SIGKILLed and started again: registered?
   (d) half-open: 2,000 raw TCP connections to a `fednet server` waiting for its clients, either
-      completing the ZMTP 3.0 NULL greeting + READY and then sending part of a frame, or sending
-      part of the greeting only. The server's RSS (/proc/PID/status VmRSS) is sampled every
+      completing the ZMTP 3.0 greeting (PLAIN: the join key's gate) and then sending part of the
+      handshake's first command, or sending part of the greeting only. The server's RSS (/proc/PID/status VmRSS) is sampled every
       20 ms: peak above the baseline, and what is left a few seconds after the server has
       closed every one of them (heartbeat / handshake timeouts).
-  (e) flood: one DEALER claims client 1 of a 2-client run and sends 200,000 READY(hello) (for
+  (e) flood: one DEALER holding the join key (an insider) claims client 1 of a 2-client run and
+      sends 200,000 READY(hello) (for
       client 1 again, or for an id out of range) without ever reading a reply, while client 0
       registers; the server's peak RSS above the baseline; then it leaves and the run
       completes with client 0.
@@ -39,7 +40,6 @@ import selectors
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -62,8 +62,19 @@ def fednet_cmd() -> list[str]:
     return [exe] if exe else [sys.executable, "-c", "from fednet.cli import main; main()"]
 
 
+def join_key() -> str:
+    """The join key file every plaintext server and client here shares (FEDNET_JOIN_KEY, or a
+    new file's path in the temporary folder; the first server writes it)."""
+    if not os.environ.get("FEDNET_JOIN_KEY"):
+        import tempfile
+        os.environ["FEDNET_JOIN_KEY"] = os.path.join(tempfile.mkdtemp(), "join.key")
+    return os.environ["FEDNET_JOIN_KEY"]
+
+
 def make_env(marker: str | None = None) -> dict[str, str]:
-    """The environment of the fednet subprocesses (a marker to find leftovers by)."""
+    """The environment of the fednet subprocesses (a marker to find leftovers by, the join
+    key)."""
+    join_key()
     env = dict(os.environ, PYTHONUNBUFFERED="1", **{MARKER: marker or uuid.uuid4().hex})
     env.pop("CUDA_VISIBLE_DEVICES", None)
     return env
@@ -255,34 +266,29 @@ def raise_nofile(need: int) -> None:
 
 
 # ---- raw ZMTP ----------------------------------------------------------------------------------
-GREETING = (b"\xff" + b"\0" * 8 + b"\x7f" + bytes([3, 0]) + b"NULL".ljust(20, b"\0") + b"\0"
+GREETING = (b"\xff" + b"\0" * 8 + b"\x7f" + bytes([3, 0]) + b"PLAIN".ljust(20, b"\0") + b"\0"
             + b"\0" * 31)
-"""A ZMTP 3.0 greeting: signature, version 3.0, mechanism NULL, as-server 0, filler (64 bytes)."""
+"""A ZMTP 3.0 greeting: signature, version 3.0, mechanism PLAIN (the plaintext server's gate:
+a NULL greeting is refused at once), as-server 0, filler (64 bytes)."""
 
 
-def _ready_command(socket_type: bytes = b"DEALER") -> bytes:
-    body = (b"\x05READY" + bytes([len(b"Socket-Type")]) + b"Socket-Type"
-            + struct.pack(">I", len(socket_type)) + socket_type)
-    return bytes([0x04, len(body)]) + body  # a short command frame
-
-
-HANDSHAKE = GREETING + _ready_command()
-PARTIAL_FRAME = bytes([0x00, 200]) + b"\0" * 20  # a 200-byte message frame, 20 bytes of it
+PARTIAL_COMMAND = bytes([0x04, 200]) + b"\0" * 20  # a 200-byte command (HELLO), 20 bytes of it
 
 
 def open_half_open(endpoint: str, n: int, mode: str, batch: int = 50,
                    timeout_s: float = 30.0) -> list[socket.socket]:
     """n raw TCP connections to endpoint that each stay half-open:
 
-    mode "frame": the ZMTP greeting and READY are completed, then part of a message frame is
-    sent (the server has a live connection whose first message never ends);
+    mode "frame": the ZMTP greeting is completed, then part of the handshake's first command
+    (PLAIN's HELLO, which would carry the join key) is sent: a connection whose first frame
+    never ends;
     mode "greeting": only the first 11 bytes of the greeting are sent (the handshake never ends).
 
     Connections are opened `batch` at a time (libzmq listens with a backlog of 100); a batch is
     done when the server has answered each of its connections (accepted, greeting under way).
     """
     host, port = endpoint.removeprefix("tcp://").rsplit(":", 1)
-    data = HANDSHAKE + PARTIAL_FRAME if mode == "frame" else GREETING[:11]
+    data = GREETING + PARTIAL_COMMAND if mode == "frame" else GREETING[:11]
     want = 64 if mode == "frame" else 10  # the server's greeting (or its signature) came back
     socks: list[socket.socket] = []
     deadline = time.monotonic() + timeout_s
@@ -335,28 +341,51 @@ def closed_by_peer(s: socket.socket) -> bool:
         return True
 
 
-def hello_frames(cid: int) -> list[bytes]:
-    """The frames of a READY(hello) claiming client cid (what `fednet clients` sends first): the
-    server link's envelope, then the message."""
+def _run_key() -> bytes:
+    """The run key of the servers here: their join key (the first server wrote it)."""
+    from fednet.protocol import join_key as join
+    return join.wait_for(join_key(), 30)
+
+
+def hello_frames(cid: int, nonce: bytes | None = None) -> list[bytes]:
+    """The frames of a READY(hello) claiming client cid, proven with the join key as `fednet
+    clients` proves it (a fresh nonce unless one is given): the server link's envelope, then
+    the message."""
     from fednet.protocol import Message, MsgKind, encode
+    from fednet.protocol.proof import client_secret, hello_proof
     from fednet.transport.channels import sub_frame
     from fednet.types import client_name
 
+    nonce = nonce or os.urandom(16)
     body = {"phase": "hello", "cid": cid, "endpoint": "tcp://127.0.0.1:1", "device": "cpu",
-            "pid": os.getpid(), "host": "bench"}
+            "pid": os.getpid(), "host": "bench", "nonce": nonce,
+            "proof": hello_proof(client_secret(_run_key(), cid), cid, nonce)}
     return [sub_frame(cid)] + [bytes(f) for f in encode(Message(MsgKind.READY, client_name(cid),
                                                                  body=body))]
 
 
+def insider(ctx: Any) -> Any:
+    """A DEALER that holds the join key (passes the gate of a plaintext `fednet server`)."""
+    import zmq
+
+    from fednet.protocol.proof import gate_password
+    from fednet.transport import gate
+
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    gate.client(gate_password(_run_key()))(s)
+    return s
+
+
 def welcome_for(endpoint: str, cid: int, timeout_s: float = 10.0) -> str:
-    """Send one READY(hello) for cid on a fresh DEALER; the kind of the answer ('' if none)."""
+    """Send one READY(hello) for cid on a fresh key holder's DEALER; the kind of the answer ('' if
+    none)."""
     import zmq
 
     from fednet.protocol import decode
 
     ctx = zmq.Context()
-    s = ctx.socket(zmq.DEALER)
-    s.setsockopt(zmq.LINGER, 0)
+    s = insider(ctx)
     try:
         s.connect(endpoint)
         s.send_multipart(hello_frames(cid))
@@ -381,7 +410,8 @@ class ThreadServer:
         def serve() -> None:
             try:
                 self.box["summary"] = run_zmq(cfg, quiet=True, local_clients=False, prepare=hooks,
-                                              on_listen=lambda ep: self.box.setdefault("ep", ep))
+                                              on_listen=lambda ep: self.box.setdefault("ep", ep),
+                                              join_key=join_key())
             except BaseException as e:  # noqa: BLE001 - reported by the caller
                 self.box["error"] = e
 
@@ -675,8 +705,7 @@ def flood(out: str, env: dict[str, str], cwd: Path, n: int = 200_000, claim: int
                            "hello_bytes": sum(map(len, frames[1:]))}
     cl: Proc | None = None
     ctx = zmq.Context()
-    s = ctx.socket(zmq.DEALER)
-    s.setsockopt(zmq.LINGER, 0)
+    s = insider(ctx)  # a holder of the join key that misbehaves
     s.setsockopt(zmq.SNDTIMEO, 60_000)  # a server that stopped reading fails the flood
     try:
         base = settled_rss(srv.pid)

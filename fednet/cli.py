@@ -13,6 +13,7 @@ import click
 from fednet.errors import FednetError
 from fednet.metrics.files import WRITE_ERRNOS
 from fednet.options import HOST_PER_PROCESS, auto_for_host, build_config, common_options, prepare_out
+from fednet.options_extra import JOIN_KEY, drop_empty, listening, server_join_key
 from fednet.platform.malloc import one_arena
 from fednet.platform.proc import seed_routing_ids as seed_ids
 from fednet.plugins_cli import plugins_command
@@ -138,19 +139,9 @@ def launch(**opts: Any) -> None:
         summary = run_zmq(cfg, quiet=opts["quiet"], local_clients=True, resume=bool(opts["resume"]))
     except FednetError:  # e.g. a checkpoint refused by the session: the folder stays as it was
         if opts["resume"] and not had_log:
-            _drop_empty(log)
+            drop_empty(log)
         raise
     _done(summary)
-
-
-def _drop_empty(log: Path) -> None:
-    """Remove the clients' log (and its folder) that a refused start created, if still empty."""
-    try:
-        if log.is_file() and log.stat().st_size == 0:
-            log.unlink()
-        log.parent.rmdir()
-    except OSError:
-        pass
 
 
 @main.command()
@@ -173,17 +164,18 @@ def local(**opts: Any) -> None:
 @common_options
 @click.option("--bind", default="tcp://0.0.0.0:5555", show_default=True,
               help="Where to listen, tcp://HOST:PORT (PORT 0 = any free port).")
+@JOIN_KEY
 @_errors
-def server(bind: str, **opts: Any) -> None:
-    """Serve a run to clients on other hosts (`fednet clients --connect ...`)."""
+def server(bind: str, join_key: str, **opts: Any) -> None:
+    """Serve a run to clients on other hosts (`fednet clients --connect ... --join-key ...`)."""
     from fednet.server.main import run_zmq, split_bind
 
     host, port = split_bind(bind)
     _setup_logs(opts["quiet"])
     cfg = _config(opts, dict(RUN_DEFAULTS, clients=100, **{"net.host": host, "net.port": port}))
+    join = server_join_key(join_key, cfg.net.secure, Path(cfg.out))
     _done(run_zmq(cfg, quiet=opts["quiet"], local_clients=False, resume=bool(opts["resume"]),
-                  on_listen=lambda ep: (click.echo(f"server listening on {ep}", err=True), cfg.net.secure
-                  or click.echo("note: plaintext: anyone who reaches it can join (--secure)", err=True))))
+                  on_listen=listening(join), join_key=join))
 
 
 @main.command()
@@ -203,15 +195,16 @@ def server(bind: str, **opts: Any) -> None:
               help="With --secure: this host's key NAME in the folder (made by `fednet keys add`); "
                    "needed only when the folder holds several client keys.")
 @HOST_PER_PROCESS
+@JOIN_KEY
 @_errors
 def clients(connect: str, ids: str, gpus: str | None, advertise: str, threads: int,
-            timeout: float, secure: str, key_name: str, per_process: int) -> None:
+            timeout: float, secure: str, key_name: str, per_process: int, join_key: str) -> None:
     """Start clients on this host; they get the run's configuration from the server."""
     from fednet.launch.local_clients import parse_ids, run_clients
 
     cids = parse_ids(ids)  # auto (0): from this host's cores, memory and devices
     sys.exit(run_clients(connect, cids, gpus, advertise, threads, timeout, secure,
-                         per_process or auto_for_host(len(cids), gpus), key_name))
+                         per_process or auto_for_host(len(cids), gpus), key_name, join_key))
 
 
 @main.group()

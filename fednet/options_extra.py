@@ -220,3 +220,38 @@ def check_resume_options(over: dict[str, Any], run: dict[str, Any]) -> None:
         raise ConfigError(f"--resume continues a run with its own settings, and these options "
                           f"would change them (config.toml keys): {'; '.join(diff)}; drop "
                           "them, or start a new run with --out")
+
+
+JOIN_KEY_HELP = ("The join key file (protocol/join_key.py): only holders of the key connect. "
+                 "The server draws it there when the file does not exist [default: RUN/join.key]; "
+                 "clients read it (copy it to their host, or give its path on a shared folder). "
+                 "Not needed with --secure.")
+JOIN_KEY = click.option("--join-key", "join_key", type=click.Path(dir_okay=False), default="",
+                        envvar="FEDNET_JOIN_KEY", help=JOIN_KEY_HELP)
+
+
+def server_join_key(join_key: str, secure: str, out: Path) -> str:
+    """The join key file of a plaintext `fednet server` ('' under --secure)."""
+    return "" if secure else (join_key or str(out / "join.key"))
+
+
+def listening(join: str) -> Any:
+    """`fednet server`'s announcement once it listens (printed even with --quiet)."""
+    def say(ep: str) -> None:
+        click.echo(f"server listening on {ep}", err=True)
+        if join:
+            ep = ep.replace("0.0.0.0", "THIS_HOST")
+            click.echo(f"clients join with: fednet clients --connect {ep} --join-key {join} --ids "
+                       "... (copy that file to the client hosts; plaintext: --secure encrypts)",
+                       err=True)
+    return say
+
+
+def drop_empty(log: Path) -> None:
+    """Remove the clients' log (and its folder) that a refused start created, if still empty."""
+    try:
+        if log.is_file() and log.stat().st_size == 0:
+            log.unlink()
+        log.parent.rmdir()
+    except OSError:
+        pass

@@ -48,8 +48,9 @@ MAY_IMPORT: dict[str, set[str]] = {
 }
 # Imports allowed only inside functions (never at module level).
 LAZY: dict[str, set[str]] = {
-    # the zygote preloads the client runtime before it forks; `fednet clients` checks keys
-    "launch": {"client", "transport", "data", "models", "training", "plugin_check"},
+    # the zygote preloads the client runtime before it forks; `fednet clients` checks keys and
+    # reads the join key
+    "launch": {"client", "transport", "data", "models", "training", "plugin_check", "protocol"},
     # loading a plugin registers its algorithm; a config file names the run's plugins
     "plugins": {"algorithms", "config"},
     # a client host checks that it has what WELCOME names

@@ -86,9 +86,7 @@ class Enroll:
         while self.w is None and self.batching:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise ConfigError(f"the server at {self.link.connect} did not answer within "
-                                  f"{timeout_s:.0f}s; check --connect (address and port) and "
-                                  "that the server runs")
+                raise self.link.no_answer(timeout_s)
             if self.link.sock.poll(int(min(left, 1.0) * 1000)):
                 self.link.drain()
             if time.monotonic() >= recheck:  # the link dropped and came back: say it again

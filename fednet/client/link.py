@@ -41,11 +41,13 @@ class ServerLink:
         self.sock = connect_dealer(ctx, connect, setup)
         try:  # a dead server is noticed (DISCONNECTED, no new handshake) while idle
             self.monitor = open_monitor(self.sock, zmq.EVENT_DISCONNECTED
-                                        | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+                                        | zmq.EVENT_HANDSHAKE_SUCCEEDED
+                                        | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
         except BaseException:
             self.sock.close(0)
             raise
         self.lost_since: float | None = None
+        self.denied = False  # the server refused our credentials at a handshake (ZAP)
         self.clients: dict[bytes, Client] = {}  # envelope -> client
         self.strays = 0  # messages for no client of this process (dropped)
         self.attention: set[Client] = set()  # clients with a flag to act on (Client.check)
@@ -95,7 +97,10 @@ class ServerLink:
                             "%.0fs); waiting up to %.0fs for it", self.names(), self.connect,
                             LINK_TIMEOUT_MS / 1000, wait)
                 self.lost_since = time.monotonic()
+            elif ev == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                self.denied = True
             elif ev == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self.denied = False
                 if self.lost_since is not None:
                     log.warning("%s: the server is back; registering again",
                                 self.names())
@@ -103,6 +108,16 @@ class ServerLink:
                         c.rehello = True
                         self.attention.add(c)
                 self.lost_since = None
+
+    def no_answer(self, timeout_s: float) -> ConfigError:
+        """The error of a registration the server did not answer within timeout_s."""
+        self.watch()
+        if self.denied:
+            return ConfigError(f"the server at {self.connect} refused this host at the handshake: "
+                               "--join-key is not that run's key (or, with --secure, this key is "
+                               "not allowed there)")
+        return ConfigError(f"the server at {self.connect} did not answer within {timeout_s:.0f}s;"
+                           " check --connect (address and port) and that the server runs")
 
     def gone(self, timeout_s: float) -> bool:
         """Whether the link has been down for longer than timeout_s."""
@@ -144,9 +159,7 @@ def register(link: ServerLink, clients: list[Client], timeout_s: float) -> None:
     while waiting:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise ConfigError(f"the server at {link.connect} did not answer within "
-                              f"{timeout_s:.0f}s; check --connect (address and port) and "
-                              "that the server runs")
+            raise link.no_answer(timeout_s)
         if link.sock.poll(int(min(left, 1.0) * 1000)):
             link.drain()
         if link.settled:

@@ -104,9 +104,16 @@ def wait_listening(connect: str, timeout_s: float) -> None:
 
 def run_clients(connect: str, ids: list[int], gpus: str | None, advertise: str, threads: int,
                 timeout_s: float = 60.0, secure: str = "", per_process: int = 1,
-                key_name: str = "") -> int:
-    """Fork the clients, wait for all of them to exit; exit code 0 only if all exited cleanly."""
+                key_name: str = "", join_key: str = "") -> int:
+    """Fork the clients, wait for all of them to exit; exit code 0 only if all exited cleanly.
+    `join_key`: the plaintext server's join key file (protocol/join_key.py); needed unless
+    `secure`."""
     check_connect(connect)  # before anything starts
+    if not secure and not join_key:
+        raise ConfigError("--join-key: a plaintext `fednet server` admits only clients holding "
+                          "its join key; give --join-key FILE (the server printed its path at "
+                          "start: RUN/join.key unless its own --join-key; copy it to this host), "
+                          "or run both with --secure DIR")
     if timeout_s <= 0:
         raise ConfigError(f"--timeout must be positive (got {timeout_s:g})")
     if per_process < 1:
@@ -121,10 +128,14 @@ def run_clients(connect: str, ids: list[int], gpus: str | None, advertise: str, 
         from fednet.transport.security import load_keys
         load_keys(secure, need_server_secret=False, name=key_name)
     wait_listening(connect, timeout_s)
+    run_key = None
+    if not secure:  # the server wrote it before it listened (on a shared folder: give it time)
+        from fednet.protocol import join_key as join
+        run_key = join.wait_for(join_key, timeout_s)
     zyg = Zygote(log_file=None, unknown_run=True)  # the dataset and model come at WELCOME
     zyg.spawn(client_specs(len(ids), connect, g, threads, ids=ids, advertise=advertise,
                            log_level="WARNING", register_timeout=timeout_s, secure=secure,
-                           per_process=per_process, key_name=key_name))
+                           per_process=per_process, key_name=key_name, run_key=run_key))
     procs = -(-len(ids) // per_process)
     print(f"started {len(ids)} clients ({procs} processes) connecting to {connect}",
           file=sys.stderr)

@@ -6,8 +6,10 @@ route here is the connection's id and the envelope (channels.Channel). A route b
 cid only through an accepted READY(hello) that proves the claim:
 - under `fednet launch`: an HMAC over a fresh nonce with the client's secret (fednet.protocol.proof);
 - under `--secure`: the CURVE public key that ZAP authenticated is one allowed to claim cid;
-- plaintext `fednet server`: nothing can be proven; a claim is taken while no live connection
-  holds that id (first come), which the README's threat model states.
+- plaintext `fednet server`: the same HMAC, with the secrets derived from its join key (the run
+  key its remote clients hold: protocol/join_key.py); without any key (a server embedded with
+  no join key) nothing can be proven and a claim is taken while no live connection holds that
+  id (first come).
 A proven client may take its id over from an older connection (a restart); nobody else can.
 Connection losses come from the socket monitor (ZMTP heartbeats drop a silent peer within
 seconds); a client whose connection stays lost past the grace time is reported gone.
@@ -19,6 +21,7 @@ import hmac
 import os
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from fednet.protocol.proof import check_hello, hellos_proof, rejoin_token
 from fednet.transport.channels import sub_frame
@@ -180,3 +183,44 @@ class Connections:
             ctypes.CDLL("libc.so.6").malloc_trim(0)
         except (OSError, AttributeError):  # not glibc
             pass
+
+
+def identity_for(cfg: Any, local_clients: bool, per_process: int = 1, join_key: str = ""
+                 ) -> tuple[Identity, dict[str, Any]]:
+    """How clients prove their ids in this run, and what the launcher hands its clients.
+
+    `fednet launch` draws a run key and gives it to the zygote (never to a socket): each client
+    proves its id with a secret derived from it. Plaintext `fednet server` keeps its run key in
+    the join key file `join_key` (protocol/join_key.py), which its remote clients hold. With
+    --secure, launch also issues one CURVE key pair per client process; `fednet server --secure`
+    binds ids to the keys in DIR/allowed/."""
+    import zmq
+
+    from fednet.errors import ConfigError
+    from fednet.protocol import join_key as join
+    from fednet.protocol.proof import client_secret, new_run_key, process_secret
+
+    ident = Identity()
+    specs: dict[str, Any] = {}
+    run_key = new_run_key() if local_clients else \
+        join.ensure(join_key) if join_key and not cfg.net.secure else None
+    if run_key is not None:
+        specs["run_key"] = run_key
+        ident.run_key_secret = lambda cid: client_secret(run_key, cid)
+        ident.process_secret = process_secret(run_key)
+    if cfg.net.secure:
+        from fednet.transport import security
+
+        keys = security.load_keys(cfg.net.secure, need_server_secret=True)
+        ident.key_ids = dict(keys.allowed)
+        if local_clients:
+            k = max(1, per_process)
+            pairs = [zmq.curve_keypair() for _ in range(0, cfg.clients, k)]
+            specs["curve_pairs"] = [(p.decode(), s.decode()) for p, s in pairs]
+            for i, (pub, _sec) in enumerate(pairs):
+                ident.key_ids[pub.decode()] = frozenset(range(i * k, min(cfg.clients, (i + 1) * k)))
+        elif not ident.key_ids:
+            raise ConfigError(f"--secure {cfg.net.secure}: no client key is allowed yet; issue "
+                              f"one per client host with `fednet keys add {cfg.net.secure} NAME "
+                              "--ids 0-49`")
+    return ident, specs

@@ -18,7 +18,7 @@ from fednet.platform.gpus import check_gpus
 from fednet.platform.malloc import Reserve
 from fednet.platform.proc import (check_files_per_process, check_server_connections,
                                   pss_bytes, raise_fd_limit)
-from fednet.server.conns import Identity
+from fednet.server.conns import identity_for
 from fednet.server.inflight import reserve_bytes
 from fednet.transport import channels
 
@@ -88,49 +88,18 @@ def _handoffs(cfg: RunConfig) -> bool:  # the algorithm hands models over: clien
     from fednet.core import footprint; return footprint.hands_off(cfg)  # noqa: E702
 
 
-def identity_for(cfg: RunConfig, local_clients: bool, per_process: int = 1
-                 ) -> tuple[Identity, dict[str, Any]]:
-    """How clients prove their ids in this run, and what the launcher hands its clients.
-
-    `fednet launch` draws a run key and gives it to the zygote (never to a socket): each client
-    proves its id with a secret derived from it. With --secure, launch also issues one CURVE key
-    pair per client process; `fednet server --secure` binds ids to the keys in DIR/allowed/."""
-    from fednet.protocol.proof import client_secret, new_run_key, process_secret
-
-    ident = Identity()
-    specs: dict[str, Any] = {}
-    if local_clients:
-        specs["run_key"] = run_key = new_run_key()
-        ident.run_key_secret = lambda cid: client_secret(run_key, cid)
-        ident.process_secret = process_secret(run_key)
-    if cfg.net.secure:
-        from fednet.transport import security
-
-        keys = security.load_keys(cfg.net.secure, need_server_secret=True)
-        ident.key_ids = dict(keys.allowed)
-        if local_clients:
-            k = max(1, per_process)
-            pairs = [zmq.curve_keypair() for _ in range(0, cfg.clients, k)]
-            specs["curve_pairs"] = [(p.decode(), s.decode()) for p, s in pairs]
-            for i, (pub, _sec) in enumerate(pairs):
-                ident.key_ids[pub.decode()] = frozenset(range(i * k, min(cfg.clients, (i + 1) * k)))
-        elif not ident.key_ids:
-            raise ConfigError(f"--secure {cfg.net.secure}: no client key is allowed yet; issue "
-                              f"one per client host with `fednet keys add {cfg.net.secure} NAME "
-                              "--ids 0-49`")
-    return ident, specs
-
-
 STOPPING = "interrupted: stopping the clients and writing the results"
 
 
 def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
-            on_listen: Any = None, prepare: Any = None, resume: bool = False) -> dict[str, Any]:
+            on_listen: Any = None, prepare: Any = None, resume: bool = False,
+            join_key: str = "") -> dict[str, Any]:
     """Serve a whole run; with local_clients, fork the clients here through the zygote.
 
     Everything started here is owned by a `Run` and stopped before returning, also on Ctrl-C and
     on errors; metrics.jsonl is already on disk for the rounds that finished, and summary.json
-    says why the run ended.
+    says why the run ended. `join_key`: plaintext `fednet server`'s join key file (drawn there
+    when it does not exist; protocol/join_key.py); without it such a server proves nothing.
     """
     t_start = time.monotonic()
     raise_fd_limit()  # one connection per client process; the zygote's children inherit it
@@ -142,7 +111,7 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
     precheck(cfg)
     runtime = "launch" if local_clients else "server"
     with Run(runtime, resolve_out(cfg), on_interrupt=STOPPING, t_start=t_start) as run:
-        server, zyg = _start(run, cfg, quiet, local_clients, prepare, resume)
+        server, zyg = _start(run, cfg, quiet, local_clients, prepare, resume, join_key)
         run.started()
         got = run.extra.get("clients_per_process")
         _announce(server, cfg, packing.Choice(**got) if got else None, on_listen)
@@ -152,7 +121,7 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
 
 
 def _start(run: Run, cfg: RunConfig, quiet: bool, local_clients: bool, prepare: Any,
-           resume: bool) -> tuple[ZmqServer, Zygote | None]:
+           resume: bool, join_key: str = "") -> tuple[ZmqServer, Zygote | None]:
     """Start the run's resources, each owned by `run` (stopped in reverse order).
 
     Start-up overlaps on both cores: the socket is bound first (clients can queue their READY),
@@ -167,7 +136,8 @@ def _start(run: Run, cfg: RunConfig, quiet: bool, local_clients: bool, prepare: 
     # --clients-per-process auto is chosen once torch is imported (the model's size counts),
     # except under --secure, whose CURVE pairs (one per process) are needed before the bind
     early = per_process_choice(cfg) if local_clients and cfg.net.secure else None
-    ident, specs = identity_for(cfg, local_clients, early.per_process if early else 1)
+    ident, specs = identity_for(cfg, local_clients, early.per_process if early else 1,
+                                join_key)
     ctx = channels.server_context()
     built: list[ZmqServer] = []
     run.on_stop(_close_zmq, run, ctx, built)

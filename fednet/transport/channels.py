@@ -13,6 +13,7 @@ import zmq
 from fednet.errors import ConfigError, ProtocolError
 from fednet.log import Throttle
 from fednet.metrics.accounting import Ledger
+from fednet.protocol.kinds import CHUNK_BYTES
 from fednet.protocol import (DEFAULT_LIMITS, Message, MsgKind, decode, encode, frame_bytes,
                              peek_kind, tensor_bytes)
 
@@ -51,12 +52,18 @@ def server_handshake_ms(clients: int) -> int:
     return HANDSHAKE_MS + max(0, int(clients) - 5000)
 
 
+MAX_FRAME_BYTES = DEFAULT_LIMITS.max_header_bytes + CHUNK_BYTES
+"""The largest frame fednet sends: a header (at most 1 MiB) or a piece of an array (256 KiB;
+codec.py splits bigger ones), with room to spare. libzmq allocates a frame's buffer as its size
+is announced and drops a connection announcing more than this (was 2 GiB)."""
+
+
 def _common(sock: zmq.Socket, heartbeat_ms: int = HEARTBEAT_IVL_MS,
             handshake_ms: int = HANDSHAKE_MS, timeout_ms: int = HEARTBEAT_TIMEOUT_MS) -> None:
     """Options of every fednet socket; `heartbeat_ms` 0: this socket sends no pings (it still
     answers its peer's); `timeout_ms`: how long after a ping an answer may take."""
     sock.setsockopt(zmq.LINGER, 2000)
-    sock.setsockopt(zmq.MAXMSGSIZE, DEFAULT_LIMITS.max_message_bytes)
+    sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)  # one frame: a peer announcing more is cut
     sock.setsockopt(zmq.SNDHWM, 0)  # queues bounded by memory, not by a count that would drop
     sock.setsockopt(zmq.RCVHWM, 0)
     # liveness: a peer that is frozen or cut off (TCP still up, nobody answering) is dropped

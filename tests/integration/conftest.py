@@ -19,6 +19,15 @@ MARKER = "FEDNET_TEST_MARKER"
 SMALL = ["--clients", "3", "--rounds", "2", "--epochs", "1", "--batch-size", "16", "-q"]
 
 
+@pytest.fixture(autouse=True)
+def join_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every `fednet server` and `fednet clients` a test starts shares this join key file
+    (FEDNET_JOIN_KEY, as a user may export it; the server writes it, its clients read it)."""
+    path = tmp_path / "join.key"
+    monkeypatch.setenv("FEDNET_JOIN_KEY", str(path))
+    return path
+
+
 def fednet_cmd() -> list[str]:
     """The installed `fednet` script (the same entry point a user types)."""
     exe = shutil.which("fednet")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -273,3 +274,83 @@ def test_outsiders_without_the_run_key_complete_no_handshake_under_launch(tmp_pa
     with np.load(tmp_path / "run" / "final_model.npz", allow_pickle=False) as z:
         assert same_arrays(ref[1], {k: z[k] for k in z.files})
     assert all(code == 0 for code in s.get("client_exit_codes", {}).values())
+
+
+def _greeting(mechanism: bytes) -> bytes:
+    """A ZMTP 3.0 greeting (64 bytes) offering `mechanism`, as the connecting side."""
+    return b"\xff" + b"\0" * 8 + b"\x7f" + b"\x03\x00" + mechanism.ljust(20, b"\0") + b"\0" * 32
+
+
+def _hold_big_frames(port: int, n: int, announce: int, send: int) -> list:
+    """n raw TCP connections, each a PLAIN greeting and then a command frame announcing
+    `announce` bytes, of which it sends `send` and stops (half-open, holding part of a frame)."""
+    import socket
+
+    held = []
+    chunk = b"\0" * send
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+        s.sendall(_greeting(b"PLAIN") + b"\x06" + announce.to_bytes(8, "big"))
+        s.settimeout(0.2)
+        try:
+            s.sendall(chunk)
+        except OSError:  # the server already cut it: nothing more is buffered anyway
+            pass
+        held.append(s)
+    return held
+
+
+def test_plaintext_fednet_server_admits_only_join_key_holders(tmp_path, fed):
+    """`fednet server` (plaintext) gates every handshake with its join key: connections without
+    it, with libzmq-style routing ids (the abort of item 1) or none, complete no handshake; 300
+    half-open connections each announcing a 1 GiB frame and sending 1 MiB of it cost the server
+    almost nothing (frames over 1.25 MiB are cut: was 2 GiB each, buffered as they came); the
+    key holders then run undisturbed to the same model as fednet local."""
+    import psutil
+
+    key = tmp_path / "join.key"
+    args = ["--clients", "3", "--rounds", "2", "--epochs", "1", "--seed", "5", "-q"]
+    ref = fed.run("local", *args, "--out", str(tmp_path / "ref"))
+    assert ref.returncode == 0, ref.stderr
+    port = _free_tcp_port()
+    srv = fed.start("server", "--bind", f"tcp://127.0.0.1:{port}", *args, "--join-key", str(key),
+                    "--out", str(tmp_path / "run"), "--register-timeout", "120")
+    ep = f"tcp://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while not key.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)
+    ctx = zmq.Context.instance()
+    results = []
+    for ident in [b"\x00\x6b\x8b\x45\x67"] + [b"\x00" + i.to_bytes(4, "big")
+                                            for i in range(0, 1 << 32, 1 << 30)] + [b""]:
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        if ident:
+            s.identity = ident
+        results.append(handshake(s, ep, 3.0))
+        s.close(0)
+    assert "ok" not in results and len(results) == 6, results
+    server = psutil.Process(srv.pid)
+    before = server.memory_info().rss
+    held = _hold_big_frames(port, 300, 1 << 30, 1 << 20)
+    time.sleep(1.0)
+    grown = (server.memory_info().rss - before) / 2**20
+    for s in held:
+        s.close()
+    assert grown < 50, f"the server grew {grown:.0f} MB under 300 half-open big frames"
+    cl = fed.run("clients", "--connect", ep, "--ids", "0-2", "--join-key", str(key), timeout=120)
+    assert cl.returncode == 0, cl.stderr
+    assert srv.wait(60) == 0
+    with np.load(tmp_path / "run" / "final_model.npz") as a, \
+            np.load(tmp_path / "ref" / "final_model.npz") as b:
+        assert same_arrays({k: a[k] for k in a.files}, {k: b[k] for k in b.files})
+
+
+def _free_tcp_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

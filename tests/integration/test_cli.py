@@ -59,6 +59,10 @@ BAD_INPUT = [
      "--bind: port 'x' is not a number in 0..65535 (0 = any free port)"),
     (["clients", "--connect", "127.0.0.1:5596", "--ids", "0-3"],  # nothing forked (fed checks)
      "--connect expects tcp://HOST:PORT, e.g. tcp://10.0.0.1:5555 (got '127.0.0.1:5596')"),
+    (["clients", "--connect", "tcp://127.0.0.1:5596", "--ids", "0-3", "--join-key", ""],
+     "--join-key: a plaintext `fednet server` admits only clients holding its join key; give "
+     "--join-key FILE (the server printed its path at start: RUN/join.key unless its own "
+     "--join-key; copy it to this host), or run both with --secure DIR"),
     (["sweep", "--out", "run", "--lr", "0.1,x", "--", "--clients", "3"],
      "cell fedavg__lr=x: Invalid value for '--lr': 'x' is not a valid float."),
 ]

@@ -1,6 +1,7 @@
 """--secure: CURVE on every link, ZAP authentication; what a wire tap sees."""
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -43,7 +44,9 @@ def test_secure_fedseq_run_authenticates_server_and_peer_links(tmp_path, keys, p
 def _serve(cfg, out, box):
     try:
         box["summary"] = run_zmq(cfg.replace(out=str(out)), quiet=True, local_clients=False,
-                                 on_listen=lambda ep: box.setdefault("endpoint", ep))
+                                 on_listen=lambda ep: box.setdefault("endpoint", ep),
+                                 join_key=os.environ["FEDNET_JOIN_KEY"])  # (plaintext: as
+        # `fednet server`; the key is ignored under --secure)
     except FednetError as e:
         box["error"] = str(e)
 
