@@ -4,6 +4,7 @@ No sockets here: the in-process runtime and the ZeroMQ client both call `on_task
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -133,6 +134,7 @@ class Executor:
             return self._offline(msg, off, t0)
         try:
             task = message_task(msg)
+            check_work(task.body, self.cfg)
             ckpt = task.body.get("ckpt")
             if self.store is not None and self.session != msg.run_id:  # from the store
                 self.take_back(self.store.take(self.cid, msg.run_id, ckpt))
@@ -240,6 +242,24 @@ class Executor:
         state, saved = decode_client(self.update.State, arrays, meta or {}, shapes, fail,
                                      self.device)
         self.restore(state, saved if self.update.keeps_model else None)
+
+
+def max_epochs(cfg: RunConfig) -> int:
+    """The most epochs a task of this run may ask for: --epochs, or the largest parameter of the
+    algorithm whose name ends in 'epochs' (FedSeq's pre-training)."""
+    params = algorithms.get(cfg.algo.name).parse(cfg.algo.params)
+    named = [int(getattr(params, f.name)) for f in dataclasses.fields(params)
+             if f.name.endswith("epochs")] if dataclasses.is_dataclass(params) else []
+    return max([int(cfg.train.epochs), *named])
+
+
+def check_work(body: dict, cfg: RunConfig) -> None:
+    """A task (or hand-off) asking for more work than the run allows fails (ValueError): a
+    sender cannot keep a client training past the run's end."""
+    epochs = body.get("epochs")
+    if epochs is not None and int(epochs) > (most := max_epochs(cfg)):
+        raise ValueError(f"the task asks for {int(epochs)} epochs; this run allows at most "
+                         f"{most} (--epochs, or the algorithm's *epochs parameters)")
 
 
 def welcome_tables(cfg: RunConfig, arrays: dict[str, np.ndarray], peers: bool = True

@@ -109,34 +109,47 @@ from fednet.algorithms.registry import Spec, register
 
 
 class Forever(FedAvg):
-    def task_body(self, rnd, c):
+    def task_body(self, rnd, c):  # client 0: ASK epochs; the others one
         b = super().task_body(rnd, c)
-        return {**b, "epochs": 1_000_000} if c.cid == 0 else b
+        return {**b, "epochs": ASK if c.cid == 0 else 1}
 
 
-register(Spec("forever", "client 0 trains for a million epochs", "forever:Forever",
+register(Spec("forever", "client 0 trains for a long time", "forever:Forever",
               "fednet.algorithms.fedavg:FedAvgClient"))
 '''
 
 
-def test_a_task_of_a_million_epochs_stops_at_the_runs_end(tmp_path):
-    """Issue 23 item 6: client 0 is asked for 1,000,000 epochs; its task fails at
-    --round-timeout, the run ends, and the client stops between two batches on SHUTDOWN (was:
-    it trained on, and its processes were left behind)."""
+def _forever(tmp_path, ask: int, epochs: int):
     import time
 
-    (tmp_path / "forever.py").write_text(FOREVER)
+    (tmp_path / "forever.py").write_text(FOREVER.replace("ASK", str(ask)))
     out = tmp_path / "run"
     t0 = time.monotonic()
     r = subprocess.run(fednet_cmd() + ["launch", "--plugin", "forever.py", "--algo", "forever",
                                        "--clients", "2", "--rounds", "1", "--round-timeout", "5",
-                                       "--epochs", "1", "-q", "--out", str(out)],
+                                       "--epochs", str(epochs), "-q", "--out", str(out)],
                        cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    took = time.monotonic() - t0
     assert r.returncode == 0, r.stderr[-2000:]
-    assert took < 60, took
     s = json.loads((out / "summary.json").read_text())
     assert [f["client"] for f in s["failures"]] == [0]
+    return s, time.monotonic() - t0, out
+
+
+def test_a_task_asking_for_more_epochs_than_the_run_allows_fails_at_once(tmp_path):
+    """Issue 23 item 6: the work a task may ask for is bounded by the run (--epochs, or the
+    algorithm's *epochs parameters): client 0, asked for 1,000,000 epochs in a run of 1, fails
+    that task at once with one line (was: it trained on past the run's end)."""
+    s, took, _ = _forever(tmp_path, 1_000_000, 1)
+    assert "asks for 1000000 epochs; this run allows at most 1" in s["failures"][0]["reason"]
+    assert took < 60, took
+
+
+def test_a_long_task_stops_at_the_runs_end(tmp_path):
+    """Issue 23 item 6: client 0's task of 100,000 epochs (allowed: --epochs 100000) fails at
+    --round-timeout, the run ends, and the client stops between two batches on SHUTDOWN (was:
+    it trained on, and its processes were left behind)."""
+    s, took, out = _forever(tmp_path, 100_000, 100_000)
+    assert took < 60, took
     assert "no progress within --round-timeout" in s["failures"][0]["reason"]
     assert "client 0: stopped in the middle of a task" in (out / "logs" / "clients.log").read_text()
 
