@@ -62,12 +62,34 @@ EXTRA: dict[str, list[str]] = {
     "fedyogi": ["--server-lr", "0.01", "--server-tau", "0.001"],
     "fedadagrad": ["--server-lr", "0.1", "--server-tau", "0.001"],
 }
+# Runs pinned beside the algorithms': name -> (algorithm, more arguments). --compress: every
+# codec on FedAvg, and top-k's error feedback on a client state of its own (SCAFFOLD's).
+VARIANTS: dict[str, tuple[str, list[str]]] = {
+    "fedavg+fp16": ("fedavg", ["--compress", "fp16"]),
+    "fedavg+int8": ("fedavg", ["--compress", "int8"]),
+    "fedavg+qsgd": ("fedavg", ["--compress", "qsgd:16"]),
+    "fedavg+topk": ("fedavg", ["--compress", "topk:0.01"]),
+    "fedavg+sign": ("fedavg", ["--compress", "sign"]),
+    "scaffold+topk": ("scaffold", ["--compress", "topk:0.05"]),
+}
 SUMMARY_KEYS = ("status", "final_accuracy", "sim_time_s", "messages", "bytes")
 
 
+def keys() -> list[str]:
+    """Every pinned run: the algorithms of the CLI, then the VARIANTS."""
+    from fednet.config import ALGORITHMS
+    return [*ALGORITHMS, *VARIANTS]
+
+
+def base(key: str) -> str:
+    """The algorithm of a pinned run."""
+    return VARIANTS[key][0] if key in VARIANTS else key
+
+
 def argv(algo: str) -> list[str]:
-    """The `fednet local` arguments of the algorithm's golden run (without --out)."""
-    return ["--algo", algo, *COMMON, *EXTRA[algo]]
+    """The `fednet local` arguments of the algorithm's (or variant's) golden run (without --out)."""
+    name, more = VARIANTS.get(algo, (algo, []))
+    return ["--algo", name, *COMMON, *EXTRA[name], *more]
 
 
 def command(algo: str) -> str:
@@ -127,6 +149,8 @@ def client_arrays(dispatcher) -> tuple[dict[str, np.ndarray], dict[str, np.ndarr
         for k, v in ex.ctx.model.state_dict().items():
             models[f"c{cid}/{k}"] = v.detach().cpu().numpy()
         _tensors(f"c{cid}", ex.ctx.state, state)
+        if ex.codec.residual is not None:  # --compress's error feedback
+            state[f"c{cid}/compress/residual"] = ex.codec.residual
     return models, state
 
 
@@ -168,6 +192,13 @@ def _scenario(algo: str, summary: dict[str, Any], rows: list[dict[str, Any]], se
 def scenario_problems(algo: str, rec: dict[str, Any]) -> list[str]:
     """Why the pinned run would not exercise what the algorithm is about (empty: it does)."""
     sc, out = rec["scenario"], []
+    if algo in VARIANTS and "--compress" in VARIANTS[algo][1]:
+        if rec["bytes"]["client_to_server"] >= 0.6 * rec["bytes"]["server_to_client"]:
+            out.append("the uplink is not compressed")
+        if VARIANTS[algo][1][-1].startswith(("topk", "sign")) and \
+                "compress/residual" not in rec["client_state_names"]:
+            out.append("no error-feedback residual in the clients' state")
+    algo = base(algo)
     if rec["status"] != "completed":
         out.append(f"status {rec['status']}")
     if algo in ("fedseq", "fedseq_inter"):
@@ -211,14 +242,14 @@ def run(algo: str, out_dir: Path) -> dict[str, Any]:
         "model_arrays": len(model),
         "model_elements": int(sum(a.size for a in model.values())),
         # the personal models: what a personalized algorithm's clients keep between rounds
-        "client_models_sha256": sha256_arrays(models) if algo in PERSONAL else None,
+        "client_models_sha256": sha256_arrays(models) if base(algo) in PERSONAL else None,
         # tensors the clients keep in their algorithm state (SCAFFOLD's c_k, FedDyn's g, ...)
         "client_state_sha256": sha256_arrays(state) if state else None,
         "client_state_names": sorted({k.split("/", 1)[1] for k in state}),
     }
     rec.update({k: summary[k] for k in SUMMARY_KEYS})
     rec["setup_bytes"] = summary.get("setup", {}).get("bytes")
-    rec["scenario"] = _scenario(algo, summary, rows, sessions[0])
+    rec["scenario"] = _scenario(base(algo), summary, rows, sessions[0])
     return rec
 
 
@@ -267,14 +298,14 @@ def main(args: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help=f"write {GOLDEN.relative_to(ROOT)}")
-    ap.add_argument("--algos", nargs="+", choices=ALGORITHMS, default=list(ALGORITHMS))
+    ap.add_argument("--algos", nargs="+", choices=keys(), default=keys())
     ap.add_argument("--twice", action="store_true",
                     help="run each algorithm twice in this process and require identical records")
     ap.add_argument("--json", help="also write the fresh records (and timings) to this file")
     ns = ap.parse_args(args)
     if set(EXTRA) != set(ALGORITHMS):
         raise SystemExit(f"EXTRA covers {sorted(EXTRA)}, the CLI offers {sorted(ALGORITHMS)}")
-    if ns.write and ns.algos != list(ALGORITHMS):
+    if ns.write and ns.algos != keys():
         raise SystemExit("--write regenerates every algorithm; drop --algos")
     records: dict[str, Any] = {}
     timings: dict[str, float] = {}

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from fednet.algorithms import registry
+from fednet.compress import parse as compression
 from fednet.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -80,6 +81,7 @@ class NetConfig:
     max_inflight: int = 0      # tasks out at once (0: all of a round's tasks)
     max_failed_rounds: int = 3  # rounds in a row without a usable result end the run as failed
     clients_per_process: int = 0  # logical clients per client process (launch); 0 = auto
+    compress: str = "none"  # --compress: how results travel (fednet/compress: fp16, topk:0.01...)
 
 
 @dataclass(frozen=True)
@@ -116,11 +118,8 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (msgpack- and TOML-friendly)."""
-        d = dataclasses.asdict(self)
-        d["gpus"] = list(self.gpus)
-        d["plugins"] = list(self.plugins)
-        d["tuned"] = list(self.tuned)
-        return d
+        return {**dataclasses.asdict(self), "gpus": list(self.gpus), "plugins": list(self.plugins),
+                "tuned": list(self.tuned)}
 
     def replace(self, **overrides: Any) -> RunConfig:
         """A copy with dotted-key overrides, e.g. replace(**{"train.lr": 0.1})."""
@@ -269,6 +268,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     _need(t.threads >= 1, f"--threads must be at least 1 (got {t.threads})")
     _need(not (why := optimizer_problem(t)), why)
     _need(0 <= cfg.net.port <= 65535, f"--port must be in 0..65535 (got {cfg.net.port})")
+    compression(cfg.net.compress)  # a ConfigError naming --compress
     _need(cfg.net.dead_peer in ("skip", "server"),
           f"net.dead_peer must be skip or server (got '{cfg.net.dead_peer}')")
     _need(cfg.net.ack_timeout > 0 and cfg.net.ack_retries >= 1,

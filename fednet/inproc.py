@@ -157,7 +157,8 @@ class InprocDispatcher:
             self._send(done, me, SERVER)
             got = nxt
         back, n2 = self._send(reply, client_name(cid), SERVER)
-        done = accept_reply(back, cid, n2, self.s.profiles, self.s.algo.result_layout(task))
+        done = accept_reply(back, cid, n2, self.s.profiles, self.s.algo.result_layout(task), task,
+                            self.s.compress, self.s.update_results)
         churn = self.s.driver.churn  # --availability: offline before the result arrived?
         return done if churn is None else churn.upload(done, back.sim_time,
                                                        back.body.get("skipped", 0))

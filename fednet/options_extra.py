@@ -18,7 +18,8 @@ from fednet.errors import ConfigError
 KEYS = {"optimizer": "train.optimizer", "nesterov": "train.nesterov",
         "optimizer_eps": "train.eps", "deadline": "latency.deadline",
         "over_select": "latency.over_select", "shaped_links": "latency.shaped",
-        "synthetic_alpha": "data.synthetic_alpha", "synthetic_beta": "data.synthetic_beta"}
+        "synthetic_alpha": "data.synthetic_alpha", "synthetic_beta": "data.synthetic_beta",
+        "compress": "net.compress"}
 
 
 class AlgoChoice(click.Choice):
@@ -75,6 +76,11 @@ def load_plugins(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
 
 
 OPTIONS: list[Callable[[Any], Any]] = [
+    click.option("--compress", metavar="SPEC",
+                 help="How the clients' results travel: none, fp16, int8 (8-bit per tensor), "
+                      "qsgd[:S] (S levels, 16), topk[:R] (the fraction R kept, 0.01; error "
+                      "feedback), sign (scaled sign; error feedback). The update against the "
+                      "received model is encoded; the server decodes it. [default: none]"),
     click.option("--optimizer", type=click.Choice(OPTIMIZERS),
                  help="The clients' local optimizer (torch's functional kernels); adam and adamw "
                       "want a much smaller --lr, e.g. 0.001. [default: sgd]"),

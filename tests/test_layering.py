@@ -24,7 +24,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "protocol": {"errors"},  # the wire format knows nothing of fednet's other layers
     "plugins": BASE,  # and lazily: see LAZY
     "plugin_check": BASE | {"plugins"},  # and lazily: see LAZY
-    "config": BASE,
+    "config": BASE | {"compress"},
+    "compress": BASE,  # a leaf: how results travel (numpy only)
     "models": BASE | {"plugins", "data"},  # a dataset's default model
     "data": BASE | {"plugins"},
     "training": BASE | {"plugins", "config", "models", "data"},
@@ -34,9 +35,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "metrics": BASE | {"config"},
     "wire": BASE | {"metrics", "protocol"},
     "transport": BASE | {"log", "metrics", "protocol", "platform"},
-    "core": BASE | {"config", "models", "data", "training", "algorithms", "latency", "network",
+    "core": BASE | {"config", "compress", "models", "data", "training", "algorithms", "latency", "network",
                     "metrics", "wire", "protocol", "platform"},
-    "client": BASE | {"log", "config", "models", "data", "training", "algorithms", "latency", "network",
+    "client": BASE | {"log", "config", "compress", "models", "data", "training", "algorithms", "latency", "network",
                       "metrics", "wire", "protocol", "transport", "platform", "plugins",
                       "plugin_check"},
     "inproc": BASE | {"config", "models", "data", "training", "algorithms", "latency", "network",

@@ -171,6 +171,8 @@ class ClusteredFL(Strategy):
 class CFLClient(ClientUpdate):
     """Trains from its cluster's model and uploads its update dW."""
 
+    sends_updates = True
+
     def run(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
         """Train from the cluster's model; upload dW = W_after - W_before (floating entries)."""
         load_arrays(ctx.model, task.arrays)

@@ -4,7 +4,6 @@ No sockets here: the in-process runtime and the ZeroMQ client both call `on_task
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -16,6 +15,9 @@ from fednet import algorithms, latency
 from fednet.algorithms.common import evaluate_own
 from fednet.algorithms.contract import ClientContext
 from fednet.algorithms.state import Shapes, to_device
+from fednet.client.work import check_work
+from fednet.compress import parse as compression
+from fednet.compress.client import UpdateCodec
 from fednet.core.state_files import StateStore, decode_client, encode_client
 from fednet.config import RunConfig, from_dict
 from fednet.errors import ConfigError
@@ -107,8 +109,9 @@ class Executor:
         # tasks, so that its objects can be dropped; without a results folder (or once the store
         # cannot be written) the state stays in this object and it must be kept (holds_state)
         out = out or cfg.out
-        self.store = (StateStore(out, cfg.algo.name) if files and out and self.update.stateful()
-                      else None)
+        self.codec = UpdateCodec(compression(cfg.net.compress), cfg.seed, cid)  # --compress
+        self.stateful = self.update.stateful() or self.codec.spec.feedback
+        self.store = StateStore(out, cfg.algo.name) if files and out and self.stateful else None
         self.session: str | None = None  # the server session whose state this object holds
         dev = self.device
         self.ctx = ClientContext(cid, model, x, y, cfg, dev, self.update.new_state(),
@@ -139,9 +142,11 @@ class Executor:
             if self.store is not None and self.session != msg.run_id:  # from the store
                 self.take_back(self.store.take(self.cid, msg.run_id, ckpt))
             self.session = msg.run_id
+            ref = {} if self.update.sends_updates else self.codec.reference(task.arrays)
             if getattr(self.update, "adopts_received", False):  # one copy: the joined buffers
                 adopt_arrays(self.ctx.model, {k: a for k, a in task.arrays.items() if is_private(a)})
             arrays, body = self.update.run(self.ctx, task)
+            arrays = self.codec.encode(arrays, ref, task.round)
             if task.body.get("evaluate"):  # personalized evaluation: this client's model, its split
                 body.update(evaluate_own(self.ctx))
             if self.store is not None:
@@ -195,13 +200,14 @@ class Executor:
     def holds_state(self) -> bool:
         """True when this object is the only home of the client's state (no store): dropping it
         would lose the state."""
-        return self.store is None and self.update.stateful()
+        return self.store is None and self.stateful
 
     def _save(self, rnd: int, run_id: str, ckpt: int | None) -> None:
         """The state after this task into the store; when it cannot be written the state stays
         here (one warning per process: a resume would start such clients afresh)."""
         try:
-            self.store.put(self.cid, rnd, run_id, ckpt, *encode_client(*self.client_state()))
+            arrays, meta = encode_client(*self.client_state())
+            self.store.put(self.cid, rnd, run_id, ckpt, {**arrays, **self.codec.state()}, meta)
         except OSError as e:
             global _STORE_WARNED
             if not _STORE_WARNED:
@@ -228,11 +234,13 @@ class Executor:
         if got is None:
             if self.session is None:
                 return
+            self.codec.residual = None
             self.ctx.state = self.update.new_state()
             if self.update.keeps_model:
                 load_arrays(self.ctx.model, state_arrays(self._initial()))
             return
-        arrays, meta = got
+        arrays, meta = dict(got[0]), got[1]
+        self.codec.restore(arrays)
         model = self.ctx.model
         shapes = Shapes(state_arrays(model), [tuple(p.shape) for p in model.parameters()
                                               if p.requires_grad], self.cfg.clients)
@@ -242,24 +250,6 @@ class Executor:
         state, saved = decode_client(self.update.State, arrays, meta or {}, shapes, fail,
                                      self.device)
         self.restore(state, saved if self.update.keeps_model else None)
-
-
-def max_epochs(cfg: RunConfig) -> int:
-    """The most epochs a task of this run may ask for: --epochs, or the largest parameter of the
-    algorithm whose name ends in 'epochs' (FedSeq's pre-training)."""
-    params = algorithms.get(cfg.algo.name).parse(cfg.algo.params)
-    named = [int(getattr(params, f.name)) for f in dataclasses.fields(params)
-             if f.name.endswith("epochs")] if dataclasses.is_dataclass(params) else []
-    return max([int(cfg.train.epochs), *named])
-
-
-def check_work(body: dict, cfg: RunConfig) -> None:
-    """A task (or hand-off) asking for more work than the run allows fails (ValueError): a
-    sender cannot keep a client training past the run's end."""
-    epochs = body.get("epochs")
-    if epochs is not None and int(epochs) > (most := max_epochs(cfg)):
-        raise ValueError(f"the task asks for {int(epochs)} epochs; this run allows at most "
-                         f"{most} (--epochs, or the algorithm's *epochs parameters)")
 
 
 def welcome_tables(cfg: RunConfig, arrays: dict[str, np.ndarray], peers: bool = True

@@ -10,24 +10,36 @@ import logging
 
 from fednet import latency
 from fednet.algorithms.layout import Layout, vet
+from fednet.compress import CompressionError, Spec, decode_result
 from fednet.latency import Profile
 from fednet.protocol import Message, MsgKind
-from fednet.types import Failure, Result
+from fednet.types import Failure, Result, Task
 from fednet.wire import message_failure, message_result
 
 log = logging.getLogger("fednet.server")
 
 
 def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile],
-                 expect: Layout | None) -> Result | Failure:
+                 expect: Layout | None, task: Task | None = None,
+                 compress: Spec | None = None, updates: bool = False) -> Result | Failure:
     """Turn a RESULT/FAILURE message received with `nbytes` into a Result (arrival stamped), or
     into the client's Failure when the result does not fit `expect` (the strategy's
-    result_layout of the task: algorithms/layout.py), so no aggregate ever reads it."""
+    result_layout of the task: algorithms/layout.py), so no aggregate ever reads it. With
+    --compress (`compress`) the arrays are first rebuilt against `expect` and the arrays `task`
+    sent (fednet/compress; `updates`: results hold updates, taken against nothing); a result
+    that does not decode is refused the same way."""
     if msg.kind == MsgKind.FAILURE:
         return message_failure(msg, cid)
     arrival = msg.sim_time + latency.up_delay(profiles[cid], nbytes)
     res = message_result(msg, cid, arrival)
-    why = vet(expect, res.arrays, res.num_examples)
+    why = None
+    if compress is not None and compress.on:
+        try:
+            ref = task.arrays if task is not None and not updates else {}
+            res.arrays = decode_result(compress, res.arrays, expect, ref)
+        except CompressionError as e:
+            why = str(e)
+    why = why or vet(expect, res.arrays, res.num_examples)
     if why is not None:
         log.warning("round %d: the result of client %d (task %d) was refused: %s", msg.round,
                     cid, msg.task_id, why)

@@ -12,6 +12,7 @@ import numpy as np
 from fednet import algorithms, latency
 from fednet.algorithms.contract import ServerInfo
 from fednet.algorithms.state import Shapes
+from fednet.compress import parse as compression
 from fednet.config import RunConfig, eval_mode, validate
 from fednet.data import load_dataset, natural, run_partition
 from fednet.data.partition import part_size
@@ -56,6 +57,12 @@ class Session:
         self.availability = availability.build(cfg.latency.availability, cfg.clients, cfg.seed)
         self.algo = algorithms.build(cfg)  # the server half
         self.handoffs = algorithms.get(cfg.algo.name).handoffs  # rings: WELCOME's tables
+        self.compress = compression(cfg.net.compress)  # --compress: results decoded on arrival
+        self.update_results = algorithms.client_class(cfg.algo.name).sends_updates  # (no reference)
+        if self.compress.on and self.handoffs:
+            raise ConfigError(f"--compress {cfg.net.compress}: {cfg.algo.name} hands models "
+                              "between clients, and hand-offs are not compressed (yet); drop "
+                              "--compress, or compare an algorithm without hand-offs")
         self.evaluator = Evaluator(cfg)
         self.algo.setup(self.evaluator.initial, self.evaluator.trainable)
         ev = self.evaluator
@@ -73,7 +80,8 @@ class Session:
                                   f"{' '.join(map(_as_option, cfg.tuned))} (options you give win)")
         self.driver = RoundDriver(cfg, self.algo, self.evaluator, self.ledger, self.history,
                                   self.progress)
-        self.driver.client_state = algorithms.client_class(cfg.algo.name).stateful()
+        self.driver.client_state = (algorithms.client_class(cfg.algo.name).stateful()
+                                    or self.compress.feedback)  # (error feedback: a residual)
         self.driver.churn = Churn(self.availability) if self.availability is not None else None
         self.driver.network = Network.of(cfg, self.profiles, lambda t: task_size(t, self.run_id))
         if state is not None:

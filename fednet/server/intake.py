@@ -73,7 +73,8 @@ class Intake:
             self._holder.pop(msg.task_id, None)
             self._progress = time.monotonic()
             done = accept_reply(msg, cid, got.nbytes, self.s.profiles,
-                                self.s.algo.result_layout(task))
+                                self.s.algo.result_layout(task), task, self.s.compress,
+                                self.s.update_results)
             churn = self.s.driver.churn  # --availability: offline before the result arrived?
             self._reply(done if churn is None else churn.upload(done, msg.sim_time,
                                                                 msg.body.get("skipped", 0)))

@@ -1,0 +1,121 @@
+"""Accuracy against uplink bytes: dense FedAvg, FedAvg with each --compress, Factorized-FL (issue 25).
+
+    python3 benchmarks/bench_compress.py [--dataset digits] [--rounds 25] [--seeds 0 1 2]
+        [--clients 10] [--epochs 5] [--specs none fp16 int8 qsgd:16 topk:0.01 sign]
+        [--factorized] [--plot F.png] [--json F]
+
+Every cell is one `fednet local` run (its own process) with the same seed and data; per cell
+the final accuracy (mean and range over the seeds), the uplink bytes on the wire
+(client_to_server: the encoded arrays and their headers) and their ratio to dense FedAvg's in
+the same run, and the accuracy difference to dense FedAvg seed by seed. --plot draws accuracy
+against cumulative uplink bytes (log scale), one curve per method (the seeds' mean).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _util import git_state, machine, table, write_json  # noqa: E402
+
+
+def cell(method: str, spec: str, seed: int, a: argparse.Namespace, out: Path) -> dict[str, Any]:
+    argv = [sys.executable, "-m", "fednet.cli", "local", "--algo", method, "--dataset", a.dataset,
+            "--clients", str(a.clients), "--rounds", str(a.rounds), "--epochs", str(a.epochs),
+            "--seed", str(seed), "--compress", spec, "-q", "--out", str(out)]
+    r = subprocess.run(argv, capture_output=True, text=True)
+    if r.returncode != 0:
+        return {"method": method, "spec": spec, "seed": seed, "status": f"rc {r.returncode}",
+                "error": r.stderr[-500:]}
+    s = json.loads((out / "summary.json").read_text())
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x]
+    up, curve = 0, []
+    for row in rows:
+        up += row["bytes_round"]["client_to_server"]
+        curve.append((up, row["accuracy"]))
+    return {"method": method, "spec": spec, "seed": seed, "status": s["status"],
+            "accuracy": s["final_accuracy"], "uplink": s["bytes"]["client_to_server"],
+            "downlink": s["bytes"]["server_to_client"], "curve": curve}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dataset", default="digits")
+    ap.add_argument("--rounds", type=int, default=25)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--clients", type=int, default=10)
+    ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--specs", nargs="+", default=["none", "fp16", "int8", "qsgd:16", "topk:0.01",
+                                                  "sign"])
+    ap.add_argument("--factorized", action="store_true",
+                    help="also Factorized-FL, dense and with each spec")
+    ap.add_argument("--plot")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    cells = [("fedavg", s) for s in a.specs]
+    if a.factorized:
+        cells += [("factorized", s) for s in a.specs]
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in a.seeds:  # seed by seed: each seed's cells side by side
+            for method, spec in cells:
+                print(f"seed {seed}: {method} --compress {spec} ...", file=sys.stderr, flush=True)
+                results.append(cell(method, spec, seed, a,
+                                    Path(tmp) / f"{method}-{spec.replace(':', '_')}-{seed}"))
+    dense = {r["seed"]: r for r in results if (r["method"], r["spec"]) == ("fedavg", "none")
+             and r["status"] == "completed"}
+    rows = []
+    for method, spec in cells:
+        rs = [r for r in results if (r["method"], r["spec"]) == (method, spec)
+              and r["status"] == "completed"]
+        if not rs:
+            rows.append([method, spec, "failed", None, None, None, None])
+            continue
+        acc = [r["accuracy"] for r in rs]
+        ratio = [r["uplink"] / dense[r["seed"]]["uplink"] for r in rs if r["seed"] in dense]
+        diff = [r["accuracy"] - dense[r["seed"]]["accuracy"] for r in rs if r["seed"] in dense]
+        rows.append([method, spec, f"{sum(acc) / len(acc):.4f}",
+                     f"{min(acc):.4f}-{max(acc):.4f}", f"{sum(ratio) / len(ratio):.4f}",
+                     f"{min(diff):+.4f}..{max(diff):+.4f}", rs[0]["uplink"]])
+    print(table(["method", "compress", "accuracy (mean)", "range", "uplink / dense FedAvg",
+                 "accuracy - dense (per seed)", "uplink bytes (first seed)"], rows))
+    if a.plot:
+        plot(results, cells, Path(a.plot), a)
+    write_json(a.json, {"machine": machine(), "commit": git_state(), "args": vars(a),
+                        "results": results})
+
+
+def plot(results: list[dict[str, Any]], cells: list[tuple[str, str]], path: Path,
+         a: argparse.Namespace) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for method, spec in cells:
+        rs = [r for r in results if (r["method"], r["spec"]) == (method, spec) and "curve" in r]
+        if not rs:
+            continue
+        n = min(len(r["curve"]) for r in rs)
+        x = np.mean([[c[0] for c in r["curve"][:n]] for r in rs], axis=0)
+        y = np.mean([[c[1] for c in r["curve"][:n]] for r in rs], axis=0)
+        ax.plot(x, y, marker=".", label=f"{method} {spec if spec != 'none' else '(dense)'}")
+    ax.set_xscale("log")
+    ax.set_xlabel("uplink bytes on the wire (cumulative)")
+    ax.set_ylabel("test accuracy")
+    ax.set_title(f"{a.dataset}, {a.clients} clients, {a.epochs} epochs, mean of seeds {a.seeds}")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""Compressed updates (`--compress`): what a client's result carries on the wire.
+
+A client compresses the *update* of each floating array of its result: the array minus the
+array of the same name and shape that its task brought (the model it trained from), or the
+array itself when the task brought none (SCAFFOLD's control-variate deltas). The floating
+arrays are taken in name order and concatenated into one vector x, which one of the codecs
+(codecs.py) encodes; other arrays travel as they are. The server knows the reference (it sent
+it) and the layout the result must have (Strategy.result_layout), so it decodes every result
+against its own state before anything reads it: the names, dtypes and sizes of the encoded
+arrays, index ranges and levels are checked (a result that does not decode is that client's
+failure), and the reconstruction has the layout's shapes and dtypes. The ledger counts the
+encoded arrays: what really travelled.
+
+Error feedback (Stich et al. 2018; Karimireddy et al. 2019), for topk and sign: the client
+adds what earlier compressions dropped (its residual e) before it compresses and keeps the new
+residual e' = (x + e) - decode(encode(x + e)); e is client state, kept in the clients' store
+with the rest (checkpointed, resumed). QSGD's stochastic rounding draws from the run's seeded
+stream (seed, "compress", round, client), so `fednet local` and `fednet launch` agree bit for
+bit.
+
+Specs: none, fp16, int8 (per-tensor affine 8-bit), qsgd:S (S levels, default 16), topk:R
+(the fraction R of entries kept, default 0.01), sign (scaled sign).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from fednet.compress.codecs import CODECS, WIRE_NAMES, CompressionError, topk_count
+from fednet.errors import ConfigError
+
+Arrays = dict[str, np.ndarray]
+DEFAULT_ARG = {"qsgd": 16.0, "topk": 0.01}
+KINDS = ("none", "fp16", "int8", "qsgd", "topk", "sign")
+
+__all__ = ["CompressionError", "Spec", "parse", "encode_result", "decode_result", "topk_count"]
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One --compress setting."""
+
+    kind: str = "none"
+    arg: float = 0.0
+
+    @property
+    def on(self) -> bool:
+        return self.kind != "none"
+
+    @property
+    def feedback(self) -> bool:
+        """Whether the client keeps an error-feedback residual (its state)."""
+        return self.kind in ("topk", "sign")
+
+    @property
+    def random(self) -> bool:
+        return self.kind == "qsgd"
+
+
+def parse(text: str) -> Spec:
+    """'topk:0.01' -> Spec; ConfigError naming --compress."""
+    kind, _, arg = str(text).strip().lower().partition(":")
+    if kind not in KINDS:
+        raise ConfigError(f"--compress must be one of none, fp16, int8, qsgd[:S], topk[:R], sign "
+                          f"(got '{text}')")
+    if arg and kind not in DEFAULT_ARG:
+        raise ConfigError(f"--compress {kind} takes no parameter (got '{text}')")
+    try:
+        value = float(arg) if arg else DEFAULT_ARG.get(kind, 0.0)
+    except ValueError:
+        raise ConfigError(f"--compress {kind}:{arg}: not a number") from None
+    if kind == "qsgd" and not (value == int(value) and 1 <= value <= 127):
+        raise ConfigError(f"--compress qsgd:S needs S levels, an integer in 1..127 (got {arg})")
+    if kind == "topk" and not 0 < value <= 1:
+        raise ConfigError(f"--compress topk:R needs the fraction kept, 0 < R <= 1 (got {arg})")
+    return Spec(kind, value)
+
+
+def _reference(name: str, shape: tuple[int, ...], reference: Arrays) -> np.ndarray | None:
+    r = reference.get(name)
+    return r if r is not None and tuple(r.shape) == tuple(shape) and r.dtype.kind == "f" else None
+
+
+def _flat(arrays: Arrays, names: list[str], reference: Arrays) -> np.ndarray:
+    parts = []
+    for n in names:
+        a = np.asarray(arrays[n])
+        r = _reference(n, a.shape, reference)
+        d = a.astype(np.float32) if r is None else a.astype(np.float32) - r.astype(np.float32)
+        parts.append(d.reshape(-1))
+    return np.concatenate(parts) if parts else np.zeros(0, np.float32)
+
+
+def encode_result(spec: Spec, arrays: Arrays, reference: Arrays, residual: np.ndarray | None,
+                  rng: np.random.Generator | None) -> tuple[Arrays, np.ndarray | None]:
+    """(the arrays to send, the new residual or None) for a result's `arrays`; `reference`: the
+    task's arrays as received (copied before training changed them)."""
+    names = sorted(n for n, a in arrays.items() if np.asarray(a).dtype.kind == "f")
+    sizes = [int(np.asarray(arrays[n]).size) for n in names]
+    x = _flat(arrays, names, reference)
+    if spec.feedback and residual is not None and residual.shape == x.shape:
+        x = x + residual
+    encode, decode = CODECS[spec.kind]
+    wire = encode(x, sizes, rng, spec.arg)
+    out = {n: a for n, a in arrays.items() if n not in set(names)}
+    out.update(wire)
+    return out, (x - decode(wire, sizes, spec.arg) if spec.feedback else None)
+
+
+def decode_result(spec: Spec, wire: Arrays, expect: dict | None, reference: Arrays) -> Arrays:
+    """The result's arrays rebuilt from `wire` against the server's own `expect` (the result
+    layout) and `reference` (the task's arrays it sent); CompressionError when they do not
+    decode (names, dtypes, sizes, values)."""
+    if expect is None:
+        raise CompressionError("the algorithm declares no result layout, so --compress cannot "
+                               "decode its results")
+    names = sorted(n for n, (_, dt) in expect.items() if np.dtype(dt).kind == "f")
+    raw = set(expect) - set(names)
+    extra = set(wire) - WIRE_NAMES[spec.kind] - raw
+    if extra:
+        raise CompressionError(f"unexpected array(s) {sorted(extra)[:3]} in a {spec.kind} result")
+    sizes = [math.prod(expect[n][0]) for n in names]
+    x = CODECS[spec.kind][1](wire, sizes, spec.arg)
+    out = {n: wire[n] for n in raw if n in wire}
+    at = 0
+    for n, size in zip(names, sizes):
+        shape, dtype = expect[n]
+        part = x[at:at + size].reshape(shape)
+        r = _reference(n, shape, reference)
+        out[n] = (part if r is None else r.astype(np.float32) + part).astype(dtype)
+        at += size
+    return out

@@ -1,0 +1,172 @@
+"""The compressors: a flat float32 vector (a result's floating arrays, concatenated) <-> the
+arrays that travel. Pure numpy; every decode checks what it reads (CompressionError).
+
+Wire forms (N elements in T tensors of sizes `sizes`):
+  fp16   @fp16        float16 (N,)
+  int8   @q8          uint8 (N,)   per-tensor affine: x = lo + q * step
+         @q8.scale    float32 (T, 2)  (lo, step) per tensor
+  qsgd   @qsgd.norm   float32 (T,)    the tensor's L2 norm
+         @qsgd.nz     uint8 (ceil(N/8),)  bitmap of the nonzero levels (np.packbits)
+         @qsgd.lvl    int8 (M,)       the M nonzero signed levels in -s..s (Alistarh et al. 2017:
+                                      x_i = norm * sign * level / s, level stochastically rounded)
+  topk   @topk.idx    int16 or int32 (K,)  increasing indices into the N (K = ceil(ratio N))
+         @topk.val    float32 (K,)
+  sign   @sign        uint8 (ceil(N/8),)  the signs (1: >= 0), packed
+         @sign.scale  float32 (T,)    per tensor the mean |x| (scaled sign, Karimireddy et al. 2019)
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+Arrays = dict[str, np.ndarray]
+
+
+class CompressionError(ValueError):
+    """A compressed array that does not decode (the sender's failure)."""
+
+
+def _bounds(sizes: list[int]) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+
+
+def _per_tensor(values: np.ndarray, sizes: list[int]) -> np.ndarray:
+    """One value per element, from one per tensor."""
+    return np.repeat(values, sizes)
+
+
+def _get(wire: Arrays, name: str, dtype: str | tuple[str, ...], shape: tuple[int, ...]
+         ) -> np.ndarray:
+    a = wire.get(name)
+    dtypes = (dtype,) if isinstance(dtype, str) else dtype
+    if a is None:
+        raise CompressionError(f"compressed array {name!r} missing")
+    if a.dtype.name not in dtypes or tuple(a.shape) != shape:
+        raise CompressionError(f"compressed array {name!r}: expected {'/'.join(dtypes)} {shape}, "
+                               f"got {a.dtype.name} {tuple(a.shape)}")
+    return a
+
+
+def _finite(a: np.ndarray, name: str, nonneg: bool = False) -> np.ndarray:
+    if not np.isfinite(a).all() or (nonneg and (a < 0).any()):
+        raise CompressionError(f"compressed array {name!r} holds values that are not finite"
+                               + (" and non-negative" if nonneg else ""))
+    return a
+
+
+# ---- fp16 ---------------------------------------------------------------------------------------
+def fp16_encode(x: np.ndarray, sizes: list[int], rng: np.random.Generator | None = None,
+                arg: float = 0.0) -> Arrays:
+    return {"@fp16": x.astype(np.float16)}
+
+
+def fp16_decode(wire: Arrays, sizes: list[int], arg: float = 0.0) -> np.ndarray:
+    a = _get(wire, "@fp16", "float16", (sum(sizes),))
+    return _finite(a.astype(np.float32), "@fp16")
+
+
+# ---- 8-bit affine -------------------------------------------------------------------------------
+def q8_encode(x: np.ndarray, sizes: list[int], rng: np.random.Generator | None = None,
+              arg: float = 0.0) -> Arrays:
+    b = _bounds(sizes)
+    lo = np.array([x[b[i]:b[i + 1]].min() for i in range(len(sizes))], np.float32)
+    hi = np.array([x[b[i]:b[i + 1]].max() for i in range(len(sizes))], np.float32)
+    step = ((hi - lo) / 255).astype(np.float32)
+    safe = np.where(step > 0, step, 1).astype(np.float32)
+    q = np.rint((x - _per_tensor(lo, sizes)) / _per_tensor(safe, sizes))
+    return {"@q8": np.clip(q, 0, 255).astype(np.uint8),
+            "@q8.scale": np.stack([lo, step], axis=1)}
+
+
+def q8_decode(wire: Arrays, sizes: list[int], arg: float = 0.0) -> np.ndarray:
+    q = _get(wire, "@q8", "uint8", (sum(sizes),))
+    sc = _finite(_get(wire, "@q8.scale", "float32", (len(sizes), 2)), "@q8.scale")
+    if (sc[:, 1] < 0).any():
+        raise CompressionError("compressed array '@q8.scale': a negative step")
+    return (_per_tensor(sc[:, 0], sizes) + q.astype(np.float32) * _per_tensor(sc[:, 1], sizes)
+            ).astype(np.float32)
+
+
+# ---- QSGD ---------------------------------------------------------------------------------------
+def qsgd_encode(x: np.ndarray, sizes: list[int], rng: np.random.Generator | None = None,
+                arg: float = 16) -> Arrays:
+    s = int(arg)
+    b = _bounds(sizes)
+    norm = np.array([np.linalg.norm(x[b[i]:b[i + 1]].astype(np.float64))
+                     for i in range(len(sizes))], np.float32)
+    scale = _per_tensor(np.where(norm > 0, norm, 1).astype(np.float32), sizes)
+    r = np.abs(x) / scale * s  # in [0, s]
+    assert rng is not None, "QSGD rounds stochastically: it needs the run's seeded stream"
+    lvl = np.floor(r + rng.random(r.shape, dtype=np.float32)).clip(0, s)
+    lvl = (np.sign(x) * lvl).astype(np.int8)
+    nz = lvl != 0
+    return {"@qsgd.norm": norm, "@qsgd.nz": np.packbits(nz), "@qsgd.lvl": lvl[nz]}
+
+
+def qsgd_decode(wire: Arrays, sizes: list[int], arg: float = 16) -> np.ndarray:
+    s, n = int(arg), sum(sizes)
+    norm = _finite(_get(wire, "@qsgd.norm", "float32", (len(sizes),)), "@qsgd.norm", True)
+    nz = np.unpackbits(_get(wire, "@qsgd.nz", "uint8", (math.ceil(n / 8),)), count=n).astype(bool)
+    if np.unpackbits(wire["@qsgd.nz"])[n:].any():
+        raise CompressionError("compressed array '@qsgd.nz': bits set past the last element")
+    lvl = _get(wire, "@qsgd.lvl", "int8", (int(nz.sum()),))
+    if (lvl == 0).any() or (np.abs(lvl.astype(np.int16)) > s).any():
+        raise CompressionError(f"compressed array '@qsgd.lvl': levels must be nonzero in -{s}..{s}")
+    out = np.zeros(n, np.float32)
+    out[nz] = lvl.astype(np.float32) / s
+    return out * _per_tensor(norm, sizes)
+
+
+# ---- top-k --------------------------------------------------------------------------------------
+def topk_count(n: int, ratio: float) -> int:
+    """How many of n entries top-k keeps: ceil(ratio n), at least 1."""
+    return max(1, min(n, math.ceil(ratio * n)))
+
+
+def _index_dtype(n: int) -> str:
+    return "int16" if n <= np.iinfo(np.int16).max + 1 else "int32"
+
+
+def topk_encode(x: np.ndarray, sizes: list[int], rng: np.random.Generator | None = None,
+                arg: float = 0.01) -> Arrays:
+    k = topk_count(x.size, arg)
+    idx = np.sort(np.argpartition(np.abs(x), x.size - k)[x.size - k:])
+    return {"@topk.idx": idx.astype(_index_dtype(x.size)), "@topk.val": x[idx].astype(np.float32)}
+
+
+def topk_decode(wire: Arrays, sizes: list[int], arg: float = 0.01) -> np.ndarray:
+    n = sum(sizes)
+    k = topk_count(n, arg)
+    idx = _get(wire, "@topk.idx", _index_dtype(n), (k,)).astype(np.int64)
+    val = _finite(_get(wire, "@topk.val", "float32", (k,)), "@topk.val")
+    if k and (idx[0] < 0 or idx[-1] >= n or (np.diff(idx) <= 0).any()):
+        raise CompressionError(f"compressed array '@topk.idx': indices must increase within 0..{n - 1}")
+    out = np.zeros(n, np.float32)
+    out[idx] = val
+    return out
+
+
+# ---- scaled sign --------------------------------------------------------------------------------
+def sign_encode(x: np.ndarray, sizes: list[int], rng: np.random.Generator | None = None,
+                arg: float = 0.0) -> Arrays:
+    b = _bounds(sizes)
+    scale = np.array([np.abs(x[b[i]:b[i + 1]]).mean() if sizes[i] else 0.0
+                      for i in range(len(sizes))], np.float32)
+    return {"@sign": np.packbits(x >= 0), "@sign.scale": scale}
+
+
+def sign_decode(wire: Arrays, sizes: list[int], arg: float = 0.0) -> np.ndarray:
+    n = sum(sizes)
+    bits = np.unpackbits(_get(wire, "@sign", "uint8", (math.ceil(n / 8),)), count=n)
+    scale = _finite(_get(wire, "@sign.scale", "float32", (len(sizes),)), "@sign.scale", True)
+    return ((bits.astype(np.float32) * 2 - 1) * _per_tensor(scale, sizes)).astype(np.float32)
+
+
+CODECS = {"fp16": (fp16_encode, fp16_decode), "int8": (q8_encode, q8_decode),
+          "qsgd": (qsgd_encode, qsgd_decode), "topk": (topk_encode, topk_decode),
+          "sign": (sign_encode, sign_decode)}
+"""name -> (encode(x, sizes, rng, arg) -> arrays, decode(arrays, sizes, arg) -> x)."""
+WIRE_NAMES = {"fp16": {"@fp16"}, "int8": {"@q8", "@q8.scale"},
+              "qsgd": {"@qsgd.norm", "@qsgd.nz", "@qsgd.lvl"}, "topk": {"@topk.idx", "@topk.val"},
+              "sign": {"@sign", "@sign.scale"}}
