@@ -3,6 +3,7 @@
     python3 benchmarks/bench_compress.py [--dataset digits] [--rounds 25] [--seeds 0 1 2]
         [--clients 10] [--epochs 5] [--specs none fp16 int8 qsgd:16 topk:0.01 sign]
         [--factorized] [--plot F.png] [--json F]
+    python3 benchmarks/bench_compress.py --from-json A.json B.json --plot F.png   # table, plot
 
 Every cell is one `fednet local` run (its own process) with the same seed and data; per cell
 the final accuracy (mean and range over the seeds), the uplink bytes on the wire
@@ -56,13 +57,25 @@ def main() -> None:
                     help="also Factorized-FL, dense and with each spec")
     ap.add_argument("--plot")
     ap.add_argument("--json")
+    ap.add_argument("--from-json", nargs="+", help="table and plot the results of earlier runs "
+                    "(their --json files) instead of running")
     a = ap.parse_args()
     cells = [("fedavg", s) for s in a.specs]
     if a.factorized:
         cells += [("factorized", s) for s in a.specs]
     results: list[dict[str, Any]] = []
+    if a.from_json:
+        runs = {}  # a cell run twice (the same seed in two files) is the same run: once
+        for f in a.from_json:
+            runs.update({(r["method"], r["spec"], r["seed"]): r
+                         for r in json.loads(Path(f).read_text())["results"]})
+        results = list(runs.values())
+        seen = [(r["method"], r["spec"]) for r in results]
+        cells = list(dict.fromkeys(seen))
+        a.seeds = sorted({r["seed"] for r in results})
+        a.specs = []
     with tempfile.TemporaryDirectory() as tmp:
-        for seed in a.seeds:  # seed by seed: each seed's cells side by side
+        for seed in (a.seeds if a.specs else []):  # seed by seed: each seed's cells side by side
             for method, spec in cells:
                 print(f"seed {seed}: {method} --compress {spec} ...", file=sys.stderr, flush=True)
                 results.append(cell(method, spec, seed, a,
@@ -105,11 +118,13 @@ def plot(results: list[dict[str, Any]], cells: list[tuple[str, str]], path: Path
         n = min(len(r["curve"]) for r in rs)
         x = np.mean([[c[0] for c in r["curve"][:n]] for r in rs], axis=0)
         y = np.mean([[c[1] for c in r["curve"][:n]] for r in rs], axis=0)
-        ax.plot(x, y, marker=".", label=f"{method} {spec if spec != 'none' else '(dense)'}")
+        ax.plot(x, y, marker=".", label=f"{method} {spec if spec != 'none' else '(dense)'}"
+                                        f" ({len(rs)} seed{'s' if len(rs) > 1 else ''})")
     ax.set_xscale("log")
     ax.set_xlabel("uplink bytes on the wire (cumulative)")
     ax.set_ylabel("test accuracy")
-    ax.set_title(f"{a.dataset}, {a.clients} clients, {a.epochs} epochs, mean of seeds {a.seeds}")
+    ax.set_title(f"{a.dataset}, {a.clients} clients, {a.epochs} epochs: the mean over each "
+                 "method's seeds")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
