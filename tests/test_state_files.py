@@ -88,22 +88,11 @@ def test_the_server_checkpoint_swap_keeps_the_clients_files(tmp_path):
 
 def _local(algo: str, out: Path, **kw):
     from fednet.inproc import run_local
+    from tests.test_resume_algorithms import golden
 
-    seen: list = []
-    import fednet.inproc as inproc
-    original = inproc.InprocDispatcher
-
-    class Recording(original):  # type: ignore[misc, valid-type]
-        def __init__(self, session) -> None:
-            super().__init__(session)
-            seen.append(self)
-
-    inproc.InprocDispatcher = Recording
-    try:
+    with golden.capture_dispatcher() as seen:
         summary = run_local(small_config(clients=4, rounds=3, algo={"name": algo},
                                          out=str(out), **kw), quiet=True)
-    finally:
-        inproc.InprocDispatcher = original
     with np.load(out / "final_model.npz") as z:
         return summary, {k: z[k] for k in z.files}, seen[0].executors
 

@@ -42,6 +42,20 @@ def handshake(sock: zmq.Socket, endpoint: str, timeout_s: float = 5.0) -> str:
         mon.close(0)
 
 
+def knock_all(endpoint: str, idents: list[bytes]) -> list[str]:
+    """One DEALER per routing id (b"": none) connecting to endpoint: each handshake's outcome."""
+    ctx = zmq.Context.instance()
+    out = []
+    for ident in idents:
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        if ident:
+            s.identity = ident
+        out.append(handshake(s, endpoint, 3.0))
+        s.close(0)
+    return out
+
+
 class Shooter:
     """Sends every generated attack to each target it can complete a handshake with; counts
     messages and bytes sent, and the targets whose handshake was refused."""
@@ -248,14 +262,8 @@ def test_outsiders_without_the_run_key_complete_no_handshake_under_launch(tmp_pa
     results: list[str] = []
 
     def knock(endpoint: str) -> None:
-        ctx = zmq.Context.instance()
-        for ident in [b"\x00" + i.to_bytes(4, "big") for i in range(0, 1 << 32, 1 << 29)] + [b""]:
-            s = ctx.socket(zmq.DEALER)
-            s.setsockopt(zmq.LINGER, 0)
-            if ident:
-                s.identity = ident
-            results.append(handshake(s, endpoint, 3.0))
-            s.close(0)
+        results.extend(knock_all(endpoint, [b"\x00" + i.to_bytes(4, "big")
+                                            for i in range(0, 1 << 32, 1 << 29)] + [b""]))
 
     def prepare(session):
         orig = session.algo.configure_round
@@ -321,16 +329,8 @@ def test_plaintext_fednet_server_admits_only_join_key_holders(tmp_path, fed):
     while not key.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(1.0)
-    ctx = zmq.Context.instance()
-    results = []
-    for ident in [b"\x00\x6b\x8b\x45\x67"] + [b"\x00" + i.to_bytes(4, "big")
-                                            for i in range(0, 1 << 32, 1 << 30)] + [b""]:
-        s = ctx.socket(zmq.DEALER)
-        s.setsockopt(zmq.LINGER, 0)
-        if ident:
-            s.identity = ident
-        results.append(handshake(s, ep, 3.0))
-        s.close(0)
+    results = knock_all(ep, [b"\x00\x6b\x8b\x45\x67"] + [b"\x00" + i.to_bytes(4, "big")
+                                                       for i in range(0, 1 << 32, 1 << 30)] + [b""])
     assert "ok" not in results and len(results) == 6, results
     server = psutil.Process(srv.pid)
     before = server.memory_info().rss
@@ -340,6 +340,11 @@ def test_plaintext_fednet_server_admits_only_join_key_holders(tmp_path, fed):
     for s in held:
         s.close()
     assert grown < 50, f"the server grew {grown:.0f} MB under 300 half-open big frames"
+    wrong = tmp_path / "wrong.key"
+    wrong.write_text("ab" * 32)  # a join key, not this run's: refused, and it says so
+    bad = fed.run("clients", "--connect", ep, "--ids", "0", "--join-key", str(wrong),
+                  "--timeout", "3", timeout=60)
+    assert bad.returncode != 0 and "refused this host at the handshake" in bad.stderr, bad.stderr
     cl = fed.run("clients", "--connect", ep, "--ids", "0-2", "--join-key", str(key), timeout=120)
     assert cl.returncode == 0, cl.stderr
     assert srv.wait(60) == 0
