@@ -8,11 +8,11 @@ import torch
 from fednet import algorithms
 from fednet.client.executor import Executor, share_working_models
 from fednet.config import RunConfig
-from fednet.core.replies import accept_reply
+from fednet.core.replies import receive
 from fednet.core.rounds import FollowUp
-from fednet.core import state_files
 from fednet.core.run import Run
 from fednet.core.session import Session
+from fednet.core.state_files import StateStore
 from fednet.data.partition import part_size
 from fednet.metrics.accounting import SERVER
 from fednet.metrics.history import resolve_out
@@ -66,9 +66,8 @@ class Executors:
         """(cid, Executor) of every client with a state, those in the store built again with it
         (for tests and golden numbers: it builds every such client at once)."""
         out = dict(self.built)
-        folder = state_files.home(self.s.out) if self.s.out is not None else None
-        for f in sorted(folder.glob("c*[0-9].npz")) if folder is not None else []:
-            cid = int(f.stem[1:])
+        stored = StateStore(self.s.out, self.s.cfg.algo.name).cids() if self.s.out else []
+        for cid in stored:
             if cid not in out:
                 ex = out[cid] = self._build(cid)
                 ex.take_back(ex.store.take(cid, self.s.run_id, None))
@@ -157,8 +156,7 @@ class InprocDispatcher:
             self._send(done, me, SERVER)
             got = nxt
         back, n2 = self._send(reply, client_name(cid), SERVER)
-        done = accept_reply(back, cid, n2, self.s.profiles, self.s.algo.result_layout(task), task,
-                            self.s.compress, self.s.update_results)
+        done = receive(self.s, back, cid, n2, task)
         churn = self.s.driver.churn  # --availability: offline before the result arrived?
         return done if churn is None else churn.upload(done, back.sim_time,
                                                        back.body.get("skipped", 0))

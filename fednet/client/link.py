@@ -149,9 +149,9 @@ def server_setup(keys: Any, gate: bytes | None) -> Callable[[zmq.Socket], None] 
 
 
 def register(link: ServerLink, clients: list[Client], timeout_s: float) -> None:
-    """READY (hello) from every client, then each takes its WELCOME (or REJECT: its `refused` says why) as it comes; the wait restarts
-    with every one of them (building a client's data takes time). ConfigError when the server
-    does not answer within timeout_s."""
+    """READY (hello) from every client, then each takes its WELCOME (or REJECT: its `refused`
+    says why) as it comes; the wait restarts with every one of them (building a client's data
+    takes time). ConfigError when the server does not answer within timeout_s."""
     for c in clients:
         c.hello()
     waiting = len(clients)

@@ -104,7 +104,8 @@ def encode_result(spec: Spec, arrays: Arrays, reference: Arrays, residual: np.nd
         x = x + residual
     encode, decode = CODECS[spec.kind]
     wire = encode(x, sizes, rng, spec.arg)
-    out = {n: a for n, a in arrays.items() if n not in set(names)}
+    floating = set(names)
+    out = {n: a for n, a in arrays.items() if n not in floating}
     out.update(wire)
     return out, (x - decode(wire, sizes, spec.arg) if spec.feedback else None)
 

@@ -7,27 +7,28 @@ or a Failure here, so a result that does not fit its strategy's declared layout
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fednet import latency
 from fednet.algorithms.layout import Layout, vet
 from fednet.compress import CompressionError, Spec, decode_result
 from fednet.latency import Profile
 from fednet.protocol import Message, MsgKind
-from fednet.types import Failure, Result, Task
+from fednet.types import Arrays, Failure, Result, Task
 from fednet.wire import message_failure, message_result
 
 log = logging.getLogger("fednet.server")
 
 
 def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile],
-                 expect: Layout | None, task: Task | None = None,
-                 compress: Spec | None = None, updates: bool = False) -> Result | Failure:
+                 expect: Layout | None, compress: Spec | None = None,
+                 reference: Arrays | None = None) -> Result | Failure:
     """Turn a RESULT/FAILURE message received with `nbytes` into a Result (arrival stamped), or
     into the client's Failure when the result does not fit `expect` (the strategy's
     result_layout of the task: algorithms/layout.py), so no aggregate ever reads it. With
-    --compress (`compress`) the arrays are first rebuilt against `expect` and the arrays `task`
-    sent (fednet/compress; `updates`: results hold updates, taken against nothing); a result
-    that does not decode is refused the same way."""
+    --compress (`compress`) the arrays are first rebuilt against `expect` and `reference` (the
+    arrays the task sent; fednet/compress); a result that does not decode is refused the same
+    way."""
     if msg.kind == MsgKind.FAILURE:
         return message_failure(msg, cid)
     arrival = msg.sim_time + latency.up_delay(profiles[cid], nbytes)
@@ -35,8 +36,7 @@ def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile],
     why = None
     if compress is not None and compress.on:
         try:
-            ref = task.arrays if task is not None and not updates else {}
-            res.arrays = decode_result(compress, res.arrays, expect, ref)
+            res.arrays = decode_result(compress, res.arrays, expect, reference or {})
         except CompressionError as e:
             why = str(e)
     why = why or vet(expect, res.arrays, res.num_examples)
@@ -46,3 +46,12 @@ def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile],
         return Failure(res.task_id, res.round, cid, f"result refused: {why}", arrival)
     res.sent, res.nbytes = msg.sim_time, nbytes  # for the shared server link (network/rounds.py)
     return res
+
+
+def receive(s: Any, msg: Message, cid: int, nbytes: int, task: Task) -> Result | Failure:
+    """accept_reply with what the session `s` (core/session.Session) knows of the task: its
+    result layout, --compress, and the arrays it sent as the reference (none when the
+    algorithm's results are updates already: ClientUpdate.sends_updates)."""
+    reference = {} if s.update_results else task.arrays
+    return accept_reply(msg, cid, nbytes, s.profiles, s.algo.result_layout(task), s.compress,
+                        reference)

@@ -58,7 +58,8 @@ class Session:
         self.algo = algorithms.build(cfg)  # the server half
         self.handoffs = algorithms.get(cfg.algo.name).handoffs  # rings: WELCOME's tables
         self.compress = compression(cfg.net.compress)  # --compress: results decoded on arrival
-        self.update_results = algorithms.client_class(cfg.algo.name).sends_updates  # (no reference)
+        client = algorithms.client_class(cfg.algo.name)  # the client half's class
+        self.update_results = client.sends_updates  # results are updates: no reference
         if self.compress.on and self.handoffs:
             raise ConfigError(f"--compress {cfg.net.compress}: {cfg.algo.name} hands models "
                               "between clients, and hand-offs are not compressed (yet); drop "
@@ -80,8 +81,7 @@ class Session:
                                   f"{' '.join(map(_as_option, cfg.tuned))} (options you give win)")
         self.driver = RoundDriver(cfg, self.algo, self.evaluator, self.ledger, self.history,
                                   self.progress)
-        self.driver.client_state = (algorithms.client_class(cfg.algo.name).stateful()
-                                    or self.compress.feedback)  # (error feedback: a residual)
+        self.driver.client_state = client.stateful() or self.compress.feedback  # (a residual)
         self.driver.churn = Churn(self.availability) if self.availability is not None else None
         self.driver.network = Network.of(cfg, self.profiles, lambda t: task_size(t, self.run_id))
         if state is not None:

@@ -101,11 +101,17 @@ class StateStore:
             return latest
         if not ckpt:
             return None  # a fresh session: whatever is there is not this run's
-        prev_path = find(self.out, name + ".prev.npz")
-        for got in (latest, read(prev_path) if prev_path is not None else None):
-            if got is not None and got[1]["round"] < ckpt:
-                return got
-        return None
+        if latest is not None and latest[1]["round"] < ckpt:
+            return latest
+        prev = find(self.out, name + ".prev.npz")  # read only when the latest is too new
+        got = read(prev) if prev is not None else None
+        return got if got is not None and got[1]["round"] < ckpt else None
+
+    def cids(self) -> list[int]:
+        """The clients that have a latest file in the store, in id order."""
+        folder = home(self.out)
+        return sorted(int(f.name[1:-4]) for f in folder.glob("c*.npz")
+                      if f.name[1:-4].isdigit()) if folder.is_dir() else []
 
     def put(self, cid: int, rnd: int, run_id: str, ckpt: int | None,
             arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:

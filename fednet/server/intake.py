@@ -14,7 +14,7 @@ from fednet.metrics.accounting import SERVER
 from fednet.plugin_check import welcome_plugins
 from fednet.protocol import Message, MsgKind
 from fednet.protocol.proof import grant_key
-from fednet.core.replies import accept_reply
+from fednet.core.replies import receive
 from fednet.server.enroll import HELLO_EVERY_S, late_byes, on_byes, on_hellos, on_readys
 from fednet.transport.channels import SUB_BYTES, Received, sub_frame
 from fednet.types import ClientInfo, client_name
@@ -72,9 +72,7 @@ class Intake:
             self._pending.pop(msg.task_id)
             self._holder.pop(msg.task_id, None)
             self._progress = time.monotonic()
-            done = accept_reply(msg, cid, got.nbytes, self.s.profiles,
-                                self.s.algo.result_layout(task), task, self.s.compress,
-                                self.s.update_results)
+            done = receive(self.s, msg, cid, got.nbytes, task)
             churn = self.s.driver.churn  # --availability: offline before the result arrived?
             self._reply(done if churn is None else churn.upload(done, msg.sim_time,
                                                                 msg.body.get("skipped", 0)))
