@@ -228,8 +228,8 @@ def check_resume_options(over: dict[str, Any], run: dict[str, Any]) -> None:
                           "them, or start a new run with --out")
 
 
-JOIN_KEY_HELP = ("The join key file (protocol/join_key.py): only holders of the key connect. "
-                 "The server draws it there when the file does not exist [default: RUN/join.key]; "
+JOIN_KEY_HELP = ("The run's join key file: only holders of the key connect to a plaintext "
+                 "server. The server draws it there when the file does not exist [default: RUN/join.key]; "
                  "clients read it (copy it to their host, or give its path on a shared folder). "
                  "Not needed with --secure.")
 JOIN_KEY = click.option("--join-key", "join_key", type=click.Path(dir_okay=False), default="",
