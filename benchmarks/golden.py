@@ -61,6 +61,10 @@ EXTRA: dict[str, list[str]] = {
     "fedadam": ["--server-lr", "0.01", "--server-tau", "0.001"],
     "fedyogi": ["--server-lr", "0.01", "--server-tau", "0.001"],
     "fedadagrad": ["--server-lr", "0.1", "--server-tau", "0.001"],
+    "fedasync": ["--concurrency", "3", "--buffer", "2", "--staleness", "polynomial",
+                 "--param", "alpha=0.6", "--param", "a=0.5"],
+    "fedbuff": ["--concurrency", "3", "--buffer", "2", "--staleness", "polynomial",
+                "--param", "a=0.5", "--server-lr", "1.0"],
 }
 # Runs pinned beside the algorithms': name -> (algorithm, more arguments). --compress: every
 # codec on FedAvg, and top-k's error feedback on a client state of its own (SCAFFOLD's).
@@ -71,6 +75,10 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "fedavg+topk": ("fedavg", ["--compress", "topk:0.01"]),
     "fedavg+sign": ("fedavg", ["--compress", "sign"]),
     "scaffold+topk": ("scaffold", ["--compress", "topk:0.05"]),
+    "fedbuff+hetero": ("fedbuff", ["--latency", "hetero", "--deadline", "0.3"]),
+    "fedasync+hinge": ("fedasync", ["--staleness", "hinge", "--param", "b=1", "--latency",
+                                    "hetero", "--server-bandwidth", "20Mbit"]),
+    "fedbuff+topk": ("fedbuff", ["--compress", "topk:0.05"]),
 }
 SUMMARY_KEYS = ("status", "final_accuracy", "sim_time_s", "messages", "bytes")
 

@@ -27,7 +27,7 @@ def _error(*args: str) -> str:
 
 
 def test_every_algorithm_has_two_halves_and_declared_parameters():
-    assert ALGORITHMS == names() and len(names()) == 18
+    assert ALGORITHMS == names() and len(names()) == 20
     assert set(PERSONAL) == {n for n, s in REGISTRY.items() if s.personalized}
     for name in names():
         cfg = small_config(algo={"name": name})

@@ -32,6 +32,8 @@ def _config(algo: str, out: Path):
     cfg = golden.config(algo, str(out)).replace(**{"net.checkpoint_every": 1})
     if algo == "fedseq_inter":  # two periods of two rounds: a checkpoint between them
         cfg = cfg.replace(**{"rounds": 4, "algo.params.period": 2})
+    if algo in ("fedasync", "fedbuff"):  # drains every two rounds: a checkpoint there
+        cfg = cfg.replace(**{"rounds": 4, "algo.params.drain": 2})
     return cfg
 
 

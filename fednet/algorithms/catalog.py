@@ -164,6 +164,35 @@ class FedAdamParams(FedAdagradParams):
                          option="--server-beta2")
 
 
+@dataclass(frozen=True)
+class AsyncParams:
+    """FedAsync and FedBuff's pipeline (docs/algorithms.md §3.12)."""
+
+    concurrency: int = param(0, "clients training at once, C (0 = the cohort, max(fraction*N, 1))",
+                             ge=0, option="--concurrency")
+    buffer: int = param(0, "replies used per round, K (0 = the cohort)", ge=0, option="--buffer")
+    staleness: str = param("polynomial", "staleness weight s(tau)",
+                           choices=("constant", "polynomial", "hinge"), option="--staleness")
+    a: float = param(0.5, "s(tau) = (tau+1)^-a (polynomial), 1/(a(tau-b)+1) (hinge)", ge=0)
+    b: int = param(4, "hinge: no discount up to staleness b", ge=0)
+    drain: int = param(0, "rounds between drains, where a checkpoint may be written (0 = never)",
+                       ge=0)
+
+
+@dataclass(frozen=True)
+class FedAsyncParams(AsyncParams):
+    """FedAsync (Xie et al. 2019)."""
+
+    alpha: float = param(0.6, "mixing weight alpha of an arriving model", gt=0, le=1)
+
+
+@dataclass(frozen=True)
+class FedBuffParams(AsyncParams):
+    """FedBuff (Nguyen et al. 2022)."""
+
+    server_lr: float = param(1.0, "server learning rate eta_g", gt=0, option="--server-lr")
+
+
 FACTORIZED = {"digits": "factorized_digits", "*": "factorized_resnet9"}
 
 # Tuned defaults (docs/algorithms.md §0.2): the settings a run gets when it leaves these options
@@ -227,3 +256,7 @@ _register(Spec("fedadagrad", "FedAvg clients, Adagrad on the server (Reddi et al
               A + "fedopt:FedOpt", A + "fedavg:FedAvgClient", FedAdagradParams))
 _register(Spec("perfedavg", "Per-FedAvg (MAML-style local steps)", A + "fedavg:FedAvg",
               A + "perfedavg:PerFedAvgClient", PerFedAvgParams, personalized=True))
+_register(Spec("fedasync", "asynchronous: each arriving model mixed in, staleness-weighted",
+              A + "asynchronous:FedAsync", A + "fedavg:FedAvgClient", FedAsyncParams))
+_register(Spec("fedbuff", "asynchronous: every K buffered, staleness-weighted updates applied",
+              A + "asynchronous:FedBuff", A + "fedavg:FedAvgClient", FedBuffParams))

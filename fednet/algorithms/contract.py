@@ -18,15 +18,17 @@ An algorithm is two classes and a Spec (registry.py):
 Both states are checkpointed generically (state.py), so a state field must be one of: arrays keyed
 by model entry (`Model`), lists or client-id dicts of them, numpy arrays, torch tensors (client
 side: one per trainable parameter in a list, or a tuple of index tensors), or JSON values.
-Staged and asynchronous algorithms (FedSeq, FedSeqInter) also override the optional hooks
-setup_tasks/setup_results, rounds_per_step, follow_up and interim_points. No method here touches
-sockets, files or clocks.
+Staged and asynchronous algorithms (FedSeq, FedSeqInter, FedAsync, FedBuff) also override the
+optional hooks setup_tasks/setup_results, rounds_per_step, follow_up and interim_points;
+FedAsync and FedBuff set `virtual_order` (the driver then hands replies over in simulated-time
+order, core/arrivals.py) and `streams_points`, and say when their step ended (step_end). No
+method here touches sockets, files or clocks.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,6 +131,10 @@ class Strategy:
     """The server half: configures rounds, folds results in, holds the typed server state."""
 
     State: type[ServerState] = ServerState
+    # the server's state depends on the order of arrivals (FedAsync, FedBuff): replies reach
+    # follow_up in simulated-time order, never in the runtime's (core/arrivals.py)
+    virtual_order = False
+    streams_points = False  # interim_points is asked after every reply, not at the step's end
 
     def __init__(self, cfg: RunConfig, params: Any) -> None:
         self.cfg, self.p = cfg, params
@@ -138,6 +144,9 @@ class Strategy:
         self.eval_clients = eval_mode(cfg) == "clients"  # clients report their own accuracy
         self.target: int | None = None  # results a round needs (set by picks: --over-select)
         self.layout: Layout = {}  # the model's names, shapes and dtypes (set by setup)
+        # (cid, simulated time) -> online? with --availability (set by the driver), else None
+        self.online: Callable[[int, float], bool] | None = None
+        self.now = 0.0  # the simulated time at the start of the driver's step (set by it)
 
     # ---- what an algorithm defines -----------------------------------------------------------
     def configure_round(self, rnd: int, clients: Sequence[ClientInfo]) -> list[Task]:
@@ -188,6 +197,11 @@ class Strategy:
     def interim_points(self) -> list[tuple[int, Arrays, float, dict[str, Any]]]:
         """(round, model, simulated time, metrics) to evaluate inside a multi-round step."""
         return []
+
+    def step_end(self) -> float | None:
+        """When the step ended in simulated time, if not at its last reply (an asynchronous
+        step ends at its last server update; replies after it are not used)."""
+        return None
 
     # ---- given ---------------------------------------------------------------------------------
     def setup(self, init: Arrays, trainable: set[str] | None = None) -> None:

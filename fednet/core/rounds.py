@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -11,6 +10,8 @@ from typing import Any, Protocol
 from fednet.algorithms.common import client_accuracy, finite
 from fednet.algorithms.contract import Strategy
 from fednet.config import RunConfig
+from fednet.core.arrivals import Arrivals
+from fednet.core.summary import run_summary
 from fednet.metrics.accounting import Ledger
 from fednet.metrics.history import History
 from fednet.metrics.progress import Progress
@@ -22,7 +23,6 @@ log = logging.getLogger("fednet.server")
 
 
 FollowUp = Callable[[Result | Failure], list[Task]]
-SHOWN_REASONS = 10  # distinct failure reasons printed on the terminal, at most
 
 
 class Dispatcher(Protocol):
@@ -54,10 +54,10 @@ class RoundDriver:
         self.t0 = time.monotonic()
         self.t_end: float | None = None
         self.network: Network | None = None  # --server-bandwidth, --deadline, --over-select
+        self.arrivals: Callable[[], Arrivals] | None = None  # set by the session (virtual order)
         self.error = ""  # why a failed run failed (its first failure's reason)
         self.log_hint = ""  # where the clients' tracebacks are (set by the runtime)
         self.failed_streak = self.usable_rounds = 0
-        self.reasons: set[str] = set()  # failure reasons shown on the terminal (_show_reason)
 
     def wall(self) -> float:
         """Seconds of training: from the first round's start to the last round's end (or now)."""
@@ -77,7 +77,7 @@ class RoundDriver:
             return
         step = max(1, self.algo.rounds_per_step())
         for rnd in range(self.rounds_done, self.cfg.rounds, step):
-            clients = dispatcher.alive_clients()
+            clients = alive = dispatcher.alive_clients()
             if not clients:
                 self.status = "no_clients"
                 log.error("round %d: no client is alive; stopping the run", rnd)
@@ -89,7 +89,9 @@ class RoundDriver:
                     log.error("round %d: no client is online now or later (--availability); "
                               "stopping the run", rnd)
                     return
-            self.round(rnd, clients, dispatcher, min(step, self.cfg.rounds - rnd))
+            # an asynchronous step picks its clients as it goes (online then): all of them
+            pool = alive if self.algo.virtual_order else clients
+            self.round(rnd, pool, dispatcher, min(step, self.cfg.rounds - rnd))
             every = self.cfg.net.checkpoint_every
             if self.checkpoint is not None and every and (
                     self.rounds_done // every > rnd // every or self.rounds_done == self.cfg.rounds):
@@ -166,52 +168,57 @@ class RoundDriver:
     def _note_failures(self, rnd: int, failures: list[Failure]) -> None:
         for f in failures:
             self.failures.append({"round": rnd, "client": f.cid, "task": f.task_id, "reason": f.reason})
-            self._show_reason(rnd, f)
-
-    def _show_reason(self, rnd: int, f: Failure) -> None:
-        """Print each distinct failure reason once (its first line; numbers do not make a reason
-        distinct), the first SHOWN_REASONS of them; summary.json has every failure."""
-        line = (f.reason.strip().splitlines() or ["unknown"])[0][:300]
-        key = re.sub(r"\d+", "#", line)
-        if key in self.reasons or len(self.reasons) > SHOWN_REASONS:
-            return
-        self.reasons.add(key)
-        if len(self.reasons) > SHOWN_REASONS:
-            self.progress.message(f"more distinct failure reasons: see {self.log_hint or 'the log'}"
-                                  " and summary.json")
-            return
-        where = f" ({self.log_hint})" if self.log_hint else ""
-        self.progress.message(f"round {rnd}: client {f.cid} failed: {line}{where}")
+            self.progress.failure(rnd, f.cid, f.reason, self.log_hint)
 
     def round(self, rnd: int, clients: list[ClientInfo], dispatcher: Dispatcher, span: int = 1
               ) -> dict[str, Any]:
         """One step (span logical rounds): configure, dispatch, aggregate, evaluate, log."""
-        tasks = self.stamp(self.algo.configure_round(rnd, clients))
+        algo = self.algo
+        algo.online = self.churn.avail.online if self.churn is not None else None
+        algo.now = self.sim_time
+        tasks = self.stamp(algo.configure_round(rnd, clients))
         for t in tasks:
             t.sim_time = self.sim_time
-        algo = self.algo
-        step = self.network and self.network.step(self.sim_time, rnd, tasks, span, algo.target)
+        ordered = algo.virtual_order and self.arrivals is not None
+        step = self.network and self.network.step(self.sim_time, rnd, tasks, span, algo.target,
+                                                  ordered=ordered)
+        order = self.arrivals() if ordered and self.arrivals is not None else None
+        pipelined = span > 1 or order is not None  # replies release follow-up tasks
+        base = self.ledger.totals()
+
+        def release(seen: Result | Failure) -> list[Task]:
+            algo.absorb(seen)  # streaming algorithms fold the result in and free its arrays
+            nxt = self.stamp(algo.follow_up(seen)) if pipelined else []
+            nxt = self.churn.trim(nxt) if self.churn is not None else nxt  # offline first hops
+            return step.send(nxt) if step else nxt
 
         def on_reply(done: Result | Failure) -> list[Task]:
             seen = step.reply(done) if step else done  # None: held or a straggler
             if seen is None:
                 return []
-            algo.absorb(seen)  # streaming algorithms fold the result in and free its arrays
-            nxt = self.stamp(algo.follow_up(seen)) if span > 1 else []
-            nxt = self.churn.trim(nxt) if self.churn is not None else nxt  # offline first hops
-            return step.send(nxt) if step else nxt
+            if order is None:
+                return release(seen)
+            order.arrive(seen)  # released in simulated-time order (core/arrivals.py)
+            out: list[Task] = []
+            while (ready := order.next()) is not None:
+                nxt = release(ready)
+                order.sent(nxt)
+                out += nxt
+                self._points(order, base)
+            return out
 
-        results, failures = dispatcher.run_round(rnd, step.send(tasks) if step else tasks,
-                                                 on_reply)
+        first = step.send(tasks) if step else tasks
+        if order is not None:
+            order.sent(first)
+        results, failures = dispatcher.run_round(rnd, first, on_reply)
         results = step.close(results, algo.absorb) if step else results
         metrics = self.algo.aggregate_round(rnd, results, failures)
+        end = algo.step_end()
         self.sim_time = max([self.sim_time, step.end if step else 0.0]
-                            + [r.sim_time for r in results])
+                            + [r.sim_time for r in results]) if end is None else end
         self._note_failures(rnd, failures)
         self._count_usable(rnd, results)
-        for t, arrays, sim, extra in self.algo.interim_points():  # e.g. FedSeqInter's bank
-            acc_t, loss_t = self.evaluate(arrays)
-            self._log(t, acc_t, loss_t, {**extra, "interim": True}, sim)
+        self._points(order, base)  # e.g. FedSeqInter's bank
         if self.algo.eval_clients:  # personalized: clients evaluated their own models
             acc, loss, spread = client_accuracy(results)
             metrics = {**metrics, **spread}
@@ -219,14 +226,31 @@ class RoundDriver:
             acc, loss = self.evaluate(self.algo.eval_arrays())
             self._check_diverged(rnd, metrics, loss)
         last = rnd + span - 1
-        late = step.stragglers if step else 0
+        late = (step.stragglers if step else 0) + (order.stragglers if order else 0)
         metrics = {**metrics, "tasks": len(results) + len(failures) + late,
                    "failures": len(failures), **(step.row if step else {})}
+        if order is not None:
+            metrics = {**metrics, "stragglers": order.stragglers, "moved": order.moved}
         if self.churn is not None:  # online clients, waits, skipped peers (--availability)
             metrics = {**metrics, **self.churn.row(rnd, span)}
-        row = self._log(last, acc, loss, metrics, self.sim_time)
+        row = self._log(last, acc, loss, metrics, self.sim_time, self._seen(order, base))
         self.rounds_done = last + 1
         return row
+
+    def _points(self, order: Arrivals | None, base: dict[str, int]) -> None:
+        """Evaluate and log the step's interim points: at its end, or as they come when the
+        algorithm streams them (FedAsync, FedBuff)."""
+        if order is not None and not self.algo.streams_points:
+            return
+        for t, arrays, sim, extra in self.algo.interim_points():
+            acc_t, loss_t = self.evaluate(arrays)
+            flag = {} if self.algo.streams_points else {"interim": True}  # (a row of its own)
+            self._log(t, acc_t, loss_t, {**extra, **flag}, sim, self._seen(order, base))
+
+    @staticmethod
+    def _seen(order: Arrivals | None, base: dict[str, int]) -> dict[str, int] | None:
+        """An ordered step's row bytes (Arrivals.row_bytes); None: the ledger's round totals."""
+        return order.row_bytes(base) if order is not None else None
 
     def _check_diverged(self, rnd: int, metrics: dict[str, Any], loss: float) -> None:
         """Stop as `diverged` when every result was NaN/inf, the global model is, or its loss
@@ -242,18 +266,22 @@ class RoundDriver:
                           "--lr; for FedDyn --param clip=30 or a smaller alpha)")
             log.error("%s", self.error)
 
-    def _log(self, rnd: int, acc: float, loss: float, metrics: dict[str, Any], sim: float
-             ) -> dict[str, Any]:
-        """Write one metrics row (bytes: the messages of that logical round) and show it."""
-        per = self.ledger.round_totals(rnd)
-        after = self.ledger.totals()
+    def _log(self, rnd: int, acc: float, loss: float, metrics: dict[str, Any], sim: float,
+             seen: dict[str, int] | None = None) -> dict[str, Any]:
+        """Write one metrics row (bytes: the messages of that logical round, or `seen`, those an
+        ordered step sent and released since its last row) and show it."""
+        if seen is None:
+            per, after = self.ledger.round_totals(rnd), self.ledger.totals()
+            bytes_round = {k: per[k] for k in ("server_to_client", "client_to_server",
+                                               "client_to_client", "tensor_bytes")}
+            total = (after["server_to_client"] + after["client_to_server"]
+                     + after["client_to_client"])
+        else:
+            total = seen.pop("total")
+            bytes_round = seen
         row: dict[str, Any] = {
             "round": rnd, "accuracy": acc, "loss": loss, **metrics, "wall_s": self.wall(),
-            "sim_s": sim,
-            "bytes_round": {k: per[k] for k in ("server_to_client", "client_to_server",
-                                                "client_to_client", "tensor_bytes")},
-            "bytes_total": after["server_to_client"] + after["client_to_server"]
-            + after["client_to_client"],
+            "sim_s": sim, "bytes_round": bytes_round, "bytes_total": total,
         }
         if not math.isfinite(loss):
             log.warning("round %d: the model's loss is not finite", rnd)
@@ -262,34 +290,5 @@ class RoundDriver:
         return row
 
     def summary(self, clients: list[ClientInfo], extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The summary.json dictionary (names other tools rely on)."""
-        rows = self.history.rows
-        tot = self.ledger.totals()
-        acc = [r["accuracy"] for r in rows]
-        out: dict[str, Any] = {
-            "algorithm": self.cfg.algo.name, "status": self.status, "clients": self.cfg.clients,
-            "rounds": self.rounds_done, "rounds_planned": self.cfg.rounds,
-            "final_accuracy": acc[-1] if acc else None, "best_accuracy": max(acc) if acc else None,
-            "final_loss": rows[-1]["loss"] if rows else None,
-            "wall_clock_s": self.wall(), "sim_time_s": self.sim_time,
-            "bytes": {k: tot[k] for k in ("server_to_client", "client_to_server", "client_to_client",
-                                          "tensor_bytes", "header_bytes", "control", "rejected")},
-            "rejected_messages": tot["rejected_messages"],
-            "rejects_sent": {"messages": tot["rejects_sent_messages"],
-                             "bytes": tot["rejects_sent"]},
-            "messages": self.ledger.messages,
-            "devices": {str(c.cid): c.device for c in sorted(clients, key=lambda c: c.cid)},
-            "failures": self.failures, "seed": self.cfg.seed,
-        }
-        if self.error:
-            out["error"] = self.error
-        if self.setup_stats:
-            out["setup"] = self.setup_stats
-        if self.churn is not None:
-            out["availability"] = self.churn.summary(self.failures)
-        if self.network is not None:
-            out.update(self.network.summary())
-        if self.cfg.tuned:  # the defaults the algorithm's tuning chose (registry Spec.tuned)
-            out["tuned"] = list(self.cfg.tuned)
-        out.update(extra or {})
-        return out
+        """The summary.json dictionary (core/summary.py)."""
+        return run_summary(self, clients, extra)

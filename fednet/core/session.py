@@ -23,13 +23,14 @@ from fednet.metrics.history import History, resolve_out
 from fednet.metrics.progress import Progress
 from fednet.errors import ConfigError
 from fednet.core import checkpoint
+from fednet.core.arrivals import Arrivals
 from fednet.core.evaluate import Evaluator
 from fednet.core.rounds import RoundDriver
 from fednet.network import availability
 from fednet.network.churn import Churn
 from fednet.network.rounds import Network
 from fednet.wire import task_size
-from fednet.types import ClientInfo
+from fednet.types import ClientInfo, Task
 
 log = logging.getLogger("fednet")
 
@@ -84,6 +85,8 @@ class Session:
         self.driver.client_state = client.stateful() or self.compress.feedback  # (a residual)
         self.driver.churn = Churn(self.availability) if self.availability is not None else None
         self.driver.network = Network.of(cfg, self.profiles, lambda t: task_size(t, self.run_id))
+        self.driver.arrivals = lambda: Arrivals(  # replies in simulated-time order
+            self.earliest_return, lambda t: task_size(t, self.run_id), float(cfg.latency.deadline))
         if state is not None:
             self.driver.resume(state)
         if self.out is not None and cfg.net.checkpoint_every:
@@ -101,6 +104,16 @@ class Session:
         state, self.resumed_clients = checkpoint.load(  # checked, then restored
             self.out, self.algo, self.cfg, shapes, cls, self.local)
         return state
+
+    def earliest_return(self, task: Task) -> float:
+        """The earliest simulated time a reply to `task` can arrive, from the server's own
+        tables (core/arrivals.py): its start, the client's round trip, the download of its
+        tensors and the compute of its epochs over the client's partition."""
+        p = self.profiles[task.cid]
+        tensors = sum(a.nbytes for a in task.arrays.values())
+        samples = int(task.body.get("epochs", self.cfg.train.epochs)) * part_size(self.parts,
+                                                                                task.cid)
+        return task.sim_time + p.rtt_s + tensors / p.down_bps + latency.compute_time(p, samples)
 
     def model_template(self) -> dict[str, Any]:
         """The clients' initial model (name, classes, input shape, dataset, seed), for

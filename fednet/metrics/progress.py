@@ -4,10 +4,13 @@ few rounds gets one hint naming the options to look at."""
 from __future__ import annotations
 
 import math
+import re
 import sys
 import time
 from collections.abc import Callable
 from typing import Any, TextIO
+
+SHOWN_REASONS = 10  # distinct failure reasons printed on the terminal, at most
 
 HINT_ROUNDS = 5  # rounds after which a loss that has not fallen gets the hint
 HINT_FALL = 0.05  # "fallen": at least 5% below the first round's
@@ -76,6 +79,7 @@ class Progress:
         self._last_len = 0  # that bar's length (a shorter one is padded over it)
         self._first: dict[str, Any] | None = None  # the first row this process saw
         self._hinted = False
+        self.reasons: set[str] = set()  # failure reasons shown (failure)
 
     def eta(self, row: dict[str, Any]) -> float | None:
         """Wall-clock seconds left, from the pace since the first row seen (a resumed run starts
@@ -132,6 +136,20 @@ class Progress:
             self.stream.write(("\n" if self._open_line else "") + text + "\n")
             self._open_line = False
             self.stream.flush()
+
+    def failure(self, rnd: int, cid: int, reason: str, hint: str = "") -> None:
+        """Print each distinct failure reason once (its first line; numbers do not make a reason
+        distinct), the first SHOWN_REASONS of them; summary.json has every failure. `hint`:
+        where the clients' tracebacks are."""
+        line = (reason.strip().splitlines() or ["unknown"])[0][:300]
+        key = re.sub(r"\d+", "#", line)
+        if key in self.reasons or len(self.reasons) > SHOWN_REASONS:
+            return
+        self.reasons.add(key)
+        if len(self.reasons) > SHOWN_REASONS:
+            self.message(f"more distinct failure reasons: see {hint or 'the log'} and summary.json")
+            return
+        self.message(f"round {rnd}: client {cid} failed: {line}" + (f" ({hint})" if hint else ""))
 
     def counter(self, total: int, what: str, every_s: float = 5.0) -> Callable[[Any], list]:
         """A reply callback for a long stage of `total` tasks: a line every `every_s` seconds

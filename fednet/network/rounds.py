@@ -60,14 +60,16 @@ class Network:
         return cls(cfg, profiles, task_size)
 
     def step(self, start: float, first: int, tasks: list[Task], span: int,
-             target: int | None, setup: bool = False) -> Step:
-        """A step starting at simulated time `start` with these first tasks."""
+             target: int | None, setup: bool = False, ordered: bool = False) -> Step:
+        """A step starting at simulated time `start` with these first tasks. An `ordered` step
+        (replies in simulated-time order: core/arrivals.py, which applies its deadline per
+        task) has slots like a multi-round one and no cutoff here."""
         if self.over > 1 and target is None and not setup and not self._warned:
             self._warned = True
             log.warning("--over-select has no effect: this algorithm does not select clients")
-        cut = Cutoff(start, first, 0.0 if setup else self.deadline,
-                     None if setup or self.over == 1 else target)
-        return Step(self, cut, span > 1, max(len(tasks), 1))
+        cut = Cutoff(start, first, 0.0 if setup or ordered else self.deadline,
+                     None if setup or ordered or self.over == 1 else target)
+        return Step(self, cut, span > 1 or ordered, max(len(tasks), 1))
 
     def summary(self) -> dict[str, Any]:
         """For summary.json."""

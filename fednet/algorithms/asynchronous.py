@@ -1,0 +1,238 @@
+"""Asynchronous aggregation on the virtual clock: FedAsync and FedBuff (docs/algorithms.md §3.12).
+
+- FedAsync. Xie, Koyejo and Gupta, "Asynchronous Federated Optimization", 2019: the server mixes
+  each arriving model in at once, x <- (1 - a_t) x + a_t x_k, with a_t = alpha * s(staleness).
+- FedBuff. Nguyen et al., "Federated Learning with Buffered Asynchronous Aggregation", AISTATS
+  2022: the server buffers the clients' updates Delta_k = x_start - x_k, weighted by s(staleness),
+  and every K of them steps x <- x - eta_g * (sum of the buffer) / K.
+
+Both keep C clients training at once (--param concurrency; default: the cohort of a synchronous
+round, max(floor(fraction * N), 1)). When a reply is released (in simulated-time order: the
+driver's core/arrivals.py, so local and launch agree exactly) its client is free and a new
+client, drawn uniformly from the idle ones (online ones first with --availability), starts from
+the current model at that moment. A logical round is K replies used (FedBuff: one server step;
+FedAsync: K mixes), so rounds count the same client work as a synchronous round of K clients.
+Staleness is the number of server updates (FedBuff: steps, FedAsync: mixes) between a task's
+start and its use; each row records its mean and maximum.
+
+A driver step is the whole run (or --param drain=R rounds: then everything in flight ends at
+each R-th round, a checkpoint may be written there, and the run may be resumed from it; the
+paper has no drains). Replies that arrive after the step's last update are not used; the step,
+and its simulated time, end at that update. The clients are FedAvg's: they send their models,
+and the server takes Delta_k against the model the task carried.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fednet import rng
+from fednet.algorithms.common import finite, round_metrics
+from fednet.algorithms.contract import Strategy
+from fednet.config import RunConfig
+from fednet.types import Arrays, ClientInfo, Failure, Result, Task
+
+DRAWS = 64  # uniform draws for an idle (online) client before falling back to a scan
+FAILURE_BUDGET = 10  # failed replies per reply a step needs, before it stops starting tasks
+
+
+def staleness_weight(kind: str, tau: int, a: float, b: int) -> float:
+    """s(tau) of FedAsync §5.2: constant 1; polynomial (tau + 1)^-a; hinge 1 for tau <= b,
+    else 1 / (a (tau - b) + 1). FedBuff's 1/sqrt(1 + tau) is polynomial with a = 0.5."""
+    if kind == "constant":
+        return 1.0
+    if kind == "polynomial":
+        return float((tau + 1) ** -a)
+    return 1.0 if tau <= b else 1.0 / (a * (tau - b) + 1.0)
+
+
+class Asynchronous(Strategy):
+    """The shared pipeline: C tasks out, one released reply frees one client."""
+
+    virtual_order = True
+    streams_points = True
+
+    def __init__(self, cfg: RunConfig, params: Any) -> None:
+        super().__init__(cfg, params)
+        self.pool: list[int] = []
+        self.busy: dict[int, tuple[int, int, Arrays]] = {}  # task id -> (cid, updates, model)
+        self.busy_cids: set[int] = set()
+        self.points: list[tuple[int, Arrays, float, dict[str, Any]]] = []
+        self.updates = 0  # server updates so far in this step (staleness counts them)
+        self.rnd = self.end = self.start = self.failures_seen = 0
+        self.used: list[Result] = []
+        self.stale: list[int] = []
+        self.failed: list[Failure] = []
+        self.dropped = self.unused = 0
+        self.last_time: float | None = None
+        self.final: dict[str, Any] = {}
+
+    def rounds_per_step(self) -> int:
+        """The whole run, or --param drain rounds."""
+        return self.p.drain or self.cfg.rounds
+
+    def per_round(self) -> int:
+        """K: replies used per logical round (--param buffer; default the cohort)."""
+        return self.p.buffer or self.cohort()
+
+    def cohort(self) -> int:
+        """max(floor(fraction * N), 1): a synchronous round's clients."""
+        return max(int(self.cfg.algo.fraction * len(self.pool)), 1)
+
+    # ---- the pipeline ----------------------------------------------------------------------
+    def configure_round(self, rnd: int, clients: list[ClientInfo]) -> list[Task]:
+        """Start of a step: C tasks from the current model, all at the step's start."""
+        self.pool = sorted(c.cid for c in clients)
+        self.rnd = self.start = rnd
+        self.end = min(rnd + self.rounds_per_step(), self.cfg.rounds)
+        self.busy, self.busy_cids, self.points, self.updates = {}, set(), [], 0
+        self.failures_seen = 0
+        self.used, self.stale, self.failed, self.dropped, self.unused = [], [], [], 0, 0
+        self.last_time, self.final = None, {}
+        c = min(self.p.concurrency or self.cohort(), len(self.pool))
+        return [self._task(self.now) for _ in range(c)]
+
+    def _task(self, now: float) -> Task:
+        cid = self._pick(now)
+        t = self.new_task(self.rnd, [cid], self.state.model, self.task_body(self.rnd, ClientInfo(cid, 0)))
+        t.sim_time = now
+        self.busy[t.task_id] = (cid, self.updates, self.state.model)
+        self.busy_cids.add(cid)
+        return t
+
+    def _pick(self, now: float) -> int:
+        """A client drawn uniformly from the idle ones (online at `now` first), seeded by the
+        task id (ids follow the release order, which is the simulated-time order)."""
+        g = rng.generator(self.cfg.seed, "async", self.state.next_task + 1)
+        online = self.online
+        for ok in ((lambda c: online(c, now)) if online else None, lambda c: True):
+            if ok is None:
+                continue
+            for _ in range(DRAWS):
+                c = self.pool[int(g.integers(len(self.pool)))]
+                if c not in self.busy_cids and ok(c):
+                    return c
+            idle = [c for c in self.pool if c not in self.busy_cids and ok(c)]
+            if idle:
+                return idle[int(g.integers(len(idle)))]
+        raise RuntimeError("no idle client (concurrency is at most the population)")
+
+    def follow_up(self, done: Result | Failure) -> list[Task]:
+        """Use the reply (unless the step is over), then start a new client if more replies
+        are still needed than are out."""
+        cid, start, _ = self.busy[done.task_id]
+        self.busy_cids.discard(cid)
+        if self.rnd >= self.end:  # the step's last update is done: not used
+            self.busy.pop(done.task_id)
+            self.unused += 1
+            return []
+        if isinstance(done, Failure):
+            self.failed.append(done)
+            self.failures_seen += 1
+        elif not finite(done.arrays):
+            self.dropped += 1
+        else:
+            self.stale.append(self.updates - start)
+            self.used.append(done)
+            self.use(done, self.updates - start, self.busy[done.task_id][2])
+            if len(self.used) == self.per_round():
+                self._close_round(done.sim_time)
+        self.busy.pop(done.task_id)
+        done.arrays = {}
+        if (self.rnd >= self.end or len(self.busy) >= self.needed()
+                or self.failures_seen > FAILURE_BUDGET * (self.end - self.start) * self.per_round()):
+            return []  # (a step whose tasks keep failing ends short)
+        return [self._task(done.sim_time)]
+
+    def needed(self) -> int:
+        """Replies the step still has to use."""
+        return (self.end - self.rnd) * self.per_round() - len(self.used)
+
+    def _close_round(self, now: float) -> None:
+        """A logical round is complete: its row (a point unless it is the step's last)."""
+        self.finish_round()
+        m = round_metrics(sorted(self.used, key=lambda r: (r.cid, r.task_id)), self.failed,
+                          self.dropped)
+        m.update({"staleness_mean": sum(self.stale) / len(self.stale),
+                  "staleness_max": max(self.stale), "concurrency": len(self.busy)})
+        self.used, self.stale, self.failed, self.dropped = [], [], [], 0
+        self.last_time = now
+        if self.rnd + 1 < self.end:
+            self.points.append((self.rnd, self.state.model, now, m))
+        else:
+            self.final = m
+        self.rnd += 1
+
+    def interim_points(self) -> list[tuple[int, Arrays, float, dict[str, Any]]]:
+        """The rounds completed since the last call (the driver evaluates them at once)."""
+        out, self.points = self.points, []
+        return out
+
+    def step_end(self) -> float | None:
+        """The step's last update (None when it made none: the driver's own reckoning)."""
+        return self.last_time
+
+    def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
+                        ) -> dict[str, float]:
+        """The step's last round's metrics (the updates were made as replies came)."""
+        if self.rnd < self.end:  # ended short (every client failed): what there was
+            self.final = round_metrics(self.used, self.failed, self.dropped)
+            self.rnd = self.end
+        return {**self.final, "unused": self.unused}
+
+    # ---- what each algorithm defines -------------------------------------------------------
+    def use(self, r: Result, staleness: int, start: Arrays) -> None:
+        """Fold one reply in (its task carried `start`)."""
+        raise NotImplementedError
+
+    def finish_round(self) -> None:
+        """The round's K replies are in."""
+
+    def weight(self, staleness: int) -> float:
+        """s(staleness) of --param staleness."""
+        p = self.p
+        return staleness_weight(p.staleness, staleness, p.a, p.b)
+
+
+def _mix(x: np.ndarray, y: np.ndarray, w: float) -> np.ndarray:
+    """(1 - w) x + w y in float64, in x's dtype."""
+    return ((1.0 - w) * x.astype(np.float64) + w * y.astype(np.float64)).astype(x.dtype)
+
+
+class FedAsync(Asynchronous):
+    """x <- (1 - alpha s(tau)) x + alpha s(tau) x_k for every reply; buffers take x_k's."""
+
+    def use(self, r: Result, staleness: int, start: Arrays) -> None:
+        w = self.p.alpha * self.weight(staleness)
+        x = self.state.model
+        self.state.model = {k: _mix(x[k], r.arrays[k], w) if x[k].dtype.kind == "f"
+                            else r.arrays[k] for k in x}
+        self.updates += 1
+
+
+class FedBuff(Asynchronous):
+    """Buffer s(tau) (x_start - x_k); every K: x <- x - eta_g * buffer / K."""
+
+    def __init__(self, cfg: RunConfig, params: Any) -> None:
+        super().__init__(cfg, params)
+        self.buf: dict[str, np.ndarray] = {}
+        self.latest: Arrays = {}
+
+    def use(self, r: Result, staleness: int, start: Arrays) -> None:
+        w = self.weight(staleness)
+        for k, y in r.arrays.items():
+            if y.dtype.kind != "f":
+                continue
+            d = w * (start[k].astype(np.float64) - y.astype(np.float64))
+            self.buf[k] = self.buf[k] + d if k in self.buf else d
+        self.latest = r.arrays
+
+    def finish_round(self) -> None:
+        x, k = self.state.model, self.per_round()
+        eta = self.p.server_lr
+        self.state.model = {n: (x[n].astype(np.float64) - eta * self.buf[n] / k).astype(x[n].dtype)
+                            if n in self.buf else self.latest.get(n, x[n]) for n in x}
+        self.buf, self.latest = {}, {}
+        self.updates += 1
+
