@@ -216,6 +216,8 @@ class RoundDriver:
         end = algo.step_end()
         self.sim_time = max([self.sim_time, step.end if step else 0.0]
                             + [r.sim_time for r in results]) if end is None else end
+        if order is not None:  # in the order the algorithm saw them, not the runtime's
+            failures = sorted(failures, key=lambda f: (f.sim_time, f.task_id))
         self._note_failures(rnd, failures)
         self._count_usable(rnd, results)
         self._points(order, base)  # e.g. FedSeqInter's bank
@@ -226,9 +228,10 @@ class RoundDriver:
             acc, loss = self.evaluate(self.algo.eval_arrays())
             self._check_diverged(rnd, metrics, loss)
         last = rnd + span - 1
-        late = (step.stragglers if step else 0) + (order.stragglers if order else 0)
-        metrics = {**metrics, "tasks": len(results) + len(failures) + late,
-                   "failures": len(failures), **(step.row if step else {})}
+        late = step.stragglers if step else 0  # (an ordered step's are in its results)
+        metrics = {**metrics, "tasks": len(results) + len(failures) + late,  # (of the step)
+                   **({"failures": len(failures)} if order is None else {}),  # (else its round's)
+                   **(step.row if step else {})}
         if order is not None:
             metrics = {**metrics, "stragglers": order.stragglers, "moved": order.moved}
         if self.churn is not None:  # online clients, waits, skipped peers (--availability)
