@@ -23,6 +23,7 @@ and the server takes Delta_k against the model the task carried.
 """
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,7 @@ from fednet.algorithms.contract import Strategy
 from fednet.config import RunConfig
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 
+log = logging.getLogger("fednet.server")
 DRAWS = 64  # uniform draws for an idle (online) client before falling back to a scan
 FAILURE_BUDGET = 10  # failed replies per reply a step needs, before it stops starting tasks
 
@@ -90,6 +92,10 @@ class Asynchronous(Strategy):
         self.failures_seen = 0
         self.used, self.stale, self.failed, self.dropped, self.unused = [], [], [], 0, 0
         self.last_time, self.final = None, {}
+        if rnd == 0 and self.cfg.net.checkpoint_every and not self.p.drain:
+            log.warning("%s: a checkpoint can be written only where the run drains, and this "
+                        "run drains only at its end; give --param drain=R to checkpoint every R "
+                        "rounds (docs/algorithms.md §3.12)", self.cfg.algo.name)
         c = min(self.p.concurrency or self.cohort(), len(self.pool))
         return [self._task(self.now) for _ in range(c)]
 
