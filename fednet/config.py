@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from fednet.algorithms import registry
+from fednet.algorithms import params, registry
 from fednet.compress import parse as compression
 from fednet.errors import ConfigError
 
@@ -142,16 +142,17 @@ def _build(cls: type, d: dict[str, Any], where: str) -> Any:
             continue
         v = d[f.name]
         if f.name in _SECTIONS and cls is RunConfig:
-            if not isinstance(v, dict):
-                raise ConfigError(f"'[{f.name}]' must be a table in the configuration")
+            _need(isinstance(v, dict), f"'[{f.name}]' must be a table in the configuration")
             v = _build(_SECTIONS[f.name], v, f"{f.name}.")
-        elif f.name == "gpus":
-            v = tuple(int(x) for x in v)
-        elif f.name in ("plugins", "tuned"):
-            v = tuple(str(x) for x in v)
+        elif f.name in ("gpus", "plugins", "tuned"):
+            t = int if f.name == "gpus" else str
+            _need(isinstance(v, (list, tuple)) and all(params.fits(x, t) for x in v),
+                  f"'{f.name}' must be a list of {'integers' if t is int else 'strings'} (got {v!r})")
         elif f.name == "params":
-            v = dict(v)
-        kw[f.name] = v
+            _need(isinstance(v, dict), f"'{where}params' must be a table (got {v!r})")
+        elif f.name != "server_bandwidth":  # (a rate: also a string with a unit)
+            v = params.setting(where + f.name, v, f.default)
+        kw[f.name] = dict(v) if f.name == "params" else tuple(v) if isinstance(v, list) else v
     return cls(**kw)
 
 
@@ -203,8 +204,7 @@ def to_toml(cfg: RunConfig) -> str:
 
 
 def __getattr__(name: str) -> Any:
-    """ALGORITHMS and PERSONAL: views of the algorithm registry (fednet.algorithms), kept for
-    code that imported these names from here."""
+    """ALGORITHMS and PERSONAL: views of the algorithm registry, for code importing them here."""
     if name == "ALGORITHMS":
         return registry.names()
     if name == "PERSONAL":

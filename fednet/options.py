@@ -257,34 +257,16 @@ def _check_resume(resume: str, opts: dict[str, Any]) -> None:
                           "that was started with --checkpoint-every N")
 
 
-# the default value's type -> how a TOML value must look, and the types accepted
-_TOML_KINDS = [(bool, "true or false", (bool,)), (int, "an integer", (int,)),
-               (float, "a number", (int, float)), (str, "a string", (str,)),
-               (list, "a list of integers", (list,)), (dict, "a table", (dict,))]
-
-
 def _file_overrides(path: str) -> dict[str, Any]:
-    """The dotted keys of a TOML run file, checked against the known keys and their types."""
+    """The dotted keys of a TOML run file, checked against the known keys and their types
+    (config.from_dict: the same checks as the Python path)."""
     flat = _flatten(load_toml(path))
     flat.pop("out", None)  # older config.toml files recorded it: only --out chooses the folder
-    known = _flatten(RunConfig().to_dict())
-    for key, v in flat.items():
-        if key not in known:
-            continue  # unknown keys and misplaced tables are named by from_dict below
-        kind, ok = next((k, ok) for t, k, ok in _TOML_KINDS if isinstance(known[key], t))
-        kind = "a list of strings" if key in ("plugins", "tuned") else kind
-        good = isinstance(v, ok) and (kind == "true or false" or not isinstance(v, bool))
-        if good and isinstance(v, list):
-            item = str if key in ("plugins", "tuned") else int
-            good = all(isinstance(x, item) and not isinstance(x, bool) for x in v)
-        if not good:
-            raise ConfigError(f"--config {path}: '{key}' must be {kind} (got {v!r})")
-        flat[key] = float(v) if kind == "a number" else v
     try:
-        from_dict(merge(RunConfig().to_dict(), flat))
+        checked = _flatten(from_dict(merge(RunConfig().to_dict(), flat)).to_dict())
     except ConfigError as e:
         raise ConfigError(f"--config {path}: {e}") from None
-    return flat
+    return {k: checked[k] if k in checked and k != "algo.params" else v for k, v in flat.items()}
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

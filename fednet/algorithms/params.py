@@ -141,3 +141,21 @@ def typed(cls: type, raw: dict[str, Any], algo: str) -> dict[str, Any]:
     """The given values only, each as its declared type (what config.toml records)."""
     obj = parse(cls, raw, algo)
     return {k: getattr(obj, k) for k in raw}
+
+
+KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+
+
+def setting(key: str, value: Any, default: Any) -> Any:
+    """A run setting's value as its default's type (an int is a number; a bool is no number),
+    else a ConfigError naming the key: config.from_dict checks the Python path and TOML files."""
+    t = type(default)
+    if not fits(value, t):
+        raise ConfigError(f"'{key}' must be {KINDS[t]} (got {value!r})")
+    return float(value) if t is float else value
+
+
+def fits(value: Any, t: type) -> bool:
+    """value may stand for a setting of type t."""
+    return (isinstance(value, (int, float) if t is float else t)
+            and (t is bool or not isinstance(value, bool)))

@@ -1,0 +1,42 @@
+"""fednet.api.run: the command line's options as keyword arguments, the same configuration as
+`fednet local`, one ConfigError for a wrong type, and the results back in Python."""
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from fednet.api import run
+from fednet.cli import main
+from fednet.errors import ConfigError
+
+
+@pytest.mark.parametrize("kw,says", [
+    ({"rounds": "25"}, "rounds='25': --rounds takes int"),
+    ({"clients": 2.5}, "clients=2.5: --clients takes int"),
+    ({"seed": True}, "seed=True: --seed takes int"),
+    ({"lrr": 0.1}, "run() has no option 'lrr'"),
+    ({"algo": "fedav"}, "did you mean 'fedavg'"),
+    ({"algo": "fedbuff", "params": {"buffer": "x"}}, "fedbuff expects buffer to be an integer"),
+    ({"rounds": 0}, "--rounds must be at least 1"),
+])
+def test_a_wrong_value_is_one_error_naming_the_option(kw, says, tmp_path):
+    with pytest.raises(ConfigError, match=None) as e:
+        run(out=str(tmp_path / "run"), **kw)
+    assert says in str(e.value)
+    assert not (tmp_path / "run").exists()  # nothing was started
+
+
+def test_run_returns_the_results_and_builds_what_fednet_local_builds(tmp_path):
+    exp = run(algo="fedbuff", clients=6, rounds=3, epochs=1, latency="hetero",
+              params={"buffer": 2}, out=str(tmp_path / "api"))
+    assert exp.summary["status"] == "completed" and exp.summary["rounds"] == 3
+    assert [r["round"] for r in exp.history] == [0, 1, 2]
+    assert exp.history[-1]["sim_s"] == exp.summary["sim_time_s"] > 0
+    assert exp.model and all(a.size for a in exp.model.values())
+    got = CliRunner().invoke(main, ["local", "--algo", "fedbuff", "--clients", "6", "--rounds",
+                                    "3", "--epochs", "1", "--latency", "hetero", "--param",
+                                    "buffer=2", "-q", "--out", str(tmp_path / "cli")])
+    assert got.exit_code == 0, got.output
+    assert (tmp_path / "cli" / "config.toml").read_text() == (exp.out / "config.toml").read_text()
+    cli = (tmp_path / "cli" / "summary.json").read_text()
+    assert f'"final_accuracy": {exp.summary["final_accuracy"]}' in cli
