@@ -30,6 +30,7 @@ PLAN: dict[str, dict[str, tuple[int, float]]] = {
         "factorized_beta": (10, 0.22), "pfedpara": (10, 0.25), "cfl": (10, 0.23),
         "fedfomo": (10, 0.17), "perfedavg": (20, 0.3), "fedavgm": (10, 0.55),
         "fedadam": (10, 0.35), "fedyogi": (10, 0.35), "fedadagrad": (10, 0.6),
+        "fedasync": (10, 0.5), "fedbuff": (10, 0.45),
     },
     "shards": {
         "fedavg": (40, 0.33), "fedprox": (40, 0.33), "scaffold": (40, 0.18),
@@ -38,6 +39,7 @@ PLAN: dict[str, dict[str, tuple[int, float]]] = {
         "factorized_beta": (3, 0.9), "pfedpara": (3, 0.9), "cfl": (8, 0.9),
         "fedfomo": (3, 0.9), "perfedavg": (3, 0.9), "fedavgm": (40, 0.18),
         "fedadam": (40, 0.5), "fedyogi": (40, 0.5), "fedadagrad": (30, 0.55),
+        "fedasync": (40, 0.16), "fedbuff": (40, 0.2),
     },
 }
 
