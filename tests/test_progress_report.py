@@ -111,7 +111,8 @@ def test_plots_are_titled_and_labelled(tmp_path):
     assert out.stat().st_size > 10_000
 
 
-NO = "; it kept no checkpoint, so it cannot be resumed (--checkpoint-every N makes one)"
+NO = ("; it kept no checkpoint, so it cannot be resumed (--checkpoint-every N writes one every N "
+      "rounds; FedAsync and FedBuff checkpoint only where they drain: --param drain=R)")
 
 
 def test_interrupt_messages_say_what_was_kept(tmp_path, monkeypatch):
@@ -168,8 +169,9 @@ def test_ctrl_c_on_local_prints_the_partial_table(tmp_path):
             p.kill()
     assert p.returncode == 130, err
     assert err.strip().splitlines()[-1] == ("fednet: interrupted; partial results were kept in "
-                                            "run" + NO)
+                                            "run; continue it with `fednet local --resume run`")
     assert "status                  interrupted" in out
+    assert (tmp_path / "run" / "checkpoint" / "state.json").is_file()  # none was asked for
 
 
 def test_a_failed_or_diverged_runs_accuracy_is_marked_and_its_error_shown():

@@ -48,9 +48,11 @@ def _server_prefix(name: str) -> str:
     return "model" if name == "model" else f"state/{name}"
 
 
-def save(out: Path, algo: Any, driver: Any, clients: ClientStates | None = None) -> None:
+def save(out: Path, algo: Any, driver: Any, clients: ClientStates | None = None,
+         ledger: dict[str, int] | None = None) -> None:
     """Write RUN/checkpoint atomically; a disk error is an OutputError and the old one stays.
-    `clients` (fednet local): the client states that no store holds, put in state.npz."""
+    `clients` (fednet local): the client states that no store holds, put in state.npz;
+    `ledger`: the byte totals to record (default: the ledger's now)."""
     arrays, meta = encode(algo.state, _server_prefix)
     client_meta: dict[str, Any] = {}
     for cid, (st, model) in sorted((clients or {}).items()):
@@ -59,7 +61,8 @@ def save(out: Path, algo: Any, driver: Any, clients: ClientStates | None = None)
         arrays.update({f"client/{cid}/model/{k}": v for k, v in (model or {}).items()})
         client_meta[str(cid)] = m
     state = {"rounds_done": driver.rounds_done, "sim_time": driver.sim_time,
-             "ledger": driver.ledger.totals(), "failures": driver.failures,
+             "ledger": ledger or driver.ledger.totals(), "failures": driver.failures,
+             "segments": [*driver.segments, driver.segment()],
              "setup": driver.setup_stats, "rows": len(driver.history.rows), "algo": meta,
              "algorithm": algo.cfg.algo.name,
              "client_state": "checkpoint" if clients is not None else "files"}

@@ -7,11 +7,13 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from fednet.algorithms.common import client_accuracy, finite
+from fednet.algorithms.common import client_accuracy
 from fednet.algorithms.contract import Strategy
 from fednet.config import RunConfig
 from fednet.core.arrivals import Arrivals
 from fednet.core.summary import run_summary
+from fednet.core.verdict import Verdict
+from fednet.platform.proc import interrupts_deferred
 from fednet.metrics.accounting import Ledger
 from fednet.metrics.history import History
 from fednet.metrics.progress import Progress
@@ -34,7 +36,7 @@ class Dispatcher(Protocol):
                   ) -> tuple[list[Result], list[Failure]]: ...
 
 
-class RoundDriver:
+class RoundDriver(Verdict):
     """Runs cfg.rounds rounds of `algo` over a dispatcher, logging as it goes."""
 
     def __init__(self, cfg: RunConfig, algo: Strategy, evaluate: Callable[[Any], tuple[float, float]],
@@ -49,9 +51,17 @@ class RoundDriver:
         self.setup_stats: dict[str, Any] = {}
         self.checkpoint: Callable[[], None] | None = None  # set by the session with --checkpoint-every
         self.ckpt_round = 0  # rounds done at the last checkpoint (tasks carry it: client state)
+        self.step_start = 0  # the first round of the step now running
         self.client_state = False  # the algorithm's clients keep state between rounds
         self.churn: Churn | None = None  # --availability (network/churn.py)
         self.t0 = time.monotonic()
+        self.wall_before = 0.0  # the wall-clock of a resumed run's earlier segments
+        self.segments: list[dict[str, Any]] = []  # those segments (summary.json)
+        # (ledger totals, task counter, simulated time) at the last round boundary, and that
+        # mark when Ctrl-C came while the state was still that round's (see _run)
+        self.mark: tuple[dict[str, int], int, float] | None = None
+        self.boundary: tuple[dict[str, int], int, float] | None = None
+        self.mutating = False  # a round is being aggregated, evaluated and logged
         self.t_end: float | None = None
         self.network: Network | None = None  # --server-bandwidth, --deadline, --over-select
         self.arrivals: Callable[[], Arrivals] | None = None  # set by the session (virtual order)
@@ -60,8 +70,9 @@ class RoundDriver:
         self.failed_streak = self.usable_rounds = 0
 
     def wall(self) -> float:
-        """Seconds of training: from the first round's start to the last round's end (or now)."""
-        return (self.t_end or time.monotonic()) - self.t0
+        """Seconds of training: from the first round's start to the last round's end (or now),
+        the earlier segments of a resumed run included."""
+        return self.wall_before + (self.t_end or time.monotonic()) - self.t0
 
     def run(self, dispatcher: Dispatcher) -> None:
         """The setup stage, then all rounds; stops early (status says why)."""
@@ -77,51 +88,42 @@ class RoundDriver:
             return
         step = max(1, self.algo.rounds_per_step())
         for rnd in range(self.rounds_done, self.cfg.rounds, step):
-            clients = alive = dispatcher.alive_clients()
-            if not clients:
-                self.status = "no_clients"
-                log.error("round %d: no client is alive; stopping the run", rnd)
-                return
-            if self.churn is not None:  # among the clients online (waits until one is)
-                clients, self.sim_time = self.churn.select(clients, self.sim_time)
-                if not clients:
-                    self.status = "no_clients_online"
-                    log.error("round %d: no client is online now or later (--availability); "
-                              "stopping the run", rnd)
+            try:
+                if not self._step(rnd, step, dispatcher):
                     return
-            # an asynchronous step picks its clients as it goes (online then): all of them
-            pool = alive if self.algo.virtual_order else clients
-            self.round(rnd, pool, dispatcher, min(step, self.cfg.rounds - rnd))
-            every = self.cfg.net.checkpoint_every
-            if self.checkpoint is not None and every and (
-                    self.rounds_done // every > rnd // every or self.rounds_done == self.cfg.rounds):
-                self.checkpoint()
-                self.ckpt_round = self.rounds_done
-            if self.status in ("diverged", "failed"):
-                return
+            except KeyboardInterrupt:  # the server state is still the last finished round's
+                if not self.mutating and self.rounds_done > 0:  # (unless it was aggregating)
+                    self.boundary = self.mark  # Session.checkpoint_interrupted
+                raise
         if self.usable_rounds == 0 and self.rounds_done > 0 and self.failures:
             self._fail("no round of the run had a usable result")
         else:
             self.status = "completed"
 
-    def _count_usable(self, rnd: int, results: list[Result]) -> None:
-        """A round without one result counts towards --max-failed-rounds."""
-        if results:
-            self.usable_rounds += 1
-            self.failed_streak = 0
-            return
-        self.failed_streak += 1
-        k = self.cfg.net.max_failed_rounds
-        if k and self.failed_streak >= k:
-            self._fail(f"{k} rounds in a row without a usable result (through round {rnd})")
-
-    def _fail(self, why: str) -> None:
-        """Status failed, with the first failure's reason and where its traceback is."""
-        f = self.failures[0] if self.failures else {"client": "?", "reason": "no client answered"}
-        where = f" ({self.log_hint})" if self.log_hint else ""
-        self.status = "failed"
-        self.error = f"{why}; the first failure: client {f['client']}: {f['reason']}{where}"
-        log.error("the run failed: %s", self.error)
+    def _step(self, rnd: int, step: int, dispatcher: Dispatcher) -> bool:
+        """One step and its checkpoint; False when the run stops here."""
+        self.mark = (self.ledger.totals(), self.algo.state.next_task, self.sim_time)
+        clients = alive = dispatcher.alive_clients()
+        if not clients:
+            self.status = "no_clients"
+            log.error("round %d: no client is alive; stopping the run", rnd)
+            return False
+        if self.churn is not None:  # among the clients online (waits until one is)
+            clients, self.sim_time = self.churn.select(clients, self.sim_time)
+            if not clients:
+                self.status = "no_clients_online"
+                log.error("round %d: no client is online now or later (--availability); "
+                          "stopping the run", rnd)
+                return False
+        # an asynchronous step picks its clients as it goes (online then): all of them
+        pool = alive if self.algo.virtual_order else clients
+        self.round(rnd, pool, dispatcher, min(step, self.cfg.rounds - rnd))
+        every = self.cfg.net.checkpoint_every
+        if self.checkpoint is not None and every and (
+                self.rounds_done // every > rnd // every or self.rounds_done == self.cfg.rounds):
+            self.checkpoint()
+            self.ckpt_round = self.rounds_done
+        return self.status not in ("diverged", "failed")
 
     def setup(self, dispatcher: Dispatcher) -> bool:
         """Round -1: tasks the algorithm needs before training (e.g. FedSeq's pre-training)."""
@@ -155,14 +157,22 @@ class RoundDriver:
         self.failures = list(state.get("failures", []))
         self.setup_stats = dict(state.get("setup", {}))
         self.ledger.add_totals(-2, {k: int(v) for k, v in state["ledger"].items()})
+        self.segments = list(state.get("segments", []))
+        self.wall_before = float(sum(s["wall_s"] for s in self.segments))
+
+    def segment(self) -> dict[str, Any]:
+        """This segment of the run (so far), for the checkpoint and the summary."""
+        first = self.segments[-1]["rounds"][1] if self.segments else 0
+        return {"rounds": [first, self.rounds_done], "wall_s": self.wall() - self.wall_before}
 
     def stamp(self, tasks: list[Task]) -> list[Task]:
-        """With --checkpoint-every and clients that keep state, every task says the rounds done
-        at the last checkpoint (`ckpt`): the clients keep their state files by it
-        (core/state_files.py)."""
-        if self.cfg.net.checkpoint_every and self.client_state:
+        """With clients that keep state, every task says the rounds done at the last checkpoint
+        (`ckpt`; without --checkpoint-every, at the step's start, where an interrupt writes
+        one): the clients keep their state files by it (core/state_files.py)."""
+        if self.client_state:
+            ckpt = self.ckpt_round if self.cfg.net.checkpoint_every else self.step_start
             for t in tasks:
-                t.body = {**t.body, "ckpt": self.ckpt_round}
+                t.body = {**t.body, "ckpt": ckpt}
         return tasks
 
     def _note_failures(self, rnd: int, failures: list[Failure]) -> None:
@@ -174,6 +184,7 @@ class RoundDriver:
               ) -> dict[str, Any]:
         """One step (span logical rounds): configure, dispatch, aggregate, evaluate, log."""
         algo = self.algo
+        self.step_start = rnd
         algo.online = self.churn.avail.online if self.churn is not None else None
         algo.now = self.sim_time
         tasks = self.stamp(algo.configure_round(rnd, clients))
@@ -211,6 +222,14 @@ class RoundDriver:
         if order is not None:
             order.sent(first)
         results, failures = dispatcher.run_round(rnd, first, on_reply)
+        with interrupts_deferred():  # a Ctrl-C now comes once the round is logged
+            return self._close(rnd, span, results, failures, step, order, base)
+
+    def _close(self, rnd: int, span: int, results: list[Result], failures: list[Failure],
+               step: Any, order: Arrivals | None, base: dict[str, int]) -> dict[str, Any]:
+        """The step's end: aggregate, evaluate, log; the boundary mark of the round after it."""
+        self.mutating = True  # until the round is logged: no checkpoint of it on Ctrl-C
+        algo = self.algo
         results = step.close(results, algo.absorb) if step else results
         metrics = self.algo.aggregate_round(rnd, results, failures)
         end = algo.step_end()
@@ -236,8 +255,10 @@ class RoundDriver:
             metrics = {**metrics, "stragglers": order.stragglers, "moved": order.moved}
         if self.churn is not None:  # online clients, waits, skipped peers (--availability)
             metrics = {**metrics, **self.churn.row(rnd, span)}
-        row = self._log(last, acc, loss, metrics, self.sim_time, self._seen(order, base))
+        row = self._log(last, acc, loss, metrics, self.sim_time, order and order.row_bytes(base))
         self.rounds_done = last + 1
+        self.mark = (self.ledger.totals(), self.algo.state.next_task, self.sim_time)
+        self.mutating = False
         return row
 
     def _points(self, order: Arrivals | None, base: dict[str, int]) -> None:
@@ -248,26 +269,7 @@ class RoundDriver:
         for t, arrays, sim, extra in self.algo.interim_points():
             acc_t, loss_t = self.evaluate(arrays)
             flag = {} if self.algo.streams_points else {"interim": True}  # (a row of its own)
-            self._log(t, acc_t, loss_t, {**extra, **flag}, sim, self._seen(order, base))
-
-    @staticmethod
-    def _seen(order: Arrivals | None, base: dict[str, int]) -> dict[str, int] | None:
-        """An ordered step's row bytes (Arrivals.row_bytes); None: the ledger's round totals."""
-        return order.row_bytes(base) if order is not None else None
-
-    def _check_diverged(self, rnd: int, metrics: dict[str, Any], loss: float) -> None:
-        """Stop as `diverged` when every result was NaN/inf, the global model is, or its loss
-        is (weights so large that the logits overflow): the error names which."""
-        all_bad = bool(metrics.get("non_finite")) and not metrics.get("results")
-        what = ("every client's result has NaN/inf parameters" if all_bad else
-                "the global model has NaN/inf parameters" if not finite(self.algo.eval_arrays())
-                else "the global model's test loss is not finite" if not math.isfinite(loss)
-                else "")
-        if what:
-            self.status = "diverged"
-            self.error = (f"round {rnd}: {what}; the run diverged and stops here (try a smaller "
-                          "--lr; for FedDyn --param clip=30 or a smaller alpha)")
-            log.error("%s", self.error)
+            self._log(t, acc_t, loss_t, {**extra, **flag}, sim, order and order.row_bytes(base))
 
     def _log(self, rnd: int, acc: float, loss: float, metrics: dict[str, Any], sim: float,
              seen: dict[str, int] | None = None) -> dict[str, Any]:

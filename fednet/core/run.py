@@ -12,6 +12,7 @@ created if that is still empty.
 """
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
@@ -103,6 +104,7 @@ class Run:
                 driver.status = "interrupted"
                 if self.on_interrupt:
                     self.session.progress.message(self.on_interrupt)
+                self._checkpoint()
             elif isinstance(e, Stopped):
                 driver.status = e.status
             else:
@@ -113,6 +115,14 @@ class Run:
             self.session.history.close()
         self._stack.__exit__(et, e, tb)
         return False  # the exception, if any, goes on to the caller
+
+    def _checkpoint(self) -> None:
+        """The interrupted run's checkpoint (Session.checkpoint_interrupted); a failure to write
+        it is logged, and the summary is still written."""
+        try:
+            self.session.checkpoint_interrupted()  # type: ignore[union-attr]
+        except Exception:  # noqa: BLE001 - e.g. a full disk: the rows are kept all the same
+            logging.getLogger("fednet").exception("could not write the interrupted run's checkpoint")
 
     def _finish(self) -> None:
         if not self.is_started or self.session is None:

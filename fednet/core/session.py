@@ -105,6 +105,22 @@ class Session:
             self.out, self.algo, self.cfg, shapes, cls, self.local)
         return state
 
+    def checkpoint_interrupted(self) -> bool:
+        """Ctrl-C (or SIGTERM) while a round's tasks were out: write a checkpoint of the last
+        finished round, so that `--resume` continues from it without --checkpoint-every given
+        in advance. Not for FedAsync and FedBuff, whose server state changes as replies come,
+        nor beside --checkpoint-every (the clients' store then keeps the states from before the
+        last periodic checkpoint, which --resume takes). Stateful clients kept the state from
+        before this step (tasks carry `ckpt`: RoundDriver.stamp). True when written."""
+        d = self.driver
+        if (d.boundary is None or self.out is None or self.algo.virtual_order
+                or self.cfg.net.checkpoint_every):
+            return False
+        ledger, self.algo.state.next_task, d.sim_time = d.boundary  # as the round began
+        checkpoint.save(self.out, self.algo, d, self.client_view() if self.client_view else None,
+                        ledger)
+        return True
+
     def earliest_return(self, task: Task) -> float:
         """The earliest simulated time a reply to `task` can arrive, from the server's own
         tables (core/arrivals.py): its start, the client's round trip, the download of its

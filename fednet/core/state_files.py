@@ -5,9 +5,10 @@ personal models, optimizer moments, Factorized-FL's v and mu) keeps each client'
 file of this store between the client's tasks, under `fednet local` and every client process
 of `fednet launch`/`fednet clients` alike: after each task the client writes its state (the
 typed ClientUpdate state and, for personal models, the model) to c0007.npz, and its objects
-are dropped until it is selected again. With --checkpoint-every N every task also carries
-`ckpt`, the rounds done at the server's last checkpoint, and the store keeps the newest state
-from before it (StateStore). When a task arrives from a new server session (another run id: the
+are dropped until it is selected again. Every task also carries `ckpt`, the rounds done at the
+server's last checkpoint (--checkpoint-every N) or else at the start of the step (where a Ctrl-C
+writes one: Session.checkpoint_interrupted), and the store keeps the newest state from before
+it (StateStore). When a task arrives from a new server session (another run id: the
 server was restarted with --resume), the client takes back the newest of its two files whose
 round is before `ckpt` (or its initial state if it has none). Files are np.savez archives of
 plain arrays (the tags are JSON text in a uint8 array), written atomically, read with

@@ -28,6 +28,8 @@ def run_summary(d: Any, clients: list[ClientInfo], extra: dict[str, Any] | None 
         "devices": {str(c.cid): c.device for c in sorted(clients, key=lambda c: c.cid)},
         "failures": d.failures, "seed": d.cfg.seed,
     }
+    if d.segments:  # a resumed run: every segment (rounds [from, to), wall-clock)
+        out["segments"] = [*d.segments, d.segment()]
     if d.error:
         out["error"] = d.error
     if d.setup_stats:

@@ -252,7 +252,9 @@ def _resume_hint(command: str, out: str) -> str:
     else why it cannot (checkpoints are off unless --checkpoint-every N)."""
     if (Path(out) / "checkpoint" / "state.json").is_file():  # (clients/ alone is no checkpoint)
         return f"; continue it with `fednet {command} --resume {out}`"
-    return "; it kept no checkpoint, so it cannot be resumed (--checkpoint-every N makes one)"
+    return ("; it kept no checkpoint, so it cannot be resumed (--checkpoint-every N writes one "
+            "every N rounds; FedAsync and FedBuff checkpoint only where they drain: --param "
+            "drain=R)")
 
 
 def run_error(summary: dict[str, Any]) -> tuple[int, str] | None:

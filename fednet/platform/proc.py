@@ -1,12 +1,13 @@
 """Process helpers: parent-death signals, SIGTERM as an interrupt, memory readings (Linux)."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 PR_SET_PDEATHSIG = 1
@@ -182,3 +183,20 @@ def sigterm_interrupts() -> Callable[[], None]:
     def restore() -> None:
         signal.signal(signal.SIGTERM, prev if prev is not None else signal.SIG_DFL)
     return restore
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM back while the block runs (a round being aggregated and logged:
+    an interrupt then comes at its end, where the round can be checkpointed). Main thread only;
+    elsewhere, and without pthread_sigmask, nothing is held."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(
+            signal, "pthread_sigmask"):
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)  # a held signal is delivered now

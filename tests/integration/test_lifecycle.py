@@ -59,9 +59,9 @@ def test_ctrl_c_stops_everything_and_keeps_partial_results(fed, tmp_path, sig, c
     err = p.stderr.read()
     assert rc == code, err
     assert took < 8, f"stopping took {took:.1f}s"
+    # no --checkpoint-every: the interrupt itself checkpoints the last finished round
     assert err.strip().splitlines()[-1] == (f"fednet: {word}; partial results were kept in run; "
-                                            "it kept no checkpoint, so it cannot be resumed "
-                                            "(--checkpoint-every N makes one)")
+                                            "continue it with `fednet launch --resume run`")
     assert "Traceback" not in err
     assert not wait_gone(fed.marker, 1.0), describe(fed.processes())
     still = [q for q in [zyg, *kids] if _running(q)]
@@ -72,6 +72,7 @@ def test_ctrl_c_stops_everything_and_keeps_partial_results(fed, tmp_path, sig, c
     assert 1 <= s["rounds"] == len(rows) < 200
     assert [r["round"] for r in rows] == list(range(len(rows)))
     assert s["final_accuracy"] == rows[-1]["accuracy"]
+    assert read_json(tmp_path / "run" / "checkpoint" / "state.json")["rounds_done"] == len(rows)
 
 
 def test_killed_client_is_a_failure_and_the_run_completes(fed, tmp_path):

@@ -1,0 +1,57 @@
+"""The run's verdict: when a run has failed (--max-failed-rounds, no usable round) or diverged."""
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from fednet.algorithms.common import finite
+from fednet.types import Result
+
+log = logging.getLogger("fednet.server")
+
+
+class Verdict:
+    """The round driver's status decisions (core/rounds.RoundDriver mixes this in)."""
+
+    cfg: Any
+    algo: Any
+    failures: list[dict[str, Any]]
+    log_hint: str
+    status: str
+    error: str
+    failed_streak: int
+    usable_rounds: int
+
+    def _count_usable(self, rnd: int, results: list[Result]) -> None:
+        """A round without one result counts towards --max-failed-rounds."""
+        if results:
+            self.usable_rounds += 1
+            self.failed_streak = 0
+            return
+        self.failed_streak += 1
+        k = self.cfg.net.max_failed_rounds
+        if k and self.failed_streak >= k:
+            self._fail(f"{k} rounds in a row without a usable result (through round {rnd})")
+
+    def _fail(self, why: str) -> None:
+        """Status failed, with the first failure's reason and where its traceback is."""
+        f = self.failures[0] if self.failures else {"client": "?", "reason": "no client answered"}
+        where = f" ({self.log_hint})" if self.log_hint else ""
+        self.status = "failed"
+        self.error = f"{why}; the first failure: client {f['client']}: {f['reason']}{where}"
+        log.error("the run failed: %s", self.error)
+
+    def _check_diverged(self, rnd: int, metrics: dict[str, Any], loss: float) -> None:
+        """Stop as `diverged` when every result was NaN/inf, the global model is, or its loss
+        is (weights so large that the logits overflow): the error names which."""
+        all_bad = bool(metrics.get("non_finite")) and not metrics.get("results")
+        what = ("every client's result has NaN/inf parameters" if all_bad else
+                "the global model has NaN/inf parameters" if not finite(self.algo.eval_arrays())
+                else "the global model's test loss is not finite" if not math.isfinite(loss)
+                else "")
+        if what:
+            self.status = "diverged"
+            self.error = (f"round {rnd}: {what}; the run diverged and stops here (try a smaller "
+                          "--lr; for FedDyn --param clip=30 or a smaller alpha)")
+            log.error("%s", self.error)
