@@ -163,7 +163,8 @@ class RoundDriver(Verdict):
     def segment(self) -> dict[str, Any]:
         """This segment of the run (so far), for the checkpoint and the summary."""
         first = self.segments[-1]["rounds"][1] if self.segments else 0
-        return {"rounds": [first, self.rounds_done], "wall_s": self.wall() - self.wall_before}
+        return {"rounds": [first, self.rounds_done], "rounds_planned": self.cfg.rounds,
+                "wall_s": self.wall() - self.wall_before}
 
     def stamp(self, tasks: list[Task]) -> list[Task]:
         """With clients that keep state, every task says the rounds done at the last checkpoint

@@ -1,6 +1,6 @@
 """Reading an availability trace: per-client online intervals in simulated seconds (CSV or JSON).
 
-Format (README.md, docs/architecture.md "Client availability"): one row per online interval,
+Format (docs/usage.md, docs/architecture.md "Client availability"): one row per online interval,
 columns `client`, `start`, `end` (seconds of simulated time from the run's start; `end` empty,
 `inf` or JSON null = online for good). A client is offline outside its intervals. Rows of one
 client may come in any order; overlapping or touching intervals are joined.

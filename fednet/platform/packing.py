@@ -1,6 +1,6 @@
 """`--clients-per-process auto`: how many logical clients share one client process.
 
-The rule (README, `fednet launch --help`):
+The rule (docs/usage.md, `fednet launch --help`):
 - one process per client while that is cheap: at most PROCESSES_PER_CORE processes per core
   (each costs ~14 ms of CPU to fork and ~11 MiB of PSS, BENCHMARKS.md sections 8 and 15, while
   the clients of one process share one connection and register in one message: section 21)

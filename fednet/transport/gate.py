@@ -7,7 +7,7 @@ handshake and never gets a routing id. That matters beyond authentication: libzm
 the whole process (an assertion in socket_base.cpp) when a ROUTER generates a routing id that a
 peer already chose for itself, and a ROUTER accepts peer-chosen ids; behind the gate only the
 run's own processes can choose one. PLAIN costs no throughput (nothing is encrypted); the
-password travels in clear on loopback, as the run's models do (README, threat model).
+password travels in clear on loopback, as the run's models do (docs/cluster.md, threat model).
 
 The handler is a few lines rather than pyzmq's general Authenticator: a registration storm of
 10,000 clients is 10,000 ZAP requests, answered here without logging each one.
