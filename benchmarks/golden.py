@@ -79,6 +79,9 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "fedasync+hinge": ("fedasync", ["--staleness", "hinge", "--param", "b=1", "--latency",
                                     "hetero", "--server-bandwidth", "20Mbit"]),
     "fedbuff+topk": ("fedbuff", ["--compress", "topk:0.05"]),
+    "fedavg+down-int8": ("fedavg", ["--compress-down", "int8"]),
+    "scaffold+down-fp16": ("scaffold", ["--compress-down", "fp16", "--compress", "topk:0.05"]),
+    "fedbuff+down-qsgd": ("fedbuff", ["--compress-down", "qsgd:127", "--latency", "hetero"]),
 }
 SUMMARY_KEYS = ("status", "final_accuracy", "sim_time_s", "messages", "bytes")
 

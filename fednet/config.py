@@ -82,6 +82,7 @@ class NetConfig:
     max_failed_rounds: int = 3  # rounds in a row without a usable result end the run as failed
     clients_per_process: int = 0  # logical clients per client process (launch); 0 = auto
     compress: str = "none"  # --compress: how results travel (fednet/compress: fp16, topk:0.01...)
+    compress_down: str = "none"  # --compress-down: how tasks travel (fp16, int8, qsgd:S)
 
 
 @dataclass(frozen=True)
@@ -205,10 +206,8 @@ def to_toml(cfg: RunConfig) -> str:
 
 def __getattr__(name: str) -> Any:
     """ALGORITHMS and PERSONAL: views of the algorithm registry, for code importing them here."""
-    if name == "ALGORITHMS":
-        return registry.names()
-    if name == "PERSONAL":
-        return tuple(n for n in registry.names() if registry.personalized(n))
+    if name in ("ALGORITHMS", "PERSONAL"):
+        return tuple(n for n in registry.names() if name == "ALGORITHMS" or registry.personalized(n))
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -268,7 +267,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     _need(t.threads >= 1, f"--threads must be at least 1 (got {t.threads})")
     _need(not (why := optimizer_problem(t)), why)
     _need(0 <= cfg.net.port <= 65535, f"--port must be in 0..65535 (got {cfg.net.port})")
-    compression(cfg.net.compress)  # a ConfigError naming --compress
+    compression(cfg.net.compress), compression(cfg.net.compress_down, down=True)  # (named)
     _need(cfg.net.dead_peer in ("skip", "server"),
           f"net.dead_peer must be skip or server (got '{cfg.net.dead_peer}')")
     _need(cfg.net.ack_timeout > 0 and cfg.net.ack_retries >= 1,

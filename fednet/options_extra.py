@@ -19,7 +19,7 @@ KEYS = {"optimizer": "train.optimizer", "nesterov": "train.nesterov",
         "optimizer_eps": "train.eps", "deadline": "latency.deadline",
         "over_select": "latency.over_select", "shaped_links": "latency.shaped",
         "synthetic_alpha": "data.synthetic_alpha", "synthetic_beta": "data.synthetic_beta",
-        "compress": "net.compress"}
+        "compress": "net.compress", "compress_down": "net.compress_down"}
 
 
 class AlgoChoice(click.Choice):
@@ -81,6 +81,10 @@ OPTIONS: list[Callable[[Any], Any]] = [
                       "qsgd[:S] (S levels, 16), topk[:R] (the fraction R kept, 0.01; error "
                       "feedback), sign (scaled sign; error feedback). The update against the "
                       "received model is encoded; the server decodes it. [default: none]"),
+    click.option("--compress-down", metavar="SPEC",
+                 help="How the server's tasks travel: none, fp16, int8 or qsgd[:S], the values "
+                      "themselves (a client holds no reference to take a difference against); "
+                      "every client trains from what it received. [default: none]"),
     click.option("--optimizer", type=click.Choice(OPTIMIZERS),
                  help="The clients' local optimizer (torch's functional kernels); adam and adamw "
                       "want a much smaller --lr, e.g. 0.001. [default: sgd]"),

@@ -38,6 +38,7 @@ class Task:
     kind: str = "train"
     hop: int = 0
     sim_time: float = 0.0
+    wire: Arrays | None = None  # the arrays as they travel, when not `arrays` (--compress-down)
 
     @property
     def cid(self) -> int:

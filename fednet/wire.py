@@ -17,7 +17,7 @@ def task_message(task: Task, run_id: str) -> Message:
     """The TASK the server sends to the first client of the route."""
     body = {"route": list(task.route), "hop": task.hop, "kind": task.kind, "body": task.body}
     return Message(MsgKind.TASK, SERVER, run_id, task.round, task.task_id, task.sim_time, body,
-                   task.arrays)
+                   task.arrays if task.wire is None else task.wire)
 
 
 def message_task(msg: Message) -> Task:

@@ -148,3 +148,54 @@ def test_a_compressed_run_with_error_feedback_resumes_exactly(tmp_path):
         assert all(np.array_equal(a[k], b[k]) for k in b.files)
     assert got["bytes"]["client_to_server"] == ref["bytes"]["client_to_server"]
     assert got["final_accuracy"] == ref["final_accuracy"]
+
+
+# ---- --compress-down ---------------------------------------------------------------------------
+@pytest.mark.parametrize("spec,most", [("fp16", 0.51), ("int8", 0.26), ("qsgd:16", 0.16)])
+def test_the_downlink_encodes_the_values_once_and_the_client_rebuilds_them(spec, most):
+    from fednet.compress.downlink import Downlink, decode
+
+    model = _model(0)
+    down = Downlink(parse(spec, down=True), seed=0)
+    wire, decoded = down.encode(model, task_id=5, rnd=0)
+    dense = sum(a.nbytes for a in model.values())
+    assert sum(a.nbytes for a in wire.values()) <= most * dense
+    assert down.encode(model, task_id=6, rnd=0)[0] is wire  # a round's model: one encoding
+    again = decode(parse(spec), wire)  # what a client rebuilds is what the server keeps
+    assert again.keys() == model.keys() and all(np.array_equal(again[k], decoded[k]) for k in model)
+    assert all(decoded[k].shape == model[k].shape and decoded[k].dtype == model[k].dtype
+               for k in model)
+    assert decoded["steps"] == model["steps"]
+    err = max(float(np.abs(decoded[k] - model[k]).max()) for k in model if k != "steps")
+    # QSGD's step is the tensor's norm over s: on a model's values (not an update) that is large
+    bound = max(float(np.linalg.norm(a)) for a in model.values()) / 16 if spec == "qsgd:16" else {
+        "fp16": 0.01, "int8": 0.05}[spec]
+    assert 0 < err <= bound
+
+
+def test_a_downlink_that_does_not_decode_is_refused():
+    from fednet.compress.downlink import LAYOUT, Downlink, decode
+
+    wire, _ = Downlink(parse("int8", down=True), 0).encode(_model(0), 1, 0)
+    for bad in ({k: v for k, v in wire.items() if k != LAYOUT},
+                {**wire, LAYOUT: np.frombuffer(b"[[1, 2]]", np.uint8)},
+                {**wire, "@q8": wire["@q8"][:-1]}):
+        with pytest.raises(CompressionError):
+            decode(parse("int8"), bad)
+
+
+@pytest.mark.parametrize("text", ["topk:0.01", "sign"])
+def test_the_downlink_refuses_codecs_of_differences(text):
+    with pytest.raises(ConfigError, match="--compress-down .*no reference model"):
+        validate(small_config(net={"compress_down": text}))
+
+
+def test_downlink_bytes_follow_the_encoding_and_compose_with_the_uplink(tmp_path):
+    dense, m0 = _run(tmp_path, "dense")
+    both, m1 = _run(tmp_path, "both", net={"compress_down": "int8", "compress": "topk:0.05"})
+    assert both["bytes"]["server_to_client"] < 0.27 * dense["bytes"]["server_to_client"]
+    assert both["bytes"]["client_to_server"] < 0.1 * dense["bytes"]["client_to_server"]
+    assert both["status"] == "completed" and not all(np.array_equal(m0[k], m1[k]) for k in m0)
+    with pytest.raises(ConfigError, match="hands models between clients"):
+        run_local(small_config(algo={"name": "fedseq"}, net={"compress_down": "fp16"},
+                               out=str(tmp_path / "r")), quiet=True)

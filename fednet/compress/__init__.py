@@ -59,22 +59,28 @@ class Spec:
         return self.kind == "qsgd"
 
 
-def parse(text: str) -> Spec:
-    """'topk:0.01' -> Spec; ConfigError naming --compress."""
+def parse(text: str, down: bool = False) -> Spec:
+    """'topk:0.01' -> Spec; ConfigError naming --compress (down: --compress-down, which takes
+    only the codecs of values: none, fp16, int8, qsgd)."""
+    opt = "--compress-down" if down else "--compress"
     kind, _, arg = str(text).strip().lower().partition(":")
+    if down and kind in ("topk", "sign"):
+        raise ConfigError(f"{opt} {text}: top-k and sign encode a difference with error "
+                          "feedback, and a client holds no reference model to take it against; "
+                          "choose none, fp16, int8 or qsgd[:S]")
     if kind not in KINDS:
-        raise ConfigError(f"--compress must be one of none, fp16, int8, qsgd[:S], topk[:R], sign "
-                          f"(got '{text}')")
+        raise ConfigError(f"{opt} must be one of none, fp16, int8, qsgd[:S]"
+                          f"{'' if down else ', topk[:R], sign'} (got '{text}')")
     if arg and kind not in DEFAULT_ARG:
-        raise ConfigError(f"--compress {kind} takes no parameter (got '{text}')")
+        raise ConfigError(f"{opt} {kind} takes no parameter (got '{text}')")
     try:
         value = float(arg) if arg else DEFAULT_ARG.get(kind, 0.0)
     except ValueError:
-        raise ConfigError(f"--compress {kind}:{arg}: not a number") from None
+        raise ConfigError(f"{opt} {kind}:{arg}: not a number") from None
     if kind == "qsgd" and not (value == int(value) and 1 <= value <= 127):
-        raise ConfigError(f"--compress qsgd:S needs S levels, an integer in 1..127 (got {arg})")
+        raise ConfigError(f"{opt} qsgd:S needs S levels, an integer in 1..127 (got {arg})")
     if kind == "topk" and not 0 < value <= 1:
-        raise ConfigError(f"--compress topk:R needs the fraction kept, 0 < R <= 1 (got {arg})")
+        raise ConfigError(f"{opt} topk:R needs the fraction kept, 0 < R <= 1 (got {arg})")
     return Spec(kind, value)
 
 

@@ -1,9 +1,11 @@
-"""A client's side of --compress: the reference its update is taken against, and its residual."""
+"""A client's side of --compress: the reference its update is taken against, its residual,
+and (--compress-down) the decoding of the tasks it receives."""
 from __future__ import annotations
 
 import numpy as np
 
 from fednet.compress import Spec, encode_result
+from fednet.compress.downlink import decode
 from fednet.rng import int_seed
 
 Arrays = dict[str, np.ndarray]
@@ -14,11 +16,17 @@ RESIDUAL = "compress/residual"
 class UpdateCodec:
     """Encodes one client's results; its error-feedback residual is client state."""
 
-    __slots__ = ("spec", "seed", "cid", "residual")
+    __slots__ = ("spec", "seed", "cid", "residual", "down")
 
-    def __init__(self, spec: Spec, seed: int, cid: int) -> None:
+    def __init__(self, spec: Spec, seed: int, cid: int, down: Spec | None = None) -> None:
         self.spec, self.seed, self.cid = spec, seed, cid
+        self.down = down or Spec()  # --compress-down: how tasks arrive
         self.residual: np.ndarray | None = None
+
+    def received(self, arrays: Arrays) -> Arrays:
+        """A task's arrays as the server meant them (--compress-down decoded; CompressionError
+        when they do not decode)."""
+        return decode(self.down, arrays) if self.down.on else arrays
 
     def reference(self, received: Arrays) -> Arrays:
         """A copy of the task's arrays before training changes them (a FedAvg client trains in

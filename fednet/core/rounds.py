@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from fednet.algorithms.common import client_accuracy
 from fednet.algorithms.contract import Strategy
+from fednet.compress.downlink import Downlink
 from fednet.config import RunConfig
 from fednet.core.arrivals import Arrivals
 from fednet.core.summary import run_summary
@@ -65,6 +66,7 @@ class RoundDriver(Verdict):
         self.t_end: float | None = None
         self.network: Network | None = None  # --server-bandwidth, --deadline, --over-select
         self.arrivals: Callable[[], Arrivals] | None = None  # set by the session (virtual order)
+        self.downlink: Downlink | None = None  # --compress-down (set by the session)
         self.error = ""  # why a failed run failed (its first failure's reason)
         self.log_hint = ""  # where the clients' tracebacks are (set by the runtime)
         self.failed_streak = self.usable_rounds = 0
@@ -174,12 +176,9 @@ class RoundDriver(Verdict):
             ckpt = self.ckpt_round if self.cfg.net.checkpoint_every else self.step_start
             for t in tasks:
                 t.body = {**t.body, "ckpt": ckpt}
+        for t in tasks if self.downlink is not None else ():  # --compress-down
+            t.wire, t.arrays = self.downlink.encode(t.arrays, t.task_id, t.round)
         return tasks
-
-    def _note_failures(self, rnd: int, failures: list[Failure]) -> None:
-        for f in failures:
-            self.failures.append({"round": rnd, "client": f.cid, "task": f.task_id, "reason": f.reason})
-            self.progress.failure(rnd, f.cid, f.reason, self.log_hint)
 
     def round(self, rnd: int, clients: list[ClientInfo], dispatcher: Dispatcher, span: int = 1
               ) -> dict[str, Any]:

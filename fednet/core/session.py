@@ -13,6 +13,7 @@ from fednet import algorithms, latency
 from fednet.algorithms.contract import ServerInfo
 from fednet.algorithms.state import Shapes
 from fednet.compress import parse as compression
+from fednet.compress.downlink import Downlink
 from fednet.config import RunConfig, eval_mode, validate
 from fednet.data import load_dataset, natural, run_partition
 from fednet.data.partition import part_size
@@ -61,10 +62,11 @@ class Session:
         self.compress = compression(cfg.net.compress)  # --compress: results decoded on arrival
         client = algorithms.client_class(cfg.algo.name)  # the client half's class
         self.update_results = client.sends_updates  # results are updates: no reference
-        if self.compress.on and self.handoffs:
-            raise ConfigError(f"--compress {cfg.net.compress}: {cfg.algo.name} hands models "
+        down = compression(cfg.net.compress_down, down=True)
+        if (self.compress.on or down.on) and self.handoffs:
+            raise ConfigError(f"--compress and --compress-down: {cfg.algo.name} hands models "
                               "between clients, and hand-offs are not compressed (yet); drop "
-                              "--compress, or compare an algorithm without hand-offs")
+                              "them, or compare an algorithm without hand-offs")
         self.evaluator = Evaluator(cfg)
         self.algo.setup(self.evaluator.initial, self.evaluator.trainable)
         ev = self.evaluator
@@ -85,6 +87,7 @@ class Session:
         self.driver.client_state = client.stateful() or self.compress.feedback  # (a residual)
         self.driver.churn = Churn(self.availability) if self.availability is not None else None
         self.driver.network = Network.of(cfg, self.profiles, lambda t: task_size(t, self.run_id))
+        self.driver.downlink = Downlink(down, cfg.seed) if down.on else None
         self.driver.arrivals = lambda: Arrivals(  # replies in simulated-time order
             self.earliest_return, lambda t: task_size(t, self.run_id), float(cfg.latency.deadline))
         if state is not None:
@@ -126,7 +129,7 @@ class Session:
         tables (core/arrivals.py): its start, the client's round trip, the download of its
         tensors and the compute of its epochs over the client's partition."""
         p = self.profiles[task.cid]
-        tensors = sum(a.nbytes for a in task.arrays.values())
+        tensors = sum(a.nbytes for a in (task.arrays if task.wire is None else task.wire).values())
         samples = int(task.body.get("epochs", self.cfg.train.epochs)) * part_size(self.parts,
                                                                                 task.cid)
         return task.sim_time + p.rtt_s + tensors / p.down_bps + latency.compute_time(p, samples)

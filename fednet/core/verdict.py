@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from fednet.algorithms.common import finite
-from fednet.types import Result
+from fednet.types import Failure, Result
 
 log = logging.getLogger("fednet.server")
 
@@ -22,6 +22,7 @@ class Verdict:
     error: str
     failed_streak: int
     usable_rounds: int
+    progress: Any
 
     def _count_usable(self, rnd: int, results: list[Result]) -> None:
         """A round without one result counts towards --max-failed-rounds."""
@@ -55,3 +56,8 @@ class Verdict:
             self.error = (f"round {rnd}: {what}; the run diverged and stops here (try a smaller "
                           "--lr; for FedDyn --param clip=30 or a smaller alpha)")
             log.error("%s", self.error)
+
+    def _note_failures(self, rnd: int, failures: list[Failure]) -> None:
+        for f in failures:
+            self.failures.append({"round": rnd, "client": f.cid, "task": f.task_id, "reason": f.reason})
+            self.progress.failure(rnd, f.cid, f.reason, self.log_hint)

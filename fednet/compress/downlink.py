@@ -1,0 +1,68 @@
+"""--compress-down: the arrays of a task as they travel from the server (fp16, int8, QSGD).
+
+The values themselves are encoded (a client holds no reference to take a difference against),
+with the same codecs as results (codecs.py) over the task's floating arrays in name order;
+other arrays travel as they are. A layout array, `@down.layout` (JSON text as uint8: each
+floating array's name, shape and dtype), lets the client rebuild them; it is counted in the
+ledger like the rest. The server encodes each distinct model once a round (a round's clients
+share one encoding, as a broadcast would) and keeps the decoded arrays as the task's arrays, so
+that what it aggregates against (the uplink's reference, FedBuff's start model) is exactly what
+the clients trained from. QSGD draws from the stream (seed, "compress-down", task id) of the
+first task that carries the model, so `fednet local` and `fednet launch` agree bit for bit.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+from fednet.compress import CompressionError, Spec, decode_result, encode_result
+from fednet.rng import int_seed
+
+Arrays = dict[str, np.ndarray]
+LAYOUT = "@down.layout"
+MAX_LAYOUT = 1 << 20  # bytes of layout JSON a client reads at most
+
+
+class Downlink:
+    """The server's encoder of task arrays (one cache per step)."""
+
+    def __init__(self, spec: Spec, seed: int) -> None:
+        self.spec, self.seed = spec, seed
+        self._cache: dict[int, tuple[Arrays, Arrays, Arrays]] = {}  # id -> (source, wire, decoded)
+        self._round = -2
+
+    def encode(self, arrays: Arrays, task_id: int, rnd: int) -> tuple[Arrays, Arrays]:
+        """(the arrays as they travel, the arrays the client rebuilds from them); the
+        encodings of a round are kept until the next round's first task."""
+        if rnd != self._round:
+            self._cache, self._round = {}, rnd
+        got = self._cache.get(id(arrays))
+        if got is not None and got[0] is arrays:
+            return got[1], got[2]
+        rng = (np.random.default_rng(int_seed(self.seed, "compress-down", task_id))
+               if self.spec.random else None)
+        wire, _ = encode_result(self.spec, arrays, {}, None, rng)
+        layout = [[n, list(a.shape), a.dtype.str] for n, a in sorted(arrays.items())]
+        wire[LAYOUT] = np.frombuffer(json.dumps(layout).encode(), np.uint8).copy()
+        decoded = decode(self.spec, wire)
+        self._cache[id(arrays)] = (arrays, wire, decoded)
+        return wire, decoded
+
+
+def decode(spec: Spec, wire: Arrays) -> Arrays:
+    """A task's arrays rebuilt from what travelled; CompressionError when they do not decode."""
+    raw = wire.get(LAYOUT)
+    if raw is None or raw.dtype != np.uint8 or raw.ndim != 1 or raw.size > MAX_LAYOUT:
+        raise CompressionError(f"a --compress-down task needs its {LAYOUT} (uint8 JSON)")
+    try:
+        layout = json.loads(raw.tobytes().decode())
+        expect = {str(n): (tuple(int(d) for d in shape), np.dtype(dt)) for n, shape, dt in layout}
+    except (ValueError, TypeError) as e:
+        raise CompressionError(f"{LAYOUT} is not a layout ({e})") from None
+    if any(d < 0 for shape, _ in expect.values() for d in shape) or sum(
+            math.prod(s) for s, _ in expect.values()) > 1 << 34:
+        raise CompressionError(f"{LAYOUT}: impossible shapes")
+    rest = {k: v for k, v in wire.items() if k != LAYOUT}
+    return decode_result(spec, rest, expect, {})
