@@ -82,6 +82,8 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "fedavg+down-int8": ("fedavg", ["--compress-down", "int8"]),
     "scaffold+down-fp16": ("scaffold", ["--compress-down", "fp16", "--compress", "topk:0.05"]),
     "fedbuff+down-qsgd": ("fedbuff", ["--compress-down", "qsgd:127", "--latency", "hetero"]),
+    "fedseq+handoff-int8": ("fedseq", ["--compress-handoff", "int8", "--compress-down", "fp16"]),
+    "fedseq_inter+handoff-qsgd": ("fedseq_inter", ["--compress-handoff", "qsgd:127"]),
 }
 SUMMARY_KEYS = ("status", "final_accuracy", "sim_time_s", "messages", "bytes")
 

@@ -1,9 +1,8 @@
 """Run configuration: frozen dataclasses, TOML files, CLI overrides and validation."""
 from __future__ import annotations
 
-import dataclasses
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +82,7 @@ class NetConfig:
     clients_per_process: int = 0  # logical clients per client process (launch); 0 = auto
     compress: str = "none"  # --compress: how results travel (fednet/compress: fp16, topk:0.01...)
     compress_down: str = "none"  # --compress-down: how tasks travel (fp16, int8, qsgd:S)
+    compress_handoff: str = "none"  # --compress-handoff: how peer hand-offs travel (as down)
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (msgpack- and TOML-friendly)."""
-        return {**dataclasses.asdict(self), "gpus": list(self.gpus), "plugins": list(self.plugins),
+        return {**asdict(self), "gpus": list(self.gpus), "plugins": list(self.plugins),
                 "tuned": list(self.tuned)}
 
     def replace(self, **overrides: Any) -> RunConfig:
@@ -267,7 +267,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     _need(t.threads >= 1, f"--threads must be at least 1 (got {t.threads})")
     _need(not (why := optimizer_problem(t)), why)
     _need(0 <= cfg.net.port <= 65535, f"--port must be in 0..65535 (got {cfg.net.port})")
-    compression(cfg.net.compress), compression(cfg.net.compress_down, down=True)  # (named)
+    compression(cfg.net.compress), compression(cfg.net.compress_down, "--compress-down")
+    compression(cfg.net.compress_handoff, "--compress-handoff")  # each error names its option
     _need(cfg.net.dead_peer in ("skip", "server"),
           f"net.dead_peer must be skip or server (got '{cfg.net.dead_peer}')")
     _need(cfg.net.ack_timeout > 0 and cfg.net.ack_retries >= 1,

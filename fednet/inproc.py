@@ -19,6 +19,7 @@ from fednet.metrics.history import resolve_out
 from fednet.models import drop_templates, keep_template
 from fednet.network.churn import next_online_hop
 from fednet.platform.gpus import check_gpus, device_for
+from fednet.compress.downlink import for_peer
 from fednet.protocol import Message, MsgKind, decode, encode
 from fednet.types import ClientInfo, Failure, Result, Task, client_name
 from fednet.wire import (ack_message, handoff_message, hop_done_message, placeholder_endpoints,
@@ -147,7 +148,8 @@ class InprocDispatcher:
                 break
             me, peer = client_name(cid), client_name(task.route[hop])
             t0 = led.totals()["tensor_bytes"]
-            nxt, n = self._send(handoff_message(got, reply, hop), me, peer)
+            sent = for_peer(self.s.handoff_codec, self.s.cfg.seed, reply.arrays, reply.task_id, hop)
+            nxt, n = self._send(handoff_message(got, reply, hop, arrays=sent), me, peer)
             _, n_ack = self._send(ack_message(nxt, peer), peer, me)
             done = hop_done_message(got, reply, n + n_ack, led.totals()["tensor_bytes"] - t0, hop)
             if skipped:  # offline peers passed over (--availability)

@@ -19,7 +19,8 @@ KEYS = {"optimizer": "train.optimizer", "nesterov": "train.nesterov",
         "optimizer_eps": "train.eps", "deadline": "latency.deadline",
         "over_select": "latency.over_select", "shaped_links": "latency.shaped",
         "synthetic_alpha": "data.synthetic_alpha", "synthetic_beta": "data.synthetic_beta",
-        "compress": "net.compress", "compress_down": "net.compress_down"}
+        "compress": "net.compress", "compress_down": "net.compress_down",
+        "compress_handoff": "net.compress_handoff"}
 
 
 class AlgoChoice(click.Choice):
@@ -85,6 +86,9 @@ OPTIONS: list[Callable[[Any], Any]] = [
                  help="How the server's tasks travel: none, fp16, int8 or qsgd[:S], the values "
                       "themselves (a client holds no reference to take a difference against); "
                       "every client trains from what it received. [default: none]"),
+    click.option("--compress-handoff", metavar="SPEC",
+                 help="How the models handed from client to client travel (FedSeq's rings): as "
+                      "--compress-down. [default: none]"),
     click.option("--optimizer", type=click.Choice(OPTIMIZERS),
                  help="The clients' local optimizer (torch's functional kernels); adam and adamw "
                       "want a much smaller --lr, e.g. 0.001. [default: sgd]"),

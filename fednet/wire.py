@@ -66,12 +66,14 @@ def record(ledger: Ledger, msg: Message, frames: list[Any], src: str, dst: str) 
     return h + p
 
 
-def handoff_message(task_msg: Message, reply: Message, hop: int, tag: bytes = NO_MAC) -> Message:
+def handoff_message(task_msg: Message, reply: Message, hop: int, tag: bytes = NO_MAC,
+                    arrays: Arrays | None = None) -> Message:
     """The HANDOFF carrying a hop's trained model to route[hop] (same body as the TASK, plus
-    the tag that proves the sender; the in-process runtime sends the all-zero placeholder)."""
+    the tag that proves the sender; the in-process runtime sends the all-zero placeholder);
+    `arrays`: the model as it travels when not the reply's own (--compress-handoff)."""
     body = dict(task_msg.body, hop=hop, mac=tag)
     return Message(MsgKind.HANDOFF, reply.sender, reply.run_id, reply.round, reply.task_id,
-                   reply.sim_time, body, reply.arrays)
+                   reply.sim_time, body, reply.arrays if arrays is None else arrays)
 
 
 def ack_message(handoff: Message, me: str) -> Message:

@@ -108,7 +108,7 @@ def test_a_bad_spec_is_one_error_naming_the_option(text, why):
         validate(small_config(net={"compress": text}))
 
 
-def test_hand_off_algorithms_refuse_compression(tmp_path):
+def test_hand_off_algorithms_refuse_compressed_results(tmp_path):
     with pytest.raises(ConfigError, match="hands models between clients"):
         run_local(small_config(algo={"name": "fedseq"}, net={"compress": "fp16"},
                                out=str(tmp_path / "r")), quiet=True)
@@ -196,6 +196,22 @@ def test_downlink_bytes_follow_the_encoding_and_compose_with_the_uplink(tmp_path
     assert both["bytes"]["server_to_client"] < 0.27 * dense["bytes"]["server_to_client"]
     assert both["bytes"]["client_to_server"] < 0.1 * dense["bytes"]["client_to_server"]
     assert both["status"] == "completed" and not all(np.array_equal(m0[k], m1[k]) for k in m0)
-    with pytest.raises(ConfigError, match="hands models between clients"):
-        run_local(small_config(algo={"name": "fedseq"}, net={"compress_down": "fp16"},
-                               out=str(tmp_path / "r")), quiet=True)
+    with pytest.raises(ConfigError, match="hands no models between clients"):
+        run_local(small_config(net={"compress_handoff": "fp16"}, out=str(tmp_path / "r")),
+                  quiet=True)
+
+
+FEDSEQ = {"name": "fedseq", "params": {"pretrain_epochs": 1, "min_samples": 300,
+                                       "max_clients": 3, "superclient_fraction": 1.0}}
+
+
+def test_hand_offs_travel_encoded_and_the_chain_trains_from_what_arrived(tmp_path):
+    over = {"clients": 6, "rounds": 2, "algo": FEDSEQ}
+    dense = run_local(small_config(**over, out=str(tmp_path / "dense")), quiet=True)
+    small = run_local(small_config(**over, out=str(tmp_path / "int8"), net={
+        "compress_handoff": "int8", "compress_down": "int8"}), quiet=True)
+    assert dense["status"] == small["status"] == "completed"
+    assert 0 < small["bytes"]["client_to_client"] < 0.27 * dense["bytes"]["client_to_client"]
+    assert small["bytes"]["server_to_client"] < 0.6 * dense["bytes"]["server_to_client"]
+    assert small["bytes"]["client_to_server"] == dense["bytes"]["client_to_server"]  # dense up
+    assert small["final_accuracy"] != dense["final_accuracy"] or small["bytes"] != dense["bytes"]

@@ -13,6 +13,7 @@ import zmq
 from fednet.client.executor import Executor, num_examples, welcome_config, welcome_tables
 from fednet.client.inbox import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Inbox  # noqa: F401 (host.py)
 from fednet.client.peers import PeerChainBroken, Peers, to_server
+from fednet.compress import parse as compression
 from fednet.latency import Profile, up_delay, wire_time
 from fednet.metrics.accounting import SERVER, Ledger
 from fednet.plugin_check import checked_welcome
@@ -128,6 +129,7 @@ class Client(Inbox):
             self.admitted.update(k.encode() for k in b.get("peer_keys", []))
         n, p = cfg.net, self.peers
         p.ack_timeout, p.retries, p.dead_peer = n.ack_timeout, n.ack_retries, n.dead_peer
+        p.compress, p.seed = compression(n.compress_handoff, True), cfg.seed
         self.profile = profile
         lat = cfg.latency
         self.real, self.scale, self.shaped = lat.real, lat.time_scale, lat.shaped

@@ -109,8 +109,10 @@ class Executor:
         # tasks, so that its objects can be dropped; without a results folder (or once the store
         # cannot be written) the state stays in this object and it must be kept (holds_state)
         out = out or cfg.out
-        self.codec = UpdateCodec(compression(cfg.net.compress), cfg.seed, cid,  # --compress
-                                 compression(cfg.net.compress_down, down=True))
+        n = cfg.net
+        self.codec = UpdateCodec(compression(n.compress), cfg.seed, cid,  # --compress and co.
+                                 compression(n.compress_down, True),
+                                 compression(n.compress_handoff, True))
         self.stateful = self.update.stateful() or self.codec.spec.feedback
         self.store = StateStore(out, cfg.algo.name) if files and out and self.stateful else None
         self.session: str | None = None  # the server session whose state this object holds
@@ -138,7 +140,7 @@ class Executor:
             return self._offline(msg, off, t0)
         try:
             task = message_task(msg)
-            task.arrays = self.codec.received(task.arrays)  # --compress-down
+            task.arrays = self.codec.received(task.arrays, msg.kind == MsgKind.HANDOFF)
             check_work(task.body, self.cfg)
             ckpt = task.body.get("ckpt")
             if self.store is not None and self.session != msg.run_id:  # from the store

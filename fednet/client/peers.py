@@ -23,6 +23,8 @@ from fednet.protocol.proof import check_grant, check_handoff, handoff_tag
 from fednet.transport.channels import Channel, Rejects, bind_router, connect_dealer
 from fednet.transport.gate import server as gate_server
 from fednet.transport.monitor import open_monitor, stop_monitor
+from fednet.compress import Spec
+from fednet.compress.downlink import for_peer
 from fednet.types import client_name
 from fednet.wire import ack_message, handoff_message, hop_done_message
 
@@ -42,7 +44,7 @@ class Peers:
     __slots__ = ("ctx", "me", "ledger", "keys", "peer_key", "gate", "server_setup", "advertise",
                  "sock", "chan", "endpoint", "rejects", "last_peer_bytes", "last_peer_tensor",
                  "run_id", "grant", "pump", "ack_timeout", "retries", "dead_peer",
-                 "last_to_hop", "availability", "skipped")
+                 "last_to_hop", "availability", "skipped", "compress", "seed")
 
     def __init__(self, ctx: zmq.Context, me: str, advertise: str, ledger: Ledger,
                  keys: Any = None, peer_key: bytes | None = None, gate: str | None = None
@@ -68,6 +70,7 @@ class Peers:
         self.last_to_hop = 0
         self.availability: Any = None  # --availability: offline peers are passed over
         self.skipped = 0  # offline peers the last hand-off passed over
+        self.compress, self.seed = Spec(), 0  # --compress-handoff (set at WELCOME)
 
     def next_hop(self, task_msg: Message, reply: Message) -> int | None:
         """Index of the next hop when the reply must travel on along the route, else None."""
@@ -89,11 +92,12 @@ class Peers:
         keys = list(b.get("keys", []))
         self.last_peer_bytes = self.last_peer_tensor = 0
         last = nxt if self.dead_peer == "server" else len(route) - 1
+        sent = for_peer(self.compress, self.seed, reply.arrays, reply.task_id, nxt)
         for hop in range(nxt, last + 1):
             if hop >= len(endpoints):
                 break
             tag = handoff_tag(self.peer_key, reply.run_id, reply.round, reply.task_id, hop, self.me)
-            msg = handoff_message(task_msg, reply, hop, tag)
+            msg = handoff_message(task_msg, reply, hop, tag, sent)
             setup = self._client_setup(keys[hop] if hop < len(keys) else "")
             if self._send_acked(endpoints[hop], client_name(int(route[hop])), msg, setup):
                 self.last_to_hop = hop

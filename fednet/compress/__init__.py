@@ -59,10 +59,10 @@ class Spec:
         return self.kind == "qsgd"
 
 
-def parse(text: str, down: bool = False) -> Spec:
-    """'topk:0.01' -> Spec; ConfigError naming --compress (down: --compress-down, which takes
-    only the codecs of values: none, fp16, int8, qsgd)."""
-    opt = "--compress-down" if down else "--compress"
+def parse(text: str, down: bool | str = False) -> Spec:
+    """'topk:0.01' -> Spec; ConfigError naming --compress (down: --compress-down, or the option
+    named, which takes only the codecs of values: none, fp16, int8, qsgd)."""
+    opt = (down if isinstance(down, str) else "--compress-down") if down else "--compress"
     kind, _, arg = str(text).strip().lower().partition(":")
     if down and kind in ("topk", "sign"):
         raise ConfigError(f"{opt} {text}: top-k and sign encode a difference with error "

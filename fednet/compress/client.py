@@ -16,17 +16,20 @@ RESIDUAL = "compress/residual"
 class UpdateCodec:
     """Encodes one client's results; its error-feedback residual is client state."""
 
-    __slots__ = ("spec", "seed", "cid", "residual", "down")
+    __slots__ = ("spec", "seed", "cid", "residual", "down", "peer")
 
-    def __init__(self, spec: Spec, seed: int, cid: int, down: Spec | None = None) -> None:
+    def __init__(self, spec: Spec, seed: int, cid: int, down: Spec | None = None,
+                 peer: Spec | None = None) -> None:
         self.spec, self.seed, self.cid = spec, seed, cid
-        self.down = down or Spec()  # --compress-down: how tasks arrive
+        self.down = down or Spec()  # --compress-down: how tasks arrive from the server
+        self.peer = peer or Spec()  # --compress-handoff: how hand-offs arrive from peers
         self.residual: np.ndarray | None = None
 
-    def received(self, arrays: Arrays) -> Arrays:
-        """A task's arrays as the server meant them (--compress-down decoded; CompressionError
-        when they do not decode)."""
-        return decode(self.down, arrays) if self.down.on else arrays
+    def received(self, arrays: Arrays, handoff: bool = False) -> Arrays:
+        """A task's (or hand-off's) arrays as their sender meant them (--compress-down or
+        --compress-handoff decoded; CompressionError when they do not decode)."""
+        spec = self.peer if handoff else self.down
+        return decode(spec, arrays) if spec.on else arrays
 
     def reference(self, received: Arrays) -> Arrays:
         """A copy of the task's arrays before training changes them (a FedAvg client trains in

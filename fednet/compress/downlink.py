@@ -41,14 +41,25 @@ class Downlink:
         got = self._cache.get(id(arrays))
         if got is not None and got[0] is arrays:
             return got[1], got[2]
-        rng = (np.random.default_rng(int_seed(self.seed, "compress-down", task_id))
-               if self.spec.random else None)
-        wire, _ = encode_result(self.spec, arrays, {}, None, rng)
-        layout = [[n, list(a.shape), a.dtype.str] for n, a in sorted(arrays.items())]
-        wire[LAYOUT] = np.frombuffer(json.dumps(layout).encode(), np.uint8).copy()
+        wire = encode_values(self.spec, arrays, self.seed, "compress-down", task_id)
         decoded = decode(self.spec, wire)
         self._cache[id(arrays)] = (arrays, wire, decoded)
         return wire, decoded
+
+
+def encode_values(spec: Spec, arrays: Arrays, seed: int, *stream: object) -> Arrays:
+    """The arrays as they travel: the floating ones' values encoded, a layout beside them.
+    QSGD draws from the run's stream (seed, *stream)."""
+    rng = np.random.default_rng(int_seed(seed, *stream)) if spec.random else None
+    wire, _ = encode_result(spec, arrays, {}, None, rng)
+    layout = [[n, list(a.shape), a.dtype.str] for n, a in sorted(arrays.items())]
+    wire[LAYOUT] = np.frombuffer(json.dumps(layout).encode(), np.uint8).copy()
+    return wire
+
+
+def for_peer(spec: Spec, seed: int, arrays: Arrays, task_id: int, hop: int) -> Arrays | None:
+    """--compress-handoff: a hand-off's model as it travels to route[hop] (None: as it is)."""
+    return encode_values(spec, arrays, seed, "compress-handoff", task_id, hop) if spec.on else None
 
 
 def decode(spec: Spec, wire: Arrays) -> Arrays:

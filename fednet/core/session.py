@@ -63,10 +63,15 @@ class Session:
         client = algorithms.client_class(cfg.algo.name)  # the client half's class
         self.update_results = client.sends_updates  # results are updates: no reference
         down = compression(cfg.net.compress_down, down=True)
-        if (self.compress.on or down.on) and self.handoffs:
-            raise ConfigError(f"--compress and --compress-down: {cfg.algo.name} hands models "
-                              "between clients, and hand-offs are not compressed (yet); drop "
-                              "them, or compare an algorithm without hand-offs")
+        self.handoff_codec = compression(cfg.net.compress_handoff, "--compress-handoff")
+        if self.compress.on and self.handoffs:  # the last hop's reference is not the server's
+            raise ConfigError(f"--compress {cfg.net.compress}: {cfg.algo.name} hands models "
+                              "between clients, and a chain's last client trained from a model "
+                              "the server never saw; use --compress-handoff (and "
+                              "--compress-down) for its traffic")
+        if self.handoff_codec.on and not self.handoffs:
+            raise ConfigError(f"--compress-handoff: {cfg.algo.name} hands no models between "
+                              "clients; drop it (or use --compress / --compress-down)")
         self.evaluator = Evaluator(cfg)
         self.algo.setup(self.evaluator.initial, self.evaluator.trainable)
         ev = self.evaluator

@@ -265,3 +265,26 @@ def test_compressed_tasks_agree_exactly_under_launch(tmp_path, algo, net):
     dense = run_local(small_config(**over, out=str(tmp_path / "dense")), quiet=True)
     assert a["bytes"]["server_to_client"] < 0.52 * dense["bytes"]["server_to_client"]
 
+
+
+@pytest.mark.parametrize("algo,net", [
+    ("fedseq", {"compress_handoff": "qsgd:127", "compress_down": "int8"}),
+    ("fedseq_inter", {"compress_handoff": "fp16"})])
+def test_compressed_hand_offs_agree_exactly_under_launch(tmp_path, algo, net):
+    """--compress-handoff: a chain's peer-to-peer models travel encoded (QSGD's rounding seeded
+    by task and hop), each peer decodes what it received and trains from it; the model, the
+    bytes on every link and the simulated time equal fednet local's."""
+    p = {"min_samples": 400, "max_clients": 3, "superclient_fraction": 0.5, "pretrain_epochs": 1}
+    if algo == "fedseq_inter":
+        p["period"] = 2
+    over = {"clients": 6, "rounds": 2, "latency": {"preset": "hetero"},
+            "algo": {"name": algo, "params": p}}
+    a = run_local(small_config(**over, net=net, out=str(tmp_path / "local")), quiet=True)
+    b = run_zmq(small_config(**over, net=net, out=str(tmp_path / "launch")), quiet=True)
+    assert a["status"] == b["status"] == "completed" and not b["failures"]
+    ma, mb = _model(tmp_path / "local"), _model(tmp_path / "launch")
+    assert all(np.array_equal(ma[k], mb[k]) for k in ma)
+    assert {k: a["bytes"][k] for k in KEYS} == {k: b["bytes"][k] for k in KEYS}
+    assert a["sim_time_s"] == b["sim_time_s"]
+    dense = run_local(small_config(**over, out=str(tmp_path / "dense")), quiet=True)
+    assert 0 < a["bytes"]["client_to_client"] < 0.52 * dense["bytes"]["client_to_client"]
