@@ -387,10 +387,10 @@ def test_no_live_clients_is_exit_3_with_one_line(tmp_path, monkeypatch):
 def test_a_diverged_run_exits_5_with_one_line(tmp_path, monkeypatch):
     """Issue 23: an aggregate that is not finite stops the run as diverged, exit code 5, one
     line naming the round and what was not finite (summary.json's error)."""
-    import fednet.core.rounds as rounds
+    import fednet.core.verdict as verdict
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(rounds, "finite", lambda arrays: False)
+    monkeypatch.setattr(verdict, "finite", lambda arrays: False)
     res = cli("local", *RUN, "--rounds", "3", "--out", "r")
     assert res.exit_code == 5, res.stderr
     s = json.loads(Path("r/summary.json").read_text())

@@ -40,7 +40,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "client": BASE | {"log", "config", "compress", "models", "data", "training", "algorithms", "latency", "network",
                       "metrics", "wire", "protocol", "transport", "platform", "plugins",
                       "plugin_check"},
-    "inproc": BASE | {"config", "models", "data", "training", "algorithms", "latency", "network",
+    "inproc": BASE | {"config", "compress", "models", "data", "training", "algorithms", "latency", "network",
                       "metrics",
                       "wire", "protocol", "platform", "core", "client"},
     "server": BASE | {"log", "config", "data", "latency", "network", "metrics", "wire", "protocol",

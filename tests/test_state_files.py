@@ -64,7 +64,8 @@ def _save(out: Path, rounds_done: int) -> None:
     cfg = small_config()
     algo = SimpleNamespace(state=ServerState(model={"w": np.zeros(2, np.float32)}), cfg=cfg)
     driver = SimpleNamespace(rounds_done=rounds_done, sim_time=1.0, ledger=Ledger(), failures=[],
-                             setup_stats={}, history=SimpleNamespace(rows=[]))
+                             setup_stats={}, history=SimpleNamespace(rows=[]), segments=[],
+                             segment=lambda: {"rounds": [0, rounds_done], "wall_s": 0.0})
     checkpoint.save(out, algo, driver)
 
 
@@ -106,7 +107,12 @@ def test_stateful_clients_live_in_the_store_and_a_store_that_cannot_be_written_l
     s1, m1, exs = _local(algo, tmp_path / "store")
     assert exs.built == {}  # no client object survived its task
     files = sorted(p.name for p in (tmp_path / "store" / "checkpoint" / "clients").iterdir())
-    assert files == [f"c000{i}.npz" for i in range(4)]
+    # each client's latest state, and the one from before the last round (where a Ctrl-C would
+    # checkpoint: every task carries ckpt, the step's start)
+    assert files == sorted([f"c000{i}.npz" for i in range(4)]
+                           + [f"c000{i}.prev.npz" for i in range(4)])
+    _, prev = sf.read(tmp_path / "store" / "checkpoint" / "clients" / "c0002.prev.npz")
+    assert prev["round"] == 1
     _, meta = sf.read(tmp_path / "store" / "checkpoint" / "clients" / "c0002.npz")
     assert meta["round"] == 2 and meta["run"] == s1["run_id"] and meta["algorithm"] == algo
 
