@@ -124,9 +124,10 @@ class Session:
         if (d.boundary is None or self.out is None or self.algo.virtual_order
                 or self.cfg.net.checkpoint_every):
             return False
+        if self.client_view is not None and self.client_view():  # states only objects hold
+            return False  # (a store that could not be written): some are the round's already
         ledger, self.algo.state.next_task, d.sim_time = d.boundary  # as the round began
-        checkpoint.save(self.out, self.algo, d, self.client_view() if self.client_view else None,
-                        ledger)
+        checkpoint.save(self.out, self.algo, d, None, ledger)
         return True
 
     def earliest_return(self, task: Task) -> float:
