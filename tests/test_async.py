@@ -127,3 +127,21 @@ def test_fedbuff_rows_follow_the_analytic_clock(tmp_path):
     assert sum(r["results"] for r in rows) == 4 and rows[-1]["tasks"] == 4
     assert sum(r["bytes_round"]["client_to_server"] for r in rows) == summary["bytes"][
         "client_to_server"]
+
+
+def test_a_step_whose_tasks_keep_failing_ends_short_and_says_so(tmp_path, monkeypatch):
+    """Every task fails: the step stops starting tasks after its failure budget, the run ends
+    (failed: no usable result) instead of looping, and its last row says how many rounds it
+    missed."""
+    from fednet.algorithms import fedavg
+
+    def boom(self, ctx, task):
+        raise RuntimeError("no data here")
+    monkeypatch.setattr(fedavg.FedAvgClient, "run", boom)
+    cfg = small_config(clients=3, rounds=2, algo={"name": "fedbuff", "params": {"buffer": 1}},
+                       out=str(tmp_path / "run"))
+    s = run_local(cfg, quiet=True)
+    assert s["status"] == "failed" and "no data here" in s["error"]
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["rounds_missed"] == 2 and rows[-1]["results"] == 0
+    assert len(s["failures"]) > 10 * 2 * 1  # the budget: 10 failures per reply the step needs

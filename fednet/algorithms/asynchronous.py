@@ -182,8 +182,13 @@ class Asynchronous(Strategy):
     def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
                         ) -> dict[str, float]:
         """The step's last round's metrics (the updates were made as replies came)."""
-        if self.rnd < self.end:  # ended short (every client failed): what there was
-            self.final = round_metrics(self.used, self.failed, self.dropped)
+        missed = self.end - self.rnd
+        if missed:  # ended short (its tasks kept failing): what there was
+            log.error("%s: the step ended %d round(s) short of round %d: %d of its tasks failed "
+                      "(see summary.json's failures)", self.cfg.algo.name, missed, self.end,
+                      self.failures_seen)
+            self.final = {**round_metrics(self.used, self.failed, self.dropped),
+                          "rounds_missed": missed}
             self.rnd = self.end
         return {**self.final, "unused": self.unused}
 
