@@ -109,6 +109,9 @@ def test_plots_are_titled_and_labelled(tmp_path):
     b = _run(tmp_path / "b", algo="standalone")
     out = plot_overlay([str(a), str(b)], tmp_path / "both.png")
     assert out.stat().st_size > 10_000
+    for ext, magic in ((".pdf", b"%PDF"), (".svg", b"<?xml")):  # the format by the extension
+        assert plot_overlay([str(a), str(b)], tmp_path / f"both{ext}").read_bytes()[:5].startswith(
+            magic)
 
 
 NO = ("; it kept no checkpoint, so it cannot be resumed (--checkpoint-every N writes one every N "

@@ -62,9 +62,11 @@ def describe(info: dict[str, str], keys: tuple[str, ...] = ("algorithm", "datase
 
 
 def _save(fig: Any, path: Path) -> None:
+    """PNG, or PDF / SVG by the file's extension."""
+    fmt = path.suffix.lower().lstrip(".") if path.suffix.lower() in (".pdf", ".svg") else "png"
     try:
         with atomic_file(path) as fh:  # a failed write keeps the previous plot
-            fig.savefig(fh, format="png", dpi=110)
+            fig.savefig(fh, format=fmt, dpi=110)
     finally:
         plt.close(fig)
 
@@ -142,10 +144,18 @@ def plot_overlay(sources: list[str], path: Path) -> Path:
     # no simulated time to show (--latency none in every run): two panels
     panels = [(k, lab) for k, lab in AXES if k != "sim_time" or any(
         r.get("sim_s") for s in series for rows in s["runs"] for r in rows)]
-    fig, axs = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.4),
+    keys = ("algorithm", "dataset", "partition", "clients")
+    differ = [k for k in keys if len({s["info"].get(k) for s in series}) > 1]
+    for s in series:  # every key that differs between the runs is named in their labels
+        more = [f"{k} {s['info'].get(k)}" for k in differ if str(s["info"].get(k)) not in s["label"]]
+        s["label"] += f" [{', '.join(more)}]" if more else ""
+    rows = -(-len(series) // 3)  # legend rows, below the panels
+    fig, axs = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.4 + 0.22 * rows),
                             constrained_layout=True)
     for i, s in enumerate(series):
         n = min(len(r) for r in s["runs"])
+        if n < max(len(r) for r in s["runs"]):  # seeds of unequal length: said, not hidden
+            s["label"] += f", first {n} rounds (the shortest seed)"
         accs = [_acc(r[:n]) for r in s["runs"]]
         xss = [_xs(r[:n]) for r in s["runs"]]
         mean = [sum(a[j] for a in accs) / len(accs) for j in range(n)]
@@ -158,6 +168,11 @@ def plot_overlay(sources: list[str], path: Path) -> Path:
                 a.fill_between(x, [min(c[j] for c in accs) for j in range(n)],
                                [max(c[j] for c in accs) for j in range(n)], color=color,
                                alpha=0.15, lw=0)
+            for t, _ in set(targets):  # where the mean first reaches each target
+                hit = next((j for j in range(n) if mean[j] >= 100 * t), None)
+                if hit is not None:
+                    a.plot([x[hit]], [mean[hit]], marker="*", ms=11, color=color, mec="k",
+                           mew=0.6, zorder=5)
     infos = [s["info"] for s in series]
     shared = {k for k in ("algorithm", "dataset", "partition", "clients")
               if len({i.get(k) for i in infos}) == 1}
@@ -169,12 +184,12 @@ def plot_overlay(sources: list[str], path: Path) -> Path:
             a.axhline(100 * t, color="0.4", ls="--", lw=0.8)
         if key == "round":
             a.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axs[0].legend(fontsize=8, loc="lower right")
+    fig.legend(fontsize=8, loc="outside lower center", ncols=min(len(series), 3))
     title = describe(infos[0], tuple(k for k in ("algorithm", "dataset", "partition", "clients")
                                      if k in shared))
     if targets:
         title += ("; " if title else "") + "dashed: " + ", ".join(
-            f"{100 * t:.1f}% ({m})" for t, m in sorted(set(targets)))
+            f"{100 * t:.1f}% ({m})" for t, m in sorted(set(targets))) + ", star: first reached"
     if any(len(s["runs"]) > 1 for s in series):
         title += ("; " if title else "") + "shaded: range over seeds"
     if len(panels) < len(AXES):
