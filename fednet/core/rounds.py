@@ -193,7 +193,7 @@ class RoundDriver(Verdict):
         ordered = algo.virtual_order and self.arrivals is not None
         step = self.network and self.network.step(self.sim_time, rnd, tasks, span, algo.target,
                                                   ordered=ordered)
-        order = self.arrivals() if ordered and self.arrivals is not None else None
+        order = self.arrivals() if ordered and self.arrivals else None
         pipelined = span > 1 or order is not None  # replies release follow-up tasks
         base = self.ledger.totals()
 

@@ -199,21 +199,29 @@ def test_compressed_results_agree_exactly_under_launch(tmp_path, compress, algo,
     of `fednet launch` equal `fednet local`'s, with QSGD's seeded rounding and the clients'
     error-feedback residuals kept in the store between tasks (2 clients per process)."""
     over = {"clients": 4, "rounds": 2, "latency": {"preset": "hetero"}, "algo": {"name": algo}}
-    a = run_local(small_config(**over, net={"compress": compress}, out=str(tmp_path / "local")),
-                  quiet=True)
-    b = run_zmq(small_config(**over, out=str(tmp_path / "launch"), net={
-        "compress": compress, "clients_per_process": clients_per_process}), quiet=True)
-    assert b["status"] == "completed" and not b["failures"]
-    ma, mb = _model(tmp_path / "local"), _model(tmp_path / "launch")
-    assert all(np.array_equal(ma[k], mb[k]) for k in ma)
-    assert {k: a["bytes"][k] for k in KEYS} == {k: b["bytes"][k] for k in KEYS}
-    assert a["sim_time_s"] == b["sim_time_s"]
+    a, b = _agree(tmp_path, over, {"compress": compress},
+                  {"clients_per_process": clients_per_process})
+    assert not b["failures"]
     dense = run_local(small_config(**over, out=str(tmp_path / "dense")), quiet=True)
     assert a["bytes"]["client_to_server"] < 0.52 * dense["bytes"]["client_to_server"]
 
 
 def _rows(out):
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def _agree(tmp_path, over, net, launch_net=None):
+    """The run of `over` with `net` in-process and (with `launch_net` added) under ZeroMQ: both
+    complete, with the same model, byte totals and simulated time; (local, launch) summaries."""
+    a = run_local(small_config(**over, net=net, out=str(tmp_path / "local")), quiet=True)
+    b = run_zmq(small_config(**over, net={**net, **(launch_net or {})},
+                             out=str(tmp_path / "launch")), quiet=True)
+    assert a["status"] == b["status"] == "completed"
+    ma, mb = _model(tmp_path / "local"), _model(tmp_path / "launch")
+    assert all(np.array_equal(ma[k], mb[k]) for k in ma)
+    assert {k: a["bytes"][k] for k in KEYS} == {k: b["bytes"][k] for k in KEYS}
+    assert a["sim_time_s"] == b["sim_time_s"]
+    return a, b
 
 
 @pytest.mark.parametrize("algo,params", [
@@ -230,14 +238,8 @@ def test_asynchronous_runs_agree_exactly_under_launch(tmp_path, algo, params, la
     and a shared server link (2 clients per process)."""
     over = {"clients": 8, "rounds": 5, "latency": latency, "algo": {"name": algo,
                                                                     "params": params}}
-    a = run_local(small_config(**over, out=str(tmp_path / "local")), quiet=True)
-    b = run_zmq(small_config(**over, out=str(tmp_path / "launch"),
-                             net={"clients_per_process": 2}), quiet=True)
-    assert a["status"] == b["status"] == "completed"
-    ma, mb = _model(tmp_path / "local"), _model(tmp_path / "launch")
-    assert all(np.array_equal(ma[k], mb[k]) for k in ma)
-    assert {k: a["bytes"][k] for k in KEYS} == {k: b["bytes"][k] for k in KEYS}
-    assert a["sim_time_s"] == b["sim_time_s"] > 0
+    a, b = _agree(tmp_path, over, {}, {"clients_per_process": 2})
+    assert a["sim_time_s"] > 0
     keys = ("round", "accuracy", "sim_s", "bytes_total", "bytes_round", "staleness_mean",
             "staleness_max", "results", "failures")
     ra, rb = _rows(tmp_path / "local"), _rows(tmp_path / "launch")
@@ -254,17 +256,10 @@ def test_compressed_tasks_agree_exactly_under_launch(tmp_path, algo, net):
     """--compress-down: the encoded tasks on the wire, the models the clients rebuild (QSGD's
     seeded rounding) and what the server aggregates against are the same in both runtimes."""
     over = {"clients": 4, "rounds": 3, "latency": {"preset": "hetero"}, "algo": {"name": algo}}
-    a = run_local(small_config(**over, net=net, out=str(tmp_path / "local")), quiet=True)
-    b = run_zmq(small_config(**over, out=str(tmp_path / "launch"),
-                             net={**net, "clients_per_process": 2}), quiet=True)
-    assert a["status"] == b["status"] == "completed" and not b["failures"]
-    ma, mb = _model(tmp_path / "local"), _model(tmp_path / "launch")
-    assert all(np.array_equal(ma[k], mb[k]) for k in ma)
-    assert {k: a["bytes"][k] for k in KEYS} == {k: b["bytes"][k] for k in KEYS}
-    assert a["sim_time_s"] == b["sim_time_s"]
+    a, b = _agree(tmp_path, over, net, {"clients_per_process": 2})
+    assert not b["failures"]
     dense = run_local(small_config(**over, out=str(tmp_path / "dense")), quiet=True)
     assert a["bytes"]["server_to_client"] < 0.52 * dense["bytes"]["server_to_client"]
-
 
 
 @pytest.mark.parametrize("algo,net", [
@@ -279,12 +274,7 @@ def test_compressed_hand_offs_agree_exactly_under_launch(tmp_path, algo, net):
         p["period"] = 2
     over = {"clients": 6, "rounds": 2, "latency": {"preset": "hetero"},
             "algo": {"name": algo, "params": p}}
-    a = run_local(small_config(**over, net=net, out=str(tmp_path / "local")), quiet=True)
-    b = run_zmq(small_config(**over, net=net, out=str(tmp_path / "launch")), quiet=True)
-    assert a["status"] == b["status"] == "completed" and not b["failures"]
-    ma, mb = _model(tmp_path / "local"), _model(tmp_path / "launch")
-    assert all(np.array_equal(ma[k], mb[k]) for k in ma)
-    assert {k: a["bytes"][k] for k in KEYS} == {k: b["bytes"][k] for k in KEYS}
-    assert a["sim_time_s"] == b["sim_time_s"]
+    a, b = _agree(tmp_path, over, net)
+    assert not b["failures"]
     dense = run_local(small_config(**over, out=str(tmp_path / "dense")), quiet=True)
     assert 0 < a["bytes"]["client_to_client"] < 0.52 * dense["bytes"]["client_to_client"]
