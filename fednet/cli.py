@@ -17,7 +17,7 @@ from fednet.options_extra import JOIN_KEY, drop_empty, listening, server_join_ke
 from fednet.platform.malloc import one_arena
 from fednet.platform.proc import seed_routing_ids as seed_ids
 from fednet.plugins_cli import plugins_command
-from fednet.sweep_cli import SWEEP_EPILOG, SweepCommand, sweep_options
+from fednet.sweep_cli import SWEEP_EPILOG, SweepCommand, report_options, sweep_options
 
 # The defaults of a first run: 100 digits clients reach >= 85% within about a minute on 2 cores.
 RUN_DEFAULTS: dict[str, Any] = {}
@@ -270,21 +270,16 @@ def sweep(ctx: click.Context, **opts: Any) -> None:
 
 
 @main.command()
-@click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True))
-@click.option("--plot", "plot_file", type=click.Path(dir_okay=False),
-              help="Also draw accuracy vs round, vs simulated time and vs traffic of these runs "
-                   "into one PNG, overlaid (a sweep folder: each method's best setting, the mean "
-                   "over its seeds).")
+@report_options
 @_errors
-def report(runs: tuple[str, ...], plot_file: str | None) -> None:
-    """Print finished runs side by side (each RUN is a results folder, or a sweep folder)."""
+def report(runs: tuple[str, ...], **files: Any) -> None:
+    """Print runs side by side (each RUN is a results folder, finished or running, or a sweep
+    folder)."""
     from fednet.metrics.report import report as text
+    from fednet.sweep_cli import write_report_files
 
     click.echo(text(list(runs)))
-    if plot_file:
-        from fednet.metrics.plots import plot_overlay
-
-        click.echo(f"wrote {plot_overlay(list(runs), Path(plot_file))}", err=True)
+    write_report_files(list(runs), **files)
 
 
 main.add_command(plugins_command)  # fednet plugins: what is installed (fednet/plugins_cli.py)

@@ -20,6 +20,7 @@ from typing import Any
 
 from fednet.errors import ConfigError
 from fednet.metrics import sweep_table as T
+from fednet.metrics.export import cells_csv, export_table, sweep_rows
 from fednet.metrics.files import make_dir, write_json, write_text
 from fednet.sweep_grid import Cell, check_cells, plan, reference, state
 
@@ -196,7 +197,7 @@ def run_sweep(o: Options, command: Any, defaults: dict[str, Any],
         print(text, flush=True)
         raise stopped
     return text + f"\n{n[0]} cells run in {_dur(time.monotonic() - t0)}; results: " \
-                  f"{root / 'sweep.json'}, {root / 'sweep.csv'}"
+                  f"{root / 'sweep.json'}, {root / 'sweep.csv'} (cells), {root / 'table.csv'}"
 
 
 def _dur(s: float) -> str:
@@ -235,5 +236,6 @@ def finish(root: Path, spec: dict[str, Any], cells: list[Cell], seconds: dict[st
                                f"{metric.text} uses {metric.x:g} as an absolute accuracy")
     axes = list(dict.fromkeys(a for c in cells for a in c.setting))
     write_json(root / "sweep.json", {"spec": spec, "cells": recs, **result})
-    write_text(root / "sweep.csv", T.write_csv(recs, axes, spec["show"]))
+    write_text(root / "sweep.csv", cells_csv(recs, axes, spec["show"]))
+    write_text(root / "table.csv", export_table(sweep_rows(str(root), spec, result)))
     return T.render(spec, result)

@@ -1,5 +1,5 @@
-"""The options and help of `fednet sweep` (the command itself is in cli.py): grid options before
-`--` (each a comma-separated list), fixed options after it."""
+"""The options and help of `fednet sweep` (grid options before `--`, each a comma-separated list;
+fixed options after it) and of `fednet report` (the commands themselves are in cli.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -87,3 +87,46 @@ def run_command(ctx: click.Context, o: dict[str, Any], command: click.Command,
                    o["metric"], o["reference"], o["baseline"], list(o["show"]), o["dry_run"],
                    argv=["fednet", "sweep", *ctx.meta.get("argv", [])])
     return run_sweep(opts, command, defaults, lambda line: click.echo(line, err=True))
+
+
+_REPORT_OPTIONS: list[Callable[[Any], Any]] = [
+    click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True)),
+    click.option("--plot", "plot_file", type=click.Path(dir_okay=False),
+                 help="Also draw accuracy vs round, vs simulated time and vs traffic of these "
+                      "runs into one figure, overlaid (PNG, or PDF / SVG by the extension; a "
+                      "sweep folder: each method's best setting, the mean over its seeds; run "
+                      "folders that differ only in --seed: one curve, their mean)."),
+    click.option("--log-x", is_flag=True,
+                 help="--plot: simulated time and traffic on a log scale (methods far apart)."),
+    click.option("--csv", "csv_file", type=click.Path(dir_okay=False),
+                 help="Also write the table as CSV: a line per run, and per sweep setting with "
+                      "its statistics over seeds and the comparison with the baseline."),
+    click.option("--curves", "curves_file", type=click.Path(dir_okay=False),
+                 help="Also write every run's curves as CSV (a line per run and round: "
+                      "accuracy, loss, simulated and wall-clock time, cumulative bytes)."),
+]
+
+
+def report_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Attach the arguments and options of `fednet report`."""
+    for opt in reversed(_REPORT_OPTIONS):
+        f = opt(f)
+    return f
+
+
+def write_report_files(runs: list[str], plot_file: str | None, log_x: bool,
+                       csv_file: str | None, curves_file: str | None) -> None:
+    """The files `fednet report` was asked for (each named on stderr once written)."""
+    from pathlib import Path
+
+    from fednet.metrics import export
+    from fednet.metrics.files import write_text
+
+    for f, make in ((csv_file, export.table_csv), (curves_file, export.curves_csv)):
+        if f:
+            write_text(Path(f), make(runs))
+            click.echo(f"wrote {f}", err=True)
+    if plot_file:
+        from fednet.metrics.plots import plot_overlay
+
+        click.echo(f"wrote {plot_overlay(runs, Path(plot_file), log_x)}", err=True)

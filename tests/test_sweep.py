@@ -9,6 +9,7 @@ import pytest
 from fednet.cli import local
 from fednet.errors import ConfigError
 from fednet.metrics import sweep_table as T
+from fednet.metrics.export import cells_csv
 from fednet.sweep import Options, _flags, prepare
 from fednet.sweep_grid import parse_grid, plan
 
@@ -126,11 +127,14 @@ def test_best_setting_mean_spread_and_notes():
     lines = text.splitlines()
     assert lines[0] == "metric rounds_to:0.9: until accuracy >= 0.9; lower is better ('-' = not reached)"
     row_a = next(ln for ln in lines if ln.startswith("a "))
-    assert row_a.split() == ["a", "lr=0.1", "32.0", "2.8", "30.0..34.0", "2/2", "0.9000", "1.00x"]
+    assert row_a.split() == ["a", "lr=0.1", "32.0", "6.6..57.4", "2.8", "30.0..34.0", "2/2",
+                             "0.9000", "1.00x", "[1.00,", "1.00]", "-", "2/2"]
     row_b = next(ln for ln in lines if ln.startswith("b "))
-    assert row_b.split()[-1] == "2.91x"  # 32 / 11
-    assert "a       lr=0.2   20.0           -    20.0..20.0  1/2    0:20.0 1:-" in text
-    csv_text = T.write_csv(recs, ["lr"], [])
+    # paired by seed: 30/10 and 34/12, geometric mean sqrt(8.5); t on the log ratios, df 1
+    assert row_b.split()[-5:] == ["2.92x", "[2.03,", "4.19]", "0.017", "2/2"]
+    row = next(ln for ln in lines if ln.startswith("a ") and "lr=0.2" in ln)
+    assert row.split() == ["a", "lr=0.2", "20.0", "-", "-", "20.0..20.0", "1/2", "0:20.0", "1:-"]
+    csv_text = cells_csv(recs, ["lr"], [])
     assert csv_text.splitlines()[0] == ("cell,method,lr,seed,status,value,final_accuracy,"
                                         "best_accuracy,rounds,sim_time_s,wall_clock_s,seconds,"
                                         "folder")

@@ -10,7 +10,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.ticker import (FuncFormatter, LogLocator, MaxNLocator,  # noqa: E402
+                               NullFormatter)
 
 from fednet.metrics.files import atomic_file  # noqa: E402
 from fednet.metrics.history import read_rows  # noqa: E402
@@ -93,107 +94,205 @@ def plot_run(out: Path, rows: list[dict[str, Any]], title: str = "") -> list[Pat
     return paths
 
 
-def _series(sources: list[str]) -> tuple[list[dict[str, Any]], list[tuple[float, str]]]:
-    """One curve per run folder, and per method of each sweep folder (its best setting, every
-    finished seed); and the accuracies the sweeps' metrics wait for (drawn as lines)."""
+_IGNORED = ("seed", "out")  # config keys that do not tell two runs' experiments apart
+_INFO = ("algorithm", "dataset", "partition", "clients")
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def _config(folder: Path) -> dict[str, Any]:
+    """A run folder's config.toml, flattened ('train.lr': 0.1), without seed and out."""
+    from fednet.config import load_toml
+
+    try:
+        return {k: v for k, v in _flat(load_toml(folder / "config.toml")).items()
+                if k not in _IGNORED}
+    except Exception:  # noqa: BLE001 - no (or an unreadable) config.toml: nothing to group by
+        return {}
+
+
+def _sweep_series(p: Path) -> tuple[list[dict[str, Any]], list[tuple[float, str]]]:
+    """Per method of a sweep folder: its best setting over every finished seed."""
     from fednet.metrics import sweep_table as T
 
+    spec, recs = T.load_sweep(p)
+    res = T.evaluate(spec, recs)
+    metric = T.parse_metric(spec["metric"])
+    goal = metric.target(spec.get("reference_accuracy"))
+    out = []
+    for b in res["best"]:
+        cells = [r for r in recs if r["method"] == b["method"]
+                 and r["setting"] == b["setting"] and r["status"] in T.RESULTS]
+        runs = [rw for r in cells if (rw := read_rows(p / r["folder"]))]
+        if runs:
+            label = f"{b['method']} ({b['text']})" if b["text"] != "-" else b["method"]
+            out.append({"label": label, "runs": runs, "statuses": ["completed"] * len(runs),
+                        "info": run_info(p / cells[0]["folder"]), "config": {}})
+    return out, [] if goal is None else [(goal, metric.text)]
+
+
+def _run_series(src: str) -> dict[str, Any]:
+    from fednet.metrics.sweep_table import read_summary
+
+    folder = Path(src) if Path(src).is_dir() else Path(src).parent
+    info = run_info(folder)
+    name, algo = folder.resolve().name, info.get("algorithm", "")
+    status = (read_summary(folder) or {}).get("status", "running")
+    return {"label": name if not algo or algo in name else f"{name} ({algo})",
+            "runs": [read_rows(folder)], "statuses": [status], "info": info,
+            "config": _config(folder), "seeds": [info.get("seed", "?")]}
+
+
+def _group_seeds(series: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run folders whose configurations differ only in the seed: one curve (their mean)."""
+    out: list[dict[str, Any]] = []
+    for s in series:
+        twin = next((o for o in out if s.get("seeds") and o.get("seeds") and s["config"]
+                     and o["config"] == s["config"] and s["seeds"][0] not in o["seeds"]), None)
+        if twin is None:
+            out.append(s)
+            continue
+        for k in ("runs", "statuses", "seeds"):
+            twin[k] = twin[k] + s[k]
+        twin["label"] = twin["info"].get("algorithm") or twin["label"]
+    return out
+
+
+def _series(sources: list[str]) -> tuple[list[dict[str, Any]], list[tuple[float, str]]]:
+    """One curve per run folder (or per group of seeds), and per method of each sweep folder;
+    and the accuracies the sweeps' metrics wait for (drawn as lines)."""
     out, targets = [], []
     for src in sources:
-        p = Path(src)
-        if (p / "sweep.json").is_file():
-            spec, recs = T.load_sweep(p)
-            res = T.evaluate(spec, recs)
-            metric = T.parse_metric(spec["metric"])
-            goal = metric.target(spec.get("reference_accuracy"))
-            if goal is not None:
-                targets.append((goal, metric.text))
-            for b in res["best"]:
-                cells = [r for r in recs if r["method"] == b["method"]
-                         and r["setting"] == b["setting"] and r["status"] in T.RESULTS]
-                runs = [rw for r in cells if (rw := read_rows(p / r["folder"]))]
-                if runs:
-                    n = f", {len(runs)} seeds" if len(runs) > 1 else ""
-                    label = f"{b['method']} ({b['text']}{n})" if b["text"] != "-" else \
-                        f"{b['method']}{n}"
-                    out.append({"label": label, "runs": runs,
-                                "info": run_info(p / cells[0]["folder"])})
+        if (Path(src) / "sweep.json").is_file():
+            more, goal = _sweep_series(Path(src))
+            out, targets = out + more, targets + goal
         else:
-            folder = p if p.is_dir() else p.parent
-            info = run_info(folder)
-            name = folder.resolve().name
-            algo = info.get("algorithm", "")
-            label = name if not algo or algo in name else f"{name} ({algo})"
-            out.append({"label": label, "runs": [read_rows(folder)], "info": info})
-    return [s for s in out if s["runs"] and s["runs"][0]], targets
+            out.append(_run_series(src))
+    series = _group_seeds([s for s in out if s["runs"] and s["runs"][0]])
+    for s in series:
+        s["runs"] = [r for r in s["runs"] if r] or s["runs"]
+    return series, targets
 
 
-def plot_overlay(sources: list[str], path: Path) -> Path:
-    """One PNG, three panels (accuracy vs round, vs simulated time, vs traffic; two without any
-    simulated time), one curve per run or sweep method: the mean over seeds, with the range of
-    the seeds shaded."""
+def _label(series: list[dict[str, Any]]) -> None:
+    """Each label names what tells its curve apart: the keys that differ between the runs, the
+    number of seeds, a status other than completed, seeds of unequal length."""
+    if len({s["info"].get("eval", "global") for s in series}) > 1:
+        for s in series:
+            s["label"] += ", mean client accuracy" if s["info"].get("eval") == "clients" else ""
+    differ = [k for k in _INFO if len({s["info"].get(k) for s in series}) > 1]
+    confs = [s["config"] for s in series if s["config"]]
+    keys = sorted({k for c in confs for k in c if len({repr(d.get(k)) for d in confs}) > 1}
+                  - {"algo.name", "data.partition", "data.dataset", "clients", "tuned"})
+    for s in series:
+        more = [f"{k} {s['info'].get(k)}" for k in differ if str(s["info"].get(k)) not in s["label"]]
+        more += [f"{k.split('.')[-1]}={s['config'].get(k)}" for k in keys if s["config"]]
+        s["label"] += f" [{', '.join(more)}]" if more else ""
+        if len(s["runs"]) > 1:
+            s["label"] += f", {len(s['runs'])} seeds"
+        bad = [st for st in s["statuses"] if st != "completed"]
+        if bad:
+            s["label"] += " (" + ", ".join(f"{bad.count(b)} {b}" if len(s["runs"]) > 1 else b
+                                           for b in dict.fromkeys(bad)) + ")"
+        n = min(len(r) for r in s["runs"])
+        if n < max(len(r) for r in s["runs"]):  # seeds of unequal length: said, not hidden
+            s["label"] += f", first {n} rounds (the shortest seed)"
+
+
+def _draw(axs: Any, panels: list[tuple[str, str]], s: dict[str, Any], color: str,
+          targets: list[tuple[float, str]]) -> None:
+    """One curve on every panel: the mean over seeds, the seeds' range shaded, a star where it
+    first reaches each target, an x at its end when a run did not complete."""
+    n = min(len(r) for r in s["runs"])
+    accs, xss = [_acc(r[:n]) for r in s["runs"]], [_xs(r[:n]) for r in s["runs"]]
+    mean = [sum(a[j] for a in accs) / len(accs) for j in range(n)]
+    ends = [j for j in range(n) if math.isfinite(mean[j])]
+    for a, (key, _) in zip(axs, panels):
+        x = [sum(xs[key][j] for xs in xss) / len(xss) for j in range(n)]
+        a.plot(x, mean, lw=1.4, color=color, label=s["label"] if key == "round" else None,
+               marker="o" if n <= 30 else None, ms=3)
+        if len(accs) > 1:
+            a.fill_between(x, [min(c[j] for c in accs) for j in range(n)],
+                           [max(c[j] for c in accs) for j in range(n)], color=color,
+                           alpha=0.15, lw=0)
+        for t, _ in set(targets):
+            hit = next((j for j in range(n) if mean[j] >= 100 * t), None)
+            if hit is not None:
+                a.plot([x[hit]], [mean[hit]], marker="*", ms=11, color=color, mec="k", mew=0.6,
+                       zorder=5)
+        mark = _end_marker(s["statuses"])
+        if ends and mark:
+            a.plot([x[ends[-1]]], [mean[ends[-1]]], marker=mark, ms=10, color=color, mec="k",
+                   mew=0.6, zorder=5)
+
+
+def _end_marker(statuses: list[str]) -> str | None:
+    """X: a run ended without completing (failed, diverged, interrupted); >: one still runs."""
+    if any(st not in ("completed", "running") for st in statuses):
+        return "X"
+    return ">" if "running" in statuses else None
+
+
+def _title(series: list[dict[str, Any]], targets: list[tuple[float, str]], panels: int,
+           log_x: bool) -> str:
+    infos = [s["info"] for s in series]
+    shared = tuple(k for k in _INFO if len({i.get(k) for i in infos}) == 1)
+    parts = [describe(infos[0], shared)] if describe(infos[0], shared) else []
+    if targets:
+        parts.append("dashed: " + ", ".join(f"{100 * t:.1f}% ({m})" for t, m in
+                                            sorted(set(targets))) + ", star: first reached")
+    if any(len(s["runs"]) > 1 for s in series):
+        parts.append("line: mean over seeds, shaded: their range")
+    marks = {_end_marker(s["statuses"]) for s in series}
+    if "X" in marks:
+        parts.append("x: a run ended there without completing")
+    if ">" in marks:
+        parts.append("triangle: still running")
+    if panels < len(AXES):
+        parts.append("no simulated time (--latency none)")
+    if log_x:
+        parts.append("log-scale time and traffic")
+    return "; ".join(parts)
+
+
+def plot_overlay(sources: list[str], path: Path, log_x: bool = False) -> Path:
+    """One figure, three panels (accuracy vs round, vs simulated time, vs traffic; two without
+    any simulated time), one curve per run, group of seeds or sweep method (_draw)."""
     from fednet.errors import ConfigError
 
     series, targets = _series(sources)
     if not series:
         raise ConfigError("--plot: none of the runs has any rows in metrics.jsonl yet")
-    if len({s["info"].get("eval", "global") for s in series}) > 1:  # say which is which
-        for s in series:
-            if s["info"].get("eval") == "clients":
-                s["label"] += ", mean client accuracy"
-    # no simulated time to show (--latency none in every run): two panels
+    _label(series)
     panels = [(k, lab) for k, lab in AXES if k != "sim_time" or any(
         r.get("sim_s") for s in series for rows in s["runs"] for r in rows)]
-    keys = ("algorithm", "dataset", "partition", "clients")
-    differ = [k for k in keys if len({s["info"].get(k) for s in series}) > 1]
-    for s in series:  # every key that differs between the runs is named in their labels
-        more = [f"{k} {s['info'].get(k)}" for k in differ if str(s["info"].get(k)) not in s["label"]]
-        s["label"] += f" [{', '.join(more)}]" if more else ""
     rows = -(-len(series) // 3)  # legend rows, below the panels
     fig, axs = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.4 + 0.22 * rows),
                             constrained_layout=True)
     for i, s in enumerate(series):
-        n = min(len(r) for r in s["runs"])
-        if n < max(len(r) for r in s["runs"]):  # seeds of unequal length: said, not hidden
-            s["label"] += f", first {n} rounds (the shortest seed)"
-        accs = [_acc(r[:n]) for r in s["runs"]]
-        xss = [_xs(r[:n]) for r in s["runs"]]
-        mean = [sum(a[j] for a in accs) / len(accs) for j in range(n)]
-        color = f"C{i % 10}"
-        for a, (key, label) in zip(axs, panels):
-            x = [sum(xs[key][j] for xs in xss) / len(xss) for j in range(n)]
-            a.plot(x, mean, lw=1.4, color=color, label=s["label"] if key == "round" else None,
-                   marker="o" if n <= 30 else None, ms=3)
-            if len(accs) > 1:
-                a.fill_between(x, [min(c[j] for c in accs) for j in range(n)],
-                               [max(c[j] for c in accs) for j in range(n)], color=color,
-                               alpha=0.15, lw=0)
-            for t, _ in set(targets):  # where the mean first reaches each target
-                hit = next((j for j in range(n) if mean[j] >= 100 * t), None)
-                if hit is not None:
-                    a.plot([x[hit]], [mean[hit]], marker="*", ms=11, color=color, mec="k",
-                           mew=0.6, zorder=5)
-    infos = [s["info"] for s in series]
-    shared = {k for k in ("algorithm", "dataset", "partition", "clients")
-              if len({i.get(k) for i in infos}) == 1}
+        _draw(axs, panels, s, f"C{i % 10}", targets)
     for a, (key, label) in zip(axs, panels):
         a.set_xlabel(label)
-        a.set_ylabel(ylabel({i.get("eval", "global") for i in infos}))
+        a.set_ylabel(ylabel({s["info"].get("eval", "global") for s in series}))
         a.grid(alpha=0.3)
         for t, _ in sorted(set(targets)):
             a.axhline(100 * t, color="0.4", ls="--", lw=0.8)
         if key == "round":
             a.xaxis.set_major_locator(MaxNLocator(integer=True))
+        elif log_x:
+            a.set_xscale("log")
+            a.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            a.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            a.xaxis.set_minor_formatter(NullFormatter())
     fig.legend(fontsize=8, loc="outside lower center", ncols=min(len(series), 3))
-    title = describe(infos[0], tuple(k for k in ("algorithm", "dataset", "partition", "clients")
-                                     if k in shared))
-    if targets:
-        title += ("; " if title else "") + "dashed: " + ", ".join(
-            f"{100 * t:.1f}% ({m})" for t, m in sorted(set(targets))) + ", star: first reached"
-    if any(len(s["runs"]) > 1 for s in series):
-        title += ("; " if title else "") + "shaded: range over seeds"
-    if len(panels) < len(AXES):
-        title += ("; " if title else "") + "no simulated time (--latency none)"
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(_title(series, targets, len(panels), log_x), fontsize=10)
     _save(fig, path)
     return path

@@ -44,7 +44,7 @@ def run_info(folder: str | Path | None) -> dict[str, str]:
                 f"({d.synthetic_alpha:g},{d.synthetic_beta:g})" if fedprox else ""),
             "partition": part + (", permuted labels" if d.permute else ""),
             "clients": str(cfg.clients), "model": _concrete(model_name(cfg), d.dataset),
-            "eval": eval_mode(cfg)}
+            "eval": eval_mode(cfg), "seed": str(cfg.seed)}
 
 
 def _concrete(model: str, dataset: str) -> str:

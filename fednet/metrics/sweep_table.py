@@ -2,8 +2,6 @@
 setting per method, and the tables (text, CSV) of `fednet sweep` and `fednet report SWEEP`."""
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 import statistics
@@ -14,6 +12,7 @@ from typing import Any
 from fednet.errors import ConfigError
 from fednet.metrics.progress import human_bytes
 from fednet.metrics.history import read_rows
+from fednet.metrics.stats import fmt_p, fmt_versus, mean_ci, versus
 
 FINISHED = ("completed", "diverged")  # a cell that ended so is not run again (deterministic)
 RESULTS = ("completed",)  # a cell that ended so is tabled; the others are listed in the notes
@@ -122,9 +121,11 @@ def is_metric(key: str) -> bool:
 
 def _stats(vals: list[float | None]) -> dict[str, Any]:
     got = [v for v in vals if v is not None]
+    ci = mean_ci(got)
     return {"runs": len(vals), "reached": len(got),
             "mean": statistics.fmean(got) if got else None,
             "sd": statistics.stdev(got) if len(got) > 1 else None,
+            "ci": list(ci) if ci else None,
             "min": min(got) if got else None, "max": max(got) if got else None}
 
 
@@ -180,6 +181,9 @@ def evaluate(spec: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, A
     if missing:
         notes.append(f"{missing} of {len(records)} cells have not finished (not run or "
                      "interrupted); their seeds are left out")
+    base = next((b for b in best if b["method"] == spec.get("baseline")), None)
+    for b in best if base is not None else []:
+        b["versus"] = versus(b["seeds"], base["seeds"], metric.higher)
     return {"metric": metric.text, "settings": settings, "best": best, "notes": notes}
 
 
@@ -197,9 +201,28 @@ def _numbers(vs: list[Any]) -> list[float]:
 
 def _cells(metric: Metric, s: dict[str, Any]) -> list[str]:
     mean = metric.fmt(s["mean"])
+    ci = "-" if not s.get("ci") else f"{metric.fmt(s['ci'][0])}..{metric.fmt(s['ci'][1])}"
     sd = "-" if s["sd"] is None else metric.fmt(s["sd"]).rstrip("s")
     rng = "-" if s["min"] is None else f"{metric.fmt(s['min'])}..{metric.fmt(s['max'])}"
-    return [mean, sd, rng, f"{s['reached']}/{s['planned']}"]
+    return [mean, ci, sd, rng, f"{s['reached']}/{s['planned']}"]
+
+
+def _head(metric: Metric, ref: float | None) -> str:
+    head = f"metric {metric.text}"
+    if metric.x is not None:
+        goal = metric.target(ref)
+        head += (f": until accuracy >= {metric.x:g} x reference {ref:.4f} = {goal:.4f}"
+                 if ref is not None else f": until accuracy >= {goal:g}")
+    return head + ("; higher is better" if metric.higher
+                   else "; lower is better ('-' = not reached)")
+
+
+def _versus_note(metric: Metric, base: str) -> str:
+    what = (f"the method's minus {base}'s, mean over the seeds" if metric.higher else
+            f"{base}'s over the method's (> 1: sooner), geometric mean over the seeds")
+    return (f"vs {base}: {what} where both reached it (pairs: those seeds of all planned), its "
+            "95% t interval; p: two-sided paired t-test" + ("" if metric.higher else
+                                                             " on log ratios"))
 
 
 def render(spec: dict[str, Any], result: dict[str, Any], every: bool = True) -> str:
@@ -207,19 +230,11 @@ def render(spec: dict[str, Any], result: dict[str, Any], every: bool = True) -> 
     from fednet.metrics.report import table
 
     metric = parse_metric(spec["metric"])
-    ref = spec.get("reference_accuracy")
-    head = f"metric {metric.text}"
-    if metric.x is not None:
-        goal = metric.target(ref)
-        head += (f": until accuracy >= {metric.x:g} x reference {ref:.4f} = {goal:.4f}"
-                 if ref is not None else f": until accuracy >= {goal:g}")
-    head += "; higher is better" if metric.higher else "; lower is better ('-' = not reached)"
     shows = list(spec.get("show", []))
-    base = spec.get("baseline")
-    bmean = next((b["mean"] for b in result["best"] if b["method"] == base), None)
-    hdr = ["method", "best setting", metric.text, "sd", "min..max", "seeds"]
+    base = spec.get("baseline") if any("versus" in b for b in result["best"]) else None
+    hdr = ["method", "best setting", metric.text, "95% CI", "sd", "min..max", "seeds"]
     hdr += (["final_accuracy"] if metric.kind != "final_accuracy" else []) + shows
-    hdr += [f"vs {base}"] if base else []
+    hdr += [f"vs {base}", "p", "pairs"] if base else []
     rows = []
     for b in result["best"]:
         row = [b["method"], b["text"], *_cells(metric, b)]
@@ -227,11 +242,16 @@ def render(spec: dict[str, Any], result: dict[str, Any], every: bool = True) -> 
             row.append(Metric("final_accuracy").fmt(b["final_accuracy"]))
         row += [_fmt_show(k, b["show"].get(k)) for k in shows]
         if base:
-            row.append(_versus(metric, b["mean"], bmean, b["reached"] == b["planned"]))
+            v = b["versus"]
+            row += [fmt_versus(v, metric.higher), fmt_p(v["p"]), f"{v['pairs']}/{v['seeds']}"]
         rows.append(row)
-    parts = [head, "best setting per method (mean over seeds, sample sd):", table(hdr, rows)]
+    parts = [_head(metric, spec.get("reference_accuracy")),
+             "best setting per method (mean over the seeds that reached it, its 95% t interval, "
+             "sample sd; seeds: reached / planned):", table(hdr, rows)]
+    if base:
+        parts.append(_versus_note(metric, base))
     if every:
-        hdr2 = ["method", "setting", metric.text, "sd", "min..max", "seeds", "per seed"]
+        hdr2 = ["method", "setting", metric.text, "95% CI", "sd", "min..max", "seeds", "per seed"]
         rows2 = [[s["method"], s["text"], *_cells(metric, s),
                   " ".join(f"{k}:{metric.fmt(v)}" if k else metric.fmt(v)
                            for k, v in s["seeds"].items())]
@@ -245,32 +265,6 @@ def _fmt_show(key: str, v: float | None) -> str:
     if is_metric(key):
         return parse_metric(key).fmt(v)
     return "-" if v is None else f"{v:.4g}"
-
-
-def _versus(metric: Metric, mean: float | None, base: float | None, all_reached: bool) -> str:
-    if mean is None or base is None:
-        return "-"
-    if metric.higher:
-        return f"{mean - base:+.4f}"
-    return f"{base / mean:.2f}x" if mean > 0 and all_reached else "-"
-
-
-def write_csv(records: list[dict[str, Any]], axes: list[str], shows: list[str]) -> str:
-    """One line per cell."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    keys = ["status", "value", "final_accuracy", "best_accuracy", "rounds", "sim_time_s",
-            "wall_clock_s", "seconds"]
-    w.writerow(["cell", "method", *axes, "seed", *keys, *shows, "folder"])
-    for r in records:
-        w.writerow([r["name"], r["method"], *[r["setting"].get(a, "") for a in axes], r["seed"],
-                    *[_csv(r.get(k)) for k in keys], *[_csv(r["show"].get(k)) for k in shows],
-                    r["folder"]])
-    return buf.getvalue()
-
-
-def _csv(v: Any) -> str:
-    return "" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v)
 
 
 def load_sweep(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -1,0 +1,128 @@
+"""CSV exports: a sweep's cells (sweep.csv), the table a report prints (`fednet report --csv`:
+one line per run folder and per sweep setting, with the statistics over seeds), and the curves
+behind its plots (`fednet report --curves`: one line per run and round)."""
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+from typing import Any
+
+from fednet.metrics.history import read_rows
+
+CELL_KEYS = ("status", "value", "final_accuracy", "best_accuracy", "rounds", "sim_time_s",
+             "wall_clock_s", "seconds")
+TABLE_KEYS = ("source", "kind", "method", "setting", "best", "status", "metric", "mean", "ci_lo",
+              "ci_hi", "sd", "min", "max", "reached", "planned", "final_accuracy",
+              "best_accuracy", "rounds", "sim_time_s", "wall_clock_s", "baseline", "vs_baseline",
+              "vs_lo", "vs_hi", "p", "pairs")
+CURVE_KEYS = ("source", "method", "setting", "seed", "status", "round", "accuracy", "loss",
+              "sim_s", "wall_s", "bytes_total", "bytes_server_to_client", "bytes_client_to_server",
+              "bytes_client_to_client")
+
+
+def _csv(v: Any) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return ""
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
+def export_table(rows: list[list[Any]]) -> str:
+    """table_csv's header and these lines."""
+    return _write(TABLE_KEYS, rows)
+
+
+def _write(header: tuple[str, ...] | list[str], rows: list[list[Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    w.writerows([[_csv(v) for v in r] for r in rows])
+    return buf.getvalue()
+
+
+def cells_csv(records: list[dict[str, Any]], axes: list[str], shows: list[str]) -> str:
+    """sweep.csv: one line per cell."""
+    rows = [[r["name"], r["method"], *[r["setting"].get(a, "") for a in axes], r["seed"],
+             *[r.get(k) for k in CELL_KEYS], *[r["show"].get(k) for k in shows], r["folder"]]
+            for r in records]
+    return _write(["cell", "method", *axes, "seed", *CELL_KEYS, *shows, "folder"], rows)
+
+
+def _setting_row(src: str, spec: dict[str, Any], s: dict[str, Any], best: bool) -> list[Any]:
+    ci = s.get("ci") or (None, None)
+    v = s.get("versus") or {}
+    base = spec.get("baseline") if v else None
+    return [src, "sweep", s["method"], s["text"], int(best), "", spec["metric"], s["mean"],
+            ci[0], ci[1], s["sd"], s["min"], s["max"], s["reached"], s["planned"],
+            s["final_accuracy"], None, None, None, None, base, v.get("estimate"), v.get("lo"),
+            v.get("hi"), v.get("p"), v.get("pairs")]
+
+
+def _run_row(folder: str, s: dict[str, Any]) -> list[Any]:
+    acc = s.get("final_accuracy")
+    row = {"source": folder, "kind": "run", "method": s.get("algorithm"), "setting": "-",
+           "best": 1, "status": s.get("status"), "metric": "final_accuracy", "mean": acc,
+           "reached": int(isinstance(acc, (int, float)) and s.get("status") == "completed"),
+           "planned": 1}
+    row.update({k: s.get(k) for k in ("final_accuracy", "best_accuracy", "rounds", "sim_time_s",
+                                      "wall_clock_s")})
+    return [row.get(k) for k in TABLE_KEYS]
+
+
+def table_csv(paths: list[str]) -> str:
+    """What `fednet report` prints, as CSV: a line per run folder, and per setting of each sweep
+    folder (best = 1 on each method's best setting, which carries the comparison with the
+    sweep's baseline)."""
+    from fednet.metrics import sweep_table as T
+    from fednet.metrics.report import load_summary
+
+    rows: list[list[Any]] = []
+    for p in paths:
+        if (Path(p) / "sweep.json").is_file():
+            spec, recs = T.load_sweep(Path(p))
+            rows += sweep_rows(p, spec, T.evaluate(spec, recs))
+        else:
+            rows.append(_run_row(p, load_summary(p)))
+    return _write(TABLE_KEYS, rows)
+
+
+def sweep_rows(src: str, spec: dict[str, Any], result: dict[str, Any]) -> list[list[Any]]:
+    """A sweep's lines of table_csv, from its evaluated result (sweep_table.evaluate)."""
+    best = {(b["method"], b["text"]): b for b in result["best"]}
+    return [_setting_row(src, spec, best.get((s["method"], s["text"]), s),
+                         (s["method"], s["text"]) in best) for s in result["settings"]]
+
+
+def _curve(src: str, method: str, setting: str, seed: Any, status: Any,
+           rows: list[dict[str, Any]]) -> list[list[Any]]:
+    out, tot = [], [0, 0, 0]
+    for r in rows:
+        b = r.get("bytes_round") or {}
+        for i, k in enumerate(("server_to_client", "client_to_server", "client_to_client")):
+            tot[i] += b.get(k, 0) or 0
+        out.append([src, method, setting, seed, status, r.get("round"), r.get("accuracy"),
+                    r.get("loss"), r.get("sim_s"), r.get("wall_s"), sum(tot), *tot])
+    return out
+
+
+def curves_csv(paths: list[str]) -> str:
+    """Every round of every run folder and of every finished cell of each sweep folder
+    (cumulative bytes), one line each: the data behind `--plot`."""
+    from fednet.metrics import sweep_table as T
+    from fednet.metrics.report import run_info
+
+    rows: list[list[Any]] = []
+    for p in paths:
+        if (Path(p) / "sweep.json").is_file():
+            _, recs = T.load_sweep(Path(p))
+            for r in recs:
+                rows += _curve(p, r["method"], T.setting_text(r["setting"]), r["seed"],
+                               r["status"], read_rows(Path(p) / r["folder"]))
+        else:
+            folder = Path(p) if Path(p).is_dir() else Path(p).parent
+            info = run_info(folder)
+            s = T.read_summary(folder) or {}
+            rows += _curve(p, info.get("algorithm", ""), "-", info.get("seed", ""),
+                           s.get("status", "running"), read_rows(folder))
+    return _write(CURVE_KEYS, rows)
