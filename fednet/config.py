@@ -111,6 +111,7 @@ class RunConfig:
     out: str = ""
     plugins: tuple[str, ...] = ()  # --plugin modules (dotted names or .py paths) the run imports
     tuned: tuple[str, ...] = ()  # "key=value" the algorithm's tuned defaults set (registry.tuned)
+    track: tuple[str, ...] = ()  # --track: tensorboard[:DIR], mlflow[:URI] (metrics/tracking.py)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
@@ -119,14 +120,14 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (msgpack- and TOML-friendly)."""
-        return {**asdict(self), "gpus": list(self.gpus), "plugins": list(self.plugins),
-                "tuned": list(self.tuned)}
+        return {**asdict(self), **{k: list(getattr(self, k)) for k in _LISTS}}
 
     def replace(self, **overrides: Any) -> RunConfig:
         """A copy with dotted-key overrides, e.g. replace(**{"train.lr": 0.1})."""
         return from_dict(merge(self.to_dict(), overrides))
 
 
+_LISTS = ("gpus", "plugins", "tuned", "track")  # the top-level lists (tuples in RunConfig)
 _SECTIONS = {"data": DataConfig, "train": TrainConfig, "algo": AlgoConfig, "net": NetConfig,
              "latency": LatencyConfig}
 
@@ -145,7 +146,7 @@ def _build(cls: type, d: dict[str, Any], where: str) -> Any:
         if f.name in _SECTIONS and cls is RunConfig:
             _need(isinstance(v, dict), f"'[{f.name}]' must be a table in the configuration")
             v = _build(_SECTIONS[f.name], v, f"{f.name}.")
-        elif f.name in ("gpus", "plugins", "tuned"):
+        elif f.name in _LISTS:
             t = int if f.name == "gpus" else str
             _need(isinstance(v, (list, tuple)) and all(params.fits(x, t) for x in v),
                   f"'{f.name}' must be a list of {'integers' if t is int else 'strings'} (got {v!r})")
@@ -190,10 +191,8 @@ def load_toml(path: str | Path) -> dict[str, Any]:
 
 
 def to_toml(cfg: RunConfig) -> str:
-    """The resolved configuration as TOML text, readable back with --config.
-
-    `out` is left out: a run's config.toml reused with --config must not write into that run's
-    folder (the results folder comes from --out or is a fresh runs/<stamp>-<algo>/)."""
+    """The resolved configuration as TOML text, readable back with --config; without `out`: a run's
+    config.toml reused with --config must not write into that run's folder (--out chooses)."""
     import tomli_w
 
     d = cfg.to_dict()

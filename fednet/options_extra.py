@@ -76,6 +76,10 @@ def load_plugins(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     return value
 
 
+TRACK_HELP = ("Also log the run to TensorBoard or MLflow (repeatable): tensorboard[:DIR] (event "
+              "files; default OUT/tensorboard) or mlflow[:URI] (default MLFLOW_TRACKING_URI, "
+              "else MLflow's own; experiment MLFLOW_EXPERIMENT_NAME, else fednet). Needs pip "
+              "install 'fednet[tensorboard]' or 'fednet[mlflow]'.")
 OPTIONS: list[Callable[[Any], Any]] = [
     click.option("--compress", metavar="SPEC",
                  help="How the clients' results travel: none, fp16, int8 (8-bit per tensor), "
@@ -124,6 +128,7 @@ OPTIONS: list[Callable[[Any], Any]] = [
                  help="Import this module (a dotted name or a .py file) first: it registers "
                       "algorithms, models or datasets (repeatable; recorded in config.toml). "
                       "Installed plugins (entry points) load by themselves; see `fednet plugins`."),
+    click.option("--track", multiple=True, metavar="TOOL[:WHERE]", help=TRACK_HELP),
 ]
 
 
@@ -145,6 +150,11 @@ def overrides(opts: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
         rate = parse_rate(opts["server_bandwidth"], "--server-bandwidth")
         over["latency.server_bandwidth"] = 0.0 if rate == float("inf") else rate
     over.update(_natural_partition(opts, base))
+    if opts.get("track"):
+        from fednet.metrics.tracking import check
+
+        check(opts["track"])
+        over["track"] = list(opts["track"])
     given = list(opts.get("plugin") or ())
     if given:
         from fednet import plugins
@@ -209,7 +219,7 @@ HOST_PER_PROCESS = click.option("--clients-per-process", "per_process", type=Per
 
 
 RESUME_MAY_CHANGE = ("rounds", "net.", "gpus", "train.threads", "plugins", "data.data_root",
-                     "data.download", "out")
+                     "data.download", "out", "track")
 """What a --resume may set anew: more rounds, and where and how the run's processes run."""
 
 

@@ -113,6 +113,7 @@ class Run:
                 driver.error = getattr(driver, "error", "") or why  # summary.json's error
         if not self.is_started and self.session is not None:
             self.session.history.close()
+            self.session.tracking.end(None, self.session.out)
         self._stack.__exit__(et, e, tb)
         return False  # the exception, if any, goes on to the caller
 

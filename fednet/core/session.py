@@ -22,6 +22,7 @@ from fednet.metrics.accounting import Ledger
 from fednet.metrics.files import OutputError, atomic_file
 from fednet.metrics.history import History, resolve_out
 from fednet.metrics.progress import Progress
+from fednet.metrics.tracking import Tracking
 from fednet.errors import ConfigError
 from fednet.core import checkpoint
 from fednet.core.arrivals import Arrivals
@@ -82,7 +83,11 @@ class Session:
         self.resumed_clients: checkpoint.ClientStates = {}  # fednet local --resume: per client
         self.client_view: Callable[[], checkpoint.ClientStates] | None = None  # set by local
         state = self._resume_state() if resume else None
+        self.tracking = Tracking(cfg.track, self.out, {k: v for k, v in cfg.to_dict().items()
+                                                       if k != "out"}, state["rows"] if state else 0)
         self.history = History(self.out, cfg, keep_rows=state["rows"] if state else -1)
+        self.tracking.start()
+        self.history.listeners.append(self.tracking.row)
         self.progress = Progress(cfg.rounds, quiet=quiet)
         if cfg.tuned and state is None:
             self.progress.message(f"{cfg.algo.name} on {d.partition}: tuned defaults "
@@ -191,6 +196,7 @@ class Session:
                 raise
             except Exception:  # plots are a convenience; a failure must not lose the results
                 log.exception("could not draw the plots for %s", self.out)
+        self.tracking.end(summary, self.out)
         return summary
 
 

@@ -20,8 +20,8 @@ from fednet.metrics.files import (OutputError, clean_json, make_dir, remove, wri
 # What a run writes into its folder; a fresh run in an existing folder (--overwrite) removes the
 # previous run's files first, so that nothing stale (a checkpoint, a summary) is left beside it.
 RESULT_FILES = ("summary.json", "clients.jsonl", "final_model.npz", "accuracy_vs_round.png",
-                "accuracy_vs_sim_time.png", "accuracy_vs_bytes.png")
-CHECKPOINT_DIRS = ("checkpoint", "checkpoint.old", "checkpoint.tmp")
+                "accuracy_vs_sim_time.png", "accuracy_vs_bytes.png", "mlflow.json")
+RESULT_DIRS = ("checkpoint", "checkpoint.old", "checkpoint.tmp", "tensorboard")
 
 
 def default_out(cfg: RunConfig) -> Path:
@@ -62,7 +62,7 @@ def check_out(out: Path, resume: bool, overwrite: bool) -> None:
 def _clear_previous_run(out: Path) -> None:
     for name in RESULT_FILES:
         remove(out / name)
-    for name in CHECKPOINT_DIRS:
+    for name in RESULT_DIRS:
         if (out / name).is_dir():
             try:
                 shutil.rmtree(out / name)
@@ -78,6 +78,7 @@ class History:
         self.out = out
         self.rows: list[dict[str, Any]] = []
         self._fh: IO[str] | None = None
+        self.listeners: list[Any] = []  # called with each row once it is on disk (--track)
         if out is None:
             return
         make_dir(out)
@@ -108,6 +109,8 @@ class History:
             except OSError as e:
                 self._drop_file()
                 raise OutputError(self.out / "metrics.jsonl", e) from None  # type: ignore[operator]
+        for listen in self.listeners:
+            listen(row)
 
     def summary(self, data: dict[str, Any]) -> None:
         """Write summary.json (atomically); may be called again as the run goes."""

@@ -1,0 +1,141 @@
+"""--track against the real tools: a real MLflow tracking server started here on 127.0.0.1
+(sqlite backend, served artifacts) read back through MLflow's client, and TensorBoard event files
+read back with tensorboard's own reader; a resumed run continues its MLflow run and its
+TensorBoard history; a server that cannot be reached is an error that leaves nothing behind."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import SMALL, fednet_cmd
+
+mlflow = pytest.importorskip("mlflow")
+pytest.importorskip("tensorboard")
+
+pytestmark = [pytest.mark.net, pytest.mark.slow]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """`mlflow server` on 127.0.0.1 with a sqlite store; its URI once /health answers."""
+    root = tmp_path_factory.mktemp("mlflow")
+    port = _free_port()
+    exe = [sys.executable, "-m", "mlflow", "server"]
+    proc = subprocess.Popen(exe + ["--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+                                   "--backend-store-uri", f"sqlite:///{root}/store.db",
+                                   "--artifacts-destination", str(root / "artifacts")],
+                            stdout=open(root / "server.log", "wb"), stderr=subprocess.STDOUT)
+    uri = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            urllib.request.urlopen(uri + "/health", timeout=2).read()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail("mlflow server did not start: "
+                            + (root / "server.log").read_text()[-2000:])
+            time.sleep(0.5)
+    yield uri
+    proc.terminate()
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def _fednet(*args: str, env: dict | None = None, check: bool = True):
+    r = subprocess.run(fednet_cmd() + list(args), capture_output=True, text=True, timeout=600,
+                       env={**os.environ, **(env or {})})
+    if check:
+        assert r.returncode == 0, r.stderr[-3000:]
+    return r
+
+
+def _rows(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def _run_of(uri: str, out: Path):
+    from mlflow.tracking import MlflowClient
+
+    c = MlflowClient(uri)
+    run_id = json.loads((out / "mlflow.json").read_text())["run_id"]
+    return c, c.get_run(run_id)
+
+
+def test_launch_logs_params_metrics_artifacts_and_status_to_mlflow(mlflow_server, tmp_path):
+    out = tmp_path / "run"
+    _fednet("launch", *SMALL, "--rounds", "3", "--lr", "0.1", "--out", str(out),
+            "--track", f"mlflow:{mlflow_server}", env={"MLFLOW_EXPERIMENT_NAME": "fednet-test"})
+    c, run = _run_of(mlflow_server, out)
+    assert run.info.status == "FINISHED" and run.info.run_name == "run"
+    assert c.get_experiment(run.info.experiment_id).name == "fednet-test"
+    assert run.data.params["train.lr"] == "0.1" and run.data.params["algo.name"] == "fedavg"
+    assert run.data.tags["fednet.status"] == "completed"
+    rows = _rows(out)
+    acc = c.get_metric_history(run.info.run_id, "accuracy")
+    assert [(m.step, m.value) for m in sorted(acc, key=lambda m: m.step)] == [
+        (r["round"] + 1, r["accuracy"]) for r in rows]
+    up = c.get_metric_history(run.info.run_id, "bytes_round/client_to_server")
+    assert sorted(m.value for m in up) == sorted(float(r["bytes_round"]["client_to_server"])
+                                                 for r in rows)
+    summary = json.loads((out / "summary.json").read_text())
+    assert run.data.metrics["final_accuracy"] == summary["final_accuracy"]
+    names = {a.path for a in c.list_artifacts(run.info.run_id)}
+    assert {"summary.json", "config.toml", "metrics.jsonl", "accuracy_vs_round.png"} <= names
+    got = Path(c.download_artifacts(run.info.run_id, "summary.json", str(tmp_path)))
+    assert got.read_bytes() == (out / "summary.json").read_bytes()
+
+
+def test_a_resumed_run_continues_its_mlflow_run_and_its_tensorboard_history(mlflow_server,
+                                                                           tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "run"
+    track = ["--track", f"mlflow:{mlflow_server}", "--track", "tensorboard"]
+    _fednet("local", *SMALL, "--checkpoint-every", "1", "--out", str(out), *track)
+    first = json.loads((out / "mlflow.json").read_text())["run_id"]
+    _fednet("local", "--resume", str(out), "--rounds", "4", "-q", *track)
+    c, run = _run_of(mlflow_server, out)
+    assert run.info.run_id == first and run.info.status == "FINISHED"
+    rows = _rows(out)
+    steps = sorted(m.step for m in c.get_metric_history(run.info.run_id, "accuracy"))
+    assert steps == [1, 2, 3, 4] and len(rows) == 4
+    ea = EventAccumulator(str(out / "tensorboard"))
+    ea.Reload()
+    acc = ea.Scalars("accuracy")
+    assert [e.step for e in acc] == [1, 2, 3, 4]  # one history across the two segments
+    assert [e.value for e in acc] == pytest.approx([r["accuracy"] for r in rows], rel=1e-6)
+    sent = ea.Scalars("bytes_round/server_to_client")
+    assert [e.value for e in sent] == [r["bytes_round"]["server_to_client"] for r in rows]
+    assert "summary/text_summary" in ea.Tags()["tensors"]
+
+
+def test_an_unreachable_tracking_server_is_an_error_that_leaves_nothing(tmp_path):
+    out = tmp_path / "run"
+    r = _fednet("local", *SMALL, "--out", str(out), "--track", f"mlflow:http://127.0.0.1:{_free_port()}",
+                check=False)
+    assert r.returncode == 2
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("fednet: error: --track mlflow:http://127.0.0.1:") and \
+        "is the tracking server running" in last
+    assert not out.exists()
+    bad = _fednet("local", *SMALL, "--out", str(out), "--track", "wandb", check=False)
+    assert bad.returncode == 2 and "--track 'wandb': expected tensorboard[:DIR] or mlflow[:URI]" \
+        in bad.stderr
