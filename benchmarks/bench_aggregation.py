@@ -36,7 +36,7 @@ def _shapes(params: int) -> list[tuple[int, ...]]:
 def _sender(endpoint: str, cids: list[int], params: int, gap_s: float) -> None:
     from fednet.protocol import encode
     from fednet.types import Task
-    from fednet.wire import result_message
+    from fednet.core.wire import result_message
 
     ctx = zmq.Context()
     for cid in cids:
@@ -66,7 +66,7 @@ def measure(mode: str, k: int, params: int, senders: int, gap_s: float, out: mp.
     from fednet.config import RunConfig
     from fednet.metrics.accounting import Ledger
     from fednet.transport.channels import Channel, bind_router
-    from fednet.wire import message_result
+    from fednet.core.wire import message_result
 
     algo = build(RunConfig().replace(clients=k))
     algo.setup({f"layer{i}": np.zeros(s, np.float32) for i, s in enumerate(_shapes(params))})

@@ -13,7 +13,7 @@ import json
 import time
 
 from fednet.config import RunConfig
-from fednet.inproc import run_local
+from fednet.core.inproc import run_local
 
 ALGOS = [("fedavg", {}), ("fedprox", {"mu": 0.01}), ("scaffold", {}), ("feddyn", {"alpha": 0.1}),
          ("feddyn", {"alpha": 0.1, "clip": 30.0})]

@@ -275,7 +275,7 @@ def copies_child(variant: str) -> None:
 
     from fednet.metrics.accounting import Ledger
     from fednet.models import build_model
-    from fednet.models.params import adopt_arrays, load_arrays, state_arrays
+    from fednet.models.arrays import adopt_arrays, load_arrays, state_arrays
     from fednet.protocol import Message, MsgKind, decode
     from fednet.protocol.frames import is_private
     from fednet.transport.channels import Channel

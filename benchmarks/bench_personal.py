@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from fednet.config import RunConfig
-from fednet.inproc import run_local
+from fednet.core.inproc import run_local
 
 SCENARIOS = {
     "iid": {"data.partition": "iid"},

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from fednet import latency  # noqa: E402
+from fednet.network import latency  # noqa: E402
 from fednet.config import RunConfig, from_dict  # noqa: E402
 
 # compute s/sample, RTT s, uplink, downlink: every client different, up != down
@@ -103,7 +103,7 @@ def sizes(entries: list[Any]) -> list[dict[str, Any]]:
 def analytic(route: list[int], profs: list[latency.Profile], samples: dict[int, int], t0: float,
              s: int, handoffs: list[int], r: int) -> tuple[list[float], float]:
     """(the model's arrival at each hop, the result's arrival at the server), by the formulas of
-    the module docstring, written out here rather than through latency.py."""
+    the module docstring, written out here rather than through network/latency.py."""
     p = profs[route[0]]
     a = t0 + (p.rtt_s / 2 + s / p.down_bps)
     hops = [a]
@@ -119,7 +119,7 @@ def analytic(route: list[int], profs: list[latency.Profile], samples: dict[int, 
 
 def run(runtime: str, workdir: Path) -> dict[str, Any]:
     """Run one runtime; returns its observed and analytic timelines and the summary."""
-    from fednet.inproc import run_local
+    from fednet.core.inproc import run_local
 
     trace = workdir / "trace.csv"
     trace.write_text(TRACE)

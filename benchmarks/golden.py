@@ -113,7 +113,7 @@ def command(algo: str) -> str:
 def config(algo: str, out: str):
     """The RunConfig that `fednet local <argv> --out OUT -q` builds."""
     from fednet.cli import RUN_DEFAULTS, local
-    from fednet.options import build_config
+    from fednet.cli.options import build_config
 
     ctx = local.make_context("local", [*argv(algo), "--out", out, "-q"])
     return build_config(ctx.params, dict(RUN_DEFAULTS, clients=10))  # as cli.local does
@@ -170,7 +170,7 @@ def client_arrays(dispatcher) -> tuple[dict[str, np.ndarray], dict[str, np.ndarr
 @contextlib.contextmanager
 def capture_dispatcher() -> Iterator[list]:
     """Record the InprocDispatcher that run_local creates (to read the clients afterwards)."""
-    import fednet.inproc as inproc
+    import fednet.core.inproc as inproc
 
     seen: list = []
     original = inproc.InprocDispatcher
@@ -239,7 +239,7 @@ def wire_bytes(rec: dict[str, Any]) -> int:
 def run(algo: str, out_dir: Path) -> dict[str, Any]:
     """One golden run into out_dir (which must not hold files); the record to pin."""
     from fednet.config import PERSONAL
-    from fednet.inproc import run_local
+    from fednet.core.inproc import run_local
 
     cfg = config(algo, str(out_dir))
     sessions: list = []

@@ -35,7 +35,7 @@ def _log(**ev: Any) -> None:
 
 def _patch() -> None:
     from fednet.algorithms import fedavg
-    from fednet.client import executor
+    from fednet.core import executor
     from fednet.protocol.frames import frame_bytes
     from fednet.server import app
     from fednet.transport import channels

@@ -82,7 +82,7 @@ def run(runtime: str = "local", quiet: bool = True, **kwargs: Any) -> Experiment
     option) for a bad value; a run that fails still returns (its summary says why)."""
     from fednet.cli import RUN_DEFAULTS
     from fednet.metrics.history import read_rows
-    from fednet.options import build_config, prepare_out
+    from fednet.cli.options import build_config, prepare_out
 
     if runtime not in ("local", "launch"):
         raise ConfigError(f"runtime={runtime!r}: choose 'local' or 'launch'")
@@ -99,7 +99,7 @@ def run(runtime: str = "local", quiet: bool = True, **kwargs: Any) -> Experiment
     clients = 10 if runtime == "local" else 100
     cfg = prepare_out(opts, build_config(opts, dict(RUN_DEFAULTS, clients=clients)))
     if runtime == "local":
-        from fednet.inproc import run_local
+        from fednet.core.inproc import run_local
 
         summary = run_local(cfg, quiet=quiet, resume=bool(opts.get("resume")))
     else:

@@ -23,7 +23,7 @@ def final_model(cfg: RunConfig, tmp_path, name: str):
     """Run cfg in-process into tmp_path/name; (summary, final model arrays)."""
     import numpy as np
 
-    from fednet.inproc import run_local
+    from fednet.core.inproc import run_local
 
     s = run_local(cfg.replace(out=str(tmp_path / name)), quiet=True)
     with np.load(tmp_path / name / "final_model.npz", allow_pickle=False) as z:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fednet.inproc import InprocDispatcher
+from fednet.core.inproc import InprocDispatcher
 from fednet.metrics.accounting import Ledger, direction
 from fednet.models import build_model, num_params
 from fednet.protocol import Message, MsgKind, encode

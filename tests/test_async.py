@@ -13,7 +13,7 @@ from fednet import algorithms
 from fednet.algorithms.asynchronous import staleness_weight
 from fednet.core.arrivals import Arrivals
 from fednet.core.session import Session
-from fednet.inproc import run_local
+from fednet.core.inproc import run_local
 from fednet.types import Failure, Result, Task
 from tests.conftest import small_config
 

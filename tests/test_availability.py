@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fednet.errors import ConfigError
-from fednet.inproc import run_local
+from fednet.core.inproc import run_local
 from fednet.network import availability as av
 from fednet.network.availability_trace import read_trace
 from fednet.network.churn import Churn, next_online_hop
@@ -278,7 +278,7 @@ def test_welcome_carries_whole_traces_only_to_algorithms_that_hand_off():
     own intervals only, so registration costs O(P) bytes, not O(P^2)."""
     from types import SimpleNamespace
 
-    from fednet import latency
+    from fednet.network import latency
     from fednet.network.availability import Trace
     from fednet.server.intake import Intake
 

@@ -8,11 +8,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fednet import latency
+from fednet.network import latency
 from fednet.algorithms import build
-from fednet.client.executor import Executor
-from fednet.inproc import InprocDispatcher, run_local
-from fednet.models.params import clone_arrays, state_arrays
+from fednet.core.executor import Executor
+from fednet.core.inproc import InprocDispatcher, run_local
+from fednet.models.arrays import clone_arrays, state_arrays
 from fednet.core.session import Session
 from fednet.types import Result, Task
 from tests.conftest import final_model, same_arrays, small_config

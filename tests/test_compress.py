@@ -11,7 +11,7 @@ from fednet.compress import CompressionError, decode_result, encode_result, pars
 from fednet.compress.client import RESIDUAL
 from fednet.config import validate
 from fednet.errors import ConfigError
-from fednet.inproc import run_local
+from fednet.core.inproc import run_local
 from tests.conftest import small_config
 
 SHAPES = {"conv.weight": (32, 16, 3, 3), "conv.bias": (32,), "fc.weight": (64, 128),

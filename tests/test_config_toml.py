@@ -7,7 +7,7 @@ import math
 import pytest
 
 from fednet.config import RunConfig, from_dict, load_toml, to_toml
-from fednet.options import _file_overrides, build_config
+from fednet.cli.options import _file_overrides, build_config
 
 AWKWARD_PARAMS = {
     "with space": 1,

@@ -7,7 +7,7 @@ import torch
 import zmq
 
 from fednet.metrics.accounting import Ledger
-from fednet.models.params import adopt_arrays, load_arrays, state_arrays
+from fednet.models.arrays import adopt_arrays, load_arrays, state_arrays
 from fednet.protocol import Message, MsgKind, decode, encode
 from fednet.protocol.frames import is_private
 from fednet.protocol.kinds import CHUNK_BYTES

@@ -7,7 +7,7 @@ import pytest
 from fednet.algorithms import build
 from fednet.algorithms.contract import ServerInfo
 from fednet.algorithms.factorized import cosine
-from fednet.inproc import InprocDispatcher
+from fednet.core.inproc import InprocDispatcher
 from fednet.core.session import Session
 from fednet.types import Result
 from tests.conftest import small_config

@@ -27,7 +27,7 @@ from fednet.models import (
     state_kinds,
 )
 from fednet.models.factorized import set_threshold
-from fednet.models.kinds import tag
+from fednet.models.param_kinds import tag
 
 
 def _g(seed: int = 0) -> torch.Generator:

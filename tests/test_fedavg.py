@@ -6,14 +6,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fednet import latency
+from fednet.network import latency
 from fednet.algorithms import build
 from fednet.algorithms.aggregate import weighted_mean
-from fednet.client.executor import Executor
-from fednet.models.params import clone_arrays, state_arrays
+from fednet.core.executor import Executor
+from fednet.models.arrays import clone_arrays, state_arrays
 from fednet.protocol import decode, encode
 from fednet.types import ClientInfo, Failure, Result
-from fednet.wire import task_message
+from fednet.core.wire import task_message
 from tests.conftest import small_config
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from fednet.errors import ConfigError
-from fednet.inproc import InprocDispatcher
+from fednet.core.inproc import InprocDispatcher
 from fednet.core.session import Session
 from tests.conftest import final_model, same_arrays, small_config
 

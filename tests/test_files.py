@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from fednet.cli import main
 from fednet.errors import ConfigError, FednetError
-from fednet.inproc import run_local
+from fednet.core.inproc import run_local
 from fednet.metrics.files import OutputError, write_json, write_text
 from tests.conftest import small_config
 
@@ -364,7 +364,7 @@ def test_old_config_with_out_is_read_and_out_comes_only_from_the_command_line(ru
 
 # ---- exit code follows the status ---------------------------------------------------------------
 def test_no_live_clients_is_exit_3_with_one_line(tmp_path, monkeypatch):
-    from fednet.inproc import InprocDispatcher
+    from fednet.core.inproc import InprocDispatcher
 
     monkeypatch.chdir(tmp_path)
     real = InprocDispatcher.alive_clients

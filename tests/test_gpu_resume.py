@@ -74,8 +74,8 @@ def _state_tensors(obj, out: list) -> list:
 def _local(cfg, **kw):
     """(summary, final model, the clients' state tensors) of a fednet local run, or None when
     it was stopped."""
-    import fednet.inproc as inproc
-    from fednet.inproc import run_local
+    import fednet.core.inproc as inproc
+    from fednet.core.inproc import run_local
 
     seen: list = []
     original = inproc.InprocDispatcher

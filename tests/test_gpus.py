@@ -38,7 +38,7 @@ def test_missing_gpu_fails_at_once_with_a_clear_message():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_client_trains_on_cuda(tmp_path):
-    from fednet.inproc import run_local
+    from fednet.core.inproc import run_local
     from tests.conftest import small_config
 
     s = run_local(small_config(gpus=[0], out=str(tmp_path)), quiet=True)

@@ -21,7 +21,7 @@ from fednet.server.inflight import (PROCESS_CAP, RESERVE_MODELS, RESERVE_SHARE, 
                                      process_cap, reserve_bytes)
 from fednet.transport.channels import Channel, Deferred
 from fednet.types import Task
-from fednet.wire import task_message
+from fednet.core.wire import task_message
 from tests.conftest import small_config
 
 

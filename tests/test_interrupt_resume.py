@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from fednet.algorithms import client_class, get, names
-from fednet.inproc import run_local
+from fednet.core.inproc import run_local
 from fednet.metrics.report import interrupt_note
 
 _SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "golden.py"

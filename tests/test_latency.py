@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from fednet import latency
+from fednet.network import latency
 from fednet.config import LatencyConfig
 from fednet.errors import ConfigError
-from fednet.latency import Profile
+from fednet.network.latency import Profile
 
 
 def test_presets_are_deterministic_per_seed():
@@ -127,14 +127,14 @@ def test_profile_dict_round_trip():
                                       ("500kbit", 62500.0), ("0", float("inf")),
                                       ("unlimited", float("inf"))])
 def test_parse_rate_units(text, bps):
-    from fednet.latency import parse_rate
+    from fednet.network.latency import parse_rate
     assert parse_rate(text, "--x") == bps
 
 
 @pytest.mark.parametrize("text,says", [("100Mbps", "ambiguous"), ("3 parsecs", "unknown unit"),
                                        ("-1", ">= 0"), ("fast", "is not a rate")])
 def test_parse_rate_refuses(text, says):
-    from fednet.latency import parse_rate
+    from fednet.network.latency import parse_rate
     with pytest.raises(ConfigError, match=says) as e:
         parse_rate(text, "--server-bandwidth")
     assert "--server-bandwidth" in str(e.value)
@@ -195,7 +195,7 @@ def test_a_trace_row_with_a_missing_or_extra_cell_is_refused(tmp_path, row, why)
     """Issue 24: a short row was read as down_bps = 0 (unlimited); an extra cell as 'unknown
     column(s) None'."""
     from fednet.errors import ConfigError
-    from fednet.latency import _from_file
+    from fednet.network.latency import _from_file
 
     p = tmp_path / "t.csv"
     p.write_text("compute_s_per_sample,rtt_s,up_bps,down_bps\n" + row + "\n")

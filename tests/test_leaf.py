@@ -134,7 +134,7 @@ def test_leaf_models():
 
 @pytest.mark.parametrize("name", ["femnist", "shakespeare", "sent140"])
 def test_fednet_local_runs_on_leaf(tmp_path, name):
-    from fednet.inproc import run_local
+    from fednet.core.inproc import run_local
     from tests.conftest import small_config
 
     write_leaf(tmp_path, name, users=4)

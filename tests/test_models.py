@@ -135,7 +135,7 @@ def test_state_and_load_arrays_work_for_a_cuda_model():
                                          ("pfedpara_digits", (1, 8, 8))])
 def test_a_kept_template_gives_independent_copies_with_the_same_weights_and_kinds(name, shape):
     from fednet.models import drop_templates, keep_template, param_kinds
-    from fednet.models.params import state_arrays
+    from fednet.models.arrays import state_arrays
 
     fresh = build_model(name, 10, shape, dataset="digits", seed=5)
     keep_template(name, 10, shape, dataset="digits", seed=5)

@@ -7,7 +7,7 @@ import torch
 
 from fednet.errors import ConfigError
 from fednet.models import FedSeqCNN, ResNet9, build_model, load_arrays, num_params, resolve_model, state_arrays
-from fednet.models.params import clone_arrays
+from fednet.models.arrays import clone_arrays
 
 
 def _x(b: int = 2, seed: int = 0) -> torch.Tensor:

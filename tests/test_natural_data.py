@@ -153,7 +153,7 @@ def test_natural_options_are_checked():
 
 
 def test_cli_takes_synthetic_settings_and_refuses_partitions():
-    from fednet.options import build_config
+    from fednet.cli.options import build_config
 
     cfg = build_config({"dataset": "synthetic-fedprox", "synthetic_alpha": 0.5,
                         "synthetic_beta": 0.5}, {})
@@ -175,7 +175,7 @@ def test_cli_takes_synthetic_settings_and_refuses_partitions():
 def test_fedavg_learns_synthetic_above_chance(tmp_path):
     """FedAvg on synthetic-fedprox(1,1), 30 clients (FedProx's setting), 4 rounds: well above
     chance (10%) and above always answering the test set's most common class."""
-    from fednet.inproc import run_local
+    from fednet.core.inproc import run_local
     from tests.conftest import small_config
 
     cfg = small_config(clients=30, rounds=4, seed=0, data={"dataset": "synthetic-fedprox",

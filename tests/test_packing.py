@@ -93,7 +93,7 @@ def test_model_bytes_of_resnet18_on_the_meta_device():
 
 @pytest.mark.parametrize("text,want", [("auto", 0), ("AUTO", 0), ("1", 1), ("12", 12)])
 def test_option_accepts_auto_or_a_number(text, want):
-    from fednet.options_extra import PerProcess
+    from fednet.cli.options_extra import PerProcess
 
     assert PerProcess().convert(text, None, None) == want
 
@@ -102,7 +102,7 @@ def test_option_accepts_auto_or_a_number(text, want):
 def test_option_refuses_anything_else(text):
     import click
 
-    from fednet.options_extra import PerProcess
+    from fednet.cli.options_extra import PerProcess
 
     with pytest.raises(click.BadParameter, match="auto or a number"):
         PerProcess().convert(text, None, None)

@@ -6,14 +6,14 @@ import pytest
 import torch
 from torch import nn
 
-from fednet import latency
+from fednet.network import latency
 from fednet.algorithms import build, build_client
 from fednet.algorithms.contract import ClientContext
 from fednet.algorithms.fedfomo import W_KEY, affinity_step, epsilon, fomo_weights, mix_weights
-from fednet.client.executor import Executor
+from fednet.core.executor import Executor
 from fednet.errors import ConfigError
-from fednet.inproc import run_local
-from fednet.models.params import clone_arrays, load_arrays, state_arrays
+from fednet.core.inproc import run_local
+from fednet.models.arrays import clone_arrays, load_arrays, state_arrays
 from fednet.training.local import batches, evaluate, train
 from fednet.types import ClientInfo, Result, Task
 from tests.conftest import small_config

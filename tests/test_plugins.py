@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from fednet import plugin_check, plugins
+from fednet import plugins
+from fednet.plugins import check as plugin_check
 from fednet.algorithms import registry
 from fednet.config import RunConfig
 from fednet.data import datasets
@@ -98,7 +99,7 @@ def test_the_run_names_its_plugins_and_a_built_in_run_none(plugin_file):
 
 
 def test_the_dataset_objective_drives_training_and_evaluation(plugin_file, tmp_path):
-    from fednet.inproc import run_local
+    from fednet.core.inproc import run_local
 
     ref = plugins.reference(str(plugin_file))
     plugins.load_modules([ref])
@@ -115,7 +116,7 @@ def test_the_dataset_objective_drives_training_and_evaluation(plugin_file, tmp_p
 
 def test_cli_plugin_option_comes_before_the_algorithm_check(plugin_file, tmp_path):
     from fednet.cli import local
-    from fednet.options import build_config
+    from fednet.cli.options import build_config
 
     ctx = local.make_context("local", ["--plugin", str(plugin_file), "--algo", "fedavg_toy",
                                        "--dataset", "toyset", "--out", str(tmp_path / "o")])
@@ -124,7 +125,7 @@ def test_cli_plugin_option_comes_before_the_algorithm_check(plugin_file, tmp_pat
 
 
 def test_toml_plugins_must_be_strings(tmp_path):
-    from fednet.options import _file_overrides
+    from fednet.cli.options import _file_overrides
 
     bad = tmp_path / "bad.toml"
     bad.write_text("plugins = [1]\n")

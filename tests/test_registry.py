@@ -14,7 +14,7 @@ from fednet.algorithms.params import declared
 from fednet.cli import main
 from fednet.config import ALGORITHMS, PERSONAL, eval_mode
 from fednet.errors import ConfigError
-from fednet.options import ALGO_OPTIONS, build_config
+from fednet.cli.options import ALGO_OPTIONS, build_config
 from tests.conftest import small_config
 
 
@@ -88,7 +88,7 @@ def test_the_per_algorithm_options_and_their_defaults_come_from_the_declarations
 
 
 def test_the_cli_imports_no_torch_to_check_a_configuration():
-    code = ("import sys; from fednet.options import build_config; "
+    code = ("import sys; from fednet.cli.options import build_config; "
             "build_config({'algo': 'fedfomo', 'params': ('m=3',)}, {}); "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -8,7 +8,7 @@ import pytest
 
 from fednet.algorithms.fedavg import FedAvgClient
 from fednet.algorithms.layout import layout_of, mismatch, vet
-from fednet.inproc import run_local
+from fednet.core.inproc import run_local
 from tests.conftest import small_config
 
 ORIG_RUN = FedAvgClient.run
@@ -81,7 +81,7 @@ def test_a_wrong_result_is_its_clients_failure_and_leaves_the_model_intact(tmp_p
 
 def test_a_result_with_no_weight_is_refused_and_the_model_kept(tmp_path, monkeypatch):
     """n = 0 from every client: each is a failure, the round keeps the previous model."""
-    from fednet.client import executor
+    from fednet.core import executor
 
     monkeypatch.setattr(executor.Executor, "num_examples", property(lambda self: 0),
                         raising=False)

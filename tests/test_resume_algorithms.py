@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from fednet.algorithms import client_class, names
-from fednet.inproc import run_local
+from fednet.core.inproc import run_local
 
 _SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "golden.py"
 _spec = importlib.util.spec_from_file_location("fednet_benchmarks_golden_resume", _SCRIPT)

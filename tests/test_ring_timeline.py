@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fednet import latency
+from fednet.network import latency
 from fednet.config import LatencyConfig
 
 _SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_ring_timeline.py"
@@ -52,7 +52,7 @@ def test_symmetric_profiles_give_down_delay_to_the_last_bit():
 
 
 def test_the_receiver_charges_the_senders_link_and_never_trusts_an_unknown_sender():
-    from fednet.client.executor import Executor
+    from fednet.core.executor import Executor
     from fednet.protocol import Message, MsgKind
     from tests.conftest import small_config
 

@@ -17,6 +17,8 @@ class FakeSession:
         self.driver = SimpleNamespace(status="running")
         self.progress = SimpleNamespace(message=lambda m: log.append(f"say {m}"))
         self.history = SimpleNamespace(close=lambda: log.append("history closed"))
+        self.tracking = SimpleNamespace(end=lambda summary, out: log.append("tracking ended"))
+        self.out = None
 
     def finish(self, clients, extra):
         self.log.append(f"finish {self.driver.status} {sorted(extra)}")
@@ -78,7 +80,7 @@ def test_a_run_that_never_started_writes_no_summary_and_stops_everything(tmp_pat
 
     with pytest.raises(ValueError):
         _run(log, fail, start=False, out=out)
-    assert log == ["history closed", "stop B", "stop A"]
+    assert log == ["history closed", "tracking ended", "stop B", "stop A"]
     assert not out.exists()
 
 

@@ -10,11 +10,11 @@ import pytest
 
 from fednet.errors import ConfigError
 from fednet.core.evaluate import Evaluator
-from fednet.inproc import run_local
+from fednet.core.inproc import run_local
 from fednet.metrics.report import summary_rows
 from fednet.network.deadline import Cutoff
 from fednet.network.serverlink import Flow, busy_seconds, fair_rates, share
-from fednet.options_extra import overrides
+from fednet.cli.options_extra import overrides
 from fednet.config import validate
 from fednet.types import Result
 from tests.conftest import small_config

@@ -80,9 +80,9 @@ def test_rows_gather_the_same_values_as_a_copy_and_behave_like_a_tensor():
 def test_clients_of_a_process_share_the_images_and_the_test_split(cached_root):
     """Several clients in one process (fednet local, --clients-per-process k): one copy of the
     train and test images, index views and shared test rows in every client."""
-    from fednet.client.executor import Executor
+    from fednet.core.executor import Executor
     from fednet.config import from_dict
-    from fednet.latency import Profile
+    from fednet.network.latency import Profile
 
     cfg = from_dict({"clients": 50, "seed": 3, "data": {"dataset": "synthetic-cifar10",
                                                           "partition": "shards"}})

@@ -88,7 +88,7 @@ def test_the_server_checkpoint_swap_keeps_the_clients_files(tmp_path):
 
 
 def _local(algo: str, out: Path, **kw):
-    from fednet.inproc import run_local
+    from fednet.core.inproc import run_local
     from tests.test_resume_algorithms import golden
 
     with golden.capture_dispatcher() as seen:
@@ -119,7 +119,7 @@ def test_stateful_clients_live_in_the_store_and_a_store_that_cannot_be_written_l
     def full(*a, **k):
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(sf.StateStore, "put", full)
-    monkeypatch.setattr("fednet.client.executor._STORE_WARNED", False)
+    monkeypatch.setattr("fednet.core.executor._STORE_WARNED", False)
     s2, m2, exs = _local(algo, tmp_path / "full")
     assert sorted(exs.built) == [0, 1, 2, 3]  # the objects hold the state now
     assert m1.keys() == m2.keys() and all(np.array_equal(m1[k], m2[k]) for k in m1)

@@ -10,8 +10,8 @@ from fednet.cli import local
 from fednet.errors import ConfigError
 from fednet.metrics import sweep_table as T
 from fednet.metrics.export import cells_csv
-from fednet.sweep import Options, _flags, prepare
-from fednet.sweep_grid import parse_grid, plan
+from fednet.sweep.runner import Options, _flags, prepare
+from fednet.sweep.grid import parse_grid, plan
 
 FLAGS = _flags(local)
 

@@ -15,7 +15,7 @@ from scipy import stats as sps
 from fednet.cli import main
 from fednet.metrics import sweep_table as T
 from fednet.metrics.plots import _label, _series
-from fednet.metrics.stats import fmt_p, fmt_versus, mean_ci, versus
+from fednet.metrics.intervals import fmt_p, fmt_versus, mean_ci, versus
 from tests.test_progress_report import _run
 
 

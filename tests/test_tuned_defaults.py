@@ -10,7 +10,7 @@ from fednet.algorithms.common import evaluate_own
 from fednet.algorithms.contract import ClientContext
 from fednet.algorithms.registry import REGISTRY
 from fednet.config import RunConfig
-from fednet.options import build_config
+from fednet.cli.options import build_config
 
 
 def _cfg(**opts):

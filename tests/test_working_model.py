@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fednet import latency
-from fednet.client.executor import Executor, share_working_models
+from fednet.network import latency
+from fednet.core.executor import Executor, share_working_models
 from fednet.models import state_arrays
 from tests.conftest import small_config
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from fednet.algorithms.grouping.names import APPROXIMATORS, GROUPINGS, MEASURES, PROBABILITY_ONLY
 from fednet.algorithms.params import param
-from fednet.algorithms.registry import Spec, register
+from fednet.algorithms.spec import Spec, register
 
 A = "fednet.algorithms."
 

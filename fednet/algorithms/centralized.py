@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from fednet.algorithms.contract import ClientContext, ClientUpdate, Strategy
-from fednet.models.params import load_arrays, state_arrays
+from fednet.models.arrays import load_arrays, state_arrays
 from fednet.training.local import train
 from fednet.training.optim import spec_of
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task

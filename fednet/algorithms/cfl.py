@@ -32,8 +32,8 @@ import numpy as np
 from fednet.algorithms.common import round_metrics, usable
 from fednet.algorithms.contract import ClientContext, ClientUpdate, Model, ServerState, Strategy
 from fednet.algorithms.layout import Layout
-from fednet.algorithms.local import local_sgd
-from fednet.models.params import clone_arrays, load_arrays, state_arrays
+from fednet.algorithms.updates import local_sgd
+from fednet.models.arrays import clone_arrays, load_arrays, state_arrays
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 
 

@@ -26,11 +26,11 @@ from fednet.algorithms.aggregate import weighted_mean
 from fednet.algorithms.common import round_metrics, usable
 from fednet.algorithms.contract import ClientContext, ClientUpdate, Model, ServerState, Strategy
 from fednet.algorithms.layout import Layout
-from fednet.algorithms.local import local_sgd
+from fednet.algorithms.updates import local_sgd
 from fednet.config import RunConfig
 from fednet.errors import ConfigError
 from fednet.models.factorized import l1_penalty
-from fednet.models.params import load_arrays, state_arrays
+from fednet.models.arrays import load_arrays, state_arrays
 from fednet.training.hooks import clip_norm
 from fednet.training.optim import OptimizerState
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task

@@ -9,9 +9,9 @@ from typing import Any
 from fednet.algorithms.aggregate import StreamingMean
 from fednet.algorithms.common import finite, round_metrics
 from fednet.algorithms.contract import ClientContext, ClientUpdate, Strategy
-from fednet.algorithms.local import Plain, Prox
+from fednet.algorithms.updates import Plain, Prox
 from fednet.config import RunConfig
-from fednet.models.params import state_arrays
+from fednet.models.arrays import state_arrays
 from fednet.types import Arrays, Failure, Result, Task
 
 log = logging.getLogger("fednet.server")

@@ -11,7 +11,7 @@ import numpy as np
 from fednet.algorithms.common import round_metrics
 from fednet.algorithms.contract import Model, ServerState
 from fednet.algorithms.fedavg import FedAvg, FedAvgClient
-from fednet.algorithms.local import Dyn, DynState
+from fednet.algorithms.updates import Dyn, DynState
 from fednet.config import RunConfig
 from fednet.types import Arrays, Failure, Result
 

@@ -22,10 +22,10 @@ from fednet.algorithms.feddyn import dyn_update
 from fednet.algorithms.grouping import approximators as approx
 from fednet.algorithms.layout import Layout
 from fednet.algorithms.grouping import superclients as sc
-from fednet.algorithms.local import DynState, local_sgd, rule
+from fednet.algorithms.updates import DynState, local_sgd, rule
 from fednet.config import RunConfig
 from fednet.errors import ConfigError
-from fednet.models.params import load_arrays, state_arrays
+from fednet.models.arrays import load_arrays, state_arrays
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 
 

@@ -23,8 +23,8 @@ from typing import Any
 import torch
 
 from fednet.algorithms.contract import ClientContext, ClientUpdate
-from fednet.algorithms.local import trainable
-from fednet.models.params import clone_arrays, load_arrays, state_arrays
+from fednet.algorithms.updates import trainable
+from fednet.models.arrays import clone_arrays, load_arrays, state_arrays
 from fednet.training.local import batches
 from fednet.types import Arrays, Task
 

@@ -3,68 +3,23 @@
 A Spec names the algorithm's server half (a Strategy) and client half (a ClientUpdate) as
 "module:Class" strings, imported on first use: the registry itself imports no torch, so the CLI
 derives its choices, options and checks from it at once. The built-in algorithms register in
-catalog.py; a plugin calls register(Spec(...)) the same way (fednet/plugins.py: the installed
+catalog.py; a plugin calls register(Spec(...)) the same way (fednet/plugins/__init__.py: the installed
 `fednet.algorithms` entry points are loaded the first time a name is looked up or listed).
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import importlib
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fednet import plugins
 from fednet.algorithms import params as P
+from fednet.algorithms.spec import REGISTRY, Spec, register  # noqa: F401  (the registry's API)
 from fednet.errors import ConfigError
 
 if TYPE_CHECKING:
     from fednet.algorithms.contract import ClientUpdate, Strategy
     from fednet.config import RunConfig
-
-
-@dataclass(frozen=True)
-class Spec:
-    """One algorithm: its name, its two halves, its parameters and its defaults."""
-
-    name: str
-    summary: str                   # one line for --help and the docs
-    server: str                    # "module:Class" of its Strategy (the server half)
-    client: str                    # "module:Class" of its ClientUpdate (the client half)
-    params: type = P.NoParams      # a frozen dataclass of param() fields
-    personalized: bool = False     # clients evaluate their own models (eval auto -> clients)
-    models: dict[str, str] = field(default_factory=dict)  # dataset (or "*") -> --model auto
-    # its routes hand models from client to client (rings): every client needs every client's
-    # link and availability; False: a client is sent only its own (a latency or availability
-    # trace then no longer travels whole in every WELCOME: O(P^2) bytes for P clients)
-    handoffs: bool = True
-    # partition (or "*") -> dotted config keys and values that replace the global defaults when
-    # the run does not set them itself (options, --config file): docs/algorithms.md §0.2
-    tuned: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def tuned_for(self, partition: str) -> dict[str, Any]:
-        """The tuned defaults for a partition ("*" first, then the partition's own)."""
-        return {**self.tuned.get("*", {}), **self.tuned.get(partition, {})}
-
-    def parse(self, raw: dict[str, Any]) -> Any:
-        """The typed parameters from raw values (ConfigError naming a wrong one)."""
-        return P.parse(self.params, raw, self.name)
-
-
-REGISTRY: dict[str, Spec] = {}
-
-
-def register(spec: Spec) -> Spec:
-    """Add an algorithm (a name registered twice is an error)."""
-    if spec.name in REGISTRY:
-        raise ValueError(f"algorithm {spec.name!r} is registered twice")
-    P.declared(spec.params)  # the declarations are checked now, not at the first run
-    own = dataclasses.replace(spec, server=plugins.own_ref(spec.server),
-                              client=plugins.own_ref(spec.client))  # a .py plugin's own classes
-    spec = own if (own.server, own.client) != (spec.server, spec.client) else spec
-    REGISTRY[spec.name] = spec
-    plugins.provide("algorithm", spec.name)
-    return spec
 
 
 def with_plugins() -> dict[str, Spec]:

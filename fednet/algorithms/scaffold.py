@@ -13,8 +13,8 @@ from fednet.algorithms.common import round_metrics
 from fednet.algorithms.contract import ClientContext, ClientUpdate, Model, ServerState
 from fednet.algorithms.fedavg import FedAvg
 from fednet.algorithms.layout import Layout
-from fednet.algorithms.local import local_sgd, trainable
-from fednet.models.params import clone_arrays, load_arrays, state_arrays
+from fednet.algorithms.updates import local_sgd, trainable
+from fednet.models.arrays import clone_arrays, load_arrays, state_arrays
 from fednet.training import hooks
 from fednet.training.local import batches
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task

@@ -7,7 +7,7 @@ from typing import Any
 
 from fednet.algorithms.contract import ClientContext, ClientUpdate, Strategy
 from fednet.algorithms.layout import Layout
-from fednet.algorithms.local import local_sgd
+from fednet.algorithms.updates import local_sgd
 from fednet.config import RunConfig
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 

@@ -10,13 +10,13 @@ from typing import Any
 import torch
 import zmq
 
-from fednet.client.executor import Executor, num_examples, welcome_config, welcome_tables
+from fednet.core.executor import Executor, num_examples, welcome_config, welcome_tables
 from fednet.client.inbox import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Inbox  # noqa: F401 (host.py)
 from fednet.client.peers import PeerChainBroken, Peers, to_server
 from fednet.compress import parse as compression
-from fednet.latency import Profile, up_delay, wire_time
+from fednet.network.latency import Profile, up_delay, wire_time
 from fednet.metrics.accounting import SERVER, Ledger
-from fednet.plugin_check import checked_welcome
+from fednet.plugins.check import checked_welcome
 from fednet.protocol import Message, MsgKind, tensor_bytes
 from fednet.protocol.proof import gate_password, peer_key
 from fednet.training import interrupt
@@ -24,7 +24,7 @@ from fednet.client.link import ServerLink, server_setup
 from fednet.transport.channels import Channel, Deferred, sub_frame
 from fednet.transport.gate import Gate
 from fednet.types import client_name
-from fednet.wire import failure_message
+from fednet.core.wire import failure_message
 
 log = logging.getLogger("fednet.client")
 

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from fednet.client.executor import num_examples, welcome_config, welcome_tables
+from fednet.core.executor import num_examples, welcome_config, welcome_tables
 from fednet.errors import ConfigError
-from fednet.latency import COLUMNS, Profile
-from fednet.plugin_check import checked_welcome
+from fednet.network.latency import COLUMNS, Profile
+from fednet.plugins.check import checked_welcome
 from fednet.protocol import Message, MsgKind
 from fednet.protocol.proof import hellos_proof, process_secret
 

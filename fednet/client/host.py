@@ -24,7 +24,7 @@ import zmq
 
 from fednet.client.app import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Client
 from fednet.client.enroll import Enroll
-from fednet.client.executor import share_working_models
+from fednet.core.executor import share_working_models
 from fednet.client.link import ServerLink, ids_text, register, server_setup
 from fednet.errors import ConfigError
 from fednet.platform.proc import check_files_per_process

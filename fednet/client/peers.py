@@ -26,7 +26,7 @@ from fednet.transport.monitor import open_monitor, stop_monitor
 from fednet.compress import Spec
 from fednet.compress.downlink import for_peer
 from fednet.types import client_name
-from fednet.wire import ack_message, handoff_message, hop_done_message
+from fednet.core.wire import ack_message, handoff_message, hop_done_message
 
 log = logging.getLogger("fednet.client.peers")
 

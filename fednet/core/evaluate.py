@@ -8,8 +8,8 @@ from fednet.algorithms import model_name
 from fednet.data import load_dataset, natural, run_test_split
 from fednet.models import build_model
 from fednet.models.factorized import matching_layer
-from fednet.models.kinds import state_kinds
-from fednet.models.params import clone_arrays, load_arrays, state_arrays, state_nbytes
+from fednet.models.param_kinds import state_kinds
+from fednet.models.arrays import clone_arrays, load_arrays, state_arrays, state_nbytes
 from fednet.platform.malloc import reuse_freed_memory
 from fednet.training.local import evaluate
 from fednet.training.objective import get_objective

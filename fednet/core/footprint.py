@@ -14,7 +14,7 @@ def model_bytes(cfg: RunConfig) -> int:
     import torch
 
     from fednet.models import build_model
-    from fednet.models.params import state_nbytes
+    from fednet.models.arrays import state_nbytes
 
     d = cfg.data
     ds = load_dataset(d.dataset, d.data_root or None, d.download)

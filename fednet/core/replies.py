@@ -9,13 +9,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from fednet import latency
+from fednet.network import latency
 from fednet.algorithms.layout import Layout, vet
 from fednet.compress import CompressionError, Spec, decode_result
-from fednet.latency import Profile
+from fednet.network.latency import Profile
 from fednet.protocol import Message, MsgKind
 from fednet.types import Arrays, Failure, Result, Task
-from fednet.wire import message_failure, message_result
+from fednet.core.wire import message_failure, message_result
 
 log = logging.getLogger("fednet.server")
 
@@ -44,7 +44,7 @@ def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile],
         log.warning("round %d: the result of client %d (task %d) was refused: %s", msg.round,
                     cid, msg.task_id, why)
         return Failure(res.task_id, res.round, cid, f"result refused: {why}", arrival)
-    res.sent, res.nbytes = msg.sim_time, nbytes  # for the shared server link (network/rounds.py)
+    res.sent, res.nbytes = msg.sim_time, nbytes  # for the shared server link (network/step.py)
     return res
 
 

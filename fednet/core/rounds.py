@@ -19,7 +19,7 @@ from fednet.metrics.accounting import Ledger
 from fednet.metrics.history import History
 from fednet.metrics.progress import Progress
 from fednet.network.churn import Churn
-from fednet.network.rounds import Network
+from fednet.network.step import Network
 from fednet.types import ClientInfo, Failure, Result, Task
 
 log = logging.getLogger("fednet.server")

@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from fednet import algorithms, latency
+from fednet import algorithms
+from fednet.network import latency
 from fednet.algorithms.contract import ServerInfo
 from fednet.algorithms.state import Shapes
 from fednet.compress import parse as compression
@@ -30,8 +31,8 @@ from fednet.core.evaluate import Evaluator
 from fednet.core.rounds import RoundDriver
 from fednet.network import availability
 from fednet.network.churn import Churn
-from fednet.network.rounds import Network
-from fednet.wire import task_size
+from fednet.network.step import Network
+from fednet.core.wire import task_size
 from fednet.types import ClientInfo, Task
 
 log = logging.getLogger("fednet")
@@ -46,16 +47,7 @@ class Session:
         self.local = local  # fednet local: the clients' state goes into the checkpoint
         self.run_id = uuid.uuid4().hex
         d = cfg.data
-        ds = load_dataset(d.dataset, d.data_root or None, d.download)
-        self.parts = run_partition(ds, d, cfg.clients, cfg.seed)  # natural: built when asked for
-        if ds.natural is not None:  # statistics of a bounded sample of the population
-            self.stats, self.histograms, label_hist = natural.summary(ds, d, cfg.clients, cfg.seed)
-            if eval_mode(cfg) == "clients":
-                natural.check_own_tests(ds, cfg.clients)
-        else:
-            self.stats = partition_summary(self.parts, ds.train_y, ds.num_classes)
-            self.histograms = [label_histogram(ds.train_y[p], ds.num_classes) for p in self.parts]
-            label_hist = np.array(self.histograms)
+        ds, label_hist = self._partition(cfg)
         self.profiles = latency.profiles(cfg.latency, cfg.clients, cfg.seed)
         self.availability = availability.build(cfg.latency.availability, cfg.clients, cfg.seed)
         self.algo = algorithms.build(cfg)  # the server half
@@ -65,14 +57,7 @@ class Session:
         self.update_results = client.sends_updates  # results are updates: no reference
         down = compression(cfg.net.compress_down, down=True)
         self.handoff_codec = compression(cfg.net.compress_handoff, "--compress-handoff")
-        if self.compress.on and self.handoffs:  # the last hop's reference is not the server's
-            raise ConfigError(f"--compress {cfg.net.compress}: {cfg.algo.name} hands models "
-                              "between clients, and a chain's last client trained from a model "
-                              "the server never saw; use --compress-handoff (and "
-                              "--compress-down) for its traffic")
-        if self.handoff_codec.on and not self.handoffs:
-            raise ConfigError(f"--compress-handoff: {cfg.algo.name} hands no models between "
-                              "clients; drop it (or use --compress / --compress-down)")
+        self._check_codecs(cfg)
         self.evaluator = Evaluator(cfg)
         self.algo.setup(self.evaluator.initial, self.evaluator.trainable)
         ev = self.evaluator
@@ -92,20 +77,52 @@ class Session:
         if cfg.tuned and state is None:
             self.progress.message(f"{cfg.algo.name} on {d.partition}: tuned defaults "
                                   f"{' '.join(map(_as_option, cfg.tuned))} (options you give win)")
-        self.driver = RoundDriver(cfg, self.algo, self.evaluator, self.ledger, self.history,
-                                  self.progress)
-        self.driver.client_state = client.stateful() or self.compress.feedback  # (a residual)
-        self.driver.churn = Churn(self.availability) if self.availability is not None else None
-        self.driver.network = Network.of(cfg, self.profiles, lambda t: task_size(t, self.run_id))
-        self.driver.downlink = Downlink(down, cfg.seed) if down.on else None
-        self.driver.arrivals = lambda: Arrivals(  # replies in simulated-time order
+        self.driver = self._driver(cfg, client.stateful(), down, state)
+
+    def _partition(self, cfg: RunConfig) -> tuple[Any, np.ndarray]:
+        """Load the dataset and split it (self.parts; natural: built when asked for); the
+        partition's statistics and label histograms (of a bounded sample for natural data)."""
+        d = cfg.data
+        ds = load_dataset(d.dataset, d.data_root or None, d.download)
+        self.parts = run_partition(ds, d, cfg.clients, cfg.seed)
+        if ds.natural is not None:
+            self.stats, self.histograms, label_hist = natural.summary(ds, d, cfg.clients, cfg.seed)
+            if eval_mode(cfg) == "clients":
+                natural.check_own_tests(ds, cfg.clients)
+        else:
+            self.stats = partition_summary(self.parts, ds.train_y, ds.num_classes)
+            self.histograms = [label_histogram(ds.train_y[p], ds.num_classes) for p in self.parts]
+            label_hist = np.array(self.histograms)
+        return ds, label_hist
+
+    def _check_codecs(self, cfg: RunConfig) -> None:
+        if self.compress.on and self.handoffs:  # the last hop's reference is not the server's
+            raise ConfigError(f"--compress {cfg.net.compress}: {cfg.algo.name} hands models "
+                              "between clients, and a chain's last client trained from a model "
+                              "the server never saw; use --compress-handoff (and "
+                              "--compress-down) for its traffic")
+        if self.handoff_codec.on and not self.handoffs:
+            raise ConfigError(f"--compress-handoff: {cfg.algo.name} hands no models between "
+                              "clients; drop it (or use --compress / --compress-down)")
+
+    def _driver(self, cfg: RunConfig, stateful: bool, down: Any, state: dict | None
+                ) -> RoundDriver:
+        """The round driver with the run's network model, codecs, resume state and checkpoints."""
+        driver = RoundDriver(cfg, self.algo, self.evaluator, self.ledger, self.history,
+                             self.progress)
+        driver.client_state = stateful or self.compress.feedback  # (a residual)
+        driver.churn = Churn(self.availability) if self.availability is not None else None
+        driver.network = Network.of(cfg, self.profiles, lambda t: task_size(t, self.run_id))
+        driver.downlink = Downlink(down, cfg.seed) if down.on else None
+        driver.arrivals = lambda: Arrivals(  # replies in simulated-time order
             self.earliest_return, lambda t: task_size(t, self.run_id), float(cfg.latency.deadline))
         if state is not None:
-            self.driver.resume(state)
+            driver.resume(state)
         if self.out is not None and cfg.net.checkpoint_every:
             out_dir = self.out
-            self.driver.checkpoint = lambda: checkpoint.save(
-                out_dir, self.algo, self.driver, self.client_view() if self.client_view else None)
+            driver.checkpoint = lambda: checkpoint.save(
+                out_dir, self.algo, driver, self.client_view() if self.client_view else None)
+        return driver
 
     def _resume_state(self) -> dict:
         if self.out is None:

@@ -13,41 +13,15 @@ import importlib.util
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from fednet import plugins
 from fednet.data import test_split
+from fednet.data.base import DATASETS, NATURAL, TEST_FRACTION, Dataset  # noqa: F401
 from fednet.data.test_split import run_test_rows, run_test_split, split_exemplars  # noqa: F401
 from fednet.errors import ConfigError
 from fednet.rng import generator
-
-DATASETS = ("digits", "cifar10", "cifar100", "svhn", "synthetic-cifar10", "synthetic-cifar100")
-"""Names accepted by load_dataset (and --dataset), besides NATURAL."""
-NATURAL = ("synthetic-fedprox", "femnist", "shakespeare", "sent140")
-"""The naturally federated datasets: each client is one user with its own data (natural.py)."""
-
-TEST_FRACTION = 0.2
-"""Share of each class held out as the global test set for datasets without an official split."""
-
-
-@dataclass
-class Dataset:
-    """A train/test pair of normalized image arrays plus their shape metadata."""
-
-    name: str
-    train_x: np.ndarray
-    train_y: np.ndarray
-    test_x: np.ndarray
-    test_y: np.ndarray
-    num_classes: int
-    input_shape: tuple[int, int, int]
-    class_names: tuple[str, ...] = ()
-    objective: str = ""  # the task's loss and score (training/objective.py); "" = classification
-    natural: Any = None  # a naturally federated dataset's clients (natural.Natural); None: partitioned
-
 
 _CACHE: dict[tuple[str, str | None, int], Dataset] = {}
 
@@ -192,7 +166,7 @@ _LOADERS: dict[str, Callable[[str | None, bool, int], Dataset]] = {
 
 
 PLUGIN_DATASETS: list[str] = []
-"""Datasets that plugins registered (register_dataset; fednet/plugins.py), in order."""
+"""Datasets that plugins registered (register_dataset; fednet/plugins/__init__.py), in order."""
 DEFAULT_MODELS: dict[str, str] = {}
 """A plugin dataset -> the model --model auto builds for it."""
 

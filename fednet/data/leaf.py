@@ -201,7 +201,7 @@ class Source:
 def load(name: str, data_root: str | None, download: bool):
     """The Dataset of a LEAF dataset, from the host's cache (converted there on a miss)."""
     from fednet.data.cache import cached
-    from fednet.data.datasets import Dataset
+    from fednet.data.base import Dataset
 
     key = f"{name}-leaf-{fingerprint(name, data_root)}-v{VERSION}"
     a, meta = cached(key, data_root, lambda: convert(name, data_root))

@@ -40,7 +40,7 @@ def check(ds: Any, d: Any, num_clients: int) -> None:
     src = getattr(ds, "natural", None)
     if src is None:
         if d.partition == "natural":
-            from fednet.data.datasets import NATURAL
+            from fednet.data.base import NATURAL
 
             raise ConfigError(f"--partition natural is for the naturally federated datasets "
                               f"({', '.join(NATURAL)}); split {ds.name} with --partition iid, "

@@ -157,7 +157,7 @@ class Source:
 
 def dataset():
     """The Dataset of synthetic-fedprox: shapes only (no pooled arrays), its clients in .natural."""
-    from fednet.data.datasets import Dataset
+    from fednet.data.base import Dataset
 
     empty = np.empty((0, DIM), np.float32)
     return Dataset(name=NAME, train_x=empty, train_y=np.empty(0, np.int64), test_x=empty,

@@ -11,7 +11,7 @@ from fednet.errors import ConfigError
 from fednet.rng import generator
 
 if TYPE_CHECKING:
-    from fednet.data.datasets import Dataset
+    from fednet.data.base import Dataset
 
 
 def _exemplar_rows(ds: Dataset, per_class: int, seed: int) -> np.ndarray:

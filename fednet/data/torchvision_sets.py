@@ -80,7 +80,7 @@ def _open(name: str, root: str, train: bool, download: bool):  # noqa: ANN202 - 
 
 def load_torchvision(name: str, data_root: str | None, download: bool):  # noqa: ANN201 - a Dataset
     """Official train/test splits of cifar10, cifar100 or svhn as a normalized Dataset."""
-    from fednet.data.datasets import Dataset
+    from fednet.data.base import Dataset
 
     root = os.path.abspath(os.path.expanduser(data_root or DEFAULT_ROOT))
     missing = [p for p in expected_files(name, root) if not os.path.isfile(p)]

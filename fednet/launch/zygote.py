@@ -70,7 +70,8 @@ def warm_up(dataset: str, data_root: str, unknown_run: bool = False) -> None:
 def load_plugins(modules: list[str]) -> None:
     """Import the run's --plugin modules and every installed plugin (entry points: algorithms,
     models, datasets) before the warm-up, so forked clients inherit them at no cost."""
-    from fednet import plugin_check, plugins
+    from fednet import plugins
+    from fednet.plugins import check as plugin_check
 
     plugins.load_modules(modules)
     plugins.preload()

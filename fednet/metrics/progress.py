@@ -167,3 +167,12 @@ class Progress:
                 self.message(f"{what}: {done:,}/{total:,} tasks done, ~{human_seconds(left)} left")
             return []
         return count
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    """A plain aligned text table."""
+    widths = [max(len(str(r[i])) for r in [headers] + rows) for i in range(len(headers))]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
+    sep = "  ".join("-" * w for w in widths)
+    body = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join([line, sep] + body)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from fednet.errors import ConfigError
-from fednet.metrics.progress import human_bytes
+from fednet.metrics.progress import table, human_bytes
 
 
 def _fmt(v: Any, kind: str = "") -> str:
@@ -124,15 +124,6 @@ def summary_rows(s: dict[str, Any], info: dict[str, str] | None = None) -> list[
     if s.get("error"):  # why a failed, diverged or broken run ended
         rows.append(("error", str(s["error"])[:100] + ("..." if len(str(s["error"])) > 100 else "")))
     return rows
-
-
-def table(headers: list[str], rows: list[list[str]]) -> str:
-    """A plain aligned text table."""
-    widths = [max(len(str(r[i])) for r in [headers] + rows) for i in range(len(headers))]
-    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
-    sep = "  ".join("-" * w for w in widths)
-    body = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows]
-    return "\n".join([line, sep] + body)
 
 
 def summary_table(s: dict[str, Any]) -> str:

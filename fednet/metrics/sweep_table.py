@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from fednet.errors import ConfigError
-from fednet.metrics.progress import human_bytes
+from fednet.metrics.progress import human_bytes, table
 from fednet.metrics.history import read_rows
-from fednet.metrics.stats import fmt_p, fmt_versus, mean_ci, versus
+from fednet.metrics.intervals import fmt_p, fmt_versus, mean_ci, versus
 
 FINISHED = ("completed", "diverged")  # a cell that ended so is not run again (deterministic)
 RESULTS = ("completed",)  # a cell that ended so is tabled; the others are listed in the notes
@@ -227,8 +227,6 @@ def _versus_note(metric: Metric, base: str) -> str:
 
 def render(spec: dict[str, Any], result: dict[str, Any], every: bool = True) -> str:
     """The text table: the best setting per method, then (every=True) every setting."""
-    from fednet.metrics.report import table
-
     metric = parse_metric(spec["metric"])
     shows = list(spec.get("show", []))
     base = spec.get("baseline") if any("versus" in b for b in result["best"]) else None

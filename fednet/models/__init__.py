@@ -11,10 +11,10 @@ from fednet.models.factorized import (
     nnz_mu,
 )
 from fednet.models.fedpara import FedParaConv2d, FedParaLinear, PFedParaDigitsNet, fedpara_rank
-from fednet.models.kinds import KINDS, mark_head, names_of_kind, param_kinds, state_kinds
+from fednet.models.param_kinds import KINDS, mark_head, names_of_kind, param_kinds, state_kinds
 from fednet.models.nets import (AUTO_MODELS, MODELS, DigitsNet, FedSeqCNN, build_model, drop_templates,
                                 keep_template, resolve_model)
-from fednet.models.params import clone_arrays, load_arrays, num_params, state_arrays
+from fednet.models.arrays import clone_arrays, load_arrays, num_params, state_arrays
 from fednet.models.resnet import ResNet9, resnet18
 
 __all__ = [

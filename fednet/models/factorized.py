@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fednet.models.kinds import mark_head, tag
+from fednet.models.param_kinds import mark_head, tag
 from fednet.models.resnet import Residual
 
 LAMBDA = 5e-4

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fednet.models.convfc import ConvFC
-from fednet.models.kinds import mark_head, tag
+from fednet.models.param_kinds import mark_head, tag
 
 GAIN = math.sqrt(2.0)
 """nn.init.calculate_gain("relu")."""

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from fednet.data.leaf import LETTERS, VOCAB
-from fednet.models.kinds import mark_head
+from fednet.models.param_kinds import mark_head
 
 
 class LogisticRegression(nn.Module):

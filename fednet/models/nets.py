@@ -80,7 +80,7 @@ _BUILDERS: dict[str, Callable[[int, tuple[int, int, int]], nn.Module]] = {
 
 
 PLUGIN_MODELS: list[str] = []
-"""Models that plugins registered (register_model; fednet/plugins.py), in order."""
+"""Models that plugins registered (register_model; fednet/plugins/__init__.py), in order."""
 
 
 def register_model(name: str, builder: Callable[[int, tuple[int, int, int]], nn.Module], *,

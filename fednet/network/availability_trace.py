@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 
 from fednet.errors import ConfigError
-from fednet.latency import trace_rows
+from fednet.network.latency import trace_rows
 
 COLUMNS = ("client", "start", "end")
 Intervals = list[tuple[float, float]]

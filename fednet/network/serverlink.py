@@ -5,7 +5,7 @@ the whole rate R). While a set of flows is active, their rates are max-min fair 
 filling, as long-lived TCP flows converge to): every flow gets an equal share of R, except a
 flow capped lower by the client's own link, which gets its cap, and what it leaves is shared
 among the others. Rates are recomputed whenever a flow starts or finishes. Latency (rtt/2) is
-not part of the sharing: it is added after the bytes are through (latency.py).
+not part of the sharing: it is added after the bytes are through (network/latency.py).
 """
 from __future__ import annotations
 

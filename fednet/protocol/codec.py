@@ -196,6 +196,27 @@ def decode(frames: Sequence[Any], limits: Limits = DEFAULT_LIMITS, release: bool
             f"header is {hbuf.nbytes} bytes, limit is {limits.max_header_bytes}"
         )
     header = _unpack_header(hbuf)
+    kind, fields = _envelope(header)
+    entries = _field(header, S.K_ARRAYS)
+    if not isinstance(entries, list):
+        raise ProtocolError(f"header field {S.K_ARRAYS!r} must be a list")
+    if len(entries) > limits.max_arrays:
+        raise ProtocolError(f"{len(entries)} arrays, limit is {limits.max_arrays}")
+    unknown = set(header) - _HEADER_KEYS
+    if unknown:
+        raise ProtocolError(f"unexpected header fields {sorted(map(str, unknown))[:5]}")
+    body = S.check_message(kind, _field(header, S.K_BODY), len(entries))
+    specs = _specs(entries, limits)
+    total = hbuf.nbytes + sum(nbytes for *_, nbytes in specs)
+    if total > limits.max_message_bytes:
+        raise ProtocolError(f"message is {total} bytes, limit is {limits.max_message_bytes}")
+    counts = [_chunks(nbytes) for *_, nbytes in specs]
+    _check_frames(frames, specs, counts)
+    return Message(kind, *fields, body, _arrays(frames, specs, counts, release))
+
+
+def _envelope(header: dict[Any, Any]) -> tuple[MsgKind, tuple[str, str, int, int, float]]:
+    """The header's version (checked), kind, and (sender, run id, round, task id, sim time)."""
     version = S.check_int(_field(header, S.K_VERSION), S.K_VERSION)
     if version != PROTOCOL_VERSION:
         raise ProtocolError(
@@ -211,15 +232,11 @@ def decode(frames: Sequence[Any], limits: Limits = DEFAULT_LIMITS, release: bool
     rnd = S.check_int(_field(header, S.K_ROUND), S.K_ROUND, S.ROUND)
     task_id = S.check_int(_field(header, S.K_TASK_ID), S.K_TASK_ID, S.TASK_ID)
     sim_time = S.check_time(_field(header, S.K_SIM_TIME), S.K_SIM_TIME)
-    entries = _field(header, S.K_ARRAYS)
-    if not isinstance(entries, list):
-        raise ProtocolError(f"header field {S.K_ARRAYS!r} must be a list")
-    if len(entries) > limits.max_arrays:
-        raise ProtocolError(f"{len(entries)} arrays, limit is {limits.max_arrays}")
-    unknown = set(header) - _HEADER_KEYS
-    if unknown:
-        raise ProtocolError(f"unexpected header fields {sorted(map(str, unknown))[:5]}")
-    body = S.check_message(kind, _field(header, S.K_BODY), len(entries))
+    return kind, (sender, run_id, rnd, task_id, sim_time)
+
+
+def _specs(entries: list[Any], limits: Limits) -> list[tuple[str, np.dtype, tuple[int, ...], int]]:
+    """(name, dtype, shape, bytes) of each array entry, every one checked against the limits."""
     specs: list[tuple[str, np.dtype, tuple[int, ...], int]] = []
     seen: set[str] = set()
     for i, entry in enumerate(entries):
@@ -241,15 +258,17 @@ def decode(frames: Sequence[Any], limits: Limits = DEFAULT_LIMITS, release: bool
                 f"array {name!r}: {nbytes} bytes, limit is {limits.max_array_bytes}"
             )
         specs.append((name, dtype, dims, nbytes))
-    total = hbuf.nbytes + sum(nbytes for *_, nbytes in specs)
-    if total > limits.max_message_bytes:
-        raise ProtocolError(f"message is {total} bytes, limit is {limits.max_message_bytes}")
-    counts = [_chunks(nbytes) for *_, nbytes in specs]
+    return specs
+
+
+def _check_frames(frames: Sequence[Any], specs: list[tuple[str, np.dtype, tuple[int, ...], int]],
+                  counts: list[int]) -> None:
+    """Every array frame has the size its spec says (all checked before any join)."""
     if len(frames) - 1 != sum(counts):
         raise ProtocolError(f"header lists {len(specs)} arrays in {sum(counts)} frames but "
                             f"{len(frames) - 1} array frames arrived")
     i = 1
-    for (name, _, dims, nbytes), k in zip(specs, counts):  # every size checked before any join
+    for (name, _, dims, nbytes), k in zip(specs, counts):
         for j in range(k):
             got = as_bytes(frames[i + j]).nbytes
             want = min(CHUNK_BYTES, nbytes - j * CHUNK_BYTES) if nbytes else 0
@@ -257,6 +276,11 @@ def decode(frames: Sequence[Any], limits: Limits = DEFAULT_LIMITS, release: bool
                 raise ProtocolError(f"array {name!r}: shape {list(dims)} needs {nbytes} bytes "
                                     f"in {k} frame(s); frame {j} has {got}")
         i += k
+
+
+def _arrays(frames: list[Any], specs: list[tuple[str, np.dtype, tuple[int, ...], int]],
+            counts: list[int], release: bool) -> dict[str, np.ndarray]:
+    """The arrays: a view of its frame, or (several frames) joined once into a private buffer."""
     arrays: dict[str, np.ndarray] = {}
     i = 1
     for (name, dtype, dims, nbytes), k in zip(specs, counts):
@@ -274,7 +298,7 @@ def decode(frames: Sequence[Any], limits: Limits = DEFAULT_LIMITS, release: bool
             mark_private(arr)
             arrays[name] = arr
         i += k
-    return Message(kind, sender, run_id, rnd, task_id, sim_time, body, arrays)
+    return arrays
 
 
 def peek_kind(frames: Sequence[Any], limits: Limits = DEFAULT_LIMITS) -> MsgKind | None:

@@ -23,7 +23,7 @@ from fednet.core.session import Session
 from fednet.transport.channels import Channel, bind_router, server_context
 from fednet.transport.monitor import open_monitor, stop_monitor
 from fednet.types import ClientInfo, Failure, Result, Task, client_name
-from fednet.wire import task_message
+from fednet.core.wire import task_message
 
 log = logging.getLogger("fednet.server")
 throttled = Throttle(log)

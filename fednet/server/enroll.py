@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fednet import latency
+from fednet.network import latency
 from fednet.metrics.accounting import SERVER
 from fednet.protocol import Message, MsgKind
 from fednet.protocol.proof import grant_key
@@ -107,7 +107,7 @@ def welcome(srv: ZmqServer, ids: list[int], cids: np.ndarray) -> Message:
     if conns.ident.key_ids:  # --secure: the grant keys, and the keys the peer ports admit
         arrays["grants"] = _rows([grant_key(conns.ident.grants, c) for c in ids], 32)
         body["peer_keys"] = list(conns.ident.key_ids)
-    from fednet.plugin_check import welcome_plugins
+    from fednet.plugins.check import welcome_plugins
     needed = welcome_plugins(s.cfg)
     if needed:
         body["plugins"] = needed

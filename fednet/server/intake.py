@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
-from fednet import latency
+from fednet.network import latency
 from fednet.metrics.accounting import SERVER
-from fednet.plugin_check import welcome_plugins
+from fednet.plugins.check import welcome_plugins
 from fednet.protocol import Message, MsgKind
 from fednet.protocol.proof import grant_key
 from fednet.core.replies import receive
@@ -65,35 +65,9 @@ class Intake:
         if msg.run_id != self.s.run_id:  # e.g. results of a server before a --resume
             return self.chan.reject(got, f"{msg.kind.name} of another run or server start")
         if msg.kind in (MsgKind.RESULT, MsgKind.FAILURE):
-            task = self._pending.get(msg.task_id)
-            if task is None or cid not in task.route or msg.round != task.round:
-                return self.chan.reject(got, f"unexpected {msg.kind.name} for task {msg.task_id}")
-            self.chan.accept(got, client_name(cid))
-            self._pending.pop(msg.task_id)
-            self._holder.pop(msg.task_id, None)
-            self._progress = time.monotonic()
-            done = receive(self.s, msg, cid, got.nbytes, task)
-            churn = self.s.driver.churn  # --availability: offline before the result arrived?
-            self._reply(done if churn is None else churn.upload(done, msg.sim_time,
-                                                                msg.body.get("skipped", 0)))
+            self._on_result(cid, got)
         elif msg.kind == MsgKind.HOP_DONE:
-            # it may arrive after the task's RESULT (another connection): any task sent in this
-            # round or the last, once per hop, from the client that held that hop
-            rnd_route = self._routes.get(msg.task_id)
-            b = msg.body
-            if (rnd_route is None or rnd_route[0] != msg.round
-                    or not b["hop"] < b["to"] < len(rnd_route[1])
-                    or rnd_route[1][b["hop"]] != cid or (msg.task_id, b["hop"]) in self._hops):
-                return self.chan.reject(got, f"unexpected HOP_DONE for task {msg.task_id}")
-            self.chan.accept(got, client_name(cid))
-            self._hops.add((msg.task_id, b["hop"]))
-            self._progress = time.monotonic()
-            if msg.task_id in self._pending:
-                self._holder[msg.task_id] = b["to"]
-            self.s.ledger.add_totals(msg.round, {"client_to_client": b["peer_bytes"],
-                                                 "tensor_bytes": b["peer_tensor_bytes"]})
-            if b.get("skipped") and self.s.driver.churn is not None:  # offline peers passed over
-                self.s.driver.churn.note(msg.round, b["skipped"])
+            self._on_hop_done(cid, got)
         elif msg.kind == MsgKind.BYE and "cids" in msg.arrays:  # a whole process's clients
             on_byes(self, got)
         elif msg.kind == MsgKind.BYE:
@@ -101,6 +75,40 @@ class Intake:
             self.byes[cid] = dict(msg.body)
         else:  # HEARTBEAT
             self.chan.accept(got, client_name(cid))
+
+    def _on_result(self: ZmqServer, cid: int, got: Received) -> None:
+        """A RESULT or FAILURE: only for a task still pending, sent to this client, this round."""
+        msg = got.msg
+        task = self._pending.get(msg.task_id)
+        if task is None or cid not in task.route or msg.round != task.round:
+            return self.chan.reject(got, f"unexpected {msg.kind.name} for task {msg.task_id}")
+        self.chan.accept(got, client_name(cid))
+        self._pending.pop(msg.task_id)
+        self._holder.pop(msg.task_id, None)
+        self._progress = time.monotonic()
+        done = receive(self.s, msg, cid, got.nbytes, task)
+        churn = self.s.driver.churn  # --availability: offline before the result arrived?
+        self._reply(done if churn is None else churn.upload(done, msg.sim_time,
+                                                            msg.body.get("skipped", 0)))
+
+    def _on_hop_done(self: ZmqServer, cid: int, got: Received) -> None:
+        """A ring's hand-off report. It may arrive after the task's RESULT (another connection):
+        any task sent in this round or the last, once per hop, from the client that held it."""
+        msg, b = got.msg, got.msg.body
+        rnd_route = self._routes.get(msg.task_id)
+        if (rnd_route is None or rnd_route[0] != msg.round
+                or not b["hop"] < b["to"] < len(rnd_route[1])
+                or rnd_route[1][b["hop"]] != cid or (msg.task_id, b["hop"]) in self._hops):
+            return self.chan.reject(got, f"unexpected HOP_DONE for task {msg.task_id}")
+        self.chan.accept(got, client_name(cid))
+        self._hops.add((msg.task_id, b["hop"]))
+        self._progress = time.monotonic()
+        if msg.task_id in self._pending:
+            self._holder[msg.task_id] = b["to"]
+        self.s.ledger.add_totals(msg.round, {"client_to_client": b["peer_bytes"],
+                                             "tensor_bytes": b["peer_tensor_bytes"]})
+        if b.get("skipped") and self.s.driver.churn is not None:  # offline peers passed over
+            self.s.driver.churn.note(msg.round, b["skipped"])
 
     def _on_hello(self: ZmqServer, got: Received) -> None:
         b = got.msg.body

@@ -54,7 +54,7 @@ def split_bind(bind: str) -> tuple[str, int]:
 
 def precheck(cfg: RunConfig) -> None:
     """Configuration errors that need the dataset but not torch, found before any process starts."""
-    from fednet import latency
+    from fednet.network import latency
     from fednet.data import load_dataset, run_partition
 
     validate(cfg)
@@ -171,16 +171,22 @@ def _start(run: Run, cfg: RunConfig, quiet: bool, local_clients: bool, prepare: 
     run.clients = lambda: list(server.clients.values())
     run.reports.append(lambda: _report(run, server))
     if zyg is not None:
-        choice = early or per_process_choice(cfg)
-        check_files_per_process(choice.per_process, _handoffs(cfg))
-        run.extra["clients_per_process"] = choice.as_dict()
-        per_process = choice.per_process
-        zyg.spawn(client_specs(cfg.clients, endpoint, cfg.gpus, cfg.train.threads, secure=cfg.net.secure,
-                               register_timeout=cfg.net.register_timeout,
-                               per_process=per_process, **specs),
-                  template=session.model_template())
-        zyg.wait_warm()
+        _spawn(run, cfg, zyg, early, endpoint, specs, session)
     return server, zyg
+
+
+def _spawn(run: Run, cfg: RunConfig, zyg: Zygote, early: packing.Choice | None, endpoint: str,
+           specs: dict[str, Any], session: Any) -> None:
+    """Fork the run's client processes from the warm zygote (clients per process chosen now,
+    unless --secure chose them before the bind)."""
+    choice = early or per_process_choice(cfg)
+    check_files_per_process(choice.per_process, _handoffs(cfg))
+    run.extra["clients_per_process"] = choice.as_dict()
+    zyg.spawn(client_specs(cfg.clients, endpoint, cfg.gpus, cfg.train.threads, secure=cfg.net.secure,
+                           register_timeout=cfg.net.register_timeout,
+                           per_process=choice.per_process, **specs),
+              template=session.model_template())
+    zyg.wait_warm()
 
 
 def _announce(server: ZmqServer, cfg: RunConfig, choice: packing.Choice | None,

@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from fednet.inproc import run_local
+from fednet.core.inproc import run_local
 from fednet.server.main import run_zmq
 from tests.conftest import small_config
 from tests.test_availability import MODEL, _ring, _spans_csv

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import zmq
 
-from fednet.inproc import run_local
+from fednet.core.inproc import run_local
 from fednet.protocol import Message, MsgKind, encode, proof
 from fednet.server.main import run_zmq
 from tests.conftest import small_config

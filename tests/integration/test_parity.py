@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from fednet.inproc import run_local
+from fednet.core.inproc import run_local
 from fednet.server.main import run_zmq
 from fednet.core.session import Session
 from tests.conftest import small_config

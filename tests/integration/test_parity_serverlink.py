@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from fednet.inproc import run_local
+from fednet.core.inproc import run_local
 from fednet.server.main import run_zmq
 from tests.conftest import small_config
 

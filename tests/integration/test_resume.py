@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from fednet.inproc import run_local
+from fednet.core.inproc import run_local
 from tests.conftest import small_config
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]

@@ -14,7 +14,7 @@ from fednet.client.peers import PeerChainBroken, Peers
 from fednet.metrics.accounting import Ledger
 from fednet.protocol.proof import handoff_tag
 from fednet.types import Task, client_name
-from fednet.wire import handoff_message, result_message, task_message
+from fednet.core.wire import handoff_message, result_message, task_message
 
 pytestmark = [pytest.mark.net]
 

@@ -13,7 +13,7 @@ import zmq
 
 from fednet.errors import FednetError
 from fednet.models import build_model
-from fednet.models.params import state_arrays
+from fednet.models.arrays import state_arrays
 from fednet.server.main import run_zmq
 from fednet.transport.security import add_key, init_keys, load_keys
 from tests.conftest import small_config

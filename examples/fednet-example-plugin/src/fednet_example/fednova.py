@@ -14,8 +14,8 @@ import numpy as np
 
 from fednet.algorithms.common import round_metrics, usable
 from fednet.algorithms.contract import ClientUpdate, Model, ServerState, Strategy
-from fednet.algorithms.local import local_sgd
-from fednet.models.params import state_arrays
+from fednet.algorithms.updates import local_sgd
+from fednet.models.arrays import state_arrays
 
 
 @dataclass

@@ -145,7 +145,7 @@ def overrides(opts: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
                               f"'{betas}')") from None
         over["train.beta1"], over["train.beta2"] = b1, b2
     if opts.get("server_bandwidth") is not None:
-        from fednet.latency import parse_rate
+        from fednet.network.latency import parse_rate
 
         rate = parse_rate(opts["server_bandwidth"], "--server-bandwidth")
         over["latency.server_bandwidth"] = 0.0 if rate == float("inf") else rate

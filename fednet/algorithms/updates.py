@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from fednet.algorithms.contract import ClientContext
-from fednet.models.params import load_arrays
+from fednet.models.arrays import load_arrays
 from fednet.training import hooks
 from fednet.training.local import GradHook, train
 from fednet.training.optim import spec_of

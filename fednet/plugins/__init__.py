@@ -31,6 +31,14 @@ from typing import Any
 
 from fednet.errors import ConfigError
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ENTRY_HANDLERS: dict[str, Callable[[Any], None]] = {}
+"""kind -> what a loaded entry point's object becomes (set by the layer that owns the kind)."""
+
 GROUPS = {"fednet.algorithms": "algorithm", "fednet.models": "model", "fednet.datasets": "dataset"}
 Plugin = tuple[str, str]  # (name, version): a distribution, or a --plugin module and its version
 
@@ -96,14 +104,8 @@ def _load_entry(ep: Any, plugin: Plugin, kind: str) -> Any:
     _CURRENT.append(plugin)
     try:
         obj = ep.load()
-        if kind == "algorithm":
-            from fednet.algorithms.registry import REGISTRY, Spec, register
-
-            if isinstance(obj, Spec):
-                if REGISTRY.get(obj.name) is not obj:
-                    register(obj)
-            elif callable(obj) and not isinstance(obj, type(sys)):
-                obj()
+        if kind in ENTRY_HANDLERS:  # algorithms: registered (algorithms/spec.py)
+            ENTRY_HANDLERS[kind](obj)
         return obj
     except Exception as e:  # noqa: BLE001 - one bad plugin must not stop fednet
         where = f"{plugin[0]} ({[g for g, k in GROUPS.items() if k == kind][0]}: {ep.name})"
@@ -275,9 +277,8 @@ def named_in(path: Path) -> list[str]:
     """The plugins field of a TOML run file ([] when it has none or cannot be read: the file's
     own check reports that)."""
     try:
-        from fednet.config import load_toml
-
-        got = load_toml(path).get("plugins", [])
-    except ConfigError:
+        with open(path, "rb") as fh:
+            got = tomllib.load(fh).get("plugins", [])
+    except (OSError, tomllib.TOMLDecodeError):
         return []
     return [str(x) for x in got] if isinstance(got, list) else []

@@ -5,7 +5,7 @@ times stay equal. What it does to a step (docs/architecture.md, "The server's li
 
 - downloads: the step's TASKs start together and share the link (serverlink.share); each TASK
   is stamped with t = finish - bytes/down_bw, so that the client's own arithmetic
-  (t + rtt/2 + bytes/down_bw, client/executor.py) gives finish + rtt/2;
+  (t + rtt/2 + bytes/down_bw, core/executor.py) gives finish + rtt/2;
 - uploads: a synchronous step's RESULTs share the link from their clients' send times; the
   exact fluid schedule needs every reply of the step, so arrivals are final only at its end
   (a streaming algorithm still folds a result in when it comes, unless a deadline or
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fednet.config import RunConfig
-from fednet.latency import Profile, parse_rate
+from fednet.network.latency import Profile, parse_rate
 from fednet.network.deadline import Cutoff
 from fednet.network.serverlink import Flow, busy_seconds, share
 from fednet.types import Failure, Result, Task

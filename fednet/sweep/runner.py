@@ -1,6 +1,6 @@
 """`fednet sweep`: a grid of runs, each cell one `fednet local` (or `fednet launch`) subprocess
 with its own folder under --out, at most --jobs at once; resumable (a cell whose summary.json says
-completed or diverged is not run again). The grid: sweep_grid.py; the metric and the tables:
+completed or diverged is not run again). The grid: sweep/grid.py; the metric and the tables:
 metrics/sweep_table.py."""
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from fednet.errors import ConfigError
 from fednet.metrics import sweep_table as T
 from fednet.metrics.export import cells_csv, export_table, sweep_rows
 from fednet.metrics.files import make_dir, write_json, write_text
-from fednet.sweep_grid import Cell, check_cells, plan, reference, state
+from fednet.sweep.grid import Cell, check_cells, plan, reference, state
 
 
 class Runner:
@@ -90,7 +90,7 @@ class Runner:
 
 @dataclass
 class Options:
-    """What `fednet sweep` was given (cli.py)."""
+    """What `fednet sweep` was given (cli/commands.py)."""
 
     out: str
     grid: list[str]

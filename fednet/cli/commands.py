@@ -12,12 +12,12 @@ import click
 
 from fednet.errors import FednetError
 from fednet.metrics.files import WRITE_ERRNOS
-from fednet.options import HOST_PER_PROCESS, auto_for_host, build_config, common_options, prepare_out
-from fednet.options_extra import JOIN_KEY, drop_empty, listening, server_join_key
+from fednet.cli.options import HOST_PER_PROCESS, auto_for_host, build_config, common_options, prepare_out
+from fednet.cli.options_extra import JOIN_KEY, drop_empty, listening, server_join_key
 from fednet.platform.malloc import one_arena
 from fednet.platform.proc import seed_routing_ids as seed_ids
-from fednet.plugins_cli import plugins_command
-from fednet.sweep_cli import SWEEP_EPILOG, SweepCommand, report_options, sweep_options
+from fednet.cli.plugins_command import plugins_command
+from fednet.cli.sweep_options import SWEEP_EPILOG, SweepCommand, report_options, sweep_options
 
 # The defaults of a first run: 100 digits clients reach >= 85% within about a minute on 2 cores.
 RUN_DEFAULTS: dict[str, Any] = {}
@@ -150,7 +150,7 @@ def launch(**opts: Any) -> None:
 def local(**opts: Any) -> None:
     """Run the same experiment in one process, without sockets (reference and tests)."""
     cfg = _config(opts, dict(RUN_DEFAULTS, clients=10))  # errors before importing torch
-    from fednet.inproc import run_local
+    from fednet.core.inproc import run_local
 
     _setup_logs(opts["quiet"])
     if cfg.net.clients_per_process > 1 or cfg.net.max_inflight or cfg.net.secure:
@@ -262,7 +262,7 @@ def keys_list(folder: str) -> None:
 @_errors
 def sweep(ctx: click.Context, **opts: Any) -> None:
     """Run a grid of experiments (one fednet local per cell) and tabulate the best settings."""
-    from fednet.sweep_cli import run_command
+    from fednet.cli.sweep_options import run_command
 
     _RUN["out"] = opts["out"]
     command, clients = (local, 10) if opts["runtime"] == "local" else (launch, 100)
@@ -276,13 +276,13 @@ def report(runs: tuple[str, ...], **files: Any) -> None:
     """Print runs side by side (each RUN is a results folder, finished or running, or a sweep
     folder)."""
     from fednet.metrics.report import report as text
-    from fednet.sweep_cli import write_report_files
+    from fednet.cli.sweep_options import write_report_files
 
     click.echo(text(list(runs)))
     write_report_files(list(runs), **files)
 
 
-main.add_command(plugins_command)  # fednet plugins: what is installed (fednet/plugins_cli.py)
+main.add_command(plugins_command)  # fednet plugins: what is installed (fednet/cli/plugins_command.py)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

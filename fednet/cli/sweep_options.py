@@ -1,5 +1,5 @@
 """The options and help of `fednet sweep` (grid options before `--`, each a comma-separated list;
-fixed options after it) and of `fednet report` (the commands themselves are in cli.py)."""
+fixed options after it) and of `fednet report` (the commands themselves are in cli/commands.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -80,7 +80,7 @@ def sweep_options(f: Callable[..., Any]) -> Callable[..., Any]:
 def run_command(ctx: click.Context, o: dict[str, Any], command: click.Command,
                 defaults: dict[str, Any]) -> str:
     """Run the sweep the command line describes (progress on stderr); its table."""
-    from fednet.sweep import Options, run_sweep
+    from fednet.sweep.runner import Options, run_sweep
 
     opts = Options(o["out"], list(o["grid"]), ctx.meta.get("fixed", []), list(o["methods"]),
                    [b.strip() for b in o["by"].split(",") if b.strip()], o["runtime"], o["jobs"],

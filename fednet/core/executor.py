@@ -11,11 +11,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fednet import algorithms, latency
+from fednet import algorithms
+from fednet.network import latency
 from fednet.algorithms.common import evaluate_own
 from fednet.algorithms.contract import ClientContext
 from fednet.algorithms.state import Shapes, to_device
-from fednet.client.work import check_work
+from fednet.core.work import check_work
 from fednet.compress import parse as compression
 from fednet.compress.client import UpdateCodec
 from fednet.core.state_files import StateStore, decode_client, encode_client
@@ -26,9 +27,9 @@ from fednet.data.partition import part_size
 from fednet.data.client_data import checked_indices, client_data
 from fednet.data.augment import augmentation, identity
 from fednet.data.views import Rows
-from fednet.latency import Profile
+from fednet.network.latency import Profile
 from fednet.models import build_model
-from fednet.models.params import adopt_arrays, load_arrays, state_arrays, state_nbytes
+from fednet.models.arrays import adopt_arrays, load_arrays, state_arrays, state_nbytes
 from fednet.network.availability import Availability, from_welcome
 from fednet.network.churn import offline_reason
 from fednet.platform.malloc import CLIENT_RESERVE_MODELS, reserve_once, reuse_freed_memory
@@ -36,7 +37,7 @@ from fednet.training.objective import get_objective
 from fednet.protocol import Message, MsgKind
 from fednet.protocol.schema import parse_client
 from fednet.protocol.frames import is_private
-from fednet.wire import failure_message, message_task, result_message
+from fednet.core.wire import failure_message, message_task, result_message
 
 log = logging.getLogger("fednet.client")
 algorithms.preload()  # every algorithm's halves, imported once (in the zygote, before it forks)

@@ -11,8 +11,8 @@ from fednet import plugins
 from fednet.algorithms.registry import REGISTRY, check_params, get, with_plugins
 from fednet.config import LATENCY_PRESETS, PARTITIONS, RunConfig, from_dict, load_toml, merge
 from fednet.errors import ConfigError
-from fednet.options_extra import OPTIONS as EXTRA_OPTIONS, AlgoChoice, load_plugins, overrides
-from fednet.options_extra import HOST_PER_PROCESS, PER_PROCESS_HELP, PerProcess, check_resume_options  # noqa: F401,E501
+from fednet.cli.options_extra import OPTIONS as EXTRA_OPTIONS, AlgoChoice, load_plugins, overrides
+from fednet.cli.options_extra import HOST_PER_PROCESS, PER_PROCESS_HELP, PerProcess, check_resume_options  # noqa: F401,E501
 from fednet.platform.packing import auto_for_host  # noqa: F401  (fednet clients)
 
 # option name -> dotted config key

@@ -14,7 +14,8 @@ def plugins_command(modules: tuple[str, ...]) -> None:
     import sys
 
     import fednet
-    from fednet import plugin_check, plugins
+    from fednet import plugins
+    from fednet.plugins import check as plugin_check
     from fednet.errors import ConfigError
 
     try:

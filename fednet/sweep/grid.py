@@ -155,7 +155,7 @@ def check_cells(cells: list[Cell], command: Any, defaults: dict[str, Any]) -> No
     import click
 
     from fednet.config import validate
-    from fednet.options import build_config
+    from fednet.cli.options import build_config
 
     for c in cells:
         try:

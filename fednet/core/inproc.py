@@ -6,7 +6,7 @@ from collections import deque
 import torch
 
 from fednet import algorithms
-from fednet.client.executor import Executor, share_working_models
+from fednet.core.executor import Executor, share_working_models
 from fednet.config import RunConfig
 from fednet.core.replies import receive
 from fednet.core.rounds import FollowUp
@@ -22,7 +22,7 @@ from fednet.platform.gpus import check_gpus, device_for
 from fednet.compress.downlink import for_peer
 from fednet.protocol import Message, MsgKind, decode, encode
 from fednet.types import ClientInfo, Failure, Result, Task, client_name
-from fednet.wire import (ack_message, handoff_message, hop_done_message, placeholder_endpoints,
+from fednet.core.wire import (ack_message, handoff_message, hop_done_message, placeholder_endpoints,
                          record, task_message)
 
 

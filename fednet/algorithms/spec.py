@@ -1,0 +1,70 @@
+"""One algorithm's declaration (Spec) and the table of every registered one (REGISTRY); the
+registry's lookups and builders are in registry.py, the built-in Specs in catalog.py. A loaded
+`fednet.algorithms` entry point is registered here (plugins.ENTRY_HANDLERS), so that the
+plugin loader needs no import of the algorithms."""
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from fednet import plugins
+from fednet.algorithms import params as P
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One algorithm: its name, its two halves, its parameters and its defaults."""
+
+    name: str
+    summary: str                   # one line for --help and the docs
+    server: str                    # "module:Class" of its Strategy (the server half)
+    client: str                    # "module:Class" of its ClientUpdate (the client half)
+    params: type = P.NoParams      # a frozen dataclass of param() fields
+    personalized: bool = False     # clients evaluate their own models (eval auto -> clients)
+    models: dict[str, str] = field(default_factory=dict)  # dataset (or "*") -> --model auto
+    # its routes hand models from client to client (rings): every client needs every client's
+    # link and availability; False: a client is sent only its own (a latency or availability
+    # trace then no longer travels whole in every WELCOME: O(P^2) bytes for P clients)
+    handoffs: bool = True
+    # partition (or "*") -> dotted config keys and values that replace the global defaults when
+    # the run does not set them itself (options, --config file): docs/algorithms.md §0.2
+    tuned: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def tuned_for(self, partition: str) -> dict[str, Any]:
+        """The tuned defaults for a partition ("*" first, then the partition's own)."""
+        return {**self.tuned.get("*", {}), **self.tuned.get(partition, {})}
+
+    def parse(self, raw: dict[str, Any]) -> Any:
+        """The typed parameters from raw values (ConfigError naming a wrong one)."""
+        return P.parse(self.params, raw, self.name)
+
+
+REGISTRY: dict[str, Spec] = {}
+
+
+def register(spec: Spec) -> Spec:
+    """Add an algorithm (a name registered twice is an error)."""
+    if spec.name in REGISTRY:
+        raise ValueError(f"algorithm {spec.name!r} is registered twice")
+    P.declared(spec.params)  # the declarations are checked now, not at the first run
+    own = dataclasses.replace(spec, server=plugins.own_ref(spec.server),
+                              client=plugins.own_ref(spec.client))  # a .py plugin's own classes
+    spec = own if (own.server, own.client) != (spec.server, spec.client) else spec
+    REGISTRY[spec.name] = spec
+    plugins.provide("algorithm", spec.name)
+    return spec
+
+
+def _entry_point(obj: Any) -> None:
+    """A loaded `fednet.algorithms` entry point: a Spec (registered), or a callable that
+    registers its algorithms when called."""
+    if isinstance(obj, Spec):
+        if REGISTRY.get(obj.name) is not obj:
+            register(obj)
+    elif callable(obj) and not isinstance(obj, type(sys)):
+        obj()
+
+
+plugins.ENTRY_HANDLERS["algorithm"] = _entry_point
