@@ -109,3 +109,14 @@ def test_personalized_runs_report_mean_client_accuracy_and_fedavg_global_otherwi
     per = _session(clients=3, rounds=1, data=PERM)
     glob = _session(clients=3, rounds=1)
     assert "acc_std" in per.history.rows[0] and "acc_std" not in glob.history.rows[0]
+
+
+def test_what_travels_comes_from_the_class_not_the_algorithm_name():
+    from fednet.algorithms import build
+    from fednet.algorithms.factorized import SHARED, Factorized, FactorizedBeta
+    from tests.conftest import small_config
+
+    beta = build(small_config(algo={"name": "factorized_beta"}))
+    plain = build(small_config(algo={"name": "factorized"}))
+    assert type(beta) is FactorizedBeta and beta.shared_kinds == SHARED["factorized_beta"]
+    assert type(plain) is Factorized and "v" not in plain.shared_kinds

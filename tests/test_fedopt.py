@@ -112,3 +112,34 @@ def test_state_round_trips_through_a_checkpoint(name):
         assert getattr(back, f).keys() == getattr(a.state, f).keys()
         for k in getattr(a.state, f):
             assert getattr(back, f)[k].tobytes() == getattr(a.state, f)[k].tobytes()
+
+
+def test_the_rule_comes_from_the_class_not_the_algorithm_name(monkeypatch):
+    """A plugin that registers FedAdam under its own name gets Adam, not a silent other rule."""
+    from fednet.algorithms import fedopt
+    from fednet.algorithms.registry import REGISTRY, get
+    from fednet.algorithms.spec import Spec
+
+    adam = get("fedadam")
+    monkeypatch.setitem(REGISTRY, "my_adam", Spec("my_adam", "Adam again", adam.server, adam.client,
+                                                  adam.params))
+    mine, ref = _algo("my_adam", server_lr=0.5, beta1=0.5, beta2=0.75, tau=0.5), \
+        _algo("fedadam", server_lr=0.5, beta1=0.5, beta2=0.75, tau=0.5)
+    for a in (mine, ref):
+        _round(a, 0, [0.5, 1.125, 1.5], X0)
+    assert type(mine) is fedopt.FedAdam and mine.state.model["w"].tolist() == \
+        ref.state.model["w"].tolist()
+    assert mine.state.v["w"].tolist() == [0.25, 0.19140625, 0.25]  # Adam's v, not FedAvgM's
+    with pytest.raises(TypeError, match="no server rule of its own"):
+        fedopt.FedOpt(small_config(), adam.parse({})).init_state({"w": np.zeros(3, np.float32)})
+
+
+def test_only_fedseq_builds_a_second_initial_model():
+    from fednet.core.session import Session
+
+    cfg = small_config()
+    assert Session(cfg, quiet=True, write=False).algo.info.pretrain_init is None
+    seq = Session(small_config(algo={"name": "fedseq"}), quiet=True, write=False)
+    pre = seq.algo.info.pretrain_init
+    assert pre is not None and set(pre) == set(seq.evaluator.initial)
+    assert any((pre[k] != seq.evaluator.initial[k]).any() for k in pre)  # another random init

@@ -237,7 +237,7 @@ _register(Spec("factorized", "Factorized-FL: u travels, v and mu stay; matching 
               A + "factorized:Factorized", A + "factorized:FactorizedClient", FactorizedParams,
               personalized=True, models=FACTORIZED))
 _register(Spec("factorized_beta", "Factorized-FL beta: v and mu shared too",
-              A + "factorized:Factorized", A + "factorized:FactorizedClient", FactorizedParams,
+              A + "factorized:FactorizedBeta", A + "factorized:FactorizedClient", FactorizedParams,
               personalized=True, models=FACTORIZED))
 _register(Spec("pfedpara", "low-rank Hadamard layers; local factors stay personal",
               A + "pfedpara:PFedPara", A + "pfedpara:PFedParaClient", PFedParaParams,
@@ -246,14 +246,14 @@ _register(Spec("cfl", "Clustered-FL: clusters bi-partitioned by update similarit
               A + "cfl:ClusteredFL", A + "cfl:CFLClient", CFLParams, personalized=True))
 _register(Spec("fedfomo", "each client mixes the peers' models that lower its validation loss",
               A + "fedfomo:FedFomo", A + "fedfomo:FedFomoClient", FedFomoParams, personalized=True))
-_register(Spec("fedavgm", "FedAvg with server momentum (FedAvgM)", A + "fedopt:FedOpt",
+_register(Spec("fedavgm", "FedAvg with server momentum (FedAvgM)", A + "fedopt:FedAvgM",
               A + "fedavg:FedAvgClient", FedAvgMParams))
 _register(Spec("fedadam", "FedAvg clients, Adam on the server (Reddi et al. 2021)",
-              A + "fedopt:FedOpt", A + "fedavg:FedAvgClient", FedAdamParams))
+              A + "fedopt:FedAdam", A + "fedavg:FedAvgClient", FedAdamParams))
 _register(Spec("fedyogi", "FedAvg clients, Yogi on the server (Reddi et al. 2021)",
-              A + "fedopt:FedOpt", A + "fedavg:FedAvgClient", FedAdamParams))
+              A + "fedopt:FedYogi", A + "fedavg:FedAvgClient", FedAdamParams))
 _register(Spec("fedadagrad", "FedAvg clients, Adagrad on the server (Reddi et al. 2021)",
-              A + "fedopt:FedOpt", A + "fedavg:FedAvgClient", FedAdagradParams))
+              A + "fedopt:FedAdagrad", A + "fedavg:FedAvgClient", FedAdagradParams))
 _register(Spec("perfedavg", "Per-FedAvg (MAML-style local steps)", A + "fedavg:FedAvg",
               A + "perfedavg:PerFedAvgClient", PerFedAvgParams, personalized=True))
 _register(Spec("fedasync", "asynchronous: each arriving model mixed in, staleness-weighted",

@@ -66,7 +66,8 @@ class ServerInfo:
     num_classes: int
     label_hist: np.ndarray | None = None       # K x N_C, for reports only (e.g. superclient quality)
     exemplars: tuple[np.ndarray, np.ndarray] | None = None  # public exemplar set (x, y)
-    pretrain_init: Arrays | None = None        # a second random init (FedSeq's theta_pre)
+    pretrain_init: Arrays | None = None        # a second random init (FedSeq's theta_pre; only
+    #                                            for a Strategy with wants_pretrain_init)
     kinds: dict[str, str] = field(default_factory=dict)  # state name -> kind (u, v, mu, head, ...)
     matching: str = ""                          # Factorized-FL: the v used for similarity
     linears: list[int] = field(default_factory=list)  # sizes of the Linear weights (FedSeq's clf_*)
@@ -135,6 +136,7 @@ class Strategy:
     # follow_up in simulated-time order, never in the runtime's (core/arrivals.py)
     virtual_order = False
     streams_points = False  # interim_points is asked after every reply, not at the step's end
+    wants_pretrain_init = False  # FedSeq: ServerInfo.pretrain_init, a second random init
 
     def __init__(self, cfg: RunConfig, params: Any) -> None:
         self.cfg, self.p = cfg, params

@@ -73,11 +73,11 @@ class Factorized(Strategy):
     """Personalized aggregation of the shared factors by similarity of the matching v."""
 
     State = FactorizedState
+    variant = "factorized"  # which kinds travel: SHARED[variant] (FactorizedBeta: v and mu too)
 
     def __init__(self, cfg: RunConfig, params: Any) -> None:
         super().__init__(cfg, scenario_params(cfg, params))
-        self.shared_kinds = SHARED["factorized_beta" if cfg.algo.name == "factorized_beta" else
-                                   "factorized"]
+        self.shared_kinds = SHARED[self.variant]
         self.matched: dict[int, list[int]] = {}  # client -> its peers, within a round
 
     def shared(self) -> list[str]:
@@ -156,6 +156,12 @@ class Factorized(Strategy):
         if self.matched:
             m["peers_mean"] = float(np.mean([len(v) for v in self.matched.values()]))
         return m
+
+
+class FactorizedBeta(Factorized):
+    """Factorized-FL beta: v and mu are shared as well as u (docs/algorithms.md §5.5)."""
+
+    variant = "factorized_beta"
 
 
 class FactorizedClient(ClientUpdate):

@@ -51,19 +51,26 @@ def server_step(rule: str, x: np.ndarray, avg: np.ndarray, m: np.ndarray, v: np.
         v = v + d2
     elif rule == "fedyogi":
         v = v - (1.0 - p.beta2) * d2 * np.sign(v - d2)
-    else:  # fedadam
+    elif rule == "fedadam":
         v = p.beta2 * v + (1.0 - p.beta2) * d2
+    else:
+        raise ValueError(f"unknown server rule {rule!r}")
     return x + p.server_lr * m / (np.sqrt(v) + p.tau), m, v
 
 
 class FedOpt(FedAvg):
-    """FedAvg's streamed average, then a server optimizer step (the rule is the --algo name)."""
+    """FedAvg's streamed average, then a server optimizer step: `rule` of the subclass (FedAvgM,
+    FedAdam, FedYogi, FedAdagrad), whatever name the algorithm is registered under."""
 
     State = FedOptState
+    rule = ""
 
     def init_state(self, init: Arrays) -> FedOptState:
         """m = 0 and v = τ² for every trainable floating entry."""
-        rule = self.cfg.algo.name
+        rule = self.rule
+        if not rule:
+            raise TypeError("FedOpt has no server rule of its own: register FedAvgM, FedAdam, "
+                            "FedYogi or FedAdagrad (fednet.algorithms.fedopt)")
         names = sorted(n for n in self.trainable if init[n].dtype.kind == "f")
         m = {n: np.zeros(init[n].shape, np.float64) for n in names}
         v = {} if rule == "fedavgm" else {n: np.full(init[n].shape, self.p.tau ** 2, np.float64)
@@ -81,7 +88,7 @@ class FedOpt(FedAvg):
         new = mean.result()  # buffers (and the dtypes) as FedAvg
         exact = mean.sums()
         total = math.fsum(mean.weights)
-        st, rule = self.state, self.cfg.algo.name
+        st, rule = self.state, self.rule
         norm = 0.0
         for n in st.m:
             x = st.model[n].astype(np.float64)
@@ -94,3 +101,27 @@ class FedOpt(FedAvg):
         st.model = new
         metrics["delta_norm"] = math.sqrt(norm)
         return metrics
+
+
+class FedAvgM(FedOpt):
+    """Server momentum (Hsu et al. 2019)."""
+
+    rule = "fedavgm"
+
+
+class FedAdam(FedOpt):
+    """Adaptive server optimizer, Adam (Reddi et al. 2021)."""
+
+    rule = "fedadam"
+
+
+class FedYogi(FedOpt):
+    """Adaptive server optimizer, Yogi (Reddi et al. 2021)."""
+
+    rule = "fedyogi"
+
+
+class FedAdagrad(FedOpt):
+    """Adaptive server optimizer, Adagrad (Reddi et al. 2021)."""
+
+    rule = "fedadagrad"

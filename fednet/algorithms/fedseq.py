@@ -44,6 +44,7 @@ class FedSeq(Strategy):
     """Superclients trained sequentially over peer-to-peer rings; weighted by superclient size."""
 
     State = FedSeqState
+    wants_pretrain_init = True
 
     def __init__(self, cfg: RunConfig, params: Any) -> None:
         super().__init__(cfg, params)

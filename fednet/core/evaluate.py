@@ -37,10 +37,15 @@ class Evaluator:
         self.matching = matching_layer(self.model) if "v" in self.kinds.values() else ""
         self.linears = [m.weight.numel() for m in self.model.modules()
                         if isinstance(m, torch.nn.Linear)]  # FedSeq's classifier representation
-        pre = build_model(model_name(cfg), ds.num_classes, ds.input_shape, dataset=d.dataset,
-                          seed=cfg.seed + 1_000_003)  # FedSeq's theta_pre: another random init
-        self.pretrain_init: Arrays = clone_arrays(state_arrays(pre))
         self.initial: Arrays = clone_arrays(state_arrays(self.model))
+        self._shape = (model_name(cfg), ds.num_classes, ds.input_shape, d.dataset, cfg.seed)
+
+    def pretrain_init(self) -> Arrays:
+        """FedSeq's theta_pre: another random init of the same model (seed + 1,000,003), built
+        only when an algorithm asks for it (with ResNet-18: 44.7 MB and 54-85 ms)."""
+        name, classes, shape, dataset, seed = self._shape
+        pre = build_model(name, classes, shape, dataset=dataset, seed=seed + 1_000_003)
+        return clone_arrays(state_arrays(pre))
 
     def __call__(self, arrays: Arrays) -> tuple[float, float]:
         """(accuracy, loss) of the model given by `arrays` on the test set."""

@@ -61,8 +61,9 @@ class Session:
         self.evaluator = Evaluator(cfg)
         self.algo.setup(self.evaluator.initial, self.evaluator.trainable)
         ev = self.evaluator
-        self.algo.bind(ServerInfo(ds.num_classes, label_hist, ev.exemplars,
-                                  ev.pretrain_init, ev.kinds, ev.matching, ev.linears))
+        pre = ev.pretrain_init() if self.algo.wants_pretrain_init else None
+        self.algo.bind(ServerInfo(ds.num_classes, label_hist, ev.exemplars, pre, ev.kinds,
+                                  ev.matching, ev.linears))
         self.out = (out or resolve_out(cfg)) if write else None
         self.ledger = Ledger()
         self.resumed_clients: checkpoint.ClientStates = {}  # fednet local --resume: per client
