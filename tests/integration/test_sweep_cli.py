@@ -51,8 +51,8 @@ def test_sweep_runs_every_cell_resumes_and_reports(fed, tmp_path):
         best_lr = max(("0.05", "0.2"), key=lambda lr: acc[f"{algo}__lr={lr}"])
         row = table[algo]
         assert row[1] == f"lr={best_lr}" and row[2] == f"{acc[f'{algo}__lr={best_lr}']:.4f}"
-        assert row[5] == "1/1"
-    assert table["fedavg"][-1] == "+0.0000"
+        assert row[3:5] == ["-", "-"] and row[6] == "1/1"  # one seed: no interval, no sd
+    assert table["fedavg"][-3:] == ["+0.0000", "-", "1/1"]  # vs itself: no test, one pair
     sweep = read_json(tmp_path / "sw" / "sweep.json")
     assert [c["name"] for c in sweep["cells"]] == names
     assert sweep["spec"]["command"][:4] == ["fednet", "sweep", "--out", "sw"]
