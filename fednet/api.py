@@ -12,6 +12,13 @@ and they go through the command line's own checks, tuned defaults and results-fo
 `run(...)` and `fednet local ...` build the same configuration. A value of the wrong Python type
 (`rounds="25"`, `clients=2.5`, `seed=True`) is a ConfigError naming the option, before anything
 starts. `runtime="launch"` runs one server and N client processes as `fednet launch` does.
+
+It is also the one module a plugin imports from (docs/extending.md): the algorithm contract
+(Spec, register, param, Strategy, ClientUpdate, their states, ClientContext, ServerInfo), the
+helpers most algorithms use (usable, round_metrics, local_sgd, state_arrays, load_arrays), the
+model, dataset and objective registries, fednet's types and seeded streams. Each is imported
+when first asked for (`from fednet.api import Spec, param` imports no torch, as a Spec module
+must not: the command line imports it to list --algo choices).
 """
 from __future__ import annotations
 
@@ -24,7 +31,33 @@ import numpy as np
 
 from fednet.errors import ConfigError
 
-__all__ = ["Experiment", "run", "options"]
+_EXPORTS = {  # name -> the module that defines it
+    **dict.fromkeys(("Spec", "register"), "fednet.algorithms.spec"),
+    **dict.fromkeys(("param", "NoParams"), "fednet.algorithms.params"),
+    **dict.fromkeys(("Strategy", "ClientUpdate", "ServerState", "NoState", "Model",
+                     "ClientContext", "ServerInfo"), "fednet.algorithms.contract"),
+    **dict.fromkeys(("usable", "round_metrics", "evaluate_own"), "fednet.algorithms.common"),
+    "local_sgd": "fednet.algorithms.updates",
+    **dict.fromkeys(("state_arrays", "load_arrays"), "fednet.models.arrays"),
+    "register_model": "fednet.models.nets",
+    "Dataset": "fednet.data.base", "register_dataset": "fednet.data.datasets",
+    **dict.fromkeys(("Objective", "Classification", "register_objective"),
+                    "fednet.training.objective"),
+    **dict.fromkeys(("Arrays", "Task", "Result", "Failure", "ClientInfo"), "fednet.types"),
+    "generator": "fednet.rng", "FednetError": "fednet.errors",
+}
+__all__ = ["Experiment", "run", "options", "ConfigError", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    """The plugin API's names, imported on first use."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'fednet.api' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
 
 
 @dataclass

@@ -40,3 +40,24 @@ def test_run_returns_the_results_and_builds_what_fednet_local_builds(tmp_path):
     assert (tmp_path / "cli" / "config.toml").read_text() == (exp.out / "config.toml").read_text()
     cli = (tmp_path / "cli" / "summary.json").read_text()
     assert f'"final_accuracy": {exp.summary["final_accuracy"]}' in cli
+
+
+def test_the_plugin_api_is_one_module_and_the_example_uses_only_it():
+    import ast
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import fednet.api as api
+
+    for name in api._EXPORTS:  # every name resolves to what its module defines
+        assert getattr(api, name) is getattr(__import__(api._EXPORTS[name], fromlist=[name]), name)
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+        api.nothing  # noqa: B018
+    root = Path(__file__).resolve().parents[1] / "examples" / "fednet-example-plugin" / "src"
+    used = {n.module for f in root.rglob("*.py") for n in ast.walk(ast.parse(f.read_text()))
+            if isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "fednet"}
+    assert used == {"fednet.api"}
+    code = "import sys; from fednet.api import Spec, param, register; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"  # a Spec module stays free of torch

@@ -2,8 +2,7 @@
 points, drawn from fednet's seeded streams (the same data on every host and in every process)."""
 import numpy as np
 
-from fednet.data import Dataset
-from fednet.rng import generator
+from fednet.api import Dataset, generator
 
 
 def load_blobs(data_root, download, split_seed):

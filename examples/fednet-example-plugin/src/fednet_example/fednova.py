@@ -12,10 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fednet.algorithms.common import round_metrics, usable
-from fednet.algorithms.contract import ClientUpdate, Model, ServerState, Strategy
-from fednet.algorithms.updates import local_sgd
-from fednet.models.arrays import state_arrays
+from fednet.api import (ClientUpdate, Model, ServerState, Strategy, local_sgd, round_metrics,
+                        state_arrays, usable)
 
 
 @dataclass

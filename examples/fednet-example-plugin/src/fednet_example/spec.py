@@ -5,8 +5,7 @@ reads it to offer `--algo fednova` and `--param gmf=...`; the halves load on fir
 """
 from dataclasses import dataclass
 
-from fednet.algorithms.params import param
-from fednet.algorithms.registry import Spec
+from fednet.api import Spec, param
 
 
 @dataclass(frozen=True)
