@@ -143,3 +143,16 @@ def test_only_fedseq_builds_a_second_initial_model():
     pre = seq.algo.info.pretrain_init
     assert pre is not None and set(pre) == set(seq.evaluator.initial)
     assert any((pre[k] != seq.evaluator.initial[k]).any() for k in pre)  # another random init
+
+
+def test_a_staged_hook_on_a_plain_strategy_is_refused_not_ignored():
+    from fednet.algorithms.contract import NOT_STAGED, StagedStrategy, Strategy
+
+    with pytest.raises(TypeError, match="Mine defines follow_up, setup_tasks: those are hooks of "
+                                        "StagedStrategy"):
+        type("Mine", (Strategy,), {"setup_tasks": lambda s, c: [], "follow_up": lambda s, d: []})
+    staged = type("Mine", (StagedStrategy,), {"follow_up": lambda s, d: []})
+    assert issubclass(staged, Strategy)
+    assert (NOT_STAGED.setup_tasks([]), NOT_STAGED.rounds_per_step(), NOT_STAGED.follow_up(None),
+            NOT_STAGED.interim_points(), NOT_STAGED.step_end(), NOT_STAGED.virtual_order) == \
+        ([], 1, [], [], None, False)

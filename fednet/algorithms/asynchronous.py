@@ -30,7 +30,7 @@ import numpy as np
 
 from fednet import rng
 from fednet.algorithms.common import finite, round_metrics
-from fednet.algorithms.contract import Strategy
+from fednet.algorithms.contract import StagedStrategy
 from fednet.config import RunConfig
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 
@@ -49,7 +49,7 @@ def staleness_weight(kind: str, tau: int, a: float, b: int) -> float:
     return 1.0 if tau <= b else 1.0 / (a * (tau - b) + 1.0)
 
 
-class Asynchronous(Strategy):
+class Asynchronous(StagedStrategy):
     """The shared pipeline: C tasks out, one released reply frees one client."""
 
     virtual_order = True

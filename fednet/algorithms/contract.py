@@ -128,15 +128,23 @@ class ClientUpdate:
         raise NotImplementedError
 
 
+STAGED_HOOKS = {"setup_tasks", "setup_results", "rounds_per_step", "follow_up", "interim_points",
+                "step_end", "virtual_order", "streams_points"}  # StagedStrategy's, not Strategy's
+
+
 class Strategy:
     """The server half: configures rounds, folds results in, holds the typed server state."""
 
     State: type[ServerState] = ServerState
-    # the server's state depends on the order of arrivals (FedAsync, FedBuff): replies reach
-    # follow_up in simulated-time order, never in the runtime's (core/arrivals.py)
-    virtual_order = False
-    streams_points = False  # interim_points is asked after every reply, not at the step's end
     wants_pretrain_init = False  # FedSeq: ServerInfo.pretrain_init, a second random init
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        """A hook of StagedStrategy defined on a plain Strategy would never be called: refused."""
+        super().__init_subclass__(**kw)
+        misplaced = sorted(STAGED_HOOKS & set(vars(cls)))
+        if misplaced and not getattr(cls, "_staged", False):
+            raise TypeError(f"{cls.__name__} defines {', '.join(misplaced)}: those are hooks of "
+                            "StagedStrategy (fednet.api); subclass it instead of Strategy")
 
     def __init__(self, cfg: RunConfig, params: Any) -> None:
         self.cfg, self.p = cfg, params
@@ -178,32 +186,6 @@ class Strategy:
     def eval_arrays(self) -> Arrays:
         """The model the server evaluates after each round."""
         return self.state.model
-
-    # ---- staged and asynchronous algorithms (FedSeq, FedSeqInter) --------------------------
-    def setup_tasks(self, clients: Sequence[ClientInfo]) -> list[Task]:
-        """Tasks of a stage before round 0 (e.g. FedSeq's pre-training); none by default."""
-        return []
-
-    def setup_results(self, results: list[Result], failures: list[Failure]) -> dict[str, Any]:
-        """Consume the setup stage's results; returns statistics for the summary."""
-        return {}
-
-    def rounds_per_step(self) -> int:
-        """Logical rounds that one driver step covers (FedSeqInter: its aggregation period)."""
-        return 1
-
-    def follow_up(self, done: Result | Failure) -> list[Task]:
-        """Tasks released by one arrival, sent at once (asynchronous pipelines); none by default."""
-        return []
-
-    def interim_points(self) -> list[tuple[int, Arrays, float, dict[str, Any]]]:
-        """(round, model, simulated time, metrics) to evaluate inside a multi-round step."""
-        return []
-
-    def step_end(self) -> float | None:
-        """When the step ended in simulated time, if not at its last reply (an asynchronous
-        step ends at its last server update; replies after it are not used)."""
-        return None
 
     # ---- given ---------------------------------------------------------------------------------
     def setup(self, init: Arrays, trainable: set[str] | None = None) -> None:
@@ -264,3 +246,45 @@ class Strategy:
         first = self.state.next_task + 1
         self.state.next_task += n
         return first
+
+
+class StagedStrategy(Strategy):
+    """A Strategy with the driver's extra hooks, for the algorithms that need them: a setup stage
+    before round 0 (FedSeq's pre-training), steps of several rounds (FedSeqInter's period), tasks
+    released by each arrival and evaluation points inside a step (FedSeqInter, FedAsync,
+    FedBuff). A plain Strategy gets these defaults (NOT_STAGED)."""
+
+    _staged = True
+    # the server's state depends on the order of arrivals (FedAsync, FedBuff): replies reach
+    # follow_up in simulated-time order, never in the runtime's (core/arrivals.py)
+    virtual_order = False
+    streams_points = False  # interim_points is asked after every reply, not at the step's end
+
+    def setup_tasks(self, clients: Sequence[ClientInfo]) -> list[Task]:
+        """Tasks of a stage before round 0 (e.g. FedSeq's pre-training); none by default."""
+        return []
+
+    def setup_results(self, results: list[Result], failures: list[Failure]) -> dict[str, Any]:
+        """Consume the setup stage's results; returns statistics for the summary."""
+        return {}
+
+    def rounds_per_step(self) -> int:
+        """Logical rounds that one driver step covers (FedSeqInter: its aggregation period)."""
+        return 1
+
+    def follow_up(self, done: Result | Failure) -> list[Task]:
+        """Tasks released by one arrival, sent at once (asynchronous pipelines); none by default."""
+        return []
+
+    def interim_points(self) -> list[tuple[int, Arrays, float, dict[str, Any]]]:
+        """(round, model, simulated time, metrics) to evaluate inside a multi-round step."""
+        return []
+
+    def step_end(self) -> float | None:
+        """When the step ended in simulated time, if not at its last reply (an asynchronous
+        step ends at its last server update; replies after it are not used)."""
+        return None
+
+
+NOT_STAGED = StagedStrategy.__new__(StagedStrategy)
+"""The hooks' defaults, which the driver asks of a plain Strategy (they read no state)."""

@@ -17,7 +17,7 @@ import torch
 from fednet import rng
 from fednet.algorithms.aggregate import weighted_mean
 from fednet.algorithms.common import round_metrics, usable
-from fednet.algorithms.contract import ClientContext, ClientUpdate, Model, ServerState, Strategy
+from fednet.algorithms.contract import ClientContext, ClientUpdate, Model, ServerState, StagedStrategy
 from fednet.algorithms.feddyn import dyn_update
 from fednet.algorithms.grouping import approximators as approx
 from fednet.algorithms.layout import Layout
@@ -40,7 +40,7 @@ class FedSeqState(ServerState):
     h: Model = field(default_factory=dict)
 
 
-class FedSeq(Strategy):
+class FedSeq(StagedStrategy):
     """Superclients trained sequentially over peer-to-peer rings; weighted by superclient size."""
 
     State = FedSeqState

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from fednet.algorithms.common import client_accuracy
-from fednet.algorithms.contract import Strategy
+from fednet.algorithms.contract import NOT_STAGED, StagedStrategy, Strategy
 from fednet.compress.downlink import Downlink
 from fednet.config import RunConfig
 from fednet.core.arrivals import Arrivals
@@ -43,6 +43,7 @@ class RoundDriver(Verdict):
     def __init__(self, cfg: RunConfig, algo: Strategy, evaluate: Callable[[Any], tuple[float, float]],
                  ledger: Ledger, history: History, progress: Progress | None = None) -> None:
         self.cfg, self.algo, self.evaluate = cfg, algo, evaluate
+        self.staged = algo if isinstance(algo, StagedStrategy) else NOT_STAGED  # the extra hooks
         self.ledger, self.history = ledger, history
         self.progress = progress or Progress(cfg.rounds, quiet=True)
         self.sim_time = 0.0
@@ -88,7 +89,7 @@ class RoundDriver(Verdict):
     def _run(self, dispatcher: Dispatcher) -> None:
         if self.rounds_done == 0 and not self.setup(dispatcher):
             return
-        step = max(1, self.algo.rounds_per_step())
+        step = max(1, self.staged.rounds_per_step())
         for rnd in range(self.rounds_done, self.cfg.rounds, step):
             try:
                 if not self._step(rnd, step, dispatcher):
@@ -118,7 +119,7 @@ class RoundDriver(Verdict):
                           "stopping the run", rnd)
                 return False
         # an asynchronous step picks its clients as it goes (online then): all of them
-        pool = alive if self.algo.virtual_order else clients
+        pool = alive if self.staged.virtual_order else clients
         self.round(rnd, pool, dispatcher, min(step, self.cfg.rounds - rnd))
         every = self.cfg.net.checkpoint_every
         if self.checkpoint is not None and every and (
@@ -132,7 +133,7 @@ class RoundDriver(Verdict):
         clients = dispatcher.alive_clients()
         if self.churn is not None:
             clients, self.sim_time = self.churn.select(clients, self.sim_time)
-        tasks = self.stamp(self.algo.setup_tasks(clients))
+        tasks = self.stamp(self.staged.setup_tasks(clients))
         if not tasks:
             return True
         self.progress.message(f"setup stage: {len(tasks)} tasks")
@@ -143,7 +144,7 @@ class RoundDriver(Verdict):
         self._note_failures(-1, failures)
         self.sim_time = max([self.sim_time] + [r.sim_time for r in results])
         t0 = time.perf_counter()
-        self.setup_stats = self.algo.setup_results(results, failures)
+        self.setup_stats = self.staged.setup_results(results, failures)
         took = self.setup_stats["server_s"] = time.perf_counter() - t0  # e.g. FedSeq's grouping
         groups = self.setup_stats.get("superclients")
         self.progress.message(f"setup stage done: {groups} superclients, grouped in {took:.2f}s"
@@ -190,7 +191,7 @@ class RoundDriver(Verdict):
         tasks = self.stamp(algo.configure_round(rnd, clients))
         for t in tasks:
             t.sim_time = self.sim_time
-        ordered = algo.virtual_order and self.arrivals is not None
+        ordered = self.staged.virtual_order and self.arrivals is not None
         step = self.network and self.network.step(self.sim_time, rnd, tasks, span, algo.target,
                                                   ordered=ordered)
         order = self.arrivals() if ordered and self.arrivals else None
@@ -199,7 +200,7 @@ class RoundDriver(Verdict):
 
         def release(seen: Result | Failure) -> list[Task]:
             algo.absorb(seen)  # streaming algorithms fold the result in and free its arrays
-            nxt = self.stamp(algo.follow_up(seen)) if pipelined else []
+            nxt = self.stamp(self.staged.follow_up(seen)) if pipelined else []
             nxt = self.churn.trim(nxt) if self.churn is not None else nxt  # offline first hops
             return step.send(nxt) if step else nxt
 
@@ -232,7 +233,7 @@ class RoundDriver(Verdict):
         algo = self.algo
         results = step.close(results, algo.absorb) if step else results
         metrics = self.algo.aggregate_round(rnd, results, failures)
-        end = algo.step_end()
+        end = self.staged.step_end()
         self.sim_time = max([self.sim_time, step.end if step else 0.0]
                             + [r.sim_time for r in results]) if end is None else end
         if order is not None:  # in the order the algorithm saw them, not the runtime's
@@ -264,11 +265,11 @@ class RoundDriver(Verdict):
     def _points(self, order: Arrivals | None, base: dict[str, int]) -> None:
         """Evaluate and log the step's interim points: at its end, or as they come when the
         algorithm streams them (FedAsync, FedBuff)."""
-        if order is not None and not self.algo.streams_points:
+        if order is not None and not self.staged.streams_points:
             return
-        for t, arrays, sim, extra in self.algo.interim_points():
+        for t, arrays, sim, extra in self.staged.interim_points():
             acc_t, loss_t = self.evaluate(arrays)
-            flag = {} if self.algo.streams_points else {"interim": True}  # (a row of its own)
+            flag = {} if self.staged.streams_points else {"interim": True}  # (a row of its own)
             self._log(t, acc_t, loss_t, {**extra, **flag}, sim, order and order.row_bytes(base))
 
     def _log(self, rnd: int, acc: float, loss: float, metrics: dict[str, Any], sim: float,

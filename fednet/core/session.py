@@ -144,7 +144,7 @@ class Session:
         last periodic checkpoint, which --resume takes). Stateful clients kept the state from
         before this step (tasks carry `ckpt`: RoundDriver.stamp). True when written."""
         d = self.driver
-        if (d.boundary is None or self.out is None or self.algo.virtual_order
+        if (d.boundary is None or self.out is None or self.driver.staged.virtual_order
                 or self.cfg.net.checkpoint_every):
             return False
         if self.client_view is not None and self.client_view():  # states only objects hold
