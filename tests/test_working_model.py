@@ -1,5 +1,5 @@
 """Clients of one process whose algorithm keeps no model between tasks share one working model
-(client/executor.share_working_models, enabled by client/host for several clients per process);
+(core/executor.share_working_models, enabled by client/host for several clients per process);
 clients with personal models keep their own. End to end, tests/integration/test_parity.py
 (--clients-per-process 3, FedAvg and FedSeqInter) checks that results stay bit-identical."""
 from __future__ import annotations

@@ -26,7 +26,7 @@ Two more settings make a first round as fast as the later ones (BENCHMARKS.md se
 - `reserve(nbytes)` touches and frees nbytes of that heap, so that the first models a process
   receives land in mapped pages. The server reserves room for the results it may hold at once
   while it waits for its clients to register (server/inflight.reserve_bytes), when it is idle;
-  a client process reserves CLIENT_RESERVE_MODELS models while it registers (client/executor).
+  a client process reserves CLIENT_RESERVE_MODELS models while it registers (core/executor).
 Not glibc (musl, macOS): nothing is changed.
 """
 from __future__ import annotations
