@@ -38,3 +38,40 @@ def test_without_a_results_folder_nothing_is_tracked():
     t.row({"round": 0, "accuracy": 1.0})
     t.end(None, None)
     assert t.trackers == []
+
+
+def test_a_tracker_that_fails_mid_run_is_dropped_and_the_others_go_on(tmp_path, caplog):
+    class Fake:
+        def __init__(self, where, fail_at=None):
+            self.where, self.fail_at, self.rows, self.ended = where, fail_at, [], None
+
+        def start(self):
+            pass
+
+        def row(self, row):
+            if row["round"] == self.fail_at:
+                raise ConnectionError("server went away")
+            self.rows.append(row["round"])
+
+        def end(self, summary, out):
+            self.ended = summary["status"]
+
+    import logging
+
+    logger = logging.getLogger("fednet")  # fednet's loggers may not propagate to root
+    logger.addHandler(caplog.handler)
+    t = tracking.Tracking((), tmp_path, {})
+    bad, good = Fake("http://gone", fail_at=1), Fake("tb")
+    t.trackers = [bad, good]
+    try:
+        with caplog.at_level("WARNING", logger="fednet"):
+            for r in range(3):
+                t.row({"round": r, "accuracy": 0.5})
+    finally:
+        logger.removeHandler(caplog.handler)
+    t.end({"status": "completed"}, tmp_path)
+    assert (bad.rows, bad.ended) == ([0], None)  # dropped at its failure, never called again
+    assert (good.rows, good.ended) == ([0, 1, 2], "completed")
+    assert {r.getMessage() for r in caplog.records if r.name == "fednet"} == {  # (a set: the
+        "tracking to http://gone stopped (ConnectionError: server went away); the run goes on, "
+        "its results are in its folder"}  # record may reach caplog by two handlers)
