@@ -34,7 +34,8 @@ every cell as given.
 A method is the value of --by (default: algo), or a --method NAME=OPTIONS (its options may hold
 lists too: that method's own grid). Each method's best setting is chosen by the mean of --metric
 over the seeds. Cells go to OUT/cells/<method>__<setting>__seed=<s>/ (a run folder each, with
-cell.json and log.txt); OUT/sweep.json and OUT/sweep.csv hold every cell. Running the same
+cell.json and log.txt); OUT/sweep.json and OUT/sweep.csv hold every cell, OUT/table.csv every
+setting with its statistics. Running the same
 command again skips the cells that finished (status completed or diverged); failed and
 diverged cells are listed apart and never tabled as results.
 """
@@ -60,8 +61,9 @@ _OPTIONS: list[Callable[[Any], Any]] = [
                  help="Grid options whose values tell methods apart (comma-separated); the "
                       "other options but --seed are the settings tuned per method."),
     click.option("--baseline", default="", metavar="METHOD",
-                 help="Add a column comparing each method with this one (ratio for "
-                      "rounds_to-like metrics, difference for accuracies)."),
+                 help="Add columns comparing each method with this one, paired by seed (ratio "
+                      "for rounds_to-like metrics, difference for accuracies; a 95% interval, a "
+                      "paired t-test's p and the pairs)."),
     click.option("--show", multiple=True, metavar="METRIC|KEY",
                  help="Another column for the best settings: a metric (rounds_to:0.8) or a "
                       "summary.json key (setup.balance_ratio_mean); repeatable."),
@@ -70,11 +72,15 @@ _OPTIONS: list[Callable[[Any], Any]] = [
 ]
 
 
-def sweep_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """Attach the options of `fednet sweep`."""
-    for opt in reversed(_OPTIONS):
+def _attach(options: list[Callable[[Any], Any]], f: Callable[..., Any]) -> Callable[..., Any]:
+    for opt in reversed(options):
         f = opt(f)
     return f
+
+
+def sweep_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Attach the options of `fednet sweep`."""
+    return _attach(_OPTIONS, f)
 
 
 def run_command(ctx: click.Context, o: dict[str, Any], command: click.Command,
@@ -109,9 +115,7 @@ _REPORT_OPTIONS: list[Callable[[Any], Any]] = [
 
 def report_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """Attach the arguments and options of `fednet report`."""
-    for opt in reversed(_REPORT_OPTIONS):
-        f = opt(f)
-    return f
+    return _attach(_REPORT_OPTIONS, f)
 
 
 def write_report_files(runs: list[str], plot_file: str | None, log_x: bool,

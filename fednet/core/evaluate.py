@@ -42,7 +42,7 @@ class Evaluator:
 
     def pretrain_init(self) -> Arrays:
         """FedSeq's theta_pre: another random init of the same model (seed + 1,000,003), built
-        only when an algorithm asks for it (with ResNet-18: 44.7 MB and 54-85 ms)."""
+        only when an algorithm asks for it (Strategy.wants_pretrain_init: FedSeq)."""
         name, classes, shape, dataset, seed = self._shape
         pre = build_model(name, classes, shape, dataset=dataset, seed=seed + 1_000_003)
         return clone_arrays(state_arrays(pre))

@@ -176,10 +176,7 @@ def _series(sources: list[str]) -> tuple[list[dict[str, Any]], list[tuple[float,
             out, targets = out + more, targets + goal
         else:
             out.append(_run_series(src))
-    series = _group_seeds([s for s in out if s["runs"] and s["runs"][0]])
-    for s in series:
-        s["runs"] = [r for r in s["runs"] if r] or s["runs"]
-    return series, targets
+    return _group_seeds([s for s in out if s["runs"] and s["runs"][0]]), targets
 
 
 def _label(series: list[dict[str, Any]]) -> None:
@@ -245,7 +242,7 @@ def _title(series: list[dict[str, Any]], targets: list[tuple[float, str]], panel
            log_x: bool) -> str:
     infos = [s["info"] for s in series]
     shared = tuple(k for k in _INFO if len({i.get(k) for i in infos}) == 1)
-    parts = [describe(infos[0], shared)] if describe(infos[0], shared) else []
+    parts = [d for d in (describe(infos[0], shared),) if d]
     if targets:
         parts.append("dashed: " + ", ".join(f"{100 * t:.1f}% ({m})" for t, m in
                                             sorted(set(targets))) + ", star: first reached")

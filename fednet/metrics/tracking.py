@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import math
 import os
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 from fednet.errors import ConfigError
 
 log = logging.getLogger("fednet")
-KINDS = {"tensorboard": "tensorboard", "mlflow": "mlflow"}  # kind -> the package it needs
+KINDS = ("tensorboard", "mlflow")  # each is also the package it needs
 ARTIFACTS = ("summary.json", "config.toml", "metrics.jsonl", "clients.jsonl",
              "accuracy_vs_round.png", "accuracy_vs_sim_time.png", "accuracy_vs_bytes.png")
 _STATUS = {"completed": "FINISHED", "interrupted": "KILLED"}  # MLflow's; the others: FAILED
@@ -28,9 +29,9 @@ def parse(spec: str) -> tuple[str, str]:
     kind, _, target = spec.strip().partition(":")
     if kind not in KINDS:
         raise ConfigError(f"--track '{spec}': expected tensorboard[:DIR] or mlflow[:URI]")
-    if importlib.util.find_spec(KINDS[kind]) is None:
-        raise ConfigError(f"--track {kind}: the {KINDS[kind]} package is not installed; "
-                          f"pip install 'fednet[{kind}]' (or pip install {KINDS[kind]})")
+    if importlib.util.find_spec(kind) is None:
+        raise ConfigError(f"--track {kind}: the {kind} package is not installed; "
+                          f"pip install 'fednet[{kind}]' (or pip install {kind})")
     return kind, target
 
 
@@ -54,7 +55,7 @@ def scalars(row: dict[str, Any]) -> dict[str, float]:
 
 
 def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def flat(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
