@@ -33,7 +33,7 @@ from fednet.errors import ConfigError
 
 _EXPORTS = {  # name -> the module that defines it
     **dict.fromkeys(("Spec", "register"), "fednet.algorithms.spec"),
-    **dict.fromkeys(("param", "NoParams"), "fednet.algorithms.params"),
+    "param": "fednet.config.declare", "NoParams": "fednet.algorithms.params",
     **dict.fromkeys(("Strategy", "StagedStrategy", "ClientUpdate", "ServerState", "NoState", "Model",
                      "ClientContext", "ServerInfo"), "fednet.algorithms.contract"),
     **dict.fromkeys(("usable", "round_metrics", "evaluate_own"), "fednet.algorithms.common"),

@@ -34,7 +34,7 @@ def test_unknown_key_is_named():
     ({"clients": 0}, "--clients"), ({"rounds": 0}, "--rounds"), ({"algo.name": "nope"}, "--algo"),
     ({"algo.fraction": 0.0}, "--fraction"), ({"data.partition": "x"}, "--partition"),
     ({"data.alpha": -1.0}, "--alpha"), ({"train.lr": 0.0}, "--lr"), ({"train.epochs": 0}, "--epochs"),
-    ({"train.momentum": 1.0}, "--momentum"), ({"net.port": 70000}, "--port"),
+    ({"train.momentum": 1.0}, "--momentum"), ({"net.port": 70000}, "net.port"),
     ({"latency.preset": "moon"}, "--latency"), ({"train.batch_size": 0}, "--batch-size"),
     ({"net.max_inflight": -1}, "--max-inflight"),
     ({"net.clients_per_process": 2, "latency.real": True}, "--clients-per-process"),

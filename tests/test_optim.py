@@ -138,9 +138,9 @@ def test_state_persists_across_calls_and_checkpoints():
     ({"optimizer": "adam", "momentum": 0.9}, "--momentum is SGD's"),
     ({"nesterov": True}, "--nesterov needs --optimizer sgd and a --momentum above 0"),
     ({"beta1": 0.5}, "--betas and --optimizer-eps are Adam's"),
-    ({"optimizer": "adam", "beta2": 1.0}, "--betas must each be in [0, 1)"),
+    ({"optimizer": "adam", "beta2": 1.0}, "--betas must be in [0, 1) (got 1.0)"),
     ({"optimizer": "adamw", "eps": 0.0}, "--optimizer-eps must be positive"),
-    ({"optimizer": "lion"}, "--optimizer 'lion' is unknown"),
+    ({"optimizer": "lion"}, "--optimizer must be one of: sgd, adam, adamw (got 'lion')"),
 ])
 def test_wrong_settings_are_one_line(train_cfg, needle):
     cfg = RunConfig().replace(**{f"train.{k}": v for k, v in train_cfg.items()})

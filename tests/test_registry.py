@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from fednet.algorithms import REGISTRY, build, build_client, client_class, names
 from fednet.algorithms.contract import ClientUpdate, Strategy
-from fednet.algorithms.params import declared
+from fednet.config.declare import declared
 from fednet.cli import main
 from fednet.config import ALGORITHMS, PERSONAL, eval_mode
 from fednet.errors import ConfigError

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from fednet.algorithms.grouping.names import APPROXIMATORS, GROUPINGS, MEASURES, PROBABILITY_ONLY
-from fednet.algorithms.params import param
+from fednet.config.declare import param
 from fednet.algorithms.spec import Spec, register
 
 A = "fednet.algorithms."

@@ -11,6 +11,7 @@ from typing import Any
 
 from fednet import plugins
 from fednet.algorithms import params as P
+from fednet.config.declare import declared
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ def register(spec: Spec) -> Spec:
     """Add an algorithm (a name registered twice is an error)."""
     if spec.name in REGISTRY:
         raise ValueError(f"algorithm {spec.name!r} is registered twice")
-    P.declared(spec.params)  # the declarations are checked now, not at the first run
+    declared(spec.params)  # the declarations are checked now, not at the first run
     own = dataclasses.replace(spec, server=plugins.own_ref(spec.server),
                               client=plugins.own_ref(spec.client))  # a .py plugin's own classes
     spec = own if (own.server, own.client) != (spec.server, spec.client) else spec

@@ -9,36 +9,21 @@ import click
 
 from fednet import plugins
 from fednet.algorithms.registry import REGISTRY, check_params, get, with_plugins
-from fednet.config import LATENCY_PRESETS, PARTITIONS, RunConfig, from_dict, load_toml, merge
+from fednet.cli import declared
+from fednet.config import RunConfig, from_dict, load_toml, merge
 from fednet.errors import ConfigError
-from fednet.cli.options_extra import OPTIONS as EXTRA_OPTIONS, AlgoChoice, load_plugins, overrides
-from fednet.cli.options_extra import HOST_PER_PROCESS, PER_PROCESS_HELP, PerProcess, check_resume_options  # noqa: F401,E501
+from fednet.cli.options_extra import load_plugins, overrides
+from fednet.cli.options_extra import HOST_PER_PROCESS, check_resume_options  # noqa: F401
 from fednet.platform.packing import auto_for_host  # noqa: F401  (fednet clients)
-
-# option name -> dotted config key
-_KEYS = {
-    "clients": "clients", "rounds": "rounds", "seed": "seed", "out": "out",
-    "algo": "algo.name", "fraction": "algo.fraction",
-    "dataset": "data.dataset", "partition": "data.partition", "alpha": "data.alpha",
-    "data_root": "data.data_root", "download": "data.download",
-    "model": "train.model", "epochs": "train.epochs", "batch_size": "train.batch_size", "lr": "train.lr",
-    "momentum": "train.momentum", "weight_decay": "train.weight_decay", "threads": "train.threads",
-    "round_timeout": "net.round_timeout", "register_timeout": "net.register_timeout",
-    "max_inflight": "net.max_inflight", "clients_per_process": "net.clients_per_process",
-    "max_failed_rounds": "net.max_failed_rounds", "real_time": "latency.real",
-    "time_scale": "latency.time_scale", "availability": "latency.availability",
-    "permute": "data.permute", "exemplars": "data.exemplars", "eval_mode": "algo.eval",
-    "augment": "train.augment", "secure": "net.secure", "checkpoint_every": "net.checkpoint_every",
-}
 
 def _algo_options() -> list[tuple[str, str, Any, str]]:
     """(option, params key, click type, help) of every parameter the registry gives an option
     of its own (param(..., option="--mu")); help and defaults come from the declarations."""
-    from fednet.algorithms import params as P
+    from fednet.config.declare import Info, declared
 
-    seen: dict[str, list[tuple[str, P.Info]]] = {}
+    seen: dict[str, list[tuple[str, Info]]] = {}
     for spec in with_plugins().values():
-        for info in P.declared(spec.params):
+        for info in declared(spec.params):
             if info.option:
                 seen.setdefault(info.option, []).append((spec.name, info))
     out = []
@@ -72,72 +57,12 @@ def _opt_dest(opt: str) -> str:
 _COMMON: list[Callable[[Any], Any]] = [
     click.option("--config", "config_file", type=click.Path(dir_okay=False), is_eager=True,
                  callback=load_plugins, help="TOML file with the same fields; command-line options override it."),
-    click.option("--clients", type=int, help="Number of clients (default 100 for launch, 10 for local)."),
-    click.option("--rounds", type=int, help="Communication rounds. [default: 25]"),
-    click.option("--algo", type=AlgoChoice(),
-                 help="Algorithm (README: the table; docs/algorithms.md: the rules). "
-                      "[default: fedavg]"),
-    click.option("--dataset", help="digits (embedded), cifar10, cifar100, svhn (--data-root), synthetic-"
-                                   "cifar10/100 (not CIFAR); one user per client: synthetic-fedprox, "
-                                   "femnist, shakespeare, sent140 (LEAF's JSON). [default: digits]"),
-    click.option("--partition", type=click.Choice(PARTITIONS),
-                 help="How data is split: iid, dirichlet(alpha), shards (one class per client), domain "
-                      "(20 clients, 5 domains); natural: the users of a naturally federated dataset."),
-    click.option("--alpha", type=float, help="Dirichlet concentration; 0 means shards. [default: 0.5]"),
-    click.option("--seed", type=int, help="Seed of every random draw. [default: 0]"),
-    click.option("--gpus", help="Comma-separated CUDA devices, e.g. 0,1; client i uses gpus[i % n]. "
-                                "Without it everything runs on the CPU."),
-    click.option("--latency", help=f"Client profiles: {', '.join(LATENCY_PRESETS)} or a CSV/JSON "
-                                   "file (compute_s_per_sample, rtt_s, up_bps, down_bps; rates in "
-                                   "bytes/s, or with a unit: 100Mbit, 12.5MB). [default: lan]"),
-    click.option("--availability", help="When clients are online: always, offline:F[:S], "
-                                        "diurnal[:DAY[:ON]] or a CSV/JSON trace (client,start,end "
-                                        "in simulated seconds). [default: always]"),
-    click.option("--real-time/--virtual-time", "real_time", default=None,
-                 help="Also sleep the simulated delays (demonstrations); figures use the virtual clock."),
-    click.option("--time-scale", type=float, help="Multiplier on slept delays in --real-time mode."),
-    click.option("--out", type=click.Path(file_okay=False),
-                 help="Results folder. [default: runs/<timestamp>-<algo>]"),
-    click.option("--fraction", type=float, help="Fraction of clients per round. [default: 1.0]"),
-    click.option("--model", help="Model architecture. [default: auto]"),
-    click.option("--epochs", type=int, help="Local epochs per round. [default: 5]"),
-    click.option("--batch-size", type=int, help="Local minibatch size. [default: 8]"),
-    click.option("--lr", type=float, help="Local SGD learning rate. [default: 0.15]"),
-    click.option("--momentum", type=float, help="Local SGD momentum. [default: 0]"),
-    click.option("--weight-decay", type=float, help="Local SGD weight decay. [default: 4e-4]"),
-    click.option("--threads", type=int, help="Torch threads per client process. [default: 1]"),
-    click.option("--data-root", type=click.Path(file_okay=False), help="Folder of dataset files."),
-    click.option("--download/--no-download", default=None, help="Download datasets if missing."),
-    click.option("--round-timeout", type=float, help="Seconds a round may take. [default: 300]"),
-    click.option("--register-timeout", type=float, help="Seconds to wait for clients. [default: 60]"),
-    click.option("--max-failed-rounds", type=int, help="Rounds in a row without a usable result "
-                 "before the run stops as failed (exit code 4); 0: never. [default: 3]"),
-    click.option("--clients-per-process", type=PerProcess(), help=PER_PROCESS_HELP),
-    click.option("--max-inflight", type=int,
-                 help="At most N tasks out at once; the next is sent when a result returns. Bounds "
-                      "the server's memory when results arrive faster than it aggregates them "
-                      "(simulated times are unchanged; with --real-time it delays sleeping "
-                      "clients). [default: 0 = all at once]"),
-    click.option("--checkpoint-every", type=int,
-                 help="Write RUN/checkpoint every N rounds (atomically) for --resume. [default: off]"),
+    *declared.options(),  # every run setting's own option (config/run.py declares them)
     click.option("--resume", type=click.Path(file_okay=False, exists=True), is_eager=True,
                  callback=load_plugins, help="Continue the run in this folder from its checkpoint (its config.toml; "
                       "options given here override it, e.g. more --rounds)."),
     click.option("--overwrite", is_flag=True, help="Let --out name a folder that already holds "
                  "files: the previous run's results there are replaced. [default: refused]"),
-    click.option("--secure", type=click.Path(file_okay=False),
-                 help="Key folder from `fednet keys init`: CURVE encryption and client "
-                      "authentication on every server and peer link."),
-    click.option("--permute/--no-permute", default=None,
-                 help="Every client relabels its data with a private permutation (personalized FL)."),
-    click.option("--eval", "eval_mode", type=click.Choice(["auto", "global", "clients"]),
-                 help="global: the server model on the test set; clients: each client's own model "
-                      "on its own split. [default: auto]"),
-    click.option("--exemplars", type=int,
-                 help="Exemplars per class taken out of the test set (FedSeq). [default: 5 digits, 10 else]"),
-    click.option("--augment", type=click.Choice(["auto", "none", "fedseq", "simclr"]),
-                 help="Train-time augmentation. [default: auto]"),
-    *EXTRA_OPTIONS,
     *[click.option(opt, _opt_dest(opt), type=typ, help=hlp) for opt, _, typ, hlp in ALGO_OPTIONS],
     click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
                  help="Algorithm parameter (repeatable), e.g. --param mu=0.01; typed and checked "
@@ -155,8 +80,6 @@ def common_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
     """Defaults < TOML file < command-line options."""
-    from fednet.platform.gpus import parse_gpus
-
     base = RunConfig().to_dict()
     base = merge(base, defaults)
     fixed: dict[str, Any] = {}  # the dotted keys a file sets (algo.params: a table)
@@ -169,17 +92,8 @@ def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
         fo = _file_overrides(str(Path(resume) / "config.toml"))
         base, fixed = merge(base, fo), {**fixed, **fo}
         base["out"] = str(resume)
-    over: dict[str, Any] = {_KEYS[k]: v for k, v in opts.items() if k in _KEYS and v is not None}
-    over.update(overrides(opts, base))  # --optimizer and its settings, --plugin
-    over.update({"gpus": list(parse_gpus(opts["gpus"]))} if opts.get("gpus") is not None else {})
-    lat = opts.get("latency")
-    if lat is not None and lat not in LATENCY_PRESETS and not Path(lat).is_file():
-        raise ConfigError(f"--latency '{lat}' is neither a preset ({', '.join(LATENCY_PRESETS)}) "
-                          "nor an existing CSV/JSON file")
-    if lat is not None:
-        over["latency.preset" if lat in LATENCY_PRESETS else "latency.file"] = lat
-        if lat in LATENCY_PRESETS:
-            over["latency.file"] = ""
+    over = declared.given(opts)  # the plain options, then those parsed into settings
+    over.update(overrides(opts, base))
     given = [(dest, opt, key) for dest, (opt, key) in _ALGO_DEST.items()
              if opts.get(dest) is not None]
     for dest, _, key in given:
@@ -210,7 +124,7 @@ def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
 
 def _check_option(spec: Any, opt: str, value: Any) -> None:
     """A per-algorithm option's value, for the chosen algorithm (ConfigError naming the option)."""
-    from fednet.algorithms.params import check_value, declared
+    from fednet.config.declare import check_value, declared
 
     info = next((i for i in declared(spec.params) if i.option == opt), None)
     if info is None:

@@ -5,23 +5,13 @@ the other options, so that `--plugin my_algo --algo myalgo` finds the algorithm.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from fednet.config import OPTIMIZERS
+from fednet.config import LATENCY_PRESETS, declaration
 from fednet.errors import ConfigError
-
-# option name -> dotted config key
-KEYS = {"optimizer": "train.optimizer", "nesterov": "train.nesterov",
-        "optimizer_eps": "train.eps", "deadline": "latency.deadline",
-        "over_select": "latency.over_select", "shaped_links": "latency.shaped",
-        "synthetic_alpha": "data.synthetic_alpha", "synthetic_beta": "data.synthetic_beta",
-        "compress": "net.compress", "compress_down": "net.compress_down",
-        "compress_handoff": "net.compress_handoff"}
-
 
 class AlgoChoice(click.Choice):
     """--algo's choices: the registry's names when the option is checked (so the algorithms of
@@ -76,66 +66,15 @@ def load_plugins(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     return value
 
 
-TRACK_HELP = ("Also log the run to TensorBoard or MLflow (repeatable): tensorboard[:DIR] (event "
-              "files; default OUT/tensorboard) or mlflow[:URI] (default MLFLOW_TRACKING_URI, "
-              "else MLflow's own; experiment MLFLOW_EXPERIMENT_NAME, else fednet). Needs pip "
-              "install 'fednet[tensorboard]' or 'fednet[mlflow]'.")
-OPTIONS: list[Callable[[Any], Any]] = [
-    click.option("--compress", metavar="SPEC",
-                 help="How the clients' results travel: none, fp16, int8 (8-bit per tensor), "
-                      "qsgd[:S] (S levels, 16), topk[:R] (the fraction R kept, 0.01; error "
-                      "feedback), sign (scaled sign; error feedback). The update against the "
-                      "received model is encoded; the server decodes it. [default: none]"),
-    click.option("--compress-down", metavar="SPEC",
-                 help="How the server's tasks travel: none, fp16, int8 or qsgd[:S], the values "
-                      "themselves (a client holds no reference to take a difference against); "
-                      "every client trains from what it received. [default: none]"),
-    click.option("--compress-handoff", metavar="SPEC",
-                 help="How the models handed from client to client travel (FedSeq's rings): as "
-                      "--compress-down. [default: none]"),
-    click.option("--optimizer", type=click.Choice(OPTIMIZERS),
-                 help="The clients' local optimizer (torch's functional kernels); adam and adamw "
-                      "want a much smaller --lr, e.g. 0.001. [default: sgd]"),
-    click.option("--nesterov/--no-nesterov", default=None,
-                 help="Nesterov momentum (sgd with --momentum > 0). [default: off]"),
-    click.option("--betas", metavar="B1,B2",
-                 help="Adam's and AdamW's moment decays. [default: 0.9,0.999]"),
-    click.option("--optimizer-eps", type=float,
-                 help="Adam's and AdamW's epsilon. [default: 1e-8]"),
-    click.option("--server-bandwidth", metavar="RATE",
-                 help="The server's link, each way, shared fairly by concurrent server<->client "
-                      "transfers (peer hand-offs do not use it): 100Mbit, 1Gbit, 12.5MB (a plain "
-                      "number is bytes/s). [default: unlimited]"),
-    click.option("--shaped-links/--simulated-links", "shaped_links", default=None,
-                 help="With --real-time: the network itself runs every transfer at the profiles' "
-                      "rates (e.g. tc tbf per host), so only the latencies and the compute are "
-                      "slept, not the transfers. [default: simulated links]"),
-    click.option("--deadline", type=float, metavar="S",
-                 help="Simulated seconds per round; results that arrive later are stragglers "
-                      "(counted, not aggregated). [default: none]"),
-    click.option("--over-select", type=float, metavar="F",
-                 help="Select ceil(F x the round's target) clients and keep the first target "
-                      "results to arrive. [default: 1]"),
-    click.option("--synthetic-alpha", type=float, metavar="A",
-                 help="synthetic-fedprox: u_k ~ N(0, A), the mean of client k's weights "
-                      "(FedProx's Synthetic(A, B); a shift of every logit alike, so it changes no "
-                      "label: docs/algorithms.md 2.7). [default: 1]"),
-    click.option("--synthetic-beta", type=float, metavar="B",
-                 help="synthetic-fedprox: how much the clients' inputs differ, B_k ~ N(0, B). "
-                      "[default: 1]"),
-    click.option("--plugin", multiple=True, metavar="MODULE", is_eager=True,
-                 callback=load_plugins,
-                 help="Import this module (a dotted name or a .py file) first: it registers "
-                      "algorithms, models or datasets (repeatable; recorded in config.toml). "
-                      "Installed plugins (entry points) load by themselves; see `fednet plugins`."),
-    click.option("--track", multiple=True, metavar="TOOL[:WHERE]", help=TRACK_HELP),
-]
-
-
 def overrides(opts: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
-    """The dotted config keys these options set (base: the configuration so far, for the
-    plugins the file named)."""
-    over: dict[str, Any] = {KEYS[k]: v for k, v in opts.items() if k in KEYS and v is not None}
+    """The dotted config keys of the options whose text is parsed into settings (cli/declared.py,
+    PARSED), and the partition a naturally federated dataset implies (base: the configuration so
+    far, for the plugins the file named)."""
+    over: dict[str, Any] = _latency(opts.get("latency"))
+    if opts.get("gpus") is not None:
+        from fednet.platform.gpus import parse_gpus
+
+        over["gpus"] = list(parse_gpus(opts["gpus"]))
     betas = opts.get("betas")
     if betas is not None:
         try:
@@ -161,6 +100,18 @@ def overrides(opts: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
 
         over["plugins"] = plugins.merged(list(base.get("plugins") or ()), given)
     return over
+
+
+def _latency(lat: str | None) -> dict[str, Any]:
+    """--latency: a preset, or a profiles file (which must exist)."""
+    if lat is None:
+        return {}
+    if lat in LATENCY_PRESETS:
+        return {"latency.preset": lat, "latency.file": ""}
+    if not Path(lat).is_file():
+        raise ConfigError(f"--latency '{lat}' is neither a preset ({', '.join(LATENCY_PRESETS)}) "
+                          "nor an existing CSV/JSON file")
+    return {"latency.file": lat}
 
 
 def _natural_partition(opts: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
@@ -202,20 +153,9 @@ class PerProcess(click.ParamType):
                   ctx)
 
 
-PER_PROCESS_HELP = (
-    "Logical clients in each client process: one fork, one interpreter and one CUDA context "
-    "serve them all, their tasks one at a time. auto: one process per client up to 8 per "
-    "core (and half the available memory at 32 MiB plus 3 model copies each); beyond 8 per "
-    "core, 8 processes per core sharing the clients evenly; beyond the memory limit alone, the "
-    "fewest clients per process within it; with --gpus, also each device's "
-    "memory (512 MiB CUDA context + 256 MiB workspace per process, 4 model copies and the "
-    "data per client, within 90%; a device listed twice is two slots sharing it); never more "
-    "clients in a process than its open-files limit allows (8 files each); "
-    "--real-time keeps one per client. A number wins. [default: auto]")
-
-
-HOST_PER_PROCESS = click.option("--clients-per-process", "per_process", type=PerProcess(),
-                                default="auto", help=PER_PROCESS_HELP)
+HOST_PER_PROCESS = click.option(  # fednet clients: its processes' own packing
+    "--clients-per-process", "per_process", type=PerProcess(), default="auto",
+    help=f"{declaration('net.clients_per_process').help}. [default: auto]")
 
 
 RESUME_MAY_CHANGE = ("rounds", "net.", "gpus", "train.threads", "plugins", "data.data_root",
