@@ -111,10 +111,12 @@ class NetConfig:
         "", "Key folder from `fednet keys init`: CURVE encryption and client authentication on "
         "every server and peer link", option="--secure", path=True, shown="off")
     ack_timeout: float = setting(30.0, "Seconds a hand-off waits for HANDOFF_ACK before a retry",
-                                 gt=0)
-    ack_retries: int = setting(2, "Attempts per peer before it counts as dead", ge=1)
+                                 gt=0, option="--ack-timeout", metavar="S")
+    ack_retries: int = setting(2, "Attempts per peer before it counts as dead", ge=1,
+                               option="--ack-retries", metavar="N")
     dead_peer: str = setting("skip", "A dead peer in a ring: skip it and go on, or return the "
-                             "model to the server", choices=("skip", "server"))
+                             "model to the server", choices=("skip", "server"),
+                             option="--dead-peer")
     checkpoint_every: int = setting(0, "Write RUN/checkpoint every N rounds (atomically) for "
                                     "--resume", ge=0, option="--checkpoint-every", note="0: off")
     max_inflight: int = setting(
