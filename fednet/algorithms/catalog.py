@@ -211,6 +211,14 @@ TUNED: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
+# The keys of the algorithms' own task and result bodies, by kind (spec.BODY_KINDS).
+FEDSEQ_TASK = {"approximator": "name", "classes": "count"}  # pre-training: what to estimate
+FACTORIZED_TASK = {"upload": "names", "lambda": "number", "clip": "number >= 0",
+                   "l1_detached": "flag"}
+FOMO_TASK, FOMO_RESULT = {"candidates": "client ids"}, {"candidates": "client ids",
+                                                        "mixed": "number or nan"}
+
+
 def _register(spec: Spec, handoffs: bool = False) -> None:
     """Register a built-in algorithm with its tuned defaults (SHARDS unless TUNED says more);
     only FedSeq's rings hand models between clients."""
@@ -229,23 +237,26 @@ _register(Spec("standalone", "every client trains alone; nothing travels",
 _register(Spec("centralized", "one model on the pooled training set (the reference accuracy)",
               A + "centralized:Centralized", A + "centralized:CentralizedClient"))
 _register(Spec("fedseq", "superclients trained sequentially over peer-to-peer rings",
-              A + "fedseq:FedSeq", A + "fedseq:FedSeqClient", FedSeqParams), handoffs=True)
+              A + "fedseq:FedSeq", A + "fedseq:FedSeqClient", FedSeqParams,
+              task_body=FEDSEQ_TASK), handoffs=True)
 _register(Spec("fedseq_inter", "FedSeq with a bank of models travelling between superclients",
-              A + "fedseq_inter:FedSeqInter", A + "fedseq:FedSeqClient", FedSeqInterParams),
-          handoffs=True)
+              A + "fedseq_inter:FedSeqInter", A + "fedseq:FedSeqClient", FedSeqInterParams,
+              task_body=FEDSEQ_TASK), handoffs=True)
 _register(Spec("factorized", "Factorized-FL: u travels, v and mu stay; matching by v similarity",
               A + "factorized:Factorized", A + "factorized:FactorizedClient", FactorizedParams,
-              personalized=True, models=FACTORIZED))
+              personalized=True, models=FACTORIZED, task_body=FACTORIZED_TASK))
 _register(Spec("factorized_beta", "Factorized-FL beta: v and mu shared too",
               A + "factorized:FactorizedBeta", A + "factorized:FactorizedClient", FactorizedParams,
-              personalized=True, models=FACTORIZED))
+              personalized=True, models=FACTORIZED, task_body=FACTORIZED_TASK))
 _register(Spec("pfedpara", "low-rank Hadamard layers; local factors stay personal",
               A + "pfedpara:PFedPara", A + "pfedpara:PFedParaClient", PFedParaParams,
-              personalized=True, models={"*": "pfedpara_digits"}))
+              personalized=True, models={"*": "pfedpara_digits"},
+              task_body={"upload": "names", "clip": "number >= 0"}))
 _register(Spec("cfl", "Clustered-FL: clusters bi-partitioned by update similarity",
               A + "cfl:ClusteredFL", A + "cfl:CFLClient", CFLParams, personalized=True))
 _register(Spec("fedfomo", "each client mixes the peers' models that lower its validation loss",
-              A + "fedfomo:FedFomo", A + "fedfomo:FedFomoClient", FedFomoParams, personalized=True))
+              A + "fedfomo:FedFomo", A + "fedfomo:FedFomoClient", FedFomoParams, personalized=True,
+              task_body=FOMO_TASK, result_body=FOMO_RESULT))
 _register(Spec("fedavgm", "FedAvg with server momentum (FedAvgM)", A + "fedopt:FedAvgM",
               A + "fedavg:FedAvgClient", FedAvgMParams))
 _register(Spec("fedadam", "FedAvg clients, Adam on the server (Reddi et al. 2021)",

@@ -14,6 +14,12 @@ from fednet.algorithms import params as P
 from fednet.config.declare import declared
 
 
+BODY_KINDS = ("number", "number >= 0", "number or nan", "flag", "name", "count", "client ids",
+              "names")
+"""What a key of an algorithm's own task or result body may hold (core/work.py checks it; a
+count is 1..1,000,000, a name up to 64 characters, a list up to 100,000 entries)."""
+
+
 @dataclass(frozen=True)
 class Spec:
     """One algorithm: its name, its two halves, its parameters and its defaults."""
@@ -32,6 +38,12 @@ class Spec:
     # partition (or "*") -> dotted config keys and values that replace the global defaults when
     # the run does not set them itself (options, --config file): docs/algorithms.md §0.2
     tuned: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the keys its tasks' and its results' bodies carry beside the runtime's own (epochs, lr,
+    # evaluate, ckpt; loss, accuracy, samples, ...: protocol/schema.py), each with its kind
+    # (BODY_KINDS); checked before the algorithm reads them: a task's by the client
+    # (core/work.check_work), a result's by the server (core/replies.accept_reply)
+    task_body: dict[str, str] = field(default_factory=dict)
+    result_body: dict[str, str] = field(default_factory=dict)
 
     def tuned_for(self, partition: str) -> dict[str, Any]:
         """The tuned defaults for a partition ("*" first, then the partition's own)."""
@@ -50,6 +62,9 @@ def register(spec: Spec) -> Spec:
     if spec.name in REGISTRY:
         raise ValueError(f"algorithm {spec.name!r} is registered twice")
     declared(spec.params)  # the declarations are checked now, not at the first run
+    bad = {k: v for k, v in {**spec.task_body, **spec.result_body}.items() if v not in BODY_KINDS}
+    if bad:
+        raise ValueError(f"algorithm {spec.name!r}: body kinds {bad} are not of {BODY_KINDS}")
     own = dataclasses.replace(spec, server=plugins.own_ref(spec.server),
                               client=plugins.own_ref(spec.client))  # a .py plugin's own classes
     spec = own if (own.server, own.client) != (spec.server, spec.client) else spec

@@ -16,19 +16,23 @@ from fednet.network.latency import Profile
 from fednet.protocol import Message, MsgKind
 from fednet.types import Arrays, Failure, Result, Task
 from fednet.core.wire import message_failure, message_result
+from fednet.core.work import check_body
+from fednet.errors import ProtocolError
 
 log = logging.getLogger("fednet.server")
 
 
 def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile],
                  expect: Layout | None, compress: Spec | None = None,
-                 reference: Arrays | None = None) -> Result | Failure:
+                 reference: Arrays | None = None,
+                 body: dict[str, str] | None = None) -> Result | Failure:
     """Turn a RESULT/FAILURE message received with `nbytes` into a Result (arrival stamped), or
     into the client's Failure when the result does not fit `expect` (the strategy's
     result_layout of the task: algorithms/layout.py), so no aggregate ever reads it. With
     --compress (`compress`) the arrays are first rebuilt against `expect` and `reference` (the
     arrays the task sent; fednet/compress); a result that does not decode is refused the same
-    way."""
+    way, and so is one whose body keys do not hold what the algorithm declares (`body`: its
+    Spec.result_body, core/work.check_body)."""
     if msg.kind == MsgKind.FAILURE:
         return message_failure(msg, cid)
     arrival = msg.sim_time + latency.up_delay(profiles[cid], nbytes)
@@ -39,7 +43,7 @@ def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile],
             res.arrays = decode_result(compress, res.arrays, expect, reference or {})
         except CompressionError as e:
             why = str(e)
-    why = why or vet(expect, res.arrays, res.num_examples)
+    why = why or vet(expect, res.arrays, res.num_examples) or _body_problem(res.body, body)
     if why is not None:
         log.warning("round %d: the result of client %d (task %d) was refused: %s", msg.round,
                     cid, msg.task_id, why)
@@ -48,10 +52,18 @@ def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile],
     return res
 
 
+def _body_problem(got: dict[str, Any], kinds: dict[str, str] | None) -> str | None:
+    try:
+        check_body(got, kinds or {}, "result body")
+    except ProtocolError as e:
+        return str(e)
+    return None
+
+
 def receive(s: Any, msg: Message, cid: int, nbytes: int, task: Task) -> Result | Failure:
     """accept_reply with what the session `s` (core/session.Session) knows of the task: its
     result layout, --compress, and the arrays it sent as the reference (none when the
     algorithm's results are updates already: ClientUpdate.sends_updates)."""
     reference = {} if s.update_results else task.arrays
     return accept_reply(msg, cid, nbytes, s.profiles, s.algo.result_layout(task), s.compress,
-                        reference)
+                        reference, s.spec.result_body)

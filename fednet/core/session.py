@@ -51,7 +51,8 @@ class Session:
         self.profiles = latency.profiles(cfg.latency, cfg.clients, cfg.seed)
         self.availability = availability.build(cfg.latency.availability, cfg.clients, cfg.seed)
         self.algo = algorithms.build(cfg)  # the server half
-        self.handoffs = algorithms.get(cfg.algo.name).handoffs  # rings: WELCOME's tables
+        self.spec = algorithms.get(cfg.algo.name)  # its declarations (result body keys)
+        self.handoffs = self.spec.handoffs  # rings: WELCOME's tables
         self.compress = compression(cfg.net.compress)  # --compress: results decoded on arrival
         client = algorithms.client_class(cfg.algo.name)  # the client half's class
         self.update_results = client.sends_updates  # results are updates: no reference

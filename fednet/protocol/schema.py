@@ -39,18 +39,18 @@ _COUNT = Int(0, 1 << 50)
 _FREE = Free(depth=4, items=100_000, str_len=4096)
 
 TASK_BODY = Map({
-    "epochs": Int(0, 1_000_000), "lr": Num(), "evaluate": Bool(), "upload": List(Str(256), 100_000),
-    "lambda": Num(), "clip": Num(0.0), "l1_detached": Bool(), "approximator": Str(64),
-    "classes": Int(1, 1_000_000), "candidates": List(_CID, 100_000), "ckpt": Int(0, 1 << 31),
+    "epochs": Int(0, 1_000_000), "lr": Num(), "evaluate": Bool(), "ckpt": Int(0, 1 << 31),
 }, extra=_FREE, max_items=1024)
-"""An algorithm's task body: the keys algorithms read are typed; the rest is bounded."""
+"""A task body: the keys the runtime reads are typed here; an algorithm's own keys are declared
+with its Spec (algorithms/spec.py: task_body) and checked by the client before the algorithm
+reads them (core/work.py); everything is bounded."""
 
 RESULT_BODY = Map({
     "loss": Num(allow_nan=True), "accuracy": Num(0.0, 1.0), "test_loss": Num(allow_nan=True),
-    "lr": Num(), "mixed": Num(allow_nan=True), "samples": _COUNT, "steps": _COUNT,
-    "candidates": List(_CID, 100_000), "next_task": TASK_ID,
+    "lr": Num(), "samples": _COUNT, "steps": _COUNT, "next_task": TASK_ID,
 }, extra=_FREE, max_items=1024)
-"""An algorithm's result body (statistics the server reads)."""
+"""A result body: the statistics the runtime and every algorithm read; an algorithm's own keys
+are declared with its Spec (result_body) and checked by the server (core/replies.py)."""
 
 _ROUTE = {
     "route": List(_CID, 100_000, min_len=1), "hop": Int(0, 100_000), "kind": Str(64),

@@ -17,4 +17,4 @@ class FedNovaParams:
 
 FEDNOVA = Spec("fednova", "FedNova: normalized averaging of heterogeneous local updates",
                "fednet_example.fednova:FedNova", "fednet_example.fednova:FedNovaClient",
-               FedNovaParams)
+               FedNovaParams, result_body={"a": "number"})
