@@ -1,5 +1,5 @@
 """How many tasks a client process is sent (server/inflight.py) and when it decodes them
-(client/inbox.py), and glibc keeping freed memory for big models (platform/malloc.py)."""
+(client/app.py), and glibc keeping freed memory for big models (platform/malloc.py)."""
 from __future__ import annotations
 
 import os

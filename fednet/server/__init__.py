@@ -1,2 +1,2 @@
-"""The ZeroMQ server: the ROUTER loop (app.py), what arrives (intake.py), connections (conns.py),
+"""The ZeroMQ server: the ROUTER loop and what arrives (app.py), connections (conns.py),
 and run_zmq for fednet launch and fednet server (main.py). The round driver it runs is fednet.core."""

@@ -2,7 +2,7 @@
 
 A local update can be long (a hand-off or task may ask for many epochs), and a client process
 reads its sockets only between tasks. So the client process installs a check here
-(client/inbox.Inbox.must_stop) and the training loops call `poll()` before each batch; at most
+(client/app.Client.must_stop) and the training loops call `poll()` before each batch; at most
 every EVERY_S seconds it runs the check, and when the client must stop, `Interrupted` (a
 BaseException: no algorithm's error handling turns it into a FAILURE) unwinds the task. Without
 a check installed (fednet local, tests) poll() costs one comparison.
