@@ -10,7 +10,7 @@ import click
 from fednet import plugins
 from fednet.algorithms.registry import REGISTRY, check_params, get, with_plugins
 from fednet.cli import declared
-from fednet.config import RunConfig, from_dict, load_toml, merge
+from fednet.config import RunConfig, flatten, from_dict, load_toml, merge
 from fednet.errors import ConfigError
 from fednet.cli.options_extra import load_plugins, overrides
 from fednet.cli.options_extra import HOST_PER_PROCESS, check_resume_options  # noqa: F401
@@ -183,14 +183,5 @@ def _file_overrides(path: str) -> dict[str, Any]:
     return {k: checked[k] if k in checked and k != "algo.params" else v for k, v in flat.items()}
 
 
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and key != "algo.params":
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
+def _flatten(d: dict[str, Any]) -> dict[str, Any]:
+    return flatten(d, tables=("algo.params",))  # --param values stay one table

@@ -11,12 +11,12 @@ from typing import Any
 
 from fednet.config.run import (AUGMENTS, EVAL_MODES, LATENCY_PRESETS, OPTIMIZERS, PARTITIONS,
                                AlgoConfig, DataConfig, LatencyConfig, NetConfig, RunConfig,
-                               TrainConfig, declaration, from_dict, load_toml, merge, settings,
-                               to_toml)
+                               TrainConfig, declaration, flatten, from_dict, load_toml, merge,
+                               settings, to_toml)
 
 __all__ = ["AUGMENTS", "EVAL_MODES", "LATENCY_PRESETS", "OPTIMIZERS", "PARTITIONS", "AlgoConfig",
            "DataConfig", "LatencyConfig", "NetConfig", "RunConfig", "TrainConfig", "declaration",
-           "from_dict", "load_toml", "merge", "settings", "to_toml", "validate", "eval_mode",
+           "flatten", "from_dict", "load_toml", "merge", "settings", "to_toml", "validate", "eval_mode",
            "optimizer_problem", "ALGORITHMS", "PERSONAL"]
 _CHECKS = ("validate", "eval_mode", "optimizer_problem", "check_ranges")
 

@@ -303,6 +303,21 @@ def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def flatten(d: dict[str, Any], tables: tuple[str, ...] = (), empty: bool = False,
+            prefix: str = "") -> dict[str, Any]:
+    """A nested configuration as dotted keys ({"train": {"lr": 0.1}} -> {"train.lr": 0.1}): the
+    dotted keys in `tables` stay whole (e.g. "algo.params"), and an empty table is a key of its
+    own when `empty` (else it yields none)."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = prefix + k
+        if isinstance(v, dict) and key not in tables and (v or not empty):
+            out.update(flatten(v, tables, empty, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
 def load_toml(path: str | Path) -> dict[str, Any]:
     """Read a TOML run file into a nested dict; a missing or invalid file is a ConfigError."""
     p = Path(path)

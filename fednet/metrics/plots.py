@@ -98,22 +98,12 @@ _IGNORED = ("seed", "out")  # config keys that do not tell two runs' experiments
 _INFO = ("algorithm", "dataset", "partition", "clients")
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[prefix + k] = v
-    return out
-
-
 def _config(folder: Path) -> dict[str, Any]:
     """A run folder's config.toml, flattened ('train.lr': 0.1), without seed and out."""
-    from fednet.config import load_toml
+    from fednet.config import flatten, load_toml
 
     try:
-        return {k: v for k, v in _flat(load_toml(folder / "config.toml")).items()
+        return {k: v for k, v in flatten(load_toml(folder / "config.toml")).items()
                 if k not in _IGNORED}
     except Exception:  # noqa: BLE001 - no (or an unreadable) config.toml: nothing to group by
         return {}

@@ -58,15 +58,12 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def flat(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
-    """A configuration as dotted keys and text values (MLflow parameters)."""
-    out: dict[str, str] = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and v:
-            out.update(flat(v, f"{prefix}{k}."))
-        else:
-            out[prefix + k] = v if isinstance(v, str) else json.dumps(v)
-    return out
+def flat(d: dict[str, Any]) -> dict[str, str]:
+    """A configuration as dotted keys and text values (MLflow parameters; an empty table is
+    '{}')."""
+    from fednet.config import flatten
+
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in flatten(d, empty=True).items()}
 
 
 class TensorBoard:
