@@ -1,4 +1,4 @@
-"""The run settings' declarations (config/run.py) drive the command line, the readers and the
+"""The run settings' declarations (config/settings.py) drive the command line, the readers and the
 checks: every plain option sets its key, every declared range is enforced with the option named,
 and a TOML file's wrong type names the key."""
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from fednet.cli import local
-from fednet.cli.declared import PARSED
+from fednet.cli.setting_options import PARSED
 from fednet.cli.options import build_config
-from fednet.config import RunConfig, from_dict, settings, validate
+from fednet.config import RunConfig, declarations, from_dict, validate
 from fednet.config.declare import Info, setting
 from fednet.errors import ConfigError
 
@@ -38,7 +38,7 @@ def _other(i: Info) -> object:
 
 
 _WITH = {"train.eps": ["--optimizer", "adam"]}  # what a setting needs beside it
-PLAIN = [i for i in settings() if i.option and i.option not in PARSED]
+PLAIN = [i for i in declarations() if i.option and i.option not in PARSED]
 
 
 @pytest.mark.parametrize("info", PLAIN, ids=lambda i: i.option)
@@ -56,7 +56,7 @@ def test_every_plain_option_sets_its_key(info, tmp_path):
     assert got == v
 
 
-RANGED = [i for i in settings() if i.type in (int, float) and
+RANGED = [i for i in declarations() if i.type in (int, float) and
           (i.ge is not None or i.gt is not None or i.le is not None or i.lt is not None)]
 
 
@@ -73,7 +73,7 @@ def test_every_declared_range_is_checked_naming_the_option(info):
     assert str(e.value).startswith(f"{name} must be ") and "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("info", [i for i in settings() if i.type in (int, float, bool)],
+@pytest.mark.parametrize("info", [i for i in declarations() if i.type in (int, float, bool)],
                          ids=lambda i: i.key)
 def test_a_wrong_type_in_a_file_names_the_key(info):
     d = RunConfig().to_dict()

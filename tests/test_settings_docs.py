@@ -1,4 +1,4 @@
-"""docs/usage.md's option tables against the run settings' declarations (config/run.py): every
+"""docs/usage.md's option tables against the run settings' declarations (config/settings.py): every
 declared option is documented with its declared default, and the docs name no option that does
 not exist. A new setting, declared once, fails here until the docs describe it."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from fednet.config import settings
+from fednet.config import declarations
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "usage.md"
 NOT_SETTINGS = {"--config", "--param", "--resume", "--overwrite"}  # options that set no setting
@@ -67,7 +67,7 @@ def _table(heading: str) -> dict[str, str]:
 def _declared(with_option: bool) -> dict[str, str]:
     """option (or key) -> its declared default (an option of several settings: the first's)."""
     out: dict[str, str] = {}
-    for i in settings():
+    for i in declarations():
         if bool(i.option) == with_option:
             out.setdefault(i.names()[0] if with_option else i.key, i.default_text())
     return out

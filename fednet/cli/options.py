@@ -9,7 +9,7 @@ import click
 
 from fednet import plugins
 from fednet.algorithms.registry import REGISTRY, check_params, get, with_plugins
-from fednet.cli import declared
+from fednet.cli import setting_options
 from fednet.config import RunConfig, flatten, from_dict, load_toml, merge
 from fednet.errors import ConfigError
 from fednet.cli.options_extra import load_plugins, overrides
@@ -57,7 +57,7 @@ def _opt_dest(opt: str) -> str:
 _COMMON: list[Callable[[Any], Any]] = [
     click.option("--config", "config_file", type=click.Path(dir_okay=False), is_eager=True,
                  callback=load_plugins, help="TOML file with the same fields; command-line options override it."),
-    *declared.options(),  # every run setting's own option (config/run.py declares them)
+    *setting_options.options(),  # every run setting's own option (config/settings.py declares them)
     click.option("--resume", type=click.Path(file_okay=False, exists=True), is_eager=True,
                  callback=load_plugins, help="Continue the run in this folder from its checkpoint (its config.toml; "
                       "options given here override it, e.g. more --rounds)."),
@@ -92,7 +92,7 @@ def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
         fo = _file_overrides(str(Path(resume) / "config.toml"))
         base, fixed = merge(base, fo), {**fixed, **fo}
         base["out"] = str(resume)
-    over = declared.given(opts)  # the plain options, then those parsed into settings
+    over = setting_options.given(opts)  # the plain options, then those parsed into settings
     over.update(overrides(opts, base))
     given = [(dest, opt, key) for dest, (opt, key) in _ALGO_DEST.items()
              if opts.get(dest) is not None]

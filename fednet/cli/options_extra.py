@@ -67,7 +67,7 @@ def load_plugins(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
 
 
 def overrides(opts: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
-    """The dotted config keys of the options whose text is parsed into settings (cli/declared.py,
+    """The dotted config keys of the options whose text is parsed into settings (cli/setting_options.py,
     PARSED), and the partition a naturally federated dataset implies (base: the configuration so
     far, for the plugins the file named)."""
     over: dict[str, Any] = _latency(opts.get("latency"))

@@ -1,4 +1,4 @@
-"""Run configuration: the settings, each declared once (declare.py, run.py), their readers (dicts,
+"""Run configuration: the settings, each declared once (declare.py, settings.py), their readers (dicts,
 TOML files, dotted-key overrides) and the checks of a whole configuration (checks.py).
 
 Importing this package imports no algorithm: checks.py (which asks the algorithm registry) loads
@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from fednet.config.run import (AUGMENTS, EVAL_MODES, LATENCY_PRESETS, OPTIMIZERS, PARTITIONS,
-                               AlgoConfig, DataConfig, LatencyConfig, NetConfig, RunConfig,
-                               TrainConfig, declaration, flatten, from_dict, load_toml, merge,
-                               settings, to_toml)
+from fednet.config.settings import (AUGMENTS, EVAL_MODES, LATENCY_PRESETS, OPTIMIZERS,
+                                    PARTITIONS, AlgoConfig, DataConfig, LatencyConfig, NetConfig,
+                                    RunConfig, TrainConfig, declaration, declarations, flatten,
+                                    from_dict, load_toml, merge, to_toml)
 
 __all__ = ["AUGMENTS", "EVAL_MODES", "LATENCY_PRESETS", "OPTIMIZERS", "PARTITIONS", "AlgoConfig",
            "DataConfig", "LatencyConfig", "NetConfig", "RunConfig", "TrainConfig", "declaration",
-           "flatten", "from_dict", "load_toml", "merge", "settings", "to_toml", "validate", "eval_mode",
+           "declarations", "flatten", "from_dict", "load_toml", "merge", "to_toml", "validate", "eval_mode",
            "optimizer_problem", "ALGORITHMS", "PERSONAL"]
 _CHECKS = ("validate", "eval_mode", "optimizer_problem", "check_ranges")
 

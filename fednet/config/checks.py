@@ -7,7 +7,7 @@ from typing import Any
 from fednet.algorithms import registry
 from fednet.compress import parse as compression
 from fednet.config.declare import check_range
-from fednet.config.run import LATENCY_PRESETS, RunConfig, TrainConfig, settings
+from fednet.config.settings import LATENCY_PRESETS, RunConfig, TrainConfig, declarations
 from fednet.errors import ConfigError
 
 
@@ -40,7 +40,7 @@ def _value(cfg: RunConfig, key: str) -> Any:
 def check_ranges(cfg: RunConfig) -> None:
     """Every run setting within its declared range or choices (a ConfigError names the option,
     or the TOML key of a setting without one)."""
-    for info in settings():
+    for info in declarations():
         v = _value(cfg, info.key)
         if not isinstance(v, str) or info.type is str:  # (server_bandwidth: a rate's text)
             check_range(info, v)

@@ -1,11 +1,11 @@
-"""One declaration per setting: the language shared by the run settings (config/run.py) and the
+"""One declaration per setting: the language shared by the run settings (config/settings.py) and the
 algorithms' parameters (algorithms/params.py).
 
 A setting is a dataclass field made by setting(): the annotation gives the type (bool, int, float,
 str, or a tuple of one of them), setting() the default, the range or the choices, a help line, its
 command-line option and how --help shows its default. Everything else derives from it: the
 command-line options and their help (cli/options.py), the type checks of the TOML and dict readers
-(config/run.py, check_type), the range checks (check_range; config/checks.py runs them for every
+(config/settings.py, check_type), the range checks (check_range; config/checks.py runs them for every
 run setting) and the options table of docs/usage.md (tests/test_settings_docs.py compares them).
 A leaf: no fednet module but errors, no torch.
 """

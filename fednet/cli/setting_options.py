@@ -1,4 +1,4 @@
-"""The command-line options of the run settings, made from their declarations (config/run.py):
+"""The command-line options of the run settings, made from their declarations (config/settings.py):
 names, types, choices, help and its [default: ...], in declaration order; and the dotted keys a
 command line's options set.
 
@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from fednet.cli.options_extra import AlgoChoice, PerProcess, load_plugins
-from fednet.config import settings
+from fednet.config import declarations
 from fednet.config.declare import Info
 
 TYPES: dict[str, Callable[[], click.ParamType]] = {"--algo": AlgoChoice,
@@ -70,7 +70,7 @@ def options() -> list[Callable[[Any], Any]]:
     declaration)."""
     seen: set[str] = set()
     out = []
-    for info in sorted(settings(), key=_section):
+    for info in sorted(declarations(), key=_section):
         if info.option and info.option not in seen:
             seen.add(info.option)
             out.append(option(info))
@@ -80,7 +80,7 @@ def options() -> list[Callable[[Any], Any]]:
 def given(opts: dict[str, Any]) -> dict[str, Any]:
     """The dotted keys the given plain options set (None: not given)."""
     over: dict[str, Any] = {}
-    for info in settings():
+    for info in declarations():
         if info.option and info.option not in PARSED:
             v = opts.get(info.python_name())
             if v is not None:

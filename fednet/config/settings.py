@@ -247,14 +247,14 @@ def _infos(cls: type, prefix: str) -> list[Info]:
 
 
 @functools.cache
-def settings() -> tuple[Info, ...]:
+def declarations() -> tuple[Info, ...]:
     """Every run setting's declaration, with its dotted key, in declaration order."""
     return tuple(_infos(RunConfig, ""))
 
 
 def declaration(key: str) -> Info:
     """The declaration of one run setting by its dotted key ("train.lr")."""
-    return next(i for i in settings() if i.key == key)
+    return next(i for i in declarations() if i.key == key)
 
 
 def _build(cls: type, d: dict[str, Any], where: str) -> Any:
@@ -263,7 +263,7 @@ def _build(cls: type, d: dict[str, Any], where: str) -> Any:
     if unknown:
         raise ConfigError(f"unknown key '{where}{unknown[0]}' in the configuration; known keys: "
                           f"{', '.join(sorted(names))}")
-    infos = {i.key: i for i in settings()}
+    infos = {i.key: i for i in declarations()}
     kw: dict[str, Any] = {}
     for name, v in d.items():
         key = where + name
