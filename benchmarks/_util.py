@@ -1,14 +1,18 @@
-"""Small helpers shared by the benchmark scripts: machine facts, tables, statistics, JSON."""
+"""Small helpers shared by the benchmark scripts: machine facts, tables, statistics, JSON (with
+the keys every benchmark's --json has, and its headline rows for benchmarks/dashboard.py)."""
 from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 import platform
+import shlex
 import statistics
 import subprocess
+import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 
 def machine() -> dict[str, Any]:
@@ -100,8 +104,59 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def write_json(path: str | None, data: dict[str, Any]) -> None:
-    """Write data to path (when given), indented."""
+# The dashboard's areas (benchmarks/dashboard.py: one table each, in this order).
+AREAS = ("start-up and memory", "transfer", "scale", "accuracy", "compression", "asynchronous",
+         "network model", "trust boundary", "checkpoint", "GPU")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def headline_row(area: str, metric: str, value: Any, unit: str = "", target: str = "",
+                 note: str = "") -> dict[str, Any] | None:
+    """One headline row (None when the value was not measured: None, NaN or infinite).
+    `target` only where BENCHMARKS.md states one; "" otherwise."""
+    if area not in AREAS:
+        raise ValueError(f"unknown area {area!r}; one of {AREAS}")
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    return {"area": area, "metric": metric, "value": value, "unit": unit, "target": target,
+            "note": note}
+
+
+def measured(*candidates: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The headline: the rows that were measured."""
+    return [r for r in candidates if r is not None]
+
+
+def command_line(argv: Sequence[str] | None = None) -> str:
+    """The command that ran, as typed from the repository root: 'python3 benchmarks/x.py ...'."""
+    argv = list(sys.argv if argv is None else argv)
+    script = Path(argv[0]) if argv else Path("?")
+    try:
+        shown = str(script.resolve().relative_to(ROOT))
+    except (OSError, ValueError):
+        shown = str(script)
+    return "python3 " + shlex.join([shown, *argv[1:]])
+
+
+def stamp(data: dict[str, Any], headline: list[dict[str, Any]] | None,
+          script: str | None = None) -> dict[str, Any]:
+    """data with the keys every benchmark's JSON has: script, command, commit, date (also in
+    "machine", added when missing) and headline (the dashboard's rows)."""
+    info = data.get("machine") if isinstance(data.get("machine"), dict) else machine()
+    return {**data, "machine": info,
+            "script": script or Path(sys.argv[0]).name, "command": command_line(),
+            "commit": data.get("commit") or info.get("git", "unknown"),
+            "date": info.get("date", ""), "headline": list(headline or [])}
+
+
+def write_json(path: str | Path | None, data: dict[str, Any],
+               headline: list[dict[str, Any]] | Callable[[dict[str, Any]], list] | None = None
+               ) -> None:
+    """Write data to path (when given), indented, stamped with the common keys (stamp);
+    `headline`: the rows, or the script's function that makes them from data."""
     if path:
+        caller = sys._getframe(1).f_globals.get("__file__")
+        rows = headline(data) if callable(headline) else headline
+        data = stamp(data, rows, Path(caller).name if caller else None)
         Path(path).write_text(json.dumps(data, indent=2, default=str) + "\n")
         print(f"wrote {path}")

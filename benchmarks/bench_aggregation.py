@@ -15,7 +15,6 @@ produce bit-identical global models (checked).
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import sys
 import time
@@ -25,7 +24,7 @@ import numpy as np
 import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import machine, table, write_json  # noqa: E402
+from _util import headline_row, machine, measured, table, write_json  # noqa: E402
 
 
 def _shapes(params: int) -> list[tuple[int, ...]]:
@@ -85,7 +84,7 @@ def measure(mode: str, k: int, params: int, senders: int, gap_s: float, out: mp.
         got = chan.recv()
         if got is None:
             continue
-        _, msg, _ = got
+        msg = got.msg  # a Received (it was a (route, msg, size) tuple)
         r = message_result(msg, int(msg.sender[1:]), 0.0)
         del msg, got
         if mode == "streamed":
@@ -99,6 +98,23 @@ def measure(mode: str, k: int, params: int, senders: int, gap_s: float, out: mp.
     out.put((peak, digest))
     sock.close(linger=0)
     ctx.term()
+
+
+def headline(data: dict) -> list[dict]:
+    """The dashboard's rows: the server's peak while folding streamed results, in models, at the
+    most clients per round, for the longest and the shortest sender pause."""
+    pts, model = data.get("points", []), data.get("model_bytes") or 1
+    gaps = sorted({p["gap_ms"] for p in pts}, reverse=True)
+    out = []
+    for gap in dict.fromkeys(gaps[:1] + gaps[-1:]):
+        p = max((p for p in pts if p["gap_ms"] == gap), key=lambda p: p["clients"])
+        when = "results arrive as clients finish" if gap else "all results at once"
+        out.append(headline_row(
+            "scale", f"server peak while aggregating, {p['clients']} clients a round, {when}",
+            p["streamed"] / model, "models", "",
+            f"all held: {p['held'] / model:.1f} models; {model / 2**20:.1f} MiB model; "
+            f"same model: {'yes' if p['same_model'] else 'NO'}"))
+    return measured(*out)
 
 
 def main() -> None:
@@ -136,7 +152,8 @@ def main() -> None:
     print(f"{args.senders} senders; gap: each sender's pause between two results")
     print(table(["gap ms", "clients/round", "held MiB", "held models", "streamed MiB", "streamed models",
                  "held/streamed", "same model"], rows))
-    write_json(args.json, {"machine": machine(), "model_bytes": model, "points": data})
+    res = {"machine": machine(), "model_bytes": model, "points": data}
+    write_json(args.json, res, headline(res))
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import git_state, machine, table, write_json  # noqa: E402
+from _util import git_state, headline_row, machine, measured, table, write_json  # noqa: E402
 
 ASYNC = ("fedasync", "fedbuff")
 
@@ -101,7 +101,43 @@ def _mean_range(xs: list[float]) -> str:
     return f"{sum(xs) / len(xs):.4f} ({min(xs):.4f}-{max(xs):.4f})" if xs else "-"
 
 
-def main() -> None:
+def seed_ratios(results: list[dict[str, Any]], method: str) -> tuple[list[float], int]:
+    """Per seed: the method's simulated time to FedAvg's final accuracy over FedAvg's own (the
+    seeds that reached it), and how many of the method's seeds completed."""
+    ref = {r["seed"]: r for r in results if r["method"] == "fedavg" and r["status"] == "completed"}
+    rs = [r for r in results if r["method"] == method and r["status"] == "completed"
+          and r["seed"] in ref]
+    out = []
+    for r in rs:
+        f = ref[r["seed"]]
+        t, tf = time_to(r["curve"], f["accuracy"]), time_to(f["curve"], f["accuracy"])
+        if t is not None and tf:
+            out.append(t / tf)
+    return out, len(rs)
+
+
+def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The dashboard's rows: FedBuff's and FedAsync's time to FedAvg's final accuracy, as a
+    fraction of FedAvg's (BENCHMARKS: FedBuff <= 0.67 under --latency hetero)."""
+    a, results = data.get("args", {}), data.get("results", [])
+    av = a.get("availability") or ""
+    where = f", --availability {av}" if av else ""
+    setting = (f"{a.get('dataset')} {a.get('partition')}, {a.get('clients')} clients, "
+               f"--latency {a.get('latency')}{where}")
+    out = []
+    for method, name in (("fedbuff", "FedBuff"), ("fedasync", "FedAsync")):
+        ratios, n = seed_ratios(results, method)
+        stated = method == "fedbuff" and not av and a.get("latency") == "hetero"
+        target = "<= 0.67" if stated else ""
+        out.append(headline_row(
+            "asynchronous", f"{name}: simulated time to FedAvg's final accuracy, x FedAvg's{where}",
+            sum(ratios) / len(ratios) if ratios else None, "x", target,
+            f"mean of {len(ratios)}/{n} seeds, range {min(ratios, default=0):.3f}-"
+            f"{max(ratios, default=0):.3f}; {setting}"))
+    return measured(*out)
+
+
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dataset", default="digits")
     ap.add_argument("--partition", default="iid")
@@ -120,7 +156,11 @@ def main() -> None:
     ap.add_argument("--plot")
     ap.add_argument("--json")
     ap.add_argument("--from-json", nargs="+", help="table and plot earlier runs' --json files")
-    a = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    a = parser().parse_args()
     results: list[dict[str, Any]] = []
     if a.from_json:
         for f in a.from_json:
@@ -140,8 +180,8 @@ def main() -> None:
     if a.plot:
         plot(results, a.methods, Path(a.plot), a)
     if not a.from_json:
-        write_json(a.json, {"machine": machine(), "commit": git_state(), "args": vars(a),
-                            "results": results})
+        data = {"machine": machine(), "commit": git_state(), "args": vars(a), "results": results}
+        write_json(a.json, data, headline(data))
 
 
 def plot(results: list[dict[str, Any]], methods: list[str], path: Path,

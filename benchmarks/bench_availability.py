@@ -2,6 +2,7 @@
 centralized on pathological non-IID digits. BENCHMARKS.md section 13.
 
     python3 benchmarks/bench_availability.py [--out /tmp/bench_availability] [--seeds 0,1,2]
+        [--json F]
 
 Setup: section 3 part 2 (100 clients, one class each, superclient fraction 0.2, 40 pre-training
 epochs, E = 1, lr 0.05, `--latency hetero`: 20% of clients 5x slower compute, 10x slower uplink),
@@ -34,7 +35,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _util import machine  # noqa: E402
+from _util import headline_row, machine, measured, write_json  # noqa: E402
 
 FIXED = ["--clients", "100", "--partition", "shards", "--alpha", "0", "--fraction", "0.2",
          "--epochs", "1", "--latency", "hetero", "--lr", "0.05", "--rounds", "300", "-q"]
@@ -81,18 +82,43 @@ def sim_to(rows: list[dict], target: float) -> float | None:
     return None
 
 
+def seed_ratios(cells: dict[str, list[dict]]) -> list[float]:
+    """FedSeqInter's time to target over FedSeq's, seed by seed (where both reached it)."""
+    pairs = zip(cells.get("fedseq", []), cells.get("fedseq_inter", []))
+    return [y["to"] / x["to"] for x, y in pairs if x["to"] and y["to"]]
+
+
+def headline(data: dict) -> list[dict]:
+    """The dashboard's rows: per availability model, FedSeqInter's simulated time to 80% of
+    centralized over FedSeq's (the mean of per-seed ratios)."""
+    by: dict[str, dict[str, list[dict]]] = {}
+    for t in data.get("table", []):
+        by.setdefault(t["availability"], {})[t["method"]] = t["cells"]
+    out = []
+    for model, cells in by.items():
+        ratios = seed_ratios(cells)
+        out.append(headline_row(
+            "network model", f"FedSeqInter / FedSeq simulated time to 80% of centralized, "
+            f"availability {model}", statistics.mean(ratios) if ratios else None, "x", "",
+            f"{len(ratios)} seeds: " + " / ".join(f"{x:.2f}" for x in ratios)
+            + "; digits shards, 100 clients, --latency hetero"))
+    return measured(*out[:4])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="/tmp/bench_availability")
     ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--json", help="also write the figures to this file")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     trace = out / "churn.csv"
     churn_trace(trace)
     models = {"always": "always", "churn": str(trace), "windows": "offline:0.2:1"}
-    print(json.dumps(machine()))
+    info = machine()
+    print(json.dumps(info))
     ref, _ = run(out / "reference", REFERENCE)
     target = 0.8 * ref["best_accuracy"]
     print(f"target: 80% of centralized {ref['best_accuracy']:.4f} = {target:.4f}")
@@ -127,13 +153,16 @@ def main() -> None:
               f" | {statistics.mean(c['failed'] for c in cells):.0f}"
               f" | {statistics.mean(c['no_pretrain'] for c in cells):.0f} |")
     for model in models:
-        a_ = table.get((model, "fedseq"), [])
-        b_ = table.get((model, "fedseq_inter"), [])
-        pairs = [(x["to"], y["to"]) for x, y in zip(a_, b_) if x["to"] and y["to"]]
-        if pairs:
-            ratio = statistics.mean(y / x for x, y in pairs)
+        ratios = seed_ratios({algo: table.get((model, algo), [])
+                              for algo in ("fedseq", "fedseq_inter")})
+        if ratios:
             print(f"{model}: FedSeqInter / FedSeq time to target, mean of per-seed ratios "
-                  f"{ratio:.3f} ({len(pairs)} seeds)")
+                  f"{statistics.mean(ratios):.3f} ({len(ratios)} seeds)")
+    data = {"machine": info, "args": vars(a), "reference_best_accuracy": ref["best_accuracy"],
+            "target": target, "seeds": seeds,
+            "table": [{"availability": m, "method": algo, "cells": cells}
+                      for (m, algo), cells in table.items()]}
+    write_json(a.json, data, headline(data))
 
 
 if __name__ == "__main__":

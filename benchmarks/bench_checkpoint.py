@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import machine, table, write_json  # noqa: E402
+from _util import headline_row, machine, measured, table, write_json  # noqa: E402
 
 
 def _size(folder: Path) -> int:
@@ -56,6 +56,16 @@ def measure(algo: str, args: argparse.Namespace, root: Path) -> dict:
             "final_accuracy": exp.summary.get("final_accuracy")}
 
 
+def headline(data: dict) -> list[dict]:
+    """The dashboard's rows: per algorithm, one checkpoint.save (median) with ResNet-18."""
+    return measured(*(headline_row(
+        "checkpoint", f"{r['algo']}: one checkpoint.save, ResNet-18", r["save_s_median"], "s",
+        "", f"{r['checkpoint_bytes'] / 2**20:.1f} MiB on disk; "
+        f"{100 * r['save_s_median'] / r['round_s_median']:.1f}% of a round "
+        f"({r['round_s_median']:.1f} s, median of {r['checkpoints']})")
+        for r in data.get("results", [])[:4]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--algos", default="fedavg,scaffold")
@@ -77,7 +87,8 @@ def main() -> None:
              r["round_s_median"], r["save_s_median"] / r["round_s_median"]] for r in res]
     print(table(["algorithm", "checkpoints", "save (s, median)", "size (MiB)",
                  "round (s, median)", "save / round"], rows))
-    write_json(args.json or None, {"machine": machine(), "args": vars(args), "results": res})
+    data = {"machine": machine(), "args": vars(args), "results": res}
+    write_json(args.json or None, data, headline(data))
 
 
 if __name__ == "__main__":

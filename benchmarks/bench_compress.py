@@ -22,7 +22,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import git_state, machine, table, write_json  # noqa: E402
+from _util import git_state, headline_row, machine, measured, table, write_json  # noqa: E402
+
+# BENCHMARKS.md section 24's targets: uplink / dense FedAvg's, and accuracy within N points
+TARGETS = {"fp16": ("<= 0.51", "within 1"), "int8": ("<= 0.26", "within 1"),
+           "qsgd:16": ("<= 0.16", ""), "topk:0.01": ("<= 0.025", "within 3")}
 
 
 def cell(method: str, spec: str, seed: int, a: argparse.Namespace, out: Path) -> dict[str, Any]:
@@ -42,6 +46,30 @@ def cell(method: str, spec: str, seed: int, a: argparse.Namespace, out: Path) ->
     return {"method": method, "spec": spec, "seed": seed, "status": s["status"],
             "accuracy": s["final_accuracy"], "uplink": s["bytes"]["client_to_server"],
             "downlink": s["bytes"]["server_to_client"], "curve": curve}
+
+
+def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The dashboard's rows: FedAvg's uplink bytes with each --compress over dense FedAvg's (the
+    specs with a target first; at most 4), the accuracy change in the note."""
+    ok = [r for r in data.get("results", []) if r["status"] == "completed"]
+    dense = {r["seed"]: r for r in ok if (r["method"], r["spec"]) == ("fedavg", "none")}
+    specs = list(dict.fromkeys(r["spec"] for r in ok if r["method"] == "fedavg"
+                               and r["spec"] != "none"))
+    specs.sort(key=lambda s: s not in TARGETS)
+    out = []
+    for spec in specs[:4]:
+        rs = [r for r in ok if (r["method"], r["spec"]) == ("fedavg", spec) and r["seed"] in dense]
+        if not rs:
+            continue
+        ratio = [r["uplink"] / dense[r["seed"]]["uplink"] for r in rs]
+        diff = [100 * (r["accuracy"] - dense[r["seed"]]["accuracy"]) for r in rs]
+        target, acc_target = TARGETS.get(spec, ("", ""))
+        out.append(headline_row(
+            "compression", f"FedAvg --compress {spec}: uplink bytes / dense FedAvg's",
+            sum(ratio) / len(ratio), "", target,
+            f"accuracy {min(diff):+.1f}..{max(diff):+.1f} points vs dense"
+            + (f" (target: {acc_target})" if acc_target else "") + f"; seeds: {len(rs)}"))
+    return measured(*out)
 
 
 def main() -> None:
@@ -99,8 +127,8 @@ def main() -> None:
                  "accuracy - dense (per seed)", "uplink bytes (first seed)"], rows))
     if a.plot:
         plot(results, cells, Path(a.plot), a)
-    write_json(a.json, {"machine": machine(), "commit": git_state(), "args": vars(a),
-                        "results": results})
+    data = {"machine": machine(), "commit": git_state(), "args": vars(a), "results": results}
+    write_json(a.json, data, headline(data))
 
 
 def plot(results: list[dict[str, Any]], cells: list[tuple[str, str]], path: Path,

@@ -1,7 +1,7 @@
 """Wall-clock time of a FedSeq round whose ring loses a middle peer (SIGKILL before the round's
 task is sent), with the default net.ack_timeout (30 s) and net.ack_retries (2), --dead-peer skip.
 
-    python3 benchmarks/bench_dead_peer.py --before /path/to/old/checkout [--repeats 2]
+    python3 benchmarks/bench_dead_peer.py --before /path/to/old/checkout [--repeats 2] [--json F]
 
 Each variant runs in its own process (PYTHONPATH = its checkout), alternating, `repeats` times:
   before      the --before checkout
@@ -24,6 +24,8 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(HERE / "benchmarks"))
+from _util import headline_row, machine, measured, write_json  # noqa: E402
 
 CHILD = r'''
 import json, os, signal, sys
@@ -77,11 +79,29 @@ def run(checkout: str, variant: str) -> dict:
         return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def headline(data: dict) -> list:
+    """The dashboard's rows: round 1's wall seconds with a dead ring peer (the best repeat), this
+    checkout and the --before one against it."""
+    best = {v: min(x["wall_s"] for x in runs) for v, runs in data.get("runs", {}).items() if runs}
+    after, before = best.get("after"), best.get("before")
+    what = "FedSeq round whose ring loses a middle peer (SIGKILL), --dead-peer skip"
+    return measured(
+        headline_row("trust boundary", f"{what}: the round's wall-clock", after, "s", "",
+                     f"best of {len(data.get('runs', {}).get('after', []))}; default "
+                     "net.ack_timeout 30 s and net.ack_retries 2; 4 digits clients"),
+        headline_row("trust boundary", f"{what}: --before checkout / this one",
+                     before / after if before and after else None, "x", "",
+                     f"before {before or 0:.2f} s, without the refused-connection check "
+                     f"{best.get('no_refusal') or 0:.2f} s (best repeats)"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--before", required=True, help="a checkout of the code before the change")
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--json", help="also write the figures to this file")
     a = ap.parse_args()
+    info = machine()
     variants = [("before", a.before), ("no_refusal", str(HERE)), ("after", str(HERE))]
     got: dict[str, list[dict]] = {v: [] for v, _ in variants}
     for _ in range(a.repeats):
@@ -96,6 +116,8 @@ def main() -> None:
     for v, _ in variants:
         best = min(x["wall_s"] for x in got[v])
         print(f"{v:11s} best {best:7.2f} s  ratio to after {best / after:6.1f}x")
+    data = {"machine": info, "args": vars(a), "runs": got}
+    write_json(a.json, data, headline(data))
 
 
 if __name__ == "__main__":

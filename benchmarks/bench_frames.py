@@ -1,6 +1,6 @@
 """One large model over loopback: one frame per array (protocol 1) vs 256 KiB frames (protocol 2).
 
-    python benchmarks/bench_frames.py [--mb 44.8] [--repeats 7]
+    python benchmarks/bench_frames.py [--mb 44.8] [--repeats 7] [--json F]
 
 Both variants run alternately in one process through fednet's Channel (encode, zmq, decode and,
 for chunks, the join into one buffer), so machine noise hits both alike. Prints the median time
@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import zmq
@@ -20,14 +22,31 @@ from fednet.metrics.accounting import Ledger
 from fednet.protocol import Message, MsgKind
 from fednet.transport.channels import Channel, bind_router, connect_dealer
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _util import headline_row, machine, measured, write_json  # noqa: E402
+
+
+def headline(data: dict) -> list:
+    """The dashboard's row: 256 KiB frames against one frame per array, time per message."""
+    med, mb = data.get("median_s", {}), data.get("args", {}).get("mb")
+    one, chunks = med.get("one frame per array"), med.get("256 KiB frames")
+    return measured(headline_row(
+        "transfer", f"a {mb} MB model in 256 KiB frames / in one frame per array, time per "
+        "message", chunks / one if one and chunks else None, "x", "",
+        f"{data.get('model_bytes', 0) / chunks / 1e9:.2f} GB/s against "
+        f"{data.get('model_bytes', 0) / one / 1e9:.2f} GB/s" if one and chunks else ""))
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=float, default=44.8, help="model size in MB (44.8: ResNet-18)")
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--json", help="also write the figures to this file")
     a = ap.parse_args()
+    info = machine()
     ctx = zmq.Context()
-    srv, ep = bind_router(ctx, "127.0.0.1", 0)
+    # one frame per array needs frames past fednet's cap on a frame (MAX_FRAME_BYTES, 0c84d58)
+    srv, ep = bind_router(ctx, "127.0.0.1", 0, setup=lambda s: s.setsockopt(zmq.MAXMSGSIZE, -1))
     cli = connect_dealer(ctx, ep)
     s, c = Channel(srv, Ledger(), "server", True), Channel(cli, Ledger(), "c0000", False)
     model = np.random.default_rng(0).standard_normal(int(a.mb * 1e6 / 4)).astype(np.float32)
@@ -53,6 +72,9 @@ def main() -> None:
     for sock in (cli, srv):
         sock.close(0)
     ctx.term()
+    data = {"machine": info, "args": vars(a), "model_bytes": model.nbytes, "times_s": times,
+            "median_s": med}
+    write_json(a.json, data, headline(data))
 
 
 if __name__ == "__main__":

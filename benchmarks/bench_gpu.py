@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import machine, table, write_json  # noqa: E402
+from _util import headline_row, machine, measured, table, write_json  # noqa: E402
 
 
 def gpu_memory_by_pid() -> dict[int, int]:
@@ -120,6 +120,20 @@ def run(args: argparse.Namespace, per_process: str, out: Path) -> dict:
             "final_accuracy": s["final_accuracy"], "server_peak_rss_bytes": s.get("server_peak_rss_bytes")}
 
 
+def headline(data: dict) -> list[dict]:
+    """The dashboard's rows: one bare process's CUDA context (auto assumes 512 MiB + 256 MiB) and
+    the seconds per round of each --clients-per-process value (at most 3)."""
+    ctx, n = data.get("bare_process") or {}, data.get("clients")
+    return measured(
+        headline_row("GPU", "CUDA context of one bare process", ctx.get("context_mib"), "MiB", "",
+                     f"after one ResNet-18 step: {ctx.get('after_resnet18_step_mib')} MiB"),
+        *(headline_row("GPU", f"{n} clients on one GPU, --clients-per-process "
+                       f"{p['per_process']}: seconds per round after round 0", p["round_s"], "s",
+                       "", f"{p['gpu_mib_per_process']} MiB per process, chosen "
+                       f"{p['chosen'].get('per_process', '?')} per process; ready "
+                       f"{p['ready_s']:.1f} s") for p in data.get("points", [])[:3]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clients", type=int, default=100)
@@ -152,8 +166,9 @@ def main() -> None:
                   f"{p['final_accuracy']:.4f}"] for p in points]))
     same = len({p["final_accuracy"] for p in points}) == 1
     print("same accuracy in every run:", same)
-    write_json(args.json, {"machine": machine(), "clients": args.clients, "points": points,
-                           "same_accuracy": same, "bare_process": ctx})
+    data = {"machine": machine(), "clients": args.clients, "points": points,
+            "same_accuracy": same, "bare_process": ctx}
+    write_json(args.json, data, headline(data))
 
 
 if __name__ == "__main__":

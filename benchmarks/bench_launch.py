@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import cpu_pressure_us, loadavg, machine, median, table, write_json  # noqa: E402
+from _util import (cpu_pressure_us, headline_row, loadavg, machine, measured, median,  # noqa: E402
+                   table, write_json)
 
 TARGET_READY_S = 3.0
 TARGET_PSS_BYTES = 2e9          # "2 GB"; compared as 10^9 bytes (the stricter reading)
@@ -445,6 +446,31 @@ def _dur(ev: dict[str, Any], a: str, b: str) -> float | None:
     return (ev[b] - ev[a]) if a in ev and b in ev else None
 
 
+def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The dashboard's rows: the issue's three targets (for 100 clients) and the whole command."""
+    n, rd, mem, ov = (data.get("clients"), data.get("ready", {}), data.get("memory", {}),
+                      data.get("overhead", {}))
+    hundred, t = n == 100, data.get("targets", {})
+    pairs = ", ".join(f"{x:.2f}" for x in ov.get("training_ratio_pairs", []))
+    cmd = ", ".join(f"{x:.2f}" for x in ov.get("command_ratio_pairs", []))
+    return measured(
+        headline_row("start-up and memory", f"{n} clients registered after launch (ready_s, "
+                     "median)", rd.get("ready_s_median"), "s",
+                     f"<= {t['ready_s']:g} s" if hundred and t else "",
+                     f"from exec {rd.get('exec_to_ready_s_median', float('nan')):.2f} s"),
+        headline_row("start-up and memory", f"client memory, {n} clients (sum of PSS, largest)",
+                     mem.get("client_pss_bytes_max", float("nan")) / 1e9, "GB",
+                     f"<= {t['client_pss_bytes'] / 1e9:g} GB" if hundred and t else "",
+                     f"{mem.get('per_client_mib_max', float('nan')):.1f} MiB per client"),
+        headline_row("start-up and memory", f"fednet launch / fednet local training wall-clock, "
+                     f"{n} clients, rounds: {data.get('rounds')}", ov.get("training_ratio"), "x",
+                     f"<= {t['launch_over_local']:g}x (goal {t['launch_over_local_goal']:g}x)"
+                     if hundred and t else "", f"median; pairs {pairs}"),
+        headline_row("start-up and memory", f"fednet launch / fednet local whole command, "
+                     f"{n} clients, rounds: {data.get('rounds')}", ov.get("command_ratio"), "x",
+                     "", f"median; pairs {cmd}; CPU seconds {ov.get('cpu_ratio', 0):.2f}x"))
+
+
 # ---- main ------------------------------------------------------------------------------------
 def main() -> None:
     if len(sys.argv) > 3 and sys.argv[1] == "--fork-probe":
@@ -631,7 +657,7 @@ def main() -> None:
                      "cpu_ratio": cpu_ratio,
                      "training_ratio_pairs": pair_train, "command_ratio_pairs": pair_cmd},
         "identical": {"all": all_same, "details": ident},
-    })
+    }, headline)
 
 
 if __name__ == "__main__":

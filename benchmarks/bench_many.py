@@ -36,7 +36,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _util import loadavg, machine, table, write_json  # noqa: E402
+from _util import headline_row, loadavg, machine, measured, median, table, write_json  # noqa: E402
 
 MiB = 1 << 20
 
@@ -89,9 +89,10 @@ def part_scale(tmp: Path, reps: int) -> dict[str, Any]:
                                       "wait_warm_done", "first_fork", "last_fork", "all_ready",
                                       "training_done", "pss_done", "zygote_stop_done",
                                       "finish_done") if ev.get(k) is not None}
-    marks["first_hello"] = min(ev["hello"]) - t0
-    marks["last_hello"] = max(ev["hello"]) - t0
-    marks["last_ready"] = max(ev["ready"]) - t0
+    for name, pick, of in (("first_hello", min, "hello"), ("last_hello", max, "hello"),
+                           ("last_ready", max, "ready")):
+        if ev.get(of):  # the traced hooks saw the READY messages (empty: they did not)
+            marks[name] = pick(ev[of]) - t0
     cpu = ev.get("cpu_at_ready", {})
     return {"runs": rows, "trace": marks, "cpu_at_ready": cpu,
             "traced_choice": summary(tmp / "traced")["clients_per_process"]}
@@ -360,6 +361,34 @@ def part_copies(reps: int) -> dict[str, Any]:
     return {"receive": rows, "send": send}
 
 
+def headline(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """The dashboard's rows, per part that ran: scale (BENCHMARKS section 15's targets: <= 1.5x
+    the plain loop, registered within 6 s), big (the round with compute) and copies."""
+    sc, big, cp = (res.get(k) or {} for k in ("scale", "big", "copies"))
+    runs, brs = sc.get("runs", []), big.get("runs", [])
+    default = [r for r in brs if r["max_inflight"] == 0] or brs
+    held = [r["held_models"] for r in cp.get("receive", []) if r["variant"] == "now"]
+    what = "1,000 digits clients, fraction 0.1, 10 rounds"
+    return measured(
+        headline_row("scale", f"{what}: fednet launch / plain PyTorch loop, whole command",
+                     median([r["ratio"] for r in runs]) if runs else None, "x", "<= 1.5x",
+                     f"median of {len(runs)}: " + ", ".join(f"{r['ratio']:.2f}" for r in runs)),
+        headline_row("scale", f"{what}: all clients registered (ready_s)",
+                     median([r["ready_s"] for r in runs]) if runs else None, "s", "<= 6 s",
+                     f"median of {len(runs)}"),
+        headline_row("scale", "ResNet-18, 100 clients, 1 round of 1 local step: the round",
+                     median([r["round_s"] for r in default]) if default else None, "s", "",
+                     "--max-inflight " + ", ".join(sorted({str(r["max_inflight"])
+                                                           for r in default}))
+                     + "; transfer / ideal " + ", ".join(f"{r['transfer_over_ideal']:.2f}"
+                                                         for r in default)),
+        headline_row("transfer", "one ResNet-18 model received: memory held while the task runs",
+                     median(held) if held else None, "models", "",
+                     f"median of {len(held)} receives; the decode before this work: "
+                     + ", ".join(f"{r['held_models']:.2f}" for r in cp.get("receive", [])
+                                 if r["variant"] == "before")))
+
+
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--copies-child":
         copies_child(sys.argv[2])
@@ -418,7 +447,7 @@ def main() -> None:
                           f"{r['server_rss_growth'] / 2**30:.2f}",
                           f"{r['server_peak_rss_bytes'] / 2**30:.2f}",
                           f"{r['tcp_bytes_per_s'] / 1e9:.2f}"] for r in b["runs"]]))
-    write_json(args.json, res)
+    write_json(args.json, res, headline(res))
 
 
 if __name__ == "__main__":

@@ -15,12 +15,16 @@ per client per round, up and down. Runs in-process (identical numbers to `fednet
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from fednet.config import RunConfig
 from fednet.core.inproc import run_local
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _util import headline_row, measured, write_json  # noqa: E402
 
 SCENARIOS = {
     "iid": {"data.partition": "iid"},
@@ -82,6 +86,31 @@ def plot(results: dict[str, list[dict]], path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The dashboard's rows: Factorized-FL's uplink against FedAvg's (BENCHMARKS: <= 15%) and its
+    mean client accuracy under permuted labels against FedAvg's and Stand-Alone's."""
+    scen = [k for k in data if k in SCENARIOS]
+
+    def get(sc: str, algo: str) -> dict[str, Any] | None:
+        return next((r for r in data.get(sc, []) if r["algorithm"] == algo), None)
+    out = []
+    if scen:
+        fa, fz = get(scen[0], "fedavg"), get(scen[0], "factorized")
+        if fa and fz and fa["up"]:
+            out.append(headline_row(
+                "compression", f"Factorized-FL uplink / FedAvg's, per client and round ({scen[0]})",
+                100 * fz["up"] / fa["up"], "%", "<= 15%",
+                f"{fz['up'] / 1024:.1f} KiB against {fa['up'] / 1024:.1f} KiB; 20 digits clients"))
+    for sc in ("permuted iid", "permuted non-iid"):
+        fz, fa, sa = get(sc, "factorized"), get(sc, "fedavg"), get(sc, "standalone")
+        if fz:
+            others = "; ".join(f"{n} {r['final']:.3f}" for n, r in (("FedAvg", fa),
+                                                                    ("Stand-Alone", sa)) if r)
+            out.append(headline_row("accuracy", f"Factorized-FL mean client accuracy, digits {sc}",
+                                    fz["final"], "", "", others + "; 20 clients"))
+    return measured(*out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=30)
@@ -114,9 +143,8 @@ def main() -> None:
         print(f"{r['algorithm']:<16} {r['up'] / 1024:9.1f} KiB / {r['down'] / 1024:9.1f} KiB{rel}")
     if args.plot:
         plot(results, args.plot)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(results, fh, indent=2)
+    data = {**results, "args": vars(args)}  # the scenarios' keys as before, and the common ones
+    write_json(args.json, data, headline(data))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ and RESULT sizes as the ledger counted them). The round ends at the last arrival
 
     python benchmarks/bench_ring_timeline.py            # fednet local and fednet launch
     python benchmarks/bench_ring_timeline.py --local    # fednet local only
+    python benchmarks/bench_ring_timeline.py --json F   # also the figures, as JSON
 
 Used by tests/test_ring_timeline.py and tests/integration/test_ring_timeline_launch.py.
 """
@@ -27,11 +28,13 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _p in (ROOT, ROOT / "benchmarks"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
 
 from fednet.network import latency  # noqa: E402
 from fednet.config import RunConfig, from_dict  # noqa: E402
+from _util import headline_row, machine, measured, write_json  # noqa: E402
 
 # compute s/sample, RTT s, uplink, downlink: every client different, up != down
 TRACE = """client,compute_s_per_sample,rtt_s,up_bps,down_bps
@@ -169,10 +172,22 @@ def report(rows: list[dict[str, Any]], observed: dict[str, dict[int, float]],
     return worst
 
 
+def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The dashboard's row: the largest gap between a result's observed and analytic arrival."""
+    ends = data.get("sim_time_s", {})
+    return measured(headline_row(
+        "network model", "a ring's simulated timeline, 4 clients with asymmetric links: largest "
+        "|observed - analytic| arrival", data.get("worst_s"), "s", "",
+        f"{len(data.get('rows', []))} results; run's simulated time "
+        + ", ".join(f"{n} {t:.9f} s" for n, t in ends.items())))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--local", action="store_true", help="fednet local only")
+    ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
+    info = machine()
     with tempfile.TemporaryDirectory() as tmp:
         runs = {"local": run("local", Path(tmp))}
         if not args.local:
@@ -182,8 +197,12 @@ def main() -> None:
         for i, p in enumerate(latency.profiles(runs["local"]["cfg"].latency, 4, 3)):
             print(f"  client {i}: {p.compute_s_per_sample:g}, {p.rtt_s:g}, {p.up_bps:g}, "
                   f"{p.down_bps:g}")
-        report(rows, {n: v["recorder"].arrivals for n, v in runs.items()},
-               {n: v["summary"]["sim_time_s"] for n, v in runs.items()})
+        observed = {n: v["recorder"].arrivals for n, v in runs.items()}
+        ends = {n: v["summary"]["sim_time_s"] for n, v in runs.items()}
+        worst = report(rows, observed, ends)
+    data = {"machine": info, "args": vars(args), "rows": rows, "observed": observed,
+            "sim_time_s": ends, "worst_s": worst}
+    write_json(args.json, data, headline(data))
 
 
 if __name__ == "__main__":

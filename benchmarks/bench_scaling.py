@@ -20,6 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _util import headline_row, measured, write_json  # noqa: E402
+
 
 def run(cmd: str, n: int, args: argparse.Namespace, out: Path) -> dict:
     """One fednet command; its summary plus the whole command's seconds."""
@@ -35,6 +38,29 @@ def run(cmd: str, n: int, args: argparse.Namespace, out: Path) -> dict:
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     s["after_round0_s"] = rows[-1]["wall_s"] - rows[0]["wall_s"] if len(rows) > 1 else float("nan")
     return s
+
+
+def headline(data: dict) -> list[dict]:
+    """The dashboard's rows at the most clients: launch / local training wall-clock, registration
+    and client memory (BENCHMARKS section 8's targets at 500 clients: <= 1.2x, <= 10 s, <= 12 GB;
+    the ratio's also at 100)."""
+    res, a = data.get("results", []), data.get("args", {})
+    if not res:
+        return []
+    r = max(res, key=lambda r: r["clients"])
+    n = r["clients"]
+    what = (f"{a.get('algo')}, {n} clients, {a.get('per_process')} per process, "
+            f"{a.get('epochs')} epoch(s)")
+    return measured(
+        headline_row("scale", f"{what}: launch / local training wall-clock", r["ratio"], "x",
+                     "<= 1.2x" if n in (100, 500) else "",
+                     f"after round 0: {r['ratio_after_round0']:.2f}x; whole commands "
+                     f"{r['launch_cmd_s']:.1f} / {r['local_cmd_s']:.1f} s; same accuracy: "
+                     f"{'yes' if r['same_accuracy'] else 'NO'}"),
+        headline_row("scale", f"{what}: all clients registered", r["ready_s"], "s",
+                     "<= 10 s" if n == 500 else "", "ready_s of fednet launch"),
+        headline_row("scale", f"{what}: client PSS after training", r["pss_gib"] * 2**30 / 1e9,
+                     "GB", "<= 12 GB" if n == 500 else "", f"{r['pss_gib']:.2f} GiB"))
 
 
 def main() -> None:
@@ -86,8 +112,8 @@ def main() -> None:
             a.grid(alpha=0.3)
         fig.suptitle(f"fednet {args.algo}, digits, {args.rounds} rounds, {args.epochs} epoch(s)")
         fig.savefig(args.plot, dpi=110)
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2))
+    data = {"args": vars(args), "results": rows}  # "results": the list this file used to hold
+    write_json(args.json, data, headline(data))
 
 
 if __name__ == "__main__":

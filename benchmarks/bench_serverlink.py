@@ -1,7 +1,7 @@
 """FedSeq vs FedAvg behind a 100 Mbit/s server link: simulated time to 80% of centralized, and
 where it goes (server link, compute, peer hand-offs). BENCHMARKS.md section 12.
 
-    python3 benchmarks/bench_serverlink.py [--out /tmp/bench_serverlink] [--seeds 0,1]
+    python3 benchmarks/bench_serverlink.py [--out /tmp/bench_serverlink] [--seeds 0,1] [--json F]
 
 Setup: section 3's pathological non-IID digits (100 clients, one class each, 20 client-epochs
 per round: FedAvg 20 of 100 clients, FedSeq 2 of 10 superclients, E = 1), with the 664,618-
@@ -31,6 +31,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _util import headline_row, machine, measured, write_json  # noqa: E402
+
 PLUGIN = str(HERE / "wide_digits.py")
 COMMON = ["--plugin", PLUGIN, "--model", "digits_wide", "--clients", "100", "--partition",
           "shards", "--alpha", "0", "--epochs", "1", "-q"]
@@ -80,12 +83,30 @@ def at_target(summary: dict, rows: list[dict], target: float) -> dict | None:
     return None
 
 
+def headline(data: dict) -> list:
+    """The dashboard's row: FedSeq's speed-up over FedAvg in simulated time to 80% of centralized
+    behind the 100 Mbit/s server link (the mean over the seeds where every variant reached it)."""
+    sims: dict[str, list[float]] = {}
+    for algo, runs in data.get("table", {}).items():
+        for g in runs:
+            if g["full"] is not None and all(g[v] is not None for v in VARIANTS):
+                sims.setdefault(algo, []).append(g["full"]["sim"])
+    fa, fs = (statistics.mean(sims[k]) if sims.get(k) else None for k in ("fedavg", "fedseq"))
+    return measured(headline_row(
+        "network model", "FedSeq vs FedAvg behind a 100 Mbit/s server link: speed-up in "
+        "simulated time to 80% of centralized", fa / fs if fa and fs else None, "x", "",
+        f"FedAvg {fa or 0:.1f} s, FedSeq {fs or 0:.1f} s; {len(sims.get('fedseq', []))} seeds; "
+        "digits shards, 100 clients, the digits_wide model"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="/tmp/bench_serverlink")
     ap.add_argument("--seeds", default="0,1")
+    ap.add_argument("--json", help="also write the figures to this file")
     a = ap.parse_args()
+    info = machine()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     ref, _ = run(out / "reference", REFERENCE)
@@ -122,6 +143,9 @@ def main() -> None:
         fa, fs = statistics.mean(means["fedavg"]), statistics.mean(means["fedseq"])
         print(f"\nmean simulated time to 80%: FedAvg {fa:.1f} s, FedSeq {fs:.1f} s: "
               f"FedSeq {fa / fs:.2f}x faster")
+    data = {"machine": info, "args": vars(a), "reference_best_accuracy": ref["best_accuracy"],
+            "target": target, "table": table}
+    write_json(a.json, data, headline(data))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import machine, table, write_json  # noqa: E402
+from _util import headline_row, machine, measured, table, write_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,6 +48,21 @@ def run(partition: str, a: argparse.Namespace, cache: str) -> dict:
             "accuracy": [r.get("accuracy") for r in rows]}
 
 
+def headline(data: dict) -> list[dict]:
+    """The dashboard's rows: FedAvg's last accuracy, IID against shards, and the nearest class
+    mean's (synthetic-cifar10 is learnable and its partitions matter)."""
+    runs = {r["partition"]: r["accuracy"] for r in data.get("runs", [])}
+    a = data.get("args", {})
+    last = {k: next((x for x in reversed(v) if x is not None), None) for k, v in runs.items()}
+    return measured(
+        headline_row("accuracy", f"synthetic-cifar10, FedAvg (FedSeq CNN), IID: the last "
+                     f"accuracy, rounds: {a.get('rounds')}", last.get("iid"), "", "",
+                     f"shards (one class per client) {last.get('shards') or 0:.3f}; "
+                     f"{a.get('clients')} clients, fraction {a.get('fraction')}"),
+        headline_row("accuracy", "synthetic-cifar10: nearest class mean on the raw pixels",
+                     data.get("nearest_mean"), "", "", "a linear reference"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=8)
@@ -66,7 +81,8 @@ def main() -> None:
     print(table(["round"] + [r["partition"] for r in runs],
                 [[i] + [r["accuracy"][i] for r in runs] for i in range(a.rounds)]))
     print("wall s: " + ", ".join(f"{r['partition']} {r['wall_s']:.0f}" for r in runs))
-    write_json(a.json, {"machine": info, "nearest_mean": ref, "runs": runs, "args": vars(a)})
+    data = {"machine": info, "nearest_mean": ref, "runs": runs, "args": vars(a)}
+    write_json(a.json, data, headline(data))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ control round trip.
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import resource
 import socket
@@ -37,7 +38,8 @@ import numpy as np
 import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import cpu_pressure_us, loadavg, machine, median, pct, table, write_json  # noqa: E402
+from _util import (cpu_pressure_us, headline_row, loadavg, machine, measured, median,  # noqa: E402
+                   pct, table, write_json)
 
 from fednet.metrics.accounting import Ledger  # noqa: E402
 from fednet.protocol import Message, MsgKind, decode, encode  # noqa: E402
@@ -54,7 +56,8 @@ SPLIT_MIB = 4  # diagnostic: the largest tensor also sent as several arrays of t
 
 # ---- receiver process ----------------------------------------------------------------------
 def _receiver(conn: Any) -> None:
-    """Bind a ROUTER, then obey commands that arrive as HEARTBEAT bodies on it."""
+    """Bind a ROUTER, then obey commands that arrive on it as one JSON frame each (not fednet
+    messages: their bodies are checked against each kind's schema), acknowledged the same way."""
     ctx = zmq.Context()
     sock, endpoint = bind_router(ctx, "127.0.0.1", 0)
     lst = socket.create_server(("127.0.0.1", 0))
@@ -63,9 +66,8 @@ def _receiver(conn: Any) -> None:
     rawbuf = bytearray(0)
     chan = Channel(sock, Ledger(), "server", router=True)
     while True:
-        parts = sock.recv_multipart(copy=False)
-        ident = parts[0].bytes
-        cmd = decode(parts[1:]).body
+        ident, raw_cmd = sock.recv_multipart()
+        cmd = json.loads(raw_cmd)
         op = cmd["op"]
         if op == "stop":
             break
@@ -81,9 +83,8 @@ def _receiver(conn: Any) -> None:
                     if cmd.get("verify"):
                         checksum += float(a.sum(dtype=np.float64))
             faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
-            ack = Message(MsgKind.HEARTBEAT, "server",
-                          body={"bytes": total, "sum": checksum, "minor_faults": faults})
-            sock.send_multipart([ident] + encode(ack), copy=False)
+            ack = {"bytes": total, "sum": checksum, "minor_faults": faults}
+            sock.send_multipart([ident, json.dumps(ack).encode()])
         elif op == "rawtcp":  # plain kernel socket, received into one reused buffer
             n = int(cmd["nbytes"])
             if len(rawbuf) < n:
@@ -95,9 +96,8 @@ def _receiver(conn: Any) -> None:
                 while got < n:
                     got += raw.recv_into(view[got:], n - got)
             faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
-            ack = Message(MsgKind.HEARTBEAT, "server",
-                          body={"bytes": n * int(cmd["count"]), "minor_faults": faults})
-            sock.send_multipart([ident] + encode(ack), copy=False)
+            ack = {"bytes": n * int(cmd["count"]), "minor_faults": faults}
+            sock.send_multipart([ident, json.dumps(ack).encode()])
         elif op == "ping_bare":
             for _ in range(int(cmd["n"])):
                 who, data = sock.recv_multipart()
@@ -113,7 +113,7 @@ def _receiver(conn: Any) -> None:
             for _ in range(int(cmd["n"])):
                 got = chan.recv()
                 assert got is not None
-                chan.send(reply, got[0])
+                chan.send(reply, SENDER, route=got.route)
     raw.close()
     lst.close()
     sock.close(0)
@@ -130,11 +130,14 @@ class Bench:
         endpoint, raw_port = here.recv()
         self.raw = socket.create_connection(("127.0.0.1", raw_port))
         self.ctx = zmq.Context()
-        self.sock = connect_dealer(self.ctx, SENDER, endpoint)
+        self.sock = connect_dealer(self.ctx, endpoint)
         self.chan = Channel(self.sock, Ledger(), SENDER, router=False)
 
     def command(self, **body: Any) -> None:
-        self.sock.send_multipart(encode(Message(MsgKind.HEARTBEAT, SENDER, body=body)), copy=False)
+        self.sock.send(json.dumps(body).encode())
+
+    def ack(self) -> dict:
+        return json.loads(self.sock.recv())
 
     def bulk(self, arr: np.ndarray, count: int, mode: str, verify: bool = False,
              split_mib: int = 0) -> tuple[float, dict]:
@@ -147,13 +150,14 @@ class Bench:
         if split_mib:
             step = split_mib * MiB // arr.itemsize
             arrays = {f"w{i}": arr[o:o + step] for i, o in enumerate(range(0, arr.size, step))}
-        msg = Message(MsgKind.RESULT, SENDER, RUN_ID, round=1, task_id=7, arrays=arrays)
+        msg = Message(MsgKind.RESULT, SENDER, RUN_ID, round=1, task_id=7,
+                      body={"n": 1, "body": {}}, arrays=arrays)
         self.command(op="bulk", mode=mode, count=count, verify=verify)
         t0 = time.perf_counter()
         for _ in range(count):
             self.sock.send_multipart(encode(msg), copy=copy)
-        ack = decode(self.sock.recv_multipart(copy=False))
-        return time.perf_counter() - t0, ack.body
+        ack = self.ack()
+        return time.perf_counter() - t0, ack
 
     def rawtcp(self, arr: np.ndarray, count: int) -> tuple[float, dict]:
         """Seconds to stream arr count times over a plain TCP socket (no ZeroMQ, no codec)."""
@@ -162,8 +166,8 @@ class Bench:
         t0 = time.perf_counter()
         for _ in range(count):
             self.raw.sendall(view)
-        ack = decode(self.sock.recv_multipart(copy=False))
-        return time.perf_counter() - t0, ack.body
+        ack = self.ack()
+        return time.perf_counter() - t0, ack
 
     def ping(self, kind: str, n: int) -> list[float]:
         """Round-trip times in microseconds of n header-only messages, one at a time."""
@@ -206,6 +210,30 @@ def memcpy_s(src: np.ndarray, dst: np.ndarray | None, count: int) -> float:
     for _ in range(count):
         np.copyto(dst if dst is not None else np.empty_like(src), src)
     return time.perf_counter() - t0
+
+
+def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The dashboard's rows: zero-copy against memcpy at 10 and 100 MiB and the control round
+    trip's median, codec and Channel, against the targets this file's JSON names."""
+    bw = {b["size_mib"]: b for b in data.get("bandwidth", [])}
+    lat = data.get("latency", {})
+    ratio, rtt = data.get("target_ratio_to_memcpy"), data.get("target_rtt_us")
+    out = []
+    for s in (10, 100):
+        z = bw.get(s, {}).get("zerocopy")
+        out.append(headline_row(
+            "transfer", f"zero-copy transfer of a {s} MiB tensor / memcpy",
+            100 * z["ratio_to_memcpy_median"] if z else None, "%",
+            f">= {100 * ratio:.0f}%" if ratio else "",
+            f"{z['gbps_median']:.2f} GB/s; plain TCP socket "
+            f"{bw[s].get('rawtcp', {}).get('gbps_median', float('nan')):.2f} GB/s" if z else ""))
+    for kind, name in (("codec", "fednet codec"), ("channel", "fednet Channel")):
+        x = lat.get(kind)
+        out.append(headline_row(
+            "transfer", f"control round trip, {name} (median)", x["median_us"] if x else None,
+            "us", f"< {rtt:.0f} us" if rtt else "", f"p99 {x['p99_us']:.0f} us; bare zmq "
+            f"{lat.get('bare', {}).get('median_us', float('nan')):.0f} us" if x else ""))
+    return measured(*out)
 
 
 def main() -> None:
@@ -329,7 +357,7 @@ def main() -> None:
     write_json(a.json, {"benchmark": "transfer", "machine": info, "quick": a.quick,
                         "elapsed_s": elapsed, "loadavg_at_end": loadavg(), "cpu_pressure": pressure,
                         "target_ratio_to_memcpy": TARGET_RATIO, "bandwidth": results,
-                        "target_rtt_us": TARGET_RTT_US, "latency": lat})
+                        "target_rtt_us": TARGET_RTT_US, "latency": lat}, headline)
 
 
 if __name__ == "__main__":

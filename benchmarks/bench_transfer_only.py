@@ -31,7 +31,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _util import loadavg, machine, write_json  # noqa: E402
+from _util import headline_row, loadavg, machine, measured, median, write_json  # noqa: E402
 from bench_many import LoopbackMeter, fednet, split_round, tcp_transfer, timed  # noqa: E402
 
 
@@ -82,6 +82,29 @@ def launch(tmp: Path, tag: str, algo: str, tput: float, per_process: str, rounds
     return r
 
 
+def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The dashboard's rows: a ResNet-18 round's transfer window over bytes / loopback TCP
+    throughput, per algorithm (the issue's <= 1.5x is for `echo`, transfers alone), first round
+    and, with --rounds > 1, later rounds."""
+    runs = data.get("runs", [])
+    out = []
+    for algo in dict.fromkeys(r["algo"] for r in runs):
+        mine = [r for r in runs if r["algo"] == algo]
+        first = [r["window_over_ideal"] for r in mine]
+        later = [x for r in mine for x in r.get("later_over_ideal", [])]
+        what = f"ResNet-18 round, 100 clients, `{algo}` (no compute)"
+        target = "<= 1.5x" if algo == "echo" else ""
+        out.append(headline_row(
+            "transfer", f"{what}: first round's transfer window / ideal", median(first), "x",
+            target, f"median of {len(first)}: " + ", ".join(f"{x:.2f}" for x in first)
+            + f"; TCP {median([r['tcp_bytes_per_s'] for r in mine]) / 1e9:.2f} GB/s"))
+        if later:
+            out.append(headline_row(
+                "transfer", f"{what}: later rounds' transfer window / ideal", median(later), "x",
+                target, f"median of {len(later)}"))
+    return measured(*out[:4])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
@@ -114,7 +137,8 @@ def main() -> None:
                                                                    r["later_over_ideal"]))
                           if r["later_windows_s"] else ""), flush=True)
     if args.json:
-        write_json(args.json, {"machine": machine(), "runs": rows})
+        data = {"machine": machine(), "runs": rows}
+        write_json(args.json, data, headline(data))
 
 
 if __name__ == "__main__":

@@ -807,6 +807,33 @@ def _s(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f} s"
 
 
+def headline(facts: dict[str, Any]) -> list[dict[str, Any]]:
+    """The dashboard's rows: (a) kill -> Failure, (c) a frozen server noticed, (d) half-open
+    connections' peak and (e) the flood's peak, with the targets the table above prints."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _util import headline_row, measured
+
+    kill, freeze = facts.get("client_SIGKILL", {}), facts.get("freeze", {})
+    ho, fl = facts.get("half_open_frame", {}), facts.get("flood_claim_1", {})
+    notice = freeze.get("notice_s") or []
+    area = "trust boundary"
+    return measured(
+        headline_row(area, "one remote client SIGKILLed mid-round: kill -> Failure",
+                     kill.get("signal_to_failure_s"), "s", "<= 5 s",
+                     f"run {kill.get('status')}; the round timeout is 300 s"),
+        headline_row(area, "fednet server SIGSTOPped: freeze -> each client says 'lost the "
+                     "server'", max(notice) if notice else None, "s", "<= 10 s",
+                     f"{len(notice)} of 2 clients; after SIGCONT the run {freeze.get('status')}"),
+        headline_row(area, f"{ho.get('n')} half-open connections holding part of a frame: server "
+                     "peak RSS growth", ho.get("peak_mb"), "MB",
+                     "<= 50 MB" if ho.get("n") == 2000 else "",
+                     f"{ho.get('after_mb', 0):+.1f} MB {ho.get('settle_s')} s after the server "
+                     "closed them"),
+        headline_row(area, f"{fl.get('n')} READY(hello) whose replies are never read: server "
+                     "peak RSS growth", fl.get("peak_mb"), "MB", "",
+                     f"run {fl.get('status')}, {fl.get('rejected_messages')} rejected"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", help="also write the figures to this file")
@@ -842,7 +869,8 @@ def main() -> None:
     print(table(["scenario", "measured", "target", "notes"], rows))
     if left:
         print(f"killed {len(left)} leftover processes")
-    write_json(a.json, json.loads(json.dumps(facts, default=str)))
+    facts = json.loads(json.dumps(facts, default=str))
+    write_json(a.json, facts, headline(facts))
 
 
 if __name__ == "__main__":

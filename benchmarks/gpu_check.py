@@ -95,7 +95,7 @@ from typing import Any, Callable
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from _util import machine, table, write_json  # noqa: E402
+from _util import headline_row, machine, measured, stamp, table, write_json  # noqa: E402
 
 MiB = 1 << 20
 RESERVE_S = 8.0           # kept back from every part for printing and writing
@@ -866,6 +866,42 @@ def targets(parts: list[dict[str, Any]], gpu_path: bool) -> dict[str, Any]:
     return t
 
 
+def headline(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """The dashboard's rows: on the GPU path the issue's three targets (the round and memory
+    rows: the workload farthest from its target); on the CPU path the CPU round only."""
+    parts, t = res.get("parts", []), res.get("targets", {})
+    if res.get("mode") != "gpu":
+        loop, launch = mean_round(parts, "digits/loop-cpu"), mean_round(parts, "digits/launch-cpu")
+        return measured(headline_row(
+            "GPU", "no CUDA device: digits on the CPU, fednet launch round / plain loop's",
+            launch / loop if loop and launch else None, "x", "",
+            f"{res.get('no_gpu_reason', '')}; the GPU targets are not measured"))
+    py = t.get("gpu_tests_pass", {})
+    rounds = {k: v["ratio"] for k, v in t.get("round_within_1.3x", {}).items() if "ratio" in v}
+    mem = {k: v["estimate_over_measured"] for k, v in
+           t.get("memory_estimate_within_25pct", {}).items() if "estimate_over_measured" in v}
+    worst_r = max(rounds, key=rounds.get) if rounds else None
+    worst_m = max(mem, key=lambda k: abs(mem[k] - 1)) if mem else None
+    return measured(
+        headline_row("GPU", "pytest -m gpu on CUDA: tests passed",
+                     f"{py['passed']} of {py['tests']}" if "tests" in py else None, "",
+                     "all pass", f"{py.get('failed', 0)} failed, {py.get('skipped', 0)} skipped"),
+        headline_row("GPU", f"{res.get('clients')} clients on one GPU: a round / the plain GPU "
+                     "loop's, the slowest workload", rounds.get(worst_r), "x",
+                     f"<= {ROUND_TARGET:g}x",
+                     ", ".join(f"{k} {v:.2f}x" for k, v in rounds.items())),
+        headline_row("GPU", "the auto rule's device memory per process / measured, the farthest "
+                     "workload", mem.get(worst_m), "x", f"within {MEMORY_TARGET:.0%} of 1",
+                     ", ".join(f"{k} {v:.2f}" for k, v in mem.items())))
+
+
+def write_partial(path: str | None, res: dict[str, Any]) -> None:
+    """The JSON so far (rewritten after every part), quietly, with the common keys."""
+    if path:
+        Path(path).write_text(json.dumps(stamp(res, headline(res), Path(__file__).name),
+                                         indent=2, default=str) + "\n")
+
+
 def print_report(res: dict[str, Any]) -> None:
     info = res.get("gpu", {})
     print(f"gpu_check: {res['mode']} path; {res['elapsed_s']:.0f} s of a {res['budget_s']:.0f} s "
@@ -1036,8 +1072,7 @@ def main(argv: list[str] | None = None) -> int:
         return res
 
     def save_partial() -> None:
-        if args.json:
-            Path(args.json).write_text(json.dumps(snapshot(False), indent=2, default=str) + "\n")
+        write_partial(args.json, snapshot(False))
 
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
@@ -1055,7 +1090,7 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr, flush=True)
         snapshot(True)
         print_report(res)
-        write_json(args.json, res)
+        write_json(args.json, res, headline(res))
     return rc
 
 
