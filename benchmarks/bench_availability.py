@@ -1,5 +1,5 @@
 """FedSeqInter vs FedSeq when clients come and go (--availability): simulated time to 80% of
-centralized on pathological non-IID digits. BENCHMARKS.md section 13.
+centralized on pathological non-IID digits. docs/benchmarks/history.md section 13.
 
     python3 benchmarks/bench_availability.py [--out /tmp/bench_availability] [--seeds 0,1,2]
         [--json F]

@@ -24,7 +24,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import git_state, headline_row, machine, measured, table, write_json  # noqa: E402
 
-# BENCHMARKS.md section 24's targets: uplink / dense FedAvg's, and accuracy within N points
+# docs/benchmarks/history.md section 24's targets: uplink / dense FedAvg's, and accuracy within N points
 TARGETS = {"fp16": ("<= 0.51", "within 1"), "int8": ("<= 0.26", "within 1"),
            "qsgd:16": ("<= 0.16", ""), "topk:0.01": ("<= 0.025", "within 3")}
 

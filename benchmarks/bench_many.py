@@ -1,4 +1,4 @@
-"""Many clients and big models (BENCHMARKS.md section 15), each part side by side in one run.
+"""Many clients and big models (docs/benchmarks/history.md section 15), each part side by side in one run.
 
     python3 benchmarks/bench_many.py [--part scale big copies] [--reps 3] [--json F]
 

@@ -1,5 +1,5 @@
 """FedSeq vs FedAvg behind a 100 Mbit/s server link: simulated time to 80% of centralized, and
-where it goes (server link, compute, peer hand-offs). BENCHMARKS.md section 12.
+where it goes (server link, compute, peer hand-offs). docs/benchmarks/history.md section 12.
 
     python3 benchmarks/bench_serverlink.py [--out /tmp/bench_serverlink] [--seeds 0,1] [--json F]
 

@@ -1,4 +1,4 @@
-"""A ResNet-18 round's transfers alone (BENCHMARKS.md section 15, "Transfers alone"), side by side
+"""A ResNet-18 round's transfers alone (docs/benchmarks/history.md section 15, "Transfers alone"), side by side
 with loopback TCP's throughput measured in the same run.
 
     python3 benchmarks/bench_transfer_only.py [--reps 3] [--algos echo echo-fedavg] [--json F]

@@ -196,13 +196,13 @@ class FedBuffParams(AsyncParams):
 FACTORIZED = {"digits": "factorized_digits", "*": "factorized_resnet9"}
 
 # Tuned defaults (docs/algorithms.md §0.2): the settings a run gets when it leaves these options
-# open (an option or a --config file always wins), chosen by the sweeps of BENCHMARKS.md section
+# open (an option or a --config file always wins), chosen by the sweeps of docs/benchmarks/history.md section
 # 10 on digits with 100 clients: every built-in algorithm learns with them. With one class per
 # client (shards) local training must stay short and a run needs more rounds.
 SHARDS: dict[str, Any] = {"rounds": 100, "train.epochs": 1, "train.lr": 0.1}
 TUNED: dict[str, dict[str, dict[str, Any]]] = {
     # option I's control (the full local gradient) is far less noisy than option II's with a few
-    # local steps per client; option II at lr 0.15 goes back to chance (BENCHMARKS.md section 10)
+    # local steps per client; option II at lr 0.15 goes back to chance (docs/benchmarks/history.md section 10)
     "scaffold": {"*": {"algo.params.option": 1, "train.lr": 0.1}, "shards": SHARDS},
     "feddyn": {"*": {"train.lr": 0.05}, "shards": {**SHARDS, "train.lr": 0.05}},
     # the paper's beta (0.005) barely moves the model within 25 rounds

@@ -5,7 +5,7 @@ counted) or rejected; TASKs are read at once but decoded only when they run. Dec
 joins its model into memory. Decoding each one just before it runs, after the previous task's
 result has left, joins it into the memory that result freed; decoding them as they arrived held
 every queued model at once, each in never-touched pages (10 ResNet-18 tasks to a process of 10
-clients: 60-100 ms of page faults per model, BENCHMARKS.md section 15). Control messages
+clients: 60-100 ms of page faults per model, docs/benchmarks/history.md section 15). Control messages
 (SHUTDOWN, WELCOME, REJECT) are decoded at once, so they are never stuck behind queued work.
 """
 from __future__ import annotations

@@ -106,7 +106,7 @@ def _emit(event: dict[str, Any]) -> None:
 def _wait_go(go: tuple[int, int]) -> None:
     """Block until the zygote has forked the whole batch: it closes the pipe's write end then
     (and so does its exit). A child that started its imports and registration at once would
-    take the CPU from the zygote that still forks its siblings (BENCHMARKS.md section 15)."""
+    take the CPU from the zygote that still forks its siblings (docs/benchmarks/history.md section 15)."""
     os.close(go[1])
     try:
         while os.read(go[0], 1):

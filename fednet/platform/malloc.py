@@ -7,7 +7,7 @@ model a process receives then lands in never-touched pages, one page fault per 4
 2 MiB page, which numpy requests for arrays of 4 MiB and more). With several processes faulting
 at once those faults cost 10-25 us each on the benchmark machine: decoding one ResNet-18 (44.7 MB)
 took 60-100 ms of CPU, 90% of it in the kernel, against 4-11 ms into reused memory
-(BENCHMARKS.md section 15).
+(docs/benchmarks/history.md section 15).
 
 `reuse_freed_memory(model_bytes)` fixes the mmap threshold at its maximum and stops trimming
 when the model is big (>= BIG_MODEL_BYTES): freed buffers stay in the process and the next
@@ -16,7 +16,7 @@ high-water mark instead of shrinking between tasks, which the memory rule of
 --clients-per-process auto (packing.py) already assumes (it counts peak copies per process).
 Small models keep glibc's defaults (their decode is cheap; 500 digits clients keep their PSS).
 
-Two more settings make a first round as fast as the later ones (BENCHMARKS.md section 15):
+Two more settings make a first round as fast as the later ones (docs/benchmarks/history.md section 15):
 - `one_arena()`, at the start of every fednet process: all threads allocate from glibc's main
   heap. ZeroMQ's I/O thread allocates every received frame; in a heap of its own (glibc's
   default, one arena per thread), a heap left empty at the end of a round is unmapped whatever

@@ -2,14 +2,14 @@
 
 The rule (docs/usage.md, `fednet launch --help`):
 - one process per client while that is cheap: at most PROCESSES_PER_CORE processes per core
-  (each costs ~14 ms of CPU to fork and ~11 MiB of PSS, BENCHMARKS.md sections 8 and 15, while
+  (each costs ~14 ms of CPU to fork and ~11 MiB of PSS, docs/benchmarks/history.md sections 8 and 15, while
   the clients of one process share one connection and register in one message: section 21)
   and at most half the available memory at PROCESS_BYTES plus HOST_MODEL_COPIES of the model
   each;
 - beyond PROCESSES_PER_CORE, GROUPED_PER_CORE processes per core (within the memory limit), the
   clients shared evenly among them: once the processes outnumber the cores many times over,
   each further process only costs a fork, an interpreter and a share of the run queue
-  (BENCHMARKS.md section 15: 1,000 digits clients on 2 cores start and train fastest in 16
+  (docs/benchmarks/history.md section 15: 1,000 digits clients on 2 cores start and train fastest in 16
   processes of 63); beyond the memory limit alone, the fewest clients per process within it;
 - with --gpus, also device memory: every process holds its own CUDA context
   (CUDA_CONTEXT_BYTES) and allocator workspace (DEVICE_WORKSPACE_BYTES), and every client its
@@ -35,7 +35,7 @@ MiB = 1 << 20
 PROCESSES_PER_CORE = 8             # 16 clients on 2 cores stay 16 processes; 100 make 15 of 7
 #                                    (a process's clients share its link and register at once:
 #                                    100 digits clients, 10 rounds, 1 epoch: 6.2 s in 15
-#                                    processes, 8.9-9.6 s in 100; BENCHMARKS.md section 21)
+#                                    processes, 8.9-9.6 s in 100; docs/benchmarks/history.md section 21)
 GROUPED_PER_CORE = 8               # processes per core once clients are grouped
 PROCESS_BYTES = 32 * MiB           # one client process (PSS ~11-13 MiB on digits) with headroom
 MEMORY_SHARE = 0.5                 # of MemAvailable, for the client processes' own overhead

@@ -82,7 +82,7 @@ def _common(sock: zmq.Socket, heartbeat_ms: int = HEARTBEAT_IVL_MS,
 SERVER_IO_THREADS = min(2, os.cpu_count() or 1)
 """ZeroMQ I/O threads of a server's context: a ROUTER spreads its connections over them, so the
 kernel's socket copies of a round's models (the server sends and receives them all) run on two
-cores (BENCHMARKS.md section 15)."""
+cores (docs/benchmarks/history.md section 15)."""
 
 
 def server_context() -> zmq.Context:

@@ -1,6 +1,6 @@
 """Defaults that learn: every built-in algorithm, given only --algo and --partition, learns on
 digits with 100 clients, the scale its tuned defaults were chosen at (docs/algorithms.md §0.2;
-the full-length runs are in BENCHMARKS.md section 10).
+the full-length runs are in docs/benchmarks/history.md section 10).
 
 The runs go through `fednet sweep` (two cells at a time, one `fednet local` process each), so a
 cell's configuration is exactly what `fednet local --clients 100 --algo A --partition P` gives,
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 BUILTIN = [n for n, s in REGISTRY.items() if s.server.startswith("fednet.algorithms.")]
 
 # (partition, algorithm) -> (rounds run here, floor of the best accuracy). Each floor sits about
-# 25% below what seed 0 reached with the tuned defaults (BENCHMARKS.md section 10 has the whole
+# 25% below what seed 0 reached with the tuned defaults (docs/benchmarks/history.md section 10 has the whole
 # curves); on shards the FedAvg family climbs slowly and unevenly, so it runs longest.
 PLAN: dict[str, dict[str, tuple[int, float]]] = {
     "iid": {

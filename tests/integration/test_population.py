@@ -1,10 +1,10 @@
 """Cost follows the cohort, not the population (issue 22): large populations complete two rounds
 under a stated memory bound, measured over every process of the run (not timed).
 
-Measured here (BENCHMARKS.md section 18): `fednet local` with 100,000 synthetic-fedprox clients
+Measured here (docs/benchmarks/history.md section 18): `fednet local` with 100,000 synthetic-fedprox clients
 peaks at about 0.5 GB (each of 10,000 clients' executors held at once needed 3.2 MB before, and
 10,000 CIFAR-shaped clients were killed by the OOM killer at 24 GB); `fednet launch` with
-100,000 clients (BENCHMARKS.md section 21) about 1.3 GB over the server, the zygote and 16 client
+100,000 clients (docs/benchmarks/history.md section 21) about 1.3 GB over the server, the zygote and 16 client
 processes (one connection per client process; 10,000 clients took 2.0 GB with one each).
 """
 from __future__ import annotations
