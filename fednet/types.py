@@ -59,6 +59,7 @@ class Result:
     sim_time: float = 0.0
     sent: float = 0.0  # when the client sent it (simulated s) and its bytes on the wire:
     nbytes: int = 0    # what the server link's schedule of the uploads needs
+    tensor_nbytes: int = 0  # of which its arrays as they travelled (the rest is its header)
 
 
 @dataclass

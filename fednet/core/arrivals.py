@@ -44,6 +44,7 @@ class Arrivals:
         self.held: list[tuple[float, int, Reply]] = []  # (simulated time, task id, reply)
         self.moved = self.stragglers = 0
         self.sent_bytes = self.back_bytes = 0
+        self.sent_tensor = self.back_tensor = self.sent_msgs = self.back_msgs = 0
         self._at_row = (0, 0)  # sent_bytes and back_bytes at the last row
 
     def sent(self, tasks: list[Task]) -> None:
@@ -55,6 +56,9 @@ class Arrivals:
             self.out[t.task_id] = (low, t.sim_time)
             heapq.heappush(self.lows, (low, t.task_id))
             self.sent_bytes += self.size(t)
+            self.sent_tensor += sum(a.nbytes for a in (t.arrays if t.wire is None
+                                                       else t.wire).values())
+            self.sent_msgs += 1
 
     def arrive(self, done: Reply) -> None:
         """A reply came (in any order): held until it is the earliest possible."""
@@ -81,6 +85,8 @@ class Arrivals:
         done = heapq.heappop(self.held)[2]
         if isinstance(done, Result):
             self.back_bytes += done.nbytes
+            self.back_tensor += done.tensor_nbytes
+            self.back_msgs += 1
         return done
 
     def waiting(self) -> int:
@@ -96,3 +102,14 @@ class Arrivals:
                  + self.sent_bytes + self.back_bytes)
         return {"server_to_client": down, "client_to_server": up, "client_to_client": 0,
                 "total": total}
+
+    def totals(self, base: dict[str, int], base_messages: int) -> tuple[dict[str, int], int]:
+        """The ledger's totals and message count as the rows see them now: `base` (the ledger
+        at the step's start) plus what the step sent and released (an interrupted run's
+        summary: not the replies that arrived for real but were never released)."""
+        tensor = self.sent_tensor + self.back_tensor
+        out = dict(base, server_to_client=base["server_to_client"] + self.sent_bytes,
+                   client_to_server=base["client_to_server"] + self.back_bytes,
+                   tensor_bytes=base["tensor_bytes"] + tensor,
+                   header_bytes=base["header_bytes"] + self.sent_bytes + self.back_bytes - tensor)
+        return out, base_messages + self.sent_msgs + self.back_msgs

@@ -215,15 +215,52 @@ def _check_metrics(chk: _Check, run_dir: Path, rows: int) -> None:
     chk.need(len(lines) >= rows, path, f"{len(lines)} rows, the checkpoint needs its first {rows}")
 
 
+ENDED = frozenset({"completed", "failed", "diverged", "no_clients", "no_clients_online"})
+"""Statuses of a run that ended by itself: its rounds are history that no resume may replace
+(an interrupted run, one that stopped on an error, and one that crashed may be run again from
+their checkpoint: every round is reproduced exactly)."""
+
+
+def finished_rounds(run_dir: Path) -> tuple[int, str] | None:
+    """(rounds, status) of RUN/summary.json when the run ended by itself there (ENDED), else None."""
+    try:
+        s = json.loads((run_dir / "summary.json").read_bytes().decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(s, dict) or s.get("status") not in ENDED or not _is_int(s.get("rounds")):
+        return None
+    return int(s["rounds"]), str(s["status"])
+
+
+def _check_history(chk: _Check, run_dir: Path, state: dict[str, Any], cfg: RunConfig) -> None:
+    """A resume never replaces rounds a run finished: a run that ended after more rounds than
+    its checkpoint holds (an older checkpoint), or a --rounds below what it did, is refused."""
+    done = finished_rounds(run_dir)
+    if done is None:
+        return
+    rounds, status = done
+    at = state["rounds_done"]
+    if rounds > at:
+        chk.fail(run_dir / "summary.json",
+                 f"this run ended ({status}) after {rounds} rounds and its checkpoint is at round {at}: "
+                 f"resuming would replace rounds {at + 1}-{rounds}; start a new run with --out")
+    if rounds > cfg.rounds:
+        chk.fail(run_dir / "summary.json",
+                 f"this run ended ({status}) after {rounds} rounds; --rounds {cfg.rounds} would cut it "
+                 f"(give --rounds {rounds} or more)")
+
+
 def read(run_dir: str | Path, cfg: RunConfig) -> tuple[Arrays, dict[str, Any]]:
     """The arrays and state of RUN/checkpoint, checked against the run (no algorithm needed);
-    a ConfigError naming --resume and the file when absent or damaged."""
+    a ConfigError naming --resume and the file when absent or damaged, or when resuming from it
+    would replace rounds the run finished (_check_history)."""
     run_dir = Path(run_dir)
     chk = _Check(run_dir)
     d = _folder(run_dir)
     state = _read_json(chk, d / "state.json")
     arrays = _read_npz(chk, d / "state.npz")
     _check_state(chk, d / "state.json", state, cfg)
+    _check_history(chk, run_dir, state, cfg)
     _check_metrics(chk, run_dir, state["rows"])
     return arrays, state
 

@@ -13,7 +13,7 @@ from fednet.network import latency
 from fednet.algorithms.layout import Layout, vet
 from fednet.compress import CompressionError, Spec, decode_result
 from fednet.network.latency import Profile
-from fednet.protocol import Message, MsgKind
+from fednet.protocol import Message, MsgKind, tensor_bytes
 from fednet.types import Arrays, Failure, Result, Task
 from fednet.core.wire import message_failure, message_result
 from fednet.core.work import check_body
@@ -36,6 +36,7 @@ def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile],
     if msg.kind == MsgKind.FAILURE:
         return message_failure(msg, cid)
     arrival = msg.sim_time + latency.up_delay(profiles[cid], nbytes)
+    wire_tensor_bytes = tensor_bytes(msg)  # as it travelled (before --compress decodes it)
     res = message_result(msg, cid, arrival)
     why = None
     if compress is not None and compress.on:
@@ -49,6 +50,7 @@ def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile],
                     cid, msg.task_id, why)
         return Failure(res.task_id, res.round, cid, f"result refused: {why}", arrival)
     res.sent, res.nbytes = msg.sim_time, nbytes  # for the shared server link (network/step.py)
+    res.tensor_nbytes = wire_tensor_bytes
     return res
 
 

@@ -51,7 +51,10 @@ class RoundDriver(Verdict):
         self.failures: list[dict[str, Any]] = []
         self.status = "running"
         self.setup_stats: dict[str, Any] = {}
-        self.checkpoint: Callable[[], None] | None = None  # set by the session with --checkpoint-every
+        self.checkpoint: Callable[[], None] | None = None  # set by the session (a results folder)
+        # the last round is checkpointed (--checkpoint-every, or a resumed run: its checkpoint
+        # must never stay behind the rounds it finished, core/checkpoint._check_history)
+        self.keep_last = bool(cfg.net.checkpoint_every)
         self.ckpt_round = 0  # rounds done at the last checkpoint (tasks carry it: client state)
         self.step_start = 0  # the first round of the step now running
         self.client_state = False  # the algorithm's clients keep state between rounds
@@ -71,6 +74,9 @@ class RoundDriver(Verdict):
         self.error = ""  # why a failed run failed (its first failure's reason)
         self.log_hint = ""  # where the clients' tracebacks are (set by the runtime)
         self.failed_streak = self.usable_rounds = 0
+        # (rounds, simulated time, ledger totals, messages) at the last row logged (or the
+        # setup's end, or the checkpoint resumed from): an interrupted run's totals
+        self.logged: tuple[int, float, dict[str, int], int] = (0, 0.0, ledger.totals(), 0)
 
     def wall(self) -> float:
         """Seconds of training: from the first round's start to the last round's end (or now),
@@ -122,8 +128,9 @@ class RoundDriver(Verdict):
         pool = alive if self.staged.virtual_order else clients
         self.round(rnd, pool, dispatcher, min(step, self.cfg.rounds - rnd))
         every = self.cfg.net.checkpoint_every
-        if self.checkpoint is not None and every and (
-                self.rounds_done // every > rnd // every or self.rounds_done == self.cfg.rounds):
+        due = (every and self.rounds_done // every > rnd // every) or (
+            self.rounds_done == self.cfg.rounds and self.keep_last)
+        if self.checkpoint is not None and due:
             self.checkpoint()
             self.ckpt_round = self.rounds_done
         return self.status not in ("diverged", "failed")
@@ -151,17 +158,20 @@ class RoundDriver(Verdict):
                               if groups is not None else f"setup stage done ({took:.2f}s)")
         self.setup_stats["sim_s"] = self.sim_time
         self.setup_stats["bytes"] = self.ledger.round_totals(-1)
+        self.logged = (0, self.sim_time, self.ledger.totals(), self.ledger.messages)
         return True
 
     def resume(self, state: dict[str, Any]) -> None:
         """Continue after the checkpointed round (state from checkpoint.load)."""
         self.rounds_done = self.ckpt_round = int(state["rounds_done"])
+        self.keep_last = True
         self.sim_time = float(state["sim_time"])
         self.failures = list(state.get("failures", []))
         self.setup_stats = dict(state.get("setup", {}))
         self.ledger.add_totals(-2, {k: int(v) for k, v in state["ledger"].items()})
         self.segments = list(state.get("segments", []))
         self.wall_before = float(sum(s["wall_s"] for s in self.segments))
+        self.logged = (self.rounds_done, self.sim_time, self.ledger.totals(), self.ledger.messages)
 
     def segment(self) -> dict[str, Any]:
         """This segment of the run (so far), for the checkpoint and the summary."""
@@ -196,7 +206,7 @@ class RoundDriver(Verdict):
                                                   ordered=ordered)
         order = self.arrivals() if ordered and self.arrivals else None
         pipelined = span > 1 or order is not None  # replies release follow-up tasks
-        base = self.ledger.totals()
+        base = {**self.ledger.totals(), "messages": self.ledger.messages}
 
         def release(seen: Result | Failure) -> list[Task]:
             algo.absorb(seen)  # streaming algorithms fold the result in and free its arrays
@@ -256,7 +266,7 @@ class RoundDriver(Verdict):
             metrics = {**metrics, "stragglers": order.stragglers, "moved": order.moved}
         if self.churn is not None:  # online clients, waits, skipped peers (--availability)
             metrics = {**metrics, **self.churn.row(rnd, span)}
-        row = self._log(last, acc, loss, metrics, self.sim_time, order and order.row_bytes(base))
+        row = self._log(last, acc, loss, metrics, self.sim_time, _seen(order, base))
         self.rounds_done = last + 1
         self.mark = (self.ledger.totals(), self.algo.state.next_task, self.sim_time)
         self.mutating = False
@@ -270,7 +280,7 @@ class RoundDriver(Verdict):
         for t, arrays, sim, extra in self.staged.interim_points():
             acc_t, loss_t = self.evaluate(arrays)
             flag = {} if self.staged.streams_points else {"interim": True}  # (a row of its own)
-            self._log(t, acc_t, loss_t, {**extra, **flag}, sim, order and order.row_bytes(base))
+            self._log(t, acc_t, loss_t, {**extra, **flag}, sim, _seen(order, base))
 
     def _log(self, rnd: int, acc: float, loss: float, metrics: dict[str, Any], sim: float,
              seen: dict[str, int] | None = None) -> dict[str, Any]:
@@ -282,9 +292,12 @@ class RoundDriver(Verdict):
                                                "client_to_client", "tensor_bytes")}
             total = (after["server_to_client"] + after["client_to_server"]
                      + after["client_to_client"])
+            self.logged = (rnd + 1, sim, after, self.ledger.messages)
         else:
             total = seen.pop("total")
+            at, messages = seen.pop("at")
             bytes_round = seen
+            self.logged = (rnd + 1, sim, at, messages)
         row: dict[str, Any] = {
             "round": rnd, "accuracy": acc, "loss": loss, **metrics, "wall_s": self.wall(),
             "sim_s": sim, "bytes_round": bytes_round, "bytes_total": total,
@@ -295,6 +308,20 @@ class RoundDriver(Verdict):
         self.progress.update(row)
         return row
 
+    def finished(self) -> tuple[int, float, dict[str, int], int]:
+        """(rounds, simulated time, ledger totals, messages) of the last finished round: what an
+        interrupted run's summary reports (not the tasks of the round it was in)."""
+        return self.logged
+
     def summary(self, clients: list[ClientInfo], extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """The summary.json dictionary (core/summary.py)."""
         return run_summary(self, clients, extra)
+
+
+def _seen(order: Arrivals | None, base: dict[str, int]) -> dict[str, Any] | None:
+    """An ordered step's row bytes (Arrivals.row_bytes) and, under "at", the ledger's totals and
+    message count as of that row; None for a step whose rows read the ledger itself."""
+    if order is None:
+        return None
+    at = order.totals({k: v for k, v in base.items() if k != "messages"}, base["messages"])
+    return {**order.row_bytes(base), "at": at}

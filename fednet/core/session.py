@@ -32,6 +32,7 @@ from fednet.core.rounds import RoundDriver
 from fednet.network import availability
 from fednet.network.churn import Churn
 from fednet.network.step import Network
+from fednet.platform.proc import peak_rss_bytes
 from fednet.core.wire import task_size
 from fednet.types import ClientInfo, Task
 
@@ -120,7 +121,7 @@ class Session:
             self.earliest_return, lambda t: task_size(t, self.run_id), float(cfg.latency.deadline))
         if state is not None:
             driver.resume(state)
-        if self.out is not None and cfg.net.checkpoint_every:
+        if self.out is not None:
             out_dir = self.out
             driver.checkpoint = lambda: checkpoint.save(
                 out_dir, self.algo, driver, self.client_view() if self.client_view else None)
@@ -184,8 +185,8 @@ class Session:
 
     def finish(self, clients: list[ClientInfo], extra: dict[str, Any] | None = None
                ) -> dict[str, Any]:
-        """Write clients.jsonl, final_model.npz, summary.json (last: it says the run is done) and
-        the plots; return the summary. Each file is replaced atomically: a disk error is an
+        """Write clients.jsonl, final_model.npz, the plots and summary.json (last: it says the
+        run is done, with the peak memory of all of it); return the summary. Each file is replaced atomically: a disk error is an
         OutputError naming the file, and the files written before it stay intact."""
         if self.driver.status == "running":  # an error escaped the rounds (the runtime re-raises it)
             self.driver.status = "error"
@@ -206,7 +207,6 @@ class Session:
         self.history.clients(rows)
         with atomic_file(self.out / "final_model.npz") as fh:  # plain arrays (allow_pickle=False)
             np.savez(fh, **self.algo.eval_arrays())
-        self.history.summary(summary)
         if self.history.rows:
             try:
                 from fednet.metrics.plots import plot_run
@@ -215,6 +215,9 @@ class Session:
                 raise
             except Exception:  # plots are a convenience; a failure must not lose the results
                 log.exception("could not draw the plots for %s", self.out)
+        if "server_peak_rss_bytes" in summary:  # the whole run's, its outputs included
+            summary["server_peak_rss_bytes"] = peak_rss_bytes()
+        self.history.summary(summary)  # last: it says the run is done
         self.tracking.end(summary, self.out)
         return summary
 

@@ -5,26 +5,33 @@ from typing import Any
 
 from fednet.types import ClientInfo
 
+TRAFFIC = ("server_to_client", "client_to_server", "client_to_client", "tensor_bytes",
+           "header_bytes")
+"""The totals of the run's traffic (the rest, control and what was refused, counts everything)."""
+
 
 def run_summary(d: Any, clients: list[ClientInfo], extra: dict[str, Any] | None = None
                 ) -> dict[str, Any]:
     """The summary.json dictionary of the driver `d` (core/rounds.RoundDriver): names other
     tools rely on."""
     rows = d.history.rows
-    tot = d.ledger.totals()
+    rounds, sim, tot, messages = (d.rounds_done, d.sim_time, d.ledger.totals(), d.ledger.messages)
+    if d.status != "completed":  # an interrupted run (or one stopped mid-round): its last
+        rounds, sim, tot, messages = d.finished()  # finished round's totals, not the round's tasks
+        tot = {**d.ledger.totals(), **{k: v for k, v in tot.items() if k in TRAFFIC}}
     acc = [r["accuracy"] for r in rows]
     out: dict[str, Any] = {
         "algorithm": d.cfg.algo.name, "status": d.status, "clients": d.cfg.clients,
-        "rounds": d.rounds_done, "rounds_planned": d.cfg.rounds,
+        "rounds": rounds, "rounds_planned": d.cfg.rounds,
         "final_accuracy": acc[-1] if acc else None, "best_accuracy": max(acc) if acc else None,
         "final_loss": rows[-1]["loss"] if rows else None,
-        "wall_clock_s": d.wall(), "sim_time_s": d.sim_time,
+        "wall_clock_s": d.wall(), "sim_time_s": sim,
         "bytes": {k: tot[k] for k in ("server_to_client", "client_to_server", "client_to_client",
                                       "tensor_bytes", "header_bytes", "control", "rejected")},
         "rejected_messages": tot["rejected_messages"],
         "rejects_sent": {"messages": tot["rejects_sent_messages"],
                          "bytes": tot["rejects_sent"]},
-        "messages": d.ledger.messages,
+        "messages": messages,
         "devices": {str(c.cid): c.device for c in sorted(clients, key=lambda c: c.cid)},
         "failures": d.failures, "seed": d.cfg.seed,
     }
