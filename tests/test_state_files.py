@@ -14,6 +14,10 @@ from fednet.core import checkpoint
 from tests.conftest import small_config
 
 
+R1, R2, OTHER = "a" * 16 + "1" * 16, "a" * 16 + "2" * 16, "b" * 16 + "1" * 16
+"""Two sessions of one run (their ids share the lineage, state_files.lineage) and another run."""
+
+
 def _state(x: float) -> dict[str, np.ndarray]:
     return {"x": np.full(2, x)}
 
@@ -24,40 +28,40 @@ def _x(got) -> float | None:
 
 def test_a_session_takes_its_own_latest_state_and_a_resumed_one_the_newest_before_ckpt(tmp_path):
     store = sf.StateStore(str(tmp_path), "scaffold")
-    assert store.take(7, "run1", 0) is None                   # the first task of a fresh run
-    store.put(7, 0, "run1", 0, _state(0), {})
-    assert _x(store.take(7, "run1", 0)) == 0.0                # this session's own file
-    store.put(7, 1, "run1", 0, _state(1), {})
-    store.put(7, 2, "run1", 2, _state(2), {})                 # the server checkpointed 2 rounds
-    store.put(7, 3, "run1", 2, _state(3), {})
-    assert _x(store.take(7, "run1", 2)) == 3.0
+    assert store.take(7, R1, 0) is None                   # the first task of a fresh run
+    store.put(7, 0, R1, 0, _state(0), {})
+    assert _x(store.take(7, R1, 0)) == 0.0                # this session's own file
+    store.put(7, 1, R1, 0, _state(1), {})
+    store.put(7, 2, R1, 2, _state(2), {})                 # the server checkpointed 2 rounds
+    store.put(7, 3, R1, 2, _state(3), {})
+    assert _x(store.take(7, R1, 2)) == 3.0
     home = tmp_path / "checkpoint" / "clients"
     assert sorted(p.name for p in home.iterdir()) == ["c0007.npz", "c0007.prev.npz"]
     for ckpt, want in ((2, 1.0), (4, 3.0), (1, None)):        # a restarted server resumes at ckpt
-        got = sf.StateStore(str(tmp_path), "scaffold").take(7, "run2", ckpt)
+        got = sf.StateStore(str(tmp_path), "scaffold").take(7, R2, ckpt)
         assert _x(got) == want                                # round 0 was overwritten: initial
         if got is not None:
-            assert got[1]["round"] == want and got[1]["run"] == "run1"
+            assert got[1]["round"] == want and got[1]["run"] == R1
 
 
 def test_files_of_another_run_in_the_folder_are_never_taken_without_a_checkpoint(tmp_path):
     store = sf.StateStore(str(tmp_path), "scaffold")
-    store.put(4, 5, "old", None, _state(5), {})
-    assert store.take(4, "new", None) is None and store.take(4, "new", 0) is None
-    store.put(4, 0, "new", None, _state(9), {})               # no checkpoints: no prev file kept
-    assert _x(store.take(4, "new", None)) == 9.0
+    store.put(4, 5, OTHER, None, _state(5), {})
+    assert store.take(4, R1, None) is None and store.take(4, R1, 0) is None
+    store.put(4, 0, R1, None, _state(9), {})               # no checkpoints: no prev file kept
+    assert _x(store.take(4, R1, None)) == 9.0
     assert not (tmp_path / "checkpoint" / "clients" / "c0004.prev.npz").exists()
 
 
 def test_a_damaged_client_file_is_an_error_naming_it(tmp_path):
     store = sf.StateStore(str(tmp_path), "fedfomo")
-    store.put(3, 0, "run1", None, _state(0), {})
+    store.put(3, 0, R1, None, _state(0), {})
     p = tmp_path / "checkpoint" / "clients" / "c0003.npz"
     p.write_bytes(b"garbage")
     with pytest.raises(ValueError, match="c0003.npz: damaged client state"):
-        sf.StateStore(str(tmp_path), "fedfomo").take(3, "run2", 1)
-    store.put(3, 1, "run1", 1, _state(1), {})                 # a damaged file is overwritten
-    assert _x(store.take(3, "run1", 1)) == 1.0
+        sf.StateStore(str(tmp_path), "fedfomo").take(3, R2, 1)
+    store.put(3, 1, R1, 1, _state(1), {})                 # a damaged file is overwritten
+    assert _x(store.take(3, R1, 1)) == 1.0
 
 
 def _save(out: Path, rounds_done: int) -> None:

@@ -51,9 +51,15 @@ class UpdateCodec:
         """The residual as state arrays (none before the first compression)."""
         return {RESIDUAL: self.residual} if self.residual is not None else {}
 
-    def restore(self, arrays: Arrays) -> None:
+    @staticmethod
+    def check_residual(arrays: Arrays) -> np.ndarray | None:
         """Take the residual out of a client's saved state arrays (ValueError if damaged)."""
         r = arrays.pop(RESIDUAL, None)
         if r is not None and (r.dtype != np.float32 or r.ndim != 1 or not np.isfinite(r).all()):
             raise ValueError(f"saved state: {RESIDUAL} must be a finite float32 vector")
+        return r
+
+    def restore(self, arrays: Arrays) -> None:
+        """Take the residual out of a client's saved state arrays (ValueError if damaged)."""
+        r = self.check_residual(arrays)
         self.residual = None if r is None else np.array(r)

@@ -49,10 +49,13 @@ def _server_prefix(name: str) -> str:
 
 
 def save(out: Path, algo: Any, driver: Any, clients: ClientStates | None = None,
-         ledger: dict[str, int] | None = None) -> None:
+         ledger: dict[str, int] | None = None, lineage: str = "",
+         manifest: state_files.Manifest | None = None) -> None:
     """Write RUN/checkpoint atomically; a disk error is an OutputError and the old one stays.
     `clients` (fednet local): the client states that no store holds, put in state.npz;
-    `ledger`: the byte totals to record (default: the ledger's now)."""
+    `ledger`: the byte totals to record (default: the ledger's now); `lineage`: the run's id
+    that its sessions share (core/state_files.lineage); `manifest`: the clients' store on this
+    disk, brought up to date here (state_files.Manifest; None: no store, or not on this disk)."""
     arrays, meta = encode(algo.state, _server_prefix)
     client_meta: dict[str, Any] = {}
     for cid, (st, model) in sorted((clients or {}).items()):
@@ -65,13 +68,19 @@ def save(out: Path, algo: Any, driver: Any, clients: ClientStates | None = None,
              "segments": [*driver.segments, driver.segment()],
              "setup": driver.setup_stats, "rows": len(driver.history.rows), "algo": meta,
              "algorithm": algo.cfg.algo.name,
-             "client_state": "checkpoint" if clients is not None else "files"}
+             "client_state": "checkpoint" if clients is not None else "files",
+             "store": "manifest" if manifest is not None else "elsewhere"}
+    if lineage:
+        state["lineage"] = lineage
     if clients is not None:
         state["clients"] = client_meta
     text = json.dumps(state, default=float)
     tmp, final, old = out / "checkpoint.tmp", out / "checkpoint", out / "checkpoint.old"
     target = final if final.is_dir() else old  # the folder --resume reads now
     gather_clients(out, target)
+    if manifest is not None:  # the files a session resumed from here takes, by their tags
+        manifest.refresh(out, driver.rounds_done)
+        arrays.update(manifest.arrays())
     shutil.rmtree(tmp, ignore_errors=True)
     if target is final:
         shutil.rmtree(old, ignore_errors=True)
@@ -279,8 +288,9 @@ def load(run_dir: str | Path, algo: Any, cfg: RunConfig, shapes: Shapes,
     fail_json = lambda m: chk.fail(js, m)  # noqa: E731
     server, used = decode(type(algo.state), arrays, state["algo"], _server_prefix, shapes, fail,
                           fail_json)
-    for k in sorted(set(arrays) - used):
+    for k in sorted(set(arrays) - used - set(STORE_KEYS)):
         chk.need(k.startswith("client/"), npz, f"array '{k}' does not belong to this model")
+    state["_manifest"] = _manifest(chk, npz, arrays, state, cfg)
     clients = _clients(chk, npz, js, arrays, state, shapes, client.State)
     saved = state.get("client_state", "files")
     if client.stateful() and saved == "checkpoint" and not local:
@@ -288,6 +298,72 @@ def load(run_dir: str | Path, algo: Any, cfg: RunConfig, shapes: Shapes,
                  " resume it with fednet local")
     algo.state = server
     return state, clients
+
+
+STORE_KEYS = ("store/cids", "store/rounds")
+
+
+def _manifest(chk: _Check, npz: Path, arrays: Arrays, state: dict[str, Any], cfg: RunConfig
+              ) -> state_files.Manifest | None:
+    """The clients' store as the checkpoint names it (None: a checkpoint whose store is not on
+    the server's disk, or of an older fednet), checked."""
+    if state.get("store") != "manifest":
+        return None
+    chk.need(all(k in arrays for k in STORE_KEYS), npz, "the clients' store manifest is missing")
+    cids, rounds = arrays["store/cids"], arrays["store/rounds"]
+    ok = (cids.ndim == rounds.ndim == 1 and len(cids) == len(rounds) and cids.dtype.kind in "iu"
+          and rounds.dtype.kind in "iu")
+    chk.need(ok, npz, "the clients' store manifest must be two integer vectors of one length")
+    chk.need(bool(np.all((cids >= 0) & (cids < cfg.clients))) and len(np.unique(cids)) == len(cids),
+             npz, f"the store manifest must name distinct clients in 0..{cfg.clients - 1}")
+    chk.need(bool(np.all((rounds >= -1) & (rounds < max(1, state["rounds_done"])))), npz,
+             "the store manifest names a round the checkpoint has not reached")
+    return state_files.Manifest.of(arrays)
+
+
+def check_store(run_dir: Path, state: dict[str, Any], cls: Any, shapes: Shapes,
+                bound: Any, codec: Any) -> None:
+    """Every file of the clients' store (on this disk) before a resumed run starts: each one
+    readable (no link followed, a plain archive within its `bound(cid)` bytes), of its client,
+    this algorithm and this run (its lineage), its arrays those of the algorithm's client state
+    (`cls`, `shapes`; `codec`: the --compress residual's check); and the file each client will
+    take (state_files.chosen) of exactly the round the checkpoint's manifest names. A
+    ConfigError names the first file that is not."""
+    chk = _Check(run_dir)
+    manifest: state_files.Manifest | None = state.get("_manifest")
+    algorithm, ckpt = state["algorithm"], state["rounds_done"]
+    lineage = state.get("lineage")
+    want = manifest.rounds if manifest is not None else {}
+    for cid in sorted(state_files.stored_cids(run_dir) | set(want)):
+        rounds = [_check_file(chk, path, cid, algorithm, lineage, cls, shapes, bound(cid), codec)
+                  for path in state_files.files_of(run_dir, cid)]
+        got = max((r for r in rounds if r < ckpt), default=None)
+        if manifest is None or got == want.get(cid):
+            continue
+        name = state_files.client_name(cid)
+        if want.get(cid) is None:
+            chk.fail(run_dir / "checkpoint" / "clients" / f"{name}.npz",
+                     f"client {cid} has a state of round {got} that the checkpoint does not know "
+                     "(it had none then)")
+        chk.fail(run_dir / "checkpoint" / "clients" / f"{name}.npz",
+                 f"the checkpoint needs client {cid}'s state of round {want[cid]}, and its files"
+                 f" hold {'no such state' if got is None else f'round {got} instead'}")
+
+
+def _check_file(chk: _Check, path: Path, cid: int, algorithm: str, lineage: str | None,
+                cls: Any, shapes: Shapes, bound: int, codec: Any) -> int:
+    """One store file checked as StateStore.take and Executor.take_back read it; its round."""
+    try:
+        arrays, meta = state_files.read(path, bound)
+        state_files.check_tags(path, meta, cid, algorithm, lineage)
+        codec(arrays)
+
+        def fail(problem: str) -> None:
+            raise ValueError(f"{path}: {problem}")
+        state_files.decode_client(cls, arrays, meta, shapes, fail)
+    except ValueError as e:
+        chk.fail(path, str(e).removeprefix(f"{path}: "))
+    return int(meta["round"])
 
 
 def _clients(chk: _Check, npz: Path, js: Path, arrays: Arrays, state: dict[str, Any],

@@ -19,7 +19,7 @@ from fednet.algorithms.state import Shapes, to_device
 from fednet.core.work import check_work
 from fednet.compress import parse as compression
 from fednet.compress.client import UpdateCodec
-from fednet.core.state_files import StateStore, decode_client, encode_client
+from fednet.core.state_files import StateStore, decode_client, encode_client, state_bound
 from fednet.config import RunConfig, from_dict
 from fednet.errors import ConfigError
 from fednet.data import load_dataset, run_partition
@@ -115,7 +115,9 @@ class Executor:
                                  compression(n.compress_down, True),
                                  compression(n.compress_handoff, True))
         self.stateful = self.update.stateful() or self.codec.spec.feedback
-        self.store = StateStore(out, cfg.algo.name) if files and out and self.stateful else None
+        bound = state_bound(state_nbytes(model), len(cd.y))
+        self.store = (StateStore(out, cfg.algo.name, bound) if files and out and self.stateful
+                      else None)
         self.session: str | None = None  # the server session whose state this object holds
         dev = self.device
         self.ctx = ClientContext(cid, model, x, y, cfg, dev, self.update.new_state(),

@@ -12,6 +12,7 @@ from fednet.algorithms.contract import NOT_STAGED, StagedStrategy, Strategy
 from fednet.compress.downlink import Downlink
 from fednet.config import RunConfig
 from fednet.core.arrivals import Arrivals
+from fednet.core.state_files import Manifest
 from fednet.core.summary import run_summary
 from fednet.core.verdict import Verdict
 from fednet.platform.proc import interrupts_deferred
@@ -59,6 +60,7 @@ class RoundDriver(Verdict):
         self.step_start = 0  # the first round of the step now running
         self.client_state = False  # the algorithm's clients keep state between rounds
         self.churn: Churn | None = None  # --availability (network/churn.py)
+        self.manifest: Manifest | None = None  # the clients' store on this disk (the session's)
         self.t0 = time.monotonic()
         self.wall_before = 0.0  # the wall-clock of a resumed run's earlier segments
         self.segments: list[dict[str, Any]] = []  # those segments (summary.json)
@@ -187,6 +189,8 @@ class RoundDriver(Verdict):
             ckpt = self.ckpt_round if self.cfg.net.checkpoint_every else self.step_start
             for t in tasks:
                 t.body = {**t.body, "ckpt": ckpt}
+            if self.manifest is not None:  # their files may change before the next checkpoint
+                self.manifest.touch(c for t in tasks for c in t.route)
         for t in tasks if self.downlink is not None else ():  # --compress-down
             t.wire, t.arrays = self.downlink.encode(t.arrays, t.task_id, t.round)
         return tasks

@@ -33,6 +33,7 @@ from fednet.network import availability
 from fednet.network.churn import Churn
 from fednet.network.step import Network
 from fednet.platform.proc import peak_rss_bytes
+from fednet.core.state_files import Manifest, lineage, state_bound
 from fednet.core.wire import task_size
 from fednet.types import ClientInfo, Task
 
@@ -43,9 +44,12 @@ class Session:
     """Builds the server-side pieces of a run from a config (no sockets)."""
 
     def __init__(self, cfg: RunConfig, quiet: bool = False, write: bool = True,
-                 out: Path | None = None, resume: bool = False, local: bool = False) -> None:
+                 out: Path | None = None, resume: bool = False, local: bool = False,
+                 store_here: bool = True) -> None:
         self.cfg = validate(cfg)
         self.local = local  # fednet local: the clients' state goes into the checkpoint
+        # the run's id: its first half names the run (kept across --resume: the clients' store
+        # files carry it, state_files.lineage), its second half this session
         self.run_id = uuid.uuid4().hex
         d = cfg.data
         ds, label_hist = self._partition(cfg)
@@ -70,6 +74,9 @@ class Session:
         self.ledger = Ledger()
         self.resumed_clients: checkpoint.ClientStates = {}  # fednet local --resume: per client
         self.client_view: Callable[[], checkpoint.ClientStates] | None = None  # set by local
+        # the clients' store on this disk (fednet local, launch), named in every checkpoint
+        self.manifest = (Manifest() if store_here and self.out is not None
+                         and (client.stateful() or self.compress.feedback) else None)
         state = self._resume_state() if resume else None
         self.tracking = Tracking(cfg.track, self.out, {k: v for k, v in cfg.to_dict().items()
                                                        if k != "out"}, state["rows"] if state else 0)
@@ -121,10 +128,12 @@ class Session:
             self.earliest_return, lambda t: task_size(t, self.run_id), float(cfg.latency.deadline))
         if state is not None:
             driver.resume(state)
+        driver.manifest = self.manifest
         if self.out is not None:
             out_dir = self.out
             driver.checkpoint = lambda: checkpoint.save(
-                out_dir, self.algo, driver, self.client_view() if self.client_view else None)
+                out_dir, self.algo, driver, self.client_view() if self.client_view else None,
+                lineage=lineage(self.run_id), manifest=self.manifest)
         return driver
 
     def _resume_state(self) -> dict:
@@ -136,7 +145,19 @@ class Session:
         cls = algorithms.client_class(self.cfg.algo.name)
         state, self.resumed_clients = checkpoint.load(  # checked, then restored
             self.out, self.algo, self.cfg, shapes, cls, self.local)
+        if self.manifest is not None:  # the clients' store on this disk: every file checked
+            checkpoint.check_store(self.out, state, cls.State, Shapes(ev.initial, shapes.params,
+                                                                self.cfg.clients),
+                                   self._state_bound(), _residual_check)
+            self.manifest = state["_manifest"] or Manifest()
+        if state.get("lineage"):  # the same run: its clients' files say so
+            self.run_id = state["lineage"] + self.run_id[len(state["lineage"]):]
         return state
+
+    def _state_bound(self) -> Callable[[int], int]:
+        """Client cid's state file's bound on its arrays' bytes (state_files.state_bound)."""
+        nbytes = sum(a.nbytes for a in self.evaluator.initial.values())
+        return lambda cid: state_bound(nbytes, part_size(self.parts, cid))
 
     def checkpoint_interrupted(self) -> bool:
         """Ctrl-C (or SIGTERM) while a round's tasks were out: write a checkpoint of the last
@@ -152,7 +173,7 @@ class Session:
         if self.client_view is not None and self.client_view():  # states only objects hold
             return False  # (a store that could not be written): some are the round's already
         ledger, self.algo.state.next_task, d.sim_time = d.boundary  # as the round began
-        checkpoint.save(self.out, self.algo, d, None, ledger)
+        checkpoint.save(self.out, self.algo, d, None, ledger, lineage(self.run_id), self.manifest)
         return True
 
     def earliest_return(self, task: Task) -> float:
@@ -228,3 +249,10 @@ def _as_option(kv: str) -> str:
     if key.startswith("algo.params."):
         return f"--param {key[len('algo.params.'):]}={val}"
     return f"--{key.rsplit('.', 1)[-1].replace('_', '-')} {val}"
+
+
+def _residual_check(arrays: dict[str, Any]) -> None:
+    """A --compress residual in a client's state file, checked as the client reads it."""
+    from fednet.compress.client import UpdateCodec
+
+    UpdateCodec.check_residual(arrays)

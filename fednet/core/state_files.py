@@ -16,11 +16,14 @@ allow_pickle=False and checked before use.
 """
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
+import stat
+import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -30,6 +33,7 @@ from fednet.types import client_name
 
 log = logging.getLogger("fednet.client")
 META = "__meta__"
+LINEAGE = 16  # the first hex digits of a run id: the run's, kept across --resume (the rest: the session's)
 HOMES = ("checkpoint", "checkpoint.old", "checkpoint.tmp")  # clients/ moves with the server's swap
 
 
@@ -45,8 +49,9 @@ def home(out: str | Path) -> Path:
 
 
 def find(out: str | Path, name: str) -> Path | None:
-    """The file `name` in the first clients folder that has it."""
-    return next((d / name for d in client_dirs(out) if (d / name).is_file()), None)
+    """The entry `name` in the first clients folder that has one (a link or a folder too:
+    the reader refuses them, never skips them)."""
+    return next((d / name for d in client_dirs(out) if os.path.lexists(d / name)), None)
 
 
 def write(path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
@@ -57,17 +62,77 @@ def write(path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> No
         np.savez(fh, **arrays, **{META: blob})
 
 
-def read(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """(arrays, meta) of a client file; ValueError naming the file when it is damaged."""
+def _open(path: Path) -> BinaryIO:
+    """The file itself, never a symbolic link (or a folder, a device...) in its place."""
     try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ValueError("a symbolic link, not a state file (links are never followed)"
+                             ) from None
+        raise ValueError(e.strerror or str(e)) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError("not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def _members(z: zipfile.ZipFile, bound: int) -> None:
+    """Every member a plain stored .npy within `bound` bytes in all, before any is read (a small
+    file cannot make the reader allocate a large array)."""
+    total = 0
+    for info in z.infolist():
+        if info.compress_type != zipfile.ZIP_STORED or not info.filename.endswith(".npy"):
+            raise ValueError(f"member {info.filename[:60]!r} is not a stored .npy array "
+                             "(fednet writes np.savez archives)")
+        total += info.file_size
+        if total > bound:
+            raise ValueError(f"its arrays hold more than {bound} bytes, more than this "
+                             "algorithm's client state can")
+
+
+def read(path: Path, bound: int = 1 << 40) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """(arrays, meta) of a client file, which must be a regular file (no link followed) of at
+    most `bound` bytes of arrays; ValueError naming the file when it cannot be used."""
+    try:
+        with _open(path) as fh, zipfile.ZipFile(fh) as z:
+            _members(z, bound)
+            fh.seek(0)
+            with np.load(fh, allow_pickle=False) as npz:
+                arrays = {k: npz[k] for k in npz.files}  # every member read: its CRC checked
         meta = json.loads(arrays.pop(META).tobytes().decode())
         if not isinstance(meta, dict) or not isinstance(meta.get("round"), int):
             raise ValueError("no round tag")
+    except ValueError as e:  # our own checks, and numpy's on a damaged array
+        raise ValueError(f"{path}: unusable client state ({e})") from None
     except Exception as e:  # noqa: BLE001 - zip, format, JSON and key errors alike
         raise ValueError(f"{path}: damaged client state ({type(e).__name__}: {e})") from None
     return arrays, meta
+
+
+def state_bound(model_bytes: int, examples: int) -> int:
+    """The most bytes of arrays a client's state file may hold: a few copies of the model
+    (control variates, gradients, a personal model, optimizer moments, a residual) and a few
+    arrays over its examples (index splits), with room to spare."""
+    return 8 * model_bytes + 16 * examples + (1 << 20)
+
+
+def lineage(run_id: str) -> str:
+    """The part of a run id that a --resume keeps (core/session.py): the run, not the session."""
+    return run_id[:LINEAGE]
+
+
+def check_tags(path: Path, meta: dict[str, Any], cid: int, algorithm: str,
+               run: str | None) -> None:
+    """The file is client cid's, of this algorithm and (run: its lineage, None for a checkpoint
+    of an older fednet that kept none) of this run; ValueError naming the file otherwise."""
+    got = meta.get("cid", cid), meta.get("algorithm", algorithm)
+    if got[0] != cid:
+        raise ValueError(f"{path}: the state of client {got[0]!r}, not of client {cid}")
+    if got[1] != algorithm:
+        raise ValueError(f"{path}: a state of algorithm {got[1]!r}, this run is {algorithm!r}")
+    if run is not None and lineage(str(meta.get("run", ""))) != run:
+        raise ValueError(f"{path}: the state of another run (run id {str(meta.get('run'))[:32]!r})")
 
 
 class StateStore:
@@ -76,36 +141,61 @@ class StateStore:
     The store is where a stateful client's state lives: the client's objects are dropped after
     each task and built again from its file at the next one, so a process holds the states of
     the clients it is training, not of every client it has (issue 22). Every file is tagged
-    with the round and the server session (run id) that wrote it. take() gives a client's state
-    for a task: its latest file if this session wrote it; else, in a resumed session (the task
-    carries the checkpoint's rounds `ckpt`), the newest of its two files from before ckpt; else
-    None (its initial state). put() writes the state after a task; before it overwrites a file
-    older than ckpt it keeps it as c0007.prev.npz, so the newest state from before any
-    checkpoint the server may resume from is always on disk. The checkpoint is this store."""
+    with the round, the client, the algorithm and the server session (run id) that wrote it.
+    take() gives a client's state for a task: its latest file if this session wrote it; else,
+    in a resumed session (the task carries the checkpoint's rounds `ckpt`), the newest of its
+    two files from before ckpt (chosen()); else None (its initial state). put() writes the state
+    after a task; before it overwrites a file older than ckpt it keeps it as c0007.prev.npz, so
+    the newest state from before any checkpoint the server may resume from is always on disk.
+    The checkpoint is this store (the server's manifest names each file's round: Manifest).
 
-    __slots__ = ("out", "algorithm")
+    A file that cannot be used (damaged, a link, another client's, run's or algorithm's, over
+    `bound` bytes) is moved aside (c0007.npz.refused) and its task fails once, naming it."""
 
-    def __init__(self, out: str | Path, algorithm: str) -> None:
-        self.out, self.algorithm = str(out), algorithm
+    __slots__ = ("out", "algorithm", "bound")
+
+    def __init__(self, out: str | Path, algorithm: str, bound: int = 1 << 40) -> None:
+        self.out, self.algorithm, self.bound = str(out), algorithm, bound
 
     def _path(self, cid: int, which: str) -> Path:
         return home(self.out) / (client_name(cid) + (".npz" if which == "latest" else ".prev.npz"))
 
+    def _load(self, cid: int, name: str, run_id: str
+              ) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
+        """One of cid's files, checked (None when absent, or another run's: never taken, and
+        overwritten by the next put); an unusable one is moved aside (ValueError naming it)."""
+        path = find(self.out, name)
+        if path is None:
+            return None
+        try:
+            got = read(path, self.bound)
+            check_tags(path, got[1], cid, self.algorithm, None)
+        except ValueError as e:
+            aside = path.with_name(path.name + ".refused")
+            try:
+                os.replace(path, aside)
+            except OSError:
+                aside = path
+            raise ValueError(f"{e}; moved to {aside.name}: client {cid} goes on from an "
+                             "earlier state of its own or its initial one") from None
+        if lineage(str(got[1].get("run", ""))) != lineage(run_id):
+            _foreign(path)
+            return None
+        return got
+
     def take(self, cid: int, run_id: str, ckpt: int | None
              ) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
         """(arrays, meta) of the state client cid starts a task with, or None for its initial
-        one; ValueError naming the file when the file it needs is damaged."""
+        one; ValueError naming the file when the file it needs cannot be used."""
         name = client_name(cid)
-        path = find(self.out, name + ".npz")
-        latest = read(path) if path is not None else None
+        latest = self._load(cid, name + ".npz", run_id)
         if latest is not None and latest[1].get("run") == run_id:
             return latest
         if not ckpt:
             return None  # a fresh session: whatever is there is not this run's
         if latest is not None and latest[1]["round"] < ckpt:
             return latest
-        prev = find(self.out, name + ".prev.npz")  # read only when the latest is too new
-        got = read(prev) if prev is not None else None
+        got = self._load(cid, name + ".prev.npz", run_id)  # read only when the latest is too new
         return got if got is not None and got[1]["round"] < ckpt else None
 
     def cids(self) -> list[int]:
@@ -120,22 +210,106 @@ class StateStore:
         name = client_name(cid)
         src = find(self.out, name + ".npz")
         if ckpt and src is not None:
-            kept = _round_of(src)
+            kept = round_of(src)
             if kept is not None and kept < ckpt:  # the newest before the checkpoint: keep it
                 os.replace(src, self._path(cid, "prev"))
         write(self._path(cid, "latest"), arrays, {**meta, "round": rnd, "run": run_id,
                                                   "cid": cid, "algorithm": self.algorithm})
 
 
-def _round_of(path: Path) -> int | None:
-    """The round tag of a client file, read alone (None when it cannot be read: it is
-    overwritten)."""
+_FOREIGN_SEEN: set[str] = set()
+
+
+def _foreign(path: Path) -> None:
+    """Another run's file where this run keeps a client's state: said once per folder."""
+    if str(path.parent) not in _FOREIGN_SEEN:
+        _FOREIGN_SEEN.add(str(path.parent))
+        log.warning("%s is another run's client state: not taken (this run's clients start "
+                    "from their own state, and overwrite such files)", path)
+
+
+def round_of(path: Path) -> int | None:
+    """The round tag of a client file, read alone (None when it cannot be read)."""
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with _open(path) as fh, np.load(fh, allow_pickle=False) as z:
             meta = json.loads(z[META].tobytes().decode())
         return int(meta["round"])
     except Exception:  # noqa: BLE001 - a damaged file is replaced, not kept
         return None
+
+
+def chosen(out: str | Path, cid: int, ckpt: int) -> tuple[Path, int] | None:
+    """(file, round) that a session resumed from a checkpoint after `ckpt` rounds gives client
+    cid (StateStore.take: the newest of its two files from before ckpt), from the round tags
+    alone; None when it starts from its initial state."""
+    best: tuple[Path, int] | None = None
+    for name in (client_name(cid) + ".npz", client_name(cid) + ".prev.npz"):
+        path = find(out, name)
+        rnd = round_of(path) if path is not None else None
+        if path is not None and rnd is not None and rnd < ckpt and (best is None
+                                                                    or rnd > best[1]):
+            best = (path, rnd)
+    return best
+
+
+def files_of(out: str | Path, cid: int) -> list[Path]:
+    """Client cid's files in the store as take() finds them (latest, then prev), whatever they
+    are (a link, a folder: take() refuses them)."""
+    found = (find(out, client_name(cid) + ext) for ext in (".npz", ".prev.npz"))
+    return [p for p in found if p is not None]
+
+
+def stored_cids(out: str | Path) -> set[int]:
+    """Every client with a file (latest or prev) in the run's store."""
+    found: set[int] = set()
+    for d in client_dirs(out):
+        if d.is_dir():
+            for f in os.scandir(d):
+                head = f.name.split(".", 1)[0]
+                if head[:1] == "c" and head[1:].isdigit() and f.name in (
+                        head + ".npz", head + ".prev.npz"):
+                    found.add(int(head[1:]))
+    return found
+
+
+class Manifest:
+    """The clients' store as a checkpoint names it: client id -> the round of the state file a
+    session resumed from that checkpoint takes (chosen()). The server keeps it for a store on
+    its own disk (fednet local and launch): at each checkpoint the clients given work since the
+    last one are looked up again (round tags only), so its cost follows the cohort; --resume
+    then checks every file against it (core/checkpoint.check_store) before anything runs."""
+
+    __slots__ = ("rounds", "touched")
+
+    def __init__(self, rounds: dict[int, int] | None = None) -> None:
+        self.rounds: dict[int, int] = dict(rounds or {})
+        self.touched: set[int] = set()
+
+    def touch(self, cids: Any) -> None:
+        """Clients given work: their files may change before the next checkpoint."""
+        self.touched.update(cids)
+
+    def refresh(self, out: str | Path, ckpt: int) -> None:
+        """Look up the files of the clients touched since the last checkpoint."""
+        for cid in self.touched:
+            got = chosen(out, cid, ckpt)
+            if got is None:
+                self.rounds.pop(cid, None)
+            else:
+                self.rounds[cid] = got[1]
+        self.touched = set()
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """As checkpoint arrays (store/cids, store/rounds)."""
+        cids = np.array(sorted(self.rounds), dtype=np.int64)
+        return {"store/cids": cids,
+                "store/rounds": np.array([self.rounds[c] for c in cids.tolist()], np.int64)}
+
+    @classmethod
+    def of(cls, arrays: dict[str, np.ndarray]) -> Manifest:
+        """From a checkpoint's arrays (checked by core/checkpoint)."""
+        cids, rounds = arrays["store/cids"].tolist(), arrays["store/rounds"].tolist()
+        return cls(dict(zip(cids, rounds)))
 
 
 def encode_client(state: Any, model: dict[str, np.ndarray] | None

@@ -160,7 +160,8 @@ def _start(run: Run, cfg: RunConfig, quiet: bool, local_clients: bool, prepare: 
     from fednet.server.app import ZmqServer
 
     torch.set_num_threads(max(1, cfg.train.threads))
-    session = run.open(Session(cfg, quiet=quiet, out=out, resume=resume))
+    session = run.open(Session(cfg, quiet=quiet, out=out, resume=resume,
+                                   store_here=local_clients))
     if prepare is not None:  # e.g. tests and notebooks that customise the algorithm object
         prepare(session)
     server = ZmqServer(session, bound=(ctx, sock, endpoint), identity=ident)
