@@ -272,7 +272,8 @@ def test_full_disk_at_the_summary_keeps_the_files_written_before(tmp_path, monke
     line = one_line(cli("local", *RUN, "--rounds", "2", "--out", "out"))
     assert line == f"cannot write out/summary.json: {ENOSPC}"
     names = sorted(os.listdir("out"))
-    assert names == ["clients.jsonl", "config.toml", "final_model.npz", "metrics.jsonl"]
+    assert names == ["accuracy_vs_bytes.png", "accuracy_vs_round.png", "accuracy_vs_sim_time.png",
+                     "clients.jsonl", "config.toml", "final_model.npz", "metrics.jsonl"]
     assert len(Path("out/metrics.jsonl").read_text().splitlines()) == 2
     with np.load("out/final_model.npz", allow_pickle=False) as z:
         assert z.files

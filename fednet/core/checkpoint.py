@@ -334,6 +334,10 @@ def check_store(run_dir: Path, state: dict[str, Any], cls: Any, shapes: Shapes,
     algorithm, ckpt = state["algorithm"], state["rounds_done"]
     lineage = state.get("lineage")
     want = manifest.rounds if manifest is not None else {}
+    held = {int(c) for c in state.get("clients", {})}  # fednet local kept these in state.npz
+    for cid, mark in sorted(state_files.unsaved_marks(run_dir).items()):
+        chk.need(cid in held, mark, f"client {cid}'s state could not be written during the run "
+                 "(a full disk?), so this checkpoint cannot restore it; start a new run with --out")
     for cid in sorted(state_files.stored_cids(run_dir) | set(want)):
         rounds = [_check_file(chk, path, cid, algorithm, lineage, cls, shapes, bound(cid), codec)
                   for path in state_files.files_of(run_dir, cid)]

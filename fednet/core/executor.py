@@ -22,6 +22,7 @@ from fednet.compress.client import UpdateCodec
 from fednet.core.state_files import StateStore, decode_client, encode_client, state_bound
 from fednet.config import RunConfig, from_dict
 from fednet.errors import ConfigError
+from fednet.metrics.files import OutputError
 from fednet.data import load_dataset, run_partition
 from fednet.data.partition import part_size
 from fednet.data.client_data import checked_indices, client_data
@@ -211,17 +212,20 @@ class Executor:
 
     def _save(self, rnd: int, run_id: str, ckpt: int | None) -> None:
         """The state after this task into the store; when it cannot be written the state stays
-        here (one warning per process: a resume would start such clients afresh)."""
+        here (one warning per process) and the store marks the client's state unsaved, so that
+        a --resume says it cannot restore it (fednet local keeps it in its checkpoint)."""
         try:
             arrays, meta = encode_client(*self.client_state())
             self.store.put(self.cid, rnd, run_id, ckpt, {**arrays, **self.codec.state()}, meta)
-        except OSError as e:
+        except (OSError, OutputError) as e:  # a full disk, a read-only one, no permission
             global _STORE_WARNED
             if not _STORE_WARNED:
-                log.warning("client %d: cannot write its state into %s (%s); this process keeps "
-                            "its clients' state in memory from now on, and a --resume would start"
-                            " them afresh", self.cid, self.store.out, e)
+                log.warning("client %d: cannot write its state into %s (%s); clients whose state "
+                            "cannot be written keep it in memory from now on (a --resume of a "
+                            "later checkpoint cannot restore it, except under fednet local)",
+                            self.cid, self.store.out, e)
                 _STORE_WARNED = True
+            self.store.unsaved(self.cid)
             self.store = None
 
     def client_state(self) -> tuple[object, dict[str, np.ndarray] | None]:

@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fednet.errors import FednetError
+from fednet.metrics.files import OutputError
 from fednet.platform.proc import peak_rss_bytes
 
 if TYPE_CHECKING:  # the session imports torch; the ZeroMQ runtime imports it later, on purpose
@@ -67,6 +68,7 @@ class Run:
         self.clients: Callable[[], list[ClientInfo]] = lambda: []
         self.reports: list[Callable[[], None]] = []  # fill extra just before the summary
         self._stack = ExitStack()
+        self._failing: BaseException | None = None  # what is stopping the run, if anything
         if out is not None and not out.exists():  # a run that never started leaves no folder
             self._stack.callback(self._discard, out)
 
@@ -98,6 +100,7 @@ class Run:
 
     def __exit__(self, et: type[BaseException] | None, e: BaseException | None,
                  tb: TracebackType | None) -> bool:
+        self._failing = e
         if e is not None and self.session is not None and self.is_started:
             driver = self.session.driver
             if isinstance(e, KeyboardInterrupt):
@@ -133,7 +136,14 @@ class Run:
                 report()
         finally:
             self.extra["server_peak_rss_bytes"] = peak_rss_bytes()
-            self.summary = self.session.finish(self.clients(), self.extra)
+            try:
+                self.summary = self.session.finish(self.clients(), self.extra)
+            except OutputError as err:
+                if self._failing is None:
+                    raise
+                # the error that stopped the run is the one reported (e.g. a full disk met
+                # first by a checkpoint); what else could not be written is said here
+                logging.getLogger("fednet").warning("%s", err)
 
     def _discard(self, out: Path) -> None:
         if not self.is_started:

@@ -207,10 +207,29 @@ class Session:
     def finish(self, clients: list[ClientInfo], extra: dict[str, Any] | None = None
                ) -> dict[str, Any]:
         """Write clients.jsonl, final_model.npz, the plots and summary.json (last: it says the
-        run is done, with the peak memory of all of it); return the summary. Each file is replaced atomically: a disk error is an
-        OutputError naming the file, and the files written before it stay intact."""
+        run is done, with the peak memory of all of it); return the summary. Each file is
+        replaced atomically: a disk error is an OutputError naming the file, the files written
+        before it are intact and those after it (summary.json among them: it never describes a
+        final model that is not there) keep their last good content."""
         if self.driver.status == "running":  # an error escaped the rounds (the runtime re-raises it)
             self.driver.status = "error"
+        summary = self.driver.summary(clients, {"partition": self.stats, "run_id": self.run_id,
+                                                "out": str(self.out) if self.out else None,
+                                                **(extra or {})})
+        self.history.close()
+        if self.out is None:
+            return summary
+        self.history.clients(self._client_rows(clients))
+        self._write_model()
+        self._plots()
+        if "server_peak_rss_bytes" in summary:  # the whole run's, its outputs included
+            summary["server_peak_rss_bytes"] = peak_rss_bytes()
+        self.history.summary(summary)  # last: it says the run is done
+        self.tracking.end(summary, self.out)
+        return summary
+
+    def _client_rows(self, clients: list[ClientInfo]) -> list[dict[str, Any]]:
+        """clients.jsonl: each client's size, labels, device, host and profile."""
         by_cid = {c.cid: c for c in clients}
         rows = []
         for cid in range(self.cfg.clients):
@@ -219,28 +238,22 @@ class Session:
                          "labels": self.histograms[cid], "device": c.device if c else None,
                          "host": c.host if c else None, "endpoint": c.endpoint if c else None,
                          "profile": self.profiles[cid].to_dict()})
-        summary = self.driver.summary(clients, {"partition": self.stats, "run_id": self.run_id,
-                                                "out": str(self.out) if self.out else None,
-                                                **(extra or {})})
-        self.history.close()
-        if self.out is None:
-            return summary
-        self.history.clients(rows)
+        return rows
+
+    def _write_model(self) -> None:
         with atomic_file(self.out / "final_model.npz") as fh:  # plain arrays (allow_pickle=False)
             np.savez(fh, **self.algo.eval_arrays())
-        if self.history.rows:
-            try:
-                from fednet.metrics.plots import plot_run
-                plot_run(self.out, self.history.rows)
-            except OutputError:
-                raise
-            except Exception:  # plots are a convenience; a failure must not lose the results
-                log.exception("could not draw the plots for %s", self.out)
-        if "server_peak_rss_bytes" in summary:  # the whole run's, its outputs included
-            summary["server_peak_rss_bytes"] = peak_rss_bytes()
-        self.history.summary(summary)  # last: it says the run is done
-        self.tracking.end(summary, self.out)
-        return summary
+
+    def _plots(self) -> None:
+        if not self.history.rows:
+            return
+        try:
+            from fednet.metrics.plots import plot_run
+            plot_run(self.out, self.history.rows)
+        except OutputError:
+            raise
+        except Exception:  # plots are a convenience; a failure must not lose the results
+            log.exception("could not draw the plots for %s", self.out)
 
 
 def _as_option(kv: str) -> str:

@@ -204,6 +204,24 @@ class StateStore:
         return sorted(int(f.name[1:-4]) for f in folder.glob("c*.npz")
                       if f.name[1:-4].isdigit()) if folder.is_dir() else []
 
+    def unsaved(self, cid: int) -> None:
+        """Client cid's state could not be written (a full disk): mark it, so that no resume
+        takes its older file for it (an empty c0007.unsaved, else its file renamed to
+        c0007.unsaved.npz: a rename needs no free space)."""
+        name = client_name(cid)
+        try:
+            os.close(os.open(home(self.out) / f"{name}.unsaved", os.O_WRONLY | os.O_CREAT, 0o644))
+            return
+        except OSError:
+            pass
+        src = find(self.out, name + ".npz")
+        try:
+            if src is not None:
+                os.replace(src, src.with_name(f"{name}.unsaved.npz"))
+        except OSError as e:
+            log.error("client %d: cannot mark its state unsaved in %s (%s): a --resume may "
+                      "restore an older state for it", cid, home(self.out), e)
+
     def put(self, cid: int, rnd: int, run_id: str, ckpt: int | None,
             arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
         """Write client cid's state after its task of round rnd (OSError when it cannot)."""
@@ -226,6 +244,17 @@ def _foreign(path: Path) -> None:
         _FOREIGN_SEEN.add(str(path.parent))
         log.warning("%s is another run's client state: not taken (this run's clients start "
                     "from their own state, and overwrite such files)", path)
+
+
+def unsaved_marks(out: str | Path) -> dict[int, Path]:
+    """Clients whose state could not be written (StateStore.unsaved): id -> its mark."""
+    found: dict[int, Path] = {}
+    for d in client_dirs(out):
+        for p in d.glob("c*.unsaved*") if d.is_dir() else ():
+            head = p.name.split(".", 1)[0]
+            if head[1:].isdigit():
+                found.setdefault(int(head[1:]), p)
+    return found
 
 
 def round_of(path: Path) -> int | None:
