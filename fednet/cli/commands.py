@@ -46,7 +46,12 @@ def _errors(f: Callable[..., Any]) -> Callable[..., Any]:
         except KeyboardInterrupt as e:
             from fednet.metrics.report import interrupt_note
             term = isinstance(e, Terminated)
-            what = interrupt_note(f.__name__, _RUN.get("out"), t0, click.echo)
+            out = _RUN.get("out")
+            extra = ""
+            if f.__name__ == "server" and out:  # where its clients reconnect, the key they hold
+                from fednet.server.served import resume_args
+                extra = resume_args(out)
+            what = interrupt_note(f.__name__, out, t0, click.echo, extra)
             click.echo(f"fednet: {'terminated' if term else 'interrupted'}{what}", err=True)
             sys.exit(143 if term else 130)
         finally:
@@ -168,14 +173,20 @@ def local(**opts: Any) -> None:
 @_errors
 def server(bind: str, join_key: str, **opts: Any) -> None:
     """Serve a run to clients on other hosts (`fednet clients --connect ... --join-key ...`)."""
+    from fednet.server import served
     from fednet.server.main import run_zmq, split_bind
 
+    resumed = served.recorded(opts["resume"]) if opts["resume"] else None
+    given = click.get_current_context().get_parameter_source("bind")
+    if resumed is not None and given == click.core.ParameterSource.DEFAULT:
+        bind = resumed["bind"]  # where the run's live clients reconnect
     host, port = split_bind(bind)
     _setup_logs(opts["quiet"])
     cfg = _config(opts, dict(RUN_DEFAULTS, clients=100, **{"net.host": host, "net.port": port}))
-    join = server_join_key(join_key, cfg.net.secure, Path(cfg.out))
+    join = (served.resume_join_key(cfg.out, join_key, cfg.net.secure) if opts["resume"]
+            else server_join_key(join_key, cfg.net.secure, Path(cfg.out)))
     _done(run_zmq(cfg, quiet=opts["quiet"], local_clients=False, resume=bool(opts["resume"]),
-                  on_listen=listening(join), join_key=join))
+                  on_listen=listening(join, cfg.out, cfg.net.secure), join_key=join))
 
 
 @main.command()

@@ -199,9 +199,13 @@ def server_join_key(join_key: str, secure: str, out: Path) -> str:
     return "" if secure else (join_key or str(out / "join.key"))
 
 
-def listening(join: str) -> Any:
-    """`fednet server`'s announcement once it listens (printed even with --quiet)."""
+def listening(join: str, out: str = "", secure: str = "") -> Any:
+    """`fednet server`'s announcement once it listens (printed even with --quiet), after it
+    recorded how its clients reach it (server/served.py)."""
     def say(ep: str) -> None:
+        if out:
+            from fednet.server import served
+            served.record(out, ep, join, secure)
         click.echo(f"server listening on {ep}", err=True)
         if join:
             ep = ep.replace("0.0.0.0", "THIS_HOST")

@@ -210,7 +210,7 @@ def report(paths: list[str]) -> str:
 
 
 def interrupt_note(command: str, out: str | None, t0: float,
-                   echo: Callable[[str], Any] = print) -> str:
+                   echo: Callable[[str], Any] = print, extra: str = "") -> str:
     """What a Ctrl-C (or SIGTERM) left behind, for `fednet: interrupted<note>`; echoes the partial
     summary table of a run that wrote one after t0 (time.time() when the command started)."""
     if command == "clients":
@@ -232,17 +232,18 @@ def interrupt_note(command: str, out: str | None, t0: float,
             echo(summary_table(load_summary(out)))
         except (ConfigError, OSError):
             pass
-        return f"; partial results were kept in {out}{_resume_hint(command, out)}"
+        return f"; partial results were kept in {out}{_resume_hint(command, out, extra)}"
     if fresh("metrics.jsonl"):
-        return f"; partial results (metrics.jsonl) were kept in {out}{_resume_hint(command, out)}"
+        return f"; partial results (metrics.jsonl) were kept in {out}{_resume_hint(command, out, extra)}"
     return f" before the first round ended; {out} holds only the configuration"
 
 
-def _resume_hint(command: str, out: str) -> str:
-    """How the interrupted run goes on: the exact --resume command when it kept a checkpoint,
-    else why it cannot (checkpoints are off unless --checkpoint-every N)."""
+def _resume_hint(command: str, out: str, extra: str = "") -> str:
+    """How the interrupted run goes on: the exact --resume command when it kept a checkpoint
+    (`extra`: the options it needs beside, e.g. a server's --bind and --join-key), else why it
+    cannot (checkpoints are off unless --checkpoint-every N)."""
     if (Path(out) / "checkpoint" / "state.json").is_file():  # (clients/ alone is no checkpoint)
-        return f"; continue it with `fednet {command} --resume {out}`"
+        return f"; continue it with `fednet {command} --resume {out}{extra}`"
     return ("; it kept no checkpoint, so it cannot be resumed (--checkpoint-every N writes one "
             "every N rounds; FedAsync and FedBuff checkpoint only where they drain: --param "
             "drain=R)")

@@ -14,6 +14,7 @@ clear: on an untrusted network use --secure (CURVE), which needs no join key.
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -23,9 +24,28 @@ from fednet.protocol.proof import new_run_key
 FILE_NAME = "join.key"
 
 
+def _not_a_key_itself(path: str | Path) -> None:
+    """--join-key (or FEDNET_JOIN_KEY) names a file; a value that is a key itself is refused
+    rather than made the name of a new key file."""
+    if re.fullmatch(r"[0-9a-fA-F]{64}", str(path)) and not Path(path).exists():
+        raise ConfigError("--join-key (or FEDNET_JOIN_KEY) holds a key itself, not the path of "
+                          "a key file: write the key into a file (mode 0600) and give its path")
+
+
+def _private(path: Path) -> None:
+    """A key file others can read is anyone's key: refused, as ssh refuses such a key."""
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        raise ConfigError(f"--join-key {path}: other users can read or change it (mode "
+                          f"{mode:04o}), and whoever reads it can join the run; `chmod 600 {path}`")
+
+
 def read(path: str | Path) -> bytes:
-    """The key in `path`; ConfigError naming --join-key when it is not a join key."""
+    """The key in `path`; ConfigError naming --join-key when it is not a join key, or when
+    other users may read it."""
+    _not_a_key_itself(path)
     try:
+        _private(Path(path))
         text = Path(path).read_text().strip()
     except OSError as e:
         raise ConfigError(f"--join-key {path}: cannot read it ({e.strerror or e})") from None
@@ -42,6 +62,7 @@ def read(path: str | Path) -> bytes:
 def ensure(path: str | Path) -> bytes:
     """The key in `path`, drawn and written there (mode 0600) when the file does not exist."""
     p = Path(path)
+    _not_a_key_itself(path)
     if p.exists():
         return read(p)
     key = new_run_key()
@@ -60,6 +81,7 @@ def ensure(path: str | Path) -> bytes:
 def wait_for(path: str | Path, timeout_s: float) -> bytes:
     """The key in `path`, waiting up to timeout_s for the server to write it (clients started
     before their server, as under SLURM)."""
+    _not_a_key_itself(path)
     deadline = time.monotonic() + timeout_s
     while not Path(path).exists():
         if time.monotonic() >= deadline:

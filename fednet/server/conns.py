@@ -39,6 +39,7 @@ class Identity:
     key_ids: dict[str, object] = field(default_factory=dict)  # z85 key -> ids (--secure)
     grants: bytes = field(default_factory=lambda: os.urandom(32))  # derives the route grants
     process_secret: bytes | None = None  # launch: proves a process's id range (READY(hellos))
+    needs: str = "the launcher's run key"  # what proves an id here (said to a refused client)
 
     @property
     def proven(self) -> bool:
@@ -73,58 +74,62 @@ class Connections:
 
     def check_claim(self, cid: int, route: bytes, key: str | None, nonce: bytes | None,
                     proof: bytes | None, token: bytes | None = None) -> str:
-        """Why connection `route` may not be client cid ('' when it may). `token`: the one its
-        WELCOME gave (proof.rejoin_token): a reconnect of the welcomed client takes its id over
-        even before the old connection is seen to close."""
-        ident = self.ident
-        if ident.run_key_secret is not None:
-            if nonce is None or proof is None:
-                return "identity not proven (this run needs the launcher's secret)"
-            if (cid, nonce) in self.nonces:
-                return "identity proof replayed"
-            if not check_hello(ident.run_key_secret(cid), cid, nonce, proof):  # type: ignore[operator]
-                return "identity proof is wrong"
-            if not ident.key_ids:
-                self.nonces.add((cid, nonce))
-                return ""
-        if ident.key_ids:  # fednet launch --secure: the proof and the process's own key
-            ids = ident.key_ids.get(key or "")
-            if ids is None:
-                return "this key is not allowed"
-            if cid not in ids:  # type: ignore[operator]
-                return f"this key may not claim client {cid}"
-            if nonce is not None and ident.run_key_secret is not None:
-                self.nonces.add((cid, nonce))
-            return ""
+        """Why connection `route` may not be client cid ('' when it may): its proof (the run
+        key's HMAC, its --secure key), then no other live connection may hold cid (a second
+        host claiming live ids is refused, named). `token`: the one its WELCOME gave
+        (proof.rejoin_token): a reconnect of the welcomed client takes its id over even before
+        the old connection is seen to close."""
+        why = self._proof(cid, key, nonce, proof)
+        if why:
+            return why
         held = self.route_of.get(cid)
         if held is not None and held != route and cid not in self.lost and not (
                 token is not None and hmac.compare_digest(token, self.token(cid))):
             return f"client {cid} is already connected"
         return ""
 
+    def _proof(self, cid: int, key: str | None, nonce: bytes | None, proof: bytes | None
+               ) -> str:
+        """Why a hello does not prove client cid ('' when it does, or when nothing is proven)."""
+        ident = self.ident
+        if ident.run_key_secret is not None:
+            if nonce is None or proof is None:
+                return f"identity not proven (this run needs {ident.needs})"
+            if (cid, nonce) in self.nonces:
+                return "identity proof replayed"
+            if not check_hello(ident.run_key_secret(cid), cid, nonce, proof):  # type: ignore[operator]
+                return "identity proof is wrong"
+            self.nonces.add((cid, nonce))
+        if ident.key_ids:  # --secure: the key must list the id
+            ids = ident.key_ids.get(key or "")
+            if ids is None:
+                return "this key is not allowed"
+            if cid not in ids:  # type: ignore[operator]
+                return f"this key may not claim client {cid}"
+        return ""
+
     def check_batch(self, cids: list[int], base: bytes, key: str | None, nonce: bytes | None,
                     proof: bytes | None, cids_bytes: bytes) -> str:
         """Why connection `base` may not be all of clients `cids` ('' when it may): the process's
-        proof over the ids (launch), its key's allowed ids (--secure), else ids no live
+        proof over the ids (launch), its key's allowed ids (--secure), then ids no other live
         connection holds (each on its own envelope: channels.sub_frame)."""
         ident = self.ident
         if ident.run_key_secret is not None:
             if nonce is None or proof is None or ident.process_secret is None:
-                return "identity not proven (this run needs the launcher's secret)"
+                return f"identity not proven (this run needs {ident.needs})"
             if (-1, nonce) in self.nonces:
                 return "identity proof replayed"
             if not hmac.compare_digest(hellos_proof(ident.process_secret, cids_bytes, nonce),
                                        proof):
                 return "identity proof is wrong"
             self.nonces.add((-1, nonce))
-            if not ident.key_ids:
-                return ""
         if ident.key_ids:
             ids = ident.key_ids.get(key or "")
             if ids is None:
                 return "this key is not allowed"
             bad = next((c for c in cids if c not in ids), None)  # type: ignore[operator]
-            return f"this key may not claim client {bad}" if bad is not None else ""
+            if bad is not None:
+                return f"this key may not claim client {bad}"
         for c in cids:
             held = self.route_of.get(c)
             if held is not None and held != base + sub_frame(c) and c not in self.lost:
@@ -204,6 +209,8 @@ def identity_for(cfg: Any, local_clients: bool, per_process: int = 1, join_key: 
     specs: dict[str, Any] = {}
     run_key = new_run_key() if local_clients else \
         join.ensure(join_key) if join_key and not cfg.net.secure else None
+    if not local_clients:
+        ident.needs = "its join key: fednet clients --join-key FILE"
     if run_key is not None:
         specs["run_key"] = run_key
         ident.run_key_secret = lambda cid: client_secret(run_key, cid)

@@ -115,7 +115,7 @@ def run_zmq(cfg: RunConfig, quiet: bool = False, local_clients: bool = True,
         run.started()
         got = run.extra.get("clients_per_process")
         _announce(server, cfg, packing.Choice(**got) if got else None, on_listen)
-        _serve(run, server, zyg, cfg, local_clients)
+        _serve(run, server, zyg, cfg, local_clients, join_key)
     assert run.summary is not None
     return run.summary
 
@@ -214,7 +214,7 @@ def _announce(server: ZmqServer, cfg: RunConfig, choice: packing.Choice | None,
 
 
 def _serve(run: Run, server: ZmqServer, zyg: Zygote | None, cfg: RunConfig,
-           local_clients: bool) -> None:
+           local_clients: bool, join_key: str = "") -> None:
     """Wait for the clients, then run every round."""
     session, run.extra["endpoint"] = server.s, server.endpoint
     session.driver.log_hint = f"tracebacks in {session.out}/logs/clients.log" if zyg else ""
@@ -225,8 +225,10 @@ def _serve(run: Run, server: ZmqServer, zyg: Zygote | None, cfg: RunConfig,
     try:
         server.wait_for_clients(cfg.clients, cfg.net.register_timeout)
     except TimeoutError as e:
+        proof = (f" --secure {cfg.net.secure} --key NAME" if cfg.net.secure else
+                 f" --join-key {join_key}" if join_key else "")
         hint = (f"see {session.out}/logs/clients.log" if local_clients else
-                f"start them with `fednet clients --connect {server.endpoint} --ids "
+                f"start them with `fednet clients --connect {server.endpoint}{proof} --ids "
                 f"0-{cfg.clients - 1}`")
         raise Stopped("registration_timeout",
                       f"{e}; {hint}, or raise --register-timeout") from None

@@ -342,6 +342,7 @@ def test_plaintext_fednet_server_admits_only_join_key_holders(tmp_path, fed):
     assert grown < 50, f"the server grew {grown:.0f} MB under 300 half-open big frames"
     wrong = tmp_path / "wrong.key"
     wrong.write_text("ab" * 32)  # a join key, not this run's: refused, and it says so
+    wrong.chmod(0o600)
     bad = fed.run("clients", "--connect", ep, "--ids", "0", "--join-key", str(wrong),
                   "--timeout", "3", timeout=60)
     assert bad.returncode != 0 and "refused this host at the handshake" in bad.stderr, bad.stderr

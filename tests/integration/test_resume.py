@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 
 import numpy as np
@@ -98,3 +99,60 @@ def test_remote_clients_reregister_with_a_restarted_server(tmp_path, fed):
     assert s["status"] == "completed" and s["rounds"] == 6
     assert [json.loads(x)["round"] for x in metrics.read_text().splitlines()] == list(range(6))
     assert {k: s["bytes"][k] for k in KEYS} == {k: ref["bytes"][k] for k in KEYS}
+
+
+def test_an_interrupted_server_prints_the_exact_resume_command_and_its_clients_rejoin(
+        tmp_path, fed):
+    """docs/cluster.md's recipe keeps the join key outside RUN. Interrupted, the server prints
+    the exact `--resume` command (its --bind, its --join-key): that command, with no
+    FEDNET_JOIN_KEY, brings the same key back (never a new one drawn in RUN). Killed, a plain
+    `fednet server --resume RUN` listens where it did with the key its live clients hold, and
+    they rejoin and finish the run."""
+    fed.env.pop("FEDNET_JOIN_KEY", None)
+    key = tmp_path / "shared" / "run1.key"
+    run = tmp_path / "run"
+    bind = f"tcp://127.0.0.1:{_free_port()}"
+    metrics = run / "metrics.jsonl"
+
+    def clients() -> subprocess.Popen:
+        return fed.start("clients", "--connect", bind, "--ids", "0-2", "--timeout", "60",
+                         "--join-key", str(key))
+
+    def rows(n: int, proc: subprocess.Popen) -> None:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and proc.poll() is None and not (
+                metrics.exists() and len(metrics.read_text().splitlines()) >= n):
+            time.sleep(0.05)
+
+    srv = fed.start("server", "--bind", bind, *ARGS, "--rounds", "9", "--join-key", str(key),
+                    "--out", str(run))
+    deadline = time.monotonic() + 60
+    while not key.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    cl = clients()
+    rows(2, srv)
+    os.killpg(srv.pid, signal.SIGTERM)
+    err = srv.communicate(timeout=60)[1]
+    assert srv.returncode == 143, err
+    assert cl.wait(timeout=60) == 0  # a stopping server shuts its clients down
+    line = err.strip().splitlines()[-1]
+    assert f"--resume {run} --bind {bind} --join-key {key}`" in line, line
+    command = line.split("`fednet ")[1].rstrip("`").split()
+    srv = fed.start(*command, "--checkpoint-every", "1")
+    cl = clients()
+    rows(5, srv)
+    os.killpg(srv.pid, signal.SIGKILL)  # its clients live on, holding the run's key
+    srv.wait()
+    time.sleep(1.0)
+    res = fed.run("server", "--resume", str(run), "-q", timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert not (run / "join.key").exists(), "a resumed server never draws a key of its own"
+    assert cl.wait(timeout=60) == 0
+    s = json.loads((run / "summary.json").read_text())
+    assert s["status"] == "completed" and s["rounds"] == 9
+    # a --join-key that holds another key would lock the clients out: refused, one line
+    other = tmp_path / "other.key"
+    other.write_text("ab" * 32)
+    other.chmod(0o600)
+    bad = fed.run("server", "--resume", str(run), "--rounds", "10", "--join-key", str(other))
+    assert bad.returncode == 2 and "does not hold that key" in bad.stderr, bad.stderr
