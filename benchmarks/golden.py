@@ -266,6 +266,24 @@ def run(algo: str, out_dir: Path) -> dict[str, Any]:
     return rec
 
 
+KERNEL_FLAGS = ("amx_tile", "amx_bf16", "amx_int8", "avx512_bf16", "avx512_fp16", "avx512_vnni",
+                "avx_vnni")
+"""CPU features that decide which kernels oneDNN and MKL pick beyond torch's capability level
+(a machine with AMX gives other last bits than one without, at the same AVX512 level)."""
+FLOAT_KEYS = ("model_sha256", "client_models_sha256", "client_state_sha256", "final_accuracy")
+"""What the CPU's kernels change by themselves; bytes, messages and simulated time never do."""
+
+
+def _kernel_flags() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+    line = next((x for x in text.splitlines() if x.startswith("flags")), "")
+    have = set(line.partition(":")[2].split())
+    return " ".join(f for f in KERNEL_FLAGS if f in have)
+
+
 def environment() -> dict[str, Any]:
     """What the numbers depend on beyond the code: library versions and the CPU's kernels."""
     import platform
@@ -274,12 +292,25 @@ def environment() -> dict[str, Any]:
 
     return {"torch": str(torch.__version__), "numpy": str(np.__version__),
             "python": platform.python_version(), "machine": platform.machine(),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "cpu_kernels": _kernel_flags()}
 
 
 def load() -> dict[str, Any]:
     """The pinned JSON."""
     return json.loads(GOLDEN.read_text())
+
+
+def pinned_for(doc: dict[str, Any], env: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """(algorithm -> pinned record, which pin) for this environment: the main pin, with the
+    float results (FLOAT_KEYS) of an `alternates` entry pinned on exactly this environment
+    when there is one (`--write-env`); bytes, messages and times are the main pin's always."""
+    for alt in doc.get("alternates", []):
+        if alt["environment"] == env:
+            merged = {a: {**rec, **alt["algorithms"].get(a, {})}
+                      for a, rec in doc["algorithms"].items()}
+            return merged, "the pin of this environment (alternates)"
+    return doc["algorithms"], "the main pin"
 
 
 def dumps(obj: Any, indent: str = "") -> str:
@@ -315,11 +346,14 @@ def main(args: list[str] | None = None) -> int:
     ap.add_argument("--twice", action="store_true",
                     help="run each algorithm twice in this process and require identical records")
     ap.add_argument("--json", help="also write the fresh records (and timings) to this file")
+    ap.add_argument("--write-env", action="store_true",
+                    help="pin this environment's float results beside the main pin (its bytes, "
+                         "messages and times must equal the main pin's)")
     ns = ap.parse_args(args)
     if set(EXTRA) != set(ALGORITHMS):
         raise SystemExit(f"EXTRA covers {sorted(EXTRA)}, the CLI offers {sorted(ALGORITHMS)}")
-    if ns.write and ns.algos != keys():
-        raise SystemExit("--write regenerates every algorithm; drop --algos")
+    if (ns.write or ns.write_env) and ns.algos != keys():
+        raise SystemExit("--write and --write-env regenerate every algorithm; drop --algos")
     records: dict[str, Any] = {}
     timings: dict[str, float] = {}
     bad = 0
@@ -357,15 +391,40 @@ def main(args: list[str] | None = None) -> int:
         print(f"{GOLDEN.relative_to(ROOT)} does not exist yet; run with --write")
         return 1
     old = load()
+    if ns.write_env:
+        return _write_env(old, doc, bad)
+    pins, which = pinned_for(old, doc["environment"])
+    print(f"comparing with {which}")
     lines = diff({"format": old.get("format")}, {"format": FORMAT})
     for algo in ns.algos:
-        lines += diff(old["algorithms"].get(algo, {}), records[algo], f"{algo}.")
+        lines += diff(pins.get(algo, {}), records[algo], f"{algo}.")
     notes = diff(old.get("environment", {}), doc["environment"], "environment.")
     print("\n".join(lines) if lines else "no difference from the pinned numbers")
     if notes:
         print("note: pinned on another environment (bit-exact numbers may differ there):",
               *notes, sep="\n  ")
     return 1 if lines or bad else 0
+
+
+def _write_env(old: dict[str, Any], doc: dict[str, Any], bad: int) -> int:
+    """--write-env: this environment's float results as an `alternates` entry, once every
+    other field is shown to equal the main pin (same code, other kernels)."""
+    lines = [line for algo, rec in doc["algorithms"].items()
+             for line in diff({k: v for k, v in old["algorithms"][algo].items()
+                               if k not in FLOAT_KEYS},
+                              {k: v for k, v in rec.items() if k not in FLOAT_KEYS}, f"{algo}.")]
+    if lines or bad:
+        print("not written: beyond the float results these runs differ from the main pin (the "
+              "code changed, not the kernels):", *lines, sep="\n  ")
+        return 1
+    alts = [a for a in old.get("alternates", []) if a["environment"] != doc["environment"]]
+    alts.append({"environment": doc["environment"],
+                 "algorithms": {a: {k: r[k] for k in FLOAT_KEYS} for a, r in
+                                doc["algorithms"].items()}})
+    GOLDEN.write_text(dumps({**old, "alternates": alts}) + "\n")
+    print(f"wrote this environment's float results into {GOLDEN.relative_to(ROOT)} "
+          f"({len(alts)} alternate environments)")
+    return 0
 
 
 if __name__ == "__main__":

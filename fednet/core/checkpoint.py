@@ -57,23 +57,16 @@ def save(out: Path, algo: Any, driver: Any, clients: ClientStates | None = None,
     that its sessions share (core/state_files.lineage); `manifest`: the clients' store on this
     disk, brought up to date here (state_files.Manifest; None: no store, or not on this disk)."""
     arrays, meta = encode(algo.state, _server_prefix)
-    client_meta: dict[str, Any] = {}
-    for cid, (st, model) in sorted((clients or {}).items()):
-        a, m = encode(st, lambda n, c=cid: f"client/{c}/{n}")
-        arrays.update(a)
-        arrays.update({f"client/{cid}/model/{k}": v for k, v in (model or {}).items()})
-        client_meta[str(cid)] = m
+    client_meta = _client_arrays(clients, arrays)
     state = {"rounds_done": driver.rounds_done, "sim_time": driver.sim_time,
              "ledger": ledger or driver.ledger.totals(), "failures": driver.failures,
              "segments": [*driver.segments, driver.segment()],
              "setup": driver.setup_stats, "rows": len(driver.history.rows), "algo": meta,
              "algorithm": algo.cfg.algo.name,
              "client_state": "checkpoint" if clients is not None else "files",
-             "store": "manifest" if manifest is not None else "elsewhere"}
-    if lineage:
-        state["lineage"] = lineage
-    if clients is not None:
-        state["clients"] = client_meta
+             "store": "manifest" if manifest is not None else "elsewhere",
+             **({"lineage": lineage} if lineage else {}),
+             **({"clients": client_meta} if clients is not None else {})}
     text = json.dumps(state, default=float)
     tmp, final, old = out / "checkpoint.tmp", out / "checkpoint", out / "checkpoint.old"
     target = final if final.is_dir() else old  # the folder --resume reads now
@@ -112,6 +105,17 @@ def save(out: Path, algo: Any, driver: Any, clients: ClientStates | None = None,
     shutil.rmtree(old, ignore_errors=True)
 
 
+def _client_arrays(clients: ClientStates | None, arrays: Arrays) -> dict[str, Any]:
+    """The client states no store holds (fednet local) into `arrays`; their JSON fields."""
+    client_meta: dict[str, Any] = {}
+    for cid, (st, model) in sorted((clients or {}).items()):
+        a, m = encode(st, lambda n, c=cid: f"client/{c}/{n}")
+        arrays.update(a)
+        arrays.update({f"client/{cid}/model/{k}": v for k, v in (model or {}).items()})
+        client_meta[str(cid)] = m
+    return client_meta
+
+
 def gather_clients(out: Path, target: Path) -> None:
     """Move client files left in another checkpoint folder by a crash into target/clients
     (the newer file wins where both have one)."""
@@ -127,7 +131,7 @@ def gather_clients(out: Path, target: Path) -> None:
         shutil.rmtree(src, ignore_errors=True)
 
 
-class _Check:
+class ResumeCheck:
     """Raises ConfigError('--resume RUN: FILE: problem')."""
 
     def __init__(self, run_dir: Path) -> None:
@@ -155,7 +159,7 @@ def _folder(run_dir: Path) -> Path:
                       "--checkpoint-every N)")
 
 
-def _read_json(chk: _Check, path: Path) -> dict[str, Any]:
+def _read_json(chk: ResumeCheck, path: Path) -> dict[str, Any]:
     chk.need(path.is_file(), path, "missing")
     try:
         state = json.loads(path.read_bytes().decode("utf-8"))
@@ -165,7 +169,7 @@ def _read_json(chk: _Check, path: Path) -> dict[str, Any]:
     return state
 
 
-def _read_npz(chk: _Check, path: Path) -> Arrays:
+def _read_npz(chk: ResumeCheck, path: Path) -> Arrays:
     chk.need(path.is_file(), path, "missing")
     try:
         with np.load(path, allow_pickle=False) as z:
@@ -177,7 +181,7 @@ def _read_npz(chk: _Check, path: Path) -> Arrays:
     return arrays
 
 
-def _check_state(chk: _Check, path: Path, s: dict[str, Any], cfg: RunConfig) -> None:
+def _check_state(chk: ResumeCheck, path: Path, s: dict[str, Any], cfg: RunConfig) -> None:
     name = s.get("algorithm")
     chk.need(name == cfg.algo.name, path,
              f"a checkpoint of algorithm {name!r}, this run is {cfg.algo.name!r}")
@@ -212,7 +216,7 @@ def _check_state(chk: _Check, path: Path, s: dict[str, Any], cfg: RunConfig) -> 
         path, f"algo.superclients must be lists of client ids in 0..{cfg.clients - 1}")
 
 
-def _check_metrics(chk: _Check, run_dir: Path, rows: int) -> None:
+def _check_metrics(chk: ResumeCheck, run_dir: Path, rows: int) -> None:
     path = run_dir / "metrics.jsonl"
     chk.need(path.is_file(), path, f"missing (the checkpoint keeps its first {rows} rows)")
     try:
@@ -241,7 +245,7 @@ def finished_rounds(run_dir: Path) -> tuple[int, str] | None:
     return int(s["rounds"]), str(s["status"])
 
 
-def _check_history(chk: _Check, run_dir: Path, state: dict[str, Any], cfg: RunConfig) -> None:
+def _check_history(chk: ResumeCheck, run_dir: Path, state: dict[str, Any], cfg: RunConfig) -> None:
     """A resume never replaces rounds a run finished: a run that ended after more rounds than
     its checkpoint holds (an older checkpoint), or a --rounds below what it did, is refused."""
     done = finished_rounds(run_dir)
@@ -264,7 +268,7 @@ def read(run_dir: str | Path, cfg: RunConfig) -> tuple[Arrays, dict[str, Any]]:
     a ConfigError naming --resume and the file when absent or damaged, or when resuming from it
     would replace rounds the run finished (_check_history)."""
     run_dir = Path(run_dir)
-    chk = _Check(run_dir)
+    chk = ResumeCheck(run_dir)
     d = _folder(run_dir)
     state = _read_json(chk, d / "state.json")
     arrays = _read_npz(chk, d / "state.npz")
@@ -282,7 +286,7 @@ def load(run_dir: str | Path, algo: Any, cfg: RunConfig, shapes: Shapes,
     half's class (its State and keeps_model)."""
     run_dir = Path(run_dir)
     arrays, state = read(run_dir, cfg)
-    chk, d = _Check(run_dir), _folder(run_dir)
+    chk, d = ResumeCheck(run_dir), _folder(run_dir)
     npz, js = d / "state.npz", d / "state.json"
     fail = lambda m: chk.fail(npz, m)  # noqa: E731
     fail_json = lambda m: chk.fail(js, m)  # noqa: E731
@@ -303,7 +307,7 @@ def load(run_dir: str | Path, algo: Any, cfg: RunConfig, shapes: Shapes,
 STORE_KEYS = ("store/cids", "store/rounds")
 
 
-def _manifest(chk: _Check, npz: Path, arrays: Arrays, state: dict[str, Any], cfg: RunConfig
+def _manifest(chk: ResumeCheck, npz: Path, arrays: Arrays, state: dict[str, Any], cfg: RunConfig
               ) -> state_files.Manifest | None:
     """The clients' store as the checkpoint names it (None: a checkpoint whose store is not on
     the server's disk, or of an older fednet), checked."""
@@ -321,56 +325,7 @@ def _manifest(chk: _Check, npz: Path, arrays: Arrays, state: dict[str, Any], cfg
     return state_files.Manifest.of(arrays)
 
 
-def check_store(run_dir: Path, state: dict[str, Any], cls: Any, shapes: Shapes,
-                bound: Any, codec: Any) -> None:
-    """Every file of the clients' store (on this disk) before a resumed run starts: each one
-    readable (no link followed, a plain archive within its `bound(cid)` bytes), of its client,
-    this algorithm and this run (its lineage), its arrays those of the algorithm's client state
-    (`cls`, `shapes`; `codec`: the --compress residual's check); and the file each client will
-    take (state_files.chosen) of exactly the round the checkpoint's manifest names. A
-    ConfigError names the first file that is not."""
-    chk = _Check(run_dir)
-    manifest: state_files.Manifest | None = state.get("_manifest")
-    algorithm, ckpt = state["algorithm"], state["rounds_done"]
-    lineage = state.get("lineage")
-    want = manifest.rounds if manifest is not None else {}
-    held = {int(c) for c in state.get("clients", {})}  # fednet local kept these in state.npz
-    for cid, mark in sorted(state_files.unsaved_marks(run_dir).items()):
-        chk.need(cid in held, mark, f"client {cid}'s state could not be written during the run "
-                 "(a full disk?), so this checkpoint cannot restore it; start a new run with --out")
-    for cid in sorted(state_files.stored_cids(run_dir) | set(want)):
-        rounds = [_check_file(chk, path, cid, algorithm, lineage, cls, shapes, bound(cid), codec)
-                  for path in state_files.files_of(run_dir, cid)]
-        got = max((r for r in rounds if r < ckpt), default=None)
-        if manifest is None or got == want.get(cid):
-            continue
-        name = state_files.client_name(cid)
-        if want.get(cid) is None:
-            chk.fail(run_dir / "checkpoint" / "clients" / f"{name}.npz",
-                     f"client {cid} has a state of round {got} that the checkpoint does not know "
-                     "(it had none then)")
-        chk.fail(run_dir / "checkpoint" / "clients" / f"{name}.npz",
-                 f"the checkpoint needs client {cid}'s state of round {want[cid]}, and its files"
-                 f" hold {'no such state' if got is None else f'round {got} instead'}")
-
-
-def _check_file(chk: _Check, path: Path, cid: int, algorithm: str, lineage: str | None,
-                cls: Any, shapes: Shapes, bound: int, codec: Any) -> int:
-    """One store file checked as StateStore.take and Executor.take_back read it; its round."""
-    try:
-        arrays, meta = state_files.read(path, bound)
-        state_files.check_tags(path, meta, cid, algorithm, lineage)
-        codec(arrays)
-
-        def fail(problem: str) -> None:
-            raise ValueError(f"{path}: {problem}")
-        state_files.decode_client(cls, arrays, meta, shapes, fail)
-    except ValueError as e:
-        chk.fail(path, str(e).removeprefix(f"{path}: "))
-    return int(meta["round"])
-
-
-def _clients(chk: _Check, npz: Path, js: Path, arrays: Arrays, state: dict[str, Any],
+def _clients(chk: ResumeCheck, npz: Path, js: Path, arrays: Arrays, state: dict[str, Any],
              shapes: Shapes, cls: type) -> ClientStates:
     """The clients' states of a `fednet local` checkpoint (client/<cid>/...), checked."""
     metas = state.get("clients", {})

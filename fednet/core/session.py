@@ -25,7 +25,7 @@ from fednet.metrics.history import History, resolve_out
 from fednet.metrics.progress import Progress
 from fednet.metrics.tracking import Tracking
 from fednet.errors import ConfigError
-from fednet.core import checkpoint
+from fednet.core import checkpoint, store_check
 from fednet.core.arrivals import Arrivals
 from fednet.core.evaluate import Evaluator
 from fednet.core.rounds import RoundDriver
@@ -146,7 +146,7 @@ class Session:
         state, self.resumed_clients = checkpoint.load(  # checked, then restored
             self.out, self.algo, self.cfg, shapes, cls, self.local)
         if self.manifest is not None:  # the clients' store on this disk: every file checked
-            checkpoint.check_store(self.out, state, cls.State, Shapes(ev.initial, shapes.params,
+            store_check.check_store(self.out, state, cls.State, Shapes(ev.initial, shapes.params,
                                                                 self.cfg.clients),
                                    self._state_bound(), _residual_check)
             self.manifest = state["_manifest"] or Manifest()
