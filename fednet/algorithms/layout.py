@@ -50,10 +50,34 @@ def mismatch(expected: Layout, arrays: Mapping[str, np.ndarray]) -> str | None:
     return None
 
 
-def vet(expected: Layout | None, arrays: Mapping[str, np.ndarray], num_examples: int
-        ) -> str | None:
-    """Why a result cannot be used (layout, or a sample count that cannot weigh it: every client
-    holds at least one example), or None. `expected` None: the strategy declares no layout."""
+NON_FINITE = "holds NaN or inf"
+"""Part of the reason of every result refused for non-finite values (core/verdict.py reads it)."""
+
+
+def _finite(a: np.ndarray) -> bool:
+    """No NaN and no inf in `a`, in one pass and without a mask the size of `a`: a float32 (or
+    float16) sum in float64 cannot overflow, so it is finite exactly when every value is."""
+    if a.dtype.kind != "f":
+        return True
+    if a.dtype.itemsize <= 4:
+        return bool(np.isfinite(a.sum(dtype=np.float64)))
+    return bool(np.isfinite(a).all())
+
+
+def non_finite(arrays: Mapping[str, np.ndarray]) -> str | None:
+    """Why `arrays` cannot be aggregated: the first floating array with NaN or inf, or None."""
+    bad = next((n for n, a in arrays.items() if not _finite(np.asarray(a))), None)
+    return None if bad is None else f"array {bad[:60]!r} {NON_FINITE}"
+
+
+def vet(expected: Layout | None, arrays: Mapping[str, np.ndarray], num_examples: int,
+        examples: int | None = None) -> str | None:
+    """Why a result cannot be used, or None: its layout (`expected`; None: the strategy declares
+    none), its sample count (`examples`: what the server's own partition gave its client; a
+    count that differs would reweigh the aggregate), and NaN or inf in its arrays."""
+    if examples is not None and num_examples != examples:
+        return (f"its sample count n = {num_examples}, but the server assigned this client "
+                f"{examples} examples")
     if num_examples < 1:
         return f"its sample count n = {num_examples} cannot weigh it (n >= 1 expected)"
-    return None if expected is None else mismatch(expected, arrays)
+    return (None if expected is None else mismatch(expected, arrays)) or non_finite(arrays)

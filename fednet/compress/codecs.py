@@ -84,8 +84,9 @@ def q8_decode(wire: Arrays, sizes: list[int], arg: float = 0.0) -> np.ndarray:
     sc = _finite(_get(wire, "@q8.scale", "float32", (len(sizes), 2)), "@q8.scale")
     if (sc[:, 1] < 0).any():
         raise CompressionError("compressed array '@q8.scale': a negative step")
-    return (_per_tensor(sc[:, 0], sizes) + q.astype(np.float32) * _per_tensor(sc[:, 1], sizes)
-            ).astype(np.float32)
+    with np.errstate(over="ignore"):  # finite scales can still overflow: the result is vetted
+        return (_per_tensor(sc[:, 0], sizes) + q.astype(np.float32)
+                * _per_tensor(sc[:, 1], sizes)).astype(np.float32)
 
 
 # ---- QSGD ---------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ or a Failure here, so a result that does not fit its strategy's declared layout
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from fednet.network import latency
@@ -17,6 +18,7 @@ from fednet.protocol import Message, MsgKind, tensor_bytes
 from fednet.types import Arrays, Failure, Result, Task
 from fednet.core.wire import message_failure, message_result
 from fednet.core.work import check_body
+from fednet.data.partition import part_size
 from fednet.errors import ProtocolError
 
 log = logging.getLogger("fednet.server")
@@ -25,14 +27,28 @@ log = logging.getLogger("fednet.server")
 def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile],
                  expect: Layout | None, compress: Spec | None = None,
                  reference: Arrays | None = None,
-                 body: dict[str, str] | None = None) -> Result | Failure:
+                 body: dict[str, str] | None = None,
+                 bounds: Bounds | None = None) -> Result | Failure:
     """Turn a RESULT/FAILURE message received with `nbytes` into a Result (arrival stamped), or
     into the client's Failure when the result does not fit `expect` (the strategy's
     result_layout of the task: algorithms/layout.py), so no aggregate ever reads it. With
     --compress (`compress`) the arrays are first rebuilt against `expect` and `reference` (the
     arrays the task sent; fednet/compress); a result that does not decode is refused the same
     way, and so is one whose body keys do not hold what the algorithm declares (`body`: its
-    Spec.result_body, core/work.check_body)."""
+    Spec.result_body, core/work.check_body). `bounds`: what the server itself knows of the task
+    (the partition it gave the client, the earliest start and latest end of its simulated
+    time): a sample count other than the partition's, a stamp outside the window, or NaN/inf
+    in the arrays is the client's failure, so that no client weighs, times or poisons the
+    aggregate beyond its own share."""
+    if bounds is not None and not bounds.start <= msg.sim_time <= bounds.latest:
+        if msg.kind == MsgKind.FAILURE:  # a failure already: its time kept within the window
+            msg.sim_time = min(max(msg.sim_time, bounds.start), bounds.latest)
+        else:
+            why = (f"its simulated time {msg.sim_time:.6g} s is outside its task's window "
+                   f"[{bounds.start:.6g}, {bounds.latest:.6g}] s")
+            log.warning("round %d: the result of client %d (task %d) was refused: %s",
+                        msg.round, cid, msg.task_id, why)
+            return Failure(msg.task_id, msg.round, cid, f"result refused: {why}", bounds.latest)
     if msg.kind == MsgKind.FAILURE:
         return message_failure(msg, cid)
     arrival = msg.sim_time + latency.up_delay(profiles[cid], nbytes)
@@ -44,7 +60,9 @@ def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile],
             res.arrays = decode_result(compress, res.arrays, expect, reference or {})
         except CompressionError as e:
             why = str(e)
-    why = why or vet(expect, res.arrays, res.num_examples) or _body_problem(res.body, body)
+    why = why or vet(expect, res.arrays, res.num_examples,
+                     bounds.examples if bounds is not None else None) or _body_problem(res.body,
+                                                                                       body)
     if why is not None:
         log.warning("round %d: the result of client %d (task %d) was refused: %s", msg.round,
                     cid, msg.task_id, why)
@@ -52,6 +70,16 @@ def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile],
     res.sent, res.nbytes = msg.sim_time, nbytes  # for the shared server link (network/step.py)
     res.tensor_nbytes = wire_tensor_bytes
     return res
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What the server knows of a reply before it reads it: the examples its partition gave the
+    replying client, and the simulated window its task's reply must fall in."""
+
+    examples: int
+    start: float
+    latest: float
 
 
 def _body_problem(got: dict[str, Any], kinds: dict[str, str] | None) -> str | None:
@@ -67,5 +95,6 @@ def receive(s: Any, msg: Message, cid: int, nbytes: int, task: Task) -> Result |
     result layout, --compress, and the arrays it sent as the reference (none when the
     algorithm's results are updates already: ClientUpdate.sends_updates)."""
     reference = {} if s.update_results else task.arrays
+    bounds = Bounds(part_size(s.parts, cid), task.sim_time, s.latest_return(task))
     return accept_reply(msg, cid, nbytes, s.profiles, s.algo.result_layout(task), s.compress,
-                        reference, s.spec.result_body)
+                        reference, s.spec.result_body, bounds)

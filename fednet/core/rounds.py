@@ -260,7 +260,7 @@ class RoundDriver(Verdict):
             metrics = {**metrics, **spread}
         else:
             acc, loss = self.evaluate(self.algo.eval_arrays())
-            self._check_diverged(rnd, metrics, loss)
+            self._check_diverged(rnd, results, failures, loss)
         last = rnd + span - 1
         late = step.stragglers if step else 0  # (an ordered step's are in its results)
         metrics = {**metrics, "tasks": len(results) + len(failures) + late,  # (of the step)

@@ -1,6 +1,7 @@
 """What every runtime shares: validated config, results folder, algorithm, ledger and driver."""
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections.abc import Callable
@@ -185,6 +186,28 @@ class Session:
         samples = int(task.body.get("epochs", self.cfg.train.epochs)) * part_size(self.parts,
                                                                                 task.cid)
         return task.sim_time + p.rtt_s + tensors / p.down_bps + latency.compute_time(p, samples)
+
+    def latest_return(self, task: Task) -> float:
+        """The latest simulated time a reply to `task` can carry, from the server's own tables:
+        its start and, for every client of its route from the task's hop on, a round trip and
+        three transfers (the task, a hand-off, the result: each at most the larger of the
+        task's arrays and the model, plus 1 MiB of headers) at its slowest link, and four times
+        the compute of its epochs over its partition (the most epochs any task of the run may
+        ask for), plus the run's deadline. Generous on purpose: only a false stamp goes past."""
+        tensors = sum(a.nbytes for a in (task.arrays if task.wire is None else task.wire).values())
+        moved = 3 * (max(tensors, self.evaluator.model_bytes) + (1 << 20))
+        most = self._most_epochs
+        t = task.sim_time + 1.0 + float(self.cfg.latency.deadline)
+        for cid in task.route[task.hop:]:
+            p = self.profiles[cid]
+            samples = 4 * most * part_size(self.parts, cid) + 4096
+            t += 2 * p.rtt_s + moved / min(p.down_bps, p.up_bps) + latency.compute_time(p, samples)
+        return t
+
+    @functools.cached_property
+    def _most_epochs(self) -> int:
+        from fednet.core.work import max_epochs
+        return max_epochs(self.cfg)
 
     def model_template(self) -> dict[str, Any]:
         """The clients' initial model (name, classes, input shape, dataset, seed), for

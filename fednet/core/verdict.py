@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from fednet.algorithms.common import finite
+from fednet.algorithms.layout import NON_FINITE
 from fednet.types import Failure, Result
 
 log = logging.getLogger("fednet.server")
@@ -43,11 +44,17 @@ class Verdict:
         self.error = f"{why}; the first failure: client {f['client']}: {f['reason']}{where}"
         log.error("the run failed: %s", self.error)
 
-    def _check_diverged(self, rnd: int, metrics: dict[str, Any], loss: float) -> None:
-        """Stop as `diverged` when every result was NaN/inf, the global model is, or its loss
-        is (weights so large that the logits overflow): the error names which."""
-        all_bad = bool(metrics.get("non_finite")) and not metrics.get("results")
-        what = ("every client's result has NaN/inf parameters" if all_bad else
+    def _check_diverged(self, rnd: int, results: list[Result], failures: list[Failure],
+                        loss: float) -> None:
+        """Stop as `diverged` when the run's own aggregate is: the global model has NaN/inf, or
+        its loss is not finite (weights so large that the logits overflow), or no result of the
+        round was usable and the results of two clients or more were NaN/inf (every client
+        diverged: each such result is its client's failure, core/replies.py, so one client's
+        never ends the run). The error names which."""
+        bad = {f.cid for f in failures if NON_FINITE in f.reason}
+        all_bad = not results and len(bad) >= 2
+        what = (f"the results of all {len(bad)} clients that answered have NaN/inf parameters"
+                if all_bad else
                 "the global model has NaN/inf parameters" if not finite(self.algo.eval_arrays())
                 else "the global model's test loss is not finite" if not math.isfinite(loss)
                 else "")
