@@ -103,3 +103,23 @@ def test_int8_with_finite_scales_that_decode_to_inf_is_refused():
     got = accept_reply(msg, 0, 100, [Profile()], {"w": ((8,), np.dtype(np.float32))}, spec,
                        model, None, Bounds(5, 0.0, 10.0))
     assert NON_FINITE in got.reason, got
+
+
+def test_a_compressed_hand_off_is_checked_against_the_receivers_model_before_allocation():
+    """A peer's hand-off layout claiming a 1 GiB array for one of the model's entries is refused
+    before anything is allocated (it is not this model's shape)."""
+    import json
+    import tracemalloc
+
+    from fednet.compress import CompressionError
+    from fednet.compress.downlink import LAYOUT, decode, encode_values
+
+    model = {"w": np.zeros(16, np.float32)}
+    wire = encode_values(parse("int8"), model, 0, "x")
+    wire[LAYOUT] = np.frombuffer(json.dumps([["w", [1 << 28], "<f4"]]).encode(), np.uint8)
+    tracemalloc.start()
+    with pytest.raises(CompressionError, match="the sender's 'w' .* is not this model's"):
+        decode(parse("int8"), wire, {"w": ((16,), np.dtype(np.float32))})
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 1 << 20

@@ -25,11 +25,14 @@ class UpdateCodec:
         self.peer = peer or Spec()  # --compress-handoff: how hand-offs arrive from peers
         self.residual: np.ndarray | None = None
 
-    def received(self, arrays: Arrays, handoff: bool = False) -> Arrays:
+    def received(self, arrays: Arrays, handoff: bool = False, model: dict | None = None
+                 ) -> Arrays:
         """A task's (or hand-off's) arrays as their sender meant them (--compress-down or
-        --compress-handoff decoded; CompressionError when they do not decode)."""
+        --compress-handoff decoded; a peer's hand-off against this client's model layout
+        `model`, the server's tasks as the server laid them out; CompressionError when they
+        do not decode or a hand-off does not fit the model)."""
         spec = self.peer if handoff else self.down
-        return decode(spec, arrays) if spec.on else arrays
+        return decode(spec, arrays, model if handoff else None) if spec.on else arrays
 
     def reference(self, received: Arrays) -> Arrays:
         """A copy of the task's arrays before training changes them (a FedAvg client trains in

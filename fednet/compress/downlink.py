@@ -62,8 +62,11 @@ def for_peer(spec: Spec, seed: int, arrays: Arrays, task_id: int, hop: int) -> A
     return encode_values(spec, arrays, seed, "compress-handoff", task_id, hop) if spec.on else None
 
 
-def decode(spec: Spec, wire: Arrays) -> Arrays:
-    """A task's arrays rebuilt from what travelled; CompressionError when they do not decode."""
+def decode(spec: Spec, wire: Arrays, model: dict | None = None) -> Arrays:
+    """A task's arrays rebuilt from what travelled; CompressionError when they do not decode.
+    `model`: the receiver's own layout (name -> (shape, dtype)); every entry of the sender's
+    layout must be one of its entries, checked before anything is allocated (a peer cannot
+    make its receiver build arrays its model does not have)."""
     raw = wire.get(LAYOUT)
     if raw is None or raw.dtype != np.uint8 or raw.ndim != 1 or raw.size > MAX_LAYOUT:
         raise CompressionError(f"a --compress-down task needs its {LAYOUT} (uint8 JSON)")
@@ -75,5 +78,11 @@ def decode(spec: Spec, wire: Arrays) -> Arrays:
     if any(d < 0 for shape, _ in expect.values() for d in shape) or sum(
             math.prod(s) for s, _ in expect.values()) > 1 << 34:
         raise CompressionError(f"{LAYOUT}: impossible shapes")
+    for name, (shape, dtype) in expect.items() if model is not None else ():
+        mine = model.get(name)
+        if mine is None or tuple(mine[0]) != shape or np.dtype(mine[1]) != dtype:
+            raise CompressionError(
+                f"{LAYOUT}: the sender's {name[:60]!r} ({dtype} {shape}) is not this model's "
+                f"({'none' if mine is None else f'{np.dtype(mine[1])} {tuple(mine[0])}'})")
     rest = {k: v for k, v in wire.items() if k != LAYOUT}
     return decode_result(spec, rest, expect, {})

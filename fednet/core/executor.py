@@ -144,7 +144,9 @@ class Executor:
             return self._offline(msg, off, t0)
         try:
             task = message_task(msg)
-            task.arrays = self.codec.received(task.arrays, msg.kind == MsgKind.HANDOFF)
+            handoff = msg.kind == MsgKind.HANDOFF
+            task.arrays = self.codec.received(task.arrays, handoff,
+                                              self._layout() if handoff else None)
             check_work(task.body, self.cfg)
             ckpt = task.body.get("ckpt")
             if self.store is not None and self.session != msg.run_id:  # from the store
@@ -171,6 +173,13 @@ class Executor:
             return self._offline(msg, off, t0)
         reply = result_message(self.cid, task, arrays, body, self.num_examples, send, self.run_id)
         return Outcome(reply, send - msg.sim_time, time.perf_counter() - t0)
+
+    def _layout(self) -> dict | None:
+        """This client's model layout (name -> (shape, dtype)), what a compressed hand-off
+        must rebuild; None without --compress-handoff."""
+        if not self.codec.peer.on:
+            return None
+        return {k: (tuple(a.shape), a.dtype) for k, a in state_arrays(self.ctx.model).items()}
 
     links: list[Profile] | None = None  # every client's profile: set by the runtime (or lazily)
 

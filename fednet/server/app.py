@@ -23,7 +23,7 @@ from fednet.log import Throttle
 from fednet.metrics.accounting import SERVER
 from fednet.network import latency
 from fednet.plugins.check import welcome_plugins
-from fednet.protocol import Message, MsgKind
+from fednet.protocol import Message, MsgKind, peek_kind
 from fednet.protocol.proof import grant_key, route_grants
 from fednet.server.conns import LOST_GRACE_S, Connections, Identity
 from fednet.server.enroll import (HELLO_EVERY_S, by_connection, late_byes, on_byes, on_hellos,
@@ -32,9 +32,12 @@ from fednet.server.inflight import next_task, process_cap
 from fednet.transport.channels import (SUB_BYTES, Channel, Received, bind_router,
                                        server_context, sub_frame)
 from fednet.transport.monitor import open_monitor, stop_monitor
+from fednet.data.partition import part_size
 from fednet.types import ClientInfo, Failure, Result, Task, client_name
 
 log = logging.getLogger("fednet.server")
+UNPROVEN_BYTES = 64 << 10
+"""Array bytes a connection that holds no client id may have read beside its ids' (a READY)."""
 throttled = Throttle(log)
 
 DeathWatch = Callable[[], dict[int, str]]
@@ -58,6 +61,7 @@ class ZmqServer:
         self.ctx, self.sock, self.endpoint = bound
         self.chan = Channel(self.sock, session.ledger, SERVER, router=True, enveloped=True)
         self.conns = Connections(identity or Identity())
+        self.chan.known = self.conns.cid_of.__contains__  # the others are lumped in the log
         self.monitor = open_monitor(self.sock, zmq.EVENT_DISCONNECTED)
         self.poller = zmq.Poller()
         self.poller.register(self.sock, zmq.POLLIN)
@@ -173,7 +177,9 @@ class ZmqServer:
         if self.sock not in ready:
             return
         for _ in range(1000):  # drain what is queued without starving the death watch
-            got = self.chan.recv()
+            got = self.chan.recv(admit=self._admit)
+            if got is None and self.chan.refused is not None:
+                self._refused_reply(*self.chan.refused)
             if got is not None:
                 try:
                     self._handle(got)
@@ -312,6 +318,33 @@ class ZmqServer:
             ev = parse_monitor_message(self.monitor.recv_multipart())
             if ev["event"] == zmq.EVENT_DISCONNECTED:
                 self.conns.disconnected(int(ev["value"]))
+
+    def _admit(self, route: bytes, frames: list[Any]) -> str:
+        """Why a message is not read at all ('' when it is): a connection that holds no client
+        id may send only a registration (READY) or, its client just released, its BYE, with no
+        more array bytes than the run's ids take; nothing else it sends is joined into memory
+        (what it costs is libzmq's buffer of it, freed at once)."""
+        if route in self.conns.cid_of:
+            return ""
+        kind = peek_kind(frames)
+        arrays = sum(len(f) for f in frames[1:])
+        if kind == MsgKind.READY or (kind == MsgKind.BYE and route in self.conns.released):
+            most = 8 * self.s.cfg.clients + UNPROVEN_BYTES
+            return "" if arrays <= most else (
+                f"{kind.name} with {arrays} bytes of arrays (at most {most}) from a connection "
+                "that is no client")
+        return (f"{kind.name if kind is not None else 'a message'} from a connection that is no "
+                f"client ({arrays} bytes of arrays not read)")
+
+    def _refused_reply(self, route: bytes, kind: MsgKind | None, why: str) -> None:
+        """A bound client's reply that could not be decoded ends its task at once (its
+        client's failure), rather than holding the round until --round-timeout."""
+        cid = self.conns.cid_of.get(route)
+        if cid is None or kind not in (MsgKind.RESULT, MsgKind.FAILURE):
+            return
+        for tid, task in list(self._pending.items()):
+            if tid in self._pending and task.route[self._holder.get(tid, task.hop)] == cid:
+                self._fail(tid, f"client {cid}'s reply could not be read: {why}"[:500])
 
     def _handle(self, got: Received) -> None:
         """Accept (and account) a message only from the connection bound to its client, for
@@ -459,12 +492,24 @@ class ZmqServer:
             return self.chan.reject(got, "READY(ready) before hello")
         if got.msg.body["phase"] == "readys":  # a whole process's clients (server/enroll.py)
             return on_readys(self, got)
+        why = self.examples_problem(cid, got.msg.body["n"])
+        if why:
+            self.chan.reject(got, why)
+            return self._send_reject(got, why)
         self.chan.accept(got, client_name(cid))
         h = self.hello[cid]
         peer = got.msg.body.get("endpoint") or h.get("endpoint", "")  # bound after WELCOME
-        self.clients[cid] = ClientInfo(cid, got.msg.body["n"], str(h.get("device", "?")),
-                                       str(peer), int(h.get("pid", 0)),
-                                       str(h.get("host", "")))
+        self.clients[cid] = ClientInfo(cid, part_size(self.s.parts, cid),  # the server's count
+                                       str(h.get("device", "?")), str(peer),
+                                       int(h.get("pid", 0)), str(h.get("host", "")))
+
+    def examples_problem(self, cid: int, n: int) -> str:
+        """Why client cid's READY cannot stand ('' when it can): it says it holds other than
+        the examples the server's partition gave it (another dataset on its host)."""
+        want = part_size(self.s.parts, cid)
+        return "" if n == want else (
+            f"client {cid} holds {n} examples on its host, the server's partition gave it "
+            f"{want}: is the dataset under --data-root the same on both hosts?")
 
     def _send_reject(self, got: Received, reason: str) -> None:
         """A REJECT to a connection that made a claim it cannot have, at most REJECTS_PER_S a

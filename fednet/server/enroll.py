@@ -22,6 +22,7 @@ from fednet.metrics.accounting import SERVER
 from fednet.protocol import Message, MsgKind
 from fednet.protocol.proof import grant_key
 from fednet.transport.channels import SUB_BYTES, Received, sub_frame
+from fednet.data.partition import part_size
 from fednet.types import ClientInfo, client_name
 
 if TYPE_CHECKING:
@@ -131,11 +132,16 @@ def on_readys(srv: ZmqServer, got: Received) -> None:
     n = got.msg.arrays["n"]
     if int(n.min()) < 0:
         return srv.chan.reject(got, "a negative number of examples")
-    srv.chan.accept(got, client_name(ids[0]))
     for cid, k in zip(ids, n.tolist()):
+        why = srv.examples_problem(cid, k)
+        if why:
+            srv.chan.reject(got, why)
+            return srv._send_reject(got, why)
+    srv.chan.accept(got, client_name(ids[0]))
+    for cid in ids:  # the server's own count, from the partition it assigned
         h = srv.hello[cid]
-        srv.clients[cid] = ClientInfo(cid, k, str(h.get("device", "?")), "",
-                                      int(h.get("pid", 0)), str(h.get("host", "")))
+        srv.clients[cid] = ClientInfo(cid, part_size(srv.s.parts, cid), str(h.get("device", "?")),
+                                      "", int(h.get("pid", 0)), str(h.get("host", "")))
     return None
 
 

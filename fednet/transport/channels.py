@@ -146,28 +146,49 @@ def connect_dealer(ctx: zmq.Context, endpoint: str,
 
 
 class Rejects:
-    """Counts rejected messages per sender (the bytes go to the ledger); logs the first per
-    sender, then every 1000th, at most 20 lines a second in all (log.Throttle)."""
+    """Counts rejected messages per sender (the bytes go to the ledger) and logs them, at most
+    20 lines a second in all (log.Throttle): a known sender's first, then every 1000th; the
+    messages of connections that hold no client id (`known` False: a flood of fresh names or
+    random envelopes) share one line, their first, then one every UNKNOWN_EVERY_S seconds with
+    the count since."""
 
-    __slots__ = ("counts",)
+    __slots__ = ("counts", "unknown", "_unknown_logged", "_unknown_at")
     _log = Throttle(log)  # one for the process: its clients' rejections share the 20 lines/s
+    UNKNOWN_EVERY_S = 10.0
 
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
+        self.unknown = 0  # messages from connections that hold no client id
+        self._unknown_logged, self._unknown_at = 0, -1e9
 
-    def note(self, sender: str, err: Exception | str) -> None:
+    def note(self, sender: str, err: Exception | str, known: bool = True) -> None:
         """Record one rejected message from `sender`."""
+        if not known:
+            return self._note_unknown(sender, err)
         if len(self.counts) < 10_000 or sender in self.counts:
             n = self.counts[sender] = self.counts.get(sender, 0) + 1
         else:  # a flood of fresh connection names: one bucket, bounded memory
             n = self.counts["(others)"] = self.counts.get("(others)", 0) + 1
         if n == 1 or n % 1000 == 0:
             self._log.warning("dropped a message from %s (%d so far): %s", sender[:40], n, err)
+        return None
+
+    def _note_unknown(self, sender: str, err: Exception | str) -> None:
+        import time
+
+        self.unknown += 1
+        now = time.monotonic()
+        if self.unknown == 1 or now - self._unknown_at >= self.UNKNOWN_EVERY_S:
+            since = self.unknown - self._unknown_logged
+            self._log.warning("dropped %d message(s) from connections that hold no client id "
+                              "(%d in all; the last from %s: %s)", since, self.unknown,
+                              sender[:40], err)
+            self._unknown_logged, self._unknown_at = self.unknown, now
 
     @property
     def total(self) -> int:
         """All rejected messages."""
-        return sum(self.counts.values())
+        return sum(self.counts.values()) + self.unknown
 
 
 class Received:
@@ -225,7 +246,8 @@ class Channel:
     id followed by the envelope (one route per client of a connection). The envelope, like the
     ROUTER's connection id, is routing: the ledger does not count it."""
 
-    __slots__ = ("sock", "ledger", "me", "router", "sub", "enveloped", "rejects", "dropped_sends")
+    __slots__ = ("sock", "ledger", "me", "router", "sub", "enveloped", "rejects", "dropped_sends",
+                 "refused", "known")
 
     def __init__(self, sock: zmq.Socket, ledger: Ledger, me: str, router: bool,
                  sub: bytes | None = None, enveloped: bool = False) -> None:
@@ -233,6 +255,17 @@ class Channel:
         self.sub, self.enveloped = sub, enveloped
         self.rejects = Rejects()
         self.dropped_sends = 0
+        # the last message recv() refused: (route, the kind its header names or None, why)
+        self.refused: tuple[bytes, MsgKind | None, str] | None = None
+        # whether a route holds a client id (the server's bindings): the log names such senders
+        # one by one, and lumps the others together (Rejects)
+        self.known: Callable[[bytes], bool] = lambda route: True
+
+    def name(self, route: bytes) -> str:
+        """A sender as the rejection log names it: its connection (not the envelope it chose:
+        random envelopes on one connection are one sender)."""
+        conn = route[:-SUB_BYTES] if self.enveloped and len(route) > SUB_BYTES else route
+        return _route_name(conn)
 
     def send(self, msg: Message, dst: str, route: bytes | None = None, track: bool = False,
              block: bool = True) -> tuple[int, Any]:
@@ -251,27 +284,39 @@ class Channel:
         self.ledger.record(msg.round, msg.kind.name, self.me, dst, h, p, tensor_bytes(msg))
         return h + p, tracker
 
-    def recv(self, who: str = "", defer: frozenset[MsgKind] = frozenset()
+    def recv(self, who: str = "", defer: frozenset[MsgKind] = frozenset(),
+             admit: Callable[[bytes, list[Any]], str] | None = None
              ) -> Received | Deferred | None:
-        """Receive one message; None when it could not be decoded (counted as rejected). A
-        message whose header names a kind in `defer` comes back undecoded (Deferred): finish()
-        decodes it when it is needed, so its arrays are joined into memory only then."""
+        """Receive one message; None when it could not be decoded or was not admitted (counted
+        as rejected; `refused` says which and why). `admit(route, frames)`: why a message may
+        not be read at all ('' when it may), asked before any of its arrays is joined (a
+        sender the server cannot place costs no copy). A message whose header names a kind
+        in `defer` comes back undecoded (Deferred): finish() decodes it when it is needed, so
+        its arrays are joined into memory only then."""
         parts = self.sock.recv_multipart(copy=False)
+        self.refused = None
         route = b""
         if self.router:
             route = parts[0].bytes
             parts = parts[1:]
         if self.enveloped or self.sub is not None:
             if len(parts) < 2 or len(parts[0]) != SUB_BYTES:  # no envelope: nobody's message
-                self.rejects.note(who or _route_name(route) or "server", "no client envelope")
-                self.ledger.reject(sum(len(f) for f in parts))
-                return None
+                return self._refuse(route, parts, who, None, "no client envelope")
             route = route + parts[0].bytes if self.enveloped else route
             parts = parts[1:]
+        why = admit(route, parts) if admit is not None else ""
+        if why:
+            return self._refuse(route, parts, who, peek_kind(parts), why)
         d = Deferred(route, parts, who)
         if defer and peek_kind(parts) in defer:
             return d
         return self.finish(d)
+
+    def _refuse(self, route: bytes, parts: list[Any], who: str, kind: MsgKind | None,
+                why: str) -> None:
+        self.rejects.note(who or self.name(route) or "server", why, self.known(route))
+        self.ledger.reject(sum(len(f) for f in parts))
+        self.refused = (route, kind, why)
 
     def finish(self, d: Deferred) -> Received | None:
         """Decode a received message; None when it cannot be (counted as rejected)."""
@@ -279,8 +324,9 @@ class Channel:
         try:  # release: each array frame is freed as soon as it is joined (one copy, not two)
             msg = decode(d.parts, release=True)
         except ProtocolError as e:
-            self.rejects.note(d.who or _route_name(d.route) or "server", e)
+            self.rejects.note(d.who or self.name(d.route) or "server", e, self.known(d.route))
             self.ledger.reject(h + p)
+            self.refused = (d.route, peek_kind(d.parts), str(e))
             return None
         return Received(d.route, msg, h, p, d.parts[0] if d.parts else None)
 
@@ -292,7 +338,8 @@ class Channel:
 
     def reject(self, got: Received, why: str, who: str = "") -> None:
         """Count a decoded message that is refused (wrong sender, stale, not expected)."""
-        self.rejects.note(who or _route_name(got.route) or got.msg.sender, why)
+        self.rejects.note(who or self.name(got.route) or got.msg.sender, why,
+                          self.known(got.route))
         self.ledger.reject(got.nbytes)
 
 

@@ -15,7 +15,7 @@ import pytest
 from fednet.algorithms.registry import REGISTRY
 from tests.integration.conftest import read_json
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 BUILTIN = [n for n, s in REGISTRY.items() if s.server.startswith("fednet.algorithms.")]
 

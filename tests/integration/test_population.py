@@ -71,6 +71,7 @@ def _run(runtime: str, clients: int, per_round: int, tmp_path) -> tuple[dict, fl
     return summary, peak
 
 
+@pytest.mark.long
 def test_local_runs_100000_clients_within_its_memory_bound(tmp_path):
     t0 = time.monotonic()
     s, peak = _run("local", 100_000, 50, tmp_path)
@@ -79,6 +80,7 @@ def test_local_runs_100000_clients_within_its_memory_bound(tmp_path):
     print(f"\nlocal 100,000 clients: peak {peak:.0f} MB, {time.monotonic() - t0:.1f} s")
 
 
+@pytest.mark.long
 def test_launch_runs_100000_clients_within_its_memory_bound(tmp_path):
     """The clients of a process share one connection and register in one message each way, so
     neither the server's open files nor its registration work follow the population."""
