@@ -108,7 +108,7 @@ def test_a_connection_without_a_client_id_has_nothing_joined(server, caplog):
     before = me.memory_info().rss
     peak = before
     with caplog.at_level(logging.WARNING, logger="fednet"):
-        for rep in range(10):
+        for rep in range(4):
             for s in socks:
                 s.send_multipart([os.urandom(4)] + frames)
             for _ in range(100):
@@ -117,12 +117,12 @@ def test_a_connection_without_a_client_id_has_nothing_joined(server, caplog):
         for _ in range(200):
             server._poll_once(0.01)
     tot = server.s.ledger.totals()
-    assert tot["rejected_messages"] == 400
-    assert tot["rejected"] == 400 * sum(map(len, frames))
+    assert tot["rejected_messages"] == 160
+    assert tot["rejected"] == 160 * sum(map(len, frames))
     assert tot["client_to_server"] == 0
     assert (peak - before) / 2**20 < 120
-    lines = [r for r in caplog.records if "dropped a message" in r.getMessage()]
-    assert len(lines) <= 41, len(lines)  # one per connection, not one per envelope or message
+    lines = [r for r in caplog.records if "dropped" in r.getMessage()]
+    assert 1 <= len(lines) <= 2, len(lines)  # lumped: not one per connection, envelope or message
     for s in socks:
         s.close()
 

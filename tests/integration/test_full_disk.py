@@ -15,7 +15,8 @@ import pytest
 
 from tests.integration.conftest import fednet_cmd
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")]
 SCAFFOLD = ["--algo", "scaffold", "--clients", "20", "--epochs", "1", "--batch-size", "16",
             "--seed", "3"]
 

@@ -48,6 +48,7 @@ MONITOR_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_stopping_a_monitor_with_thousands_of_unread_events_returns_at_once():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     n = 9000

@@ -12,6 +12,7 @@ import zmq
 
 from fednet.client.host import Host
 from fednet.core.session import Session
+from fednet.data.partition import part_size
 from fednet.protocol import Message, MsgKind, decode, encode
 from fednet.server.app import ZmqServer
 from fednet.transport.channels import sub_frame
@@ -96,7 +97,7 @@ def test_a_connection_speaks_only_for_the_ids_it_registered():
         assert srv.conns.route_of[0][-4:] == sub_frame(0)
         assert a.poll(2000) and a.recv_multipart()[0] == sub_frame(0)  # WELCOME, enveloped
         before = srv.chan.rejects.total
-        ready = {"phase": "ready", "n": 10}
+        ready = {"phase": "ready", "n": part_size(srv.s.parts, 0)}  # the server's own count
         _send(a, 1, Message(MsgKind.READY, client_name(1), srv.s.run_id, body=ready))
         _send(a, 2, _hello(3))  # an envelope that is not the id it claims
         _send(b, 0, Message(MsgKind.READY, client_name(0), srv.s.run_id, body=ready))
@@ -156,16 +157,22 @@ def test_a_process_batch_claims_only_ids_it_may():
         assert w.arrays["indices"][off[1]:off[2]].tolist() == srv.s.parts[2].tolist()
         assert {srv.conns.route_of[c] for c in (0, 2)} == {srv.conns.route_of[0][:-4] + sub_frame(c)
                                                            for c in (0, 2)}
-        readys = {"cids": np.array([0, 1], np.int64), "n": np.array([5, 5], np.int64)}
+        n = {c: part_size(srv.s.parts, c) for c in range(4)}  # what the server's partition gave
+        readys = {"cids": np.array([0, 1], np.int64), "n": np.array([n[0], n[1]], np.int64)}
         _send(b, 0, Message(MsgKind.READY, client_name(0), srv.s.run_id,
                             body={"phase": "readys"}, arrays=readys))
         _pump(srv)
         assert not srv.clients  # client 1 is not on this connection: the whole batch refused
-        readys = {"cids": np.array([0, 2], np.int64), "n": np.array([5, 7], np.int64)}
+        readys = {"cids": np.array([0, 2], np.int64), "n": np.array([n[0], n[2] + 1], np.int64)}
         _send(b, 0, Message(MsgKind.READY, client_name(0), srv.s.run_id,
                             body={"phase": "readys"}, arrays=readys))
         _pump(srv)
-        assert {c: i.num_examples for c, i in srv.clients.items()} == {0: 5, 2: 7}
+        assert not srv.clients  # a count other than the server's partition's: refused whole
+        readys = {"cids": np.array([0, 2], np.int64), "n": np.array([n[0], n[2]], np.int64)}
+        _send(b, 0, Message(MsgKind.READY, client_name(0), srv.s.run_id,
+                            body={"phase": "readys"}, arrays=readys))
+        _pump(srv)
+        assert {c: i.num_examples for c, i in srv.clients.items()} == {0: n[0], 2: n[2]}
     finally:
         a.close()
         b.close()
