@@ -30,11 +30,7 @@ def final_model(cfg: RunConfig, tmp_path, name: str):
         return s, {k: z[k] for k in z.files}
 
 
-def same_arrays(a, b) -> bool:
-    """Bit-identical arrays under every name."""
-    import numpy as np
-
-    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+from tests.harness import same_arrays  # noqa: E402,F401 (tests import it from here too)
 
 
 @pytest.fixture(autouse=True)

@@ -5,18 +5,13 @@ tests/golden/README.md says what is pinned and how to regenerate it.
 """
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
 
 from fednet.config import ALGORITHMS
 
-_SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "golden.py"
-_spec = importlib.util.spec_from_file_location("fednet_benchmarks_golden", _SCRIPT)
-golden = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(golden)
+from tests.harness import golden
 PINNED = golden.load()
 EXPECTED, WHICH = golden.pinned_for(PINNED, golden.environment())
 

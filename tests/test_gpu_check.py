@@ -4,7 +4,6 @@ own timeout, and its CPU path runs end to end and writes JSON with every GPU par
 skipped. (The GPU path itself can only run on a lent device.)"""
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -13,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness import bench
+
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_check.py"
-_spec = importlib.util.spec_from_file_location("fednet_benchmarks_gpu_check", SCRIPT)
-gc = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(gc)
+gc = bench("gpu_check")
 
 
 def test_help_names_the_options():

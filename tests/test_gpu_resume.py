@@ -23,12 +23,12 @@ import pytest
 import torch
 
 from tests.conftest import small_config
+from tests.harness import BYTE_KEYS as KEYS
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 STOP = 2
-KEYS = ("server_to_client", "client_to_server", "client_to_client", "tensor_bytes")
 RTOL, ATOL = 1e-3, 1e-4
 
 

@@ -5,7 +5,6 @@ the server's state changes as replies come (FedAsync, FedBuff), nothing is writt
 interrupt message says so."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -16,13 +15,8 @@ from fednet.algorithms import client_class, get, names
 from fednet.core.inproc import run_local
 from fednet.metrics.report import interrupt_note
 
-_SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "golden.py"
-_spec = importlib.util.spec_from_file_location("fednet_benchmarks_golden_interrupt", _SCRIPT)
-golden = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(golden)
+from tests.harness import LEDGER_KEYS as KEYS, PINNED, golden
 
-KEYS = ("server_to_client", "client_to_server", "client_to_client", "tensor_bytes",
-        "header_bytes")
 
 
 def _config(algo: str, out: Path):
@@ -54,7 +48,6 @@ def _resumable(algo: str) -> bool:
     return not get(algo).server.endswith(("FedAsync", "FedBuff"))
 
 
-PINNED, _ = golden.pinned_for(golden.load(), golden.environment())
 
 
 def _golden_config(algo: str, out: Path):

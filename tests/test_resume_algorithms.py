@@ -4,7 +4,6 @@ simulated time, accuracy). The runs are the golden ones (benchmarks/golden.py) w
 --checkpoint-every 1."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -14,15 +13,9 @@ import pytest
 from fednet.algorithms import client_class, names
 from fednet.core.inproc import run_local
 
-_SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "golden.py"
-_spec = importlib.util.spec_from_file_location("fednet_benchmarks_golden_resume", _SCRIPT)
-golden = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(golden)
+from tests.harness import LEDGER_KEYS as KEYS, PINNED, golden
 
-PINNED, _ = golden.pinned_for(golden.load(), golden.environment())
 STOP = 2  # the run is stopped after the checkpoint of round 1 (two rounds done)
-KEYS = ("server_to_client", "client_to_server", "client_to_client", "tensor_bytes",
-        "header_bytes")
 
 
 class Stop(KeyboardInterrupt):

@@ -4,20 +4,14 @@ each hand-off pays the sender's uplink, the receiver's downlink and both latenci
 test_ring_timeline_launch.py; the figures: benchmarks/bench_ring_timeline.py."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
 from fednet.network import latency
 from fednet.config import LatencyConfig
+from tests.harness import bench as load_bench
 
-_SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_ring_timeline.py"
-_spec = importlib.util.spec_from_file_location("fednet_bench_ring_timeline", _SCRIPT)
-bench = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = bench  # its dataclasses look their module up
-_spec.loader.exec_module(bench)
+bench = load_bench("bench_ring_timeline")
 
 
 def test_ring_timeline_equals_the_analytic_one(tmp_path):

@@ -20,10 +20,10 @@ from fednet.server.main import run_zmq
 from fednet.transport.security import add_key, init_keys, load_keys
 from tests.conftest import final_model, same_arrays, small_config
 from tests.fuzz_schema import frames_of, runtime_attacks, schema_attacks
+from tests.harness import BYTE_KEYS as KEYS
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]
 
-KEYS = ("server_to_client", "client_to_server", "client_to_client", "tensor_bytes")
 FEDSEQ = {"min_samples": 1400, "max_clients": 4, "superclient_fraction": 1.0, "pretrain_epochs": 1}
 
 

@@ -14,14 +14,10 @@ from fednet.core.inproc import run_local
 from fednet.server.main import run_zmq
 from tests.conftest import small_config
 from tests.test_availability import MODEL, _ring, _spans_csv
+from tests.harness import BYTE_KEYS as KEYS
+from tests.harness import final_model as _model
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]
-KEYS = ("server_to_client", "client_to_server", "client_to_client", "tensor_bytes")
-
-
-def _model(out):
-    with np.load(out / "final_model.npz", allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
 
 
 def _both(tmp_path, cfg, ring=False, trace=None):

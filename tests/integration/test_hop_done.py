@@ -11,10 +11,10 @@ import pytest
 from fednet.protocol import Message, MsgKind
 from tests.conftest import final_model, same_arrays, small_config
 from tests.integration.conftest import serve_in_thread
+from tests.harness import BYTE_KEYS as KEYS
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]
 
-KEYS = ("server_to_client", "client_to_server", "client_to_client", "tensor_bytes")
 FEDSEQ = {"min_samples": 1400, "max_clients": 4, "superclient_fraction": 1.0, "pretrain_epochs": 1}
 
 

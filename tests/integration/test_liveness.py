@@ -8,32 +8,19 @@ a dead client's id left bound to its closed connection) are fixed; the tests gua
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
-import sys
-from pathlib import Path
 
 import pytest
 
 from fednet.transport.channels import LINK_TIMEOUT_MS
+from tests.harness import bench
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]
 
 
-def _bench():
-    name = "fednet_benchmarks_trust"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_trust.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-bt = _bench()
+bt = bench("bench_trust")
 
 @pytest.mark.parametrize("sig,limit_s", [(signal.SIGKILL, 5.0), (signal.SIGSTOP, 7.0)],
                          ids=["killed", "frozen"])

@@ -10,20 +10,11 @@ from fednet.core.inproc import run_local
 from fednet.server.main import run_zmq
 from fednet.core.session import Session
 from tests.conftest import small_config
+from tests.harness import BYTE_KEYS as KEYS
+from tests.harness import final_model as _model
+from tests.harness import run_both as _both
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]
-KEYS = ("server_to_client", "client_to_server", "client_to_client", "tensor_bytes")
-
-
-def _model(out):
-    with np.load(out / "final_model.npz", allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
-
-
-def _both(tmp_path, cfg, prepare=None):
-    a = run_local(cfg.replace(out=str(tmp_path / "local")), quiet=True, prepare=prepare)
-    b = run_zmq(cfg.replace(out=str(tmp_path / "launch")), quiet=True, prepare=prepare)
-    return a, b, _model(tmp_path / "local"), _model(tmp_path / "launch")
 
 
 def _launch_matches_local(tmp_path, algo, clients, params, net):

@@ -10,15 +10,11 @@ import pytest
 from fednet.core.inproc import run_local
 from fednet.server.main import run_zmq
 from tests.conftest import small_config
+from tests.harness import BYTE_KEYS as KEYS
+from tests.harness import final_model as _model
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]
-KEYS = ("server_to_client", "client_to_server", "client_to_client", "tensor_bytes")
 SEQ = {"min_samples": 400, "max_clients": 3, "superclient_fraction": 1.0, "pretrain_epochs": 1}
-
-
-def _model(out):
-    with np.load(out / "final_model.npz", allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
 
 
 def _rows(out):

@@ -12,11 +12,11 @@ import pytest
 
 from fednet.core.inproc import run_local
 from tests.conftest import small_config
+from tests.harness import BYTE_KEYS as KEYS
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]
 ARGS = ["--clients", "3", "--rounds", "6", "--epochs", "1", "--batch-size", "16", "--lr", "0.1",
         "--seed", "7", "--latency", "lan", "-q"]
-KEYS = ("server_to_client", "client_to_server", "client_to_client", "tensor_bytes")
 
 
 @pytest.mark.parametrize("algo", ["fedavg", "fedfomo", "scaffold"])
