@@ -10,6 +10,7 @@ stay open; the server's RSS is sampled every 20 ms. Prints the peak above the se
 baseline. (With libzmq's per-frame limit at 2 GiB, as before, libzmq allocated each announced
 frame and kept what arrived: tests/integration/test_attacks.py measured +307 MB for 300.)
 """
+
 import argparse
 import resource
 import socket
@@ -31,21 +32,44 @@ def headline(data: dict) -> list:
     peak, for 2,000 connections)."""
     a = data.get("args", {})
     n = a.get("connections")
-    return measured(headline_row(
-        "trust boundary", f"{n} half-open connections, each announcing a {a.get('announce_mib')} "
-        "MiB frame: plaintext fednet server's peak RSS growth", data.get("peak_mb"), "MB",
-        "<= 50 MB" if n == 2000 else "",
-        f"over {data.get('base_mb', 0):.0f} MB; up to {a.get('send_mib')} MiB sent on each; "
-        f"{data.get('cut_short')} sends cut short"))
+    return measured(
+        headline_row(
+            "trust boundary",
+            f"{n} half-open connections, each announcing a {a.get('announce_mib')} "
+            "MiB frame: plaintext fednet server's peak RSS growth",
+            data.get("peak_mb"),
+            "MB",
+            "<= 50 MB" if n == 2000 else "",
+            f"over {data.get('base_mb', 0):.0f} MB; up to {a.get('send_mib')} MiB sent on each; "
+            f"{data.get('cut_short')} sends cut short",
+        )
+    )
 
 
 def start_server(port: int, tmp: str) -> subprocess.Popen:
-    srv = subprocess.Popen(["fednet", "server", "--bind", f"tcp://127.0.0.1:{port}", "--clients",
-                            "1", "--rounds", "1", "--register-timeout", "120", "-q", "--out",
-                            tmp + "/run"],
-                           stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    srv = subprocess.Popen(
+        [
+            "fednet",
+            "server",
+            "--bind",
+            f"tcp://127.0.0.1:{port}",
+            "--clients",
+            "1",
+            "--rounds",
+            "1",
+            "--register-timeout",
+            "120",
+            "-q",
+            "--out",
+            tmp + "/run",
+        ],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
     for line in srv.stderr:
-        if "listening" in line: break
+        if "listening" in line:
+            break
     return srv
 
 
@@ -59,41 +83,58 @@ def main() -> None:
     a = ap.parse_args()
     info = machine()
     tmp = tempfile.mkdtemp()
-    resource.setrlimit(resource.RLIMIT_NOFILE,
-                       (a.connections + 4096, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (a.connections + 4096, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
     port = a.port
     srv = start_server(port, tmp)
     time.sleep(2)
     p = psutil.Process(srv.pid)
     base = p.memory_info().rss
-    peak = [base]; stop = threading.Event()
+    peak = [base]
+    stop = threading.Event()
+
     def sample():
         while not stop.is_set():
-            try: peak[0] = max(peak[0], p.memory_info().rss)
-            except psutil.Error: return
+            try:
+                peak[0] = max(peak[0], p.memory_info().rss)
+            except psutil.Error:
+                return
             time.sleep(0.02)
+
     threading.Thread(target=sample, daemon=True).start()
     g = b"\xff" + b"\0" * 8 + b"\x7f" + b"\x03\x00" + b"PLAIN".ljust(20, b"\0") + b"\0" * 32
-    held = []; cut = 0
+    held = []
+    cut = 0
     chunk = b"\0" * (a.send_mib << 20)
     t0 = time.monotonic()
-    for i in range(a.connections):
+    for _ in range(a.connections):
         s = socket.create_connection(("127.0.0.1", port), timeout=5)
         s.sendall(g + b"\x06" + (a.announce_mib << 20).to_bytes(8, "big"))
         s.settimeout(0.05)
-        try: s.sendall(chunk)
-        except OSError: cut += 1
+        try:
+            s.sendall(chunk)
+        except OSError:
+            cut += 1
         held.append(s)
     time.sleep(1)
     stop.set()
     seconds = time.monotonic() - t0
-    print(f"{a.connections} half-open, each announcing {a.announce_mib} MiB and sending up to "
-          f"{a.send_mib} MiB: server peak +{(peak[0]-base)/2**20:.1f} MB over "
-          f"{base/2**20:.0f} MB; {cut} sends cut short; {seconds:.1f} s")
-    for s in held: s.close()
-    srv.terminate(); srv.wait(30)
-    data = {"machine": info, "args": vars(a), "peak_mb": (peak[0] - base) / 2**20,
-            "base_mb": base / 2**20, "cut_short": cut, "seconds": seconds}
+    print(
+        f"{a.connections} half-open, each announcing {a.announce_mib} MiB and sending up to "
+        f"{a.send_mib} MiB: server peak +{(peak[0] - base) / 2**20:.1f} MB over "
+        f"{base / 2**20:.0f} MB; {cut} sends cut short; {seconds:.1f} s"
+    )
+    for s in held:
+        s.close()
+    srv.terminate()
+    srv.wait(30)
+    data = {
+        "machine": info,
+        "args": vars(a),
+        "peak_mb": (peak[0] - base) / 2**20,
+        "base_mb": base / 2**20,
+        "cut_short": cut,
+        "seconds": seconds,
+    }
     write_json(a.json, data, headline(data))
 
 

@@ -81,7 +81,7 @@ def run_cmd(argv: list[str], timeout_s: float = 600.0) -> dict[str, Any]:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-        raise SystemExit(f"timed out after {timeout_s:.0f}s: {' '.join(argv)}")
+        raise SystemExit(f"timed out after {timeout_s:.0f}s: {' '.join(argv)}") from None
     except BaseException:
         proc.kill()
         proc.wait()
@@ -96,7 +96,7 @@ def run_cmd(argv: list[str], timeout_s: float = 600.0) -> dict[str, Any]:
     pressure = (psi1 - psi0) / 1e6 / wall if psi0 is not None and psi1 is not None else None
     th.join(5)
     if code != 0:
-        tail = "\n".join(l for _, l in lines[-20:])
+        tail = "\n".join(ln for _, ln in lines[-20:])
         raise SystemExit(f"exit code {code}: {' '.join(argv)}\n{tail}")
     return {"wall_s": wall, "lines": lines, "t_popen": t0, "cpu_s": cpu, "cpu_pressure": pressure}
 
@@ -142,7 +142,7 @@ def bench_ready(tmp: Path, clients: int, reps: int) -> list[dict[str, Any]]:
                      "client_pss_bytes": s.get("client_pss_bytes"),
                      "total_wall_s": s["total_wall_s"], "status": s["status"],
                      "client_exit_codes": s.get("client_exit_codes", {}),
-                     "warnings": [l for _, l in r["lines"] if "WARNING" in l or "ERROR" in l],
+                     "warnings": [ln for _, ln in r["lines"] if "WARNING" in ln or "ERROR" in ln],
                      "loadavg": loadavg()})
         shutil.rmtree(out, ignore_errors=True)
     return runs
@@ -167,7 +167,7 @@ def bench_overhead(tmp: Path, clients: int, rounds: int, reps: int, seed: int) -
                          "final_accuracy": s["final_accuracy"], "bytes": s["bytes"],
                          "messages": s["messages"], "status": s["status"], "rounds": s["rounds"],
                          "client_exit_codes": s.get("client_exit_codes", {}),
-                         "warnings": [l for _, l in r["lines"] if "WARNING" in l or "ERROR" in l],
+                         "warnings": [ln for _, ln in r["lines"] if "WARNING" in ln or "ERROR" in ln],
                          "loadavg": loadavg()})
     return runs
 

@@ -33,7 +33,8 @@ SCENARIOS = {
     "permuted non-iid": {"data.partition": "dirichlet", "data.alpha": 0.5, "data.permute": True},
     "domain": {"data.partition": "domain", "data.permute": True},
 }
-ALGOS = ["standalone", "standalone@factorized_digits", "fedavg", "fedprox", "cfl", "fedfomo", "perfedavg", "pfedpara", "factorized",
+ALGOS = ["standalone", "standalone@factorized_digits", "fedavg", "fedprox", "cfl", "fedfomo",
+         "perfedavg", "pfedpara", "factorized",
          "factorized_beta"]
 
 

@@ -86,7 +86,8 @@ def main() -> None:
                          "same_accuracy": la["final_accuracy"] == lo["final_accuracy"]})
             r = rows[-1]
             print(f"{n:>4} clients  launch {r['launch_s']:6.1f}s  local {r['local_s']:6.1f}s  "
-                  f"ratio {r['ratio']:.2f} (after round 0: {r['ratio_after_round0']:.2f})  ready {r['ready_s']:5.1f}s  PSS {r['pss_gib']:.2f} GiB  "
+                  f"ratio {r['ratio']:.2f} (after round 0: {r['ratio_after_round0']:.2f})  "
+                  f"ready {r['ready_s']:5.1f}s  PSS {r['pss_gib']:.2f} GiB  "
                   f"commands {r['launch_cmd_s']:.1f}/{r['local_cmd_s']:.1f}s  "
                   f"same accuracy {r['same_accuracy']}", flush=True)
     if args.plot:

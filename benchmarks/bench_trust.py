@@ -14,7 +14,8 @@ processes, in one run:
       the rest of the run did. (c') a remote client SIGKILLed and started again: registered?
   (d) half-open: 2,000 raw TCP connections to a `fednet server` waiting for its clients, either
       completing the ZMTP 3.0 greeting (PLAIN: the join key's gate) and then sending part of the
-      handshake's first command, or sending part of the greeting only. The server's RSS (/proc/PID/status VmRSS) is sampled every
+      handshake's first command, or sending part of the greeting only. The server's RSS
+      (/proc/PID/status VmRSS) is sampled every
       20 ms: peak above the baseline, and what is left a few seconds after the server has
       closed every one of them (heartbeat / handshake timeouts).
   (e) flood: one DEALER holding the join key (an insider) claims client 1 of a 2-client run and

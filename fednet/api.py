@@ -46,7 +46,7 @@ _EXPORTS = {  # name -> the module that defines it
     **dict.fromkeys(("Arrays", "Task", "Result", "Failure", "ClientInfo"), "fednet.types"),
     "generator": "fednet.rng", "FednetError": "fednet.errors",
 }
-__all__ = ["Experiment", "run", "options", "ConfigError", *_EXPORTS]
+__all__ = ["Experiment", "run", "options", "ConfigError", *_EXPORTS]  # noqa: PLE0604 - lazy names
 
 
 def __getattr__(name: str) -> Any:

@@ -99,7 +99,8 @@ def wrong_bodies(kind: MsgKind) -> Iterator[tuple[str, Any]]:
         b0 = dict(base, **{spec.key: tag}) if tag else base  # type: ignore[union-attr]
         for path, sub in _paths(m):
             for bad in wrong_values(sub):
-                yield f"{kind.name}{'/' + tag if tag else ''} {'.'.join(path) or 'body'}={_short(bad)}", _set(b0, path, bad)
+                name = f"{kind.name}{'/' + tag if tag else ''} {'.'.join(path) or 'body'}"
+                yield f"{name}={_short(bad)}", _set(b0, path, bad)
             if path and isinstance(m, Map) and path[0] in m.required and len(path) == 1:
                 yield f"{kind.name} without {path[0]}", _set(b0, path, _MISSING)
         if m.extra is None:

@@ -145,7 +145,8 @@ def test_alpha_zero_dirichlet_is_the_shards_scheme(digits):
 
 
 def test_too_many_clients_is_a_config_error_naming_the_limit(digits):
-    with pytest.raises(ConfigError, match=r"--clients 2000 exceeds the 1437 training samples of digits; use at most 1437"):
+    with pytest.raises(ConfigError, match=r"--clients 2000 exceeds the 1437 training samples of "
+                                          r"digits; use at most 1437"):
         partition(digits.train_y, 2000, "iid", dataset="digits")
     with pytest.raises(ConfigError, match="--clients must be at least 1"):
         partition(digits.train_y, 0, "iid")

@@ -192,7 +192,7 @@ def test_factorized_digits_counts_kinds_and_matching_layer():
 def test_kinds_survive_deepcopy_and_cover_the_state_dict():
     net = FactorizedDigitsNet(10, bn=True)
     clone = copy.deepcopy(net)
-    assert param_kinds(clone) == param_kinds(net) and getattr(net.fc1.u, "_fednet_kind") == "u"
+    assert param_kinds(clone) == param_kinds(net) and net.fc1.u._fednet_kind == "u"
     kinds = state_kinds(net)
     assert list(kinds) == list(net.state_dict())
     assert kinds["bn1.weight"] == "norm" and kinds["bn1.running_var"] == "buffer"

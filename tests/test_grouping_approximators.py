@@ -1,4 +1,5 @@
-"""Tests of FedSeq approximators (docs/algorithms.md §4.3): confidence vectors, classifier weights, PCA, combinations."""
+"""Tests of FedSeq approximators (docs/algorithms.md §4.3): confidence vectors, classifier weights,
+PCA, combinations."""
 from __future__ import annotations
 
 import numpy as np

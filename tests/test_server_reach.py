@@ -108,7 +108,7 @@ def test_a_connection_without_a_client_id_has_nothing_joined(server, caplog):
     before = me.memory_info().rss
     peak = before
     with caplog.at_level(logging.WARNING, logger="fednet"):
-        for rep in range(4):
+        for _ in range(4):
             for s in socks:
                 s.send_multipart([os.urandom(4)] + frames)
             for _ in range(100):

@@ -87,7 +87,8 @@ class _Main(click.Group):
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
-        one_arena(), seed_ids()  # before any thread allocates; zmq's routing ids (platform/)
+        one_arena()  # before any thread allocates (platform/)
+        seed_ids()  # zmq's routing ids
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         try:

@@ -307,7 +307,8 @@ class Client:
         if self.own_ctx:
             self.ctx.term()
 
-    # What arrives from the server: each message accepted (and only then counted) or rejected; TASKs decoded when they run.
+    # What arrives from the server: each message accepted (and only then counted) or rejected; TASKs
+    # decoded when they run.
 
     def hello(self) -> None:
         """READY(hello): this client's claim of its id (proven under launch), alone."""

@@ -47,10 +47,11 @@ class Downlink:
         return wire, decoded
 
 
-def encode_values(spec: Spec, arrays: Arrays, seed: int, *stream: object) -> Arrays:
+def encode_values(spec: Spec, arrays: Arrays, seed: int, purpose: str, rnd: int = -1,
+                  client: int = -1) -> Arrays:
     """The arrays as they travel: the floating ones' values encoded, a layout beside them.
-    QSGD draws from the run's stream (seed, *stream)."""
-    rng = np.random.default_rng(int_seed(seed, *stream)) if spec.random else None
+    QSGD draws from the run's stream (seed, purpose, rnd, client)."""
+    rng = np.random.default_rng(int_seed(seed, purpose, rnd, client)) if spec.random else None
     wire, _ = encode_result(spec, arrays, {}, None, rng)
     layout = [[n, list(a.shape), a.dtype.str] for n, a in sorted(arrays.items())]
     wire[LAYOUT] = np.frombuffer(json.dumps(layout).encode(), np.uint8).copy()
@@ -79,7 +80,7 @@ def decode(spec: Spec, wire: Arrays, model: dict | None = None) -> Arrays:
             math.prod(s) for s, _ in expect.values()) > 1 << 34:
         raise CompressionError(f"{LAYOUT}: impossible shapes")
     for name, (shape, dtype) in expect.items() if model is not None else ():
-        mine = model.get(name)
+        mine = model.get(name)  # type: ignore[union-attr]  # (iterated only when model is given)
         if mine is None or tuple(mine[0]) != shape or np.dtype(mine[1]) != dtype:
             raise CompressionError(
                 f"{LAYOUT}: the sender's {name[:60]!r} ({dtype} {shape}) is not this model's "

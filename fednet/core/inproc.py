@@ -5,7 +5,6 @@ from collections import deque
 
 import torch
 
-from fednet import algorithms
 from fednet.core.executor import Executor, share_working_models
 from fednet.config import RunConfig
 from fednet.core.replies import receive

@@ -6,7 +6,8 @@ adds its resources (the in-process one: none; the ZeroMQ one: context, authentic
 log, socket, zygote, server) and marks the run started once its setup is done; from then on the
 run is finished exactly once, here: the status says why it ended (`interrupted` on Ctrl-C,
 `error` on any other exception, or what the driver or `Stopped` set), the runtime's reports
-fill in the summary's extra fields (then this process's peak memory), and `Session.finish` writes clients.jsonl, the final model
+fill in the summary's extra fields (then this process's peak memory), and `Session.finish` writes
+clients.jsonl, the final model
 and summary.json. A run that never started writes no summary and removes the results folder it
 created if that is still empty.
 """

@@ -137,7 +137,7 @@ def _synthetic_loader(name: str) -> Callable[[str | None, bool, int], Dataset]:
             a = synthetic.generate(name)
             k = synthetic.SYNTHETIC[name]
             return Dataset(name=name, num_classes=k, input_shape=(3, 32, 32),
-                           class_names=tuple(str(i) for i in range(k)), **a)
+                           class_names=tuple(str(i) for i in range(k)), **a)  # type: ignore[arg-type]
 
         return _from_cache(name, f"{name}-s{synthetic.SEED}-v{synthetic.VERSION}", data_root, make)
 

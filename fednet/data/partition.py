@@ -1,4 +1,5 @@
-"""Client partitions of a label array (docs/algorithms.md §2.2-§2.6); deterministic in the seed, recomputable anywhere."""
+"""Client partitions of a label array (docs/algorithms.md §2.2-§2.6); deterministic in the seed,
+recomputable anywhere."""
 from __future__ import annotations
 
 import math

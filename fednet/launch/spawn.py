@@ -38,6 +38,7 @@ class Zygote:
             + plugin_args,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=log_file if log_file is not None else None, env=env, start_new_session=True)
+        assert self.proc.stdout is not None  # stdout=PIPE
         os.set_blocking(self.proc.stdout.fileno(), False)
         self._buf = b""
         self.pids: dict[int, int] = {}      # cid -> pid
@@ -63,7 +64,7 @@ class Zygote:
 
     def _events(self) -> list[dict[str, Any]]:
         try:
-            chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
+            chunk = os.read(self.proc.stdout.fileno(), 1 << 16)  # type: ignore[union-attr]
         except BlockingIOError:
             chunk = b""
         self._buf += chunk

@@ -59,7 +59,7 @@ def warm_up(dataset: str, data_root: str, unknown_run: bool = False) -> None:
     try:
         ds = load_dataset(dataset, data_root or None)
         model = build_model("auto", ds.num_classes, ds.input_shape, dataset=ds.name)
-    except Exception:  # the real error is reported by the server's own load; warm on digits
+    except Exception:  # noqa: BLE001 - the server's own load reports the real error; warm on digits
         ds = load_dataset("digits")  # (or a plugin's dataset without a default model)
         model = build_model("auto", ds.num_classes, ds.input_shape)
     x, y = torch.from_numpy(ds.train_x[:8]), torch.from_numpy(ds.train_y[:8])
@@ -88,7 +88,7 @@ def _keep_model(template: dict[str, Any] | None) -> None:
         from fednet.models import keep_template
 
         keep_template(str(template["name"]), int(template["num_classes"]),
-                      tuple(int(x) for x in template["input_shape"]),
+                      tuple(int(x) for x in template["input_shape"]),  # type: ignore[arg-type]
                       dataset=template.get("dataset"), seed=int(template["seed"]))
     except Exception as e:  # noqa: BLE001 - clients then build the model themselves
         print(f"zygote: could not keep the model template: {type(e).__name__}: {e}",
@@ -261,7 +261,10 @@ def main() -> None:
         os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     children: dict[int, list[int]] = {}
-    signal.signal(signal.SIGTERM, lambda *_: (stop_children(children, 2.0), os._exit(0)))
+    def on_term(*_: Any) -> None:
+        stop_children(children, 2.0)
+        os._exit(0)
+    signal.signal(signal.SIGTERM, on_term)
     t0 = time.monotonic()
     load_plugins(a.plugin)
     warm_up(a.dataset, a.data_root, a.unknown_run)

@@ -159,7 +159,8 @@ def _group_seeds(series: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _series(sources: list[str]) -> tuple[list[dict[str, Any]], list[tuple[float, str]]]:
     """One curve per run folder (or per group of seeds), and per method of each sweep folder;
     and the accuracies the sweeps' metrics wait for (drawn as lines)."""
-    out, targets = [], []
+    out: list[Any] = []
+    targets: list[Any] = []
     for src in sources:
         if (Path(src) / "sweep.json").is_file():
             more, goal = _sweep_series(Path(src))

@@ -183,7 +183,7 @@ def evaluate(spec: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, A
                      "interrupted); their seeds are left out")
     base = next((b for b in best if b["method"] == spec.get("baseline")), None)
     for b in best if base is not None else []:
-        b["versus"] = versus(b["seeds"], base["seeds"], metric.higher)
+        b["versus"] = versus(b["seeds"], base["seeds"], metric.higher)  # type: ignore[index]
     return {"metric": metric.text, "settings": settings, "best": best, "notes": notes}
 
 

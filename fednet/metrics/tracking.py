@@ -104,9 +104,8 @@ class MLflow:
         self.c = MlflowClient(tracking_uri=target or None)
         self.where = self.c.tracking_uri if hasattr(self.c, "tracking_uri") else target
         self.id_file = out / "mlflow.json"
-        self.run_id = self._resumed() if first_round else None
-        if self.run_id is None:
-            self.run_id = self._create(out, cfg)
+        resumed = self._resumed() if first_round else None
+        self.run_id: str = resumed if resumed is not None else self._create(out, cfg)
 
     def start(self) -> None:
         from fednet.metrics.files import write_json

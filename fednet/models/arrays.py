@@ -42,7 +42,8 @@ def _check_names(state: Mapping[str, torch.Tensor], arrays: Mapping[str, np.ndar
 
 
 def load_arrays(model: nn.Module, arrays: Mapping[str, np.ndarray], strict: bool = True) -> None:
-    """Copy arrays into the model's own tensors in place (read-only inputs fine); strict: names and shapes must match."""
+    """Copy arrays into the model's own tensors in place (read-only inputs fine); strict: names and
+    shapes must match."""
     state = model.state_dict()
     _check_names(state, arrays, strict)
     with torch.no_grad():

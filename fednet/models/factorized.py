@@ -1,4 +1,5 @@
-"""Factorized-FL layers and models (docs/algorithms.md §5.1, §5.2, §1.2, §1.3): W = u v + prune(mu), kinds u / v / mu."""
+"""Factorized-FL layers and models (docs/algorithms.md §5.1, §5.2, §1.2, §1.3): W = u v + prune(mu),
+kinds u / v / mu."""
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
-"""pFedPara layers and digits model (docs/algorithms.md §3.7): W = W_global * (W_local + 1), low-rank Hadamard factors."""
+"""pFedPara layers and digits model (docs/algorithms.md §3.7): W = W_global * (W_local + 1),
+low-rank Hadamard factors."""
 from __future__ import annotations
 
 import math
@@ -85,8 +86,16 @@ class FedParaConv2d(nn.Module):
 
     @staticmethod
     def _tucker(t: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """W[o,i,a,b] = sum_{p,q} T[p,q,a,b] X[p,o] Y[q,i]."""
-        return torch.einsum("pqab,po,qi->oiab", t, x, y)
+        """W[o,i,a,b] = sum_{p,q} T[p,q,a,b] X[p,o] Y[q,i], contracted left to right whether or
+        not the opt_einsum package is installed (torch would let it choose another order, and
+        other last bits: installing it, e.g. with Opacus, changed pFedPara's golden numbers)."""
+        ein = torch.backends.opt_einsum
+        was = ein.enabled
+        ein.enabled = False
+        try:
+            return torch.einsum("pqab,po,qi->oiab", t, x, y)
+        finally:
+            ein.enabled = was
 
     def composed_weight(self) -> torch.Tensor:
         """W of shape (O, I, k, k)."""

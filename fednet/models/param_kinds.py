@@ -1,4 +1,5 @@
-"""Parameter kinds (docs/algorithms.md §5.4-§5.6, §3.7): tagged where a parameter is created, so code selects by kind."""
+"""Parameter kinds (docs/algorithms.md §5.4-§5.6, §3.7): tagged where a parameter is created, so
+code selects by kind."""
 from __future__ import annotations
 
 from torch import nn

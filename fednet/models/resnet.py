@@ -1,4 +1,5 @@
-"""Factorized-FL's ResNet-9 backbone (docs/algorithms.md §1.2) and a 32x32 ResNet-18 (§1.4; torchvision, imported lazily)."""
+"""Factorized-FL's ResNet-9 backbone (docs/algorithms.md §1.2) and a 32x32 ResNet-18 (§1.4;
+torchvision, imported lazily)."""
 from __future__ import annotations
 
 import torch

@@ -78,7 +78,7 @@ def _wire_array(name: Any, arr: Any, limits: Limits) -> tuple[list[Any], memoryv
             f"array {name!r}: {arr.nbytes} bytes, limit is {limits.max_array_bytes}"
         )
     flat = np.ascontiguousarray(arr, dtype=_WIRE_DTYPES[dname])
-    view = memoryview(flat.reshape(-1).view(np.uint8))
+    view = memoryview(flat.reshape(-1).view(np.uint8))  # type: ignore[arg-type]  # numpy is a buffer
     return [name, dname, list(arr.shape)], view
 
 
@@ -308,7 +308,8 @@ def peek_kind(frames: Sequence[Any], limits: Limits = DEFAULT_LIMITS) -> MsgKind
         hbuf = as_bytes(frames[0])
         if hbuf.nbytes > limits.max_header_bytes:
             return None
-        return MsgKind(_unpack_header(hbuf).get(S.K_KIND))
+        kind = _unpack_header(hbuf).get(S.K_KIND)
+        return MsgKind(kind) if isinstance(kind, int) else None
     except (ProtocolError, ValueError, TypeError, IndexError):
         return None
 

@@ -1,7 +1,8 @@
 """Proofs of identity that travel in messages: a client's hello proof and a hand-off's tag.
 
 Under `fednet launch` the server draws a run key and hands it to the zygote through its pipe
-(never over a socket); plaintext `fednet server`'s run key is its join key file (join_key.py). Each client's secret is derived from it (`client_secret`); a client
+(never over a socket); plaintext `fednet server`'s run key is its join key file (join_key.py). Each
+client's secret is derived from it (`client_secret`); a client
 proves its id at READY(hello) with HMAC-SHA256(secret, "hello" | cid | nonce), and the server
 refuses a reused nonce. Peers tag each HANDOFF with HMAC(peer key, run | round | task | hop |
 sender) truncated to 16 bytes, so only the run's own clients can hand a model on. Without a run

@@ -22,6 +22,7 @@ from fednet.core.wire import task_message
 from fednet.log import Throttle
 from fednet.metrics.accounting import SERVER
 from fednet.network import latency
+from fednet.network.availability import Trace
 from fednet.plugins.check import welcome_plugins
 from fednet.protocol import Message, MsgKind, peek_kind
 from fednet.protocol.proof import grant_key, route_grants
@@ -29,7 +30,7 @@ from fednet.server.conns import LOST_GRACE_S, Connections, Identity
 from fednet.server.enroll import (HELLO_EVERY_S, by_connection, late_byes, on_byes, on_hellos,
                                   on_readys)
 from fednet.server.inflight import next_task, process_cap
-from fednet.transport.channels import (SUB_BYTES, Channel, Received, bind_router,
+from fednet.transport.channels import (SUB_BYTES, Channel, Deferred, Received, bind_router,
                                        server_context, sub_frame)
 from fednet.transport.monitor import open_monitor, stop_monitor
 from fednet.data.partition import part_size
@@ -177,7 +178,8 @@ class ZmqServer:
         if self.sock not in ready:
             return
         for _ in range(1000):  # drain what is queued without starving the death watch
-            got = self.chan.recv(admit=self._admit)
+            got = self.chan.recv(admit=self._admit)  # (nothing deferred: a Received or None)
+            assert not isinstance(got, Deferred)
             if got is None and self.chan.refused is not None:
                 self._refused_reply(*self.chan.refused)
             if got is not None:
@@ -470,7 +472,7 @@ class ZmqServer:
         out: dict = {}
         whole = self.s.handoffs
         av = self.s.availability
-        if av is not None and av.from_file:
+        if isinstance(av, Trace):  # a trace file: its intervals travel
             out.update(av.to_arrays() if whole else av.to_arrays(
                 cid if isinstance(cid, list) else [cid]))
         if self.s.cfg.latency.file and whole:

@@ -126,7 +126,8 @@ def plan(grid: list[str], fixed: list[str], methods: list[str], by: list[str], f
         effective.append((mname, axes, m_fixed))
     # options with one value everywhere are fixed: not part of the names and settings
     varying = {n for _, axes, _ in effective for n, a in axes.items() if len(a.values) > 1}
-    cells, axes_of = [], {}
+    cells: list[Any] = []
+    axes_of: dict[str, Any] = {}
     for mname, axes, m_fixed in effective:
         order = list(axes.values())
         for combo in itertools.product(*(a.values for a in order)):

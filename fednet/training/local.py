@@ -86,5 +86,5 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
         out = model(x[i:i + batch_size])
         yb = y[i:i + batch_size]
         loss += objective.loss_sum(out, yb)
-        correct += objective.score_sum(out, yb)
+        correct += objective.score_sum(out, yb)  # type: ignore[assignment]  # (int, then float)
     return correct / max(n, 1), loss / max(n, 1)

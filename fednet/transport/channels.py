@@ -301,12 +301,14 @@ class Channel:
             parts = parts[1:]
         if self.enveloped or self.sub is not None:
             if len(parts) < 2 or len(parts[0]) != SUB_BYTES:  # no envelope: nobody's message
-                return self._refuse(route, parts, who, None, "no client envelope")
+                self._refuse(route, parts, who, None, "no client envelope")
+                return None
             route = route + parts[0].bytes if self.enveloped else route
             parts = parts[1:]
         why = admit(route, parts) if admit is not None else ""
         if why:
-            return self._refuse(route, parts, who, peek_kind(parts), why)
+            self._refuse(route, parts, who, peek_kind(parts), why)
+            return None
         d = Deferred(route, parts, who)
         if defer and peek_kind(parts) in defer:
             return d

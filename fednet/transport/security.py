@@ -203,7 +203,9 @@ def server_guard(ctx: zmq.Context, secure: str, key_ids: Any, run_key: bytes | N
     if secure:
         keys = load_keys(secure, need_server_secret=True)
         auth = start_authenticator(ctx, {k.encode() for k in key_ids})
-        return (lambda s: as_server(s, keys.server_public, keys.server_secret)), auth
+        secret = keys.server_secret
+        assert secret is not None  # need_server_secret: load_keys refused a folder without it
+        return (lambda s: as_server(s, keys.server_public, secret)), auth
     if run_key:
         from fednet.protocol.proof import gate_password
         from fednet.transport import gate

@@ -112,5 +112,5 @@ def test_the_caps_are_real_sleeping_the_transfers_too_pays_them_twice(fed, lan5)
     (client 3: 61,864 B at 1.5 and 1 Mbit/s, 0.82 s), so the agreement above is no accident."""
     _, per, lines = _run(fed, lan5, "fedavg", "--simulated-links")
     twice = 61_864 * 8 / 1.5e6 + 61_864 * 8 / 1e6
-    for r, sim, wall in per:
+    for _r, sim, wall in per:
         assert wall - sim >= 0.7 * twice, lines

@@ -1,4 +1,5 @@
-"""FedSeq grouping: client approximators, heterogeneity measures and superclient builders (docs/algorithms.md §4.3-§4.5).
+"""FedSeq grouping: client approximators, heterogeneity measures and superclient builders
+(docs/algorithms.md §4.3-§4.5).
 
 Names are loaded on first use, so that `grouping.names` (the CLI's choices) imports no torch."""
 from __future__ import annotations
@@ -12,7 +13,7 @@ _WHERE = {
     "confidence_vector": "approximators", "pca_reduce": "approximators", "measure": "measures",
     "group": "superclients", "representation": "superclients", "superclient_stats": "superclients",
 }
-__all__ = sorted(_WHERE)
+__all__ = sorted(_WHERE)  # noqa: PLE0605 - the names loaded lazily (__getattr__)
 
 
 def __getattr__(name: str) -> Any:

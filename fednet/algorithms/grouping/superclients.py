@@ -1,4 +1,5 @@
-"""Superclient builders phi_rand / phi_kmeans / phi_greedy and their quality statistics (docs/algorithms.md §4.5, §4.10)."""
+"""Superclient builders phi_rand / phi_kmeans / phi_greedy and their quality statistics
+(docs/algorithms.md §4.5, §4.10)."""
 from __future__ import annotations
 
 import itertools
