@@ -30,11 +30,12 @@ from fednet.core import checkpoint, store_check
 from fednet.core.arrivals import Arrivals
 from fednet.core.evaluate import Evaluator
 from fednet.core.rounds import RoundDriver
+from fednet.core.status import RunStatus
 from fednet.network import availability
-from fednet.network.churn import Churn
+from fednet.network.churn import NO_CHURN, Churn
 from fednet.network.step import Network
 from fednet.platform.proc import peak_rss_bytes
-from fednet.core.state_files import Manifest, lineage, state_bound
+from fednet.core.state_files import NO_MANIFEST, Manifest, lineage, state_bound
 from fednet.core.wire import task_size
 from fednet.types import ClientInfo, Task
 
@@ -119,23 +120,29 @@ class Session:
     def _driver(self, cfg: RunConfig, stateful: bool, down: Any, state: dict | None
                 ) -> RoundDriver:
         """The round driver with the run's network model, codecs, resume state and checkpoints."""
-        driver = RoundDriver(cfg, self.algo, self.evaluator, self.ledger, self.history,
-                             self.progress)
-        driver.client_state = stateful or self.compress.feedback  # (a residual)
-        driver.churn = Churn(self.availability) if self.availability is not None else None
-        driver.network = Network.of(cfg, self.profiles, lambda t: task_size(t, self.run_id))
-        driver.downlink = Downlink(down, cfg.seed) if down.on else None
-        driver.arrivals = lambda: Arrivals(  # replies in simulated-time order
-            self.earliest_return, lambda t: task_size(t, self.run_id), float(cfg.latency.deadline))
+        size = lambda t: task_size(t, self.run_id)  # noqa: E731 - a TASK's bytes as sent
+        driver = RoundDriver(
+            cfg, self.algo, self.evaluator, self.ledger, self.history, self.progress,
+            network=Network.of(cfg, self.profiles, size),
+            churn=Churn(self.availability) if self.availability is not None else NO_CHURN,
+            downlink=Downlink(down, cfg.seed),
+            arrivals=lambda: Arrivals(  # replies in simulated-time order
+                self.earliest_return, size, float(cfg.latency.deadline)),
+            checkpoint=self._checkpoint, manifest=self.manifest or NO_MANIFEST,
+            client_state=stateful or self.compress.feedback)  # (a residual is state too)
         if state is not None:
             driver.resume(state)
-        driver.manifest = self.manifest
-        if self.out is not None:
-            out_dir = self.out
-            driver.checkpoint = lambda: checkpoint.save(
-                out_dir, self.algo, driver, self.client_view() if self.client_view else None,
-                lineage=lineage(self.run_id), manifest=self.manifest)
         return driver
+
+    def _checkpoint(self) -> bool:
+        """A checkpoint of the driver's last finished round, when there is a results folder;
+        whether one was written."""
+        if self.out is None:
+            return False
+        checkpoint.save(self.out, self.algo, self.driver,
+                        self.client_view() if self.client_view else None,
+                        lineage=lineage(self.run_id), manifest=self.manifest)
+        return True
 
     def _resume_state(self) -> dict:
         if self.out is None:
@@ -234,8 +241,8 @@ class Session:
         replaced atomically: a disk error is an OutputError naming the file, the files written
         before it are intact and those after it (summary.json among them: it never describes a
         final model that is not there) keep their last good content."""
-        if self.driver.status == "running":  # an error escaped the rounds (the runtime re-raises it)
-            self.driver.status = "error"
+        if self.driver.status == RunStatus.RUNNING:  # an error escaped the rounds (re-raised)
+            self.driver.end(RunStatus.ERROR)
         summary = self.driver.summary(clients, {"partition": self.stats, "run_id": self.run_id,
                                                 "out": str(self.out) if self.out else None,
                                                 **(extra or {})})
