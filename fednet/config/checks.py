@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from fednet.algorithms import registry
-from fednet.compress import parse as compression
 from fednet.config.declare import check_range
 from fednet.config.settings import LATENCY_PRESETS, RunConfig, TrainConfig, declarations
 from fednet.errors import ConfigError
@@ -63,8 +62,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     registry.check_params(cfg.algo.name, dict(cfg.algo.params))  # the name, then each --param
     _data_rules(cfg)
     _need(not (why := optimizer_problem(cfg.train)), why)
-    compression(cfg.net.compress), compression(cfg.net.compress_down, "--compress-down")
-    compression(cfg.net.compress_handoff, "--compress-handoff")  # each error names its option
+    cfg.net.codecs()  # each codec's error names its option
     _need(cfg.net.clients_per_process <= 1 or not cfg.latency.real,
           "--clients-per-process above 1 does not go with --real-time: the clients of one process "
           "would wait out each other's simulated delays; use one process per client")

@@ -7,10 +7,13 @@ import sys
 import typing
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fednet.config.declare import Info, check_type, info_of, setting
 from fednet.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fednet.compress import Codecs
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -148,6 +151,11 @@ class NetConfig:
     compress_handoff: str = setting(
         "none", "How the models handed from client to client travel (FedSeq's rings): as "
         "--compress-down", option="--compress-handoff", metavar="SPEC")
+
+    def codecs(self) -> Codecs:
+        """--compress, --compress-down and --compress-handoff parsed (once per run's values)."""
+        from fednet.compress import codecs
+        return codecs(self.compress, self.compress_down, self.compress_handoff)
 
 
 @dataclass(frozen=True)

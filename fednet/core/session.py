@@ -14,7 +14,6 @@ from fednet import algorithms
 from fednet.network import latency
 from fednet.algorithms.contract import ServerInfo
 from fednet.algorithms.state import Shapes
-from fednet.compress import parse as compression
 from fednet.compress.downlink import Downlink
 from fednet.config import RunConfig, eval_mode, validate
 from fednet.data import load_dataset, natural, run_partition
@@ -60,11 +59,12 @@ class Session:
         self.algo = algorithms.build(cfg)  # the server half
         self.spec = algorithms.get(cfg.algo.name)  # its declarations (result body keys)
         self.handoffs = self.spec.handoffs  # rings: WELCOME's tables
-        self.compress = compression(cfg.net.compress)  # --compress: results decoded on arrival
+        codecs = cfg.net.codecs()
+        self.compress = codecs.up  # --compress: results decoded on arrival
         client = algorithms.client_class(cfg.algo.name)  # the client half's class
         self.update_results = client.sends_updates  # results are updates: no reference
-        down = compression(cfg.net.compress_down, down=True)
-        self.handoff_codec = compression(cfg.net.compress_handoff, "--compress-handoff")
+        down = codecs.down
+        self.handoff_codec = codecs.handoff
         self._check_codecs(cfg)
         self.evaluator = Evaluator(cfg)
         self.algo.setup(self.evaluator.initial, self.evaluator.trainable)
