@@ -90,7 +90,8 @@ SUMMARY_KEYS = ("status", "final_accuracy", "sim_time_s", "messages", "bytes")
 
 def keys() -> list[str]:
     """Every pinned run: the algorithms of the CLI, then the VARIANTS."""
-    from fednet.config import ALGORITHMS
+    from fednet.algorithms.checks import algorithms as _algorithms
+    ALGORITHMS = _algorithms()
     return [*ALGORITHMS, *VARIANTS]
 
 
@@ -238,7 +239,8 @@ def wire_bytes(rec: dict[str, Any]) -> int:
 
 def run(algo: str, out_dir: Path) -> dict[str, Any]:
     """One golden run into out_dir (which must not hold files); the record to pin."""
-    from fednet.config import PERSONAL
+    from fednet.algorithms.checks import algorithms as _algorithms
+    PERSONAL = _algorithms(personal=True)
     from fednet.core.inproc import run_local
 
     cfg = config(algo, str(out_dir))
@@ -338,7 +340,8 @@ def diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str
 
 
 def main(args: list[str] | None = None) -> int:
-    from fednet.config import ALGORITHMS
+    from fednet.algorithms.checks import algorithms as _algorithms
+    ALGORITHMS = _algorithms()
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help=f"write {GOLDEN.relative_to(ROOT)}")

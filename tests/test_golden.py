@@ -9,9 +9,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fednet.config import ALGORITHMS
+from fednet.algorithms.checks import algorithms as _algorithms
 
 from tests.harness import golden
+
+ALGORITHMS = _algorithms()
 PINNED = golden.load()
 EXPECTED, WHICH = golden.pinned_for(PINNED, golden.environment())
 

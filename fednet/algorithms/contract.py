@@ -38,7 +38,8 @@ from torch import nn
 
 from fednet import rng
 from fednet.algorithms.layout import Layout, layout_of
-from fednet.config import RunConfig, eval_mode
+from fednet.algorithms.checks import eval_mode
+from fednet.config import RunConfig
 from fednet.training.objective import CLASSIFICATION, Objective
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 

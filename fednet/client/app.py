@@ -28,7 +28,7 @@ from fednet.errors import ConfigError
 from fednet.log import Throttle
 from fednet.metrics.accounting import SERVER, Ledger
 from fednet.network.latency import Profile, up_delay, wire_time
-from fednet.plugins.check import checked_welcome
+from fednet.core.plugin_check import checked_welcome
 from fednet.protocol import Message, MsgKind, peek_kind, tensor_bytes
 from fednet.protocol.proof import client_secret, gate_password, hello_proof, peer_key
 from fednet.training import interrupt

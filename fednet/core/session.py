@@ -15,7 +15,8 @@ from fednet.network import latency
 from fednet.algorithms.contract import ServerInfo
 from fednet.algorithms.state import Shapes
 from fednet.compress.downlink import Downlink
-from fednet.config import RunConfig, eval_mode, validate
+from fednet.algorithms.checks import eval_mode, validate
+from fednet.config import RunConfig
 from fednet.data import load_dataset, natural, run_partition
 from fednet.data.partition import part_size
 from fednet.data.stats import label_histogram, partition_summary

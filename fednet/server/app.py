@@ -23,7 +23,7 @@ from fednet.log import Throttle
 from fednet.metrics.accounting import SERVER
 from fednet.network import latency
 from fednet.network.availability import Trace
-from fednet.plugins.check import welcome_plugins
+from fednet.core.plugin_check import welcome_plugins
 from fednet.protocol import Message, MsgKind, peek_kind
 from fednet.protocol.proof import grant_key, route_grants
 from fednet.server.conns import LOST_GRACE_S, Connections, Identity

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
-from fednet.config import RunConfig, validate
+from fednet.algorithms.checks import validate
+from fednet.config import RunConfig
 from fednet.core.run import Run, Stopped
 from fednet.core.status import RunStatus
 from fednet.errors import ConfigError

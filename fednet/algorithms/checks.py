@@ -1,5 +1,7 @@
-"""The checks of a whole configuration: every declared range (config/declare.py), then the rules
-across settings, each written out here with the options it names."""
+"""The checks of a whole configuration: every declared range (config/declare.py), the
+algorithm's name and parameters (the registry), then the rules across settings, each written out
+here with the options it names; and how a run is evaluated (eval_mode). Above config in the
+package graph: config itself knows no algorithm."""
 from __future__ import annotations
 
 from typing import Any
