@@ -260,6 +260,7 @@ class StagedStrategy(Strategy):
     # follow_up in simulated-time order, never in the runtime's (core/arrivals.py)
     virtual_order = False
     streams_points = False  # interim_points is asked after every reply, not at the step's end
+    chained = False  # follow_up releases tasks within a one-round step (secure aggregation)
 
     def setup_tasks(self, clients: Sequence[ClientInfo]) -> list[Task]:
         """Tasks of a stage before round 0 (e.g. FedSeq's pre-training); none by default."""

@@ -83,15 +83,26 @@ def preload() -> None:
 
 
 def build(cfg: RunConfig) -> Strategy:
-    """The configured algorithm's server half."""
+    """The configured algorithm's server half (inside secure aggregation with --secagg)."""
     spec = get(cfg.algo.name)
-    return _load(spec.server)(cfg, spec.parse(dict(cfg.algo.params)))
+    server = _load(spec.server)(cfg, spec.parse(dict(cfg.algo.params)))
+    if cfg.net.secagg == "off":
+        return server
+    from fednet.algorithms.secagg import SecAggServer, refusal
+    why = refusal(cfg, server, _load(spec.client))
+    if why:
+        raise ConfigError(f"--secagg {cfg.net.secagg}: {why}")
+    return SecAggServer(server)  # type: ignore[return-value]
 
 
 def build_client(cfg: RunConfig) -> ClientUpdate:
     """The configured algorithm's client half (what every client process builds, and no more)."""
     spec = get(cfg.algo.name)
-    return _load(spec.client)(cfg, spec.parse(dict(cfg.algo.params)))
+    client = _load(spec.client)(cfg, spec.parse(dict(cfg.algo.params)))
+    if cfg.net.secagg == "off":
+        return client
+    from fednet.algorithms.secagg import SecAggClient
+    return SecAggClient(client)  # type: ignore[return-value]
 
 
 def check_params(name: str, raw: dict[str, Any]) -> dict[str, Any]:

@@ -151,6 +151,26 @@ class NetConfig:
     compress_handoff: str = setting(
         "none", "How the models handed from client to client travel (FedSeq's rings): as "
         "--compress-down", option="--compress-handoff", metavar="SPEC")
+    secagg: str = setting(
+        "off", "Secure aggregation of the clients' updates: full (SecAgg, every client shares "
+        "with every other) or plus (SecAgg+, a random graph of O(log n) neighbours); the server "
+        "learns only their weighted sum", choices=("off", "full", "plus"), option="--secagg")
+    secagg_neighbours: int = setting(
+        0, "SecAgg+'s neighbours per client (even)", ge=0, option="--secagg-neighbours",
+        note="0: 2 * ceil(1.5 * log2 n)")
+    secagg_threshold: float = setting(
+        0.5, "Secure aggregation's share threshold: a secret shared among k neighbours needs "
+        "floor(fraction * k) + 1 shares, and floor(fraction * cohort) + 1 clients must survive "
+        "each stage", gt=0, lt=1, option="--secagg-threshold")
+    secagg_clip: float = setting(
+        8.0, "Secure aggregation clips each update value to [-c, c] before it is quantized",
+        gt=0, option="--secagg-clip")
+    secagg_bits: int = setting(
+        16, "Secure aggregation's quantization bits per update value", ge=1, le=24,
+        option="--secagg-bits")
+    secagg_field: int = setting(
+        0, "Secure aggregation's modulus bits (the masks' group): 32 or 64", choices=(),
+        option="--secagg-field", note="0: the smallest that holds the cohort's sum")
 
     def codecs(self) -> Codecs:
         """--compress, --compress-down and --compress-handoff parsed (once per run's values)."""

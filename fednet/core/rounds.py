@@ -226,7 +226,9 @@ class RoundDriver:
         step = self.network.step(self.sim_time, rnd, tasks, span, algo.target,
                                                   ordered=ordered)
         order = self.arrivals() if ordered else None
-        pipelined = span > 1 or order is not None  # replies release follow-up tasks
+        # replies release follow-up tasks: several rounds a step, replies in simulated-time
+        # order, or stages of one round (secure aggregation)
+        pipelined = span > 1 or order is not None or self.staged.chained
         base = {**self.ledger.totals(), "messages": self.ledger.messages}
 
         def release(seen: Result | Failure) -> list[Task]:
