@@ -16,27 +16,29 @@ from fednet.secagg.server import Aggregation, SecAggFailed
 
 def test_shamir_rebuilds_from_any_t_shares_and_a_known_vector():
     rng = np.random.default_rng(0)
-    secret = shamir.to_int(b"fednet secure aggregation secret")
+    secret = b"fednet secure aggregation secret"
     sh = shamir.share(secret, list(range(7)), 4, rng)
     for pick in ([0, 1, 2, 3], [6, 4, 2, 0], [1, 3, 5, 6], list(range(7))):
         assert shamir.reconstruct({p: sh[p] for p in pick}, 4) == secret
     with pytest.raises(ValueError, match="3 shares, 4 needed"):
         shamir.reconstruct({p: sh[p] for p in (0, 1, 2)}, 4)
-    # a known vector: f(x) = 42 + 7x + 3x^2 over GF(P): shares at x = 1, 2, 3
-    pts = {0: 42 + 7 + 3, 1: 42 + 14 + 12, 2: 42 + 21 + 27}
-    assert shamir.reconstruct(pts, 3) == 42
-    assert shamir.decode_share(shamir.encode_share(sh[3])) == sh[3]
+    # a known vector: f(x) = 42 + 7x + 3x^2 in every chunk, at x = 1, 2, 3 (parties 0, 1, 2)
+    k = shamir.chunks()
+    pts = {p: np.full(k, 42 + 7 * (p + 1) + 3 * (p + 1) ** 2, np.int64) for p in range(3)}
+    got = shamir.reconstruct(pts, 3)
+    assert shamir.split(got).tolist() == [42] * k
+    assert np.array_equal(shamir.decode_share(shamir.encode_share(sh[3])), sh[3])
+    assert np.array_equal(shamir.lagrange_at_zero(np.array([1, 2, 3])),
+                          np.array([3, shamir.P - 3, 1]))  # 3, -3, 1
 
 
 def test_fewer_than_t_shares_reveal_nothing_of_the_secret():
-    """With t - 1 = 1 share, the share's distribution is the same for two different secrets
-    (uniform over the field: its top two bits take each of their 4 values a quarter of the
-    time, whatever the secret)."""
+    """With t - 1 = 1 share, the share's distribution is the same for two different secrets:
+    uniform over the field, chunk by chunk (each chunk's top bit set half of the time)."""
     rng = np.random.default_rng(1)
-    for secret in (0, shamir.P - 1):
-        tops = [shamir.share(secret, [0, 1], 2, rng)[0] >> 519 for _ in range(4000)]
-        counts = np.bincount(tops, minlength=4) / len(tops)
-        assert np.all(np.abs(counts - 0.25) < 0.03), (secret, counts)
+    for secret in (bytes(32), b"\xff" * 32):
+        tops = np.stack([shamir.share(secret, [0, 1], 2, rng)[0] >> 30 for _ in range(3000)])
+        assert np.all(np.abs(tops.mean(axis=0) - 0.5) < 0.04), (secret[:1], tops.mean(axis=0))
 
 
 def test_neighbour_graphs_are_symmetric_and_regular():
@@ -116,7 +118,7 @@ def test_too_many_dropouts_fail_naming_the_stage():
 def test_a_client_refuses_to_reveal_both_shares_of_one_neighbour():
     _round(4, 10, None, {})  # sessions made and used
     s = C.Session(0, 9, *crypto.keypair(bytes(32)), *crypto.keypair(bytes(range(32))))
-    s.held = {1: (1, 2)}
+    s.held = {1: (np.zeros(9, np.int64), np.zeros(9, np.int64))}
     with pytest.raises(ValueError, match="asks both shares of client"):
         C.unmask(s, np.array([1]), np.array([1]))
 

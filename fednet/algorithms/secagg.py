@@ -215,8 +215,8 @@ class SecAggServer(StagedStrategy):
             r = req[t.cid]
             a, b = len(r["survivors"]), len(r["dropped"])
             self.asked[t.task_id] = {"unmask": r, "layout": {
-                "b_of": ((a,), np.dtype(np.int64)), "b_share": ((a, 66), np.dtype(np.uint8)),
-                "s_of": ((b,), np.dtype(np.int64)), "s_share": ((b, 66), np.dtype(np.uint8))}}
+                "b_of": ((a,), np.dtype(np.int64)), "b_share": ((a, C.SB), np.dtype(np.uint8)),
+                "s_of": ((b,), np.dtype(np.int64)), "s_share": ((b, C.SB), np.dtype(np.uint8))}}
         return tasks
 
     def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]

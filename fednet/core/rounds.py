@@ -327,6 +327,9 @@ class RoundDriver:
             "round": rnd, "accuracy": acc, "loss": loss, **metrics, "wall_s": self.wall(),
             "sim_s": sim, "bytes_round": bytes_round, "bytes_total": total,
         }
+        stages = self.ledger.stage_totals(rnd) if seen is None else {}
+        if stages:  # a protocol's stages inside the round (secure aggregation): their bytes
+            row["bytes_by_stage"] = stages
         if not math.isfinite(loss):
             log.warning("round %d: the model's loss is not finite", rnd)
         self.history.log_round(row)

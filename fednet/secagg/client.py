@@ -22,7 +22,8 @@ import numpy as np
 
 from fednet.secagg import crypto, shamir
 
-SEALED_BYTES = 8 + 8 + 66 + 66 + crypto.TAG_BYTES  # ids, two shares, the AES-GCM tag
+SB = shamir.SHARE_BYTES
+SEALED_BYTES = 8 + 8 + 2 * SB + crypto.TAG_BYTES  # ids, two shares, the AES-GCM tag
 _IDS = struct.Struct(">qq")
 
 
@@ -39,7 +40,7 @@ class Session:
     b: bytes = b""
     neighbours: list[int] = field(default_factory=list)
     pks: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)  # v -> (c_pk, s_pk)
-    held: dict[int, tuple[int, int]] = field(default_factory=dict)  # v -> (b share, s share)
+    held: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # v -> (b, s)
 
 
 SESSIONS: dict[int, Session] = {}
@@ -84,8 +85,8 @@ def shares(s: Session, nbrs: np.ndarray, c_pks: np.ndarray, s_pks: np.ndarray, t
     s.neighbours = ids
     s.pks = {v: (bytes(c_pks[i]), bytes(s_pks[i])) for i, v in enumerate(ids)}
     s.b = rng.bytes(32)
-    b_sh = shamir.share(shamir.to_int(s.b), ids, t, rng)
-    s_sh = shamir.share(shamir.to_int(s.s_sk), ids, t, rng)
+    b_sh = shamir.share(s.b, ids, t, rng)
+    s_sh = shamir.share(s.s_sk, ids, t, rng)
     sealed = np.zeros((len(ids), SEALED_BYTES), np.uint8)
     for i, v in enumerate(ids):
         key = crypto.agree(s.c_sk, s.pks[v][0], share_info(s.rnd))
@@ -106,7 +107,8 @@ def open_shares(s: Session, senders: np.ndarray, sealed: np.ndarray) -> None:
         plain = crypto.unseal(key, nonce(s.rnd, v, s.cid), bytes(row), _IDS.pack(v, s.cid))
         if _IDS.unpack(plain[:16]) != (v, s.cid):
             raise ValueError(f"the share from client {v} names other parties")
-        s.held[v] = (shamir.decode_share(plain[16:82]), shamir.decode_share(plain[82:148]))
+        s.held[v] = (shamir.decode_share(plain[16:16 + SB]),
+                     shamir.decode_share(plain[16 + SB:16 + 2 * SB]))
 
 
 def pair_mask(s_sk: bytes, other_pk: bytes, rnd: int, n: int, dtype: np.dtype) -> np.ndarray:
@@ -146,5 +148,5 @@ def unmask(s: Session, survivors: np.ndarray, dropped: np.ndarray) -> dict[str, 
 
 
 def _rows(shares: list[bytes]) -> np.ndarray:
-    return (np.frombuffer(b"".join(shares), np.uint8).reshape(len(shares), 66)
-            if shares else np.zeros((0, 66), np.uint8))
+    return (np.frombuffer(b"".join(shares), np.uint8).reshape(len(shares), SB).copy()
+            if shares else np.zeros((0, SB), np.uint8))

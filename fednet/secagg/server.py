@@ -55,8 +55,8 @@ class Aggregation:
     routed: dict[int, dict[int, np.ndarray]] = field(default_factory=dict)  # to -> from -> row
     total: np.ndarray | None = None
     inputs: set[int] = field(default_factory=set)               # U3
-    b_shares: dict[int, dict[int, int]] = field(default_factory=dict)  # v -> holder -> share
-    s_shares: dict[int, dict[int, int]] = field(default_factory=dict)
+    b_shares: dict[int, dict[int, np.ndarray]] = field(default_factory=dict)  # v -> holder -> share
+    s_shares: dict[int, dict[int, np.ndarray]] = field(default_factory=dict)
     answered: set[int] = field(default_factory=set)             # U4
 
     def __post_init__(self) -> None:
@@ -155,10 +155,10 @@ class Aggregation:
         total, dt = self.total.copy(), dtype_of(self.fbits)
         for v in sorted(self.inputs):
             b = self._rebuild(v, self.b_shares, "b")
-            total = total - crypto.mask(shamir.to_bytes(b, 32), total.size, dt)
+            total = total - crypto.mask(b, total.size, dt)
         u2 = set(self.shared())
         for v in sorted(u2 - self.inputs):
-            s_sk = shamir.to_bytes(self._rebuild(v, self.s_shares, "s"), 32)
+            s_sk = self._rebuild(v, self.s_shares, "s")
             if crypto.keypair(s_sk)[1] != self.pks[v][1]:
                 raise SecAggFailed("unmask", len(self.answered), self.need,
                                    f"the s key rebuilt for client {v} is not its own")
@@ -167,12 +167,16 @@ class Aggregation:
                 total = total - m if w < v else total + m
         return total, sum(self.weights[u] for u in self.inputs)
 
-    def _rebuild(self, v: int, shares: dict[int, dict[int, int]], what: str) -> int:
+    def _rebuild(self, v: int, shares: dict[int, dict[int, np.ndarray]], what: str) -> bytes:
         got = {h: y for h, y in shares.get(v, {}).items() if h in self.answered}
         if len(got) < self.t[v]:
             raise SecAggFailed("unmask", len(self.answered), self.need,
                                f"client {v}'s {what} needs {self.t[v]} shares, {len(got)} came")
-        return shamir.reconstruct(got, self.t[v])
+        try:
+            return shamir.reconstruct(got, self.t[v])
+        except ValueError as e:
+            raise SecAggFailed("unmask", len(self.answered), self.need,
+                               f"client {v}'s {what}: {e}") from None
 
 
 def _keys(keys: list[bytes]) -> np.ndarray:
