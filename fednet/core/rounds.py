@@ -271,7 +271,9 @@ class RoundDriver:
         if order is not None:  # in the order the algorithm saw them, not the runtime's
             failures = sorted(failures, key=lambda f: (f.sim_time, f.task_id))
         self.verdict.note(rnd, failures)
-        ending = self.verdict.count_usable(rnd, results)
+        # usable: what the algorithm says it aggregated (secure aggregation: one unmasked
+        # result, or none), else every result that came
+        ending = self.verdict.count_usable(rnd, int(metrics.get("results", len(results))))
         if ending is not None:
             self.end(*ending)
         self._points(order, base)  # e.g. FedSeqInter's bank

@@ -34,10 +34,10 @@ class Verdict:
                                   "reason": f.reason})
             self.progress.failure(rnd, f.cid, f.reason, self.log_hint)
 
-    def count_usable(self, rnd: int, results: list[Result]) -> Ending | None:
-        """A round without one result counts towards --max-failed-rounds: failed when it is
-        reached."""
-        if results:
+    def count_usable(self, rnd: int, usable: int) -> Ending | None:
+        """A round without a usable result counts towards --max-failed-rounds: failed when it
+        is reached."""
+        if usable:
             self.usable_rounds += 1
             self.failed_streak = 0
             return None
