@@ -36,7 +36,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _util import headline_row, loadavg, machine, measured, median, table, write_json  # noqa: E402
+from benchlib.util import headline_row, loadavg, machine, measured, median, table, write_json  # noqa: E402
 
 MiB = 1 << 20
 

@@ -812,7 +812,7 @@ def headline(facts: dict[str, Any]) -> list[dict[str, Any]]:
     """The dashboard's rows: (a) kill -> Failure, (c) a frozen server noticed, (d) half-open
     connections' peak and (e) the flood's peak, with the targets the table above prints."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _util import headline_row, measured
+    from benchlib.util import headline_row, measured
 
     kill, freeze = facts.get("client_SIGKILL", {}), facts.get("freeze", {})
     ho, fl = facts.get("half_open_frame", {}), facts.get("flood_claim_1", {})
@@ -844,7 +844,7 @@ def main() -> None:
     import tempfile
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _util import cpu_pressure_us, loadavg, machine, table, write_json
+    from benchlib.util import cpu_pressure_us, loadavg, machine, table, write_json
 
     import logging
 

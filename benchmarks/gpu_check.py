@@ -95,7 +95,7 @@ from typing import Any, Callable
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from _util import headline_row, machine, measured, stamp, table, write_json  # noqa: E402
+from benchlib.util import headline_row, machine, measured, stamp, table, write_json  # noqa: E402
 
 MiB = 1 << 20
 RESERVE_S = 8.0           # kept back from every part for printing and writing
