@@ -60,8 +60,11 @@ tests/harness.py's bench("bench_trust")): the harness and the scenarios."""
 
 # ---- the benchmark -----------------------------------------------------------------------------
 def _scenarios(a: argparse.Namespace, env: dict[str, str], cwd: Path):
-    """(name, facts, table row) per scenario, in order (each one runs when asked for)."""
-    for sig, what in ((signal.SIGKILL, "SIGKILLed"), (signal.SIGSTOP, "SIGSTOPped (frozen)")):
+    """(name, facts, table row) per scenario, in order (each one runs when asked for): the groups
+    (a)..(e) named in --scenarios."""
+    want = set(a.scenarios)
+    for sig, what in (() if "a" not in want else ((signal.SIGKILL, "SIGKILLed"),
+                                                      (signal.SIGSTOP, "SIGSTOPped (frozen)"))):
         r = kill_one_client(cwd / f"a-{sig}", env, cwd, sig=sig)
         f = r["failure"]
         yield (f"client_{signal.Signals(sig).name}", {"signal_to_failure_s": r["kill_to_failure_s"],
@@ -70,6 +73,31 @@ def _scenarios(a: argparse.Namespace, env: dict[str, str], cwd: Path):
                [f"(a) one remote client {what} mid-round: signal -> Failure",
                 _s(r["kill_to_failure_s"]), "<= 5 s" if sig == signal.SIGKILL else "(heartbeats)",
                 f"round timeout 300 s; run {(r['summary'] or {}).get('status')}"])
+    if "b" in want:
+        yield from _kill_all(env, cwd)
+    if "c" in want:
+        yield from _freeze_and_restart(env, cwd)
+    for mode in (("frame", "greeting") if "d" in want else ()):
+        r = half_open(f"d-{mode}", env, cwd, a.connections, mode)
+        yield (f"half_open_{mode}", r,
+               [f"(d) {a.connections} half-open ({mode}): peak / {r['settle_s']:g} s after",
+                f"+{r['peak_mb']:.1f} / +{r['after_mb']:.1f} MB", "<= 50 MB, given back",
+                f"{r['peak_open']} open at once; closed by the server {r['closed_s']:.1f} s "
+                f"after the first; baseline {r['base_mb']:.0f} MB"])
+    for claim in ((1, 7) if "e" in want else ()):
+        r = flood(f"e-{claim}", env, cwd, a.flood, claim)
+        s = r["summary"]
+        got = {k: v for k, v in r.items() if k not in ("stderr", "summary")}
+        got.update(status=s["status"], rejected_messages=s.get("rejected_messages"))
+        yield (f"flood_claim_{claim}", got,
+               [f"(e) {a.flood} READY(hello cid {claim}), replies never read: peak",
+                f"+{r['peak_mb']:.1f} MB", "bounded (was +186 MB)",
+                f"flood {r['flood_s']:.1f} s; run {s['status']}, rejected "
+                f"{s.get('rejected_messages')}"])
+
+
+def _kill_all(env: dict[str, str], cwd: Path):
+    """(b) and (b'): every remote client killed, mid-round and between rounds."""
     r = kill_all_clients("b", env, cwd)
     s = r["summary"]
     yield ("kill_all", {"kill_to_exit_s": r["kill_to_exit_s"], "rc": r["rc"], "status": s["status"],
@@ -85,6 +113,10 @@ def _scenarios(a: argparse.Namespace, env: dict[str, str], cwd: Path):
            ["(b') every remote client SIGKILLed between rounds: kill -> end of run",
             _s(r["kill_to_end_s"]), "no_clients", f"{s.get('status')}, {s.get('rounds')} of "
             f"{r['rounds_planned']} rounds, results per round {res[:4]}..."])
+
+
+def _freeze_and_restart(env: dict[str, str], cwd: Path):
+    """(c) and (c'): the server frozen, then a client killed and started again."""
     r = freeze_server("c", env, cwd, after="wait")
     res = [row["results"] for row in r.get("rows", [])]
     yield ("freeze", {"notice_s": r["notice_s"], "frozen_s": r["frozen_s"], "results": res,
@@ -102,23 +134,6 @@ def _scenarios(a: argparse.Namespace, env: dict[str, str], cwd: Path):
     yield ("restart", {"results": res, "refused": refused, "restarted_rc": r["restarted_rc"]},
            ["(c') a remote client SIGKILLed, then started again", "refused" if refused else
             "registered", "registers again", f"results per round {res}"])
-    for mode in ("frame", "greeting"):
-        r = half_open(f"d-{mode}", env, cwd, a.connections, mode)
-        yield (f"half_open_{mode}", r,
-               [f"(d) {a.connections} half-open ({mode}): peak / {r['settle_s']:g} s after",
-                f"+{r['peak_mb']:.1f} / +{r['after_mb']:.1f} MB", "<= 50 MB, given back",
-                f"{r['peak_open']} open at once; closed by the server {r['closed_s']:.1f} s "
-                f"after the first; baseline {r['base_mb']:.0f} MB"])
-    for claim in (1, 7):
-        r = flood(f"e-{claim}", env, cwd, a.flood, claim)
-        s = r["summary"]
-        got = {k: v for k, v in r.items() if k not in ("stderr", "summary")}
-        got.update(status=s["status"], rejected_messages=s.get("rejected_messages"))
-        yield (f"flood_claim_{claim}", got,
-               [f"(e) {a.flood} READY(hello cid {claim}), replies never read: peak",
-                f"+{r['peak_mb']:.1f} MB", "bounded (was +186 MB)",
-                f"flood {r['flood_s']:.1f} s; run {s['status']}, rejected "
-                f"{s.get('rejected_messages')}"])
 
 
 def _refused(stderr: str) -> int:
@@ -159,6 +174,9 @@ def main() -> None:
     ap.add_argument("--json", help="also write the figures to this file")
     ap.add_argument("--connections", type=int, default=2000)
     ap.add_argument("--flood", type=int, default=200_000)
+    ap.add_argument("--scenarios", nargs="+", default=list("abcde"), choices=list("abcde"),
+                    help="the groups to run (default all): a client killed, all killed, the "
+                    "server frozen, half-open connections, the flood")
     a = ap.parse_args()
     import tempfile
 
