@@ -15,6 +15,8 @@ runner      how a script runs fednet: the command, a timed subprocess (its stder
 parts       the device check's parts, each a subprocess under a shared time budget
 trace       `fednet launch` in a process whose steps are time-stamped (bench_launch.py (d),
             bench_many.py's scale part), and the fork probe
+timing      a round's time split from round_timing_plugin.py's events (bench_many.py's big part)
+golden_record  what golden.py hashes: arrays, the clients' models and state after a run
 trust       the trust-boundary harness of bench_trust.py: `fednet server`/`clients`
             processes, raw ZMTP connections, an insider's READY(hello)
 trust_scenarios  bench_trust.py's scenarios (also run by tests/integration/test_liveness.py
