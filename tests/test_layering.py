@@ -24,10 +24,11 @@ MAY_IMPORT: dict[str, set[str]] = {
     "plugins": BASE,  # a leaf: entry points and --plugin modules, who provided what
     "config": BASE | {"compress"},
     "compress": BASE,  # a leaf: how results travel (numpy only)
+    "secagg": BASE,  # a leaf: secure aggregation's primitives and protocol (numpy, cryptography)
     "models": BASE | {"plugins", "data"},  # a dataset's default model
     "data": BASE | {"plugins"},
     "training": BASE | {"plugins", "config", "models", "data"},
-    "algorithms": BASE | {"plugins", "config", "models", "data", "training"},
+    "algorithms": BASE | {"plugins", "config", "models", "data", "training", "secagg"},
     "network": BASE | {"config"},  # the clock: profiles, server link, availability, deadlines
     "metrics": BASE | {"config"},
     "transport": BASE | {"log", "metrics", "protocol", "platform"},

@@ -82,27 +82,16 @@ def preload() -> None:
         _load(spec.server), _load(spec.client)
 
 
-def build(cfg: RunConfig) -> Strategy:
-    """The configured algorithm's server half (inside secure aggregation with --secagg)."""
+def build_bare(cfg: RunConfig) -> Strategy:
+    """The configured algorithm's own server half (algorithms.build wraps it for --secagg)."""
     spec = get(cfg.algo.name)
-    server = _load(spec.server)(cfg, spec.parse(dict(cfg.algo.params)))
-    if cfg.net.secagg == "off":
-        return server
-    from fednet.algorithms.secagg import SecAggServer, refusal
-    why = refusal(cfg, server, _load(spec.client))
-    if why:
-        raise ConfigError(f"--secagg {cfg.net.secagg}: {why}")
-    return SecAggServer(server)  # type: ignore[return-value]
+    return _load(spec.server)(cfg, spec.parse(dict(cfg.algo.params)))
 
 
-def build_client(cfg: RunConfig) -> ClientUpdate:
-    """The configured algorithm's client half (what every client process builds, and no more)."""
+def build_client_bare(cfg: RunConfig) -> ClientUpdate:
+    """The configured algorithm's own client half (algorithms.build_client wraps it)."""
     spec = get(cfg.algo.name)
-    client = _load(spec.client)(cfg, spec.parse(dict(cfg.algo.params)))
-    if cfg.net.secagg == "off":
-        return client
-    from fednet.algorithms.secagg import SecAggClient
-    return SecAggClient(client)  # type: ignore[return-value]
+    return _load(spec.client)(cfg, spec.parse(dict(cfg.algo.params)))
 
 
 def check_params(name: str, raw: dict[str, Any]) -> dict[str, Any]:
