@@ -37,6 +37,8 @@ class Centralized(Strategy):
 class CentralizedClient(ClientUpdate):
     """The one worker: trains on the pooled training set it rebuilds locally."""
 
+    trains_on_pooled = True  # (the server bounds its reply's time by the pooled set's size)
+
     def run(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
         """Train on the pooled training set."""
         load_arrays(ctx.model, task.arrays)

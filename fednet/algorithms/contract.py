@@ -111,6 +111,7 @@ class ClientUpdate:
     State: type = NoState  # the per-client state dataclass (ctx.state)
     keeps_model = False    # True: the client's model persists between rounds (personal models)
     sends_updates = False  # True: results hold updates, not models (--compress takes them as is)
+    trains_on_pooled = False  # True: it trains on the pooled training set, not its partition
 
     def __init__(self, cfg: RunConfig, params: Any) -> None:
         self.cfg, self.p = cfg, params

@@ -205,12 +205,20 @@ class Session:
         tensors = sum(a.nbytes for a in (task.arrays if task.wire is None else task.wire).values())
         moved = 3 * (max(tensors, self.evaluator.model_bytes) + (1 << 20))
         most = self._most_epochs
+        pooled = self._pooled_examples
         t = task.sim_time + 1.0 + float(self.cfg.latency.deadline)
         for cid in task.route[task.hop:]:
             p = self.profiles[cid]
-            samples = 4 * most * part_size(self.parts, cid) + 4096
+            samples = 4 * most * (pooled or part_size(self.parts, cid)) + 4096
             t += 2 * p.rtt_s + moved / min(p.down_bps, p.up_bps) + latency.compute_time(p, samples)
         return t
+
+    @functools.cached_property
+    def _pooled_examples(self) -> int:
+        """The training set's size when the algorithm's client trains on all of it (the
+        centralized reference), else 0."""
+        cls = algorithms.client_class(self.cfg.algo.name)
+        return int(self.stats.get("samples", 0)) if cls.trains_on_pooled else 0
 
     @functools.cached_property
     def _most_epochs(self) -> int:
