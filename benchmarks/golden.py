@@ -84,6 +84,8 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "fedbuff+down-qsgd": ("fedbuff", ["--compress-down", "qsgd:127", "--latency", "hetero"]),
     "fedseq+handoff-int8": ("fedseq", ["--compress-handoff", "int8", "--compress-down", "fp16"]),
     "fedseq_inter+handoff-qsgd": ("fedseq_inter", ["--compress-handoff", "qsgd:127"]),
+    "fedavg+secagg-full": ("fedavg", ["--secagg", "full"]),
+    "fedadam+secagg-plus": ("fedadam", ["--secagg", "plus", "--secagg-neighbours", "4"]),
 }
 SUMMARY_KEYS = ("status", "final_accuracy", "sim_time_s", "messages", "bytes")
 
@@ -287,6 +289,9 @@ def main(args: list[str] | None = None) -> int:
     ns = ap.parse_args(args)
     if set(EXTRA) != set(ALGORITHMS):
         raise SystemExit(f"EXTRA covers {sorted(EXTRA)}, the CLI offers {sorted(ALGORITHMS)}")
+    if ns.write and GOLDEN.exists() and load()["environment"] != environment():
+        raise SystemExit("--write pins the main environment's numbers, and this is another one "
+                         "(its float results differ by themselves): use --write-env")
     if (ns.write or ns.write_env) and ns.algos != keys():
         raise SystemExit("--write and --write-env regenerate every algorithm; drop --algos")
     records: dict[str, Any] = {}
@@ -343,7 +348,14 @@ def main(args: list[str] | None = None) -> int:
 
 def _write_env(old: dict[str, Any], doc: dict[str, Any], bad: int) -> int:
     """--write-env: this environment's float results as an `alternates` entry, once every
-    other field is shown to equal the main pin (same code, other kernels)."""
+    other field is shown to equal the main pin (same code, other kernels). A run the main pin
+    does not have yet (a new algorithm or variant) is added to it with its float results
+    unpinned there (null: the main environment's are not known here) and pinned here."""
+    main = dict(old["algorithms"])
+    for algo, rec in doc["algorithms"].items():
+        if algo not in main:
+            main[algo] = {**rec, **{k: None for k in FLOAT_KEYS}}
+    old = {**old, "algorithms": main}
     lines = [line for algo, rec in doc["algorithms"].items()
              for line in diff({k: v for k, v in old["algorithms"][algo].items()
                                if k not in FLOAT_KEYS},
