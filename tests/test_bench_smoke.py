@@ -21,6 +21,7 @@ TOOLS = {"dashboard.py": "writes BENCHMARKS.md from the --json files",
          "golden.py": "the golden pins of tests/test_golden.py",
          "plain_loop.py": "the plain PyTorch loop bench_many.py and bench_population.py time",
          "round_timing_plugin.py": "bench_many.py's --plugin (timestamps, a small dataset)",
+         "secagg_plugin.py": "bench_secagg.py's --plugin (dropouts at a stage, an MLP model)",
          "synthetic_plugin.py": "bench_memory.py's --plugin for older checkouts"}
 """The files in benchmarks/ that are not benchmarks, and what each is for."""
 
@@ -49,6 +50,8 @@ SMOKE: dict[str, list[str]] = {
     "bench_population.py": ["--populations", "50", "--per-round", "5", "--rounds", "2",
                             "--runtimes", "loop", "local", "launch", "--timeout-s", "300"],
     "bench_ring_timeline.py": ["--local"],
+    "bench_secagg.py": ["--population", "60", "--cohorts", "10", "20", "--drops", "0", "0.1",
+                        "--full-clients", "8"],
     "bench_scaling.py": ["--clients", "3", "--rounds", "2"],
     "bench_transfer.py": ["--quick", "--reps", "1", "--pings", "50"],
     "bench_trust.py": ["--scenarios", "d", "e", "--connections", "20", "--flood", "200"],

@@ -157,7 +157,12 @@ class NetConfig:
         "learns only their weighted sum", choices=("off", "full", "plus"), option="--secagg")
     secagg_neighbours: int = setting(
         0, "SecAgg+'s neighbours per client (even)", ge=0, option="--secagg-neighbours",
-        note="0: 2 * ceil(1.5 * log2 n)")
+        note="0: the fewest (at least 2 * ceil(1.5 * log2 n)) that survive --secagg-dropout "
+        "but for a 2^-20 chance a round")
+    secagg_dropout: float = setting(
+        0.1, "The dropout rate SecAgg+'s default neighbours are chosen for: clients that "
+        "drop out independently at this rate leave every secret enough shares", ge=0, lt=1,
+        option="--secagg-dropout")
     secagg_threshold: float = setting(
         0.5, "Secure aggregation's share threshold: a secret shared among k neighbours needs "
         "floor(fraction * k) + 1 shares, and floor(fraction * cohort) + 1 clients must survive "
