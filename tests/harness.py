@@ -64,10 +64,14 @@ def run_both(tmp_path: Path, cfg: Any, prepare: Any = None
 
 
 def assert_agree(a: dict, b: dict, ma: dict[str, np.ndarray], mb: dict[str, np.ndarray],
-                 keys: tuple[str, ...] = BYTE_KEYS) -> None:
-    """Two runs agree exactly: the same model, byte totals and simulated time."""
+                 keys: tuple[str, ...] = LEDGER_KEYS) -> None:
+    """Two runs agree exactly: the same model, simulated time, byte totals (by default the
+    whole ledger of the run's traffic: each direction, tensor and header bytes; control
+    traffic, which only fednet launch has, aside) and, with the header bytes, the messages."""
     assert ma.keys() == mb.keys()
     for k in ma:
         assert np.array_equal(ma[k], mb[k]), k
     assert byte_totals(a, keys) == byte_totals(b, keys)
+    if "header_bytes" in keys:
+        assert a["messages"] == b["messages"]
     assert a["sim_time_s"] == b["sim_time_s"]

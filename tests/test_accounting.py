@@ -30,10 +30,12 @@ def test_ledger_separates_control_from_traffic():
     led.record(1, "REJECT", "server", "unknown", 70, 0, 0)  # an answer to someone's mistake
     t = led.totals()
     assert t == {"server_to_client": 1100, "client_to_server": 0, "client_to_client": 1090,
-                 "tensor_bytes": 2000, "header_bytes": 190, "control": 50, "rejected": 0,
-                 "rejected_messages": 0, "rejects_sent": 70, "rejects_sent_messages": 1}
+                 "tensor_bytes": 2000, "header_bytes": 190, "messages": 2, "control": 50,
+                 "control_messages": 1, "rejected": 0, "rejected_messages": 0,
+                 "rejects_sent": 70, "rejects_sent_messages": 1}
     assert led.round_totals(1)["client_to_client"] == 1090
-    assert led.messages == 3  # the REJECT is counted apart, not as the run's message
+    # the run's messages: the READY is control traffic, the REJECT an answer apart
+    assert led.messages == 2 and led.round_totals(1)["messages"] == 1
 
 
 def test_one_round_bytes_equal_model_size_times_messages_plus_headers():

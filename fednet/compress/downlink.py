@@ -12,6 +12,7 @@ first task that carries the model, so `fednet local` and `fednet launch` agree b
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 
@@ -64,6 +65,32 @@ def encode_values(spec: Spec, arrays: Arrays, seed: int, purpose: str, rnd: int 
 def for_peer(spec: Spec, seed: int, arrays: Arrays, task_id: int, hop: int) -> Arrays | None:
     """--compress-handoff: a hand-off's model as it travels to route[hop] (None: as it is)."""
     return encode_values(spec, arrays, seed, "compress-handoff", task_id, hop) if spec.on else None
+
+
+@functools.lru_cache(maxsize=16)
+def _peer_layouts(spec: Spec, dense: tuple[tuple[str, tuple[int, ...], str], ...]
+                  ) -> tuple[dict, int, int]:
+    zeros = {n: np.zeros(shape, np.dtype(dt)) for n, shape, dt in dense}
+    wire = encode_values(spec, zeros, 0, "compress-handoff", 0, 0)
+    layout = {n: (a.shape, a.dtype) for n, a in wire.items()}
+    # arrays empty for a zero model (QSGD's levels) grow by at most one element per value
+    grow = max((a.dtype.itemsize for a in wire.values() if a.size == 0), default=0)
+    values = sum(a.size for a in zeros.values() if a.dtype.kind == "f")
+    return layout, grow * values, 4 * sum(a.size == 0 for a in wire.values())
+
+
+def peer_layout(spec: Spec, layout: dict[str, tuple[tuple[int, ...], np.dtype]]
+                ) -> tuple[dict[str, tuple[tuple[int, ...], np.dtype]], int, int]:
+    """A model of `layout` as it travels between peers under --compress-handoff `spec`: the
+    layout of its arrays, and how many tensor and header bytes more it may weigh when its size
+    follows its values (QSGD sends a level per nonzero value: the layout is then a zero model's,
+    the least; 0, 0 for the codecs whose sizes are fixed)."""
+    if not spec.on:
+        return dict(layout), 0, 0
+    dense = tuple((n, tuple(int(d) for d in shape), np.dtype(dt).str)
+                  for n, (shape, dt) in sorted(layout.items()))
+    wire, more_tensor, more_header = _peer_layouts(spec, dense)
+    return dict(wire), more_tensor, more_header
 
 
 def decode(spec: Spec, wire: Arrays, model: dict | None = None) -> Arrays:

@@ -111,5 +111,6 @@ class Arrivals:
         out = dict(base, server_to_client=base["server_to_client"] + self.sent_bytes,
                    client_to_server=base["client_to_server"] + self.back_bytes,
                    tensor_bytes=base["tensor_bytes"] + tensor,
-                   header_bytes=base["header_bytes"] + self.sent_bytes + self.back_bytes - tensor)
-        return out, base_messages + self.sent_msgs + self.back_msgs
+                   header_bytes=base["header_bytes"] + self.sent_bytes + self.back_bytes - tensor,
+                   messages=base_messages + self.sent_msgs + self.back_msgs)
+        return out, out["messages"]

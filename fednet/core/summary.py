@@ -32,7 +32,7 @@ def run_summary(d: Any, clients: list[ClientInfo], extra: dict[str, Any] | None 
         "rejected_messages": tot["rejected_messages"],
         "rejects_sent": {"messages": tot["rejects_sent_messages"],
                          "bytes": tot["rejects_sent"]},
-        "messages": messages,
+        "messages": messages, "control_messages": tot.get("control_messages", 0),
         **({"bytes_by_stage": st} if (st := d.ledger.stage_totals()) else {}),
         "devices": {str(c.cid): c.device for c in sorted(clients, key=lambda c: c.cid)},
         "failures": d.failures, "seed": d.cfg.seed,

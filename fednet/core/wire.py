@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from fednet.metrics.accounting import SERVER, Ledger
-from fednet.protocol import Message, MsgKind, encode, frame_bytes, stage_of, tensor_bytes
+from fednet.protocol import (Message, MsgKind, encode, encoded_sizes, frame_bytes, stage_of,
+                             tensor_bytes)
 from fednet.protocol.proof import NO_MAC
 from fednet.types import Arrays, Failure, Result, Task, client_name
 
@@ -89,6 +90,18 @@ def hop_done_message(task_msg: Message, reply: Message, peer_bytes: int, peer_te
     return Message(MsgKind.HOP_DONE, reply.sender, reply.run_id, reply.round, reply.task_id,
                    reply.sim_time, {"hop": int(task_msg.body.get("hop", 0)), "to": int(to_hop),
                                     "peer_bytes": int(peer_bytes), "peer_tensor_bytes": int(peer_tensor)})
+
+
+def handoff_sizes(task_body: dict[str, Any], run_id: str, rnd: int, task_id: int, sender: int,
+                  receiver: int, to_hop: int, layout: dict[str, Any]) -> tuple[int, int, int]:
+    """(header bytes, tensor bytes) of the HANDOFF that carries a model of `layout` (as it
+    travels) from client `sender` to `receiver` at route index `to_hop`, and the header bytes of
+    its HANDOFF_ACK: from the body of the TASK the server sent and what it knows, nothing
+    allocated (handoff_message and ack_message build the same messages)."""
+    msg = Message(MsgKind.HANDOFF, client_name(sender), run_id, rnd, task_id, 0.0,
+                  dict(task_body, hop=to_hop, mac=NO_MAC))
+    header, tensors = encoded_sizes(msg, layout)
+    return header, tensors, encoded_sizes(ack_message(msg, client_name(receiver)), {})[0]
 
 
 def task_size(task: Task, run_id: str) -> int:

@@ -44,14 +44,13 @@ def _counts() -> defaultdict[str, int]:
 class Ledger:
     """Records messages as seen by one process; totals split by direction and round."""
 
-    __slots__ = ("keep_entries", "entries", "_by_round", "_totals", "messages", "_by_stage")
+    __slots__ = ("keep_entries", "entries", "_by_round", "_totals", "_by_stage")
 
     def __init__(self, keep_entries: bool = False) -> None:
         self.keep_entries = keep_entries
         self.entries: list[Entry] = []
         self._by_round: dict[int, dict[str, int]] = defaultdict(_counts)
         self._totals: dict[str, int] = defaultdict(int)
-        self.messages = 0
         # (round, stage) -> direction -> bytes: the stages of a protocol inside a round (secure
         # aggregation's keys, shares, input, unmask), for the messages that name one
         self._by_stage: dict[tuple[int, str], dict[str, int]] = defaultdict(_counts)
@@ -67,15 +66,23 @@ class Ledger:
             return
         if self.keep_entries:
             self.entries.append(e)
-        self.messages += 1
-        key = direction(src, dst) if kind in TRAFFIC_KINDS else "control"
+        traffic = kind in TRAFFIC_KINDS
+        key = direction(src, dst) if traffic else "control"
         if stage:
             self._by_stage[(rnd, stage)][key] += e.total
         for bucket in (self._totals, self._by_round[rnd]):
             bucket[key] += e.total
-            if kind in TRAFFIC_KINDS:
+            if traffic:
                 bucket["tensor_bytes"] += tensor_bytes
                 bucket["header_bytes"] += header_bytes
+                bucket["messages"] += 1
+            else:
+                bucket["control_messages"] += 1
+
+    @property
+    def messages(self) -> int:
+        """The run's messages (control traffic's apart: totals()["control_messages"])."""
+        return int(self._totals.get("messages", 0))
 
     def reject(self, nbytes: int) -> None:
         """Count a received message that was refused (undecodable, unproven, unexpected): apart
@@ -93,8 +100,8 @@ class Ledger:
         """All rounds: server_to_client, client_to_server, client_to_client, tensor_bytes, ...,
         and what was refused (rejected bytes, rejected_messages)."""
         keys = ("server_to_client", "client_to_server", "client_to_client", "tensor_bytes",
-                "header_bytes", "control", "rejected", "rejected_messages", "rejects_sent",
-                "rejects_sent_messages")
+                "header_bytes", "messages", "control", "control_messages", "rejected",
+                "rejected_messages", "rejects_sent", "rejects_sent_messages")
         return {k: int(self._totals.get(k, 0)) for k in keys}
 
     def stage_totals(self, rnd: int | None = None) -> dict[str, dict[str, int]]:

@@ -114,6 +114,19 @@ def encode(msg: Message, limits: Limits = DEFAULT_LIMITS, check: bool = True
             bufs.append(view)
         else:  # zero-copy slices: heartbeats interleave between frames of a long transfer
             bufs.extend(view[j:j + CHUNK_BYTES] for j in range(0, view.nbytes, CHUNK_BYTES))
+    header = _pack_header(kind, msg, body, sim_time, entries)
+    if len(header) > limits.max_header_bytes:
+        raise ProtocolError(
+            f"header is {len(header)} bytes, limit is {limits.max_header_bytes}"
+        )
+    total = len(header) + sum(b.nbytes for b in bufs)
+    if total > limits.max_message_bytes:
+        raise ProtocolError(f"message is {total} bytes, limit is {limits.max_message_bytes}")
+    return [header, *bufs]
+
+
+def _pack_header(kind: MsgKind, msg: Message, body: Any, sim_time: Any,
+                 entries: list[list[Any]]) -> bytes:
     header_map = {
         S.K_VERSION: PROTOCOL_VERSION,
         S.K_KIND: int(kind),
@@ -126,17 +139,24 @@ def encode(msg: Message, limits: Limits = DEFAULT_LIMITS, check: bool = True
         S.K_ARRAYS: entries,
     }
     try:
-        header = msgpack.packb(header_map, use_bin_type=True, use_single_float=False)
+        return msgpack.packb(header_map, use_bin_type=True, use_single_float=False)
     except (TypeError, ValueError, OverflowError) as exc:
         raise ProtocolError(f"body cannot be packed: {exc}") from exc
-    if len(header) > limits.max_header_bytes:
-        raise ProtocolError(
-            f"header is {len(header)} bytes, limit is {limits.max_header_bytes}"
-        )
-    total = len(header) + sum(b.nbytes for b in bufs)
-    if total > limits.max_message_bytes:
-        raise ProtocolError(f"message is {total} bytes, limit is {limits.max_message_bytes}")
-    return [header, *bufs]
+
+
+def encoded_sizes(msg: Message, layout: dict[str, tuple[tuple[int, ...], Any]]
+                  ) -> tuple[int, int]:
+    """(header, payload) bytes that `msg` weighs with arrays of `layout` (name -> (shape,
+    dtype)) in place of its own, none of them allocated: what encode() would give (the server
+    counts messages it does not see, peers' hand-offs, this way)."""
+    entries: list[list[Any]] = []
+    payload = 0
+    for name, (shape, dtype) in layout.items():
+        dname = np.dtype(dtype).name
+        entries.append([name, dname, [int(d) for d in shape]])
+        payload += math.prod(int(d) for d in shape) * _WIRE_DTYPES[dname].itemsize
+    header = _pack_header(MsgKind(msg.kind), msg, msg.body, float(msg.sim_time), entries)
+    return len(header), payload
 
 
 def _chunks(nbytes: int) -> int:

@@ -27,6 +27,7 @@ from fednet.core.plugin_check import welcome_plugins
 from fednet.protocol import Message, MsgKind, peek_kind
 from fednet.protocol.proof import grant_key, route_grants
 from fednet.server.conns import LOST_GRACE_S, Connections, Identity
+from fednet.server.hops import Hops
 from fednet.server.enroll import (HELLO_EVERY_S, by_connection, late_byes, on_byes, on_hellos,
                                   on_readys)
 from fednet.server.inflight import next_task, process_cap
@@ -89,8 +90,7 @@ class ZmqServer:
         self._progress = time.monotonic()
         self.shutting_down = False
         self._holder: dict[int, int] = {}  # task id -> route index of the client holding it
-        self._routes: dict[int, tuple[int, list[int]]] = {}  # task id -> (round, route) sent
-        self._hops: set[tuple[int, int]] = set()  # (task id, hop) whose HOP_DONE was counted
+        self.hops = Hops(session.run_id, session.handoff_codec)  # routed tasks' hand-offs
 
     # ---- helpers -------------------------------------------------------------------------
     def _send(self, cid: int, msg: Message) -> bool:
@@ -222,7 +222,6 @@ class ZmqServer:
 
     def _dispatch(self, task: Task) -> None:
         self._pending[task.task_id] = task
-        self._routes[task.task_id] = (task.round, list(task.route))
         msg = task_message(task, self.s.run_id)
         if len(task.route) > 1:  # peers find each other through the route itself
             msg.body["endpoints"] = [self.clients[c].endpoint if c in self.clients else ""
@@ -233,6 +232,8 @@ class ZmqServer:
                 b["grants"] = route_grants(self.conns.ident.grants, self.s.run_id, task.round,
                                            task.task_id, task.route, b["keys"], b["endpoints"],
                                            task.kind, b["body"])
+        if len(task.route) > 1:
+            self.hops.send(task, msg.body, self.s.algo.result_layout(task))
         if not self._send(task.cid, msg):
             if task.cid in self.conns.lost and task.cid not in self.dead:
                 return  # its connection just closed: it fails as dead after the grace
@@ -247,9 +248,7 @@ class ZmqServer:
         """
         self._replies = []
         self.round = rnd
-        for tid in [t for t, (r, _) in self._routes.items() if r < rnd - 1]:
-            del self._routes[tid]  # late HOP_DONEs are accepted for one round after
-        self._hops = {h for h in self._hops if h[0] in self._routes}
+        self.hops.new_round(rnd)
         self._on_reply, self._accepting = follow, True
         self._queue.extend(tasks)
         timeout = self.s.cfg.net.round_timeout
@@ -402,18 +401,14 @@ class ZmqServer:
         """A ring's hand-off report. It may arrive after the task's RESULT (another connection):
         any task sent in this round or the last, once per hop, from the client that held it."""
         msg, b = got.msg, got.msg.body
-        rnd_route = self._routes.get(msg.task_id)
-        if (rnd_route is None or rnd_route[0] != msg.round
-                or not b["hop"] < b["to"] < len(rnd_route[1])
-                or rnd_route[1][b["hop"]] != cid or (msg.task_id, b["hop"]) in self._hops):
-            return self.chan.reject(got, f"unexpected HOP_DONE for task {msg.task_id}")
+        why = self.hops.problem(cid, msg)
+        if why:
+            return self.chan.reject(got, why)
         self.chan.accept(got, client_name(cid))
-        self._hops.add((msg.task_id, b["hop"]))
         self._progress = time.monotonic()
         if msg.task_id in self._pending:
             self._holder[msg.task_id] = b["to"]
-        self.s.ledger.add_totals(msg.round, {"client_to_client": b["peer_bytes"],
-                                             "tensor_bytes": b["peer_tensor_bytes"]})
+        self.hops.count(self.s.ledger, cid, msg)
         if b.get("skipped"):  # offline peers passed over
             self.s.driver.churn.note(msg.round, b["skipped"])
 

@@ -14,7 +14,7 @@ from fednet.core.inproc import run_local
 from fednet.server.main import run_zmq
 from tests.conftest import small_config
 from tests.test_availability import MODEL, _ring, _spans_csv
-from tests.harness import BYTE_KEYS as KEYS
+from tests.harness import LEDGER_KEYS as KEYS
 from tests.harness import final_model as _model
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]
@@ -34,6 +34,7 @@ def _both(tmp_path, cfg, ring=False, trace=None):
     ma, mb = _model(tmp_path / "local"), _model(tmp_path / "launch")
     assert ma.keys() == mb.keys() and all(np.array_equal(ma[k], mb[k]) for k in ma)
     assert {k: a["bytes"][k] for k in KEYS} == {k: b["bytes"][k] for k in KEYS}
+    assert a["messages"] == b["messages"]
     assert a["sim_time_s"] == b["sim_time_s"] > 0
     assert a["failures"] == b["failures"] and a["availability"] == b["availability"]
     assert a["status"] == b["status"]

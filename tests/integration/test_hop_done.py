@@ -11,7 +11,7 @@ import pytest
 from fednet.protocol import Message, MsgKind
 from tests.conftest import final_model, same_arrays, small_config
 from tests.integration.conftest import serve_in_thread
-from tests.harness import BYTE_KEYS as KEYS
+from tests.harness import LEDGER_KEYS as KEYS
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]
 
@@ -46,9 +46,43 @@ def test_a_hop_done_after_the_result_is_counted_once(tmp_path, monkeypatch):
     assert code == 0 and s["status"] == "completed" and not s["failures"]
     assert s["bytes"]["client_to_client"] > 0
     assert {k: s["bytes"][k] for k in KEYS} == {k: ref["bytes"][k] for k in KEYS}
+    assert s["messages"] == ref["messages"]  # each hand-off and its ack, as fednet local counts
     assert s["rejected_messages"] > 0  # the duplicates
     with np.load(tmp_path / "run" / "final_model.npz", allow_pickle=False) as z:
         assert same_arrays(ref_model, {k: z[k] for k in z.files})
+
+
+def test_a_hand_off_report_that_lies_about_its_bytes_is_counted_as_the_server_sizes_it(
+        tmp_path, monkeypatch):
+    """The clients report each hand-off a hundred times bigger than it was: the server enters
+    the HANDOFF and its acknowledgement at the sizes its own TASK and the model's layout give
+    (server/hops.py), so the ledger is the in-process run's, every field and message."""
+    from fednet.client.app import Client
+    from fednet.client.main import run_host
+
+    orig = Client._send_server
+
+    def inflated(self, msg, track=False):
+        if msg.kind == MsgKind.HOP_DONE:
+            msg.body["peer_bytes"] *= 100
+            msg.body["peer_tensor_bytes"] *= 100
+        return orig(self, msg, track)
+    monkeypatch.setattr(Client, "_send_server", inflated)
+    cfg = small_config(clients=4, rounds=2, algo={"name": "fedseq", "params": FEDSEQ})
+    ref, _ = final_model(cfg, tmp_path, "ref")
+    t, box = serve_in_thread(cfg, tmp_path / "run")
+    code = run_host([0, 1, 2, 3], box["endpoint"], register_timeout=30)
+    t.join(120)
+    s = box["summary"]
+    assert code == 0 and s["status"] == "completed" and not s["failures"]
+    got, want = s["bytes"], ref["bytes"]
+    assert got["client_to_client"] == want["client_to_client"] > 0
+    assert got["tensor_bytes"] == want["tensor_bytes"] and s["messages"] == ref["messages"]
+    # only the HOP_DONEs themselves are bigger, as received: their inflated numbers (msgpack)
+    grew = got["client_to_server"] - want["client_to_server"]
+    assert grew == got["header_bytes"] - want["header_bytes"]
+    hops = want["client_to_client"] and s["messages"] // 3  # (a bound: < 8 bytes per message)
+    assert 0 < grew < 8 * hops
 
 
 def test_a_bye_read_after_its_client_was_released_is_accepted(tmp_path, monkeypatch):

@@ -10,7 +10,7 @@ from fednet.core.inproc import run_local
 from fednet.server.main import run_zmq
 from fednet.core.session import Session
 from tests.conftest import small_config
-from tests.harness import BYTE_KEYS as KEYS
+from tests.harness import LEDGER_KEYS as KEYS
 from tests.harness import final_model as _model
 from tests.harness import run_both as _both
 
@@ -29,6 +29,7 @@ def _launch_matches_local(tmp_path, algo, clients, params, net):
     for k in ma:
         assert np.array_equal(ma[k], mb[k]), k
     assert {k: a["bytes"][k] for k in KEYS} == {k: b["bytes"][k] for k in KEYS}
+    assert a["messages"] == b["messages"]
     assert a["sim_time_s"] == b["sim_time_s"]
     return a, b
 
@@ -40,6 +41,7 @@ def test_local_and_launch_agree_exactly(tmp_path):
     for k in ma:
         assert np.array_equal(ma[k], mb[k]), k
     assert {k: a["bytes"][k] for k in KEYS} == {k: b["bytes"][k] for k in KEYS}
+    assert a["messages"] == b["messages"]
     assert a["sim_time_s"] == b["sim_time_s"] > 0
     assert a["final_accuracy"] == b["final_accuracy"]
     # the clients' own ledgers (sent at BYE) saw exactly what the server saw
@@ -60,6 +62,7 @@ def test_synthetic_fedprox_local_and_launch_agree_exactly(tmp_path):
     for k in ma:
         assert np.array_equal(ma[k], mb[k]), k
     assert {k: a["bytes"][k] for k in KEYS} == {k: b["bytes"][k] for k in KEYS}
+    assert a["messages"] == b["messages"]
     assert a["sim_time_s"] == b["sim_time_s"] and a["final_accuracy"] == b["final_accuracy"]
 
 
@@ -82,6 +85,7 @@ def test_ring_route_hands_off_peer_to_peer_and_matches_local(tmp_path):
     for k in ma:
         assert np.array_equal(ma[k], mb[k]), k
     assert {k: a["bytes"][k] for k in KEYS} == {k: b["bytes"][k] for k in KEYS}
+    assert a["messages"] == b["messages"]
     assert a["sim_time_s"] == pytest.approx(b["sim_time_s"], abs=0)
     model = 4 * 15_466
     # per round: server -> first client, 2 peer hand-offs (+acks), last client -> server
@@ -103,6 +107,7 @@ def test_fedseq_inter_over_sockets_matches_local(tmp_path):
     for k in ma:
         assert np.array_equal(ma[k], mb[k]), k
     assert {k: a["bytes"][k] for k in KEYS} == {k: b["bytes"][k] for k in KEYS}
+    assert a["messages"] == b["messages"]
     assert b["bytes"]["client_to_client"] > 0
     assert a["sim_time_s"] == b["sim_time_s"]
     assert a["setup"]["groups"] == b["setup"]["groups"]
@@ -211,6 +216,7 @@ def _agree(tmp_path, over, net, launch_net=None):
     ma, mb = _model(tmp_path / "local"), _model(tmp_path / "launch")
     assert all(np.array_equal(ma[k], mb[k]) for k in ma)
     assert {k: a["bytes"][k] for k in KEYS} == {k: b["bytes"][k] for k in KEYS}
+    assert a["messages"] == b["messages"]
     assert a["sim_time_s"] == b["sim_time_s"]
     return a, b
 

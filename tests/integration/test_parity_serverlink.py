@@ -10,7 +10,7 @@ import pytest
 from fednet.core.inproc import run_local
 from fednet.server.main import run_zmq
 from tests.conftest import small_config
-from tests.harness import BYTE_KEYS as KEYS
+from tests.harness import LEDGER_KEYS as KEYS
 from tests.harness import final_model as _model
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]
@@ -43,6 +43,7 @@ def test_server_link_and_deadlines_agree_across_runtimes(tmp_path, algo, clients
     for k in ma:
         assert np.array_equal(ma[k], mb[k]), k
     assert {k: a["bytes"][k] for k in KEYS} == {k: b["bytes"][k] for k in KEYS}
+    assert a["messages"] == b["messages"]
     assert a["sim_time_s"] == b["sim_time_s"] > 0
     assert a["server_link"] == b["server_link"] and a["server_link"]["busy_s"] > 0
     assert a["stragglers"] == b["stragglers"] == sum(late)
