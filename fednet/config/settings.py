@@ -22,6 +22,10 @@ OPTIMIZERS = ("sgd", "adam", "adamw")
 LATENCY_PRESETS = ("none", "lan", "wan", "hetero")
 AUGMENTS = ("auto", "none", "fedseq", "simclr")
 EVAL_MODES = ("auto", "global", "clients")
+ATTACKS = ("none", "labelflip", "signflip", "noise", "backdoor", "alie", "ipm", "minmax",
+           "minsum")  # algorithms/robust_spec.py declares each one's parameters
+DEFENSES = ("none", "krum", "multikrum", "bulyan", "median", "trimmed_mean", "norm_bound",
+            "centered_clip")
 _COMPRESS = ("none, fp16, int8 (8-bit per tensor), qsgd[:S] (S levels, 16), topk[:R] (the "
              "fraction R kept, 0.01; error feedback), sign (scaled sign; error feedback)")
 
@@ -95,6 +99,32 @@ class AlgoConfig:
                         "client's own model on its own split", choices=EVAL_MODES,
                         option="--eval", dest="eval_mode")
     params: dict[str, Any] = field(default_factory=dict)  # typed by the algorithm's declarations
+
+
+@dataclass(frozen=True)
+class AttackConfig:
+    """Byzantine clients: which attack, who runs it (drawn from the seed), and its parameters."""
+
+    name: str = setting(
+        "none", "Byzantine clients: the attack the malicious clients run (docs/algorithms.md "
+        "section 10; parameters by --param)", choices=ATTACKS, option="--attack")
+    malicious: str = setting(
+        "0.2", "With --attack: the malicious clients, a fraction of the population (drawn from "
+        "the seed) or ids:LIST (ids:3,17 or ids:0-9; ids:3+17 in a sweep grid)",
+        option="--malicious", metavar="FRACTION|ids:LIST")
+    params: dict[str, Any] = field(default_factory=dict)  # typed by the attack's declarations
+
+
+@dataclass(frozen=True)
+class DefenseConfig:
+    """Robust aggregation in place of the FedAvg family's mean, and its parameters."""
+
+    name: str = setting(
+        "none", "Robust aggregation in place of the mean of fedavg, fedprox and the FedOpt family "
+        "(fedavgm, fedadam, fedyogi, fedadagrad; docs/algorithms.md section 10; parameters by "
+        "--param)",
+        choices=DEFENSES, option="--defense")
+    params: dict[str, Any] = field(default_factory=dict)  # typed by the defense's declarations
 
 
 @dataclass(frozen=True)
@@ -212,6 +242,8 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
+    attack: AttackConfig = field(default_factory=AttackConfig)
+    defense: DefenseConfig = field(default_factory=DefenseConfig)
     net: NetConfig = field(default_factory=NetConfig)
     latency: LatencyConfig = field(default_factory=LatencyConfig)
 
@@ -231,7 +263,9 @@ def _lists(d: dict[str, Any]) -> dict[str, Any]:
 
 _SECTIONS: dict[str, Any] = {f.name: f.default_factory for f in fields(RunConfig)
                              if is_dataclass(f.default_factory)}  # data, train, algo, net, latency
-_TABLES = ("algo.params",)  # free-form tables: the algorithm types them (algorithms/params.py)
+# free-form tables: the algorithm, the attack and the defense type them (algorithms/params.py,
+# algorithms/robust_spec.py)
+TABLES = _TABLES = ("algo.params", "attack.params", "defense.params")
 
 
 def _infos(cls: type, prefix: str) -> list[Info]:
