@@ -73,6 +73,8 @@ class RoundDriver(Verdict):
         self.network: Network | None = None  # --server-bandwidth, --deadline, --over-select
         self.arrivals: Callable[[], Arrivals] | None = None  # set by the session (virtual order)
         self.downlink: Downlink | None = None  # --compress-down (set by the session)
+        # more row metrics of the evaluated model (set by the session: --attack backdoor)
+        self.extra_eval: Callable[[Any], dict[str, float]] | None = None
         self.error = ""  # why a failed run failed (its first failure's reason)
         self.log_hint = ""  # where the clients' tracebacks are (set by the runtime)
         self.failed_streak = self.usable_rounds = 0
@@ -261,6 +263,8 @@ class RoundDriver(Verdict):
         else:
             acc, loss = self.evaluate(self.algo.eval_arrays())
             self._check_diverged(rnd, results, failures, loss)
+            if self.extra_eval is not None:  # --attack backdoor: the attack's success
+                metrics = {**metrics, **self.extra_eval(self.algo.eval_arrays())}
         last = rnd + span - 1
         late = step.stragglers if step else 0  # (an ordered step's are in its results)
         metrics = {**metrics, "tasks": len(results) + len(failures) + late,  # (of the step)

@@ -13,6 +13,7 @@ import numpy as np
 from fednet import algorithms
 from fednet.network import latency
 from fednet.algorithms.contract import ServerInfo
+from fednet.algorithms.robust_spec import malicious_ids
 from fednet.algorithms.state import Shapes
 from fednet.compress import parse as compression
 from fednet.compress.downlink import Downlink
@@ -30,6 +31,7 @@ from fednet.core import checkpoint, store_check
 from fednet.core.arrivals import Arrivals
 from fednet.core.evaluate import Evaluator
 from fednet.core.rounds import RoundDriver
+from fednet.core.summary import robust_summary
 from fednet.network import availability
 from fednet.network.churn import Churn
 from fednet.network.step import Network
@@ -125,6 +127,9 @@ class Session:
         driver.churn = Churn(self.availability) if self.availability is not None else None
         driver.network = Network.of(cfg, self.profiles, lambda t: task_size(t, self.run_id))
         driver.downlink = Downlink(down, cfg.seed) if down.on else None
+        if cfg.attack.name == "backdoor":  # the attack's success rate in every row
+            driver.extra_eval = lambda arrays: {
+                "attack_success": self.evaluator.attack_success(arrays)}
         driver.arrivals = lambda: Arrivals(  # replies in simulated-time order
             self.earliest_return, lambda t: task_size(t, self.run_id), float(cfg.latency.deadline))
         if state is not None:
@@ -238,6 +243,7 @@ class Session:
             self.driver.status = "error"
         summary = self.driver.summary(clients, {"partition": self.stats, "run_id": self.run_id,
                                                 "out": str(self.out) if self.out else None,
+                                                **robust_summary(self.cfg, self.history.rows),
                                                 **(extra or {})})
         self.history.close()
         if self.out is None:
@@ -254,13 +260,15 @@ class Session:
     def _client_rows(self, clients: list[ClientInfo]) -> list[dict[str, Any]]:
         """clients.jsonl: each client's size, labels, device, host and profile."""
         by_cid = {c.cid: c for c in clients}
+        bad = set(malicious_ids(self.cfg))
         rows = []
         for cid in range(self.cfg.clients):
             c = by_cid.get(cid)
             rows.append({"client": cid, "samples": part_size(self.parts, cid),  # (no rows built)
                          "labels": self.histograms[cid], "device": c.device if c else None,
                          "host": c.host if c else None, "endpoint": c.endpoint if c else None,
-                         "profile": self.profiles[cid].to_dict()})
+                         "profile": self.profiles[cid].to_dict(),
+                         **({"malicious": cid in bad} if self.cfg.attack.name != "none" else {})})
         return rows
 
     def _write_model(self) -> None:
