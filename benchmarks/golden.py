@@ -84,6 +84,26 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "fedbuff+down-qsgd": ("fedbuff", ["--compress-down", "qsgd:127", "--latency", "hetero"]),
     "fedseq+handoff-int8": ("fedseq", ["--compress-handoff", "int8", "--compress-down", "fp16"]),
     "fedseq_inter+handoff-qsgd": ("fedseq_inter", ["--compress-handoff", "qsgd:127"]),
+    # --attack and --defense (issue 40): every attack once, every defense at least once; one
+    # malicious client of 6 (--malicious 0.2: f = 1), two colluders where they pool their honest
+    # updates (0.34); Bulyan's n >= 4f + 3 needs 7 clients for f = 1
+    "fedavg+labelflip+median": ("fedavg", ["--attack", "labelflip", "--malicious", "0.2",
+                                           "--defense", "median"]),
+    "fedavg+signflip+krum": ("fedavg", ["--attack", "signflip", "--malicious", "0.2",
+                                        "--defense", "krum"]),
+    "fedavg+noise+trimmed_mean": ("fedavg", ["--attack", "noise", "--malicious", "0.2",
+                                             "--defense", "trimmed_mean"]),
+    "fedavg+backdoor+norm_bound": ("fedavg", ["--attack", "backdoor", "--malicious", "0.2",
+                                              "--defense", "norm_bound"]),
+    "fedavg+alie+multikrum": ("fedavg", ["--attack", "alie", "--malicious", "0.34",
+                                         "--defense", "multikrum", "--param", "f=1"]),
+    "fedadam+ipm+centered_clip": ("fedadam", ["--attack", "ipm", "--malicious", "0.34",
+                                              "--defense", "centered_clip",
+                                              "--param", "radius=1"]),
+    "fedavg+minmax+bulyan": ("fedavg", ["--clients", "7", "--attack", "minmax",
+                                        "--malicious", "0.29", "--defense", "bulyan",
+                                        "--param", "f=1"]),
+    "fedprox+minsum": ("fedprox", ["--attack", "minsum", "--malicious", "0.34"]),
 }
 SUMMARY_KEYS = ("status", "final_accuracy", "sim_time_s", "messages", "bytes")
 
@@ -199,6 +219,13 @@ def _scenario(algo: str, summary: dict[str, Any], rows: list[dict[str, Any]], se
         out["final_clusters"] = [list(map(int, c)) for c in session.algo.state.clusters]
     if algo == "fedfomo":
         out["mixed_mean"] = [r.get("mixed_mean") for r in rows]
+    if "attack" in summary:  # --attack: who attacked; the backdoor's success per round
+        out["malicious"] = summary["attack"]["malicious"]
+        if summary["attack"]["name"] == "backdoor":
+            out["attack_success"] = [r.get("attack_success") for r in rows]
+    if "defense" in summary:  # --defense: its f per round, refused rounds, attackers it kept
+        out["robust"] = [[r.get("robust_f"), r.get("robust_refused", 0),
+                          r.get("malicious_kept")] for r in rows]
     return out
 
 
@@ -211,6 +238,10 @@ def scenario_problems(algo: str, rec: dict[str, Any]) -> list[str]:
         if VARIANTS[algo][1][-1].startswith(("topk", "sign")) and \
                 "compress/residual" not in rec["client_state_names"]:
             out.append("no error-feedback residual in the clients' state")
+    if algo in VARIANTS and "--attack" in VARIANTS[algo][1] and not sc.get("malicious"):
+        out.append("no malicious client")
+    if any(r[1] for r in sc.get("robust", [])):
+        out.append(f"the defense refused a round: {sc['robust']}")
     algo = base(algo)
     if rec["status"] != "completed":
         out.append(f"status {rec['status']}")
@@ -346,12 +377,17 @@ def main(args: list[str] | None = None) -> int:
     ap.add_argument("--twice", action="store_true",
                     help="run each algorithm twice in this process and require identical records")
     ap.add_argument("--json", help="also write the fresh records (and timings) to this file")
+    ap.add_argument("--add", action="store_true",
+                    help="pin the runs golden.json lacks (new algorithms or VARIANTS) into the "
+                         "main pin, leaving every pinned run as it is (then --write-env)")
     ap.add_argument("--write-env", action="store_true",
                     help="pin this environment's float results beside the main pin (its bytes, "
                          "messages and times must equal the main pin's)")
     ns = ap.parse_args(args)
     if set(EXTRA) != set(ALGORITHMS):
         raise SystemExit(f"EXTRA covers {sorted(EXTRA)}, the CLI offers {sorted(ALGORITHMS)}")
+    if ns.add:
+        return _add(ns)
     if (ns.write or ns.write_env) and ns.algos != keys():
         raise SystemExit("--write and --write-env regenerate every algorithm; drop --algos")
     records: dict[str, Any] = {}
@@ -404,6 +440,26 @@ def main(args: list[str] | None = None) -> int:
         print("note: pinned on another environment (bit-exact numbers may differ there):",
               *notes, sep="\n  ")
     return 1 if lines or bad else 0
+
+
+def _add(ns: argparse.Namespace) -> int:
+    """--add: the runs golden.json does not pin yet, run and added to the main pin (the file's
+    other entries are kept as they are)."""
+    old = load()
+    new = [a for a in keys() if a not in old["algorithms"]]
+    with tempfile.TemporaryDirectory(prefix="fednet-golden-") as tmp:
+        for algo in new:
+            rec = run(algo, Path(tmp) / algo)
+            problems = scenario_problems(algo, rec)
+            if problems:
+                print(f"{algo}: trivial scenario: {problems}; nothing written")
+                return 1
+            old["algorithms"][algo] = {"command": command(algo), **rec}
+            print(f"{algo:28s} {rec['model_sha256'][:12]}  acc {rec['final_accuracy']:.4f}")
+    GOLDEN.write_text(dumps(old) + "\n")
+    print(f"added {len(new)} runs to {GOLDEN.relative_to(ROOT)}; pin this environment's floats "
+          "with --write-env")
+    return 0
 
 
 def _write_env(old: dict[str, Any], doc: dict[str, Any], bad: int) -> int:
