@@ -175,7 +175,6 @@ def honest_update(ex: Any, j: int, task: Task, received: Arrays) -> Arrays:
     partition of the run (the same data, seeded batches and rule as j's own executor)."""
     from fednet.data.client_data import client_data
     from fednet.data.views import Rows
-    from fednet.models.arrays import state_arrays
 
     cfg = ex.cfg
     cd = client_data(ex.dataset, cfg.data, cfg.clients, cfg.seed, j)

@@ -26,7 +26,6 @@ rules need a few blocks of scratch memory beside X, not copies of it.
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -283,11 +282,3 @@ class RobustMean:
         self._run()
         return None if self.outcome is None else self.outcome.update
 
-
-def center_size(model: Arrays) -> int:
-    """The length of a flattened update of this model (its floating entries)."""
-    return int(sum(a.size for a in model.values() if a.dtype.kind == "f"))
-
-
-def finite_update(u: np.ndarray | None) -> bool:
-    return u is not None and bool(np.isfinite(u).all()) and math.isfinite(float(u.sum()))

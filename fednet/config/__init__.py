@@ -15,7 +15,8 @@ from fednet.config.settings import (ATTACKS, AUGMENTS, DEFENSES, EVAL_MODES, LAT
                                     RunConfig, TrainConfig, declaration, declarations, flatten,
                                     from_dict, load_toml, merge, to_toml)
 
-__all__ = ["ATTACKS", "DEFENSES", "TABLES", "AttackConfig", "DefenseConfig", "AUGMENTS", "EVAL_MODES", "LATENCY_PRESETS", "OPTIMIZERS", "PARTITIONS", "AlgoConfig",
+__all__ = ["ATTACKS", "DEFENSES", "TABLES", "AttackConfig", "DefenseConfig",
+           "AUGMENTS", "EVAL_MODES", "LATENCY_PRESETS", "OPTIMIZERS", "PARTITIONS", "AlgoConfig",
            "DataConfig", "LatencyConfig", "NetConfig", "RunConfig", "TrainConfig", "declaration",
            "declarations", "flatten", "from_dict", "load_toml", "merge", "to_toml", "validate", "eval_mode",
            "optimizer_problem", "ALGORITHMS", "PERSONAL"]
