@@ -152,6 +152,8 @@ def test_malicious_ids_drawn_from_the_seed():
     assert len(ids) == 20 and ids == sorted(set(ids)) and ids == S.malicious_ids(cfg)
     assert ids != S.malicious_ids(cfg.replace(seed=1))
     assert S.malicious_ids(cfg.replace(**{"attack.name": "none"})) == []
+    # a defense's f assumes the declared share, with or without an attack
+    assert S.assumed_share(cfg.replace(**{"attack.name": "none"})) == 0.2
     assert S.malicious_ids(cfg.replace(**{"attack.malicious": "0"})) == []
     assert S.malicious_ids(cfg.replace(**{"attack.malicious": "ids:3,7-9+1"})) == [1, 3, 7, 8, 9]
     assert len(S.malicious_ids(cfg.replace(clients=6, **{"attack.malicious": "0.01"}))) == 1

@@ -42,7 +42,7 @@ class FedAvg(Strategy):
         if self.defense:
             self._dp = robust_spec.defense_params(cfg)
             self._bad = frozenset(robust_spec.malicious_ids(cfg))  # (reported, never used)
-            self._share = len(self._bad) / cfg.clients
+            self._share = robust_spec.assumed_share(cfg)  # what f = -1 assumes
 
     def init_state(self, init: Arrays) -> Any:
         """The model, and the clipping center under --defense centered_clip."""

@@ -99,7 +99,8 @@ class ByzantineCount:
     """The number of Byzantine results a defense assumes in a round."""
 
     f: int = param(-1, "robust aggregation: the Byzantine results assumed per round (-1: "
-                   "ceil(share x n), the run's malicious share of the round's n results)", ge=-1)
+                   "ceil(share x n), the --malicious share of the round's n results, with or "
+                   "without an attack)", ge=-1)
 
 
 @dataclass(frozen=True)
@@ -199,9 +200,11 @@ def _draw(text: str, clients: int, seed: int) -> tuple[int, ...]:
     return tuple(sorted(int(i) for i in pick))
 
 
-def malicious_share(cfg: Any) -> float:
-    """The malicious clients' share of the population (what a defense's f assumes)."""
-    return len(malicious_ids(cfg)) / cfg.clients
+def assumed_share(cfg: Any) -> float:
+    """The share of malicious clients a defense's f assumes (f = -1): the one --malicious
+    declares (0.2 by default), whether or not an attack runs, so that a defense is the same
+    rule in a run without attackers."""
+    return len(_draw(cfg.attack.malicious, cfg.clients, cfg.seed)) / cfg.clients
 
 
 def round_size(cfg: Any) -> int:
@@ -267,7 +270,7 @@ def problem(cfg: Any, robust_algorithms: tuple[str, ...]) -> str:
     """Why the attack and defense settings do not fit the run (one line), or ''."""
     a, d = cfg.attack, cfg.defense
     try:
-        ids = malicious_ids(cfg)
+        _draw(cfg.attack.malicious, cfg.clients, cfg.seed)
         attack_params(cfg), defense_params(cfg)
     except ConfigError as e:
         return str(e)
@@ -282,7 +285,7 @@ def problem(cfg: Any, robust_algorithms: tuple[str, ...]) -> str:
     if d.name == "none":
         return ""
     n = round_size(cfg)
-    f = byzantine_count(getattr(defense_params(cfg), "f", 0), len(ids) / cfg.clients, n)
+    f = byzantine_count(getattr(defense_params(cfg), "f", 0), assumed_share(cfg), n)
     need = least_results(d.name, f)
     if n < need:
         return (f"--defense {d.name} assumes f = {f} Byzantine results per round and needs "
