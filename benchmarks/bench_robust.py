@@ -125,7 +125,7 @@ def timing(n: int, d: int, repeat: int) -> dict[str, float]:
         m.result()
     out["fedavg (StreamingMean)"] = best(streaming)
     for name in TIMED:
-        out[name] = best(lambda: R.apply(name, params[name], 0.2, x, w))
+        out[name] = best(lambda name=name: R.apply(name, params[name], 0.2, x, w))
     return out
 
 
