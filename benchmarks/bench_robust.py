@@ -48,7 +48,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--malicious", default="0.2")
-    ap.add_argument("--timing", nargs="+", default=["1000x100000", "100x1000000", "100x155000"],
+    ap.add_argument("--timing", nargs="*", default=["1000x100000", "100x1000000", "100x155000"],
                     help="N x D sizes to time each defense on")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--skip-table", action="store_true")
