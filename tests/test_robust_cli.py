@@ -32,3 +32,21 @@ def test_wrong_params_name_their_owner():
         _cfg(["--attack", "alie", "--param", "z=-1"])
     with pytest.raises(ConfigError, match="--malicious"):
         validate(_cfg(["--attack", "ipm", "--malicious", "2"]))
+
+
+def test_centered_clipping_resumes_from_its_checkpointed_center(tmp_path):
+    """FedAdam under --defense centered_clip: stopped after 2 rounds and resumed for a third,
+    the same model as 3 rounds at once (the center is in the server state)."""
+    import numpy as np
+
+    base = ["--clients", "6", "--epochs", "1", "--algo", "fedadam", "--defense", "centered_clip",
+            "-q"]
+    for args in (["--rounds", "2", "--checkpoint-every", "1", "--out", str(tmp_path / "a")],
+                 ["--resume", str(tmp_path / "a"), "--rounds", "3", "-q"],
+                 ["--rounds", "3", "--out", str(tmp_path / "b")]):
+        local.main([*base, *args] if "--resume" not in args else args, standalone_mode=False)
+    with np.load(tmp_path / "a" / "final_model.npz") as a, \
+            np.load(tmp_path / "b" / "final_model.npz") as b:
+        assert a.files == b.files and all(np.array_equal(a[k], b[k]) for k in a.files)
+    with np.load(tmp_path / "a" / "checkpoint" / "state.npz") as z:
+        assert "state/center" in z.files

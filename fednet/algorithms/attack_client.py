@@ -150,9 +150,12 @@ class Attacker:
     # ---- the colluders' honest updates ---------------------------------------------------------
     def known(self) -> list[int]:
         """The colluders whose honest updates this attacker uses: itself first, then the
-        other malicious clients by id (the first `known`, 0: all)."""
+        other malicious clients by id, `known` in all (0: the attackers expected in a round,
+        round(n x share), at least 2; with every client in every round, all of them)."""
         order = [self.cid] + [c for c in self.ids if c != self.cid]
-        return order[:self.p.known] if self.p.known else order
+        n = R.round_size(self.cfg)
+        k = self.p.known or max(2, round(n * len(self.ids) / self.cfg.clients))
+        return order[:k]
 
     def colluders(self, ex: Any, task: Task, delta: np.ndarray, received: Arrays,
                   names: list[str]) -> np.ndarray:

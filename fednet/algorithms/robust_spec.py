@@ -55,8 +55,8 @@ class CollusionParams:
     """What colluding attacks know: the honest updates of the colluders (their own data)."""
 
     known: int = param(0, "colluding attacks: how many colluders' honest updates each attacker "
-                       "computes its statistics from, its own first (0: every malicious client)",
-                       ge=0)
+                       "computes its statistics from, its own first (0: the attackers expected "
+                       "in a round, at least 2)", ge=0)
 
 
 @dataclass(frozen=True)
