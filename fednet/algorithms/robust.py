@@ -25,6 +25,7 @@ rules need a few blocks of scratch memory beside X, not copies of it.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,10 +96,10 @@ def closest_mean(s: np.ndarray, beta: int) -> np.ndarray:
     out = np.empty(s.shape[1])
     for a in range(0, s.shape[1], BLOCK):
         b = min(a + BLOCK, s.shape[1])
-        blk = s[:, a:b]
-        med = np.median(blk, axis=0)
-        order = np.argsort(np.abs(blk - med), axis=0, kind="stable")[:beta]
-        out[a:b] = np.take_along_axis(blk, order, axis=0).mean(axis=0)
+        blk = np.ascontiguousarray(s[:, a:b].T)  # a coordinate's values side by side: 5x faster
+        med = np.median(blk, axis=1)
+        order = np.argsort(np.abs(blk - med[:, None]), axis=1, kind="stable")[:, :beta]
+        out[a:b] = np.add.reduce(np.take_along_axis(blk, order, axis=1).T, axis=0) / beta
     return out
 
 
@@ -163,10 +164,28 @@ class Outcome:
     chosen: list[int] = field(default_factory=list)  # row indices a selecting rule kept
 
 
+def one_blas_thread() -> Any:
+    """A context in which numpy's BLAS runs one thread (threadpoolctl, which scikit-learn
+    brings): the n x n products of Krum and Bulyan ran 20 times slower with OpenBLAS's threads
+    on a loaded 2-core machine (0.04 s against 0.8 s for 100 x 155,000), and one thread gives
+    the same sums in every process."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - a dependency of scikit-learn, which fednet needs
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
+
+
 def apply(name: str, p: Any, share: float, x: np.ndarray, w: np.ndarray,
           center: np.ndarray | None = None) -> Outcome:
     """The defense `name` (typed parameters p) on the round's updates x, weights w; refused
     (update None, one warning) when the round has fewer results than its assumption needs."""
+    with one_blas_thread():
+        return _apply(name, p, share, x, w, center)
+
+
+def _apply(name: str, p: Any, share: float, x: np.ndarray, w: np.ndarray,
+           center: np.ndarray | None) -> Outcome:
     n = len(x)
     f = byzantine_count(getattr(p, "f", 0), share, n)
     need = least_results(name, f)
