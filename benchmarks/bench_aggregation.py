@@ -24,7 +24,7 @@ import numpy as np
 import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import headline_row, machine, measured, table, write_json  # noqa: E402
+from benchlib.util import headline_row, machine, measured, table, write_json  # noqa: E402
 
 
 def _shapes(params: int) -> list[tuple[int, ...]]:

@@ -19,34 +19,32 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import git_state, headline_row, machine, measured, table, write_json  # noqa: E402
+from benchlib.runner import fednet_module, metrics, run, summary  # noqa: E402
+from benchlib.util import git_state, headline_row, machine, measured, table, write_json  # noqa: E402
 
 ASYNC = ("fedasync", "fedbuff")
 
 
 def cell(method: str, seed: int, a: argparse.Namespace, out: Path) -> dict[str, Any]:
     rounds = a.async_rounds if method in ASYNC else a.rounds
-    argv = [sys.executable, "-m", "fednet.cli", "local", "--algo", method, "--dataset", a.dataset,
-            "--clients", str(a.clients), "--fraction", str(a.fraction), "--rounds", str(rounds),
-            "--seed", str(seed), "--latency", a.latency, "--partition", a.partition,
-            "-q", "--out", str(out)]
+    argv = fednet_module("local", "--algo", method, "--dataset", a.dataset, "--clients",
+                         str(a.clients), "--fraction", str(a.fraction), "--rounds", str(rounds),
+                         "--seed", str(seed), "--latency", a.latency, "--partition", a.partition,
+                         "-q", "--out", str(out))
     if a.availability:
         argv += ["--availability", a.availability]
     if method.startswith("fedseq"):
         argv += a.seq_args.split()
-    r = subprocess.run(argv, capture_output=True, text=True)
-    if r.returncode != 0:
-        return {"method": method, "seed": seed, "status": f"rc {r.returncode}",
-                "error": r.stderr[-500:]}
-    s = json.loads((out / "summary.json").read_text())
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x]
+    r = run(argv)
+    if r.rc != 0:
+        return {"method": method, "seed": seed, "status": f"rc {r.rc}", "error": r.stderr[-500:]}
+    s, rows = summary(out), metrics(out)
     curve = [(row["sim_s"], row["accuracy"]) for row in rows if not row.get("interim")
              or method not in ASYNC]
     stale = [row["staleness_mean"] for row in rows if "staleness_mean" in row]

@@ -17,14 +17,13 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import headline_row, machine, measured, write_json  # noqa: E402
+from benchlib.runner import RssSampler, fednet_installed, rss_bytes  # noqa: E402
+from benchlib.util import headline_row, machine, measured, write_json  # noqa: E402
 
 
 def headline(data: dict) -> list:
@@ -47,26 +46,13 @@ def headline(data: dict) -> list:
 
 
 def start_server(port: int, tmp: str) -> subprocess.Popen:
+    """`fednet server` on 127.0.0.1:port for one client, once it says it is listening."""
     srv = subprocess.Popen(
-        [
-            "fednet",
-            "server",
-            "--bind",
-            f"tcp://127.0.0.1:{port}",
-            "--clients",
-            "1",
-            "--rounds",
-            "1",
-            "--register-timeout",
-            "120",
-            "-q",
-            "--out",
-            tmp + "/run",
-        ],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
+        fednet_installed("server", "--bind", f"tcp://127.0.0.1:{port}", "--clients", "1",
+                         "--rounds", "1", "--register-timeout", "120", "-q", "--out",
+                         tmp + "/run"),
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    assert srv.stderr is not None
     for line in srv.stderr:
         if "listening" in line:
             break
@@ -87,20 +73,8 @@ def main() -> None:
     port = a.port
     srv = start_server(port, tmp)
     time.sleep(2)
-    p = psutil.Process(srv.pid)
-    base = p.memory_info().rss
-    peak = [base]
-    stop = threading.Event()
-
-    def sample():
-        while not stop.is_set():
-            try:
-                peak[0] = max(peak[0], p.memory_info().rss)
-            except psutil.Error:
-                return
-            time.sleep(0.02)
-
-    threading.Thread(target=sample, daemon=True).start()
+    base = rss_bytes(srv.pid)
+    sampler = RssSampler(srv.pid, every_s=0.02)
     g = b"\xff" + b"\0" * 8 + b"\x7f" + b"\x03\x00" + b"PLAIN".ljust(20, b"\0") + b"\0" * 32
     held = []
     cut = 0
@@ -116,7 +90,8 @@ def main() -> None:
             cut += 1
         held.append(s)
     time.sleep(1)
-    stop.set()
+    sampler.stop()
+    peak = [max(base, sampler.peak_rss)]
     seconds = time.monotonic() - t0
     print(
         f"{a.connections} half-open, each announcing {a.announce_mib} MiB and sending up to "

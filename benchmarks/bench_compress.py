@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import git_state, headline_row, machine, measured, table, write_json  # noqa: E402
+from benchlib.runner import fednet_module, metrics, run, summary  # noqa: E402
+from benchlib.util import git_state, headline_row, machine, measured, table, write_json  # noqa: E402
 
 # docs/benchmarks/history.md section 24's targets: uplink / dense FedAvg's, and accuracy within N points
 TARGETS = {"fp16": ("<= 0.51", "within 1"), "int8": ("<= 0.26", "within 1"),
@@ -30,15 +30,13 @@ TARGETS = {"fp16": ("<= 0.51", "within 1"), "int8": ("<= 0.26", "within 1"),
 
 
 def cell(method: str, spec: str, seed: int, a: argparse.Namespace, out: Path) -> dict[str, Any]:
-    argv = [sys.executable, "-m", "fednet.cli", "local", "--algo", method, "--dataset", a.dataset,
-            "--clients", str(a.clients), "--rounds", str(a.rounds), "--epochs", str(a.epochs),
-            "--seed", str(seed), "--compress", spec, "-q", "--out", str(out)]
-    r = subprocess.run(argv, capture_output=True, text=True)
-    if r.returncode != 0:
-        return {"method": method, "spec": spec, "seed": seed, "status": f"rc {r.returncode}",
+    r = run(fednet_module("local", "--algo", method, "--dataset", a.dataset, "--clients",
+                          str(a.clients), "--rounds", str(a.rounds), "--epochs", str(a.epochs),
+                          "--seed", str(seed), "--compress", spec, "-q", "--out", str(out)))
+    if r.rc != 0:
+        return {"method": method, "spec": spec, "seed": seed, "status": f"rc {r.rc}",
                 "error": r.stderr[-500:]}
-    s = json.loads((out / "summary.json").read_text())
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x]
+    s, rows = summary(out), metrics(out)
     up, curve = 0, []
     for row in rows:
         up += row["bytes_round"]["client_to_server"]

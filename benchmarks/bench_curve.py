@@ -24,7 +24,7 @@ from fednet.transport import security
 from fednet.transport.channels import Channel, bind_router, connect_dealer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import headline_row, machine, measured, write_json  # noqa: E402
+from benchlib.util import headline_row, machine, measured, write_json  # noqa: E402
 
 
 def headline(data: dict) -> list:

@@ -37,92 +37,23 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import (cpu_pressure_us, headline_row, loadavg, machine, measured, median,  # noqa: E402
-                   table, write_json)
+from benchlib.runner import fednet_installed, line_time, run_lines, same_model, summary  # noqa: E402
+from benchlib.trace import fork_probe, trace_child  # noqa: E402
+from benchlib.util import headline_row, loadavg, machine, measured, median, table, write_json  # noqa: E402
 
 TARGET_READY_S = 3.0
 TARGET_PSS_BYTES = 2e9          # "2 GB"; compared as 10^9 bytes (the stricter reading)
 TARGET_RATIO, GOAL_RATIO = 1.5, 1.2
-DATA_KEYS = ("server_to_client", "client_to_server", "client_to_client", "tensor_bytes",
-             "header_bytes")
-
-
-def fednet_cmd() -> list[str]:
-    exe = shutil.which("fednet")
-    return [exe] if exe else [sys.executable, "-m", "fednet.cli"]
-
-
-def run_cmd(argv: list[str], timeout_s: float = 600.0) -> dict[str, Any]:
-    """Run a command; returns wall seconds from exec to exit and stderr lines with timestamps
-    (seconds after exec, read as they arrive)."""
-    import resource
-
-    lines: list[tuple[float, str]] = []
-    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    psi0 = cpu_pressure_us()
-    t0 = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-    def reader() -> None:
-        assert proc.stderr is not None
-        for raw in proc.stderr:
-            lines.append((time.monotonic() - t0, raw.decode("utf-8", "replace").rstrip()))
-
-    th = threading.Thread(target=reader, daemon=True)
-    th.start()
-    try:
-        code = proc.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise SystemExit(f"timed out after {timeout_s:.0f}s: {' '.join(argv)}") from None
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        raise
-    wall = time.monotonic() - t0
-    # CPU of the whole process tree (every descendant was waited for by its parent), which a
-    # busy shared machine distorts much less than wall-clock; and how much of the time some
-    # task of the machine was waiting for a CPU (PSI).
-    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
-    psi1 = cpu_pressure_us()
-    pressure = (psi1 - psi0) / 1e6 / wall if psi0 is not None and psi1 is not None else None
-    th.join(5)
-    if code != 0:
-        tail = "\n".join(ln for _, ln in lines[-20:])
-        raise SystemExit(f"exit code {code}: {' '.join(argv)}\n{tail}")
-    return {"wall_s": wall, "lines": lines, "t_popen": t0, "cpu_s": cpu, "cpu_pressure": pressure}
+DATA_KEYS = ("server_to_client", "client_to_server", "client_to_client", "tensor_bytes", "header_bytes")
 
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.0%}"
-
-
-def line_time(lines: list[tuple[float, str]], needle: str) -> float | None:
-    for t, text in lines:
-        if needle in text:
-            return t
-    return None
-
-
-def summary(out: Path) -> dict[str, Any]:
-    return json.loads((out / "summary.json").read_text())
-
-
-def same_model(a: Path, b: Path) -> bool:
-    import numpy as np
-
-    with np.load(a / "final_model.npz", allow_pickle=False) as za, \
-            np.load(b / "final_model.npz", allow_pickle=False) as zb:
-        return sorted(za.files) == sorted(zb.files) and all(
-            np.array_equal(za[k], zb[k]) for k in za.files)
 
 
 # ---- (a)+(b) ready time and memory -----------------------------------------------------------
@@ -130,8 +61,8 @@ def bench_ready(tmp: Path, clients: int, reps: int) -> list[dict[str, Any]]:
     runs = []
     for i in range(reps):
         out = tmp / f"ready{i}"
-        r = run_cmd(fednet_cmd() + ["launch", "--clients", str(clients), "--rounds", "1",
-                                    "--epochs", "1", "--out", str(out)])
+        r = run_lines(fednet_installed("launch", "--clients", str(clients), "--rounds", "1",
+                                       "--epochs", "1", "--out", str(out)))
         s = summary(out)
         t_ready = line_time(r["lines"], "clients ready in")
         t_listen = line_time(r["lines"], "server listening on")
@@ -154,8 +85,8 @@ def bench_overhead(tmp: Path, clients: int, rounds: int, reps: int, seed: int) -
     for i in range(reps):
         for rt in ("launch", "local"):
             out = tmp / f"{rt}{i}"
-            r = run_cmd(fednet_cmd() + [rt, "--clients", str(clients), "--rounds", str(rounds),
-                                        "--seed", str(seed), "--out", str(out)])
+            r = run_lines(fednet_installed(rt, "--clients", str(clients), "--rounds", str(rounds),
+                                           "--seed", str(seed), "--out", str(out)))
             s = summary(out)
             runs.append({"runtime": rt, "rep": i, "out": out, "wall_s": r["wall_s"],
                          "cpu_s": r["cpu_s"], "cpu_pressure": r["cpu_pressure"],
@@ -172,61 +103,7 @@ def bench_overhead(tmp: Path, clients: int, rounds: int, reps: int, seed: int) -
     return runs
 
 
-# ---- (d) breakdown: runs inside a wrapper process ---------------------------------------------
-def _schedstat(pid: int) -> tuple[float, float]:
-    """(seconds on a CPU, seconds waiting for a CPU) summed over all threads of pid."""
-    run = wait = 0
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            try:
-                with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
-                    r, w, _ = fh.read().split()
-                run, wait = run + int(r), wait + int(w)
-            except (OSError, ValueError):
-                pass
-    except OSError:
-        pass
-    return run / 1e9, wait / 1e9
-
-
-def _vm_status(pid: int) -> dict[str, Any]:
-    """VmRSS and VmPTE (kB) and the number of mappings of pid: what a fork has to copy."""
-    out: dict[str, Any] = {}
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(("VmRSS:", "VmPTE:")):
-                out[line.split(":")[0]] = int(line.split()[1])
-        out["maps"] = len(Path(f"/proc/{pid}/maps").read_text().splitlines())
-    except (OSError, ValueError):
-        pass
-    return out
-
-
-def fork_probe(n: int, warm: bool) -> None:
-    """Print the parent-side cost of os.fork() in a process like the zygote (warm=True: after
-    fednet's zygote warm-up, torch and all) or a bare interpreter; children exit at once."""
-    import resource
-
-    if warm:
-        from fednet.launch.zygote import warm_up
-        warm_up("digits", "")
-    times = []
-    ru0 = resource.getrusage(resource.RUSAGE_SELF)
-    for _ in range(n):
-        t0 = time.perf_counter()
-        pid = os.fork()
-        if pid == 0:
-            os._exit(0)
-        times.append(time.perf_counter() - t0)
-        os.waitpid(pid, 0)
-    ru1 = resource.getrusage(resource.RUSAGE_SELF)
-    print(json.dumps({"warm": warm, "n": n, "fork_ms_median": median(times) * 1e3,
-                      "fork_ms_min": min(times) * 1e3,
-                      "parent_user_ms_per_fork": (ru1.ru_utime - ru0.ru_utime) / n * 1e3,
-                      "parent_sys_ms_per_fork": (ru1.ru_stime - ru0.ru_stime) / n * 1e3,
-                      **_vm_status(os.getpid())}))
-
-
+# ---- (d) breakdown: runs inside a wrapper process (benchlib/trace.py) ------------------------
 def bench_fork(n: int = 30) -> list[dict[str, Any]]:
     out = []
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
@@ -238,153 +115,12 @@ def bench_fork(n: int = 30) -> list[dict[str, Any]]:
     return out
 
 
-class _PostImport:
-    """A meta-path finder that calls hook(module) right after the named modules are executed,
-    so the wrapper can patch fednet's lazily imported modules without importing them early."""
-
-    def __init__(self, hooks: dict[str, Any]) -> None:
-        self.hooks = hooks
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        import importlib.util
-
-        if name not in self.hooks:
-            return None
-        sys.meta_path.remove(self)
-        try:
-            spec = importlib.util.find_spec(name)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None:
-            return spec
-        orig, hook = spec.loader.exec_module, self.hooks.pop(name)
-
-        def exec_module(module: Any) -> None:
-            orig(module)
-            hook(module)
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
-def trace_child(result_file: str, launch_args: list[str]) -> None:
-    """Run `fednet launch` in this process with timestamps around the steps of run_zmq."""
-    t_main = time.monotonic()
-    ev: dict[str, Any] = {"child_main": t_main, "hello": [], "ready": [],
-                          "psi_start": cpu_pressure_us()}
-    state: dict[str, Any] = {}
-
-    def wrap(obj: Any, name: str, before: str | None, after: str | None, post: Any = None) -> None:
-        orig = getattr(obj, name)
-
-        def w(*a: Any, **k: Any) -> Any:
-            if before:
-                ev[before] = time.monotonic()
-            res = orig(*a, **k)
-            if after:
-                ev[after] = time.monotonic()
-            if post is not None:
-                post(a, res)
-            return res
-        setattr(obj, name, w)
-
-    def at_ready(a: Any, res: Any) -> None:
-        import resource
-
-        import psutil
-
-        ev["psi_ready"] = cpu_pressure_us()
-        zyg = state.get("zyg")
-        ru = resource.getrusage(resource.RUSAGE_SELF)
-        cpu: dict[str, Any] = {"server_user_s": ru.ru_utime, "server_sys_s": ru.ru_stime,
-                               "server_sched": _schedstat(os.getpid())}
-        if zyg is not None:
-            ev["zygote_warm_s"] = zyg.warm_s
-            pz = psutil.Process(zyg.proc.pid)
-            # Fork times relative to the zygote's own start (both create_times share the same
-            # coarse boot-time offset, so only their difference is exact, to 10 ms), placed at
-            # the moment its Popen returned.
-            offset = pz.create_time() - ev["zygote_popen_done"]
-            t = pz.cpu_times()
-            cpu["zygote_user_s"], cpu["zygote_sys_s"] = t.user, t.system
-            cpu["zygote_sched"] = _schedstat(zyg.proc.pid)
-            cpu["zygote_status"] = _vm_status(zyg.proc.pid)
-            created, users, syss, runs, waits = [], [], [], [], []
-            for pid in zyg.child_pids():
-                try:
-                    p = psutil.Process(pid)
-                    ct = p.cpu_times()
-                    created.append(p.create_time() - offset)
-                except psutil.NoSuchProcess:
-                    continue
-                users.append(ct.user)
-                syss.append(ct.system)
-                r, w = _schedstat(pid)
-                runs.append(r)
-                waits.append(w)
-            cpu.update(clients_user_s=sum(users), clients_sys_s=sum(syss),
-                       clients_sched=(sum(runs), sum(waits)),
-                       client_cpu_s_median=median([u + s for u, s in zip(users, syss)]))
-            ev["first_fork"] = min(created) if created else None
-            ev["last_fork"] = max(created) if created else None
-        ev["cpu_at_ready"] = cpu
-
-    def hook_app(m: Any) -> None:
-        wrap(m.ZmqServer, "__init__", None, "server_object_done")
-        wrap(m.ZmqServer, "wait_for_clients", "wait_clients_enter", "all_ready", at_ready)
-        wrap(m.ZmqServer, "shutdown", "shutdown_start", "shutdown_done")
-        orig_on_ready, orig_on_hello = m.ZmqServer._on_ready, m.ZmqServer._on_hello
-
-        def on_ready(self: Any, cid: int, got: Any) -> None:  # READY(ready): a Received
-            ev["ready"].append(time.monotonic())
-            return orig_on_ready(self, cid, got)
-
-        def on_hello(self: Any, got: Any) -> None:  # READY(hello)
-            ev["hello"].append(time.monotonic())
-            return orig_on_hello(self, got)
-        m.ZmqServer._on_ready, m.ZmqServer._on_hello = on_ready, on_hello
-
-    def hook_session(m: Any) -> None:
-        wrap(m.Session, "__init__", "session_start", "session_done")
-        wrap(m.Session, "finish", "finish_start", "finish_done")
-
-    def hook_rounds(m: Any) -> None:
-        wrap(m.RoundDriver, "run", "training_start", "training_done")
-
-    sys.meta_path.insert(0, _PostImport({
-        "torch": lambda m: ev.__setitem__("torch_imported", time.monotonic()),
-        "fednet.server.app": hook_app, "fednet.core.session": hook_session,
-        "fednet.core.rounds": hook_rounds}))
-
-    import fednet.cli as cli
-    import fednet.launch.spawn as spawn
-    import fednet.server.main as smain
-    ev["imports_done"] = time.monotonic()
-
-    wrap(smain, "run_zmq", "run_zmq_start", "run_zmq_done")
-    wrap(spawn.Zygote, "__init__", None, "zygote_popen_done",
-         lambda a, r: state.__setitem__("zyg", a[0]))
-    wrap(spawn.Zygote, "spawn", None, "spawn_command_sent")
-    def at_warm(a: Any, res: Any) -> None:
-        import psutil
-
-        t = psutil.Process(a[0].proc.pid).cpu_times()
-        ev["zygote_cpu_at_warm"] = (t.user, t.system)
-    wrap(spawn.Zygote, "wait_warm", "wait_warm_enter", "wait_warm_done", at_warm)
-    wrap(spawn.Zygote, "stop", "zygote_stop_start", "zygote_stop_done")
-    wrap(smain, "pss_bytes", "pss_start", "pss_done")
-    try:
-        cli.main(["launch", *launch_args], standalone_mode=False)
-    finally:
-        ev["cli_returned"] = time.monotonic()
-        Path(result_file).write_text(json.dumps(ev))
-
-
 def bench_breakdown(tmp: Path, clients: int) -> dict[str, Any]:
     out = tmp / "trace"
     res_file = tmp / "trace.json"
-    r = run_cmd([sys.executable, str(Path(__file__).resolve()), "--trace-child", str(res_file),
-                 "--", "--clients", str(clients), "--rounds", "1", "--epochs", "1",
-                 "--out", str(out)])
+    r = run_lines([sys.executable, str(Path(__file__).resolve()), "--trace-child", str(res_file),
+                   "--", "--clients", str(clients), "--rounds", "1", "--epochs", "1",
+                   "--out", str(out)])
     ev = json.loads(res_file.read_text())
     s = summary(out)
     t0 = r["t_popen"]  # CLOCK_MONOTONIC is shared by all processes of this machine

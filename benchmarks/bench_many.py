@@ -26,8 +26,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,40 +34,29 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _util import headline_row, loadavg, machine, measured, median, table, write_json  # noqa: E402
+from benchlib.runner import fednet_module, run, summary  # noqa: E402
+from benchlib.timing import LoopbackMeter, split_round, tcp_throughput  # noqa: E402
+from benchlib.util import headline_row, loadavg, machine, measured, median, table, write_json  # noqa: E402
 
 MiB = 1 << 20
 
 
-def fednet() -> list[str]:
-    return [sys.executable, "-m", "fednet.cli"]
-
-
 def timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
-    t = time.monotonic()
-    p = subprocess.run(argv, capture_output=True, text=True, env=env)
-    wall = time.monotonic() - t
-    if p.returncode != 0:
-        raise SystemExit(f"exit {p.returncode}: {' '.join(argv)}\n{p.stderr[-3000:]}")
-    return wall, p.stdout + p.stderr
-
-
-def summary(out: Path) -> dict[str, Any]:
-    return json.loads((out / "summary.json").read_text())
+    """Wall seconds and output (stdout, then stderr) of a command that must succeed."""
+    r = run(argv, env=env, check=True)
+    return r.wall_s, r.stdout + r.stderr
 
 
 # ---- scale -----------------------------------------------------------------------------------
-SCALE = ["--clients", "1000", "--fraction", "0.1", "--rounds", "10"]
-
-
-def part_scale(tmp: Path, reps: int) -> dict[str, Any]:
+def part_scale(tmp: Path, reps: int, clients: int = 1000) -> dict[str, Any]:
+    scale = ["--clients", str(clients), "--fraction", "0.1", "--rounds", "10"]
     rows = []
     for i in range(reps):
-        loop_s, text = timed([sys.executable, str(HERE / "plain_loop.py"), *SCALE[:4], "--rounds",
+        loop_s, text = timed([sys.executable, str(HERE / "plain_loop.py"), *scale[:4], "--rounds",
                               "10"])
         loop = json.loads(text.strip().splitlines()[-1])
         out = tmp / f"scale{i}"
-        launch_s, _ = timed(fednet() + ["launch", *SCALE, "-q", "--out", str(out)])
+        launch_s, _ = timed(fednet_module("launch", *scale, "-q", "--out", str(out)))
         s = summary(out)
         rows.append({"loop_s": loop_s, "loop_accuracy": loop["accuracy"], "launch_s": launch_s,
                      "ratio": launch_s / loop_s, "ready_s": s["ready_s"],
@@ -82,7 +69,7 @@ def part_scale(tmp: Path, reps: int) -> dict[str, Any]:
               f"ready {r['ready_s']:.1f}s", file=sys.stderr, flush=True)
     trace = tmp / "trace.json"
     timed([sys.executable, str(HERE / "bench_launch.py"), "--trace-child", str(trace), "--",
-           *SCALE, "-q", "--out", str(tmp / "traced")])
+           *scale, "-q", "--out", str(tmp / "traced")])
     ev = json.loads(trace.read_text())
     t0 = ev["run_zmq_start"]
     marks = {k: ev[k] - t0 for k in ("zygote_popen_done", "session_done", "spawn_command_sent",
@@ -94,131 +81,11 @@ def part_scale(tmp: Path, reps: int) -> dict[str, Any]:
         if ev.get(of):  # the traced hooks saw the READY messages (empty: they did not)
             marks[name] = pick(ev[of]) - t0
     cpu = ev.get("cpu_at_ready", {})
-    return {"runs": rows, "trace": marks, "cpu_at_ready": cpu,
+    return {"clients": clients, "runs": rows, "trace": marks, "cpu_at_ready": cpu,
             "traced_choice": summary(tmp / "traced")["clients_per_process"]}
 
 
 # ---- big -------------------------------------------------------------------------------------
-def tcp_throughput(total: int = 512 * MiB, chunk: int = 256 * 1024) -> float:
-    """Bytes per second through loopback TCP between two processes (plain sockets)."""
-    return tcp_transfer(total, chunk)[0]
-
-
-def tcp_transfer(total: int, chunk: int = 256 * 1024) -> tuple[float, float]:
-    """(bytes per second, CPU seconds of sender and receiver) for `total` bytes through
-    loopback TCP between two processes (plain sockets, `chunk`-byte sends)."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(1)
-    pid = os.fork()
-    if pid == 0:  # the sender
-        c = socket.create_connection(srv.getsockname())
-        buf = memoryview(bytearray(chunk))
-        for _ in range(total // chunk):
-            c.sendall(buf)
-        c.close()
-        os._exit(0)
-    conn, _ = srv.accept()
-    buf = bytearray(chunk)
-    got, c0, t = 0, time.thread_time(), time.monotonic()
-    while got < total:
-        n = conn.recv_into(buf)
-        if not n:
-            break
-        got += n
-    dt, cpu = time.monotonic() - t, time.thread_time() - c0
-    _, _, ru = os.wait4(pid, 0)
-    conn.close()
-    srv.close()
-    return got / dt, cpu + ru.ru_utime + ru.ru_stime
-
-
-def _union(intervals: list[tuple[float, float]]) -> float:
-    total, end = 0.0, -1e18
-    for a, b in sorted(intervals):
-        if b > end:
-            total += b - max(a, end)
-            end = b
-    return total
-
-
-def split_round(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """The round's time split from the plugin's events (one round)."""
-    rnd = next(e for e in events if e["ev"] == "round")
-    sent = {(e["kind"], e["task"]): e for e in events if e["ev"] == "send"}
-    got = {(e["kind"], e["task"]): e for e in events if e["ev"] == "recv"}
-    spans = {"TASK": [], "RESULT": []}
-    moved = 0
-    for key, s in sent.items():
-        if key[0] in spans and key in got:
-            spans[key[0]].append((s["t"], got[key]["t"]))
-            moved += s["nbytes"]
-    dec = {k: sum(e["dt"] for e in events if e["ev"] == "recv" and e["kind"] == k)
-           for k in ("TASK", "RESULT")}
-    dec_cpu = {k: sum(e.get("cpu", 0) for e in events if e["ev"] == "recv" and e["kind"] == k)
-               for k in ("TASK", "RESULT")}
-    comp = [e for e in events if e["ev"] == "compute"]
-    agg = [e for e in events if e["ev"] == "aggregate"]
-    sends = [e for e in events if e["ev"] == "send" and e["kind"] in spans]
-    t0, t1 = rnd["t"], rnd["t"] + rnd["dt"]
-    by_pid: dict[int, list[float]] = {}
-    for e in events:
-        if t0 <= e["t"] <= t1 + 1.0:
-            by_pid.setdefault(e["pid"], []).append(e["pcpu"])
-    proc_cpu = sum(max(v) - min(v) for v in by_pid.values())
-    return {"round_s": rnd["dt"], "process_cpu_s": proc_cpu,
-            "latency_down_s": _union(spans["TASK"]),
-            "latency_up_s": _union(spans["RESULT"]),
-            "latency_s": _union(spans["TASK"] + spans["RESULT"]),
-            "decode_clients_s": dec["TASK"], "decode_server_s": dec["RESULT"],
-            "decode_clients_cpu_s": dec_cpu["TASK"], "decode_server_cpu_s": dec_cpu["RESULT"],
-            "encode_send_cpu_s": sum(e.get("cpu", 0) for e in sends),
-            "aggregation_s": sum(e["dt"] for e in agg),
-            "aggregation_cpu_s": sum(e.get("cpu", 0) for e in agg),
-            "compute_sum_s": sum(e["dt"] for e in comp),
-            "compute_cpu_s": sum(e.get("cpu", 0) for e in comp),
-            "compute_span_s": max(e["t"] + e["dt"] for e in comp) - min(e["t"] for e in comp),
-            "bytes_moved": moved, "messages": sum(len(v) for v in spans.values()),
-            "server_rss_round_start": rnd.get("rss0", 0),
-            "server_rss_max_aggregate": max((e.get("rss", 0) for e in agg), default=0),
-            "server_rss_growth": max((e.get("rss", 0) for e in agg), default=0)
-            - rnd.get("rss0", 0)}
-
-
-class LoopbackMeter:
-    """Samples the loopback interface's byte counter every 20 ms in a thread: the time during
-    which it moved data at over 5% of the measured TCP throughput, and the bytes then."""
-
-    def __init__(self, tput: float, every: float = 0.02) -> None:
-        import threading
-
-        self.tput, self.every = tput, every
-        self.busy_s, self.bytes = 0.0, 0
-        self._stop = threading.Event()
-        self._th = threading.Thread(target=self._run, daemon=True)
-        self._th.start()
-
-    @staticmethod
-    def _lo() -> int:
-        for line in Path("/proc/net/dev").read_text().splitlines():
-            if line.strip().startswith("lo:"):
-                return int(line.split(":", 1)[1].split()[0])  # received bytes
-        return 0
-
-    def _run(self) -> None:
-        last, t_last = self._lo(), time.monotonic()
-        while not self._stop.wait(self.every):
-            now, t = self._lo(), time.monotonic()
-            if now - last > 0.05 * self.tput * (t - t_last):
-                self.busy_s += t - t_last
-                self.bytes += now - last
-            last, t_last = now, t
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._th.join()
-
-
 def part_big(tmp: Path, reps: int, per_process: str) -> dict[str, Any]:
     rows = []
     for i in range(reps):
@@ -229,10 +96,10 @@ def part_big(tmp: Path, reps: int, per_process: str) -> dict[str, Any]:
             out = tmp / f"big{i}_{mi}"
             env = dict(os.environ, FEDNET_TIMING_DIR=str(tdir),
                        PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
-            argv = fednet() + ["launch", "--plugin", str(HERE / "round_timing_plugin.py"),
-                               "--dataset", "synthetic-cifar10-small", "--model", "resnet18",
-                               "--clients", "100", "--rounds", "1", "--epochs", "1",
-                               "--batch-size", "8", "--max-inflight", mi, "-q", "--out", str(out)]
+            argv = fednet_module("launch", "--plugin", str(HERE / "round_timing_plugin.py"),
+                                 "--dataset", "synthetic-cifar10-small", "--model", "resnet18",
+                                 "--clients", "100", "--rounds", "1", "--epochs", "1",
+                                 "--batch-size", "8", "--max-inflight", mi, "-q", "--out", str(out))
             if per_process:
                 argv += ["--clients-per-process", per_process]
             meter = LoopbackMeter(tput)
@@ -368,7 +235,7 @@ def headline(res: dict[str, Any]) -> list[dict[str, Any]]:
     runs, brs = sc.get("runs", []), big.get("runs", [])
     default = [r for r in brs if r["max_inflight"] == 0] or brs
     held = [r["held_models"] for r in cp.get("receive", []) if r["variant"] == "now"]
-    what = "1,000 digits clients, fraction 0.1, 10 rounds"
+    what = f"{sc.get('clients', 1000):,} digits clients, fraction 0.1, 10 rounds"
     return measured(
         headline_row("scale", f"{what}: fednet launch / plain PyTorch loop, whole command",
                      median([r["ratio"] for r in runs]) if runs else None, "x", "<= 1.5x",
@@ -396,6 +263,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--part", nargs="+", default=["scale", "big", "copies"])
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--scale-clients", type=int, default=1000, help="scale: the population")
     ap.add_argument("--big-reps", type=int, default=1)
     ap.add_argument("--per-process", default="10",
                     help="big: --clients-per-process ('' = auto); 100 ResNet-18 client processes "
@@ -418,8 +286,8 @@ def main() -> None:
                   f"{s['sender_tracemalloc_peak'] / 1024:.0f} KiB, RSS growth "
                   f"{s['sender_rss_growth'] / MiB:.1f} MiB")
         if "scale" in args.part:
-            sc = res["scale"] = part_scale(tmp, args.reps)
-            print("scale: 1,000 clients, fraction 0.1, digits, 10 rounds, default options")
+            sc = res["scale"] = part_scale(tmp, args.reps, args.scale_clients)
+            print(f"scale: {args.scale_clients:,} clients, fraction 0.1, digits, 10 rounds, default options")
             print(table(["rep", "plain loop s", "fednet launch s", "ratio", "ready s",
                          "training s", "per process", "processes"],
                         [[i, f"{r['loop_s']:.1f}", f"{r['launch_s']:.1f}", f"{r['ratio']:.2f}",

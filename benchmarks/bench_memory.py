@@ -23,7 +23,6 @@ A watchdog stops a run (and says so) when the machine's MemAvailable falls under
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import subprocess
@@ -35,17 +34,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import headline_row, machine, measured, table, write_json  # noqa: E402
+from benchlib.runner import fednet_inline, mem_available, summary  # noqa: E402
+from benchlib.util import headline_row, machine, measured, table, write_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_1, TARGET_10 = 8e9, 2e9  # issue 14: <= 8 GB one process per client, <= 2 GB 10 per process
-
-
-def mem_available() -> int:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 def _env(tree: Path, cache: Path) -> dict[str, str]:
@@ -72,10 +65,10 @@ def launch(tree: Path, cache: Path, clients: int, per_process: int, min_free: fl
            baseline: bool) -> dict[str, Any]:
     """(b): one fednet launch; its summary figures, or why it stopped."""
     out = Path(tempfile.mkdtemp(prefix="bench_memory_"))
-    argv = [sys.executable, "-c", "from fednet.cli import main; main()", "launch",
-            "--clients", str(clients), "--rounds", "1", "--fraction", repr(1.0 / clients),
-            "--dataset", "synthetic-cifar10", "--clients-per-process", str(per_process),
-            "--epochs", "1", "--out", str(out), "-q"]
+    argv = fednet_inline("launch", "--clients", str(clients), "--rounds", "1", "--fraction",
+                         repr(1.0 / clients), "--dataset", "synthetic-cifar10",
+                         "--clients-per-process", str(per_process), "--epochs", "1", "--out",
+                         str(out), "-q")
     if baseline:
         argv += ["--plugin", "synthetic_plugin"]
     low = {"min": mem_available(), "killed": False}
@@ -104,7 +97,7 @@ def launch(tree: Path, cache: Path, clients: int, per_process: int, min_free: fl
         row["error"] = ("stopped: MemAvailable under the floor" if low["killed"] else
                         f"exit {proc.returncode}: {err.strip().splitlines()[-1:]}")
         return row
-    s = json.loads((out / "summary.json").read_text())
+    s = summary(out)
     pss = int(s.get("client_pss_bytes", 0))
     row.update(processes=-(-clients // per_process), client_pss_bytes=pss,
                pss_gib=pss / 2**30, pss_per_client_mib=pss / clients / 2**20,

@@ -24,7 +24,7 @@ from fednet.config import RunConfig
 from fednet.core.inproc import run_local
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import headline_row, measured, write_json  # noqa: E402
+from benchlib.util import headline_row, measured, write_json  # noqa: E402
 
 SCENARIOS = {
     "iid": {"data.partition": "iid"},

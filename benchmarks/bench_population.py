@@ -23,91 +23,29 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import (git_state, headline_row, machine, measured, median, table,  # noqa: E402
+from benchlib.runner import fednet_module, metrics, run_with_peak, summary  # noqa: E402
+from benchlib.util import (git_state, headline_row, machine, measured, median, table,  # noqa: E402
                    write_json)
 
 HERE = Path(__file__).resolve().parent
 
 
-class Peak:
-    """The peak of the summed RSS of a process and its descendants, sampled every 0.2 s."""
-
-    def __init__(self, pid: int, limit_mb: float, rows: Path | None = None) -> None:
-        self.pid, self.limit, self.peak_mb, self.killed = pid, limit_mb, 0.0, False
-        self.rows, self.t0, self.first_row_s = rows, time.perf_counter(), None
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-        self._t.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                root = psutil.Process(self.pid)
-                procs = [root] + root.children(recursive=True)
-            except psutil.NoSuchProcess:
-                return
-            total = 0
-            for p in procs:  # PSS: pages shared by forked processes counted once in all
-                try:
-                    total += getattr(p.memory_full_info(), "pss", 0) or p.memory_info().rss
-                except (psutil.NoSuchProcess, psutil.AccessDenied):
-                    pass
-            if self.first_row_s is None and self.rows is not None and self.rows.exists() \
-                    and self.rows.stat().st_size:
-                self.first_row_s = time.perf_counter() - self.t0  # round 0 has just ended
-            self.peak_mb = max(self.peak_mb, total / 2**20)
-            if self.peak_mb > self.limit and not self.killed:
-                self.killed = True
-                os.killpg(self.pid, signal.SIGKILL)
-            self._stop.wait(0.2)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._t.join()
-
-
-def run(argv: list[str], limit_mb: float, timeout_s: float, rows: Path | None = None
-        ) -> dict[str, Any]:
-    """One command in its own process group; seconds, peak memory, stdout, and when `rows`
-    (metrics.jsonl) got its first row."""
-    t0 = time.perf_counter()
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
-    peak = Peak(p.pid, limit_mb, rows)
-    try:
-        out, err = p.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, err = p.communicate()
-    peak.stop()
-    return {"seconds": time.perf_counter() - t0, "peak_mb": peak.peak_mb, "rc": p.returncode,
-            "killed": peak.killed, "stdout": out, "stderr": err[-2000:],
-            "first_row_s": peak.first_row_s}
-
-
 def fednet_run(runtime: str, n: int, a: argparse.Namespace, out: Path) -> dict[str, Any]:
-    argv = [sys.executable, "-m", "fednet.cli", runtime, "--algo", a.algo, "--dataset", a.dataset,
-            "--clients",
-            str(n), "--fraction", repr(a.per_round / n), "--rounds", str(a.rounds), "--epochs",
-            str(a.epochs), "--seed", "0", "-q", "--out", str(out), "--register-timeout", "600"]
-    r = run(argv, a.limit_mb, a.timeout_s, out / "metrics.jsonl")
+    argv = fednet_module(runtime, "--algo", a.algo, "--dataset", a.dataset, "--clients", str(n),
+                         "--fraction", repr(a.per_round / n), "--rounds", str(a.rounds),
+                         "--epochs", str(a.epochs), "--seed", "0", "-q", "--out", str(out),
+                         "--register-timeout", "600")
+    r = run_with_peak(argv, a.limit_mb, a.timeout_s, out / "metrics.jsonl")
     r.pop("stdout")
     if (out / "summary.json").exists():
-        s = json.loads((out / "summary.json").read_text())
-        rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x]
+        s, rows = summary(out), metrics(out)
         walls = [rows[0]["wall_s"]] + [b["wall_s"] - a_["wall_s"] for a_, b in zip(rows, rows[1:])]
         first = r["first_row_s"]  # round 0 ended then; it took rows[0]["wall_s"]
         r.update(status=s["status"], accuracy=s.get("final_accuracy"),
@@ -122,7 +60,7 @@ def loop_run(n: int, a: argparse.Namespace) -> dict[str, Any]:
     argv = [sys.executable, str(HERE / "plain_loop.py"), "--dataset", a.dataset, "--clients",
             str(n), "--fraction", repr(a.per_round / n), "--rounds", str(a.rounds),
             "--epochs", str(a.epochs)]
-    r = run(argv, a.limit_mb, a.timeout_s)
+    r = run_with_peak(argv, a.limit_mb, a.timeout_s)
     if r["rc"] == 0:
         got = json.loads(r["stdout"].strip().splitlines()[-1])
         r.update(status="completed", accuracy=got["accuracy"],

@@ -34,7 +34,7 @@ for _p in (ROOT, ROOT / "benchmarks"):
 
 from fednet.network import latency  # noqa: E402
 from fednet.config import RunConfig, from_dict  # noqa: E402
-from _util import headline_row, machine, measured, write_json  # noqa: E402
+from benchlib.util import headline_row, machine, measured, write_json  # noqa: E402
 
 # compute s/sample, RTT s, uplink, downlink: every client different, up != down
 TRACE = """client,compute_s_per_sample,rtt_s,up_bps,down_bps

@@ -32,7 +32,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
-from _util import headline_row, machine, measured, table, write_json  # noqa: E402
+from benchlib.util import headline_row, machine, measured, table, write_json  # noqa: E402
 
 ATTACKS = ["none", "signflip", "labelflip", "alie", "ipm", "minmax", "backdoor"]
 DEFENSES = ["none", "krum", "median", "trimmed_mean", "bulyan", "centered_clip"]

@@ -13,29 +13,26 @@ after training, and checks that both runtimes ended with the same accuracy.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import headline_row, measured, write_json  # noqa: E402
+from benchlib import runner  # noqa: E402
+from benchlib.util import headline_row, measured, write_json  # noqa: E402
 
 
 def run(cmd: str, n: int, args: argparse.Namespace, out: Path) -> dict:
     """One fednet command; its summary plus the whole command's seconds."""
-    argv = [sys.executable, "-m", "fednet.cli", cmd, "--clients", str(n), "--rounds", str(args.rounds),
-            "--epochs", str(args.epochs), "--algo", args.algo, "--seed", "0", "-q", "--out", str(out),
-            "--register-timeout", "120"]
+    argv = runner.fednet_module(cmd, "--clients", str(n), "--rounds", str(args.rounds), "--epochs",
+                                str(args.epochs), "--algo", args.algo, "--seed", "0", "-q", "--out",
+                                str(out), "--register-timeout", "120")
     if cmd == "launch" and args.per_process > 1:
         argv += ["--clients-per-process", str(args.per_process)]
-    t = time.perf_counter()
-    subprocess.run(argv, check=True, capture_output=True)
-    s = json.loads((out / "summary.json").read_text())
-    s["command_s"] = time.perf_counter() - t
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    done = runner.run(argv, check=True)
+    s = runner.summary(out)
+    s["command_s"] = done.wall_s
+    rows = runner.metrics(out)
     s["after_round0_s"] = rows[-1]["wall_s"] - rows[0]["wall_s"] if len(rows) > 1 else float("nan")
     return s
 

@@ -38,7 +38,7 @@ import numpy as np
 import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import (cpu_pressure_us, headline_row, loadavg, machine, measured, median,  # noqa: E402
+from benchlib.util import (cpu_pressure_us, headline_row, loadavg, machine, measured, median,  # noqa: E402
                    pct, table, write_json)
 
 from fednet.metrics.accounting import Ledger  # noqa: E402

@@ -4,7 +4,7 @@
 
 Reads every RESULTS/*.json (what a benchmark script wrote with --json), keeps for each (area,
 metric) of their "headline" rows the newest by the file's date, and writes one table per area
-(benchmarks/_util.py AREAS, in that order): metric, target, current figure, commit, date and the
+(benchmarks/benchlib/util.py AREAS, in that order): metric, target, current figure, commit, date and the
 command that made it, with the JSON file. Below the tables: the benchmark scripts (a .py here
 that defines headline()) without a result file that gave a row yet. A file without "headline"
 (written before the scripts had one) gets its rows from its script's own headline(data), the
@@ -29,7 +29,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from _util import AREAS  # noqa: E402
+from benchlib.util import AREAS  # noqa: E402
 
 MAX_LINES = 150
 HISTORY = ROOT / "docs" / "benchmarks" / "history.md"

@@ -18,18 +18,18 @@ tests/test_golden.py loads this file (by path) and compares a fresh run with the
 from __future__ import annotations
 
 import argparse
-import contextlib
-import hashlib
 import json
 import shlex
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib.golden_record import capture_dispatcher, client_arrays, sha256_arrays  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden" / "golden.json"
@@ -84,25 +84,19 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "fedbuff+down-qsgd": ("fedbuff", ["--compress-down", "qsgd:127", "--latency", "hetero"]),
     "fedseq+handoff-int8": ("fedseq", ["--compress-handoff", "int8", "--compress-down", "fp16"]),
     "fedseq_inter+handoff-qsgd": ("fedseq_inter", ["--compress-handoff", "qsgd:127"]),
-    # --attack and --defense (issue 40): every attack once, every defense at least once; one
-    # malicious client of 6 (--malicious 0.2: f = 1), two colluders where they pool their honest
-    # updates (0.34); Bulyan's n >= 4f + 3 needs 7 clients for f = 1
-    "fedavg+labelflip+median": ("fedavg", ["--attack", "labelflip", "--malicious", "0.2",
-                                           "--defense", "median"]),
-    "fedavg+signflip+krum": ("fedavg", ["--attack", "signflip", "--malicious", "0.2",
-                                        "--defense", "krum"]),
-    "fedavg+noise+trimmed_mean": ("fedavg", ["--attack", "noise", "--malicious", "0.2",
-                                             "--defense", "trimmed_mean"]),
-    "fedavg+backdoor+norm_bound": ("fedavg", ["--attack", "backdoor", "--malicious", "0.2",
-                                              "--defense", "norm_bound"]),
-    "fedavg+alie+multikrum": ("fedavg", ["--attack", "alie", "--malicious", "0.34",
-                                         "--defense", "multikrum", "--param", "f=1"]),
-    "fedadam+ipm+centered_clip": ("fedadam", ["--attack", "ipm", "--malicious", "0.34",
-                                              "--defense", "centered_clip",
+    "fedavg+secagg-full": ("fedavg", ["--secagg", "full"]),
+    "fedadam+secagg-plus": ("fedadam", ["--secagg", "plus", "--secagg-neighbours", "4"]),
+    # --attack, --defense (issue 40): each attack once, each defense at least once; Bulyan's n >= 4f + 3: 7 clients
+    "fedavg+labelflip+median": ("fedavg", ["--attack", "labelflip", "--malicious", "0.2", "--defense", "median"]),
+    "fedavg+signflip+krum": ("fedavg", ["--attack", "signflip", "--malicious", "0.2", "--defense", "krum"]),
+    "fedavg+noise+trimmed_mean": ("fedavg", ["--attack", "noise", "--malicious", "0.2", "--defense", "trimmed_mean"]),
+    "fedavg+backdoor+norm_bound": ("fedavg", ["--attack", "backdoor", "--malicious", "0.2", "--defense", "norm_bound"]),
+    "fedavg+alie+multikrum": ("fedavg", ["--attack", "alie", "--malicious", "0.34", "--defense", "multikrum",
+                                         "--param", "f=1"]),
+    "fedadam+ipm+centered_clip": ("fedadam", ["--attack", "ipm", "--malicious", "0.34", "--defense", "centered_clip",
                                               "--param", "radius=1"]),
-    "fedavg+minmax+bulyan": ("fedavg", ["--clients", "7", "--attack", "minmax",
-                                        "--malicious", "0.29", "--defense", "bulyan",
-                                        "--param", "f=1"]),
+    "fedavg+minmax+bulyan": ("fedavg", ["--clients", "7", "--attack", "minmax", "--malicious", "0.29",
+                                        "--defense", "bulyan", "--param", "f=1"]),
     "fedprox+minsum": ("fedprox", ["--attack", "minsum", "--malicious", "0.34"]),
 }
 SUMMARY_KEYS = ("status", "final_accuracy", "sim_time_s", "messages", "bytes")
@@ -110,7 +104,8 @@ SUMMARY_KEYS = ("status", "final_accuracy", "sim_time_s", "messages", "bytes")
 
 def keys() -> list[str]:
     """Every pinned run: the algorithms of the CLI, then the VARIANTS."""
-    from fednet.config import ALGORITHMS
+    from fednet.algorithms.checks import algorithms as _algorithms
+    ALGORITHMS = _algorithms()
     return [*ALGORITHMS, *VARIANTS]
 
 
@@ -139,74 +134,6 @@ def config(algo: str, out: str):
     return build_config(ctx.params, dict(RUN_DEFAULTS, clients=10))  # as cli.local does
 
 
-def sha256_arrays(arrays: dict[str, Any]) -> str:
-    """sha256 over sorted names: name, dtype, shape and the C-order bytes of each array."""
-    h = hashlib.sha256()
-    for name in sorted(arrays):
-        a = np.ascontiguousarray(arrays[name])
-        h.update(f"{name}|{a.dtype.str}|{list(a.shape)}|".encode())
-        h.update(a.tobytes())
-    return h.hexdigest()
-
-
-def _tensors(prefix: str, obj: Any, out: dict[str, np.ndarray]) -> None:
-    """The tensors and arrays inside a client's state (dataclass fields, dicts, lists, tuples),
-    by path."""
-    import dataclasses
-
-    import torch
-
-    if dataclasses.is_dataclass(obj):
-        for f in dataclasses.fields(obj):
-            _tensors(f"{prefix}/{f.name}", getattr(obj, f.name), out)
-    elif isinstance(obj, torch.Tensor):
-        out[prefix] = obj.detach().cpu().numpy()
-    elif isinstance(obj, np.ndarray):
-        out[prefix] = obj
-    elif isinstance(obj, dict):
-        for k in obj:
-            _tensors(f"{prefix}/{k}", obj[k], out)
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            _tensors(f"{prefix}/{i}", v, out)
-
-
-def client_arrays(dispatcher) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """(every client's model state_dict, every client's tensor state), names prefixed by client.
-
-    Reaches into the in-process runtime (InprocDispatcher.executors[cid].ctx); adapt this one
-    function if that layout changes."""
-    models: dict[str, np.ndarray] = {}
-    state: dict[str, np.ndarray] = {}
-    for cid, ex in sorted(dispatcher.executors.items()):
-        for k, v in ex.ctx.model.state_dict().items():
-            models[f"c{cid}/{k}"] = v.detach().cpu().numpy()
-        _tensors(f"c{cid}", ex.ctx.state, state)
-        if ex.codec.residual is not None:  # --compress's error feedback
-            state[f"c{cid}/compress/residual"] = ex.codec.residual
-    return models, state
-
-
-@contextlib.contextmanager
-def capture_dispatcher() -> Iterator[list]:
-    """Record the InprocDispatcher that run_local creates (to read the clients afterwards)."""
-    import fednet.core.inproc as inproc
-
-    seen: list = []
-    original = inproc.InprocDispatcher
-
-    class Recording(original):  # type: ignore[misc, valid-type]
-        def __init__(self, session) -> None:
-            super().__init__(session)
-            seen.append(self)
-
-    inproc.InprocDispatcher = Recording
-    try:
-        yield seen
-    finally:
-        inproc.InprocDispatcher = original
-
-
 def _scenario(algo: str, summary: dict[str, Any], rows: list[dict[str, Any]], session) -> dict:
     """Facts that show the run exercises what the algorithm is about."""
     out: dict[str, Any] = {}
@@ -224,8 +151,7 @@ def _scenario(algo: str, summary: dict[str, Any], rows: list[dict[str, Any]], se
         if summary["attack"]["name"] == "backdoor":
             out["attack_success"] = [r.get("attack_success") for r in rows]
     if "defense" in summary:  # --defense: its f per round, refused rounds, attackers it kept
-        out["robust"] = [[r.get("robust_f"), r.get("robust_refused", 0),
-                          r.get("malicious_kept")] for r in rows]
+        out["robust"] = [[r.get("robust_f"), r.get("robust_refused", 0), r.get("malicious_kept")] for r in rows]
     return out
 
 
@@ -240,8 +166,7 @@ def scenario_problems(algo: str, rec: dict[str, Any]) -> list[str]:
             out.append("no error-feedback residual in the clients' state")
     if algo in VARIANTS and "--attack" in VARIANTS[algo][1] and not sc.get("malicious"):
         out.append("no malicious client")
-    if any(r[1] for r in sc.get("robust", [])):
-        out.append(f"the defense refused a round: {sc['robust']}")
+    out += [f"the defense refused a round: {sc['robust']}"] if any(r[1] for r in sc.get("robust", [])) else []
     algo = base(algo)
     if rec["status"] != "completed":
         out.append(f"status {rec['status']}")
@@ -269,7 +194,8 @@ def wire_bytes(rec: dict[str, Any]) -> int:
 
 def run(algo: str, out_dir: Path) -> dict[str, Any]:
     """One golden run into out_dir (which must not hold files); the record to pin."""
-    from fednet.config import PERSONAL
+    from fednet.algorithms.checks import algorithms as _algorithms
+    PERSONAL = _algorithms(personal=True)
     from fednet.core.inproc import run_local
 
     cfg = config(algo, str(out_dir))
@@ -369,7 +295,8 @@ def diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str
 
 
 def main(args: list[str] | None = None) -> int:
-    from fednet.config import ALGORITHMS
+    from fednet.algorithms.checks import algorithms as _algorithms
+    ALGORITHMS = _algorithms()
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help=f"write {GOLDEN.relative_to(ROOT)}")
@@ -377,17 +304,15 @@ def main(args: list[str] | None = None) -> int:
     ap.add_argument("--twice", action="store_true",
                     help="run each algorithm twice in this process and require identical records")
     ap.add_argument("--json", help="also write the fresh records (and timings) to this file")
-    ap.add_argument("--add", action="store_true",
-                    help="pin the runs golden.json lacks (new algorithms or VARIANTS) into the "
-                         "main pin, leaving every pinned run as it is (then --write-env)")
     ap.add_argument("--write-env", action="store_true",
                     help="pin this environment's float results beside the main pin (its bytes, "
                          "messages and times must equal the main pin's)")
     ns = ap.parse_args(args)
     if set(EXTRA) != set(ALGORITHMS):
         raise SystemExit(f"EXTRA covers {sorted(EXTRA)}, the CLI offers {sorted(ALGORITHMS)}")
-    if ns.add:
-        return _add(ns)
+    if ns.write and GOLDEN.exists() and load()["environment"] != environment():
+        raise SystemExit("--write pins the main environment's numbers, and this is another one "
+                         "(its float results differ by themselves): use --write-env")
     if (ns.write or ns.write_env) and ns.algos != keys():
         raise SystemExit("--write and --write-env regenerate every algorithm; drop --algos")
     records: dict[str, Any] = {}
@@ -442,29 +367,17 @@ def main(args: list[str] | None = None) -> int:
     return 1 if lines or bad else 0
 
 
-def _add(ns: argparse.Namespace) -> int:
-    """--add: the runs golden.json does not pin yet, run and added to the main pin (the file's
-    other entries are kept as they are)."""
-    old = load()
-    new = [a for a in keys() if a not in old["algorithms"]]
-    with tempfile.TemporaryDirectory(prefix="fednet-golden-") as tmp:
-        for algo in new:
-            rec = run(algo, Path(tmp) / algo)
-            problems = scenario_problems(algo, rec)
-            if problems:
-                print(f"{algo}: trivial scenario: {problems}; nothing written")
-                return 1
-            old["algorithms"][algo] = {"command": command(algo), **rec}
-            print(f"{algo:28s} {rec['model_sha256'][:12]}  acc {rec['final_accuracy']:.4f}")
-    GOLDEN.write_text(dumps(old) + "\n")
-    print(f"added {len(new)} runs to {GOLDEN.relative_to(ROOT)}; pin this environment's floats "
-          "with --write-env")
-    return 0
-
 
 def _write_env(old: dict[str, Any], doc: dict[str, Any], bad: int) -> int:
     """--write-env: this environment's float results as an `alternates` entry, once every
-    other field is shown to equal the main pin (same code, other kernels)."""
+    other field is shown to equal the main pin (same code, other kernels). A run the main pin
+    does not have yet (a new algorithm or variant) is added to it with its float results
+    unpinned there (null: the main environment's are not known here) and pinned here."""
+    main = dict(old["algorithms"])
+    for algo, rec in doc["algorithms"].items():
+        if algo not in main:
+            main[algo] = {**rec, **{k: None for k in FLOAT_KEYS}}
+    old = {**old, "algorithms": main}
     lines = [line for algo, rec in doc["algorithms"].items()
              for line in diff({k: v for k, v in old["algorithms"][algo].items()
                                if k not in FLOAT_KEYS},

@@ -9,7 +9,7 @@ import pytest
 
 from fednet.compress import CompressionError, decode_result, encode_result, parse
 from fednet.compress.client import RESIDUAL
-from fednet.config import validate
+from fednet.algorithms.checks import validate
 from fednet.errors import ConfigError
 from fednet.core.inproc import run_local
 from tests.conftest import small_config

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from fednet.config import RunConfig, from_dict, load_toml, merge, to_toml, validate
+from fednet.config import RunConfig, from_dict, load_toml, merge, to_toml
+from fednet.algorithms.checks import validate
 from fednet.errors import ConfigError
 
 

@@ -179,7 +179,8 @@ def test_a_handoff_pays_the_senders_uplink_and_both_latencies():
 
 
 def test_shaped_links_need_real_time_at_scale_one():
-    from fednet.config import from_dict, validate
+    from fednet.config import from_dict
+    from fednet.algorithms.checks import validate
 
     for lat in ({"shaped": True}, {"shaped": True, "real": True, "time_scale": 2.0}):
         with pytest.raises(ConfigError, match="^--shaped-links says the network itself runs"):

@@ -164,7 +164,7 @@ def test_cli_takes_synthetic_settings_and_refuses_partitions():
                        ({"alpha": 0.3}, "--synthetic-alpha")):
         with pytest.raises(ConfigError, match=match):
             build_config({"dataset": "synthetic-fedprox", **bad}, {})
-    from fednet.config import validate
+    from fednet.algorithms.checks import validate
 
     with pytest.raises(ConfigError, match="settings of --dataset synthetic-fedprox"):
         validate(build_config({"synthetic_alpha": 0.5}, {}))

@@ -123,3 +123,11 @@ def test_a_compressed_hand_off_is_checked_against_the_receivers_model_before_all
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 1 << 20
+
+
+def test_the_time_window_admits_a_client_that_trains_on_the_pooled_set(tmp_path):
+    """The centralized reference's one worker trains on every example, not its partition: its
+    reply's time is bounded by the pooled set's size (the window would refuse it otherwise)."""
+    s = run_local(small_config(clients=40, rounds=1, algo={"name": "centralized"},
+                               out=str(tmp_path / "c")), quiet=True)
+    assert s["status"] == "completed" and not s["failures"], s["failures"]

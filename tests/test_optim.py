@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from fednet.algorithms.state import Shapes, decode, encode
-from fednet.config import RunConfig, validate
+from fednet.config import RunConfig
+from fednet.algorithms.checks import validate
 from fednet.data import load_dataset
 from fednet.errors import ConfigError
 from fednet.models import build_model

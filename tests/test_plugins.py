@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from fednet import plugins
-from fednet.plugins import check as plugin_check
+from fednet.core import plugin_check
 from fednet.algorithms import registry
 from fednet.config import RunConfig
 from fednet.data import datasets

@@ -297,7 +297,7 @@ def test_frame_bytes_and_tensor_bytes() -> None:
         np.zeros(2, dtype="V8"),
         np.zeros(2, dtype=[("a", "<f4")]),
         np.zeros(2, dtype=np.complex64),
-        np.zeros(2, dtype=np.uint32),
+        np.zeros(2, dtype=np.int8).view("S1"),  # bytes strings: not numbers
         np.array(["2020-01-01"], dtype="datetime64[D]"),
     ],
 )

@@ -12,10 +12,13 @@ from fednet.algorithms import REGISTRY, build, build_client, client_class, names
 from fednet.algorithms.contract import ClientUpdate, Strategy
 from fednet.config.declare import declared
 from fednet.cli import main
-from fednet.config import ALGORITHMS, PERSONAL, eval_mode
+from fednet.algorithms.checks import algorithms as _algorithms, eval_mode
 from fednet.errors import ConfigError
 from fednet.cli.options import ALGO_OPTIONS, build_config
 from tests.conftest import small_config
+
+ALGORITHMS = _algorithms()
+PERSONAL = _algorithms(personal=True)
 
 
 def _error(*args: str) -> str:

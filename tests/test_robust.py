@@ -183,7 +183,7 @@ def test_attack_and_defense_param_names_are_unique():
 
 
 def test_validate_refuses_what_cannot_hold(tmp_path):
-    from fednet.config import validate
+    from fednet.algorithms.checks import validate
 
     with pytest.raises(ConfigError, match="f = 2 .* needs n >= 11, but a round selects 10"):
         validate(_cfg(clients=10, **{"attack.name": "alie", "defense.name": "bulyan"}))
@@ -192,4 +192,6 @@ def test_validate_refuses_what_cannot_hold(tmp_path):
     with pytest.raises(ConfigError, match="--attack backdoor stamps an image"):
         validate(_cfg(**{"data.dataset": "synthetic-fedprox", "data.partition": "natural",
                          "attack.name": "backdoor"}))
+    with pytest.raises(ConfigError, match="--defense krum does not go with --secagg full"):
+        validate(_cfg(**{"defense.name": "krum", "net.secagg": "full"}))
     validate(_cfg(clients=20, **{"attack.name": "alie", "defense.name": "krum"}))

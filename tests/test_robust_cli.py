@@ -5,7 +5,8 @@ import pytest
 
 from fednet.cli import RUN_DEFAULTS, local
 from fednet.cli.options import build_config
-from fednet.config import to_toml, validate
+from fednet.algorithms.checks import validate
+from fednet.config import to_toml
 from fednet.errors import ConfigError
 
 

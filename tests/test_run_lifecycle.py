@@ -11,10 +11,17 @@ from fednet.core.run import Run, Stopped
 from fednet.errors import FednetError
 
 
+class FakeDriver:
+    status = "running"
+
+    def end(self, status, error: str = "") -> None:  # RoundDriver.end: the one place
+        self.status = status
+
+
 class FakeSession:
     def __init__(self, log: list[str]) -> None:
         self.log = log
-        self.driver = SimpleNamespace(status="running")
+        self.driver = FakeDriver()
         self.progress = SimpleNamespace(message=lambda m: log.append(f"say {m}"))
         self.history = SimpleNamespace(close=lambda: log.append("history closed"))
         self.tracking = SimpleNamespace(end=lambda summary, out: log.append("tracking ended"))

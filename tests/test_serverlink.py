@@ -15,7 +15,7 @@ from fednet.metrics.report import summary_rows
 from fednet.network.deadline import Cutoff
 from fednet.network.serverlink import Flow, busy_seconds, fair_rates, share
 from fednet.cli.options_extra import overrides
-from fednet.config import validate
+from fednet.algorithms.checks import validate
 from fednet.types import Result
 from tests.conftest import small_config
 

@@ -8,7 +8,8 @@ import pytest
 from fednet.cli import local
 from fednet.cli.setting_options import PARSED
 from fednet.cli.options import build_config
-from fednet.config import RunConfig, declarations, from_dict, validate
+from fednet.config import RunConfig, declarations, from_dict
+from fednet.algorithms.checks import validate
 from fednet.config.declare import Info, setting
 from fednet.errors import ConfigError
 

@@ -10,10 +10,11 @@ from fednet.cli import local
 from fednet.errors import ConfigError
 from fednet.metrics import sweep_table as T
 from fednet.metrics.export import cells_csv
-from fednet.sweep.runner import Options, _flags, prepare
+from fednet.cli.sweep_options import ClickCells
+from fednet.sweep.runner import Options, prepare
 from fednet.sweep.grid import parse_grid, plan
 
-FLAGS = _flags(local)
+FLAGS = ClickCells(local, {}).flags
 
 
 def test_grid_options_become_axes_and_flags_stay_fixed():
@@ -72,14 +73,14 @@ def test_plan_by_algo_and_another_axis():
 def test_every_cell_is_checked_before_anything_runs(tmp_path):
     o = Options(str(tmp_path / "sw"), ["--algo", "fedavg,fedseq", "--mu", "0.1"])
     with pytest.raises(ConfigError, match=r"^cell fedavg: --mu does not apply to fedavg \(it is"):
-        prepare(o, local, {"clients": 10})
+        prepare(o, ClickCells(local, {"clients": 10}))
     o = Options(str(tmp_path / "sw"), ["--lr", "0.1"], methods=["bad name=--lr 1"])
     with pytest.raises(ConfigError, match=r"^--method 'bad name=--lr 1': write NAME=OPTIONS"):
-        prepare(o, local, {"clients": 10})
+        prepare(o, ClickCells(local, {"clients": 10}))
     o = Options(str(tmp_path / "sw"), ["--lr", "0.1"], baseline="nosuch")
     with pytest.raises(ConfigError, match=r"^--baseline nosuch: not a method of this sweep; "
                                           r"its methods: fedavg$"):
-        prepare(o, local, {"clients": 10})
+        prepare(o, ClickCells(local, {"clients": 10}))
     assert not (tmp_path / "sw").exists()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from fednet.algorithms.common import task_lr
 from fednet.algorithms.contract import ClientContext, ClientUpdate, Strategy
 from fednet.models.arrays import load_arrays, state_arrays
 from fednet.training.local import train
@@ -36,12 +37,14 @@ class Centralized(Strategy):
 class CentralizedClient(ClientUpdate):
     """The one worker: trains on the pooled training set it rebuilds locally."""
 
+    trains_on_pooled = True  # (the server bounds its reply's time by the pooled set's size)
+
     def run(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
         """Train on the pooled training set."""
         load_arrays(ctx.model, task.arrays)
         x, y = ctx.pooled()
         t = ctx.cfg.train
-        lr = float(task.body["lr"])
+        lr = task_lr(ctx, task)
         stats = train(ctx.model, x, y, epochs=int(task.body["epochs"]), batch_size=t.batch_size,
                       lr=lr, optim=spec_of(t), objective=ctx.objective,
                       generator=ctx.batch_generator(task.round, "centralized"), augment=ctx.augment)

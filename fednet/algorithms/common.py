@@ -8,7 +8,13 @@ import numpy as np
 import torch
 
 from fednet.algorithms.contract import ClientContext
-from fednet.types import Arrays, Failure, Result
+from fednet.types import Arrays, Failure, Result, Task
+
+
+def task_lr(ctx: ClientContext, task: Task) -> float:
+    """The learning rate a task asks for (its body's `lr`: the server's schedule, e.g. CFL's
+    decay or centralized's cosine), else the run's --lr: the one place a client reads it."""
+    return float(task.body.get("lr", ctx.cfg.train.lr))
 
 
 def finite(arrays: Arrays) -> bool:

@@ -38,7 +38,8 @@ from torch import nn
 
 from fednet import rng
 from fednet.algorithms.layout import Layout, layout_of
-from fednet.config import RunConfig, eval_mode
+from fednet.algorithms.checks import eval_mode
+from fednet.config import RunConfig
 from fednet.training.objective import CLASSIFICATION, Objective
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 
@@ -110,6 +111,7 @@ class ClientUpdate:
     State: type = NoState  # the per-client state dataclass (ctx.state)
     keeps_model = False    # True: the client's model persists between rounds (personal models)
     sends_updates = False  # True: results hold updates, not models (--compress takes them as is)
+    trains_on_pooled = False  # True: it trains on the pooled training set, not its partition
 
     def __init__(self, cfg: RunConfig, params: Any) -> None:
         self.cfg, self.p = cfg, params
@@ -259,6 +261,7 @@ class StagedStrategy(Strategy):
     # follow_up in simulated-time order, never in the runtime's (core/arrivals.py)
     virtual_order = False
     streams_points = False  # interim_points is asked after every reply, not at the step's end
+    chained = False  # follow_up releases tasks within a one-round step (secure aggregation)
 
     def setup_tasks(self, clients: Sequence[ClientInfo]) -> list[Task]:
         """Tasks of a stage before round 0 (e.g. FedSeq's pre-training); none by default."""

@@ -82,14 +82,14 @@ def preload() -> None:
         _load(spec.server), _load(spec.client)
 
 
-def build(cfg: RunConfig) -> Strategy:
-    """The configured algorithm's server half."""
+def build_bare(cfg: RunConfig) -> Strategy:
+    """The configured algorithm's own server half (algorithms.build wraps it for --secagg)."""
     spec = get(cfg.algo.name)
     return _load(spec.server)(cfg, spec.parse(dict(cfg.algo.params)))
 
 
-def build_client(cfg: RunConfig) -> ClientUpdate:
-    """The configured algorithm's client half (what every client process builds, and no more)."""
+def build_client_bare(cfg: RunConfig) -> ClientUpdate:
+    """The configured algorithm's own client half (algorithms.build_client wraps it)."""
     spec = get(cfg.algo.name)
     return _load(spec.client)(cfg, spec.parse(dict(cfg.algo.params)))
 

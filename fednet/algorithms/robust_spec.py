@@ -278,6 +278,12 @@ def problem(cfg: Any, robust_algorithms: tuple[str, ...]) -> str:
         if name != "none" and cfg.algo.name not in robust_algorithms:
             return (f"{what} {name} needs an algorithm whose server averages models: "
                     f"{', '.join(robust_algorithms)} (not {cfg.algo.name})")
+    secagg = getattr(cfg.net, "secagg", "off")
+    for what, name in (("--attack", a.name), ("--defense", d.name)):
+        if name != "none" and secagg != "off":
+            return (f"{what} {name} does not go with --secagg {secagg}: the server sees only the "
+                    "masked sum of the updates (a defense needs each one, and an attacker's "
+                    "update is forged before the masking it would have to go through); drop one")
     if a.name == "backdoor" and cfg.data.dataset in ("synthetic-fedprox", "shakespeare",
                                                      "sent140"):
         return (f"--attack backdoor stamps an image trigger; {cfg.data.dataset} holds no images "

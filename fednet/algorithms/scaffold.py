@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fednet.algorithms.common import round_metrics
+from fednet.algorithms.common import round_metrics, task_lr
 from fednet.algorithms.contract import ClientContext, ClientUpdate, Model, ServerState
 from fednet.algorithms.fedavg import FedAvg
 from fednet.algorithms.layout import Layout
@@ -103,7 +103,7 @@ class ScaffoldClient(ClientUpdate):
         x = [p.detach().clone() for p in params]
         body = local_sgd(ctx, task, [hooks.control_variate(c, c_k)], load=False)
         if self.p.option == 2:
-            lr = float(task.body.get("lr", ctx.cfg.train.lr))
+            lr = task_lr(ctx, task)
             scale = 1.0 / (max(body["steps"], 1) * lr)
             new = [ck - ci + (xi - p.detach()) * scale for ck, ci, xi, p in zip(c_k, c, x, params)]
         else:

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from fednet.algorithms.common import task_lr
 from fednet.algorithms.contract import ClientContext
 from fednet.models.arrays import load_arrays
 from fednet.training import hooks
@@ -31,7 +32,7 @@ def local_sgd(ctx: ClientContext, task: Task, extra_hooks: Sequence[GradHook] = 
         load_arrays(ctx.model, task.arrays)
     t = ctx.cfg.train
     stats = train(ctx.model, ctx.x, ctx.y, epochs=int(task.body.get("epochs", t.epochs)),
-                  batch_size=t.batch_size, lr=float(lr if lr is not None else task.body.get("lr", t.lr)),
+                  batch_size=t.batch_size, lr=float(lr if lr is not None else task_lr(ctx, task)),
                   optim=spec_of(t), generator=ctx.batch_generator(task.round), hooks=extra_hooks,
                   augment=ctx.augment, loss_terms=loss_terms, objective=ctx.objective,
                   opt_state=ctx.state if keep_optimizer else None)

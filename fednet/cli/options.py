@@ -163,7 +163,7 @@ def prepare_out(opts: dict[str, Any], cfg: RunConfig) -> RunConfig:
     """Choose the results folder before anything starts: --out (refused when it holds files,
     unless --resume or --overwrite), --resume's folder (its checkpoint checked), or a fresh
     runs/<stamp>-<algo>/. Nothing is written here; the folder must be writable."""
-    from fednet.config import validate
+    from fednet.algorithms.checks import validate
     from fednet.metrics.history import check_out, resolve_out
 
     validate(cfg)

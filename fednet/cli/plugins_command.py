@@ -15,7 +15,7 @@ def plugins_command(modules: tuple[str, ...]) -> None:
 
     import fednet
     from fednet import plugins
-    from fednet.plugins import check as plugin_check
+    from fednet.core import plugin_check
     from fednet.errors import ConfigError
 
     try:

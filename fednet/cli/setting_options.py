@@ -2,10 +2,11 @@
 names, types, choices, help and its [default: ...], in declaration order; and the dotted keys a
 command line's options set.
 
-A setting's option is plain: its value is the setting's (click types it; config/checks.py checks
-its range). The few that are not name here what they need: a click type of their own (TYPES), an
-eager import (EAGER), or a parser that turns the text into settings (PARSED: options_extra.py's
-overrides, which --latency, --betas, --gpus and the others go through).
+A setting's option is plain: its value is the setting's (click types it;
+algorithms/checks.check_ranges checks its range). The few that are not name here what they need:
+a click type of their own (TYPES), an eager import (EAGER), or a parser that turns the text into
+settings (PARSED: options_extra.py's overrides, which --latency, --betas, --gpus and the others go
+through).
 """
 from __future__ import annotations
 

@@ -92,7 +92,28 @@ def run_command(ctx: click.Context, o: dict[str, Any], command: click.Command,
                    [b.strip() for b in o["by"].split(",") if b.strip()], o["runtime"], o["jobs"],
                    o["metric"], o["reference"], o["baseline"], list(o["show"]), o["dry_run"],
                    argv=["fednet", "sweep", *ctx.meta.get("argv", [])])
-    return run_sweep(opts, command, defaults, lambda line: click.echo(line, err=True))
+    return run_sweep(opts, ClickCells(command, defaults), lambda line: click.echo(line, err=True))
+
+
+class ClickCells:
+    """The command a sweep's cells run (sweep/grid.CellCommand), as the command line parses it."""
+
+    def __init__(self, command: click.Command, defaults: dict[str, Any]) -> None:
+        self.command, self.defaults = command, defaults
+        self.flags = {o for p in command.params if isinstance(p, click.Option)
+                      and (p.is_flag or p.count) for o in (*p.opts, *p.secondary_opts)}
+
+    def config(self, args: list[str]) -> Any:
+        """A cell's options parsed and validated as the command will (ConfigError)."""
+        from fednet.cli.options import build_config
+        from fednet.algorithms.checks import validate
+        from fednet.errors import ConfigError
+
+        try:
+            ctx = self.command.make_context(str(self.command.name), list(args))
+            return validate(build_config(ctx.params, self.defaults))
+        except click.ClickException as e:
+            raise ConfigError(e.format_message()) from None
 
 
 _REPORT_OPTIONS: list[Callable[[Any], Any]] = [

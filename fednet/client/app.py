@@ -22,14 +22,13 @@ import zmq
 
 from fednet.client.link import ServerLink, server_setup
 from fednet.client.peers import PeerChainBroken, Peers, to_server
-from fednet.compress import parse as compression
 from fednet.core.executor import Executor, num_examples, welcome_config, welcome_tables
 from fednet.core.wire import failure_message
 from fednet.errors import ConfigError
 from fednet.log import Throttle
 from fednet.metrics.accounting import SERVER, Ledger
 from fednet.network.latency import Profile, up_delay, wire_time
-from fednet.plugins.check import checked_welcome
+from fednet.core.plugin_check import checked_welcome
 from fednet.protocol import Message, MsgKind, peek_kind, tensor_bytes
 from fednet.protocol.proof import client_secret, gate_password, hello_proof, peer_key
 from fednet.training import interrupt
@@ -145,7 +144,7 @@ class Client:
             self.admitted.update(k.encode() for k in b.get("peer_keys", []))
         n, p = cfg.net, self.peers
         p.ack_timeout, p.retries, p.dead_peer = n.ack_timeout, n.ack_retries, n.dead_peer
-        p.compress, p.seed = compression(n.compress_handoff, True), cfg.seed
+        p.compress, p.seed = n.codecs().handoff, cfg.seed
         self.profile = profile
         lat = cfg.latency
         self.real, self.scale, self.shaped = lat.real, lat.time_scale, lat.shaped

@@ -39,7 +39,7 @@ from fednet.core.executor import num_examples, share_working_models, welcome_con
 from fednet.errors import ConfigError
 from fednet.network.latency import COLUMNS, Profile
 from fednet.platform.proc import check_files_per_process
-from fednet.plugins.check import checked_welcome
+from fednet.core.plugin_check import checked_welcome
 from fednet.protocol import Message, MsgKind
 from fednet.protocol.proof import hellos_proof, process_secret
 from fednet.training import interrupt

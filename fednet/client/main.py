@@ -9,7 +9,7 @@ from fednet.client.app import EXIT_ERROR, EXIT_USAGE, Client
 from fednet.client.host import Host
 from fednet.client.link import ids_text
 from fednet.errors import ConfigError
-from fednet.plugins.check import report
+from fednet.core.plugin_check import report
 
 log = logging.getLogger("fednet.client")
 

@@ -23,6 +23,7 @@ Specs: none, fp16, int8 (per-tensor affine 8-bit), qsgd:S (S levels, default 16)
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -35,7 +36,8 @@ Arrays = dict[str, np.ndarray]
 DEFAULT_ARG = {"qsgd": 16.0, "topk": 0.01}
 KINDS = ("none", "fp16", "int8", "qsgd", "topk", "sign")
 
-__all__ = ["CompressionError", "Spec", "parse", "encode_result", "decode_result", "topk_count"]
+__all__ = ["CompressionError", "Spec", "Codecs", "codecs", "parse", "encode_result",
+           "decode_result", "topk_count"]
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,23 @@ def parse(text: str, down: bool | str = False) -> Spec:
     if kind == "topk" and not 0 < value <= 1:
         raise ConfigError(f"{opt} topk:R needs the fraction kept, 0 < R <= 1 (got {arg})")
     return Spec(kind, value)
+
+
+@dataclass(frozen=True)
+class Codecs:
+    """A run's three codec settings, parsed: results (--compress), tasks (--compress-down) and
+    hand-offs (--compress-handoff)."""
+
+    up: Spec
+    down: Spec
+    handoff: Spec
+
+
+@functools.lru_cache(maxsize=64)
+def codecs(up: str, down: str, handoff: str) -> Codecs:
+    """The run's codecs from its three spec strings, parsed once (NetConfig.codecs); a
+    ConfigError names the option of the first that is wrong."""
+    return Codecs(parse(up), parse(down, "--compress-down"), parse(handoff, "--compress-handoff"))
 
 
 def _reference(name: str, shape: tuple[int, ...], reference: Arrays) -> np.ndarray | None:

@@ -33,9 +33,12 @@ class Downlink:
         self._cache: dict[int, tuple[Arrays, Arrays, Arrays]] = {}  # id -> (source, wire, decoded)
         self._round = -2
 
-    def encode(self, arrays: Arrays, task_id: int, rnd: int) -> tuple[Arrays, Arrays]:
+    def encode(self, arrays: Arrays, task_id: int, rnd: int) -> tuple[Arrays | None, Arrays]:
         """(the arrays as they travel, the arrays the client rebuilds from them); the
-        encodings of a round are kept until the next round's first task."""
+        encodings of a round are kept until the next round's first task. Without
+        --compress-down: (None, arrays), the arrays as they are."""
+        if not self.spec.on:  # no --compress-down: the arrays travel as they are
+            return None, arrays
         if rnd != self._round:
             self._cache, self._round = {}, rnd
         got = self._cache.get(id(arrays))

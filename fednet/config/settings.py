@@ -7,10 +7,13 @@ import sys
 import typing
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fednet.config.declare import Info, check_type, info_of, setting
 from fednet.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fednet.compress import Codecs
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -22,10 +25,9 @@ OPTIMIZERS = ("sgd", "adam", "adamw")
 LATENCY_PRESETS = ("none", "lan", "wan", "hetero")
 AUGMENTS = ("auto", "none", "fedseq", "simclr")
 EVAL_MODES = ("auto", "global", "clients")
-ATTACKS = ("none", "labelflip", "signflip", "noise", "backdoor", "alie", "ipm", "minmax",
-           "minsum")  # algorithms/robust_spec.py declares each one's parameters
-DEFENSES = ("none", "krum", "multikrum", "bulyan", "median", "trimmed_mean", "norm_bound",
-            "centered_clip")
+# --attack and --defense: algorithms/robust_spec.py declares each one's parameters
+ATTACKS = ("none", "labelflip", "signflip", "noise", "backdoor", "alie", "ipm", "minmax", "minsum")
+DEFENSES = ("none", "krum", "multikrum", "bulyan", "median", "trimmed_mean", "norm_bound", "centered_clip")
 _COMPRESS = ("none, fp16, int8 (8-bit per tensor), qsgd[:S] (S levels, 16), topk[:R] (the "
              "fraction R kept, 0.01; error feedback), sign (scaled sign; error feedback)")
 
@@ -105,13 +107,11 @@ class AlgoConfig:
 class AttackConfig:
     """Byzantine clients: which attack, who runs it (drawn from the seed), and its parameters."""
 
-    name: str = setting(
-        "none", "Byzantine clients: the attack the malicious clients run (docs/algorithms.md "
-        "section 10; parameters by --param)", choices=ATTACKS, option="--attack")
-    malicious: str = setting(
-        "0.2", "With --attack: the malicious clients, a fraction of the population (drawn from "
-        "the seed) or ids:LIST (ids:3,17 or ids:0-9; ids:3+17 in a sweep grid)",
-        option="--malicious", metavar="FRACTION|ids:LIST")
+    name: str = setting("none", "Byzantine clients: the attack the malicious clients run (docs/algorithms.md section "
+                        "10; parameters by --param)", choices=ATTACKS, option="--attack")
+    malicious: str = setting("0.2", "With --attack: the malicious clients, a fraction of the population (drawn from "
+                             "the seed) or ids:LIST (ids:3,17 or ids:0-9; ids:3+17 in a sweep grid)",
+                             option="--malicious", metavar="FRACTION|ids:LIST")
     params: dict[str, Any] = field(default_factory=dict)  # typed by the attack's declarations
 
 
@@ -119,11 +119,9 @@ class AttackConfig:
 class DefenseConfig:
     """Robust aggregation in place of the FedAvg family's mean, and its parameters."""
 
-    name: str = setting(
-        "none", "Robust aggregation in place of the mean of fedavg, fedprox and the FedOpt family "
-        "(fedavgm, fedadam, fedyogi, fedadagrad; docs/algorithms.md section 10; parameters by "
-        "--param)",
-        choices=DEFENSES, option="--defense")
+    name: str = setting("none", "Robust aggregation in place of the mean of fedavg, fedprox and the FedOpt family "
+                        "(fedavgm, fedadam, fedyogi, fedadagrad; docs/algorithms.md section 10; parameters by "
+                        "--param)", choices=DEFENSES, option="--defense")
     params: dict[str, Any] = field(default_factory=dict)  # typed by the defense's declarations
 
 
@@ -178,6 +176,31 @@ class NetConfig:
     compress_handoff: str = setting(
         "none", "How the models handed from client to client travel (FedSeq's rings): as "
         "--compress-down", option="--compress-handoff", metavar="SPEC")
+    secagg: str = setting(
+        "off", "Secure aggregation of the clients' updates: full (SecAgg, every client shares "
+        "with every other) or plus (SecAgg+, a random graph of O(log n) neighbours); the server "
+        "learns only their weighted sum", choices=("off", "full", "plus"), option="--secagg")
+    secagg_neighbours: int = setting(
+        0, "SecAgg+'s neighbours per client (even)", ge=0, option="--secagg-neighbours",
+        note="0: 2 * ceil(1.5 * log2 n)")
+    secagg_threshold: float = setting(
+        0.5, "Secure aggregation's share threshold: a secret shared among k neighbours needs "
+        "floor(fraction * k) + 1 shares, and floor(fraction * cohort) + 1 clients must survive "
+        "each stage", gt=0, lt=1, option="--secagg-threshold")
+    secagg_clip: float = setting(
+        8.0, "Secure aggregation clips each update value to [-c, c] before it is quantized",
+        gt=0, option="--secagg-clip")
+    secagg_bits: int = setting(
+        16, "Secure aggregation's quantization bits per update value", ge=1, le=24,
+        option="--secagg-bits")
+    secagg_field: int = setting(
+        0, "Secure aggregation's modulus bits (the masks' group): 32 or 64", choices=(),
+        option="--secagg-field", note="0: the smallest that holds the cohort's sum")
+
+    def codecs(self) -> Codecs:
+        """--compress, --compress-down and --compress-handoff parsed (once per run's values)."""
+        from fednet.compress import codecs
+        return codecs(self.compress, self.compress_down, self.compress_handoff)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ import numpy as np
 
 from fednet.algorithms.state import Shapes, check_model, decode, encode
 from fednet.core import state_files
+from fednet.core.status import ENDED
 from fednet.config import RunConfig
 from fednet.errors import ConfigError
 from fednet.metrics.accounting import Ledger
@@ -228,14 +229,9 @@ def _check_metrics(chk: ResumeCheck, run_dir: Path, rows: int) -> None:
     chk.need(len(lines) >= rows, path, f"{len(lines)} rows, the checkpoint needs its first {rows}")
 
 
-ENDED = frozenset({"completed", "failed", "diverged", "no_clients", "no_clients_online"})
-"""Statuses of a run that ended by itself: its rounds are history that no resume may replace
-(an interrupted run, one that stopped on an error, and one that crashed may be run again from
-their checkpoint: every round is reproduced exactly)."""
-
-
 def finished_rounds(run_dir: Path) -> tuple[int, str] | None:
-    """(rounds, status) of RUN/summary.json when the run ended by itself there (ENDED), else None."""
+    """(rounds, status) of RUN/summary.json when the run ended by itself there
+    (RunStatus.ended_by_itself), else None."""
     try:
         s = json.loads((run_dir / "summary.json").read_bytes().decode("utf-8"))
     except (OSError, ValueError):

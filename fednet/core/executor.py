@@ -18,7 +18,6 @@ from fednet.algorithms.common import evaluate_own
 from fednet.algorithms.contract import ClientContext
 from fednet.algorithms.state import Shapes, to_device
 from fednet.core.work import check_work
-from fednet.compress import parse as compression
 from fednet.compress.client import UpdateCodec
 from fednet.core.state_files import StateStore, decode_client, encode_client, state_bound
 from fednet.config import RunConfig, from_dict
@@ -115,9 +114,8 @@ class Executor:
         # cannot be written) the state stays in this object and it must be kept (holds_state)
         out = out or cfg.out
         n = cfg.net
-        self.codec = UpdateCodec(compression(n.compress), cfg.seed, cid,  # --compress and co.
-                                 compression(n.compress_down, True),
-                                 compression(n.compress_handoff, True))
+        c = n.codecs()
+        self.codec = UpdateCodec(c.up, cfg.seed, cid, c.down, c.handoff)  # --compress and co.
         self.stateful = self.update.stateful() or self.codec.spec.feedback
         bound = state_bound(state_nbytes(model), len(cd.y))
         self.store = (StateStore(out, cfg.algo.name, bound) if files and out and self.stateful

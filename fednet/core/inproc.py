@@ -153,14 +153,13 @@ class InprocDispatcher:
             done = hop_done_message(got, reply, n + n_ack, led.totals()["tensor_bytes"] - t0, hop)
             if skipped:  # offline peers passed over (--availability)
                 done.body["skipped"] = skipped
-                self.s.driver.churn.note(reply.round, skipped)  # type: ignore[union-attr]
+                self.s.driver.churn.note(reply.round, skipped)
             self._send(done, me, SERVER)
             got = nxt
         back, n2 = self._send(reply, client_name(cid), SERVER)
         done = receive(self.s, back, cid, n2, task)
-        churn = self.s.driver.churn  # --availability: offline before the result arrived?
-        return done if churn is None else churn.upload(done, back.sim_time,
-                                                       back.body.get("skipped", 0))
+        # --availability: offline before the result arrived?
+        return self.s.driver.churn.upload(done, back.sim_time, back.body.get("skipped", 0))
 
 
 def run_local(cfg: RunConfig, quiet: bool = False, write: bool = True, prepare=None,
@@ -181,7 +180,7 @@ def run_local(cfg: RunConfig, quiet: bool = False, write: bool = True, prepare=N
         if prepare is not None:
             prepare(session)
         session.progress.message(session.describe())
-        session.driver.log_hint = "its traceback is in this command's log above"
+        session.driver.verdict.log_hint = "its traceback is in this command's log above"
         dispatcher = InprocDispatcher(session)
         run.on_stop(dispatcher.close)
         run.clients = dispatcher.alive_clients

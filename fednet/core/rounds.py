@@ -12,15 +12,17 @@ from fednet.algorithms.contract import NOT_STAGED, StagedStrategy, Strategy
 from fednet.compress.downlink import Downlink
 from fednet.config import RunConfig
 from fednet.core.arrivals import Arrivals
-from fednet.core.state_files import Manifest
+from fednet.core.state_files import NO_MANIFEST, Manifest
 from fednet.core.summary import run_summary
+from fednet.core.status import RunStatus
 from fednet.core.verdict import Verdict
 from fednet.platform.proc import interrupts_deferred
 from fednet.metrics.accounting import Ledger
 from fednet.metrics.history import History
 from fednet.metrics.progress import Progress
-from fednet.network.churn import Churn
-from fednet.network.step import Network
+from fednet.compress import Spec
+from fednet.network.churn import NO_CHURN, Churn, NoChurn
+from fednet.network.step import NO_NETWORK, Network, NoNetwork
 from fednet.types import ClientInfo, Failure, Result, Task
 
 log = logging.getLogger("fednet.server")
@@ -38,29 +40,48 @@ class Dispatcher(Protocol):
                   ) -> tuple[list[Result], list[Failure]]: ...
 
 
-class RoundDriver(Verdict):
-    """Runs cfg.rounds rounds of `algo` over a dispatcher, logging as it goes."""
+class RoundDriver:
+    """Runs cfg.rounds rounds of `algo` over a dispatcher, logging as it goes.
+
+    Its collaborators come in the constructor, each one always there: the network's policies
+    (`network`: NoNetwork when none is set), availability (`churn`: NoChurn without
+    --availability), the task encoder (`downlink`: passes arrays through without
+    --compress-down), replies in simulated-time order for asynchronous servers (`arrivals`),
+    the checkpoint writer (`checkpoint`: returns whether it wrote one; one that never does
+    without a results folder), the clients' store manifest (`manifest`) and more metrics of the
+    evaluated model (`extra_eval`: --attack backdoor's success rate). How the run ends is
+    one RunStatus, set by `end`; its failures and verdicts are the Verdict's."""
 
     def __init__(self, cfg: RunConfig, algo: Strategy, evaluate: Callable[[Any], tuple[float, float]],
-                 ledger: Ledger, history: History, progress: Progress | None = None) -> None:
+                 ledger: Ledger, history: History, progress: Progress | None = None, *,
+                 network: Network | NoNetwork = NO_NETWORK, churn: Churn | NoChurn = NO_CHURN,
+                 downlink: Downlink | None = None,
+                 arrivals: Callable[[], Arrivals] | None = None,
+                 checkpoint: Callable[[], bool] = lambda: False,
+                 manifest: Manifest = NO_MANIFEST, client_state: bool = False,
+                 extra_eval: Callable[[Any], dict[str, float]] | None = None) -> None:
         self.cfg, self.algo, self.evaluate = cfg, algo, evaluate
         self.staged = algo if isinstance(algo, StagedStrategy) else NOT_STAGED  # the extra hooks
         self.ledger, self.history = ledger, history
         self.progress = progress or Progress(cfg.rounds, quiet=True)
+        self.network, self.churn, self.manifest = network, churn, manifest
+        self.downlink = downlink if downlink is not None else Downlink(Spec(), cfg.seed)
+        self.arrivals = arrivals if arrivals is not None else _no_order(cfg)
+        self.checkpoint = checkpoint
+        self.client_state = client_state  # the algorithm's clients keep state between rounds
+        # more row metrics of the evaluated model (--attack backdoor: its success rate)
+        self.extra_eval = extra_eval
+        self.verdict = Verdict(cfg.net.max_failed_rounds, self.progress)
+        self.status = RunStatus.RUNNING
+        self.error = ""  # why the run failed or stopped (summary.json's error)
         self.sim_time = 0.0
         self.rounds_done = 0
-        self.failures: list[dict[str, Any]] = []
-        self.status = "running"
         self.setup_stats: dict[str, Any] = {}
-        self.checkpoint: Callable[[], None] | None = None  # set by the session (a results folder)
         # the last round is checkpointed (--checkpoint-every, or a resumed run: its checkpoint
         # must never stay behind the rounds it finished, core/checkpoint._check_history)
         self.keep_last = bool(cfg.net.checkpoint_every)
         self.ckpt_round = 0  # rounds done at the last checkpoint (tasks carry it: client state)
         self.step_start = 0  # the first round of the step now running
-        self.client_state = False  # the algorithm's clients keep state between rounds
-        self.churn: Churn | None = None  # --availability (network/churn.py)
-        self.manifest: Manifest | None = None  # the clients' store on this disk (the session's)
         self.t0 = time.monotonic()
         self.wall_before = 0.0  # the wall-clock of a resumed run's earlier segments
         self.segments: list[dict[str, Any]] = []  # those segments (summary.json)
@@ -70,17 +91,20 @@ class RoundDriver(Verdict):
         self.boundary: tuple[dict[str, int], int, float] | None = None
         self.mutating = False  # a round is being aggregated, evaluated and logged
         self.t_end: float | None = None
-        self.network: Network | None = None  # --server-bandwidth, --deadline, --over-select
-        self.arrivals: Callable[[], Arrivals] | None = None  # set by the session (virtual order)
-        self.downlink: Downlink | None = None  # --compress-down (set by the session)
-        # more row metrics of the evaluated model (set by the session: --attack backdoor)
-        self.extra_eval: Callable[[Any], dict[str, float]] | None = None
-        self.error = ""  # why a failed run failed (its first failure's reason)
-        self.log_hint = ""  # where the clients' tracebacks are (set by the runtime)
-        self.failed_streak = self.usable_rounds = 0
         # (rounds, simulated time, ledger totals, messages) at the last row logged (or the
         # setup's end, or the checkpoint resumed from): an interrupted run's totals
         self.logged: tuple[int, float, dict[str, int], int] = (0, 0.0, ledger.totals(), 0)
+
+    @property
+    def failures(self) -> list[dict[str, Any]]:
+        """The run's failures so far (summary.json, checkpoints): the verdict's record."""
+        return self.verdict.failures
+
+    def end(self, status: RunStatus, error: str = "") -> None:
+        """The one place the run's status is set (with why, for summary.json's error)."""
+        self.status = status
+        if error:
+            self.error = self.error or error
 
     def wall(self) -> float:
         """Seconds of training: from the first round's start to the last round's end (or now),
@@ -108,51 +132,47 @@ class RoundDriver(Verdict):
                 if not self.mutating and self.rounds_done > 0:  # (unless it was aggregating)
                     self.boundary = self.mark  # Session.checkpoint_interrupted
                 raise
-        if self.usable_rounds == 0 and self.rounds_done > 0 and self.failures:
-            self._fail("no round of the run had a usable result")
+        if self.verdict.usable_rounds == 0 and self.rounds_done > 0 and self.failures:
+            self.end(*self.verdict.failed("no round of the run had a usable result"))
         else:
-            self.status = "completed"
+            self.end(RunStatus.COMPLETED)
 
     def _step(self, rnd: int, step: int, dispatcher: Dispatcher) -> bool:
         """One step and its checkpoint; False when the run stops here."""
         self.mark = (self.ledger.totals(), self.algo.state.next_task, self.sim_time)
         clients = alive = dispatcher.alive_clients()
         if not clients:
-            self.status = "no_clients"
+            self.end(RunStatus.NO_CLIENTS)
             log.error("round %d: no client is alive; stopping the run", rnd)
             return False
-        if self.churn is not None:  # among the clients online (waits until one is)
-            clients, self.sim_time = self.churn.select(clients, self.sim_time)
-            if not clients:
-                self.status = "no_clients_online"
-                log.error("round %d: no client is online now or later (--availability); "
-                          "stopping the run", rnd)
-                return False
+        clients, self.sim_time = self.churn.select(clients, self.sim_time)  # among those online
+        if not clients:  # (--availability: none now, nor later)
+            self.end(RunStatus.NO_CLIENTS_ONLINE)
+            log.error("round %d: no client is online now or later (--availability); "
+                      "stopping the run", rnd)
+            return False
         # an asynchronous step picks its clients as it goes (online then): all of them
         pool = alive if self.staged.virtual_order else clients
         self.round(rnd, pool, dispatcher, min(step, self.cfg.rounds - rnd))
         every = self.cfg.net.checkpoint_every
         due = (every and self.rounds_done // every > rnd // every) or (
             self.rounds_done == self.cfg.rounds and self.keep_last)
-        if self.checkpoint is not None and due:
-            self.checkpoint()
+        if due and self.checkpoint():
             self.ckpt_round = self.rounds_done
-        return self.status not in ("diverged", "failed")
+        return not self.status.stops
 
     def setup(self, dispatcher: Dispatcher) -> bool:
         """Round -1: tasks the algorithm needs before training (e.g. FedSeq's pre-training)."""
-        clients = dispatcher.alive_clients()
-        if self.churn is not None:
-            clients, self.sim_time = self.churn.select(clients, self.sim_time)
+        clients, self.sim_time = self.churn.select(dispatcher.alive_clients(), self.sim_time)
         tasks = self.stamp(self.staged.setup_tasks(clients))
         if not tasks:
             return True
         self.progress.message(f"setup stage: {len(tasks)} tasks")
-        step = self.network and self.network.step(self.sim_time, -1, tasks, 1, None, setup=True)
-        results, failures = dispatcher.run_round(-1, step.send(tasks) if step else tasks,
+        step = self.network.step(self.sim_time, -1, tasks, 1, None, setup=True)
+        results, failures = dispatcher.run_round(-1, step.send(tasks),
                                                  self.progress.counter(len(tasks), "setup stage"))
-        results = step.close(results, None) if step else results
-        self._note_failures(-1, failures)
+        results = step.close(results, None)
+        self.verdict.note(-1, failures)
         self.sim_time = max([self.sim_time] + [r.sim_time for r in results])
         t0 = time.perf_counter()
         self.setup_stats = self.staged.setup_results(results, failures)
@@ -170,7 +190,7 @@ class RoundDriver(Verdict):
         self.rounds_done = self.ckpt_round = int(state["rounds_done"])
         self.keep_last = True
         self.sim_time = float(state["sim_time"])
-        self.failures = list(state.get("failures", []))
+        self.verdict.failures[:] = list(state.get("failures", []))
         self.setup_stats = dict(state.get("setup", {}))
         self.ledger.add_totals(-2, {k: int(v) for k, v in state["ledger"].items()})
         self.segments = list(state.get("segments", []))
@@ -191,9 +211,8 @@ class RoundDriver(Verdict):
             ckpt = self.ckpt_round if self.cfg.net.checkpoint_every else self.step_start
             for t in tasks:
                 t.body = {**t.body, "ckpt": ckpt}
-            if self.manifest is not None:  # their files may change before the next checkpoint
-                self.manifest.touch(c for t in tasks for c in t.route)
-        for t in tasks if self.downlink is not None else ():  # --compress-down
+            self.manifest.touch(c for t in tasks for c in t.route)  # files that may change
+        for t in tasks:  # as they travel (--compress-down; else as they are)
             t.wire, t.arrays = self.downlink.encode(t.arrays, t.task_id, t.round)
         return tasks
 
@@ -202,26 +221,27 @@ class RoundDriver(Verdict):
         """One step (span logical rounds): configure, dispatch, aggregate, evaluate, log."""
         algo = self.algo
         self.step_start = rnd
-        algo.online = self.churn.avail.online if self.churn is not None else None
+        algo.online = self.churn.online_at
         algo.now = self.sim_time
         tasks = self.stamp(algo.configure_round(rnd, clients))
         for t in tasks:
             t.sim_time = self.sim_time
-        ordered = self.staged.virtual_order and self.arrivals is not None
-        step = self.network and self.network.step(self.sim_time, rnd, tasks, span, algo.target,
+        ordered = self.staged.virtual_order
+        step = self.network.step(self.sim_time, rnd, tasks, span, algo.target,
                                                   ordered=ordered)
-        order = self.arrivals() if ordered and self.arrivals else None
-        pipelined = span > 1 or order is not None  # replies release follow-up tasks
+        order = self.arrivals() if ordered else None
+        # replies release follow-up tasks: several rounds a step, replies in simulated-time
+        # order, or stages of one round (secure aggregation)
+        pipelined = span > 1 or order is not None or self.staged.chained
         base = {**self.ledger.totals(), "messages": self.ledger.messages}
 
         def release(seen: Result | Failure) -> list[Task]:
             algo.absorb(seen)  # streaming algorithms fold the result in and free its arrays
             nxt = self.stamp(self.staged.follow_up(seen)) if pipelined else []
-            nxt = self.churn.trim(nxt) if self.churn is not None else nxt  # offline first hops
-            return step.send(nxt) if step else nxt
+            return step.send(self.churn.trim(nxt))  # (offline first hops skipped)
 
         def on_reply(done: Result | Failure) -> list[Task]:
-            seen = step.reply(done) if step else done  # None: held or a straggler
+            seen = step.reply(done)  # None: held or a straggler
             if seen is None:
                 return []
             if order is None:
@@ -235,7 +255,7 @@ class RoundDriver(Verdict):
                 self._points(order, base)
             return out
 
-        first = step.send(tasks) if step else tasks
+        first = step.send(tasks)
         if order is not None:
             order.sent(first)
         results, failures = dispatcher.run_round(rnd, first, on_reply)
@@ -247,33 +267,38 @@ class RoundDriver(Verdict):
         """The step's end: aggregate, evaluate, log; the boundary mark of the round after it."""
         self.mutating = True  # until the round is logged: no checkpoint of it on Ctrl-C
         algo = self.algo
-        results = step.close(results, algo.absorb) if step else results
+        results = step.close(results, algo.absorb)
         metrics = self.algo.aggregate_round(rnd, results, failures)
         end = self.staged.step_end()
-        self.sim_time = max([self.sim_time, step.end if step else 0.0]
+        self.sim_time = max([self.sim_time, step.end]
                             + [r.sim_time for r in results]) if end is None else end
         if order is not None:  # in the order the algorithm saw them, not the runtime's
             failures = sorted(failures, key=lambda f: (f.sim_time, f.task_id))
-        self._note_failures(rnd, failures)
-        self._count_usable(rnd, results)
+        self.verdict.note(rnd, failures)
+        # usable: what the algorithm says it aggregated (secure aggregation: one unmasked
+        # result, or none), else every result that came
+        ending = self.verdict.count_usable(rnd, int(metrics.get("results", len(results))))
+        if ending is not None:
+            self.end(*ending)
         self._points(order, base)  # e.g. FedSeqInter's bank
         if self.algo.eval_clients:  # personalized: clients evaluated their own models
             acc, loss, spread = client_accuracy(results)
             metrics = {**metrics, **spread}
         else:
             acc, loss = self.evaluate(self.algo.eval_arrays())
-            self._check_diverged(rnd, results, failures, loss)
+            ending = Verdict.diverged(rnd, self.algo.eval_arrays(), results, failures, loss)
+            if ending is not None:
+                self.end(*ending)
             if self.extra_eval is not None:  # --attack backdoor: the attack's success
                 metrics = {**metrics, **self.extra_eval(self.algo.eval_arrays())}
         last = rnd + span - 1
-        late = step.stragglers if step else 0  # (an ordered step's are in its results)
+        late = step.stragglers  # (an ordered step's are in its results)
         metrics = {**metrics, "tasks": len(results) + len(failures) + late,  # (of the step)
                    **({"failures": len(failures)} if order is None else {}),  # (else its round's)
-                   **(step.row if step else {})}
+                   **step.row}
         if order is not None:
             metrics = {**metrics, "stragglers": order.stragglers, "moved": order.moved}
-        if self.churn is not None:  # online clients, waits, skipped peers (--availability)
-            metrics = {**metrics, **self.churn.row(rnd, span)}
+        metrics = {**metrics, **self.churn.row(rnd, span)}  # online, waits, skipped peers
         row = self._log(last, acc, loss, metrics, self.sim_time, _seen(order, base))
         self.rounds_done = last + 1
         self.mark = (self.ledger.totals(), self.algo.state.next_task, self.sim_time)
@@ -310,6 +335,9 @@ class RoundDriver(Verdict):
             "round": rnd, "accuracy": acc, "loss": loss, **metrics, "wall_s": self.wall(),
             "sim_s": sim, "bytes_round": bytes_round, "bytes_total": total,
         }
+        stages = self.ledger.stage_totals(rnd) if seen is None else {}
+        if stages:  # a protocol's stages inside the round (secure aggregation): their bytes
+            row["bytes_by_stage"] = stages
         if not math.isfinite(loss):
             log.warning("round %d: the model's loss is not finite", rnd)
         self.history.log_round(row)
@@ -333,3 +361,9 @@ def _seen(order: Arrivals | None, base: dict[str, int]) -> dict[str, Any] | None
         return None
     at = order.totals({k: v for k, v in base.items() if k != "messages"}, base["messages"])
     return {**order.row_bytes(base), "at": at}
+
+
+def _no_order(cfg: RunConfig) -> Callable[[], Arrivals]:
+    """Replies in simulated-time order without lookahead (a driver built without its
+    session's bounds): each task's earliest return is its start."""
+    return lambda: Arrivals(lambda t: t.sim_time, lambda t: 0, float(cfg.latency.deadline))

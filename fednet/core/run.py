@@ -21,6 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from fednet.core.status import RunStatus
 from fednet.errors import FednetError
 from fednet.metrics.files import OutputError
 from fednet.platform.proc import peak_rss_bytes
@@ -35,7 +36,7 @@ T = TypeVar("T")
 class Stopped(FednetError):
     """The run ends early with its own status (e.g. registration_timeout); a usage-level error."""
 
-    def __init__(self, status: str, message: str) -> None:
+    def __init__(self, status: RunStatus, message: str) -> None:
         super().__init__(message)
         self.status = status
 
@@ -105,16 +106,15 @@ class Run:
         if e is not None and self.session is not None and self.is_started:
             driver = self.session.driver
             if isinstance(e, KeyboardInterrupt):
-                driver.status = "interrupted"
+                driver.end(RunStatus.INTERRUPTED)
                 if self.on_interrupt:
                     self.session.progress.message(self.on_interrupt)
                 self._checkpoint()
             elif isinstance(e, Stopped):
-                driver.status = e.status
+                driver.end(e.status)
             else:
-                driver.status = "error"
                 why = (f"{type(e).__name__}: {e}".splitlines() or [""])[0][:2000]
-                driver.error = getattr(driver, "error", "") or why  # summary.json's error
+                driver.end(RunStatus.ERROR, why)  # summary.json's error
         if not self.is_started and self.session is not None:
             self.session.history.close()
             self.session.tracking.end(None, self.session.out)

@@ -15,9 +15,9 @@ from fednet.network import latency
 from fednet.algorithms.contract import ServerInfo
 from fednet.algorithms.robust_spec import malicious_ids
 from fednet.algorithms.state import Shapes
-from fednet.compress import parse as compression
 from fednet.compress.downlink import Downlink
-from fednet.config import RunConfig, eval_mode, validate
+from fednet.algorithms.checks import eval_mode, validate
+from fednet.config import RunConfig
 from fednet.data import load_dataset, natural, run_partition
 from fednet.data.partition import part_size
 from fednet.data.stats import label_histogram, partition_summary
@@ -31,12 +31,13 @@ from fednet.core import checkpoint, store_check
 from fednet.core.arrivals import Arrivals
 from fednet.core.evaluate import Evaluator
 from fednet.core.rounds import RoundDriver
+from fednet.core.status import RunStatus
 from fednet.core.summary import robust_summary
 from fednet.network import availability
-from fednet.network.churn import Churn
+from fednet.network.churn import NO_CHURN, Churn
 from fednet.network.step import Network
 from fednet.platform.proc import peak_rss_bytes
-from fednet.core.state_files import Manifest, lineage, state_bound
+from fednet.core.state_files import NO_MANIFEST, Manifest, lineage, state_bound
 from fednet.core.wire import task_size
 from fednet.types import ClientInfo, Task
 
@@ -61,11 +62,12 @@ class Session:
         self.algo = algorithms.build(cfg)  # the server half
         self.spec = algorithms.get(cfg.algo.name)  # its declarations (result body keys)
         self.handoffs = self.spec.handoffs  # rings: WELCOME's tables
-        self.compress = compression(cfg.net.compress)  # --compress: results decoded on arrival
+        codecs = cfg.net.codecs()
+        self.compress = codecs.up  # --compress: results decoded on arrival
         client = algorithms.client_class(cfg.algo.name)  # the client half's class
         self.update_results = client.sends_updates  # results are updates: no reference
-        down = compression(cfg.net.compress_down, down=True)
-        self.handoff_codec = compression(cfg.net.compress_handoff, "--compress-handoff")
+        down = codecs.down
+        self.handoff_codec = codecs.handoff
         self._check_codecs(cfg)
         self.evaluator = Evaluator(cfg)
         self.algo.setup(self.evaluator.initial, self.evaluator.trainable)
@@ -121,26 +123,34 @@ class Session:
     def _driver(self, cfg: RunConfig, stateful: bool, down: Any, state: dict | None
                 ) -> RoundDriver:
         """The round driver with the run's network model, codecs, resume state and checkpoints."""
-        driver = RoundDriver(cfg, self.algo, self.evaluator, self.ledger, self.history,
-                             self.progress)
-        driver.client_state = stateful or self.compress.feedback  # (a residual)
-        driver.churn = Churn(self.availability) if self.availability is not None else None
-        driver.network = Network.of(cfg, self.profiles, lambda t: task_size(t, self.run_id))
-        driver.downlink = Downlink(down, cfg.seed) if down.on else None
-        if cfg.attack.name == "backdoor":  # the attack's success rate in every row
-            driver.extra_eval = lambda arrays: {
-                "attack_success": self.evaluator.attack_success(arrays)}
-        driver.arrivals = lambda: Arrivals(  # replies in simulated-time order
-            self.earliest_return, lambda t: task_size(t, self.run_id), float(cfg.latency.deadline))
+        size = lambda t: task_size(t, self.run_id)  # noqa: E731 - a TASK's bytes as sent
+        driver = RoundDriver(
+            cfg, self.algo, self.evaluator, self.ledger, self.history, self.progress,
+            network=Network.of(cfg, self.profiles, size),
+            churn=Churn(self.availability) if self.availability is not None else NO_CHURN,
+            downlink=Downlink(down, cfg.seed),
+            arrivals=lambda: Arrivals(  # replies in simulated-time order
+                self.earliest_return, size, float(cfg.latency.deadline)),
+            checkpoint=self._checkpoint, manifest=self.manifest or NO_MANIFEST,
+            client_state=stateful or self.compress.feedback,  # (a residual is state too)
+            extra_eval=self._attack_success if cfg.attack.name == "backdoor" else None)
         if state is not None:
             driver.resume(state)
-        driver.manifest = self.manifest
-        if self.out is not None:
-            out_dir = self.out
-            driver.checkpoint = lambda: checkpoint.save(
-                out_dir, self.algo, driver, self.client_view() if self.client_view else None,
-                lineage=lineage(self.run_id), manifest=self.manifest)
         return driver
+
+    def _attack_success(self, arrays: Any) -> dict[str, float]:
+        """--attack backdoor: the model's attack success rate, for every row."""
+        return {"attack_success": self.evaluator.attack_success(arrays)}
+
+    def _checkpoint(self) -> bool:
+        """A checkpoint of the driver's last finished round, when there is a results folder;
+        whether one was written."""
+        if self.out is None:
+            return False
+        checkpoint.save(self.out, self.algo, self.driver,
+                        self.client_view() if self.client_view else None,
+                        lineage=lineage(self.run_id), manifest=self.manifest)
+        return True
 
     def _resume_state(self) -> dict:
         if self.out is None:
@@ -202,12 +212,20 @@ class Session:
         tensors = sum(a.nbytes for a in (task.arrays if task.wire is None else task.wire).values())
         moved = 3 * (max(tensors, self.evaluator.model_bytes) + (1 << 20))
         most = self._most_epochs
+        pooled = self._pooled_examples
         t = task.sim_time + 1.0 + float(self.cfg.latency.deadline)
         for cid in task.route[task.hop:]:
             p = self.profiles[cid]
-            samples = 4 * most * part_size(self.parts, cid) + 4096
+            samples = 4 * most * (pooled or part_size(self.parts, cid)) + 4096
             t += 2 * p.rtt_s + moved / min(p.down_bps, p.up_bps) + latency.compute_time(p, samples)
         return t
+
+    @functools.cached_property
+    def _pooled_examples(self) -> int:
+        """The training set's size when the algorithm's client trains on all of it (the
+        centralized reference), else 0."""
+        cls = algorithms.client_class(self.cfg.algo.name)
+        return int(self.stats.get("samples", 0)) if cls.trains_on_pooled else 0
 
     @functools.cached_property
     def _most_epochs(self) -> int:
@@ -239,8 +257,8 @@ class Session:
         replaced atomically: a disk error is an OutputError naming the file, the files written
         before it are intact and those after it (summary.json among them: it never describes a
         final model that is not there) keep their last good content."""
-        if self.driver.status == "running":  # an error escaped the rounds (the runtime re-raises it)
-            self.driver.status = "error"
+        if self.driver.status == RunStatus.RUNNING:  # an error escaped the rounds (re-raised)
+            self.driver.end(RunStatus.ERROR)
         summary = self.driver.summary(clients, {"partition": self.stats, "run_id": self.run_id,
                                                 "out": str(self.out) if self.out else None,
                                                 **robust_summary(self.cfg, self.history.rows),

@@ -341,6 +341,19 @@ class Manifest:
         return cls(dict(zip(cids, rounds)))
 
 
+class NoManifest(Manifest):
+    """The manifest of a run whose clients' store is not on this disk (or that has none):
+    it keeps nothing."""
+
+    __slots__ = ()
+
+    def touch(self, cids: Any) -> None:
+        pass
+
+
+NO_MANIFEST = NoManifest()
+
+
 def encode_client(state: Any, model: dict[str, np.ndarray] | None
                   ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """A client's typed state (and personal model) as arrays and JSON."""

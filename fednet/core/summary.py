@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fednet.core.status import RunStatus
 from fednet.types import ClientInfo
 
 TRAFFIC = ("server_to_client", "client_to_server", "client_to_client", "tensor_bytes",
@@ -16,12 +17,12 @@ def run_summary(d: Any, clients: list[ClientInfo], extra: dict[str, Any] | None 
     tools rely on."""
     rows = d.history.rows
     rounds, sim, tot, messages = (d.rounds_done, d.sim_time, d.ledger.totals(), d.ledger.messages)
-    if d.status != "completed":  # an interrupted run (or one stopped mid-round): its last
+    if d.status != RunStatus.COMPLETED:  # an interrupted run (or one stopped mid-round): its last
         rounds, sim, tot, messages = d.finished()  # finished round's totals, not the round's tasks
         tot = {**d.ledger.totals(), **{k: v for k, v in tot.items() if k in TRAFFIC}}
     acc = [r["accuracy"] for r in rows]
     out: dict[str, Any] = {
-        "algorithm": d.cfg.algo.name, "status": d.status, "clients": d.cfg.clients,
+        "algorithm": d.cfg.algo.name, "status": d.status.value, "clients": d.cfg.clients,
         "rounds": rounds, "rounds_planned": d.cfg.rounds,
         "final_accuracy": acc[-1] if acc else None, "best_accuracy": max(acc) if acc else None,
         "final_loss": rows[-1]["loss"] if rows else None,
@@ -32,6 +33,7 @@ def run_summary(d: Any, clients: list[ClientInfo], extra: dict[str, Any] | None 
         "rejects_sent": {"messages": tot["rejects_sent_messages"],
                          "bytes": tot["rejects_sent"]},
         "messages": messages,
+        **({"bytes_by_stage": st} if (st := d.ledger.stage_totals()) else {}),
         "devices": {str(c.cid): c.device for c in sorted(clients, key=lambda c: c.cid)},
         "failures": d.failures, "seed": d.cfg.seed,
     }
@@ -41,10 +43,10 @@ def run_summary(d: Any, clients: list[ClientInfo], extra: dict[str, Any] | None 
         out["error"] = d.error
     if d.setup_stats:
         out["setup"] = d.setup_stats
-    if d.churn is not None:
-        out["availability"] = d.churn.summary(d.failures)
-    if d.network is not None:
-        out.update(d.network.summary())
+    availability = d.churn.summary(d.failures)
+    if availability is not None:
+        out["availability"] = availability
+    out.update(d.network.summary())
     if d.cfg.tuned:  # the defaults the algorithm's tuning chose (registry Spec.tuned)
         out["tuned"] = list(d.cfg.tuned)
     out.update(extra or {})

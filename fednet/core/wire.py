@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from fednet.metrics.accounting import SERVER, Ledger
-from fednet.protocol import Message, MsgKind, encode, frame_bytes, tensor_bytes
+from fednet.protocol import Message, MsgKind, encode, frame_bytes, stage_of, tensor_bytes
 from fednet.protocol.proof import NO_MAC
 from fednet.types import Arrays, Failure, Result, Task, client_name
 
@@ -62,7 +62,7 @@ def message_failure(msg: Message, cid: int) -> Failure:
 def record(ledger: Ledger, msg: Message, frames: list[Any], src: str, dst: str) -> int:
     """Account one message in the ledger; returns its size (header + payload frames)."""
     h, p = frame_bytes(frames)
-    ledger.record(msg.round, msg.kind.name, src, dst, h, p, tensor_bytes(msg))
+    ledger.record(msg.round, msg.kind.name, src, dst, h, p, tensor_bytes(msg), stage_of(msg))
     return h + p
 
 

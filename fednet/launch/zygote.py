@@ -71,7 +71,7 @@ def load_plugins(modules: list[str]) -> None:
     """Import the run's --plugin modules and every installed plugin (entry points: algorithms,
     models, datasets) before the warm-up, so forked clients inherit them at no cost."""
     from fednet import plugins
-    from fednet.plugins import check as plugin_check
+    from fednet.core import plugin_check
 
     plugins.load_modules(modules)
     plugins.preload()

@@ -44,7 +44,7 @@ def _counts() -> defaultdict[str, int]:
 class Ledger:
     """Records messages as seen by one process; totals split by direction and round."""
 
-    __slots__ = ("keep_entries", "entries", "_by_round", "_totals", "messages")
+    __slots__ = ("keep_entries", "entries", "_by_round", "_totals", "messages", "_by_stage")
 
     def __init__(self, keep_entries: bool = False) -> None:
         self.keep_entries = keep_entries
@@ -52,9 +52,12 @@ class Ledger:
         self._by_round: dict[int, dict[str, int]] = defaultdict(_counts)
         self._totals: dict[str, int] = defaultdict(int)
         self.messages = 0
+        # (round, stage) -> direction -> bytes: the stages of a protocol inside a round (secure
+        # aggregation's keys, shares, input, unmask), for the messages that name one
+        self._by_stage: dict[tuple[int, str], dict[str, int]] = defaultdict(_counts)
 
     def record(self, rnd: int, kind: str, src: str, dst: str, header_bytes: int, payload_bytes: int,
-               tensor_bytes: int) -> None:
+               tensor_bytes: int, stage: str = "") -> None:
         """Add one message (a REJECT sent is counted apart: rejects_sent, rejects_sent_messages;
         it answers someone else's mistake and is not traffic of the run)."""
         e = Entry(rnd, kind, src, dst, header_bytes, payload_bytes, tensor_bytes)
@@ -66,6 +69,8 @@ class Ledger:
             self.entries.append(e)
         self.messages += 1
         key = direction(src, dst) if kind in TRAFFIC_KINDS else "control"
+        if stage:
+            self._by_stage[(rnd, stage)][key] += e.total
         for bucket in (self._totals, self._by_round[rnd]):
             bucket[key] += e.total
             if kind in TRAFFIC_KINDS:
@@ -91,6 +96,16 @@ class Ledger:
                 "header_bytes", "control", "rejected", "rejected_messages", "rejects_sent",
                 "rejects_sent_messages")
         return {k: int(self._totals.get(k, 0)) for k in keys}
+
+    def stage_totals(self, rnd: int | None = None) -> dict[str, dict[str, int]]:
+        """Bytes by stage and direction, of round rnd (None: of every round)."""
+        out: dict[str, dict[str, int]] = {}
+        for (r, stage), by in self._by_stage.items():
+            if rnd is None or r == rnd:
+                got = out.setdefault(stage, {})
+                for k, v in by.items():
+                    got[k] = got.get(k, 0) + v
+        return out
 
     def round_totals(self, rnd: int) -> dict[str, int]:
         """Totals of one round (same keys as totals())."""

@@ -29,7 +29,8 @@ def run_info(folder: str | Path | None) -> dict[str, str]:
     if folder is None:
         return {}
     try:
-        from fednet.config import RunConfig, eval_mode, from_dict, load_toml, merge
+        from fednet.algorithms.checks import eval_mode
+        from fednet.config import RunConfig, from_dict, load_toml, merge
         from fednet.algorithms import model_name
 
         cfg = from_dict(merge(RunConfig().to_dict(), load_toml(Path(folder) / "config.toml")))

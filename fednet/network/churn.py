@@ -13,6 +13,7 @@
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fednet.network.availability import Availability
@@ -49,6 +50,7 @@ class Churn:
 
     def __init__(self, avail: Availability) -> None:
         self.avail = avail
+        self.online_at: Callable[[int, float], bool] | None = avail.online  # (Strategy.online)
         self.skipped: dict[int, int] = {}  # logical round -> offline peers skipped
         self.online = 0  # clients online at the start of the last step
         self.waited = 0.0  # simulated seconds the last step waited for a client to come online
@@ -129,3 +131,32 @@ def passed_over(avail: Availability | None, route: list[int], hop: int, sender: 
         if avail.online(int(route[i]), t):
             return None
     return None
+
+
+class NoChurn:
+    """The run's availability when every client is always online (no --availability): the
+    clients selected are the clients alive, nothing is trimmed, delayed or counted."""
+
+    online_at = None
+
+    def select(self, clients: list[ClientInfo], t: float) -> tuple[list[ClientInfo], float]:
+        return clients, t
+
+    def note(self, rnd: int, skipped: int) -> None:
+        pass
+
+    def trim(self, tasks: list[Task]) -> list[Task]:
+        return tasks
+
+    def upload(self, done: Result | Failure, sent: float, skipped: int) -> Result | Failure:
+        return done
+
+    def row(self, rnd: int, span: int) -> dict[str, Any]:
+        return {}
+
+    def summary(self, failures: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """No "availability" entry in summary.json."""
+        return None
+
+
+NO_CHURN = NoChurn()

@@ -38,7 +38,7 @@ def capacity(cfg: RunConfig) -> float:
 
 
 class Network:
-    """The run's server link and round policies; None from `of` when every one is off."""
+    """The run's server link and round policies; `of` gives NoNetwork when every one is off."""
 
     def __init__(self, cfg: RunConfig, profiles: list[Profile], task_size: Callable[[Task], int]
                  ) -> None:
@@ -52,11 +52,12 @@ class Network:
 
     @classmethod
     def of(cls, cfg: RunConfig, profiles: list[Profile], task_size: Callable[[Task], int]
-           ) -> Network | None:
-        """The run's Network, or None (the driver then does exactly what it did before)."""
+           ) -> Network | NoNetwork:
+        """The run's Network, or NoNetwork when every policy is off (its steps pass every
+        task and reply through unchanged)."""
         lat = cfg.latency
         if math.isinf(capacity(cfg)) and not lat.deadline and lat.over_select == 1:
-            return None
+            return NO_NETWORK
         return cls(cfg, profiles, task_size)
 
     def step(self, start: float, first: int, tasks: list[Task], span: int,
@@ -151,3 +152,40 @@ class Step:
         self.net.busy += busy
         self.row = {"stragglers": len(late), **({"server_busy_s": busy} if self.limited else {})}
         return sorted(kept, key=lambda r: (r.cid, r.task_id))
+
+
+class PassStep:
+    """A step without a server link limit, a deadline or over-selection: every task and reply
+    passes unchanged, and it adds nothing to the step's row or end."""
+
+    end = 0.0
+    stragglers = 0
+
+    @property
+    def row(self) -> dict[str, Any]:
+        return {}
+
+    def send(self, tasks: list[Task]) -> list[Task]:
+        return tasks
+
+    def reply(self, done: Result | Failure) -> Result | Failure | None:
+        return done
+
+    def close(self, results: list[Result], absorb: Callable[[Result], None] | None
+              ) -> list[Result]:
+        return results
+
+
+class NoNetwork:
+    """The run's network when --server-bandwidth, --deadline and --over-select are off."""
+
+    def step(self, start: float, first: int, tasks: list[Task], span: int,
+             target: int | None, setup: bool = False, ordered: bool = False) -> PassStep:
+        return PassStep()
+
+    def summary(self) -> dict[str, Any]:
+        """Nothing for summary.json."""
+        return {}
+
+
+NO_NETWORK = NoNetwork()

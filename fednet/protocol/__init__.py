@@ -9,6 +9,7 @@ from fednet.protocol.codec import (
     decode,
     encode,
     peek_kind,
+    stage_of,
     tensor_bytes,
 )
 from fednet.protocol.frames import frame_bytes
@@ -26,5 +27,6 @@ __all__ = [
     "encode",
     "frame_bytes",
     "peek_kind",
+    "stage_of",
     "tensor_bytes",
 ]

@@ -314,6 +314,16 @@ def peek_kind(frames: Sequence[Any], limits: Limits = DEFAULT_LIMITS) -> MsgKind
         return None
 
 
+def stage_of(msg: Message) -> str:
+    """The protocol stage a TASK or RESULT belongs to (secure aggregation's: keys, shares, input,
+    unmask), '' for others: what the ledger files its bytes under beside their direction."""
+    if msg.kind not in (MsgKind.TASK, MsgKind.RESULT, MsgKind.HANDOFF):
+        return ""
+    inner = msg.body.get("body") if isinstance(msg.body, dict) else None
+    stage = inner.get("secagg", "") if isinstance(inner, dict) else ""
+    return stage if isinstance(stage, str) else ""
+
+
 def tensor_bytes(msg: Message) -> int:
     """Return the total number of array bytes in ``msg``."""
     return sum(int(np.asarray(a).nbytes) for a in msg.arrays.values())

@@ -41,6 +41,9 @@ ALLOWED_DTYPES: frozenset[str] = frozenset(
         "int32",
         "int64",
         "uint8",
+        "uint16",
+        "uint32",  # secure aggregation's masked vectors: elements of Z_2^32 or Z_2^64
+        "uint64",
         "bool",
     }
 )

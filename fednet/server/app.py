@@ -23,7 +23,7 @@ from fednet.log import Throttle
 from fednet.metrics.accounting import SERVER
 from fednet.network import latency
 from fednet.network.availability import Trace
-from fednet.plugins.check import welcome_plugins
+from fednet.core.plugin_check import welcome_plugins
 from fednet.protocol import Message, MsgKind, peek_kind
 from fednet.protocol.proof import grant_key, route_grants
 from fednet.server.conns import LOST_GRACE_S, Connections, Identity
@@ -395,9 +395,8 @@ class ZmqServer:
         self._holder.pop(msg.task_id, None)
         self._progress = time.monotonic()
         done = receive(self.s, msg, cid, got.nbytes, task)
-        churn = self.s.driver.churn  # --availability: offline before the result arrived?
-        self._reply(done if churn is None else churn.upload(done, msg.sim_time,
-                                                            msg.body.get("skipped", 0)))
+        # --availability: offline before the result arrived?
+        self._reply(self.s.driver.churn.upload(done, msg.sim_time, msg.body.get("skipped", 0)))
 
     def _on_hop_done(self, cid: int, got: Received) -> None:
         """A ring's hand-off report. It may arrive after the task's RESULT (another connection):
@@ -415,7 +414,7 @@ class ZmqServer:
             self._holder[msg.task_id] = b["to"]
         self.s.ledger.add_totals(msg.round, {"client_to_client": b["peer_bytes"],
                                              "tensor_bytes": b["peer_tensor_bytes"]})
-        if b.get("skipped") and self.s.driver.churn is not None:  # offline peers passed over
+        if b.get("skipped"):  # offline peers passed over
             self.s.driver.churn.note(msg.round, b["skipped"])
 
     def _on_hello(self, got: Received) -> None:

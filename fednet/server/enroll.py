@@ -108,7 +108,7 @@ def welcome(srv: ZmqServer, ids: list[int], cids: np.ndarray) -> Message:
     if conns.ident.key_ids:  # --secure: the grant keys, and the keys the peer ports admit
         arrays["grants"] = _rows([grant_key(conns.ident.grants, c) for c in ids], 32)
         body["peer_keys"] = list(conns.ident.key_ids)
-    from fednet.plugins.check import welcome_plugins
+    from fednet.core.plugin_check import welcome_plugins
     needed = welcome_plugins(s.cfg)
     if needed:
         body["plugins"] = needed

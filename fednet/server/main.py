@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
-from fednet.config import RunConfig, validate
+from fednet.algorithms.checks import validate
+from fednet.config import RunConfig
 from fednet.core.run import Run, Stopped
+from fednet.core.status import RunStatus
 from fednet.errors import ConfigError
 from fednet.launch.spawn import Zygote, client_specs, open_client_log
 from fednet.metrics.history import resolve_out
@@ -217,7 +219,8 @@ def _serve(run: Run, server: ZmqServer, zyg: Zygote | None, cfg: RunConfig,
            local_clients: bool, join_key: str = "") -> None:
     """Wait for the clients, then run every round."""
     session, run.extra["endpoint"] = server.s, server.endpoint
-    session.driver.log_hint = f"tracebacks in {session.out}/logs/clients.log" if zyg else ""
+    hint = f"tracebacks in {session.out}/logs/clients.log" if zyg else ""
+    session.driver.verdict.log_hint = hint
     if zyg is not None:
         server.watch = zyg.dead
     # big models: map the heap for a first round's results while the clients register
@@ -230,7 +233,7 @@ def _serve(run: Run, server: ZmqServer, zyg: Zygote | None, cfg: RunConfig,
         hint = (f"see {session.out}/logs/clients.log" if local_clients else
                 f"start them with `fednet clients --connect {server.endpoint}{proof} --ids "
                 f"0-{cfg.clients - 1}`")
-        raise Stopped("registration_timeout",
+        raise Stopped(RunStatus.REGISTRATION_TIMEOUT,
                       f"{e}; {hint}, or raise --register-timeout") from None
     run.extra["ready_s"] = time.monotonic() - run.t_start
     mapped = ""

@@ -8,7 +8,7 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from fednet.errors import ConfigError
 from fednet.metrics import sweep_table as T
@@ -151,19 +151,21 @@ def plan(grid: list[str], fixed: list[str], methods: list[str], by: list[str], f
     return cells, axes_of
 
 
-def check_cells(cells: list[Cell], command: Any, defaults: dict[str, Any]) -> None:
+class CellCommand(Protocol):
+    """What a sweep needs of the command its cells run (the command line gives one:
+    cli/sweep_options.ClickCells): its options that take no value, and a cell's options parsed
+    and validated into the run's configuration (a ConfigError naming the option)."""
+
+    flags: set[str]
+
+    def config(self, args: list[str]) -> Any: ...
+
+
+def check_cells(cells: list[Cell], command: CellCommand) -> None:
     """Parse and validate every cell's options as its command will, before anything runs."""
-    import click
-
-    from fednet.config import validate
-    from fednet.cli.options import build_config
-
     for c in cells:
         try:
-            ctx = command.make_context(command.name, list(c.args))
-            validate(build_config(ctx.params, defaults))
-        except click.ClickException as e:
-            raise ConfigError(f"cell {c.name}: {e.format_message()}") from None
+            command.config(list(c.args))
         except ConfigError as e:
             raise ConfigError(f"cell {c.name}: {e}") from None
 

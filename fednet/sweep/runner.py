@@ -22,7 +22,7 @@ from fednet.errors import ConfigError
 from fednet.metrics import sweep_table as T
 from fednet.metrics.export import cells_csv, export_table, sweep_rows
 from fednet.metrics.files import make_dir, write_json, write_text
-from fednet.sweep.grid import Cell, check_cells, plan, reference, state
+from fednet.sweep.grid import Cell, CellCommand, check_cells, plan, reference, state
 
 
 class Runner:
@@ -107,7 +107,7 @@ class Options:
     argv: list[str] = field(default_factory=list)
 
 
-def prepare(o: Options, command: Any, defaults: dict[str, Any]
+def prepare(o: Options, command: CellCommand
             ) -> tuple[dict[str, Any], list[Cell], Cell | None, list[Cell]]:
     """Everything checked before a cell starts: (spec, cells, reference cell, cells to run)."""
     T.parse_metric(o.metric)
@@ -116,13 +116,13 @@ def prepare(o: Options, command: Any, defaults: dict[str, Any]
             T.parse_metric(s, "--show")
     if o.jobs < 1:
         raise ConfigError(f"--jobs must be at least 1 (got {o.jobs})")
-    cells, axes_of = plan(o.grid, o.fixed, o.methods, o.by, _flags(command))
+    cells, axes_of = plan(o.grid, o.fixed, o.methods, o.by, command.flags)
     if o.baseline and o.baseline not in axes_of:
         raise ConfigError(f"--baseline {o.baseline}: not a method of this sweep; its methods: "
                           f"{', '.join(axes_of)}")
     ref_acc, ref_cell = reference(o.reference, o.fixed) if o.reference else (None, None)
     every = ([ref_cell] if ref_cell else []) + cells
-    check_cells(every, command, defaults)
+    check_cells(every, command)
     root = Path(o.out)
     if root.exists() and not root.is_dir():
         raise ConfigError(f"--out {root} is a file; give a folder")
@@ -139,19 +139,11 @@ def prepare(o: Options, command: Any, defaults: dict[str, Any]
     return spec, cells, ref_cell, [c for c in every if states[c.name] == "todo"]
 
 
-def _flags(command: Any) -> set[str]:
-    """The command's options that take no value."""
-    import click
-
-    return {o for p in command.params if isinstance(p, click.Option) and (p.is_flag or p.count)
-            for o in (*p.opts, *p.secondary_opts)}
-
-
-def run_sweep(o: Options, command: Any, defaults: dict[str, Any],
+def run_sweep(o: Options, command: CellCommand,
               echo: Callable[[str], None]) -> str:
     """Run what is left of the sweep; the table (also when interrupted: then KeyboardInterrupt
     follows, after sweep.json, sweep.csv and the table of what finished are written)."""
-    spec, cells, ref_cell, todo = prepare(o, command, defaults)
+    spec, cells, ref_cell, todo = prepare(o, command)
     root = Path(o.out)
     if o.dry_run:
         lines = [f"{c.name}: {'to run' if c in todo else 'done'}: fednet {o.runtime} "

@@ -49,7 +49,7 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: int, ba
     """
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    spec = (OptimSpec(lr=lr, momentum=momentum, weight_decay=weight_decay) if optim is None
+    spec = (OptimSpec("sgd", lr, momentum, weight_decay, nesterov=False) if optim is None
             else dataclasses.replace(optim, lr=float(lr)))
     opt = Optimizer(params, spec, opt_state)
     total, samples, steps = 0.0, 0, 0

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from torch.optim.adam import adam
 from torch.optim.adamw import adamw
 from torch.optim.sgd import sgd
 
-from fednet.config import OPTIMIZERS
+from fednet.config import OPTIMIZERS, TrainConfig
 
 
 @dataclass
@@ -36,27 +35,29 @@ class OptimizerState:
     opt_steps: list[int] = field(default_factory=list)
 
 
+_DEFAULT = TrainConfig()  # the declared defaults (config/settings.py): their one source
+
+
 @dataclass(frozen=True)
 class OptimSpec:
-    """Which optimizer and its hyper-parameters (from the run's [train] section)."""
+    """Which optimizer and its hyper-parameters: the run's [train] section (spec_of), whose
+    declarations give the defaults; nothing is restated here."""
 
-    name: str = "sgd"
-    lr: float = 0.1
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-    nesterov: bool = False
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
+    name: str = _DEFAULT.optimizer
+    lr: float = _DEFAULT.lr
+    momentum: float = _DEFAULT.momentum
+    weight_decay: float = _DEFAULT.weight_decay
+    nesterov: bool = _DEFAULT.nesterov
+    beta1: float = _DEFAULT.beta1
+    beta2: float = _DEFAULT.beta2
+    eps: float = _DEFAULT.eps
 
 
-def spec_of(train_cfg: Any, lr: float | None = None) -> OptimSpec:
+def spec_of(t: TrainConfig, lr: float | None = None) -> OptimSpec:
     """The OptimSpec of a TrainConfig (lr overrides its learning rate, e.g. a task's)."""
-    t = train_cfg
-    return OptimSpec(getattr(t, "optimizer", "sgd"), float(t.lr if lr is None else lr),
-                     float(t.momentum), float(t.weight_decay), bool(getattr(t, "nesterov", False)),
-                     float(getattr(t, "beta1", 0.9)), float(getattr(t, "beta2", 0.999)),
-                     float(getattr(t, "eps", 1e-8)))
+    return OptimSpec(t.optimizer, float(t.lr if lr is None else lr), float(t.momentum),
+                     float(t.weight_decay), bool(t.nesterov), float(t.beta1), float(t.beta2),
+                     float(t.eps))
 
 
 class Optimizer:

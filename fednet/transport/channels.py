@@ -15,7 +15,7 @@ from fednet.log import Throttle
 from fednet.metrics.accounting import Ledger
 from fednet.protocol.kinds import CHUNK_BYTES
 from fednet.protocol import (DEFAULT_LIMITS, Message, MsgKind, decode, encode, frame_bytes,
-                             peek_kind, tensor_bytes)
+                             peek_kind, stage_of, tensor_bytes)
 
 log = logging.getLogger("fednet.transport")
 
@@ -281,7 +281,8 @@ class Channel:
             parts = frames if self.sub is None else [self.sub] + frames
         tracker = self.sock.send_multipart(parts, copy=False, track=track,
                                            flags=0 if block else zmq.NOBLOCK)
-        self.ledger.record(msg.round, msg.kind.name, self.me, dst, h, p, tensor_bytes(msg))
+        self.ledger.record(msg.round, msg.kind.name, self.me, dst, h, p, tensor_bytes(msg),
+                           stage_of(msg))
         return h + p, tracker
 
     def recv(self, who: str = "", defer: frozenset[MsgKind] = frozenset(),
@@ -336,7 +337,7 @@ class Channel:
         """Count an accepted message in the ledger, as sent by `src`."""
         m = got.msg
         self.ledger.record(m.round, m.kind.name, src, self.me, got.header, got.payload,
-                           tensor_bytes(m))
+                           tensor_bytes(m), stage_of(m))
 
     def reject(self, got: Received, why: str, who: str = "") -> None:
         """Count a decoded message that is refused (wrong sender, stale, not expected)."""

@@ -11,8 +11,11 @@ from dataclasses import fields
 import pytest
 import torch
 
-from fednet.config import ALGORITHMS, PARTITIONS, TrainConfig, from_dict, load_toml
+from fednet.config import PARTITIONS, TrainConfig, from_dict, load_toml
+from fednet.algorithms.checks import algorithms as _algorithms
 from tests.integration.conftest import SMALL, error_line, jsonl, read_json
+
+ALGORITHMS = _algorithms()
 
 SHARED = ("--clients", "--rounds", "--algo", "--dataset", "--partition", "--alpha", "--seed",
           "--gpus", "--latency", "--out", "--config")

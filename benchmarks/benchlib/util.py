@@ -1,5 +1,6 @@
 """Small helpers shared by the benchmark scripts: machine facts, tables, statistics, JSON (with
-the keys every benchmark's --json has, and its headline rows for benchmarks/dashboard.py)."""
+the keys every benchmark's --json has, and its headline rows for benchmarks/dashboard.py).
+Running fednet and sampling memory is benchlib/runner.py."""
 from __future__ import annotations
 
 import datetime
@@ -13,6 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
+
+ROOT = Path(__file__).resolve().parents[2]
+"""The repository's root (benchmarks/benchlib/util.py is two folders below it)."""
 
 
 def machine() -> dict[str, Any]:
@@ -41,7 +45,7 @@ def machine() -> dict[str, Any]:
 
 def git_state() -> str:
     """The commit of the checkout, with '+dirty' when fednet/ has uncommitted changes."""
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root,
                               capture_output=True, text=True, check=True).stdout.strip()
@@ -107,7 +111,6 @@ def _fmt(v: Any) -> str:
 # The dashboard's areas (benchmarks/dashboard.py: one table each, in this order).
 AREAS = ("start-up and memory", "transfer", "scale", "accuracy", "compression", "asynchronous",
          "network model", "trust boundary", "robustness", "checkpoint", "GPU")
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def headline_row(area: str, metric: str, value: Any, unit: str = "", target: str = "",

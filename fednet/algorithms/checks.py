@@ -1,11 +1,12 @@
-"""The checks of a whole configuration: every declared range (config/declare.py), then the rules
-across settings, each written out here with the options it names."""
+"""The checks of a whole configuration: every declared range (config/declare.py), the
+algorithm's name and parameters (the registry), then the rules across settings, each written out
+here with the options it names; and how a run is evaluated (eval_mode). Above config in the
+package graph: config itself knows no algorithm."""
 from __future__ import annotations
 
 from typing import Any
 
 from fednet.algorithms import registry
-from fednet.compress import parse as compression
 from fednet.config.declare import check_range
 from fednet.config.settings import LATENCY_PRESETS, RunConfig, TrainConfig, declarations
 from fednet.errors import ConfigError
@@ -63,8 +64,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     registry.check_params(cfg.algo.name, dict(cfg.algo.params))  # the name, then each --param
     _data_rules(cfg)
     _need(not (why := optimizer_problem(cfg.train)), why)
-    compression(cfg.net.compress), compression(cfg.net.compress_down, "--compress-down")
-    compression(cfg.net.compress_handoff, "--compress-handoff")  # each error names its option
+    cfg.net.codecs()  # each codec's error names its option
     _need(cfg.net.clients_per_process <= 1 or not cfg.latency.real,
           "--clients-per-process above 1 does not go with --real-time: the clients of one process "
           "would wait out each other's simulated delays; use one process per client")

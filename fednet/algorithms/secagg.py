@@ -1,0 +1,307 @@
+"""Secure aggregation around a FedAvg-family algorithm (--secagg full|plus): SecAgg (Bonawitz et
+al., "Practical Secure Aggregation for Privacy-Preserving Machine Learning", CCS 2017) and
+SecAgg+ (Bell et al., "Secure Single-Server Aggregation with (Poly)Logarithmic Overhead",
+CCS 2020). Spec: docs/algorithms.md, "Secure aggregation".
+
+Each round is four stages, each a task to every client still in it and its result, through the
+server (the round driver releases a stage's tasks when the last reply of the one before is in):
+keys, shares, input (the training task itself: the client trains, then sends its update
+quantized, weighted by its sample count and masked), unmask. The server sums the masked inputs
+and removes the masks (fednet/secagg/server.py): it learns the weighted sum of the survivors'
+updates and nothing else. The algorithm's own server then aggregates one result, the unmasked
+mean (its model: the model the round began with plus the mean update), weighted by the
+survivors' samples. What differs from plain FedAvg is the quantization (within one step,
+2 * clip / (2^bits - 1), of the mean of the clipped updates) and the clipping itself.
+
+The server's side here: SecAggServer; the client's: SecAggClient. The primitives and the
+protocol are fednet/secagg/."""
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from fednet import rng
+from fednet.algorithms.contract import StagedStrategy
+from fednet.algorithms.layout import Layout
+from fednet.secagg import client as C
+from fednet.secagg.field import dequantize, dtype_of, field_bits, quantize
+from fednet.secagg.graph import default_neighbours
+from fednet.secagg.server import Aggregation, SecAggFailed
+from fednet.types import Arrays, Failure, Result, Task
+
+PREFIX = "secagg/"  # the protocol's arrays in a training task, beside the model's
+KEYS_LAYOUT: Layout = {"c_pk": ((32,), np.dtype(np.uint8)), "s_pk": ((32,), np.dtype(np.uint8))}
+
+
+def refusal(cfg: Any, server: Any, client: type) -> str:
+    """Why secure aggregation cannot wrap this algorithm and run ('' when it can): its server
+    must aggregate a weighted sum of the clients' models (FedAvg's, FedProx's, the FedOpt
+    family's), nothing else may need an individual update."""
+    from fednet.algorithms.fedavg import FedAvg
+
+    name = cfg.algo.name
+    if not isinstance(server, FedAvg) or isinstance(server, StagedStrategy):
+        return (f"{name}'s server needs every client's own update (or hands models between "
+                "clients), which secure aggregation hides; use fedavg, fedprox, fedavgm, "
+                "fedadam, fedyogi or fedadagrad")
+    if server.eval_clients or getattr(client, "sends_updates", False) or client.stateful():
+        return (f"{name}'s clients keep or evaluate their own state, which secure aggregation "
+                "does not cover; use fedavg, fedprox or the FedOpt family")
+    if cfg.net.compress != "none":
+        return "--compress encodes each client's update for the server; drop it"
+    if cfg.latency.over_select != 1:
+        return ("--over-select keeps the first arrivals of a round, and secure aggregation "
+                "needs the cohort's every stage; drop it")
+    if cfg.net.secagg_field not in (0, 32, 64):
+        return f"--secagg-field is 32 or 64 (or 0: the smallest that holds the sum), got {cfg.net.secagg_field}"
+    return ""
+
+
+def _floats(arrays: Arrays) -> list[str]:
+    """The names of the floating arrays, in the order their values are concatenated."""
+    return sorted(n for n, a in arrays.items() if a.dtype.kind == "f")
+
+
+class SecAggServer(StagedStrategy):
+    """The server's stages around an inner FedAvg-family Strategy, whose configure_round picks
+    the cohort and builds the training tasks and whose aggregate gets the unmasked result."""
+
+    chained = True  # the stages' tasks follow the replies within one round (core/rounds.py)
+
+    def __init__(self, inner: Any) -> None:  # (the inner Strategy holds cfg, state, layout)
+        self.__dict__["inner"] = inner
+        n = inner.cfg.net
+        self.mode, self.bits, self.clip = n.secagg, n.secagg_bits, n.secagg_clip
+        self.fraction, self.forced_field = n.secagg_threshold, n.secagg_field
+        self.degree_asked = n.secagg_neighbours
+        self.agg: Aggregation | None = None
+        self.stage = ""
+        self.waiting: set[int] = set()
+        self.training: dict[int, Task] = {}
+        self.asked: dict[int, dict[str, Any]] = {}  # task id -> what it asked (unmask), layout
+        self.losses: list[tuple[float, int]] = []
+        self.stats: dict[str, Any] = {}
+        self.failed = ""
+
+    def __getattr__(self, name: str) -> Any:  # cfg, state, layout, target, ...: the inner's
+        return getattr(self.__dict__["inner"], name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("state", "online", "now", "trainable", "info", "layout", "target"):
+            setattr(self.inner, name, value)
+        else:
+            self.__dict__[name] = value
+
+    # ---- what the driver and the session ask ----------------------------------------------
+    def setup(self, init: Arrays, trainable: set[str] | None = None) -> None:
+        self.inner.setup(init, trainable)
+
+    def bind(self, info: Any) -> None:
+        self.inner.bind(info)
+
+    def eval_arrays(self) -> Arrays:
+        return self.inner.eval_arrays()
+
+    def configure_round(self, rnd: int, clients: Any) -> list[Task]:
+        """The round's cohort (the inner algorithm's tasks, kept for the input stage); the keys
+        stage's tasks to each."""
+        tasks = self.inner.configure_round(rnd, clients)
+        self.training = {t.route[0]: t for t in tasks}
+        size = {c.cid: c.num_examples for c in clients}
+        cohort = sorted(self.training)
+        weights = {c: int(size[c]) for c in cohort}
+        fbits = field_bits(sum(weights.values()), self.bits, self.forced_field)
+        degree = None if self.mode == "full" else (self.degree_asked
+                                                   or default_neighbours(len(cohort)))
+        self.agg = Aggregation(rnd, cohort, weights, degree, self.fraction, fbits,
+                               rng.generator(self.cfg.seed, "secagg-graph", rnd))
+        self.stats = {"secagg_clients": [len(cohort)], "secagg_server_s": {}}
+        self.losses, self.failed = [], ""
+        return self._stage("keys", {c: ({}, {}) for c in cohort}, rnd)
+
+    def _stage(self, stage: str, per: dict[int, tuple[Arrays, dict[str, Any]]], rnd: int
+               ) -> list[Task]:
+        """One stage's tasks: per client (arrays, body)."""
+        self.stage, self.waiting, out = stage, set(), []
+        for cid, (arrays, body) in sorted(per.items()):
+            t = self.new_task(rnd, [cid], arrays, {**body, "secagg": stage})
+            self.waiting.add(t.task_id)
+            out.append(t)
+        return out
+
+    def result_layout(self, task: Task) -> Layout | None:
+        """Each stage's result: its own arrays, exactly (the input stage's: the masked vector)."""
+        return self.asked.get(task.task_id, {}).get("layout", KEYS_LAYOUT)
+
+    def absorb(self, done: Result | Failure) -> None:
+        """A stage's reply: what it carries taken into the round's aggregation, its arrays let go."""
+        self.waiting.discard(done.task_id)
+        if not isinstance(done, Result) or self.agg is None or self.failed:
+            return
+        t0 = time.process_time()
+        a, stage = done.arrays, self.stage
+        if stage == "keys":
+            self.agg.take_keys(done.cid, a["c_pk"], a["s_pk"])
+        elif stage == "shares":
+            self.agg.take_shares(done.cid, a["to"], a["sealed"])
+        elif stage == "input":
+            self.agg.take_input(done.cid, a["y"])
+            self.losses.append((float(done.body.get("loss", 0.0)), done.num_examples))
+        else:
+            self.agg.take_unmask(done.cid, a, self.asked[done.task_id]["unmask"])
+        self._cpu(stage, done, t0)
+        done.arrays = {}
+
+    def _cpu(self, stage: str, done: Result, t0: float) -> None:
+        s = self.stats["secagg_server_s"]
+        s[stage] = s.get(stage, 0.0) + time.process_time() - t0
+        c = self.stats.setdefault("secagg_client_s", {})
+        c[stage] = c.get(stage, 0.0) + float(done.body.get("cpu_s", 0.0))
+
+    def follow_up(self, done: Result | Failure) -> list[Task]:
+        """The next stage's tasks, once every reply of this one is in."""
+        if self.waiting or self.agg is None or self.failed or self.stage == "unmask":
+            return []
+        t0 = time.process_time()
+        try:
+            nxt = {"keys": self._shares, "shares": self._inputs, "input": self._unmasks}[
+                self.stage](done.round)
+        except SecAggFailed as e:
+            self.failed = str(e)
+            return []
+        finally:
+            srv = self.stats["secagg_server_s"]
+            srv[self.stage] = srv.get(self.stage, 0.0) + time.process_time() - t0
+        return nxt
+
+    def _shares(self, rnd: int) -> list[Task]:
+        req = self.agg.share_requests()  # type: ignore[union-attr]
+        self.stats["secagg_clients"].append(len(self.agg.pks))  # type: ignore[union-attr]
+        tasks = self._stage("shares", {c: ({"nbrs": r["nbrs"], "c_pks": r["c_pks"],
+                                             "s_pks": r["s_pks"]}, {"t": self.agg.t[c]})
+                                       for c, r in req.items()}, rnd)  # type: ignore[union-attr]
+        for t in tasks:
+            k = len(req[t.cid]["nbrs"])
+            self.asked[t.task_id] = {"layout": {"to": ((k,), np.dtype(np.int64)),
+                                                "sealed": ((k, C.SEALED_BYTES),
+                                                           np.dtype(np.uint8))}}
+        return tasks
+
+    def _inputs(self, rnd: int) -> list[Task]:
+        agg = self.agg
+        req = agg.input_requests()  # type: ignore[union-attr]
+        self.stats["secagg_clients"].append(len(req))
+        per = {}
+        for c, r in req.items():
+            train = self.training[c]
+            arrays = {**train.arrays, **{PREFIX + k: v for k, v in r.items()}}
+            per[c] = (arrays, {**train.body, "fbits": agg.fbits, "bits": self.bits,  # type: ignore[union-attr]
+                               "clip": self.clip})
+        tasks = self._stage("input", per, rnd)
+        d = sum(int(np.prod(self.layout[n][0])) for n in _floats(self.inner.state.model))
+        dt = dtype_of(agg.fbits)  # type: ignore[union-attr]
+        for t in tasks:
+            self.asked[t.task_id] = {"layout": {"y": ((d,), dt)}}
+        return tasks
+
+    def _unmasks(self, rnd: int) -> list[Task]:
+        req = self.agg.unmask_requests()  # type: ignore[union-attr]
+        self.stats["secagg_clients"].append(len(req))
+        tasks = self._stage("unmask", {c: (dict(r), {}) for c, r in req.items()}, rnd)
+        for t in tasks:
+            r = req[t.cid]
+            a, b = len(r["survivors"]), len(r["dropped"])
+            self.asked[t.task_id] = {"unmask": r, "layout": {
+                "b_of": ((a,), np.dtype(np.int64)), "b_share": ((a, C.SB), np.dtype(np.uint8)),
+                "s_of": ((b,), np.dtype(np.int64)), "s_share": ((b, C.SB), np.dtype(np.uint8))}}
+        return tasks
+
+    def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
+                        ) -> dict[str, float]:
+        """The unmasked weighted mean as the inner algorithm's one result (the model kept when
+        the round could not be unmasked: too many dropouts, named)."""
+        t0 = time.process_time()
+        mean = None
+        if not self.failed and self.stage == "unmask" and self.agg is not None:
+            try:
+                total, weight = self.agg.result()
+                mean = (total, weight)
+            except SecAggFailed as e:
+                self.failed = str(e)
+        inner_results = [] if mean is None else [self._unmasked(rnd, *mean)]
+        metrics = self.inner.aggregate_round(rnd, inner_results, failures)
+        self.stats["secagg_server_s"]["unmask"] = (self.stats["secagg_server_s"].get("unmask", 0.0)
+                                                  + time.process_time() - t0)
+        self.stats["secagg_clients"].append(len(self.agg.answered) if self.agg else 0)
+        out = {**metrics, **self.stats, "secagg_field_bits": self.agg.fbits if self.agg else 0}
+        if self.failed:
+            out["secagg_failed"] = self.failed
+        self.agg, self.asked, self.training = None, {}, {}
+        return out
+
+    def _unmasked(self, rnd: int, total: np.ndarray, weight: int) -> Result:
+        """The round's one result: the model it began with plus the unmasked mean update."""
+        base = self.inner.state.model
+        delta = dequantize(total, weight, self.clip, self.bits)
+        model, i = dict(base), 0
+        for n in _floats(base):
+            a = base[n]
+            model[n] = (a.astype(np.float64) + delta[i:i + a.size].reshape(a.shape)).astype(a.dtype)
+            i += a.size
+        loss = math.fsum(x * w for x, w in self.losses) / max(1, sum(w for _, w in self.losses))
+        return Result(-1, rnd, -1, model, {"loss": loss}, weight)
+
+
+class SecAggClient:
+    """A client's stages around the inner client half: keys, shares and unmask answered by the
+    protocol (fednet/secagg/client.py), the input stage trained by the inner half and sent
+    masked."""
+
+    adopts_received = False  # the input task carries the protocol's arrays beside the model
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:  # State, keeps_model, stateful, new_state, ...
+        return getattr(self.inner, name)
+
+    def run(self, ctx: Any, task: Task) -> tuple[Arrays, dict[str, Any]]:
+        t0 = time.process_time()
+        stage, cid, rnd, seed = task.body.get("secagg", ""), ctx.cid, task.round, ctx.cfg.seed
+        if stage == "keys":
+            arrays = C.keys(cid, rnd, rng.generator(seed, "secagg-keys", rnd, cid))
+            body: dict[str, Any] = {}
+        elif stage == "shares":
+            a = task.arrays
+            arrays = C.shares(C.session(cid, rnd), a["nbrs"], a["c_pks"], a["s_pks"],
+                              int(task.body["t"]), rng.generator(seed, "secagg-shares", rnd, cid))
+            body = {}
+        elif stage == "input":
+            arrays, body = self._input(ctx, task)
+        elif stage == "unmask":
+            arrays = C.unmask(C.session(cid, rnd), task.arrays["survivors"],
+                              task.arrays["dropped"])
+            body = {}
+        else:
+            raise ValueError(f"a secure-aggregation task of unknown stage {stage!r}")
+        return arrays, {**body, "secagg": stage, "cpu_s": time.process_time() - t0,
+                        **({} if stage == "input" else {"samples": 0})}
+
+    def _input(self, ctx: Any, task: Task) -> tuple[Arrays, dict[str, Any]]:
+        """Open the shares, train, and send the weighted quantized update masked."""
+        b, a, cid, rnd = task.body, task.arrays, ctx.cid, task.round
+        s = C.session(cid, rnd)
+        C.open_shares(s, a[PREFIX + "from"], a[PREFIX + "sealed"])
+        model = {k: v for k, v in a.items() if not k.startswith(PREFIX)}
+        names = _floats(model)
+        ref = np.concatenate([model[n].ravel() for n in names]).astype(np.float64)
+        arrays, body = self.inner.run(ctx, Task(task.task_id, rnd, task.route, model, task.body,
+                                                task.kind, task.hop, task.sim_time))
+        new = np.concatenate([np.asarray(arrays[n]).ravel() for n in names]).astype(np.float64)
+        fbits = int(b["fbits"])
+        q = quantize(new - ref, float(b["clip"]), int(b["bits"]), ctx.num_examples, fbits,
+                     rng.generator(ctx.cfg.seed, "secagg-round", rnd, cid))
+        return {"y": C.masked(s, q, a[PREFIX + "partners"])}, body

@@ -1,0 +1,152 @@
+"""A client's half of secure aggregation (Bonawitz et al. 2017, section 4; SecAgg+ replaces
+"every other client" by "its neighbours"), one function per stage, over numpy arrays:
+
+  keys    two X25519 key pairs: c (to seal the shares it sends) and s (to agree masks);
+  shares  b (its self-mask seed) and its s private key, Shamir-shared among its neighbours with
+          threshold t, each share sealed (AES-GCM) for its neighbour with the key c agrees;
+  input   the shares addressed to it opened and kept; its update quantized, weighted and masked:
+          y = n q(x) + PRG(b) + sum_{v > u} PRG(s_uv) - sum_{v < u} PRG(s_uv)  (mod 2^f),
+          over its neighbours that completed the shares stage;
+  unmask  for each neighbour the server says survived, its share of that neighbour's b; for each
+          that dropped after sharing, its share of its s key; never both for one neighbour.
+
+A client's secrets live in a Session (keyed by client and round in this process: the stages of
+one round are four tasks) and go when its unmask stage is answered or a later round starts.
+Every random draw comes from the caller's seeded generators."""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fednet.secagg import crypto, shamir
+
+SB = shamir.SHARE_BYTES
+SEALED_BYTES = 8 + 8 + 2 * SB + crypto.TAG_BYTES  # ids, two shares, the AES-GCM tag
+_IDS = struct.Struct(">qq")
+
+
+@dataclass
+class Session:
+    """One client's secrets and what it learned in one round."""
+
+    cid: int
+    rnd: int
+    c_sk: bytes
+    s_sk: bytes
+    c_pk: bytes
+    s_pk: bytes
+    b: bytes = b""
+    neighbours: list[int] = field(default_factory=list)
+    pks: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)  # v -> (c_pk, s_pk)
+    held: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # v -> (b, s)
+
+
+SESSIONS: dict[int, Session] = {}
+"""This process's clients' sessions, by client id (one round at a time each)."""
+
+
+def share_info(rnd: int) -> bytes:
+    return b"fednet-secagg-share|%d" % rnd
+
+
+def mask_info(rnd: int) -> bytes:
+    return b"fednet-secagg-mask|%d" % rnd
+
+
+def nonce(rnd: int, sender: int, receiver: int) -> bytes:
+    """AES-GCM's 12-byte nonce: one key per pair and round, one message each way."""
+    return struct.pack(">IQ", rnd & 0xFFFFFFFF, (sender << 32) ^ receiver)[:12]
+
+
+def keys(cid: int, rnd: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Stage keys: a new session, its two public keys."""
+    c_sk, c_pk = crypto.keypair(rng.bytes(32))
+    s_sk, s_pk = crypto.keypair(rng.bytes(32))
+    SESSIONS[cid] = Session(cid, rnd, c_sk, s_sk, c_pk, s_pk)
+    return {"c_pk": np.frombuffer(c_pk, np.uint8).copy(),
+            "s_pk": np.frombuffer(s_pk, np.uint8).copy()}
+
+
+def session(cid: int, rnd: int) -> Session:
+    """The session of client cid for round rnd; ValueError when it has none."""
+    s = SESSIONS.get(cid)
+    if s is None or s.rnd != rnd:
+        raise ValueError(f"client {cid} has no secure-aggregation session for round {rnd} (its "
+                         "keys stage did not run here)")
+    return s
+
+
+def shares(s: Session, nbrs: np.ndarray, c_pks: np.ndarray, s_pks: np.ndarray, t: int,
+           rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Stage shares: b drawn; b and the s key shared among the neighbours, sealed for each."""
+    ids = [int(v) for v in nbrs]
+    s.neighbours = ids
+    s.pks = {v: (bytes(c_pks[i]), bytes(s_pks[i])) for i, v in enumerate(ids)}
+    s.b = rng.bytes(32)
+    b_sh = shamir.share(s.b, ids, t, rng)
+    s_sh = shamir.share(s.s_sk, ids, t, rng)
+    sealed = np.zeros((len(ids), SEALED_BYTES), np.uint8)
+    for i, v in enumerate(ids):
+        key = crypto.agree(s.c_sk, s.pks[v][0], share_info(s.rnd))
+        plain = (_IDS.pack(s.cid, v) + shamir.encode_share(b_sh[v])
+                 + shamir.encode_share(s_sh[v]))
+        aad = _IDS.pack(s.cid, v)
+        sealed[i] = np.frombuffer(crypto.seal(key, nonce(s.rnd, s.cid, v), plain, aad), np.uint8)
+    return {"to": np.array(ids, np.int64), "sealed": sealed}
+
+
+def open_shares(s: Session, senders: np.ndarray, sealed: np.ndarray) -> None:
+    """The shares the neighbours sealed for this client, opened and kept (ValueError when one
+    does not open, or names other parties than its sender and this client)."""
+    for v, row in zip((int(x) for x in senders), sealed):
+        if v not in s.pks:
+            raise ValueError(f"a share from client {v}, who is not a neighbour")
+        key = crypto.agree(s.c_sk, s.pks[v][0], share_info(s.rnd))
+        plain = crypto.unseal(key, nonce(s.rnd, v, s.cid), bytes(row), _IDS.pack(v, s.cid))
+        if _IDS.unpack(plain[:16]) != (v, s.cid):
+            raise ValueError(f"the share from client {v} names other parties")
+        s.held[v] = (shamir.decode_share(plain[16:16 + SB]),
+                     shamir.decode_share(plain[16 + SB:16 + 2 * SB]))
+
+
+def pair_mask(s_sk: bytes, other_pk: bytes, rnd: int, n: int, dtype: np.dtype) -> np.ndarray:
+    """The pairwise mask both ends of an edge derive (s keys agreed, AES-CTR expanded)."""
+    return crypto.mask(crypto.agree(s_sk, other_pk, mask_info(rnd)), n, dtype)
+
+
+def masked(s: Session, values: np.ndarray, partners: np.ndarray) -> np.ndarray:
+    """Stage input: values (elements of Z_2^f, the weighted quantized update) masked with the
+    self mask and one pairwise mask per partner (its neighbours that completed the shares
+    stage): added for a partner of a larger id, subtracted for a smaller one."""
+    y = values + crypto.mask(s.b, values.size, values.dtype)
+    for v in (int(x) for x in partners):
+        if v not in s.pks:
+            raise ValueError(f"a mask partner {v} who is not a neighbour")
+        m = pair_mask(s.s_sk, s.pks[v][1], s.rnd, values.size, values.dtype)
+        y = y + m if s.cid < v else y - m
+    return y
+
+
+def unmask(s: Session, survivors: np.ndarray, dropped: np.ndarray) -> dict[str, np.ndarray]:
+    """Stage unmask: the b shares of the survivors and the s shares of the dropped; refused
+    (ValueError) when one neighbour is named in both, which would reveal its update."""
+    alive, gone = {int(v) for v in survivors}, {int(v) for v in dropped}
+    if alive & gone:
+        raise ValueError(f"the server asks both shares of client(s) {sorted(alive & gone)}")
+    missing = sorted((alive | gone) - set(s.held))
+    if missing:
+        raise ValueError(f"no share held of client(s) {missing[:5]}")
+    b = sorted(alive)
+    d = sorted(gone)
+    SESSIONS.pop(s.cid, None)
+    return {"b_of": np.array(b, np.int64),
+            "b_share": _rows([shamir.encode_share(s.held[v][0]) for v in b]),
+            "s_of": np.array(d, np.int64),
+            "s_share": _rows([shamir.encode_share(s.held[v][1]) for v in d])}
+
+
+def _rows(shares: list[bytes]) -> np.ndarray:
+    return (np.frombuffer(b"".join(shares), np.uint8).reshape(len(shares), SB).copy()
+            if shares else np.zeros((0, SB), np.uint8))

@@ -1,0 +1,57 @@
+"""The primitives of secure aggregation, all from the `cryptography` library (no home-made
+cipher or PRG): X25519 key agreement, HKDF-SHA256 to derive keys from the agreed secret,
+AES-256-GCM to seal the secret shares a client sends another one through the server, and
+AES-256-CTR as the pseudo-random generator of the masks.
+
+Keys come from the caller's seed bytes (fednet derives them from the run's seeded streams, so
+that `fednet local` and `fednet launch` agree bit for bit); a deployment draws them from the OS.
+"""
+from __future__ import annotations
+
+import numpy as np
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+KEY_BYTES = 32
+TAG_BYTES = 16  # AES-GCM's
+
+
+def keypair(seed: bytes) -> tuple[bytes, bytes]:
+    """(private, public) X25519 key bytes from 32 seed bytes."""
+    sk = X25519PrivateKey.from_private_bytes(seed[:KEY_BYTES])
+    return seed[:KEY_BYTES], sk.public_key().public_bytes_raw()
+
+
+def agree(private: bytes, public: bytes, info: bytes) -> bytes:
+    """A 32-byte key both ends derive: HKDF-SHA256 of the X25519 shared secret, bound to
+    `info`; ValueError for a public key that is not one (a low-order point)."""
+    shared = X25519PrivateKey.from_private_bytes(private).exchange(
+        X25519PublicKey.from_public_bytes(public))
+    return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(shared)
+
+
+def seal(key: bytes, nonce: bytes, plaintext: bytes, aad: bytes) -> bytes:
+    """AES-256-GCM: ciphertext and tag."""
+    return AESGCM(key).encrypt(nonce, plaintext, aad)
+
+
+def unseal(key: bytes, nonce: bytes, sealed: bytes, aad: bytes) -> bytes:
+    """The plaintext of seal(); ValueError when it was changed or is not for this key."""
+    try:
+        return AESGCM(key).decrypt(nonce, sealed, aad)
+    except InvalidTag:
+        raise ValueError("a sealed share that does not open (changed, or not for this key)"
+                         ) from None
+
+
+def mask(seed: bytes, n: int, dtype: np.dtype) -> np.ndarray:
+    """n pseudo-random integers of `dtype` (uint32 or uint64: uniform modulo 2^32 or 2^64),
+    the AES-256-CTR keystream under the 32-byte `seed`."""
+    dt = np.dtype(dtype)
+    enc = Cipher(algorithms.AES(seed[:KEY_BYTES]), modes.CTR(bytes(16))).encryptor()
+    stream = enc.update(bytes(n * dt.itemsize))
+    return np.frombuffer(stream, dtype=dt.newbyteorder("<")).astype(dt)

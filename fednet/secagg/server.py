@@ -1,0 +1,183 @@
+"""The server's half of secure aggregation for one round: it routes what the clients send each
+other (public keys, sealed shares: opaque to it), sums the masked inputs modulo 2^f, and at the
+end removes the masks with the shares the survivors give back: each survivor's self mask
+(its b rebuilt from t of its neighbours' shares) and, for each client that dropped after sharing,
+its pairwise masks with the survivors (its s key rebuilt, checked against its public key). It
+never sees a client's update: only masked vectors and their sum.
+
+The round goes on while at least `need` clients survive each stage and every share it needs has
+t holders left; otherwise SecAggFailed names the stage and the count."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fednet.secagg import client as C
+from fednet.secagg import crypto, shamir
+from fednet.secagg.field import dtype_of
+from fednet.secagg.graph import neighbours
+
+STAGES = ("keys", "shares", "input", "unmask")
+
+
+class SecAggFailed(Exception):
+    """A round that cannot be unmasked: which stage, how many clients were left, how many it
+    needed."""
+
+    def __init__(self, stage: str, survivors: int, needed: int, why: str = "") -> None:
+        super().__init__(f"secure aggregation failed at stage {stage}: {survivors} clients left, "
+                         f"{needed} needed{'; ' + why if why else ''}")
+        self.stage, self.survivors, self.needed = stage, survivors, needed
+
+
+def threshold(k: int, fraction: float) -> int:
+    """Shares needed to rebuild a secret shared among k neighbours: floor(fraction * k) + 1."""
+    return min(k, int(math.floor(fraction * k)) + 1)
+
+
+@dataclass
+class Aggregation:
+    """One round of the protocol, server side."""
+
+    rnd: int
+    cohort: list[int]
+    weights: dict[int, int]          # the server's own partition sizes
+    degree: int | None               # SecAgg+'s k (None: SecAgg, every other client)
+    fraction: float                  # the share threshold, as a fraction of a client's neighbours
+    fbits: int
+    rng: np.random.Generator
+    graph: dict[int, list[int]] = field(default_factory=dict)
+    pks: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
+    nbrs: dict[int, list[int]] = field(default_factory=dict)   # u -> its neighbours in U1
+    t: dict[int, int] = field(default_factory=dict)
+    routed: dict[int, dict[int, np.ndarray]] = field(default_factory=dict)  # to -> from -> row
+    total: np.ndarray | None = None
+    inputs: set[int] = field(default_factory=set)               # U3
+    b_shares: dict[int, dict[int, np.ndarray]] = field(default_factory=dict)  # v -> holder -> share
+    s_shares: dict[int, dict[int, np.ndarray]] = field(default_factory=dict)
+    answered: set[int] = field(default_factory=set)             # U4
+
+    def __post_init__(self) -> None:
+        self.graph = neighbours(self.cohort, self.degree, self.rng)
+        self.need = max(1, int(math.floor(self.fraction * len(self.cohort))) + 1)
+
+    def _check(self, stage: str, alive: int) -> None:
+        if alive < self.need:
+            raise SecAggFailed(stage, alive, self.need)
+
+    # ---- keys ------------------------------------------------------------------------------
+    def take_keys(self, cid: int, c_pk: np.ndarray, s_pk: np.ndarray) -> None:
+        self.pks[cid] = (bytes(c_pk), bytes(s_pk))
+
+    def share_requests(self) -> dict[int, dict[str, np.ndarray]]:
+        """After the keys stage: each client's neighbours that advertised keys, their keys."""
+        self._check("keys", len(self.pks))
+        out = {}
+        for u in sorted(self.pks):
+            nb = [v for v in self.graph[u] if v in self.pks]
+            if not nb:
+                continue
+            self.nbrs[u], self.t[u] = nb, threshold(len(nb), self.fraction)
+            out[u] = {"nbrs": np.array(nb, np.int64),
+                      "c_pks": _keys([self.pks[v][0] for v in nb]),
+                      "s_pks": _keys([self.pks[v][1] for v in nb])}
+        return out
+
+    # ---- shares ----------------------------------------------------------------------------
+    def take_shares(self, cid: int, to: np.ndarray, sealed: np.ndarray) -> str:
+        """A client's sealed shares, one per neighbour asked ('' or why they are refused)."""
+        if cid not in self.nbrs or [int(v) for v in to] != self.nbrs[cid]:
+            return "its shares are not for the neighbours it was given"
+        for v, row in zip(self.nbrs[cid], sealed):
+            self.routed.setdefault(v, {})[cid] = row
+        return ""
+
+    def shared(self) -> list[int]:
+        """U2: the clients whose shares the server holds."""
+        return sorted({u for rows in self.routed.values() for u in rows})
+
+    def input_requests(self) -> dict[int, dict[str, np.ndarray]]:
+        """After the shares stage: each client's shares from its neighbours, and its mask
+        partners (its neighbours that shared)."""
+        u2 = set(self.shared())
+        self._check("shares", len(u2))
+        out = {}
+        for u in sorted(u2):
+            rows = self.routed.get(u, {})
+            senders = sorted(v for v in rows if v in u2)
+            out[u] = {"from": np.array(senders, np.int64),
+                      "sealed": (np.stack([rows[v] for v in senders]) if senders
+                                 else np.zeros((0, C.SEALED_BYTES), np.uint8)),
+                      "partners": np.array([v for v in self.nbrs[u] if v in u2], np.int64)}
+        return out
+
+    # ---- input -----------------------------------------------------------------------------
+    def take_input(self, cid: int, y: np.ndarray) -> None:
+        """A masked input: added to the sum modulo 2^f."""
+        self.total = y.copy() if self.total is None else self.total + y
+        self.inputs.add(cid)
+
+    def unmask_requests(self) -> dict[int, dict[str, np.ndarray]]:
+        """After the input stage: of the neighbours whose shares each survivor holds, who
+        survived (their b share asked) and who dropped (their s share asked)."""
+        self._check("input", len(self.inputs))
+        u2 = set(self.shared())
+        out = {}
+        for u in sorted(self.inputs):
+            held = [v for v in self.nbrs[u] if v in u2]
+            out[u] = {"survivors": np.array([v for v in held if v in self.inputs], np.int64),
+                      "dropped": np.array([v for v in held if v not in self.inputs], np.int64)}
+        return out
+
+    # ---- unmask ----------------------------------------------------------------------------
+    def take_unmask(self, cid: int, got: dict[str, np.ndarray],
+                    asked: dict[str, np.ndarray]) -> str:
+        """A survivor's shares ('' or why they are refused: not what it was asked)."""
+        if ([int(v) for v in got["b_of"]] != [int(v) for v in asked["survivors"]]
+                or [int(v) for v in got["s_of"]] != [int(v) for v in asked["dropped"]]):
+            return "its shares are not of the clients it was asked about"
+        try:
+            for v, row in zip(got["b_of"], got["b_share"]):
+                self.b_shares.setdefault(int(v), {})[cid] = shamir.decode_share(bytes(row))
+            for v, row in zip(got["s_of"], got["s_share"]):
+                self.s_shares.setdefault(int(v), {})[cid] = shamir.decode_share(bytes(row))
+        except ValueError as e:
+            return str(e)
+        self.answered.add(cid)
+        return ""
+
+    def result(self) -> tuple[np.ndarray, int]:
+        """(sum_u n_u q_u over the survivors, sum_u n_u): every mask removed."""
+        self._check("unmask", len(self.answered))
+        assert self.total is not None
+        total, dt = self.total.copy(), dtype_of(self.fbits)
+        for v in sorted(self.inputs):
+            b = self._rebuild(v, self.b_shares, "b")
+            total = total - crypto.mask(b, total.size, dt)
+        u2 = set(self.shared())
+        for v in sorted(u2 - self.inputs):
+            s_sk = self._rebuild(v, self.s_shares, "s")
+            if crypto.keypair(s_sk)[1] != self.pks[v][1]:
+                raise SecAggFailed("unmask", len(self.answered), self.need,
+                                   f"the s key rebuilt for client {v} is not its own")
+            for w in (x for x in self.nbrs[v] if x in self.inputs):
+                m = C.pair_mask(s_sk, self.pks[w][1], self.rnd, total.size, dt)
+                total = total - m if w < v else total + m
+        return total, sum(self.weights[u] for u in self.inputs)
+
+    def _rebuild(self, v: int, shares: dict[int, dict[int, np.ndarray]], what: str) -> bytes:
+        got = {h: y for h, y in shares.get(v, {}).items() if h in self.answered}
+        if len(got) < self.t[v]:
+            raise SecAggFailed("unmask", len(self.answered), self.need,
+                               f"client {v}'s {what} needs {self.t[v]} shares, {len(got)} came")
+        try:
+            return shamir.reconstruct(got, self.t[v])
+        except ValueError as e:
+            raise SecAggFailed("unmask", len(self.answered), self.need,
+                               f"client {v}'s {what}: {e}") from None
+
+
+def _keys(keys: list[bytes]) -> np.ndarray:
+    return np.frombuffer(b"".join(keys), np.uint8).reshape(len(keys), crypto.KEY_BYTES).copy()

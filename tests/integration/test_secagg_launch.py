@@ -1,0 +1,57 @@
+"""Secure aggregation over real processes and sockets: `fednet launch` gives the in-process run's
+model, bytes (each stage's too) and simulated time bit for bit, with clients going offline
+between stages (--availability); a client process killed in the middle of a round is a dropout
+and the round is unmasked without it."""
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from fednet.core.inproc import run_local
+from fednet.server import app
+from fednet.server.main import run_zmq
+from tests.conftest import small_config
+from tests.harness import BYTE_KEYS, byte_totals, final_model, same_arrays
+
+pytestmark = [pytest.mark.net, pytest.mark.slow]
+
+
+def _cfg(tmp_path, name, **over):
+    return small_config(clients=12, rounds=3, out=str(tmp_path / name),
+                        latency={"preset": "wan", "availability": "offline:0.1:0.2"},
+                        net={"secagg": "plus"}, **over)
+
+
+def test_launch_agrees_with_local_under_dropouts(tmp_path):
+    a = run_local(_cfg(tmp_path, "local"), quiet=True)
+    b = run_zmq(_cfg(tmp_path, "launch"), quiet=True)
+    assert a["status"] == b["status"] == "completed"
+    assert same_arrays(final_model(tmp_path / "local"), final_model(tmp_path / "launch"))
+    assert byte_totals(a, BYTE_KEYS + ("header_bytes",)) == byte_totals(b, BYTE_KEYS +
+                                                                       ("header_bytes",))
+    assert a["bytes_by_stage"] == b["bytes_by_stage"]
+    assert a["sim_time_s"] == b["sim_time_s"] and a["failures"] == b["failures"]
+    assert any("offline" in f["reason"] for f in a["failures"])  # clients dropped out
+
+
+def test_a_client_process_killed_mid_round_is_a_dropout(tmp_path, monkeypatch):
+    """Client 5's process is killed when the shares stage's first result arrives: its task
+    fails when the server sees it die, and the round is unmasked from the others."""
+    orig = app.ZmqServer._on_result
+    killed: list[int] = []
+
+    def on_result(self, cid, got):
+        stage = got.msg.body.get("body", {}).get("secagg") if isinstance(got.msg.body, dict) \
+            else None
+        if stage == "shares" and not killed and 5 in self.clients:
+            killed.append(self.clients[5].pid)
+            os.kill(self.clients[5].pid, signal.SIGKILL)
+        return orig(self, cid, got)
+    monkeypatch.setattr(app.ZmqServer, "_on_result", on_result)
+    s = run_zmq(small_config(clients=12, rounds=2, out=str(tmp_path / "kill"),
+                             net={"secagg": "plus", "clients_per_process": 1}), quiet=True)
+    assert killed and s["status"] == "completed", s.get("error")
+    assert [f for f in s["failures"] if f["client"] == 5]
+    assert s["final_accuracy"] is not None

@@ -1,0 +1,92 @@
+"""benchmarks/ as a small package (issue 37 item 5): every script there is either on the
+dashboard (it defines headline() and writes its figures with --json, read by
+benchmarks/dashboard.py) or a tool the benchmarks use; none is over 400 lines; and each dashboard
+script runs at its smallest sizes and writes the JSON the dashboard reads (slow lane: they start
+real fednet processes). Scripts dropped from the dashboard are archived in
+docs/benchmarks/history.md ("Archived commands") with the commit that had them."""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.harness import BENCHMARKS, bench
+
+MAX_LINES = 400
+TOOLS = {"dashboard.py": "writes BENCHMARKS.md from the --json files",
+         "golden.py": "the golden pins of tests/test_golden.py",
+         "flower_reference.py": "Flower's robust aggregates for tests/golden/flower_robust.json",
+         "plain_loop.py": "the plain PyTorch loop bench_many.py and bench_population.py time",
+         "round_timing_plugin.py": "bench_many.py's --plugin (timestamps, a small dataset)",
+         "synthetic_plugin.py": "bench_memory.py's --plugin for older checkouts"}
+"""The files in benchmarks/ that are not benchmarks, and what each is for."""
+
+
+def _free_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+SMOKE: dict[str, list[str]] = {
+    "bench_aggregation.py": ["--clients", "4", "--params", "20000", "--senders", "2",
+                             "--gap-ms", "0"],
+    "bench_async.py": ["--clients", "6", "--rounds", "2", "--async-rounds", "3", "--seeds", "0",
+                       "--methods", "fedavg", "fedbuff"],
+    "bench_big_frames.py": ["--connections", "20", "--announce-mib", "16", "--port", "PORT"],
+    "bench_compress.py": ["--clients", "3", "--rounds", "1", "--epochs", "1", "--seeds", "0",
+                          "--specs", "none", "fp16"],
+    "bench_curve.py": ["--mib", "1", "--reps", "2"],
+    "bench_frames.py": ["--mb", "2", "--repeats", "2"],
+    "bench_launch.py": ["--quick", "--clients", "3", "--ready-reps", "1", "--reps", "1",
+                        "--rounds", "1"],
+    "bench_many.py": ["--part", "copies", "scale", "--reps", "1", "--scale-clients", "20"],
+    "bench_memory.py": ["--clients", "2", "--per-process", "1"],
+    "bench_personal.py": ["--rounds", "1", "--algos", "fedavg", "--scenarios", "iid"],
+    "bench_population.py": ["--populations", "50", "--per-round", "5", "--rounds", "2",
+                            "--runtimes", "loop", "local", "launch", "--timeout-s", "300"],
+    "bench_ring_timeline.py": ["--local"],
+    "bench_robust.py": ["--clients", "10", "--rounds", "1", "--epochs", "1", "--seeds", "0",
+                        "--attacks", "alie", "--defenses", "none", "krum", "--timing", "20x1000"],
+    "bench_scaling.py": ["--clients", "3", "--rounds", "2"],
+    "bench_transfer.py": ["--quick", "--reps", "1", "--pings", "50"],
+    "bench_trust.py": ["--scenarios", "d", "e", "--connections", "20", "--flood", "200"],
+}
+"""Each dashboard script's smallest run (the figures mean nothing; the script must run)."""
+COVERED = {"gpu_check.py": "tests/test_gpu_check.py runs its CPU path end to end with --json"}
+
+
+def test_every_script_is_on_the_dashboard_or_a_tool_and_small():
+    dash = bench("dashboard")
+    scripts = set(dash.benchmark_scripts())
+    files = {p.name for p in BENCHMARKS.glob("*.py")}
+    assert files - scripts == set(TOOLS), "a script that is neither a benchmark (with " \
+        "headline() and --json) nor a tool: put it on the dashboard or archive it " \
+        "(docs/benchmarks/history.md, 'Archived commands')"
+    assert scripts == set(SMOKE) | set(COVERED), "each dashboard script needs a smoke run"
+    big = {str(p.relative_to(BENCHMARKS)): n for p in BENCHMARKS.rglob("*.py")
+           if (n := p.read_text().count("\n")) > MAX_LINES}
+    assert not big, f"over {MAX_LINES} lines: {big}"
+    results = {dash.read_result(p)["script"] for p in (BENCHMARKS / "results").glob("*.json")}
+    assert scripts <= results, f"no result file: {sorted(scripts - results)}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(SMOKE))
+def test_the_script_runs_small_and_writes_its_json(script, tmp_path):
+    out = tmp_path / "result.json"
+    args = [_free_port() if a == "PORT" else a for a in SMOKE[script]]
+    t = time.monotonic()
+    p = subprocess.run([sys.executable, str(BENCHMARKS / script), *args, "--json", str(out)],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-3000:])
+    data = json.loads(out.read_text())
+    assert data["script"] == script and data["command"].startswith("python3 ")
+    assert {"commit", "date", "headline", "machine"} <= data.keys()
+    got = bench("dashboard").read_result(out)  # the dashboard reads it: rows well formed
+    assert got["script"] == script and isinstance(got["rows"], list)
+    print(f"{script}: {time.monotonic() - t:.1f} s, {len(got['rows'])} rows")

@@ -1,0 +1,134 @@
+"""Secure aggregation's pieces and the protocol run between a server and clients in one
+process, without the round driver: Shamir's sharing (known vectors, any t shares rebuild, t-1
+shares are uniformly distributed), the neighbour graphs, the sealed shares, and an unmasked sum
+equal, bit for bit, to the sum of the clients' quantized vectors computed on the clients' side,
+with and without dropouts at every stage; a round that cannot be unmasked says which stage."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fednet.secagg import client as C
+from fednet.secagg import crypto, field, shamir
+from fednet.secagg.graph import default_neighbours, neighbours
+from fednet.secagg.server import Aggregation, SecAggFailed
+
+
+def test_shamir_rebuilds_from_any_t_shares_and_a_known_vector():
+    rng = np.random.default_rng(0)
+    secret = b"fednet secure aggregation secret"
+    sh = shamir.share(secret, list(range(7)), 4, rng)
+    for pick in ([0, 1, 2, 3], [6, 4, 2, 0], [1, 3, 5, 6], list(range(7))):
+        assert shamir.reconstruct({p: sh[p] for p in pick}, 4) == secret
+    with pytest.raises(ValueError, match="3 shares, 4 needed"):
+        shamir.reconstruct({p: sh[p] for p in (0, 1, 2)}, 4)
+    # a known vector: f(x) = 42 + 7x + 3x^2 in every chunk, at x = 1, 2, 3 (parties 0, 1, 2)
+    k = shamir.chunks()
+    pts = {p: np.full(k, 42 + 7 * (p + 1) + 3 * (p + 1) ** 2, np.int64) for p in range(3)}
+    got = shamir.reconstruct(pts, 3)
+    assert shamir.split(got).tolist() == [42] * k
+    assert np.array_equal(shamir.decode_share(shamir.encode_share(sh[3])), sh[3])
+    assert np.array_equal(shamir.lagrange_at_zero(np.array([1, 2, 3])),
+                          np.array([3, shamir.P - 3, 1]))  # 3, -3, 1
+
+
+def test_fewer_than_t_shares_reveal_nothing_of_the_secret():
+    """With t - 1 = 1 share, the share's distribution is the same for two different secrets:
+    uniform over the field, chunk by chunk (each chunk's top bit set half of the time)."""
+    rng = np.random.default_rng(1)
+    for secret in (bytes(32), b"\xff" * 32):
+        tops = np.stack([shamir.share(secret, [0, 1], 2, rng)[0] >> 30 for _ in range(3000)])
+        assert np.all(np.abs(tops.mean(axis=0) - 0.5) < 0.04), (secret[:1], tops.mean(axis=0))
+
+
+def test_neighbour_graphs_are_symmetric_and_regular():
+    rng = np.random.default_rng(2)
+    full = neighbours(range(6), None, rng)
+    assert full[3] == [0, 1, 2, 4, 5]
+    g = neighbours(range(100), 8, rng)
+    assert all(len(v) == 8 for v in g.values())
+    assert all(u in g[v] for u in g for v in g[u])
+    assert default_neighbours(1000) == 30 and default_neighbours(3) == 2
+
+
+def test_a_sealed_share_opens_only_for_its_receiver_and_unchanged():
+    a_sk, a_pk = crypto.keypair(bytes(range(32)))
+    b_sk, b_pk = crypto.keypair(bytes(range(1, 33)))
+    key = crypto.agree(a_sk, b_pk, b"x")
+    assert key == crypto.agree(b_sk, a_pk, b"x")
+    sealed = crypto.seal(key, bytes(12), b"share", b"aad")
+    assert crypto.unseal(key, bytes(12), sealed, b"aad") == b"share"
+    bad = bytearray(sealed)
+    bad[0] ^= 1
+    with pytest.raises(ValueError, match="does not open"):
+        crypto.unseal(key, bytes(12), bytes(bad), b"aad")
+
+
+def _round(n: int, d: int, degree: int | None, drop: dict[str, set[int]], seed: int = 0):
+    """The protocol for clients 0..n-1 with dropouts after each stage; (server's result, the
+    clients' own sum of their weighted quantized vectors over the survivors of the input stage)."""
+    rng = np.random.default_rng(seed)
+    weights = {u: int(rng.integers(5, 50)) for u in range(n)}
+    fbits = field.field_bits(sum(weights.values()), 16)
+    agg = Aggregation(3, list(range(n)), weights, degree, 0.5, fbits, np.random.default_rng(seed))
+    alive = set(range(n)) - drop.get("keys", set())
+    for u in sorted(alive):
+        pk = C.keys(u, 3, np.random.default_rng([seed, u, 0]))
+        agg.take_keys(u, pk["c_pk"], pk["s_pk"])
+    req = agg.share_requests()
+    alive = set(req) - drop.get("shares", set())
+    for u in sorted(alive):
+        r = req[u]
+        out = C.shares(C.session(u, 3), r["nbrs"], r["c_pks"], r["s_pks"],
+                       agg.t[u], np.random.default_rng([seed, u, 1]))
+        assert agg.take_shares(u, out["to"], out["sealed"]) == ""
+    req = agg.input_requests()
+    alive = set(req) - drop.get("input", set())
+    own = np.zeros(d, field.dtype_of(fbits))
+    for u in sorted(alive):
+        r = req[u]
+        s = C.session(u, 3)
+        C.open_shares(s, r["from"], r["sealed"])
+        x = np.random.default_rng([seed, u, 2]).normal(0, 1, d)
+        v = field.quantize(x, 4.0, 16, weights[u], fbits, np.random.default_rng([seed, u, 3]))
+        own = own + v
+        y = C.masked(s, v, r["partners"])
+        assert not np.array_equal(y, v)
+        agg.take_input(u, y)
+    req = agg.unmask_requests()
+    for u in sorted(set(req) - drop.get("unmask", set())):
+        got = C.unmask(C.session(u, 3), req[u]["survivors"], req[u]["dropped"])
+        assert agg.take_unmask(u, got, req[u]) == ""
+    return agg.result(), own, sum(weights[u] for u in agg.inputs)
+
+
+@pytest.mark.parametrize("degree", [None, 6])
+@pytest.mark.parametrize("drop", [{}, {"keys": {1}, "shares": {2}, "input": {3},
+                                       "unmask": {5}}])
+def test_the_unmasked_sum_is_the_clients_sum_bit_for_bit(degree, drop):
+    (total, weight), own, w = _round(12, 1000, degree, drop)
+    assert np.array_equal(total, own) and weight == w
+
+
+def test_too_many_dropouts_fail_naming_the_stage():
+    with pytest.raises(SecAggFailed, match="stage input: 5 clients left, 7 needed"):
+        _round(12, 10, None, {"input": set(range(7))})
+
+
+def test_a_client_refuses_to_reveal_both_shares_of_one_neighbour():
+    _round(4, 10, None, {})  # sessions made and used
+    s = C.Session(0, 9, *crypto.keypair(bytes(32)), *crypto.keypair(bytes(range(32))))
+    s.held = {1: (np.zeros(9, np.int64), np.zeros(9, np.int64))}
+    with pytest.raises(ValueError, match="asks both shares of client"):
+        C.unmask(s, np.array([1]), np.array([1]))
+
+
+def test_quantization_round_trips_within_one_step():
+    rng = np.random.default_rng(5)
+    xs = [rng.uniform(-1, 1, 500) for _ in range(3)]
+    ws = [3, 5, 7]
+    fb = field.field_bits(sum(ws), 16)
+    tot = sum(field.quantize(x, 2.0, 16, w, fb, rng).astype(np.uint64) for x, w in zip(xs, ws))
+    mean = field.dequantize(tot, sum(ws), 2.0, 16)
+    exact = sum(w * x for x, w in zip(xs, ws)) / sum(ws)
+    assert np.max(np.abs(mean - exact)) <= 2 * 2.0 / 65535

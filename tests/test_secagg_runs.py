@@ -1,0 +1,120 @@
+"""Secure aggregation in whole runs (fednet local): the round's model within the quantization
+bound of plain FedAvg's; dropouts at every stage recovered while enough clients survive, and a
+round that cannot be unmasked kept out of the model, naming its stage; the server holds only
+masked vectors, each unlike its client's update, and their sum; algorithms whose server needs
+individual updates refused in one line."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from fednet.algorithms import secagg as S
+from fednet.core.inproc import run_local
+from fednet.errors import ConfigError
+from fednet.secagg import field
+from fednet.secagg.server import Aggregation
+from tests.conftest import small_config
+from tests.harness import final_model
+
+
+def _cfg(tmp_path, name, **net):
+    return small_config(clients=6, rounds=1, net=net, out=str(tmp_path / name))
+
+
+def test_one_round_is_plain_fedavg_within_one_quantization_step(tmp_path):
+    run_local(_cfg(tmp_path, "plain"), quiet=True)
+    s = run_local(_cfg(tmp_path, "sa", secagg="full", secagg_clip=2.0), quiet=True)
+    assert s["status"] == "completed" and not s["failures"]
+    a, b = final_model(tmp_path / "plain"), final_model(tmp_path / "sa")
+    step = 2 * 2.0 / ((1 << 16) - 1)
+    assert max(float(np.abs(a[k] - b[k]).max()) for k in a) <= step + 1e-6
+    assert any(not np.array_equal(a[k], b[k]) for k in a)  # quantized: not the same bits
+    row = json.loads((tmp_path / "sa" / "metrics.jsonl").read_text().splitlines()[0])
+    assert set(row["bytes_by_stage"]) == {"keys", "shares", "input", "unmask"}
+    assert sum(v["server_to_client"] for v in row["bytes_by_stage"].values()) == \
+        row["bytes_round"]["server_to_client"]
+    assert row["secagg_clients"] == [6, 6, 6, 6, 6]
+
+
+def _drop(monkeypatch, who: dict[str, set[int]]):
+    """Clients that fail (drop out) at a stage: stage -> ids."""
+    run = S.SecAggClient.run
+
+    def failing(self, ctx, task):
+        if ctx.cid in who.get(task.body.get("secagg", ""), ()):
+            raise RuntimeError(f"client {ctx.cid} dropped out")
+        return run(self, ctx, task)
+    monkeypatch.setattr(S.SecAggClient, "run", failing)
+
+
+@pytest.mark.parametrize("mode", ["full", "plus"])
+def test_dropouts_at_every_stage_are_recovered(tmp_path, monkeypatch, mode):
+    _drop(monkeypatch, {"keys": {0}, "shares": {1}, "input": {2}, "unmask": {3}})
+    cfg = small_config(clients=16, rounds=2, net={"secagg": mode}, out=str(tmp_path / "run"))
+    s = run_local(cfg, quiet=True)
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert s["status"] == "completed" and all("secagg_failed" not in r for r in rows)
+    assert rows[0]["secagg_clients"] == [16, 15, 14, 13, 12]  # cohort, keys, shares, input, unmask
+    assert len(s["failures"]) == 8 and all("dropped out" in f["reason"] for f in s["failures"])
+    from fednet.core.session import Session
+    fresh = Session(cfg, quiet=True, write=False).algo.eval_arrays()
+    got = final_model(tmp_path / "run")
+    assert any(not np.array_equal(got[k], v) for k, v in fresh.items())  # the rounds moved it
+
+
+def test_a_round_with_too_few_survivors_keeps_the_model_and_names_the_stage(tmp_path,
+                                                                            monkeypatch):
+    _drop(monkeypatch, {"input": {0, 1, 2, 3}})
+    s = run_local(_cfg(tmp_path, "run", secagg="full"), quiet=True)
+    row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    assert row["secagg_failed"].startswith("secure aggregation failed at stage input: 2 "
+                                           "clients left, 4 needed")
+    initial = final_model(tmp_path / "run")
+    assert s["status"] in ("completed", "failed")
+    from fednet.core.session import Session
+    fresh = Session(_cfg(tmp_path, "fresh", secagg="full"), quiet=True, write=False)
+    assert all(np.array_equal(initial[k], v) for k, v in fresh.algo.eval_arrays().items())
+
+
+def test_the_server_holds_masked_vectors_and_their_sum_only(tmp_path, monkeypatch):
+    seen: dict[int, np.ndarray] = {}
+    quantized: dict[int, np.ndarray] = {}
+    take = Aggregation.take_input
+    quant = field.quantize
+
+    def spy_take(self, cid, y):
+        seen[cid] = y.copy()
+        take(self, cid, y)
+
+    def spy_quantize(x, clip, bits, weight, fbits, rng):
+        q = quant(x, clip, bits, weight, fbits, rng)
+        quantized[len(quantized)] = q
+        return q
+    monkeypatch.setattr(Aggregation, "take_input", spy_take)
+    monkeypatch.setattr(S, "quantize", spy_quantize)
+    run_local(_cfg(tmp_path, "run", secagg="plus", secagg_neighbours=4), quiet=True)
+    assert len(seen) == len(quantized) == 6
+    ys, qs = list(seen.values()), list(quantized.values())
+    assert all(not np.array_equal(y, q) for y in ys for q in qs)  # no masked input is an update
+    assert not np.array_equal(sum(ys), sum(qs))  # nor is their plain sum: the masks remain
+
+
+@pytest.mark.parametrize("algo,says", [("fedseq", "needs every client's own update"),
+                                       ("scaffold", "keep or evaluate their own state"),
+                                       ("cfl", "needs every client's own update")])
+def test_algorithms_that_need_individual_updates_refuse_it(tmp_path, algo, says):
+    cfg = small_config(clients=4, rounds=1, algo={"name": algo}, net={"secagg": "full"},
+                       out=str(tmp_path / algo))
+    with pytest.raises(ConfigError, match=f"--secagg full: .*{says}"):
+        run_local(cfg, quiet=True)
+
+
+def test_compress_and_over_select_refuse_it(tmp_path):
+    for over, says in (({"net": {"secagg": "plus", "compress": "int8"}}, "--compress"),
+                       ({"net": {"secagg": "plus"}, "latency": {"over_select": 1.5}},
+                        "--over-select")):
+        with pytest.raises(ConfigError, match=says):
+            run_local(small_config(clients=4, rounds=1, out=str(tmp_path / says), **over),
+                      quiet=True)
