@@ -22,6 +22,7 @@ TOOLS = {"dashboard.py": "writes BENCHMARKS.md from the --json files",
          "flower_reference.py": "Flower's robust aggregates for tests/golden/flower_robust.json",
          "plain_loop.py": "the plain PyTorch loop bench_many.py and bench_population.py time",
          "round_timing_plugin.py": "bench_many.py's --plugin (timestamps, a small dataset)",
+         "secagg_plugin.py": "bench_secagg.py's --plugin (dropouts at a stage, an MLP model)",
          "synthetic_plugin.py": "bench_memory.py's --plugin for older checkouts"}
 """The files in benchmarks/ that are not benchmarks, and what each is for."""
 
@@ -52,6 +53,8 @@ SMOKE: dict[str, list[str]] = {
     "bench_ring_timeline.py": ["--local"],
     "bench_robust.py": ["--clients", "10", "--rounds", "1", "--epochs", "1", "--seeds", "0",
                         "--attacks", "alie", "--defenses", "none", "krum", "--timing", "20x1000"],
+    "bench_secagg.py": ["--population", "60", "--cohorts", "10", "20", "--drops", "0", "0.1",
+                        "--full-clients", "8"],
     "bench_scaling.py": ["--clients", "3", "--rounds", "2"],
     "bench_transfer.py": ["--quick", "--reps", "1", "--pings", "50"],
     "bench_trust.py": ["--scenarios", "d", "e", "--connections", "20", "--flood", "200"],

@@ -48,7 +48,21 @@ def test_neighbour_graphs_are_symmetric_and_regular():
     g = neighbours(range(100), 8, rng)
     assert all(len(v) == 8 for v in g.values())
     assert all(u in g[v] for u in g for v in g[u])
-    assert default_neighbours(1000) == 30 and default_neighbours(3) == 2
+    assert default_neighbours(3) == 2 and default_neighbours(40, 0.3) == 39  # the full graph
+
+
+@pytest.mark.parametrize("n,dropout", [(1000, 0.1), (1000, 0.3), (5000, 0.2)])
+def test_the_default_degree_is_the_fewest_that_keep_enough_shares(n, dropout):
+    """k neighbours with threshold k/2 + 1: the chance that some neighbourhood of the n keeps
+    too few shares, clients dropping out at `dropout`, is at most 2^-20 with k, above it with
+    k - 2 (once above the O(log n) floor), computed here from the binomial directly."""
+    from math import comb
+
+    def short(k):  # P[Binomial(k, 1 - dropout) <= k / 2]
+        return sum(comb(k, i) * (1 - dropout) ** i * dropout ** (k - i) for i in range(k // 2 + 1))
+    k = default_neighbours(n, dropout)
+    assert k % 2 == 0 and n * short(k) <= 2.0 ** -20 < n * short(k - 2)
+    assert default_neighbours(1000, 0.1) == 38 and default_neighbours(1000, 0.3) == 212
 
 
 def test_a_sealed_share_opens_only_for_its_receiver_and_unchanged():

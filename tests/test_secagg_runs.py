@@ -118,3 +118,28 @@ def test_compress_and_over_select_refuse_it(tmp_path):
         with pytest.raises(ConfigError, match=says):
             run_local(small_config(clients=4, rounds=1, out=str(tmp_path / says), **over),
                       quiet=True)
+
+
+def test_each_stage_is_a_round_trip_in_simulated_time(tmp_path):
+    """Clients that compute in no time over a 0.1 s round trip: plain FedAvg's round takes one
+    round trip, secure aggregation's four (keys, shares, input, unmask: each stage starts when
+    the server has the last one's replies)."""
+    lat = tmp_path / "lat.csv"
+    lat.write_text("client,compute_s_per_sample,rtt_s,up_bps,down_bps\n"
+                   + "".join(f"{c},0,0.1,0,0\n" for c in range(6)))
+    sims = {}
+    for mode in ("off", "plus", "full"):
+        cfg = small_config(clients=6, rounds=1, net={"secagg": mode}, out=str(tmp_path / mode),
+                           latency={"preset": "lan", "file": str(lat)})
+        sims[mode] = run_local(cfg, quiet=True)["sim_time_s"]
+    assert sims == pytest.approx({"off": 0.1, "plus": 0.4, "full": 0.4})
+
+
+def test_a_neighbourhood_that_lost_too_many_shares_says_what_to_raise(tmp_path, monkeypatch):
+    _drop(monkeypatch, {"input": {0, 1, 2, 3}})
+    run_local(small_config(clients=12, rounds=1, out=str(tmp_path / "run"),
+                           net={"secagg": "plus", "secagg_neighbours": 4}), quiet=True)
+    row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    assert row["secagg_clients"][:3] == [12, 12, 12] and "shares" in row["secagg_failed"]
+    assert row["secagg_failed"].endswith("(SecAgg+ gave each client 4 neighbours, enough for "
+                                         "--secagg-neighbours: raise it to survive more dropouts)")

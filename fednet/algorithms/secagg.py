@@ -76,7 +76,7 @@ class SecAggServer(StagedStrategy):
         n = inner.cfg.net
         self.mode, self.bits, self.clip = n.secagg, n.secagg_bits, n.secagg_clip
         self.fraction, self.forced_field = n.secagg_threshold, n.secagg_field
-        self.degree_asked = n.secagg_neighbours
+        self.degree_asked, self.dropout = n.secagg_neighbours, n.secagg_dropout
         self.agg: Aggregation | None = None
         self.stage = ""
         self.waiting: set[int] = set()
@@ -85,6 +85,7 @@ class SecAggServer(StagedStrategy):
         self.losses: list[tuple[float, int]] = []
         self.stats: dict[str, Any] = {}
         self.failed = ""
+        self.clock = 0.0  # the simulated time the current stage's last reply came
 
     def __getattr__(self, name: str) -> Any:  # cfg, state, layout, target, ...: the inner's
         return getattr(self.__dict__["inner"], name)
@@ -114,12 +115,12 @@ class SecAggServer(StagedStrategy):
         cohort = sorted(self.training)
         weights = {c: int(size[c]) for c in cohort}
         fbits = field_bits(sum(weights.values()), self.bits, self.forced_field)
-        degree = None if self.mode == "full" else (self.degree_asked
-                                                   or default_neighbours(len(cohort)))
+        degree = None if self.mode == "full" else (
+            self.degree_asked or default_neighbours(len(cohort), self.dropout, self.fraction))
         self.agg = Aggregation(rnd, cohort, weights, degree, self.fraction, fbits,
                                rng.generator(self.cfg.seed, "secagg-graph", rnd))
         self.stats = {"secagg_clients": [len(cohort)], "secagg_server_s": {}}
-        self.losses, self.failed = [], ""
+        self.losses, self.failed, self.clock = [], "", self.now
         return self._stage("keys", {c: ({}, {}) for c in cohort}, rnd)
 
     def _stage(self, stage: str, per: dict[int, tuple[Arrays, dict[str, Any]]], rnd: int
@@ -128,6 +129,7 @@ class SecAggServer(StagedStrategy):
         self.stage, self.waiting, out = stage, set(), []
         for cid, (arrays, body) in sorted(per.items()):
             t = self.new_task(rnd, [cid], arrays, {**body, "secagg": stage})
+            t.sim_time = self.clock  # a stage starts when the server has the last one's replies
             self.waiting.add(t.task_id)
             out.append(t)
         return out
@@ -139,6 +141,7 @@ class SecAggServer(StagedStrategy):
     def absorb(self, done: Result | Failure) -> None:
         """A stage's reply: what it carries taken into the round's aggregation, its arrays let go."""
         self.waiting.discard(done.task_id)
+        self.clock = max(self.clock, done.sim_time)
         if not isinstance(done, Result) or self.agg is None or self.failed:
             return
         t0 = time.process_time()
@@ -170,12 +173,21 @@ class SecAggServer(StagedStrategy):
             nxt = {"keys": self._shares, "shares": self._inputs, "input": self._unmasks}[
                 self.stage](done.round)
         except SecAggFailed as e:
-            self.failed = str(e)
+            self.failed = self._why(e)
             return []
         finally:
             srv = self.stats["secagg_server_s"]
             srv[self.stage] = srv.get(self.stage, 0.0) + time.process_time() - t0
         return nxt
+
+    def _why(self, e: SecAggFailed) -> str:
+        """The failure, with what to change when a SecAgg+ neighbourhood lost too many shares."""
+        if self.mode != "plus" or "shares" not in str(e) or self.agg is None:
+            return str(e)
+        k = len(next(iter(self.agg.nbrs.values()), []))
+        return (f"{e} (SecAgg+ gave each client {k} neighbours, enough for "
+                + (f"--secagg-dropout {self.dropout}: raise it" if not self.degree_asked else
+                   "--secagg-neighbours: raise it") + " to survive more dropouts)")
 
     def _shares(self, rnd: int) -> list[Task]:
         req = self.agg.share_requests()  # type: ignore[union-attr]
@@ -230,7 +242,7 @@ class SecAggServer(StagedStrategy):
                 total, weight = self.agg.result()
                 mean = (total, weight)
             except SecAggFailed as e:
-                self.failed = str(e)
+                self.failed = self._why(e)
         inner_results = [] if mean is None else [self._unmasked(rnd, *mean)]
         metrics = self.inner.aggregate_round(rnd, inner_results, failures)
         self.stats["secagg_server_s"]["unmask"] = (self.stats["secagg_server_s"].get("unmask", 0.0)

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fednet.config.adversary import AttackConfig, DefenseConfig
 from fednet.config.declare import Info, check_type, info_of, setting
 from fednet.errors import ConfigError
 
@@ -25,9 +26,6 @@ OPTIMIZERS = ("sgd", "adam", "adamw")
 LATENCY_PRESETS = ("none", "lan", "wan", "hetero")
 AUGMENTS = ("auto", "none", "fedseq", "simclr")
 EVAL_MODES = ("auto", "global", "clients")
-# --attack and --defense: algorithms/robust_spec.py declares each one's parameters
-ATTACKS = ("none", "labelflip", "signflip", "noise", "backdoor", "alie", "ipm", "minmax", "minsum")
-DEFENSES = ("none", "krum", "multikrum", "bulyan", "median", "trimmed_mean", "norm_bound", "centered_clip")
 _COMPRESS = ("none, fp16, int8 (8-bit per tensor), qsgd[:S] (S levels, 16), topk[:R] (the "
              "fraction R kept, 0.01; error feedback), sign (scaled sign; error feedback)")
 
@@ -104,28 +102,6 @@ class AlgoConfig:
 
 
 @dataclass(frozen=True)
-class AttackConfig:
-    """Byzantine clients: which attack, who runs it (drawn from the seed), and its parameters."""
-
-    name: str = setting("none", "Byzantine clients: the attack the malicious clients run (docs/algorithms.md section "
-                        "10; parameters by --param)", choices=ATTACKS, option="--attack")
-    malicious: str = setting("0.2", "With --attack: the malicious clients, a fraction of the population (drawn from "
-                             "the seed) or ids:LIST (ids:3,17 or ids:0-9; ids:3+17 in a sweep grid)",
-                             option="--malicious", metavar="FRACTION|ids:LIST")
-    params: dict[str, Any] = field(default_factory=dict)  # typed by the attack's declarations
-
-
-@dataclass(frozen=True)
-class DefenseConfig:
-    """Robust aggregation in place of the FedAvg family's mean, and its parameters."""
-
-    name: str = setting("none", "Robust aggregation in place of the mean of fedavg, fedprox and the FedOpt family "
-                        "(fedavgm, fedadam, fedyogi, fedadagrad; docs/algorithms.md section 10; parameters by "
-                        "--param)", choices=DEFENSES, option="--defense")
-    params: dict[str, Any] = field(default_factory=dict)  # typed by the defense's declarations
-
-
-@dataclass(frozen=True)
 class NetConfig:
     """Where the server listens, how long it waits, and how messages travel."""
 
@@ -182,7 +158,12 @@ class NetConfig:
         "learns only their weighted sum", choices=("off", "full", "plus"), option="--secagg")
     secagg_neighbours: int = setting(
         0, "SecAgg+'s neighbours per client (even)", ge=0, option="--secagg-neighbours",
-        note="0: 2 * ceil(1.5 * log2 n)")
+        note="0: the fewest (at least 2 * ceil(1.5 * log2 n)) that survive --secagg-dropout "
+        "but for a 2^-20 chance a round")
+    secagg_dropout: float = setting(
+        0.1, "The dropout rate SecAgg+'s default neighbours are chosen for: clients that "
+        "drop out independently at this rate leave every secret enough shares", ge=0, lt=1,
+        option="--secagg-dropout")
     secagg_threshold: float = setting(
         0.5, "Secure aggregation's share threshold: a secret shared among k neighbours needs "
         "floor(fraction * k) + 1 shares, and floor(fraction * cohort) + 1 clients must survive "

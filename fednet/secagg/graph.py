@@ -10,13 +10,31 @@ from collections.abc import Sequence
 import numpy as np
 
 
-def default_neighbours(n: int) -> int:
-    """SecAgg+'s default degree for n participants: 2 * ceil(1.5 * log2 n), an even O(log n)
-    (Bell et al. take k = O(log n); the constant is ours, with room for 30% dropouts), at most
-    n - 1."""
+CORRECTNESS = 2.0 ** -20
+"""The default degree's bound on the chance that a round cannot be unmasked because some
+client's neighbourhood lost too many shares (Bell et al.'s correctness parameter eta)."""
+
+
+def default_neighbours(n: int, dropout: float = 0.1, fraction: float = 0.5) -> int:
+    """SecAgg+'s default degree for n participants (even, at most n - 1): the smallest k with
+    n * P[Binomial(k, 1 - dropout) <= floor(fraction * k)] <= 2^-20, i.e. with clients dropping
+    out independently at rate `dropout`, a union bound over the n neighbourhoods says each keeps
+    the floor(fraction * k) + 1 shares its secrets need, and at least 2 ceil(1.5 log2 n) (an
+    O(log n) floor for the graph's connectivity). Bell et al. choose k from the same kind of
+    bound; the floor's constant and the dropout rate (--secagg-dropout) are ours."""
     if n <= 2:
         return max(0, n - 1)
-    return min(n - 1, 2 * math.ceil(1.5 * math.log2(n)))
+    k = 2 * math.ceil(1.5 * math.log2(n))
+    while k < n - 1 and n * _short(k, dropout, fraction) > CORRECTNESS:
+        k += 2
+    return min(n - 1, k)
+
+
+def _short(k: int, dropout: float, fraction: float) -> float:
+    """P[Binomial(k, 1 - dropout) <= floor(fraction * k)]: a neighbourhood of k keeps too few."""
+    keep = 1.0 - dropout
+    return sum(math.comb(k, i) * keep ** i * dropout ** (k - i)
+               for i in range(int(math.floor(fraction * k)) + 1))
 
 
 def neighbours(parties: Sequence[int], k: int | None, rng: np.random.Generator

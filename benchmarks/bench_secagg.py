@@ -1,0 +1,178 @@
+"""What secure aggregation costs (issue 38): bytes per client and per stage, added simulated
+time, server and client CPU seconds, for SecAgg+ and SecAgg against plain FedAvg.
+
+    python3 benchmarks/bench_secagg.py [--population 100000] [--cohorts 100 1000 5000]
+        [--drops 0 0.1 0.3] [--full-clients 1024] [--cifar] [--json F]
+
+Every cell is one `fednet local` run (its own process) of one round of FedAvg on FedProx's
+Synthetic(1,1) (`synthetic-fedprox`; a 60-256-10 perceptron, 18,186 parameters, from
+benchmarks/secagg_plugin.py, or --model mclr: 610) under --latency wan, a cohort of C clients
+out of the population (--fraction C/P). Dropouts are a seeded fraction of the cohort failing at
+the input stage, after key sharing (secagg_plugin.py), with SecAgg+'s neighbours chosen for
+that rate (--secagg-dropout, at least its default 0.1). Per cell: the client's uplink
+and downlink bytes (each stage's too), the simulated time the round took, the server's CPU
+seconds per stage and the clients' (their sum over the cohort), the survivors and whether the
+round was unmasked. The expansion is computed as Bonawitz et al. define it, a client's uplink
+over the bits of its input in the clear (16 per value), beside the same messages' sizes
+predicted from their parts (the papers' formula with fednet's own element sizes). --cifar adds
+a ResNet-18 round on CIFAR-shaped data (synthetic-cifar10), 10 clients.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib.runner import fednet_module, metrics, run, summary  # noqa: E402
+from benchlib.util import headline_row, machine, measured, table, write_json  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+PLUGIN = str(HERE / "secagg_plugin.py")
+KEY, SEALED, SHARE = 32, 104, 36 + 8  # fednet's sizes: a public key, a sealed share, a share+id
+
+
+def cell(out: Path, mode: str, cohort: int, population: int, drop: float, extra: list[str]
+         ) -> dict[str, Any]:
+    args = ["--dataset", "synthetic-fedprox", "--clients", str(population), "--rounds", "1",
+            "--epochs", "1", "--batch-size", "8", "--lr", "0.01", "--fraction",
+            str(cohort / population), "--secagg", mode, "--latency", "wan", "--plugin", PLUGIN,
+            "-q", "--out", str(out), *extra]
+    env = dict(os.environ)
+    if drop:  # SecAgg+'s neighbours chosen for the rate (its default, 10%, at and below it)
+        env["FEDNET_SECAGG_DROP"] = f"{drop}:input"
+        args += ["--secagg-dropout", str(max(drop, 0.1))]
+    r = run(fednet_module("local", *args), env=env)
+    if r.rc != 0:
+        return {"mode": mode, "cohort": cohort, "drop": drop, "status": f"rc {r.rc}",
+                "error": r.stderr[-800:]}
+    s, row = summary(out), metrics(out)[0]
+    b = s["bytes"]
+    rec = {"mode": mode, "cohort": cohort, "drop": drop, "status": s["status"],
+           "up_per_client": b["client_to_server"] / cohort,
+           "down_per_client": b["server_to_client"] / cohort,
+           "sim_s": s["sim_time_s"], "wall_s": r.wall_s,
+           "failed": row.get("secagg_failed", ""), "clients": row.get("secagg_clients"),
+           "field_bits": row.get("secagg_field_bits"), "stages": row.get("bytes_by_stage", {}),
+           "server_s": row.get("secagg_server_s", {}), "client_s": row.get("secagg_client_s", {})}
+    with np.load(out / "final_model.npz") as z:
+        rec["d"] = sum(z[k].size for k in z.files if z[k].dtype.kind == "f")
+    rec["server_total_s"] = sum(rec["server_s"].values())
+    rec["client_mean_s"] = sum(rec["client_s"].values()) / cohort if rec["client_s"] else 0.0
+    return rec
+
+
+def predicted_up(n_nbrs: int, d: int, fbits: int, survivors: int) -> float:
+    """A client's uplink from its parts (Bonawitz et al.'s accounting with fednet's sizes): two
+    public keys, a sealed share per neighbour, the masked input, a share per neighbour back."""
+    return 2 * KEY + n_nbrs * SEALED + d * fbits / 8 + survivors * SHARE
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--population", type=int, default=100_000)
+    ap.add_argument("--cohorts", type=int, nargs="+", default=[100, 1000, 5000])
+    ap.add_argument("--drops", type=float, nargs="+", default=[0.0, 0.1, 0.3])
+    ap.add_argument("--full-clients", type=int, default=1024, help="0: no full-SecAgg cell")
+    ap.add_argument("--model", default="bench_mlp",
+                    help="bench_mlp (18,186 parameters, secagg_plugin.py) or mclr (610)")
+    ap.add_argument("--cifar", action="store_true")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    cells: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        def go(mode: str, cohort: int, pop: int, drop: float = 0.0, extra: list[str] = ()):
+            rec = cell(Path(tmp) / f"{mode}-{cohort}-{pop}-{drop}", mode, cohort, pop, drop,
+                       ["--model", a.model, *extra])
+            cells.append(rec)
+            print(f"{mode:5s} cohort {cohort:5d} drop {drop:.1f}: "
+                  + (f"up {rec['up_per_client']:.0f} B/client, sim {rec['sim_s']:.2f} s, "
+                     f"server {rec['server_total_s']:.2f} s, {rec['clients']} {rec['failed']}"
+                     if "up_per_client" in rec else rec["status"]), flush=True)
+        for c in a.cohorts:
+            go("off", c, a.population)
+            for drop in a.drops if c == _mid(a) else [0.0]:
+                go("plus", c, a.population, drop)
+        if a.full_clients:
+            go("full", a.full_clients, a.full_clients)
+            go("off", a.full_clients, a.full_clients)
+        if a.cifar:
+            for mode in ("off", "plus"):
+                go(mode, 10, 10, extra=["--dataset", "synthetic-cifar10", "--model", "resnet18",
+                                        "--batch-size", "32"])
+    data = {"machine": machine(), "args": vars(a), "cells": cells,
+            "analysis": analysis(cells, a)}
+    print(table(["mode", "cohort", "drop", "up B/client", "sim s", "server s", "unmasked"],
+                [[c["mode"], c["cohort"], c["drop"], round(c.get("up_per_client", 0)),
+                  round(c.get("sim_s", 0), 3), round(c.get("server_total_s", 0), 2),
+                  not c.get("failed")] for c in cells]))
+    print(data["analysis"])
+    write_json(a.json, data, headline)
+
+
+def _mid(a: argparse.Namespace) -> int:
+    """The cohort the dropout rates are measured at (the middle one: 1,000 by default)."""
+    return sorted(a.cohorts)[len(a.cohorts) // 2]
+
+
+def _find(cells: list[dict[str, Any]], mode: str, cohort: int, drop: float = 0.0
+          ) -> dict[str, Any] | None:
+    return next((c for c in cells if c["mode"] == mode and c["cohort"] == cohort
+                 and c["drop"] == drop and "up_per_client" in c), None)
+
+
+def analysis(cells: list[dict[str, Any]], a: argparse.Namespace) -> dict[str, Any]:
+    """The issue's questions: uplink over the same vector in the clear, server time's growth,
+    full SecAgg's expansion against the formula."""
+    out: dict[str, Any] = {}
+    mid, big = _mid(a), max(a.cohorts)
+    out["cohorts"] = [mid, big]
+    for drop in a.drops:
+        plus, off = _find(cells, "plus", mid, drop), _find(cells, "off", mid)
+        if plus and off:  # uplink per surviving client: over its masked vector (the same
+            survivors = max(1, plus["clients"][3])  # quantized vector in the clear) and over
+            up = sum(v["client_to_server"] for v in plus["stages"].values()) / survivors
+            vec = plus["stages"]["input"]["client_to_server"] / survivors  # plain FedAvg's
+            out[f"plus_up_over_clear_drop_{drop}"] = up / vec
+            out[f"plus_up_over_fedavg_drop_{drop}"] = up / off["up_per_client"]
+    p1, p5 = _find(cells, "plus", mid), _find(cells, "plus", big)
+    if p1 and p5 and big > mid:
+        out["server_s_ratio"] = p5["server_total_s"] / p1["server_total_s"]
+        out["n_log_n_ratio"] = big * math.log(big) / (mid * math.log(mid))
+    full, off = _find(cells, "full", a.full_clients), _find(cells, "off", a.full_clients)
+    if full and off:
+        n, d, f = a.full_clients, full["d"], full["field_bits"]
+        header = off["up_per_client"] - d * 4  # one reply's framing and scalars, measured
+        pred = predicted_up(n - 1, d, f, n - 1) + 4 * header
+        out["full_up_per_client"] = full["up_per_client"]
+        out["full_up_predicted"] = pred
+        out["full_measured_over_predicted"] = full["up_per_client"] / pred
+        out["full_expansion_over_16bit"] = full["up_per_client"] / (d * 2)
+        out["bonawitz_published"] = {"2^10 users, 2^20 dims, 16-bit": 1.73,
+                                     "2^14 users, 2^24 dims, 16-bit": 1.98}
+        big = predicted_up(1023, 1 << 20, 32, 1023) / ((1 << 20) * 2)
+        out["fednet_expansion_at_2^10_users_2^20_dims"] = big
+    return out
+
+
+def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
+    an = data.get("analysis", {})
+    return measured(
+        headline_row("secure aggregation", "SecAgg+ 1,000 clients, 10% dropouts: uplink per "
+                     "surviving client over its quantized vector in the clear", an.get("plus_up_over_clear_drop_0.1"),
+                     "x", "<= 1.2"),
+        headline_row("secure aggregation", "SecAgg+ server CPU, 5,000 over 1,000 clients a round",
+                     an.get("server_s_ratio"), "x",
+                     f"<= {an.get('n_log_n_ratio', 6.17):.2f} (n log n)"),
+        headline_row("secure aggregation", "SecAgg at 1,024 clients: client uplink measured over "
+                     "the formula's", an.get("full_measured_over_predicted"), "x", "within 10%"))
+
+
+if __name__ == "__main__":
+    main()
