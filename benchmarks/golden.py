@@ -86,6 +86,18 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "fedseq_inter+handoff-qsgd": ("fedseq_inter", ["--compress-handoff", "qsgd:127"]),
     "fedavg+secagg-full": ("fedavg", ["--secagg", "full"]),
     "fedadam+secagg-plus": ("fedadam", ["--secagg", "plus", "--secagg-neighbours", "4"]),
+    # --attack, --defense (issue 40): each attack once, each defense at least once; Bulyan's n >= 4f + 3: 7 clients
+    "fedavg+labelflip+median": ("fedavg", ["--attack", "labelflip", "--malicious", "0.2", "--defense", "median"]),
+    "fedavg+signflip+krum": ("fedavg", ["--attack", "signflip", "--malicious", "0.2", "--defense", "krum"]),
+    "fedavg+noise+trimmed_mean": ("fedavg", ["--attack", "noise", "--malicious", "0.2", "--defense", "trimmed_mean"]),
+    "fedavg+backdoor+norm_bound": ("fedavg", ["--attack", "backdoor", "--malicious", "0.2", "--defense", "norm_bound"]),
+    "fedavg+alie+multikrum": ("fedavg", ["--attack", "alie", "--malicious", "0.34", "--defense", "multikrum",
+                                         "--param", "f=1"]),
+    "fedadam+ipm+centered_clip": ("fedadam", ["--attack", "ipm", "--malicious", "0.34", "--defense", "centered_clip",
+                                              "--param", "radius=1"]),
+    "fedavg+minmax+bulyan": ("fedavg", ["--clients", "7", "--attack", "minmax", "--malicious", "0.29",
+                                        "--defense", "bulyan", "--param", "f=1"]),
+    "fedprox+minsum": ("fedprox", ["--attack", "minsum", "--malicious", "0.34"]),
 }
 SUMMARY_KEYS = ("status", "final_accuracy", "sim_time_s", "messages", "bytes")
 
@@ -134,6 +146,12 @@ def _scenario(algo: str, summary: dict[str, Any], rows: list[dict[str, Any]], se
         out["final_clusters"] = [list(map(int, c)) for c in session.algo.state.clusters]
     if algo == "fedfomo":
         out["mixed_mean"] = [r.get("mixed_mean") for r in rows]
+    if "attack" in summary:  # --attack: who attacked; the backdoor's success per round
+        out["malicious"] = summary["attack"]["malicious"]
+        if summary["attack"]["name"] == "backdoor":
+            out["attack_success"] = [r.get("attack_success") for r in rows]
+    if "defense" in summary:  # --defense: its f per round, refused rounds, attackers it kept
+        out["robust"] = [[r.get("robust_f"), r.get("robust_refused", 0), r.get("malicious_kept")] for r in rows]
     return out
 
 
@@ -146,6 +164,9 @@ def scenario_problems(algo: str, rec: dict[str, Any]) -> list[str]:
         if VARIANTS[algo][1][-1].startswith(("topk", "sign")) and \
                 "compress/residual" not in rec["client_state_names"]:
             out.append("no error-feedback residual in the clients' state")
+    if algo in VARIANTS and "--attack" in VARIANTS[algo][1] and not sc.get("malicious"):
+        out.append("no malicious client")
+    out += [f"the defense refused a round: {sc['robust']}"] if any(r[1] for r in sc.get("robust", [])) else []
     algo = base(algo)
     if rec["status"] != "completed":
         out.append(f"status {rec['status']}")
@@ -344,6 +365,7 @@ def main(args: list[str] | None = None) -> int:
         print("note: pinned on another environment (bit-exact numbers may differ there):",
               *notes, sep="\n  ")
     return 1 if lines or bad else 0
+
 
 
 def _write_env(old: dict[str, Any], doc: dict[str, Any], bad: int) -> int:

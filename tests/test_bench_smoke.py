@@ -19,6 +19,7 @@ from tests.harness import BENCHMARKS, bench
 MAX_LINES = 400
 TOOLS = {"dashboard.py": "writes BENCHMARKS.md from the --json files",
          "golden.py": "the golden pins of tests/test_golden.py",
+         "flower_reference.py": "Flower's robust aggregates for tests/golden/flower_robust.json",
          "plain_loop.py": "the plain PyTorch loop bench_many.py and bench_population.py time",
          "round_timing_plugin.py": "bench_many.py's --plugin (timestamps, a small dataset)",
          "secagg_plugin.py": "bench_secagg.py's --plugin (dropouts at a stage, an MLP model)",
@@ -50,6 +51,8 @@ SMOKE: dict[str, list[str]] = {
     "bench_population.py": ["--populations", "50", "--per-round", "5", "--rounds", "2",
                             "--runtimes", "loop", "local", "launch", "--timeout-s", "300"],
     "bench_ring_timeline.py": ["--local"],
+    "bench_robust.py": ["--clients", "10", "--rounds", "1", "--epochs", "1", "--seeds", "0",
+                        "--attacks", "alie", "--defenses", "none", "krum", "--timing", "20x1000"],
     "bench_secagg.py": ["--population", "60", "--cohorts", "10", "20", "--drops", "0", "0.1",
                         "--full-clients", "8"],
     "bench_scaling.py": ["--clients", "3", "--rounds", "2"],

@@ -117,6 +117,11 @@ class StreamingMean:
         """The weighted sums, float64 (each the correctly rounded value of the exact sum)."""
         return {name: self.hi[name] + self.lo[name] for name in self.hi}
 
+    def mean64(self) -> dict[str, np.ndarray]:
+        """The weighted means of the floating arrays, float64: (hi + lo) / fsum(weights)."""
+        total = math.fsum(self.weights)
+        return {name: (self.hi[name] + self.lo[name]) / total for name in self.hi}
+
     def result(self) -> Arrays:
         """The weighted mean, each array in its input dtype."""
         if not self.weights:

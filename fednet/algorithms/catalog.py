@@ -219,10 +219,15 @@ FOMO_TASK, FOMO_RESULT = {"candidates": "client ids"}, {"candidates": "client id
                                                         "mixed": "number or nan"}
 
 
+ROBUST = ("fedavg", "fedprox", "fedavgm", "fedadam", "fedyogi", "fedadagrad")
+"""Their server averages models with FedAvg.take_round: --defense and --attack apply."""
+
+
 def _register(spec: Spec, handoffs: bool = False) -> None:
     """Register a built-in algorithm with its tuned defaults (SHARDS unless TUNED says more);
     only FedSeq's rings hand models between clients."""
-    register(replace(spec, tuned=TUNED.get(spec.name, {"shards": SHARDS}), handoffs=handoffs))
+    register(replace(spec, tuned=TUNED.get(spec.name, {"shards": SHARDS}), handoffs=handoffs,
+                     robust=spec.name in ROBUST))
 
 _register(Spec("fedavg", "FedAvg: local SGD, sample-weighted average",
               A + "fedavg:FedAvg", A + "fedavg:FedAvgClient"))

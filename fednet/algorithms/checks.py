@@ -69,6 +69,7 @@ def validate(cfg: RunConfig) -> RunConfig:
           "--clients-per-process above 1 does not go with --real-time: the clients of one process "
           "would wait out each other's simulated delays; use one process per client")
     _latency_rules(cfg)
+    _need(not (why := registry.robust_problem(cfg)), why)  # --attack, --malicious, --defense
     return cfg
 
 

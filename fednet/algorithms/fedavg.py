@@ -4,11 +4,16 @@ server with the proximal client rule; Per-FedAvg (§3.10) also uses this server.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from fednet.algorithms import robust_spec
 from fednet.algorithms.aggregate import StreamingMean
 from fednet.algorithms.common import finite, round_metrics
-from fednet.algorithms.contract import ClientContext, ClientUpdate, Strategy
+from fednet.algorithms.contract import ClientContext, ClientUpdate, ServerState, Strategy
+from fednet.algorithms.robust import RobustMean
 from fednet.algorithms.updates import Plain, Prox
 from fednet.config import RunConfig
 from fednet.models.arrays import state_arrays
@@ -17,18 +22,53 @@ from fednet.types import Arrays, Failure, Result, Task
 log = logging.getLogger("fednet.server")
 
 
+@dataclass
+class CenteredState(ServerState):
+    """FedAvg's state under --defense centered_clip: the last aggregate update (flattened),
+    where the next round's clipping starts."""
+
+    center: np.ndarray | None = None
+
+
 class FedAvg(Strategy):
-    """The server averages the clients' models by sample count, streaming (folded on arrival)."""
+    """The server averages the clients' models by sample count, streaming (folded on arrival);
+    with --defense, the round's models are kept and aggregated robustly (robust.RobustMean)."""
 
     def __init__(self, cfg: RunConfig, params: Any) -> None:
         super().__init__(cfg, params)
-        self._sums: dict[str, StreamingMean] = {}
+        self._sums: dict[str, Any] = {}
         self._finite: dict[int, bool] = {}  # task id -> its result was finite (and folded in)
+        self.defense = "" if cfg.defense.name == "none" else cfg.defense.name
+        if self.defense:
+            self._dp = robust_spec.defense_params(cfg)
+            self._bad = frozenset(robust_spec.malicious_ids(cfg))  # (reported, never used)
+            self._share = robust_spec.assumed_share(cfg)  # what f = -1 assumes
+
+    def init_state(self, init: Arrays) -> Any:
+        """The model, and the clipping center under --defense centered_clip."""
+        if self.defense == "centered_clip":
+            return CenteredState(model=dict(init))
+        return super().init_state(init)
 
     # ---- streamed aggregation: each result is folded in on arrival, then its arrays dropped --
-    def sum_of(self, part: str) -> StreamingMean:
-        """The round's running sum named `part` (created on first use)."""
+    def sum_of(self, part: str) -> Any:
+        """The round's running sum named `part` (created on first use): the model's is the
+        defense's RobustMean under --defense."""
+        if part == "model" and self.defense and part not in self._sums:
+            self._sums[part] = RobustMean(self.defense, self._dp, self._share, self.state.model,
+                                          getattr(self.state, "center", None), self._bad)
         return self._sums.setdefault(part, StreamingMean())
+
+    def robust_close(self, mean: Any, metrics: dict[str, float]) -> bool:
+        """Under --defense: the defense's row metrics, its center kept (centered clipping);
+        False when it refused the round (the model stays). True without a defense."""
+        if not isinstance(mean, RobustMean):
+            return True
+        refused = mean.refused
+        metrics.update(mean.outcome.metrics if mean.outcome else {})
+        if not refused and hasattr(self.state, "center"):
+            self.state.center = mean.update()
+        return not refused
 
     def fold(self, r: Result) -> None:
         """Add one finite result to the round's sums: the model, weighted by samples."""
@@ -61,9 +101,10 @@ class FedAvg(Strategy):
                         ) -> dict[str, float]:
         """theta = sum_k n_k theta_k / sum_k n_k over the usable results (any arrival order)."""
         ok, dropped, sums = self.take_round(results)
-        if ok:
+        metrics = round_metrics(ok, failures, dropped)
+        if ok and self.robust_close(sums["model"], metrics):
             self.state.model = sums["model"].result()
-        return round_metrics(ok, failures, dropped)
+        return metrics
 
 
 class FedAvgClient(ClientUpdate):

@@ -37,6 +37,13 @@ class FedOptState(ServerState):
     v: Model = field(default_factory=dict)  # second moment (not FedAvgM)
 
 
+@dataclass
+class CenteredFedOptState(FedOptState):
+    """FedOptState under --defense centered_clip: the last aggregate update (flattened)."""
+
+    center: np.ndarray | None = None
+
+
 def server_step(rule: str, x: np.ndarray, avg: np.ndarray, m: np.ndarray, v: np.ndarray | None,
                 p: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """One server step of `rule` on float64 arrays: (x_{t+1}, m_t, v_t)."""
@@ -75,24 +82,24 @@ class FedOpt(FedAvg):
         m = {n: np.zeros(init[n].shape, np.float64) for n in names}
         v = {} if rule == "fedavgm" else {n: np.full(init[n].shape, self.p.tau ** 2, np.float64)
                                           for n in names}
-        return FedOptState(model=dict(init), m=m, v=v)
+        cls = CenteredFedOptState if self.defense == "centered_clip" else FedOptState
+        return cls(model=dict(init), m=m, v=v)
 
     def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
                         ) -> dict[str, float]:
         """Δ_t from the exact weighted mean (float64), then the rule's step on each entry."""
         ok, dropped, sums = self.take_round(results)
         metrics = round_metrics(ok, failures, dropped)
-        if not ok:
+        if not ok or not self.robust_close(sums["model"], metrics):
             return metrics
         mean = sums["model"]
         new = mean.result()  # buffers (and the dtypes) as FedAvg
-        exact = mean.sums()
-        total = math.fsum(mean.weights)
+        avg64 = mean.mean64()  # the exact weighted mean, or the defense's new model (float64)
         st, rule = self.state, self.rule
         norm = 0.0
         for n in st.m:
             x = st.model[n].astype(np.float64)
-            avg = exact[n] / total
+            avg = avg64[n]
             x1, st.m[n], v = server_step(rule, x, avg, st.m[n], st.v.get(n), self.p)
             if v is not None:
                 st.v[n] = v

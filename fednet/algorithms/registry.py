@@ -94,6 +94,18 @@ def build_client_bare(cfg: RunConfig) -> ClientUpdate:
     return _load(spec.client)(cfg, spec.parse(dict(cfg.algo.params)))
 
 
+def robust_names() -> tuple[str, ...]:
+    """The algorithms that --attack and --defense apply to (Spec.robust)."""
+    return tuple(n for n, s in with_plugins().items() if s.robust)
+
+
+def robust_problem(cfg: RunConfig) -> str:
+    """Why the run's --attack and --defense settings do not fit it (one line), or ''."""
+    from fednet.algorithms import robust_spec
+
+    return robust_spec.problem(cfg, robust_names())
+
+
 def check_params(name: str, raw: dict[str, Any]) -> dict[str, Any]:
     """The given parameters typed and checked for algorithm `name` (ConfigError otherwise)."""
     return P.typed(get(name).params, raw, name)

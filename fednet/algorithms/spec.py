@@ -44,6 +44,9 @@ class Spec:
     # (core/work.check_work), a result's by the server (core/replies.accept_reply)
     task_body: dict[str, str] = field(default_factory=dict)
     result_body: dict[str, str] = field(default_factory=dict)
+    # its server is FedAvg's (or a subclass that reads FedAvg.take_round's mean) and its results
+    # are models: --defense replaces that mean, --attack forges those models (robust_spec.py)
+    robust: bool = False
 
     def tuned_for(self, partition: str) -> dict[str, Any]:
         """The tuned defaults for a partition ("*" first, then the partition's own)."""

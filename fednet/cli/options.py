@@ -10,7 +10,9 @@ import click
 from fednet import plugins
 from fednet.algorithms.registry import REGISTRY, check_params, get, with_plugins
 from fednet.cli import setting_options
-from fednet.config import RunConfig, flatten, from_dict, load_toml, merge
+from fednet.algorithms import params as P
+from fednet.algorithms import robust_spec
+from fednet.config import TABLES, RunConfig, flatten, from_dict, load_toml, merge
 from fednet.errors import ConfigError
 from fednet.cli.options_extra import load_plugins, overrides
 from fednet.cli.options_extra import HOST_PER_PROCESS, check_resume_options  # noqa: F401
@@ -98,16 +100,19 @@ def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
              if opts.get(dest) is not None]
     for dest, _, key in given:
         over[f"algo.params.{key}"] = opts[dest]
+    raw: dict[str, str] = {}
     for p in opts.get("params") or ():
         if "=" not in p:
             raise click.BadParameter(f"'{p}' is not KEY=VALUE", param_hint="--param")
         k, v = p.split("=", 1)
-        over[f"algo.params.{k.strip()}"] = v.strip()  # typed below, by the algorithm's declaration
-    check_resume_options(over, _flatten(base)) if resume else None  # a resume keeps settings
+        raw[k.strip()] = v.strip()  # typed below, by the declaration of who takes it
     merged = merge(base, over)
     plugins.load_modules(list(merged.get("plugins") or ()))  # before the algorithm is looked up
+    spec = get(str(merged["algo"].get("name")))
+    over.update(_routed(raw, spec, merged))  # the algorithm's, the attack's or the defense's
+    check_resume_options(over, _flatten(base)) if resume else None  # a resume keeps settings
+    merged = merge(base, over)
     algo = merged["algo"]
-    spec = get(str(algo.get("name")))
     for dest, opt, _ in given:  # an option names its value in the error
         _check_option(spec, opt, opts[dest])
     in_table = fixed.get("algo.params") or {}  # a file's [algo.params] table
@@ -117,9 +122,25 @@ def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
     merged = merge(merged, tuned)
     algo = merged["algo"]
     algo["params"] = check_params(spec.name, dict(algo.get("params") or {}))
+    for table, declare in (("attack", robust_spec.ATTACK_PARAMS), ("defense",
+                                                                  robust_spec.DEFENSE_PARAMS)):
+        sec = merged[table]
+        cls = declare.get(str(sec.get("name")))
+        if cls is not None:  # (an unknown name is refused by the option's choices)
+            sec["params"] = P.typed(cls, dict(sec.get("params") or {}), str(sec["name"]))
     if tuned or "tuned" not in fixed:  # a resumed run keeps what its first start recorded
         merged["tuned"] = [f"{k}={v}" for k, v in sorted(tuned.items())]
     return from_dict(merged)
+
+
+def _routed(raw: dict[str, str], spec: Any, merged: dict[str, Any]) -> dict[str, str]:
+    """--param pairs as dotted keys of the table whose owner declares them (robust_spec)."""
+    from fednet.config.declare import declared
+
+    split = robust_spec.route_params(raw, {i.name for i in declared(spec.params)},
+                                     str(merged["attack"].get("name")),
+                                     str(merged["defense"].get("name")))
+    return {f"{table}.params.{k}": v for table, vals in split.items() for k, v in vals.items()}
 
 
 def _check_option(spec: Any, opt: str, value: Any) -> None:
@@ -180,8 +201,8 @@ def _file_overrides(path: str) -> dict[str, Any]:
         checked = _flatten(from_dict(merge(RunConfig().to_dict(), flat)).to_dict())
     except ConfigError as e:
         raise ConfigError(f"--config {path}: {e}") from None
-    return {k: checked[k] if k in checked and k != "algo.params" else v for k, v in flat.items()}
+    return {k: checked[k] if k in checked and k not in TABLES else v for k, v in flat.items()}
 
 
 def _flatten(d: dict[str, Any]) -> dict[str, Any]:
-    return flatten(d, tables=("algo.params",))  # --param values stay one table
+    return flatten(d, tables=TABLES)  # --param values stay one table each

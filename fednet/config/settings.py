@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fednet.config.adversary import AttackConfig, DefenseConfig
 from fednet.config.declare import Info, check_type, info_of, setting
 from fednet.errors import ConfigError
 
@@ -245,6 +246,8 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
+    attack: AttackConfig = field(default_factory=AttackConfig)
+    defense: DefenseConfig = field(default_factory=DefenseConfig)
     net: NetConfig = field(default_factory=NetConfig)
     latency: LatencyConfig = field(default_factory=LatencyConfig)
 
@@ -264,7 +267,9 @@ def _lists(d: dict[str, Any]) -> dict[str, Any]:
 
 _SECTIONS: dict[str, Any] = {f.name: f.default_factory for f in fields(RunConfig)
                              if is_dataclass(f.default_factory)}  # data, train, algo, net, latency
-_TABLES = ("algo.params",)  # free-form tables: the algorithm types them (algorithms/params.py)
+# free-form tables: the algorithm, the attack and the defense type them (algorithms/params.py,
+# algorithms/robust_spec.py)
+TABLES = _TABLES = ("algo.params", "attack.params", "defense.params")
 
 
 def _infos(cls: type, prefix: str) -> list[Info]:

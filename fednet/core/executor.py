@@ -13,6 +13,7 @@ import torch
 
 from fednet import algorithms
 from fednet.network import latency
+from fednet.algorithms.attack_client import attacker_for, snapshot
 from fednet.algorithms.common import evaluate_own
 from fednet.algorithms.contract import ClientContext
 from fednet.algorithms.state import Shapes, to_device
@@ -95,6 +96,8 @@ class Executor:
         self._initial = lambda: build_model(algorithms.model_name(cfg), ds.num_classes,
                                             ds.input_shape, dataset=d.dataset, seed=cfg.seed)
         self.update = algorithms.build_client(cfg)  # the client half only
+        self.dataset = ds
+        self.attack = attacker_for(cfg, cid)  # --attack: None unless this client is malicious
         if _WORKING is not None and not self.update.keeps_model:
             key = (algorithms.model_name(cfg), ds.num_classes, tuple(ds.input_shape), d.dataset,
                    cfg.seed, str(self.device))
@@ -126,6 +129,8 @@ class Executor:
                                  objective=get_objective(ds.objective),
                                  pooled=lambda: (torch.from_numpy(ds.train_x).to(dev),
                                                  torch.from_numpy(ds.train_y).to(dev)))
+        if self.attack is not None:  # label flipping, the backdoor: its own data poisoned
+            self.attack.poison(self.ctx, ds.num_classes, tuple(ds.input_shape))
 
     @property
     def num_examples(self) -> int:
@@ -151,9 +156,12 @@ class Executor:
                 self.take_back(self.store.take(self.cid, msg.run_id, ckpt))
             self.session = msg.run_id
             ref = {} if self.update.sends_updates else self.codec.reference(task.arrays)
+            received = snapshot(task.arrays) if self.attack is not None else None
             if getattr(self.update, "adopts_received", False):  # one copy: the joined buffers
                 adopt_arrays(self.ctx.model, {k: a for k, a in task.arrays.items() if is_private(a)})
             arrays, body = self.update.run(self.ctx, task)
+            if received is not None:  # --attack: the values lie, the layout and count do not
+                arrays = self.attack.forge(self, task, arrays, received)
             arrays = self.codec.encode(arrays, ref, task.round)
             if task.body.get("evaluate"):  # personalized evaluation: this client's model, its split
                 body.update(evaluate_own(self.ctx))

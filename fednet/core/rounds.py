@@ -48,7 +48,8 @@ class RoundDriver:
     --availability), the task encoder (`downlink`: passes arrays through without
     --compress-down), replies in simulated-time order for asynchronous servers (`arrivals`),
     the checkpoint writer (`checkpoint`: returns whether it wrote one; one that never does
-    without a results folder) and the clients' store manifest (`manifest`). How the run ends is
+    without a results folder), the clients' store manifest (`manifest`) and more metrics of the
+    evaluated model (`extra_eval`: --attack backdoor's success rate). How the run ends is
     one RunStatus, set by `end`; its failures and verdicts are the Verdict's."""
 
     def __init__(self, cfg: RunConfig, algo: Strategy, evaluate: Callable[[Any], tuple[float, float]],
@@ -57,7 +58,8 @@ class RoundDriver:
                  downlink: Downlink | None = None,
                  arrivals: Callable[[], Arrivals] | None = None,
                  checkpoint: Callable[[], bool] = lambda: False,
-                 manifest: Manifest = NO_MANIFEST, client_state: bool = False) -> None:
+                 manifest: Manifest = NO_MANIFEST, client_state: bool = False,
+                 extra_eval: Callable[[Any], dict[str, float]] | None = None) -> None:
         self.cfg, self.algo, self.evaluate = cfg, algo, evaluate
         self.staged = algo if isinstance(algo, StagedStrategy) else NOT_STAGED  # the extra hooks
         self.ledger, self.history = ledger, history
@@ -67,6 +69,8 @@ class RoundDriver:
         self.arrivals = arrivals if arrivals is not None else _no_order(cfg)
         self.checkpoint = checkpoint
         self.client_state = client_state  # the algorithm's clients keep state between rounds
+        # more row metrics of the evaluated model (--attack backdoor: its success rate)
+        self.extra_eval = extra_eval
         self.verdict = Verdict(cfg.net.max_failed_rounds, self.progress)
         self.status = RunStatus.RUNNING
         self.error = ""  # why the run failed or stopped (summary.json's error)
@@ -285,6 +289,8 @@ class RoundDriver:
             ending = Verdict.diverged(rnd, self.algo.eval_arrays(), results, failures, loss)
             if ending is not None:
                 self.end(*ending)
+            if self.extra_eval is not None:  # --attack backdoor: the attack's success
+                metrics = {**metrics, **self.extra_eval(self.algo.eval_arrays())}
         last = rnd + span - 1
         late = step.stragglers  # (an ordered step's are in its results)
         metrics = {**metrics, "tasks": len(results) + len(failures) + late,  # (of the step)

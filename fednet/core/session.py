@@ -13,6 +13,7 @@ import numpy as np
 from fednet import algorithms
 from fednet.network import latency
 from fednet.algorithms.contract import ServerInfo
+from fednet.algorithms.robust_spec import malicious_ids
 from fednet.algorithms.state import Shapes
 from fednet.compress.downlink import Downlink
 from fednet.algorithms.checks import eval_mode, validate
@@ -31,6 +32,7 @@ from fednet.core.arrivals import Arrivals
 from fednet.core.evaluate import Evaluator
 from fednet.core.rounds import RoundDriver
 from fednet.core.status import RunStatus
+from fednet.core.summary import robust_summary
 from fednet.network import availability
 from fednet.network.churn import NO_CHURN, Churn
 from fednet.network.step import Network
@@ -130,10 +132,15 @@ class Session:
             arrivals=lambda: Arrivals(  # replies in simulated-time order
                 self.earliest_return, size, float(cfg.latency.deadline)),
             checkpoint=self._checkpoint, manifest=self.manifest or NO_MANIFEST,
-            client_state=stateful or self.compress.feedback)  # (a residual is state too)
+            client_state=stateful or self.compress.feedback,  # (a residual is state too)
+            extra_eval=self._attack_success if cfg.attack.name == "backdoor" else None)
         if state is not None:
             driver.resume(state)
         return driver
+
+    def _attack_success(self, arrays: Any) -> dict[str, float]:
+        """--attack backdoor: the model's attack success rate, for every row."""
+        return {"attack_success": self.evaluator.attack_success(arrays)}
 
     def _checkpoint(self) -> bool:
         """A checkpoint of the driver's last finished round, when there is a results folder;
@@ -254,6 +261,7 @@ class Session:
             self.driver.end(RunStatus.ERROR)
         summary = self.driver.summary(clients, {"partition": self.stats, "run_id": self.run_id,
                                                 "out": str(self.out) if self.out else None,
+                                                **robust_summary(self.cfg, self.history.rows),
                                                 **(extra or {})})
         self.history.close()
         if self.out is None:
@@ -270,13 +278,15 @@ class Session:
     def _client_rows(self, clients: list[ClientInfo]) -> list[dict[str, Any]]:
         """clients.jsonl: each client's size, labels, device, host and profile."""
         by_cid = {c.cid: c for c in clients}
+        bad = set(malicious_ids(self.cfg))
         rows = []
         for cid in range(self.cfg.clients):
             c = by_cid.get(cid)
             rows.append({"client": cid, "samples": part_size(self.parts, cid),  # (no rows built)
                          "labels": self.histograms[cid], "device": c.device if c else None,
                          "host": c.host if c else None, "endpoint": c.endpoint if c else None,
-                         "profile": self.profiles[cid].to_dict()})
+                         "profile": self.profiles[cid].to_dict(),
+                         **({"malicious": cid in bad} if self.cfg.attack.name != "none" else {})})
         return rows
 
     def _write_model(self) -> None:

@@ -51,3 +51,21 @@ def run_summary(d: Any, clients: list[ClientInfo], extra: dict[str, Any] | None 
         out["tuned"] = list(d.cfg.tuned)
     out.update(extra or {})
     return out
+
+
+def robust_summary(cfg: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """--attack and --defense in summary.json: the attack, its malicious clients and
+    parameters, the defense and its parameters, and the backdoor's final success rate."""
+    from fednet.algorithms.robust_spec import malicious_ids
+
+    out: dict[str, Any] = {}
+    if cfg.attack.name != "none":
+        out["attack"] = {"name": cfg.attack.name, "malicious": malicious_ids(cfg),
+                         "malicious_spec": cfg.attack.malicious, "params": dict(cfg.attack.params)}
+    if cfg.defense.name != "none":
+        out["defense"] = {"name": cfg.defense.name, "params": dict(cfg.defense.params)}
+    asr = [r["attack_success"] for r in rows if "attack_success" in r]
+    if asr:
+        out["final_attack_success"] = asr[-1]
+        out["best_attack_success"] = max(asr)
+    return out

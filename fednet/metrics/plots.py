@@ -81,7 +81,12 @@ def plot_run(out: Path, rows: list[dict[str, Any]], title: str = "") -> list[Pat
     paths = []
     for key, label in AXES:
         fig, a = plt.subplots(figsize=(5.5, 3.8), constrained_layout=True)
-        a.plot(xs[key], acc, marker="o", ms=2.5, lw=1.2)
+        a.plot(xs[key], acc, marker="o", ms=2.5, lw=1.2, label="accuracy")
+        asr = [r.get("attack_success") for r in rows]
+        if any(v is not None for v in asr):  # --attack backdoor: its success, same scale
+            a.plot(xs[key], [math.nan if v is None else 100 * v for v in asr], ls="--", lw=1.2,
+                   color="tab:red", label="attack success (backdoor)")
+            a.legend(fontsize=8)
         a.set_xlabel(label)
         a.set_ylabel(ylabel({info.get("eval", "global")}))
         if key == "round":

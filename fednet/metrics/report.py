@@ -91,6 +91,7 @@ def summary_rows(s: dict[str, Any], info: dict[str, str] | None = None) -> list[
         ("rounds", f"{s.get('rounds')}/{s.get('rounds_planned', s.get('rounds'))}"),
         ("final accuracy", _fmt(s.get("final_accuracy"), "pct") + bad),
         ("best accuracy", _fmt(s.get("best_accuracy"), "pct") + bad),
+        *_robust_rows(s),
         ("wall-clock", _fmt(s.get("wall_clock_s"), "s")),
         ("simulated time", _fmt(s.get("sim_time_s"), "s")),
         ("server -> client", _fmt(b.get("server_to_client"), "bytes")),
@@ -124,6 +125,20 @@ def summary_rows(s: dict[str, Any], info: dict[str, str] | None = None) -> list[
         rows.append(("failures", str(len(s["failures"]))))
     if s.get("error"):  # why a failed, diverged or broken run ended
         rows.append(("error", str(s["error"])[:100] + ("..." if len(str(s["error"])) > 100 else "")))
+    return rows
+
+
+def _robust_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """--attack and --defense: the attack and its malicious clients, the defense, the
+    backdoor's final success rate."""
+    rows = []
+    a, d = s.get("attack"), s.get("defense")
+    if isinstance(a, dict):
+        rows.append(("attack", f"{a.get('name')}, {len(a.get('malicious') or [])} malicious"))
+    if isinstance(d, dict):
+        rows.append(("defense", _fmt(d.get("name"))))
+    if "final_attack_success" in s:
+        rows.append(("attack success (final)", _fmt(s.get("final_attack_success"), "pct")))
     return rows
 
 

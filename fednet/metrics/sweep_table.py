@@ -17,8 +17,11 @@ from fednet.metrics.intervals import fmt_p, fmt_versus, mean_ci, versus
 FINISHED = ("completed", "diverged")  # a cell that ended so is not run again (deterministic)
 RESULTS = ("completed",)  # a cell that ended so is tabled; the others are listed in the notes
 _ACC = ("final_accuracy", "best_accuracy")
+_ASR = ("final_attack_success",)  # --attack backdoor's success rate: lower is better
+_READ = _ACC + _ASR  # read from summary.json
 _TO = {"rounds_to": "round", "sim_to": "sim_s", "bytes_to": "bytes_total", "wall_to": "wall_s"}
-METRIC_HELP = ("final_accuracy, best_accuracy, or rounds_to:X, sim_to:X, bytes_to:X, wall_to:X "
+METRIC_HELP = ("final_accuracy, best_accuracy, final_attack_success (--attack backdoor; lower is "
+               "better), or rounds_to:X, sim_to:X, bytes_to:X, wall_to:X "
                "(rounds, simulated seconds, bytes or wall-clock seconds until the accuracy first "
                "reaches X; X x the reference accuracy with --reference)")
 
@@ -38,6 +41,12 @@ class Metric:
     def higher(self) -> bool:
         return self.kind in _ACC
 
+    @property
+    def difference(self) -> bool:
+        """Compared with a baseline by the difference (accuracies, attack success), not a
+        ratio (the *_to metrics)."""
+        return self.kind in _READ
+
     def target(self, ref: float | None) -> float | None:
         """The accuracy a *_to metric waits for."""
         return None if self.x is None else self.x * (ref if ref is not None else 1.0)
@@ -45,7 +54,7 @@ class Metric:
     def of(self, summary: dict[str, Any], rows: list[dict[str, Any]], ref: float | None
            ) -> float | None:
         """This metric for one finished run (None: not reached, or no accuracy)."""
-        if self.kind in _ACC:
+        if self.kind in _READ:
             v = summary.get(self.kind)
             return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
         target, key = self.target(ref), _TO[self.kind]
@@ -58,7 +67,7 @@ class Metric:
     def fmt(self, v: float | None) -> str:
         if v is None or (isinstance(v, float) and not math.isfinite(v)):
             return "-"
-        if self.kind in _ACC:
+        if self.kind in _READ:
             return f"{v:.4f}"
         if self.kind == "bytes_to":
             return human_bytes(v)
@@ -68,7 +77,7 @@ class Metric:
 def parse_metric(text: str, option: str = "--metric") -> Metric:
     """'final_accuracy', 'rounds_to:0.9', ...; ConfigError naming the option otherwise."""
     kind, colon, x = text.strip().partition(":")
-    if kind in _ACC and not colon:
+    if kind in _READ and not colon:
         return Metric(kind)
     if kind in _TO and colon:
         try:
@@ -116,7 +125,7 @@ def measure(cell: dict[str, Any], root: Path, metric: Metric, shows: list[str],
 
 
 def is_metric(key: str) -> bool:
-    return key in _ACC or key.split(":", 1)[0] in _TO
+    return key in _READ or key.split(":", 1)[0] in _TO
 
 
 def _stats(vals: list[float | None]) -> dict[str, Any]:
@@ -183,7 +192,7 @@ def evaluate(spec: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, A
                      "interrupted); their seeds are left out")
     base = next((b for b in best if b["method"] == spec.get("baseline")), None)
     for b in best if base is not None else []:
-        b["versus"] = versus(b["seeds"], base["seeds"], metric.higher)  # type: ignore[index]
+        b["versus"] = versus(b["seeds"], base["seeds"], metric.difference)  # type: ignore[index]
     return {"metric": metric.text, "settings": settings, "best": best, "notes": notes}
 
 
@@ -218,10 +227,10 @@ def _head(metric: Metric, ref: float | None) -> str:
 
 
 def _versus_note(metric: Metric, base: str) -> str:
-    what = (f"the method's minus {base}'s, mean over the seeds" if metric.higher else
+    what = (f"the method's minus {base}'s, mean over the seeds" if metric.difference else
             f"{base}'s over the method's (> 1: sooner), geometric mean over the seeds")
     return (f"vs {base}: {what} where both reached it (pairs: those seeds of all planned), its "
-            "95% t interval; p: two-sided paired t-test" + ("" if metric.higher else
+            "95% t interval; p: two-sided paired t-test" + ("" if metric.difference else
                                                              " on log ratios"))
 
 
@@ -241,7 +250,8 @@ def render(spec: dict[str, Any], result: dict[str, Any], every: bool = True) -> 
         row += [_fmt_show(k, b["show"].get(k)) for k in shows]
         if base:
             v = b["versus"]
-            row += [fmt_versus(v, metric.higher), fmt_p(v["p"]), f"{v['pairs']}/{v['seeds']}"]
+            row += [fmt_versus(v, metric.difference), fmt_p(v["p"]),
+                    f"{v['pairs']}/{v['seeds']}"]
         rows.append(row)
     parts = [_head(metric, spec.get("reference_accuracy")),
              "best setting per method (mean over the seeds that reached it, its 95% t interval, "

@@ -1,0 +1,300 @@
+"""Byzantine clients and robust aggregation, declared: each attack's and each defense's typed
+parameters (the param() language of config/declare.py), who the malicious clients are (drawn
+from the run's seed), and the checks of a configuration. No torch, no numpy beyond the draw:
+the CLI and config.validate read this before anything heavy is imported.
+
+The rules are in docs/algorithms.md section 10; the attacks run in algorithms/attacks.py (the
+math) and algorithms/attack_client.py (inside a client's executor), the defenses in
+algorithms/robust.py.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from fednet import rng
+from fednet.algorithms import params as P
+from fednet.config.declare import declared, param
+from fednet.errors import ConfigError
+
+# ---- attacks ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SignFlipParams:
+    """Sign flipping: the update sent is -flip times the client's honest update."""
+
+    flip: float = param(4.0, "sign flipping: the update sent is -flip x the honest update", gt=0)
+
+
+@dataclass(frozen=True)
+class NoiseParams:
+    """Gaussian noise: the update sent is drawn from N(0, sigma^2 I)."""
+
+    sigma: float = param(1.0, "Gaussian attack: the standard deviation of the update sent", gt=0)
+
+
+@dataclass(frozen=True)
+class BackdoorParams:
+    """Model replacement with a backdoor trigger (Bagdasaryan et al., AISTATS 2020)."""
+
+    target: int = param(0, "backdoor: the label the trigger asks for", ge=0)
+    poison: float = param(0.3, "backdoor: the share of the attacker's examples stamped with the "
+                          "trigger and relabelled", gt=0, le=1)
+    boost: float = param(0.0, "backdoor: the update's scale gamma (0: n / (eta a), n clients "
+                         "and a attackers expected per round)", ge=0)
+    trigger_size: int = param(0, "backdoor: the side of the square trigger in the image's "
+                              "bottom-right corner (0: max(2, side / 8))", ge=0)
+
+
+@dataclass(frozen=True)
+class CollusionParams:
+    """What colluding attacks know: the honest updates of the colluders (their own data)."""
+
+    known: int = param(0, "colluding attacks: how many colluders' honest updates each attacker "
+                       "computes its statistics from, its own first (0: the attackers expected "
+                       "in a round, at least 2)", ge=0)
+
+
+@dataclass(frozen=True)
+class AlieParams(CollusionParams):
+    """A Little Is Enough (Baruch et al., NeurIPS 2019): mu - z sigma, coordinate-wise."""
+
+    z: float = param(0.0, "ALIE: the standard deviations to shift by (0: the paper's z_max from "
+                     "the round's clients and attackers)", ge=0)
+
+
+@dataclass(frozen=True)
+class IpmParams(CollusionParams):
+    """Inner-product manipulation (Xie et al., UAI 2020): -epsilon times the honest mean."""
+
+    epsilon: float = param(0.1, "IPM: the update sent is -epsilon x the colluders' honest mean",
+                           gt=0)
+
+
+@dataclass(frozen=True)
+class MinMaxParams(CollusionParams):
+    """Min-max and min-sum (Shejwalkar and Houmansadr, NDSS 2021), AGR-agnostic."""
+
+    deviation: str = param("unit_vec", "min-max, min-sum: the perturbation, -mu/|mu| (unit_vec), "
+                           "-std or -sign(mu)", choices=("unit_vec", "std", "sign"))
+    gamma_init: float = param(10.0, "min-max, min-sum: the first scale gamma tried", gt=0)
+
+
+ATTACK_PARAMS: dict[str, type] = {
+    "none": P.NoParams, "labelflip": P.NoParams, "signflip": SignFlipParams,
+    "noise": NoiseParams, "backdoor": BackdoorParams, "alie": AlieParams, "ipm": IpmParams,
+    "minmax": MinMaxParams, "minsum": MinMaxParams}
+COLLUDING = ("alie", "ipm", "minmax", "minsum")  # need the colluders' honest updates
+DATA_POISONING = ("labelflip", "backdoor")  # train on poisoned data
+
+# ---- defenses -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ByzantineCount:
+    """The number of Byzantine results a defense assumes in a round."""
+
+    f: int = param(-1, "robust aggregation: the Byzantine results assumed per round (-1: "
+                   "ceil(share x n), the --malicious share of the round's n results, with or "
+                   "without an attack)", ge=-1)
+
+
+@dataclass(frozen=True)
+class MultiKrumParams(ByzantineCount):
+    """Multi-Krum (Blanchard et al., NeurIPS 2017)."""
+
+    keep: int = param(0, "Multi-Krum: the m best-scored updates averaged (0: n - f)", ge=0)
+
+
+@dataclass(frozen=True)
+class TrimmedMeanParams(ByzantineCount):
+    """Coordinate-wise trimmed mean (Yin et al., ICML 2018)."""
+
+    trim: float = param(-1.0, "trimmed mean: beta, the share cut from each end of every "
+                        "coordinate (-1: f / n)", ge=-1, lt=0.5)
+
+
+@dataclass(frozen=True)
+class NormBoundParams:
+    """Norm bounding (Sun et al., 2019)."""
+
+    bound: float = param(0.0, "norm bounding: M, each update scaled to at most this norm (0: "
+                         "the median of the round's update norms)", ge=0)
+
+
+@dataclass(frozen=True)
+class CenteredClipParams:
+    """Centered clipping (Karimireddy, He and Jaggi, ICML 2021)."""
+
+    radius: float = param(10.0, "centered clipping: tau, the clipping radius around the center",
+                          gt=0)
+    iters: int = param(1, "centered clipping: L, the clipping iterations", ge=1)
+
+
+DEFENSE_PARAMS: dict[str, type] = {
+    "none": P.NoParams, "krum": ByzantineCount, "multikrum": MultiKrumParams,
+    "bulyan": ByzantineCount, "median": ByzantineCount, "trimmed_mean": TrimmedMeanParams,
+    "norm_bound": NormBoundParams, "centered_clip": CenteredClipParams}
+
+
+def least_results(defense: str, f: int) -> int:
+    """The fewest results a round needs for the defense's assumption on f attackers:
+    Krum and Multi-Krum n >= 2f + 3, Bulyan n >= 4f + 3, median and trimmed mean n >= 2f + 1."""
+    return {"krum": 2 * f + 3, "multikrum": 2 * f + 3, "bulyan": 4 * f + 3, "median": 2 * f + 1,
+            "trimmed_mean": 2 * f + 1}.get(defense, 1)
+
+
+# ---- who is malicious ---------------------------------------------------------------------------
+
+
+def _ids(text: str, clients: int) -> list[int]:
+    out: set[int] = set()
+    for part in text.replace("+", ",").split(","):
+        lo, dash, hi = part.strip().partition("-")
+        try:
+            a, b = int(lo), int(hi) if dash else int(lo)
+        except ValueError:
+            raise ConfigError(f"--malicious ids:{text}: expected client ids such as ids:3,17 or "
+                              "ids:0-9") from None
+        if not 0 <= a <= b < clients:
+            raise ConfigError(f"--malicious ids:{text}: ids must lie in 0..{clients - 1}")
+        out.update(range(a, b + 1))
+    return sorted(out)
+
+
+def parse_malicious(text: str, clients: int) -> float | list[int]:
+    """A fraction in [0, 1], or the listed ids (sorted); ConfigError naming --malicious."""
+    t = text.strip()
+    if t.startswith("ids:"):
+        return _ids(t[4:], clients)
+    try:
+        v = float(t)
+    except ValueError:
+        v = math.nan
+    if not 0 <= v <= 1:
+        raise ConfigError(f"--malicious {text}: give a fraction in [0, 1] (0.2) or ids:LIST "
+                          "(ids:3,17 or ids:0-9)")
+    return v
+
+
+def malicious_ids(cfg: Any) -> list[int]:
+    """The malicious clients of the run, sorted: none without --attack; a fraction F draws
+    max(1, round(F K)) of the K clients (0 for F = 0) from the seed's 'malicious' stream."""
+    a = cfg.attack
+    if a.name == "none":
+        return []
+    return list(_draw(a.malicious, cfg.clients, cfg.seed))
+
+
+@functools.lru_cache(maxsize=16)
+def _draw(text: str, clients: int, seed: int) -> tuple[int, ...]:
+    got = parse_malicious(text, clients)
+    if isinstance(got, list):
+        return tuple(got)
+    k = 0 if got == 0 else max(1, round(got * clients))
+    pick = rng.generator(seed, "malicious").choice(clients, k, replace=False)
+    return tuple(sorted(int(i) for i in pick))
+
+
+def assumed_share(cfg: Any) -> float:
+    """The share of malicious clients a defense's f assumes (f = -1): the one --malicious
+    declares (0.2 by default), whether or not an attack runs, so that a defense is the same
+    rule in a run without attackers."""
+    return len(_draw(cfg.attack.malicious, cfg.clients, cfg.seed)) / cfg.clients
+
+
+def round_size(cfg: Any) -> int:
+    """The clients a synchronous round selects: max(floor(fraction x K), 1)."""
+    return max(int(cfg.algo.fraction * cfg.clients), 1)
+
+
+def byzantine_count(f: int, share: float, n: int) -> int:
+    """The defense's f for a round of n results: f itself, or ceil(share x n) for f = -1."""
+    return f if f >= 0 else math.ceil(round(share * n, 9))
+
+
+def alie_z(n: int, m: int) -> float:
+    """ALIE's z_max (Baruch et al. 2019): s = floor(n/2 + 1) - m supporters are needed, and z
+    is the largest with Phi(z) < (n - s) / n."""
+    s = math.floor(n / 2 + 1) - m
+    p = min(max((n - s) / n, 1e-6), 1 - 1e-6)
+    return statistics.NormalDist().inv_cdf(p)
+
+
+# ---- parameters and checks ----------------------------------------------------------------------
+
+
+def attack_params(cfg: Any) -> Any:
+    """The attack's typed parameters."""
+    return P.parse(ATTACK_PARAMS[cfg.attack.name], dict(cfg.attack.params), cfg.attack.name)
+
+
+def defense_params(cfg: Any) -> Any:
+    """The defense's typed parameters."""
+    return P.parse(DEFENSE_PARAMS[cfg.defense.name], dict(cfg.defense.params), cfg.defense.name)
+
+
+def names_of(cls: type) -> set[str]:
+    """The parameter names a declaration holds."""
+    return {i.name for i in declared(cls)}
+
+
+def route_params(raw: dict[str, Any], algo_names: set[str], attack: str, defense: str
+                 ) -> dict[str, dict[str, Any]]:
+    """--param KEY=VALUE pairs split into the algorithm's, the attack's and the defense's tables
+    by who declares KEY (ConfigError when two of them do; an undeclared key stays the
+    algorithm's, whose check names what it takes)."""
+    owners = {"algo": algo_names, "attack": names_of(ATTACK_PARAMS.get(attack, P.NoParams)),
+              "defense": names_of(DEFENSE_PARAMS.get(defense, P.NoParams))}
+    out: dict[str, dict[str, Any]] = {"algo": {}, "attack": {}, "defense": {}}
+    for key, v in raw.items():
+        who = [w for w, names in owners.items() if key in names]
+        if len(who) > 1:
+            raise ConfigError(f"--param {key} is a parameter of both the {who[0]} and the "
+                              f"{who[1]}; set it in a --config file's [{who[0]}.params] or "
+                              f"[{who[1]}.params] table")
+        if not who and (owners["attack"] or owners["defense"]) and key not in algo_names:
+            known = sorted(owners["algo"] | owners["attack"] | owners["defense"])
+            raise ConfigError(f"--param {key} is not a parameter of the algorithm, the attack "
+                              f"({attack}) or the defense ({defense}); they take: "
+                              f"{', '.join(known) or 'none'}")
+        out[who[0] if who else "algo"][key] = v
+    return out
+
+
+def problem(cfg: Any, robust_algorithms: tuple[str, ...]) -> str:
+    """Why the attack and defense settings do not fit the run (one line), or ''."""
+    a, d = cfg.attack, cfg.defense
+    try:
+        _draw(cfg.attack.malicious, cfg.clients, cfg.seed)
+        attack_params(cfg), defense_params(cfg)
+    except ConfigError as e:
+        return str(e)
+    for what, name in (("--attack", a.name), ("--defense", d.name)):
+        if name != "none" and cfg.algo.name not in robust_algorithms:
+            return (f"{what} {name} needs an algorithm whose server averages models: "
+                    f"{', '.join(robust_algorithms)} (not {cfg.algo.name})")
+    secagg = getattr(cfg.net, "secagg", "off")
+    for what, name in (("--attack", a.name), ("--defense", d.name)):
+        if name != "none" and secagg != "off":
+            return (f"{what} {name} does not go with --secagg {secagg}: the server sees only the "
+                    "masked sum of the updates (a defense needs each one, and an attacker's "
+                    "update is forged before the masking it would have to go through); drop one")
+    if a.name == "backdoor" and cfg.data.dataset in ("synthetic-fedprox", "shakespeare",
+                                                     "sent140"):
+        return (f"--attack backdoor stamps an image trigger; {cfg.data.dataset} holds no images "
+                "(use digits, cifar10, cifar100, svhn or femnist)")
+    if d.name == "none":
+        return ""
+    n = round_size(cfg)
+    f = byzantine_count(getattr(defense_params(cfg), "f", 0), assumed_share(cfg), n)
+    need = least_results(d.name, f)
+    if n < need:
+        return (f"--defense {d.name} assumes f = {f} Byzantine results per round and needs "
+                f"n >= {need}, but a round selects {n} clients; select more clients (--clients, "
+                "--fraction) or assume fewer attackers (--param f=, --malicious)")
+    return ""
