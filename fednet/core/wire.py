@@ -1,12 +1,14 @@
 """Conversions between the message model (types) and protocol Messages, plus ledger recording.
 
 Both runtimes (in-process and ZeroMQ) build and read messages only through these functions, so
-what they count and how they stamp simulated time is the same by construction.
+what they count and how they stamp simulated time is the same by construction. peer_layout
+(compress/downlink.py) is here for the server, which sizes hand-offs it does not see.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from fednet.compress.downlink import peer_layout as peer_layout  # (re-exported)
 from fednet.metrics.accounting import SERVER, Ledger
 from fednet.protocol import (Message, MsgKind, encode, encoded_sizes, frame_bytes, stage_of,
                              tensor_bytes)

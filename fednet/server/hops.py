@@ -17,9 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fednet.algorithms.layout import Layout
-from fednet.compress import Spec
-from fednet.compress.downlink import peer_layout
-from fednet.core.wire import handoff_sizes
+from fednet.core.wire import handoff_sizes, peer_layout
 from fednet.metrics.accounting import Ledger
 from fednet.log import Throttle
 from fednet.protocol import Message
@@ -45,7 +43,7 @@ class Sent:
 class Hops:
     """Routed tasks sent in this round or the last, and the hops already counted."""
 
-    def __init__(self, run_id: str, codec: Spec) -> None:
+    def __init__(self, run_id: str, codec: Any) -> None:  # (a compress.Spec)
         self.run_id, self.codec = run_id, codec
         self.sent: dict[int, Sent] = {}
         self.counted: set[tuple[int, int]] = set()  # (task id, hop) whose HOP_DONE was counted
