@@ -117,6 +117,12 @@ class StreamingMean:
         """The weighted sums, float64 (each the correctly rounded value of the exact sum)."""
         return {name: self.hi[name] + self.lo[name] for name in self.hi}
 
+    def means(self) -> dict[str, np.ndarray]:
+        """The weighted means of the floating arrays, float64 (the exact sums over the weights'
+        correctly rounded total)."""
+        total = math.fsum(self.weights)
+        return {name: (self.hi[name] + self.lo[name]) / total for name in self.hi}
+
     def result(self) -> Arrays:
         """The weighted mean, each array in its input dtype."""
         if not self.weights:

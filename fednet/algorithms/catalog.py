@@ -219,10 +219,17 @@ FOMO_TASK, FOMO_RESULT = {"candidates": "client ids"}, {"candidates": "client id
                                                         "mixed": "number or nan"}
 
 
+# Differential privacy (docs/algorithms.md §10) composes with the synchronous FedAvg family: a
+# server that averages models it sampled as the accountant assumes, clients that send models.
+DP = ("central", "local", "sgd")
+PRIVATE = ("fedavg", "fedprox", "fedavgm", "fedadam", "fedyogi", "fedadagrad")
+
+
 def _register(spec: Spec, handoffs: bool = False) -> None:
     """Register a built-in algorithm with its tuned defaults (SHARDS unless TUNED says more);
     only FedSeq's rings hand models between clients."""
-    register(replace(spec, tuned=TUNED.get(spec.name, {"shards": SHARDS}), handoffs=handoffs))
+    register(replace(spec, tuned=TUNED.get(spec.name, {"shards": SHARDS}), handoffs=handoffs,
+                     dp=DP if spec.name in PRIVATE else ()))
 
 _register(Spec("fedavg", "FedAvg: local SGD, sample-weighted average",
               A + "fedavg:FedAvg", A + "fedavg:FedAvgClient"))

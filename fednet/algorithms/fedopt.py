@@ -84,15 +84,14 @@ class FedOpt(FedAvg):
         metrics = round_metrics(ok, failures, dropped)
         if not ok:
             return metrics
-        mean = sums["model"]
+        mean = sums["model"]  # (a PrivateMean under --dp central: the noised mean)
         new = mean.result()  # buffers (and the dtypes) as FedAvg
-        exact = mean.sums()
-        total = math.fsum(mean.weights)
+        means = mean.means()
         st, rule = self.state, self.rule
         norm = 0.0
         for n in st.m:
             x = st.model[n].astype(np.float64)
-            avg = exact[n] / total
+            avg = means[n]
             x1, st.m[n], v = server_step(rule, x, avg, st.m[n], st.v.get(n), self.p)
             if v is not None:
                 st.v[n] = v

@@ -83,15 +83,22 @@ def preload() -> None:
 
 
 def build(cfg: RunConfig) -> Strategy:
-    """The configured algorithm's server half."""
+    """The configured algorithm's server half (with differential privacy: algorithms/private.py)."""
     spec = get(cfg.algo.name)
-    return _load(spec.server)(cfg, spec.parse(dict(cfg.algo.params)))
+    cls = _load(spec.server)
+    if cfg.dp.mode != "none" or cfg.dp.sgd_noise > 0:  # (by name, as the halves: no cycle)
+        cls = _load("fednet.algorithms.private:wrap_server")(cls)
+    return cls(cfg, spec.parse(dict(cfg.algo.params)))
 
 
 def build_client(cfg: RunConfig) -> ClientUpdate:
-    """The configured algorithm's client half (what every client process builds, and no more)."""
+    """The configured algorithm's client half (what every client process builds, and no more;
+    with --dp local: algorithms/dp_client.py)."""
     spec = get(cfg.algo.name)
-    return _load(spec.client)(cfg, spec.parse(dict(cfg.algo.params)))
+    cls = _load(spec.client)
+    if cfg.dp.mode == "local":
+        cls = _load("fednet.algorithms.dp_client:wrap_client")(cls)
+    return cls(cfg, spec.parse(dict(cfg.algo.params)))
 
 
 def check_params(name: str, raw: dict[str, Any]) -> dict[str, Any]:

@@ -44,6 +44,9 @@ class Spec:
     # (core/work.check_work), a result's by the server (core/replies.accept_reply)
     task_body: dict[str, str] = field(default_factory=dict)
     result_body: dict[str, str] = field(default_factory=dict)
+    # the differential-privacy mechanisms that compose with it (docs/algorithms.md §10): central
+    # (DP-FedAvg at the server: a FedAvg-family Strategy), local, sgd (DP-SGD in its clients)
+    dp: tuple[str, ...] = ()
 
     def tuned_for(self, partition: str) -> dict[str, Any]:
         """The tuned defaults for a partition ("*" first, then the partition's own)."""

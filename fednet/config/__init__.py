@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from fednet.config.settings import (AUGMENTS, EVAL_MODES, LATENCY_PRESETS, OPTIMIZERS,
-                                    PARTITIONS, AlgoConfig, DataConfig, LatencyConfig, NetConfig,
+                                    PARTITIONS, AlgoConfig, DataConfig, DPConfig, LatencyConfig, NetConfig,
                                     RunConfig, TrainConfig, declaration, declarations, flatten,
                                     from_dict, load_toml, merge, to_toml)
 
 __all__ = ["AUGMENTS", "EVAL_MODES", "LATENCY_PRESETS", "OPTIMIZERS", "PARTITIONS", "AlgoConfig",
-           "DataConfig", "LatencyConfig", "NetConfig", "RunConfig", "TrainConfig", "declaration",
+           "DataConfig", "DPConfig", "LatencyConfig", "NetConfig", "RunConfig", "TrainConfig", "declaration",
            "declarations", "flatten", "from_dict", "load_toml", "merge", "to_toml", "validate", "eval_mode",
            "optimizer_problem", "ALGORITHMS", "PERSONAL"]
 _CHECKS = ("validate", "eval_mode", "optimizer_problem", "check_ranges")

@@ -228,7 +228,8 @@ def _check_metrics(chk: ResumeCheck, run_dir: Path, rows: int) -> None:
     chk.need(len(lines) >= rows, path, f"{len(lines)} rows, the checkpoint needs its first {rows}")
 
 
-ENDED = frozenset({"completed", "failed", "diverged", "no_clients", "no_clients_online"})
+ENDED = frozenset({"completed", "failed", "diverged", "no_clients", "no_clients_online",
+                   "budget_spent"})
 """Statuses of a run that ended by itself: its rounds are history that no resume may replace
 (an interrupted run, one that stopped on an error, and one that crashed may be run again from
 their checkpoint: every round is reproduced exactly)."""

@@ -128,6 +128,11 @@ class RoundDriver(Verdict):
                 return False
         # an asynchronous step picks its clients as it goes (online then): all of them
         pool = alive if self.staged.virtual_order else clients
+        halt = self.algo.stop_before(rnd, pool)  # e.g. differential privacy's budget_spent
+        if halt is not None:
+            self.status, why = halt
+            self.progress.message(why)
+            return False
         self.round(rnd, pool, dispatcher, min(step, self.cfg.rounds - rnd))
         every = self.cfg.net.checkpoint_every
         due = (every and self.rounds_done // every > rnd // every) or (
