@@ -11,7 +11,7 @@ from the client's seeded generator, the noise from (seed, "dp-sgd-noise", round,
 """
 from __future__ import annotations
 
-import dataclasses
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -57,38 +57,51 @@ def train_private(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs:
     """`epochs` passes of DP-SGD over (x, y); returns the mean training loss (of the sampled
     batches: the client keeps it)."""
     opacus = require("opacus", "--dp-sgd-noise")
-    from opacus.optimizers import DPOptimizer
-
     n = len(y)
     q, steps = sgd_steps(n, batch_size)
     model.train()
     gsm = opacus.GradSampleModule(model, loss_reduction="mean")
     try:
-        params = [p for p in model.parameters() if p.requires_grad]
-        dp = DPOptimizer(_Params(params), noise_multiplier=noise, max_grad_norm=clip,
-                         expected_batch_size=max(q * n, 1e-12), generator=noise_generator)
-        opt = Optimizer(params, dataclasses.replace(spec))
-        total, samples = 0.0, 0
-        for _ in range(epochs * steps):
-            interrupt.poll()  # between two batches: the run's end, a lost server
-            idx = torch.nonzero(torch.rand(n, generator=generator) < q).squeeze(1).to(x.device)
-            dp.zero_grad()
-            if len(idx):
-                xb, yb = x[idx], y[idx]
-                if augment is not None:
-                    xb = augment(xb, generator)
-                loss = objective.loss(gsm(xb), yb)
-                loss.backward()
-                total += float(loss.detach()) * len(idx)
-                samples += len(idx)
-            else:  # an empty batch: the step is the noise alone
-                for p in params:
-                    p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype, device=p.device)
-            dp.pre_step()
-            for h in hooks:
-                h(params)
-            opt.step()
-        dp.zero_grad()
+        with warnings.catch_warnings():  # torch's note on Opacus's hooks of a first layer
+            warnings.filterwarnings("ignore", "Full backward hook is firing")
+            return _steps(gsm, model, x, y, epochs * steps, q, spec, generator, noise_generator,
+                          noise, clip, hooks, augment, objective)
     finally:
         gsm.to_standard_module()  # hooks and per-example attributes removed
-    return TrainStats(total / max(samples, 1), samples, epochs * steps)
+
+
+def _steps(gsm: nn.Module, model: nn.Module, x: torch.Tensor, y: torch.Tensor, count: int,
+           q: float, spec: OptimSpec, generator: torch.Generator,
+           noise_generator: torch.Generator, noise: float, clip: float,
+           hooks: Sequence[GradHook], augment: Any, objective: Objective) -> TrainStats:
+    """`count` DP-SGD steps (train_private): Poisson batch, per-example gradients, Opacus's
+    clipping and noise, the local rule's hooks, fednet's optimizer step."""
+    from opacus.optimizers import DPOptimizer
+
+    n = len(y)
+    params = [p for p in model.parameters() if p.requires_grad]
+    dp = DPOptimizer(_Params(params), noise_multiplier=noise, max_grad_norm=clip,
+                     expected_batch_size=max(q * n, 1e-12), generator=noise_generator)
+    opt = Optimizer(params, spec)
+    total, samples = 0.0, 0
+    for _ in range(count):
+        interrupt.poll()  # between two batches: the run's end, a lost server
+        idx = torch.nonzero(torch.rand(n, generator=generator) < q).squeeze(1).to(x.device)
+        dp.zero_grad()
+        if len(idx):
+            xb, yb = x[idx], y[idx]
+            if augment is not None:
+                xb = augment(xb, generator)
+            loss = objective.loss(gsm(xb), yb)
+            loss.backward()
+            total += float(loss.detach()) * len(idx)
+            samples += len(idx)
+        else:  # an empty batch: the step is the noise alone
+            for p in params:
+                p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype, device=p.device)
+        dp.pre_step()
+        for h in hooks:
+            h(params)
+        opt.step()
+    dp.zero_grad()
+    return TrainStats(total / max(samples, 1), samples, count)
