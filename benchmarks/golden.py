@@ -84,6 +84,17 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "fedbuff+down-qsgd": ("fedbuff", ["--compress-down", "qsgd:127", "--latency", "hetero"]),
     "fedseq+handoff-int8": ("fedseq", ["--compress-handoff", "int8", "--compress-down", "fp16"]),
     "fedseq_inter+handoff-qsgd": ("fedseq_inter", ["--compress-handoff", "qsgd:127"]),
+    # differential privacy (docs/algorithms.md §10): DP-FedAvg with Poisson and fixed-size
+    # sampling, adaptive clipping under a server optimizer, local DP, DP-SGD inside FedProx's
+    # clients (the noise is tiny: these pin the mechanisms' arithmetic and streams, not privacy)
+    "fedavg+dp-central": ("fedavg", ["--dp", "central", "--dp-noise", "0.1", "--dp-clip", "2",
+                                     "--fraction", "0.5"]),
+    "fedavg+dp-fixed": ("fedavg", ["--dp", "central", "--dp-noise", "0.1", "--dp-clip", "2",
+                                   "--fraction", "0.5", "--dp-sampling", "fixed"]),
+    "fedavgm+dp-adaptive": ("fedavgm", ["--dp", "central", "--dp-adaptive", "--dp-noise", "0.1",
+                                        "--dp-count-noise", "1", "--dp-clip", "2"]),
+    "fedavg+dp-local": ("fedavg", ["--dp", "local", "--dp-noise", "0.02", "--dp-clip", "2"]),
+    "fedprox+dp-sgd": ("fedprox", ["--dp-sgd-noise", "1.0", "--dp-sgd-clip", "1.0"]),
 }
 SUMMARY_KEYS = ("status", "final_accuracy", "sim_time_s", "messages", "bytes")
 
@@ -199,6 +210,9 @@ def _scenario(algo: str, summary: dict[str, Any], rows: list[dict[str, Any]], se
         out["final_clusters"] = [list(map(int, c)) for c in session.algo.state.clusters]
     if algo == "fedfomo":
         out["mixed_mean"] = [r.get("mixed_mean") for r in rows]
+    if "dp" in summary:  # differential privacy: epsilon after every round, the clip norms
+        out["epsilon"] = [r.get("epsilon", r.get("dp_sgd_epsilon")) for r in rows]
+        out["dp_clip"] = [r["dp_clip"] for r in rows if "dp_clip" in r]
     return out
 
 
@@ -211,6 +225,12 @@ def scenario_problems(algo: str, rec: dict[str, Any]) -> list[str]:
         if VARIANTS[algo][1][-1].startswith(("topk", "sign")) and \
                 "compress/residual" not in rec["client_state_names"]:
             out.append("no error-feedback residual in the clients' state")
+    if algo in VARIANTS and any(a.startswith("--dp") for a in VARIANTS[algo][1]):
+        eps = sc.get("epsilon") or []
+        if not eps or not all(isinstance(e, float) and 0 < e for e in eps) or eps != sorted(eps):
+            out.append(f"no growing epsilon in the rows: {eps}")
+        if "--dp-adaptive" in VARIANTS[algo][1] and len(set(sc.get("dp_clip", []))) < 2:
+            out.append(f"the adaptive clip norm never moved: {sc.get('dp_clip')}")
     algo = base(algo)
     if rec["status"] != "completed":
         out.append(f"status {rec['status']}")
@@ -349,7 +369,13 @@ def main(args: list[str] | None = None) -> int:
     ap.add_argument("--write-env", action="store_true",
                     help="pin this environment's float results beside the main pin (its bytes, "
                          "messages and times must equal the main pin's)")
+    ap.add_argument("--add", action="store_true",
+                    help="pin only the runs golden.json lacks (new algorithms or VARIANTS), "
+                         "leaving every pinned entry as it is: into the main pin and, when this "
+                         "environment has an alternates entry, its float results there too")
     ns = ap.parse_args(args)
+    if ns.add:
+        return _add(ns.twice)
     if set(EXTRA) != set(ALGORITHMS):
         raise SystemExit(f"EXTRA covers {sorted(EXTRA)}, the CLI offers {sorted(ALGORITHMS)}")
     if (ns.write or ns.write_env) and ns.algos != keys():
@@ -424,6 +450,38 @@ def _write_env(old: dict[str, Any], doc: dict[str, Any], bad: int) -> int:
     GOLDEN.write_text(dumps({**old, "alternates": alts}) + "\n")
     print(f"wrote this environment's float results into {GOLDEN.relative_to(ROOT)} "
           f"({len(alts)} alternate environments)")
+    return 0
+
+
+def _add(twice: bool) -> int:
+    """--add: run the keys the pin lacks and add them; nothing pinned changes."""
+    old = load()
+    new = [k for k in keys() if k not in old["algorithms"]]
+    if not new:
+        print("every run is pinned already; nothing added")
+        return 0
+    records: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="fednet-golden-") as tmp:
+        for algo in new:
+            rec = run(algo, Path(tmp) / algo)
+            if twice and run(algo, Path(tmp) / f"{algo}-again") != rec:
+                print(f"{algo}: NOT deterministic in one process; nothing written")
+                return 1
+            problems = scenario_problems(algo, rec)
+            if problems:
+                print(f"{algo}: trivial scenario: {problems}; nothing written")
+                return 1
+            records[algo] = {"command": command(algo), **rec}
+            print(f"{algo:16s} {rec['model_sha256'][:12]}  acc {rec['final_accuracy']:.4f}")
+    env = environment()
+    alts = old.get("alternates", [])
+    for alt in alts:
+        if alt["environment"] == env:  # this machine's floats: the same numbers there
+            alt["algorithms"].update({a: {k: r[k] for k in FLOAT_KEYS} for a, r in records.items()})
+    GOLDEN.write_text(dumps({**old, "algorithms": {**old["algorithms"], **records},
+                             "alternates": alts}) + "\n")
+    print(f"added {len(records)} runs to {GOLDEN.relative_to(ROOT)} (their floats are this "
+          "environment's; pin another environment's with --write-env there)")
     return 0
 
 
