@@ -35,7 +35,8 @@ class PrivateMean:
         self.bound, self.std, self.denom, self.generator = float(bound), float(std), denom, generator
         self.sum = StreamingMean()
         self.clipped = 0
-        self.seconds = 0.0  # clipping and noise (the cost of DP on the server)
+        self.seconds = 0.0  # clipping and noise: what DP adds to the server's work
+        self.fold_seconds = 0.0  # the exact sums (FedAvg's own work, on updates here)
         self._means: dict[str, np.ndarray] | None = None
 
     @property
@@ -64,9 +65,11 @@ class PrivateMean:
         t0 = time.perf_counter()
         self.check(arrays)
         update, _, was = clip(difference(arrays, self.ref), self.bound)
+        t1 = time.perf_counter()
         self.sum.add(update, 1.0, key=key)
         self.clipped += int(was)
-        self.seconds += time.perf_counter() - t0
+        self.seconds += t1 - t0
+        self.fold_seconds += time.perf_counter() - t1
 
     def means(self) -> dict[str, np.ndarray]:
         """theta_t + (the clipped sum + the noise) / D per floating entry, float64 (the noise

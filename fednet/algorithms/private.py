@@ -189,7 +189,8 @@ class PrivateServer:
         folded = mean.count if mean is not None else 0
         out = {"dp_clip": clip, "dp_sigma": self.z_update * clip, "dp_cohort": folded,
                "dp_clipped": mean.clipped / folded if folded else 0.0,
-               "dp_s": mean.seconds if mean is not None else 0.0}
+               "dp_s": mean.seconds if mean is not None else 0.0,  # clipping and noise
+               "dp_fold_s": mean.fold_seconds if mean is not None else 0.0}  # the sums
         if self.cfg.dp.adaptive and mean is not None and folded:
             t0 = time.perf_counter()
             gen = rng.generator(self.cfg.seed, "dp-count", rnd)
