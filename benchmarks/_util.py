@@ -105,8 +105,8 @@ def _fmt(v: Any) -> str:
 
 
 # The dashboard's areas (benchmarks/dashboard.py: one table each, in this order).
-AREAS = ("start-up and memory", "transfer", "scale", "accuracy", "compression", "asynchronous",
-         "network model", "trust boundary", "checkpoint", "GPU")
+AREAS = ("start-up and memory", "transfer", "scale", "accuracy", "compression", "privacy",
+         "asynchronous", "network model", "trust boundary", "checkpoint", "GPU")
 ROOT = Path(__file__).resolve().parent.parent
 
 
