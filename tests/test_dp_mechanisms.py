@@ -178,6 +178,8 @@ CONFIG_RULES = [
       "latency": {"availability": "diurnal"}}, "--dp-sampling fixed does not go with"),
     ({"dp": {"mode": "central", "noise": 1.0, "sampling": "fixed", "accountant": "pld"}},
      "--dp-accountant pld has no fixed-size sampling"),
+    ({"dp": {"mode": "local", "noise": 1.0}, "data": {"permute": True}},
+     "--eval clients does not go with --dp local"),
 ]
 
 

@@ -128,6 +128,10 @@ def _dp_rules(cfg: RunConfig) -> None:
         given = _changed(cfg, ("sampling", "adaptive", "quantile", "clip_lr", "count_noise"))
         _need(not given, f"{', '.join(given)}: settings of --dp central (a client alone has no "
               "sampling to amplify its privacy, nor a count of the others' norms)")
+    if dp.mode == "local" or dp.sgd_noise > 0:
+        _need(eval_mode(cfg) == "global", "--eval clients does not go with --dp local or "
+              "--dp-sgd-noise: each client would report its own model's accuracy, which no noise "
+              "covers; use --eval global")
     if dp.mode == "central":
         _central_rules(cfg)
     _need(not (dp.mode != "none" or dp.sgd_noise > 0) or not missing("dp_accounting"),
