@@ -148,7 +148,9 @@ def plot(data: dict[str, Any], path: Path) -> None:
     base = [r["accuracy"] for r in ok if r["method"] == "fedavg"]
     if base:
         ax.axhline(100 * statistics.mean(base), color="k", ls="--", lw=1,
-                   label=f"non-private FedAvg ({len(base)} seeds)")
+                   label=f"non-private FedAvg ({len(base)} seeds; dotted: their range)")
+        for b in (min(base), max(base)):
+            ax.axhline(100 * b, color="k", ls=":", lw=0.7)
     for i, method in enumerate(("dp-fixed", "dp-adaptive")):
         eps = sorted({r["target"] for r in ok if r["method"] == method})
         if not eps:
@@ -156,13 +158,15 @@ def plot(data: dict[str, Any], path: Path) -> None:
         accs = [[100 * r["accuracy"] for r in ok if (r["method"], r["target"]) == (method, e)]
                 for e in eps]
         mean = [statistics.mean(x) for x in accs]
-        ax.plot(eps, mean, marker="o", color=f"C{i}", label=f"DP-FedAvg, {method[3:]} clipping")
+        ax.plot(eps, mean, marker="o", color=f"C{i}",
+                label=f"DP-FedAvg, {method[3:]} clipping (shaded: the seeds' range)")
         ax.fill_between(eps, [min(x) for x in accs], [max(x) for x in accs], color=f"C{i}",
                         alpha=0.15, lw=0)
     args = data["args"]
     ax.set_xscale("log")
     ax.set_xticks(sorted({r["target"] for r in ok if r.get("target")}))
     ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.get_xaxis().set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel(f"epsilon (user-level, delta {args['delta']:g})")
     ax.set_ylabel("final test accuracy (%)")
     ax.set_title(f"{args['dataset']} ({args['model']}), {args['population']:,} clients, "
