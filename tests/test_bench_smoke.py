@@ -42,6 +42,8 @@ SMOKE: dict[str, list[str]] = {
     "bench_compress.py": ["--clients", "3", "--rounds", "1", "--epochs", "1", "--seeds", "0",
                           "--specs", "none", "fp16"],
     "bench_curve.py": ["--mib", "1", "--reps", "2"],
+    "bench_dp.py": ["user", "--population", "200", "--cohort", "20", "--rounds", "2", "--seeds",
+                    "0", "--epsilons", "8", "--no-adaptive"],
     "bench_frames.py": ["--mb", "2", "--repeats", "2"],
     "bench_launch.py": ["--quick", "--clients", "3", "--ready-reps", "1", "--reps", "1",
                         "--rounds", "1"],

@@ -22,19 +22,20 @@ MAY_IMPORT: dict[str, set[str]] = {
     "platform": {"errors"},  # a leaf: processes, signals, limits, memory, GPUs, huge pages
     "protocol": {"errors"},  # the wire format knows nothing of fednet's other layers
     "plugins": BASE,  # a leaf: entry points and --plugin modules, who provided what
-    "config": BASE | {"compress"},
+    "config": BASE | {"compress", "privacy"},
     "compress": BASE,  # a leaf: how results travel (numpy only)
     "secagg": BASE,  # a leaf: secure aggregation's primitives and protocol (numpy, cryptography)
+    "privacy": BASE,  # a leaf: the accountant (dp-accounting) and the mechanisms' arithmetic
     "models": BASE | {"plugins", "data"},  # a dataset's default model
     "data": BASE | {"plugins"},
-    "training": BASE | {"plugins", "config", "models", "data"},
-    "algorithms": BASE | {"plugins", "config", "models", "data", "training", "secagg"},
+    "training": BASE | {"plugins", "config", "models", "data", "privacy"},
+    "algorithms": BASE | {"plugins", "config", "models", "data", "training", "secagg", "privacy"},
     "network": BASE | {"config"},  # the clock: profiles, server link, availability, deadlines
     "metrics": BASE | {"config"},
     "transport": BASE | {"log", "metrics", "protocol", "platform"},
     # the runtime-agnostic run: session, round driver, executor, in-process runtime, messages
     "core": BASE | {"config", "compress", "models", "data", "training", "algorithms", "network",
-                    "metrics", "protocol", "platform", "plugins"},
+                    "metrics", "protocol", "platform", "plugins", "privacy"},
     "client": BASE | {"log", "config", "compress", "models", "data", "training", "algorithms",
                       "network", "metrics", "protocol", "transport", "platform", "plugins", "core"},
     "server": BASE | {"log", "config", "algorithms", "data", "network", "metrics", "protocol",
@@ -60,7 +61,7 @@ THIRD_PARTY_ONLY_IN = {
     "msgpack": {"protocol"},  # the codec
 }
 NO_TORCH_AT_MODULE_LEVEL = {"protocol", "transport", "platform", "launch", "config", "network",
-                            "plugins", "cli", "sweep", "core/wire.py"}
+                            "plugins", "cli", "sweep", "core/wire.py", "privacy"}
 
 
 def _layer_of_file(f: Path) -> str:

@@ -38,7 +38,13 @@ def _other(i: Info) -> object:
     return "x"
 
 
-_WITH = {"train.eps": ["--optimizer", "adam"]}  # what a setting needs beside it
+_CENTRAL = ["--dp", "central", "--dp-noise", "1"]
+_WITH = {"train.eps": ["--optimizer", "adam"],  # what a setting needs beside it
+         "dp.mode": ["--dp-noise", "1"], "dp.noise": ["--dp", "central"],
+         "dp.epsilon": ["--dp", "central"], "dp.sgd_clip": ["--dp-sgd-noise", "1"],
+         "dp.sgd_delta": ["--dp-sgd-noise", "1"],
+         **{f"dp.{k}": _CENTRAL for k in ("delta", "sampling", "accountant", "adaptive",
+                                          "quantile", "clip_lr", "count_noise")}}
 _VALUE = {"attack.malicious": "0.5"}  # a string setting whose text must parse
 PLAIN = [i for i in declarations() if i.option and i.option not in PARSED]
 

@@ -109,8 +109,9 @@ def _fmt(v: Any) -> str:
 
 
 # The dashboard's areas (benchmarks/dashboard.py: one table each, in this order).
-AREAS = ("start-up and memory", "transfer", "scale", "accuracy", "compression", "asynchronous",
-         "network model", "trust boundary", "robustness", "checkpoint", "GPU", "secure aggregation")
+AREAS = ("start-up and memory", "transfer", "scale", "accuracy", "compression", "privacy",
+         "asynchronous", "network model", "trust boundary", "robustness", "checkpoint", "GPU",
+         "secure aggregation")
 
 
 def headline_row(area: str, metric: str, value: Any, unit: str = "", target: str = "",

@@ -221,13 +221,17 @@ FOMO_TASK, FOMO_RESULT = {"candidates": "client ids"}, {"candidates": "client id
 
 ROBUST = ("fedavg", "fedprox", "fedavgm", "fedadam", "fedyogi", "fedadagrad")
 """Their server averages models with FedAvg.take_round: --defense and --attack apply."""
+# Differential privacy (docs/algorithms.md §11) composes with the synchronous FedAvg family: a
+# server that averages models it sampled as the accountant assumes, clients that send models.
+DP = ("central", "local", "sgd")
+PRIVATE = ("fedavg", "fedprox", "fedavgm", "fedadam", "fedyogi", "fedadagrad")
 
 
 def _register(spec: Spec, handoffs: bool = False) -> None:
     """Register a built-in algorithm with its tuned defaults (SHARDS unless TUNED says more);
     only FedSeq's rings hand models between clients."""
     register(replace(spec, tuned=TUNED.get(spec.name, {"shards": SHARDS}), handoffs=handoffs,
-                     robust=spec.name in ROBUST))
+                     robust=spec.name in ROBUST, dp=DP if spec.name in PRIVATE else ()))
 
 _register(Spec("fedavg", "FedAvg: local SGD, sample-weighted average",
               A + "fedavg:FedAvg", A + "fedavg:FedAvgClient"))

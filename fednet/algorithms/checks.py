@@ -8,8 +8,9 @@ from typing import Any
 
 from fednet.algorithms import registry
 from fednet.config.declare import check_range
-from fednet.config.settings import LATENCY_PRESETS, RunConfig, TrainConfig, declarations
+from fednet.config.settings import DPConfig, LATENCY_PRESETS, RunConfig, TrainConfig, declarations
 from fednet.errors import ConfigError
+from fednet.privacy import EXTRA, missing
 
 
 def eval_mode(cfg: RunConfig) -> str:
@@ -70,6 +71,7 @@ def validate(cfg: RunConfig) -> RunConfig:
           "would wait out each other's simulated delays; use one process per client")
     _latency_rules(cfg)
     _need(not (why := registry.robust_problem(cfg)), why)  # --attack, --malicious, --defense
+    _dp_rules(cfg)
     return cfg
 
 
@@ -91,3 +93,67 @@ def _latency_rules(cfg: RunConfig) -> None:
     _need(lat.over_select == 1 or cfg.algo.name != "fedseq_inter",
           "--over-select does not apply to fedseq_inter (its slots run on without waiting for "
           "the others); use --deadline, or --algo fedseq")
+
+
+_USER_LEVEL = ("clip", "noise", "epsilon", "delta", "sampling", "accountant", "adaptive",
+               "quantile", "clip_lr", "count_noise")  # the settings of --dp central / local
+
+
+def _changed(cfg: RunConfig, names: tuple[str, ...]) -> list[str]:
+    """The options of the dp settings `names` that differ from their defaults."""
+    base = DPConfig()
+    return [f"--dp-{n.replace('_', '-')}" for n in names
+            if getattr(cfg.dp, n) != getattr(base, n)]
+
+
+def _dp_rules(cfg: RunConfig) -> None:
+    """Differential privacy (docs/algorithms.md §11): what composes with what."""
+    dp, algo = cfg.dp, cfg.algo.name
+    mechanisms = registry.get(algo).dp
+    private = [n for n in registry.names() if registry.get(n).dp]
+    where = f"differential privacy composes with {', '.join(private)} (docs/algorithms.md §11.1)"
+    if dp.mode == "none":
+        given = _changed(cfg, _USER_LEVEL)
+        _need(not given, f"{', '.join(given)}: settings of --dp central|local; add --dp")
+    else:
+        _need(dp.mode in mechanisms, f"--dp {dp.mode} does not apply to {algo}: {where}")
+        _need(dp.noise > 0 or dp.epsilon > 0, f"--dp {dp.mode} needs --dp-noise Z, or "
+              "--dp-epsilon E to calibrate the noise to")
+    if dp.sgd_noise == 0:
+        given = _changed(cfg, ("sgd_clip", "sgd_delta"))
+        _need(not given, f"{', '.join(given)}: settings of DP-SGD; add --dp-sgd-noise Z")
+    else:
+        _need("sgd" in mechanisms, f"--dp-sgd-noise does not apply to {algo}: {where}")
+        _need(not missing("opacus"), f"--dp-sgd-noise needs opacus: {EXTRA}")
+    if dp.mode == "local":
+        given = _changed(cfg, ("sampling", "adaptive", "quantile", "clip_lr", "count_noise"))
+        _need(not given, f"{', '.join(given)}: settings of --dp central (a client alone has no "
+              "sampling to amplify its privacy, nor a count of the others' norms)")
+    if dp.mode == "local" or dp.sgd_noise > 0:
+        _need(eval_mode(cfg) == "global", "--eval clients does not go with --dp local or "
+              "--dp-sgd-noise: each client would report its own model's accuracy, which no noise "
+              "covers; use --eval global")
+    if dp.mode == "central":
+        _central_rules(cfg)
+    _need(dp.mode != "local" or cfg.attack.name == "none", "--attack does not go with --dp "
+          "local: whether a malicious client's forged update gets its own clipping and noise is "
+          "not defined here; use --dp central (the server clips and noises every update)")
+    _need(not (dp.mode != "none" or dp.sgd_noise > 0) or not missing("dp_accounting"),
+          f"--dp and --dp-sgd-noise need Google's dp-accounting: {EXTRA}")
+
+
+def _central_rules(cfg: RunConfig) -> None:
+    dp, lat = cfg.dp, cfg.latency
+    _need(cfg.defense.name == "none", "--defense does not go with --dp central: both replace "
+          "the server's mean (a defense would see updates before the clipping and noise the "
+          "accountant counts on); use one of them")
+    _need(lat.over_select == 1, "--over-select does not go with --dp central: the first results "
+          "to arrive are not a sample the accountant knows; drop it")
+    _need(dp.sampling == "poisson" or not lat.availability or lat.availability == "always",
+          "--dp-sampling fixed does not go with --availability: a fixed-size cohort of the clients "
+          "online is a larger share of them than the accountant assumes; use --dp-sampling poisson")
+    _need(dp.accountant == "rdp" or dp.sampling == "poisson", "--dp-accountant pld has no "
+          "fixed-size sampling (dp-accounting's PLD accountant); use --dp-accountant rdp")
+    _need(not dp.adaptive or dp.count_noise == 0 or dp.noise == 0 or dp.noise < 2 * dp.count_noise,
+          f"--dp-noise {dp.noise:g} needs --dp-count-noise above {dp.noise / 2:g} with "
+          "--dp-adaptive (the two releases share the noise multiplier)")

@@ -72,6 +72,8 @@ class ServerInfo:
     kinds: dict[str, str] = field(default_factory=dict)  # state name -> kind (u, v, mu, head, ...)
     matching: str = ""                          # Factorized-FL: the v used for similarity
     linears: list[int] = field(default_factory=list)  # sizes of the Linear weights (FedSeq's clf_*)
+    # client id -> its training examples, from the server's partition (DP-SGD's accountant)
+    sizes: Callable[[int], int] | None = None
 
 
 @dataclass
@@ -188,6 +190,15 @@ class Strategy:
     def eval_arrays(self) -> Arrays:
         """The model the server evaluates after each round."""
         return self.state.model
+
+    def stop_before(self, rnd: int, clients: Sequence[ClientInfo]) -> tuple[str, str] | None:
+        """(status, why) to end the run before round `rnd` among `clients` (differential
+        privacy: the round would spend more than the budget, `budget_spent`); None goes on."""
+        return None
+
+    def report(self) -> dict[str, Any]:
+        """What the algorithm adds to summary.json (differential privacy: `dp`)."""
+        return {}
 
     # ---- given ---------------------------------------------------------------------------------
     def setup(self, init: Arrays, trainable: set[str] | None = None) -> None:

@@ -92,7 +92,7 @@ class FedOpt(FedAvg):
         metrics = round_metrics(ok, failures, dropped)
         if not ok or not self.robust_close(sums["model"], metrics):
             return metrics
-        mean = sums["model"]
+        mean = sums["model"]  # (a PrivateMean under --dp central: the noised mean)
         new = mean.result()  # buffers (and the dtypes) as FedAvg
         avg64 = mean.mean64()  # the exact weighted mean, or the defense's new model (float64)
         st, rule = self.state, self.rule

@@ -83,15 +83,24 @@ def preload() -> None:
 
 
 def build_bare(cfg: RunConfig) -> Strategy:
-    """The configured algorithm's own server half (algorithms.build wraps it for --secagg)."""
+    """The configured algorithm's own server half, with differential privacy
+    (algorithms/private.py); algorithms.build wraps it for --secagg."""
     spec = get(cfg.algo.name)
-    return _load(spec.server)(cfg, spec.parse(dict(cfg.algo.params)))
+    cls = _load(spec.server)
+    if cfg.dp.mode != "none" or cfg.dp.sgd_noise > 0:  # (by name, as the halves: no cycle)
+        cls = _load("fednet.algorithms.private:wrap_server")(cls)
+    return cls(cfg, spec.parse(dict(cfg.algo.params)))
 
 
 def build_client_bare(cfg: RunConfig) -> ClientUpdate:
-    """The configured algorithm's own client half (algorithms.build_client wraps it)."""
+    """The configured algorithm's own client half (what every client process builds, and no
+    more; with --dp local: algorithms/dp_client.py); algorithms.build_client wraps it for
+    --secagg."""
     spec = get(cfg.algo.name)
-    return _load(spec.client)(cfg, spec.parse(dict(cfg.algo.params)))
+    cls = _load(spec.client)
+    if cfg.dp.mode == "local":
+        cls = _load("fednet.algorithms.dp_client:wrap_client")(cls)
+    return cls(cfg, spec.parse(dict(cfg.algo.params)))
 
 
 def robust_names() -> tuple[str, ...]:

@@ -52,6 +52,10 @@ def refusal(cfg: Any, server: Any, client: type) -> str:
                 "does not cover; use fedavg, fedprox or the FedOpt family")
     if cfg.net.compress != "none":
         return "--compress encodes each client's update for the server; drop it"
+    if cfg.dp.mode != "none" or cfg.dp.sgd_noise > 0:
+        return ("differential privacy's accounting and --dp central's clipping read each "
+                "client's update, which secure aggregation hides (distributed DP under secure "
+                "aggregation is not built: docs/algorithms.md §11.6); drop --dp or --dp-sgd-noise")
     if cfg.latency.over_select != 1:
         return ("--over-select keeps the first arrivals of a round, and secure aggregation "
                 "needs the cohort's every stage; drop it")

@@ -47,6 +47,9 @@ class Spec:
     # its server is FedAvg's (or a subclass that reads FedAvg.take_round's mean) and its results
     # are models: --defense replaces that mean, --attack forges those models (robust_spec.py)
     robust: bool = False
+    # the differential-privacy mechanisms that compose with it (docs/algorithms.md §11): central
+    # (DP-FedAvg at the server: a FedAvg-family Strategy), local, sgd (DP-SGD in its clients)
+    dp: tuple[str, ...] = ()
 
     def tuned_for(self, partition: str) -> dict[str, Any]:
         """The tuned defaults for a partition ("*" first, then the partition's own)."""

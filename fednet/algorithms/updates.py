@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from fednet import rng
 from fednet.algorithms.common import task_lr
 from fednet.algorithms.contract import ClientContext
 from fednet.models.arrays import load_arrays
@@ -30,6 +31,8 @@ def local_sgd(ctx: ClientContext, task: Task, extra_hooks: Sequence[GradHook] = 
     must then derive from training.optim.OptimizerState (and so is checkpointed)."""
     if load:
         load_arrays(ctx.model, task.arrays)
+    if ctx.cfg.dp.sgd_noise > 0:  # DP-SGD (training/dpsgd.py)
+        return private_sgd(ctx, task, extra_hooks, lr)
     t = ctx.cfg.train
     stats = train(ctx.model, ctx.x, ctx.y, epochs=int(task.body.get("epochs", t.epochs)),
                   batch_size=t.batch_size, lr=float(lr if lr is not None else task_lr(ctx, task)),
@@ -37,6 +40,24 @@ def local_sgd(ctx: ClientContext, task: Task, extra_hooks: Sequence[GradHook] = 
                   augment=ctx.augment, loss_terms=loss_terms, objective=ctx.objective,
                   opt_state=ctx.state if keep_optimizer else None)
     return {"loss": stats.loss, "samples": stats.samples, "steps": stats.steps}
+
+
+def private_sgd(ctx: ClientContext, task: Task, extra_hooks: Sequence[GradHook] = (),
+                lr: float | None = None) -> dict[str, Any]:
+    """DP-SGD through Opacus (--dp-sgd-noise; docs/algorithms.md §11.4) from the loaded model;
+    the training loss is withheld from the result (no noise covers it)."""
+    from fednet.training.dpsgd import train_private
+
+    t, dp = ctx.cfg.train, ctx.cfg.dp
+    noise = torch.Generator(device=ctx.device).manual_seed(
+        rng.int_seed(ctx.cfg.seed, "dp-sgd-noise", task.round, ctx.cid))
+    stats = train_private(ctx.model, ctx.x, ctx.y, epochs=int(task.body.get("epochs", t.epochs)),
+                          batch_size=t.batch_size,
+                          spec=spec_of(t, float(lr if lr is not None else task.body.get("lr", t.lr))),
+                          generator=ctx.batch_generator(task.round), noise_generator=noise,
+                          noise=dp.sgd_noise, clip=dp.sgd_clip, hooks=extra_hooks,
+                          augment=ctx.augment, objective=ctx.objective)
+    return {"samples": stats.samples, "steps": stats.steps}
 
 
 @dataclass

@@ -67,10 +67,14 @@ def _config(opts: dict[str, Any], defaults: dict[str, Any]) -> Any:
 
 
 def _done(summary: dict[str, Any]) -> None:
-    """Print the summary table; the exit code follows its status (no_clients: 3, failed: 4, diverged: 5)."""
-    from fednet.metrics.report import run_error, summary_table
+    """Print the summary table; the exit code follows its status (no_clients: 3, failed: 4,
+    diverged: 5; budget_spent is a result: 0, with one line on the epsilon reached)."""
+    from fednet.metrics.report import run_error, run_note, summary_table
 
     click.echo(summary_table(summary))
+    note = run_note(summary)
+    if note:
+        click.echo(f"fednet: {note}", err=True)
     bad = run_error(summary)
     if bad is not None:
         click.echo(f"fednet: error: {bad[1]}", err=True)

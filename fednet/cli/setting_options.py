@@ -58,7 +58,8 @@ def option(info: Info) -> Callable[[Any], Any]:
     return click.option(info.option, info.python_name(), **kw)
 
 
-HELP_ORDER = ("", "algo.", "attack.", "defense.", "data.", "train.", "latency.", "net.")  # how --help lists them
+HELP_ORDER = ("", "algo.", "attack.", "defense.", "data.", "train.", "latency.", "net.",
+              "dp.")  # how --help lists them
 
 
 def _section(info: Info) -> int:

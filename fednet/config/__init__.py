@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from fednet.config.adversary import ATTACKS, DEFENSES, AttackConfig, DefenseConfig
 from fednet.config.settings import (AUGMENTS, EVAL_MODES, LATENCY_PRESETS, OPTIMIZERS, PARTITIONS,
-                                    TABLES, AlgoConfig, DataConfig, LatencyConfig, NetConfig,
+                                    TABLES, AlgoConfig, DataConfig, DPConfig,
+                                    LatencyConfig, NetConfig,
                                     RunConfig, TrainConfig, declaration, declarations, flatten,
                                     from_dict, load_toml, merge, to_toml)
 
 __all__ = ["ATTACKS", "DEFENSES", "TABLES", "AttackConfig", "DefenseConfig",
            "AUGMENTS", "EVAL_MODES", "LATENCY_PRESETS", "OPTIMIZERS", "PARTITIONS", "AlgoConfig",
-           "DataConfig", "LatencyConfig", "NetConfig", "RunConfig", "TrainConfig", "declaration",
+           "DataConfig", "DPConfig", "LatencyConfig", "NetConfig", "RunConfig", "TrainConfig", "declaration",
            "declarations", "flatten", "from_dict", "load_toml", "merge", "to_toml"]

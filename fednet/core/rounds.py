@@ -153,6 +153,12 @@ class RoundDriver:
             return False
         # an asynchronous step picks its clients as it goes (online then): all of them
         pool = alive if self.staged.virtual_order else clients
+        halt = self.algo.stop_before(rnd, pool)  # e.g. differential privacy's budget_spent
+        if halt is not None:
+            status, why = halt
+            self.end(RunStatus(status))
+            self.progress.message(why)
+            return False
         self.round(rnd, pool, dispatcher, min(step, self.cfg.rounds - rnd))
         every = self.cfg.net.checkpoint_every
         due = (every and self.rounds_done // every > rnd // every) or (

@@ -50,7 +50,8 @@ class Session:
     def __init__(self, cfg: RunConfig, quiet: bool = False, write: bool = True,
                  out: Path | None = None, resume: bool = False, local: bool = False,
                  store_here: bool = True) -> None:
-        self.cfg = validate(cfg)
+        cfg, said = private_plan(validate(cfg))  # --dp-epsilon: the noise calibrated first
+        self.cfg = cfg
         self.local = local  # fednet local: the clients' state goes into the checkpoint
         # the run's id: its first half names the run (kept across --resume: the clients' store
         # files carry it, state_files.lineage), its second half this session
@@ -60,6 +61,7 @@ class Session:
         self.profiles = latency.profiles(cfg.latency, cfg.clients, cfg.seed)
         self.availability = availability.build(cfg.latency.availability, cfg.clients, cfg.seed)
         self.algo = algorithms.build(cfg)  # the server half
+        self.algo.calibrated = bool(said)  # (differential privacy: summary.json says so)
         self.spec = algorithms.get(cfg.algo.name)  # its declarations (result body keys)
         self.handoffs = self.spec.handoffs  # rings: WELCOME's tables
         codecs = cfg.net.codecs()
@@ -74,7 +76,9 @@ class Session:
         ev = self.evaluator
         pre = ev.pretrain_init() if self.algo.wants_pretrain_init else None
         self.algo.bind(ServerInfo(ds.num_classes, label_hist, ev.exemplars, pre, ev.kinds,
-                                  ev.matching, ev.linears))
+                                  ev.matching, ev.linears, lambda cid: part_size(self.parts, cid)))
+        if cfg.dp.sgd_noise > 0:
+            _check_private_model(ev.model)
         self.out = (out or resolve_out(cfg)) if write else None
         self.ledger = Ledger()
         self.resumed_clients: checkpoint.ClientStates = {}  # fednet local --resume: per client
@@ -89,6 +93,8 @@ class Session:
         self.tracking.start()
         self.history.listeners.append(self.tracking.row)
         self.progress = Progress(cfg.rounds, quiet=quiet)
+        if said and state is None:
+            self.progress.message(said)
         if cfg.tuned and state is None:
             self.progress.message(f"{cfg.algo.name} on {d.partition}: tuned defaults "
                                   f"{' '.join(map(_as_option, cfg.tuned))} (options you give win)")
@@ -311,6 +317,28 @@ def _as_option(kv: str) -> str:
     if key.startswith("algo.params."):
         return f"--param {key[len('algo.params.'):]}={val}"
     return f"--{key.rsplit('.', 1)[-1].replace('_', '-')} {val}"
+
+
+def private_plan(cfg: RunConfig) -> tuple[RunConfig, str]:
+    """(the configuration, what to say): with --dp central|local and no --dp-noise, the noise
+    multiplier calibrated to --dp-epsilon over the planned rounds (privacy/plan.py), written
+    into the configuration the clients receive and config.toml records."""
+    if cfg.dp.mode == "none" or cfg.dp.noise > 0:
+        return cfg, ""
+    from fednet.privacy.plan import calibrated
+
+    z, said = calibrated(cfg)
+    return cfg.replace(**{"dp.noise": z}), said
+
+
+def _check_private_model(model: Any) -> None:
+    """DP-SGD needs per-example gradients of every layer (Opacus's validator)."""
+    from fednet.training.dpsgd import check_model
+
+    why = check_model(model)
+    if why:
+        raise ConfigError(f"--dp-sgd-noise: Opacus cannot compute this model's per-example "
+                          f"gradients ({why}); choose a --model without batch norm")
 
 
 def _residual_check(arrays: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ class RunStatus(str, Enum):
     NO_CLIENTS = "no_clients"            # every client is dead
     NO_CLIENTS_ONLINE = "no_clients_online"  # --availability: nobody online now or later
     REGISTRATION_TIMEOUT = "registration_timeout"
+    BUDGET_SPENT = "budget_spent"        # --dp-epsilon: the next round would spend past it
 
     __str__ = str.__str__
     __format__ = str.__format__
@@ -34,4 +35,4 @@ class RunStatus(str, Enum):
 
 
 ENDED = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.DIVERGED,
-                   RunStatus.NO_CLIENTS, RunStatus.NO_CLIENTS_ONLINE})
+                   RunStatus.NO_CLIENTS, RunStatus.NO_CLIENTS_ONLINE, RunStatus.BUDGET_SPENT})

@@ -49,6 +49,7 @@ def run_summary(d: Any, clients: list[ClientInfo], extra: dict[str, Any] | None 
     out.update(d.network.summary())
     if d.cfg.tuned:  # the defaults the algorithm's tuning chose (registry Spec.tuned)
         out["tuned"] = list(d.cfg.tuned)
+    out.update(d.algo.report())  # e.g. differential privacy's `dp`
     out.update(extra or {})
     return out
 

@@ -63,7 +63,8 @@ def _run_row(folder: str, s: dict[str, Any]) -> list[Any]:
     acc = s.get("final_accuracy")
     row = {"source": folder, "kind": "run", "method": s.get("algorithm"), "setting": "-",
            "best": 1, "status": s.get("status"), "metric": "final_accuracy", "mean": acc,
-           "reached": int(isinstance(acc, (int, float)) and s.get("status") == "completed"),
+           "reached": int(isinstance(acc, (int, float))
+                          and s.get("status") in ("completed", "budget_spent")),
            "planned": 1}
     row.update({k: s.get(k) for k in ("final_accuracy", "best_accuracy", "rounds", "sim_time_s",
                                       "wall_clock_s")})

@@ -20,7 +20,8 @@ from fednet.metrics.files import (OutputError, clean_json, make_dir, remove, wri
 # What a run writes into its folder; a fresh run in an existing folder (--overwrite) removes the
 # previous run's files first, so that nothing stale (a checkpoint, a summary) is left beside it.
 RESULT_FILES = ("summary.json", "clients.jsonl", "final_model.npz", "accuracy_vs_round.png",
-                "accuracy_vs_sim_time.png", "accuracy_vs_bytes.png", "mlflow.json", "server.json")
+                "accuracy_vs_sim_time.png", "accuracy_vs_bytes.png", "accuracy_vs_epsilon.png",
+                "mlflow.json", "server.json")
 RESULT_DIRS = ("checkpoint", "checkpoint.old", "checkpoint.tmp", "tensorboard")
 
 

@@ -19,6 +19,7 @@ from fednet.metrics.report import run_info  # noqa: E402
 
 AXES = (("round", "round"), ("sim_time", "simulated time (s)"),
         ("bytes", "traffic on all links (MiB)"))
+EPSILON = ("epsilon", "epsilon spent (user-level DP, at the run's delta)")  # --dp runs' own axis
 
 
 def _cum_bytes(rows: list[dict[str, Any]]) -> list[float]:
@@ -32,7 +33,13 @@ def _cum_bytes(rows: list[dict[str, Any]]) -> list[float]:
 
 def _xs(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
     return {"round": [r["round"] + 1 for r in rows], "sim_time": [r["sim_s"] for r in rows],
-            "bytes": _cum_bytes(rows)}
+            "bytes": _cum_bytes(rows),
+            "epsilon": [float(r.get("epsilon", math.nan)) for r in rows]}
+
+
+def _private(rows: list[dict[str, Any]]) -> bool:
+    """Every row reports the epsilon spent (a --dp run)."""
+    return bool(rows) and all(isinstance(r.get("epsilon"), (int, float)) for r in rows)
 
 
 def _acc(rows: list[dict[str, Any]]) -> list[float]:
@@ -73,13 +80,14 @@ def _save(fig: Any, path: Path) -> None:
 
 
 def plot_run(out: Path, rows: list[dict[str, Any]], title: str = "") -> list[Path]:
-    """Write accuracy_vs_round.png, accuracy_vs_sim_time.png, accuracy_vs_bytes.png; titled with
+    """Write accuracy_vs_round.png, accuracy_vs_sim_time.png, accuracy_vs_bytes.png (and
+    accuracy_vs_epsilon.png when the rows report epsilon: --dp); titled with
     the algorithm, dataset, partition and clients of the run's config.toml."""
     info = run_info(out)
     title = title or describe(info) or out.name
     acc, xs = _acc(rows), _xs(rows)
     paths = []
-    for key, label in AXES:
+    for key, label in AXES + ((EPSILON,) if _private(rows) else ()):
         fig, a = plt.subplots(figsize=(5.5, 3.8), constrained_layout=True)
         a.plot(xs[key], acc, marker="o", ms=2.5, lw=1.2, label="accuracy")
         asr = [r.get("attack_success") for r in rows]
@@ -228,13 +236,14 @@ def _draw(axs: Any, panels: list[tuple[str, str]], s: dict[str, Any], color: str
 
 
 def _end_marker(statuses: list[str]) -> str | None:
-    """X: a run ended without completing (failed, diverged, interrupted); >: one still runs."""
-    if any(st not in ("completed", "running") for st in statuses):
+    """X: a run ended without completing (failed, diverged, interrupted; not one that spent
+    its privacy budget); >: one still runs."""
+    if any(st not in ("completed", "running", "budget_spent") for st in statuses):
         return "X"
     return ">" if "running" in statuses else None
 
 
-def _title(series: list[dict[str, Any]], targets: list[tuple[float, str]], panels: int,
+def _title(series: list[dict[str, Any]], targets: list[tuple[float, str]], panels: list[str],
            log_x: bool) -> str:
     infos = [s["info"] for s in series]
     shared = tuple(k for k in _INFO if len({i.get(k) for i in infos}) == 1)
@@ -249,7 +258,7 @@ def _title(series: list[dict[str, Any]], targets: list[tuple[float, str]], panel
         parts.append("x: a run ended there without completing")
     if ">" in marks:
         parts.append("triangle: still running")
-    if panels < len(AXES):
+    if "sim_time" not in panels:
         parts.append("no simulated time (--latency none)")
     if log_x:
         parts.append("log-scale time and traffic")
@@ -267,6 +276,8 @@ def plot_overlay(sources: list[str], path: Path, log_x: bool = False) -> Path:
     _label(series)
     panels = [(k, lab) for k, lab in AXES if k != "sim_time" or any(
         r.get("sim_s") for s in series for rows in s["runs"] for r in rows)]
+    if all(_private(rows) for s in series for rows in s["runs"]):  # accuracy against epsilon
+        panels.append(EPSILON)
     rows = -(-len(series) // 3)  # legend rows, below the panels
     fig, axs = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.4 + 0.22 * rows),
                             constrained_layout=True)
@@ -286,6 +297,6 @@ def plot_overlay(sources: list[str], path: Path, log_x: bool = False) -> Path:
             a.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
             a.xaxis.set_minor_formatter(NullFormatter())
     fig.legend(fontsize=8, loc="outside lower center", ncols=min(len(series), 3))
-    fig.suptitle(_title(series, targets, len(panels), log_x), fontsize=10)
+    fig.suptitle(_title(series, targets, [k for k, _ in panels], log_x), fontsize=10)
     _save(fig, path)
     return path

@@ -117,6 +117,9 @@ class Progress:
         line += f"  sim {row['sim_s']:.2f}s  traffic {human_bytes(row['bytes_total'])}"
         if row.get("failures"):
             line += f"  failures {row['failures']}"
+        for key, label in (("epsilon", "eps"), ("dp_sgd_epsilon", "example eps")):
+            if _num(row.get(key)) is not None:  # differential privacy spent so far
+                line += f"  {label} {row[key]:.3g}"
         if self.tty:  # padded over the last line's length: no old characters left behind
             pad, self._last_len = max(0, self._last_len - len(line)), len(line)
             self.stream.write("\r" + line + " " * pad + ("\n" if r == self.total else ""))

@@ -108,6 +108,7 @@ def summary_rows(s: dict[str, Any], info: dict[str, str] | None = None) -> list[
                      + f" at {rate * 8 / 1e6:g} Mbit/s"))
     if "stragglers" in s:
         rows.append(("stragglers", str(s["stragglers"])))
+    rows += privacy_rows(s.get("dp") or {})
     if s.get("ready_s") is not None:
         rows.append(("clients ready after", _fmt(s.get("ready_s"), "s")))
     if s.get("server_peak_rss_bytes"):
@@ -139,6 +140,31 @@ def _robust_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("defense", _fmt(d.get("name"))))
     if "final_attack_success" in s:
         rows.append(("attack success (final)", _fmt(s.get("final_attack_success"), "pct")))
+    return rows
+
+
+def _eps(v: Any) -> str:
+    return f"{float(v):.4g}" if isinstance(v, (int, float)) else "-"
+
+
+def privacy_rows(dp: dict[str, Any]) -> list[tuple[str, str]]:
+    """Differential privacy's rows (summary.json's `dp`): the user-level epsilon at its delta
+    and how it was reached, DP-SGD's per-example epsilon."""
+    rows = []
+    if dp.get("mode"):
+        how = (f"{dp['mode']}, {dp.get('sampling', '')} sampling" if dp["mode"] == "central"
+               else dp["mode"])
+        rows += [("privacy (user)", f"epsilon {_eps(dp.get('epsilon'))} at delta "
+                  f"{dp.get('delta', 0):.3g} ({how}, {dp.get('accountant')})"),
+                 ("noise multiplier", f"{dp.get('noise_multiplier', 0):.4g}"
+                  + (" (calibrated)" if dp.get("noise_calibrated") else "")
+                  + f", clip {dp.get('clip', 0):.4g}")]
+    if dp.get("budget"):
+        rows.append(("privacy budget", f"epsilon {dp['budget']:g}"))
+    sgd = dp.get("sgd")
+    if sgd:
+        rows.append(("privacy (example)", f"epsilon {_eps(sgd.get('epsilon'))} at delta "
+                     f"{sgd.get('delta', 0):.3g} (DP-SGD, the most exposed client)"))
     return rows
 
 
@@ -268,7 +294,8 @@ def _resume_hint(command: str, out: str, extra: str = "") -> str:
 def run_error(summary: dict[str, Any]) -> tuple[int, str] | None:
     """(exit code, one line) for a run that produced no usable result, else None: failed (4,
     with the first failure's reason and where its traceback is), diverged (5, which round and
-    what was not finite) or no clients left (3)."""
+    what was not finite) or no clients left (3). A run that stopped as budget_spent (its
+    differential-privacy budget: run_note) is a result, exit code 0."""
     status = summary.get("status")
     if status == "failed":
         return 4, f"the run failed: {summary.get('error')}"
@@ -277,4 +304,12 @@ def run_error(summary: dict[str, Any]) -> tuple[int, str] | None:
     if status == "no_clients":
         return 3, (f"no live clients left after round {summary.get('rounds')}; see "
                    f"{summary.get('out')}/summary.json")
+    return None
+
+
+def run_note(summary: dict[str, Any]) -> str | None:
+    """One line on how a run that is a result ended early (budget_spent: the epsilon reached and
+    the round it stopped before), else None."""
+    if summary.get("status") == "budget_spent":
+        return str((summary.get("dp") or {}).get("stopped") or "the privacy budget is spent")
     return None

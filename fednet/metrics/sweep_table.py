@@ -14,8 +14,8 @@ from fednet.metrics.progress import human_bytes, table
 from fednet.metrics.history import read_rows
 from fednet.metrics.intervals import fmt_p, fmt_versus, mean_ci, versus
 
-FINISHED = ("completed", "diverged")  # a cell that ended so is not run again (deterministic)
-RESULTS = ("completed",)  # a cell that ended so is tabled; the others are listed in the notes
+FINISHED = ("completed", "diverged", "budget_spent")  # a cell that ended so is not run again
+RESULTS = ("completed", "budget_spent")  # (deterministic); tabled; the others: in the notes
 _ACC = ("final_accuracy", "best_accuracy")
 _ASR = ("final_attack_success",)  # --attack backdoor's success rate: lower is better
 _READ = _ACC + _ASR  # read from summary.json

@@ -20,8 +20,10 @@ from fednet.errors import ConfigError
 log = logging.getLogger("fednet")
 KINDS = ("tensorboard", "mlflow")  # each is also the package it needs
 ARTIFACTS = ("summary.json", "config.toml", "metrics.jsonl", "clients.jsonl",
-             "accuracy_vs_round.png", "accuracy_vs_sim_time.png", "accuracy_vs_bytes.png")
-_STATUS = {"completed": "FINISHED", "interrupted": "KILLED"}  # MLflow's; the others: FAILED
+             "accuracy_vs_round.png", "accuracy_vs_sim_time.png", "accuracy_vs_bytes.png",
+             "accuracy_vs_epsilon.png")
+_STATUS = {"completed": "FINISHED", "budget_spent": "FINISHED",  # MLflow's; the others: FAILED
+           "interrupted": "KILLED"}
 
 
 def parse(spec: str) -> tuple[str, str]:

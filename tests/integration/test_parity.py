@@ -275,3 +275,29 @@ def test_compressed_hand_offs_agree_exactly_under_launch(tmp_path, algo, net):
     assert not b["failures"]
     dense = run_local(small_config(**over, out=str(tmp_path / "dense")), quiet=True)
     assert 0 < a["bytes"]["client_to_client"] < 0.52 * dense["bytes"]["client_to_client"]
+
+
+@pytest.mark.parametrize("dp", [
+    {"mode": "central", "noise": 0.3, "clip": 1.0, "adaptive": True, "count_noise": 1.0},
+    {"mode": "central", "epsilon": 50.0, "clip": 1.0, "sampling": "fixed"},
+    {"mode": "local", "noise": 0.05, "clip": 2.0},
+    {"sgd_noise": 1.0, "sgd_clip": 1.0}],
+    ids=["central-adaptive", "central-fixed-calibrated", "local", "dp-sgd"])
+def test_differential_privacy_agrees_exactly_under_launch(tmp_path, dp):
+    """The noise (the server's, the clients' own, DP-SGD's in every step), the sampled cohorts,
+    the calibrated noise multiplier and epsilon are the same in both runtimes
+    (docs/algorithms.md §11.6)."""
+    pytest.importorskip("dp_accounting")
+    if dp.get("sgd_noise"):
+        pytest.importorskip("opacus")
+    cfg = small_config(clients=6, rounds=3, algo={"fraction": 0.5}, dp=dp)
+    a, b, ma, mb = _both(tmp_path, cfg)
+    assert b["status"] == "completed" and not b["failures"]
+    for k in ma:
+        assert np.array_equal(ma[k], mb[k]), k
+    assert {k: a["bytes"][k] for k in KEYS} == {k: b["bytes"][k] for k in KEYS}
+    assert a["sim_time_s"] == b["sim_time_s"] and a["dp"] == b["dp"]
+    rows = [[json.loads(x) for x in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
+            for d in ("local", "launch")]
+    for key in ("epsilon", "dp_sgd_epsilon", "dp_clip", "dp_cohort"):
+        assert [r.get(key) for r in rows[0]] == [r.get(key) for r in rows[1]], key

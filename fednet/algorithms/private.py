@@ -1,0 +1,258 @@
+"""Differential privacy on the server (docs/algorithms.md §11): a mixin placed before a
+FedAvg-family Strategy (wrap_server), whatever its server rule (FedAvg, FedAvgM, FedAdam, ...).
+
+- `--dp central` (DP-FedAvg, McMahan et al. 2018): the round's cohort is drawn as the
+  accountant assumes (Poisson with rate q = --fraction from the stream (seed, "dp-select",
+  round), or fixed-size: Strategy.select), the round's mean is dp_mean.PrivateMean's noised mean
+  of clipped updates, the server rule steps on it, and with --dp-adaptive the clip norm follows
+  a quantile through a noised count (Andrew et al. 2021).
+- `--dp local`: the clients privatize their own updates (dp_client.py); the server only
+  accounts, per client, for every task it sent.
+- `--dp-sgd-noise`: DP-SGD inside the clients (training/dpsgd.py); the server accounts each
+  client's per-example privacy from its partition's size and the tasks it sent it.
+
+Every round's event goes into the state (`dp`, JSON; `dp_counts`: tasks per client), so a
+--resume continues the accounting; the rows carry epsilon after each round and the summary a
+`dp` section. A round that would exceed --dp-epsilon is not started: the run stops as
+`budget_spent` (stop_before).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fednet import rng
+from fednet.algorithms.dp_mean import PrivateMean
+from fednet.algorithms.fedavg import FedAvg
+from fednet.errors import ConfigError
+from fednet.privacy import plan
+from fednet.privacy.accountant import Accountant
+from fednet.privacy.mechanisms import next_clip
+from fednet.types import ClientInfo, Failure, Result, Task
+
+GUARANTEE = {
+    "central": "user-level (epsilon, delta)-DP of the sequence of global models, against anyone "
+               "who sees them (clients, the world); not against the server, which sees every "
+               "update",
+    "local": "user-level (epsilon, delta)-DP of each client's updates, against the server and "
+             "everyone after it (epsilon of the client that took part most often)",
+    "sgd": "example-level (epsilon, delta)-DP of each client's updates, against the server, the "
+           "other clients and the released models (epsilon of the most exposed client)",
+}
+
+
+@functools.cache
+def wrap_server(cls: type) -> type:
+    """`cls` (a FedAvg-family Strategy) with differential privacy: PrivateServer first in its
+    MRO, its State with the accountant's fields."""
+    if not issubclass(cls, FedAvg):
+        raise TypeError(f"{cls.__name__} is no FedAvg-family Strategy: differential privacy "
+                        "needs FedAvg's streamed mean (docs/algorithms.md §11.1)")
+    state = dataclasses.make_dataclass(
+        f"Private{cls.State.__name__}",
+        [("dp", dict[str, Any], dataclasses.field(default_factory=dict)),
+         ("dp_counts", np.ndarray | None, dataclasses.field(default=None))], bases=(cls.State,))
+    return type(f"Private{cls.__name__}", (PrivateServer, cls),
+                {"State": state, "__module__": __name__})
+
+
+class PrivateServer:
+    """The mixin; see the module's docstring."""
+
+    cfg: Any
+    state: Any
+    info: Any
+    target: int | None
+    _sums: dict[str, Any]
+
+    def __init__(self, cfg: Any, params: Any) -> None:
+        super().__init__(cfg, params)  # type: ignore[call-arg]
+        dp = cfg.dp
+        if dp.mode != "none" and dp.noise <= 0:
+            raise ConfigError("--dp: the noise multiplier must be calibrated before the algorithm "
+                              "is built (core/session.py does it from --dp-epsilon)")
+        self.central, self.local, self.sgd = dp.mode == "central", dp.mode == "local", \
+            dp.sgd_noise > 0
+        self.delta = plan.delta(cfg)
+        self.acc = Accountant(dp.accountant, self.delta) if dp.mode != "none" else None
+        self.sgd_acc = Accountant("rdp", dp.sgd_delta, remember=False) if self.sgd else None
+        self.count_std = plan.count_noise(cfg) if dp.adaptive else 0.0
+        self.z_update = plan.update_noise(dp.noise, self.count_std) if dp.adaptive else dp.noise
+        self.calibrated = False  # the session says so when it calibrated the noise
+        self._round, self._key, self._denom = -1, None, plan.expected_cohort(cfg)
+        self._mean: PrivateMean | None = None
+
+    # ---- the state ----------------------------------------------------------------------------
+    def init_state(self, init: Any) -> Any:
+        """The algorithm's state, with the clip norm, the events so far and the tasks per client."""
+        st = super().init_state(init)  # type: ignore[misc]
+        if type(st) is not self.State:  # e.g. FedOpt's own state class
+            st = self.State(**{f.name: getattr(st, f.name) for f in dataclasses.fields(st)})
+        st.dp = {"clip": float(self.cfg.dp.clip), "events": [], "sgd_epsilon": 0.0,
+                 "calibrated": self.calibrated}
+        if self.local or self.sgd:
+            st.dp_counts = np.zeros(self.cfg.clients, dtype=np.int64)
+        return st
+
+    def _history(self, extra: tuple | None = None) -> list[tuple[tuple, int]]:
+        """[(event key, count), ...] so far, with one more `extra`."""
+        h = [(tuple(k), int(c)) for k, c in self.state.dp["events"]]
+        if extra is not None:
+            h = _plus(h, extra)
+        return h
+
+    def epsilon(self, more: bool = False, key: tuple | None = None) -> float:
+        """Epsilon at the run's delta now (more: after one more round, of `key` for central)."""
+        if self.central:
+            return self.acc.epsilon(self._history(key if more else None))
+        if self.local:
+            worst = int(self.state.dp_counts.max(initial=0)) + int(more)
+            return self.acc.epsilon([(plan.local_key(self.cfg.dp.noise), worst)])
+        return 0.0
+
+    # ---- a round ------------------------------------------------------------------------------
+    def stop_before(self, rnd: int, clients: Sequence[ClientInfo]) -> tuple[str, str] | None:
+        """budget_spent when round `rnd` would take epsilon past --dp-epsilon."""
+        budget = self.cfg.dp.epsilon
+        if self.acc is None or budget <= 0:
+            return None
+        nxt = self.epsilon(True, self._round_key(clients) if self.central else None)
+        if nxt <= budget * (1 + 1e-9):
+            return None
+        why = (f"the privacy budget is spent: round {rnd} would reach epsilon {nxt:.4g} > "
+               f"--dp-epsilon {budget:g}; stopped after {rnd} rounds at epsilon "
+               f"{self.epsilon():.4g} (delta {self.delta:.3g})")
+        self.state.dp["stopped"] = why
+        return "budget_spent", why
+
+    def _round_key(self, clients: Sequence[ClientInfo]) -> tuple:
+        dp, q, n = self.cfg.dp, self.cfg.algo.fraction, len(clients)
+        return plan.central_key(dp.sampling, dp.noise, q, n, plan.cohort_size(q, n))
+
+    def configure_round(self, rnd: int, clients: Sequence[ClientInfo]) -> list[Task]:
+        """The round's event and denominator (central), its tasks, each counted (local, sgd)."""
+        self._round, self._mean = rnd, None
+        if self.central:
+            self._key = self._round_key(clients)
+            if self.cfg.dp.sampling == "fixed":
+                self._denom = float(plan.cohort_size(self.cfg.algo.fraction, len(clients)))
+        tasks = super().configure_round(rnd, clients)  # type: ignore[misc]
+        if self.local or self.sgd:
+            self._count(tasks)
+        return tasks
+
+    def select(self, rnd: int, clients: Sequence[ClientInfo]) -> list[ClientInfo]:
+        """--dp central with Poisson sampling: every client independently with probability q,
+        from one uniform per client id of the population (seed, "dp-select", round)."""
+        if not (self.central and self.cfg.dp.sampling == "poisson"):
+            return super().select(rnd, clients)  # type: ignore[misc]
+        u = rng.generator(self.cfg.seed, "dp-select", rnd).random(self.cfg.clients)
+        q = self.cfg.algo.fraction
+        picked = [c for c in sorted(clients, key=lambda c: c.cid) if u[c.cid] < q]
+        self.target = len(picked)
+        return picked
+
+    def sum_of(self, part: str) -> Any:
+        """The round's model sum: a PrivateMean under --dp central."""
+        if self.central and part == "model" and "model" not in self._sums:
+            seed, rnd, clip = self.cfg.seed, self._round, self.state.dp["clip"]
+            self._mean = self._sums["model"] = PrivateMean(
+                self.state.model, clip, self.z_update * clip, self._denom,
+                lambda: rng.generator(seed, "dp-central", rnd))
+        return super().sum_of(part)  # type: ignore[misc]
+
+    def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
+                        ) -> dict[str, float]:
+        """The algorithm's aggregate (on the noised mean), then the accountant's row."""
+        metrics = super().aggregate_round(rnd, results, failures)  # type: ignore[misc]
+        extra = self._central_round(rnd) if self.central else {}
+        t0 = time.perf_counter()
+        if self.local or self.sgd:  # the clients withhold their training loss (it would leak)
+            metrics.pop("train_loss", None)
+        if self.acc is not None:
+            extra["epsilon"] = self.epsilon()
+        if self.sgd:
+            extra["dp_sgd_epsilon"] = self.state.dp["sgd_epsilon"]
+        extra["dp_account_s"] = time.perf_counter() - t0
+        return {**metrics, **extra}
+
+    def _central_round(self, rnd: int) -> dict[str, float]:
+        """Record the round's event; the clip norm's next value (adaptive); the row's numbers."""
+        st, mean = self.state, self._mean
+        clip = st.dp["clip"]
+        st.dp["events"] = [[list(k), c] for k, c in self._history(self._key)]
+        folded = mean.count if mean is not None else 0
+        out = {"dp_clip": clip, "dp_sigma": self.z_update * clip, "dp_cohort": folded,
+               "dp_clipped": mean.clipped / folded if folded else 0.0,
+               "dp_s": mean.seconds if mean is not None else 0.0,  # clipping and noise
+               "dp_fold_s": mean.fold_seconds if mean is not None else 0.0}  # the sums
+        if self.cfg.dp.adaptive and mean is not None and folded:
+            t0 = time.perf_counter()
+            gen = rng.generator(self.cfg.seed, "dp-count", rnd)
+            below = (folded - mean.clipped) - folded / 2 + gen.standard_normal() * self.count_std
+            out["dp_unclipped"] = below / self._denom + 0.5
+            st.dp["clip"] = next_clip(clip, out["dp_unclipped"], self.cfg.dp.quantile,
+                                      self.cfg.dp.clip_lr)
+            out["dp_s"] += time.perf_counter() - t0
+        return out
+
+    def _count(self, tasks: list[Task]) -> None:
+        """One more task for every client on the tasks' routes; DP-SGD's worst epsilon."""
+        st = self.state
+        for cid in sorted({c for t in tasks for c in t.route}):
+            st.dp_counts[cid] += 1
+            if self.sgd:
+                st.dp["sgd_epsilon"] = max(st.dp["sgd_epsilon"], self.sgd_epsilon(cid))
+
+    def sgd_epsilon(self, cid: int) -> float:
+        """Client cid's per-example epsilon (at --dp-sgd-delta) after the tasks it was sent."""
+        if self.info.sizes is None:
+            raise RuntimeError("DP-SGD's accountant needs the clients' sizes (ServerInfo.sizes)")
+        q, steps = plan.sgd_steps(self.info.sizes(cid), self.cfg.train.batch_size)
+        total = int(self.state.dp_counts[cid]) * self.cfg.train.epochs * steps
+        return self.sgd_acc.epsilon([(plan.sgd_key(self.cfg.dp.sgd_noise, q), total)])
+
+    # ---- the summary ----------------------------------------------------------------------------
+    def report(self) -> dict[str, Any]:
+        """summary.json's `dp`: the mechanisms, their parameters, epsilon and the guarantee."""
+        dp, st = self.cfg.dp, self.state.dp
+        out: dict[str, Any] = {"delta": self.delta} if self.acc is not None else {}
+        if self.acc is not None:
+            out.update(mode=dp.mode, accountant=dp.accountant, noise_multiplier=dp.noise,
+                       noise_calibrated=bool(st.get("calibrated")), clip=st["clip"],
+                       epsilon=self.epsilon(), budget=dp.epsilon or None,
+                       guarantee=GUARANTEE[dp.mode])
+        if self.central:
+            out.update(sampling=dp.sampling, adaptive=dp.adaptive, clip_start=dp.clip,
+                       update_noise_multiplier=self.z_update, events=st["events"],
+                       rounds_accounted=sum(c for _, c in st["events"]))
+        if self.local:
+            out["most_tasks"] = int(self.state.dp_counts.max(initial=0))
+        if "stopped" in st:
+            out["stopped"] = st["stopped"]
+        if self.sgd:
+            out["sgd"] = self._sgd_report()
+        return {**super().report(), "dp": out}  # type: ignore[misc]
+
+    def _sgd_report(self) -> dict[str, Any]:
+        dp = self.cfg.dp
+        seen = np.flatnonzero(self.state.dp_counts)
+        per = {int(c): self.sgd_epsilon(int(c)) for c in seen[:1000]}
+        return {"noise_multiplier": dp.sgd_noise, "clip": dp.sgd_clip, "delta": dp.sgd_delta,
+                "accountant": "rdp", "epsilon": self.state.dp["sgd_epsilon"],
+                "clients": int(len(seen)), "per_client": per if len(seen) <= 1000 else None,
+                "guarantee": GUARANTEE["sgd"]}
+
+
+def _plus(history: list[tuple[tuple, int]], key: tuple) -> list[tuple[tuple, int]]:
+    """The history with one more event `key`."""
+    key = tuple(key)
+    for i, (k, c) in enumerate(history):
+        if k == key:
+            return [*history[:i], (k, c + 1), *history[i + 1:]]
+    return [*history, (key, 1)]

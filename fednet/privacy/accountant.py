@@ -1,0 +1,166 @@
+"""The privacy accountant: Google's dp-accounting (RDP or PLD), never a formula of fednet's own.
+
+A run's privacy history is a list of *events*, each a JSON-friendly key of dp-accounting's own
+parameters, with how many times it happened:
+
+    ["poisson", q, z]     PoissonSampledDpEvent(q, GaussianDpEvent(z))       add or remove one
+    ["fixed", n, m, z]    SampledWithoutReplacementDpEvent(n, m, GaussianDpEvent(z))  replace one
+    ["gaussian", z]       GaussianDpEvent(z)                                  (no sampling)
+
+z is the accountant's noise multiplier: the noise's standard deviation over the l2-sensitivity
+of what it is added to (privacy/plan.py turns a mechanism's settings into these keys). The
+epsilon of a history at delta is the library's for the composition of its events: with RDP, the
+library's Renyi divergences of each event (computed once per distinct event) times its count,
+summed, then the library's conversion to (epsilon, delta); with PLD, the library's privacy loss
+distribution of the whole composition. tests/test_dp_accountant.py checks both against
+dp-accounting's accountants run on the same events from scratch.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from fednet.privacy import require
+
+Key = tuple  # ("poisson", q, z) | ("fixed", n, m, z) | ("gaussian", z)
+ACCOUNTANTS = ("rdp", "pld")
+
+
+def _dp() -> Any:
+    dp = require("dp_accounting", "differential privacy (--dp, --dp-sgd-noise)")
+    # RDP orders whose series do not converge (large sampling rates) are left out of the bound,
+    # which stays valid; the library says so once per order and per call, at WARNING
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    return dp
+
+
+def event(key: Sequence[Any]) -> Any:
+    """The dp-accounting DpEvent of one key."""
+    dp = _dp()
+    kind = key[0]
+    if kind == "poisson":
+        return dp.PoissonSampledDpEvent(float(key[1]), dp.GaussianDpEvent(float(key[2])))
+    if kind == "fixed":
+        return dp.SampledWithoutReplacementDpEvent(int(key[1]), int(key[2]),
+                                                   dp.GaussianDpEvent(float(key[3])))
+    if kind == "gaussian":
+        return dp.GaussianDpEvent(float(key[1]))
+    raise ValueError(f"unknown privacy event {key!r}")
+
+
+def relation(keys: Sequence[Sequence[Any]]) -> Any:
+    """The neighbouring relation of a history: replace one for fixed-size sampling (the
+    population is public), add or remove one otherwise. A history mixes none of the two."""
+    rel = _dp().NeighboringRelation
+    fixed = {k[0] == "fixed" for k in keys}
+    if len(fixed) > 1:
+        raise ValueError("a privacy history cannot mix fixed-size and Poisson sampling")
+    return rel.REPLACE_ONE if fixed == {True} else rel.ADD_OR_REMOVE_ONE
+
+
+def fresh(kind: str, keys: Sequence[Sequence[Any]]) -> Any:
+    """A new dp-accounting accountant of `kind` (rdp, pld) for a history of these keys."""
+    dp = _dp()
+    rel = relation(keys)
+    if kind == "rdp":
+        return dp.rdp.RdpAccountant(neighboring_relation=rel)
+    if kind == "pld":
+        if rel != rel.ADD_OR_REMOVE_ONE:
+            raise ValueError("the PLD accountant has no fixed-size sampling; use rdp")
+        return dp.pld.PLDAccountant(neighboring_relation=rel)
+    raise ValueError(f"unknown accountant {kind!r} (rdp, pld)")
+
+
+def composed(history: Sequence[tuple[Sequence[Any], int]]) -> Any:
+    """The composition of a history [(key, count), ...] as one dp-accounting event."""
+    dp = _dp()
+    return dp.ComposedDpEvent([dp.SelfComposedDpEvent(event(k), int(c)) for k, c in history
+                               if c > 0])
+
+
+class Accountant:
+    """Epsilon at `delta` of histories of events, with what can be reused kept: RDP keeps each
+    distinct event's Renyi divergences (a composition is their sum, weighted by counts); PLD
+    keeps the epsilon of every history it has computed (a budget check before a round asks for
+    the history the round's row then reports)."""
+
+    def __init__(self, kind: str, delta: float, remember: bool = True) -> None:
+        if kind not in ACCOUNTANTS:
+            raise ValueError(f"unknown accountant {kind!r} ({', '.join(ACCOUNTANTS)})")
+        if not 0 < delta < 1:
+            raise ValueError(f"delta must be in (0, 1) (got {delta})")
+        self.kind, self.delta = kind, float(delta)
+        self._unit: dict[tuple, np.ndarray] = {}
+        self._orders: np.ndarray | None = None
+        self._seen: dict[tuple, float] = {}
+        self.remember = remember  # keep every history's epsilon (not for one per client)
+
+    def _rdp_of(self, key: Sequence[Any]) -> np.ndarray:
+        k = tuple(key)
+        if k not in self._unit:
+            acc = fresh("rdp", [k]).compose(event(k))
+            self._unit[k] = np.array(acc.rdp, dtype=np.float64)
+            self._orders = np.array(acc.orders, dtype=np.float64)
+        return self._unit[k]
+
+    def epsilon(self, history: Sequence[tuple[Sequence[Any], int]]) -> float:
+        """Epsilon of the composition of `history` [(key, count), ...] at this delta (0 for an
+        empty one)."""
+        history = [(tuple(k), int(c)) for k, c in history if c > 0]
+        if not history:
+            return 0.0
+        relation([k for k, _ in history])  # one relation per history
+        sig = tuple(history)
+        if sig in self._seen:
+            return self._seen[sig]
+        if self.kind == "rdp":
+            total = np.zeros_like(self._rdp_of(history[0][0]))
+            for k, c in history:
+                total += c * self._rdp_of(k)
+            rdp_mod = _dp().rdp.rdp_privacy_accountant
+            eps = float(rdp_mod.compute_epsilon(self._orders, total, self.delta)[0])
+        else:
+            acc = fresh("pld", [k for k, _ in history]).compose(composed(history))
+            eps = float(acc.get_epsilon(self.delta))
+        if self.remember:
+            self._seen[sig] = eps
+        return eps
+
+
+def calibrate(make_key: Callable[[float], Sequence[Any]], count: int, target: float,
+              delta: float, kind: str) -> float:
+    """The smallest noise multiplier z (within 1e-6) whose history [(make_key(z), count)] has
+    epsilon <= target at delta: dp-accounting's calibrate_dp_mechanism (Brent's method), each
+    candidate on a fresh accountant of `kind`. PLD is bracketed by RDP's answer (RDP's bound is
+    looser, so its z suffices) and never below z = 0.2 (a PLD of a much smaller noise needs
+    gigabytes of memory)."""
+    dp = _dp()
+    keys = [make_key(1.0)]
+
+    def make_event(z: float) -> Any:
+        return dp.SelfComposedDpEvent(event(make_key(z)), int(count))
+
+    def run(k: str, bracket: Any) -> float:
+        return float(dp.calibrate_dp_mechanism(lambda: fresh(k, keys), make_event, float(target),
+                                               float(delta), bracket, tol=1e-6))
+
+    z_rdp = run("rdp", dp.LowerEndpointAndGuess(1e-3, 1.0))
+    if kind == "rdp":
+        return z_rdp
+    pld = Accountant("pld", delta)
+    lo = z_rdp / 2
+    while lo > 0.2 and pld.epsilon([(make_key(lo), count)]) <= target:
+        lo /= 2
+    lo = max(lo, 0.2)
+    if lo >= z_rdp or pld.epsilon([(make_key(lo), count)]) <= target:
+        return min(lo, z_rdp)
+    return run("pld", dp.ExplicitBracketInterval(lo, z_rdp))
+
+
+def is_finite(eps: float) -> bool:
+    """False for the infinite epsilon of a mechanism without noise."""
+    return math.isfinite(eps)
