@@ -87,9 +87,11 @@ def main() -> None:
     a = ap.parse_args()
     cells: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        def go(mode: str, cohort: int, pop: int, drop: float = 0.0, extra: list[str] = ()):
-            rec = cell(Path(tmp) / f"{mode}-{cohort}-{pop}-{drop}", mode, cohort, pop, drop,
-                       ["--model", a.model, *extra])
+        def go(mode: str, cohort: int, pop: int, drop: float = 0.0, extra: list[str] = (),
+               model: str = a.model):
+            rec = cell(Path(tmp) / f"{mode}-{cohort}-{pop}-{drop}-{model}", mode, cohort, pop,
+                       drop, [*extra, "--model", model])
+            rec["model"] = model
             cells.append(rec)
             print(f"{mode:5s} cohort {cohort:5d} drop {drop:.1f}: "
                   + (f"up {rec['up_per_client']:.0f} B/client, sim {rec['sim_s']:.2f} s, "
@@ -104,8 +106,8 @@ def main() -> None:
             go("off", a.full_clients, a.full_clients)
         if a.cifar:
             for mode in ("off", "plus"):
-                go(mode, 10, 10, extra=["--dataset", "synthetic-cifar10", "--model", "resnet18",
-                                        "--batch-size", "32"])
+                go(mode, 10, 10, extra=["--dataset", "synthetic-cifar10", "--batch-size", "32"],
+                   model="resnet18")
     data = {"machine": machine(), "args": vars(a), "cells": cells,
             "analysis": analysis(cells, a)}
     print(table(["mode", "cohort", "drop", "up B/client", "sim s", "server s", "unmasked"],
@@ -124,7 +126,8 @@ def _mid(a: argparse.Namespace) -> int:
 def _find(cells: list[dict[str, Any]], mode: str, cohort: int, drop: float = 0.0
           ) -> dict[str, Any] | None:
     return next((c for c in cells if c["mode"] == mode and c["cohort"] == cohort
-                 and c["drop"] == drop and "up_per_client" in c), None)
+                 and c["drop"] == drop and "up_per_client" in c
+                 and c.get("model") != "resnet18"), None)
 
 
 def analysis(cells: list[dict[str, Any]], a: argparse.Namespace) -> dict[str, Any]:
@@ -145,6 +148,13 @@ def analysis(cells: list[dict[str, Any]], a: argparse.Namespace) -> dict[str, An
     if p1 and p5 and big > mid:
         out["server_s_ratio"] = p5["server_total_s"] / p1["server_total_s"]
         out["n_log_n_ratio"] = big * math.log(big) / (mid * math.log(mid))
+    cifar = {c["mode"]: c for c in cells if c.get("model") == "resnet18" and "up_per_client" in c}
+    if "off" in cifar and "plus" in cifar:  # a CIFAR-sized model: ResNet-18's 11.2M parameters
+        p, o = cifar["plus"], cifar["off"]
+        out["cifar_resnet18"] = {"up_over_fedavg": p["up_per_client"] / o["up_per_client"],
+                                 "sim_added_s": p["sim_s"] - o["sim_s"],
+                                 "client_secagg_s": p["client_mean_s"],
+                                 "server_secagg_s": p["server_total_s"], "d": p["d"]}
     full, off = _find(cells, "full", a.full_clients), _find(cells, "off", a.full_clients)
     if full and off:
         n, d, f = a.full_clients, full["d"], full["field_bits"]
