@@ -48,7 +48,7 @@ def test_one_dpsgd_step_by_hand():
              for p in model.parameters()]
     want = {name: start[name] - 0.5 * (sum(c[i] for c in clipped) + noise[i]) / 4
             for i, name in enumerate(start)}
-    stats = train_private(model, x, y, epochs=1, batch_size=4, spec=OptimSpec(lr=0.5),
+    stats = train_private(model, x, y, epochs=1, batch_size=4, spec=OptimSpec(lr=0.5, weight_decay=0.0),
                           generator=torch.Generator().manual_seed(1),
                           noise_generator=torch.Generator().manual_seed(11), noise=1.3, clip=0.5)
     assert stats.samples == 4 and stats.steps == 1

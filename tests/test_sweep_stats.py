@@ -129,4 +129,4 @@ def test_a_diverged_run_is_marked(tmp_path):
     series, _ = _series([str(ok), str(bad)])
     _label(series)
     assert series[1]["label"].endswith("(diverged)") and series[1]["statuses"] == ["diverged"]
-    assert T.RESULTS == ("completed",)
+    assert T.RESULTS == ("completed", "budget_spent")  # (a DP run that spent its budget)

@@ -8,7 +8,8 @@ from typing import Any
 
 from fednet.algorithms import registry
 from fednet.config.declare import check_range
-from fednet.config.settings import DPConfig, LATENCY_PRESETS, RunConfig, TrainConfig, declarations
+from fednet.config.privacy import DPConfig
+from fednet.config.settings import LATENCY_PRESETS, RunConfig, TrainConfig, declarations
 from fednet.errors import ConfigError
 from fednet.privacy import EXTRA, missing
 

@@ -5,8 +5,9 @@ whole configuration against the algorithms (validate, eval_mode) are algorithms/
 from __future__ import annotations
 
 from fednet.config.adversary import ATTACKS, DEFENSES, AttackConfig, DefenseConfig
+from fednet.config.privacy import DPConfig
 from fednet.config.settings import (AUGMENTS, EVAL_MODES, LATENCY_PRESETS, OPTIMIZERS, PARTITIONS,
-                                    TABLES, AlgoConfig, DataConfig, DPConfig,
+                                    TABLES, AlgoConfig, DataConfig,
                                     LatencyConfig, NetConfig,
                                     RunConfig, TrainConfig, declaration, declarations, flatten,
                                     from_dict, load_toml, merge, to_toml)

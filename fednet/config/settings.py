@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fednet.config.adversary import AttackConfig, DefenseConfig
+from fednet.config.privacy import DPConfig
 from fednet.config.declare import Info, check_type, info_of, setting
 from fednet.errors import ConfigError
 
@@ -217,57 +218,6 @@ class LatencyConfig:
     over_select: float = setting(
         1.0, "Select ceil(F x the round's target) clients and keep the first target results to "
         "arrive", ge=1, le=100, option="--over-select", metavar="F")
-
-
-@dataclass(frozen=True)
-class DPConfig:
-    """Differential privacy (docs/algorithms.md §11): user-level DP-FedAvg at the server
-    (central) or each client's own clipped and noised update (local); DP-SGD inside clients."""
-
-    mode: str = setting(
-        "none", "User-level differential privacy: central (the server clips every update and "
-        "noises their sum: DP-FedAvg) or local (each client clips and noises its own update "
-        "before it leaves); needs pip install 'fednet[dp]'", choices=("none", "central", "local"),
-        option="--dp")
-    clip: float = setting(1.0, "l2 norm C every client's update is clipped to (with "
-                          "--dp-adaptive: its start)", gt=0, option="--dp-clip", metavar="C")
-    noise: float = setting(
-        0.0, "Noise multiplier z: the noise's standard deviation is z*C on the sum of the clipped "
-        "updates (central) or on each update (local)", ge=0, option="--dp-noise", metavar="Z",
-        note="0: calibrated to --dp-epsilon")
-    epsilon: float = setting(
-        0.0, "Privacy budget epsilon at --dp-delta: without --dp-noise the noise is calibrated to "
-        "spend it in --rounds; a run that would exceed it stops as budget_spent", ge=0,
-        option="--dp-epsilon", metavar="E", note="0: none")
-    delta: float = setting(0.0, "The delta of the (epsilon, delta) guarantee", ge=0, lt=1,
-                           option="--dp-delta", shown="1/clients",
-                           note="0 in a TOML file: 1/clients")
-    sampling: str = setting(
-        "poisson", "How --dp central draws a round's clients, as the accountant assumes: poisson "
-        "(each client with probability --fraction) or fixed (floor(fraction*N) without "
-        "replacement)", choices=("poisson", "fixed"), option="--dp-sampling")
-    accountant: str = setting("rdp", "dp-accounting's accountant: rdp (Renyi DP) or pld (privacy "
-                              "loss distributions: tighter, slower; Poisson sampling only)",
-                              choices=("rdp", "pld"), option="--dp-accountant")
-    adaptive: bool = setting(
-        False, "--dp central: the clip norm follows --dp-quantile of the update norms through a "
-        "noised count (Andrew et al. 2021)", option="--dp-adaptive/--no-dp-adaptive")
-    quantile: float = setting(0.5, "Adaptive clipping's target quantile of the update norms",
-                              gt=0, lt=1, option="--dp-quantile")
-    clip_lr: float = setting(0.2, "Adaptive clipping's learning rate (geometric update)", gt=0,
-                             option="--dp-clip-lr")
-    count_noise: float = setting(
-        0.0, "Adaptive clipping: standard deviation of the noise on the count of unclipped "
-        "updates, in clients", ge=0, option="--dp-count-noise",
-        note="0: the expected cohort / 20")
-    sgd_noise: float = setting(
-        0.0, "DP-SGD inside every client (Opacus: per-example clipping and noise): its noise "
-        "multiplier; per-example privacy accounted per client", ge=0, option="--dp-sgd-noise",
-        metavar="Z", note="0: off")
-    sgd_clip: float = setting(1.0, "DP-SGD's per-example gradient clip norm", gt=0,
-                              option="--dp-sgd-clip", metavar="C")
-    sgd_delta: float = setting(1e-5, "DP-SGD's delta (per example)", gt=0, lt=1,
-                               option="--dp-sgd-delta")
 
 
 @dataclass(frozen=True)

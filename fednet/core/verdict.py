@@ -28,8 +28,10 @@ class Verdict:
         self.failed_streak = self.usable_rounds = 0
 
     def note(self, rnd: int, failures: list[Failure]) -> None:
-        """Record a round's failures (and show each distinct reason once)."""
-        for f in failures:
+        """Record a round's failures (and show each distinct reason once), in task order: the
+        order they reached the server in is real time under launch, and the record is the
+        same under both runtimes."""
+        for f in sorted(failures, key=lambda f: (f.task_id, f.cid)):
             self.failures.append({"round": rnd, "client": f.cid, "task": f.task_id,
                                   "reason": f.reason})
             self.progress.failure(rnd, f.cid, f.reason, self.log_hint)
