@@ -57,7 +57,9 @@ MISMATCHES = [
     "Flower masks each client's weighted model, quantize(params * n / max_weight) with the weight"
     " n as an extra masked factor; fednet masks n * q(update), the update being the model minus"
     " the one the round began with (both in a 2^32 group, 16-bit quantization, clip 8.0)",
-    "Flower sends the masked vector as int64 (8 bytes a value); fednet as 32-bit words",
+    "Flower's modulus is 2^32 at every cohort (max_weight scales the weights so the sum fits), its"
+    " masked vector sent as int64 (8 bytes a value); fednet's is 2^32 when the cohort's samples"
+    " x (2^16 - 1) fit, else 2^64 (field_bits: 64 at 1,000 clients here), sent as 4- or 8-byte words",
     "Flower's masks come from numpy's RandomState seeded with 32 bits folded from the key;"
     " fednet's from AES-256-CTR",
     "Flower's neighbours: a ring over a shuffled order (num_shares = k + 1, the client itself"
@@ -106,7 +108,7 @@ def fednet_cell(tmp: Path, mode: str, n: int, seed: int) -> dict[str, Any]:
             "bytes": {"server_to_client": b["server_to_client"], "client_to_server": b["client_to_server"]},
             "bytes_by_stage": row.get("bytes_by_stage", {}), "server_cpu_s": row.get("secagg_server_s", {}),
             "clients_cpu_s": row.get("secagg_client_s", {}), "field_bits": row.get("secagg_field_bits"),
-            "accuracy": row.get("accuracy"),
+            "accuracy": row.get("accuracy"), "_model": str(out / "final_model.npz"),
             "notes": "bytes: fednet's ledger (framed messages as sent); round_s: metrics.jsonl wall_s "
                      "(the round and the global model's evaluation)"}
 
@@ -115,7 +117,7 @@ def flower_cell(tmp: Path, a: argparse.Namespace, mode: str, sizes: list[int], k
     n = len(sizes)
     spec = {"mode": mode, "sizes": sizes, "k": k, "threshold": math.floor(FRACTION * k) + 1,
             "actors": a.flower_actors, "seed": a.seed, "log": str(tmp / f"flower-{mode}-{n}.bytes"),
-            "result": str(tmp / f"flower-{mode}-{n}.json")}
+            "result": str(tmp / f"flower-{mode}-{n}.json"), "model": str(tmp / f"flower-{mode}-{n}.npz")}
     (tmp / f"flower-{mode}-{n}.spec").write_text(json.dumps(spec))
     env = {k_: v for k_, v in os.environ.items() if k_ != "PYTHONPATH"}
     r = run([a.flower_python, str(Path(__file__).resolve()), "--flower-child",
@@ -138,10 +140,24 @@ def flower_cell(tmp: Path, a: argparse.Namespace, mode: str, sizes: list[int], k
         st["messages"] += 1
     total = {d: sum(v[d] for v in stages.values()) for d in ("server_to_client", "client_to_server")}
     return {**rec, **res, "status": "completed" if res.get("ok") else "failed", "bytes": total,
+            "_model": spec["model"],
             "bytes_by_stage": stages,
             "notes": "no wire in Flower's simulation engine: bytes are the deflated objects Flower's "
                      "gRPC transport would push per message (no gRPC/HTTP2 framing, no control calls), "
                      "counted by a ClientApp mod; round_s: the fit workflow, timed in the ServerApp"}
+
+
+def max_abs_diff(a: str, b: str) -> float | None:
+    """The largest difference between two saved models' values (SecAgg+'s aggregate against
+    plain FedAvg's: within its quantization, when secure aggregation unmasked the sum)."""
+    import numpy as np
+
+    if not (Path(a).exists() and Path(b).exists()):
+        return None
+    with np.load(a, allow_pickle=False) as x, np.load(b, allow_pickle=False) as y:
+        xs = [x[k] for k in sorted(x.files) if x[k].dtype.kind == "f"]
+        ys = [y[k] for k in sorted(y.files) if y[k].dtype.kind == "f"]
+        return float(max(np.abs(u.astype(np.float64) - v).max() for u, v in zip(xs, ys)))
 
 
 # ---- Flower's side (run by --flower-python; imports flwr and torch, never fednet) -----------------
@@ -153,13 +169,14 @@ def flower_child(spec_path: str) -> None:
     from flwr.client import ClientApp, NumPyClient
     from flwr.client.mod import secaggplus_mod
     from flwr.app import ConfigRecord, Context, Message
-    from flwr.common import GetPropertiesIns, ndarrays_to_parameters
+    from flwr.common import GetPropertiesIns, ndarrays_to_parameters, parameters_to_ndarrays
     from flwr.common.constant import MessageTypeLegacy
     from flwr.compat.common import recorddict_compat as compat
     from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key
     from flwr.server import LegacyContext, ServerApp, ServerConfig
     from flwr.server.strategy import FedAvg
     from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
+    from flwr.server.workflow.constant import MAIN_PARAMS_RECORD
     from flwr.server.workflow.default_workflows import default_fit_workflow
     from flwr.simulation import run_simulation
     from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
@@ -274,6 +291,8 @@ def flower_child(spec_path: str) -> None:
         t = time.perf_counter()
         DefaultWorkflow(fit_workflow=timed_fit)(grid, legacy)
         out["main_s"] = time.perf_counter() - t
+        final = compat.arrayrecord_to_parameters(legacy.state.array_records[MAIN_PARAMS_RECORD], True)
+        np.savez(spec["model"], *parameters_to_ndarrays(final))  # (npz: no pickle)
 
     logging.getLogger("flwr").setLevel(os.environ.get("FLOWER_SECAGG_LOG", "WARNING"))  # INFO: its rounds
     t0 = time.perf_counter()
@@ -334,6 +353,9 @@ def main() -> None:
                     rec = (flower_cell(tmp, a, mode, sizes, k) if system == "flower"
                            else fednet_cell(tmp, mode, n, a.seed))
                     rec["loadavg_after"] = loadavg()  # the machine is shared: how busy it was
+                    off = next((c for c in cells if c["system"] == system and c["cohort"] == n), None)
+                    if mode == "plus" and off and "_model" in off and "_model" in rec:
+                        rec["max_abs_diff_vs_off"] = max_abs_diff(rec["_model"], off["_model"])
                     cells.append(rec)
                     print(f"  {system:6s} {mode:4s} {n:5d}: {rec['status']}, wall {rec['wall_s']:.1f} s, "
                           f"round {rec.get('round_s', float('nan')):.2f} s ({time.perf_counter() - t:.0f} s)",
@@ -347,15 +369,19 @@ def main() -> None:
                      and x["mode"] == "off"), None)
         add = c["round_s"] - base["round_s"] if base and "round_s" in c and "round_s" in base else float("nan")
         per = [round(b.get(d, 0) / c["cohort"]) for d in ("client_to_server", "server_to_client")]
+        diff = c.get("max_abs_diff_vs_off")
         rows.append([c["system"], c["mode"], c["cohort"], c["status"], round(c["wall_s"], 2),
-                     round(c.get("round_s", float("nan")), 2), round(add, 2) if c["mode"] == "plus" else "", *per])
+                     round(c.get("round_s", float("nan")), 2), round(add, 2) if c["mode"] == "plus" else "", *per,
+                     f"{diff:.1e}" if diff is not None else ""])
     print(table(["system", "secagg", "cohort", "status", "wall s", "round s", "+round s", "up B/client",
-                 "down B/client"], rows))
+                 "down B/client", "max|plus-off|"], rows))
     stage_rows = [[c["system"], c["cohort"], st, v.get("client_to_server", 0), v.get("server_to_client", 0),
                    round(c.get("stage_s", {}).get(st, float("nan")), 2)]
                   for c in cells if c["mode"] == "plus" for st, v in (c.get("bytes_by_stage") or {}).items()]
     print(table(["system", "cohort", "stage", "up B", "down B", "Flower stage s"], stage_rows))
     print("mismatches:\n- " + "\n- ".join(MISMATCHES))
+    for c in cells:
+        c.pop("_model", None)
     write_json(a.json, {"machine": machine(), "versions": versions, "args": vars(a), "parameters": params,
                         "mismatches": MISMATCHES, "cells": cells}, [])
 
