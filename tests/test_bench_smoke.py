@@ -18,6 +18,7 @@ from tests.harness import BENCHMARKS, bench
 
 MAX_LINES = 400
 TOOLS = {"dashboard.py": "writes BENCHMARKS.md from the --json files",
+         "flower_secagg.py": "Flower's SecAgg+ beside fednet's, wall-clock and bytes (needs a flwr venv)",
          "golden.py": "the golden pins of tests/test_golden.py",
          "flower_reference.py": "Flower's robust aggregates for tests/golden/flower_robust.json",
          "plain_loop.py": "the plain PyTorch loop bench_many.py and bench_population.py time",
