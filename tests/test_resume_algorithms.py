@@ -102,10 +102,11 @@ def test_client_state_kept_in_a_checkpoint_by_fednet_local_is_not_resumed_by_lau
 
     cfg = _config("scaffold", tmp_path / "run")
     run_local(cfg, quiet=True)
-    Session(cfg.replace(rounds=4), quiet=True, resume=True)  # the store: either runtime
+    more = cfg.replace(rounds=cfg.rounds + 1)  # (a completed run resumes only to run more)
+    Session(more, quiet=True, resume=True)  # the store: either runtime
     js = tmp_path / "run" / "checkpoint" / "state.json"
     state = json.loads(js.read_text())
     js.write_text(json.dumps({**state, "client_state": "checkpoint"}))
     with pytest.raises(ConfigError, match="kept in this checkpoint by fednet local"):
-        Session(cfg, quiet=True, resume=True)  # as fednet launch builds it
-    assert checkpoint.read(tmp_path / "run", cfg)  # fednet local still reads it
+        Session(more, quiet=True, resume=True)  # as fednet launch builds it
+    assert checkpoint.read(tmp_path / "run", more)  # fednet local still reads it

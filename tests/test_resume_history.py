@@ -12,6 +12,7 @@ import pytest
 
 from fednet.core.inproc import run_local
 from fednet.errors import ConfigError
+from tests.conftest import small_config
 from tests.test_interrupt_resume import _config, _interrupt_in, _model
 
 DIRECTIONS = ("server_to_client", "client_to_server", "client_to_client")
@@ -80,3 +81,18 @@ def test_an_interrupted_runs_totals_are_its_last_finished_rounds(algo, tmp_path)
     b = s["bytes"]
     assert sum(b[k] for k in DIRECTIONS) == rows[-1]["bytes_total"]
     assert b["header_bytes"] + b["tensor_bytes"] == sum(b[k] for k in DIRECTIONS)
+
+
+def test_a_completed_run_resumed_without_more_rounds_is_one_line(tmp_path):
+    """Nothing to resume: refused in one line that says how to continue it, nothing changed."""
+    from fednet.core import checkpoint
+
+    cfg = small_config(clients=4, rounds=2, out=str(tmp_path / "run"),
+                       net={"checkpoint_every": 1})
+    run_local(cfg, quiet=True)
+    before = (tmp_path / "run" / "summary.json").read_bytes()
+    with pytest.raises(ConfigError, match=r"completed its 2 rounds: nothing to resume "
+                                          r"\(give --rounds 3 or more"):
+        checkpoint.read(tmp_path / "run", cfg)
+    assert checkpoint.read(tmp_path / "run", cfg.replace(rounds=3))
+    assert (tmp_path / "run" / "summary.json").read_bytes() == before

@@ -243,7 +243,8 @@ def finished_rounds(run_dir: Path) -> tuple[int, str] | None:
 
 def _check_history(chk: ResumeCheck, run_dir: Path, state: dict[str, Any], cfg: RunConfig) -> None:
     """A resume never replaces rounds a run finished: a run that ended after more rounds than
-    its checkpoint holds (an older checkpoint), or a --rounds below what it did, is refused."""
+    its checkpoint holds (an older checkpoint), or a --rounds below what it did, is refused; so
+    is a completed run resumed with no more rounds to run."""
     done = finished_rounds(run_dir)
     if done is None:
         return
@@ -257,6 +258,10 @@ def _check_history(chk: ResumeCheck, run_dir: Path, state: dict[str, Any], cfg: 
         chk.fail(run_dir / "summary.json",
                  f"this run ended ({status}) after {rounds} rounds; --rounds {cfg.rounds} would cut it "
                  f"(give --rounds {rounds} or more)")
+    if status == "completed" and rounds == cfg.rounds:
+        chk.fail(run_dir / "summary.json",
+                 f"this run completed its {rounds} rounds: nothing to resume (give --rounds "
+                 f"{rounds + 1} or more to continue it)")
 
 
 def read(run_dir: str | Path, cfg: RunConfig) -> tuple[Arrays, dict[str, Any]]:
