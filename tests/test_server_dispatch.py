@@ -58,3 +58,22 @@ def test_a_reconnect_with_its_welcome_token_takes_its_id_over_at_once():
     assert conns.check_claim(0, b"new", None, None, None, conns.token(0)) == ""
     assert conns.token(0) != conns.token(1)
     assert Connections(Identity()).token(0) != conns.token(0)  # each server start its own
+
+
+def test_messages_queued_before_a_connection_closed_revive_nothing():
+    """The monitor's DISCONNECTED can be read before libzmq's queue of that connection is
+    drained (a flood under load): its later messages, even a hello that binds the id again,
+    leave the client lost, so that it is declared gone after the grace time."""
+    from fednet.server.conns import Connections, Identity
+
+    conns = Connections(Identity())
+    conns.seen(b"r1", 7)
+    conns.bind(1, b"r1", None)
+    conns.disconnected(7)
+    assert 1 in conns.lost
+    conns.seen(b"r1", 7)  # queued before the close
+    conns.bind(1, b"r1", None)  # a queued hello, welcomed again
+    assert 1 in conns.lost and conns.gone(-1.0) == [1]
+    conns.seen(b"r2", 7)  # a new connection on the reused fd is alive
+    conns.bind(2, b"r2", None)
+    assert 2 not in conns.lost

@@ -28,6 +28,8 @@ from fednet.transport.channels import sub_frame
 
 LOST_GRACE_S = 1.0
 """A client without a connection for this long (after the heartbeat timeout) is gone."""
+CLOSED_KEPT = 100_000
+"""Closed connections remembered, so that their queued messages revive none (a few MB)."""
 
 
 @dataclass
@@ -59,12 +61,17 @@ class Connections:
         self.fd_routes: dict[int, set[bytes]] = {}  # a process's clients share a connection
         self.route_fd: dict[bytes, int] = {}
         self.lost: dict[int, float] = {}
+        self.closed: dict[bytes, None] = {}  # routes whose connection closed (newest CLOSED_KEPT)
         self.nonces: set[tuple[int, bytes]] = set()
         self._closed_since_trim = 0
         self._last_close = 0.0
 
     def seen(self, route: bytes, fd: int) -> None:
-        """A message arrived on connection `route` through socket fd."""
+        """A message arrived on connection `route` through socket fd. One that libzmq queued
+        before the connection closed (the monitor's event was read first) revives nothing: the
+        route is closed for good (a ROUTER never gives a new connection an old id)."""
+        if route in self.closed:
+            return
         if fd >= 0 and self.route_fd.get(route) != fd:
             self.route_fd[route] = fd
             self.fd_routes.setdefault(fd, set()).add(route)
@@ -153,7 +160,10 @@ class Connections:
         self.released.pop(route, None)
         if key:
             self.key_of[cid] = key
-        self.lost.pop(cid, None)
+        if route in self.closed:  # a hello queued before its connection closed: lost already
+            self.lost.setdefault(cid, time.monotonic())
+        else:
+            self.lost.pop(cid, None)
 
     def release(self, cid: int) -> None:
         """Client cid is dead: its id is no longer bound to any connection."""
@@ -169,6 +179,9 @@ class Connections:
         self._last_close = now = time.monotonic()
         for route in self.fd_routes.pop(fd, ()):
             self.route_fd.pop(route, None)
+            self.closed[route] = None
+            if len(self.closed) > CLOSED_KEPT:
+                del self.closed[next(iter(self.closed))]
             cid = self.cid_of.get(route)
             if cid is not None and self.route_of.get(cid) == route:
                 self.lost.setdefault(cid, now)
