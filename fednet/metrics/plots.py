@@ -1,21 +1,19 @@
 """PNG plots: a run's accuracy vs round, vs simulated time and vs cumulative bytes (three files in
-its folder), and `fednet report --plot`: several runs, or a sweep's best settings, overlaid."""
+its folder), and `fednet report --plot`: several runs, or a sweep's best settings, overlaid.
+Drawn on matplotlib Figures without pyplot: importing this never changes the caller's backend
+(a notebook's plt.show() keeps working after fednet.api.run())."""
 from __future__ import annotations
 
 import math
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import (FuncFormatter, LogLocator, MaxNLocator,  # noqa: E402
-                               NullFormatter)
-
-from fednet.metrics.files import atomic_file  # noqa: E402
-from fednet.metrics.history import read_rows  # noqa: E402
-from fednet.metrics.report import run_info  # noqa: E402
+from fednet.metrics.files import atomic_file
+from fednet.metrics.history import read_rows
+from fednet.metrics.report import run_info
 
 AXES = (("round", "round"), ("sim_time", "simulated time (s)"),
         ("bytes", "traffic on all links (MiB)"))
@@ -72,11 +70,8 @@ def describe(info: dict[str, str], keys: tuple[str, ...] = ("algorithm", "datase
 def _save(fig: Any, path: Path) -> None:
     """PNG, or PDF / SVG by the file's extension."""
     fmt = path.suffix.lower().lstrip(".") if path.suffix.lower() in (".pdf", ".svg") else "png"
-    try:
-        with atomic_file(path) as fh:  # a failed write keeps the previous plot
-            fig.savefig(fh, format=fmt, dpi=110)
-    finally:
-        plt.close(fig)
+    with atomic_file(path) as fh:  # a failed write keeps the previous plot
+        fig.savefig(fh, format=fmt, dpi=110)
 
 
 def plot_run(out: Path, rows: list[dict[str, Any]], title: str = "") -> list[Path]:
@@ -88,7 +83,8 @@ def plot_run(out: Path, rows: list[dict[str, Any]], title: str = "") -> list[Pat
     acc, xs = _acc(rows), _xs(rows)
     paths = []
     for key, label in AXES + ((EPSILON,) if _private(rows) else ()):
-        fig, a = plt.subplots(figsize=(5.5, 3.8), constrained_layout=True)
+        fig = Figure(figsize=(5.5, 3.8), constrained_layout=True)
+        a = fig.subplots()
         a.plot(xs[key], acc, marker="o", ms=2.5, lw=1.2, label="accuracy")
         asr = [r.get("attack_success") for r in rows]
         if any(v is not None for v in asr):  # --attack backdoor: its success, same scale
@@ -279,8 +275,8 @@ def plot_overlay(sources: list[str], path: Path, log_x: bool = False) -> Path:
     if all(_private(rows) for s in series for rows in s["runs"]):  # accuracy against epsilon
         panels.append(EPSILON)
     rows = -(-len(series) // 3)  # legend rows, below the panels
-    fig, axs = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.4 + 0.22 * rows),
-                            constrained_layout=True)
+    fig = Figure(figsize=(5 * len(panels), 4.4 + 0.22 * rows), constrained_layout=True)
+    axs = fig.subplots(1, len(panels))
     for i, s in enumerate(series):
         _draw(axs, panels, s, f"C{i % 10}", targets)
     for a, (key, label) in zip(axs, panels):
