@@ -188,6 +188,15 @@ def test_shaped_links_need_real_time_at_scale_one():
     assert validate(from_dict({"latency": {"shaped": True, "real": True}})).latency.shaped
 
 
+def test_time_scale_needs_real_time():
+    from fednet.config import from_dict
+    from fednet.algorithms.checks import validate
+
+    with pytest.raises(ConfigError, match=r"^--time-scale 2 scales the delays --real-time sleeps"):
+        validate(from_dict({"latency": {"time_scale": 2.0}}))
+    assert validate(from_dict({"latency": {"time_scale": 2.0, "real": True}})).latency.time_scale == 2
+
+
 @pytest.mark.parametrize("row,why", [
     ("0.001,0.01,1000000", "line 2: no cell for column(s) down_bps (the row has 3 of 4 cells)"),
     ("0.001,0.01,1000000,5,7", "line 2: 5 cells, but the header has 4 columns"),

@@ -91,6 +91,9 @@ def _latency_rules(cfg: RunConfig) -> None:
     _need(not lat.shaped or (lat.real and lat.time_scale == 1),
           "--shaped-links says the network itself runs the transfers at the profiles' rates, which "
           "only --real-time can use (at --time-scale 1); add --real-time, or drop --shaped-links")
+    _need(lat.real or lat.time_scale == 1,
+          f"--time-scale {lat.time_scale:g} scales the delays --real-time sleeps, and this run "
+          "sleeps none; add --real-time, or drop --time-scale")
     _need(lat.over_select == 1 or cfg.algo.name != "fedseq_inter",
           "--over-select does not apply to fedseq_inter (its slots run on without waiting for "
           "the others); use --deadline, or --algo fedseq")
