@@ -61,8 +61,11 @@ _COMMON: list[Callable[[Any], Any]] = [
                  callback=load_plugins, help="TOML file with the same fields; command-line options override it."),
     *setting_options.options(),  # every run setting's own option (config/settings.py declares them)
     click.option("--resume", type=click.Path(file_okay=False, exists=True), is_eager=True,
-                 callback=load_plugins, help="Continue the run in this folder from its checkpoint (its config.toml; "
-                      "options given here override it, e.g. more --rounds)."),
+                 callback=load_plugins,
+                 help="Continue the run in this folder from its checkpoint, with the settings of "
+                      "its config.toml: only more --rounds and where and how the processes run "
+                      "(network, --gpus, threads, plugins, data root, tracking) may be given "
+                      "anew; any other option is refused, naming it."),
     click.option("--overwrite", is_flag=True, help="Let --out name a folder that already holds "
                  "files: the previous run's results there are replaced. [default: refused]"),
     *[click.option(opt, _opt_dest(opt), type=typ, help=hlp) for opt, _, typ, hlp in ALGO_OPTIONS],

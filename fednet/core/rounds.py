@@ -184,8 +184,10 @@ class RoundDriver:
         self.setup_stats = self.staged.setup_results(results, failures)
         took = self.setup_stats["server_s"] = time.perf_counter() - t0  # e.g. FedSeq's grouping
         groups = self.setup_stats.get("superclients")
-        self.progress.message(f"setup stage done: {groups} superclients, grouped in {took:.2f}s"
-                              if groups is not None else f"setup stage done ({took:.2f}s)")
+        plural = "" if groups == 1 else "s"
+        self.progress.message(f"setup stage done: {groups} superclient{plural}, grouped in "
+                              f"{took:.2f}s" if groups is not None
+                              else f"setup stage done ({took:.2f}s)")
         self.setup_stats["sim_s"] = self.sim_time
         self.setup_stats["bytes"] = self.ledger.round_totals(-1)
         self.logged = (0, self.sim_time, self.ledger.totals(), self.ledger.messages)
