@@ -294,8 +294,9 @@ def report(runs: tuple[str, ...], **files: Any) -> None:
     from fednet.metrics.report import report as text
     from fednet.cli.sweep_options import write_report_files
 
-    click.echo(text(list(runs)))
-    write_report_files(list(runs), **files)
+    table = text(list(runs))
+    write_report_files(list(runs), **files)  # first: a reader that closes stdout (| head)
+    click.echo(table)                       # leaves the files written
 
 
 main.add_command(plugins_command)  # fednet plugins: what is installed (fednet/cli/plugins_command.py)
