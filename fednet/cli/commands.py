@@ -46,6 +46,8 @@ def _errors(f: Callable[..., Any]) -> Callable[..., Any]:
         except KeyboardInterrupt as e:
             from fednet.metrics.report import interrupt_note
             term = isinstance(e, Terminated)
+            if sys.stderr.isatty():  # the progress bar's line (and the terminal's ^C) ends here
+                click.echo("", err=True)
             out = _RUN.get("out")
             extra = ""
             if f.__name__ == "server" and out:  # where its clients reconnect, the key they hold
