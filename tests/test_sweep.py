@@ -129,7 +129,7 @@ def test_best_setting_mean_spread_and_notes():
     assert lines[0] == "metric rounds_to:0.9: until accuracy >= 0.9; lower is better ('-' = not reached)"
     row_a = next(ln for ln in lines if ln.startswith("a "))
     assert row_a.split() == ["a", "lr=0.1", "32.0", "6.6..57.4", "2.8", "30.0..34.0", "2/2",
-                             "0.9000", "1.00x", "[1.00,", "1.00]", "-", "2/2"]
+                             "0.9000", "baseline", "-", "2/2"]
     row_b = next(ln for ln in lines if ln.startswith("b "))
     # paired by seed: 30/10 and 34/12, geometric mean sqrt(8.5); t on the log ratios, df 1
     assert row_b.split()[-5:] == ["2.92x", "[2.03,", "4.19]", "0.017", "2/2"]

@@ -26,6 +26,18 @@ def test_mean_ci_is_the_t_interval():
     assert mean_ci([5.0]) is None
 
 
+def test_an_interval_stays_within_the_metrics_range():
+    """A collapsed seed among good ones: the t interval of the accuracies would reach past 1
+    and below 0 (-0.57..1.94 in the issue); clipped to [0, 1]. A difference of two accuracies
+    stays within [-1, 1]."""
+    lo, hi = mean_ci([0.1, 0.97, 0.98], bounds=(0.0, 1.0))
+    assert lo == 0.0 and hi == 1.0
+    raw = mean_ci([0.1, 0.97, 0.98])
+    assert raw[0] < 0 and raw[1] > 1
+    v = versus({0: 0.1, 1: 0.97, 2: 0.98}, {0: 0.97, 1: 0.1, 2: 0.1}, higher=True)
+    assert -1.0 <= v["lo"] and v["hi"] <= 1.0
+
+
 def test_accuracies_against_the_baseline_match_scipys_paired_test():
     mine, base = {0: 0.9, 1: 0.8, 2: 0.85}, {0: 0.8, 1: 0.8, 2: 0.8}
     v = versus(mine, base, higher=True)
@@ -85,7 +97,7 @@ def test_report_exports_the_table_and_the_curves(tmp_path):
                                     "--curves", str(tmp_path / "c.csv")])
     assert res.exit_code == 0, res.output
     row = next(ln.split() for ln in res.output.splitlines() if ln.startswith("b "))
-    assert row[:7] == ["b", "-", "3.0", "-9.7..15.7", "1.4", "2.0..4.0", "2/3"]
+    assert row[:7] == ["b", "-", "3.0", "0.0..15.7", "1.4", "2.0..4.0", "2/3"]
     ref = sps.ttest_rel([math.log(4), math.log(6)], [math.log(2), math.log(4)])
     assert row[-5:] == ["1.73x", *row[-4:-2], f"{ref.pvalue:.3f}", "2/3"]
     table = list(csv.DictReader(io.StringIO((tmp_path / "t.csv").read_text())))

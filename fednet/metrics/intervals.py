@@ -1,4 +1,5 @@
-"""Statistics over seeds for a sweep's table: a 95% confidence interval of a mean (Student's t),
+"""Statistics over seeds for a sweep's table: a 95% confidence interval of a mean (Student's t,
+clipped to the metric's possible range),
 and a method against the baseline paired by seed (the seeds where both reached the metric): the
 difference of accuracies, or the ratio baseline / method of a *_to metric (a speed-up), each with
 its 95% interval and the two-sided paired t-test's p-value (on log ratios for a ratio)."""
@@ -25,25 +26,30 @@ def t_p_value(t_stat: float, df: int) -> float:
     return float(2 * t.sf(abs(t_stat), df))
 
 
-def mean_ci(vals: list[float], level: float = LEVEL) -> tuple[float, float] | None:
-    """The t interval of the mean; None with fewer than 2 values."""
+def mean_ci(vals: list[float], level: float = LEVEL,
+            bounds: tuple[float, float] = (-math.inf, math.inf)) -> tuple[float, float] | None:
+    """The t interval of the mean, clipped to `bounds`, the values' possible range (an accuracy
+    in [0, 1], a count of rounds >= 0: a t interval of few seeds can reach past it, and no mean
+    can); None with fewer than 2 values."""
     if len(vals) < 2:
         return None
     m, sd = statistics.fmean(vals), statistics.stdev(vals)
     half = t_quantile(len(vals) - 1, level) * sd / math.sqrt(len(vals))
-    return m - half, m + half
+    return max(bounds[0], m - half), min(bounds[1], m + half)
 
 
-def _paired(d: list[float]) -> tuple[float, tuple[float, float] | None, float | None]:
-    """Mean of paired differences, its t interval and the t-test's p (None: fewer than 2 pairs;
-    p None as well when every difference is the same, where the test says nothing)."""
+def _paired(d: list[float], bounds: tuple[float, float] = (-math.inf, math.inf)
+            ) -> tuple[float, tuple[float, float] | None, float | None]:
+    """Mean of paired differences, its t interval (clipped to bounds) and the t-test's p (None:
+    fewer than 2 pairs; p None as well when every difference is the same, where the test says
+    nothing)."""
     m = statistics.fmean(d)
     if len(d) < 2:
         return m, None, None
     sd = statistics.stdev(d)
     if sd == 0:
         return m, (m, m), None
-    return m, mean_ci(d), t_p_value(m / (sd / math.sqrt(len(d))), len(d) - 1)
+    return m, mean_ci(d, bounds=bounds), t_p_value(m / (sd / math.sqrt(len(d))), len(d) - 1)
 
 
 def versus(mine: dict[Any, float | None], base: dict[Any, float | None], higher: bool
@@ -59,7 +65,7 @@ def versus(mine: dict[Any, float | None], base: dict[Any, float | None], higher:
         return out
     if higher:
         d = [float(mine[s]) - float(base[s]) for s in seeds]  # type: ignore[arg-type]
-        est, ci, p = _paired(d)
+        est, ci, p = _paired(d, (-1.0, 1.0))  # a difference of two rates
         out.update(estimate=est, p=p, lo=ci and ci[0], hi=ci and ci[1])
         return out
     if any(not (mine[s] > 0 and base[s] > 0) for s in seeds):  # type: ignore[operator]
@@ -71,7 +77,10 @@ def versus(mine: dict[Any, float | None], base: dict[Any, float | None], higher:
 
 
 def fmt_versus(v: dict[str, Any], higher: bool) -> str:
-    """'+0.0123 [-0.0040, +0.0286]' or '1.79x [1.21, 2.65]'; '-' where no seed pairs."""
+    """'+0.0123 [-0.0040, +0.0286]' or '1.79x [1.21, 2.65]'; '-' where no seed pairs;
+    'baseline' on the baseline's own row."""
+    if v.get("baseline"):
+        return "baseline"
     if v["estimate"] is None:
         return "-"
     if higher:

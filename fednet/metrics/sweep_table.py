@@ -47,6 +47,12 @@ class Metric:
         ratio (the *_to metrics)."""
         return self.kind in _READ
 
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """The metric's possible range (its interval is clipped to it): a rate in [0, 1], a
+        number of rounds, seconds or bytes >= 0."""
+        return (0.0, 1.0) if self.kind in _READ else (0.0, math.inf)
+
     def target(self, ref: float | None) -> float | None:
         """The accuracy a *_to metric waits for."""
         return None if self.x is None else self.x * (ref if ref is not None else 1.0)
@@ -128,9 +134,10 @@ def is_metric(key: str) -> bool:
     return key in _READ or key.split(":", 1)[0] in _TO
 
 
-def _stats(vals: list[float | None]) -> dict[str, Any]:
+def _stats(vals: list[float | None], bounds: tuple[float, float] = (-math.inf, math.inf)
+           ) -> dict[str, Any]:
     got = [v for v in vals if v is not None]
-    ci = mean_ci(got)
+    ci = mean_ci(got, bounds=bounds)
     return {"runs": len(vals), "reached": len(got),
             "mean": statistics.fmean(got) if got else None,
             "sd": statistics.stdev(got) if len(got) > 1 else None,
@@ -152,7 +159,7 @@ def evaluate(spec: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, A
     settings = []
     for (method, text), rs in groups.items():
         done = [r for r in rs if r["status"] in RESULTS]
-        st = _stats([r["value"] for r in done])
+        st = _stats([r["value"] for r in done], metric.bounds)
         shows = {k: _stats([r["show"].get(k) for r in done])["mean"] for k in spec.get("show", [])}
         fin = _stats([r["final_accuracy"] for r in done])["mean"]
         settings.append({"method": method, "setting": rs[0]["setting"], "text": text,
@@ -192,7 +199,10 @@ def evaluate(spec: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, A
                      "interrupted); their seeds are left out")
     base = next((b for b in best if b["method"] == spec.get("baseline")), None)
     for b in best if base is not None else []:
-        b["versus"] = versus(b["seeds"], base["seeds"], metric.difference)  # type: ignore[index]
+        b["versus"] = ({"baseline": True, "seeds": len(b["seeds"]),
+                        "pairs": sum(v is not None for v in b["seeds"].values()),
+                        "estimate": None, "lo": None, "hi": None, "p": None} if b is base else
+                       versus(b["seeds"], base["seeds"], metric.difference))  # type: ignore[index]
     return {"metric": metric.text, "settings": settings, "best": best, "notes": notes}
 
 
@@ -254,8 +264,8 @@ def render(spec: dict[str, Any], result: dict[str, Any], every: bool = True) -> 
                     f"{v['pairs']}/{v['seeds']}"]
         rows.append(row)
     parts = [_head(metric, spec.get("reference_accuracy")),
-             "best setting per method (mean over the seeds that reached it, its 95% t interval, "
-             "sample sd; seeds: reached / planned):", table(hdr, rows)]
+             "best setting per method (mean over the seeds that reached it, its 95% t interval "
+             "clipped to the metric's range, sample sd; seeds: reached / planned):", table(hdr, rows)]
     if base:
         parts.append(_versus_note(metric, base))
     if every:
