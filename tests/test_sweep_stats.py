@@ -142,3 +142,20 @@ def test_a_diverged_run_is_marked(tmp_path):
     _label(series)
     assert series[1]["label"].endswith("(diverged)") and series[1]["statuses"] == ["diverged"]
     assert T.RESULTS == ("completed", "budget_spent")  # (a DP run that spent its budget)
+
+
+def test_the_plots_star_is_the_tabled_mean_of_first_crossings():
+    """Seed 0 reaches 0.9 at round 2, seed 1 at round 6: the table says 4.0 rounds (their
+    mean); the mean curve crosses 0.9 only at round 6. The star is drawn at the table's 4.0."""
+    from fednet.metrics.plots import _first_reached
+    from fednet.metrics.sweep_table import parse_metric
+
+    def rows(first):
+        return [{"round": r, "accuracy": 0.95 if r + 1 >= first else 0.5, "sim_s": 1.5 * (r + 1),
+                 "bytes_total": 100 * (r + 1)} for r in range(8)]
+    runs = [rows(2), rows(6)]
+    m = parse_metric("rounds_to:0.9")
+    tabled = sum(m.of({}, r, None) for r in runs) / 2
+    assert tabled == 4.0 and _first_reached(runs, "round", 0.9) == 4.0
+    assert _first_reached(runs, "sim_time", 0.9) == 6.0
+    assert _first_reached([rows(99)], "round", 0.9) is None

@@ -206,8 +206,9 @@ def _label(series: list[dict[str, Any]]) -> None:
 
 def _draw(axs: Any, panels: list[tuple[str, str]], s: dict[str, Any], color: str,
           targets: list[tuple[float, str]]) -> None:
-    """One curve on every panel: the mean over seeds, the seeds' range shaded, a star where it
-    first reaches each target, an x at its end when a run did not complete."""
+    """One curve on every panel: the mean over seeds, the seeds' range shaded, a star on each
+    target's line at the mean of the seeds' first crossings (the table's value), an x at its
+    end when a run did not complete."""
     n = min(len(r) for r in s["runs"])
     accs, xss = [_acc(r[:n]) for r in s["runs"]], [_xs(r[:n]) for r in s["runs"]]
     mean = [sum(a[j] for a in accs) / len(accs) for j in range(n)]
@@ -221,14 +222,28 @@ def _draw(axs: Any, panels: list[tuple[str, str]], s: dict[str, Any], color: str
                            [max(c[j] for c in accs) for j in range(n)], color=color,
                            alpha=0.15, lw=0)
         for t, _ in set(targets):
-            hit = next((j for j in range(n) if mean[j] >= 100 * t), None)
-            if hit is not None:
-                a.plot([x[hit]], [mean[hit]], marker="*", ms=11, color=color, mec="k", mew=0.6,
+            first = _first_reached(s["runs"], key, t)
+            if first is not None:
+                a.plot([first], [100 * t], marker="*", ms=11, color=color, mec="k", mew=0.6,
                        zorder=5)
         mark = _end_marker(s["statuses"])
         if ends and mark:
             a.plot([x[ends[-1]]], [mean[ends[-1]]], marker=mark, ms=10, color=color, mec="k",
                    mew=0.6, zorder=5)
+
+
+def _first_reached(runs: list[list[dict[str, Any]]], key: str, target: float) -> float | None:
+    """The mean over seeds of each seed's first x at which its accuracy reached the target, over
+    the seeds that reached it: the value the sweep's table reports for a *_to metric (not where
+    the mean curve crosses, which can be rounds later); None when no seed reached it."""
+    firsts = []
+    for rows in runs:
+        xs = _xs(rows)[key]
+        j = next((j for j, r in enumerate(rows) if isinstance(r.get("accuracy"), (int, float))
+                  and r["accuracy"] >= target), None)  # the table's own test (sweep_table)
+        if j is not None:
+            firsts.append(xs[j])
+    return sum(firsts) / len(firsts) if firsts else None
 
 
 def _end_marker(statuses: list[str]) -> str | None:
@@ -246,7 +261,8 @@ def _title(series: list[dict[str, Any]], targets: list[tuple[float, str]], panel
     parts = [d for d in (describe(infos[0], shared),) if d]
     if targets:
         parts.append("dashed: " + ", ".join(f"{100 * t:.1f}% ({m})" for t, m in
-                                            sorted(set(targets))) + ", star: first reached")
+                                            sorted(set(targets)))
+                     + ", star: the mean of the seeds' first crossings (as tabled)")
     if any(len(s["runs"]) > 1 for s in series):
         parts.append("line: mean over seeds, shaded: their range")
     marks = {_end_marker(s["statuses"]) for s in series}
