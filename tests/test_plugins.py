@@ -210,3 +210,27 @@ def test_a_plugin_that_fails_to_import_shows_its_traceback_on_request(tmp_path, 
         plugins.load_modules([str(bad)])
     err = capsys.readouterr().err
     assert "Traceback" in err and "in f" in err
+
+
+def test_a_plugin_is_checked_when_it_loads(plugin_file, tmp_path):
+    """Issue 41 item 4: a Spec naming a class its file lacks is one line at load (not a
+    traceback at the first task), naming the file, the algorithm and the fix; a module that
+    registers nothing (`--plugin json`) is refused, not taken without a word."""
+    typo = tmp_path / "robust.py"
+    typo.write_text(textwrap.dedent('''
+        from fednet.api import Spec, Strategy, register
+        class TrimmedMean(Strategy):
+            pass
+        register(Spec("trimmed_typo", "a typo", "robust:TrimedMean",
+                      "fednet.algorithms.fedavg:FedAvgClient"))
+    '''))
+    with pytest.raises(ConfigError) as e:
+        plugins.load_modules([str(typo)])
+    assert str(e.value) == (
+        f"--plugin {typo}: algorithm 'trimmed_typo': its server class 'TrimedMean' cannot be "
+        "found (robust.py has no 'TrimedMean'); fix the Spec's server= \"module:Class\"")
+    with pytest.raises(ConfigError, match="TrimedMean"):  # again: not taken from the cache
+        plugins.load_modules([str(typo)])
+    with pytest.raises(ConfigError, match=r"^--plugin json: it registered nothing"):
+        plugins.load_modules(["json"])
+    plugins.load_modules([str(plugin_file)])  # a plugin that holds up loads

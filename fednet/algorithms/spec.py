@@ -5,6 +5,8 @@ plugin loader needs no import of the algorithms."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,6 +14,7 @@ from typing import Any
 from fednet import plugins
 from fednet.algorithms import params as P
 from fednet.config.declare import declared
+from fednet.errors import ConfigError
 
 
 BODY_KINDS = ("number", "number >= 0", "number or nan", "flag", "name", "count", "client ids",
@@ -90,3 +93,43 @@ def _entry_point(obj: Any) -> None:
 
 
 plugins.ENTRY_HANDLERS["algorithm"] = _entry_point
+
+
+def _missing_class(ref: str) -> str:
+    """Why a "module:Class" reference cannot be resolved now ('' when it can, or when its
+    module is not imported yet: importing it here could load torch for a listing of names)."""
+    module, _, attr = ref.partition(":")
+    if not attr:
+        return f"{ref!r} is not a \"module:Class\" reference"
+    mod = sys.modules.get(module)
+    if mod is None:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        return "" if found else f"no module named {module!r}"
+    obj: Any = mod
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            where = os.path.basename(mod.__file__ or module) \
+                if module.startswith("fednet_plugin_") else module  # a .py plugin: its file
+            return f"{where} has no {attr!r}"
+        obj = getattr(obj, part)
+    return "" if isinstance(obj, type) else f"{attr!r} is not a class"
+
+
+def _check_plugin_specs(ref: str, registered: list[tuple[str, str]]) -> None:
+    """A --plugin's algorithms name classes that exist (checked when it loads, by `fednet
+    plugins --plugin FILE` and by every run, not at the first task)."""
+    for kind, name in registered:
+        spec = REGISTRY.get(name) if kind == "algorithm" else None
+        for half, r in (("server", spec.server), ("client", spec.client)) if spec else ():
+            why = _missing_class(r)
+            if why:
+                shown = r.split(":", 1)[1] if r.startswith("fednet_plugin_") else r
+                raise ConfigError(f"--plugin {ref}: algorithm {name!r}: its {half} class "
+                                  f"{shown!r} cannot be found ({why}); fix the Spec's {half}= "
+                                  "\"module:Class\"")
+
+
+plugins.LOAD_CHECKS.append(_check_plugin_specs)

@@ -41,9 +41,14 @@ ENTRY_HANDLERS: dict[str, Callable[[Any], None]] = {}
 
 GROUPS = {"fednet.algorithms": "algorithm", "fednet.models": "model", "fednet.datasets": "dataset"}
 Plugin = tuple[str, str]  # (name, version): a distribution, or a --plugin module and its version
+LOAD_CHECKS: list[Callable[[str, list[tuple[str, str]]], None]] = []
+"""Run on each --plugin module once it is imported, with its reference and what it registered
+((kind, name) pairs): each raises ConfigError naming what is wrong (algorithms/spec.py checks
+that a Spec's classes exist)."""
 
 PROVIDERS: dict[tuple[str, str], Plugin] = {}  # (kind, name) -> the plugin that registered it
 LOADED: dict[str, Plugin] = {}                 # --plugin reference -> (reference, version)
+_REFUSED: dict[str, str] = {}                  # --plugin reference -> why its check failed
 DISTS: dict[str, str] = {}                     # distribution with fednet entry points -> version
 BROKEN: dict[str, str] = {}                    # "dist (group: name)" -> why it did not load
 PENDING: dict[str, dict[str, Any]] = {"model": {}, "dataset": {}}  # kind -> name -> entry point
@@ -266,11 +271,28 @@ def load_modules(refs: list[str]) -> list[Plugin]:
             finally:
                 _CURRENT.pop()
             LOADED[ref] = (ref, _version(mod))
-            for key, who in list(PROVIDERS.items()):
-                if who == plugin:
-                    PROVIDERS[key] = LOADED[ref]
+            mine = [key for key, who in PROVIDERS.items() if who == plugin]
+            for key in mine:
+                PROVIDERS[key] = LOADED[ref]
+            try:
+                _check_loaded(ref, mine)
+            except ConfigError as e:
+                _REFUSED[ref] = str(e)  # a second load in this process fails alike
+                raise
+        if ref in _REFUSED:
+            raise ConfigError(_REFUSED[ref])
         out.append(LOADED[ref])
     return out
+
+
+def _check_loaded(ref: str, registered: list[tuple[str, str]]) -> None:
+    """A --plugin module must register something (`--plugin json` imports a module of the
+    standard library and would be taken without a word), and what it registered must hold up."""
+    if not registered:
+        raise ConfigError(f"--plugin {ref}: it registered nothing (no algorithm, model, dataset, "
+                          "objective or codec): is it the right module? (docs/extending.md)")
+    for check in LOAD_CHECKS:
+        check(ref, registered)
 
 
 def named_in(path: Path) -> list[str]:
