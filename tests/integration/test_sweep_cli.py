@@ -52,7 +52,7 @@ def test_sweep_runs_every_cell_resumes_and_reports(fed, tmp_path):
         row = table[algo]
         assert row[1] == f"lr={best_lr}" and row[2] == f"{acc[f'{algo}__lr={best_lr}']:.4f}"
         assert row[3:5] == ["-", "-"] and row[6] == "1/1"  # one seed: no interval, no sd
-    assert table["fedavg"][-3:] == ["+0.0000", "-", "1/1"]  # vs itself: no test, one pair
+    assert table["fedavg"][-3:] == ["baseline", "-", "1/1"]  # its own row: one pair
     sweep = read_json(tmp_path / "sw" / "sweep.json")
     assert [c["name"] for c in sweep["cells"]] == names
     assert sweep["spec"]["command"][:4] == ["fednet", "sweep", "--out", "sw"]
