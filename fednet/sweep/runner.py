@@ -155,6 +155,7 @@ def run_sweep(o: Options, command: CellCommand,
     echo(f"fednet sweep: {len(cells) + bool(ref_cell)} cells, {len(todo)} to run "
          f"({o.jobs} at a time) into {root}")
     runner, t0, n = Runner(root, o.runtime, o.jobs), time.monotonic(), [0]
+    took: list[float] = []  # the seconds of each cell run so far
 
     def done(c: Cell, res: dict[str, Any]) -> None:
         if res["rc"] is None:
@@ -167,9 +168,9 @@ def run_sweep(o: Options, command: CellCommand,
                 + (f", final accuracy {acc:.4f}" if isinstance(acc, float) else "")
                 + f" ({res['seconds']:.1f}s")
         left = len(todo) - n[0]
-        if left:
-            per = (time.monotonic() - t0) / n[0]
-            line += f"; about {_dur(per * left)} left"
+        took.append(res["seconds"])
+        if left:  # cells take about their mean so far; o.jobs run at once
+            line += f"; about {_dur(sum(took) / len(took) * left / min(o.jobs, left))} left"
         echo(line + ")")
         if s.get("status") not in T.FINISHED:
             echo(f"  exit code {res['rc']}; {_last_line(root / c.folder / 'log.txt')} "
