@@ -49,8 +49,20 @@ _EXPORTS = {  # name -> the module that defines it
 __all__ = ["Experiment", "run", "options", "ConfigError", *_EXPORTS]  # noqa: PLE0604 - lazy names
 
 
+_RENAMED: dict[str, str] = {}
+"""Old public name -> its new name: still served, with a DeprecationWarning, for at least one
+minor version after the rename (docs/extending.md, "What is stable")."""
+
+
 def __getattr__(name: str) -> Any:
-    """The plugin API's names, imported on first use."""
+    """The plugin API's names, imported on first use (a renamed one with a warning)."""
+    if name in _RENAMED:
+        import warnings
+
+        new = _RENAMED[name]
+        warnings.warn(f"fednet.api.{name} is now fednet.api.{new}; the old name goes away in a "
+                      "later minor version", DeprecationWarning, stacklevel=2)
+        return __getattr__(new)
     if name not in _EXPORTS:
         raise AttributeError(f"module 'fednet.api' has no attribute {name!r}")
     import importlib

@@ -61,3 +61,20 @@ def test_the_plugin_api_is_one_module_and_the_example_uses_only_it():
     code = "import sys; from fednet.api import Spec, param, register; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"  # a Spec module stays free of torch
+
+
+def test_a_renamed_api_name_still_works_with_a_warning(monkeypatch):
+    """The deprecation path of docs/extending.md ("What is stable"): an old name is served with
+    a DeprecationWarning naming the new one."""
+    import warnings
+
+    import fednet.api as api
+
+    monkeypatch.setitem(api._RENAMED, "old_local_sgd", "local_sgd")
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        assert api.old_local_sgd is api.local_sgd
+    assert [str(w.message) for w in got] == [
+        "fednet.api.old_local_sgd is now fednet.api.local_sgd; the old name goes away in a "
+        "later minor version"]
+    assert all(w.category is DeprecationWarning for w in got)
