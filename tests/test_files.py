@@ -417,3 +417,8 @@ def test_a_resume_that_would_change_the_runs_settings_is_refused(run):
                            "would change them (config.toml keys): ")
     assert "train.lr 0.3 (the run has " in line and "seed 99 (the run has " in line
     assert snapshot(run) == before
+    for opt, key in (("--compress", "net.compress"), ("--secagg", "net.secagg")):
+        value = "int8" if opt == "--compress" else "plus"  # what travels changes the results
+        line = one_line(cli("local", "--resume", "run", opt, value, "-q"))
+        assert f"{key} '{value}' (the run has " in line, line
+        assert snapshot(run) == before
