@@ -159,3 +159,16 @@ def test_the_plots_star_is_the_tabled_mean_of_first_crossings():
     assert tabled == 4.0 and _first_reached(runs, "round", 0.9) == 4.0
     assert _first_reached(runs, "sim_time", 0.9) == 6.0
     assert _first_reached([rows(99)], "round", 0.9) is None
+
+
+def test_curves_are_not_labelled_by_where_their_runs_ran():
+    """Issue 41 item 7: two runs that differ in --port and --lr are told apart by lr only."""
+    from fednet.metrics.plots import _label
+
+    def series(port, lr):
+        return {"label": "fedavg", "info": {"algorithm": "fedavg"}, "runs": [[{}]],
+                "statuses": ["completed"], "seeds": ["0"],
+                "config": {"net.port": port, "train.lr": lr, "out": f"runs/{port}"}}
+    got = [series(0, 0.1), series(5555, 0.2)]
+    _label(got)
+    assert [s["label"] for s in got] == ["fedavg [lr=0.1]", "fedavg [lr=0.2]"]

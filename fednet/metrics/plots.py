@@ -179,6 +179,11 @@ def _series(sources: list[str]) -> tuple[list[dict[str, Any]], list[tuple[float,
     return _group_seeds([s for s in out if s["runs"] and s["runs"][0]]), targets
 
 
+_WHERE = ("net.host", "net.port", "net.round_timeout", "net.register_timeout", "out", "track",
+          "gpus", "train.threads", "plugins", "data.data_root", "data.download")
+"""Settings that say where and how a run's processes ran, not what it computed: never a label."""
+
+
 def _label(series: list[dict[str, Any]]) -> None:
     """Each label names what tells its curve apart: the keys that differ between the runs, the
     number of seeds, a status other than completed, seeds of unequal length."""
@@ -187,7 +192,8 @@ def _label(series: list[dict[str, Any]]) -> None:
             s["label"] += ", mean client accuracy" if s["info"].get("eval") == "clients" else ""
     differ = [k for k in _INFO if len({s["info"].get(k) for s in series}) > 1]
     confs = [s["config"] for s in series if s["config"]]
-    keys = sorted({k for c in confs for k in c if len({repr(d.get(k)) for d in confs}) > 1}
+    keys = sorted({k for c in confs for k in c if len({repr(d.get(k)) for d in confs}) > 1
+                   and not k.startswith(_WHERE)}
                   - {"algo.name", "data.partition", "data.dataset", "clients", "tuned"})
     for s in series:
         more = [f"{k} {s['info'].get(k)}" for k in differ if str(s["info"].get(k)) not in s["label"]]
