@@ -20,13 +20,13 @@ T0 = time.perf_counter()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
 from fednet.config import RunConfig  # noqa: E402
 from fednet.data import load_dataset, natural, run_partition, run_test_split  # noqa: E402
 from fednet.data.client_data import client_data  # noqa: E402
 from fednet.data.datasets import NATURAL  # noqa: E402
 from fednet.models import build_model  # noqa: E402
+from benchlib.plain import fedavg_round  # noqa: E402
 
 
 def main() -> None:
@@ -60,26 +60,10 @@ def main() -> None:
     acc = 0.0
     for _ in range(a.rounds):
         chosen = rng.choice(a.clients, per_round, replace=False)
-        sums = {k: torch.zeros_like(v, dtype=torch.float64) for k, v in global_state.items()}
-        total = 0
-        for cid in chosen:
-            cd = client_data(ds, cfg.data, a.clients, a.seed, int(cid), parts[cid])
-            x, y = torch.from_numpy(cd.x), torch.from_numpy(np.ascontiguousarray(cd.y))
-            model.load_state_dict(global_state)
-            opt = torch.optim.SGD(model.parameters(), lr=t.lr, momentum=t.momentum,
-                                  weight_decay=t.weight_decay)
-            model.train()
-            for _ in range(t.epochs):
-                for b in torch.randperm(len(y), generator=gen).split(t.batch_size):
-                    opt.zero_grad()
-                    F.cross_entropy(model(x[b]), y[b]).backward()
-                    opt.step()
-            n = len(y)
-            total += n
-            for k, v in model.state_dict().items():
-                sums[k] += n * v.double()
-        global_state = {k: (s / max(total, 1)).to(global_state[k].dtype) for k, s in sums.items()}
-        model.load_state_dict(global_state)
+        clients = ((torch.from_numpy(cd.x), torch.from_numpy(np.ascontiguousarray(cd.y)))
+                   for cd in (client_data(ds, cfg.data, a.clients, a.seed, int(cid), parts[cid])
+                              for cid in chosen))
+        global_state = fedavg_round(model, global_state, clients, t, gen)
         model.eval()
         with torch.no_grad():
             acc = float((model(tx).argmax(1) == ty).float().mean())

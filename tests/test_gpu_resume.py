@@ -24,6 +24,7 @@ import torch
 
 from tests.conftest import small_config
 from tests.harness import BYTE_KEYS as KEYS
+from tests.harness import golden
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -74,25 +75,13 @@ def _state_tensors(obj, out: list) -> list:
 def _local(cfg, **kw):
     """(summary, final model, the clients' state tensors) of a fednet local run, or None when
     it was stopped."""
-    import fednet.core.inproc as inproc
     from fednet.core.inproc import run_local
 
-    seen: list = []
-    original = inproc.InprocDispatcher
-
-    class Recording(original):  # type: ignore[misc, valid-type]
-        def __init__(self, session) -> None:
-            super().__init__(session)
-            seen.append(self)
-
-    inproc.InprocDispatcher = Recording
-    try:
+    with golden.capture_dispatcher() as seen:
         try:
             summary = run_local(cfg, quiet=True, **kw)
         except Stop:
             return None
-    finally:
-        inproc.InprocDispatcher = original
     with np.load(Path(cfg.out) / "final_model.npz", allow_pickle=False) as z:
         model = {k: z[k] for k in z.files}
     state = {cid: _state_tensors(ex.ctx.state, []) for cid, ex in seen[0].executors.items()}

@@ -16,6 +16,8 @@ parts       the device check's parts, each a subprocess under a shared time budg
 trace       `fednet launch` in a process whose steps are time-stamped (bench_launch.py (d),
             bench_many.py's scale part), and the fork probe
 timing      a round's time split from round_timing_plugin.py's events (bench_many.py's big part)
+plain       the plain PyTorch FedAvg round fednet is timed against (plain_loop.py,
+            gpu_children.py)
 golden_record  what golden.py hashes: arrays, the clients' models and state after a run
 trust       the trust-boundary harness of bench_trust.py: `fednet server`/`clients`
             processes, raw ZMTP connections, an insider's READY(hello)

@@ -72,7 +72,8 @@ def child_plain(a: argparse.Namespace) -> None:
     line with the per-round times."""
     import numpy as np
     import torch
-    import torch.nn.functional as F
+
+    from benchlib.plain import fedavg_round
 
     from fednet.config import from_dict
     from fednet.data import load_dataset, run_partition, run_test_split
@@ -106,26 +107,8 @@ def child_plain(a: argparse.Namespace) -> None:
     for _ in range(a.rounds):
         sync()
         r0 = time.perf_counter()
-        sums = {k: torch.zeros_like(v, dtype=torch.float64) for k, v in global_state.items()}
-        total = 0
-        for idx in idxs:
-            x, y = xs[idx], ys[idx]
-            model.load_state_dict(global_state)
-            opt = torch.optim.SGD(model.parameters(), lr=t.lr, momentum=t.momentum,
-                                  weight_decay=t.weight_decay)
-            model.train()
-            for _ in range(t.epochs):
-                for b in torch.randperm(len(y), generator=gen).split(t.batch_size):
-                    b = b.to(dev)
-                    opt.zero_grad()
-                    F.cross_entropy(model(x[b]), y[b]).backward()
-                    opt.step()
-            n = len(y)
-            total += n
-            for k, v in model.state_dict().items():
-                sums[k] += n * v.double()
-        global_state = {k: (s / max(total, 1)).to(global_state[k].dtype) for k, s in sums.items()}
-        model.load_state_dict(global_state)
+        global_state = fedavg_round(model, global_state,
+                                    ((xs[idx], ys[idx]) for idx in idxs), t, gen)
         sync()
         r1 = time.perf_counter()
         with torch.no_grad():

@@ -18,9 +18,23 @@ pytestmark = [pytest.mark.net, pytest.mark.slow]
 FEDSEQ = {"min_samples": 1400, "max_clients": 4, "superclient_fraction": 1.0, "pretrain_epochs": 1}
 
 
+def _fedseq_in_process_and_over_one_host(tmp_path):
+    """FedSeq on 4 clients under fednet local (the reference: its summary and final model),
+    then served to one client host of the 4 (its summary, which must have completed)."""
+    from fednet.client.main import run_host
+
+    cfg = small_config(clients=4, rounds=2, algo={"name": "fedseq", "params": FEDSEQ})
+    ref, ref_model = final_model(cfg, tmp_path, "ref")
+    t, box = serve_in_thread(cfg, tmp_path / "run")
+    code = run_host([0, 1, 2, 3], box["endpoint"], register_timeout=30)
+    t.join(120)
+    s = box["summary"]
+    assert code == 0 and s["status"] == "completed" and not s["failures"]
+    return ref, ref_model, s
+
+
 def test_a_hop_done_after_the_result_is_counted_once(tmp_path, monkeypatch):
     from fednet.client.app import Client
-    from fednet.client.main import run_host
 
     held: list = []
     orig = Client._send_server
@@ -37,13 +51,7 @@ def test_a_hop_done_after_the_result_is_counted_once(tmp_path, monkeypatch):
                 orig(c, m)  # and once more: a duplicate must not count twice
         return n
     monkeypatch.setattr(Client, "_send_server", late_hop_done)
-    cfg = small_config(clients=4, rounds=2, algo={"name": "fedseq", "params": FEDSEQ})
-    ref, ref_model = final_model(cfg, tmp_path, "ref")
-    t, box = serve_in_thread(cfg, tmp_path / "run")
-    code = run_host([0, 1, 2, 3], box["endpoint"], register_timeout=30)
-    t.join(120)
-    s = box["summary"]
-    assert code == 0 and s["status"] == "completed" and not s["failures"]
+    ref, ref_model, s = _fedseq_in_process_and_over_one_host(tmp_path)
     assert s["bytes"]["client_to_client"] > 0
     assert {k: s["bytes"][k] for k in KEYS} == {k: ref["bytes"][k] for k in KEYS}
     assert s["messages"] == ref["messages"]  # each hand-off and its ack, as fednet local counts
@@ -58,7 +66,6 @@ def test_a_hand_off_report_that_lies_about_its_bytes_is_counted_as_the_server_si
     the HANDOFF and its acknowledgement at the sizes its own TASK and the model's layout give
     (server/hops.py), so the ledger is the in-process run's, every field and message."""
     from fednet.client.app import Client
-    from fednet.client.main import run_host
 
     orig = Client._send_server
 
@@ -68,13 +75,7 @@ def test_a_hand_off_report_that_lies_about_its_bytes_is_counted_as_the_server_si
             msg.body["peer_tensor_bytes"] *= 100
         return orig(self, msg, track)
     monkeypatch.setattr(Client, "_send_server", inflated)
-    cfg = small_config(clients=4, rounds=2, algo={"name": "fedseq", "params": FEDSEQ})
-    ref, _ = final_model(cfg, tmp_path, "ref")
-    t, box = serve_in_thread(cfg, tmp_path / "run")
-    code = run_host([0, 1, 2, 3], box["endpoint"], register_timeout=30)
-    t.join(120)
-    s = box["summary"]
-    assert code == 0 and s["status"] == "completed" and not s["failures"]
+    ref, _, s = _fedseq_in_process_and_over_one_host(tmp_path)
     got, want = s["bytes"], ref["bytes"]
     assert got["client_to_client"] == want["client_to_client"] > 0
     assert got["tensor_bytes"] == want["tensor_bytes"] and s["messages"] == ref["messages"]
