@@ -95,7 +95,7 @@ def _close(a: dict, b: dict) -> bool:
 @pytest.mark.parametrize("algo", ["scaffold", "feddyn"])
 def test_a_local_run_with_client_state_on_cuda_resumes(algo, tmp_path):
     ref, ref_model, ref_state = _local(_config(algo, tmp_path / "ref"))
-    assert set(ref["devices"].values()) == {"cuda:0"}
+    assert set(ref["devices"]) == {"cuda:0"}
     assert any(t.is_cuda for ts in ref_state.values() for t in ts), "client state on CUDA"
     cfg = _config(algo, tmp_path / "run")
     assert _local(cfg, prepare=_stop_after(STOP)) is None
@@ -103,7 +103,7 @@ def test_a_local_run_with_client_state_on_cuda_resumes(algo, tmp_path):
     assert saved["rounds_done"] == STOP and saved["client_state"] == "checkpoint"
     got, model, state = _local(cfg, resume=True)
     assert got["status"] == "completed" and got["rounds"] == ref["rounds"] == 4
-    assert set(got["devices"].values()) == {"cuda:0"}
+    assert set(got["devices"]) == {"cuda:0"}
     tensors = [t for ts in state.values() for t in ts]
     assert tensors and all(t.is_cuda for t in tensors), "resumed client state back on CUDA"
     assert state.keys() == ref_state.keys()
@@ -160,7 +160,7 @@ def test_a_killed_gpu_launch_with_client_state_on_cuda_resumes(tmp_path):
                          env=env, capture_output=True, text=True, timeout=240)
     assert ref.returncode == 0, ref.stderr[-3000:]
     s_ref = json.loads((tmp_path / "ref" / "summary.json").read_text())
-    assert set(s_ref["devices"].values()) == {"cuda:0"}
+    assert set(s_ref["devices"]) == {"cuda:0"}
     run = tmp_path / "run"
     p = subprocess.Popen(_fednet("launch", *ARGS, *same, "--out", str(run)), env=env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -188,7 +188,7 @@ def test_a_killed_gpu_launch_with_client_state_on_cuda_resumes(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     s = json.loads((run / "summary.json").read_text())
     assert s["status"] == "completed" and s["rounds"] == 6
-    assert set(s["devices"].values()) == {"cuda:0"}
+    assert set(s["devices"]) == {"cuda:0"}
     rows = [json.loads(x) for x in metrics.read_text().splitlines()]
     assert [r["round"] for r in rows] == list(range(6))
     with np.load(run / "final_model.npz") as a, np.load(tmp_path / "ref" / "final_model.npz") as b:

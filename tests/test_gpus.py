@@ -42,7 +42,7 @@ def test_client_trains_on_cuda(tmp_path):
     from tests.conftest import small_config
 
     s = run_local(small_config(gpus=[0], out=str(tmp_path)), quiet=True)
-    assert set(s["devices"].values()) == {"cuda:0"}
+    assert set(s["devices"]) == {"cuda:0"}
     assert s["final_accuracy"] > 0.3
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from benchlib.gpu_children import CONTEXT_MARKS
 from benchlib.gpu_device import DeviceMemory
 from benchlib.parts import Runner, last_json
+from fednet.metrics.report import device_counts
 
 MiB = 1 << 20
 SCRIPT = Path(__file__).resolve().parents[1] / "gpu_check.py"
@@ -117,7 +118,7 @@ def read_run(out: Path) -> dict[str, Any]:
     rnd, each = per_round([float(r["wall_s"]) for r in rows])
     return {"round_s": rnd, "rounds_s": each, "ready_s": s.get("ready_s"),
             "choice": s.get("clients_per_process", {}), "accuracy": s.get("final_accuracy"),
-            "status_run": s.get("status"), "devices": sorted(set(s.get("devices", {}).values())),
+            "status_run": s.get("status"), "devices": sorted(device_counts(s)),
             "client_pss_bytes": s.get("client_pss_bytes"),
             "server_peak_rss_bytes": s.get("server_peak_rss_bytes"),
             "total_wall_s": s.get("total_wall_s")}

@@ -159,7 +159,7 @@ HOST_PER_PROCESS = click.option(  # fednet clients: its processes' own packing
 
 
 RESUME_MAY_CHANGE = ("rounds", "gpus", "train.threads", "plugins", "data.data_root",
-                     "data.download", "out", "track",
+                     "data.download", "out", "track", "population_file",
                      *(f"net.{k}" for k in ("host", "port", "round_timeout", "register_timeout",
                                             "secure", "ack_timeout", "ack_retries", "dead_peer",
                                             "checkpoint_every", "max_inflight",

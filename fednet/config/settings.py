@@ -244,6 +244,10 @@ class RunConfig:
         "files; default OUT/tensorboard) or mlflow[:URI] (default MLFLOW_TRACKING_URI, else "
         "MLflow's own; experiment MLFLOW_EXPERIMENT_NAME, else fednet). Needs pip install "
         "'fednet[tensorboard]' or 'fednet[mlflow]'", option="--track", metavar="TOOL[:WHERE]")
+    population_file: bool = setting(
+        False, "Also write OUT/population.npz: every client's size, label counts, latency profile "
+        "and tasks, as columns (clients.jsonl holds only the clients that took part)",
+        option="--population-file/--no-population-file")
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)

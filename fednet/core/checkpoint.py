@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from fednet.algorithms.state import Shapes, check_model, decode, encode
-from fednet.core import state_files
+from fednet.core import participants, state_files
 from fednet.core.status import ENDED
 from fednet.config import RunConfig
 from fednet.errors import ConfigError
@@ -58,6 +58,7 @@ def save(out: Path, algo: Any, driver: Any, clients: ClientStates | None = None,
     that its sessions share (core/state_files.lineage); `manifest`: the clients' store on this
     disk, brought up to date here (state_files.Manifest; None: no store, or not on this disk)."""
     arrays, meta = encode(algo.state, _server_prefix)
+    arrays.update(driver.participants.arrays())
     client_meta = _client_arrays(clients, arrays)
     state = {"rounds_done": driver.rounds_done, "sim_time": driver.sim_time,
              "ledger": ledger or driver.ledger.totals(), "failures": driver.failures,
@@ -293,9 +294,11 @@ def load(run_dir: str | Path, algo: Any, cfg: RunConfig, shapes: Shapes,
     fail_json = lambda m: chk.fail(js, m)  # noqa: E731
     server, used = decode(type(algo.state), arrays, state["algo"], _server_prefix, shapes, fail,
                           fail_json)
-    for k in sorted(set(arrays) - used - set(STORE_KEYS)):
+    for k in sorted(set(arrays) - used - set(STORE_KEYS) - set(participants.KEYS)):
         chk.need(k.startswith("client/"), npz, f"array '{k}' does not belong to this model")
     state["_manifest"] = _manifest(chk, npz, arrays, state, cfg)
+    state["_participants"] = participants.Participants.of(
+        arrays, cfg.clients, lambda ok, problem: chk.need(ok, npz, problem))
     clients = _clients(chk, npz, js, arrays, state, shapes, client.State)
     saved = state.get("client_state", "files")
     if client.stateful() and saved == "checkpoint" and not local:

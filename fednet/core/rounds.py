@@ -12,6 +12,7 @@ from fednet.algorithms.contract import NOT_STAGED, StagedStrategy, Strategy
 from fednet.compress.downlink import Downlink
 from fednet.config import RunConfig
 from fednet.core.arrivals import Arrivals
+from fednet.core.participants import Participants
 from fednet.core.state_files import NO_MANIFEST, Manifest
 from fednet.core.summary import run_summary
 from fednet.core.status import RunStatus
@@ -77,6 +78,7 @@ class RoundDriver:
         self.sim_time = 0.0
         self.rounds_done = 0
         self.setup_stats: dict[str, Any] = {}
+        self.participants = Participants()  # tasks per client that had one (clients.jsonl)
         # the last round is checkpointed (--checkpoint-every, or a resumed run: its checkpoint
         # must never stay behind the rounds it finished, core/checkpoint._check_history)
         self.keep_last = bool(cfg.net.checkpoint_every)
@@ -188,6 +190,7 @@ class RoundDriver:
         self.progress.message(f"setup stage done: {groups} superclient{plural}, grouped in "
                               f"{took:.2f}s" if groups is not None
                               else f"setup stage done ({took:.2f}s)")
+        self.participants.commit()
         self.setup_stats["sim_s"] = self.sim_time
         self.setup_stats["bytes"] = self.ledger.round_totals(-1)
         self.logged = (0, self.sim_time, self.ledger.totals(), self.ledger.messages)
@@ -202,6 +205,7 @@ class RoundDriver:
         self.setup_stats = dict(state.get("setup", {}))
         self.ledger.add_totals(-2, {k: int(v) for k, v in state["ledger"].items()})
         self.segments = list(state.get("segments", []))
+        self.participants = state.get("_participants") or Participants()
         self.wall_before = float(sum(s["wall_s"] for s in self.segments))
         self.logged = (self.rounds_done, self.sim_time, self.ledger.totals(), self.ledger.messages)
 
@@ -220,6 +224,7 @@ class RoundDriver:
             for t in tasks:
                 t.body = {**t.body, "ckpt": ckpt}
             self.manifest.touch(c for t in tasks for c in t.route)  # files that may change
+        self.participants.note(tasks)
         for t in tasks:  # as they travel (--compress-down; else as they are)
             t.wire, t.arrays = self.downlink.encode(t.arrays, t.task_id, t.round)
         return tasks
@@ -309,6 +314,7 @@ class RoundDriver:
         metrics = {**metrics, **self.churn.row(rnd, span)}  # online, waits, skipped peers
         row = self._log(last, acc, loss, metrics, self.sim_time, _seen(order, base))
         self.rounds_done = last + 1
+        self.participants.commit()
         self.mark = (self.ledger.totals(), self.algo.state.next_task, self.sim_time)
         self.mutating = False
         return row

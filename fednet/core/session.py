@@ -273,6 +273,8 @@ class Session:
         if self.out is None:
             return summary
         self.history.clients(self._client_rows(clients))
+        if self.cfg.population_file:
+            self.history.population(self._population())
         self._write_model()
         self._plots()
         if "server_peak_rss_bytes" in summary:  # the whole run's, its outputs included
@@ -282,18 +284,38 @@ class Session:
         return summary
 
     def _client_rows(self, clients: list[ClientInfo]) -> list[dict[str, Any]]:
-        """clients.jsonl: each client's size, labels, device, host and profile."""
+        """clients.jsonl: each client that took part (was given a task, setup stages included),
+        with its size, labels, device, host, profile and task count; the population is
+        summary.json's `partition` (and population.npz with --population-file)."""
         by_cid = {c.cid: c for c in clients}
-        bad = set(malicious_ids(self.cfg))
+        took = self.driver.participants.tasks
+        bad = set(malicious_ids(self.cfg)) if self.cfg.attack.name != "none" else None
         rows = []
-        for cid in range(self.cfg.clients):
+        for cid in sorted(took):
             c = by_cid.get(cid)
             rows.append({"client": cid, "samples": part_size(self.parts, cid),  # (no rows built)
-                         "labels": self.histograms[cid], "device": c.device if c else None,
+                         "labels": self.histograms[cid], "tasks": took[cid],
+                         "device": c.device if c else None,
                          "host": c.host if c else None, "endpoint": c.endpoint if c else None,
                          "profile": self.profiles[cid].to_dict(),
-                         **({"malicious": cid in bad} if self.cfg.attack.name != "none" else {})})
+                         **({"malicious": cid in bad} if bad is not None else {})})
         return rows
+
+    def _population(self) -> dict[str, np.ndarray]:
+        """population.npz's columns, row i for client i: samples, tasks, the latency profile's
+        four fields (0 bandwidth: unlimited), malicious (with --attack) and labels (clients x
+        classes; of the described clients only, for a natural dataset that describes a sample)."""
+        n = self.cfg.clients
+        took = self.driver.participants.tasks
+        profiles = [p.to_dict() for p in self.profiles]
+        cols = {"samples": np.fromiter((part_size(self.parts, c) for c in range(n)), np.int64, n),
+                "tasks": np.fromiter((took.get(c, 0) for c in range(n)), np.int64, n),
+                **{k: np.array([p[k] for p in profiles], np.float64) for k in profiles[0]}}
+        hists = getattr(self.histograms, "hists", None)  # natural: the described clients'
+        cols["labels"] = np.asarray(self.histograms if hists is None else hists, np.int64)
+        if self.cfg.attack.name != "none":
+            cols["malicious"] = np.isin(np.arange(n), malicious_ids(self.cfg))
+        return cols
 
     def _write_model(self) -> None:
         with atomic_file(self.out / "final_model.npz") as fh:  # plain arrays (allow_pickle=False)

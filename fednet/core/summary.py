@@ -34,7 +34,7 @@ def run_summary(d: Any, clients: list[ClientInfo], extra: dict[str, Any] | None 
                          "bytes": tot["rejects_sent"]},
         "messages": messages, "control_messages": tot.get("control_messages", 0),
         **({"bytes_by_stage": st} if (st := d.ledger.stage_totals()) else {}),
-        "devices": {str(c.cid): c.device for c in sorted(clients, key=lambda c: c.cid)},
+        "devices": devices_of(clients),
         "failures": d.failures, "seed": d.cfg.seed,
     }
     if d.segments:  # a resumed run: every segment (rounds [from, to), wall-clock)
@@ -52,6 +52,16 @@ def run_summary(d: Any, clients: list[ClientInfo], extra: dict[str, Any] | None 
     out.update(d.algo.report())  # e.g. differential privacy's `dp`
     out.update(extra or {})
     return out
+
+
+def devices_of(clients: list[ClientInfo]) -> dict[str, int]:
+    """The clients on each device ({"cuda:0": 50, "cuda:1": 50}): each client's own is in
+    clients.jsonl (run folders of older fednet hold a map of every client to its device
+    here: metrics/report.device_counts reads both)."""
+    counts: dict[str, int] = {}
+    for c in clients:
+        counts[c.device] = counts.get(c.device, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def robust_summary(cfg: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from fednet.errors import ConfigError
+from fednet.data.stats import population
 
 
 class Natural(Protocol):
@@ -192,7 +193,7 @@ def summary(ds: Any, d: Any, num_clients: int, seed: int
                  "max_size": int(sizes.max()) if k else 0,
                  "std_size": float(sizes.std()) if k else 0.0,
                  "mean_classes": float((hists > 0).sum(axis=1).mean()) if k else 0.0,
-                 "mean_balance": float(balance.mean()) if k else 0.0}
+                 "mean_balance": float(balance.mean()) if k else 0.0, **population(hists)}
         return stats, Histograms(hists, num_clients), hists if k == num_clients else None
 
     return _memo(ds, d, num_clients, seed, "summary", make)

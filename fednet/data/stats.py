@@ -1,4 +1,5 @@
-"""Label statistics of datasets and client partitions (for logs, clients.jsonl and tests)."""
+"""Label statistics of datasets and client partitions (for logs, summary.json's `partition`,
+clients.jsonl and tests)."""
 from __future__ import annotations
 
 import numpy as np
@@ -33,4 +34,24 @@ def partition_summary(parts: list[np.ndarray], labels: np.ndarray, num_classes: 
         "std_size": float(sizes.std()) if sizes.size else 0.0,
         "mean_classes": float((hists > 0).sum(axis=1).mean()) if sizes.size else 0.0,
         "mean_balance": float(balance.mean()) if sizes.size else 0.0,
+        **population(hists),
     }
+
+
+QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+
+
+def population(hists: np.ndarray) -> dict:
+    """The population in summaries that do not grow with it: the quantiles (QUANTILES) of the
+    clients' sizes and of their classes, and the samples of each class over all clients."""
+    hists = np.asarray(hists, dtype=np.int64)
+    if not hists.shape[0]:
+        return {"size_quantiles": {}, "classes_quantiles": {}, "label_counts": []}
+    sizes, classes = hists.sum(axis=1), (hists > 0).sum(axis=1)
+
+    def at(x: np.ndarray) -> dict[str, float]:
+        return {f"p{round(q * 100)}": float(v)
+                for q, v in zip(QUANTILES, np.quantile(x, QUANTILES))}
+
+    return {"size_quantiles": at(sizes), "classes_quantiles": at(classes),
+            "label_counts": [int(v) for v in hists.sum(axis=0)]}

@@ -1,4 +1,5 @@
-"""The results folder: config.toml, metrics.jsonl (flushed every round), clients.jsonl, summary.json.
+"""The results folder: config.toml, metrics.jsonl (flushed every round), clients.jsonl,
+population.npz (when asked), summary.json.
 
 Every file except metrics.jsonl is replaced atomically (metrics/files.py); metrics.jsonl is
 appended one row per round, and rewritten atomically when a resumed run cuts it back."""
@@ -12,14 +13,16 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
+
 from fednet.config import RunConfig, to_toml
 from fednet.errors import ConfigError
-from fednet.metrics.files import (OutputError, clean_json, make_dir, remove, write_json,
-                                  write_jsonl, write_text)
+from fednet.metrics.files import (OutputError, atomic_file, clean_json, make_dir, remove,
+                                  write_json, write_jsonl, write_text)
 
 # What a run writes into its folder; a fresh run in an existing folder (--overwrite) removes the
 # previous run's files first, so that nothing stale (a checkpoint, a summary) is left beside it.
-RESULT_FILES = ("summary.json", "clients.jsonl", "final_model.npz", "accuracy_vs_round.png",
+RESULT_FILES = ("summary.json", "clients.jsonl", "population.npz", "final_model.npz", "accuracy_vs_round.png",
                 "accuracy_vs_sim_time.png", "accuracy_vs_bytes.png", "accuracy_vs_epsilon.png",
                 "mlflow.json", "server.json")
 RESULT_DIRS = ("checkpoint", "checkpoint.old", "checkpoint.tmp", "tensorboard")
@@ -99,6 +102,12 @@ class History:
         """Per-client statistics (one JSON object per line)."""
         if self.out is not None:
             write_jsonl(self.out / "clients.jsonl", rows)
+
+    def population(self, columns: dict[str, Any]) -> None:
+        """population.npz (--population-file): one array per column, a row per client."""
+        if self.out is not None:
+            with atomic_file(self.out / "population.npz") as fh:  # plain arrays
+                np.savez(fh, **columns)
 
     def log_round(self, row: dict[str, Any]) -> None:
         """Append one round and flush it to disk at once."""

@@ -116,11 +116,8 @@ def summary_rows(s: dict[str, Any], info: dict[str, str] | None = None) -> list[
         rows.append((label, _fmt(s.get("server_peak_rss_bytes"), "bytes")))
     if s.get("client_pss_bytes"):
         rows.append(("client memory (PSS)", _fmt(s.get("client_pss_bytes"), "bytes")))
-    devices = s.get("devices") or {}
-    if devices:
-        counts: dict[str, int] = {}
-        for d in devices.values():
-            counts[str(d)] = counts.get(str(d), 0) + 1
+    counts = device_counts(s)
+    if counts:
         rows.append(("devices", ", ".join(f"{d} x{n}" for d, n in sorted(counts.items()))))
     if s.get("failures"):
         rows.append(("failures", str(len(s["failures"]))))
@@ -313,3 +310,15 @@ def run_note(summary: dict[str, Any]) -> str | None:
     if summary.get("status") == "budget_spent":
         return str((summary.get("dp") or {}).get("stopped") or "the privacy budget is spent")
     return None
+
+
+def device_counts(s: dict[str, Any]) -> dict[str, int]:
+    """summary.json's clients per device: {device: count}, or (older run folders) a map of
+    every client id to its device, counted here."""
+    devices = s.get("devices") or {}
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in devices.values()):
+        return {str(d): int(n) for d, n in devices.items()}
+    counts: dict[str, int] = {}
+    for d in devices.values():
+        counts[str(d)] = counts.get(str(d), 0) + 1
+    return counts

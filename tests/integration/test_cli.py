@@ -192,7 +192,7 @@ def test_launch_writes_every_result_file_and_report_compares_runs(fed, tmp_path)
     b = s["bytes"]
     assert b["server_to_client"] > b["tensor_bytes"] / 2 > 0 and b["client_to_server"] > 0
     assert b["client_to_client"] == 0  # FedAvg: a star, no peer traffic
-    assert s["devices"] == {"0": "cpu", "1": "cpu", "2": "cpu"}
+    assert s["devices"] == {"cpu": 3}
     assert s["failures"] == [] and s["client_exit_codes"] == {}
     rows = jsonl(out / "metrics.jsonl")
     assert [r["round"] for r in rows] == [0, 1]
