@@ -11,7 +11,8 @@ loop stays FedAvg, so its ratio then compares unlike work). Per
 run: the whole command's seconds, the seconds before the first round started (command start to
 round 0's start: imports, data, registration; from when metrics.jsonl got its first row, less
 that round's wall-clock), the median round wall-clock (rounds 1.. when there are
-several) and its ratio to the plain loop's round, the peak of the summed resident memory of the
+several) and its ratio to the plain loop's round, the seconds from the last round's end to the command's exit, the
+bytes written into the run folder besides the final model, the peak of the summed resident memory of the
 command and every process it started (sampled every 0.2 s), and the final accuracy (the loop
 and fednet train the same clients' data; they draw different cohorts, so their accuracies
 differ a little). A run whose processes together pass --limit-mb is killed and reported so.
@@ -48,12 +49,22 @@ def fednet_run(runtime: str, n: int, a: argparse.Namespace, out: Path) -> dict[s
         s, rows = summary(out), metrics(out)
         walls = [rows[0]["wall_s"]] + [b["wall_s"] - a_["wall_s"] for a_, b in zip(rows, rows[1:])]
         first = r["first_row_s"]  # round 0 ended then; it took rows[0]["wall_s"]
+        last = r["last_row_s"]
         r.update(status=s["status"], accuracy=s.get("final_accuracy"),
                  round_s=median(walls[1:] or walls), ready_s=s.get("ready_s"),
-                 before_first_round_s=None if first is None else first - rows[0]["wall_s"])
+                 before_first_round_s=None if first is None else first - rows[0]["wall_s"],
+                 after_last_round_s=None if last is None else r["seconds"] - last,
+                 folder_bytes=folder_bytes(out))
     else:
         r["status"] = "killed (memory)" if r["killed"] else f"no summary (rc {r['rc']})"
     return r
+
+
+def folder_bytes(out: Path) -> int:
+    """The bytes a run wrote into its folder, its final model aside (issue 43: <= 10 MB at a
+    million clients)."""
+    return sum(f.stat().st_size for f in out.rglob("*") if f.is_file()
+               and f.name != "final_model.npz")
 
 
 def loop_run(n: int, a: argparse.Namespace) -> dict[str, Any]:
@@ -123,10 +134,13 @@ def main() -> None:
                     r["vs_loop"] = r["round_s"] / loop["round_s"]
                 results.append(r)
     rows = [[r["population"], r["runtime"], r["status"], r.get("before_first_round_s"),
-             r.get("round_s"), r.get("vs_loop"), r["peak_mb"], r.get("accuracy"), r["seconds"]]
+             r.get("round_s"), r.get("vs_loop"), r.get("after_last_round_s"), r["peak_mb"],
+             None if r.get("folder_bytes") is None else r["folder_bytes"] / 1e6,
+             r.get("accuracy"), r["seconds"]]
             for r in results]
     print(table(["population", "runtime", "status", "before round 0 s", "round s", "x loop",
-                 "peak MB (all processes)", "accuracy", "command s"], rows))
+                 "last round -> exit s", "peak MB (all processes)", "folder MB (no model)",
+                 "accuracy", "command s"], rows))
     data = {"machine": machine(), "commit": git_state(), "args": vars(a), "results": results}
     write_json(a.json, data, headline(data))
 

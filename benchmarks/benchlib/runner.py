@@ -291,12 +291,15 @@ class TreePss:
     """The peak of the summed PSS (RSS where PSS is not readable) of a process and its
     descendants, sampled every 0.2 s in a thread; the process group is SIGKILLed once the peak
     passes limit_mb (killed=True). With `rows` (a run's metrics.jsonl): first_row_s, the seconds
-    from the start until that file got its first row (round 0 had just ended)."""
+    from the start until that file got its first row (round 0 had just ended), and last_row_s,
+    until it last grew (the last round had just ended; to within the 0.2 s sampling)."""
 
     def __init__(self, pid: int, limit_mb: float, rows: Path | None = None) -> None:
         self.pid, self.limit, self.peak_mb, self.killed = pid, limit_mb, 0.0, False
         self.rows, self.t0 = rows, time.perf_counter()
         self.first_row_s: float | None = None
+        self.last_row_s: float | None = None
+        self._size = 0
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
         self._t.start()
@@ -316,14 +319,19 @@ class TreePss:
                     total += getattr(p.memory_full_info(), "pss", 0) or p.memory_info().rss
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     pass
-            if self.first_row_s is None and self.rows is not None and self.rows.exists() \
-                    and self.rows.stat().st_size:
-                self.first_row_s = time.perf_counter() - self.t0  # round 0 has just ended
+            self._row_times()
             self.peak_mb = max(self.peak_mb, total / 2**20)
             if self.peak_mb > self.limit and not self.killed:
                 self.killed = True
                 os.killpg(self.pid, signal.SIGKILL)
             self._stop.wait(0.2)
+
+    def _row_times(self) -> None:
+        size = self.rows.stat().st_size if self.rows is not None and self.rows.exists() else 0
+        if size > self._size:  # a row was written
+            now = time.perf_counter() - self.t0
+            self.first_row_s = now if self.first_row_s is None else self.first_row_s
+            self.last_row_s, self._size = now, size
 
     def stop(self) -> None:
         self._stop.set()
@@ -333,7 +341,7 @@ class TreePss:
 def run_with_peak(argv: list[str], limit_mb: float, timeout_s: float,
                   rows: Path | None = None) -> dict[str, Any]:
     """argv in its own process group under a TreePss; seconds, peak memory, exit status,
-    stdout, stderr's tail, and when `rows` (metrics.jsonl) got its first row."""
+    stdout, stderr's tail, and when `rows` (metrics.jsonl) got its first and last rows."""
     t0 = time.perf_counter()
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
@@ -346,7 +354,7 @@ def run_with_peak(argv: list[str], limit_mb: float, timeout_s: float,
     peak.stop()
     return {"seconds": time.perf_counter() - t0, "peak_mb": peak.peak_mb, "rc": p.returncode,
             "killed": peak.killed, "stdout": out, "stderr": err[-2000:],
-            "first_row_s": peak.first_row_s}
+            "first_row_s": peak.first_row_s, "last_row_s": peak.last_row_s}
 
 
 def mem_available() -> int:
