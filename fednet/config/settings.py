@@ -244,6 +244,11 @@ class RunConfig:
         "files; default OUT/tensorboard) or mlflow[:URI] (default MLFLOW_TRACKING_URI, else "
         "MLflow's own; experiment MLFLOW_EXPERIMENT_NAME, else fednet). Needs pip install "
         "'fednet[tensorboard]' or 'fednet[mlflow]'", option="--track", metavar="TOOL[:WHERE]")
+    target: str = setting(
+        "", "Report the cost of reaching this accuracy in summary.json's to_target (rounds, "
+        "client-epochs, samples, simulated and wall-clock seconds, bytes each way, setup "
+        "included): ACC in (0, 1], or Fx:RUN, F times the best accuracy of the finished run "
+        "in folder RUN", option="--target", metavar="ACC|Fx:RUN", shown="none")
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
