@@ -45,7 +45,7 @@ _WITH = {"train.eps": ["--optimizer", "adam"],  # what a setting needs beside it
          "dp.sgd_delta": ["--dp-sgd-noise", "1"],
          **{f"dp.{k}": _CENTRAL for k in ("delta", "sampling", "accountant", "adaptive",
                                           "quantile", "clip_lr", "count_noise")}}
-_VALUE = {"attack.malicious": "0.5"}  # a string setting whose text must parse
+_VALUE = {"attack.malicious": "0.5", "target": "0.9"}  # string settings whose text must parse
 PLAIN = [i for i in declarations() if i.option and i.option not in PARSED]
 
 

@@ -64,8 +64,8 @@ _COMMON: list[Callable[[Any], Any]] = [
                  callback=load_plugins,
                  help="Continue the run in this folder from its checkpoint, with the settings of "
                       "its config.toml: only more --rounds and where and how the processes run "
-                      "(network, --gpus, threads, plugins, data root, tracking) may be given "
-                      "anew; any other option is refused, naming it."),
+                      "(network, --gpus, threads, plugins, data root, tracking), and --target, "
+                      "may be given anew; any other option is refused, naming it."),
     click.option("--overwrite", is_flag=True, help="Let --out name a folder that already holds "
                  "files: the previous run's results there are replaced. [default: refused]"),
     *[click.option(opt, _opt_dest(opt), type=typ, help=hlp) for opt, _, typ, hlp in ALGO_OPTIONS],
@@ -133,7 +133,11 @@ def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
             sec["params"] = P.typed(cls, dict(sec.get("params") or {}), str(sec["name"]))
     if tuned or "tuned" not in fixed:  # a resumed run keeps what its first start recorded
         merged["tuned"] = [f"{k}={v}" for k, v in sorted(tuned.items())]
-    return from_dict(merged)
+    from fednet.metrics.target import parse_target
+
+    cfg = from_dict(merged)
+    parse_target(cfg.target)  # a bad --target (or its run folder) before anything starts
+    return cfg
 
 
 def _routed(raw: dict[str, str], spec: Any, merged: dict[str, Any]) -> dict[str, str]:

@@ -159,13 +159,14 @@ HOST_PER_PROCESS = click.option(  # fednet clients: its processes' own packing
 
 
 RESUME_MAY_CHANGE = ("rounds", "gpus", "train.threads", "plugins", "data.data_root",
-                     "data.download", "out", "track", "population_file",
+                     "data.download", "out", "track", "population_file", "target",
                      *(f"net.{k}" for k in ("host", "port", "round_timeout", "register_timeout",
                                             "secure", "ack_timeout", "ack_retries", "dead_peer",
                                             "checkpoint_every", "max_inflight",
                                             "max_failed_rounds", "clients_per_process")))
-"""What a --resume may set anew: more rounds, and where and how the run's processes run (not
-what travels: --compress*, --secagg* change the bytes and the model, so they are refused)."""
+"""What a --resume may set anew: more rounds, where and how the run's processes run, and the
+--target it reports the cost of (not what travels: --compress*, --secagg* change the bytes and
+the model, so they are refused)."""
 
 
 def _same(a: Any, b: Any) -> bool:

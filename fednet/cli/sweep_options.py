@@ -48,8 +48,10 @@ _OPTIONS: list[Callable[[Any], Any]] = [
                  show_default=True, help="How each cell runs: fednet local or fednet launch."),
     click.option("--metric", default="final_accuracy", show_default=True,
                  help="What chooses the best setting: final_accuracy, best_accuracy, "
-                      "rounds_to:X, sim_to:X, bytes_to:X or wall_to:X (until the accuracy first "
-                      "reaches X)."),
+                      "rounds_to:X, sim_to:X, bytes_to:X, wall_to:X, epochs_to:X or samples_to:X "
+                      "(rounds, simulated seconds, bytes, wall-clock seconds, client-epochs or "
+                      "training samples until the accuracy first reaches X, setup stages "
+                      "included)."),
     click.option("--reference", default="",
                  help="Makes X of rounds_to:X a fraction of this accuracy: a number, a run "
                       "folder (its best accuracy), or centralized[:OPTIONS] (a --algo "

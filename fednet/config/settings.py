@@ -248,6 +248,11 @@ class RunConfig:
         False, "Also write OUT/population.npz: every client's size, label counts, latency profile "
         "and tasks, as columns (clients.jsonl holds only the clients that took part)",
         option="--population-file/--no-population-file")
+    target: str = setting(
+        "", "Report the cost of reaching this accuracy in summary.json's to_target (rounds, "
+        "client-epochs, samples, simulated and wall-clock seconds, bytes each way, setup "
+        "included): ACC in (0, 1], or Fx:RUN, F times the best accuracy of the finished run "
+        "in folder RUN", option="--target", metavar="ACC|Fx:RUN", shown="none")
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)

@@ -17,6 +17,7 @@ from fednet.core.state_files import NO_MANIFEST, Manifest
 from fednet.core.summary import run_summary
 from fednet.core.status import RunStatus
 from fednet.core.verdict import Verdict
+from fednet.core.work import ClientCompute
 from fednet.platform.proc import interrupts_deferred
 from fednet.metrics.accounting import Ledger
 from fednet.metrics.history import History
@@ -60,7 +61,8 @@ class RoundDriver:
                  arrivals: Callable[[], Arrivals] | None = None,
                  checkpoint: Callable[[], bool] = lambda: False,
                  manifest: Manifest = NO_MANIFEST, client_state: bool = False,
-                 extra_eval: Callable[[Any], dict[str, float]] | None = None) -> None:
+                 extra_eval: Callable[[Any], dict[str, float]] | None = None,
+                 compute: ClientCompute | None = None) -> None:
         self.cfg, self.algo, self.evaluate = cfg, algo, evaluate
         self.staged = algo if isinstance(algo, StagedStrategy) else NOT_STAGED  # the extra hooks
         self.ledger, self.history = ledger, history
@@ -72,6 +74,8 @@ class RoundDriver:
         self.client_state = client_state  # the algorithm's clients keep state between rounds
         # more row metrics of the evaluated model (--attack backdoor: its success rate)
         self.extra_eval = extra_eval
+        # the client compute asked for (the session's knows the partition; else no samples)
+        self.compute = compute or ClientCompute(cfg, lambda cid: 0)
         self.verdict = Verdict(cfg.net.max_failed_rounds, self.progress)
         self.status = RunStatus.RUNNING
         self.error = ""  # why the run failed or stopped (summary.json's error)
@@ -175,9 +179,11 @@ class RoundDriver:
         tasks = self.stamp(self.staged.setup_tasks(clients))
         if not tasks:
             return True
+        for t in tasks:  # sent now (after a wait for clients to come online), as a round's
+            t.sim_time = self.sim_time
         self.progress.message(f"setup stage: {len(tasks)} tasks")
         step = self.network.step(self.sim_time, -1, tasks, 1, None, setup=True)
-        results, failures = dispatcher.run_round(-1, step.send(tasks),
+        results, failures = dispatcher.run_round(-1, self.compute.charge(step.send(tasks)),
                                                  self.progress.counter(len(tasks), "setup stage"))
         results = step.close(results, None)
         self.verdict.note(-1, failures)
@@ -208,6 +214,7 @@ class RoundDriver:
         self.participants = state.get("_participants") or Participants()
         self.wall_before = float(sum(s["wall_s"] for s in self.segments))
         self.logged = (self.rounds_done, self.sim_time, self.ledger.totals(), self.ledger.messages)
+        self.compute.resume(self.history.rows)  # the client compute of the rows it keeps
 
     def segment(self) -> dict[str, Any]:
         """This segment of the run (so far), for the checkpoint and the summary."""
@@ -250,8 +257,10 @@ class RoundDriver:
 
         def release(seen: Result | Failure) -> list[Task]:
             algo.absorb(seen)  # streaming algorithms fold the result in and free its arrays
+            self.compute.arrived(seen)  # (an ordered step's tasks count once done)
             nxt = self.stamp(self.staged.follow_up(seen)) if pipelined else []
-            return step.send(self.churn.trim(nxt))  # (offline first hops skipped)
+            nxt = self.churn.trim(nxt)  # (offline first hops skipped)
+            return self.compute.charge(step.send(nxt), ordered)
 
         def on_reply(done: Result | Failure) -> list[Task]:
             seen = step.reply(done)  # None: held or a straggler
@@ -268,7 +277,7 @@ class RoundDriver:
                 self._points(order, base)
             return out
 
-        first = step.send(tasks)
+        first = self.compute.charge(step.send(tasks), ordered)
         if order is not None:
             order.sent(first)
         results, failures = dispatcher.run_round(rnd, first, on_reply)
@@ -312,6 +321,7 @@ class RoundDriver:
         if order is not None:
             metrics = {**metrics, "stragglers": order.stragglers, "moved": order.moved}
         metrics = {**metrics, **self.churn.row(rnd, span)}  # online, waits, skipped peers
+        self.compute.settle()  # every task of the step counts in its last row
         row = self._log(last, acc, loss, metrics, self.sim_time, _seen(order, base))
         self.rounds_done = last + 1
         self.participants.commit()
@@ -348,6 +358,7 @@ class RoundDriver:
         row: dict[str, Any] = {
             "round": rnd, "accuracy": acc, "loss": loss, **metrics, "wall_s": self.wall(),
             "sim_s": sim, "bytes_round": bytes_round, "bytes_total": total,
+            **self.compute.row(rnd if seen is None else None),  # client compute so far
         }
         stages = self.ledger.stage_totals(rnd) if seen is None else {}
         if stages:  # a protocol's stages inside the round (secure aggregation): their bytes

@@ -25,6 +25,7 @@ from fednet.metrics.accounting import Ledger
 from fednet.metrics.files import OutputError, atomic_file
 from fednet.metrics.history import History, resolve_out
 from fednet.metrics.progress import Progress
+from fednet.metrics.target import cost_summary, parse_target
 from fednet.metrics.tracking import Tracking
 from fednet.errors import ConfigError
 from fednet.core import checkpoint, store_check
@@ -39,6 +40,7 @@ from fednet.network.step import Network
 from fednet.platform.proc import peak_rss_bytes
 from fednet.core.state_files import NO_MANIFEST, Manifest, lineage, state_bound
 from fednet.core.wire import task_size
+from fednet.core.work import ClientCompute
 from fednet.types import ClientInfo, Task
 
 log = logging.getLogger("fednet")
@@ -52,6 +54,7 @@ class Session:
                  store_here: bool = True) -> None:
         cfg, said = private_plan(validate(cfg))  # --dp-epsilon: the noise calibrated first
         self.cfg = cfg
+        self.target = parse_target(cfg.target)  # (Fx:RUN: that run's summary read once, now)
         self.local = local  # fednet local: the clients' state goes into the checkpoint
         # the run's id: its first half names the run (kept across --resume: the clients' store
         # files carry it, state_files.lineage), its second half this session
@@ -139,7 +142,9 @@ class Session:
                 self.earliest_return, size, float(cfg.latency.deadline)),
             checkpoint=self._checkpoint, manifest=self.manifest or NO_MANIFEST,
             client_state=stateful or self.compress.feedback,  # (a residual is state too)
-            extra_eval=self._attack_success if cfg.attack.name == "backdoor" else None)
+            extra_eval=self._attack_success if cfg.attack.name == "backdoor" else None,
+            compute=ClientCompute(cfg, lambda cid: self._pooled_examples
+                                  or part_size(self.parts, cid)))
         if state is not None:
             driver.resume(state)
         return driver
@@ -268,6 +273,8 @@ class Session:
         summary = self.driver.summary(clients, {"partition": self.stats, "run_id": self.run_id,
                                                 "out": str(self.out) if self.out else None,
                                                 **robust_summary(self.cfg, self.history.rows),
+                                                **cost_summary(self.history.rows, self.target,
+                                                               self.driver.setup_stats.get("bytes")),
                                                 **(extra or {})})
         self.history.close()
         if self.out is None:

@@ -1,14 +1,17 @@
-"""The work a task may ask of a client: bounded by the run, whatever its sender chose; and the
-algorithm's own body keys, checked by the kinds its Spec declares before the algorithm reads them."""
+"""The work a task may ask of a client: bounded by the run, whatever its sender chose; the
+algorithm's own body keys, checked by the kinds its Spec declares before the algorithm reads them;
+and the client compute a run asked for (ClientCompute: client-epochs and samples, in every row)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from fednet import algorithms
 from fednet.config import RunConfig
 from fednet.protocol.fields import Bool, Int, List, Num, Str
 from fednet.protocol.schema import MAX_CLIENTS
+from fednet.types import Failure, Result, Task
 
 KINDS = {"number": Num(), "number >= 0": Num(0.0), "number or nan": Num(allow_nan=True),
          "flag": Bool(), "name": Str(64), "count": Int(1, 1_000_000),
@@ -42,3 +45,79 @@ def check_work(body: dict, cfg: RunConfig) -> None:
     if epochs is not None and int(epochs) > (most := max_epochs(cfg)):
         raise ValueError(f"the task asks for {int(epochs)} epochs; this run allows at most "
                          f"{most} (--epochs, or the algorithm's *epochs parameters)")
+
+
+def task_epochs(body: dict, cfg: RunConfig) -> int:
+    """The local epochs a task asks of each client of its route: its body's `epochs`, else
+    --epochs (what the client then runs); none for secure aggregation's stages that train
+    nothing (keys, shares, unmask: only its `input` stage trains)."""
+    if body.get("secagg") not in (None, "input"):
+        return 0
+    return int(body.get("epochs", cfg.train.epochs))
+
+
+class ClientCompute:
+    """The client compute a run asked for, counted by the server from what it knows itself:
+    every task it sent (setup stages included) charges each client of its route (from the
+    task's hop on) the task's epochs, and as many samples as epochs x that client's training
+    examples in the server's own partition (`size`; the whole training set for a client that
+    trains on all of it). Work asked for: a task that failed, came too late or was cut short
+    counts whole; the clients' own reports (their result's `samples`) are never read.
+
+    Counted per logical round (`task.round`, -1 the setup), so that the row of round r
+    carries the work of rounds <= r (FedSeqInter logs its interim rounds after the step's
+    last task). In an ordered step (FedAsync, FedBuff) a task counts once its reply (result
+    or failure) is taken in simulated-time order, so that a row carries the tasks done by its
+    time; the step's last row carries every task it sent."""
+
+    def __init__(self, cfg: RunConfig, size: Callable[[int], int]) -> None:
+        self.cfg, self.size = cfg, size
+        self.base = (0, 0)  # (client-epochs, samples) of the rounds already in a row
+        self.pending: dict[int, tuple[int, int]] = {}  # by round: counted, in no row yet
+        self.out: dict[int, tuple[int, int, int]] = {}  # an ordered step's tasks out, by id
+
+    def charge(self, tasks: list[Task], by_reply: bool = False) -> list[Task]:
+        """Count the tasks as sent (by_reply: once arrived() takes their reply); returns them."""
+        for t in tasks:
+            e = task_epochs(t.body, self.cfg)
+            hops = t.route[t.hop:]
+            if e and hops:
+                work = (e * len(hops), e * sum(self.size(c) for c in hops))
+                if by_reply:
+                    self.out[t.task_id] = (t.round, *work)
+                else:
+                    self._add(t.round, *work)
+        return tasks
+
+    def arrived(self, done: Result | Failure) -> None:
+        """An ordered step's reply was taken: its task counts from now on."""
+        work = self.out.pop(done.task_id, None)
+        if work is not None:
+            self._add(*work)
+
+    def settle(self) -> None:
+        """The step is over: every task it sent counts (replies held or never taken too)."""
+        for rnd, ep, sa in self.out.values():
+            self._add(rnd, ep, sa)
+        self.out = {}
+
+    def _add(self, rnd: int, ep: int, sa: int) -> None:
+        e0, s0 = self.pending.get(rnd, (0, 0))
+        self.pending[rnd] = (e0 + ep, s0 + sa)
+
+    def row(self, rnd: int | None) -> dict[str, int]:
+        """The cumulative counts of a row of logical round `rnd` (None: all sent so far), as
+        its `client_epochs` and `samples`."""
+        done = [r for r in self.pending if rnd is None or r <= rnd]
+        ep, sa = self.base
+        for r in done:
+            e, s = self.pending.pop(r)
+            ep, sa = ep + e, sa + s
+        self.base = (ep, sa)
+        return {"client_epochs": ep, "samples": sa}
+
+    def resume(self, rows: list[dict[str, Any]]) -> None:
+        """Go on from the last row a resumed run keeps (its cumulative counts)."""
+        last = rows[-1] if rows else {}
+        self.base = (int(last.get("client_epochs", 0)), int(last.get("samples", 0)))
+        self.pending, self.out = {}, {}

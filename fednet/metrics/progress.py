@@ -25,6 +25,15 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
+def human_count(n: float) -> str:
+    """1234567 -> '1.23M' (k, M, G: thousands, millions, billions)."""
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= div:
+            v = n / div
+            return f"{v:.3g}{unit}" if abs(v) < 999.5 else f"{v:.0f}{unit}"
+    return f"{n:.0f}"
+
+
 def human_seconds(s: float) -> str:
     """75 -> '1m15s'."""
     if s < 60:

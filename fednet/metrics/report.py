@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from fednet.errors import ConfigError
-from fednet.metrics.progress import table, human_bytes
+from fednet.metrics.progress import human_bytes, human_count, table
 
 
 def _fmt(v: Any, kind: str = "") -> str:
@@ -100,6 +100,7 @@ def summary_rows(s: dict[str, Any], info: dict[str, str] | None = None) -> list[
         ("tensor bytes (minimum)", _fmt(tb, "bytes")),
         ("wire / minimum", f"{wire / tb:.4f}" if tb else "-"),
         ("control traffic", _fmt(b.get("control"), "bytes")),
+        *_cost_rows(s),
     ]
     link = s.get("server_link")
     if link:  # --server-bandwidth (and --deadline/--over-select: stragglers)
@@ -138,6 +139,37 @@ def _robust_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     if "final_attack_success" in s:
         rows.append(("attack success (final)", _fmt(s.get("final_attack_success"), "pct")))
     return rows
+
+
+def _compute(c: dict[str, Any]) -> str:
+    return (f"{_fmt(c.get('client_epochs'))} client-epochs, "
+            f"{human_count(float(c.get('samples') or 0))} samples")
+
+
+def _cost_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """The run's client compute (summary.json's `compute`) and, with --target, what reaching
+    the target cost (`to_target`; '-' where it was not reached)."""
+    rows = [("client compute", _compute(s["compute"]))] if s.get("compute") else []
+    t = s.get("to_target")
+    if not isinstance(t, dict):
+        return rows
+    ref = t.get("reference") or {}
+    goal = f"accuracy >= {_fmt(t.get('target'), 'pct')}" + (
+        f" ({ref.get('fraction'):g} x {_fmt(ref.get('best_accuracy'), 'pct')}, the best of "
+        f"{ref.get('run')})" if ref else "")
+    rows.append(("target", goal))
+    if not t.get("reached"):
+        return rows + [("to target: rounds", "not reached")]
+    b = t.get("bytes") or {}
+    return rows + [
+        ("to target: rounds", _fmt(t.get("rounds"))),
+        ("to target: client compute", _compute(t)),
+        ("to target: simulated time", _fmt(t.get("sim_s"), "s")),
+        ("to target: wall-clock", _fmt(t.get("wall_s"), "s")),
+        ("to target: bytes", f"{_fmt(b.get('total'), 'bytes')} (down "
+         f"{_fmt(b.get('server_to_client'), 'bytes')}, up {_fmt(b.get('client_to_server'), 'bytes')}"
+         f", peer {_fmt(b.get('client_to_client'), 'bytes')})"),
+    ]
 
 
 def _eps(v: Any) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fednet.errors import ConfigError
-from fednet.metrics.progress import human_bytes, table
+from fednet.metrics.progress import human_bytes, human_count, table
 from fednet.metrics.history import read_rows
 from fednet.metrics.intervals import fmt_p, fmt_versus, mean_ci, versus
 
@@ -19,11 +19,13 @@ RESULTS = ("completed", "budget_spent")  # (deterministic); tabled; the others: 
 _ACC = ("final_accuracy", "best_accuracy")
 _ASR = ("final_attack_success",)  # --attack backdoor's success rate: lower is better
 _READ = _ACC + _ASR  # read from summary.json
-_TO = {"rounds_to": "round", "sim_to": "sim_s", "bytes_to": "bytes_total", "wall_to": "wall_s"}
+_TO = {"rounds_to": "round", "sim_to": "sim_s", "bytes_to": "bytes_total", "wall_to": "wall_s",
+       "epochs_to": "client_epochs", "samples_to": "samples"}  # (the row's key)
 METRIC_HELP = ("final_accuracy, best_accuracy, final_attack_success (--attack backdoor; lower is "
-               "better), or rounds_to:X, sim_to:X, bytes_to:X, wall_to:X "
-               "(rounds, simulated seconds, bytes or wall-clock seconds until the accuracy first "
-               "reaches X; X x the reference accuracy with --reference)")
+               "better), or rounds_to:X, sim_to:X, bytes_to:X, wall_to:X, epochs_to:X, "
+               "samples_to:X (rounds, simulated seconds, bytes, wall-clock seconds, "
+               "client-epochs or samples trained until the accuracy first reaches X, setup "
+               "stages included; X x the reference accuracy with --reference)")
 
 
 @dataclass(frozen=True)
@@ -64,11 +66,11 @@ class Metric:
             v = summary.get(self.kind)
             return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
         target, key = self.target(ref), _TO[self.kind]
-        for r in rows:
-            a = r.get("accuracy")
-            if isinstance(a, (int, float)) and target is not None and a >= target:
-                return float(r["round"] + 1 if key == "round" else r.get(key, math.nan))
-        return None
+        i = None if target is None else first_reaching(rows, target)
+        if i is None:
+            return None
+        v = rows[i]["round"] + 1 if key == "round" else rows[i].get(key)
+        return float(v) if isinstance(v, (int, float)) else None  # (rows of an older run: None)
 
     def fmt(self, v: float | None) -> str:
         if v is None or (isinstance(v, float) and not math.isfinite(v)):
@@ -77,7 +79,18 @@ class Metric:
             return f"{v:.4f}"
         if self.kind == "bytes_to":
             return human_bytes(v)
-        return f"{v:.1f}" if self.kind == "rounds_to" else f"{v:.2f}s"
+        if self.kind == "samples_to":
+            return human_count(v)
+        return f"{v:.1f}" if self.kind in ("rounds_to", "epochs_to") else f"{v:.2f}s"
+
+
+def first_reaching(rows: list[dict[str, Any]], accuracy: float) -> int | None:
+    """The index of the first row whose accuracy is >= `accuracy`, or None."""
+    for i, r in enumerate(rows):
+        a = r.get("accuracy")
+        if isinstance(a, (int, float)) and a >= accuracy:
+            return i
+    return None
 
 
 def parse_metric(text: str, option: str = "--metric") -> Metric:

@@ -111,6 +111,11 @@ def test_fedseq_inter_over_sockets_matches_local(tmp_path):
     assert b["bytes"]["client_to_client"] > 0
     assert a["sim_time_s"] == b["sim_time_s"]
     assert a["setup"]["groups"] == b["setup"]["groups"]
+    # the client compute the server counts, pre-training included: the same in every row
+    keys = ("round", "interim", "client_epochs", "samples")
+    assert [{k: r.get(k) for k in keys} for r in _rows(tmp_path / "local")] == \
+        [{k: r.get(k) for k in keys} for r in _rows(tmp_path / "launch")]
+    assert a["compute"] == b["compute"] and a["compute"]["client_epochs"] > 6
 
 
 @pytest.mark.parametrize("algo, clients, params", [
@@ -238,7 +243,7 @@ def test_asynchronous_runs_agree_exactly_under_launch(tmp_path, algo, params, la
     a, b = _agree(tmp_path, over, {}, {"clients_per_process": 2})
     assert a["sim_time_s"] > 0
     keys = ("round", "accuracy", "sim_s", "bytes_total", "bytes_round", "staleness_mean",
-            "staleness_max", "results", "failures")
+            "staleness_max", "results", "failures", "client_epochs", "samples")
     ra, rb = _rows(tmp_path / "local"), _rows(tmp_path / "launch")
     assert [r["round"] for r in ra] == list(range(5))
     assert [{k: r.get(k) for k in keys} for r in ra] == [{k: r.get(k) for k in keys} for r in rb]
