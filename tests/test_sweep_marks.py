@@ -122,6 +122,11 @@ def test_a_collapsed_seed_is_marked_in_the_table_the_json_the_csvs_and_the_expor
     assert best in res.output.splitlines()
     r_md = (tmp_path / "r.md").read_text()
     assert r_md == f"sweep {root}\n\n" + md
+    # the cells' run folders side by side: the collapsed one says so under its status
+    res = CliRunner().invoke(main, ["report", str(root / "cells" / "fedavg__seed=2"),
+                                    str(root / "cells" / "fedavg__seed=0")])
+    marked = next(ln for ln in res.output.splitlines() if ln.startswith("marked "))
+    assert marked.split() == ["marked", *why.split(), "-"]
 
 
 def test_the_plot_marks_a_collapsed_seed(tmp_path):

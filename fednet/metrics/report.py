@@ -241,8 +241,8 @@ def compare(runs: list[str]) -> str:
 def compare_table(runs: list[str]) -> Table:
     """compare's cells (also for --latex and --markdown)."""
     sums = [load_summary(r) for r in runs]
-    cols = [summary_rows(s, run_info(r if Path(r).is_dir() else Path(r).parent))
-            for s, r in zip(sums, runs)]
+    folders = [Path(r) if Path(r).is_dir() else Path(r).parent for r in runs]
+    cols = [_marked(summary_rows(s, run_info(f)), s, f) for s, f in zip(sums, folders)]
     labels: list[str] = []
     for c in cols:  # the union, each new label placed after the one before it in its run
         at = 0
@@ -268,6 +268,19 @@ def report(paths: list[str]) -> str:
             spec, recs = T.load_sweep(Path(p))
             parts.append(f"sweep {p}:\n" + T.render(spec, T.evaluate(spec, recs)))
     return "\n\n".join(parts)
+
+
+def _marked(rows: list[tuple[str, str]], s: dict[str, Any], folder: Path
+            ) -> list[tuple[str, str]]:
+    """A completed run that collapsed or diverged (metrics/seed_health.py): a `marked` row after
+    its status, saying why."""
+    from fednet.metrics.seed_health import flag_text, folder_flag
+
+    flag = folder_flag(folder, s) if s.get("status") in ("completed", "budget_spent") else None
+    if not flag:
+        return rows
+    at = next((i + 1 for i, (lab, _) in enumerate(rows) if lab == "status"), len(rows))
+    return rows[:at] + [("marked", flag_text(flag))] + rows[at:]
 
 
 def report_parts(paths: list[str]) -> list[Part]:
