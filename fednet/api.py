@@ -122,13 +122,23 @@ def _argument(name: str, value: Any, p: click.Parameter) -> Any:
     return tuple(conv) if p.multiple else conv[0]
 
 
+def keyword_words(text: str, known: dict[str, click.Parameter]) -> str:
+    """An error's text for a caller of run(): each command-line option it names as run()'s
+    keyword (`--batch-size` -> `batch_size`, the flag `--overwrite` -> `overwrite=True`,
+    `--param` -> `params`, `--config` -> `config_file`)."""
+    import re
+
+    words: dict[str, str] = {}
+    for p in known.values():
+        flag = bool(getattr(p, "is_flag", False))
+        words.update({o: f"{p.name}=True" if flag else str(p.name) for o in p.opts})
+        words.update({o: f"{p.name}=False" for o in getattr(p, "secondary_opts", [])})
+    return re.sub(r"(?<![\w-])--[a-z][a-z0-9-]*", lambda m: words.get(m[0], m[0]), text)
+
+
 def run(runtime: str = "local", quiet: bool = True, **kwargs: Any) -> Experiment:
     """Run one experiment; see the module's docstring. Raises ConfigError (one line naming the
-    option) for a bad value; a run that fails still returns (its summary says why)."""
-    from fednet.cli import RUN_DEFAULTS
-    from fednet.metrics.history import read_rows
-    from fednet.cli.options import build_config, prepare_out
-
+    keyword argument) for a bad value; a run that fails still returns (its summary says why)."""
     if runtime not in ("local", "launch"):
         raise ConfigError(f"runtime={runtime!r}: choose 'local' or 'launch'")
     known = options()
@@ -136,7 +146,18 @@ def run(runtime: str = "local", quiet: bool = True, **kwargs: Any) -> Experiment
     if unknown:
         raise ConfigError(f"run() has no option {unknown[0]!r}; it takes the options of "
                           f"`fednet local` with underscores: {', '.join(sorted(known))}")
-    from fednet.cli import local
+    try:
+        return _run(runtime, quiet, kwargs, known)
+    except ConfigError as e:  # the checks are the command line's: they name its options
+        e.args = (keyword_words(str(e), known),)
+        raise
+
+
+def _run(runtime: str, quiet: bool, kwargs: dict[str, Any], known: dict[str, click.Parameter]
+         ) -> Experiment:
+    from fednet.cli import RUN_DEFAULTS, local
+    from fednet.cli.options import build_config, prepare_out
+    from fednet.metrics.history import read_rows
 
     opts = dict(local.make_context("local", []).params)  # the defaults, as the CLI resolves them
     opts.update({k: _argument(k, v, known[k]) for k, v in kwargs.items()})

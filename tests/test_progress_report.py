@@ -58,6 +58,10 @@ def test_a_loss_that_does_not_fall_gets_one_hint():
     assert "it diverged; try a smaller --lr" in _lines(nan)[-2]
     learning = [_row(r, 0.2 + 0.1 * r, 2.3 * 0.8 ** r, 2.3 * 0.8 ** r, r + 1.0) for r in range(8)]
     assert not [ln for ln in _lines(learning) if ln.startswith("hint")]
+    # issue 41: a run at 99% whose loss overflowed (or rose: overconfident) gets no hint
+    for last in (float("inf"), float("nan"), 0.4):
+        good = [_row(r, 0.97 + 0.005 * r, 0.3 if r < 4 else last, 0.2, r + 1.0) for r in range(6)]
+        assert not [ln for ln in _lines(good) if ln.startswith("hint")]
     overfit = [_row(r, 0.1 + 0.02 * r, 2.3 + 0.05 * r, 2.2 - 0.1 * r, r + 1.0) for r in range(6)]
     assert "but the accuracy rose (0.100 -> 0.180): the models learn and grow overconfident" in \
         _lines(overfit)[-2]

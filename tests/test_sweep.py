@@ -138,7 +138,7 @@ def test_best_setting_mean_spread_and_notes():
     csv_text = cells_csv(recs, ["lr"], [])
     assert csv_text.splitlines()[0] == ("cell,method,lr,seed,status,value,final_accuracy,"
                                         "best_accuracy,rounds,sim_time_s,wall_clock_s,seconds,"
-                                        "folder")
+                                        "flag,folder")
     assert len(csv_text.splitlines()) == 13
 
 

@@ -37,7 +37,9 @@ over the seeds. Cells go to OUT/cells/<method>__<setting>__seed=<s>/ (a run fold
 cell.json and log.txt); OUT/sweep.json and OUT/sweep.csv hold every cell, OUT/table.csv every
 setting with its statistics. Running the same
 command again skips the cells that finished (status completed or diverged); failed and
-diverged cells are listed apart and never tabled as results.
+diverged cells are listed apart and never tabled as results; a completed seed that collapsed
+or diverged is marked * (docs/usage.md). --latex FILE and --markdown FILE: the tables for a
+paper (fednet report SWEEPDIR --latex FILE makes them from a finished sweep).
 """
 
 _OPTIONS: list[Callable[[Any], Any]] = [
@@ -69,6 +71,12 @@ _OPTIONS: list[Callable[[Any], Any]] = [
     click.option("--show", multiple=True, metavar="METRIC|KEY",
                  help="Another column for the best settings: a metric (rounds_to:0.8) or a "
                       "summary.json key (setup.balance_ratio_mean); repeatable."),
+    click.option("--latex", "latex_file", type=click.Path(dir_okay=False),
+                 help="Also write the tables as LaTeX (booktabs) into this file, the same cells "
+                      "as printed; rewritten as cells finish."),
+    click.option("--markdown", "markdown_file", type=click.Path(dir_okay=False),
+                 help="Also write the tables as Markdown into this file, the same cells as "
+                      "printed; rewritten as cells finish."),
     click.option("--dry-run", is_flag=True, help="List the cells and their commands; run nothing."),
     click.argument("grid", nargs=-1, type=click.UNPROCESSED),
 ]
@@ -93,7 +101,8 @@ def run_command(ctx: click.Context, o: dict[str, Any], command: click.Command,
     opts = Options(o["out"], list(o["grid"]), ctx.meta.get("fixed", []), list(o["methods"]),
                    [b.strip() for b in o["by"].split(",") if b.strip()], o["runtime"], o["jobs"],
                    o["metric"], o["reference"], o["baseline"], list(o["show"]), o["dry_run"],
-                   argv=["fednet", "sweep", *ctx.meta.get("argv", [])])
+                   argv=["fednet", "sweep", *ctx.meta.get("argv", [])],
+                   latex=o["latex_file"] or "", markdown=o["markdown_file"] or "")
     return run_sweep(opts, ClickCells(command, defaults), lambda line: click.echo(line, err=True))
 
 
@@ -133,6 +142,12 @@ _REPORT_OPTIONS: list[Callable[[Any], Any]] = [
     click.option("--curves", "curves_file", type=click.Path(dir_okay=False),
                  help="Also write every run's curves as CSV (a line per run and round: "
                       "accuracy, loss, simulated and wall-clock time, cumulative bytes)."),
+    click.option("--latex", "latex_file", type=click.Path(dir_okay=False),
+                 help="Also write the tables as LaTeX (booktabs: \\toprule, \\midrule, "
+                      "\\bottomrule), the same cells as printed."),
+    click.option("--markdown", "markdown_file", type=click.Path(dir_okay=False),
+                 help="Also write the tables as Markdown (pipe tables), the same cells as "
+                      "printed."),
 ]
 
 
@@ -142,16 +157,21 @@ def report_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def write_report_files(runs: list[str], plot_file: str | None, log_x: bool,
-                       csv_file: str | None, curves_file: str | None) -> None:
+                       csv_file: str | None, curves_file: str | None,
+                       latex_file: str | None = None, markdown_file: str | None = None) -> None:
     """The files `fednet report` was asked for (each named on stderr once written)."""
     from pathlib import Path
 
-    from fednet.metrics import export
+    from fednet.metrics import export, paper
     from fednet.metrics.files import write_text
+    from fednet.metrics.report import report_parts
 
     for f, make in ((csv_file, export.table_csv), (curves_file, export.curves_csv)):
         if f:
             write_text(Path(f), make(runs))
+            click.echo(f"wrote {f}", err=True)
+    if latex_file or markdown_file:
+        for f in paper.write(report_parts(runs), latex_file, markdown_file):
             click.echo(f"wrote {f}", err=True)
     if plot_file:
         from fednet.metrics.plots import plot_overlay

@@ -272,6 +272,7 @@ class Session:
             self.driver.end(RunStatus.ERROR)
         summary = self.driver.summary(clients, {"partition": self.stats, "run_id": self.run_id,
                                                 "out": str(self.out) if self.out else None,
+                                                **self._model_summary(),
                                                 **robust_summary(self.cfg, self.history.rows),
                                                 **cost_summary(self.history.rows, self.target,
                                                                self.driver.setup_stats.get("bytes")),
@@ -289,6 +290,14 @@ class Session:
         self.history.summary(summary)  # last: it says the run is done
         self.tracking.end(summary, self.out)
         return summary
+
+    def _model_summary(self) -> dict[str, Any]:
+        """summary.json's `model` (the architecture built: auto resolved, a plugin's too) and
+        `num_classes` (chance is 1 / num_classes: metrics/seed_health.py)."""
+        from fednet.models import resolve_model
+
+        return {"model": resolve_model(algorithms.model_name(self.cfg), self.cfg.data.dataset),
+                "num_classes": self.evaluator.num_classes}
 
     def _client_rows(self, clients: list[ClientInfo]) -> list[dict[str, Any]]:
         """clients.jsonl: each client that took part (was given a task, setup stages included),

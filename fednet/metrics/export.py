@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from fednet.metrics.history import read_rows
+from fednet.metrics.seed_health import flag_text, folder_flag
 
 CELL_KEYS = ("status", "value", "final_accuracy", "best_accuracy", "rounds", "sim_time_s",
              "wall_clock_s", "seconds")
 TABLE_KEYS = ("source", "kind", "method", "setting", "best", "status", "metric", "mean", "ci_lo",
               "ci_hi", "sd", "min", "max", "reached", "planned", "final_accuracy",
               "best_accuracy", "rounds", "sim_time_s", "wall_clock_s", "baseline", "vs_baseline",
-              "vs_lo", "vs_hi", "p", "pairs")
+              "vs_lo", "vs_hi", "p", "pairs", "flagged")
 CURVE_KEYS = ("source", "method", "setting", "seed", "status", "round", "accuracy", "loss",
               "sim_s", "wall_s", "bytes_total", "bytes_server_to_client", "bytes_client_to_server",
               "bytes_client_to_client")
@@ -42,11 +43,13 @@ def _write(header: tuple[str, ...] | list[str], rows: list[list[Any]]) -> str:
 
 
 def cells_csv(records: list[dict[str, Any]], axes: list[str], shows: list[str]) -> str:
-    """sweep.csv: one line per cell."""
+    """sweep.csv: one line per cell (flag: why a finished cell is marked collapsed or diverged,
+    metrics/seed_health.py)."""
     rows = [[r["name"], r["method"], *[r["setting"].get(a, "") for a in axes], r["seed"],
-             *[r.get(k) for k in CELL_KEYS], *[r["show"].get(k) for k in shows], r["folder"]]
+             *[r.get(k) for k in CELL_KEYS], *[r["show"].get(k) for k in shows],
+             flag_text(r.get("flag")), r["folder"]]
             for r in records]
-    return _write(["cell", "method", *axes, "seed", *CELL_KEYS, *shows, "folder"], rows)
+    return _write(["cell", "method", *axes, "seed", *CELL_KEYS, *shows, "flag", "folder"], rows)
 
 
 def _setting_row(src: str, spec: dict[str, Any], s: dict[str, Any], best: bool) -> list[Any]:
@@ -56,7 +59,12 @@ def _setting_row(src: str, spec: dict[str, Any], s: dict[str, Any], best: bool) 
     return [src, "sweep", s["method"], s["text"], int(best), "", spec["metric"], s["mean"],
             ci[0], ci[1], s["sd"], s["min"], s["max"], s["reached"], s["planned"],
             s["final_accuracy"], None, None, None, None, base, v.get("estimate"), v.get("lo"),
-            v.get("hi"), v.get("p"), v.get("pairs")]
+            v.get("hi"), v.get("p"), v.get("pairs"), _flagged(s.get("flagged"))]
+
+
+def _flagged(flagged: dict[str, str] | None) -> str:
+    """'seed 2: collapsed: ...; seed 4: diverged: ...' (the seeds a table marks)."""
+    return "; ".join(f"seed {k}: {v}" if k != "" else v for k, v in (flagged or {}).items())
 
 
 def _run_row(folder: str, s: dict[str, Any]) -> list[Any]:
@@ -68,6 +76,9 @@ def _run_row(folder: str, s: dict[str, Any]) -> list[Any]:
            "planned": 1}
     row.update({k: s.get(k) for k in ("final_accuracy", "best_accuracy", "rounds", "sim_time_s",
                                       "wall_clock_s")})
+    if s.get("status") in ("completed", "budget_spent"):
+        p = Path(folder)
+        row["flagged"] = flag_text(folder_flag(p if p.is_dir() else p.parent, s))
     return [row.get(k) for k in TABLE_KEYS]
 
 

@@ -130,23 +130,27 @@ def _sweep_series(p: Path) -> tuple[list[dict[str, Any]], list[tuple[float, str]
     for b in res["best"]:
         cells = [r for r in recs if r["method"] == b["method"]
                  and r["setting"] == b["setting"] and r["status"] in T.RESULTS]
-        runs = [rw for r in cells if (rw := read_rows(p / r["folder"]))]
-        if runs:
+        kept = [(rw, r.get("flag")) for r in cells if (rw := read_rows(p / r["folder"]))]
+        if kept:
             label = f"{b['method']} ({b['text']})" if b["text"] != "-" else b["method"]
-            out.append({"label": label, "runs": runs, "statuses": ["completed"] * len(runs),
+            out.append({"label": label, "runs": [k[0] for k in kept],
+                        "statuses": ["completed"] * len(kept), "flags": [k[1] for k in kept],
                         "info": run_info(p / cells[0]["folder"]), "config": {}})
     return out, [] if goal is None else [(goal, metric.text)]
 
 
 def _run_series(src: str) -> dict[str, Any]:
-    from fednet.metrics.sweep_table import read_summary
+    from fednet.metrics.seed_health import seed_flag
+    from fednet.metrics.sweep_table import RESULTS, read_summary
 
     folder = Path(src) if Path(src).is_dir() else Path(src).parent
     info = run_info(folder)
     name, algo = folder.resolve().name, info.get("algorithm", "")
-    status = (read_summary(folder) or {}).get("status", "running")
+    summary = read_summary(folder) or {}
+    status, rows = summary.get("status", "running"), read_rows(folder)
     return {"label": name if not algo or algo in name else f"{name} ({algo})",
-            "runs": [read_rows(folder)], "statuses": [status], "info": info,
+            "runs": [rows], "statuses": [status], "info": info,
+            "flags": [seed_flag(summary, rows) if status in RESULTS else None],
             "config": _config(folder), "seeds": [info.get("seed", "?")]}
 
 
@@ -159,7 +163,7 @@ def _group_seeds(series: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if twin is None:
             out.append(s)
             continue
-        for k in ("runs", "statuses", "seeds"):
+        for k in ("runs", "statuses", "seeds", "flags"):
             twin[k] = twin[k] + s[k]
         twin["label"] = twin["info"].get("algorithm") or twin["label"]
     return out
@@ -202,6 +206,7 @@ def _label(series: list[dict[str, Any]]) -> None:
         if len(s["runs"]) > 1:
             s["label"] += f", {len(s['runs'])} seeds"
         bad = [st for st in s["statuses"] if st != "completed"]
+        bad += [f["kind"] for f in s.get("flags", []) if f]  # metrics/seed_health.py
         if bad:
             s["label"] += " (" + ", ".join(f"{bad.count(b)} {b}" if len(s["runs"]) > 1 else b
                                            for b in dict.fromkeys(bad)) + ")"
@@ -236,6 +241,22 @@ def _draw(axs: Any, panels: list[tuple[str, str]], s: dict[str, Any], color: str
         if ends and mark:
             a.plot([x[ends[-1]]], [mean[ends[-1]]], marker=mark, ms=10, color=color, mec="k",
                    mew=0.6, zorder=5)
+        _draw_flagged(a, key, s, color)
+
+
+def _draw_flagged(a: Any, key: str, s: dict[str, Any], color: str) -> None:
+    """A seed marked collapsed or diverged (seed_health.py; * in the table): its own curve
+    dotted, a hollow circle where it ends, so that a mean it pulls down is not taken at face
+    value."""
+    for rows, flag in zip(s["runs"], s.get("flags") or []):
+        if not flag:
+            continue
+        acc, xs = _acc(rows), _xs(rows)[key]
+        a.plot(xs, acc, ls=":", lw=1.0, color=color)
+        ends = [j for j in range(len(rows)) if math.isfinite(acc[j])]
+        if ends:
+            a.plot([xs[ends[-1]]], [acc[ends[-1]]], marker="o", ms=9, mfc="none", mec=color,
+                   mew=1.5, zorder=5)
 
 
 def _first_reached(runs: list[list[dict[str, Any]]], key: str, target: float) -> float | None:
@@ -276,6 +297,9 @@ def _title(series: list[dict[str, Any]], targets: list[tuple[float, str]], panel
         parts.append("x: a run ended there without completing")
     if ">" in marks:
         parts.append("triangle: still running")
+    if any(f for s in series for f in s.get("flags") or []):
+        parts.append("dotted, hollow circle: a seed marked collapsed or diverged (* in the "
+                     "table)")
     if "sim_time" not in panels:
         parts.append("no simulated time (--latency none)")
     if log_x:

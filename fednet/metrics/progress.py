@@ -50,12 +50,13 @@ def _num(v: Any) -> float | None:
 def stalled_hint(first: dict[str, Any], now: dict[str, Any]) -> str | None:
     """The hint when the model's loss (the evaluated one: global on the test set, or the clients'
     own) is not HINT_FALL below round 0's, or is not finite, while the accuracy is below 50%
-    (a model that converged in round 0 gets none); None otherwise."""
+    (a model that converged in round 0 gets none, nor does one at 99% whose loss overflowed on
+    a few confidently wrong samples); None otherwise."""
     a, b = _num(first.get("loss")), _num(now.get("loss"))
     acc = _num(now.get("accuracy"))
     if a is None or b is None or (math.isfinite(b) and b < (1 - HINT_FALL) * a):
         return None
-    if math.isfinite(b) and acc is not None and acc >= 0.5:
+    if acc is not None and acc >= 0.5:
         return None
     t0, t1 = _num(first.get("train_loss")), _num(now.get("train_loss"))
     r = now["round"] + 1

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from fednet.errors import ConfigError
+from fednet.metrics.paper import Part, Table
 from fednet.metrics.progress import human_bytes, human_count, table
 
 
@@ -24,7 +25,8 @@ def _fmt(v: Any, kind: str = "") -> str:
 
 def run_info(folder: str | Path | None) -> dict[str, str]:
     """What a run folder's config.toml says about the experiment: algorithm, dataset, partition,
-    clients, model (the algorithm's default when auto) and evaluation (global: the server's model
+    clients, model (the one built, from summary.json; before the run ends, the algorithm's or the
+    dataset's default when auto) and evaluation (global: the server's model
     on the test set; clients: each client's own model on its own split). {} without one."""
     if folder is None:
         return {}
@@ -44,8 +46,19 @@ def run_info(folder: str | Path | None) -> dict[str, str]:
     return {"algorithm": cfg.algo.name, "dataset": d.dataset + (
                 f"({d.synthetic_alpha:g},{d.synthetic_beta:g})" if fedprox else ""),
             "partition": part + (", permuted labels" if d.permute else ""),
-            "clients": str(cfg.clients), "model": _concrete(model_name(cfg), d.dataset),
+            "clients": str(cfg.clients),
+            "model": _built_model(Path(folder)) or _concrete(model_name(cfg), d.dataset),
             "eval": eval_mode(cfg), "seed": str(cfg.seed)}
+
+
+def _built_model(folder: Path) -> str | None:
+    """The model the run built, as its summary.json says (auto resolved, a plugin dataset's
+    default too); None before the run ends or for a run older than that key."""
+    try:
+        m = json.loads((folder / "summary.json").read_text()).get("model")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return m if isinstance(m, str) and m != "auto" else None
 
 
 def _concrete(model: str, dataset: str) -> str:
@@ -250,9 +263,15 @@ def load_summary(run: str | Path) -> dict[str, Any]:
 
 def compare(runs: list[str]) -> str:
     """Runs side by side: one column per run, one row per label any of them has."""
+    t = compare_table(runs)
+    return table(t.headers, t.rows)
+
+
+def compare_table(runs: list[str]) -> Table:
+    """compare's cells (also for --latex and --markdown)."""
     sums = [load_summary(r) for r in runs]
-    cols = [summary_rows(s, run_info(r if Path(r).is_dir() else Path(r).parent))
-            for s, r in zip(sums, runs)]
+    folders = [Path(r) if Path(r).is_dir() else Path(r).parent for r in runs]
+    cols = [_marked(summary_rows(s, run_info(f)), s, f) for s, f in zip(sums, folders)]
     labels: list[str] = []
     for c in cols:  # the union, each new label placed after the one before it in its run
         at = 0
@@ -264,7 +283,7 @@ def compare(runs: list[str]) -> str:
                 at += 1
     rows = [[lab] + [dict(c).get(lab, "-") for c in cols] for lab in labels]
     headers = ["run"] + [Path(r).name or str(r) for r in runs]
-    return table(headers, rows)
+    return Table("runs side by side:", headers, rows)
 
 
 def report(paths: list[str]) -> str:
@@ -278,6 +297,34 @@ def report(paths: list[str]) -> str:
             spec, recs = T.load_sweep(Path(p))
             parts.append(f"sweep {p}:\n" + T.render(spec, T.evaluate(spec, recs)))
     return "\n\n".join(parts)
+
+
+def _marked(rows: list[tuple[str, str]], s: dict[str, Any], folder: Path
+            ) -> list[tuple[str, str]]:
+    """A completed run that collapsed or diverged (metrics/seed_health.py): a `marked` row after
+    its status, saying why."""
+    from fednet.metrics.seed_health import flag_text, folder_flag
+
+    flag = folder_flag(folder, s) if s.get("status") in ("completed", "budget_spent") else None
+    if not flag:
+        return rows
+    at = next((i + 1 for i, (lab, _) in enumerate(rows) if lab == "status"), len(rows))
+    return rows[:at] + [("marked", flag_text(flag))] + rows[at:]
+
+
+def report_parts(paths: list[str]) -> list[Part]:
+    """What `fednet report` prints, as tables for --latex and --markdown: the runs side by
+    side, then each sweep's tables (the same cells as on the console)."""
+    from fednet.metrics import sweep_table as T
+
+    runs = [p for p in paths if not (Path(p) / "sweep.json").is_file()]
+    parts = [Part([], [compare_table(runs)])] if runs else []
+    for p in paths:
+        if p not in runs:
+            spec, recs = T.load_sweep(Path(p))
+            part = T.sweep_tables(spec, T.evaluate(spec, recs))
+            parts.append(Part([f"sweep {p}", *part.head], part.tables, part.tail))
+    return parts
 
 
 def interrupt_note(command: str, out: str | None, t0: float,

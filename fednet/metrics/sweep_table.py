@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from fednet.errors import ConfigError
-from fednet.metrics.progress import human_bytes, human_count, table
+from fednet.metrics.progress import human_bytes, human_count
 from fednet.metrics.history import read_rows
 from fednet.metrics.intervals import fmt_p, fmt_versus, mean_ci, versus
+from fednet.metrics.paper import MARK, Part, Table
+from fednet.metrics.seed_health import flag_text, folder_flag
 
 FINISHED = ("completed", "diverged", "budget_spent")  # a cell that ended so is not run again
 RESULTS = ("completed", "budget_spent")  # (deterministic); tabled; the others: in the notes
@@ -140,6 +142,7 @@ def measure(cell: dict[str, Any], root: Path, metric: Metric, shows: list[str],
     for key in shows:
         v = parse_metric(key).of(s, rows, ref) if is_metric(key) else _dotted(s, key)
         out["show"][key] = v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    out["flag"] = folder_flag(folder, s)  # collapsed or diverged, though completed: marked
     return out
 
 
@@ -177,7 +180,8 @@ def evaluate(spec: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, A
         fin = _stats([r["final_accuracy"] for r in done])["mean"]
         settings.append({"method": method, "setting": rs[0]["setting"], "text": text,
                          "planned": len(rs), "done": len(done), **st, "final_accuracy": fin,
-                         "show": shows, "seeds": {r["seed"]: r["value"] for r in done}})
+                         "show": shows, "seeds": {r["seed"]: r["value"] for r in done},
+                         "flagged": flagged(done)})
 
     def rank(s: dict[str, Any]) -> tuple:
         mean = s["mean"] if s["mean"] is not None else (-math.inf if metric.higher else math.inf)
@@ -236,7 +240,7 @@ def _cells(metric: Metric, s: dict[str, Any]) -> list[str]:
     ci = "-" if not s.get("ci") else f"{metric.fmt(s['ci'][0])}..{metric.fmt(s['ci'][1])}"
     sd = "-" if s["sd"] is None else metric.fmt(s["sd"]).rstrip("s")
     rng = "-" if s["min"] is None else f"{metric.fmt(s['min'])}..{metric.fmt(s['max'])}"
-    return [mean, ci, sd, rng, f"{s['reached']}/{s['planned']}"]
+    return [mean, ci, sd, rng, f"{s['reached']}/{s['planned']}" + (MARK if s.get("flagged") else "")]
 
 
 def _head(metric: Metric, ref: float | None) -> str:
@@ -257,8 +261,10 @@ def _versus_note(metric: Metric, base: str) -> str:
                                                              " on log ratios"))
 
 
-def render(spec: dict[str, Any], result: dict[str, Any], every: bool = True) -> str:
-    """The text table: the best setting per method, then (every=True) every setting."""
+def sweep_tables(spec: dict[str, Any], result: dict[str, Any], every: bool = True) -> Part:
+    """A sweep's head line (the metric), tables and notes: the best setting per method, then (every=True)
+    every setting. The console (render), --latex and --markdown (metrics/paper.py) show these
+    same cells."""
     metric = parse_metric(spec["metric"])
     shows = list(spec.get("show", []))
     base = spec.get("baseline") if any("versus" in b for b in result["best"]) else None
@@ -276,20 +282,50 @@ def render(spec: dict[str, Any], result: dict[str, Any], every: bool = True) -> 
             row += [fmt_versus(v, metric.difference), fmt_p(v["p"]),
                     f"{v['pairs']}/{v['seeds']}"]
         rows.append(row)
-    parts = [_head(metric, spec.get("reference_accuracy")),
-             "best setting per method (mean over the seeds that reached it, its 95% t interval "
-             "clipped to the metric's range, sample sd; seeds: reached / planned):", table(hdr, rows)]
-    if base:
-        parts.append(_versus_note(metric, base))
+    best = Table("best setting per method (mean over the seeds that reached it, its 95% t "
+                 "interval clipped to the metric's range, sample sd; seeds: reached / planned):",
+                 hdr, rows, ([_versus_note(metric, base)] if base else [])
+                 + flag_notes(result["best"]), set(range(2, len(hdr))))
+    tables = [best]
     if every:
         hdr2 = ["method", "setting", metric.text, "95% CI", "sd", "min..max", "seeds", "per seed"]
-        rows2 = [[s["method"], s["text"], *_cells(metric, s),
-                  " ".join(f"{k}:{metric.fmt(v)}" if k else metric.fmt(v)
-                           for k, v in s["seeds"].items())]
+        rows2 = [[s["method"], s["text"], *_cells(metric, s), _per_seed(metric, s)]
                  for s in result["settings"]]
-        parts += ["", "every setting:", table(hdr2, rows2)]
-    parts += [f"note: {n}" for n in result["notes"]]
-    return "\n".join(parts)
+        tables.append(Table("every setting:", hdr2, rows2, flag_notes(result["settings"]),
+                            set(range(2, 7))))
+    return Part([_head(metric, spec.get("reference_accuracy"))], tables, list(result["notes"]))
+
+
+def render(spec: dict[str, Any], result: dict[str, Any], every: bool = True) -> str:
+    """The text table: the best setting per method, then (every=True) every setting."""
+    part = sweep_tables(spec, result, every)
+    lines = part.head + part.tables[0].text()
+    for t in part.tables[1:]:
+        lines += ["", *t.text()]
+    return "\n".join(lines + [f"note: {n}" for n in part.tail])
+
+
+def flagged(done: list[dict[str, Any]]) -> dict[str, str]:
+    """Seed -> why its run is marked collapsed or diverged (metrics/seed_health.py), over a
+    setting's finished cells."""
+    return {r["seed"]: flag_text(r["flag"]) for r in done if r.get("flag")}
+
+
+def flag_notes(settings: list[dict[str, Any]]) -> list[str]:
+    """The footnotes of a table's marked rows: '* METHOD SETTING seed S: collapsed: ...'."""
+    out = []
+    for s in settings:
+        for seed, why in (s.get("flagged") or {}).items():
+            name = " ".join(x for x in (s["method"], s["text"] if s["text"] != "-" else "",
+                                        f"seed {seed}" if seed != "" else "") if x)
+            out.append(f"{MARK} {name}: {why}")
+    return out
+
+
+def _per_seed(metric: Metric, s: dict[str, Any]) -> str:
+    marked = s.get("flagged") or {}
+    return " ".join((f"{k}:{metric.fmt(v)}" if k else metric.fmt(v)) + (MARK if k in marked else "")
+                    for k, v in s["seeds"].items())
 
 
 def _fmt_show(key: str, v: float | None) -> str:

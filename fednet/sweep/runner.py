@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fednet.errors import ConfigError
-from fednet.metrics import sweep_table as T
+from fednet.metrics import paper, sweep_table as T
 from fednet.metrics.export import cells_csv, export_table, sweep_rows
 from fednet.metrics.files import make_dir, write_json, write_text
 from fednet.sweep.grid import Cell, CellCommand, check_cells, plan, reference, state
@@ -105,6 +105,8 @@ class Options:
     show: list[str] = field(default_factory=list)
     dry_run: bool = False
     argv: list[str] = field(default_factory=list)
+    latex: str = ""  # --latex FILE: the tables as LaTeX (booktabs)
+    markdown: str = ""  # --markdown FILE: the tables as Markdown
 
 
 def prepare(o: Options, command: CellCommand
@@ -132,6 +134,9 @@ def prepare(o: Options, command: CellCommand
         raise ConfigError(f"--out {root}: {len(other)} cell folder(s) hold runs made with other "
                           f"options (e.g. {root / other[0].folder}); give a new --out, or remove "
                           "those folders to run them again")
+    for f, opt in ((o.latex, "--latex"), (o.markdown, "--markdown")):
+        if f and Path(f).is_dir():
+            raise ConfigError(f"{opt} {f} is a folder; give a file")
     spec = {"metric": o.metric, "reference": o.reference, "reference_accuracy": ref_acc,
             "baseline": o.baseline, "show": o.show, "by": o.by, "runtime": o.runtime,
             "methods": o.methods, "grid": o.grid, "fixed": o.fixed, "axes": axes_of,
@@ -151,7 +156,8 @@ def run_sweep(o: Options, command: CellCommand,
         return "\n".join(lines + [f"{len(todo)} of {len(lines)} cells to run"])
     make_dir(root)
     seconds = _old_seconds(root)
-    finish(root, spec, cells, seconds, ref_cell)  # `fednet report OUT` works while it runs
+    exports = (o.latex or None, o.markdown or None)
+    finish(root, spec, cells, seconds, ref_cell, exports)  # `fednet report OUT` works meanwhile
     echo(f"fednet sweep: {len(cells) + bool(ref_cell)} cells, {len(todo)} to run "
          f"({o.jobs} at a time) into {root}")
     runner, t0, n = Runner(root, o.runtime, o.jobs), time.monotonic(), [0]
@@ -185,12 +191,13 @@ def run_sweep(o: Options, command: CellCommand,
         stopped = e
     spec.update(elapsed_s=round(time.monotonic() - t0, 1), cells_run=n[0],
                 finished_at=datetime.datetime.now().astimezone().isoformat(timespec="seconds"))
-    text = finish(root, spec, cells, seconds, ref_cell)
+    text = finish(root, spec, cells, seconds, ref_cell, exports)
     if stopped is not None:
         print(text, flush=True)
         raise stopped
     return text + f"\n{n[0]} cells run in {_dur(time.monotonic() - t0)}; results: " \
-                  f"{root / 'sweep.json'}, {root / 'sweep.csv'} (cells), {root / 'table.csv'}"
+                  f"{root / 'sweep.json'}, {root / 'sweep.csv'} (cells), {root / 'table.csv'}" \
+                  + "".join(f", {f}" for f in exports if f)
 
 
 def _dur(s: float) -> str:
@@ -214,8 +221,9 @@ def _old_seconds(root: Path) -> dict[str, float]:
 
 
 def finish(root: Path, spec: dict[str, Any], cells: list[Cell], seconds: dict[str, float],
-           ref_cell: Cell | None) -> str:
-    """Measure every cell, write sweep.json and sweep.csv; the text table."""
+           ref_cell: Cell | None, exports: tuple[str | None, str | None] = (None, None)) -> str:
+    """Measure every cell, write sweep.json, sweep.csv, table.csv (and --latex, --markdown's
+    files: exports); the text table."""
     if ref_cell is not None:
         s = T.read_summary(root / ref_cell.folder) or {}
         spec["reference_accuracy"] = s.get("best_accuracy")
@@ -231,4 +239,5 @@ def finish(root: Path, spec: dict[str, Any], cells: list[Cell], seconds: dict[st
     write_json(root / "sweep.json", {"spec": spec, "cells": recs, **result})
     write_text(root / "sweep.csv", cells_csv(recs, axes, spec["show"]))
     write_text(root / "table.csv", export_table(sweep_rows(str(root), spec, result)))
+    paper.write([T.sweep_tables(spec, result)], *exports)
     return T.render(spec, result)
