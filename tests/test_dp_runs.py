@@ -14,7 +14,8 @@ pytest.importorskip("dp_accounting")
 
 from fednet.core.checkpoint import ENDED  # noqa: E402
 from fednet.core.inproc import run_local  # noqa: E402
-from fednet.metrics.report import run_error, run_note, summary_rows  # noqa: E402
+from fednet.metrics.report import summary_rows  # noqa: E402
+from fednet.metrics.run_end import run_error, run_note  # noqa: E402
 from tests.conftest import final_model, same_arrays, small_config  # noqa: E402
 
 CENTRAL = {"mode": "central", "noise": 0.6, "clip": 0.5}

@@ -13,7 +13,7 @@ import pytest
 
 from fednet.algorithms import client_class, get, names
 from fednet.core.inproc import run_local
-from fednet.metrics.report import interrupt_note
+from fednet.metrics.run_end import interrupt_note
 
 from tests.harness import LEDGER_KEYS as KEYS, PINNED, golden
 

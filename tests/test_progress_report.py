@@ -123,7 +123,7 @@ NO = ("; it kept no checkpoint, so it cannot be resumed (--checkpoint-every N wr
 
 
 def test_interrupt_messages_say_what_was_kept(tmp_path, monkeypatch):
-    from fednet.metrics.report import interrupt_note
+    from fednet.metrics.run_end import interrupt_note
 
     monkeypatch.chdir(tmp_path)
     t0, shown = time.time(), []

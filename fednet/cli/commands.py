@@ -44,7 +44,7 @@ def _errors(f: Callable[..., Any]) -> Callable[..., Any]:
             click.echo(f"fednet: error: cannot write {e.filename}: {e.strerror}", err=True)
             sys.exit(2)
         except KeyboardInterrupt as e:
-            from fednet.metrics.report import interrupt_note
+            from fednet.metrics.run_end import interrupt_note
             term = isinstance(e, Terminated)
             if sys.stderr.isatty():  # the progress bar's line (and the terminal's ^C) ends here
                 click.echo("", err=True)
@@ -71,7 +71,8 @@ def _config(opts: dict[str, Any], defaults: dict[str, Any]) -> Any:
 def _done(summary: dict[str, Any]) -> None:
     """Print the summary table; the exit code follows its status (no_clients: 3, failed: 4,
     diverged: 5; budget_spent is a result: 0, with one line on the epsilon reached)."""
-    from fednet.metrics.report import run_error, run_note, summary_table
+    from fednet.metrics.report import summary_table
+    from fednet.metrics.run_end import run_error, run_note
 
     click.echo(summary_table(summary))
     note = run_note(summary)
