@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from fednet.server.app import ZmqServer
+from fednet.transport.channels import sub_frame
 from fednet.core.session import Session
 from fednet.types import Failure, Task
 from tests.conftest import small_config
@@ -67,13 +68,33 @@ def test_messages_queued_before_a_connection_closed_revive_nothing():
     from fednet.server.conns import Connections, Identity
 
     conns = Connections(Identity())
-    conns.seen(b"r1", 7)
-    conns.bind(1, b"r1", None)
+    r1, r2 = b"\x00conn1" + sub_frame(1), b"\x00conn2" + sub_frame(2)  # connection + envelope
+    conns.seen(r1, 7)
+    conns.bind(1, r1, None)
     conns.disconnected(7)
     assert 1 in conns.lost
-    conns.seen(b"r1", 7)  # queued before the close
-    conns.bind(1, b"r1", None)  # a queued hello, welcomed again
+    conns.seen(r1, 7)  # queued before the close
+    conns.bind(1, r1, None)  # a queued hello, welcomed again
     assert 1 in conns.lost and conns.gone(-1.0) == [1]
-    conns.seen(b"r2", 7)  # a new connection on the reused fd is alive
-    conns.bind(2, b"r2", None)
+    conns.seen(r2, 7)  # a new connection on the reused fd is alive
+    conns.bind(2, r2, None)
     assert 2 not in conns.lost
+
+
+def test_a_closed_process_is_remembered_once_for_all_its_clients():
+    """A process's clients share one connection: its close is one record however many clients
+    it ran (a record per client made the close of a million-client run quadratic), and every
+    one of its routes stays closed, past CLOSED_KEPT of them."""
+    from fednet.server.conns import CLOSED_KEPT, Connections, Identity
+
+    conns = Connections(Identity())
+    n = CLOSED_KEPT + 5
+    routes = [b"\x00proc" + sub_frame(c) for c in range(n)]
+    for c, r in enumerate(routes):
+        conns.seen(r, 9)
+        conns.bind(c, r, None)
+    conns.disconnected(9)
+    assert list(conns.closed) == [b"\x00proc"] and len(conns.lost) == n
+    conns.seen(routes[0], 9)  # the oldest route's queued message revives nothing
+    conns.bind(0, routes[0], None)
+    assert 0 in conns.lost

@@ -20,15 +20,16 @@ import ctypes
 import hmac
 import os
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from fednet.protocol.proof import check_hello, hellos_proof, rejoin_token
-from fednet.transport.channels import sub_frame
+from fednet.transport.channels import SUB_BYTES, sub_frame
 
 LOST_GRACE_S = 1.0
 """A client without a connection for this long (after the heartbeat timeout) is gone."""
-CLOSED_KEPT = 100_000
+CLOSED_KEPT = 100_000  # closed connections remembered (not clients: one per process)
 """Closed connections remembered, so that their queued messages revive none (a few MB)."""
 
 
@@ -61,7 +62,9 @@ class Connections:
         self.fd_routes: dict[int, set[bytes]] = {}  # a process's clients share a connection
         self.route_fd: dict[bytes, int] = {}
         self.lost: dict[int, float] = {}
-        self.closed: dict[bytes, None] = {}  # routes whose connection closed (newest CLOSED_KEPT)
+        # connections that closed (the newest CLOSED_KEPT), by the connection's own id: one
+        # record for all its clients' routes (route = connection id + channels.sub_frame)
+        self.closed: OrderedDict[bytes, None] = OrderedDict()
         self.nonces: set[tuple[int, bytes]] = set()
         self._closed_since_trim = 0
         self._last_close = 0.0
@@ -70,7 +73,7 @@ class Connections:
         """A message arrived on connection `route` through socket fd. One that libzmq queued
         before the connection closed (the monitor's event was read first) revives nothing: the
         route is closed for good (a ROUTER never gives a new connection an old id)."""
-        if route in self.closed:
+        if _conn(route) in self.closed:
             return
         if fd >= 0 and self.route_fd.get(route) != fd:
             self.route_fd[route] = fd
@@ -160,7 +163,7 @@ class Connections:
         self.released.pop(route, None)
         if key:
             self.key_of[cid] = key
-        if route in self.closed:  # a hello queued before its connection closed: lost already
+        if _conn(route) in self.closed:  # a hello queued before its connection closed: lost
             self.lost.setdefault(cid, time.monotonic())
         else:
             self.lost.pop(cid, None)
@@ -179,9 +182,10 @@ class Connections:
         self._last_close = now = time.monotonic()
         for route in self.fd_routes.pop(fd, ()):
             self.route_fd.pop(route, None)
-            self.closed[route] = None
+            self.closed[_conn(route)] = None
             if len(self.closed) > CLOSED_KEPT:
-                del self.closed[next(iter(self.closed))]
+                self.closed.popitem(last=False)  # O(1): a dict's first key, once its
+                # predecessors were deleted, is found by a scan over their slots (quadratic)
             cid = self.cid_of.get(route)
             if cid is not None and self.route_of.get(cid) == route:
                 self.lost.setdefault(cid, now)
@@ -201,6 +205,11 @@ class Connections:
             ctypes.CDLL("libc.so.6").malloc_trim(0)
         except (OSError, AttributeError):  # not glibc
             pass
+
+
+def _conn(route: bytes) -> bytes:
+    """The connection of a client's route (the server's ROUTER is enveloped: channels.py)."""
+    return route[:-SUB_BYTES]
 
 
 def identity_for(cfg: Any, local_clients: bool, per_process: int = 1, join_key: str = ""

@@ -132,16 +132,18 @@ def on_readys(srv: ZmqServer, got: Received) -> None:
     n = got.msg.arrays["n"]
     if int(n.min()) < 0:
         return srv.chan.reject(got, "a negative number of examples")
-    for cid, k in zip(ids, n.tolist()):
-        why = srv.examples_problem(cid, k)
-        if why:
-            srv.chan.reject(got, why)
-            return srv._send_reject(got, why)
+    parts = srv.s.parts
+    sizes = [part_size(parts, c) for c in ids]  # the server's own counts (once a client)
+    bad = next((i for i, (k, w) in enumerate(zip(n.tolist(), sizes)) if k != w), None)
+    if bad is not None:
+        why = srv.examples_problem(ids[bad], int(n[bad]))
+        srv.chan.reject(got, why)
+        return srv._send_reject(got, why)
     srv.chan.accept(got, client_name(ids[0]))
-    for cid in ids:  # the server's own count, from the partition it assigned
+    for cid, size in zip(ids, sizes):
         h = srv.hello[cid]
-        srv.clients[cid] = ClientInfo(cid, part_size(srv.s.parts, cid), str(h.get("device", "?")),
-                                      "", int(h.get("pid", 0)), str(h.get("host", "")))
+        srv.clients[cid] = ClientInfo(cid, size, str(h.get("device", "?")), "",
+                                      int(h.get("pid", 0)), str(h.get("host", "")))
     return None
 
 
