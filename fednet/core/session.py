@@ -323,10 +323,10 @@ class Session:
         classes; of the described clients only, for a natural dataset that describes a sample)."""
         n = self.cfg.clients
         took = self.driver.participants.tasks
-        profiles = [p.to_dict() for p in self.profiles]
+        links = latency.to_array(self.profiles)
         cols = {"samples": np.fromiter((part_size(self.parts, c) for c in range(n)), np.int64, n),
                 "tasks": np.fromiter((took.get(c, 0) for c in range(n)), np.int64, n),
-                **{k: np.array([p[k] for p in profiles], np.float64) for k in profiles[0]}}
+                **{k: links[:, i] for i, k in enumerate(latency.COLUMNS)}}
         hists = getattr(self.histograms, "hists", None)  # natural: the described clients'
         cols["labels"] = np.asarray(self.histograms if hists is None else hists, np.int64)
         if self.cfg.attack.name != "none":

@@ -97,7 +97,7 @@ def welcome(srv: ZmqServer, ids: list[int], cids: np.ndarray) -> Message:
     its grant key."""
     s, conns = srv.s, srv.conns
     body = {"config": srv._config_dict(), "run_id": s.run_id, "peers": s.handoffs}
-    arrays = {"cids": cids, "client_profiles": latency.to_array([s.profiles[c] for c in ids])}
+    arrays = {"cids": cids, "client_profiles": latency.to_array(s.profiles.subset(ids))}
     if not conns.ident.proven:  # plaintext `fednet server`: a reconnect proves itself so
         arrays["tokens"] = _rows([conns.token(c) for c in ids], 16)
     if not callable(getattr(s.parts, "size", None)):  # natural clients build their own rows
