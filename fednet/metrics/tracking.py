@@ -100,6 +100,7 @@ def client(target: str) -> Any:
 
     for k, v in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2"), ("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")):
         os.environ.setdefault(k, v)  # a server that goes away mid-run fails in seconds
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)  # its retries: our line
     probe(target or os.environ.get("MLFLOW_TRACKING_URI", ""))
     return MlflowClient(tracking_uri=target or None)
 
@@ -110,10 +111,14 @@ def failure(spec: str, e: BaseException) -> str:
     if "filesystem tracking backend" in text:  # MLflow 3: mlruns/ and file: URIs are refused
         return (f"--track {spec}: MLflow 3 refuses file stores (./mlruns, file:...); use "
                 "mlflow:sqlite:///mlflow.db or a tracking server (mlflow:http://HOST:PORT)")
-    first = (text.splitlines() or [""])[0]
-    first = first if len(first) <= 160 else first[:157] + "..."
-    what = first if isinstance(e, OSError) else f"{type(e).__name__}: {first}"
+    what = _short(e) if isinstance(e, OSError) else f"{type(e).__name__}: {_short(e)}"
     return f"--track {spec}: {what}; is the tracking server running, and is that its address?"
+
+
+def _short(e: BaseException, most: int = 160) -> str:
+    """An exception's first line, at most `most` characters."""
+    first = (str(e).splitlines() or [""])[0]
+    return first if len(first) <= most else first[:most - 3] + "..."
 
 
 class TensorBoard:
@@ -262,7 +267,7 @@ class Tracking:
             except Exception as e:  # noqa: BLE001 - the run's own files stay the record
                 log.warning("tracking to %s stopped (%s: %s); the run goes on, its results are "
                             "in its folder; after the run, `%s` sends it", t.where,
-                            type(e).__name__, str(e)[:200], self.upload_command([t]))
+                            type(e).__name__, _short(e), self.upload_command([t]))
                 self.trackers.remove(t)
                 self.dropped.append(t)
             else:
