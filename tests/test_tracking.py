@@ -151,3 +151,53 @@ def test_mlflow_3s_refusal_of_file_stores_says_what_to_use():
     assert tracking.failure("mlflow:file:///tmp/mlruns", refused) == (
         "--track mlflow:file:///tmp/mlruns: MLflow 3 refuses file stores (./mlruns, file:...); "
         "use mlflow:sqlite:///mlflow.db or a tracking server (mlflow:http://HOST:PORT)")
+
+
+def _folder(tmp_path, summary=True, track=()):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.toml").write_text(f"rounds = 2\ntrack = {list(track)!r}\n[algo]\nname = 'fedavg'\n"
+                                     .replace("'", '"'))
+    (run / "metrics.jsonl").write_text('{"round": 0, "accuracy": 0.5}\n{"round": 1, "accuracy": 0.7}\n')
+    if summary:
+        (run / "summary.json").write_text('{"status": "completed", "rounds": 2}')
+    return run
+
+
+def _upload(*args):
+    from click.testing import CliRunner
+
+    from fednet.cli import main
+
+    return CliRunner().invoke(main, ["track", "upload", *map(str, args)])
+
+
+def test_track_upload_refuses_a_run_that_has_not_ended_and_one_with_nowhere_to_go(tmp_path):
+    r = _upload(_folder(tmp_path, summary=False), "--track", "tensorboard")
+    assert r.exit_code == 2 and r.output.strip() == (
+        f"fednet: error: '{tmp_path / 'run'}' has no summary.json: the run is still going, or was "
+        "killed before its end (--resume it, or upload once it has ended)")
+    (tmp_path / "run" / "summary.json").write_text('{"status": "completed", "rounds": 2}')
+    r = _upload(tmp_path / "run")
+    assert r.exit_code == 2 and r.output.strip() == (
+        "fednet: error: --track: say where to send the run: --track mlflow[:URI], --mlflow URI "
+        "or --track tensorboard[:DIR] (the run itself tracked nothing)")
+    r = _upload(tmp_path / "run", "--track", "wandb")
+    assert r.exit_code == 2 and "--track 'wandb': expected tensorboard[:DIR] or mlflow[:URI]" in r.output
+    r = _upload(tmp_path / "nothing", "--mlflow", "sqlite:///x.db")
+    assert r.exit_code == 2 and "is not a run folder" in r.output
+
+
+def test_track_upload_to_a_server_that_is_not_there_is_one_line(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run = _folder(tmp_path, track=[f"mlflow:http://127.0.0.1:{port}"])  # the run's own --track
+    r = _upload(run)
+    assert r.exit_code == 2 and r.output.strip() == (
+        f"fednet: error: --track mlflow:http://127.0.0.1:{port}: nothing answers at "
+        f"127.0.0.1:{port} (Connection refused); is the tracking server running, and is that its "
+        "address?")
+    assert not (run / "mlflow.json").exists()
