@@ -230,3 +230,55 @@ def test_track_upload_writes_one_tensorboard_history_however_often_it_runs(tmp_p
     sent = ea.Scalars("bytes_round/server_to_client")
     assert [e.value for e in sent] == [r["bytes_round"]["server_to_client"] for r in rows]
     assert {"config/text_summary", "summary/text_summary"} <= set(ea.Tags()["tensors"])
+
+
+def test_an_outage_mid_run_drops_the_tracker_and_its_return_catches_it_up(tmp_path, monkeypatch):
+    """MLflow (a sqlite store) failing for two rounds mid-run: the tracker is dropped at the
+    first failure, and at the end, its store answering again, it gets the rows it missed and
+    ends its run as usual; one that stays away is named in the summary with the upload
+    command and its run ended as FAILED."""
+    from mlflow.tracking import MlflowClient
+
+    from fednet.metrics.tracking import Tracking
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    rows = [{"round": r, "accuracy": 0.1 * r, "bytes_round": {"server_to_client": 10 * r}}
+            for r in range(5)]
+    summary = {"status": "completed", "rounds": 5, "final_accuracy": 0.4}
+    for back in (True, False):
+        out = tmp_path / f"run-{back}"
+        out.mkdir()
+        t = Tracking((f"mlflow:{uri}",), out, {"algo": {"name": "fedavg"}, "rounds": 5})
+        t.start()
+        mlf = t.trackers[0]
+        real = mlf.c.log_batch
+
+        def gone(*args, **kwargs):
+            raise ConnectionError("gone")
+
+        for r in rows:
+            if r["round"] == 2:  # the outage
+                monkeypatch.setattr(mlf.c, "log_batch", gone)
+            t.row(r)
+        assert t.trackers == [] and t.dropped == [mlf]
+        if back:
+            monkeypatch.setattr(mlf.c, "log_batch", real)
+        else:
+            monkeypatch.setattr(mlf, "reachable", lambda: False)
+        t.recover(rows)
+        notes = t.notes()
+        if not back:
+            monkeypatch.setattr(mlf, "reachable", lambda: True)  # it answers, but too late
+        t.end({**summary, **notes}, out)
+        c = MlflowClient(uri)
+        run = c.get_run(mlf.run_id)
+        acc = sorted((m.step, m.value) for m in c.get_metric_history(mlf.run_id, "accuracy"))
+        if back:
+            assert notes == {} and run.info.status == "FINISHED"
+            assert acc == [(r["round"] + 1, r["accuracy"]) for r in rows]
+            assert run.data.tags["fednet.status"] == "completed"
+        else:
+            assert notes == {"tracking": {"dropped": [f"mlflow:{uri}"], "upload":
+                                          f"fednet track upload {out} --track mlflow:{uri}"}}
+            assert run.info.status == "FAILED" and run.data.tags["fednet.tracking"] == "dropped"
+            assert acc == [(1, 0.0), (2, 0.1)]  # what it had before the outage
