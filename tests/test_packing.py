@@ -23,9 +23,15 @@ def test_beyond_8_processes_per_core_clients_are_grouped_8_processes_per_core():
     assert choose(16, m).per_process == 1
     c = choose(100, m)  # beyond 8 per core: 8 processes per core, the clients shared evenly
     assert (c.per_process, c.processes) == (7, 15)
+    assert c.reason == "auto: over 8 processes per core on 2 cores: grouped, 7.5 processes per " \
+                       "core (at most 8)"
     c = choose(1000, m)
     assert (c.per_process, c.processes) == (63, 16)
-    assert "8 processes per core" in c.reason
+    assert c.reason.endswith("grouped, 8 processes per core (at most 8)")
+    c = choose(20, m)  # the count it makes, not the most it may make (issue 41 item 7)
+    assert (c.per_process, c.processes) == (2, 10)
+    assert c.line(20) == ("20 clients in 10 processes (2 clients per process): auto: over 8 "
+                          "processes per core on 2 cores: grouped, 5 processes per core (at most 8)")
     assert choose(5000, m).processes == 16
     assert choose(128, Machine(cores=16, mem_available=64 * GiB)).per_process == 1
 
@@ -121,7 +127,8 @@ def test_launch_records_what_auto_chose(tmp_path, monkeypatch):
     s = run_zmq(small_config(clients=128, rounds=1, out=str(tmp_path / "a")), quiet=True)
     got = s["clients_per_process"]
     assert (got["per_process"], got["processes"], got["auto"]) == (16, 8, True)
-    assert "8 processes per core, 1 cores" in got["reason"]
+    assert got["reason"] == ("auto: over 8 processes per core on 1 core: grouped, 8 processes "
+                             "per core (at most 8)")
     assert s["status"] == "completed" and s["clients"] == 128
     s = run_zmq(small_config(clients=3, rounds=1, out=str(tmp_path / "b"),
                              net={"clients_per_process": 2}), quiet=True)

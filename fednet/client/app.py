@@ -88,7 +88,8 @@ class Client:
             self.auth = Gate(self.ctx, gate)  # complete a handshake
         self.own_link = link is None
         self.link = link if link is not None else \
-            ServerLink(self.ctx, connect, server_setup(self.keys, gate))
+            ServerLink(self.ctx, connect, server_setup(self.keys, gate),
+                       secure=self.keys is not None)
         self.server = Channel(self.link.sock, self.ledger, self.name, router=False,
                               sub=sub_frame(cid))
         self.link.add(self)

@@ -196,7 +196,7 @@ class Host:
 
             gate = gate_password(run_key)
             self.auth = Gate(self.ctx, gate)
-        return ServerLink(self.ctx, connect, server_setup(keys, gate))
+        return ServerLink(self.ctx, connect, server_setup(keys, gate), secure=keys is not None)
 
     def check_files(self) -> None:
         """Before the first peer socket binds (the run hands models over): ConfigError when the

@@ -36,18 +36,22 @@ class ServerLink:
     """The server link of one client process: its socket, its liveness and its clients."""
 
     def __init__(self, ctx: zmq.Context, connect: str,
-                 setup: Callable[[zmq.Socket], None] | None = None) -> None:
+                 setup: Callable[[zmq.Socket], None] | None = None, secure: bool = False) -> None:
         self.connect = connect
+        self.secure = secure  # CURVE (--secure) on this side
         self.sock = connect_dealer(ctx, connect, setup)
         try:  # a dead server is noticed (DISCONNECTED, no new handshake) while idle
             self.monitor = open_monitor(self.sock, zmq.EVENT_DISCONNECTED
                                         | zmq.EVENT_HANDSHAKE_SUCCEEDED
-                                        | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+                                        | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+                                        | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
         except BaseException:
             self.sock.close(0)
             raise
         self.lost_since: float | None = None
         self.denied = False  # the server refused our credentials at a handshake (ZAP)
+        self.mismatch = False  # the server speaks another mechanism: --secure on one side only
+        self.up_once = False  # a handshake with the server has succeeded
         self.clients: dict[bytes, Client] = {}  # envelope -> client
         self.strays = 0  # messages for no client of this process (dropped)
         self.attention: set[Client] = set()  # clients with a flag to act on (Client.check)
@@ -75,6 +79,7 @@ class ServerLink:
                 parts = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return n - 1
+            self.up_once = True  # (also where the monitor attached after the handshake)
             c = self.clients.get(parts[0].bytes) if len(parts) > 1 else None
             if c is None and self.factory is not None and len(parts) > 1:
                 c = self.factory(parts[0].bytes)  # a client of this process without an object
@@ -87,11 +92,16 @@ class ServerLink:
         return n
 
     def watch(self) -> None:
-        """Read the link's connection events: a loss is logged once; a new handshake after a
-        loss (the server restarted, or the link dropped) asks every client to register again."""
+        """Read the link's connection events: a loss (after a handshake succeeded: a refused
+        one loses nothing) is logged once; a new handshake after a loss (the server restarted,
+        or the link dropped) asks every client to register again."""
         while self.monitor.poll(0):
-            ev = recv_monitor_message(self.monitor)["event"]
-            if ev == zmq.EVENT_DISCONNECTED and self.lost_since is None:
+            msg = recv_monitor_message(self.monitor)
+            ev = msg["event"]
+            if (ev == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                    and msg["value"] == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH):
+                self.mismatch = True
+            if ev == zmq.EVENT_DISCONNECTED and self.lost_since is None and self.up_once:
                 wait = max((c.lost_timeout for c in self.clients.values()), default=0.0)
                 log.warning("%s: lost the server at %s (closed, or no answer to heartbeats for "
                             "%.0fs); waiting up to %.0fs for it", self.names(), self.connect,
@@ -100,7 +110,7 @@ class ServerLink:
             elif ev == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
                 self.denied = True
             elif ev == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                self.denied = False
+                self.denied, self.up_once = False, True
                 if self.lost_since is not None:
                     log.warning("%s: the server is back; registering again",
                                 self.names())
@@ -112,12 +122,22 @@ class ServerLink:
     def no_answer(self, timeout_s: float) -> ConfigError:
         """The error of a registration the server did not answer within timeout_s."""
         self.watch()
+        if self.mismatch:
+            return ConfigError(self._mismatch())
         if self.denied:
             return ConfigError(f"the server at {self.connect} refused this host at the handshake: "
                                "--join-key is not that run's key (or, with --secure, this key is "
                                "not allowed there)")
         return ConfigError(f"the server at {self.connect} did not answer within {timeout_s:.0f}s;"
                            " check --connect (address and port) and that the server runs")
+
+    def _mismatch(self) -> str:
+        if self.secure:
+            return (f"the server at {self.connect} does not run with --secure (it is plaintext, "
+                    "its clients join with --join-key): drop --secure here, or restart the "
+                    "server with --secure DIR")
+        return (f"the server at {self.connect} runs with --secure: give this host --secure DIR "
+                "(its copy of the run's key folder; --key NAME if it holds several keys), not a join key")
 
     def gone(self, timeout_s: float) -> bool:
         """Whether the link has been down for longer than timeout_s."""
@@ -169,6 +189,8 @@ def register(link: ServerLink, clients: list[Client], timeout_s: float) -> None:
         if time.monotonic() >= recheck:  # a link that dropped meanwhile: hello again
             recheck = time.monotonic() + 1.0
             link.watch()
+            if link.mismatch:  # --secure on one side only: waiting cannot mend it
+                raise link.no_answer(timeout_s)
             for c in clients:
                 if not c.registered and c.refused is None:
                     c.hello_again()

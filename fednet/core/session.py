@@ -280,6 +280,8 @@ class Session:
         self.history.close()
         if self.out is None:
             return summary
+        self.tracking.recover(self.history.rows)  # a tracker dropped mid-run, if it is back
+        summary.update(self.tracking.notes())  # one still away: how to upload the run later
         self.history.clients(self._client_rows(clients))
         if self.cfg.population_file:
             self.history.population(self._population())

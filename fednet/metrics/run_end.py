@@ -68,7 +68,13 @@ def run_error(summary: dict[str, Any]) -> tuple[int, str] | None:
 
 def run_note(summary: dict[str, Any]) -> str | None:
     """One line on how a run that is a result ended early (budget_spent: the epsilon reached and
-    the round it stopped before), else None."""
+    the round it stopped before), and on trackers (--track) that dropped out, with the command
+    that uploads the run to them; else None."""
+    notes = []
     if summary.get("status") == "budget_spent":
-        return str((summary.get("dp") or {}).get("stopped") or "the privacy budget is spent")
-    return None
+        notes.append(str((summary.get("dp") or {}).get("stopped") or "the privacy budget is spent"))
+    track = summary.get("tracking")
+    if isinstance(track, dict) and track.get("dropped"):
+        notes.append(f"tracking to {', '.join(map(str, track['dropped']))} dropped during the run; "
+                     f"send the finished run with `{track.get('upload')}`")
+    return "; ".join(notes) or None

@@ -6,8 +6,9 @@ The rule (docs/usage.md, `fednet launch --help`):
   the clients of one process share one connection and register in one message: section 21)
   and at most half the available memory at PROCESS_BYTES plus HOST_MODEL_COPIES of the model
   each;
-- beyond PROCESSES_PER_CORE, GROUPED_PER_CORE processes per core (within the memory limit), the
-  clients shared evenly among them: once the processes outnumber the cores many times over,
+- beyond PROCESSES_PER_CORE, at most GROUPED_PER_CORE processes per core (within the memory
+  limit), the clients shared evenly among them (20 clients on 2 cores: 10 processes of 2):
+  once the processes outnumber the cores many times over,
   each further process only costs a fork, an interpreter and a share of the run queue
   (docs/benchmarks/history.md section 15: 1,000 digits clients on 2 cores start and train fastest in 16
   processes of 63); beyond the memory limit alone, the fewest clients per process within it;
@@ -97,6 +98,20 @@ def _device_need(clients: int, k: int, ndev: int, per_client: int) -> int:
     return procs_dev * (CUDA_CONTEXT_BYTES + DEVICE_WORKSPACE_BYTES) + clients_dev * per_client
 
 
+_GROUPED = "\0grouped"
+
+
+def _cores(cores: int) -> str:
+    return f"{cores} core{'' if cores == 1 else 's'}"
+
+
+def _grouped(clients: int, k: int, cores: int) -> str:
+    """Why clients were grouped, with the processes that makes per core (at most 8)."""
+    procs = -(-clients // k)
+    return (f"over {PROCESSES_PER_CORE} processes per core on {_cores(cores)}: grouped, "
+            f"{procs / cores:.3g} processes per core (at most {GROUPED_PER_CORE})")
+
+
 def choose(clients: int, machine: Machine, requested: int = 0, gpus: Sequence[int] = (),
            per_client_device: int = CLIENT_DEVICE_BYTES, real_time: bool = False,
            model_bytes: int = 0, handoffs: bool = True) -> Choice:
@@ -123,10 +138,9 @@ def choose(clients: int, machine: Machine, requested: int = 0, gpus: Sequence[in
         why = (f"{mem_cap} processes of {proc_bytes / MiB:.0f} MiB fit half of the "
                f"{_gib(machine.mem_available)} available")
     elif grouped:
-        why = (f"over {PROCESSES_PER_CORE} processes per core, {cores} cores: grouped into "
-               f"{GROUPED_PER_CORE} processes per core")
+        why = _GROUPED  # said once k is final (devices and open files may raise it)
     else:
-        why = f"at most {PROCESSES_PER_CORE} processes per core, {cores} cores"
+        why = f"at most {PROCESSES_PER_CORE} processes per core, {_cores(cores)}"
     if gpus and machine.device_bytes:
         # a device listed k times (--gpus 0,0) is k slots sharing its memory
         budget = int(DEVICE_SHARE * min(b / list(gpus).count(g)
@@ -152,6 +166,7 @@ def choose(clients: int, machine: Machine, requested: int = 0, gpus: Sequence[in
         k = k_files
         why += (f"; at most {k_files} clients per process within the open-files limit of "
                 f"{machine.files} ({FILES_PER_CLIENT} per client)")
+    why = why.replace(_GROUPED, _grouped(n, k, cores))
     if k == 1:
         return Choice(1, n, True, f"auto: one process per client ({why})")
     return Choice(k, -(-n // k), True, f"auto: {why}")

@@ -139,3 +139,146 @@ def test_an_unreachable_tracking_server_is_an_error_that_leaves_nothing(tmp_path
     bad = _fednet("local", *SMALL, "--out", str(out), "--track", "wandb", check=False)
     assert bad.returncode == 2 and "--track 'wandb': expected tensorboard[:DIR] or mlflow[:URI]" \
         in bad.stderr
+
+
+def _all_metrics(c, run_id: str, names) -> dict[str, list[tuple[int, float]]]:
+    return {k: sorted((m.step, m.value) for m in c.get_metric_history(run_id, k)) for k in names}
+
+
+def test_track_upload_sends_a_finished_run_to_mlflow_once(mlflow_server, tmp_path):
+    """A run made without --track, uploaded afterwards: every number of every row at step
+    round + 1, the parameters, the files and the status; a second upload sends nothing and says
+    so, --again makes a second MLflow run."""
+    from mlflow.tracking import MlflowClient
+
+    from fednet.metrics.tracking import scalars
+
+    out = tmp_path / "run"
+    _fednet("local", *SMALL, "--rounds", "3", "--lr", "0.1", "--out", str(out))
+    env = {"MLFLOW_EXPERIMENT_NAME": "fednet-upload"}
+    r = _fednet("track", "upload", str(out), "--mlflow", mlflow_server, env=env)
+    c = MlflowClient(mlflow_server)
+    run_id = json.loads((out / "mlflow.json").read_text())["run_id"]
+    assert r.stdout.strip().splitlines()[-1] == (  # (after MLflow's own "View run" lines)
+        f"mlflow:{mlflow_server}: 3 rows, the summary and 7 files sent to "
+                                f"MLflow run {run_id} at {mlflow_server}")
+    run = c.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.info.run_name == "run"
+    assert run.data.tags["fednet.status"] == "completed" and run.data.tags["fednet.uploaded"] == "true"
+    assert run.data.params["train.lr"] == "0.1" and run.data.params["rounds"] == "3"
+    rows = _rows(out)
+    want: dict[str, list[tuple[int, float]]] = {}
+    for row in rows:
+        for k, v in scalars(row).items():
+            want.setdefault(k, []).append((row["round"] + 1, v))
+    assert "accuracy" in want and "bytes_round/client_to_server" in want
+    summary = json.loads((out / "summary.json").read_text())
+    at_end = {k: [(summary["rounds"], float(v))] for k, v in summary.items()
+              if isinstance(v, (int, float)) and not isinstance(v, bool)}  # the summary's numbers
+    assert _all_metrics(c, run_id, want) == {k: sorted(v + at_end.get(k, []))
+                                             for k, v in want.items()}
+    assert run.data.metrics["final_accuracy"] == summary["final_accuracy"]
+    names = {a.path for a in c.list_artifacts(run_id)}
+    assert {"summary.json", "config.toml", "metrics.jsonl", "clients.jsonl",
+            "accuracy_vs_round.png"} <= names
+    exp = run.info.experiment_id
+    again = _fednet("track", "upload", str(out), "--mlflow", mlflow_server, env=env)
+    assert "already there, as MLflow run " + run_id + " (FINISHED)" in again.stdout
+    assert len(c.search_runs([exp])) == 1
+    _fednet("track", "upload", str(out), "--mlflow", mlflow_server, "--again", env=env)
+    second = json.loads((out / "mlflow.json").read_text())["run_id"]
+    assert second != run_id and len(c.search_runs([exp])) == 2
+    assert _all_metrics(c, second, ["accuracy"]) == _all_metrics(c, run_id, ["accuracy"])
+
+
+def test_track_upload_replaces_the_mlflow_run_a_dropped_tracker_left_running(mlflow_server,
+                                                                           tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    out = tmp_path / "run"
+    _fednet("local", *SMALL, "--out", str(out), "--track", f"mlflow:{mlflow_server}")
+    c = MlflowClient(mlflow_server)
+    live = json.loads((out / "mlflow.json").read_text())["run_id"]
+    c.update_run(live, status="RUNNING")  # as a tracker that dropped mid-run leaves it
+    c.delete_tag(live, "fednet.status")
+    r = _fednet("track", "upload", str(out))  # to the run's own --track
+    new = json.loads((out / "mlflow.json").read_text())["run_id"]
+    assert new != live and f"sent to MLflow run {new}" in r.stdout
+    old = c.get_run(live)
+    assert old.info.status == "FAILED" and old.data.tags["fednet.replaced_by"] == new
+    assert c.get_run(new).info.status == "FINISHED"
+    rows = _rows(out)
+    assert _all_metrics(c, new, ["accuracy"])["accuracy"] == [(r["round"] + 1, r["accuracy"])
+                                                              for r in rows]
+
+
+def test_track_upload_writes_one_tensorboard_history_however_often_it_runs(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "run"
+    _fednet("local", *SMALL, "--rounds", "3", "--out", str(out))
+    for _ in range(2):
+        r = _fednet("track", "upload", str(out), "--track", "tensorboard")
+        assert r.stdout.strip() == (f"tensorboard: 3 rows and the summary written to "
+                                    f"{out / 'tensorboard'} (a second upload replaces this history)")
+    ea = EventAccumulator(str(out / "tensorboard"))
+    ea.Reload()
+    rows = _rows(out)
+    acc = ea.Scalars("accuracy")
+    assert [e.step for e in acc] == [1, 2, 3]  # once each, after two uploads
+    assert [e.value for e in acc] == pytest.approx([r["accuracy"] for r in rows], rel=1e-6)
+    sent = ea.Scalars("bytes_round/server_to_client")
+    assert [e.value for e in sent] == [r["bytes_round"]["server_to_client"] for r in rows]
+    assert {"config/text_summary", "summary/text_summary"} <= set(ea.Tags()["tensors"])
+
+
+def test_an_outage_mid_run_drops_the_tracker_and_its_return_catches_it_up(tmp_path, monkeypatch):
+    """MLflow (a sqlite store) failing for two rounds mid-run: the tracker is dropped at the
+    first failure, and at the end, its store answering again, it gets the rows it missed and
+    ends its run as usual; one that stays away is named in the summary with the upload
+    command and its run ended as FAILED."""
+    from mlflow.tracking import MlflowClient
+
+    from fednet.metrics.tracking import Tracking
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    rows = [{"round": r, "accuracy": 0.1 * r, "bytes_round": {"server_to_client": 10 * r}}
+            for r in range(5)]
+    summary = {"status": "completed", "rounds": 5, "final_accuracy": 0.4}
+    for back in (True, False):
+        out = tmp_path / f"run-{back}"
+        out.mkdir()
+        t = Tracking((f"mlflow:{uri}",), out, {"algo": {"name": "fedavg"}, "rounds": 5})
+        t.start()
+        mlf = t.trackers[0]
+        real = mlf.c.log_batch
+
+        def gone(*args, **kwargs):
+            raise ConnectionError("gone")
+
+        for r in rows:
+            if r["round"] == 2:  # the outage
+                monkeypatch.setattr(mlf.c, "log_batch", gone)
+            t.row(r)
+        assert t.trackers == [] and t.dropped == [mlf]
+        if back:
+            monkeypatch.setattr(mlf.c, "log_batch", real)
+        else:
+            monkeypatch.setattr(mlf, "reachable", lambda: False)
+        t.recover(rows)
+        notes = t.notes()
+        if not back:
+            monkeypatch.setattr(mlf, "reachable", lambda: True)  # it answers, but too late
+        t.end({**summary, **notes}, out)
+        c = MlflowClient(uri)
+        run = c.get_run(mlf.run_id)
+        acc = sorted((m.step, m.value) for m in c.get_metric_history(mlf.run_id, "accuracy"))
+        if back:
+            assert notes == {} and run.info.status == "FINISHED"
+            assert acc == [(r["round"] + 1, r["accuracy"]) for r in rows]
+            assert run.data.tags["fednet.status"] == "completed"
+        else:
+            assert notes == {"tracking": {"dropped": [f"mlflow:{uri}"], "upload":
+                                          f"fednet track upload {out} --track mlflow:{uri}"}}
+            assert run.info.status == "FAILED" and run.data.tags["fednet.tracking"] == "dropped"
+            assert acc == [(1, 0.0), (2, 0.1)]  # what it had before the outage
