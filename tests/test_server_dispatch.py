@@ -98,3 +98,22 @@ def test_a_closed_process_is_remembered_once_for_all_its_clients():
     conns.seen(routes[0], 9)  # the oldest route's queued message revives nothing
     conns.bind(0, routes[0], None)
     assert 0 in conns.lost
+
+
+def test_gone_returns_the_clients_lost_longer_than_the_grace(monkeypatch):
+    """`gone` reads the lost clients in the order they were lost and stops at the first one
+    still within its grace (it runs every poll: a scan of them all was O(population))."""
+    from fednet.server import conns as C
+
+    now = [100.0]
+    monkeypatch.setattr(C.time, "monotonic", lambda: now[0])
+    conns = C.Connections(C.Identity())
+    for cid, at in ((5, 100.0), (2, 101.0), (9, 103.0)):
+        now[0] = at
+        conns.lost.setdefault(cid, C.time.monotonic())
+    now[0] = 103.5
+    assert conns.gone(1.0) == [5, 2] and conns.gone(3.0) == [5] and conns.gone(5.0) == []
+    conns.lost.pop(5)
+    now[0] = 105.0
+    conns.lost.setdefault(5, C.time.monotonic())  # lost again: the youngest now
+    assert conns.gone(1.0) == [2, 9]
