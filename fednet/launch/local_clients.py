@@ -137,8 +137,8 @@ def run_clients(connect: str, ids: list[int], gpus: str | None, advertise: str, 
                            log_level="WARNING", register_timeout=timeout_s, secure=secure,
                            per_process=per_process, key_name=key_name, run_key=run_key))
     procs = -(-len(ids) // per_process)
-    print(f"started {len(ids)} clients ({procs} processes) connecting to {connect}",
-          file=sys.stderr)
+    print(f"started {len(ids)} client{'' if len(ids) == 1 else 's'} ({procs} "
+          f"process{'' if procs == 1 else 'es'}) connecting to {connect}", file=sys.stderr)
     try:
         while len(zyg.exits) < len(ids):
             zyg.dead()

@@ -181,7 +181,7 @@ def test_a_process_of_several_remote_clients_runs_even_if_one_is_refused(fed, tm
                                      "60", *RUN, "--out", "srv")
     cl = fed.run("clients", "--connect", endpoint, "--ids", "0-2", "--clients-per-process", "3",
                  "--timeout", "60", timeout=120)
-    assert "started 3 clients (1 processes)" in cl.stderr
+    assert "started 3 clients (1 process)" in cl.stderr
     assert "client 2: the server refused it: client id out of range" in cl.stderr
     assert cl.returncode == 1, cl.stderr  # the process exits 2 (a refused client): reported
     assert srv.wait(timeout=60) == 0
