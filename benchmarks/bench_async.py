@@ -7,7 +7,8 @@ simple fixes for stragglers, over-selection and a deadline (issues 25, 44).
         fedseq_inter] [--over-select 1.5] [--deadline 0.3]
         [--seq-args "--superclient-fraction 0.5"]
         [--plot F.png] [--json F]
-    python3 benchmarks/bench_async.py --from-json A.json --plot F.png   # table and plot again
+    python3 benchmarks/bench_async.py --from-json A.json B.json [--plot F.png] [--json F]
+        # table, plot and JSON of earlier runs together (seeds run apart, one file)
 
 Every cell is one `fednet local` run (its own process) with the same seed, data and latency
 profiles. The target of a seed is FedAvg's final accuracy on that seed; per method the table
@@ -245,19 +246,34 @@ def parser() -> argparse.ArgumentParser:
                     "a round, so that FedSeqInter's slots differ from FedSeq's)")
     ap.add_argument("--plot")
     ap.add_argument("--json")
-    ap.add_argument("--from-json", nargs="+", help="table and plot earlier runs' --json files")
+    ap.add_argument("--from-json", nargs="+",
+                    help="table, plot and --json of earlier runs' --json files together")
     return ap
+
+
+def merged(files: list[str], a: argparse.Namespace) -> tuple[list[dict[str, Any]], list[Any]]:
+    """The results of earlier --json files (a (method, seed) in two files: the later one), with
+    a's options from theirs (seeds and methods: the union); and each file's machine and commit."""
+    runs: dict[tuple[str, int], dict[str, Any]] = {}
+    sources, seeds, methods = [], [], []
+    for f in files:
+        d = json.loads(Path(f).read_text())
+        runs.update({(r["method"], r["seed"]): r for r in d["results"]})
+        a.__dict__.update({k: v for k, v in d["args"].items()
+                           if k not in ("plot", "json", "from_json", "seeds", "methods")})
+        seeds += d["args"]["seeds"]
+        methods += d["args"]["methods"]
+        sources.append({"file": f, "commit": d.get("commit"), "machine": d.get("machine")})
+    a.seeds, a.methods = sorted(set(seeds)), list(dict.fromkeys(methods))
+    return list(runs.values()), sources
 
 
 def main() -> None:
     a = parser().parse_args()
     results: list[dict[str, Any]] = []
+    sources: list[Any] = []
     if a.from_json:
-        for f in a.from_json:
-            d = json.loads(Path(f).read_text())
-            results += d["results"]
-            a.__dict__.update({k: v for k, v in d["args"].items() if k not in ("plot", "json",
-                                                                              "from_json")})
+        results, sources = merged(a.from_json, a)
     else:
         with tempfile.TemporaryDirectory() as tmp:
             for seed in a.seeds:  # seed by seed: each seed's methods side by side
@@ -270,8 +286,11 @@ def main() -> None:
                 summarize(results, a.methods)))
     if a.plot:
         plot(results, a.methods, Path(a.plot), a)
-    if not a.from_json:
-        data = {"machine": machine(), "commit": git_state(), "args": vars(a), "results": results}
+    if a.json:  # with --from-json: the files' runs together (each file's commit in "sources")
+        commits = {str(x["commit"]) for x in sources}
+        data = {"machine": machine(), "args": vars(a), "results": results,
+                "commit": " ".join(sorted(commits)) if sources else git_state(),
+                **({"sources": sources} if sources else {})}
         write_json(a.json, data, headline(data))
 
 

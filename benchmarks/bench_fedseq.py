@@ -106,8 +106,12 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
     seeds = per_seed(data.get("results", []))
     pct = f"{100 * a.get('of_central', 0.9):.0f}%"
     lrs = sorted({s["fedavg_lr"] for s in seeds.values() if s["fedavg_lr"] is not None})
-    setting = (f"baseline: FedAvg at its best lr per seed (of {_lrs(a.get('fedavg_lr'))}; chosen: "
-               f"{', '.join(map(str, lrs)) or '-'}); digits shards, {a.get('clients')} clients, "
+    grid = a.get("fedavg_lr")
+    base = (f"FedAvg lr {_lrs(grid)} (its best of 0.1-0.6 over 5 seeds, docs/benchmarks/"
+            "history.md section 3)" if isinstance(grid, list) and len(grid) == 1 else
+            f"FedAvg at its best lr per seed (of {_lrs(grid)}; chosen: "
+            f"{', '.join(map(str, lrs)) or '-'})")
+    setting = (f"baseline: {base}; digits shards, {a.get('clients')} clients, "
                f"fraction {a.get('fraction')}, --latency {a.get('latency')}, pre-training "
                f"{a.get('pretrain_epochs')} epochs, FedSeq lr {a.get('fedseq_lr')}")
     out = []
