@@ -1,11 +1,14 @@
-"""Accuracy against simulated time: FedAvg, FedBuff, FedAsync, FedSeq, FedSeqInter (issue 25).
+"""Accuracy against simulated time: FedAvg, FedBuff, FedAsync, FedSeq, FedSeqInter, and FedAvg's
+simple fixes for stragglers, over-selection and a deadline (issues 25, 44).
 
     python3 benchmarks/bench_async.py [--dataset digits] [--clients 50] [--fraction 0.2]
         [--rounds 25] [--async-rounds 75] [--seeds 0 1 2] [--latency hetero]
-        [--availability SPEC] [--methods fedavg fedbuff fedasync fedseq fedseq_inter]
+        [--availability SPEC] [--methods fedavg fedavg_os fedavg_dl fedbuff fedasync fedseq
+        fedseq_inter] [--over-select 1.5] [--deadline 0.3]
         [--seq-args "--superclient-fraction 0.5"]
         [--plot F.png] [--json F]
-    python3 benchmarks/bench_async.py --from-json A.json --plot F.png   # table and plot again
+    python3 benchmarks/bench_async.py --from-json A.json B.json [--plot F.png] [--json F]
+        # table, plot and JSON of earlier runs together (seeds run apart, one file)
 
 Every cell is one `fednet local` run (its own process) with the same seed, data and latency
 profiles. The target of a seed is FedAvg's final accuracy on that seed; per method the table
@@ -13,7 +16,18 @@ gives the simulated time at which it first reaches that target (the mean and ran
 seeds that reached it, and how many did), its ratio to FedAvg's own time to the target seed by
 seed, the accuracy at FedAvg's final simulated time, and the final accuracy. FedAsync and
 FedBuff run --async-rounds rounds (a round is K replies used: as much client work as a
-synchronous round of K clients), so they have room to reach the target.
+synchronous round of K clients), so they have room to reach the target; so do the FedAvg
+variants below, whose rounds end sooner than plain FedAvg's (with 25 rounds the over-selected
+FedAvg ran out of rounds below the target on 2 of 3 seeds).
+
+Two baselines: plain FedAvg (`fedavg`, which waits for every selected client, stragglers
+included) sets each seed's target and the denominator of every ratio; FedAvg with fednet's
+`--over-select F` (`fedavg_os`: F x the clients selected, the first K results kept) and with
+`--deadline S` (`fedavg_dl`: results later than S simulated seconds dropped) are the simple
+fixes a production system uses, the strongest simple baselines of the asynchronous methods.
+The table also gives each method's client-epochs to the target (surplus and late clients'
+work counts: fednet charges every task sent) and its downlink bytes per round, both against
+plain FedAvg's.
 """
 from __future__ import annotations
 
@@ -29,11 +43,31 @@ from benchlib.runner import fednet_module, metrics, run, summary  # noqa: E402
 from benchlib.util import git_state, headline_row, machine, measured, table, write_json  # noqa: E402
 
 ASYNC = ("fedasync", "fedbuff")
+BASELINES = {"fedavg_os": "--over-select", "fedavg_dl": "--deadline"}
+"""The FedAvg variants: their option (its value from this script's option of the same name)."""
+NAMES = {"fedavg": "plain FedAvg", "fedbuff": "FedBuff", "fedasync": "FedAsync",
+         "fedseq": "FedSeq", "fedseq_inter": "FedSeqInter"}
+
+
+def algo_args(method: str, a: argparse.Namespace) -> list[str]:
+    """--algo and, for a FedAvg variant, its option: ['--algo', 'fedavg', '--over-select', '1.5']."""
+    opt = BASELINES.get(method)
+    if opt is None:
+        return ["--algo", method]
+    return ["--algo", "fedavg", opt, str(getattr(a, opt[2:].replace("-", "_")))]
+
+
+def name(method: str, args: dict[str, Any]) -> str:
+    """A method as the rows name it: 'FedAvg --over-select 1.5'."""
+    opt = BASELINES.get(method)
+    if opt is None:
+        return NAMES.get(method, method)
+    return f"FedAvg {opt} {args.get(opt[2:].replace('-', '_'))}"
 
 
 def cell(method: str, seed: int, a: argparse.Namespace, out: Path) -> dict[str, Any]:
-    rounds = a.async_rounds if method in ASYNC else a.rounds
-    argv = fednet_module("local", "--algo", method, "--dataset", a.dataset, "--clients",
+    rounds = a.async_rounds if method in ASYNC or method in BASELINES else a.rounds
+    argv = fednet_module("local", *algo_args(method, a), "--dataset", a.dataset, "--clients",
                          str(a.clients), "--fraction", str(a.fraction), "--rounds", str(rounds),
                          "--seed", str(seed), "--latency", a.latency, "--partition", a.partition,
                          "-q", "--out", str(out))
@@ -45,18 +79,26 @@ def cell(method: str, seed: int, a: argparse.Namespace, out: Path) -> dict[str, 
     if r.rc != 0:
         return {"method": method, "seed": seed, "status": f"rc {r.rc}", "error": r.stderr[-500:]}
     s, rows = summary(out), metrics(out)
-    curve = [(row["sim_s"], row["accuracy"]) for row in rows if not row.get("interim")
-             or method not in ASYNC]
+    kept = [row for row in rows if not row.get("interim") or method not in ASYNC]
+    curve = [(row["sim_s"], row["accuracy"]) for row in kept]
     stale = [row["staleness_mean"] for row in rows if "staleness_mean" in row]
     return {"method": method, "seed": seed, "status": s["status"], "rounds": s["rounds"],
             "accuracy": s["final_accuracy"], "sim_s": s["sim_time_s"], "curve": curve,
+            "epochs": [row.get("client_epochs") for row in kept],
+            "down_per_round": s["bytes"]["server_to_client"] / max(1, s["rounds"]),
             "staleness": sum(stale) / len(stale) if stale else None,
             "wall_s": s["wall_clock_s"]}
 
 
+def first(curve: list[tuple[float, float]], target: float) -> int | None:
+    """The index of the first row whose accuracy reaches `target` (None: never)."""
+    return next((i for i, (_, acc) in enumerate(curve) if acc >= target - 1e-12), None)
+
+
 def time_to(curve: list[tuple[float, float]], target: float) -> float | None:
     """The first simulated time the accuracy reaches `target` (None: never)."""
-    return next((t for t, acc in curve if acc >= target - 1e-12), None)
+    i = first(curve, target)
+    return None if i is None else curve[i][0]
 
 
 def at_time(curve: list[tuple[float, float]], t: float) -> float | None:
@@ -65,73 +107,121 @@ def at_time(curve: list[tuple[float, float]], t: float) -> float | None:
     return before[-1] if before else None
 
 
-def summarize(results: list[dict[str, Any]], methods: list[str]) -> list[list[Any]]:
+def _ratio(x: float | None, ref: float | None) -> float | None:
+    return x / ref if x is not None and ref else None
+
+
+def per_seed(results: list[dict[str, Any]], method: str) -> dict[int, dict[str, Any]]:
+    """Per seed the method completed (and plain FedAvg too): its simulated time to plain
+    FedAvg's final accuracy over FedAvg's own (`time`, None: never reached), the same for the
+    client-epochs (`epochs`; None where a file predates them), the downlink bytes per round
+    over FedAvg's (`down`), the accuracy at FedAvg's last simulated time (`at_end`), the final
+    accuracy and the mean staleness."""
     ref = {r["seed"]: r for r in results if r["method"] == "fedavg" and r["status"] == "completed"}
+    out = {}
+    for r in results:
+        if r["method"] != method or r["status"] != "completed" or r["seed"] not in ref:
+            continue
+        f = ref[r["seed"]]
+        i, fi = first(r["curve"], f["accuracy"]), first(f["curve"], f["accuracy"])
+        ep, fep = r.get("epochs"), f.get("epochs")
+        out[r["seed"]] = {
+            "time": _ratio(None if i is None else r["curve"][i][0],
+                           None if fi is None else f["curve"][fi][0]),
+            "epochs": _ratio(ep[i] if ep and i is not None else None,
+                             fep[fi] if fep and fi is not None else None),
+            "down": _ratio(r.get("down_per_round"), f.get("down_per_round")),
+            "at_end": at_time(r["curve"], f["sim_s"]), "final": r["accuracy"],
+            "staleness": r.get("staleness")}
+    return out
+
+
+def _values(seeds: dict[int, dict[str, Any]], key: str) -> list[float]:
+    return [s[key] for s in seeds.values() if s[key] is not None]
+
+
+def _mean_range(xs: list[float], digits: int = 3) -> str:
+    return (f"{sum(xs) / len(xs):.{digits}f} ({min(xs):.{digits}f}-{max(xs):.{digits}f})"
+            if xs else "-")
+
+
+def losses(seeds: dict[int, dict[str, Any]], base: dict[int, dict[str, Any]]) -> tuple[int, int]:
+    """On how many of the seeds both ran the method reached the target later than the
+    baseline (or never, where the baseline did), and how many seeds that is."""
+    common = [k for k in seeds if k in base]
+    lost = [k for k in common if base[k]["time"] is not None
+            and (seeds[k]["time"] is None or seeds[k]["time"] > base[k]["time"])]
+    return len(lost), len(common)
+
+
+def summarize(results: list[dict[str, Any]], methods: list[str]) -> list[list[Any]]:
+    """The table: per method, seeds that reached the target, then each figure's mean (range)."""
     rows = []
     for m in methods:
-        rs = [r for r in results if r["method"] == m and r["status"] == "completed"
-              and r["seed"] in ref]
-        if not rs:
-            rows.append([m, "failed", None, None, None, None, None])
+        seeds = per_seed(results, m)
+        if not seeds:
+            rows.append([m, "failed"] + [None] * 7)
             continue
-        ratios, times, eq, fin = [], [], [], []
-        for r in rs:
-            f = ref[r["seed"]]
-            target = f["accuracy"]
-            t, tf = time_to(r["curve"], target), time_to(f["curve"], target)
-            if t is not None:
-                times.append(t)
-                ratios.append(t / tf)
-            eq.append(at_time(r["curve"], f["sim_s"]))
-            fin.append(r["accuracy"])
-        st = [r["staleness"] for r in rs if r["staleness"] is not None]
-        rows.append([m, f"{len(times)}/{len(rs)}",
-                     f"{sum(times) / len(times):.2f} ({min(times):.2f}-{max(times):.2f})"
-                     if times else "never",
-                     f"{sum(ratios) / len(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})"
-                     if ratios else "-",
-                     _mean_range([x for x in eq if x is not None]), _mean_range(fin),
-                     f"{sum(st) / len(st):.2f}" if st else "-"])
+        times = _values(seeds, "time")
+        rows.append([m, f"{len(times)}/{len(seeds)}",
+                     " / ".join("never" if s["time"] is None else f"{s['time']:.3f}"
+                                for _, s in sorted(seeds.items())),
+                     _mean_range(times), _mean_range(_values(seeds, "epochs")),
+                     _mean_range(_values(seeds, "down")),
+                     _mean_range(_values(seeds, "at_end"), 4),
+                     _mean_range(_values(seeds, "final"), 4),
+                     _mean_range(_values(seeds, "staleness"), 2)])
     return rows
 
 
-def _mean_range(xs: list[float]) -> str:
-    return f"{sum(xs) / len(xs):.4f} ({min(xs):.4f}-{max(xs):.4f})" if xs else "-"
-
-
-def seed_ratios(results: list[dict[str, Any]], method: str) -> tuple[list[float], int]:
-    """Per seed: the method's simulated time to FedAvg's final accuracy over FedAvg's own (the
-    seeds that reached it), and how many of the method's seeds completed."""
-    ref = {r["seed"]: r for r in results if r["method"] == "fedavg" and r["status"] == "completed"}
-    rs = [r for r in results if r["method"] == method and r["status"] == "completed"
-          and r["seed"] in ref]
-    out = []
-    for r in rs:
-        f = ref[r["seed"]]
-        t, tf = time_to(r["curve"], f["accuracy"]), time_to(f["curve"], f["accuracy"])
-        if t is not None and tf:
-            out.append(t / tf)
-    return out, len(rs)
+def _note(seeds: dict[int, dict[str, Any]], base: dict[int, dict[str, Any]], base_name: str,
+          method: str) -> str:
+    """What a row says beyond its value: the seeds, the range, the other costs, and whether it
+    loses to the strongest simple baseline (FedAvg with over-selection)."""
+    times = _values(seeds, "time")
+    per = "/".join("never" if s["time"] is None else f"{s['time']:.3f}"
+                   for _, s in sorted(seeds.items()))
+    parts = [f"baseline: plain FedAvg (waits for every client); {len(times)}/{len(seeds)} seeds "
+             f"reached it, per seed {per}, range {min(times, default=0):.3f}-"
+             f"{max(times, default=0):.3f}"]
+    ep, down = _values(seeds, "epochs"), _values(seeds, "down")
+    if ep:
+        parts.append(f"client-epochs to it {sum(ep) / len(ep):.2f}x")
+    if down:
+        parts.append(f"downlink/round {sum(down) / len(down):.2f}x")
+    if base and method != "fedavg_os":
+        lost, n = losses(seeds, base)
+        bt = _values(base, "time")
+        vs = f"{sum(bt) / len(bt):.3f}x" if bt else "never"
+        parts.append(f"LOSES to {base_name} ({vs}) on {lost}/{n} seeds" if lost
+                     else f"beats {base_name} ({vs}) on {n}/{n} seeds")
+    elif method != "fedavg_os":
+        parts.append("not compared with an over-selected FedAvg (none in this file)")
+    return "; ".join(parts)
 
 
 def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """The dashboard's rows: FedBuff's and FedAsync's time to FedAvg's final accuracy, as a
-    fraction of FedAvg's (BENCHMARKS: FedBuff <= 0.67 under --latency hetero)."""
+    """The dashboard's rows: each method's simulated time to plain FedAvg's final accuracy, as
+    a fraction of plain FedAvg's (BENCHMARKS: FedBuff <= 0.67 under --latency hetero), with
+    FedAvg --over-select (the strongest simple baseline) and --deadline beside FedBuff and
+    FedAsync, and against the over-selected FedAvg in each row's note."""
     a, results = data.get("args", {}), data.get("results", [])
     av = a.get("availability") or ""
     where = f", --availability {av}" if av else ""
     setting = (f"{a.get('dataset')} {a.get('partition')}, {a.get('clients')} clients, "
                f"--latency {a.get('latency')}{where}")
+    base = per_seed(results, "fedavg_os")
     out = []
-    for method, name in (("fedbuff", "FedBuff"), ("fedasync", "FedAsync")):
-        ratios, n = seed_ratios(results, method)
+    for method in ("fedavg_os", "fedavg_dl", "fedbuff", "fedasync"):
+        seeds = per_seed(results, method)
+        times = _values(seeds, "time")
         stated = method == "fedbuff" and not av and a.get("latency") == "hetero"
-        target = "<= 0.67" if stated else ""
+        value = sum(times) / len(times) if times else "never" if seeds else None
         out.append(headline_row(
-            "asynchronous", f"{name}: simulated time to FedAvg's final accuracy, x FedAvg's{where}",
-            sum(ratios) / len(ratios) if ratios else None, "x", target,
-            f"mean of {len(ratios)}/{n} seeds, range {min(ratios, default=0):.3f}-"
-            f"{max(ratios, default=0):.3f}; {setting}"))
+            "asynchronous", f"{name(method, a)}: simulated time to FedAvg's final accuracy, "
+            f"x plain FedAvg's{where}", value, "x" if times else "",
+            "<= 0.67" if stated else "",
+            f"{_note(seeds, base, name('fedavg_os', a), method)}; {setting}"))
     return measured(*out)
 
 
@@ -147,38 +237,64 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--latency", default="hetero")
     ap.add_argument("--availability", default="")
     ap.add_argument("--methods", nargs="+",
-                    default=["fedavg", "fedbuff", "fedasync", "fedseq", "fedseq_inter"])
+                    default=["fedavg", "fedavg_os", "fedavg_dl", "fedbuff", "fedasync", "fedseq",
+                             "fedseq_inter"],
+                    help="fedavg_os: FedAvg --over-select; fedavg_dl: FedAvg --deadline")
+    ap.add_argument("--over-select", type=float, default=1.5,
+                    help="fedavg_os's --over-select (production systems over-select by 30%%)")
+    ap.add_argument("--deadline", type=float, default=0.3,
+                    help="fedavg_dl's --deadline in simulated seconds (--latency hetero: a fast "
+                    "client's round takes about 0.15, a slow one's about 0.73)")
     ap.add_argument("--seq-args", default="--superclient-fraction 0.5",
                     help="more options of the FedSeq and FedSeqInter runs (several superclients "
                     "a round, so that FedSeqInter's slots differ from FedSeq's)")
     ap.add_argument("--plot")
     ap.add_argument("--json")
-    ap.add_argument("--from-json", nargs="+", help="table and plot earlier runs' --json files")
+    ap.add_argument("--from-json", nargs="+",
+                    help="table, plot and --json of earlier runs' --json files together")
     return ap
+
+
+def merged(files: list[str], a: argparse.Namespace) -> tuple[list[dict[str, Any]], list[Any]]:
+    """The results of earlier --json files (a (method, seed) in two files: the later one), with
+    a's options from theirs (seeds and methods: the union); and each file's machine and commit."""
+    runs: dict[tuple[str, int], dict[str, Any]] = {}
+    sources, seeds, methods = [], [], []
+    for f in files:
+        d = json.loads(Path(f).read_text())
+        runs.update({(r["method"], r["seed"]): r for r in d["results"]})
+        a.__dict__.update({k: v for k, v in d["args"].items()
+                           if k not in ("plot", "json", "from_json", "seeds", "methods")})
+        seeds += d["args"]["seeds"]
+        methods += d["args"]["methods"]
+        sources.append({"file": f, "commit": d.get("commit"), "machine": d.get("machine")})
+    a.seeds, a.methods = sorted(set(seeds)), list(dict.fromkeys(methods))
+    return list(runs.values()), sources
 
 
 def main() -> None:
     a = parser().parse_args()
     results: list[dict[str, Any]] = []
+    sources: list[Any] = []
     if a.from_json:
-        for f in a.from_json:
-            d = json.loads(Path(f).read_text())
-            results += d["results"]
-            a.__dict__.update({k: v for k, v in d["args"].items() if k not in ("plot", "json",
-                                                                              "from_json")})
+        results, sources = merged(a.from_json, a)
     else:
         with tempfile.TemporaryDirectory() as tmp:
             for seed in a.seeds:  # seed by seed: each seed's methods side by side
                 for m in a.methods:
                     print(f"seed {seed}: {m} ...", file=sys.stderr, flush=True)
                     results.append(cell(m, seed, a, Path(tmp) / f"{m}-{seed}"))
-    print(table(["method", "reached", "sim s to FedAvg's final accuracy (mean, range)",
-                 "ratio to FedAvg (per seed)", "accuracy at FedAvg's end time",
-                 "final accuracy", "staleness"], summarize(results, a.methods)))
+    print(table(["method", "reached", "sim time to target / FedAvg's, per seed", "mean (range)",
+                 "client-epochs to it / FedAvg's", "downlink per round / FedAvg's",
+                 "accuracy at FedAvg's end time", "final accuracy", "staleness"],
+                summarize(results, a.methods)))
     if a.plot:
         plot(results, a.methods, Path(a.plot), a)
-    if not a.from_json:
-        data = {"machine": machine(), "commit": git_state(), "args": vars(a), "results": results}
+    if a.json:  # with --from-json: the files' runs together (each file's commit in "sources")
+        commits = {str(x["commit"]) for x in sources}
+        data = {"machine": machine(), "args": vars(a), "results": results,
+                "commit": " ".join(sorted(commits)) if sources else git_state(),
+                **({"sources": sources} if sources else {})}
         write_json(a.json, data, headline(data))
 
 

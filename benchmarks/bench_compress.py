@@ -6,9 +6,10 @@
     python3 benchmarks/bench_compress.py --from-json A.json B.json --plot F.png   # table, plot
 
 Every cell is one `fednet local` run (its own process) with the same seed and data; per cell
-the final accuracy (mean and range over the seeds), the uplink bytes on the wire
-(client_to_server: the encoded arrays and their headers) and their ratio to dense FedAvg's in
-the same run, and the accuracy difference to dense FedAvg seed by seed. --plot draws accuracy
+the final accuracy (mean and range over the seeds), the bytes on the wire (the encoded arrays
+and their headers) and their ratio to dense FedAvg's on the same seed, uplink
+(client_to_server), downlink (server_to_client: --compress leaves it dense) and both ways, and
+the accuracy difference to dense FedAvg seed by seed (mean, min..max). --plot draws accuracy
 against cumulative uplink bytes (log scale), one curve per method (the seeds' mean).
 """
 from __future__ import annotations
@@ -46,9 +47,22 @@ def cell(method: str, spec: str, seed: int, a: argparse.Namespace, out: Path) ->
             "downlink": s["bytes"]["server_to_client"], "curve": curve}
 
 
+def _mean_range(xs: list[float], fmt: str) -> str:
+    """'mean (min..max)' of xs, each formatted with fmt."""
+    return f"{sum(xs) / len(xs):{fmt}} ({min(xs):{fmt}}..{max(xs):{fmt}})"
+
+
+def ratios(r: dict[str, Any], dense: dict[str, Any]) -> dict[str, float]:
+    """A cell's bytes over dense FedAvg's on the same seed: uplink, downlink and both ways."""
+    return {"up": r["uplink"] / dense["uplink"], "down": r["downlink"] / dense["downlink"],
+            "total": (r["uplink"] + r["downlink"]) / (dense["uplink"] + dense["downlink"])}
+
+
 def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
     """The dashboard's rows: FedAvg's uplink bytes with each --compress over dense FedAvg's (the
-    specs with a target first; at most 4), the accuracy change in the note."""
+    specs with a target first; at most 4); the note gives the downlink and total (both ways)
+    ratios, which --compress leaves dense on the way down, and the accuracy change against
+    dense FedAvg seed by seed, mean (min..max)."""
     ok = [r for r in data.get("results", []) if r["status"] == "completed"]
     dense = {r["seed"]: r for r in ok if (r["method"], r["spec"]) == ("fedavg", "none")}
     specs = list(dict.fromkeys(r["spec"] for r in ok if r["method"] == "fedavg"
@@ -59,14 +73,17 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
         rs = [r for r in ok if (r["method"], r["spec"]) == ("fedavg", spec) and r["seed"] in dense]
         if not rs:
             continue
-        ratio = [r["uplink"] / dense[r["seed"]]["uplink"] for r in rs]
+        rat = [ratios(r, dense[r["seed"]]) for r in rs]
+        up, down, total = ([x[k] for x in rat] for k in ("up", "down", "total"))
         diff = [100 * (r["accuracy"] - dense[r["seed"]]["accuracy"]) for r in rs]
         target, acc_target = TARGETS.get(spec, ("", ""))
         out.append(headline_row(
             "compression", f"FedAvg --compress {spec}: uplink bytes / dense FedAvg's",
-            sum(ratio) / len(ratio), "", target,
-            f"accuracy {min(diff):+.1f}..{max(diff):+.1f} points vs dense"
-            + (f" (target: {acc_target})" if acc_target else "") + f"; seeds: {len(rs)}"))
+            sum(up) / len(up), "", target,
+            f"baseline: dense FedAvg, same seed; downlink {sum(down) / len(down):.3f} (dense: "
+            f"--compress is the uplink's), both ways {sum(total) / len(total):.3f}; accuracy "
+            f"{_mean_range(diff, '+.1f')} points vs dense"
+            + (f" (target: {acc_target})" if acc_target else "") + f"; {len(rs)} seeds"))
     return measured(*out)
 
 
@@ -113,16 +130,18 @@ def main() -> None:
         rs = [r for r in results if (r["method"], r["spec"]) == (method, spec)
               and r["status"] == "completed"]
         if not rs:
-            rows.append([method, spec, "failed", None, None, None, None])
+            rows.append([method, spec, "failed"] + [None] * 5)
             continue
         acc = [r["accuracy"] for r in rs]
-        ratio = [r["uplink"] / dense[r["seed"]]["uplink"] for r in rs if r["seed"] in dense]
+        rat = [ratios(r, dense[r["seed"]]) for r in rs if r["seed"] in dense]
         diff = [r["accuracy"] - dense[r["seed"]]["accuracy"] for r in rs if r["seed"] in dense]
-        rows.append([method, spec, f"{sum(acc) / len(acc):.4f}",
-                     f"{min(acc):.4f}-{max(acc):.4f}", f"{sum(ratio) / len(ratio):.4f}",
-                     f"{min(diff):+.4f}..{max(diff):+.4f}", rs[0]["uplink"]])
-    print(table(["method", "compress", "accuracy (mean)", "range", "uplink / dense FedAvg",
-                 "accuracy - dense (per seed)", "uplink bytes (first seed)"], rows))
+        rows.append([method, spec, _mean_range(acc, ".4f")]
+                    + [_mean_range([x[k] for x in rat], ".4f") if rat else "-"
+                       for k in ("up", "down", "total")]
+                    + [_mean_range(diff, "+.4f") if diff else "-", rs[0]["uplink"]])
+    print(table(["method", "compress", "accuracy: mean (range)", "uplink / dense FedAvg",
+                 "downlink / dense", "both ways / dense", "accuracy - dense (per seed)",
+                 "uplink bytes (first seed)"], rows))
     if a.plot:
         plot(results, cells, Path(a.plot), a)
     data = {"machine": machine(), "commit": git_state(), "args": vars(a), "results": results}

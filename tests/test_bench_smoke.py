@@ -45,6 +45,8 @@ SMOKE: dict[str, list[str]] = {
     "bench_curve.py": ["--mib", "1", "--reps", "2"],
     "bench_dp.py": ["user", "--population", "200", "--cohort", "20", "--rounds", "2", "--seeds",
                     "0", "--epsilons", "8", "--no-adaptive"],
+    "bench_fedseq.py": ["--clients", "10", "--seeds", "0", "--fedavg-rounds", "2",
+                        "--fedseq-rounds", "2", "--pretrain-epochs", "1", "--central-rounds", "1"],
     "bench_frames.py": ["--mb", "2", "--repeats", "2"],
     "bench_launch.py": ["--quick", "--clients", "3", "--ready-reps", "1", "--reps", "1",
                         "--rounds", "1", "--no-breakdown"],

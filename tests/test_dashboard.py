@@ -52,3 +52,78 @@ def test_a_file_with_malformed_rows_is_refused(tmp_path):
     r = subprocess.run(DASH + ["--results", str(res), "--out", str(tmp_path / "D.md")],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "'headline' must be a list of rows" in r.stderr
+
+
+# ---- the row builders of the comparison benchmarks (issue 44), on small synthetic results ----
+def _run(method: str, seed: int, curve: list, epochs: list, down: float) -> dict:
+    return {"method": method, "seed": seed, "status": "completed", "curve": curve,
+            "epochs": epochs, "accuracy": curve[-1][1], "sim_s": curve[-1][0],
+            "down_per_round": down, "staleness": None}
+
+
+def test_async_rows_set_each_method_beside_plain_and_over_selected_fedavg():
+    from tests.harness import bench
+
+    results = [  # seed 0: the over-selected FedAvg wins; seed 1: FedBuff does
+        _run("fedavg", 0, [(1, 0.5), (2, 0.8), (4, 0.9)], [10, 20, 30], 100),
+        _run("fedavg_os", 0, [(0.5, 0.6), (1, 0.9)], [15, 30], 150),
+        _run("fedavg_dl", 0, [(1, 0.5), (2, 0.6)], [8, 16], 100),
+        _run("fedbuff", 0, [(1, 0.7), (2, 0.9)], [10, 20], 100),
+        _run("fedavg", 1, [(2, 0.9)], [10], 100),
+        _run("fedavg_os", 1, [(1, 0.95)], [15], 150),
+        _run("fedbuff", 1, [(0.5, 0.95)], [5], 100)]
+    args = {"dataset": "digits", "partition": "iid", "clients": 50, "latency": "hetero",
+            "over_select": 1.5, "deadline": 0.3}
+    rows = {r["metric"].split(":")[0]: r for r in bench("bench_async").headline(
+        {"args": args, "results": results})}
+    assert set(rows) == {"FedAvg --over-select 1.5", "FedAvg --deadline 0.3", "FedBuff"}
+    os_, dl, fb = rows["FedAvg --over-select 1.5"], rows["FedAvg --deadline 0.3"], rows["FedBuff"]
+    assert os_["value"] == (0.25 + 0.5) / 2 and "downlink/round 1.50x" in os_["note"]
+    assert "client-epochs to it 1.25x" in os_["note"] and "LOSES" not in os_["note"]
+    assert dl["value"] == "never" and "0/1 seeds reached it" in dl["note"]
+    assert "LOSES to FedAvg --over-select 1.5 (0.375x) on 1/1 seeds" in dl["note"]
+    assert fb["value"] == (0.5 + 0.25) / 2 and fb["target"] == "<= 0.67"
+    assert "per seed 0.500/0.250" in fb["note"] and "downlink/round 1.00x" in fb["note"]
+    assert "LOSES to FedAvg --over-select 1.5 (0.375x) on 1/2 seeds" in fb["note"]
+    assert "baseline: plain FedAvg" in fb["note"] and "x plain FedAvg's" in fb["metric"]
+
+
+def test_compress_rows_give_both_directions_and_the_accuracy_mean_and_range():
+    from tests.harness import bench
+
+    def r(spec, seed, up, down, acc):
+        return {"method": "fedavg", "spec": spec, "seed": seed, "status": "completed",
+                "uplink": up, "downlink": down, "accuracy": acc}
+
+    results = [r("none", 0, 1000, 1000, 0.90), r("topk:0.01", 0, 20, 1000, 0.88),
+               r("none", 1, 1000, 1000, 0.95), r("topk:0.01", 1, 30, 1000, 0.95)]
+    [row] = bench("bench_compress").headline({"results": results})
+    assert row["value"] == 0.025 and row["target"] == "<= 0.025"
+    assert "downlink 1.000" in row["note"] and "both ways 0.512" in row["note"]
+    assert "accuracy -1.0 (-2.0..+0.0) points vs dense" in row["note"]
+    assert "2 seeds" in row["note"] and "baseline: dense FedAvg" in row["note"]
+
+
+def test_fedseq_rows_are_ratios_to_fedavg_at_its_best_lr_per_seed():
+    from tests.harness import bench
+
+    def r(method, lr, seed, rounds, epochs, sim):
+        t = {"reached": rounds is not None, "rounds": rounds, "client_epochs": epochs,
+             "sim_s": sim}
+        return {"method": method, "lr": lr, "seed": seed, "status": "completed", "to_target": t}
+
+    results = [r("fedavg", 0.2, 0, 120, 2400, 60.0), r("fedavg", 0.4, 0, 100, 2000, 50.0),
+               r("fedseq", 0.1, 0, 25, 4500, 40.0),
+               r("fedavg", 0.2, 1, None, None, None), r("fedavg", 0.4, 1, 200, 4000, 100.0),
+               r("fedseq", 0.1, 1, 50, 5000, 60.0),
+               r("fedavg", 0.4, 2, 100, 2000, 50.0), r("fedseq", 0.1, 2, None, None, None)]
+    args = {"clients": 100, "fraction": 0.2, "latency": "hetero", "fedavg_lr": [0.2, 0.4],
+            "fedseq_lr": 0.1, "pretrain_epochs": 40, "of_central": 0.9}
+    rows = bench("bench_fedseq").headline({"args": args, "results": results})
+    rounds, epochs, sim = (row for row in rows)
+    assert "rounds to 90% of centralized accuracy" in rounds["metric"]
+    assert rounds["value"] == 0.25 and "per seed 0.25/0.25/FedSeq never" in rounds["note"]
+    assert "costs less on 2/2 seeds" in rounds["note"] and "chosen: 0.4" in rounds["note"]
+    assert epochs["value"] == (2.25 + 1.25) / 2
+    assert "FedSeq COSTS MORE than FedAvg on 2/2 seeds" in epochs["note"]
+    assert sim["value"] == (0.8 + 0.6) / 2 and "2/3 seeds" in sim["note"]
