@@ -212,3 +212,21 @@ def test_a_trace_row_with_a_missing_or_extra_cell_is_refused(tmp_path, row, why)
     with pytest.raises(ConfigError) as e:
         _from_file(str(p), 2)
     assert why in str(e.value) and str(p) in str(e.value)
+
+
+def test_profiles_are_one_table_that_behaves_as_a_list_of_profiles():
+    """network/latency.Profiles: indexing, slices, concatenation, subsets and the WELCOME array
+    give the Profile objects the list of them gave (a million clients: one table, not objects)."""
+    ps = latency.profiles(LatencyConfig(preset="hetero"), 10, 3)
+    objs = list(ps)
+    assert all(isinstance(p, latency.Profile) for p in objs) and len(ps) == 10
+    assert ps[-1] == objs[-1] and ps[2:5] == objs[2:5] and ps[1:] + ps[:1] == objs[1:] + objs[:1]
+    assert ps.subset([7, 0, 7]) == [objs[7], objs[0], objs[7]]
+    assert latency.Profiles.of(objs) == ps
+    arr = latency.to_array(ps)
+    assert arr.shape == (10, 4) and latency.Profiles.from_array(arr) == ps
+    none = latency.profiles(LatencyConfig(preset="none"), 2, 0)
+    assert latency.to_array(none).tolist() == [[0.0, 0.0, 0.0, 0.0]] * 2  # unlimited: 0 on the wire
+    assert latency.Profiles.from_array(latency.to_array(none))[1].up_bps == float("inf")
+    with pytest.raises(IndexError):
+        ps[10]

@@ -92,6 +92,12 @@ class Profiles(Sequence[Profile]):
 
     __hash__ = None  # type: ignore[assignment]  # (mutable table: equal by value)
 
+    def __add__(self, other: Profiles) -> Profiles:
+        """Concatenated, as lists are (profs[1:] + profs[:1])."""
+        if not isinstance(other, Profiles):
+            return NotImplemented
+        return Profiles(np.concatenate([self.table, other.table]))
+
     def subset(self, ids: Sequence[int]) -> Profiles:
         """The profiles of clients `ids`, in that order."""
         return Profiles(self.table[np.asarray(ids, dtype=np.int64)])
