@@ -1,7 +1,7 @@
 """Personalized FL on digits: the Factorized-FL paper's scenarios with 20 clients.
 
     python3 benchmarks/bench_personal.py [--rounds 30] [--algos ...] [--scenarios ...] [--json F]
-                                         [--plot benchmarks/personal_bytes.png]
+                                         [--plot benchmarks/personal_bytes.png] [--seeds 0 1 2]
 
 "standalone@factorized_digits" is Stand-Alone on the factorized backbone, the fair lower bound for
 Factorized-FL (the plain rows use each algorithm's own default backbone).
@@ -11,6 +11,8 @@ Every algorithm uses the same local optimiser (SGD, momentum 0.9, E = 1 epoch pe
 evaluated the same way: each client's own model on its own test split after its local update;
 the table shows the mean (and std) over clients of the final round, and the measured wire bytes
 per client per round, up and down. Runs in-process (identical numbers to `fednet launch`).
+With --seeds, every run is repeated on each seed: the tables show the first seed, the dashboard's
+accuracy rows the mean over the seeds with their range.
 """
 from __future__ import annotations
 
@@ -38,10 +40,11 @@ ALGOS = ["standalone", "standalone@factorized_digits", "fedavg", "fedprox", "cfl
          "factorized_beta"]
 
 
-def run(algo: str, scenario: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+def run(algo: str, scenario: dict[str, Any], args: argparse.Namespace, seed: int
+        ) -> dict[str, Any]:
     """One in-process run with client-side evaluation ("algo@model" picks the backbone)."""
     name, _, model = algo.partition("@")
-    over = {"clients": 20, "rounds": args.rounds, "seed": args.seed, "algo.name": name,
+    over = {"clients": 20, "rounds": args.rounds, "seed": seed, "algo.name": name,
             "train.model": model or "auto",
             "algo.eval": "clients", "latency.preset": "none", "train.epochs": args.epochs,
             "train.lr": args.lr, "train.momentum": 0.9, "train.weight_decay": 1e-6,
@@ -103,13 +106,29 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
                 100 * fz["up"] / fa["up"], "%", "<= 15%",
                 f"{fz['up'] / 1024:.1f} KiB against {fa['up'] / 1024:.1f} KiB; 20 digits clients"))
     for sc in ("permuted iid", "permuted non-iid"):
-        fz, fa, sa = get(sc, "factorized"), get(sc, "fedavg"), get(sc, "standalone")
+        finals = {a: _finals(data, sc, a) for a in ("factorized", "fedavg", "standalone")}
+        fz = finals["factorized"]
         if fz:
-            others = "; ".join(f"{n} {r['final']:.3f}" for n, r in (("FedAvg", fa),
-                                                                    ("Stand-Alone", sa)) if r)
+            others = "; ".join(f"{n} {sum(v) / len(v):.3f}" for n, v in
+                               (("FedAvg", finals["fedavg"]), ("Stand-Alone", finals["standalone"]))
+                               if v)
+            seeds = (f"mean of {len(fz)} seeds, range {min(fz):.3f}-{max(fz):.3f}; "
+                     if len(fz) > 1 else "1 seed; ")
+            sa = finals["standalone"]
+            loses = ("; Factorized-FL LOSES to Stand-Alone (each client alone)"
+                     if sa and sum(sa) / len(sa) > sum(fz) / len(fz) else "")
             out.append(headline_row("accuracy", f"Factorized-FL mean client accuracy, digits {sc}",
-                                    fz["final"], "", "", others + "; 20 clients"))
+                                    sum(fz) / len(fz), "", "",
+                                    seeds + others + loses + "; 20 clients"))
     return measured(*out)
+
+
+def _finals(data: dict[str, Any], sc: str, algo: str) -> list[float]:
+    """The final mean client accuracy of `algo` in scenario `sc` on every seed run (--seeds),
+    else on the one seed."""
+    runs = data.get("seeds") or {"": {sc: data.get(sc, [])}}
+    return [r["final"] for by_sc in runs.values() for r in by_sc.get(sc, [])
+            if r["algorithm"] == algo]
 
 
 def main() -> None:
@@ -118,20 +137,25 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=0.02)
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", type=int, nargs="+", help="run every cell on each of these seeds "
+                    "(the tables show the first; the dashboard's accuracy rows their mean)")
     ap.add_argument("--algos", nargs="+", default=ALGOS)
     ap.add_argument("--scenarios", nargs="+", default=list(SCENARIOS))
     ap.add_argument("--json")
     ap.add_argument("--plot", default="")
     args = ap.parse_args()
-    results: dict[str, list[dict]] = {}
-    for sc in args.scenarios:
-        results[sc] = []
-        for a in args.algos:
-            r = run(a, SCENARIOS[sc], args)
-            results[sc].append(r)
-            print(f"{sc:<17} {a:<16} acc {r['final']:.3f} (std {r['std'] or 0:.3f})  up "
-                  f"{r['up'] / 1024:8.1f} KiB  down {r['down'] / 1024:8.1f} KiB  {r['status']}"
-                  f"  {r['seconds']}s", flush=True)
+    by_seed: dict[int, dict[str, list[dict]]] = {}
+    for seed in args.seeds or [args.seed]:
+        by_seed[seed] = {}
+        for sc in args.scenarios:
+            by_seed[seed][sc] = []
+            for a in args.algos:
+                r = run(a, SCENARIOS[sc], args, seed)
+                by_seed[seed][sc].append(r)
+                print(f"seed {seed} {sc:<17} {a:<16} acc {r['final']:.3f} (std {r['std'] or 0:.3f})"
+                      f"  up {r['up'] / 1024:8.1f} KiB  down {r['down'] / 1024:8.1f} KiB  "
+                      f"{r['status']}  {r['seconds']}s", flush=True)
+    results = next(iter(by_seed.values()))
     print("\nmean client accuracy (final round)")
     print(f"{'algorithm':<16}" + "".join(f"{sc:>18}" for sc in results))
     for a in args.algos:
@@ -144,7 +168,11 @@ def main() -> None:
         print(f"{r['algorithm']:<16} {r['up'] / 1024:9.1f} KiB / {r['down'] / 1024:9.1f} KiB{rel}")
     if args.plot:
         plot(results, args.plot)
-    data = {**results, "args": vars(args)}  # the scenarios' keys as before, and the common ones
+    data: dict[str, Any] = {**results, "args": vars(args)}  # the first seed's scenarios as before
+    if len(by_seed) > 1:  # every seed's finals and bytes (no curves)
+        data["seeds"] = {str(k): {sc: [{x: r[x] for x in ("algorithm", "final", "std", "up", "down",
+                                                           "status")} for r in rows]
+                                  for sc, rows in v.items()} for k, v in by_seed.items()}
     write_json(args.json, data, headline(data))
 
 

@@ -148,17 +148,24 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
     def acc(a: str, d: str) -> float | None:
         r = rows.get((a, d))
         return None if r is None else r["accuracy"]["mean"]
+
+    def seeds(a: str, d: str) -> str:
+        """The note's seeds: how many the mean is over, and their range."""
+        s = (rows.get((a, d)) or {}).get("accuracy") or {}
+        return (f"; mean of {s['n']} seeds, range {s['min']:.3f}-{s['max']:.3f}"
+                if s.get("n") else "")
     t = data.get("timing", {})
     big = next((v for k, v in t.items() if k.startswith("1000x")), {})
     note = f"digits, {data.get('args', {}).get('clients')} clients, dirichlet 0.5, 20% malicious"
     return measured(
         headline_row("robustness", "FedAvg accuracy, no attack", acc("none", "none"), "", "",
-                     note),
+                     note + seeds("none", "none")),
         headline_row("robustness", "FedAvg accuracy under sign flipping", acc("signflip", "none"),
-                     "", "falls", note),
-        headline_row("robustness", "Krum accuracy under ALIE", acc("alie", "krum"), "", "", note),
+                     "", "falls", note + seeds("signflip", "none")),
+        headline_row("robustness", "Krum accuracy under ALIE", acc("alie", "krum"), "", "",
+                     note + seeds("alie", "krum")),
         headline_row("robustness", "trimmed mean accuracy under ALIE", acc("alie", "trimmed_mean"),
-                     "", "", note),
+                     "", "", note + seeds("alie", "trimmed_mean")),
         headline_row("robustness", "Krum, 1,000 x 100,000 updates", big.get("krum"), "s", "",
                      "numpy, float64"),
         headline_row("robustness", "Bulyan, 1,000 x 100,000 updates", big.get("bulyan"), "s", "",
