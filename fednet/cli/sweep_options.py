@@ -42,6 +42,17 @@ or diverged is marked * (docs/usage.md). --latex FILE and --markdown FILE: the t
 paper (fednet report SWEEPDIR --latex FILE makes them from a finished sweep).
 """
 
+def _paper_options(when: str) -> list[Callable[[Any], Any]]:
+    """--latex FILE and --markdown FILE: the printed tables for a paper (`when`: how often the
+    file is written, said in the help)."""
+    return [click.option("--latex", "latex_file", type=click.Path(dir_okay=False),
+                         help="Also write the tables as LaTeX (booktabs: \\toprule, \\midrule, "
+                              f"\\bottomrule) into this file, the same cells as printed{when}."),
+            click.option("--markdown", "markdown_file", type=click.Path(dir_okay=False),
+                         help="Also write the tables as Markdown (pipe tables) into this file, the "
+                              f"same cells as printed{when}.")]
+
+
 _OPTIONS: list[Callable[[Any], Any]] = [
     click.option("--out", required=True, type=click.Path(file_okay=False),
                  help="The sweep's folder (created; reused to go on with an unfinished sweep)."),
@@ -71,12 +82,7 @@ _OPTIONS: list[Callable[[Any], Any]] = [
     click.option("--show", multiple=True, metavar="METRIC|KEY",
                  help="Another column for the best settings: a metric (rounds_to:0.8) or a "
                       "summary.json key (setup.balance_ratio_mean); repeatable."),
-    click.option("--latex", "latex_file", type=click.Path(dir_okay=False),
-                 help="Also write the tables as LaTeX (booktabs) into this file, the same cells "
-                      "as printed; rewritten as cells finish."),
-    click.option("--markdown", "markdown_file", type=click.Path(dir_okay=False),
-                 help="Also write the tables as Markdown into this file, the same cells as "
-                      "printed; rewritten as cells finish."),
+    *_paper_options("; rewritten as cells finish"),
     click.option("--dry-run", is_flag=True, help="List the cells and their commands; run nothing."),
     click.argument("grid", nargs=-1, type=click.UNPROCESSED),
 ]
@@ -142,12 +148,7 @@ _REPORT_OPTIONS: list[Callable[[Any], Any]] = [
     click.option("--curves", "curves_file", type=click.Path(dir_okay=False),
                  help="Also write every run's curves as CSV (a line per run and round: "
                       "accuracy, loss, simulated and wall-clock time, cumulative bytes)."),
-    click.option("--latex", "latex_file", type=click.Path(dir_okay=False),
-                 help="Also write the tables as LaTeX (booktabs: \\toprule, \\midrule, "
-                      "\\bottomrule), the same cells as printed."),
-    click.option("--markdown", "markdown_file", type=click.Path(dir_okay=False),
-                 help="Also write the tables as Markdown (pipe tables), the same cells as "
-                      "printed."),
+    *_paper_options(""),
 ]
 
 
