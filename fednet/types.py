@@ -1,8 +1,10 @@
-"""The message model shared by algorithms and runtimes; knows nothing of the wire."""
+"""The message model shared by algorithms and runtimes, and the roster of clients a round picks
+from; knows nothing of the wire."""
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -71,3 +73,107 @@ class Failure:
     cid: int
     reason: str
     sim_time: float = 0.0
+
+
+# ---- the roster: the clients a round may pick from, as the dispatchers hand them to the
+# driver and the Strategy: sorted by id, each ClientInfo built only when it is read.
+#
+# A population of ten million holds one array of ids here, not ten million records: a round
+# reads the clients it samples (and their sizes) and nothing else. `fednet local` builds one
+# roster of the whole population; the ZeroMQ server one of its live registered clients
+# (server/app.py), rebuilt only when a client comes or goes. A Strategy sees a Sequence of
+# ClientInfo as before; code that needs ids or a lookup uses `cids` and `lookup`, which are
+# O(1) on a roster and the plain loop on a list.
+
+Info = Callable[[int], ClientInfo]
+Counts = Callable[[np.ndarray], dict[str, int]]
+
+
+class Roster(Sequence[ClientInfo]):
+    """Clients `ids` (int64, sorted, distinct); `info(cid)` builds a client's record on access;
+    `counts(ids)` counts clients per device without building them (devices_of)."""
+
+    __slots__ = ("ids", "_info", "_counts")
+
+    def __init__(self, ids: np.ndarray, info: Info, counts: Counts | None = None) -> None:
+        self.ids = np.ascontiguousarray(ids, dtype=np.int64)
+        self._info = info
+        self._counts = counts
+
+    def __len__(self) -> int:
+        return int(self.ids.size)
+
+    @overload
+    def __getitem__(self, i: int) -> ClientInfo: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Roster: ...
+
+    def __getitem__(self, i: int | slice) -> ClientInfo | Roster:
+        if isinstance(i, slice):
+            return Roster(self.ids[i], self._info, self._counts)
+        return self._info(int(self.ids[i]))
+
+    def __iter__(self) -> Iterator[ClientInfo]:
+        info = self._info
+        for c in self.ids.tolist():
+            yield info(c)
+
+    def __contains__(self, c: object) -> bool:
+        cid = c.cid if isinstance(c, ClientInfo) else c
+        if not isinstance(cid, (int, np.integer)):
+            return False
+        i = int(np.searchsorted(self.ids, cid))
+        return i < self.ids.size and int(self.ids[i]) == cid
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Roster):
+            return bool(np.array_equal(self.ids, other.ids)) and list(self) == list(other)
+        return isinstance(other, list) and list(self) == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Roster({len(self)} clients)"
+
+    def get(self, cid: int) -> ClientInfo | None:
+        """Client cid's record, or None when it is not on the roster."""
+        return self._info(int(cid)) if cid in self else None
+
+    def devices(self) -> dict[str, int]:
+        """Clients per device."""
+        if self._counts is not None:
+            return self._counts(self.ids)
+        counts: dict[str, int] = {}
+        for c in self:
+            counts[c.device] = counts.get(c.device, 0) + 1
+        return counts
+
+
+def cids(clients: Sequence[ClientInfo]) -> list[int]:
+    """The clients' ids, ascending."""
+    if isinstance(clients, Roster):
+        return clients.ids.tolist()
+    return sorted(c.cid for c in clients)
+
+
+def ordered(clients: Sequence[ClientInfo]) -> Sequence[ClientInfo]:
+    """The clients sorted by id (a roster already is: nothing is built)."""
+    return clients if isinstance(clients, Roster) else sorted(clients, key=lambda c: c.cid)
+
+
+def lookup(clients: Sequence[ClientInfo]) -> Callable[[int], ClientInfo | None]:
+    """cid -> its record among `clients` (None when absent)."""
+    if isinstance(clients, Roster):
+        return clients.get
+    return {c.cid: c for c in clients}.get
+
+
+def device_counts(clients: Sequence[ClientInfo]) -> dict[str, int]:
+    """Clients per device, sorted by device name."""
+    if isinstance(clients, Roster):
+        return dict(sorted(clients.devices().items()))
+    counts: dict[str, int] = {}
+    for c in clients:
+        counts[c.device] = counts.get(c.device, 0) + 1
+    return dict(sorted(counts.items()))

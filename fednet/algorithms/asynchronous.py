@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from fednet import rng
+from fednet import rng, types as roster
 from fednet.algorithms.common import finite, round_metrics
 from fednet.algorithms.contract import StagedStrategy
 from fednet.config import RunConfig
@@ -85,7 +85,7 @@ class Asynchronous(StagedStrategy):
     # ---- the pipeline ----------------------------------------------------------------------
     def configure_round(self, rnd: int, clients: list[ClientInfo]) -> list[Task]:
         """Start of a step: C tasks from the current model, all at the step's start."""
-        self.pool = sorted(c.cid for c in clients)
+        self.pool = roster.cids(clients)
         self.rnd = self.start = rnd
         self.end = min(rnd + self.rounds_per_step(), self.cfg.rounds)
         self.busy, self.busy_cids, self.points, self.updates = {}, set(), [], 0

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fednet import rng
+from fednet import rng, types as roster
 from fednet.algorithms.layout import Layout, layout_of
 from fednet.algorithms.checks import eval_mode
 from fednet.config import RunConfig
@@ -223,10 +223,10 @@ class Strategy:
 
     def select(self, rnd: int, clients: Sequence[ClientInfo]) -> list[ClientInfo]:
         """max(floor(fraction * K), 1) clients, uniformly without replacement, seeded by round."""
-        ordered = sorted(clients, key=lambda c: c.cid)
+        ordered = roster.ordered(clients)  # (a dispatcher's roster is: nothing is built)
         m = self.picks(max(int(self.cfg.algo.fraction * len(ordered)), 1), len(ordered))
         if m >= len(ordered):
-            return ordered
+            return list(ordered)
         pick = rng.generator(self.cfg.seed, "select", rnd).choice(len(ordered), m, replace=False)
         return [ordered[i] for i in sorted(pick)]
 

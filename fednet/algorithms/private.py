@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from fednet import rng
+from fednet import rng, types as roster
 from fednet.algorithms.dp_mean import PrivateMean
 from fednet.algorithms.fedavg import FedAvg
 from fednet.errors import ConfigError
@@ -153,7 +153,7 @@ class PrivateServer:
             return super().select(rnd, clients)  # type: ignore[misc]
         u = rng.generator(self.cfg.seed, "dp-select", rnd).random(self.cfg.clients)
         q = self.cfg.algo.fraction
-        picked = [c for c in sorted(clients, key=lambda c: c.cid) if u[c.cid] < q]
+        picked = [c for c in roster.ordered(clients) if u[c.cid] < q]
         self.target = len(picked)
         return picked
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from fednet import rng
+from fednet import rng, types as roster
 from fednet.algorithms.contract import StagedStrategy
 from fednet.algorithms.layout import Layout
 from fednet.secagg import client as C
@@ -115,9 +115,9 @@ class SecAggServer(StagedStrategy):
         stage's tasks to each."""
         tasks = self.inner.configure_round(rnd, clients)
         self.training = {t.route[0]: t for t in tasks}
-        size = {c.cid: c.num_examples for c in clients}
+        info = roster.lookup(clients)
         cohort = sorted(self.training)
-        weights = {c: int(size[c]) for c in cohort}
+        weights = {c: int(info(c).num_examples) for c in cohort}  # type: ignore[union-attr]
         fbits = field_bits(sum(weights.values()), self.bits, self.forced_field)
         degree = None if self.mode == "full" else (
             self.degree_asked or default_neighbours(len(cohort), self.dropout, self.fraction))

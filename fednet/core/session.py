@@ -41,7 +41,7 @@ from fednet.platform.proc import peak_rss_bytes
 from fednet.core.state_files import NO_MANIFEST, Manifest, lineage, state_bound
 from fednet.core.wire import task_size
 from fednet.core.work import ClientCompute
-from fednet.types import ClientInfo, Task
+from fednet.types import ClientInfo, Task, lookup
 
 log = logging.getLogger("fednet")
 
@@ -305,12 +305,12 @@ class Session:
         """clients.jsonl: each client that took part (was given a task, setup stages included),
         with its size, labels, device, host, profile and task count; the population is
         summary.json's `partition` (and population.npz with --population-file)."""
-        by_cid = {c.cid: c for c in clients}
+        info = lookup(clients)
         took = self.driver.participants.tasks
         bad = set(malicious_ids(self.cfg)) if self.cfg.attack.name != "none" else None
         rows = []
         for cid in sorted(took):
-            c = by_cid.get(cid)
+            c = info(cid)
             rows.append({"client": cid, "samples": part_size(self.parts, cid),  # (no rows built)
                          "labels": self.histograms[cid], "tasks": took[cid],
                          "device": c.device if c else None,

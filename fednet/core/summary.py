@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from fednet.core.status import RunStatus
-from fednet.types import ClientInfo
+from fednet.types import ClientInfo, device_counts
 
 TRAFFIC = ("server_to_client", "client_to_server", "client_to_client", "tensor_bytes",
            "header_bytes")
@@ -58,10 +58,7 @@ def devices_of(clients: list[ClientInfo]) -> dict[str, int]:
     """The clients on each device ({"cuda:0": 50, "cuda:1": 50}): each client's own is in
     clients.jsonl (run folders of older fednet hold a map of every client to its device
     here: metrics/report.device_counts reads both)."""
-    counts: dict[str, int] = {}
-    for c in clients:
-        counts[c.device] = counts.get(c.device, 0) + 1
-    return dict(sorted(counts.items()))
+    return device_counts(clients)
 
 
 def robust_summary(cfg: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from fednet.errors import ConfigError
 
 
@@ -25,6 +27,19 @@ def parse_gpus(text: str | None) -> tuple[int, ...]:
 def device_for(cid: int, gpus: Sequence[int]) -> str:
     """The device string of client cid."""
     return f"cuda:{gpus[cid % len(gpus)]}" if gpus else "cpu"
+
+
+def gpu_counts(cids: np.ndarray, gpus: Sequence[int]) -> dict[str, int]:
+    """Clients per device (device_for of each of `cids`), counted without a loop."""
+    if not gpus:
+        return {"cpu": int(cids.size)} if cids.size else {}
+    n = np.bincount(cids % len(gpus), minlength=len(gpus))
+    counts: dict[str, int] = {}
+    for slot, k in enumerate(n.tolist()):
+        if k:
+            name = device_for(slot, gpus)
+            counts[name] = counts.get(name, 0) + k
+    return counts
 
 
 def check_gpus(gpus: Sequence[int], available: int | None = None) -> None:
