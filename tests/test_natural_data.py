@@ -90,6 +90,25 @@ def test_synthetic_sizes_follow_fedprox_lognormal():
     assert 4 <= int((sizes == sf.MAX_SIZE).sum()) <= 40  # P(cap) = 0.47%: ~19 of 4000
 
 
+def test_every_clients_size_at_once_is_each_ones_size():
+    """sizes (numpy) equals size (scalar libm) client by client, the rounding fix-up included;
+    a natural partition's sizes and part_sizes read it, and name an id out of range."""
+    from fednet.data.partition import part_sizes
+
+    for seed in (0, 3, 2**40 + 7):
+        ids = np.arange(200_000, dtype=np.int64) * 37 + seed % 1000
+        assert np.array_equal(sf.sizes(seed, ids), [sf.size(seed, c) for c in ids.tolist()])
+        assert np.array_equal(sf.train_sizes(seed, ids[:5000]),
+                              [sf.train_size(seed, c) for c in ids[:5000].tolist()])
+    parts = run_partition(load_dataset("synthetic-fedprox"), SYN, 1000, 4)
+    ids = np.array([0, 999, 17, 17], np.int64)
+    assert part_sizes(parts, ids).tolist() == [len(parts[c]) for c in ids.tolist()]
+    with pytest.raises(ConfigError, match="1000 is outside 0..999"):
+        part_sizes(parts, np.array([3, 1000], np.int64))
+    plain = [np.arange(k) for k in (3, 0, 5)]
+    assert part_sizes(plain, np.array([2, 0, 1], np.int64)).tolist() == [5, 3, 0]
+
+
 def test_a_client_is_the_same_in_another_process():
     here = _digest(*sf.client_arrays(2, 123_456))
     code = ("import hashlib, numpy as np; from fednet.data import synthetic_fedprox as sf\n"

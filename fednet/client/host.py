@@ -35,7 +35,8 @@ import zmq
 
 from fednet.client.app import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Client
 from fednet.client.link import ServerLink, ids_text, register, server_setup
-from fednet.core.executor import num_examples, share_working_models, welcome_config, welcome_tables
+from fednet.core.executor import (natural_examples, num_examples, share_working_models, welcome_config,
+                                  welcome_tables)
 from fednet.errors import ConfigError
 from fednet.network.latency import COLUMNS, Profile
 from fednet.platform.proc import check_files_per_process
@@ -411,13 +412,14 @@ class Host:
         self.w, self.batching = w, False
         torch.set_num_threads(w.cfg.train.threads)
         ids, counts = [], []
+        natural = self._natural_counts(w)
         for cid, i in w.index.items():
             if cid not in self.idset:
                 continue
             c = self.by_cid.get(cid)
             if c is None and not w.peers:
                 self.idle.add(cid)
-                n = num_examples(w.cfg, cid, w.part(i))
+                n = natural[cid] if natural else num_examples(w.cfg, cid, w.part(i))
             else:
                 c = c if c is not None else self.make(cid, take=False)
                 n = self.take(c)
@@ -433,6 +435,14 @@ class Host:
                       "n": np.array(counts, np.int64)[order]}
             sender._send_server(Message(MsgKind.READY, sender.name, sender.run_id,
                                         body={"phase": "readys"}, arrays=arrays))
+
+    def _natural_counts(self, w: Welcome) -> dict[int, int]:
+        """The examples of every natural client of this process the WELCOME names (its indices
+        are absent: each client's size is the dataset's formula), counted in one call."""
+        if w.indices is not None or w.peers:
+            return {}
+        ids = np.fromiter((c for c in w.index if c in self.idset), np.int64)
+        return dict(zip(ids.tolist(), natural_examples(w.cfg, ids).tolist()))
 
     def on_shutdown(self, msg: Message) -> None:
         """SHUTDOWN for the process's clients named in it (idle ones too)."""

@@ -24,7 +24,7 @@ from fednet.config import RunConfig, from_dict
 from fednet.errors import ConfigError
 from fednet.metrics.files import OutputError
 from fednet.data import load_dataset, run_partition
-from fednet.data.partition import part_size
+from fednet.data.partition import part_size, part_sizes
 from fednet.data.client_data import checked_indices, client_data
 from fednet.data.augment import augmentation, identity
 from fednet.data.views import Rows
@@ -298,6 +298,14 @@ def num_examples(cfg: RunConfig, cid: int, indices: np.ndarray | None) -> int:
     if getattr(ds, "natural", None) is None:  # a host with other data: one line at WELCOME
         checked_indices(indices, len(ds.train_y))
     return int(len(indices))
+
+
+def natural_examples(cfg: RunConfig, cids: np.ndarray) -> np.ndarray:
+    """num_examples of every natural client of `cids` (their WELCOME carries no indices), in
+    one call: a million idle clients of a process counted in ~0.1 s (one by one, ~1 s)."""
+    d = cfg.data
+    ds = load_dataset(d.dataset, d.data_root or None, d.download)
+    return part_sizes(run_partition(ds, d, cfg.clients, cfg.seed), cids)
 
 
 def welcome_config(b: dict) -> RunConfig:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from fednet.algorithms.common import client_accuracy
@@ -36,7 +36,7 @@ FollowUp = Callable[[Result | Failure], list[Task]]
 class Dispatcher(Protocol):
     """Delivers a round's tasks to clients and collects what comes back."""
 
-    def alive_clients(self) -> list[ClientInfo]: ...
+    def alive_clients(self) -> Sequence[ClientInfo]: ...
 
     def run_round(self, rnd: int, tasks: list[Task], follow: FollowUp | None = None
                   ) -> tuple[list[Result], list[Failure]]: ...

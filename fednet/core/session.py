@@ -19,7 +19,7 @@ from fednet.compress.downlink import Downlink
 from fednet.algorithms.checks import eval_mode, validate
 from fednet.config import RunConfig
 from fednet.data import load_dataset, natural, run_partition
-from fednet.data.partition import part_size
+from fednet.data.partition import part_size, part_sizes
 from fednet.data.stats import label_histogram, partition_summary
 from fednet.metrics.accounting import Ledger
 from fednet.metrics.files import OutputError, atomic_file
@@ -326,7 +326,7 @@ class Session:
         n = self.cfg.clients
         took = self.driver.participants.tasks
         links = latency.to_array(self.profiles)
-        cols = {"samples": np.fromiter((part_size(self.parts, c) for c in range(n)), np.int64, n),
+        cols = {"samples": part_sizes(self.parts, np.arange(n, dtype=np.int64)),
                 "tasks": np.fromiter((took.get(c, 0) for c in range(n)), np.int64, n),
                 **{k: links[:, i] for i, k in enumerate(latency.COLUMNS)}}
         hists = getattr(self.histograms, "hists", None)  # natural: the described clients'

@@ -235,3 +235,12 @@ def part_size(parts: Sequence[np.ndarray], cid: int) -> int:
     """len(parts[cid]) of run_partition's result, without building a natural client's rows."""
     size = getattr(parts, "size", None)
     return int(size(cid)) if callable(size) else len(parts[cid])
+
+
+def part_sizes(parts: Sequence[np.ndarray], cids: np.ndarray) -> np.ndarray:
+    """part_size of every client of `cids` (int64), in one call for a natural dataset whose
+    sizes are a formula (a million registering clients checked in ~0.1 s)."""
+    sizes = getattr(parts, "sizes", None)
+    if callable(sizes):
+        return sizes(cids)
+    return np.fromiter((len(parts[c]) for c in cids.tolist()), np.int64, cids.size)

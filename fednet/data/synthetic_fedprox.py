@@ -83,6 +83,39 @@ def train_size(seed: int, cid: int) -> int:
     return int(TRAIN_SHARE * size(seed, cid))
 
 
+def sizes(seed: int, cids: np.ndarray) -> np.ndarray:
+    """size(seed, c) for every c of `cids` (int64), equal to it for each: the same splitmix64
+    in uint64 arithmetic, the same Box-Muller in numpy, and the scalar function again wherever
+    numpy's log, cos or exp (within an ulp of libm's) could round to another integer (a value
+    within 1e-6 of one: about one client in 10^5). A million clients in ~0.1 s, not ~1.5 s."""
+    with np.errstate(over="ignore"):
+        a = _mix_u64(np.full(cids.shape, _mix((int(seed) << 32) ^ _SALT), np.uint64)
+                     ^ cids.astype(np.uint64))
+        b = _mix_u64(a)
+    u1 = ((a >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0 ** -53
+    u2 = (b >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+    v = np.exp(LOG_MEAN + LOG_SIGMA * np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2))
+    out = np.minimum(v.astype(np.int64) + MIN_SIZE, MAX_SIZE)
+    frac = v - np.floor(v)
+    near = np.flatnonzero(((frac < 1e-6) | (frac > 1 - 1e-6)) & (v < MAX_SIZE))
+    for i in near.tolist():
+        out[i] = size(seed, int(cids[i]))
+    return out
+
+
+def train_sizes(seed: int, cids: np.ndarray) -> np.ndarray:
+    """train_size(seed, c) for every c of `cids`."""
+    return (TRAIN_SHARE * sizes(seed, cids)).astype(np.int64)
+
+
+def _mix_u64(z: np.ndarray) -> np.ndarray:
+    """_mix on a uint64 array (wrapping arithmetic, as _mix's masks)."""
+    z = z + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
 def client_arrays(seed: int, cid: int, alpha: float = 1.0, beta: float = 1.0
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(train x, train y, test x, test y) of client cid: float32 n x 60 features, int64 labels."""
@@ -135,6 +168,9 @@ class Source:
 
     def train_size(self, ds, d, seed: int, cid: int) -> int:
         return train_size(seed, cid)
+
+    def train_sizes(self, ds, d, seed: int, cids: np.ndarray) -> np.ndarray:
+        return train_sizes(seed, cids)
 
     def rows(self, ds, d, seed: int, cid: int) -> np.ndarray:
         return np.arange(train_size(seed, cid), dtype=np.int64)

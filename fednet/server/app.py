@@ -35,7 +35,7 @@ from fednet.transport.channels import (SUB_BYTES, Channel, Deferred, Received, b
                                        server_context, sub_frame)
 from fednet.transport.monitor import open_monitor, stop_monitor
 from fednet.data.partition import part_size
-from fednet.types import ClientInfo, Failure, Result, Task, client_name
+from fednet.types import ClientInfo, Failure, Result, Roster, Task, client_name
 
 log = logging.getLogger("fednet.server")
 UNPROVEN_BYTES = 64 << 10
@@ -72,6 +72,7 @@ class ZmqServer:
         self._profiles_array: Any = None  # a latency trace as WELCOME carries it (intake)
         self._reject_window, self._rejects_sent = 0.0, 0
         self.clients: dict[int, ClientInfo] = {}
+        self._live: tuple[tuple[int, int, int], Roster] | None = None  # (_roster)
         self.hello: dict[int, dict[str, Any]] = {}
         self.dead: dict[int, str] = {}
         self.byes: dict[int, dict[str, Any]] = {}
@@ -208,7 +209,7 @@ class ZmqServer:
     def _missing(self, n: int) -> list[int]:
         return [c for c in range(n) if c not in self.clients and c not in self.dead]
 
-    def alive_clients(self) -> list[ClientInfo]:
+    def alive_clients(self) -> Roster:
         """Registered clients that have not died. A client whose connection was just lost is
         waited for (it comes back, or its grace runs out and it is dead): a round never starts
         with clients it cannot reach."""
@@ -218,7 +219,18 @@ class ZmqServer:
             if not any(c in self.clients and c not in self.dead for c in self.conns.lost):
                 break
             self._poll_once(0.05)
-        return [c for cid, c in sorted(self.clients.items()) if cid not in self.dead]
+        return self._roster()
+
+    def _roster(self) -> Roster:
+        """The live registered clients as a roster (fednet.types), rebuilt only when a client
+        came or died since the last one (sorting a million ids took seconds every step)."""
+        key = (len(self.clients), len(self.dead), self.conns.binds)
+        if self._live is None or self._live[0] != key:
+            ids = np.fromiter(self.clients, np.int64, len(self.clients))
+            if self.dead:
+                ids = ids[~np.isin(ids, np.fromiter(self.dead, np.int64, len(self.dead)))]
+            self._live = (key, Roster(np.sort(ids), self.clients.__getitem__))
+        return self._live[1]
 
     def _dispatch(self, task: Task) -> None:
         self._pending[task.task_id] = task

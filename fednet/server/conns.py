@@ -68,6 +68,7 @@ class Connections:
         self.nonces: set[tuple[int, bytes]] = set()
         self._closed_since_trim = 0
         self._last_close = 0.0
+        self.binds = 0  # bindings made so far (a client that came again changes the roster)
 
     def seen(self, route: bytes, fd: int) -> None:
         """A message arrived on connection `route` through socket fd. One that libzmq queued
@@ -160,6 +161,7 @@ class Connections:
             self.route_of.pop(prev, None)
         self.route_of[cid] = route
         self.cid_of[route] = cid
+        self.binds += 1
         self.released.pop(route, None)
         if key:
             self.key_of[cid] = key

@@ -22,7 +22,7 @@ from fednet.metrics.accounting import SERVER
 from fednet.protocol import Message, MsgKind
 from fednet.protocol.proof import grant_key
 from fednet.transport.channels import SUB_BYTES, Received, sub_frame
-from fednet.data.partition import part_size
+from fednet.data.partition import part_sizes
 from fednet.types import ClientInfo, client_name
 
 if TYPE_CHECKING:
@@ -132,15 +132,15 @@ def on_readys(srv: ZmqServer, got: Received) -> None:
     n = got.msg.arrays["n"]
     if int(n.min()) < 0:
         return srv.chan.reject(got, "a negative number of examples")
-    parts = srv.s.parts
-    sizes = [part_size(parts, c) for c in ids]  # the server's own counts (once a client)
-    bad = next((i for i, (k, w) in enumerate(zip(n.tolist(), sizes)) if k != w), None)
-    if bad is not None:
+    sizes = part_sizes(srv.s.parts, cids)  # the server's own counts, every client's at once
+    wrong = np.flatnonzero(n != sizes)
+    if wrong.size:
+        bad = int(wrong[0])
         why = srv.examples_problem(ids[bad], int(n[bad]))
         srv.chan.reject(got, why)
         return srv._send_reject(got, why)
     srv.chan.accept(got, client_name(ids[0]))
-    for cid, size in zip(ids, sizes):
+    for cid, size in zip(ids, sizes.tolist()):
         h = srv.hello[cid]
         srv.clients[cid] = ClientInfo(cid, size, str(h.get("device", "?")), "",
                                       int(h.get("pid", 0)), str(h.get("host", "")))
