@@ -128,10 +128,13 @@ class Zygote:
         so a clean exit is not recorded as killed by SIGTERM. A zygote still warming up has no
         children: it is terminated at once instead of finishing its warm-up.
         """
-        deadline = time.monotonic() + wait_s
-        while wait_for and self.proc.poll() is None and time.monotonic() < deadline:
+        deadline, i = time.monotonic() + wait_s, 0
+        wait_for = wait_for or []
+        while self.proc.poll() is None and time.monotonic() < deadline:
             self._events()
-            if all(c in self.exits for c in wait_for):
+            while i < len(wait_for) and wait_for[i] in self.exits:  # each client checked
+                i += 1  # until it has exited, once (a scan of all of them every 10 ms
+            if i == len(wait_for):  # was O(population) each time)
                 break
             time.sleep(0.01)
         self._events()

@@ -309,8 +309,11 @@ class ZmqServer:
         for ids in by_connection(self.conns.route_of, targets):  # one per process (enroll.py)
             arrays = {"cids": np.array(ids, np.int64)} if len(ids) > 1 else {}
             self._send(ids[0], Message(MsgKind.SHUTDOWN, SERVER, self.s.run_id, arrays=arrays))
-        deadline = time.monotonic() + timeout_s
-        while any(c not in self.byes and c not in self.dead for c in targets):
+        deadline, i = time.monotonic() + timeout_s, 0
+        while i < len(targets):  # a cursor: each client is checked until it is done, once
+            if targets[i] in self.byes or targets[i] in self.dead:
+                i += 1
+                continue
             if time.monotonic() > deadline:
                 break
             self._check_deaths()

@@ -13,6 +13,8 @@ batch is refused, register client by client (client/host.py).
 from __future__ import annotations
 
 import time
+from itertools import repeat
+from operator import eq
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,7 +23,7 @@ from fednet.network import latency
 from fednet.metrics.accounting import SERVER
 from fednet.protocol import Message, MsgKind
 from fednet.protocol.proof import grant_key
-from fednet.transport.channels import SUB_BYTES, Received, sub_frame
+from fednet.transport.channels import SUB_BYTES, Received, sub_frame, sub_frames
 from fednet.data.partition import part_sizes
 from fednet.types import ClientInfo, client_name
 
@@ -71,12 +73,12 @@ def on_hellos(srv: ZmqServer, got: Received) -> None:
     srv.chan.accept(got, client_name(ids[0]))
     info = {"endpoint": "", "device": b.get("device", "?"), "pid": b.get("pid", 0),
             "host": b.get("host", "")}  # one record for the process's clients
-    fd = got.fd
-    for cid in ids:  # each on this connection's fd: its close loses all of them
-        srv.conns.seen(base + sub_frame(cid), fd)
-        srv.conns.bind(cid, base + sub_frame(cid), key)
-        srv.hello[cid] = info
-        srv.dead.pop(cid, None)
+    # each on this connection's fd: its close loses all of them
+    srv.conns.bind_batch(ids, [base + f for f in sub_frames(cids)], key, got.fd)
+    srv.hello.update(dict.fromkeys(ids, info))
+    if not srv.dead.keys().isdisjoint(ids):
+        for cid in ids:
+            srv.dead.pop(cid, None)
     _fail_lost_tasks(srv, set(ids))
     srv._send(ids[0], welcome(srv, ids, cids))
     return None
@@ -127,7 +129,9 @@ def on_readys(srv: ZmqServer, got: Received) -> None:
         return srv.chan.reject(got, why)
     base = got.route[:-SUB_BYTES]
     ids = cids.tolist()
-    if any(srv.conns.route_of.get(c) != base + sub_frame(c) or c not in srv.hello for c in ids):
+    routes = [base + f for f in sub_frames(cids)]
+    if (not all(map(eq, map(srv.conns.route_of.get, ids), routes))
+            or not all(map(srv.hello.__contains__, ids))):
         return srv.chan.reject(got, "READY(readys) for a client not registered on this connection")
     n = got.msg.arrays["n"]
     if int(n.min()) < 0:
@@ -140,6 +144,13 @@ def on_readys(srv: ZmqServer, got: Received) -> None:
         srv.chan.reject(got, why)
         return srv._send_reject(got, why)
     srv.chan.accept(got, client_name(ids[0]))
+    hellos = {id(h): h for h in map(srv.hello.__getitem__, ids)}  # one per registration
+    if len(hellos) == 1:  # (a process's batch: every client's the same)
+        h = next(iter(hellos.values()))
+        device, pid, host = str(h.get("device", "?")), int(h.get("pid", 0)), str(h.get("host", ""))
+        srv.clients.update(zip(ids, map(ClientInfo, ids, sizes.tolist(), repeat(device),
+                                        repeat(""), repeat(pid), repeat(host))))
+        return None
     for cid, size in zip(ids, sizes.tolist()):
         h = srv.hello[cid]
         srv.clients[cid] = ClientInfo(cid, size, str(h.get("device", "?")), "",
@@ -154,12 +165,11 @@ def on_byes(srv: ZmqServer, got: Received) -> None:
     if cids is None:
         return srv.chan.reject(got, why)
     base, ids = got.route[:-SUB_BYTES], cids.tolist()
-    if any(srv.conns.route_of.get(c) != base + sub_frame(c) for c in ids):
+    if not all(map(eq, map(srv.conns.route_of.get, ids), [base + f for f in sub_frames(cids)])):
         return srv.chan.reject(got, "BYE for a client not registered on this connection")
     srv.chan.accept(got, client_name(ids[0]))
     srv.byes[ids[0]] = dict(got.msg.body)
-    for c in ids[1:]:
-        srv.byes[c] = NO_TOTALS
+    srv.byes.update(dict.fromkeys(ids[1:], NO_TOTALS))
     return None
 
 

@@ -8,6 +8,7 @@ import struct
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import numpy as np
 import zmq
 
 from fednet.errors import ConfigError, ProtocolError
@@ -234,6 +235,12 @@ _SUB = struct.Struct("<I")
 def sub_frame(cid: int) -> bytes:
     """The envelope frame of client cid's messages on its process's server link."""
     return _SUB.pack(cid)
+
+
+def sub_frames(cids: np.ndarray) -> list[bytes]:
+    """sub_frame of each of `cids` (int64, each below 2**32), packed in one call."""
+    b = cids.astype("<u4").tobytes()
+    return [b[i:i + SUB_BYTES] for i in range(0, len(b), SUB_BYTES)]
 
 
 class Channel:
