@@ -117,3 +117,45 @@ def test_gone_returns_the_clients_lost_longer_than_the_grace(monkeypatch):
     now[0] = 105.0
     conns.lost.setdefault(5, C.time.monotonic())  # lost again: the youngest now
     assert conns.gone(1.0) == [2, 9]
+
+
+def _state(conns):
+    return (conns.route_of, conns.cid_of, conns.key_of, conns.released, conns.route_fd,
+            conns.fd_routes, conns.lost, conns.binds)
+
+
+def test_a_batch_binds_its_clients_as_one_by_one_does():
+    """bind_batch leaves the state that seen + bind per client leave: in bulk for a first
+    registration, one by one when a client is already bound, lost or released, or the
+    connection closed."""
+    import numpy as np
+
+    from fednet.server.conns import Connections, Identity
+    from fednet.transport.channels import sub_frames
+
+    ids = list(range(3, 40))
+    routes = [b"\x00p" + f for f in sub_frames(np.array(ids, np.int64))]
+    assert routes == [b"\x00p" + sub_frame(c) for c in ids]
+
+    def prepared(case):
+        conns = Connections(Identity())
+        if case == "bound":
+            conns.seen(b"\x00q" + sub_frame(7), 4)
+            conns.bind(7, b"\x00q" + sub_frame(7), "k")
+        elif case == "lost":
+            conns.lost[9] = 1.0
+        elif case == "released":
+            conns.released[routes[2]] = 5
+        elif case == "closed":
+            conns.closed[b"\x00p"] = None
+        return conns
+
+    for case in ("fresh", "bound", "lost", "released", "closed"):
+        bulk, single = prepared(case), prepared(case)
+        bulk.bind_batch(ids, routes, "key", 6)
+        for c, r in zip(ids, routes):
+            single.seen(r, 6)
+            single.bind(c, r, "key")
+        lost = dict(single.lost)
+        assert _state(bulk)[:6] == _state(single)[:6] and bulk.binds == single.binds, case
+        assert set(bulk.lost) == set(lost), case
