@@ -43,7 +43,8 @@ _EXPORTS = {  # name -> the module that defines it
     "Dataset": "fednet.data.base", "register_dataset": "fednet.data.datasets",
     **dict.fromkeys(("Objective", "Classification", "register_objective"),
                     "fednet.training.objective"),
-    **dict.fromkeys(("Arrays", "Task", "Result", "Failure", "ClientInfo"), "fednet.types"),
+    **dict.fromkeys(("Arrays", "Task", "Result", "Failure", "ClientInfo", "Roster", "cids", "lookup"),
+                    "fednet.types"),
     "generator": "fednet.rng", "FednetError": "fednet.errors",
 }
 __all__ = ["Experiment", "run", "options", "ConfigError", *_EXPORTS]  # noqa: PLE0604 - lazy names
