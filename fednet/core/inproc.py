@@ -157,8 +157,8 @@ class InprocDispatcher:
     def _send(self, msg: Message, src: str, dst: str) -> tuple[Message, int]:
         """The message as the receiver gets it (decode(encode(msg)), each array copied into
         memory of its own) and its bytes, counted in the ledger (protocol/handover.py)."""
-        got, header, payload = handover(msg)
-        return got, record_sizes(self.s.ledger, msg, header, payload, src, dst)
+        got, header, payload = handover(msg)  # the payload is the arrays' bytes, as they were
+        return got, record_sizes(self.s.ledger, msg, header, payload, src, dst, payload)
 
     def _deliver(self, task: Task) -> Result | Failure:
         """The task's whole route: TASK, then HANDOFF/ACK/HOP_DONE per hop, then RESULT."""

@@ -68,11 +68,12 @@ def record(ledger: Ledger, msg: Message, frames: list[Any], src: str, dst: str) 
 
 
 def record_sizes(ledger: Ledger, msg: Message, header: int, payload: int, src: str,
-                 dst: str) -> int:
+                 dst: str, tensors: int | None = None) -> int:
     """Account one message of `header` + `payload` bytes (as record; fednet local has the sizes
-    without frames: protocol/handover.py); returns header + payload."""
-    ledger.record(msg.round, msg.kind.name, src, dst, header, payload, tensor_bytes(msg),
-                  stage_of(msg))
+    without frames: protocol/handover.py) and `tensors` bytes of arrays (None: counted from
+    msg); returns header + payload."""
+    ledger.record(msg.round, msg.kind.name, src, dst, header, payload,
+                  tensor_bytes(msg) if tensors is None else tensors, stage_of(msg))
     return header + payload
 
 
