@@ -84,12 +84,14 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
         loop, local = m["round_s"]["loop"], m["round_s"]["local"]
         per = ", ".join(f"{x['round_s'] / y['round_s']:.2f}"
                         for x, y in zip(m["runs"]["local"], m["runs"]["loop"]))
+        also = "".join(f"; {n} {m['round_s'][n]:.3f} s, {m['vs_loop'][n]:.2f}x"
+                       for n in m["round_s"] if n not in ("loop", "local"))
         rows.append(headline_row(
             "scale", f"fednet local steady round / a plain PyTorch loop's, {a['dataset']} "
             f"{a['clients']} clients, {a['rounds']} rounds, {m['epochs']} epoch(s)",
             m["vs_loop"]["local"], "x", "<= 1.0x",
             f"{local:.3f} s against {loop:.3f} s, medians of {a['reps']} interleaved runs each "
-            f"(pairs {per})"))
+            f"(pairs {per}){also}"))
     return measured(*rows)
 
 
