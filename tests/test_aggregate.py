@@ -101,3 +101,30 @@ def test_integer_arrays_come_from_the_smallest_key_whatever_the_order():
         for arrays, cid in order:
             acc.add(arrays, 1, key=cid)
         assert int(acc.result()["n"]) == 9
+
+
+def test_small_arrays_added_together_give_what_each_added_alone_gives():
+    """StreamingMean adds a run of consecutive small arrays in one TwoSum (gathered to float64):
+    the sums must be those of adding each array on its own (two_sum_into per array), bit for
+    bit, around arrays too big to gather, a 0-d one, float16 and an integer counter."""
+    from fednet.algorithms.aggregate import CHUNK, two_sum_into
+
+    rng = np.random.default_rng(5)
+    shapes = {"conv": (16, 1, 3, 3), "bias": (16,), "big": (CHUNK + 9,), "scale": (),
+              "fc": (32, 64), "steps": (3,), "half": (7,), "tail": (CHUNK // 2, 2), "out": (5,)}
+    acc = StreamingMean()
+    hi = {n: np.zeros(s) for n, s in shapes.items() if n != "steps"}
+    lo = {n: np.zeros(s) for n, s in shapes.items() if n != "steps"}
+    for k in range(12):
+        arrays = {n: (rng.standard_normal(s) * 10.0 ** rng.integers(-3, 3)).astype(np.float32)
+                  for n, s in shapes.items()}
+        arrays["steps"] = rng.integers(0, 9, 3)
+        arrays["half"] = arrays["half"].astype(np.float16)
+        w = float(rng.integers(1, 50))
+        acc.add(arrays, w, key=k)
+        for n in hi:
+            two_sum_into(hi[n], lo[n], arrays[n], w)
+    assert any(len(names) > 1 for names, _, _ in acc._runs)  # the gathered path ran
+    sums = acc.sums()
+    for n in hi:
+        assert sums[n].shape == shapes[n] and sums[n].tobytes() == (hi[n] + lo[n]).tobytes(), n

@@ -48,6 +48,7 @@ SMOKE: dict[str, list[str]] = {
     "bench_fedseq.py": ["--clients", "10", "--seeds", "0", "--fedavg-rounds", "2",
                         "--fedseq-rounds", "2", "--pretrain-epochs", "1", "--central-rounds", "1"],
     "bench_frames.py": ["--mb", "2", "--repeats", "2"],
+    "bench_inproc.py": ["--clients", "4", "--rounds", "2", "--epochs", "1", "--reps", "1"],
     "bench_launch.py": ["--quick", "--clients", "3", "--ready-reps", "1", "--reps", "1",
                         "--rounds", "1", "--no-breakdown"],
     "bench_many.py": ["--part", "copies", "scale", "--reps", "1", "--scale-clients", "20"],

@@ -58,12 +58,15 @@ class StreamingMean:
     """
 
     def __init__(self) -> None:
-        self.hi: dict[str, np.ndarray] = {}
+        self.hi: dict[str, np.ndarray] = {}  # views of one flat float64 buffer each (_layout)
         self.lo: dict[str, np.ndarray] = {}
         self.dtypes: dict[str, np.dtype] = {}
         self.other: Arrays = {}
         self.other_key: float = math.inf
         self.weights: list[float] = []
+        self._flat: tuple[np.ndarray, np.ndarray] | None = None  # (hi, lo), every floating array
+        self._runs: list[tuple[list[str], int, int]] = []  # (names, start, end) in the buffers
+        self._scratch = np.empty(0, dtype=np.float64)
 
     @property
     def count(self) -> int:
@@ -105,13 +108,43 @@ class StreamingMean:
                 if keep_other:
                     self.other[name] = np.array(a, copy=True)
                 self.dtypes.setdefault(name, a.dtype)
-                continue
-            if name not in self.hi:
-                self.hi[name] = np.zeros(a.shape, dtype=np.float64)
-                self.lo[name] = np.zeros(a.shape, dtype=np.float64)
+            elif self._flat is None:
                 self.dtypes[name] = a.dtype
-            two_sum_into(self.hi[name], self.lo[name], a, w)
+        if self._flat is None:
+            self._layout({n: a.shape for n, a in arrays.items() if a.dtype.kind == "f"})
+        self._fold(arrays, w)
         self.weights.append(w)
+
+    def _layout(self, shapes: dict[str, tuple[int, ...]]) -> None:
+        """The floating arrays' sums, one after another in two flat buffers (hi[name] and
+        lo[name] are views), and the runs of consecutive small arrays (CHUNK elements at most
+        together) that _fold adds in one TwoSum."""
+        sizes = [math.prod(s) for s in shapes.values()]
+        hi, lo = np.zeros(sum(sizes), dtype=np.float64), np.zeros(sum(sizes), dtype=np.float64)
+        self._flat, at = (hi, lo), 0
+        for (name, shape), n in zip(shapes.items(), sizes):
+            self.hi[name], self.lo[name] = hi[at:at + n].reshape(shape), lo[at:at + n].reshape(shape)
+            run = self._runs[-1] if self._runs else None
+            if run is not None and run[2] - run[1] + n <= CHUNK:  # (never after a big one)
+                self._runs[-1] = (run[0] + [name], run[1], at + n)
+            else:
+                self._runs.append(([name], at, at + n))
+            at += n
+        self._scratch = np.empty(min(CHUNK, at), dtype=np.float64)
+
+    def _fold(self, arrays: Mapping[str, np.ndarray], w: float) -> None:
+        """hi + lo += w * arrays: a run of several small arrays gathered (exactly, to float64)
+        into the scratch buffer and added at once; the same arithmetic per element as adding
+        each array on its own, with a tenth of the numpy calls for a small model's many arrays."""
+        assert self._flat is not None
+        hi, lo = self._flat
+        for names, i, j in self._runs:
+            if len(names) == 1:
+                two_sum_into(hi[i:j], lo[i:j], arrays[names[0]], w)
+            else:
+                x = self._scratch[:j - i]
+                np.concatenate([arrays[n].reshape(-1) for n in names], out=x)
+                two_sum_into(hi[i:j], lo[i:j], x, w)
 
     def sums(self) -> dict[str, np.ndarray]:
         """The weighted sums, float64 (each the correctly rounded value of the exact sum)."""

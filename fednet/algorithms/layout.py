@@ -43,7 +43,9 @@ def mismatch(expected: Layout, arrays: Mapping[str, np.ndarray]) -> str | None:
         return f"unexpected array(s) {_names(extra)}"
     for name, (shape, dtype) in expected.items():
         a = arrays[name]
-        got_shape, got_dtype = tuple(np.shape(a)), np.asarray(a).dtype
+        if not isinstance(a, np.ndarray):
+            a = np.asarray(a)
+        got_shape, got_dtype = a.shape, a.dtype
         if got_shape != tuple(shape) or got_dtype != dtype:
             return (f"array {name[:60]!r}: expected {_describe(shape, dtype)}, got "
                     f"{_describe(got_shape, got_dtype)}")

@@ -98,15 +98,18 @@ class Executor:
         self.update = algorithms.build_client(cfg)  # the client half only
         self.dataset = ds
         self.attack = attacker_for(cfg, cid)  # --attack: None unless this client is malicious
-        if _WORKING is not None and not self.update.keeps_model:
+        working = None if self.update.keeps_model else _WORKING
+        if working is not None:
             key = (algorithms.model_name(cfg), ds.num_classes, tuple(ds.input_shape), d.dataset,
                    cfg.seed, str(self.device))
-            model = _WORKING.get(key)
+            model = working.get(key)
             if model is None:
-                model = _WORKING[key] = self._initial().to(self.device)
+                model = working[key] = self._initial().to(self.device)
         else:
             model = self._initial().to(self.device)
-        if reuse_freed_memory(nbytes := state_nbytes(model)):  # big models: into mapped pages
+        nbytes = state_nbytes(model)
+        self._own_model_bytes = 0 if working is not None else nbytes  # (kept_bytes)
+        if reuse_freed_memory(nbytes):  # big models: into mapped pages
             reserve_once(CLIENT_RESERVE_MODELS * nbytes)  # while the process registers
         self.availability: Availability | None = None  # --availability: set by the runtime
         # a stateful client keeps its state in the run's store (core/state_files.py) between
@@ -117,7 +120,7 @@ class Executor:
         c = n.codecs()
         self.codec = UpdateCodec(c.up, cfg.seed, cid, c.down, c.handoff)  # --compress and co.
         self.stateful = self.update.stateful() or self.codec.spec.feedback
-        bound = state_bound(state_nbytes(model), len(cd.y))
+        bound = state_bound(nbytes, len(cd.y))
         self.store = (StateStore(out, cfg.algo.name, bound) if files and out and self.stateful
                       else None)
         self.session: str | None = None  # the server session whose state this object holds
@@ -136,6 +139,17 @@ class Executor:
     def num_examples(self) -> int:
         """Local training examples."""
         return self.ctx.num_examples
+
+    def kept_bytes(self) -> int:
+        """About what keeping this object between tasks costs (a stateless client's: fednet
+        local keeps those within a budget, core/inproc.Executors): the index and the labels of
+        its training and test rows (a natural client's own images too; the whole partition
+        where a device holds it), its model unless it is the shared working one, and its Python
+        objects."""
+        natural = getattr(self.dataset, "natural", None) is not None
+        c = self.ctx
+        return OBJECT_BYTES + self._own_model_bytes + sum(
+            _held_bytes(t, natural) for t in (c.x, c.y, c.test_x, c.test_y))
 
     def on_task(self, msg: Message, nbytes: int) -> Outcome:
         """Run a TASK received with `nbytes` on the wire; return RESULT (or FAILURE)."""
@@ -157,8 +171,9 @@ class Executor:
             self.session = msg.run_id
             ref = {} if self.update.sends_updates else self.codec.reference(task.arrays)
             received = snapshot(task.arrays) if self.attack is not None else None
-            if getattr(self.update, "adopts_received", False):  # one copy: the joined buffers
-                adopt_arrays(self.ctx.model, {k: a for k, a in task.arrays.items() if is_private(a)})
+            own = {k: a for k, a in task.arrays.items() if is_private(a)}
+            if own and getattr(self.update, "adopts_received", False):  # one copy: the joined
+                adopt_arrays(self.ctx.model, own)  # buffers
             arrays, body = self.update.run(self.ctx, task)
             if received is not None:  # --attack: the values lie, the layout and count do not
                 arrays = self.attack.forge(self, task, arrays, received)
@@ -276,6 +291,19 @@ class Executor:
         state, saved = decode_client(self.update.State, arrays, meta or {}, shapes, fail,
                                      self.device)
         self.restore(state, saved if self.update.keeps_model else None)
+
+
+OBJECT_BYTES = 8 << 10
+"""An executor's Python objects and tensor headers (3.3 KiB of Python objects measured with
+tracemalloc on digits, the tensors' own headers besides), rounded up."""
+
+
+def _held_bytes(t: object, own_base: bool) -> int:
+    """Bytes behind a client's rows: a tensor's, or a Rows view's index (and its base images
+    when they are the client's own, `own_base`)."""
+    if isinstance(t, Rows):
+        return t.index.nbytes + (t.base.nbytes if own_base else 0)
+    return t.nbytes if isinstance(t, torch.Tensor) else 0
 
 
 def welcome_tables(cfg: RunConfig, arrays: dict[str, np.ndarray], peers: bool = True

@@ -1,7 +1,7 @@
 """The in-process runtime (`fednet local`): the same executors, codec and ledger, no sockets."""
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 
 import numpy as np
 
@@ -21,38 +21,69 @@ from fednet.models import drop_templates, keep_template
 from fednet.network.churn import next_online_hop
 from fednet.platform.gpus import check_gpus, device_for, gpu_counts
 from fednet.compress.downlink import for_peer
-from fednet.protocol import Message, MsgKind, decode, encode
+from fednet.protocol import Message, MsgKind
+from fednet.protocol.handover import handover
 from fednet.types import ClientInfo, Failure, Result, Roster, Task, client_name
 from fednet.core.wire import (ack_message, handoff_message, hop_done_message, placeholder_endpoints,
-                         record, task_message)
+                         record_sizes, task_message)
 
 
-def _wire(frames: list) -> list[bytes]:
-    """What the network does to frames: a copy into the receiver's memory."""
-    return [bytes(f) for f in frames]
+KEEP_BYTES = 32 << 20
+"""What the Executors of stateless clients kept between their tasks may weigh in all
+(Executor.kept_bytes: ~8 KiB and the client's row index and labels each; 4,000 digits clients)."""
 
 
 class Executors:
-    """Client cid's Executor, built when the client is given work and dropped after it: an idle
-    client costs nothing but its partition and profile (the session's). A client whose algorithm
+    """Client cid's Executor, built when the client is given work. A client whose algorithm
     keeps nothing between tasks shares one working model with the others
-    (executor.share_working_models); one that keeps state keeps it in the run's store
-    (core/state_files.py, RUN/checkpoint/clients) between its tasks. Only without a results
-    folder (or when the store cannot be written) is a stateful client's Executor kept."""
+    (executor.share_working_models); its Executor (its data views, its algorithm's client half)
+    is kept for its next task while all those kept weigh at most `keep_bytes` (the least recently
+    used dropped first), so that a small population's clients are built once, and a large one's
+    idle clients cost nothing but their partition and profile (the session's). One that keeps
+    state keeps it in the run's store (core/state_files.py, RUN/checkpoint/clients) between its
+    tasks, its Executor dropped after each. Only without a results folder (or when the store
+    cannot be written) is a stateful client's Executor kept."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, keep_bytes: int = KEEP_BYTES) -> None:
         self.s = session
         self.built: dict[int, Executor] = {}  # the clients whose state only their object holds
         self.resumed = dict(session.resumed_clients)  # --resume of an older checkpoint
+        self.kept: OrderedDict[int, tuple[Executor, int]] = OrderedDict()  # stateless, LRU
+        self.keep_bytes, self.kept_bytes = keep_bytes, 0
 
     def __getitem__(self, cid: int) -> Executor:
         ex = self.built.get(cid)
-        return ex if ex is not None else self._build(cid)
+        if ex is not None:
+            return ex
+        kept = self.kept.pop(cid, None)
+        if kept is None:
+            return self._build(cid)
+        self.kept_bytes -= kept[1]
+        return kept[0]
 
     def done(self, ex: Executor) -> None:
-        """After ex's task: kept only if it is the only home of its state."""
+        """After ex's task: kept if it is the only home of its state, or (a stateless client's)
+        within the budget."""
         if ex.holds_state:
             self.built[ex.cid] = ex
+        elif not ex.stateful:
+            self._keep(ex)
+
+    def _keep(self, ex: Executor) -> None:
+        """Keep a stateless client's Executor, dropping the least recently used beyond the
+        budget (one that alone weighs more is not kept)."""
+        n = ex.kept_bytes()
+        if n > self.keep_bytes:
+            return
+        self.kept[ex.cid] = (ex, n)
+        self.kept_bytes += n
+        while self.kept_bytes > self.keep_bytes:
+            self.kept_bytes -= self.kept.popitem(last=False)[1][1]
+
+    def clear(self) -> None:
+        """Drop the kept Executors (the run ended)."""
+        self.kept.clear()
+        self.kept_bytes = 0
 
     def _build(self, cid: int) -> Executor:
         s, cfg = self.s, self.s.cfg
@@ -83,7 +114,8 @@ class Executors:
 
 
 class InprocDispatcher:
-    """Delivers each task by encoding it, 'sending' the bytes and calling the client's executor."""
+    """Delivers each task as the wire would (protocol/handover.py: the header packed and read
+    back, the arrays copied, the bytes counted exactly) and calls the client's executor."""
 
     def __init__(self, session: Session) -> None:
         self.s = session
@@ -95,14 +127,15 @@ class InprocDispatcher:
         self._alive: Roster | None = None
 
     def close(self) -> None:
-        """Forget the model template and the shared working models (the next run builds its
-        own)."""
+        """Forget the model template, the shared working models and the kept Executors (the
+        next run builds its own)."""
         drop_templates()
         share_working_models(False)
+        self.executors.clear()
 
     def alive_clients(self) -> Roster:
         """Every client (none can die in-process); no executor is built for it. A roster of
-        ids (core/roster.py): a client's record, its size with it, is built when it is read
+        ids (fednet.types.Roster): a client's record, its size with it, is built when it is read
         (building ten million took half of a one-round run)."""
         if self._alive is None:
             parts, gpus = self.s.parts, self.s.cfg.gpus
@@ -129,8 +162,10 @@ class InprocDispatcher:
         return results, failures
 
     def _send(self, msg: Message, src: str, dst: str) -> tuple[Message, int]:
-        frames = _wire(encode(msg))
-        return decode(frames), record(self.s.ledger, msg, frames, src, dst)
+        """The message as the receiver gets it (decode(encode(msg)), each array copied into
+        memory of its own) and its bytes, counted in the ledger (protocol/handover.py)."""
+        got, header, payload = handover(msg)  # the payload is the arrays' bytes, as they were
+        return got, record_sizes(self.s.ledger, msg, header, payload, src, dst, payload)
 
     def _deliver(self, task: Task) -> Result | Failure:
         """The task's whole route: TASK, then HANDOFF/ACK/HOP_DONE per hop, then RESULT."""

@@ -10,8 +10,8 @@ from typing import Any
 
 from fednet.compress.downlink import peer_layout as peer_layout  # (re-exported)
 from fednet.metrics.accounting import SERVER, Ledger
-from fednet.protocol import (Message, MsgKind, encode, encoded_sizes, frame_bytes, stage_of,
-                             tensor_bytes)
+from fednet.protocol import Message, MsgKind, encoded_sizes, frame_bytes, stage_of, tensor_bytes
+from fednet.protocol.handover import sizes
 from fednet.protocol.proof import NO_MAC
 from fednet.types import Arrays, Failure, Result, Task, client_name
 
@@ -64,9 +64,17 @@ def message_failure(msg: Message, cid: int) -> Failure:
 
 def record(ledger: Ledger, msg: Message, frames: list[Any], src: str, dst: str) -> int:
     """Account one message in the ledger; returns its size (header + payload frames)."""
-    h, p = frame_bytes(frames)
-    ledger.record(msg.round, msg.kind.name, src, dst, h, p, tensor_bytes(msg), stage_of(msg))
-    return h + p
+    return record_sizes(ledger, msg, *frame_bytes(frames), src, dst)
+
+
+def record_sizes(ledger: Ledger, msg: Message, header: int, payload: int, src: str,
+                 dst: str, tensors: int | None = None) -> int:
+    """Account one message of `header` + `payload` bytes (as record; fednet local has the sizes
+    without frames: protocol/handover.py) and `tensors` bytes of arrays (None: counted from
+    msg); returns header + payload."""
+    ledger.record(msg.round, msg.kind.name, src, dst, header, payload,
+                  tensor_bytes(msg) if tensors is None else tensors, stage_of(msg))
+    return header + payload
 
 
 def handoff_message(task_msg: Message, reply: Message, hop: int, tag: bytes = NO_MAC,
@@ -112,8 +120,7 @@ def task_size(task: Task, run_id: str) -> int:
     msg = task_message(task, run_id)
     if len(task.route) > 1:
         msg.body["endpoints"] = placeholder_endpoints(task.route)
-    h, p = frame_bytes(encode(msg))
-    return h + p
+    return sum(sizes(msg))
 
 
 def placeholder_endpoints(route: list[int]) -> list[str]:

@@ -41,8 +41,9 @@ def check_work(body: dict, cfg: RunConfig) -> None:
     sender cannot keep a client training past the run's end; one whose algorithm keys do not
     hold what the algorithm declares fails too (ProtocolError)."""
     check_body(body, algorithms.get(cfg.algo.name).task_body, "task body")
-    epochs = body.get("epochs")
-    if epochs is not None and int(epochs) > (most := max_epochs(cfg)):
+    epochs = body.get("epochs")  # (max_epochs is at least --epochs: parsed only above it)
+    if epochs is not None and int(epochs) > int(cfg.train.epochs) and \
+            int(epochs) > (most := max_epochs(cfg)):
         raise ValueError(f"the task asks for {int(epochs)} epochs; this run allows at most "
                          f"{most} (--epochs, or the algorithm's *epochs parameters)")
 

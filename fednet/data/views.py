@@ -48,6 +48,9 @@ class Rows:
     def __getitem__(self, key: Any) -> torch.Tensor:
         if isinstance(key, torch.Tensor):
             key = key.to(self.index.device)
+            if key.dtype == torch.int64 and key.dim() == 1:  # a batch: index_select is the same
+                # gather as indexing, at half its cost (torch's indexing parses its key in Python)
+                return self.base.index_select(0, self.index.index_select(0, key)).to(self.device)
         elif isinstance(key, np.ndarray):
             key = torch.from_numpy(key)
         return self.base[self.index[key]].to(self.device)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -14,9 +15,7 @@ def state_arrays(model: nn.Module) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for name, t in model.state_dict().items():
         t = t.detach()
-        if t.device.type != "cpu":
-            t = t.cpu()
-        out[name] = t.numpy()
+        out[name] = (t if t.is_cpu else t.cpu()).numpy()
     return out
 
 
@@ -35,10 +34,15 @@ def _check_names(state: Mapping[str, torch.Tensor], arrays: Mapping[str, np.ndar
             if name not in state:
                 raise ValueError(f"load_arrays: unexpected entry {name!r}")
     for name, t in state.items():
-        if name in arrays and tuple(np.shape(arrays[name])) != tuple(t.shape):
+        if name in arrays and tuple(_shape(arrays[name])) != tuple(t.shape):
             raise ValueError(
                 f"load_arrays: entry {name!r} has shape {tuple(np.shape(arrays[name]))}, model expects {tuple(t.shape)}"
             )
+
+
+def _shape(a: Any) -> tuple[int, ...]:
+    """np.shape(a), an array's own shape without a call into numpy."""
+    return a.shape if isinstance(a, np.ndarray) else np.shape(a)
 
 
 def load_arrays(model: nn.Module, arrays: Mapping[str, np.ndarray], strict: bool = True) -> None:
@@ -51,20 +55,31 @@ def load_arrays(model: nn.Module, arrays: Mapping[str, np.ndarray], strict: bool
             if name not in arrays:
                 continue
             src = np.asarray(arrays[name])
-            if t.device.type == "cpu" and src.size and src.ctypes.data == t.data_ptr() and \
-                    src.nbytes == t.numel() * t.element_size():
-                continue  # already the tensor's own memory (adopt_arrays): nothing to copy
-            if t.device.type == "cpu" and t.dtype is not torch.bfloat16:
+            if t.is_cpu and t.dtype is not torch.bfloat16:
+                dst = t.numpy()
+                if np.may_share_memory(dst, src) and _same_memory(src, t):  # (bounds first: cheap)
+                    continue  # already the tensor's own memory (adopt_arrays): nothing to copy
                 try:  # straight numpy copy into the tensor's memory: no temporary tensor, no torch warning
-                    np.copyto(t.numpy(), src, casting="same_kind")
+                    np.copyto(dst, src, casting="same_kind")
                 except TypeError as e:
                     raise ValueError(f"load_arrays: entry {name!r} has dtype {src.dtype}, model has {t.dtype}") from e
+                continue
+            if t.is_cpu and _same_memory(src, t):
                 continue
             if not src.flags.aligned:
                 src = np.ascontiguousarray(src)
             with warnings.catch_warnings():  # the source is only read; torch's non-writable warning does not apply
                 warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
                 t.copy_(torch.from_numpy(src))
+
+
+def _same_memory(src: np.ndarray, t: torch.Tensor) -> bool:
+    """`src` is exactly the CPU tensor's memory (same start, same size)."""
+    nbytes = t.numel() * t.element_size()
+    if not src.size or src.nbytes != nbytes:
+        return False
+    start = src.__array_interface__["data"][0]  # (ctypes.data builds a ctypes object)
+    return bool(start == t.data_ptr())
 
 
 def adopt_arrays(model: nn.Module, arrays: Mapping[str, np.ndarray]) -> int:

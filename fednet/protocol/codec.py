@@ -59,8 +59,22 @@ def _reject_ext(code: int, data: bytes) -> Any:
     raise _ExtTypeSeen(f"msgpack ext type {code} is not allowed")
 
 
-def _wire_array(name: Any, arr: Any, limits: Limits) -> tuple[list[Any], memoryview]:
-    """Return the header entry and the zero-copy byte view for one array."""
+_NAMES: dict[np.dtype, str | None] = {}  # dtype -> its wire name (None: not allowed)
+
+
+def _wire_name(dtype: np.dtype) -> str | None:
+    """The dtype's name when it may travel, else None (dtype.name costs microseconds: cached)."""
+    try:
+        return _NAMES[dtype]
+    except KeyError:
+        ok = dtype.name in ALLOWED_DTYPES and dtype.fields is None
+        name = _NAMES[dtype] = dtype.name if ok else None
+        return name
+
+
+def wire_entry(name: Any, arr: Any, limits: Limits) -> tuple[list[Any], np.ndarray]:
+    """The header entry of one array and the array as it travels (C order, little-endian;
+    no copy when it already is), checked against the limits."""
     if not isinstance(name, str):
         raise ProtocolError(f"array name must be a str, got {type(name).__name__}")
     if not isinstance(arr, np.ndarray):
@@ -68,8 +82,8 @@ def _wire_array(name: Any, arr: Any, limits: Limits) -> tuple[list[Any], memoryv
             arr = np.asarray(arr)
         except Exception as exc:  # noqa: BLE001 - any conversion failure is a protocol error
             raise ProtocolError(f"array {name!r} cannot be converted to numpy: {exc}") from exc
-    dname = arr.dtype.name
-    if dname not in ALLOWED_DTYPES or arr.dtype.fields is not None:
+    dname = _wire_name(arr.dtype)
+    if dname is None:
         raise ProtocolError(f"array {name!r}: dtype {arr.dtype.str!r} is not allowed")
     if arr.ndim > limits.max_ndim:
         raise ProtocolError(f"array {name!r}: {arr.ndim} dimensions, limit is {limits.max_ndim}")
@@ -77,9 +91,33 @@ def _wire_array(name: Any, arr: Any, limits: Limits) -> tuple[list[Any], memoryv
         raise ProtocolError(
             f"array {name!r}: {arr.nbytes} bytes, limit is {limits.max_array_bytes}"
         )
-    flat = np.ascontiguousarray(arr, dtype=_WIRE_DTYPES[dname])
+    return [name, dname, list(arr.shape)], np.ascontiguousarray(arr, dtype=_WIRE_DTYPES[dname])
+
+
+def _wire_array(name: Any, arr: Any, limits: Limits) -> tuple[list[Any], memoryview]:
+    """Return the header entry and the zero-copy byte view for one array."""
+    entry, flat = wire_entry(name, arr, limits)
     view = memoryview(flat.reshape(-1).view(np.uint8))  # type: ignore[arg-type]  # numpy is a buffer
-    return [name, dname, list(arr.shape)], view
+    return entry, view
+
+
+def checked_envelope(msg: Message, check: bool = True) -> tuple[MsgKind, Any, Any]:
+    """(kind, body, sim_time) of `msg` as encode packs them, checked against the schema as the
+    decoder will check them (check=False: only the kind and the arrays' container)."""
+    try:
+        kind = MsgKind(msg.kind)
+    except (ValueError, TypeError) as exc:
+        raise ProtocolError(f"unknown message kind {msg.kind!r}") from exc
+    if not isinstance(msg.arrays, dict):
+        raise ProtocolError(f"arrays must be a dict, got {type(msg.arrays).__name__}")
+    if not check:
+        return kind, msg.body, msg.sim_time
+    S.check_str(msg.sender, "sender", S.SENDER)
+    S.check_str(msg.run_id, "run_id", S.RUN_ID)
+    S.check_int(msg.round, "round", S.ROUND)
+    S.check_int(msg.task_id, "task_id", S.TASK_ID)
+    sim_time = S.check_time(msg.sim_time, "sim_time")
+    return kind, S.check_message(kind, msg.body, len(msg.arrays)), sim_time
 
 
 def encode(msg: Message, limits: Limits = DEFAULT_LIMITS, check: bool = True
@@ -88,21 +126,7 @@ def encode(msg: Message, limits: Limits = DEFAULT_LIMITS, check: bool = True
 
     The message is checked against the schema as the decoder will check it (``check=False``
     only for tests that build wrong messages on purpose)."""
-    try:
-        kind = MsgKind(msg.kind)
-    except (ValueError, TypeError) as exc:
-        raise ProtocolError(f"unknown message kind {msg.kind!r}") from exc
-    if not isinstance(msg.arrays, dict):
-        raise ProtocolError(f"arrays must be a dict, got {type(msg.arrays).__name__}")
-    body = msg.body
-    sim_time = msg.sim_time
-    if check:
-        S.check_str(msg.sender, "sender", S.SENDER)
-        S.check_str(msg.run_id, "run_id", S.RUN_ID)
-        S.check_int(msg.round, "round", S.ROUND)
-        S.check_int(msg.task_id, "task_id", S.TASK_ID)
-        sim_time = S.check_time(msg.sim_time, "sim_time")
-        body = S.check_message(kind, msg.body, len(msg.arrays))
+    kind, body, sim_time = checked_envelope(msg, check)
     if len(msg.arrays) > limits.max_arrays:
         raise ProtocolError(f"{len(msg.arrays)} arrays, limit is {limits.max_arrays}")
     entries: list[list[Any]] = []
@@ -114,15 +138,26 @@ def encode(msg: Message, limits: Limits = DEFAULT_LIMITS, check: bool = True
             bufs.append(view)
         else:  # zero-copy slices: heartbeats interleave between frames of a long transfer
             bufs.extend(view[j:j + CHUNK_BYTES] for j in range(0, view.nbytes, CHUNK_BYTES))
+    header = packed_header(kind, msg, body, sim_time, entries, limits)
+    check_total(len(header) + sum(b.nbytes for b in bufs), limits)
+    return [header, *bufs]
+
+
+def packed_header(kind: MsgKind, msg: Message, body: Any, sim_time: Any,
+                  entries: list[list[Any]], limits: Limits) -> bytes:
+    """The header frame, within the limit on header bytes."""
     header = _pack_header(kind, msg, body, sim_time, entries)
     if len(header) > limits.max_header_bytes:
         raise ProtocolError(
             f"header is {len(header)} bytes, limit is {limits.max_header_bytes}"
         )
-    total = len(header) + sum(b.nbytes for b in bufs)
+    return header
+
+
+def check_total(total: int, limits: Limits) -> None:
+    """A whole message's bytes within the limit."""
     if total > limits.max_message_bytes:
         raise ProtocolError(f"message is {total} bytes, limit is {limits.max_message_bytes}")
-    return [header, *bufs]
 
 
 def _pack_header(kind: MsgKind, msg: Message, body: Any, sim_time: Any,
@@ -227,12 +262,20 @@ def decode(frames: Sequence[Any], limits: Limits = DEFAULT_LIMITS, release: bool
         raise ProtocolError(f"unexpected header fields {sorted(map(str, unknown))[:5]}")
     body = S.check_message(kind, _field(header, S.K_BODY), len(entries))
     specs = _specs(entries, limits)
-    total = hbuf.nbytes + sum(nbytes for *_, nbytes in specs)
-    if total > limits.max_message_bytes:
-        raise ProtocolError(f"message is {total} bytes, limit is {limits.max_message_bytes}")
+    check_total(hbuf.nbytes + sum(nbytes for *_, nbytes in specs), limits)
     counts = [_chunks(nbytes) for *_, nbytes in specs]
     _check_frames(frames, specs, counts)
     return Message(kind, *fields, body, _arrays(frames, specs, counts, release))
+
+
+def unpacked(header: bytes) -> tuple[tuple[str, str, int, int, float], Any]:
+    """The routing fields (sender, run id, round, task id, sim time) and the body of a header
+    that encode's own path packed here (checked_envelope, then packed_header): what decode
+    reads from it. Its checks are not run again: they are encode's, and msgpack gives back
+    values of the types they accept."""
+    h = _unpack_header(memoryview(header))
+    return (h[S.K_SENDER], h[S.K_RUN_ID], h[S.K_ROUND], h[S.K_TASK_ID], h[S.K_SIM_TIME]), \
+        h[S.K_BODY]
 
 
 def _envelope(header: dict[Any, Any]) -> tuple[MsgKind, tuple[str, str, int, int, float]]:

@@ -57,7 +57,7 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: int, ba
         for idx in batches(len(y), batch_size, generator):
             interrupt.poll()  # between two batches: the run's end, a lost server
             idx = idx.to(x.device)
-            xb, yb = x[idx], y[idx]
+            xb, yb = x[idx], y.index_select(0, idx)  # (the same rows as y[idx], sooner)
             if augment is not None:
                 xb = augment(xb, generator)
             opt.zero_grad()
