@@ -236,7 +236,7 @@ class RoundDriver:
             t.wire, t.arrays = self.downlink.encode(t.arrays, t.task_id, t.round)
         return tasks
 
-    def round(self, rnd: int, clients: list[ClientInfo], dispatcher: Dispatcher, span: int = 1
+    def round(self, rnd: int, clients: Sequence[ClientInfo], dispatcher: Dispatcher, span: int = 1
               ) -> dict[str, Any]:
         """One step (span logical rounds): configure, dispatch, aggregate, evaluate, log."""
         algo = self.algo
@@ -374,7 +374,7 @@ class RoundDriver:
         interrupted run's summary reports (not the tasks of the round it was in)."""
         return self.logged
 
-    def summary(self, clients: list[ClientInfo], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    def summary(self, clients: Sequence[ClientInfo], extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """The summary.json dictionary (core/summary.py)."""
         return run_summary(self, clients, extra)
 

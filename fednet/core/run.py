@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 from types import TracebackType
@@ -67,7 +67,7 @@ class Run:
         self.session: Session | None = None
         self.is_started = False
         self.summary: dict[str, Any] | None = None
-        self.clients: Callable[[], list[ClientInfo]] = lambda: []
+        self.clients: Callable[[], Sequence[ClientInfo]] = lambda: []
         self.reports: list[Callable[[], None]] = []  # fill extra just before the summary
         self._stack = ExitStack()
         self._failing: BaseException | None = None  # what is stopping the run, if anything

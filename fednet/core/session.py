@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -261,7 +261,7 @@ class Session:
                 f": {s['min_size']}-{s['max_size']} samples each,"
                 f" {s['mean_classes']:.1f} classes per client on average")
 
-    def finish(self, clients: list[ClientInfo], extra: dict[str, Any] | None = None
+    def finish(self, clients: Sequence[ClientInfo], extra: dict[str, Any] | None = None
                ) -> dict[str, Any]:
         """Write clients.jsonl, final_model.npz, the plots and summary.json (last: it says the
         run is done, with the peak memory of all of it); return the summary. Each file is
@@ -301,7 +301,7 @@ class Session:
         return {"model": resolve_model(algorithms.model_name(self.cfg), self.cfg.data.dataset),
                 "num_classes": self.evaluator.num_classes}
 
-    def _client_rows(self, clients: list[ClientInfo]) -> list[dict[str, Any]]:
+    def _client_rows(self, clients: Sequence[ClientInfo]) -> list[dict[str, Any]]:
         """clients.jsonl: each client that took part (was given a task, setup stages included),
         with its size, labels, device, host, profile and task count; the population is
         summary.json's `partition` (and population.npz with --population-file)."""

@@ -1,6 +1,7 @@
 """summary.json of a run: what the round driver knows at its end (names other tools rely on)."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fednet.core.status import RunStatus
@@ -11,7 +12,7 @@ TRAFFIC = ("server_to_client", "client_to_server", "client_to_client", "tensor_b
 """The totals of the run's traffic (the rest, control and what was refused, counts everything)."""
 
 
-def run_summary(d: Any, clients: list[ClientInfo], extra: dict[str, Any] | None = None
+def run_summary(d: Any, clients: Sequence[ClientInfo], extra: dict[str, Any] | None = None
                 ) -> dict[str, Any]:
     """The summary.json dictionary of the driver `d` (core/rounds.RoundDriver): names other
     tools rely on."""
@@ -54,7 +55,7 @@ def run_summary(d: Any, clients: list[ClientInfo], extra: dict[str, Any] | None 
     return out
 
 
-def devices_of(clients: list[ClientInfo]) -> dict[str, int]:
+def devices_of(clients: Sequence[ClientInfo]) -> dict[str, int]:
     """The clients on each device ({"cuda:0": 50, "cuda:1": 50}): each client's own is in
     clients.jsonl (run folders of older fednet hold a map of every client to its device
     here: metrics/report.device_counts reads both)."""

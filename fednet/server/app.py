@@ -27,6 +27,7 @@ from fednet.core.plugin_check import welcome_plugins
 from fednet.protocol import Message, MsgKind, peek_kind
 from fednet.protocol.proof import grant_key, route_grants
 from fednet.server.conns import LOST_GRACE_S, Connections, Identity
+from fednet.server.book import ClientBook
 from fednet.server.hops import Hops
 from fednet.server.enroll import (HELLO_EVERY_S, by_connection, late_byes, on_byes, on_hellos,
                                   on_readys)
@@ -71,7 +72,7 @@ class ZmqServer:
         self._hello_at: dict[bytes, float] = {}
         self._profiles_array: Any = None  # a latency trace as WELCOME carries it (intake)
         self._reject_window, self._rejects_sent = 0.0, 0
-        self.clients: dict[int, ClientInfo] = {}
+        self.clients = ClientBook(session.cfg.clients, lambda c: part_size(session.parts, c))
         self._live: tuple[tuple[int, int, int], Roster] | None = None  # (_roster)
         self.hello: dict[int, dict[str, Any]] = {}
         self.dead: dict[int, str] = {}
@@ -168,8 +169,7 @@ class ZmqServer:
 
     def _process_of(self, cid: int) -> Hashable:
         """The client process that holds client cid (the host and pid of its hello)."""
-        info = self.clients.get(cid)
-        return (info.host, info.pid) if info is not None and info.pid else cid
+        return self.clients.process_of(cid) or cid
 
     def _poll_once(self, timeout_s: float) -> None:
         ready = dict(self.poller.poll(int(timeout_s * 1000)))
@@ -226,10 +226,10 @@ class ZmqServer:
         came or died since the last one (sorting a million ids took seconds every step)."""
         key = (len(self.clients), len(self.dead), self.conns.binds)
         if self._live is None or self._live[0] != key:
-            ids = np.fromiter(self.clients, np.int64, len(self.clients))
+            ids = self.clients.ids()
             if self.dead:
                 ids = ids[~np.isin(ids, np.fromiter(self.dead, np.int64, len(self.dead)))]
-            self._live = (key, Roster(np.sort(ids), self.clients.__getitem__))
+            self._live = (key, self.clients.roster(ids))
         return self._live[1]
 
     def _dispatch(self, task: Task) -> None:
@@ -305,7 +305,7 @@ class ZmqServer:
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """SHUTDOWN to every live client; wait briefly for their BYE."""
         self.shutting_down = True
-        targets = [c for c in self.clients if c not in self.dead]
+        targets = self._roster().ids.tolist()
         for ids in by_connection(self.conns.route_of, targets):  # one per process (enroll.py)
             arrays = {"cids": np.array(ids, np.int64)} if len(ids) > 1 else {}
             self._send(ids[0], Message(MsgKind.SHUTDOWN, SERVER, self.s.run_id, arrays=arrays))

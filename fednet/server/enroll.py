@@ -13,7 +13,6 @@ batch is refused, register client by client (client/host.py).
 from __future__ import annotations
 
 import time
-from itertools import repeat
 from operator import eq
 from typing import TYPE_CHECKING
 
@@ -146,10 +145,9 @@ def on_readys(srv: ZmqServer, got: Received) -> None:
     srv.chan.accept(got, client_name(ids[0]))
     hellos = {id(h): h for h in map(srv.hello.__getitem__, ids)}  # one per registration
     if len(hellos) == 1:  # (a process's batch: every client's the same)
-        h = next(iter(hellos.values()))
-        device, pid, host = str(h.get("device", "?")), int(h.get("pid", 0)), str(h.get("host", ""))
-        srv.clients.update(zip(ids, map(ClientInfo, ids, sizes.tolist(), repeat(device),
-                                        repeat(""), repeat(pid), repeat(host))))
+        h = next(iter(hellos.values()))  # one record for them all (server/book.py)
+        srv.clients.add_process(cids, str(h.get("device", "?")), int(h.get("pid", 0)),
+                                str(h.get("host", "")))
         return None
     for cid, size in zip(ids, sizes.tolist()):
         h = srv.hello[cid]

@@ -171,7 +171,7 @@ def _start(run: Run, cfg: RunConfig, quiet: bool, local_clients: bool, prepare: 
     if server.tasks_per_process:  # a big model: server/inflight.py
         run.extra["tasks_per_process"] = server.tasks_per_process
     run.on_stop(_shutdown, run, server)
-    run.clients = lambda: list(server.clients.values())
+    run.clients = lambda: server.clients.roster()  # every registered client, built when read
     run.reports.append(lambda: _report(run, server))
     if zyg is not None:
         _spawn(run, cfg, zyg, early, endpoint, specs, session)
