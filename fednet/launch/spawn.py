@@ -63,11 +63,14 @@ class Zygote:
             time.sleep(0.01)
 
     def _events(self) -> list[dict[str, Any]]:
-        try:
-            chunk = os.read(self.proc.stdout.fileno(), 1 << 16)  # type: ignore[union-attr]
-        except BlockingIOError:
-            chunk = b""
-        self._buf += chunk
+        while True:  # all that is there: a 64 KiB read per call held the zygote's events
+            try:    # (and its forks) back by a server poll each (6 s for 16 processes of 1M)
+                chunk = os.read(self.proc.stdout.fileno(), 1 << 20)  # type: ignore[union-attr]
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            self._buf += chunk
         out = []
         while b"\n" in self._buf:
             line, self._buf = self._buf.split(b"\n", 1)
@@ -79,12 +82,12 @@ class Zygote:
             if ev.get("event") == "warm":
                 self.warm_s = float(ev.get("seconds", 0))
             elif ev.get("event") == "spawned":  # a process and all its clients: one line
-                self.pids.update(dict.fromkeys(map(int, ev["cids"]), int(ev["pid"])))
+                self.pids.update(dict.fromkeys(event_ids(ev), int(ev["pid"])))
             elif ev.get("event") == "exit":
                 code = int(ev["code"])
                 why = (f"process exited with code {code}" if code >= 0
                        else f"process killed by signal {-code}")
-                cids = list(map(int, ev["cids"]))
+                cids = list(event_ids(ev))
                 self.exits.update(dict.fromkeys(cids, code))
                 self._new_dead.update(dict.fromkeys(cids, why))
         return out
@@ -97,7 +100,10 @@ class Zygote:
             return
         own = ("cids", "device", "curve")  # what differs between processes
         common = {k: v for k, v in specs[0].items() if k not in own}
-        cmd = {"cmd": "spawn_many", "common": common, "groups": [s["cids"] for s in specs],
+        groups: dict[str, Any] = {"groups": [s["cids"] for s in specs]}
+        if all(list(s["cids"]) == list(range(s["cids"][0], s["cids"][-1] + 1)) for s in specs):
+            groups = {"ranges": [[s["cids"][0], s["cids"][-1] + 1] for s in specs]}  # a few bytes
+        cmd = {"cmd": "spawn_many", "common": common, **groups,
                "devices": [s["device"] for s in specs],
                "curves": [s.get("curve") for s in specs], "template": template}
         assert self.proc.stdin is not None
@@ -153,6 +159,11 @@ class Zygote:
                 self.proc.kill()
                 self.proc.wait()
         self._events()
+
+
+def event_ids(ev: dict[str, Any]) -> Any:
+    """The ids a zygote event names (zygote.ids_field): its range, or its list."""
+    return range(*ev["range"]) if "range" in ev else map(int, ev["cids"])
 
 
 def client_specs(n: int, connect: str, gpus: tuple[int, ...], threads: int,

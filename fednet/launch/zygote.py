@@ -4,12 +4,14 @@ Run as `python -m fednet.launch.zygote` with OMP_NUM_THREADS=1. It never opens a
 touches CUDA. Commands arrive as JSON lines on stdin; events leave as JSON lines on stdout:
   in:  {"cmd": "spawn_many", "groups": [[0, 1], [2, 3]], "devices": ["cpu", "cpu"],
         "curves": [pair or null, ...], "common": {"connect": "tcp://...", "threads": 1, ...}}
-       (one process per group)
+       (one process per group; "ranges": [[0, 2], [2, 4]] instead of "groups" names each
+       group's ids as [first, last + 1]: a million ids in a few bytes)
        {"cmd": "stop"}                       (or EOF: the launcher is gone)
   out: {"event": "warm", "pid": P, "seconds": S}
        {"event": "hugepages", "bytes": B, "seconds": S}   (once, before a large spawn_many)
-       {"event": "spawned", "cid": 3, "pid": P}            (one per client of the group)
-       {"event": "exit", "cid": 3, "pid": P, "code": C}   (C < 0: killed by signal -C)
+       {"event": "spawned", "cids": [3, 5], "pid": P}      (one per process: its ids, or
+       {"event": "exit", "cids": [3, 5], "pid": P, "code": C}  "range": [lo, hi] for lo..hi-1;
+                                                              C < 0: killed by signal -C)
 The processes of one spawn_many wait for a go signal (EOF on a pipe the zygote closes once it has
 forked them all) before they import or connect anything, so they do not take the CPU from the
 zygote while it still forks their siblings.
@@ -25,6 +27,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 from typing import Any
 
 from fednet.platform import hugepages
@@ -147,13 +150,20 @@ def _child(spec: dict[str, Any], zygote: int, go: tuple[int, int] | None = None)
 def group_specs(cmd: dict[str, Any]) -> list[dict[str, Any]]:
     """One process spec per group of a spawn_many command: the common part, then what is the
     group's own (its ids, its device and, under `fednet launch --secure`, its CURVE pair)."""
-    n = len(cmd["groups"])
-    curves = cmd.get("curves") or [None] * n
+    groups = cmd.get("groups") or [range(lo, hi) for lo, hi in cmd["ranges"]]
+    curves = cmd.get("curves") or [None] * len(groups)
     return [dict(cmd["common"], cids=cids, device=dev, curve=curve)
-            for cids, dev, curve in zip(cmd["groups"], cmd["devices"], curves)]
+            for cids, dev, curve in zip(groups, cmd["devices"], curves)]
 
 
-def serve(children: dict[int, list[int]]) -> None:
+def ids_field(cids: Any) -> dict[str, Any]:
+    """How an event names a process's ids: "range" [lo, hi] for a range, else "cids"."""
+    if isinstance(cids, range) and cids.step == 1:
+        return {"range": [cids.start, cids.stop]}
+    return {"cids": [int(c) for c in cids]}
+
+
+def serve(children: dict[int, Sequence[int]]) -> None:
     """Read commands, fork clients, report exits; return on stop or EOF."""
     buf = b""
     collapsed = False
@@ -174,7 +184,7 @@ def serve(children: dict[int, list[int]]) -> None:
                 return
             if cmd.get("cmd") == "spawn_many":
                 _keep_model(cmd.get("template"))
-                if not collapsed and len(cmd["groups"]) >= hugepages.WORTH_IT:
+                if not collapsed and len(cmd.get("groups") or cmd["ranges"]) >= hugepages.WORTH_IT:
                     collapsed = True  # once: later forks are cheap too
                     t0 = time.monotonic()
                     huge = hugepages.collapse()
@@ -189,7 +199,7 @@ def serve(children: dict[int, list[int]]) -> None:
                     os.close(go[1])
 
 
-def _fork(spec: dict[str, Any], children: dict[int, list[int]],
+def _fork(spec: dict[str, Any], children: dict[int, Sequence[int]],
           go: tuple[int, int] | None = None) -> None:
     sys.stdout.flush()
     me = os.getpid()
@@ -207,11 +217,12 @@ def _fork(spec: dict[str, Any], children: dict[int, list[int]],
             print(f"clients {spec.get('cids')}: {type(e).__name__}: {e}", file=sys.stderr)
         finally:
             os._exit(code)
-    children[pid] = [int(c) for c in spec["cids"]]
-    _emit({"event": "spawned", "cids": children[pid], "pid": pid})  # one line per process
+    cids = spec["cids"]
+    children[pid] = cids if isinstance(cids, range) else [int(c) for c in cids]
+    _emit({"event": "spawned", **ids_field(children[pid]), "pid": pid})  # one line per process
 
 
-def _reap(children: dict[int, list[int]]) -> None:
+def _reap(children: dict[int, Sequence[int]]) -> None:
     while children:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -220,10 +231,10 @@ def _reap(children: dict[int, list[int]]) -> None:
         if pid == 0:
             return
         code = os.waitstatus_to_exitcode(status)
-        _emit({"event": "exit", "cids": children.pop(pid, [-1]), "pid": pid, "code": code})
+        _emit({"event": "exit", **ids_field(children.pop(pid, [-1])), "pid": pid, "code": code})
 
 
-def stop_children(children: dict[int, list[int]], grace_s: float = 5.0) -> None:
+def stop_children(children: dict[int, Sequence[int]], grace_s: float = 5.0) -> None:
     """SIGTERM every child, wait up to grace_s, then SIGKILL what is left."""
     for pid in list(children):
         try:
@@ -260,7 +271,7 @@ def main() -> None:
     if a.parent and os.getppid() != a.parent:  # the launcher died before PDEATHSIG was armed
         os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    children: dict[int, list[int]] = {}
+    children: dict[int, Sequence[int]] = {}
     def on_term(*_: Any) -> None:
         stop_children(children, 2.0)
         os._exit(0)
