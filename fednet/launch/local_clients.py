@@ -140,15 +140,15 @@ def run_clients(connect: str, ids: list[int], gpus: str | None, advertise: str, 
     print(f"started {len(ids)} client{'' if len(ids) == 1 else 's'} ({procs} "
           f"process{'' if procs == 1 else 'es'}) connecting to {connect}", file=sys.stderr)
     try:
-        while len(zyg.exits) < len(ids):
+        while zyg.exited() < len(ids):
             zyg.dead()
             if zyg.proc.poll() is not None:
                 break
             time.sleep(0.1)
     finally:
         zyg.stop()
-    bad = {c: code for c, code in zyg.exits.items() if code != 0}
+    bad = zyg.failed()
     if bad:
         print(f"{len(bad)} of {len(ids)} clients exited with errors (client: exit code "
               f"{dict(sorted(bad.items())[:10])}); see their log lines above", file=sys.stderr)
-    return 0 if not bad and len(zyg.exits) == len(ids) else 1
+    return 0 if not bad and zyg.exited() == len(ids) else 1

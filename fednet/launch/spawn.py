@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 import fednet
@@ -41,8 +42,8 @@ class Zygote:
         assert self.proc.stdout is not None  # stdout=PIPE
         os.set_blocking(self.proc.stdout.fileno(), False)
         self._buf = b""
-        self.pids: dict[int, int] = {}      # cid -> pid
-        self.exits: dict[int, int] = {}     # cid -> exit code
+        self.procs: dict[int, Sequence[int]] = {}  # pid -> its clients (a range where one)
+        self.codes: dict[int, int] = {}  # pid -> exit code (of the processes that exited)
         self._new_dead: dict[int, str] = {}
         self.warm_timeout_s = warm_timeout_s
         self.warm_s: float | None = None
@@ -82,14 +83,15 @@ class Zygote:
             if ev.get("event") == "warm":
                 self.warm_s = float(ev.get("seconds", 0))
             elif ev.get("event") == "spawned":  # a process and all its clients: one line
-                self.pids.update(dict.fromkeys(event_ids(ev), int(ev["pid"])))
+                ids = event_ids(ev)
+                self.procs[int(ev["pid"])] = ids if isinstance(ids, range) else list(ids)
             elif ev.get("event") == "exit":
                 code = int(ev["code"])
                 why = (f"process exited with code {code}" if code >= 0
                        else f"process killed by signal {-code}")
-                cids = list(event_ids(ev))
-                self.exits.update(dict.fromkeys(cids, code))
-                self._new_dead.update(dict.fromkeys(cids, why))
+                pid = int(ev["pid"])
+                self.codes[pid] = code
+                self._new_dead.update(dict.fromkeys(self.procs.get(pid, ()), why))
         return out
 
     def spawn(self, specs: list[dict[str, Any]], template: dict[str, Any] | None = None) -> None:
@@ -114,17 +116,26 @@ class Zygote:
         """Clients that exited since the last call (cid -> reason); the zygote dying kills all."""
         self._events()
         if self.proc.poll() is not None:
-            for cid in self.pids:
-                if cid not in self.exits:
-                    self.exits[cid] = -9
-                    self._new_dead[cid] = "the client zygote died"
+            for pid, ids in self.procs.items():
+                if pid not in self.codes:
+                    self.codes[pid] = -9
+                    self._new_dead.update(dict.fromkeys(ids, "the client zygote died"))
         out, self._new_dead = self._new_dead, {}
         return out
 
     def child_pids(self) -> list[int]:
         """PIDs of client processes still running (each once, whatever it holds)."""
         self._events()
-        return sorted({p for c, p in self.pids.items() if c not in self.exits})
+        return sorted(p for p in self.procs if p not in self.codes)
+
+    def exited(self) -> int:
+        """Clients whose process has exited."""
+        return sum(len(self.procs.get(p, ())) for p in self.codes)
+
+    def failed(self) -> dict[int, int]:
+        """cid -> exit code of every client whose process exited other than with 0."""
+        return {c: code for p, code in self.codes.items() if code != 0
+                for c in self.procs.get(p, ())}
 
     def stop(self, grace_s: float = 8.0, wait_for: list[int] | None = None,
              wait_s: float = 2.0) -> None:
@@ -134,18 +145,19 @@ class Zygote:
         so a clean exit is not recorded as killed by SIGTERM. A zygote still warming up has no
         children: it is terminated at once instead of finishing its warm-up.
         """
-        deadline, i = time.monotonic() + wait_s, 0
-        wait_for = wait_for or []
-        while self.proc.poll() is None and time.monotonic() < deadline:
+        deadline = time.monotonic() + wait_s
+        self._events()
+        wanted = set(wait_for or ())
+        waiting = [p for p, ids in self.procs.items()  # the processes of those clients
+                   if wanted and any(c in wanted for c in ids)]
+        while waiting and self.proc.poll() is None and time.monotonic() < deadline:
             self._events()
-            while i < len(wait_for) and wait_for[i] in self.exits:  # each client checked
-                i += 1  # until it has exited, once (a scan of all of them every 10 ms
-            if i == len(wait_for):  # was O(population) each time)
-                break
-            time.sleep(0.01)
+            waiting = [p for p in waiting if p not in self.codes]
+            if waiting:
+                time.sleep(0.01)
         self._events()
         if self.proc.poll() is None:
-            if self.warm_s is None and not self.pids:
+            if self.warm_s is None and not self.procs:
                 self.proc.terminate()  # its SIGTERM handler stops any child and exits
             try:
                 assert self.proc.stdin is not None

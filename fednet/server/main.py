@@ -32,7 +32,7 @@ log = logging.getLogger("fednet.server")
 
 def _client_exits(zyg: Zygote | None) -> dict[str, Any]:
     return {} if zyg is None else {"client_exit_codes": {
-        str(c): code for c, code in sorted(zyg.exits.items()) if code != 0}}
+        str(c): code for c, code in sorted(zyg.failed().items())}}
 
 
 def _client_view(byes: dict[int, dict[str, Any]]) -> dict[str, int]:
