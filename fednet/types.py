@@ -2,7 +2,7 @@
 from; knows nothing of the wire."""
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
@@ -142,12 +142,7 @@ class Roster(Sequence[ClientInfo]):
 
     def devices(self) -> dict[str, int]:
         """Clients per device."""
-        if self._counts is not None:
-            return self._counts(self.ids)
-        counts: dict[str, int] = {}
-        for c in self:
-            counts[c.device] = counts.get(c.device, 0) + 1
-        return counts
+        return self._counts(self.ids) if self._counts is not None else _count_devices(self)
 
 
 def cids(clients: Sequence[ClientInfo]) -> list[int]:
@@ -171,9 +166,12 @@ def lookup(clients: Sequence[ClientInfo]) -> Callable[[int], ClientInfo | None]:
 
 def device_counts(clients: Sequence[ClientInfo]) -> dict[str, int]:
     """Clients per device, sorted by device name."""
-    if isinstance(clients, Roster):
-        return dict(sorted(clients.devices().items()))
+    counts = clients.devices() if isinstance(clients, Roster) else _count_devices(clients)
+    return dict(sorted(counts.items()))
+
+
+def _count_devices(clients: Iterable[ClientInfo]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for c in clients:
         counts[c.device] = counts.get(c.device, 0) + 1
-    return dict(sorted(counts.items()))
+    return counts
