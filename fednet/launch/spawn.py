@@ -103,7 +103,7 @@ class Zygote:
         own = ("cids", "device", "curve")  # what differs between processes
         common = {k: v for k, v in specs[0].items() if k not in own}
         groups: dict[str, Any] = {"groups": [s["cids"] for s in specs]}
-        if all(list(s["cids"]) == list(range(s["cids"][0], s["cids"][-1] + 1)) for s in specs):
+        if all(s["cids"] == list(range(s["cids"][0], s["cids"][-1] + 1)) for s in specs):
             groups = {"ranges": [[s["cids"][0], s["cids"][-1] + 1] for s in specs]}  # a few bytes
         cmd = {"cmd": "spawn_many", "common": common, **groups,
                "devices": [s["device"] for s in specs],
