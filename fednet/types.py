@@ -175,3 +175,10 @@ def _count_devices(clients: Iterable[ClientInfo]) -> dict[str, int]:
     for c in clients:
         counts[c.device] = counts.get(c.device, 0) + 1
     return counts
+
+
+def id_array(ids: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Client ids as an int64 array; a range without a walk over it."""
+    if isinstance(ids, range):
+        return np.arange(ids.start, ids.stop, ids.step, dtype=np.int64)
+    return np.asarray(ids, dtype=np.int64)

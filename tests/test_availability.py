@@ -280,7 +280,7 @@ def test_welcome_carries_whole_traces_only_to_algorithms_that_hand_off():
 
     from fednet.network import latency
     from fednet.network.availability import Trace
-    from fednet.server.app import ZmqServer
+    from fednet.server.registrar import Registrar
 
     n = 50
     spans = [[(float(c), math.inf)] for c in range(n)]
@@ -288,8 +288,8 @@ def test_welcome_carries_whole_traces_only_to_algorithms_that_hand_off():
     for handoffs in (False, True):
         s = SimpleNamespace(handoffs=handoffs, availability=Trace(spans, "trace.csv"),
                             profiles=profs, cfg=SimpleNamespace(latency=SimpleNamespace(file="t.csv")))
-        srv = SimpleNamespace(s=s, _profiles_array=None)
-        got = ZmqServer._traces(srv, 7)
+        reg = SimpleNamespace(srv=SimpleNamespace(s=s), _profiles_array=None)
+        got = Registrar.traces(reg, 7)
         if handoffs:
             assert got["avail_client"].tolist() == list(range(n))
             assert got["profiles"].shape == (n, 4)

@@ -11,10 +11,13 @@ from pathlib import Path
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+import numpy as np
+
 import fednet
 from fednet import plugins
 from fednet.errors import FednetError
 from fednet.platform.gpus import device_for
+from fednet.types import id_array
 
 log = logging.getLogger("fednet.launch")
 
@@ -44,7 +47,7 @@ class Zygote:
         self._buf = b""
         self.procs: dict[int, Sequence[int]] = {}  # pid -> its clients (a range where one)
         self.codes: dict[int, int] = {}  # pid -> exit code (of the processes that exited)
-        self._new_dead: dict[int, str] = {}
+        self._new_dead: list[tuple[Sequence[int], str]] = []  # (a process's ids, why)
         self.warm_timeout_s = warm_timeout_s
         self.warm_s: float | None = None
 
@@ -91,7 +94,7 @@ class Zygote:
                        else f"process killed by signal {-code}")
                 pid = int(ev["pid"])
                 self.codes[pid] = code
-                self._new_dead.update(dict.fromkeys(self.procs.get(pid, ()), why))
+                self._new_dead.append((self.procs.get(pid, ()), why))
         return out
 
     def spawn(self, specs: list[dict[str, Any]], template: dict[str, Any] | None = None) -> None:
@@ -112,15 +115,16 @@ class Zygote:
         self.proc.stdin.write((json.dumps(cmd) + "\n").encode())  # a few KB even for 500 clients
         self.proc.stdin.flush()
 
-    def dead(self) -> dict[int, str]:
-        """Clients that exited since the last call (cid -> reason); the zygote dying kills all."""
+    def dead(self) -> list[tuple[Sequence[int], str]]:
+        """The clients of each process that exited since the last call, with why (one entry a
+        process, its ids a range where they are one); the zygote dying kills all."""
         self._events()
         if self.proc.poll() is not None:
             for pid, ids in self.procs.items():
                 if pid not in self.codes:
                     self.codes[pid] = -9
-                    self._new_dead.update(dict.fromkeys(ids, "the client zygote died"))
-        out, self._new_dead = self._new_dead, {}
+                    self._new_dead.append((ids, "the client zygote died"))
+        out, self._new_dead = self._new_dead, []
         return out
 
     def child_pids(self) -> list[int]:
@@ -137,7 +141,7 @@ class Zygote:
         return {c: code for p, code in self.codes.items() if code != 0
                 for c in self.procs.get(p, ())}
 
-    def stop(self, grace_s: float = 8.0, wait_for: list[int] | None = None,
+    def stop(self, grace_s: float = 8.0, wait_for: Sequence[int] | None = None,
              wait_s: float = 2.0) -> None:
         """Ask the zygote to stop its children and exit; kill it if it does not.
 
@@ -147,9 +151,9 @@ class Zygote:
         """
         deadline = time.monotonic() + wait_s
         self._events()
-        wanted = set(wait_for or ())
+        wanted = id_array(wait_for if wait_for is not None else [])
         waiting = [p for p, ids in self.procs.items()  # the processes of those clients
-                   if wanted and any(c in wanted for c in ids)]
+                   if wanted.size and np.isin(id_array(ids), wanted).any()]
         while waiting and self.proc.poll() is None and time.monotonic() < deadline:
             self._events()
             waiting = [p for p in waiting if p not in self.codes]

@@ -1,14 +1,14 @@
 """The ZeroMQ server (ZmqServer, a Dispatcher): registration, task dispatch, result collection,
 shutdown; and what arrives: every message from a connection is accepted (and only then counted)
-or rejected, by who sent it, for which run, and whether it was expected. One class, one module:
-its state and the handlers that change it (a client process's batch registration is enroll.py's,
-the connections' bookkeeping conns.py's)."""
+or rejected, by who sent it, for which run, and whether it was expected. Registration is the
+registrar's (registrar.py), the connections' bookkeeping conns.py's, the registered clients
+book.py's, what became of each client (deaths, BYEs) fates.py's."""
 from __future__ import annotations
 
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,31 +21,29 @@ from fednet.core.session import Session
 from fednet.core.wire import task_message
 from fednet.log import Throttle
 from fednet.metrics.accounting import SERVER
-from fednet.network import latency
-from fednet.network.availability import Trace
-from fednet.core.plugin_check import welcome_plugins
 from fednet.protocol import Message, MsgKind, peek_kind
-from fednet.protocol.proof import grant_key, route_grants
-from fednet.server.conns import LOST_GRACE_S, Connections, Identity
+from fednet.protocol.proof import route_grants
 from fednet.server.book import ClientBook
+from fednet.server.conns import LOST_GRACE_S, Connections, Identity
+from fednet.server.fates import Fates
 from fednet.server.hops import Hops
-from fednet.server.enroll import (HELLO_EVERY_S, by_connection, late_byes, on_byes, on_hellos,
-                                  on_readys)
 from fednet.server.inflight import next_task, process_cap
+from fednet.server.registrar import Registrar
 from fednet.transport.channels import (SUB_BYTES, Channel, Deferred, Received, bind_router,
-                                       server_context, sub_frame)
+                                       server_context)
 from fednet.transport.monitor import open_monitor, stop_monitor
 from fednet.data.partition import part_size
-from fednet.types import ClientInfo, Failure, Result, Roster, Task, client_name
+from fednet.types import Failure, Result, Roster, Task, client_name, id_array
 
 log = logging.getLogger("fednet.server")
 UNPROVEN_BYTES = 64 << 10
 """Array bytes a connection that holds no client id may have read beside its ids' (a READY)."""
 throttled = Throttle(log)
 
-DeathWatch = Callable[[], dict[int, str]]
+DeathWatch = Callable[[], list[tuple[Sequence[int], str]]]  # (a process's ids, why) each
 UNREACHABLE = "client unreachable"
-REJECTS_PER_S = 50  # REJECT replies per second at most (the rest are only counted)
+LOST = "connection lost (no answer to heartbeats, or closed)"
+WARN_DEATHS = 5  # warnings per batch of deaths (a process's end is one line and a count)
 
 FROM_CLIENTS = frozenset({MsgKind.READY, MsgKind.RESULT, MsgKind.FAILURE, MsgKind.HOP_DONE,
                           MsgKind.BYE, MsgKind.HEARTBEAT})
@@ -63,24 +61,18 @@ class ZmqServer:
             bound = (ctx, *bind_router(ctx, host, port))
         self.ctx, self.sock, self.endpoint = bound
         self.chan = Channel(self.sock, session.ledger, SERVER, router=True, enveloped=True)
-        self.conns = Connections(identity or Identity())
-        self.chan.known = self.conns.cid_of.__contains__  # the others are lumped in the log
+        self.conns = Connections(identity or Identity(), session.cfg.clients)
+        self.chan.known = self.conns.knows  # the others are lumped in the log
         self.monitor = open_monitor(self.sock, zmq.EVENT_DISCONNECTED)
         self.poller = zmq.Poller()
         self.poller.register(self.sock, zmq.POLLIN)
         self.poller.register(self.monitor, zmq.POLLIN)
-        self._hello_at: dict[bytes, float] = {}
-        self._profiles_array: Any = None  # a latency trace as WELCOME carries it (intake)
-        self._reject_window, self._rejects_sent = 0.0, 0
         self.clients = ClientBook(session.cfg.clients, lambda c: part_size(session.parts, c))
         self._live: tuple[tuple[int, int, int], Roster] | None = None  # (_roster)
-        self.hello: dict[int, dict[str, Any]] = {}
-        self.dead: dict[int, str] = {}
-        self.byes: dict[int, dict[str, Any]] = {}
-        self.clean_exits: set[int] = set()  # exited with code 0 after SHUTDOWN, BYE not read
+        self.fates = Fates(session.cfg.clients)
+        self.reg = Registrar(self)
         self.watch: DeathWatch | None = None
         self.round = 0  # the round in progress, or the next one between rounds
-        self.death_round: dict[int, int] = {}
         self._pending: dict[int, Task] = {}
         self._replies: list[Result | Failure] = []
         self._on_reply: FollowUp | None = None
@@ -96,7 +88,7 @@ class ZmqServer:
 
     # ---- helpers -------------------------------------------------------------------------
     def _send(self, cid: int, msg: Message) -> bool:
-        route = self.conns.route_of.get(cid)
+        route = self.conns.route_of(cid)
         if route is None:
             throttled.warning("cannot reach client %d: it has no connection", cid)
             return False
@@ -107,7 +99,7 @@ class ZmqServer:
             throttled.warning("cannot reach client %d: it does not read its messages", cid)
             return False
         except zmq.ZMQError as e:  # ROUTER_MANDATORY: the client is not connected (any more)
-            self.conns.lost.setdefault(cid, time.monotonic())  # before the monitor says so
+            self.conns.lose(cid)  # before the monitor says so
             throttled.warning("cannot reach client %d: %s", cid, e.strerror)
             return False
 
@@ -115,25 +107,42 @@ class ZmqServer:
         # under `fednet launch` the zygote reports a dead process with its exit code within
         # moments; a lost connection decides only after a longer grace (a frozen process)
         grace = LOST_GRACE_S if self.watch is None else 3 * LOST_GRACE_S
-        lost = {cid: "connection lost (no answer to heartbeats, or closed)"
-                for cid in self.conns.gone(grace) if cid in self.clients or cid in self.hello}
-        found = dict(self.watch()) if self.watch is not None else {}
-        for cid, why in {**lost, **found}.items():
-            self.conns.release(cid)  # its id is free: a restarted client may claim it again
-            if cid not in self.dead:
-                self.dead[cid] = why
-                self.death_round[cid] = self.round
-                normal = cid in self.byes or (self.shutting_down and why.endswith("code 0"))
-                if normal:  # an exit after SHUTDOWN is the normal end (its BYE may be queued)
-                    self.clean_exits.add(cid)
-                else:
-                    throttled.warning("client %d is gone: %s", cid, why)
+        found = [(id_array(ids), why) for ids, why in self.watch()] if self.watch else []
+        lost = self.conns.gone(grace)
+        if lost.size:
+            found.append((lost[self.reg.said[lost] > 0], LOST))
+        for ids, why in found:
+            self.conns.release(ids)  # their ids are free: a restarted client may claim one again
+            new = self.fates.die(ids, why, self.round, self.shutting_down)
+            unclean = new[~self.fates.clean[new]]
+            for cid in unclean[:WARN_DEATHS].tolist():
+                throttled.warning("client %d is gone: %s", cid, why)
+            if unclean.size > WARN_DEATHS:
+                log.warning("... and %d more clients gone: %s", unclean.size - WARN_DEATHS, why)
+        if found and self._pending:
+            dead = self.fates.died
+            for tid, task in list(self._pending.items()):
+                if tid not in self._pending:  # failed meanwhile (a follow-up could not be sent)
+                    continue
+                holder = self._holding(task)  # later dead peers are skipped
+                if dead[holder] >= 0:
+                    self._fail(tid, f"client {holder} died holding the model: "
+                                    f"{self.fates.reason(holder)}")
+
+    def _holding(self, task: Task) -> int:
+        """The client holding task's model now (its hop's, or the one a HOP_DONE named)."""
+        return task.route[self._holder.get(task.task_id, task.hop)]
+
+    def fail_held(self, ids: np.ndarray, why: str) -> None:
+        """Fail the tasks that clients `ids` hold: f"client {holder} {why}"."""
+        if not self._pending:
+            return
+        held = np.zeros(self.s.cfg.clients, bool)
+        held[ids] = True
         for tid, task in list(self._pending.items()):
-            if tid not in self._pending:  # failed meanwhile (a follow-up could not be sent)
-                continue
-            holder = task.route[self._holder.get(tid, task.hop)]  # later dead peers are skipped
-            if holder in self.dead:
-                self._fail(tid, f"client {holder} died holding the model: {self.dead[holder]}")
+            holder = self._holding(task)
+            if held[holder]:
+                self._fail(tid, f"client {holder} {why}")
 
     def _fail(self, tid: int, reason: str) -> None:
         task = self._pending.pop(tid)
@@ -199,15 +208,19 @@ class ZmqServer:
         deadline = time.monotonic() + timeout_s
         while len(self.clients) < n:
             self._check_deaths()
-            if self.dead and len(self.clients) + len(self.dead) >= n and not self._missing(n):
+            dead = self.fates.dead_count
+            if dead and len(self.clients) + dead >= n and not self._missing(n):
                 break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"only {len(self.clients)} of {n} clients registered within "
                                    f"{timeout_s:.0f}s")
             self._poll_once(0.05)
 
-    def _missing(self, n: int) -> list[int]:
-        return [c for c in range(n) if c not in self.clients and c not in self.dead]
+    def _missing(self, n: int) -> bool:
+        """Whether a client of the first n neither registered nor died."""
+        ids = np.arange(n)
+        registered = np.isin(ids, self.clients.ids(), assume_unique=True)
+        return bool((~registered & (self.fates.died[:n] < 0)).any())
 
     def alive_clients(self) -> Roster:
         """Registered clients that have not died. A client whose connection was just lost is
@@ -216,7 +229,8 @@ class ZmqServer:
         deadline = time.monotonic() + 3 * LOST_GRACE_S + 1.0
         while time.monotonic() < deadline:
             self._check_deaths()
-            if not any(c in self.clients and c not in self.dead for c in self.conns.lost):
+            lost = self.conns.lost_ids()
+            if not any(c in self.clients for c in lost[self.fates.died[lost] < 0].tolist()):
                 break
             self._poll_once(0.05)
         return self._roster()
@@ -224,11 +238,11 @@ class ZmqServer:
     def _roster(self) -> Roster:
         """The live registered clients as a roster (fednet.types), rebuilt only when a client
         came or died since the last one (sorting a million ids took seconds every step)."""
-        key = (len(self.clients), len(self.dead), self.conns.binds)
+        key = (len(self.clients), self.fates.dead_count, self.conns.binds)
         if self._live is None or self._live[0] != key:
             ids = self.clients.ids()
-            if self.dead:
-                ids = ids[~np.isin(ids, np.fromiter(self.dead, np.int64, len(self.dead)))]
+            if self.fates.dead_count:
+                ids = ids[self.fates.died[ids] < 0]
             self._live = (key, self.clients.roster(ids))
         return self._live[1]
 
@@ -240,14 +254,14 @@ class ZmqServer:
                                      for c in task.route]
             if self.conns.ident.key_ids:  # --secure: each peer's key, to check the hand-off's
                 b = msg.body  # sender, and every hop's grant of all a hand-off tells (proof.py)
-                b["keys"] = [self.conns.key_of.get(c, "") for c in task.route]
+                b["keys"] = [self.conns.key_of(c) for c in task.route]
                 b["grants"] = route_grants(self.conns.ident.grants, self.s.run_id, task.round,
                                            task.task_id, task.route, b["keys"], b["endpoints"],
                                            task.kind, b["body"])
         if len(task.route) > 1:
             self.hops.send(task, msg.body, self.s.algo.result_layout(task))
         if not self._send(task.cid, msg):
-            if task.cid in self.conns.lost and task.cid not in self.dead:
+            if self.conns.is_lost(task.cid) and not self.fates.is_dead(task.cid):
                 return  # its connection just closed: it fails as dead after the grace
             self._fail(task.task_id, UNREACHABLE)
 
@@ -289,35 +303,30 @@ class ZmqServer:
         failures = [r for r in self._replies if isinstance(r, Failure)]
         self._check_deaths()  # a send can fail before the exit of its client is reported
         for f in failures:
-            if f.reason == UNREACHABLE and f.cid in self.dead:
-                f.reason = f"{UNREACHABLE}: {self.dead[f.cid]}"
+            if f.reason == UNREACHABLE and self.fates.is_dead(f.cid):
+                f.reason = f"{UNREACHABLE}: {self.fates.reason(f.cid)}"
         self.round = rnd + 1
         return results, failures
 
     def untasked_deaths(self, failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Failure rows for clients that died while holding no task (between rounds, at start)."""
-        seen = {f.get("client") for f in failures}
-        return [{"round": self.death_round.get(cid, self.round), "client": cid, "task": None,
-                 "reason": f"client died: {why}"}
-                for cid, why in sorted(self.dead.items())
-                if cid not in self.byes and cid not in self.clean_exits and cid not in seen]
+        return self.fates.unclean({f.get("client") for f in failures})
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """SHUTDOWN to every live client; wait briefly for their BYE."""
         self.shutting_down = True
-        targets = self._roster().ids.tolist()
-        for ids in by_connection(self.conns.route_of, targets):  # one per process (enroll.py)
-            arrays = {"cids": np.array(ids, np.int64)} if len(ids) > 1 else {}
-            self._send(ids[0], Message(MsgKind.SHUTDOWN, SERVER, self.s.run_id, arrays=arrays))
-        deadline, i = time.monotonic() + timeout_s, 0
-        while i < len(targets):  # a cursor: each client is checked until it is done, once
-            if targets[i] in self.byes or targets[i] in self.dead:
-                i += 1
-                continue
-            if time.monotonic() > deadline:
-                break
-            self._check_deaths()
-            self._poll_once(0.05)
+        targets = self._roster().ids
+        for ids in self.conns.groups(targets):  # one per process
+            arrays = {"cids": ids.astype(np.int64)} if len(ids) > 1 else {}
+            self._send(int(ids[0]), Message(MsgKind.SHUTDOWN, SERVER, self.s.run_id,
+                                            arrays=arrays))
+        deadline = time.monotonic() + timeout_s
+        done = self.fates.said_bye, self.fates.died
+        while targets.size and time.monotonic() < deadline:
+            targets = targets[~done[0][targets] & (done[1][targets] < 0)]
+            if targets.size:
+                self._check_deaths()
+                self._poll_once(0.05)
 
     def close(self) -> None:
         """Close the socket and the context."""
@@ -340,11 +349,12 @@ class ZmqServer:
         id may send only a registration (READY) or, its client just released, its BYE, with no
         more array bytes than the run's ids take; nothing else it sends is joined into memory
         (what it costs is libzmq's buffer of it, freed at once)."""
-        if route in self.conns.cid_of:
+        if self.conns.knows(route):
             return ""
         kind = peek_kind(frames)
         arrays = sum(len(f) for f in frames[1:])
-        if kind == MsgKind.READY or (kind == MsgKind.BYE and route in self.conns.released):
+        if kind == MsgKind.READY or (kind == MsgKind.BYE and
+                                     self.conns.released_cid(route) is not None):
             most = 8 * self.s.cfg.clients + UNPROVEN_BYTES
             return "" if arrays <= most else (
                 f"{kind.name} with {arrays} bytes of arrays (at most {most}) from a connection "
@@ -355,7 +365,7 @@ class ZmqServer:
     def _refused_reply(self, route: bytes, kind: MsgKind | None, why: str) -> None:
         """A bound client's reply that could not be decoded ends its task at once (its
         client's failure), rather than holding the round until --round-timeout."""
-        cid = self.conns.cid_of.get(route)
+        cid = self.conns.cid_of(route)
         if cid is None or kind not in (MsgKind.RESULT, MsgKind.FAILURE):
             return
         for tid, task in list(self._pending.items()):
@@ -366,35 +376,33 @@ class ZmqServer:
         """Accept (and account) a message only from the connection bound to its client, for
         this run, when it is expected; everything else is counted as rejected."""
         msg = got.msg
-        if got.fd >= 0 and self.conns.route_fd.get(got.route) != got.fd:
+        if got.fd >= 0 and self.conns.fd_of.get(got.route[:-SUB_BYTES]) != got.fd:
             self._read_monitor()  # a new connection, maybe on a reused fd: its older events first
         self.conns.seen(got.route, got.fd)
         if msg.kind not in FROM_CLIENTS:
             return self.chan.reject(got, f"{msg.kind.name} is not sent to the server")
         if msg.kind == MsgKind.READY and msg.body["phase"] in ("hello", "hellos"):
-            return self._on_hello(got) if msg.body["phase"] == "hello" else on_hellos(self, got)
-        cid = self.conns.cid_of.get(got.route)
+            return (self.reg.on_hello(got) if msg.body["phase"] == "hello" else
+                    self.reg.on_hellos(got))
+        cid = self.conns.cid_of(got.route)
         if cid is None:
-            late = self.conns.released.get(got.route)  # its client exited with the BYE queued
+            late = self.conns.released_cid(got.route)  # it exited with the BYE queued
             if (msg.kind == MsgKind.BYE and late is not None and msg.sender == client_name(late)
                     and msg.run_id == self.s.run_id):
-                return late_byes(self, got, late)
+                return self.reg.late_bye(got, late)
             return self.chan.reject(got, f"{msg.kind.name} from a connection that is no client")
         if msg.sender != client_name(cid):
             return self.chan.reject(got, f"sender {msg.sender[:40]!r} on client {cid}'s connection")
         if msg.kind == MsgKind.READY:
-            return self._on_ready(cid, got)
+            return self.reg.on_ready(cid, got)
         if msg.run_id != self.s.run_id:  # e.g. results of a server before a --resume
             return self.chan.reject(got, f"{msg.kind.name} of another run or server start")
         if msg.kind in (MsgKind.RESULT, MsgKind.FAILURE):
             self._on_result(cid, got)
         elif msg.kind == MsgKind.HOP_DONE:
             self._on_hop_done(cid, got)
-        elif msg.kind == MsgKind.BYE and "cids" in msg.arrays:  # a whole process's clients
-            on_byes(self, got)
         elif msg.kind == MsgKind.BYE:
-            self.chan.accept(got, client_name(cid))
-            self.byes[cid] = dict(msg.body)
+            self.reg.on_bye(cid, got)
         else:  # HEARTBEAT
             self.chan.accept(got, client_name(cid))
 
@@ -426,114 +434,3 @@ class ZmqServer:
         self.hops.count(self.s.ledger, cid, msg)
         if b.get("skipped"):  # offline peers passed over
             self.s.driver.churn.note(msg.round, b["skipped"])
-
-    def _on_hello(self, got: Received) -> None:
-        b = got.msg.body
-        cid = b["cid"]
-        if got.msg.sender != client_name(cid) or got.route[-SUB_BYTES:] != sub_frame(cid):
-            return self.chan.reject(got, "hello whose sender or envelope is not its cid")
-        if cid >= self.s.cfg.clients:
-            self.chan.reject(got, "client id out of range")
-            return self._send_reject(got, f"client id out of range: this run has "
-                                          f"{self.s.cfg.clients} clients")
-        now = time.monotonic()
-        if now - self._hello_at.get(got.route, -1e9) < HELLO_EVERY_S:
-            return self.chan.reject(got, "repeated hello")
-        key = got.prop("User-Id")
-        if self.conns.route_of.get(cid) not in (None, got.route):
-            self._read_monitor()  # its old connection may have closed just before: know it first
-        why = self.conns.check_claim(cid, got.route, key, b.get("nonce"), b.get("proof"),
-                                     b.get("token"))
-        if why:
-            self.chan.reject(got, why)
-            return self._send_reject(got, why)
-        if len(self._hello_at) > 100_000:
-            self._hello_at.clear()
-        self._hello_at[got.route] = now
-        self.chan.accept(got, client_name(cid))
-        self.conns.bind(cid, got.route, key)
-        self.hello[cid] = dict(b)
-        self.dead.pop(cid, None)
-        for tid, task in list(self._pending.items()):  # the client drops its queued work at
-            if task.route[self._holder.get(tid, task.hop)] == cid:  # WELCOME: those tasks are lost
-                self._fail(tid, f"client {cid} registered again; the task was lost with its "
-                                "old connection")
-        body = {"config": self._config_dict(), "profile": self.s.profiles[cid].to_dict(),
-                "run_id": self.s.run_id, "cid": cid, "peers": self.s.handoffs,
-                "token": self.conns.token(cid)}
-        if self.conns.ident.key_ids:  # --secure: the key that checks this client's grants,
-            body["grant"] = grant_key(self.conns.ident.grants, cid)  # and the keys its peer
-            body["peer_keys"] = list(self.conns.ident.key_ids)  # port may admit (one per host)
-        needed = welcome_plugins(self.s.cfg)  # [name, version] of the plugins the run uses
-        if needed:
-            body["plugins"] = needed
-        # the client's partition travels with the configuration: no client process
-        # recomputes the whole partition (30 ms for Dirichlet on digits, per process)
-        arrays = {"indices": self.s.parts[cid].astype("int64")}
-        arrays.update(self._traces(cid))
-        self._send(cid, Message(MsgKind.WELCOME, SERVER, self.s.run_id, body=body, arrays=arrays))
-
-    def _traces(self, cid: int | list[int]) -> dict:
-        """What WELCOME carries of the latency and availability traces (the client host needs
-        no copy of the files): all of both when the algorithm hands models between clients
-        (a receiver charges its sender's link and checks who was offline), else only the
-        client's own intervals (its profile is in the body)."""
-        out: dict = {}
-        whole = self.s.handoffs
-        av = self.s.availability
-        if isinstance(av, Trace):  # a trace file: its intervals travel
-            out.update(av.to_arrays() if whole else av.to_arrays(
-                cid if isinstance(cid, list) else [cid]))
-        if self.s.cfg.latency.file and whole:
-            if self._profiles_array is None:  # built once: every WELCOME carries the same
-                self._profiles_array = latency.to_array(self.s.profiles)
-            out["profiles"] = self._profiles_array
-        return out
-
-    def _config_dict(self) -> dict:
-        """The run's configuration as WELCOME carries it, built once per configuration (every
-        client's WELCOME carries the same; building it is a walk over every field)."""
-        cached = self.__dict__.get("_welcome_config")
-        if cached is None or cached[0] is not self.s.cfg:
-            cached = self._welcome_config = (self.s.cfg, self.s.cfg.to_dict())
-        return cached[1]
-
-    def _on_ready(self, cid: int, got: Received) -> None:
-        if cid not in self.hello:
-            return self.chan.reject(got, "READY(ready) before hello")
-        if got.msg.body["phase"] == "readys":  # a whole process's clients (server/enroll.py)
-            return on_readys(self, got)
-        why = self.examples_problem(cid, got.msg.body["n"])
-        if why:
-            self.chan.reject(got, why)
-            return self._send_reject(got, why)
-        self.chan.accept(got, client_name(cid))
-        h = self.hello[cid]
-        peer = got.msg.body.get("endpoint") or h.get("endpoint", "")  # bound after WELCOME
-        self.clients[cid] = ClientInfo(cid, part_size(self.s.parts, cid),  # the server's count
-                                       str(h.get("device", "?")), str(peer),
-                                       int(h.get("pid", 0)), str(h.get("host", "")))
-
-    def examples_problem(self, cid: int, n: int) -> str:
-        """Why client cid's READY cannot stand ('' when it can): it says it holds other than
-        the examples the server's partition gave it (another dataset on its host)."""
-        want = part_size(self.s.parts, cid)
-        return "" if n == want else (
-            f"client {cid} holds {n} examples on its host, the server's partition gave it "
-            f"{want}: is the dataset under --data-root the same on both hosts?")
-
-    def _send_reject(self, got: Received, reason: str) -> None:
-        """A REJECT to a connection that made a claim it cannot have, at most REJECTS_PER_S a
-        second; never blocks, never raises (the sender may be gone), carries no run secret."""
-        now = time.monotonic()
-        if now - self._reject_window > 1.0:
-            self._reject_window, self._rejects_sent = now, 0
-        if self._rejects_sent >= REJECTS_PER_S:
-            self.chan.dropped_sends += 1
-            return
-        self._rejects_sent += 1
-        try:
-            self.chan.send(Message(MsgKind.REJECT, SERVER, body={"reason": reason[:4096]}),
-                           "unknown", route=got.route, block=False)
-        except zmq.ZMQError:  # gone already, or not reading: nothing is queued for it
-            self.chan.dropped_sends += 1

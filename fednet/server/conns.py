@@ -24,6 +24,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from fednet.protocol.proof import check_hello, hellos_proof, rejoin_token
 from fednet.transport.channels import SUB_BYTES, sub_frame
 
@@ -50,18 +52,34 @@ class Identity:
         return self.run_key_secret is not None or bool(self.key_ids)
 
 
-class Connections:
-    """Bindings between client ids and connections, and the connections' liveness."""
+class Link:
+    """One connection: a client process's (its clients each on their own envelope) or a lone
+    client's. Its liveness is the connection's: a close loses every client bound to it."""
 
-    def __init__(self, ident: Identity) -> None:
+    __slots__ = ("conn", "slot", "key", "info")
+
+    def __init__(self, conn: bytes, slot: int, key: str | None) -> None:
+        self.conn, self.slot, self.key = conn, slot, key
+        self.info: dict[str, Any] | None = None  # its process's hello (device, pid, host)
+
+
+class Connections:
+    """Bindings between client ids and connections, and the connections' liveness.
+
+    One record per connection (Link) and one int32 per client id of the run (`slot`: the link
+    it is bound to, -1 none, -2 - s: released from link s), so ten million clients of 16
+    processes cost 40 MB here, not the ~300 B a client that per-route maps took. A client's
+    route is its link's connection id and its envelope (channels.sub_frame): derived, not
+    stored."""
+
+    def __init__(self, ident: Identity, clients: int) -> None:
         self.ident = ident
-        self.route_of: dict[int, bytes] = {}
-        self.cid_of: dict[bytes, int] = {}
-        self.key_of: dict[int, str] = {}
-        self.released: dict[bytes, int] = {}  # connection -> its dead client (one per death)
-        self.fd_routes: dict[int, set[bytes]] = {}  # a process's clients share a connection
-        self.route_fd: dict[bytes, int] = {}
-        self.lost: dict[int, float] = {}
+        self.slot = np.full(max(clients, 0), -1, np.int32)
+        self.links: list[Link] = []
+        self.slot_of: dict[bytes, int] = {}  # connection -> its link
+        self.fd_of: dict[bytes, int] = {}  # connection -> the socket fd it was seen on
+        self.on_fd: dict[int, set[bytes]] = {}  # fd -> connections seen on it
+        self.lost: dict[int, float] = {}  # link slot -> when it was lost (in that order)
         # connections that closed (the newest CLOSED_KEPT), by the connection's own id: one
         # record for all its clients' routes (route = connection id + channels.sub_frame)
         self.closed: OrderedDict[bytes, None] = OrderedDict()
@@ -70,19 +88,65 @@ class Connections:
         self._last_close = 0.0
         self.binds = 0  # bindings made so far (a client that came again changes the roster)
 
-    def seen(self, route: bytes, fd: int) -> None:
-        """A message arrived on connection `route` through socket fd. One that libzmq queued
-        before the connection closed (the monitor's event was read first) revives nothing: the
-        route is closed for good (a ROUTER never gives a new connection an old id)."""
-        if _conn(route) in self.closed:
-            return
-        if fd >= 0 and self.route_fd.get(route) != fd:
-            self.route_fd[route] = fd
-            self.fd_routes.setdefault(fd, set()).add(route)
-        cid = self.cid_of.get(route)
-        if cid is not None:
-            self.lost.pop(cid, None)
+    # ---- reads ----------------------------------------------------------------------------
+    def link_of(self, cid: int) -> Link | None:
+        """The link client cid is bound to, if any."""
+        s = int(self.slot[cid]) if 0 <= cid < self.slot.size else -1
+        return self.links[s] if s >= 0 else None
 
+    def route_of(self, cid: int) -> bytes | None:
+        """Client cid's route (its connection and envelope), None when it is not bound."""
+        link = self.link_of(cid)
+        return None if link is None else link.conn + sub_frame(cid)
+
+    def cid_of(self, route: bytes) -> int | None:
+        """The client bound to `route`, if any (its envelope names it, its link must match)."""
+        cid = _cid(route, self.slot.size)
+        if cid is None:
+            return None
+        s = int(self.slot[cid])
+        return cid if s >= 0 and self.links[s].conn == route[:-SUB_BYTES] else None
+
+    def knows(self, route: bytes) -> bool:
+        """Whether a client is bound to `route`."""
+        return self.cid_of(route) is not None
+
+    def released_cid(self, route: bytes) -> int | None:
+        """The client released from `route` (it died; a BYE it queued may still arrive)."""
+        cid = _cid(route, self.slot.size)
+        if cid is None:
+            return None
+        s = -2 - int(self.slot[cid])
+        return cid if s >= 0 and self.links[s].conn == route[:-SUB_BYTES] else None
+
+    def key_of(self, cid: int) -> str:
+        """The --secure key client cid's connection was authenticated with ('' if none)."""
+        link = self.link_of(cid)
+        return (link.key or "") if link is not None else ""
+
+    def is_lost(self, cid: int) -> bool:
+        """Whether client cid is bound to a connection that was lost."""
+        link = self.link_of(cid)
+        return link is not None and link.slot in self.lost
+
+    def ids_on(self, slot: int) -> np.ndarray:
+        """The ids bound to link `slot` now (int64, ascending)."""
+        return np.flatnonzero(self.slot == slot)
+
+    def lost_ids(self) -> np.ndarray:
+        """Every id bound to a lost connection."""
+        if not self.lost:
+            return np.zeros(0, np.int64)
+        return np.flatnonzero(np.isin(self.slot, np.fromiter(self.lost, np.int32)))
+
+    def groups(self, cids: np.ndarray) -> list[np.ndarray]:
+        """`cids` (ascending) grouped by the link they are bound to (one message per process);
+        an unbound id is a group of its own."""
+        s = self.slot[cids]
+        out = [cids[s == u] for u in np.unique(s[s >= 0]).tolist()]
+        return out + [cids[i:i + 1] for i in np.flatnonzero(s < 0).tolist()]
+
+    # ---- proofs -------------------------------------------------------------------------------
     def check_claim(self, cid: int, route: bytes, key: str | None, nonce: bytes | None,
                     proof: bytes | None, token: bytes | None = None) -> str:
         """Why connection `route` may not be client cid ('' when it may): its proof (the run
@@ -93,8 +157,8 @@ class Connections:
         why = self._proof(cid, key, nonce, proof)
         if why:
             return why
-        held = self.route_of.get(cid)
-        if held is not None and held != route and cid not in self.lost and not (
+        held = self.route_of(cid)
+        if held is not None and held != route and not self.is_lost(cid) and not (
                 token is not None and hmac.compare_digest(token, self.token(cid))):
             return f"client {cid} is already connected"
         return ""
@@ -119,8 +183,8 @@ class Connections:
                 return f"this key may not claim client {cid}"
         return ""
 
-    def check_batch(self, cids: list[int], base: bytes, key: str | None, nonce: bytes | None,
-                    proof: bytes | None, cids_bytes: bytes) -> str:
+    def check_batch(self, cids: np.ndarray, base: bytes, key: str | None, nonce: bytes | None,
+                    proof: bytes | None) -> str:
         """Why connection `base` may not be all of clients `cids` ('' when it may): the process's
         proof over the ids (launch), its key's allowed ids (--secure), then ids no other live
         connection holds (each on its own envelope: channels.sub_frame)."""
@@ -130,7 +194,7 @@ class Connections:
                 return f"identity not proven (this run needs {ident.needs})"
             if (-1, nonce) in self.nonces:
                 return "identity proof replayed"
-            if not hmac.compare_digest(hellos_proof(ident.process_secret, cids_bytes, nonce),
+            if not hmac.compare_digest(hellos_proof(ident.process_secret, cids.tobytes(), nonce),
                                        proof):
                 return "identity proof is wrong"
             self.nonces.add((-1, nonce))
@@ -138,94 +202,101 @@ class Connections:
             ids = ident.key_ids.get(key or "")
             if ids is None:
                 return "this key is not allowed"
-            bad = next((c for c in cids if c not in ids), None)  # type: ignore[operator]
+            bad = next((c for c in cids.tolist() if c not in ids), None)  # type: ignore[operator]
             if bad is not None:
                 return f"this key may not claim client {bad}"
-        for c in cids:
-            held = self.route_of.get(c)
-            if held is not None and held != base + sub_frame(c) and c not in self.lost:
-                return f"client {c} is already connected"
+        s = self.slot[cids]
+        held = [u for u in np.unique(s[s >= 0]).tolist()
+                if self.links[u].conn != base and u not in self.lost]
+        if held:
+            return f"client {int(cids[np.isin(s, held)][0])} is already connected"
         return ""
 
     def token(self, cid: int) -> bytes:
         """Client cid's rejoin token (derived, so nothing is stored per client)."""
         return rejoin_token(self.ident.grants, cid)
 
-    def bind(self, cid: int, route: bytes, key: str | None) -> None:
-        """Connection `route` is client cid from now on (any older binding of either ends)."""
-        old = self.route_of.get(cid)
-        if old is not None and old != route:
-            self.cid_of.pop(old, None)
-        prev = self.cid_of.get(route)
-        if prev is not None and prev != cid:
-            self.route_of.pop(prev, None)
-        self.route_of[cid] = route
-        self.cid_of[route] = cid
-        self.binds += 1
-        self.released.pop(route, None)
-        if key:
-            self.key_of[cid] = key
-        if _conn(route) in self.closed:  # a hello queued before its connection closed: lost
-            self.lost.setdefault(cid, time.monotonic())
-        else:
-            self.lost.pop(cid, None)
-
-    def bind_batch(self, cids: list[int], routes: list[bytes], key: str | None, fd: int
-                   ) -> None:
-        """seen(route, fd) and bind(cid, route, key) for each of a process's clients, in bulk
-        when none of them holds a binding, a loss or a release and the connection is open (a
-        first registration: a million bound in ~0.3 s, one by one ~2.5 s); else one by one."""
-        fresh = (_conn(routes[0]) not in self.closed and self.route_of.keys().isdisjoint(cids)
-                 and self.cid_of.keys().isdisjoint(routes) and self.lost.keys().isdisjoint(cids)
-                 and self.released.keys().isdisjoint(routes))
-        if not fresh:
-            for cid, route in zip(cids, routes):
-                self.seen(route, fd)
-                self.bind(cid, route, key)
+    # ---- writes ---------------------------------------------------------------------------
+    def seen(self, route: bytes, fd: int) -> None:
+        """A message arrived on connection `route` through socket fd: the connection is alive.
+        One that libzmq queued before the connection closed (the monitor's event was read first)
+        revives nothing: the route is closed for good (a ROUTER never gives a new connection an
+        old id)."""
+        conn = route[:-SUB_BYTES]
+        if conn in self.closed:
             return
-        if fd >= 0:
-            self.route_fd.update(dict.fromkeys(routes, fd))
-            self.fd_routes.setdefault(fd, set()).update(routes)
-        self.route_of.update(zip(cids, routes))
-        self.cid_of.update(zip(routes, cids))
-        if key:
-            self.key_of.update(dict.fromkeys(cids, key))
-        self.binds += len(cids)
+        if fd >= 0 and self.fd_of.get(conn) != fd:
+            self.fd_of[conn] = fd
+            self.on_fd.setdefault(fd, set()).add(conn)
+        s = self.slot_of.get(conn)
+        if s is not None:
+            self.lost.pop(s, None)
 
-    def release(self, cid: int) -> None:
-        """Client cid is dead: its id is no longer bound to any connection."""
-        route = self.route_of.pop(cid, None)
-        if route is not None and self.cid_of.get(route) == cid:
-            del self.cid_of[route]
-            self.released[route] = cid  # a BYE it queued before it exited may still arrive
-        self.lost.pop(cid, None)
+    def _link(self, conn: bytes, key: str | None) -> Link:
+        s = self.slot_of.get(conn)
+        if s is None:
+            s = self.slot_of[conn] = len(self.links)
+            self.links.append(Link(conn, s, key))
+        link = self.links[s]
+        if key:
+            link.key = key
+        if conn in self.closed:  # a hello queued before its connection closed: lost
+            self.lost.setdefault(s, time.monotonic())
+        return link
+
+    def bind(self, cid: int, route: bytes, key: str | None) -> Link:
+        """Connection `route` (its envelope is cid's) is client cid from now on (an older
+        binding of cid ends)."""
+        link = self._link(route[:-SUB_BYTES], key)
+        self.slot[cid] = link.slot
+        self.binds += 1
+        return link
+
+    def bind_batch(self, cids: np.ndarray, base: bytes, key: str | None, fd: int) -> Link:
+        """seen and bind for each of a process's clients on connection `base`, at once."""
+        self.seen(base + sub_frame(int(cids[0])), fd)
+        link = self._link(base, key)
+        self.slot[cids] = link.slot
+        self.binds += len(cids)
+        return link
+
+    def release(self, cids: np.ndarray | list[int]) -> None:
+        """Clients `cids` are dead: their ids are no longer bound to any connection (a BYE one
+        queued before it exited may still arrive: released_cid)."""
+        ids = np.asarray(cids, np.int64)
+        s = self.slot[ids]
+        bound = s >= 0
+        self.slot[ids[bound]] = -2 - s[bound]
+
+    def lose(self, cid: int) -> None:
+        """A send to client cid found its connection gone (before the monitor says so)."""
+        link = self.link_of(cid)
+        if link is not None:
+            self.lost.setdefault(link.slot, time.monotonic())
 
     def disconnected(self, fd: int) -> None:
         """The socket monitor saw connection fd close (every client on it is lost)."""
         self._closed_since_trim += 1
         self._last_close = now = time.monotonic()
-        routes = self.fd_routes.pop(fd, ())
-        for conn in dict.fromkeys(_conn(r) for r in routes):  # one, for a process's clients
+        for conn in self.on_fd.pop(fd, ()):  # one, for a process's clients
             self.closed[conn] = None
             if len(self.closed) > CLOSED_KEPT:
-                self.closed.popitem(last=False)  # O(1): a dict's first key, once its
-                # predecessors were deleted, is found by a scan over their slots (quadratic)
-        route_fd, cid_of, route_of, lost = self.route_fd, self.cid_of, self.route_of, self.lost
-        for route in routes:  # (the process's end at a million clients: ~1.3 s, once per route)
-            route_fd.pop(route, None)
-            cid = cid_of.get(route)
-            if cid is not None and route_of.get(cid) == route:
-                lost.setdefault(cid, now)
+                self.closed.popitem(last=False)
+            self.fd_of.pop(conn, None)
+            s = self.slot_of.get(conn)
+            if s is not None:
+                self.lost.setdefault(s, now)
 
-    def gone(self, grace_s: float = LOST_GRACE_S) -> list[int]:
-        """Clients whose connection has been lost for longer than grace_s."""
-        now = time.monotonic()
-        out = []
-        for c, t in self.lost.items():  # in the order they were lost: every entry is made
-            if now - t <= grace_s:     # with the time it is made (setdefault), so the rest
-                break                  # are younger (a scan of every lost client per poll
-            out.append(c)              # was O(population) at a million-client run's end)
-        return out
+    def gone(self, grace_s: float = LOST_GRACE_S) -> np.ndarray:
+        """The clients of connections lost for longer than grace_s; those connections leave
+        `lost` (the caller releases their clients)."""
+        now, out = time.monotonic(), []
+        for s, t in list(self.lost.items()):  # in the order they were lost: the rest are younger
+            if now - t <= grace_s:
+                break
+            del self.lost[s]
+            out.append(self.ids_on(s))
+        return np.concatenate(out) if out else np.zeros(0, np.int64)
 
     def trim_memory(self) -> None:
         """Give freed memory back once a burst of closed connections is over (libzmq frees the
@@ -239,9 +310,12 @@ class Connections:
             pass
 
 
-def _conn(route: bytes) -> bytes:
-    """The connection of a client's route (the server's ROUTER is enveloped: channels.py)."""
-    return route[:-SUB_BYTES]
+def _cid(route: bytes, clients: int) -> int | None:
+    """The client id a route's envelope names (None: none of this run's)."""
+    if len(route) <= SUB_BYTES:
+        return None
+    cid = int.from_bytes(route[-SUB_BYTES:], "little")
+    return cid if cid < clients else None
 
 
 def identity_for(cfg: Any, local_clients: bool, per_process: int = 1, join_key: str = ""

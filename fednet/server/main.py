@@ -256,7 +256,7 @@ def _shutdown(run: Run, server: ZmqServer) -> None:
 def _stop_zygote(run: Run, zyg: Zygote, built: list[ZmqServer]) -> None:
     if run.is_started:  # clients that said BYE exit by themselves within moments
         server = built[0]
-        zyg.stop(wait_for=[c for c in server.byes if c not in server.dead])
+        zyg.stop(wait_for=server.fates.waiting_exit())
     else:
         zyg.stop()
     run.extra.update(_client_exits(zyg))
@@ -268,7 +268,7 @@ def _report(run: Run, server: ZmqServer) -> None:
     driver.failures.extend(server.untasked_deaths(driver.failures))
     run.extra["rejected_messages"] = server.chan.rejects.total
     run.extra["dropped_sends"] = server.chan.dropped_sends  # REJECTs not sent (rate, queue)
-    view = _client_view(server.byes)
+    view = _client_view(server.fates.totals)
     run.extra["client_rejected_messages"] = view.pop("rejected_messages", 0)
     run.extra["client_rejected_bytes"] = view.pop("rejected", 0)
     run.extra["bytes_client_view"] = view

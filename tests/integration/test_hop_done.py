@@ -98,15 +98,14 @@ def test_a_bye_read_after_its_client_was_released_is_accepted(tmp_path, monkeypa
         for cid in list(self.clients):  # as if every exit were reported before its BYE is read
             self._send(cid, Message(MsgKind.SHUTDOWN, "server", self.s.run_id))
         time.sleep(0.5)  # the BYEs are queued by now
-        for cid in list(self.clients):
-            self.conns.release(cid)
-            self.dead[cid], self.death_round[cid] = "process exited with code 0", self.round
-            self.clean_exits.add(cid)
-        before = dict(self.byes)
+        ids = self.clients.ids()
+        self.conns.release(ids)
+        self.fates.die(ids, "process exited with code 0", self.round, True)
+        before = self.fates.byes()
         end = time.monotonic() + 1.0
-        while time.monotonic() < end and len(self.byes) < len(self.clients):
+        while time.monotonic() < end and self.fates.bye_count() < len(self.clients):
             self._poll_once(0.05)  # what shutdown() and the close do: read what is queued
-        box["byes"] = (before, dict(self.byes))
+        box["byes"] = (before, self.fates.byes())
     monkeypatch.setattr(ZmqServer, "shutdown", release_first)
     cfg = small_config(clients=2, rounds=1)
     box: dict = {}

@@ -47,15 +47,16 @@ def test_four_clients_of_one_process_register_over_one_connection():
         assert (kinds.count("READY"), kinds.count("WELCOME")) == (2, 1), kinds
         assert [srv.clients[c].num_examples for c in range(4)] == [len(srv.s.parts[c]) for c in range(4)]
         assert sorted(srv.clients) == [0, 1, 2, 3]
-        assert len(srv.conns.fd_routes) == 1  # one TCP connection
-        routes = next(iter(srv.conns.fd_routes.values()))
-        assert len(routes) == 4 and len({r[:-4] for r in routes}) == 1  # one connection id ...
-        assert {srv.conns.route_of[c][-4:] for c in range(4)} == {sub_frame(c) for c in range(4)}
+        assert len(srv.conns.on_fd) == 1 and len(srv.conns.links) == 1  # one TCP connection
+        routes = [srv.conns.route_of(c) for c in range(4)]
+        assert len({r[:-4] for r in routes}) == 1  # one connection id ...
+        assert {r[-4:] for r in routes} == {sub_frame(c) for c in range(4)}
         srv.shutdown()
         t.join(10)
-        assert codes == [0] and set(srv.byes) == {0, 1, 2, 3}  # each client's own BYE
+        byes = srv.fates.byes()
+        assert codes == [0] and set(byes) == {0, 1, 2, 3}  # each client's own BYE
         # one BYE for the process: its clients' ledgers added up, kept with the first id
-        assert srv.byes[0]["control"] > 0 and all(srv.byes[c] == {} for c in (1, 2, 3))
+        assert byes[0]["control"] > 0 and all(byes[c] == {} for c in (1, 2, 3))
     finally:
         srv.close()
         host.close()
@@ -94,7 +95,7 @@ def test_a_connection_speaks_only_for_the_ids_it_registered():
     try:
         _send(a, 0, _hello(0))
         _pump(srv)
-        assert srv.conns.route_of[0][-4:] == sub_frame(0)
+        assert srv.conns.route_of(0)[-4:] == sub_frame(0)
         assert a.poll(2000) and a.recv_multipart()[0] == sub_frame(0)  # WELCOME, enveloped
         before = srv.chan.rejects.total
         ready = {"phase": "ready", "n": part_size(srv.s.parts, 0)}  # the server's own count
@@ -105,8 +106,8 @@ def test_a_connection_speaks_only_for_the_ids_it_registered():
         b.send_multipart([b"\0\0\0"] + [bytes(f) for f in encode(_hello(2))])  # a cut one
         _pump(srv)
         assert srv.chan.rejects.total - before == 5
-        assert 1 not in srv.conns.route_of and 3 not in srv.conns.route_of
-        assert 2 not in srv.conns.route_of and not srv.clients  # no READY(ready) was taken
+        assert srv.conns.route_of(1) is None and srv.conns.route_of(3) is None
+        assert srv.conns.route_of(2) is None and not srv.clients  # no READY(ready) was taken
         _send(a, 0, Message(MsgKind.READY, client_name(0), srv.s.run_id, body=ready))
         _pump(srv)
         assert list(srv.clients) == [0]  # the registered pair itself still works
@@ -140,7 +141,7 @@ def test_a_process_batch_claims_only_ids_it_may():
             _send(b, env, msg)
         _pump(srv)
         assert srv.chan.rejects.total - before == 5
-        assert srv.conns.route_of[1][-4:] == sub_frame(1) and 0 not in srv.conns.route_of
+        assert srv.conns.route_of(1)[-4:] == sub_frame(1) and srv.conns.route_of(0) is None
         got = []
         while b.poll(500):
             got.append(decode(b.recv_multipart()[1:]))
@@ -155,7 +156,7 @@ def test_a_process_batch_claims_only_ids_it_may():
         assert w.arrays["cids"].tolist() == [0, 2]
         off = w.arrays["offsets"].tolist()
         assert w.arrays["indices"][off[1]:off[2]].tolist() == srv.s.parts[2].tolist()
-        assert {srv.conns.route_of[c] for c in (0, 2)} == {srv.conns.route_of[0][:-4] + sub_frame(c)
+        assert {srv.conns.route_of(c) for c in (0, 2)} == {srv.conns.route_of(0)[:-4] + sub_frame(c)
                                                            for c in (0, 2)}
         n = {c: part_size(srv.s.parts, c) for c in range(4)}  # what the server's partition gave
         readys = {"cids": np.array([0, 1], np.int64), "n": np.array([n[0], n[1]], np.int64)}
