@@ -141,7 +141,7 @@ class Zygote:
         return {c: code for p, code in self.codes.items() if code != 0
                 for c in self.procs.get(p, ())}
 
-    def stop(self, grace_s: float = 8.0, wait_for: Sequence[int] | None = None,
+    def stop(self, grace_s: float = 8.0, wait_for: Sequence[int] | np.ndarray | None = None,
              wait_s: float = 2.0) -> None:
         """Ask the zygote to stop its children and exit; kill it if it does not.
 

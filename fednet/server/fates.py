@@ -68,7 +68,7 @@ class Fates:
         """cid -> reason of every dead client (a view for reports and tests)."""
         return {c: self.reason(c) for c in self.dead_ids().tolist()}
 
-    def unclean(self, reported: set[int]) -> list[dict[str, Any]]:
+    def unclean(self, reported: set[Any]) -> list[dict[str, Any]]:
         """Failure rows for the clients that died other than cleanly (not after their BYE or a
         SHUTDOWN) and are not in `reported`."""
         ids = np.flatnonzero((self.died >= 0) & ~self.clean & ~self.said_bye)
