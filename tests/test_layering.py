@@ -192,9 +192,6 @@ MAX_FUNCTION_LINES = 60
 SOFT_MODULE_LINES = 400
 # Modules above SOFT_MODULE_LINES, each with why it is one module (its cohesion).
 LARGE_MODULES: dict[str, str] = {
-    "server/app.py": "one class, ZmqServer: the server's socket loop, what it sends and what it "
-                     "accepts, over one state (was split by size into app.py and intake.py, "
-                     "a mixin importing its own subclass)",
     "client/app.py": "one class, Client: a client's poll loop and what arrives for it, over one "
                      "slotted state (was app.py and inbox.py, a mixin)",
     "client/host.py": "one class, Host: a process's logical clients, their poll loop and their "

@@ -20,7 +20,7 @@ def test_thousands_of_unreachable_tasks_fail_without_recursion():
         results, failures = srv.run_round(0, tasks, lambda done: seen.append(done) or [])
         assert results == [] and len(failures) == 3000 == len(seen)
         assert all(f.reason == "client unreachable" for f in failures)
-        assert not srv._pending and not srv._queue
+        assert not srv.tasks.pending and not srv.tasks.queue
     finally:
         srv.close()
 
@@ -40,7 +40,7 @@ def test_follow_ups_of_failures_are_sent_through_the_window_and_the_state_is_res
         results, failures = srv.run_round(0, [Task(1, 0, [0]), Task(2, 0, [1]), Task(3, 0, [2])],
                                           follow)
         assert sorted(f.task_id for f in failures) == [1, 2, 3, 101, 102]
-        assert srv._on_reply is None and not srv._queue and not srv._pending
+        assert srv.tasks.on_reply is None and not srv.tasks.queue and not srv.tasks.pending
     finally:
         srv.close()
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -27,7 +26,8 @@ from fednet.server.book import ClientBook
 from fednet.server.conns import LOST_GRACE_S, Connections, Identity
 from fednet.server.fates import Fates
 from fednet.server.hops import Hops
-from fednet.server.inflight import next_task, process_cap
+from fednet.server.inflight import process_cap
+from fednet.server.tasks import TaskBook
 from fednet.server.registrar import Registrar
 from fednet.transport.channels import (SUB_BYTES, Channel, Deferred, Received, bind_router,
                                        server_context)
@@ -73,17 +73,11 @@ class ZmqServer:
         self.reg = Registrar(self)
         self.watch: DeathWatch | None = None
         self.round = 0  # the round in progress, or the next one between rounds
-        self._pending: dict[int, Task] = {}
-        self._replies: list[Result | Failure] = []
-        self._on_reply: FollowUp | None = None
-        self._queue: deque[Task] = deque()  # tasks waiting for room under net.max_inflight
-        self._filling = False
         # at most this many tasks out to one client process (0: no cap; server/inflight.py)
         self.tasks_per_process = process_cap(session.cfg, session.evaluator.model_bytes)
-        self._accepting = True
-        self._progress = time.monotonic()
+        self.tasks = TaskBook(session.cfg.net.max_inflight, self.tasks_per_process,
+                              self._process_of, self._dispatch)
         self.shutting_down = False
-        self._holder: dict[int, int] = {}  # task id -> route index of the client holding it
         self.hops = Hops(session.run_id, session.handoff_codec)  # routed tasks' hand-offs
 
     # ---- helpers -------------------------------------------------------------------------
@@ -119,62 +113,17 @@ class ZmqServer:
                 throttled.warning("client %d is gone: %s", cid, why)
             if unclean.size > WARN_DEATHS:
                 log.warning("... and %d more clients gone: %s", unclean.size - WARN_DEATHS, why)
-        if found and self._pending:
-            dead = self.fates.died
-            for tid, task in list(self._pending.items()):
-                if tid not in self._pending:  # failed meanwhile (a follow-up could not be sent)
-                    continue
-                holder = self._holding(task)  # later dead peers are skipped
-                if dead[holder] >= 0:
-                    self._fail(tid, f"client {holder} died holding the model: "
-                                    f"{self.fates.reason(holder)}")
-
-    def _holding(self, task: Task) -> int:
-        """The client holding task's model now (its hop's, or the one a HOP_DONE named)."""
-        return task.route[self._holder.get(task.task_id, task.hop)]
+        if found and self.tasks.pending:
+            dead, reason = self.fates.died, self.fates.reason
+            self.tasks.fail_holders(lambda c: dead[c] >= 0,  # later dead peers are skipped
+                                    lambda c: f"client {c} died holding the model: {reason(c)}")
 
     def fail_held(self, ids: np.ndarray, why: str) -> None:
         """Fail the tasks that clients `ids` hold: f"client {holder} {why}"."""
-        if not self._pending:
-            return
-        held = np.zeros(self.s.cfg.clients, bool)
-        held[ids] = True
-        for tid, task in list(self._pending.items()):
-            holder = self._holding(task)
-            if held[holder]:
-                self._fail(tid, f"client {holder} {why}")
-
-    def _fail(self, tid: int, reason: str) -> None:
-        task = self._pending.pop(tid)
-        self._holder.pop(tid, None)
-        self._reply(Failure(tid, task.round, task.route[-1], reason, task.sim_time))
-
-    def _reply(self, done: Result | Failure) -> None:
-        """Record a reply; the round's callback sees it at once (a streaming algorithm folds it
-        in, an asynchronous one releases follow-up tasks, dispatched here)."""
-        self._replies.append(done)
-        if self._on_reply is not None:
-            if self._accepting:
-                self._queue.extend(self._on_reply(done))
-                self._fill()
-            else:
-                self._on_reply(done)
-
-    def _fill(self) -> None:
-        """Send queued tasks while there is room (server/inflight.py: --max-inflight, and a
-        process's share for big models).
-
-        Not re-entrant: a send that fails records a Failure, whose follow-ups join the queue
-        that the running loop is already emptying (no recursion however many sends fail)."""
-        if self._filling:
-            return
-        self._filling = True
-        try:
-            while (task := next_task(self._queue, self._pending, self.s.cfg.net.max_inflight,
-                                     self.tasks_per_process, self._process_of)) is not None:
-                self._dispatch(task)
-        finally:
-            self._filling = False
+        if self.tasks.pending:
+            held = np.zeros(self.s.cfg.clients, bool)
+            held[ids] = True
+            self.tasks.fail_holders(held.__getitem__, lambda c: f"client {c} {why}")
 
     def _process_of(self, cid: int) -> Hashable:
         """The client process that holds client cid (the host and pid of its hello)."""
@@ -247,7 +196,6 @@ class ZmqServer:
         return self._live[1]
 
     def _dispatch(self, task: Task) -> None:
-        self._pending[task.task_id] = task
         msg = task_message(task, self.s.run_id)
         if len(task.route) > 1:  # peers find each other through the route itself
             msg.body["endpoints"] = [self.clients[c].endpoint if c in self.clients else ""
@@ -263,7 +211,7 @@ class ZmqServer:
         if not self._send(task.cid, msg):
             if self.conns.is_lost(task.cid) and not self.fates.is_dead(task.cid):
                 return  # its connection just closed: it fails as dead after the grace
-            self._fail(task.task_id, UNREACHABLE)
+            self.tasks.fail(task.task_id, UNREACHABLE)
 
     def run_round(self, rnd: int, tasks: list[Task], follow: FollowUp | None = None
                   ) -> tuple[list[Result], list[Failure]]:
@@ -272,35 +220,21 @@ class ZmqServer:
         `follow` sees each reply the moment it arrives; tasks it returns are sent at once
         (asynchronous slots).
         """
-        self._replies = []
         self.round = rnd
         self.hops.new_round(rnd)
-        self._on_reply, self._accepting = follow, True
-        self._queue.extend(tasks)
+        self.tasks.start(tasks, follow)
         timeout = self.s.cfg.net.round_timeout
-        self._progress = time.monotonic()  # results and HOP_DONEs move it: chains may be long
         try:
-            self._fill()
-            while self._pending or self._queue:
-                self._fill()
+            self.tasks.fill()
+            while self.tasks.busy():
+                self.tasks.fill()
                 self._check_deaths()
-                if time.monotonic() - self._progress > timeout:
-                    self._accepting = False  # what is pending fails; nothing new is started
-                    why = f"no progress within --round-timeout {timeout:g}s"
-                    for task in self._queue:
-                        self._pending[task.task_id] = task
-                        self._fail(task.task_id, why + " (never sent: no room under "
-                                   "--max-inflight or its process's share)")
-                    self._queue.clear()
-                    for tid in list(self._pending):
-                        self._fail(tid, why)
+                if time.monotonic() - self.tasks.progress > timeout:
+                    self.tasks.time_out(f"no progress within --round-timeout {timeout:g}s")
                     break
                 self._poll_once(0.05)
         finally:  # also when a callback raised: no stale task survives into the next round
-            self._on_reply, self._accepting = None, True
-            self._queue.clear()
-        results = [r for r in self._replies if isinstance(r, Result)]
-        failures = [r for r in self._replies if isinstance(r, Failure)]
+            results, failures = self.tasks.end()
         self._check_deaths()  # a send can fail before the exit of its client is reported
         for f in failures:
             if f.reason == UNREACHABLE and self.fates.is_dead(f.cid):
@@ -368,9 +302,8 @@ class ZmqServer:
         cid = self.conns.cid_of(route)
         if cid is None or kind not in (MsgKind.RESULT, MsgKind.FAILURE):
             return
-        for tid, task in list(self._pending.items()):
-            if tid in self._pending and task.route[self._holder.get(tid, task.hop)] == cid:
-                self._fail(tid, f"client {cid}'s reply could not be read: {why}"[:500])
+        self.tasks.fail_holders(cid.__eq__,
+                                lambda c: f"client {c}'s reply could not be read: {why}"[:500])
 
     def _handle(self, got: Received) -> None:
         """Accept (and account) a message only from the connection bound to its client, for
@@ -409,16 +342,14 @@ class ZmqServer:
     def _on_result(self, cid: int, got: Received) -> None:
         """A RESULT or FAILURE: only for a task still pending, sent to this client, this round."""
         msg = got.msg
-        task = self._pending.get(msg.task_id)
+        task = self.tasks.pending.get(msg.task_id)
         if task is None or cid not in task.route or msg.round != task.round:
             return self.chan.reject(got, f"unexpected {msg.kind.name} for task {msg.task_id}")
         self.chan.accept(got, client_name(cid))
-        self._pending.pop(msg.task_id)
-        self._holder.pop(msg.task_id, None)
-        self._progress = time.monotonic()
+        self.tasks.answered(msg.task_id)
         done = receive(self.s, msg, cid, got.nbytes, task)
         # --availability: offline before the result arrived?
-        self._reply(self.s.driver.churn.upload(done, msg.sim_time, msg.body.get("skipped", 0)))
+        self.tasks.reply(self.s.driver.churn.upload(done, msg.sim_time, msg.body.get("skipped", 0)))
 
     def _on_hop_done(self, cid: int, got: Received) -> None:
         """A ring's hand-off report. It may arrive after the task's RESULT (another connection):
@@ -428,9 +359,7 @@ class ZmqServer:
         if why:
             return self.chan.reject(got, why)
         self.chan.accept(got, client_name(cid))
-        self._progress = time.monotonic()
-        if msg.task_id in self._pending:
-            self._holder[msg.task_id] = b["to"]
+        self.tasks.handed(msg.task_id, b["to"])
         self.hops.count(self.s.ledger, cid, msg)
         if b.get("skipped"):  # offline peers passed over
             self.s.driver.churn.note(msg.round, b["skipped"])

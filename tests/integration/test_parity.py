@@ -133,7 +133,7 @@ def test_max_inflight_bounds_tasks_out_and_changes_no_result(tmp_path, monkeypat
 
     def counting(self, task):
         dispatch(self, task)
-        most.append(len(self._pending))
+        most.append(len(self.tasks.pending))
     monkeypatch.setattr(ZmqServer, "_dispatch", counting)
     _launch_matches_local(tmp_path, algo, clients, params, {"max_inflight": 1})
     assert max(most) == 1 and len(most) >= clients
@@ -147,15 +147,15 @@ def test_max_inflight_bounds_tasks_out_and_changes_no_result(tmp_path, monkeypat
 def test_several_clients_per_process_match_local(tmp_path, monkeypatch, algo, clients, params):
     """--clients-per-process 3: fewer processes, same wire: model, bytes and time as in-process
     (FedSeqInter's chains hand off between clients of one process and across processes)."""
-    from fednet.server.app import ZmqServer
+    from fednet.server.registrar import Registrar
 
     pids = {}
-    on_ready = ZmqServer._on_ready
+    on_ready = Registrar.on_ready
 
     def recording(self, cid, got):  # a process's READY(readys) registers all its clients
         on_ready(self, cid, got)
-        pids.update({c: info.pid for c, info in self.clients.items()})
-    monkeypatch.setattr(ZmqServer, "_on_ready", recording)
+        pids.update({c: info.pid for c, info in self.srv.clients.items()})
+    monkeypatch.setattr(Registrar, "on_ready", recording)
     _, b = _launch_matches_local(tmp_path, algo, clients, params, {"clients_per_process": 3})
     assert len(pids) == clients and len(set(pids.values())) == -(-clients // 3)
     assert pids[0] == pids[1] == pids[2] != pids[3]
@@ -182,7 +182,7 @@ def test_a_process_share_of_tasks_changes_no_result(tmp_path, monkeypatch, algo,
 
     def counting(self, task):
         dispatch(self, task)
-        out = [self._process_of(t.cid) for t in self._pending.values()]
+        out = [self._process_of(t.cid) for t in self.tasks.pending.values()]
         assert all(isinstance(p, tuple) for p in out)  # (host, pid) from the hellos
         most.append((max(out.count(p) for p in out), len(out)))
     monkeypatch.setattr(ZmqServer, "_dispatch", counting)
