@@ -98,7 +98,7 @@ class Profiles(Sequence[Profile]):
             return NotImplemented
         return Profiles(np.concatenate([self.table, other.table]))
 
-    def subset(self, ids: Sequence[int]) -> Profiles:
+    def subset(self, ids: Sequence[int] | np.ndarray) -> Profiles:
         """The profiles of clients `ids`, in that order."""
         return Profiles(self.table[np.asarray(ids, dtype=np.int64)])
 

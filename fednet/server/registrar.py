@@ -154,7 +154,7 @@ class Registrar:
         s, conns = self.srv.s, self.srv.conns
         ids = cids.tolist()
         body = {"config": self.config_dict(), "run_id": s.run_id, "peers": s.handoffs}
-        arrays = {"cids": cids, "client_profiles": latency.to_array(s.profiles.subset(ids))}
+        arrays = {"cids": cids, "client_profiles": latency.to_array(s.profiles.subset(cids))}
         if not conns.ident.proven:  # plaintext `fednet server`: a reconnect proves itself so
             arrays["tokens"] = _rows([conns.token(c) for c in ids], 16)
         if not callable(getattr(s.parts, "size", None)):  # natural clients build their own rows
@@ -168,7 +168,7 @@ class Registrar:
         needed = welcome_plugins(s.cfg)
         if needed:
             body["plugins"] = needed
-        arrays.update(self.traces(cids.tolist()))
+        arrays.update(self.traces(ids))
         return Message(MsgKind.WELCOME, SERVER, s.run_id, body=body, arrays=arrays)
 
     # ---- what WELCOME carries -------------------------------------------------------------
