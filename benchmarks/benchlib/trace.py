@@ -165,7 +165,9 @@ def trace_child(result_file: str, launch_args: list[str]) -> None:
         wrap(m.ZmqServer, "__init__", None, "server_object_done")
         wrap(m.ZmqServer, "wait_for_clients", "wait_clients_enter", "all_ready", at_ready)
         wrap(m.ZmqServer, "shutdown", "shutdown_start", "shutdown_done")
-        orig_on_ready, orig_on_hello = m.ZmqServer._on_ready, m.ZmqServer._on_hello
+
+    def hook_registrar(m: Any) -> None:
+        orig_on_ready, orig_on_hello = m.Registrar.on_ready, m.Registrar.on_hello
 
         def on_ready(self: Any, cid: int, got: Any) -> None:  # READY(ready): a Received
             ev["ready"].append(time.monotonic())
@@ -174,7 +176,7 @@ def trace_child(result_file: str, launch_args: list[str]) -> None:
         def on_hello(self: Any, got: Any) -> None:  # READY(hello)
             ev["hello"].append(time.monotonic())
             return orig_on_hello(self, got)
-        m.ZmqServer._on_ready, m.ZmqServer._on_hello = on_ready, on_hello
+        m.Registrar.on_ready, m.Registrar.on_hello = on_ready, on_hello
 
     def hook_session(m: Any) -> None:
         wrap(m.Session, "__init__", "session_start", "session_done")
@@ -185,7 +187,8 @@ def trace_child(result_file: str, launch_args: list[str]) -> None:
 
     sys.meta_path.insert(0, _PostImport({
         "torch": lambda m: ev.__setitem__("torch_imported", time.monotonic()),
-        "fednet.server.app": hook_app, "fednet.core.session": hook_session,
+        "fednet.server.app": hook_app, "fednet.server.registrar": hook_registrar,
+        "fednet.core.session": hook_session,
         "fednet.core.rounds": hook_rounds}))
 
     import fednet.cli as cli
