@@ -270,7 +270,7 @@ def problem(cfg: Any, robust_algorithms: tuple[str, ...]) -> str:
     """Why the attack and defense settings do not fit the run (one line), or ''."""
     a, d = cfg.attack, cfg.defense
     try:
-        _draw(cfg.attack.malicious, cfg.clients, cfg.seed)
+        parse_malicious(cfg.attack.malicious, cfg.clients)  # (drawn only under an attack)
         attack_params(cfg), defense_params(cfg)
     except ConfigError as e:
         return str(e)

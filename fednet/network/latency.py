@@ -47,14 +47,24 @@ class Profile:
 
 
 class Profiles(Sequence[Profile]):
-    """Every client's Profile, held as one (n, 4) float64 table in COLUMNS order (inf: an
-    unlimited link) and built on access: a million clients' profiles are 32 MB and one numpy
-    draw, not a million objects (about 1.5 s and 200 MB; on the server and every client process)."""
+    """Every client's Profile, held as four float64 columns in COLUMNS order (inf: an unlimited
+    link) and built on access: a million clients' profiles are at most 32 MB and one numpy
+    draw, not a million objects (about 1.5 s and 200 MB; on the server and every client
+    process). A column with one value for every client (a preset's link) is a broadcast view
+    that holds one number: ten million clients of `--latency lan` are 80 MB, not 320."""
 
-    __slots__ = ("table",)
+    __slots__ = ("cols",)
 
-    def __init__(self, table: Any) -> None:
-        self.table = np.asarray(table, dtype=np.float64).reshape(-1, len(COLUMNS))
+    def __init__(self, table: Any = None, cols: tuple[np.ndarray, ...] | None = None) -> None:
+        if cols is None:
+            t = np.asarray(table, dtype=np.float64).reshape(-1, len(COLUMNS))
+            cols = tuple(t[:, j] for j in range(len(COLUMNS)))
+        self.cols = cols
+
+    @property
+    def table(self) -> np.ndarray:
+        """The (n, 4) table (a new array)."""
+        return np.stack(self.cols, axis=1)
 
     @classmethod
     def of(cls, profs: Sequence[Profile]) -> Profiles:
@@ -70,7 +80,7 @@ class Profiles(Sequence[Profile]):
         return cls(t)
 
     def __len__(self) -> int:
-        return len(self.table)
+        return len(self.cols[0])
 
     @overload
     def __getitem__(self, i: int) -> Profile: ...
@@ -79,28 +89,30 @@ class Profiles(Sequence[Profile]):
 
     def __getitem__(self, i: int | slice) -> Profile | Profiles:
         if isinstance(i, slice):
-            return Profiles(self.table[i])
-        c, r, u, d = self.table[i].tolist()
+            return Profiles(cols=tuple(c[i] for c in self.cols))
+        c, r, u, d = (float(col[i]) for col in self.cols)
         return Profile(c, r, u, d)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Profiles):
-            return bool(np.array_equal(self.table, other.table))
+            return len(self) == len(other) and all(
+                np.array_equal(a, b) for a, b in zip(self.cols, other.cols))
         if isinstance(other, (list, tuple)):
             return list(self) == list(other)
         return NotImplemented
 
-    __hash__ = None  # type: ignore[assignment]  # (mutable table: equal by value)
+    __hash__ = None  # type: ignore[assignment]  # (mutable columns: equal by value)
 
     def __add__(self, other: Profiles) -> Profiles:
         """Concatenated, as lists are (profs[1:] + profs[:1])."""
         if not isinstance(other, Profiles):
             return NotImplemented
-        return Profiles(np.concatenate([self.table, other.table]))
+        return Profiles(cols=tuple(np.concatenate([a, b]) for a, b in zip(self.cols, other.cols)))
 
     def subset(self, ids: Sequence[int] | np.ndarray) -> Profiles:
         """The profiles of clients `ids`, in that order."""
-        return Profiles(self.table[np.asarray(ids, dtype=np.int64)])
+        at = np.asarray(ids, dtype=np.int64)
+        return Profiles(cols=tuple(c[at] for c in self.cols))
 
 
 MBIT = 1e6 / 8
@@ -151,7 +163,7 @@ def _preset(name: str, n: int, seed: int) -> Profiles:
     g = rng.generator(seed, "latency")
     inf = float("inf")
     if name == "none":
-        return Profiles(np.tile([0.0, 0.0, inf, inf], (n, 1)))
+        return _columns(np.zeros(n), 0.0, inf, inf)
     if name == "lan":  # 1 Gbit/s switched LAN, ~0.5 ms RTT, edge devices at ~1 ms per sample
         comp = 1e-3 * g.lognormal(0.0, 0.1, n)
         return _columns(comp, 0.5e-3, 1000 * MBIT, 1000 * MBIT)
@@ -172,8 +184,8 @@ def _preset(name: str, n: int, seed: int) -> Profiles:
 def _columns(comp: Any, rtt: Any, up: Any, down: Any) -> Profiles:
     """Profiles from four columns (arrays, or one value for every client)."""
     n = len(comp)
-    return Profiles(np.stack([np.broadcast_to(np.asarray(c, np.float64), (n,))
-                              for c in (comp, rtt, up, down)], axis=1))
+    return Profiles(cols=tuple(np.broadcast_to(np.asarray(c, np.float64), (n,))
+                               for c in (comp, rtt, up, down)))
 
 
 def _from_file(path: str, n: int) -> list[Profile]:
@@ -320,7 +332,7 @@ def _rebuilt(cfg: LatencyConfig, num_clients: int, seed: int) -> Profiles:
 
 def to_array(profs: Sequence[Profile]) -> np.ndarray:
     """Profiles as an (n, 4) float64 array in COLUMNS order (0 bandwidth = unlimited)."""
-    a = (profs.table if isinstance(profs, Profiles) else Profiles.of(profs).table).copy()
+    a = profs.table if isinstance(profs, Profiles) else Profiles.of(profs).table  # (a copy)
     a[:, 2:][np.isinf(a[:, 2:])] = 0.0
     return a
 
