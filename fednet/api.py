@@ -35,7 +35,7 @@ _EXPORTS = {  # name -> the module that defines it
     **dict.fromkeys(("Spec", "register"), "fednet.algorithms.spec"),
     "param": "fednet.config.declare", "NoParams": "fednet.algorithms.params",
     **dict.fromkeys(("Strategy", "StagedStrategy", "ClientUpdate", "ServerState", "NoState", "Model",
-                     "ClientContext", "ServerInfo"), "fednet.algorithms.contract"),
+                     "ClientContext", "ServerInfo", "RoundContext"), "fednet.algorithms.contract"),
     **dict.fromkeys(("usable", "round_metrics", "evaluate_own"), "fednet.algorithms.common"),
     "local_sgd": "fednet.algorithms.updates",
     **dict.fromkeys(("state_arrays", "load_arrays"), "fednet.models.arrays"),

@@ -136,6 +136,18 @@ STAGED_HOOKS = {"setup_tasks", "setup_results", "rounds_per_step", "follow_up", 
                 "step_end", "virtual_order", "streams_points"}  # StagedStrategy's, not Strategy's
 
 
+@dataclass
+class RoundContext:
+    """What the runtime tells a Strategy of the step it configures (Strategy.start_round), and
+    what the Strategy answers in it: `target`, the results the step needs (picks sets it; the
+    driver keeps the first `target` arrivals under --over-select)."""
+
+    round: int
+    now: float = 0.0  # the simulated time at the start of the step
+    online: Callable[[int, float], bool] | None = None  # --availability, else None
+    target: int | None = None
+
+
 class Strategy:
     """The server half: configures rounds, folds results in, holds the typed server state."""
 
@@ -156,11 +168,8 @@ class Strategy:
         self.trainable: set[str] = set()  # names of trainable parameters (set by the runtime)
         self.info = ServerInfo(num_classes=0)
         self.eval_clients = eval_mode(cfg) == "clients"  # clients report their own accuracy
-        self.target: int | None = None  # results a round needs (set by picks: --over-select)
         self.layout: Layout = {}  # the model's names, shapes and dtypes (set by setup)
-        # (cid, simulated time) -> online? with --availability (set by the driver), else None
-        self.online: Callable[[int, float], bool] | None = None
-        self.now = 0.0  # the simulated time at the start of the driver's step (set by it)
+        self.ctx = RoundContext(0)  # the step being configured (start_round)
 
     # ---- what an algorithm defines -----------------------------------------------------------
     def configure_round(self, rnd: int, clients: Sequence[ClientInfo]) -> list[Task]:
@@ -201,6 +210,31 @@ class Strategy:
         return {}
 
     # ---- given ---------------------------------------------------------------------------------
+    def start_round(self, ctx: RoundContext, clients: Sequence[ClientInfo]) -> list[Task]:
+        """The runtime's entry to a step: its context (kept as `ctx` for the step's follow-ups),
+        then configure_round. The driver reads back `ctx.target`."""
+        self.ctx = ctx
+        return self.configure_round(ctx.round, clients)
+
+    @property
+    def now(self) -> float:
+        """The simulated time at the start of the step (ctx.now)."""
+        return self.ctx.now
+
+    @property
+    def online(self) -> Callable[[int, float], bool] | None:
+        """(cid, simulated time) -> online? with --availability, else None (ctx.online)."""
+        return self.ctx.online
+
+    @property
+    def target(self) -> int | None:
+        """Results the step needs (ctx.target: set by picks, --over-select)."""
+        return self.ctx.target
+
+    @target.setter
+    def target(self, value: int | None) -> None:
+        self.ctx.target = value
+
     def setup(self, init: Arrays, trainable: set[str] | None = None) -> None:
         """Receive the initial model and the names of its trainable parameters."""
         self.trainable = set(trainable) if trainable is not None else {
@@ -233,7 +267,7 @@ class Strategy:
     def picks(self, target: int, available: int) -> int:
         """How many to select for a round that needs `target` results: ceil(F x target) with
         --over-select F, at most `available` (the driver keeps the first `target` arrivals)."""
-        self.target = target
+        self.ctx.target = target
         f = self.cfg.latency.over_select
         return target if f == 1 else min(available, math.ceil(round(f * target, 9)))
 

@@ -95,7 +95,7 @@ class SecAggServer(StagedStrategy):
         return getattr(self.__dict__["inner"], name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in ("state", "online", "now", "trainable", "info", "layout", "target"):
+        if name in ("state", "ctx", "trainable", "info", "layout", "target"):
             setattr(self.inner, name, value)
         else:
             self.__dict__[name] = value

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from fednet.algorithms.common import client_accuracy
-from fednet.algorithms.contract import NOT_STAGED, StagedStrategy, Strategy
+from fednet.algorithms.contract import NOT_STAGED, RoundContext, StagedStrategy, Strategy
 from fednet.compress.downlink import Downlink
 from fednet.config import RunConfig
 from fednet.core.arrivals import Arrivals
@@ -241,13 +241,12 @@ class RoundDriver:
         """One step (span logical rounds): configure, dispatch, aggregate, evaluate, log."""
         algo = self.algo
         self.step_start = rnd
-        algo.online = self.churn.online_at
-        algo.now = self.sim_time
-        tasks = self.stamp(algo.configure_round(rnd, clients))
+        ctx = RoundContext(rnd, self.sim_time, self.churn.online_at)
+        tasks = self.stamp(algo.start_round(ctx, clients))
         for t in tasks:
             t.sim_time = self.sim_time
         ordered = self.staged.virtual_order
-        step = self.network.step(self.sim_time, rnd, tasks, span, algo.target,
+        step = self.network.step(self.sim_time, rnd, tasks, span, ctx.target,
                                                   ordered=ordered)
         order = self.arrivals() if ordered else None
         # replies release follow-up tasks: several rounds a step, replies in simulated-time
