@@ -197,8 +197,6 @@ LARGE_MODULES: dict[str, str] = {
                      "a mixin importing its own subclass)",
     "client/app.py": "one class, Client: a client's poll loop and what arrives for it, over one "
                      "slotted state (was app.py and inbox.py, a mixin)",
-    "client/host.py": "one class, Host: a process's logical clients, their poll loop and their "
-                      "batch registration, over one state (was host.py and enroll.py, a mixin)",
 }
 # Import cycles left (a frozenset of modules each): none. A new one must be broken, or listed
 # here with its reason.

@@ -369,12 +369,12 @@ class Client:
             return None
         msg = got.msg
         if msg.kind == MsgKind.SHUTDOWN and "cids" in msg.arrays and self.host is not None:
-            self.host.on_shutdown(msg)  # the run ended for all the process's clients
+            self.host.enroll.on_shutdown(msg)  # the run ended for all the process's clients
         elif msg.kind == MsgKind.SHUTDOWN:
             self.stopping = True
             self.link.attention.add(self)
         elif msg.kind == MsgKind.WELCOME and "cids" in msg.arrays and self.host is not None:
-            self.host.on_welcome(msg)  # the process's WELCOME, for all its clients
+            self.host.enroll.on_welcome(msg)  # the process's WELCOME, for all its clients
         elif msg.kind == MsgKind.WELCOME:
             self._drop_work()  # what the old server sent is void now
             self._welcome(msg)
@@ -383,8 +383,8 @@ class Client:
                 self.link.settled.append(self)
         elif msg.kind == MsgKind.REJECT:
             reason = str(msg.body.get("reason", ""))[:200]
-            if self.host is not None and self.host.batching:  # the process's hellos refused
-                return self.host.batch_refused(reason)
+            if self.host is not None and self.host.enroll.batching:  # the process's hellos refused
+                return self.host.enroll.batch_refused(reason)
             if not self.registered:  # its first registration: this client stops
                 if self.refused is None:
                     self.refused = reason

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
 import zmq
@@ -196,8 +197,7 @@ def register(link: ServerLink, clients: list[Client], timeout_s: float) -> None:
                     c.hello_again()
 
 
-def ids_text(cids: list[int]) -> str:
+def ids_text(cids: Sequence[int]) -> str:
     """'0-299' for consecutive ids, else the ids with commas (at most 10 shown)."""
-    if cids == list(range(cids[0], cids[0] + len(cids))):
-        return f"{cids[0]}-{cids[-1]}" if len(cids) > 1 else str(cids[0])
-    return ",".join(map(str, cids[:10])) + (",..." if len(cids) > 10 else "")
+    from fednet.client.table import IdIndex
+    return IdIndex(cids).text()
