@@ -112,7 +112,7 @@ def test_a_partitioned_welcome_answers_one_readys_and_leaves_the_rest_idle(sent)
         assert t.idle_ids().tolist() == [11, 12, 13, 14, 15] and list(host.by_cid) == [10]
         c = host.materialize(sub_frame(12))  # a task for an idle client builds it
         assert c is not None and c.cid == 12 and c.registered and not t.is_idle(12)
-        assert c.profile == latency.Profile()
+        assert c.trainer.profile == latency.Profile()
         assert host.materialize(sub_frame(3)) is None and host.materialize(sub_frame(10)) is None
         host.retire(c)
         assert t.is_idle(12) and 12 not in host.by_cid

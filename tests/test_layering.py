@@ -195,8 +195,6 @@ LARGE_MODULES: dict[str, str] = {
     "server/app.py": "one class, ZmqServer: the server's socket loop, what it sends and what it "
                      "accepts, over one state (was split by size into app.py and intake.py, "
                      "a mixin importing its own subclass)",
-    "client/app.py": "one class, Client: a client's poll loop and what arrives for it, over one "
-                     "slotted state (was app.py and inbox.py, a mixin)",
 }
 # Import cycles left (a frozenset of modules each): none. A new one must be broken, or listed
 # here with its reason.

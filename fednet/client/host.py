@@ -95,7 +95,7 @@ class Host:
         c = Client(cid, connect, device, advertise, threads, secure, ctx=self.ctx,
                    run_key=run_key, key_name=key_name, curve=curve, link=self.link,
                    admitted=self.admitted)
-        c.host, c.drop_idle, c.lost_timeout = self, True, self.lost_timeout
+        c.host, c.trainer.drop_idle, c.lost_timeout = self, True, self.lost_timeout
         self.by_cid[cid] = c
         w = self.enroll.w
         if take and w is not None and w.row(cid) >= 0:
@@ -122,7 +122,7 @@ class Host:
     def _retirable(self, c: Client) -> bool:
         w = self.enroll.w
         return (c is not self.first and w is not None and not w.peers
-                and c.executor is None and not c.work and not c.stopping and c in self.live)
+                and c.trainer.executor is None and not c.work and not c.stopping and c in self.live)
 
     def _open(self, connect: str, secure: str, run_key: bytes | None, key_name: str,
               curve: tuple[bytes, bytes] | None) -> ServerLink:
@@ -186,7 +186,7 @@ class Host:
         self._warn_real_time()
 
     def _warn_real_time(self) -> None:
-        if self.first.real and len(self.enroll.table) > 1:
+        if self.first.trainer.real and len(self.enroll.table) > 1:
             log.warning("clients %s: --real-time with several clients per process: each waits "
                         "out the others' simulated delays, so wall-clock times are inflated",
                         self.enroll.table.text())

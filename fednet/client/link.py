@@ -11,6 +11,7 @@ speaks only for the ids it proved (server/conns.py).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -139,6 +140,18 @@ class ServerLink:
                     "server with --secure DIR")
         return (f"the server at {self.connect} runs with --secure: give this host --secure DIR "
                 "(its copy of the run's key folder; --key NAME if it holds several keys), not a join key")
+
+    def abandoned(self, parent: int, timeout_s: float) -> bool:
+        """Whether the process's clients must stop (logged): its launcher `parent` is gone (do
+        not linger as an orphan), or the link has been down for longer than timeout_s."""
+        if os.getppid() != parent:
+            log.error("%s: parent process exited; stopping", self.names())
+            return True
+        if self.gone(timeout_s):
+            log.error("%s: lost the server at %s (no connection for %.0fs); stopping",
+                      self.names(), self.connect, timeout_s)
+            return True
+        return False
 
     def gone(self, timeout_s: float) -> bool:
         """Whether the link has been down for longer than timeout_s."""
