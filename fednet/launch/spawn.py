@@ -128,7 +128,10 @@ class Zygote:
 
     def dead(self) -> dict[int, str]:
         """Clients that exited since the last call (cid -> reason): exits() per client."""
-        return {c: why for ids, why in self.exits() for c in ids}
+        out: dict[int, str] = {}
+        for ids, why in self.exits():
+            out.update(dict.fromkeys(ids, why))
+        return out
 
     def child_pids(self) -> list[int]:
         """PIDs of client processes still running (each once, whatever it holds)."""
@@ -188,7 +191,7 @@ def _consecutive(ids: Sequence[int]) -> bool:
 def holding(procs: dict[int, Sequence[int]], cids: Iterable[int]) -> list[int]:
     """The processes of `procs` (pid -> its ids) that hold one of `cids` or more: a range's
     test is two binary searches over the sorted ids, not a set of a million."""
-    wanted = np.unique(np.fromiter(cids, np.int64))
+    wanted = np.sort(np.fromiter(cids, np.int64))
     out = []
     for pid, ids in procs.items():
         if isinstance(ids, range) and ids.step == 1:
