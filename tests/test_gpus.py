@@ -48,7 +48,7 @@ def test_client_trains_on_cuda(tmp_path):
 
 def test_clients_per_process_groups_consecutive_ids_and_pins_processes_round_robin():
     specs = client_specs(7, "tcp://127.0.0.1:1", (0, 1), 1, per_process=3)
-    assert [s["cids"] for s in specs] == [[0, 1, 2], [3, 4, 5], [6]]
+    assert [s["cids"] for s in specs] == [range(0, 3), range(3, 6), range(6, 7)]
     assert [s["device"] for s in specs] == ["cuda:0", "cuda:1", "cuda:0"]
     one = client_specs(3, "tcp://127.0.0.1:1", (), 1, ids=[5, 9, 11])
     assert [(s["cids"], s["device"]) for s in one] == [([5], "cpu"), ([9], "cpu"), ([11], "cpu")]

@@ -20,16 +20,17 @@ from typing import Any
 import torch
 import zmq
 
-from fednet.client.link import ServerLink, server_setup
+from fednet.client.link import ServerLink, register, server_setup
 from fednet.client.peers import PeerChainBroken, Peers, to_server
-from fednet.core.executor import Executor, num_examples, welcome_config, welcome_tables
+from fednet.client.trainer import Trainer
+from fednet.core.executor import welcome_config, welcome_tables
 from fednet.core.wire import failure_message
 from fednet.errors import ConfigError
 from fednet.log import Throttle
 from fednet.metrics.accounting import SERVER, Ledger
-from fednet.network.latency import Profile, up_delay, wire_time
+from fednet.network.latency import Profile
 from fednet.core.plugin_check import checked_welcome
-from fednet.protocol import Message, MsgKind, peek_kind, tensor_bytes
+from fednet.protocol import Message, MsgKind, peek_kind
 from fednet.protocol.proof import client_secret, gate_password, hello_proof, peer_key
 from fednet.training import interrupt
 from fednet.transport.channels import Channel, Deferred, Received, sub_frame
@@ -40,7 +41,6 @@ log = logging.getLogger("fednet.client")
 throttled = Throttle(log)
 
 NO_WORK: tuple = ()  # an idle client's queue (a deque is made at its first task: ~600 B each)
-NO_PROFILE = Profile()
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 FROM_SERVER = frozenset({MsgKind.WELCOME, MsgKind.TASK, MsgKind.SHUTDOWN, MsgKind.REJECT,
@@ -55,10 +55,8 @@ class Client:
 
     __slots__ = ("cid", "name", "device", "run_key", "own_ctx", "ctx", "ledger", "auth", "keys",
                  "admitted", "own_link", "link", "server", "lost_timeout", "registered",
-                 "refused", "peers", "connect", "run_id", "executor", "_build", "drop_idle",
-                 "links", "availability", "real", "scale", "shaped", "profile", "_tracker",
-                 "parent", "work", "seen", "stopping", "rehello", "token", "rehello_at",
-                 "host", "poller")
+                 "refused", "peers", "connect", "run_id", "trainer", "_tracker", "parent",
+                 "work", "stopping", "rehello", "token", "rehello_at", "host", "poller")
 
     def __init__(self, cid: int, connect: str, device: str = "cpu", advertise: str = "127.0.0.1",
                  threads: int = 1, secure: str = "", ctx: zmq.Context | None = None,
@@ -98,18 +96,11 @@ class Client:
         self.peers = Peers(self.ctx, self.name, advertise, self.ledger, self.keys,
                            peer_key(run_key) if run_key else None, gate)
         self.connect, self.run_id = connect, ""
-        self.executor: Executor | None = None
-        self._build: tuple | None = None  # (config, partition) of the executor to build
-        self.drop_idle = False  # several clients in this process (Host): see _executor
-        self.links: Any = None
-        self.availability: Any = None
-        self.real, self.scale, self.shaped = False, 1.0, False
-        self.profile = NO_PROFILE
+        self.trainer = Trainer(cid, device)  # its settings from WELCOME, its executor
         self._tracker: Any = None
         self.parent = os.getppid()
         # tasks (decoded when they run) and hand-offs, run one at a time
         self.work: deque[tuple[Message | Deferred, int]] | tuple = NO_WORK
-        self.seen: set[tuple[int, int]] | None = None  # (task, hop) of hand-offs already queued
         self.stopping = self.rehello = False
         self.token: bytes | None = None  # from WELCOME: proves a reconnect (rejoin_token)
         self.rehello_at: float | None = None
@@ -139,28 +130,14 @@ class Client:
                      token: bytes | None, grant: bytes | None, tables: tuple) -> int:
         """This client's part of a WELCOME (its own, or its process's: client/host.py);
         returns its number of training examples."""
-        self.run_id = self.peers.run_id = str(b.get("run_id", ""))
-        self.peers.grant, self.token = grant, token  # grants: --secure
+        self.run_id, self.token = str(b.get("run_id", "")), token
         if self.admitted is not None:  # --secure: the run's client keys may reach our peer port
             self.admitted.update(k.encode() for k in b.get("peer_keys", []))
-        n, p = cfg.net, self.peers
-        p.ack_timeout, p.retries, p.dead_peer = n.ack_timeout, n.ack_retries, n.dead_peer
-        p.compress, p.seed = n.codecs().handoff, cfg.seed
-        self.profile = profile
-        lat = cfg.latency
-        self.real, self.scale, self.shaped = lat.real, lat.time_scale, lat.shaped
         if self.host is None:
             torch.set_num_threads(cfg.train.threads)
-        if self.executor is None or self.executor.cfg.replace(out="") != cfg.replace(out=""):
-            self.executor = None  # built at this client's first task (_executor)
-            self._build = (cfg, indices)
-        self.links, self.availability = tables
-        if self.executor is not None:
-            self._adopt(self.executor)
-        self.peers.availability = self.availability
-        self.seen = None
-        return self.executor.num_examples if self.executor is not None else \
-            num_examples(cfg, self.cid, indices)
+        examples = self.trainer.take(cfg, self.run_id, profile, indices, tables)
+        self.peers.take_welcome(cfg, self.run_id, grant, self.trainer.availability)
+        return examples
 
     def send_ready(self, n: int, peers: bool) -> None:
         """READY(ready) with this client's number of examples; first, when the run's routes hand
@@ -176,25 +153,6 @@ class Client:
             ready["endpoint"] = self.peers.endpoint
         self._send_server(Message(MsgKind.READY, self.name, self.run_id, body=ready))
 
-    def _adopt(self, ex: Executor) -> None:
-        """The run's id, the peers' links and the availability, as WELCOME gave them."""
-        ex.run_id, ex.links, ex.availability = self.run_id, self.links, self.availability
-
-    def _executor(self) -> Executor:
-        """This client's data, model and state: built when its first task arrives (an idle
-        client is its id and a few numbers). With several clients in a process (drop_idle) it
-        is dropped after each task unless it is the only home of its state (a stateful client
-        keeps its state in the run's store between tasks; one client alone in its process keeps
-        its objects and writes the store only for checkpoints)."""
-        if self.executor is None:
-            assert self._build is not None, "a task before WELCOME"
-            cfg, indices = self._build
-            self.executor = Executor(self.cid, cfg, self.profile, self.device, self.run_id,
-                                     indices, files=self.drop_idle or
-                                     bool(cfg.net.checkpoint_every))
-            self._adopt(self.executor)
-        return self.executor
-
     def _run_task(self, msg: Message, nbytes: int) -> None:
         if self._tracker is not None:  # the last zero-copy send still reads our model's memory
             self._tracker.wait()
@@ -205,22 +163,20 @@ class Client:
                 return
             msg, nbytes = got.msg, got.nbytes
         try:
-            ex = self._executor()
+            ex = self.trainer.executor_now()
         except Exception as e:  # noqa: BLE001 - e.g. its data cannot be built: the task fails
             log.exception("client %d: cannot build its data and model", self.cid)
             self._send_server(failure_message(self.cid, msg.task_id, msg.round,
                                               f"{type(e).__name__}: {e}", msg.sim_time,
                                               self.run_id))
             return
-        out = ex.on_task(msg, nbytes)
-        if self.drop_idle and not ex.holds_state:
-            self.executor = None  # nothing to keep: its data is rebuilt when it is chosen again
+        # wired: --shaped-links, the network already took the received bytes' transfer time
+        out, wired = self.trainer.train(ex, msg, nbytes)
         reply = out.reply
         nxt = self.peers.next_hop(msg, reply)
-        # --shaped-links: the network already took the received bytes' transfer time
-        wired = self.shaped and wire_time(self.profile, nbytes, ex.sender_link(msg))
+        sleep = self.trainer.sleep_real
         if nxt is not None:  # a ring route: hand the model straight to the next client
-            self._sleep_real(out.sim_delay - wired, out.real_elapsed)
+            sleep(out.sim_delay - wired, out.real_elapsed, self.pump)
             try:
                 self.peers.handoff(nxt, msg, reply)
                 self._send_server(self.peers.hop_done(msg, reply))
@@ -229,17 +185,8 @@ class Client:
                 log.error("client %d: the rest of the route is unreachable; returning the model"
                           " to the server", self.cid)
                 reply = to_server(reply)
-        up = up_delay(self.profile, 0 if self.shaped else tensor_bytes(reply))  # (its latency,
-        self._sleep_real(out.sim_delay - wired, out.real_elapsed, up)  # and bytes if simulated)
+        sleep(out.sim_delay - wired, out.real_elapsed, self.pump, self.trainer.up_delay(reply))
         self._send_server(reply, track=True)
-
-    def _sleep_real(self, sim_delay: float, elapsed: float, extra: float = 0.0) -> None:
-        """Real-time mode: wait out the simulated delay, still acknowledging hand-offs."""
-        if not self.real:
-            return
-        end = time.monotonic() + max(0.0, (sim_delay + extra) * self.scale - elapsed)
-        while (left := end - time.monotonic()) > 0:
-            self.pump(max(1, int(min(left, 0.05) * 1000)))
 
     def pump(self, timeout_ms: int) -> None:
         """Read the sockets (hand-offs acknowledged at once and queued, a re-sent duplicate not
@@ -324,7 +271,6 @@ class Client:
 
     def register(self, timeout_s: float) -> None:
         """READY (hello) -> WELCOME -> build data and model -> READY (ready)."""
-        from fednet.client.link import register
         register(self.link, [self], timeout_s)
         if self.refused is not None:
             raise ConfigError(f"the server refused client {self.cid}: {self.refused}")
@@ -339,17 +285,8 @@ class Client:
     def read_peers(self) -> None:
         """Hand-offs from peers: acknowledged at once and queued; a re-sent duplicate is not
         queued again."""
-        for _ in range(1000):
-            got = self.peers.receive()
-            if got is not None:
-                key = (got[0].task_id, int(got[0].body.get("hop", 0)))
-                if self.seen is None:
-                    self.seen = set()
-                if key not in self.seen:
-                    self.seen.add(key)
-                    self.queue_work(got)
-            if not self.peers.sock.poll(0):
-                break
+        for got in self.peers.fresh():
+            self.queue_work(got)
 
     def queue_work(self, item: tuple[Any, int]) -> None:
         """A task or hand-off to run; the process's scheduler learns that this client has work."""
@@ -369,12 +306,12 @@ class Client:
             return None
         msg = got.msg
         if msg.kind == MsgKind.SHUTDOWN and "cids" in msg.arrays and self.host is not None:
-            self.host.on_shutdown(msg)  # the run ended for all the process's clients
+            self.host.enroll.on_shutdown(msg)  # the run ended for all the process's clients
         elif msg.kind == MsgKind.SHUTDOWN:
             self.stopping = True
             self.link.attention.add(self)
         elif msg.kind == MsgKind.WELCOME and "cids" in msg.arrays and self.host is not None:
-            self.host.on_welcome(msg)  # the process's WELCOME, for all its clients
+            self.host.enroll.on_welcome(msg)  # the process's WELCOME, for all its clients
         elif msg.kind == MsgKind.WELCOME:
             self._drop_work()  # what the old server sent is void now
             self._welcome(msg)
@@ -383,8 +320,8 @@ class Client:
                 self.link.settled.append(self)
         elif msg.kind == MsgKind.REJECT:
             reason = str(msg.body.get("reason", ""))[:200]
-            if self.host is not None and self.host.batching:  # the process's hellos refused
-                return self.host.batch_refused(reason)
+            if self.host is not None and self.host.enroll.batching:  # the process's hellos refused
+                return self.host.enroll.batch_refused(reason)
             if not self.registered:  # its first registration: this client stops
                 if self.refused is None:
                     self.refused = reason
@@ -428,14 +365,7 @@ class Client:
     def check_process(self) -> int | None:
         """What every client of this process shares: its launcher and its server link; an exit
         code when they must all stop."""
-        if os.getppid() != self.parent:  # our launcher is gone: do not linger as an orphan
-            log.error("%s: parent process exited; stopping", self.link.names())
-            return EXIT_ERROR
-        if self.link.gone(self.lost_timeout):
-            log.error("%s: lost the server at %s (no connection for %.0fs); stopping",
-                      self.link.names(), self.connect, self.lost_timeout)
-            return EXIT_ERROR
-        return None
+        return EXIT_ERROR if self.link.abandoned(self.parent, self.lost_timeout) else None
 
     def check_flags(self) -> None:
         """Register again when the link came back, or when a refused re-registration's wait
@@ -443,9 +373,7 @@ class Client:
         if self.rehello_at is not None and self.link.lost_since is None \
                 and time.monotonic() >= self.rehello_at:
             self.rehello_at, self.rehello = None, True
-        if self.rehello:
-            self.rehello = False
-            self.hello()
+        self.hello_again()
 
     def must_stop(self) -> bool:
         """Between two batches of a task (training/interrupt.py): read the sockets (a SHUTDOWN
@@ -458,8 +386,8 @@ class Client:
         return self.stopping or os.getppid() != self.parent or self.link.gone(self.lost_timeout)
 
     def hello_again(self) -> None:
-        """While waiting for WELCOME: a link that dropped and came back lost the hello (or the
-        WELCOME) with the old connection; say hello again on the new one."""
+        """A link that dropped and came back lost the hello (or the WELCOME) with the old
+        connection, or a refused re-registration waited: say hello again."""
         if self.rehello:
             self.rehello = False
             self.hello()

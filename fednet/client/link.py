@@ -11,8 +11,10 @@ speaks only for the ids it proved (server/conns.py).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import deque
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
 import zmq
@@ -139,6 +141,18 @@ class ServerLink:
         return (f"the server at {self.connect} runs with --secure: give this host --secure DIR "
                 "(its copy of the run's key folder; --key NAME if it holds several keys), not a join key")
 
+    def abandoned(self, parent: int, timeout_s: float) -> bool:
+        """Whether the process's clients must stop (logged): its launcher `parent` is gone (do
+        not linger as an orphan), or the link has been down for longer than timeout_s."""
+        if os.getppid() != parent:
+            log.error("%s: parent process exited; stopping", self.names())
+            return True
+        if self.gone(timeout_s):
+            log.error("%s: lost the server at %s (no connection for %.0fs); stopping",
+                      self.names(), self.connect, timeout_s)
+            return True
+        return False
+
     def gone(self, timeout_s: float) -> bool:
         """Whether the link has been down for longer than timeout_s."""
         self.watch()
@@ -196,8 +210,7 @@ def register(link: ServerLink, clients: list[Client], timeout_s: float) -> None:
                     c.hello_again()
 
 
-def ids_text(cids: list[int]) -> str:
+def ids_text(cids: Sequence[int]) -> str:
     """'0-299' for consecutive ids, else the ids with commas (at most 10 shown)."""
-    if cids == list(range(cids[0], cids[0] + len(cids))):
-        return f"{cids[0]}-{cids[-1]}" if len(cids) > 1 else str(cids[0])
-    return ",".join(map(str, cids[:10])) + (",..." if len(cids) > 10 else "")
+    from fednet.client.table import IdIndex
+    return IdIndex(cids).text()

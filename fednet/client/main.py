@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import torch
 
@@ -14,7 +15,7 @@ from fednet.core.plugin_check import report
 log = logging.getLogger("fednet.client")
 
 
-def run_host(cids: list[int], connect: str, device: str = "cpu", advertise: str = "127.0.0.1",
+def run_host(cids: Sequence[int], connect: str, device: str = "cpu", advertise: str = "127.0.0.1",
              threads: int = 1, register_timeout: float = 60.0, secure: str = "",
              run_key: bytes | None = None, key_name: str = "",
              curve: tuple[bytes, bytes] | None = None) -> int:
@@ -40,7 +41,7 @@ def run_host(cids: list[int], connect: str, device: str = "cpu", advertise: str 
         host.close()
 
 
-def run_client(cid: int | list[int], connect: str, device: str = "cpu",
+def run_client(cid: int | Sequence[int], connect: str, device: str = "cpu",
                advertise: str = "127.0.0.1", threads: int = 1, register_timeout: float = 60.0,
                secure: str = "", run_key: bytes | None = None, key_name: str = "",
                curve: tuple[bytes, bytes] | None = None) -> int:
@@ -50,11 +51,11 @@ def run_client(cid: int | list[int], connect: str, device: str = "cpu",
     key pair `fednet launch --secure` issued to this process instead."""
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
-    if isinstance(cid, list):
+    if not isinstance(cid, int):  # a process's ids: a range, or a list
         if len(cid) > 1:
             return run_host(cid, connect, device, advertise, threads, register_timeout, secure,
                             run_key, key_name, curve)
-        cid = cid[0]
+        cid = int(cid[0])
     try:
         client = Client(cid, connect, device, advertise, threads, secure, run_key=run_key,
                         key_name=key_name, curve=curve)

@@ -44,7 +44,7 @@ class Peers:
     __slots__ = ("ctx", "me", "ledger", "keys", "peer_key", "gate", "server_setup", "advertise",
                  "sock", "chan", "endpoint", "rejects", "last_peer_bytes", "last_peer_tensor",
                  "run_id", "grant", "pump", "ack_timeout", "retries", "dead_peer",
-                 "last_to_hop", "availability", "skipped", "compress", "seed")
+                 "last_to_hop", "availability", "skipped", "compress", "seed", "seen")
 
     def __init__(self, ctx: zmq.Context, me: str, advertise: str, ledger: Ledger,
                  keys: Any = None, peer_key: bytes | None = None, gate: str | None = None
@@ -71,6 +71,31 @@ class Peers:
         self.availability: Any = None  # --availability: offline peers are passed over
         self.skipped = 0  # offline peers the last hand-off passed over
         self.compress, self.seed = Spec(), 0  # --compress-handoff (set at WELCOME)
+        self.seen: set[tuple[int, int]] | None = None  # (task, hop) of hand-offs received
+
+    def take_welcome(self, cfg: Any, run_id: str, grant: bytes | None, availability: Any) -> None:
+        """The run's hand-off settings from a WELCOME (hand-offs seen before are forgotten)."""
+        n = cfg.net
+        self.run_id, self.grant, self.availability, self.seen = run_id, grant, availability, None
+        self.ack_timeout, self.retries, self.dead_peer = n.ack_timeout, n.ack_retries, n.dead_peer
+        self.compress, self.seed = n.codecs().handoff, cfg.seed
+
+    def fresh(self) -> list[tuple[Message, int]]:
+        """The hand-offs the peer socket holds (up to 1000), each acknowledged at once
+        (receive); a re-sent duplicate of one received before is left out."""
+        out = []
+        for _ in range(1000):
+            got = self.receive()
+            if got is not None:
+                key = (got[0].task_id, int(got[0].body.get("hop", 0)))
+                if self.seen is None:
+                    self.seen = set()
+                if key not in self.seen:
+                    self.seen.add(key)
+                    out.append(got)
+            if self.sock is None or not self.sock.poll(0):
+                break
+        return out
 
     def next_hop(self, task_msg: Message, reply: Message) -> int | None:
         """Index of the next hop when the reply must travel on along the route, else None."""

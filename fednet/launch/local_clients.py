@@ -141,7 +141,7 @@ def run_clients(connect: str, ids: list[int], gpus: str | None, advertise: str, 
           f"process{'' if procs == 1 else 'es'}) connecting to {connect}", file=sys.stderr)
     try:
         while zyg.exited() < len(ids):
-            zyg.dead()
+            zyg.exits()
             if zyg.proc.poll() is not None:
                 break
             time.sleep(0.1)

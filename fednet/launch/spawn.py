@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
 import numpy as np
@@ -47,7 +47,7 @@ class Zygote:
         self._buf = b""
         self.procs: dict[int, Sequence[int]] = {}  # pid -> its clients (a range where one)
         self.codes: dict[int, int] = {}  # pid -> exit code (of the processes that exited)
-        self._new_dead: list[tuple[Sequence[int], str]] = []  # (a process's ids, why)
+        self._new_dead: list[tuple[Sequence[int], str]] = []  # (a process's ids, why): exits
         self.warm_timeout_s = warm_timeout_s
         self.warm_s: float | None = None
 
@@ -105,9 +105,9 @@ class Zygote:
             return
         own = ("cids", "device", "curve")  # what differs between processes
         common = {k: v for k, v in specs[0].items() if k not in own}
-        groups: dict[str, Any] = {"groups": [s["cids"] for s in specs]}
-        if all(s["cids"] == list(range(s["cids"][0], s["cids"][-1] + 1)) for s in specs):
-            groups = {"ranges": [[s["cids"][0], s["cids"][-1] + 1] for s in specs]}  # a few bytes
+        groups: dict[str, Any] = {"ranges": [[s["cids"][0], s["cids"][-1] + 1] for s in specs]}
+        if not all(map(_consecutive, (s["cids"] for s in specs))):  # else a few bytes
+            groups = {"groups": [[int(c) for c in s["cids"]] for s in specs]}
         cmd = {"cmd": "spawn_many", "common": common, **groups,
                "devices": [s["device"] for s in specs],
                "curves": [s.get("curve") for s in specs], "template": template}
@@ -115,9 +115,9 @@ class Zygote:
         self.proc.stdin.write((json.dumps(cmd) + "\n").encode())  # a few KB even for 500 clients
         self.proc.stdin.flush()
 
-    def dead(self) -> list[tuple[Sequence[int], str]]:
-        """The clients of each process that exited since the last call, with why (one entry a
-        process, its ids a range where they are one); the zygote dying kills all."""
+    def exits(self) -> list[tuple[Sequence[int], str]]:
+        """The processes that exited since the last call: (their ids, why), one entry each (a
+        range of ids stays one); the zygote dying kills all."""
         self._events()
         if self.proc.poll() is not None:
             for pid, ids in self.procs.items():
@@ -151,9 +151,7 @@ class Zygote:
         """
         deadline = time.monotonic() + wait_s
         self._events()
-        wanted = id_array(wait_for if wait_for is not None else [])
-        waiting = [p for p, ids in self.procs.items()  # the processes of those clients
-                   if wanted.size and np.isin(id_array(ids), wanted).any()]
+        waiting = holding(self.procs, wait_for if wait_for is not None else ())  # their processes
         while waiting and self.proc.poll() is None and time.monotonic() < deadline:
             self._events()
             waiting = [p for p in waiting if p not in self.codes]
@@ -177,21 +175,48 @@ class Zygote:
         self._events()
 
 
+def _consecutive(ids: Sequence[int]) -> bool:
+    """Whether `ids` are lo, lo + 1, ..., hi (one or more)."""
+    if isinstance(ids, range):
+        return ids.step == 1 and len(ids) > 0
+    return len(ids) > 0 and bool((np.diff(np.asarray(ids, np.int64)) == 1).all())
+
+
+def holding(procs: dict[int, Sequence[int]], cids: Iterable[int] | np.ndarray) -> list[int]:
+    """The processes of `procs` (pid -> its ids) that hold one of `cids` or more: a range's
+    test is two binary searches over the sorted ids, not a set of a million."""
+    wanted = np.sort(id_array(cids) if isinstance(cids, (np.ndarray, range))
+                     else np.fromiter(cids, np.int64))
+    out = []
+    for pid, ids in procs.items():
+        if isinstance(ids, range) and ids.step == 1:
+            hit = bool(np.searchsorted(wanted, ids.stop) > np.searchsorted(wanted, ids.start))
+        else:
+            hit = bool(np.isin(np.fromiter(ids, np.int64), wanted).any())
+        if hit:
+            out.append(pid)
+    return out
+
+
 def event_ids(ev: dict[str, Any]) -> Any:
     """The ids a zygote event names (zygote.ids_field): its range, or its list."""
     return range(*ev["range"]) if "range" in ev else map(int, ev["cids"])
 
 
 def client_specs(n: int, connect: str, gpus: tuple[int, ...], threads: int,
-                 ids: list[int] | None = None, advertise: str = "127.0.0.1",
+                 ids: Sequence[int] | None = None, advertise: str = "127.0.0.1",
                  log_level: str = "WARNING", register_timeout: float = 60.0,
                  secure: str = "", per_process: int = 1, run_key: bytes | None = None,
                  key_name: str = "", curve_pairs: list[tuple[str, str]] | None = None
                  ) -> list[dict[str, Any]]:
     """One spawn spec per process: `per_process` consecutive client ids each (the last may hold
-    fewer), processes pinned round-robin to the GPUs (or the CPU). `run_key` (the launcher's
-    secret, from which each client derives its own) travels only through the zygote's pipe."""
-    cids = list(ids if ids is not None else range(n))
+    fewer), processes pinned round-robin to the GPUs (or the CPU); consecutive ids are a range
+    and each process's a range of it (10,000,000 ids: no list of them). `run_key` (the
+    launcher's secret, from which each client derives its own) travels only through the
+    zygote's pipe."""
+    cids: Sequence[int] = range(n) if ids is None else ids
+    if not isinstance(cids, range) and _consecutive(cids):  # a range: its slices are ranges
+        cids = range(cids[0], cids[-1] + 1)
     k = max(1, per_process)
     groups = [cids[i:i + k] for i in range(0, len(cids), k)]
     return [{"cids": g, "connect": connect, "device": device_for(g[0] if k == 1 else i, gpus),

@@ -136,7 +136,8 @@ def _child(spec: dict[str, Any], zygote: int, go: tuple[int, int] | None = None)
     from fednet.client.main import run_client
     from fednet.log import setup_logging
 
-    cids = [int(c) for c in spec["cids"]]
+    cids = spec["cids"]  # a range stays one: a process of 625,000 ids builds no list of them
+    cids = cids if isinstance(cids, range) else [int(c) for c in cids]
     name = f"client {cids[0]}" if len(cids) == 1 else f"clients {cids[0]}-{cids[-1]}"
     setup_logging(name, spec.get("log_level", "WARNING"))
     return run_client(cids, spec["connect"], spec.get("device", "cpu"),

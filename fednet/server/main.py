@@ -222,7 +222,7 @@ def _serve(run: Run, server: ZmqServer, zyg: Zygote | None, cfg: RunConfig,
     hint = f"tracebacks in {session.out}/logs/clients.log" if zyg else ""
     session.driver.verdict.log_hint = hint
     if zyg is not None:
-        server.watch = zyg.dead
+        server.watch = zyg.exits
     # big models: map the heap for a first round's results while the clients register
     reserving = Reserve(reserve_bytes(cfg, session.evaluator.model_bytes))
     try:

@@ -1,0 +1,88 @@
+"""What one client trains with: the run's settings its WELCOME gave and its Executor.
+
+An idle client is its id and a few numbers: its Executor (data, model, client half) is built
+when its first task arrives. With several clients in a process (`drop_idle`, client/host.py) it
+is dropped after each task unless it is the only home of its state (a stateful client keeps its
+state in the run's store between tasks; one client alone in its process keeps its objects and
+writes the store only for checkpoints). `--real-time` waits out the simulated delays here.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from fednet.core.executor import Executor, Outcome, num_examples
+from fednet.network.latency import Profile, up_delay, wire_time
+from fednet.protocol import Message, tensor_bytes
+
+NO_PROFILE = Profile()
+
+
+class Trainer:
+    """One client's training settings (from WELCOME) and its Executor. Slotted: a process
+    holds thousands of idle clients."""
+
+    __slots__ = ("cid", "device", "run_id", "executor", "build", "drop_idle", "links",
+                 "availability", "real", "scale", "shaped", "profile")
+
+    def __init__(self, cid: int, device: str) -> None:
+        self.cid, self.device, self.run_id = cid, device, ""
+        self.executor: Executor | None = None
+        self.build: tuple | None = None  # (config, partition) of the executor to build
+        self.drop_idle = False  # several clients in this process (Host): see the module
+        self.links: Any = None
+        self.availability: Any = None
+        self.real, self.scale, self.shaped = False, 1.0, False
+        self.profile = NO_PROFILE
+
+    def take(self, cfg: Any, run_id: str, profile: Profile, indices: Any, tables: tuple) -> int:
+        """The run's settings from a WELCOME; the executor is kept when the configuration did
+        not change (a restarted server resuming the same run). Returns the examples."""
+        self.run_id, self.profile = run_id, profile
+        lat = cfg.latency
+        self.real, self.scale, self.shaped = lat.real, lat.time_scale, lat.shaped
+        if self.executor is None or self.executor.cfg.replace(out="") != cfg.replace(out=""):
+            self.executor = None  # built at this client's first task (executor_now)
+            self.build = (cfg, indices)
+        self.links, self.availability = tables
+        if self.executor is not None:
+            self._adopt(self.executor)
+        return self.executor.num_examples if self.executor is not None else \
+            num_examples(cfg, self.cid, indices)
+
+    def _adopt(self, ex: Executor) -> None:
+        """The run's id, the peers' links and the availability, as WELCOME gave them."""
+        ex.run_id, ex.links, ex.availability = self.run_id, self.links, self.availability
+
+    def executor_now(self) -> Executor:
+        """This client's executor, built now if it has none."""
+        if self.executor is None:
+            assert self.build is not None, "a task before WELCOME"
+            cfg, indices = self.build
+            self.executor = Executor(self.cid, cfg, self.profile, self.device, self.run_id,
+                                     indices, files=self.drop_idle or
+                                     bool(cfg.net.checkpoint_every))
+            self._adopt(self.executor)
+        return self.executor
+
+    def train(self, ex: Executor, msg: Message, nbytes: int) -> tuple[Outcome, float]:
+        """Run a task on `ex`: its outcome, and the simulated seconds its received bytes took
+        on the wire where --shaped-links already spent them (0 otherwise)."""
+        out = ex.on_task(msg, nbytes)
+        if self.drop_idle and not ex.holds_state:
+            self.executor = None  # nothing to keep: its data is rebuilt when it is chosen again
+        wired = self.shaped and wire_time(self.profile, nbytes, ex.sender_link(msg))
+        return out, float(wired)
+
+    def up_delay(self, reply: Message) -> float:
+        """The reply's upload delay (its latency, and its bytes unless the network shapes them)."""
+        return up_delay(self.profile, 0 if self.shaped else tensor_bytes(reply))
+
+    def sleep_real(self, sim_delay: float, elapsed: float, pump: Callable[[int], None],
+                   extra: float = 0.0) -> None:
+        """Real-time mode: wait out the simulated delay, still reading the sockets (`pump`)."""
+        if not self.real:
+            return
+        end = time.monotonic() + max(0.0, (sim_delay + extra) * self.scale - elapsed)
+        while (left := end - time.monotonic()) > 0:
+            pump(max(1, int(min(left, 0.05) * 1000)))
