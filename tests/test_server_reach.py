@@ -134,7 +134,7 @@ def test_a_second_live_claim_of_an_id_is_refused_and_named(server):
                                                            "endpoint": ""}))
     got = _recv(b, server)
     assert got.kind == MsgKind.REJECT and "client 1 is already connected" in got.body["reason"]
-    assert server.conns.route_of[1][-4:] == sub_frame(1) and 1 in server.clients
+    assert server.conns.route_of(1)[-4:] == sub_frame(1) and 1 in server.clients
     a.close()
     b.close()
 

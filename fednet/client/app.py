@@ -121,6 +121,8 @@ class Client:
         restarted server resuming the same run), then answer READY (ready)."""
         b = checked_welcome(msg.body)  # the run's plugins imported (PluginError: one line)
         cfg = welcome_config(b)
+        if self.host is not None:
+            self.host.kept.clear()  # built under the last WELCOME's settings
         n = self.take_welcome(cfg, b, Profile.from_dict(b.get("profile", {})),
                               msg.arrays.get("indices"), b.get("token"), b.get("grant"),
                               welcome_tables(cfg, msg.arrays, bool(b.get("peers"))))

@@ -173,6 +173,7 @@ class Enrollment:
         and says where it listens)."""
         w = read_welcome(msg)
         self.w, self.batching = w, False
+        self.host.kept.clear()  # built under the last WELCOME's settings
         torch.set_num_threads(w.cfg.train.threads)
         mine = np.flatnonzero(self.table.index.rows(w.cids) >= 0)  # WELCOME rows of our ids
         if w.peers:

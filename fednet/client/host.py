@@ -31,7 +31,7 @@ import zmq
 from fednet.client.app import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Client
 from fednet.client.enroll import Enrollment
 from fednet.client.link import ServerLink, register, server_setup
-from fednet.core.executor import share_working_models
+from fednet.core.executor import KeptExecutors, share_working_models
 from fednet.errors import ConfigError
 from fednet.platform.proc import check_files_per_process
 from fednet.training import interrupt
@@ -62,6 +62,7 @@ class Host:
         self.auth, self.admitted, self.link = None, None, None
         self.enroll = Enrollment(self, cids)  # the ids, their WELCOME, SHUTDOWN and BYE
         self.by_cid: dict[int, Client] = {}  # the clients that exist now
+        self.kept = KeptExecutors()  # stateless clients' Executors between their tasks
         self.spec = (connect, device, advertise, threads, secure, run_key, key_name, curve)
         self.poller = zmq.Poller()
         self.by_sock: dict[zmq.Socket, Client] = {}  # peer socket -> its client
@@ -96,6 +97,7 @@ class Host:
                    run_key=run_key, key_name=key_name, curve=curve, link=self.link,
                    admitted=self.admitted)
         c.host, c.trainer.drop_idle, c.lost_timeout = self, True, self.lost_timeout
+        c.trainer.kept = self.kept
         self.by_cid[cid] = c
         w = self.enroll.w
         if take and w is not None and w.row(cid) >= 0:
@@ -284,6 +286,7 @@ class Host:
 
     def close(self) -> None:
         """Close every client's sockets, the shared link, then the shared context."""
+        self.kept.clear()
         for c in self.clients:
             c.close()
         self.link.close()

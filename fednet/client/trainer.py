@@ -4,14 +4,16 @@ An idle client is its id and a few numbers: its Executor (data, model, client ha
 when its first task arrives. With several clients in a process (`drop_idle`, client/host.py) it
 is dropped after each task unless it is the only home of its state (a stateful client keeps its
 state in the run's store between tasks; one client alone in its process keeps its objects and
-writes the store only for checkpoints). `--real-time` waits out the simulated delays here.
+writes the store only for checkpoints); a stateless client's goes to the process's kept
+Executors (core/executor.KeptExecutors, within a budget) for its next task, as under fednet
+local. `--real-time` waits out the simulated delays here.
 """
 from __future__ import annotations
 
 import time
 from typing import Any, Callable
 
-from fednet.core.executor import Executor, Outcome, num_examples
+from fednet.core.executor import Executor, KeptExecutors, Outcome, num_examples
 from fednet.network.latency import Profile, up_delay, wire_time
 from fednet.protocol import Message, tensor_bytes
 
@@ -23,13 +25,14 @@ class Trainer:
     holds thousands of idle clients."""
 
     __slots__ = ("cid", "device", "run_id", "executor", "build", "drop_idle", "links",
-                 "availability", "real", "scale", "shaped", "profile")
+                 "availability", "real", "scale", "shaped", "profile", "kept")
 
     def __init__(self, cid: int, device: str) -> None:
         self.cid, self.device, self.run_id = cid, device, ""
         self.executor: Executor | None = None
         self.build: tuple | None = None  # (config, partition) of the executor to build
         self.drop_idle = False  # several clients in this process (Host): see the module
+        self.kept: KeptExecutors | None = None  # the process's, under a Host
         self.links: Any = None
         self.availability: Any = None
         self.real, self.scale, self.shaped = False, 1.0, False
@@ -56,6 +59,10 @@ class Trainer:
 
     def executor_now(self) -> Executor:
         """This client's executor, built now if it has none."""
+        if self.executor is None and self.kept is not None:
+            self.executor = self.kept.take(self.cid)  # (dropped at each WELCOME: same settings)
+            if self.executor is not None:
+                self._adopt(self.executor)
         if self.executor is None:
             assert self.build is not None, "a task before WELCOME"
             cfg, indices = self.build
@@ -70,7 +77,9 @@ class Trainer:
         on the wire where --shaped-links already spent them (0 otherwise)."""
         out = ex.on_task(msg, nbytes)
         if self.drop_idle and not ex.holds_state:
-            self.executor = None  # nothing to keep: its data is rebuilt when it is chosen again
+            self.executor = None  # nothing to keep: kept within the budget, or rebuilt
+            if self.kept is not None and not ex.stateful:
+                self.kept.keep(ex)
         wired = self.shaped and wire_time(self.profile, nbytes, ex.sender_link(msg))
         return out, float(wired)
 

@@ -4,6 +4,8 @@ No sockets here: the in-process runtime and the ZeroMQ client both call `on_task
 """
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import logging
 import time
 from dataclasses import dataclass
@@ -344,3 +346,41 @@ def welcome_config(b: dict) -> RunConfig:
         raise ConfigError(f"the server sent a configuration this client cannot use ({e}); "
                           "are both on the same fednet version?") from None
 
+
+KEEP_BYTES = 32 << 20
+"""What the Executors of stateless clients kept between their tasks may weigh in all
+(Executor.kept_bytes: ~8 KiB and the client's row index and labels each; 4,000 digits clients)."""
+
+
+class KeptExecutors:
+    """Stateless clients' Executors kept for their next task, least recently used dropped first
+    beyond `keep_bytes` (one that alone weighs more is not kept): a small population's clients
+    are built once, a large one's idle clients cost nothing. fednet local's (core/inproc.py) and
+    each `fednet launch` client process's (client/host.py)."""
+
+    def __init__(self, keep_bytes: int = KEEP_BYTES) -> None:
+        self.kept: OrderedDict[int, tuple[Executor, int]] = OrderedDict()
+        self.keep_bytes, self.kept_bytes = keep_bytes, 0
+
+    def take(self, cid: int) -> Executor | None:
+        """Client cid's kept Executor (no longer kept), or None."""
+        got = self.kept.pop(cid, None)
+        if got is None:
+            return None
+        self.kept_bytes -= got[1]
+        return got[0]
+
+    def keep(self, ex: Executor) -> None:
+        """Keep ex (a stateless client's) within the budget."""
+        n = ex.kept_bytes()
+        if n > self.keep_bytes:
+            return
+        self.kept[ex.cid] = (ex, n)
+        self.kept_bytes += n
+        while self.kept_bytes > self.keep_bytes:
+            self.kept_bytes -= self.kept.popitem(last=False)[1][1]
+
+    def clear(self) -> None:
+        """Drop them all (the run ended, or a new WELCOME may have changed the settings)."""
+        self.kept.clear()
+        self.kept_bytes = 0

@@ -1,13 +1,13 @@
 """The in-process runtime (`fednet local`): the same executors, codec and ledger, no sockets."""
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import deque
 
 import numpy as np
 
 import torch
 
-from fednet.core.executor import Executor, share_working_models
+from fednet.core.executor import KEEP_BYTES, Executor, KeptExecutors, share_working_models
 from fednet.config import RunConfig
 from fednet.core.replies import receive
 from fednet.core.rounds import FollowUp
@@ -28,11 +28,6 @@ from fednet.core.wire import (ack_message, handoff_message, hop_done_message, pl
                          record_sizes, task_message)
 
 
-KEEP_BYTES = 32 << 20
-"""What the Executors of stateless clients kept between their tasks may weigh in all
-(Executor.kept_bytes: ~8 KiB and the client's row index and labels each; 4,000 digits clients)."""
-
-
 class Executors:
     """Client cid's Executor, built when the client is given work. A client whose algorithm
     keeps nothing between tasks shares one working model with the others
@@ -48,18 +43,14 @@ class Executors:
         self.s = session
         self.built: dict[int, Executor] = {}  # the clients whose state only their object holds
         self.resumed = dict(session.resumed_clients)  # --resume of an older checkpoint
-        self.kept: OrderedDict[int, tuple[Executor, int]] = OrderedDict()  # stateless, LRU
-        self.keep_bytes, self.kept_bytes = keep_bytes, 0
+        self.kept = KeptExecutors(keep_bytes)  # stateless clients', least recently used out
 
     def __getitem__(self, cid: int) -> Executor:
         ex = self.built.get(cid)
         if ex is not None:
             return ex
-        kept = self.kept.pop(cid, None)
-        if kept is None:
-            return self._build(cid)
-        self.kept_bytes -= kept[1]
-        return kept[0]
+        kept = self.kept.take(cid)
+        return kept if kept is not None else self._build(cid)
 
     def done(self, ex: Executor) -> None:
         """After ex's task: kept if it is the only home of its state, or (a stateless client's)
@@ -67,23 +58,11 @@ class Executors:
         if ex.holds_state:
             self.built[ex.cid] = ex
         elif not ex.stateful:
-            self._keep(ex)
-
-    def _keep(self, ex: Executor) -> None:
-        """Keep a stateless client's Executor, dropping the least recently used beyond the
-        budget (one that alone weighs more is not kept)."""
-        n = ex.kept_bytes()
-        if n > self.keep_bytes:
-            return
-        self.kept[ex.cid] = (ex, n)
-        self.kept_bytes += n
-        while self.kept_bytes > self.keep_bytes:
-            self.kept_bytes -= self.kept.popitem(last=False)[1][1]
+            self.kept.keep(ex)
 
     def clear(self) -> None:
         """Drop the kept Executors (the run ended)."""
         self.kept.clear()
-        self.kept_bytes = 0
 
     def _build(self, cid: int) -> Executor:
         s, cfg = self.s, self.s.cfg
