@@ -1,19 +1,21 @@
 """Population scale (issue 22): cost that follows the cohort, not the population.
 
     python3 benchmarks/bench_population.py [--populations 10000 100000 1000000] [--per-round 1000]
-        [--dataset synthetic-fedprox] [--rounds 5] [--epochs 1] [--runtimes loop local launch]
-        [--limit-mb 12000] [--algo fedavg] [--json F]
+        [--dataset synthetic-fedprox] [--rounds 5] [--epochs 1]
+        [--runtimes loop local launch pfl] [--pfl-python PY] [--limit-mb 12000] [--algo fedavg]
+        [--json F]
 
 For each population, side by side in one run (in this order: the plain loop, `fednet local`,
-`fednet launch`): FedAvg with `--fraction per_round / population`, the same seed and data (--algo: another algorithm for
+`fednet launch`, and pfl-research when it imports: pfl_peer.py, else one line says it is
+skipped): FedAvg with `--fraction per_round / population`, the same seed and data (--algo: another algorithm for
 fednet's runs, e.g. scaffold, whose clients keep their state in the run's store on disk; the
 loop stays FedAvg, so its ratio then compares unlike work). Per
 run: the whole command's seconds, the seconds before the first round started (command start to
 round 0's start: imports, data, registration; from when metrics.jsonl got its first row, less
 that round's wall-clock), the median round wall-clock (rounds 1.. when there are
 several) and its ratio to the plain loop's round, the seconds from the last round's end to the command's exit, the
-bytes written into the run folder besides the final model, the peak of the summed resident memory of the
-command and every process it started (sampled every 0.2 s), and the final accuracy (the loop
+bytes written into the run folder besides the final model, the peak of the summed proportional set size
+(PSS) of the command and every process it started (sampled every 0.2 s), and the final accuracy (the loop
 and fednet train the same clients' data; they draw different cohorts, so their accuracies
 differ a little). A run whose processes together pass --limit-mb is killed and reported so.
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -67,8 +70,16 @@ def folder_bytes(out: Path) -> int:
                and f.name != "final_model.npz")
 
 
-def loop_run(n: int, a: argparse.Namespace) -> dict[str, Any]:
-    argv = [sys.executable, str(HERE / "plain_loop.py"), "--dataset", a.dataset, "--clients",
+def has_pfl(python: str) -> bool:
+    """Whether pfl-research imports under `python`."""
+    return subprocess.run([python, "-c", "import pfl.algorithm"], capture_output=True).returncode == 0
+
+
+def loop_run(n: int, a: argparse.Namespace, peer: str = "") -> dict[str, Any]:
+    """The plain loop (plain_loop.py), or with `peer` pfl-research (pfl_peer.py, under that
+    Python): the same job, one JSON line."""
+    script = "pfl_peer.py" if peer else "plain_loop.py"
+    argv = [peer or sys.executable, str(HERE / script), "--dataset", a.dataset, "--clients",
             str(n), "--fraction", repr(a.per_round / n), "--rounds", str(a.rounds),
             "--epochs", str(a.epochs)]
     r = run_with_peak(argv, a.limit_mb, a.timeout_s)
@@ -88,7 +99,7 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
     when its clients were ready), the last round -> exit, the run folder besides the model and
     the peak memory (issue 43's targets at 1,000,000 clients, 1,000 a round)."""
     res, a = data.get("results", []), data.get("args", {})
-    mine = [r for r in res if r["runtime"] != "loop" and r.get("round_s")]
+    mine = [r for r in res if r["runtime"] not in ("loop", "pfl") and r.get("round_s")]
     if not mine:
         return []
     n = max(r["population"] for r in mine)
@@ -106,6 +117,11 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
         loop = at.get("loop") or {}
         if loop.get("rc") != 0:  # a loop that failed is no yardstick
             loop = {}
+        peer = at.get("pfl") or {}
+        if peer.get("rc") == 0:
+            rows.append(headline_row(
+                "scale", f"{what}: the whole command / pfl-research's", r["seconds"] /
+                peer["seconds"], "x", "", f"{r['seconds']:.1f} s against {peer['seconds']:.1f} s"))
         rows += [
             headline_row("scale", f"{what}: the whole command / the plain loop's",
                          r["seconds"] / loop["seconds"] if loop.get("seconds") else None, "x",
@@ -136,8 +152,12 @@ def main() -> None:
     ap.add_argument("--dataset", default="synthetic-fedprox")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--epochs", type=int, default=1)
-    ap.add_argument("--runtimes", nargs="+", default=["loop", "local", "launch"],
-                    choices=["loop", "local", "launch"])
+    ap.add_argument("--runtimes", nargs="+", default=["loop", "local", "launch", "pfl"],
+                    choices=["loop", "local", "launch", "pfl"],
+                    help="pfl: pfl-research (pip install pfl), an optional peer: skipped with a "
+                         "line when it does not import under --pfl-python")
+    ap.add_argument("--pfl-python", default=sys.executable,
+                    help="the Python that has pfl-research (default: this one)")
     ap.add_argument("--limit-mb", type=float, default=12_000,
                     help="kill a run whose processes together hold more (default 12000)")
     ap.add_argument("--timeout-s", type=float, default=1800)
@@ -145,12 +165,17 @@ def main() -> None:
     ap.add_argument("--json", help="write the results here")
     a = ap.parse_args()
     results: list[dict[str, Any]] = []
+    if "pfl" in a.runtimes and not has_pfl(a.pfl_python):
+        print(f"pfl-research does not import under {a.pfl_python} (pip install pfl): its rows "
+              "are skipped", file=sys.stderr)
+        a.runtimes = [r for r in a.runtimes if r != "pfl"]
     with tempfile.TemporaryDirectory() as tmp:
         for n in a.populations:
             loop = None
             for rt in a.runtimes:
                 print(f"population {n:,}: {rt} ...", file=sys.stderr, flush=True)
-                r = loop_run(n, a) if rt == "loop" else fednet_run(rt, n, a, Path(tmp) / f"{rt}{n}")
+                r = (loop_run(n, a) if rt == "loop" else loop_run(n, a, a.pfl_python)
+                     if rt == "pfl" else fednet_run(rt, n, a, Path(tmp) / f"{rt}{n}"))
                 r.update(population=n, runtime=rt)
                 if rt == "loop":
                     loop = r

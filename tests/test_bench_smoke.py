@@ -22,6 +22,7 @@ TOOLS = {"dashboard.py": "writes BENCHMARKS.md from the --json files",
          "golden.py": "the golden pins of tests/test_golden.py",
          "flower_reference.py": "Flower's robust aggregates for tests/golden/flower_robust.json",
          "plain_loop.py": "the plain PyTorch loop bench_many.py and bench_population.py time",
+         "pfl_peer.py": "bench_population.py's optional peer: the same job through pfl-research",
          "round_timing_plugin.py": "bench_many.py's --plugin (timestamps, a small dataset)",
          "secagg_plugin.py": "bench_secagg.py's --plugin (dropouts at a stage, an MLP model)",
          "synthetic_plugin.py": "bench_memory.py's --plugin for older checkouts"}
@@ -55,7 +56,8 @@ SMOKE: dict[str, list[str]] = {
     "bench_memory.py": ["--clients", "50", "--per-process", "25"],  # 1,000 images to train
     "bench_personal.py": ["--rounds", "1", "--algos", "fedavg", "--scenarios", "iid"],
     "bench_population.py": ["--populations", "50", "--per-round", "5", "--rounds", "2",
-                            "--runtimes", "loop", "local", "launch", "--timeout-s", "300"],
+                            "--runtimes", "loop", "local", "launch", "pfl", "--timeout-s",
+                            "300"],  # (pfl: its row, or a line that it is skipped)
     "bench_ring_timeline.py": ["--local"],
     "bench_robust.py": ["--clients", "10", "--rounds", "1", "--epochs", "1", "--seeds", "0",
                         "--attacks", "alie", "--defenses", "none", "krum", "--timing", "20x1000"],
