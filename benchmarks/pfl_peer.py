@@ -11,7 +11,6 @@ round's seconds.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import time
@@ -30,11 +29,9 @@ from pfl.hyperparam import NNTrainHyperParams  # noqa: E402
 from pfl.metrics import Metrics, Weighted  # noqa: E402
 from pfl.model.pytorch import PyTorchModel  # noqa: E402
 
-from fednet.config import RunConfig  # noqa: E402
-from fednet.data import load_dataset, natural, run_partition, run_test_split  # noqa: E402
 from fednet.data.client_data import client_data  # noqa: E402
-from fednet.data.datasets import NATURAL  # noqa: E402
 from fednet.models import build_model  # noqa: E402
+from benchlib.plain import job_args, job_data  # noqa: E402
 
 
 class Scored(torch.nn.Module):
@@ -76,28 +73,11 @@ class Rounds(TrainingProcessCallback):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--clients", type=int, default=1000)
-    ap.add_argument("--fraction", type=float, default=0.1)
-    ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--dataset", default="digits")
-    ap.add_argument("--model", default="auto")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--epochs", type=int, default=None, help="local epochs (default: fednet's)")
-    a = ap.parse_args()
+    a = job_args()
     torch.set_num_threads(1)
     np.random.seed(a.seed)  # pfl's random user sampler draws from numpy's global stream
-    cfg = RunConfig(clients=a.clients, seed=a.seed)
-    if a.dataset in NATURAL:
-        cfg = cfg.replace(**{"data.dataset": a.dataset, "data.partition": "natural"})
-    if a.epochs is not None:
-        cfg = cfg.replace(**{"train.epochs": a.epochs})
+    cfg, ds, parts, tx, ty = job_data(a)
     t = cfg.train
-    ds = load_dataset(a.dataset)
-    parts = run_partition(ds, cfg.data, a.clients, a.seed)
-    full = natural.test_dataset(ds, cfg.data, a.clients, a.seed)
-    test, _ = run_test_split(full, cfg.data.exemplars, a.seed)
-    tx, ty = torch.from_numpy(test.test_x), torch.from_numpy(test.test_y)
     torch.manual_seed(a.seed)
     net = Scored(build_model(a.model, ds.num_classes, ds.input_shape, dataset=a.dataset,
                              seed=a.seed))

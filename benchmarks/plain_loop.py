@@ -12,7 +12,6 @@ Prints one JSON line: seconds (after imports and data), accuracy, and each round
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import time
@@ -22,36 +21,16 @@ T0 = time.perf_counter()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from fednet.config import RunConfig  # noqa: E402
-from fednet.data import load_dataset, natural, run_partition, run_test_split  # noqa: E402
 from fednet.data.client_data import client_data  # noqa: E402
-from fednet.data.datasets import NATURAL  # noqa: E402
 from fednet.models import build_model  # noqa: E402
-from benchlib.plain import fedavg_round  # noqa: E402
+from benchlib.plain import fedavg_round, job_args, job_data  # noqa: E402
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--clients", type=int, default=1000)
-    ap.add_argument("--fraction", type=float, default=0.1)
-    ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--dataset", default="digits")
-    ap.add_argument("--model", default="auto")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--epochs", type=int, default=None, help="local epochs (default: fednet's)")
-    a = ap.parse_args()
+    a = job_args()
     torch.set_num_threads(1)
-    cfg = RunConfig(clients=a.clients, seed=a.seed)
-    if a.dataset in NATURAL:  # one user per client, as `fednet --dataset` sets it
-        cfg = cfg.replace(**{"data.dataset": a.dataset, "data.partition": "natural"})
-    if a.epochs is not None:
-        cfg = cfg.replace(**{"train.epochs": a.epochs})
+    cfg, ds, parts, tx, ty = job_data(a)
     t = cfg.train
-    ds = load_dataset(a.dataset)
-    parts = run_partition(ds, cfg.data, a.clients, a.seed)
-    full = natural.test_dataset(ds, cfg.data, a.clients, a.seed)  # natural: the run's held-out set
-    test, _ = run_test_split(full, cfg.data.exemplars, a.seed)
-    tx, ty = torch.from_numpy(test.test_x), torch.from_numpy(test.test_y)
     model = build_model(a.model, ds.num_classes, ds.input_shape, dataset=a.dataset, seed=a.seed)
     global_state = {k: v.clone() for k, v in model.state_dict().items()}
     rng = np.random.default_rng(a.seed)
