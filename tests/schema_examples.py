@@ -9,7 +9,7 @@ _BODIES: dict[MsgKind, dict[str, Any]] = {
     MsgKind.READY: {"phase": "hello", "cid": 7, "endpoint": "tcp://127.0.0.1:40007",
                     "device": "cpu", "pid": 1234, "host": "h1"},
     MsgKind.WELCOME: {"config": {"clients": 4, "algo": {"name": "fedavg", "params": {}}},
-                      "profile": {"rtt_s": 0.01, "up_bps": 1e6}, "run_id": "r" * 32, "cid": 7},
+                      "run_id": "r" * 32, "token": b"\1" * 16},
     MsgKind.TASK: {"route": [7], "hop": 0, "kind": "train", "body": {"lr": 0.1, "epochs": 2}},
     MsgKind.HANDOFF: {"route": [3, 7], "hop": 1, "kind": "train", "body": {"lr": 0.1},
                       "endpoints": ["tcp://127.0.0.1:40003", "tcp://127.0.0.1:40007"],

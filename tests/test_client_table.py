@@ -12,7 +12,7 @@ import pytest
 
 from fednet.client import app
 from fednet.client.host import Host, max_sockets
-from fednet.client.link import ids_text
+from fednet.client.table import ids_text
 from fednet.client.table import IdIndex, IdTable
 from fednet.config.settings import from_dict
 from fednet.core.executor import natural_examples
@@ -137,7 +137,7 @@ def test_shutdown_of_idle_ids_is_one_bye_and_the_first_client_stops_with_the_res
         sent.clear()
         host.enroll.on_shutdown(Message(MsgKind.SHUTDOWN, "server", "r",
                                         arrays={"cids": np.arange(10, 16)}))
-        assert host.first.stopping and host.first in host.link.attention
+        assert host.first.stopping and host.first in host.attention
         host.enroll.together([host.first], [])
         (bye,) = sent
         assert bye.arrays["cids"].tolist() == [10, 12, 14, 15] and bye.sender == "c0010"

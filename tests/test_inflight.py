@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import zmq
 
-from fednet.client.app import Client
+from fednet.client.host import Host
 from fednet.metrics.accounting import Ledger
 from fednet.platform.malloc import BIG_MODEL_BYTES
 from fednet.protocol import Message, MsgKind
@@ -64,11 +64,9 @@ def test_tasks_are_read_at_once_and_decoded_when_they_run_control_messages_at_on
     ctx = zmq.Context()
     router = ctx.socket(zmq.ROUTER)
     port = router.bind_to_random_port("tcp://127.0.0.1")
-    c = Client(0, f"tcp://127.0.0.1:{port}", ctx=ctx)
+    host = Host([0], f"tcp://127.0.0.1:{port}")
+    c = host.first
     try:
-        c.poller = zmq.Poller()  # (serve() makes it)
-        for sock in c.sockets():
-            c.poller.register(sock, zmq.POLLIN)
         c.hello()
         assert router.poll(5000)
         route, sub = router.recv_multipart()[:2]  # the connection, then the client's envelope
@@ -94,7 +92,7 @@ def test_tasks_are_read_at_once_and_decoded_when_they_run_control_messages_at_on
         assert not c.work
         assert c.ledger.totals()["server_to_client"] >= sent
     finally:
-        c.close()
+        host.close()
         router.close(0)
         ctx.term()
 

@@ -157,9 +157,9 @@ def test_welcome_with_and_without_plugins_decodes():
     from fednet.protocol import Message, MsgKind, decode, encode
 
     for extra in ({}, {"plugins": [["fednet-example-plugin", "0.1.0"]]}):
-        body = {"config": {}, "profile": {}, "run_id": "r", "cid": 0, **extra}
+        body = {"config": {}, "run_id": "r", **extra}
         msg = Message(MsgKind.WELCOME, "server", "r", body=body,
-                      arrays={"indices": np.arange(3)})
+                      arrays={"cids": np.arange(1), "indices": np.arange(3)})
         assert decode(encode(msg)).body == body
     assert plugin_check.checked_welcome({"config": {}}) == {"config": {}}
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from fednet.client.link import ids_text
+from fednet.client.table import ids_text
 from fednet.errors import ConfigError
 from fednet.platform.proc import check_files_per_process
 

@@ -9,7 +9,7 @@ import time
 import pytest
 import zmq
 
-from fednet.client.link import ServerLink, register, server_setup
+from fednet.client.link import ServerLink, server_setup
 from fednet.errors import ConfigError
 from fednet.protocol.proof import gate_password
 from fednet.transport import security
@@ -78,25 +78,20 @@ def test_secure_on_one_side_only_is_named_at_the_handshake(keys, server_secure, 
 
 
 def test_register_gives_up_at_the_mismatch_not_at_the_timeout(keys):
-    class Hello:
-        registered, refused = False, None
+    """A plaintext client process (a launch's run key) against a --secure server: its
+    registration stops at the handshake's mismatch, not after its 60 s timeout."""
+    from fednet.client.host import Host
 
-        def hello(self):
-            link.sock.send_multipart([b"c0", b"hello"])
-
-        hello_again = hello
-
-    ctx, cctx = zmq.Context(), zmq.Context()
+    ctx = zmq.Context()
     srv, endpoint, auth = _server(ctx, str(keys))
-    link = _link(cctx, endpoint, "")
+    host = Host([0], endpoint, run_key=RUN_KEY)
     try:
         t0 = time.monotonic()
         with pytest.raises(ConfigError, match=r"runs with --secure: give this host --secure"):
-            register(link, [Hello()], timeout_s=60)
+            host.register(timeout_s=60)
         assert time.monotonic() - t0 < 5.0  # not the 60 s timeout
     finally:
-        link.close(0)
+        host.close()
         srv.close(0)
         auth.stop()
         ctx.term()
-        cctx.term()

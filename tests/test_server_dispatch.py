@@ -1,6 +1,8 @@
 """The server's dispatch loop without clients: every send fails at once (ROUTER_MANDATORY)."""
 from __future__ import annotations
 
+import numpy as np
+
 from fednet.server.app import ZmqServer
 from fednet.transport.channels import sub_frame
 from fednet.core.session import Session
@@ -45,21 +47,34 @@ def test_follow_ups_of_failures_are_sent_through_the_window_and_the_state_is_res
         srv.close()
 
 
-def test_a_reconnect_with_its_welcome_token_takes_its_id_over_at_once():
-    """Plaintext `fednet server`: client 0's new connection is refused "already connected" while
-    the old one looks alive, unless it brings the token its WELCOME gave (a reconnect before the
-    server saw the old connection close); a wrong token changes nothing."""
+def test_a_reconnect_with_its_welcome_token_takes_its_ids_over_at_once():
+    """Plaintext `fednet server`: a new connection is refused "already connected" for ids the
+    old one holds while it looks alive, unless it brings the token that connection's WELCOME
+    gave (a reconnect before the server saw the old connection close), alone or as a process;
+    a wrong token, or another connection's, changes nothing."""
     from fednet.server.conns import Connections, Identity
 
-    conns = Connections(Identity(), 4)
-    conns.bind(0, b"\x00old" + sub_frame(0), None)
+    conns = Connections(Identity(), 6)
+    conns.bind_batch(np.arange(3), b"\x00old", None, -1)  # a process of clients 0-2
+    conns.bind(4, b"\x00other" + sub_frame(4), None)  # another one's client 4
     new = b"\x00new" + sub_frame(0)
+    tok = conns.token(0)
+    assert tok == conns.token(2) != conns.token(4)  # one per connection, not per client
     assert conns.check_claim(0, new, None, None, None) == "client 0 is already connected"
     assert conns.check_claim(0, new, None, None, None, b"x" * 16) == (
         "client 0 is already connected")
-    assert conns.check_claim(0, new, None, None, None, conns.token(0)) == ""
-    assert conns.token(0) != conns.token(1)
-    assert Connections(Identity(), 4).token(0) != conns.token(0)  # each server start its own
+    assert conns.check_claim(0, new, None, None, None, conns.token(4)) == (
+        "client 0 is already connected")
+    assert conns.check_claim(0, new, None, None, None, tok) == ""
+    assert conns.check_batch(np.arange(3), b"\x00new", None, None, None, tok) == ""
+    assert conns.check_batch(np.arange(3), b"\x00new", None, None, None) == (
+        "client 0 is already connected")
+    assert conns.check_batch(np.arange(5), b"\x00new", None, None, None, tok) == (
+        "client 4 is already connected")  # the token is not client 4's connection's
+    assert conns.check_batch(np.array([3, 5]), b"\x00new", None, None, None) == ""
+    again = Connections(Identity(), 6)
+    again.bind_batch(np.arange(3), b"\x00old", None, -1)
+    assert again.token(0) != tok  # each server start its own
 
 
 def test_messages_queued_before_a_connection_closed_revive_nothing():

@@ -269,7 +269,7 @@ def keys_add(folder: str, name: str, ids: str) -> None:
 @_errors
 def keys_list(folder: str) -> None:
     """The client keys the server in FOLDER admits, and the ids each may claim."""
-    from fednet.client.link import ids_text
+    from fednet.client.table import ids_text
     from fednet.transport.security import list_keys
 
     for name, (pub, ids) in list_keys(folder).items():

@@ -50,7 +50,6 @@ class Welcome:
     offsets: np.ndarray | None
     indices: Any
     profiles: Any  # (n, 4) float64: latency.COLUMNS
-    tokens: Any
     grants: Any
     peers: bool
     shared: dict = field(default_factory=dict)  # profiles by value: equal ones are one object
@@ -83,7 +82,7 @@ def read_welcome(msg: Message) -> Welcome:
             raise TypeError("'cids' is not a 1-D integer array")
         return Welcome(cfg, b, welcome_tables(cfg, a, peers), cids, IdIndex(cids),
                        off.astype(np.int64) if off is not None else None, a.get("indices"),
-                       a["client_profiles"], a.get("tokens"), a.get("grants"), peers)
+                       a["client_profiles"], a.get("grants"), peers)
     except (KeyError, AttributeError, TypeError, ValueError) as e:
         raise ConfigError(f"the server sent a WELCOME this process cannot use ({e}); are "
                           "both on the same fednet version?") from None
@@ -121,9 +120,7 @@ class Enrollment:
                 link.drain()
             if time.monotonic() >= recheck:  # the link dropped and came back: say it again
                 recheck = time.monotonic() + 1.0
-                link.watch()
-                if self.host.first.rehello:
-                    self.host.first.rehello = False
+                if link.take_back():
                     self.hellos(self.table.index.sorted_ids())
         return self.w is not None
 
@@ -134,8 +131,11 @@ class Enrollment:
         """READY(hellos) for `ids`, proven under launch; its envelope is the first one's."""
         cids = np.sort(np.asarray(ids, dtype=np.int64))
         sender = self._sender(int(cids[0]))
-        body = {"phase": "hellos", "device": sender.device, "pid": os.getpid(),
+        body = {"phase": "hellos", "device": self.host.device, "pid": os.getpid(),
                 "host": socket.gethostname()[:256]}
+        token = self.token()
+        if token is not None:  # a reconnect: the server's own token from our WELCOME
+            body["token"] = token
         run_key = self.host.run_key
         if run_key is not None:
             nonce = os.urandom(16)
@@ -148,7 +148,7 @@ class Enrollment:
         """The server refused the process's hellos: each client registers alone."""
         host = self.host
         log.warning("%s: the server refused to register them together (%s); registering each "
-                    "alone", host.link.names(), reason)
+                    "alone", host.link.label, reason)
         self.batching = False
         if self.w is not None:  # a re-registration: every client, each alone
             for cid in self.table.idle_ids().tolist():
@@ -161,10 +161,15 @@ class Enrollment:
         """Client c takes its row of the process's WELCOME; returns its examples."""
         assert self.w is not None
         w, i = self.w, self.w.row(c.cid)
-        c._drop_work()
-        tok = w.tokens[i].tobytes() if w.tokens is not None else None
+        c._drop_work()  # what an earlier server sent is void now
         grant = w.grants[i].tobytes() if w.grants is not None else None
-        return c.take_welcome(w.cfg, w.body, w.profile(i), w.part(i), tok, grant, w.tables)
+        return c.take_welcome(w.cfg, w.body, w.profile(i), w.part(i), grant, w.tables)
+
+    def token(self) -> bytes | None:
+        """The rejoin token of the connection's last WELCOME (the server's own: it lets a
+        reconnect take over the ids that connection held); None before one."""
+        tok = self.w.body.get("token") if self.w is not None else None
+        return tok if isinstance(tok, bytes) else None
 
     def on_welcome(self, msg: Message) -> None:
         """The process's WELCOME: kept for the idle clients; the clients with an object take
@@ -174,6 +179,7 @@ class Enrollment:
         w = read_welcome(msg)
         self.w, self.batching = w, False
         self.host.kept.clear()  # built under the last WELCOME's settings
+        self.host.admit(w.body.get("peer_keys", []))
         torch.set_num_threads(w.cfg.train.threads)
         mine = np.flatnonzero(self.table.index.rows(w.cids) >= 0)  # WELCOME rows of our ids
         if w.peers:
@@ -186,7 +192,7 @@ class Enrollment:
         for j in np.flatnonzero(built).tolist():  # the few clients with an object
             c = by_cid[int(w.cids[mine[j]])]
             counts[j] = self.take(c)
-            c.registered = True
+            c.welcomed()
         self.table.make_idle(self.table.index.rows(w.cids[idle]))
         if mine.size:
             self._readys(w.cids[mine].astype(np.int64), counts)
@@ -198,7 +204,7 @@ class Enrollment:
         for cid in w.cids[mine].tolist():
             c = self.host.by_cid.get(cid) or self.host.make(cid, take=False)
             n = self.take(c)
-            c.registered = True
+            c.welcomed()
             c.send_ready(n, True)
 
     def _idle_counts(self, w: Welcome, rows: np.ndarray) -> np.ndarray:
@@ -227,14 +233,14 @@ class Enrollment:
         """SHUTDOWN for the process's clients named in it (idle ones too)."""
         cids = msg.arrays.get("cids")
         if not isinstance(cids, np.ndarray) or cids.ndim != 1 or cids.dtype.kind not in "iu":
-            return log.warning("%s: a SHUTDOWN this process cannot read", self.host.link.names())
+            return log.warning("%s: a SHUTDOWN this process cannot read", self.host.link.label)
         host = self.host
         if host.by_cid:
             named = np.isin(np.fromiter(host.by_cid, np.int64, len(host.by_cid)), cids)
             for c, hit in zip(list(host.by_cid.values()), named.tolist()):
                 if hit:
                     c.stopping = True
-                    host.link.attention.add(c)
+                    host.attention.add(c)
         self.table.stop_idle(cids)
         return None
 

@@ -1,4 +1,5 @@
-"""Several logical clients in one process (`--clients-per-process N`).
+"""A client process: its logical clients (one, or `--clients-per-process N`), their server link,
+registration and one poll loop. A process of one client runs the same loop as a process of many.
 
 One zmq context, one poll loop and one worker serve N clients, so N clients cost one process:
 one fork, one interpreter, one CUDA context on a GPU (a context holds hundreds of MB of device
@@ -21,20 +22,25 @@ costs a few bytes, not an object.
 from __future__ import annotations
 
 import logging
+import os
 import resource
 import time
+from collections import deque
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import zmq
 
 from fednet.client.app import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Client
 from fednet.client.enroll import Enrollment
-from fednet.client.link import ServerLink, register, server_setup
+from fednet.client.link import ServerLink, server_setup
 from fednet.core.executor import KeptExecutors, share_working_models
 from fednet.errors import ConfigError
 from fednet.platform.proc import check_files_per_process
+from fednet.protocol.proof import gate_password, peer_key
 from fednet.training import interrupt
+from fednet.transport.gate import Gate
 
 log = logging.getLogger("fednet.client")
 
@@ -54,27 +60,39 @@ class Host:
     def __init__(self, cids: Sequence[int], connect: str, device: str = "cpu",
                  advertise: str = "127.0.0.1", threads: int = 1, secure: str = "",
                  run_key: bytes | None = None, key_name: str = "",
-                 curve: tuple[bytes, bytes] | None = None) -> None:
-        share_working_models()
+                 curve: tuple[bytes, bytes] | None = None, lost_timeout: float = 60.0) -> None:
+        self.several = len(cids) > 1  # else one client keeps its objects (trainer.py)
+        if self.several:
+            share_working_models()
         torch.set_num_threads(threads)
         self.ctx = zmq.Context()
         self.ctx.set(zmq.MAX_SOCKETS, max_sockets(len(cids)))
-        self.auth, self.admitted, self.link = None, None, None
+        self.device, self.advertise, self.run_key = device, advertise, run_key
+        self.peer_key = peer_key(run_key) if run_key else None  # the run's hand-off key
+        self.auth: Any = None
+        self.keys: Any = None  # --secure: this host's key pair (the server link, the peers)
+        self.gate: bytes | None = None  # plaintext launch: the run's handshake password
+        self.admitted: set[bytes] | None = None  # --secure: who our peer ports admit
+        self.link: Any = None
         self.enroll = Enrollment(self, cids)  # the ids, their WELCOME, SHUTDOWN and BYE
         self.by_cid: dict[int, Client] = {}  # the clients that exist now
         self.kept = KeptExecutors()  # stateless clients' Executors between their tasks
-        self.spec = (connect, device, advertise, threads, secure, run_key, key_name, curve)
         self.poller = zmq.Poller()
         self.by_sock: dict[zmq.Socket, Client] = {}  # peer socket -> its client
         self.rejected: list[Client] = []
+        self.ready: deque[Client] = deque()  # a client per task or hand-off queued, in order
+        self.attention: set[Client] = set()  # clients with a flag to act on (_flags)
+        self.tracked: set[Client] = set()  # clients whose last send may still read memory
+        self.settled = 0  # clients welcomed or refused (for the registration's wait)
         self._current: Client | None = None
         self.files_checked = False
-        self.run_key, self.lost_timeout = run_key, 60.0
+        self.parent = os.getppid()
         self.live: dict[Client, None] = {}
         try:
-            self.link = self._open(connect, secure, run_key, key_name, curve)
+            self.link = self._open(connect, secure, key_name, curve)
+            self.link.lost_timeout = lost_timeout
             self.link.factory = self.materialize
-            self.link.label = f"clients {self.enroll.table.text()}"
+            self.link.label = self.enroll.table.name()
             self.poller.register(self.link.sock, zmq.POLLIN)
             self.first = self.make(int(self.enroll.table.first))  # speaks for the process (batch messages)
         except BaseException:  # a client half built (a failed bind) has sockets close() misses
@@ -92,17 +110,14 @@ class Host:
 
     def make(self, cid: int, take: bool = True) -> Client:
         """Client cid's object: built, on the shared link, its part of the WELCOME taken."""
-        connect, device, advertise, threads, secure, run_key, key_name, curve = self.spec
-        c = Client(cid, connect, device, advertise, threads, secure, ctx=self.ctx,
-                   run_key=run_key, key_name=key_name, curve=curve, link=self.link,
-                   admitted=self.admitted)
-        c.host, c.trainer.drop_idle, c.lost_timeout = self, True, self.lost_timeout
-        c.trainer.kept = self.kept
+        c = Client(cid, self)
+        if self.several:  # an Executor is dropped after each task, kept within a budget
+            c.trainer.drop_idle, c.trainer.kept = True, self.kept
         self.by_cid[cid] = c
         w = self.enroll.w
         if take and w is not None and w.row(cid) >= 0:
             self.enroll.take(c)
-            c.registered = True
+            c.welcomed()
         self.enroll.table.set_idle(cid, False)
         if self.live or self.first_served:
             self.live[c] = None
@@ -126,23 +141,27 @@ class Host:
         return (c is not self.first and w is not None and not w.peers
                 and c.trainer.executor is None and not c.work and not c.stopping and c in self.live)
 
-    def _open(self, connect: str, secure: str, run_key: bytes | None, key_name: str,
+    def _open(self, connect: str, secure: str, key_name: str,
               curve: tuple[bytes, bytes] | None) -> ServerLink:
-        """The shared context's ZAP handler (for the peer sockets) and the server link."""
-        keys, gate = None, None
-        if secure:  # one ZAP handler for the shared context, admitting the allowed keys
+        """The process's credentials, the context's ZAP handler (for the peer sockets) and the
+        server link."""
+        if secure:  # CURVE to the server; the peer sockets admit only the run's keys
             from fednet.transport import security
 
-            keys = security.load_keys(secure, need_server_secret=False, name=key_name, pair=curve)
+            self.keys = security.load_keys(secure, need_server_secret=False, name=key_name,
+                                           pair=curve)
             self.admitted = set()  # the run's client keys, from WELCOME
             self.auth = security.start_authenticator(self.ctx, self.admitted)
-        elif run_key:  # plaintext launch: only run-key holders complete a handshake
-            from fednet.protocol.proof import gate_password
-            from fednet.transport.gate import Gate
+        elif self.run_key:  # plaintext launch: only run-key holders complete a handshake
+            self.gate = gate_password(self.run_key)
+            self.auth = Gate(self.ctx, self.gate)
+        return ServerLink(self.ctx, connect, server_setup(self.keys, self.gate),
+                          secure=self.keys is not None)
 
-            gate = gate_password(run_key)
-            self.auth = Gate(self.ctx, gate)
-        return ServerLink(self.ctx, connect, server_setup(keys, gate), secure=keys is not None)
+    def admit(self, keys: list[str]) -> None:
+        """--secure: the run's client keys (from WELCOME) may reach our peer ports."""
+        if self.admitted is not None:
+            self.admitted.update(k.encode() for k in keys)
 
     def check_files(self) -> None:
         """Before the first peer socket binds (the run hands models over): ConfigError when the
@@ -168,24 +187,54 @@ class Host:
 
     def register(self, timeout_s: float) -> None:
         """The process's clients register over the shared link: all at once (READY(hellos),
-        one WELCOME, READY(readys): server/registrar.py), or each alone if the server refuses the
-        batch (link.register). A client the server refuses stops alone; ConfigError when none
-        is left."""
+        one WELCOME, READY(readys): server/registrar.py), or each alone (a process of one, or
+        one whose batch the server refused). A client the server refuses stops alone;
+        ConfigError when none is left."""
         table = self.enroll.table
-        if len(table) > 1 and self.enroll.register_together(timeout_s):
+        if self.several and self.enroll.register_together(timeout_s):
             return self._warn_real_time()
         for cid in table.index.ids().tolist():  # each alone, as separate processes would
             if cid not in self.by_cid:
                 self.make(cid)
-        register(self.link, self.clients, timeout_s)
+        self._register_alone(timeout_s)
         for c in self.clients:
             if c.refused is not None:
-                log.error("client %d: the server refused it: %s", c.cid, c.refused)
+                if self.several:
+                    log.error("client %d: the server refused it: %s", c.cid, c.refused)
                 self.drop(c)
                 self.rejected.append(c)
         if len(self.rejected) == len(self.clients):
-            raise ConfigError("the server refused every client of this process")
+            only = self.clients[0] if len(self.clients) == 1 else None
+            raise ConfigError(f"the server refused client {only.cid}: {only.refused}" if only
+                              else "the server refused every client of this process")
         self._warn_real_time()
+
+    def _register_alone(self, timeout_s: float) -> None:
+        """READY(hello) from every client, then each takes its WELCOME (or REJECT: its `refused`
+        says why) as it comes; the wait restarts with every one of them (building a client's
+        data takes time). ConfigError when the server does not answer within timeout_s."""
+        link, clients = self.link, self.clients
+        for c in clients:
+            c.hello()
+        waiting, self.settled = len(clients), 0
+        deadline, recheck = time.monotonic() + timeout_s, time.monotonic() + 1.0
+        while waiting:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise link.no_answer(timeout_s)
+            if link.sock.poll(int(min(left, 1.0) * 1000)):
+                link.drain()
+            if self.settled:  # welcomed or refused since
+                waiting -= self.settled
+                self.settled, deadline = 0, time.monotonic() + timeout_s
+            if time.monotonic() >= recheck:  # a link that dropped meanwhile: hello again
+                recheck = time.monotonic() + 1.0
+                back = link.take_back()
+                if link.mismatch:  # --secure on one side only: waiting cannot mend it
+                    raise link.no_answer(timeout_s)
+                for c in clients:
+                    if back and not c.registered and c.refused is None:
+                        c.hello()
 
     def _warn_real_time(self) -> None:
         if self.first.trainer.real and len(self.enroll.table) > 1:
@@ -200,6 +249,10 @@ class Host:
             self.poller.unregister(c.peers.sock)
 
     first_served = False
+
+    def stop_due(self) -> bool:
+        """The launcher or the server is gone: every client's task stops."""
+        return os.getppid() != self.parent or self.link.gone()
 
     def serve(self) -> int:
         """Run the clients' work in the order it arrived until the run ended for every one of
@@ -216,9 +269,8 @@ class Host:
             now = time.monotonic()
             if now >= check_at:
                 check_at = now + CHECK_EVERY_S
-                code = self.first.check_process()  # the launcher, the link: all share them
-                if code is not None:
-                    return max(worst, code)
+                if self.link.abandoned(self.parent):  # the launcher, or the server, is gone
+                    return max(worst, EXIT_ERROR)
                 self._flags()
                 if not (self.live or table.n_idle):
                     break
@@ -233,10 +285,10 @@ class Host:
                 if self._retirable(c):
                     self.retire(c)
             except interrupt.Interrupted:  # the run ended, or the server or launcher is gone
-                log.warning("%s: stopped in the middle of a task", self.link.names())
+                log.warning("%s: stopped in the middle of a task", self.link.label)
             except Exception:  # noqa: BLE001 - one client's failure is not its neighbours'
-                log.exception("client %d: stopped by an error; the other clients of this process "
-                              "go on", c.cid)
+                log.exception("client %d: stopped by an error%s", c.cid,
+                              "; the other clients of this process go on" if self.several else "")
                 worst = max(worst, EXIT_ERROR)
                 self.live.pop(c, None)
                 self.drop(c)
@@ -247,37 +299,36 @@ class Host:
     def _flags(self) -> None:
         """Act on the clients that something happened to: a SHUTDOWN (BYE, then it stops), a
         link back (register again), a refused re-registration whose wait is over."""
-        again, done = [], []
-        for c in list(self.link.attention):
-            self.link.attention.discard(c)
+        back, done = self.link.take_back(), []
+        for c in list(self.attention):
+            self.attention.discard(c)
             if c not in self.live:
                 continue
             if c.stopping:
                 done.append(c)
                 self.live.pop(c)
                 continue
-            if c.rehello and self.link.lost_since is None:  # the link is back
-                c.rehello = False
-                again.append(c)
+            if back:  # every client says hello again (below)
+                c.rehello_at = None
                 continue
             c.check_flags()
             if c.rehello_at is not None:  # still waiting: look again next time
-                self.link.attention.add(c)
-        self.enroll.together(done, again)
+                self.attention.add(c)
+        self.enroll.together(done, list(self.live) if back else [])
 
     def _settle(self) -> None:
         """Wait until every client's last zero-copy send has left: the next task may load a
         received model into the working model those messages still read."""
-        for c in self.link.tracked:
+        for c in self.tracked:
             if c._tracker is not None:
                 c._tracker.wait()
                 c._tracker = None
-        self.link.tracked.clear()
+        self.tracked.clear()
 
     def _next_with_work(self) -> Client | None:
         """The next client with a queued task or hand-off, in the order they arrived; None if
         none has."""
-        ready = self.link.ready
+        ready = self.ready
         while ready:
             c = ready.popleft()
             if c.work and c in self.live:

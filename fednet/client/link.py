@@ -13,8 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections import deque
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
 import zmq
@@ -35,7 +33,9 @@ DRAIN = 1000  # messages read from the link per call (the caller's other work go
 
 
 class ServerLink:
-    """The server link of one client process: its socket, its liveness and its clients."""
+    """The server link of one client process: the socket, the demultiplexer (envelope ->
+    client) and what the connection's events say (lost, back, refused). Scheduling the
+    clients' work is the Host's (client/host.py)."""
 
     def __init__(self, ctx: zmq.Context, connect: str,
                  setup: Callable[[zmq.Socket], None] | None = None, secure: bool = False) -> None:
@@ -51,17 +51,15 @@ class ServerLink:
             self.sock.close(0)
             raise
         self.lost_since: float | None = None
+        self.lost_timeout = 60.0  # how long the process waits for a lost server
         self.denied = False  # the server refused our credentials at a handshake (ZAP)
         self.mismatch = False  # the server speaks another mechanism: --secure on one side only
         self.up_once = False  # a handshake with the server has succeeded
+        self.back = False  # a new handshake after a loss: the clients must register again
         self.clients: dict[bytes, Client] = {}  # envelope -> client
         self.strays = 0  # messages for no client of this process (dropped)
-        self.attention: set[Client] = set()  # clients with a flag to act on (Client.check)
-        self.ready: deque[Client] = deque()  # a client per task or hand-off queued, in order
-        self.settled: list[Client] = []  # clients welcomed or refused (register reads it)
-        self.tracked: set[Client] = set()  # clients whose last send may still read memory
         self.factory: Callable[[bytes], Client | None] | None = None  # builds an idle client
-        self.label = ""  # what log lines call the link's clients ('' : the ones it has)
+        self.label = ""  # what log lines call the link's clients
 
     def add(self, c: Client) -> None:
         """Messages with c's envelope go to c from now on."""
@@ -70,7 +68,6 @@ class ServerLink:
     def remove(self, c: Client) -> None:
         """c stopped: messages for it are dropped."""
         self.clients.pop(c.server.sub, None)  # type: ignore[arg-type]
-        self.attention.discard(c)
 
     def drain(self) -> int:
         """Hand what the link holds (up to DRAIN messages) to the clients they name; returns how
@@ -96,7 +93,7 @@ class ServerLink:
     def watch(self) -> None:
         """Read the link's connection events: a loss (after a handshake succeeded: a refused
         one loses nothing) is logged once; a new handshake after a loss (the server restarted,
-        or the link dropped) asks every client to register again."""
+        or the link dropped) sets `back` (take_back): the clients must register again."""
         while self.monitor.poll(0):
             msg = recv_monitor_message(self.monitor)
             ev = msg["event"]
@@ -104,22 +101,25 @@ class ServerLink:
                     and msg["value"] == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH):
                 self.mismatch = True
             if ev == zmq.EVENT_DISCONNECTED and self.lost_since is None and self.up_once:
-                wait = max((c.lost_timeout for c in self.clients.values()), default=0.0)
                 log.warning("%s: lost the server at %s (closed, or no answer to heartbeats for "
-                            "%.0fs); waiting up to %.0fs for it", self.names(), self.connect,
-                            LINK_TIMEOUT_MS / 1000, wait)
+                            "%.0fs); waiting up to %.0fs for it", self.label, self.connect,
+                            LINK_TIMEOUT_MS / 1000, self.lost_timeout)
                 self.lost_since = time.monotonic()
             elif ev == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
                 self.denied = True
             elif ev == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 self.denied, self.up_once = False, True
                 if self.lost_since is not None:
-                    log.warning("%s: the server is back; registering again",
-                                self.names())
-                    for c in self.clients.values():
-                        c.rehello = True
-                        self.attention.add(c)
+                    log.warning("%s: the server is back; registering again", self.label)
+                    self.back = True
                 self.lost_since = None
+
+    def take_back(self) -> bool:
+        """Whether the server came back after a loss since the last call (then the clients
+        register again)."""
+        self.watch()
+        back, self.back = self.back, False
+        return back
 
     def no_answer(self, timeout_s: float) -> ConfigError:
         """The error of a registration the server did not answer within timeout_s."""
@@ -141,30 +141,23 @@ class ServerLink:
         return (f"the server at {self.connect} runs with --secure: give this host --secure DIR "
                 "(its copy of the run's key folder; --key NAME if it holds several keys), not a join key")
 
-    def abandoned(self, parent: int, timeout_s: float) -> bool:
+    def abandoned(self, parent: int) -> bool:
         """Whether the process's clients must stop (logged): its launcher `parent` is gone (do
-        not linger as an orphan), or the link has been down for longer than timeout_s."""
+        not linger as an orphan), or the link has been down for longer than lost_timeout."""
         if os.getppid() != parent:
-            log.error("%s: parent process exited; stopping", self.names())
+            log.error("%s: parent process exited; stopping", self.label)
             return True
-        if self.gone(timeout_s):
+        if self.gone():
             log.error("%s: lost the server at %s (no connection for %.0fs); stopping",
-                      self.names(), self.connect, timeout_s)
+                      self.label, self.connect, self.lost_timeout)
             return True
         return False
 
-    def gone(self, timeout_s: float) -> bool:
-        """Whether the link has been down for longer than timeout_s."""
+    def gone(self) -> bool:
+        """Whether the link has been down for longer than lost_timeout."""
         self.watch()
-        return self.lost_since is not None and time.monotonic() - self.lost_since > timeout_s
-
-    def names(self) -> str:
-        """'client 3' or 'clients 0-299': the link's clients (a Host's: all its ids, with an
-        object or not), for a log line."""
-        if self.label:
-            return self.label
-        ids = sorted(c.cid for c in self.clients.values())
-        return f"client{'s' if len(ids) > 1 else ''} {ids_text(ids) if ids else '-'}"
+        return (self.lost_since is not None
+                and time.monotonic() - self.lost_since > self.lost_timeout)
 
     def close(self, linger_ms: int = 2000) -> None:
         """Stop the monitor and close the socket (waiting briefly for queued messages)."""
@@ -180,37 +173,3 @@ def server_setup(keys: Any, gate: bytes | None) -> Callable[[zmq.Socket], None] 
         return lambda s: security.as_client(s, keys.server_public, keys)
     from fednet.transport.gate import client as gate_client
     return gate_client(gate) if gate is not None else None
-
-
-def register(link: ServerLink, clients: list[Client], timeout_s: float) -> None:
-    """READY (hello) from every client, then each takes its WELCOME (or REJECT: its `refused`
-    says why) as it comes; the wait restarts with every one of them (building a client's data
-    takes time). ConfigError when the server does not answer within timeout_s."""
-    for c in clients:
-        c.hello()
-    waiting = len(clients)
-    deadline, recheck = time.monotonic() + timeout_s, time.monotonic() + 1.0
-    while waiting:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise link.no_answer(timeout_s)
-        if link.sock.poll(int(min(left, 1.0) * 1000)):
-            link.drain()
-        if link.settled:
-            waiting -= len(link.settled)
-            link.settled.clear()
-            deadline = time.monotonic() + timeout_s
-        if time.monotonic() >= recheck:  # a link that dropped meanwhile: hello again
-            recheck = time.monotonic() + 1.0
-            link.watch()
-            if link.mismatch:  # --secure on one side only: waiting cannot mend it
-                raise link.no_answer(timeout_s)
-            for c in clients:
-                if not c.registered and c.refused is None:
-                    c.hello_again()
-
-
-def ids_text(cids: Sequence[int]) -> str:
-    """'0-299' for consecutive ids, else the ids with commas (at most 10 shown)."""
-    from fednet.client.table import IdIndex
-    return IdIndex(cids).text()

@@ -1,4 +1,4 @@
-"""A client process's entry point: one client, or a Host of several (`--clients-per-process`)."""
+"""A client process's entry point: its clients (one, or `--clients-per-process N`) in one Host."""
 from __future__ import annotations
 
 import logging
@@ -6,71 +6,49 @@ from collections.abc import Sequence
 
 import torch
 
-from fednet.client.app import EXIT_ERROR, EXIT_USAGE, Client
+from fednet.client.app import EXIT_ERROR, EXIT_USAGE
 from fednet.client.host import Host
-from fednet.client.link import ids_text
+from fednet.client.table import ids_text
 from fednet.errors import ConfigError
 from fednet.core.plugin_check import report
 
 log = logging.getLogger("fednet.client")
 
 
+def run_client(cid: int | Sequence[int], connect: str, device: str = "cpu",
+               advertise: str = "127.0.0.1", threads: int = 1, register_timeout: float = 60.0,
+               secure: str = "", run_key: bytes | None = None, key_name: str = "",
+               curve: tuple[bytes, bytes] | None = None) -> int:
+    """Run one client, or a process's ids (a range or a list), to completion; returns the
+    process exit code. `run_key`: the launcher's secret (clients it forked prove their ids
+    with it); `key_name`: which key pair of the --secure folder is this host's; `curve`: the
+    key pair `fednet launch --secure` issued to this process instead."""
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+    return run_host([cid] if isinstance(cid, int) else cid, connect, device, advertise, threads,
+                    register_timeout, secure, run_key, key_name, curve)
+
+
 def run_host(cids: Sequence[int], connect: str, device: str = "cpu", advertise: str = "127.0.0.1",
              threads: int = 1, register_timeout: float = 60.0, secure: str = "",
              run_key: bytes | None = None, key_name: str = "",
              curve: tuple[bytes, bytes] | None = None) -> int:
-    """Run several clients in this process to completion; returns the process exit code."""
+    """Run the clients `cids` in this process to completion; returns the process exit code."""
+    name = f"client{'s' if len(cids) > 1 else ''} {ids_text(cids)}"
     try:
-        host = Host(cids, connect, device, advertise, threads, secure, run_key, key_name, curve)
+        host = Host(cids, connect, device, advertise, threads, secure, run_key, key_name, curve,
+                    lost_timeout=register_timeout)
     except ConfigError as e:
-        log.error("clients %s: %s", ids_text(cids), e)
+        log.error("%s: %s", name, e)
         return EXIT_USAGE
-    host.lost_timeout = register_timeout
-    for c in host.clients:
-        c.lost_timeout = register_timeout
     try:
         host.register(register_timeout)
         return host.serve()
     except ConfigError as e:
         if not report(e):  # a missing plugin: one line per host, not one per client
-            log.error("clients %s: %s", ids_text(cids), e)
+            log.error("%s: %s", name, e)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_ERROR
     finally:
         host.close()
-
-
-def run_client(cid: int | Sequence[int], connect: str, device: str = "cpu",
-               advertise: str = "127.0.0.1", threads: int = 1, register_timeout: float = 60.0,
-               secure: str = "", run_key: bytes | None = None, key_name: str = "",
-               curve: tuple[bytes, bytes] | None = None) -> int:
-    """Run one client (or, given a list of ids, several in this process) to completion; returns
-    a process exit code. `run_key`: the launcher's secret (clients it forked prove their ids
-    with it); `key_name`: which key pair of the --secure folder is this host's; `curve`: the
-    key pair `fednet launch --secure` issued to this process instead."""
-    if device.startswith("cuda"):
-        torch.cuda.set_device(torch.device(device))
-    if not isinstance(cid, int):  # a process's ids: a range, or a list
-        if len(cid) > 1:
-            return run_host(cid, connect, device, advertise, threads, register_timeout, secure,
-                            run_key, key_name, curve)
-        cid = int(cid[0])
-    try:
-        client = Client(cid, connect, device, advertise, threads, secure, run_key=run_key,
-                        key_name=key_name, curve=curve)
-    except ConfigError as e:
-        log.error("client %d: %s", cid, e)
-        return EXIT_USAGE
-    client.lost_timeout = register_timeout
-    try:
-        client.register(register_timeout)
-        return client.serve()
-    except ConfigError as e:
-        if not report(e):
-            log.error("client %d: %s", cid, e)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        return EXIT_ERROR
-    finally:
-        client.close()

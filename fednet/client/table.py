@@ -77,7 +77,7 @@ class IdIndex:
 
     def text(self) -> str:
         """'0-299' for consecutive ids, else the ids with commas (at most 10 shown), in the
-        order given (link.ids_text)."""
+        order given (ids_text)."""
         if self.keys is None:
             hi = self.lo + self.size - 1
             return f"{self.lo}-{hi}" if self.size > 1 else str(self.lo)
@@ -148,3 +148,12 @@ class IdTable:
 
     def text(self) -> str:
         return self.index.text()
+
+    def name(self) -> str:
+        """'client 3' or 'clients 0-299': what log lines call the process's clients."""
+        return f"client{'s' if len(self) > 1 else ''} {self.text()}"
+
+
+def ids_text(cids: Sequence[int]) -> str:
+    """'0-299' for consecutive ids, else the ids with commas (at most 10 shown)."""
+    return IdIndex(cids).text()

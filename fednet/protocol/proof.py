@@ -89,12 +89,12 @@ def check_handoff(key: bytes | None, tag: bytes, run_id: str, rnd: int, task_id:
     return hmac.compare_digest(handoff_tag(key, run_id, rnd, task_id, hop, sender), tag)
 
 
-def rejoin_token(master: bytes, cid: int) -> bytes:
-    """What the server gives client cid in its WELCOME and takes back in a later hello as proof
-    that the sender is the connection it welcomed (a reconnect), so that a reconnecting client
-    is never refused as "already connected" when the server has not yet seen its old connection
-    close (plaintext `fednet server`, where nothing else proves an id)."""
-    return _derive(master, b"fednet rejoin %d" % cid)[:16]
+def rejoin_token(master: bytes, conn: bytes) -> bytes:
+    """What the server gives a connection in its WELCOME (one token for all the clients it
+    holds) and takes back in a later hello as proof that the sender is the process it welcomed
+    (a reconnect), so that the ids it held are taken over at once, not refused as "already
+    connected" until the server sees the old connection close."""
+    return _derive(master, b"fednet rejoin " + conn)[:16]
 
 
 def grant_key(master: bytes, cid: int) -> bytes:

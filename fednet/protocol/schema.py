@@ -69,16 +69,17 @@ BODIES: dict[MsgKind, Spec] = {
                      required=frozenset({"phase", "n"})),
         # a client process's whole id range at once (arrays: cids; readys also n)
         "hellos": Map({"phase": Str(8), "device": Str(64), "pid": Int(0, 1 << 31),
-                       "host": Str(256), "nonce": Bin(16, 16), "proof": Bin(32, 32)},
+                       "host": Str(256), "nonce": Bin(16, 16), "proof": Bin(32, 32),
+                       "token": Bin(16, 16)},
                       required=frozenset({"phase"})),
         "readys": Map({"phase": Str(8)}, required=frozenset({"phase"})),
     }),
     MsgKind.WELCOME: Map({"config": Free(depth=6, items=10_000, str_len=4096),
-                          "profile": Map(extra=Num(0.0)), "run_id": RUN_ID, "cid": _CID,
+                          "run_id": RUN_ID,
                           "plugins": List(List(Str(1024), 2, min_len=2), 256),
-                          "peers": Bool(), "grant": Bin(32, 32), "token": Bin(16, 16),
+                          "peers": Bool(), "token": Bin(16, 16),
                           "peer_keys": List(Str(40), 100_000)},
-                         # a process's WELCOME (to READY(hellos)): per-client fields in arrays
+                         # one client's or a process's: per-client fields in arrays (cids)
                          required=frozenset({"config", "run_id"})),
     MsgKind.TASK: Map(_ROUTE, required=_ROUTE_REQUIRED),
     MsgKind.HANDOFF: Map({**_ROUTE, "mac": Bin(MAC_BYTES, MAC_BYTES)},

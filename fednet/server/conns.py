@@ -10,7 +10,9 @@ cid only through an accepted READY(hello) that proves the claim:
   key its remote clients hold: protocol/join_key.py); without any key (a server embedded with
   no join key) nothing can be proven and a claim is taken while no live connection holds that
   id (first come).
-A proven client may take its id over from an older connection (a restart); nobody else can.
+A proven client may take its id over from an older connection (a restart); nobody else can. A
+reconnect that brings its old connection's rejoin token (from its WELCOME) takes the ids that
+connection held over at once, before the server sees the old connection close.
 Connection losses come from the socket monitor (ZMTP heartbeats drop a silent peer within
 seconds); a client whose connection stays lost past the grace time is reported gone.
 """
@@ -56,11 +58,12 @@ class Link:
     """One connection: a client process's (its clients each on their own envelope) or a lone
     client's. Its liveness is the connection's: a close loses every client bound to it."""
 
-    __slots__ = ("conn", "slot", "key", "info")
+    __slots__ = ("conn", "slot", "key", "info", "token")
 
-    def __init__(self, conn: bytes, slot: int, key: str | None) -> None:
+    def __init__(self, conn: bytes, slot: int, key: str | None, token: bytes) -> None:
         self.conn, self.slot, self.key = conn, slot, key
         self.info: dict[str, Any] | None = None  # its process's hello (device, pid, host)
+        self.token = token  # what its WELCOME gives, to prove a reconnect (proof.rejoin_token)
 
 
 class Connections:
@@ -151,16 +154,20 @@ class Connections:
                     proof: bytes | None, token: bytes | None = None) -> str:
         """Why connection `route` may not be client cid ('' when it may): its proof (the run
         key's HMAC, its --secure key), then no other live connection may hold cid (a second
-        host claiming live ids is refused, named). `token`: the one its WELCOME gave
-        (proof.rejoin_token): a reconnect of the welcomed client takes its id over even before
-        the old connection is seen to close."""
+        host claiming live ids is refused, named), unless `token` is that connection's
+        (taken_over)."""
         why = self._proof(cid, key, nonce, proof)
-        if why:
-            return why
-        held = self.route_of(cid)
-        if held is not None and held != route and not self.is_lost(cid) and not (
-                token is not None and hmac.compare_digest(token, self.token(cid))):
-            return f"client {cid} is already connected"
+        return why or self._held(np.array([cid], np.int64), route[:-SUB_BYTES], token)
+
+    def _held(self, cids: np.ndarray, conn: bytes, token: bytes | None) -> str:
+        """'client N is already connected' when another live connection holds one of `cids`
+        and `token` is not its rejoin token (a reconnect of the process it welcomed)."""
+        s = self.slot[cids]
+        held = [u for u in np.unique(s[s >= 0]).tolist()
+                if self.links[u].conn != conn and u not in self.lost
+                and not (token is not None and hmac.compare_digest(token, self.links[u].token))]
+        if held:
+            return f"client {int(cids[np.isin(s, held)][0])} is already connected"
         return ""
 
     def _proof(self, cid: int, key: str | None, nonce: bytes | None, proof: bytes | None
@@ -184,10 +191,11 @@ class Connections:
         return ""
 
     def check_batch(self, cids: np.ndarray, base: bytes, key: str | None, nonce: bytes | None,
-                    proof: bytes | None) -> str:
+                    proof: bytes | None, token: bytes | None = None) -> str:
         """Why connection `base` may not be all of clients `cids` ('' when it may): the process's
         proof over the ids (launch), its key's allowed ids (--secure), then ids no other live
-        connection holds (each on its own envelope: channels.sub_frame)."""
+        connection holds (each on its own envelope: channels.sub_frame) unless `token` is
+        that connection's."""
         ident = self.ident
         if ident.run_key_secret is not None:
             if nonce is None or proof is None or ident.process_secret is None:
@@ -205,16 +213,14 @@ class Connections:
             bad = next((c for c in cids.tolist() if c not in ids), None)  # type: ignore[operator]
             if bad is not None:
                 return f"this key may not claim client {bad}"
-        s = self.slot[cids]
-        held = [u for u in np.unique(s[s >= 0]).tolist()
-                if self.links[u].conn != base and u not in self.lost]
-        if held:
-            return f"client {int(cids[np.isin(s, held)][0])} is already connected"
-        return ""
+        return self._held(cids, base, token)
 
     def token(self, cid: int) -> bytes:
-        """Client cid's rejoin token (derived, so nothing is stored per client)."""
-        return rejoin_token(self.ident.grants, cid)
+        """The rejoin token of the connection client cid is bound to (derived from the
+        connection's id: nothing is stored)."""
+        link = self.link_of(cid)
+        assert link is not None, "a token for a client bound to no connection"
+        return link.token
 
     # ---- writes ---------------------------------------------------------------------------
     def seen(self, route: bytes, fd: int) -> None:
@@ -236,7 +242,7 @@ class Connections:
         s = self.slot_of.get(conn)
         if s is None:
             s = self.slot_of[conn] = len(self.links)
-            self.links.append(Link(conn, s, key))
+            self.links.append(Link(conn, s, key, rejoin_token(self.ident.grants, conn)))
         link = self.links[s]
         if key:
             link.key = key

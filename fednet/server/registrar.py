@@ -84,7 +84,7 @@ class Registrar:
         srv.conns.bind(cid, got.route, key)
         self.said[cid], self.alone[cid] = ALONE, dict(b)
         self._came_back(np.array([cid], np.int64))
-        srv._send(cid, self._welcome_alone(cid))
+        srv._send(cid, self._welcome(np.array([cid], np.int64)))
 
     def _may_hello(self, got: Received) -> bool:
         return time.monotonic() - self.hello_at.get(got.route, -1e9) >= HELLO_EVERY_S
@@ -100,23 +100,6 @@ class Registrar:
         self.srv.fates.revive(ids)
         self.srv.fail_held(ids, "registered again; the task was lost with its old connection")
 
-    def _welcome_alone(self, cid: int) -> Message:
-        s, ident = self.srv.s, self.srv.conns.ident
-        body = {"config": self.config_dict(), "profile": s.profiles[cid].to_dict(),
-                "run_id": s.run_id, "cid": cid, "peers": s.handoffs,
-                "token": self.srv.conns.token(cid)}
-        if ident.key_ids:  # --secure: the key that checks this client's grants,
-            body["grant"] = grant_key(ident.grants, cid)  # and the keys its peer
-            body["peer_keys"] = list(ident.key_ids)  # port may admit (one per host)
-        needed = welcome_plugins(s.cfg)  # [name, version] of the plugins the run uses
-        if needed:
-            body["plugins"] = needed
-        # the client's partition travels with the configuration: no client process
-        # recomputes the whole partition (30 ms for Dirichlet on digits, per process)
-        arrays = {"indices": s.parts[cid].astype("int64")}
-        arrays.update(self.traces(cid))
-        return Message(MsgKind.WELCOME, SERVER, s.run_id, body=body, arrays=arrays)
-
     # ---- READY(hellos): a client process's clients together -------------------------------
     def on_hellos(self, got: Received) -> None:
         """READY(hellos): bind every id the process proves to (its connection, the id's
@@ -130,7 +113,8 @@ class Registrar:
             return srv.chan.reject(got, "repeated hello")
         b, key, base = got.msg.body, got.prop("User-Id"), got.route[:-SUB_BYTES]
         srv._read_monitor()  # an old connection of these ids may have closed just before
-        why = srv.conns.check_batch(cids, base, key, b.get("nonce"), b.get("proof"))
+        why = srv.conns.check_batch(cids, base, key, b.get("nonce"), b.get("proof"),
+                                    b.get("token"))
         if why:
             srv.chan.reject(got, why)
             return self.send_reject(got, why)
@@ -144,19 +128,19 @@ class Registrar:
             for cid in self.alone.keys() & set(cids.tolist()):
                 del self.alone[cid]
         self._came_back(cids)
-        srv._send(int(cids[0]), self._welcome_together(cids))
+        srv._send(int(cids[0]), self._welcome(cids))
         return None
 
-    def _welcome_together(self, cids: np.ndarray) -> Message:
-        """One WELCOME for a process's clients: the run's configuration once, and per client
-        (in arrays, in the order of `cids`) its partition, profile, rejoin token and, under
-        --secure, its grant key."""
+    # ---- WELCOME: one encoding for one client or a process's ----------------------------
+    def _welcome(self, cids: np.ndarray) -> Message:
+        """The WELCOME of clients `cids` (one that said hello alone, or a process's): the run's
+        configuration and the connection's rejoin token once, and per client (in arrays, in
+        the order of `cids`) its partition, profile and, under --secure, its grant key."""
         s, conns = self.srv.s, self.srv.conns
         ids = cids.tolist()
-        body = {"config": self.config_dict(), "run_id": s.run_id, "peers": s.handoffs}
+        body = {"config": self.config_dict(), "run_id": s.run_id, "peers": s.handoffs,
+                "token": conns.token(ids[0])}  # (16 bytes: the connection's, for a reconnect)
         arrays = {"cids": cids, "client_profiles": latency.to_array(s.profiles.subset(cids))}
-        if not conns.ident.proven:  # plaintext `fednet server`: a reconnect proves itself so
-            arrays["tokens"] = _rows([conns.token(c) for c in ids], 16)
         if not callable(getattr(s.parts, "size", None)):  # natural clients build their own rows
             parts = [np.asarray(s.parts[c], dtype=np.int64) for c in ids]
             sizes = np.fromiter((len(p) for p in parts), np.int64, len(parts))
@@ -172,17 +156,16 @@ class Registrar:
         return Message(MsgKind.WELCOME, SERVER, s.run_id, body=body, arrays=arrays)
 
     # ---- what WELCOME carries -------------------------------------------------------------
-    def traces(self, cid: int | list[int]) -> dict:
+    def traces(self, cids: list[int]) -> dict:
         """What WELCOME carries of the latency and availability traces (the client host needs
         no copy of the files): all of both when the algorithm hands models between clients
         (a receiver charges its sender's link and checks who was offline), else only the
-        client's own intervals (its profile is in the body)."""
+        clients' own intervals (their profiles are rows of `client_profiles`)."""
         out: dict = {}
         s = self.srv.s
         whole, av = s.handoffs, s.availability
         if isinstance(av, Trace):  # a trace file: its intervals travel
-            out.update(av.to_arrays() if whole else av.to_arrays(
-                cid if isinstance(cid, list) else [cid]))
+            out.update(av.to_arrays() if whole else av.to_arrays(cids))
         if s.cfg.latency.file and whole:
             if self._profiles_array is None:  # built once: every WELCOME carries the same
                 self._profiles_array = latency.to_array(s.profiles)

@@ -85,7 +85,7 @@ def test_the_logical_clients_of_a_process_share_one_heartbeating_link():
     server, endpoint = bind_router(ctx, "127.0.0.1", 0)
     host = Host([3, 4, 5], endpoint)
     try:
-        assert all(c.link is host.link and c.server.sock is host.link.sock for c in host.clients)
+        assert all(c.host is host and c.server.sock is host.link.sock for c in host.clients)
         assert host.link.sock.getsockopt(zmq.HEARTBEAT_IVL) == HEARTBEAT_IVL_MS
         assert [c.server.sub for c in host.clients] == [bytes([3, 0, 0, 0])]  # the others
         ids = host.enroll.table.index.ids().tolist()
