@@ -59,9 +59,11 @@ class Client:
         self.server = Channel(host.link.sock, self.ledger, self.name, router=False,
                               sub=sub_frame(cid))
         host.link.add(self)
-        self.registered, self.refused = False, None  # refused: the server's reason (REJECT)
-        self.peers = Peers(host.ctx, self.name, host.advertise, self.ledger, host.keys,
-                           host.peer_key, host.gate)
+        self.registered = False
+        self.refused: str | None = None  # the server's reason (REJECT)
+        cred = host.cred
+        self.peers = Peers(host.ctx, self.name, host.advertise, self.ledger, cred.keys,
+                           cred.peer_key, cred.gate)
         self.run_id = ""
         self.trainer = Trainer(cid, host.device)  # its settings from WELCOME, its executor
         self._tracker: Any = None
@@ -173,9 +175,10 @@ class Client:
         token = host.enroll.token()
         if token is not None:  # a reconnect: the server's own token from our WELCOME
             hello["token"] = token
-        if host.run_key is not None:  # prove the id: a fresh nonce, signed with our secret
+        run_key = host.cred.run_key
+        if run_key is not None:  # prove the id: a fresh nonce, signed with our secret
             nonce = os.urandom(16)
-            secret = client_secret(host.run_key, self.cid)
+            secret = client_secret(run_key, self.cid)
             hello.update(nonce=nonce, proof=hello_proof(secret, self.cid, nonce))
         self._send_server(Message(MsgKind.READY, self.name, body=hello))
 

@@ -136,7 +136,7 @@ class Enrollment:
         token = self.token()
         if token is not None:  # a reconnect: the server's own token from our WELCOME
             body["token"] = token
-        run_key = self.host.run_key
+        run_key = self.host.cred.run_key
         if run_key is not None:
             nonce = os.urandom(16)
             body.update(nonce=nonce, proof=hellos_proof(process_secret(run_key),
@@ -179,7 +179,7 @@ class Enrollment:
         w = read_welcome(msg)
         self.w, self.batching = w, False
         self.host.kept.clear()  # built under the last WELCOME's settings
-        self.host.admit(w.body.get("peer_keys", []))
+        self.host.cred.admit(w.body.get("peer_keys", []))
         torch.set_num_threads(w.cfg.train.threads)
         mine = np.flatnonzero(self.table.index.rows(w.cids) >= 0)  # WELCOME rows of our ids
         if w.peers:

@@ -34,13 +34,11 @@ import zmq
 
 from fednet.client.app import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Client
 from fednet.client.enroll import Enrollment
-from fednet.client.link import ServerLink, server_setup
+from fednet.client.link import Credentials
 from fednet.core.executor import KeptExecutors, share_working_models
 from fednet.errors import ConfigError
 from fednet.platform.proc import check_files_per_process
-from fednet.protocol.proof import gate_password, peer_key
 from fednet.training import interrupt
-from fednet.transport.gate import Gate
 
 log = logging.getLogger("fednet.client")
 
@@ -67,12 +65,8 @@ class Host:
         torch.set_num_threads(threads)
         self.ctx = zmq.Context()
         self.ctx.set(zmq.MAX_SOCKETS, max_sockets(len(cids)))
-        self.device, self.advertise, self.run_key = device, advertise, run_key
-        self.peer_key = peer_key(run_key) if run_key else None  # the run's hand-off key
-        self.auth: Any = None
-        self.keys: Any = None  # --secure: this host's key pair (the server link, the peers)
-        self.gate: bytes | None = None  # plaintext launch: the run's handshake password
-        self.admitted: set[bytes] | None = None  # --secure: who our peer ports admit
+        self.device, self.advertise = device, advertise
+        cred: Credentials | None = None
         self.link: Any = None
         self.enroll = Enrollment(self, cids)  # the ids, their WELCOME, SHUTDOWN and BYE
         self.by_cid: dict[int, Client] = {}  # the clients that exist now
@@ -89,7 +83,8 @@ class Host:
         self.parent = os.getppid()
         self.live: dict[Client, None] = {}
         try:
-            self.link = self._open(connect, secure, key_name, curve)
+            self.cred = cred = Credentials(self.ctx, secure, run_key, key_name, curve)
+            self.link = cred.link(self.ctx, connect)
             self.link.lost_timeout = lost_timeout
             self.link.factory = self.materialize
             self.link.label = self.enroll.table.name()
@@ -98,8 +93,8 @@ class Host:
         except BaseException:  # a client half built (a failed bind) has sockets close() misses
             if self.link is not None:
                 self.link.close(0)
-            if self.auth is not None:
-                self.auth.stop()
+            if cred is not None:
+                cred.stop()
             self.ctx.destroy(linger=0)
             raise
 
@@ -140,28 +135,6 @@ class Host:
         w = self.enroll.w
         return (c is not self.first and w is not None and not w.peers
                 and c.trainer.executor is None and not c.work and not c.stopping and c in self.live)
-
-    def _open(self, connect: str, secure: str, key_name: str,
-              curve: tuple[bytes, bytes] | None) -> ServerLink:
-        """The process's credentials, the context's ZAP handler (for the peer sockets) and the
-        server link."""
-        if secure:  # CURVE to the server; the peer sockets admit only the run's keys
-            from fednet.transport import security
-
-            self.keys = security.load_keys(secure, need_server_secret=False, name=key_name,
-                                           pair=curve)
-            self.admitted = set()  # the run's client keys, from WELCOME
-            self.auth = security.start_authenticator(self.ctx, self.admitted)
-        elif self.run_key:  # plaintext launch: only run-key holders complete a handshake
-            self.gate = gate_password(self.run_key)
-            self.auth = Gate(self.ctx, self.gate)
-        return ServerLink(self.ctx, connect, server_setup(self.keys, self.gate),
-                          secure=self.keys is not None)
-
-    def admit(self, keys: list[str]) -> None:
-        """--secure: the run's client keys (from WELCOME) may reach our peer ports."""
-        if self.admitted is not None:
-            self.admitted.update(k.encode() for k in keys)
 
     def check_files(self) -> None:
         """Before the first peer socket binds (the run hands models over): ConfigError when the
@@ -261,8 +234,7 @@ class Host:
         self.first_served = True
         self.live = {c: None for c in self.clients if c not in self.rejected}
         worst = EXIT_USAGE if self.rejected else EXIT_OK
-        interrupt.install(lambda: self.pump(0) or (self._current is not None
-                                                   and self._current.stop_due()))
+        interrupt.install(self._must_stop)
         check_at = 0.0
         table = self.enroll.table
         while self.live or table.n_idle or table.n_stopped:
@@ -295,6 +267,12 @@ class Host:
             finally:
                 self._current = None
         return worst
+
+    def _must_stop(self) -> bool:
+        """Between two batches of a task (training/interrupt.py): read the sockets (a SHUTDOWN
+        sets stopping; hand-offs are acknowledged), then whether the running task must stop."""
+        self.pump(0)
+        return self._current is not None and self._current.stop_due()
 
     def _flags(self) -> None:
         """Act on the clients that something happened to: a SHUTDOWN (BYE, then it stops), a
@@ -341,8 +319,7 @@ class Host:
         for c in self.clients:
             c.close()
         self.link.close()
-        if self.auth is not None:
-            self.auth.stop()
+        self.cred.stop()
         self.ctx.term()
         share_working_models(False)  # the next run in this process starts with its own models
 

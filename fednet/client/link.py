@@ -20,6 +20,8 @@ from zmq.utils.monitor import recv_monitor_message
 
 from fednet.errors import ConfigError
 from fednet.log import Throttle
+from fednet.protocol.proof import gate_password, peer_key
+from fednet.transport.gate import Gate
 from fednet.transport.channels import LINK_TIMEOUT_MS, connect_dealer
 from fednet.transport.monitor import open_monitor, stop_monitor
 
@@ -165,7 +167,7 @@ class ServerLink:
         self.sock.close(linger=linger_ms)
 
 
-def server_setup(keys: Any, gate: bytes | None) -> Callable[[zmq.Socket], None] | None:
+def server_setup(keys: Any, gate: str | None) -> Callable[[zmq.Socket], None] | None:
     """How the link's socket is set up: a CURVE client of the server (--secure `keys`), a PLAIN
     client with the run's gate password (plaintext launch), or nothing (plaintext server)."""
     if keys is not None:
@@ -173,3 +175,44 @@ def server_setup(keys: Any, gate: bytes | None) -> Callable[[zmq.Socket], None] 
         return lambda s: security.as_client(s, keys.server_public, keys)
     from fednet.transport.gate import client as gate_client
     return gate_client(gate) if gate is not None else None
+
+
+class Credentials:
+    """What a client process proves itself with, to the server and to its peers: the launch's
+    run key (its ids' proofs, the hand-off key, the handshake gate of a plaintext launch) or
+    the --secure key pair, and the context's handshake guard for the peer sockets (ZAP: under
+    --secure it admits the run's client keys, which WELCOME names)."""
+
+    def __init__(self, ctx: zmq.Context, secure: str, run_key: bytes | None, key_name: str,
+                 curve: tuple[bytes, bytes] | None) -> None:
+        self.run_key = run_key
+        self.peer_key = peer_key(run_key) if run_key else None  # the run's hand-off key
+        self.keys: Any = None  # --secure: this host's key pair (the server link, the peers)
+        self.gate: str | None = None  # plaintext launch: the run's handshake password
+        self.admitted: set[bytes] | None = None  # --secure: who the peer ports admit
+        self.auth: Any = None
+        if secure:
+            from fednet.transport import security
+
+            self.keys = security.load_keys(secure, need_server_secret=False, name=key_name,
+                                           pair=curve)
+            self.admitted = set()
+            self.auth = security.start_authenticator(ctx, self.admitted)
+        elif run_key:  # plaintext launch: only run-key holders complete a handshake
+            self.gate = gate_password(run_key)
+            self.auth = Gate(ctx, self.gate)
+
+    def link(self, ctx: zmq.Context, connect: str) -> ServerLink:
+        """The process's server link, set up with these credentials."""
+        return ServerLink(ctx, connect, server_setup(self.keys, self.gate),
+                          secure=self.keys is not None)
+
+    def admit(self, keys: list[str]) -> None:
+        """--secure: the run's client keys (from WELCOME) may reach the peer ports."""
+        if self.admitted is not None:
+            self.admitted.update(k.encode() for k in keys)
+
+    def stop(self) -> None:
+        """Stop the handshake guard."""
+        if self.auth is not None:
+            self.auth.stop()
