@@ -187,14 +187,15 @@ def runtime_attacks(sender: str, run_id: str, route: list[int], key: str = ""
             MsgKind.HOP_DONE, sender, run_id, 0, tid, 0.0,
             {"hop": 0, "to": 99, "peer_bytes": 1 << 40, "peer_tensor_bytes": 1 << 40})
     cid = int(sender[1:])
-    yield "hello without proof", Message(MsgKind.READY, sender, body=dict(
-        valid_body(MsgKind.READY), cid=cid))
+    one = {"cids": np.array([cid], np.int64)}
+    yield "hello without proof", Message(MsgKind.READY, sender, body=valid_body(MsgKind.READY),
+                                         arrays=one)
     yield "hello with a wrong proof", Message(MsgKind.READY, sender, body=dict(
-        valid_body(MsgKind.READY), cid=cid, nonce=b"n" * 16, proof=b"p" * 32))
-    yield "hello for another id", Message(MsgKind.READY, sender, body=dict(
-        valid_body(MsgKind.READY), cid=(cid + 1) % 10))
-    yield "ready before hello", Message(MsgKind.READY, sender, run_id, body={"phase": "ready",
-                                                                            "n": 10**9})
+        valid_body(MsgKind.READY), nonce=b"n" * 16, proof=b"p" * 32), arrays=one)
+    yield "hello for another id", Message(MsgKind.READY, sender, body=valid_body(MsgKind.READY),
+                                          arrays={"cids": np.array([(cid + 1) % 10], np.int64)})
+    yield "ready before hello", Message(MsgKind.READY, sender, run_id, body={"phase": "readys"},
+                                        arrays={**one, "n": np.array([10**9], np.int64)})
     yield "BYE from nobody", Message(MsgKind.BYE, sender, run_id, body={"server_to_client": 1})
     yield "server-only kind", Message(MsgKind.TASK, sender, run_id, body=valid_body(MsgKind.TASK))
     for hop in range(1, len(route)):

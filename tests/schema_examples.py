@@ -6,8 +6,7 @@ from typing import Any
 from fednet.protocol import Message, MsgKind
 
 _BODIES: dict[MsgKind, dict[str, Any]] = {
-    MsgKind.READY: {"phase": "hello", "cid": 7, "endpoint": "tcp://127.0.0.1:40007",
-                    "device": "cpu", "pid": 1234, "host": "h1"},
+    MsgKind.READY: {"phase": "hellos", "device": "cpu", "pid": 1234, "host": "h1"},
     MsgKind.WELCOME: {"config": {"clients": 4, "algo": {"name": "fedavg", "params": {}}},
                       "run_id": "r" * 32, "token": b"\1" * 16},
     MsgKind.TASK: {"route": [7], "hop": 0, "kind": "train", "body": {"lr": 0.1, "epochs": 2}},

@@ -67,7 +67,7 @@ def test_tasks_are_read_at_once_and_decoded_when_they_run_control_messages_at_on
     host = Host([0], f"tcp://127.0.0.1:{port}")
     c = host.first
     try:
-        c.hello()
+        host.enroll.hellos(np.array([0], np.int64))
         assert router.poll(5000)
         route, sub = router.recv_multipart()[:2]  # the connection, then the client's envelope
         route += sub
@@ -76,7 +76,8 @@ def test_tasks_are_read_at_once_and_decoded_when_they_run_control_messages_at_on
         for i in range(3):
             t = Task(i + 1, 0, [0], {"w": np.full(100_000, i, np.float32)})  # 2 frames each
             sent += chan.send(task_message(t, ""), "c0000", route=route)[0]
-        chan.send(Message(MsgKind.SHUTDOWN, "server"), "c0000", route=route)
+        chan.send(Message(MsgKind.SHUTDOWN, "server", arrays={"cids": np.array([0], np.int64)}),
+                  "c0000", route=route)
         deadline = time.monotonic() + 5
         while not c.stopping and time.monotonic() < deadline:
             c.pump(100)
@@ -88,8 +89,8 @@ def test_tasks_are_read_at_once_and_decoded_when_they_run_control_messages_at_on
         assert (got.msg.kind, got.msg.task_id, float(got.msg.arrays["w"][0])) == (MsgKind.TASK,
                                                                                    1, 0.0)
         c.work.popleft()
-        c.bye()  # the two tasks never run are decoded and counted before the totals go out
-        assert not c.work
+        host.enroll.together([c], [])  # its BYE: the two tasks never run are decoded and
+        assert not c.work  # counted before the totals go out
         assert c.ledger.totals()["server_to_client"] >= sent
     finally:
         host.close()

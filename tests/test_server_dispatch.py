@@ -55,26 +55,30 @@ def test_a_reconnect_with_its_welcome_token_takes_its_ids_over_at_once():
     from fednet.server.conns import Connections, Identity
 
     conns = Connections(Identity(), 6)
-    conns.bind_batch(np.arange(3), b"\x00old", None, -1)  # a process of clients 0-2
-    conns.bind(4, b"\x00other" + sub_frame(4), None)  # another one's client 4
-    new = b"\x00new" + sub_frame(0)
-    tok = conns.token(0)
+    conns.bind(np.arange(3), b"\x00old", None, -1)  # a process of clients 0-2
+    _bind(conns, 4, b"\x00other" + sub_frame(4))  # another one's client 4
+    tok, new, one = conns.token(0), b"\x00new", np.array([0], np.int64)
     assert tok == conns.token(2) != conns.token(4)  # one per connection, not per client
-    assert conns.check_claim(0, new, None, None, None) == "client 0 is already connected"
-    assert conns.check_claim(0, new, None, None, None, b"x" * 16) == (
+    assert conns.check_claim(one, new, None, None, None) == "client 0 is already connected"
+    assert conns.check_claim(one, new, None, None, None, b"x" * 16) == (
         "client 0 is already connected")
-    assert conns.check_claim(0, new, None, None, None, conns.token(4)) == (
+    assert conns.check_claim(one, new, None, None, None, conns.token(4)) == (
         "client 0 is already connected")
-    assert conns.check_claim(0, new, None, None, None, tok) == ""
-    assert conns.check_batch(np.arange(3), b"\x00new", None, None, None, tok) == ""
-    assert conns.check_batch(np.arange(3), b"\x00new", None, None, None) == (
+    assert conns.check_claim(one, new, None, None, None, tok) == ""
+    assert conns.check_claim(np.arange(3), new, None, None, None, tok) == ""
+    assert conns.check_claim(np.arange(3), new, None, None, None) == (
         "client 0 is already connected")
-    assert conns.check_batch(np.arange(5), b"\x00new", None, None, None, tok) == (
+    assert conns.check_claim(np.arange(5), new, None, None, None, tok) == (
         "client 4 is already connected")  # the token is not client 4's connection's
-    assert conns.check_batch(np.array([3, 5]), b"\x00new", None, None, None) == ""
+    assert conns.check_claim(np.array([3, 5]), new, None, None, None) == ""
     again = Connections(Identity(), 6)
-    again.bind_batch(np.arange(3), b"\x00old", None, -1)
+    again.bind(np.arange(3), b"\x00old", None, -1)
     assert again.token(0) != tok  # each server start its own
+
+
+def _bind(conns, cid: int, route: bytes) -> None:
+    """Client cid's READY(hellos) on `route` (connection + its envelope) accepted."""
+    conns.bind(np.array([cid], np.int64), route[:-4], None, -1)
 
 
 def test_messages_queued_before_a_connection_closed_revive_nothing():
@@ -86,14 +90,14 @@ def test_messages_queued_before_a_connection_closed_revive_nothing():
     conns = Connections(Identity(), 4)
     r1, r2 = b"\x00conn1" + sub_frame(1), b"\x00conn2" + sub_frame(2)  # connection + envelope
     conns.seen(r1, 7)
-    conns.bind(1, r1, None)
+    _bind(conns, 1, r1)
     conns.disconnected(7)
     assert conns.is_lost(1)
     conns.seen(r1, 7)  # queued before the close
-    conns.bind(1, r1, None)  # a queued hello, welcomed again
+    _bind(conns, 1, r1)  # a queued hello, welcomed again
     assert conns.is_lost(1) and conns.gone(-1.0).tolist() == [1]
     conns.seen(r2, 7)  # a new connection on the reused fd is alive
-    conns.bind(2, r2, None)
+    _bind(conns, 2, r2)
     assert not conns.is_lost(2) and conns.cid_of(r2) == 2 and conns.route_of(2) == r2
 
 
@@ -107,12 +111,12 @@ def test_a_closed_process_is_remembered_once_for_all_its_clients():
 
     n = CLOSED_KEPT + 5
     conns = Connections(Identity(), n)
-    conns.bind_batch(np.arange(n), b"\x00proc", None, 9)
+    conns.bind(np.arange(n), b"\x00proc", None, 9)
     assert len(conns.links) == 1 and conns.cid_of(b"\x00proc" + sub_frame(n - 1)) == n - 1
     conns.disconnected(9)
     assert list(conns.closed) == [b"\x00proc"] and conns.lost_ids().size == n
     conns.seen(b"\x00proc" + sub_frame(0), 9)  # a queued message revives nothing
-    conns.bind(0, b"\x00proc" + sub_frame(0), None)
+    _bind(conns, 0, b"\x00proc" + sub_frame(0))
     assert conns.is_lost(0) and conns.is_lost(n - 1)
 
 
@@ -127,7 +131,7 @@ def test_gone_returns_the_clients_of_connections_lost_longer_than_the_grace(monk
     for fd, (cid, at) in enumerate(((5, 100.0), (2, 101.0), (9, 103.0))):
         route = b"\x00c%d" % cid + sub_frame(cid)
         conns.seen(route, fd)
-        conns.bind(cid, route, None)
+        _bind(conns, cid, route)
         now[0] = at
         conns.disconnected(fd)
     now[0] = 103.5
@@ -145,7 +149,7 @@ def test_released_clients_are_found_by_route_and_a_send_failure_loses_the_connec
     from fednet.server.conns import Connections, Identity
 
     conns = Connections(Identity(), 8)
-    conns.bind_batch(np.arange(2, 6), b"\x00p", "key", 3)
+    conns.bind(np.arange(2, 6), b"\x00p", "key", 3)
     assert conns.key_of(4) == "key" and conns.key_of(7) == ""
     conns.lose(3)
     assert all(conns.is_lost(c) for c in range(2, 6))
@@ -157,6 +161,6 @@ def test_released_clients_are_found_by_route_and_a_send_failure_loses_the_connec
     assert conns.released_cid(b"\x00q" + sub_frame(2)) is None
     assert conns.released_cid(b"\x00p" + sub_frame(4)) is None  # still bound
     assert [g.tolist() for g in conns.groups(np.array([1, 4, 5]))] == [[4, 5], [1]]
-    why = conns.check_batch(np.array([4, 6]), b"\x00r", None, None, None)
+    why = conns.check_claim(np.array([4, 6]), b"\x00r", None, None, None)
     assert why == "client 4 is already connected"
-    assert conns.check_batch(np.array([2, 3, 6]), b"\x00r", None, None, None) == ""
+    assert conns.check_claim(np.array([2, 3, 6]), b"\x00r", None, None, None) == ""

@@ -56,16 +56,23 @@ def _recv(s: zmq.Socket, srv: ZmqServer, timeout_s: float = 5.0) -> Message:
     raise AssertionError("no answer from the server")
 
 
+def _hello(cid: int) -> Message:
+    return Message(MsgKind.READY, client_name(cid), "", body={"phase": "hellos"},
+                   arrays={"cids": np.array([cid], np.int64)})
+
+
+def _ready(cid: int, n: int) -> Message:
+    return Message(MsgKind.READY, client_name(cid), "", body={"phase": "readys"},
+                   arrays={"cids": np.array([cid], np.int64), "n": np.array([n], np.int64)})
+
+
 def _register(srv: ZmqServer, cid: int, n: int | None = None) -> zmq.Socket:
     s = _dealer(srv)
-    name = client_name(cid)
-    _send(s, cid, Message(MsgKind.READY, name, "", body={"phase": "hello", "cid": cid,
-                                                          "endpoint": ""}))
+    _send(s, cid, _hello(cid))
     got = _recv(s, srv)
     assert got.kind == MsgKind.WELCOME, got
     want = part_size(srv.s.parts, cid)
-    _send(s, cid, Message(MsgKind.READY, name, "", body={"phase": "ready",
-                                                          "n": want if n is None else n}))
+    _send(s, cid, _ready(cid, want if n is None else n))
     for _ in range(20):
         srv._poll_once(0.02)
     return s
@@ -130,8 +137,7 @@ def test_a_connection_without_a_client_id_has_nothing_joined(server, caplog):
 def test_a_second_live_claim_of_an_id_is_refused_and_named(server):
     a = _register(server, 1)
     b = _dealer(server)
-    _send(b, 1, Message(MsgKind.READY, "c0001", "", body={"phase": "hello", "cid": 1,
-                                                           "endpoint": ""}))
+    _send(b, 1, _hello(1))
     got = _recv(b, server)
     assert got.kind == MsgKind.REJECT and "client 1 is already connected" in got.body["reason"]
     assert server.conns.route_of(1)[-4:] == sub_frame(1) and 1 in server.clients
@@ -141,10 +147,9 @@ def test_a_second_live_claim_of_an_id_is_refused_and_named(server):
 
 def test_a_ready_that_claims_another_weight_is_refused(server):
     s = _dealer(server)
-    _send(s, 2, Message(MsgKind.READY, "c0002", "", body={"phase": "hello", "cid": 2,
-                                                           "endpoint": ""}))
+    _send(s, 2, _hello(2))
     assert _recv(s, server).kind == MsgKind.WELCOME
-    _send(s, 2, Message(MsgKind.READY, "c0002", "", body={"phase": "ready", "n": 1 << 50}))
+    _send(s, 2, _ready(2, 1 << 40))
     got = _recv(s, server)
     assert got.kind == MsgKind.REJECT and "the server's partition gave it" in got.body["reason"]
     assert 2 not in server.clients

@@ -167,16 +167,16 @@ def trace_child(result_file: str, launch_args: list[str]) -> None:
         wrap(m.ZmqServer, "shutdown", "shutdown_start", "shutdown_done")
 
     def hook_registrar(m: Any) -> None:
-        orig_on_ready, orig_on_hello = m.Registrar.on_ready, m.Registrar.on_hello
+        orig_on_ready, orig_on_hello = m.Registrar.on_ready, m.Registrar.on_hellos
 
-        def on_ready(self: Any, cid: int, got: Any) -> None:  # READY(ready): a Received
+        def on_ready(self: Any, got: Any) -> None:  # READY(readys): a Received
             ev["ready"].append(time.monotonic())
-            return orig_on_ready(self, cid, got)
+            return orig_on_ready(self, got)
 
-        def on_hello(self: Any, got: Any) -> None:  # READY(hello)
+        def on_hello(self: Any, got: Any) -> None:  # READY(hellos)
             ev["hello"].append(time.monotonic())
             return orig_on_hello(self, got)
-        m.Registrar.on_ready, m.Registrar.on_hello = on_ready, on_hello
+        m.Registrar.on_ready, m.Registrar.on_hellos = on_ready, on_hello
 
     def hook_session(m: Any) -> None:
         wrap(m.Session, "__init__", "session_start", "session_done")

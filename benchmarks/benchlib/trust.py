@@ -1,7 +1,7 @@
 """The trust-boundary harness of bench_trust.py (and of tests/integration/test_liveness.py and
 test_resources.py, through it): `fednet server` and `fednet clients` processes found by a marker
 in their environment and sharing one join key, raw ZMTP connections that stay half-open, and an
-insider (a DEALER holding the join key) that sends READY(hello). The processes themselves are
+insider (a DEALER holding the join key) that sends READY(hellos). The processes themselves are
 benchlib.runner.Proc; the scenarios are benchlib/trust_scenarios.py."""
 from __future__ import annotations
 
@@ -194,20 +194,24 @@ def _run_key() -> bytes:
 
 
 def hello_frames(cid: int, nonce: bytes | None = None) -> list[bytes]:
-    """The frames of a READY(hello) claiming client cid, proven with the join key as `fednet
+    """The frames of a READY(hellos) claiming client cid, proven with the join key as `fednet
     clients` proves it (a fresh nonce unless one is given): the server link's envelope, then
     the message."""
+    import numpy as np
+
     from fednet.protocol import Message, MsgKind, encode
-    from fednet.protocol.proof import client_secret, hello_proof
+    from fednet.protocol.proof import hellos_proof, process_secret
     from fednet.transport.channels import sub_frame
     from fednet.types import client_name
 
     nonce = nonce or os.urandom(16)
-    body = {"phase": "hello", "cid": cid, "endpoint": "tcp://127.0.0.1:1", "device": "cpu",
-            "pid": os.getpid(), "host": "bench", "nonce": nonce,
-            "proof": hello_proof(client_secret(_run_key(), cid), cid, nonce)}
+    cids = np.array([cid], np.int64)
+    body = {"phase": "hellos", "device": "cpu", "pid": os.getpid(), "host": "bench",
+            "nonce": nonce,
+            "proof": hellos_proof(process_secret(_run_key()), cids.tobytes(), nonce)}
     return [sub_frame(cid)] + [bytes(f) for f in encode(Message(MsgKind.READY, client_name(cid),
-                                                                 body=body))]
+                                                                 body=body,
+                                                                 arrays={"cids": cids}))]
 
 
 def insider(ctx: Any) -> Any:
@@ -224,8 +228,8 @@ def insider(ctx: Any) -> Any:
 
 
 def welcome_for(endpoint: str, cid: int, timeout_s: float = 10.0) -> str:
-    """Send one READY(hello) for cid on a fresh key holder's DEALER; the kind of the answer ('' if
-    none)."""
+    """Send one READY(hellos) for cid on a fresh key holder's DEALER; the kind of the answer (''
+    if none)."""
     import zmq
 
     from fednet.protocol import decode

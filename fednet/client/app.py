@@ -13,11 +13,11 @@ clients: 60-100 ms of page faults per model, docs/benchmarks/history.md section 
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from fednet.client.peers import PeerChainBroken, Peers, to_server
 from fednet.client.trainer import Trainer
@@ -26,7 +26,6 @@ from fednet.log import Throttle
 from fednet.metrics.accounting import SERVER, Ledger
 from fednet.network.latency import Profile
 from fednet.protocol import Message, MsgKind, peek_kind
-from fednet.protocol.proof import client_secret, hello_proof
 from fednet.transport.channels import Channel, Deferred, Received, sub_frame
 from fednet.types import client_name
 
@@ -88,18 +87,15 @@ class Client:
         self.peers.take_welcome(cfg, self.run_id, grant, self.trainer.availability)
         return examples
 
-    def send_ready(self, n: int, peers: bool) -> None:
-        """READY(ready) with this client's number of examples; first, when the run's routes hand
-        models between clients, its peer socket listens and the message says where."""
-        ready = {"phase": "ready", "n": n}
-        if peers:
-            self.host.check_files()
-            self.peers.pump = self.pump_now  # acknowledge hand-offs to us while we wait
-            new = self.peers.listen()
-            if new is not None:
-                self.host.watch(new, self)
-            ready["endpoint"] = self.peers.endpoint
-        self._send_server(Message(MsgKind.READY, self.name, self.run_id, body=ready))
+    def listen(self) -> str:
+        """The run's routes hand models between clients: this client's peer socket listens
+        (the process's loop reads it); returns where."""
+        self.host.check_files()
+        self.peers.pump = self.pump_now  # acknowledge hand-offs to us while we wait
+        new = self.peers.listen()
+        if new is not None:
+            self.host.watch(new, self)
+        return self.peers.endpoint
 
     def _run_task(self, msg: Message, nbytes: int) -> None:
         if self._tracker is not None:  # the last zero-copy send still reads our model's memory
@@ -153,12 +149,6 @@ class Client:
         self.pump(0)
         return True
 
-    def bye(self) -> None:
-        """BYE to the server with this client's ledger totals."""
-        self._drop_work()
-        tot = dict(self.ledger.totals())  # rejected: bytes; rejected_messages: how many
-        self._send_server(Message(MsgKind.BYE, self.name, self.run_id, body=tot))
-
     def close(self) -> None:
         """Stop reading this client's messages and close its peer socket."""
         self.host.link.remove(self)
@@ -166,21 +156,6 @@ class Client:
 
     # What arrives from the server: each message accepted (and only then counted) or rejected; TASKs
     # decoded when they run.
-
-    def hello(self) -> None:
-        """READY(hello): this client's claim of its id (proven under launch), alone."""
-        host = self.host
-        hello = {"phase": "hello", "cid": self.cid, "endpoint": self.peers.endpoint,
-                 "device": host.device, "pid": os.getpid(), "host": socket.gethostname()[:256]}
-        token = host.enroll.token()
-        if token is not None:  # a reconnect: the server's own token from our WELCOME
-            hello["token"] = token
-        run_key = host.cred.run_key
-        if run_key is not None:  # prove the id: a fresh nonce, signed with our secret
-            nonce = os.urandom(16)
-            secret = client_secret(run_key, self.cid)
-            hello.update(nonce=nonce, proof=hello_proof(secret, self.cid, nonce))
-        self._send_server(Message(MsgKind.READY, self.name, body=hello))
 
     def read_peers(self) -> None:
         """Hand-offs from peers: acknowledged at once and queued; a re-sent duplicate is not
@@ -205,11 +180,8 @@ class Client:
         if got is None:
             return None
         msg, host = got.msg, self.host
-        if msg.kind == MsgKind.SHUTDOWN and "cids" in msg.arrays:
+        if msg.kind == MsgKind.SHUTDOWN:
             host.enroll.on_shutdown(msg)  # the run ended for the process's clients it names
-        elif msg.kind == MsgKind.SHUTDOWN:
-            self.stopping = True
-            host.attention.add(self)
         elif msg.kind == MsgKind.WELCOME:
             host.enroll.on_welcome(msg)  # the process's WELCOME, for the clients it names
         elif msg.kind == MsgKind.REJECT:
@@ -221,12 +193,7 @@ class Client:
                     self.refused = reason
                     host.settled += 1
                 return None
-            # a re-registration refused: e.g. the server has not yet seen our old connection
-            # close; try again shortly
-            throttled.warning("client %d: the server refused to register it again (%s); "
-                              "retrying in 2 s", self.cid, reason)
-            self.rehello_at = time.monotonic() + 2.0
-            host.attention.add(self)
+            self.retry_hello(reason)
         elif msg.kind != MsgKind.HEARTBEAT:
             log.warning("client %d: unexpected %s from the server", self.cid, msg.kind.name)
         return None
@@ -249,12 +216,20 @@ class Client:
                 self._accepted(self.server.finish(msg))
         self.work = ()
 
+    def retry_hello(self, reason: str) -> None:
+        """A re-registration refused (e.g. the server has not yet seen our old connection
+        close): try again shortly."""
+        throttled.warning("client %d: the server refused to register it again (%s); "
+                          "retrying in 2 s", self.cid, reason)
+        self.rehello_at = time.monotonic() + 2.0
+        self.host.attention.add(self)
+
     def check_flags(self) -> None:
         """A refused re-registration whose wait is over, the link up: say hello again."""
         if self.rehello_at is not None and self.host.link.lost_since is None \
                 and time.monotonic() >= self.rehello_at:
             self.rehello_at = None
-            self.hello()
+            self.host.enroll.hellos(np.array([self.cid], np.int64))
 
     def welcomed(self) -> None:
         """Registered: its row of a WELCOME taken."""

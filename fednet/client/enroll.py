@@ -1,11 +1,11 @@
-"""A client process's clients registered together, and their SHUTDOWN and BYE (server/registrar.py
+"""A client process's registration, SHUTDOWN and BYE, for one client or many (server/registrar.py
 is the server's side).
 
 One READY(hellos) names the process's ids (proven under launch with the processes' secret); one
-WELCOME answers, whose arrays carry each client's partition, profile, rejoin token and grant;
-one READY(readys) gives each client's number of examples. A refused batch falls back to one
-hello per client; a reconnect registers each client alone (its rejoin token). SHUTDOWN names the
-clients the run ended for, idle ones too; one BYE answers for them.
+WELCOME answers, whose arrays carry each client's partition, profile and grant, and whose body
+the connection's rejoin token; one READY(readys) gives each client's number of examples (and
+peer port). A process whose claim is refused as a whole claims its ids one by one. SHUTDOWN
+names the clients the run ended for, idle ones too; one BYE answers for them.
 
 Every message of a whole id range is built from arrays (client/table.py): an idle client is a
 row of the WELCOME's arrays and a bit of the process's idle column, never an object.
@@ -98,6 +98,7 @@ class Enrollment:
         self.table = IdTable(ids)
         self.w: Welcome | None = None
         self.batching = False
+        self.refusal = ""  # why the server refused the process's last claim
         self.retired: dict[str, int] = {}  # retired clients' ledger totals (for BYE)
 
     def keep_totals(self, c: Client) -> None:
@@ -122,6 +123,8 @@ class Enrollment:
                 recheck = time.monotonic() + 1.0
                 if link.take_back():
                     self.hellos(self.table.index.sorted_ids())
+                if link.mismatch:  # --secure on one side only: waiting cannot mend it
+                    raise link.no_answer(timeout_s)
         return self.w is not None
 
     def _sender(self, cid: int) -> Client:
@@ -145,17 +148,22 @@ class Enrollment:
                                     arrays={"cids": cids}))
 
     def batch_refused(self, reason: str) -> None:
-        """The server refused the process's hellos: each client registers alone."""
+        """The server refused the process's hellos as a whole: a process of several clients
+        claims them one by one (a process of one is refused: Host.register)."""
         host = self.host
+        self.batching, self.refusal = False, reason
+        if not host.several:
+            if self.w is not None:  # a re-registration: e.g. the old connection still holds it
+                host.first.retry_hello(reason)
+            return
         log.warning("%s: the server refused to register them together (%s); registering each "
                     "alone", host.link.label, reason)
-        self.batching = False
         if self.w is not None:  # a re-registration: every client, each alone
             for cid in self.table.idle_ids().tolist():
                 host.make(cid)
             for c in host.clients:
                 if c.server.sub in host.link.clients:  # not stopped meanwhile
-                    c.hello()
+                    self.hellos(np.array([c.cid], np.int64))
 
     def take(self, c: Client) -> int:
         """Client c takes its row of the process's WELCOME; returns its examples."""
@@ -173,9 +181,8 @@ class Enrollment:
 
     def on_welcome(self, msg: Message) -> None:
         """The process's WELCOME: kept for the idle clients; the clients with an object take
-        their part. One READY(readys) answers for all, or each its own READY(ready) where the
-        run hands models between clients (then every client is built: each has a peer socket
-        and says where it listens)."""
+        their part. One READY(readys) answers for all (where the run hands models between
+        clients, every client is built and it says where each one's peer socket listens)."""
         w = read_welcome(msg)
         self.w, self.batching = w, False
         self.host.kept.clear()  # built under the last WELCOME's settings
@@ -199,13 +206,17 @@ class Enrollment:
         return None
 
     def _welcome_each(self, w: Welcome, mine: np.ndarray) -> None:
-        """A run that hands models between clients: every client is built and says where its
-        peer socket listens in its own READY(ready)."""
-        for cid in w.cids[mine].tolist():
+        """A run that hands models between clients: every client is built and its peer socket
+        listens; READY(readys) says where."""
+        cids = w.cids[mine].astype(np.int64)
+        counts, ends = np.zeros(cids.size, np.int64), []
+        for j, cid in enumerate(cids.tolist()):
             c = self.host.by_cid.get(cid) or self.host.make(cid, take=False)
-            n = self.take(c)
+            counts[j] = self.take(c)
             c.welcomed()
-            c.send_ready(n, True)
+            ends.append(c.listen())
+        if cids.size:
+            self._readys(cids, counts, ends)
 
     def _idle_counts(self, w: Welcome, rows: np.ndarray) -> np.ndarray:
         """The examples of the clients of WELCOME `rows` without an object: a natural client's
@@ -221,12 +232,16 @@ class Enrollment:
         num_examples(w.cfg, int(w.cids[rows[0]]), w.indices)  # the indices checked
         return (w.offsets[rows + 1] - w.offsets[rows]).astype(np.int64)
 
-    def _readys(self, cids: np.ndarray, counts: np.ndarray) -> None:
-        """One READY(readys): the ids ascending, each with its number of examples."""
+    def _readys(self, cids: np.ndarray, counts: np.ndarray,
+                endpoints: list[str] | None = None) -> None:
+        """One READY(readys): the ids ascending, each with its number of examples (and its
+        peer port, in a run that hands models between clients)."""
         order = np.argsort(cids, kind="stable")
         sender = self._sender(int(cids[order[0]]))
-        sender._send_server(Message(MsgKind.READY, sender.name, sender.run_id,
-                                    body={"phase": "readys"},
+        body: dict[str, Any] = {"phase": "readys"}
+        if endpoints is not None:
+            body["endpoints"] = [endpoints[i] for i in order.tolist()]
+        sender._send_server(Message(MsgKind.READY, sender.name, sender.run_id, body=body,
                                     arrays={"cids": cids[order], "n": counts[order]}))
 
     def on_shutdown(self, msg: Message) -> None:
@@ -250,19 +265,14 @@ class Enrollment:
         host = self.host
         stopped = self.table.take_stopped()
         ids = np.sort(np.concatenate([np.array([c.cid for c in done], np.int64), stopped]))
-        if ids.size > 1 or (ids.size and not done):
+        if ids.size:
             self._byes(ids, done)
-        elif done:
-            done[0].bye()
         for c in done:
             host.drop(c)
-        if again and len(self.table) > 1 and self.w is not None:
+        if again:
             self.batching = True  # a refusal: each alone (batch_refused)
             live = np.array([c.cid for c in host.live], np.int64)
             self.hellos(np.concatenate([live, self.table.idle_ids()]))
-        elif again:
-            for c in again:
-                c.hello()
 
     def _byes(self, ids: np.ndarray, done: list[Client]) -> None:
         """One BYE for `ids`: the totals of their ledgers (and of retired clients) added up."""

@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 import zmq
 
@@ -164,31 +165,32 @@ class Host:
         one whose batch the server refused). A client the server refuses stops alone;
         ConfigError when none is left."""
         table = self.enroll.table
-        if self.several and self.enroll.register_together(timeout_s):
+        if self.enroll.register_together(timeout_s):
             return self._warn_real_time()
+        if not self.several:
+            raise ConfigError(f"the server refused client {self.first.cid}: "
+                              f"{self.enroll.refusal}")
         for cid in table.index.ids().tolist():  # each alone, as separate processes would
             if cid not in self.by_cid:
                 self.make(cid)
         self._register_alone(timeout_s)
         for c in self.clients:
             if c.refused is not None:
-                if self.several:
-                    log.error("client %d: the server refused it: %s", c.cid, c.refused)
+                log.error("client %d: the server refused it: %s", c.cid, c.refused)
                 self.drop(c)
                 self.rejected.append(c)
         if len(self.rejected) == len(self.clients):
-            only = self.clients[0] if len(self.clients) == 1 else None
-            raise ConfigError(f"the server refused client {only.cid}: {only.refused}" if only
-                              else "the server refused every client of this process")
+            raise ConfigError("the server refused every client of this process")
         self._warn_real_time()
 
     def _register_alone(self, timeout_s: float) -> None:
-        """READY(hello) from every client, then each takes its WELCOME (or REJECT: its `refused`
-        says why) as it comes; the wait restarts with every one of them (building a client's
-        data takes time). ConfigError when the server does not answer within timeout_s."""
+        """READY(hellos) from every client for its own id, then each takes its WELCOME (or
+        REJECT: its `refused` says why) as it comes; the wait restarts with every one of them
+        (building a client's data takes time). ConfigError when the server does not answer
+        within timeout_s."""
         link, clients = self.link, self.clients
         for c in clients:
-            c.hello()
+            self.enroll.hellos(np.array([c.cid], np.int64))
         waiting, self.settled = len(clients), 0
         deadline, recheck = time.monotonic() + timeout_s, time.monotonic() + 1.0
         while waiting:
@@ -207,7 +209,7 @@ class Host:
                     raise link.no_answer(timeout_s)
                 for c in clients:
                     if back and not c.registered and c.refused is None:
-                        c.hello()
+                        self.enroll.hellos(np.array([c.cid], np.int64))
 
     def _warn_real_time(self) -> None:
         if self.first.trainer.real and len(self.enroll.table) > 1:

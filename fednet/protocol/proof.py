@@ -1,9 +1,9 @@
-"""Proofs of identity that travel in messages: a client's hello proof and a hand-off's tag.
+"""Proofs of identity that travel in messages: a client process's hello proof and a hand-off's tag.
 
 Under `fednet launch` the server draws a run key and hands it to the zygote through its pipe
-(never over a socket); plaintext `fednet server`'s run key is its join key file (join_key.py). Each
-client's secret is derived from it (`client_secret`); a client
-proves its id at READY(hello) with HMAC-SHA256(secret, "hello" | cid | nonce), and the server
+(never over a socket); plaintext `fednet server`'s run key is its join key file (join_key.py). The
+client processes' secret is derived from it (`process_secret`); a process proves the ids it
+claims at READY(hellos) with HMAC-SHA256(secret, "hellos" | nonce | ids), and the server
 refuses a reused nonce. Peers tag each HANDOFF with HMAC(peer key, run | round | task | hop |
 sender) truncated to 16 bytes, so only the run's own clients can hand a model on. Without a run
 key (a server embedded without a join key) the tag is all zeros and carries no proof.
@@ -33,11 +33,6 @@ def _derive(key: bytes, label: bytes) -> bytes:
     return hmac.new(key, label, hashlib.sha256).digest()
 
 
-def client_secret(run_key: bytes, cid: int) -> bytes:
-    """The secret of client cid, derived from the run key."""
-    return _derive(run_key, b"fednet client %d" % cid)
-
-
 @functools.lru_cache(maxsize=4)  # every client of a process asks: one HMAC, not one each
 def peer_key(run_key: bytes) -> bytes:
     """The key that tags hand-offs between the run's clients."""
@@ -51,25 +46,14 @@ def gate_password(run_key: bytes) -> str:
     return _derive(run_key, b"fednet gate").hex()
 
 
-def hello_proof(secret: bytes, cid: int, nonce: bytes) -> bytes:
-    """What client cid sends with READY(hello) to prove it holds its secret."""
-    return hmac.new(secret, b"hello|%d|" % cid + nonce, hashlib.sha256).digest()
-
-
 def process_secret(run_key: bytes) -> bytes:
-    """The secret with which a client process of the launch proves its whole id range at once
-    (READY(hellos)); a holder of the run key can derive every client's secret anyway."""
+    """The secret with which a client process proves the ids it claims (READY(hellos))."""
     return _derive(run_key, b"fednet processes")
 
 
 def hellos_proof(secret: bytes, cids: bytes, nonce: bytes) -> bytes:
     """What a client process sends with READY(hellos) for the ids `cids` (their int64 bytes)."""
     return hmac.new(secret, b"hellos|" + nonce + b"|" + cids, hashlib.sha256).digest()
-
-
-def check_hello(secret: bytes, cid: int, nonce: bytes, proof: bytes) -> bool:
-    """True when `proof` was made with client cid's secret over `nonce`."""
-    return hmac.compare_digest(hello_proof(secret, cid, nonce), proof)
 
 
 def handoff_tag(key: bytes | None, run_id: str, rnd: int, task_id: int, hop: int,

@@ -61,18 +61,13 @@ _ROUTE_REQUIRED = frozenset({"route", "hop", "kind", "body"})
 
 BODIES: dict[MsgKind, Spec] = {
     MsgKind.READY: OneOf("phase", {
-        "hello": Map({"phase": Str(8), "cid": _CID, "endpoint": Str(256), "device": Str(64),
-                      "pid": Int(0, 1 << 31), "host": Str(256), "nonce": Bin(16, 16),
-                      "proof": Bin(32, 32), "token": Bin(16, 16)},
-                     required=frozenset({"phase", "cid", "endpoint"})),
-        "ready": Map({"phase": Str(8), "n": _COUNT, "endpoint": Str(256)},
-                     required=frozenset({"phase", "n"})),
-        # a client process's whole id range at once (arrays: cids; readys also n)
+        # a client process's ids (one, or many) at once (arrays: cids; readys also n)
         "hellos": Map({"phase": Str(8), "device": Str(64), "pid": Int(0, 1 << 31),
                        "host": Str(256), "nonce": Bin(16, 16), "proof": Bin(32, 32),
                        "token": Bin(16, 16)},
                       required=frozenset({"phase"})),
-        "readys": Map({"phase": Str(8)}, required=frozenset({"phase"})),
+        "readys": Map({"phase": Str(8), "endpoints": List(Str(256), 1 << 21)},
+                      required=frozenset({"phase"})),
     }),
     MsgKind.WELCOME: Map({"config": Free(depth=6, items=10_000, str_len=4096),
                           "run_id": RUN_ID,

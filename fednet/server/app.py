@@ -251,9 +251,8 @@ class ZmqServer:
         self.shutting_down = True
         targets = self._roster().ids
         for ids in self.conns.groups(targets):  # one per process
-            arrays = {"cids": ids.astype(np.int64)} if len(ids) > 1 else {}
             self._send(int(ids[0]), Message(MsgKind.SHUTDOWN, SERVER, self.s.run_id,
-                                            arrays=arrays))
+                                            arrays={"cids": ids.astype(np.int64)}))
         deadline = time.monotonic() + timeout_s
         done = self.fates.said_bye, self.fates.died
         while targets.size and time.monotonic() < deadline:
@@ -314,9 +313,8 @@ class ZmqServer:
         self.conns.seen(got.route, got.fd)
         if msg.kind not in FROM_CLIENTS:
             return self.chan.reject(got, f"{msg.kind.name} is not sent to the server")
-        if msg.kind == MsgKind.READY and msg.body["phase"] in ("hello", "hellos"):
-            return (self.reg.on_hello(got) if msg.body["phase"] == "hello" else
-                    self.reg.on_hellos(got))
+        if msg.kind == MsgKind.READY and msg.body["phase"] == "hellos":
+            return self.reg.on_hellos(got)
         cid = self.conns.cid_of(got.route)
         if cid is None:
             late = self.conns.released_cid(got.route)  # it exited with the BYE queued
@@ -327,7 +325,7 @@ class ZmqServer:
         if msg.sender != client_name(cid):
             return self.chan.reject(got, f"sender {msg.sender[:40]!r} on client {cid}'s connection")
         if msg.kind == MsgKind.READY:
-            return self.reg.on_ready(cid, got)
+            return self.reg.on_ready(got)
         if msg.run_id != self.s.run_id:  # e.g. results of a server before a --resume
             return self.chan.reject(got, f"{msg.kind.name} of another run or server start")
         if msg.kind in (MsgKind.RESULT, MsgKind.FAILURE):

@@ -3,8 +3,9 @@
 The server's ROUTER names every connection itself (clients set no identity); the clients of
 one process share a connection, and each message's envelope says which of them it is for, so a
 route here is the connection's id and the envelope (channels.Channel). A route becomes client
-cid only through an accepted READY(hello) that proves the claim:
-- under `fednet launch`: an HMAC over a fresh nonce with the client's secret (fednet.protocol.proof);
+cid only through an accepted READY(hellos) that proves the claim (of one id, or a process's):
+- under `fednet launch`: an HMAC over the ids and a fresh nonce with the processes' secret
+  (fednet.protocol.proof);
 - under `--secure`: the CURVE public key that ZAP authenticated is one allowed to claim cid;
 - plaintext `fednet server`: the same HMAC, with the secrets derived from its join key (the run
   key its remote clients hold: protocol/join_key.py); without any key (a server embedded with
@@ -28,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from fednet.protocol.proof import check_hello, hellos_proof, rejoin_token
+from fednet.protocol.proof import hellos_proof, rejoin_token
 from fednet.transport.channels import SUB_BYTES, sub_frame
 
 LOST_GRACE_S = 1.0
@@ -42,16 +43,15 @@ class Identity:
     """How claims are proven in this run: the launcher's run key, the --secure keys' ids, or
     both (fednet launch --secure: each process proves its ids and holds its own key pair)."""
 
-    run_key_secret: object | None = None  # callable cid -> secret (launch)
     key_ids: dict[str, object] = field(default_factory=dict)  # z85 key -> ids (--secure)
     grants: bytes = field(default_factory=lambda: os.urandom(32))  # derives the route grants
-    process_secret: bytes | None = None  # launch: proves a process's id range (READY(hellos))
+    process_secret: bytes | None = None  # launch, join key: proves a process's ids (READY(hellos))
     needs: str = "the launcher's run key"  # what proves an id here (said to a refused client)
 
     @property
     def proven(self) -> bool:
         """Whether claims are checked at all."""
-        return self.run_key_secret is not None or bool(self.key_ids)
+        return self.process_secret is not None or bool(self.key_ids)
 
 
 class Link:
@@ -86,7 +86,7 @@ class Connections:
         # connections that closed (the newest CLOSED_KEPT), by the connection's own id: one
         # record for all its clients' routes (route = connection id + channels.sub_frame)
         self.closed: OrderedDict[bytes, None] = OrderedDict()
-        self.nonces: set[tuple[int, bytes]] = set()
+        self.nonces: set[bytes] = set()
         self._closed_since_trim = 0
         self._last_close = 0.0
         self.binds = 0  # bindings made so far (a client that came again changes the roster)
@@ -150,15 +150,6 @@ class Connections:
         return out + [cids[i:i + 1] for i in np.flatnonzero(s < 0).tolist()]
 
     # ---- proofs -------------------------------------------------------------------------------
-    def check_claim(self, cid: int, route: bytes, key: str | None, nonce: bytes | None,
-                    proof: bytes | None, token: bytes | None = None) -> str:
-        """Why connection `route` may not be client cid ('' when it may): its proof (the run
-        key's HMAC, its --secure key), then no other live connection may hold cid (a second
-        host claiming live ids is refused, named), unless `token` is that connection's
-        (taken_over)."""
-        why = self._proof(cid, key, nonce, proof)
-        return why or self._held(np.array([cid], np.int64), route[:-SUB_BYTES], token)
-
     def _held(self, cids: np.ndarray, conn: bytes, token: bytes | None) -> str:
         """'client N is already connected' when another live connection holds one of `cids`
         and `token` is not its rejoin token (a reconnect of the process it welcomed)."""
@@ -170,42 +161,22 @@ class Connections:
             return f"client {int(cids[np.isin(s, held)][0])} is already connected"
         return ""
 
-    def _proof(self, cid: int, key: str | None, nonce: bytes | None, proof: bytes | None
-               ) -> str:
-        """Why a hello does not prove client cid ('' when it does, or when nothing is proven)."""
-        ident = self.ident
-        if ident.run_key_secret is not None:
-            if nonce is None or proof is None:
-                return f"identity not proven (this run needs {ident.needs})"
-            if (cid, nonce) in self.nonces:
-                return "identity proof replayed"
-            if not check_hello(ident.run_key_secret(cid), cid, nonce, proof):  # type: ignore[operator]
-                return "identity proof is wrong"
-            self.nonces.add((cid, nonce))
-        if ident.key_ids:  # --secure: the key must list the id
-            ids = ident.key_ids.get(key or "")
-            if ids is None:
-                return "this key is not allowed"
-            if cid not in ids:  # type: ignore[operator]
-                return f"this key may not claim client {cid}"
-        return ""
-
-    def check_batch(self, cids: np.ndarray, base: bytes, key: str | None, nonce: bytes | None,
+    def check_claim(self, cids: np.ndarray, base: bytes, key: str | None, nonce: bytes | None,
                     proof: bytes | None, token: bytes | None = None) -> str:
         """Why connection `base` may not be all of clients `cids` ('' when it may): the process's
         proof over the ids (launch), its key's allowed ids (--secure), then ids no other live
         connection holds (each on its own envelope: channels.sub_frame) unless `token` is
         that connection's."""
         ident = self.ident
-        if ident.run_key_secret is not None:
-            if nonce is None or proof is None or ident.process_secret is None:
+        if ident.process_secret is not None:
+            if nonce is None or proof is None:
                 return f"identity not proven (this run needs {ident.needs})"
-            if (-1, nonce) in self.nonces:
+            if nonce in self.nonces:
                 return "identity proof replayed"
             if not hmac.compare_digest(hellos_proof(ident.process_secret, cids.tobytes(), nonce),
                                        proof):
                 return "identity proof is wrong"
-            self.nonces.add((-1, nonce))
+            self.nonces.add(nonce)
         if ident.key_ids:
             ids = ident.key_ids.get(key or "")
             if ids is None:
@@ -250,15 +221,7 @@ class Connections:
             self.lost.setdefault(s, time.monotonic())
         return link
 
-    def bind(self, cid: int, route: bytes, key: str | None) -> Link:
-        """Connection `route` (its envelope is cid's) is client cid from now on (an older
-        binding of cid ends)."""
-        link = self._link(route[:-SUB_BYTES], key)
-        self.slot[cid] = link.slot
-        self.binds += 1
-        return link
-
-    def bind_batch(self, cids: np.ndarray, base: bytes, key: str | None, fd: int) -> Link:
+    def bind(self, cids: np.ndarray, base: bytes, key: str | None, fd: int) -> Link:
         """seen and bind for each of a process's clients on connection `base`, at once."""
         self.seen(base + sub_frame(int(cids[0])), fd)
         link = self._link(base, key)
@@ -337,7 +300,7 @@ def identity_for(cfg: Any, local_clients: bool, per_process: int = 1, join_key: 
 
     from fednet.errors import ConfigError
     from fednet.protocol import join_key as join
-    from fednet.protocol.proof import client_secret, new_run_key, process_secret
+    from fednet.protocol.proof import new_run_key, process_secret
 
     ident = Identity()
     specs: dict[str, Any] = {}
@@ -347,7 +310,6 @@ def identity_for(cfg: Any, local_clients: bool, per_process: int = 1, join_key: 
         ident.needs = "its join key: fednet clients --join-key FILE"
     if run_key is not None:
         specs["run_key"] = run_key
-        ident.run_key_secret = lambda cid: client_secret(run_key, cid)
         ident.process_secret = process_secret(run_key)
     if cfg.net.secure:
         from fednet.transport import security

@@ -1,18 +1,17 @@
-"""Registration, the server's side: a client's or a whole client process's READY(hello|hellos)
--> WELCOME -> READY(ready|readys), REJECT to a claim that cannot stand, and BYE. The registrar
-owns what registration keeps (who said hello, how, and when), over the server's connections
+"""Registration, the server's side: a client process's READY(hellos) -> WELCOME ->
+READY(readys), REJECT to a claim that cannot stand, and BYE. The registrar owns what
+registration keeps (whose hello was accepted, and when), over the server's connections
 (conns.py), registered clients (book.py) and fates (fates.py).
 
-A client process registers its whole id range in one message each way: READY(hellos) -> one
-WELCOME -> READY(readys), so registration work follows the processes, not the clients (50,000
-per-client hellos and WELCOMEs kept the server busy for about 14 s). The claim is proven as a
-lone hello's is (conns.Connections.check_batch): under `fednet launch` an HMAC over the ids and
-a fresh nonce with the processes' secret derived from the run key; under `--secure` the
-connection's key must be allowed every id; plaintext `fednet server` takes ids no live
-connection holds. Each id is bound to the connection with its own envelope (the message's
-envelope must be its first id's), so from then on each client's messages are checked exactly as
-if it had registered alone. A reconnect, and a process whose batch is refused, register client
-by client (client/host.py).
+One path for a process of one client or of many: its ids in one message each way, so
+registration work follows the processes, not the clients (50,000 per-client hellos and WELCOMEs
+kept the server busy for about 14 s). The claim is proven (conns.Connections.check_claim): under
+`fednet launch` an HMAC over the ids and a fresh nonce with the processes' secret derived from
+the run key; under `--secure` the connection's key must be allowed every id; plaintext `fednet
+server` takes ids no live connection holds. Each id is bound to the connection with its own
+envelope (the message's envelope must be its first id's), so from then on each client's
+messages are checked on their own. A process whose claim is refused as a whole claims its ids
+one by one (client/host.py).
 """
 from __future__ import annotations
 
@@ -37,9 +36,8 @@ if TYPE_CHECKING:
     from fednet.server.app import ZmqServer
 
 MAX_IDS = 1 << 21  # ids in one READY(hellos)
-HELLO_EVERY_S = 2.0  # one READY(hello|hellos) per connection in this time is answered
+HELLO_EVERY_S = 2.0  # one READY(hellos) per route in this time is answered
 REJECTS_PER_S = 50  # REJECT replies per second at most (the rest are only counted)
-ALONE, TOGETHER = 1, 2  # how a client's hello came (Registrar.said)
 
 
 class Registrar:
@@ -47,8 +45,7 @@ class Registrar:
 
     def __init__(self, srv: ZmqServer) -> None:
         self.srv = srv
-        self.said = np.zeros(max(srv.s.cfg.clients, 0), np.int8)  # 0, ALONE or TOGETHER
-        self.alone: dict[int, dict[str, Any]] = {}  # the hello of each client that came alone
+        self.said = np.zeros(max(srv.s.cfg.clients, 0), bool)  # its hello was accepted
         self.hello_at: dict[bytes, float] = {}  # route -> its last accepted hello
         self._profiles_array: Any = None  # a latency trace as WELCOME carries it
         self._config: tuple[Any, dict] | None = None
@@ -57,34 +54,6 @@ class Registrar:
     def welcomed(self, cid: int) -> bool:
         """Whether client cid's hello was accepted (it may be registered, or not yet)."""
         return bool(self.said[cid])
-
-    # ---- READY(hello): a client alone -----------------------------------------------------
-    def on_hello(self, got: Received) -> None:
-        """READY(hello): bind the client to its connection once its claim is proven."""
-        srv, b = self.srv, got.msg.body
-        cid = b["cid"]
-        if got.msg.sender != client_name(cid) or got.route[-SUB_BYTES:] != sub_frame(cid):
-            return srv.chan.reject(got, "hello whose sender or envelope is not its cid")
-        if cid >= srv.s.cfg.clients:
-            srv.chan.reject(got, "client id out of range")
-            return self.send_reject(got, f"client id out of range: this run has "
-                                         f"{srv.s.cfg.clients} clients")
-        if not self._may_hello(got):
-            return srv.chan.reject(got, "repeated hello")
-        key = got.prop("User-Id")
-        if srv.conns.route_of(cid) not in (None, got.route):
-            srv._read_monitor()  # its old connection may have closed just before: know it first
-        why = srv.conns.check_claim(cid, got.route, key, b.get("nonce"), b.get("proof"),
-                                    b.get("token"))
-        if why:
-            srv.chan.reject(got, why)
-            return self.send_reject(got, why)
-        self._accepted(got)
-        srv.chan.accept(got, client_name(cid))
-        srv.conns.bind(cid, got.route, key)
-        self.said[cid], self.alone[cid] = ALONE, dict(b)
-        self._came_back(np.array([cid], np.int64))
-        srv._send(cid, self._welcome(np.array([cid], np.int64)))
 
     def _may_hello(self, got: Received) -> bool:
         return time.monotonic() - self.hello_at.get(got.route, -1e9) >= HELLO_EVERY_S
@@ -100,7 +69,7 @@ class Registrar:
         self.srv.fates.revive(ids)
         self.srv.fail_held(ids, "registered again; the task was lost with its old connection")
 
-    # ---- READY(hellos): a client process's clients together -------------------------------
+    # ---- READY(hellos): a client process's clients (one, or many) ------------------------
     def on_hellos(self, got: Received) -> None:
         """READY(hellos): bind every id the process proves to (its connection, the id's
         envelope); one WELCOME answers for all of them."""
@@ -113,27 +82,24 @@ class Registrar:
             return srv.chan.reject(got, "repeated hello")
         b, key, base = got.msg.body, got.prop("User-Id"), got.route[:-SUB_BYTES]
         srv._read_monitor()  # an old connection of these ids may have closed just before
-        why = srv.conns.check_batch(cids, base, key, b.get("nonce"), b.get("proof"),
+        why = srv.conns.check_claim(cids, base, key, b.get("nonce"), b.get("proof"),
                                     b.get("token"))
         if why:
             srv.chan.reject(got, why)
             return self.send_reject(got, why)
         self._accepted(got)
         srv.chan.accept(got, client_name(int(cids[0])))
-        link = srv.conns.bind_batch(cids, base, key, got.fd)  # its close loses them all
+        link = srv.conns.bind(cids, base, key, got.fd)  # its close loses them all
         link.info = {"device": b.get("device", "?"), "pid": b.get("pid", 0),
                      "host": b.get("host", "")}  # one record for the process's clients
-        self.said[cids] = TOGETHER
-        if self.alone:
-            for cid in self.alone.keys() & set(cids.tolist()):
-                del self.alone[cid]
+        self.said[cids] = True
         self._came_back(cids)
         srv._send(int(cids[0]), self._welcome(cids))
         return None
 
     # ---- WELCOME: one encoding for one client or a process's ----------------------------
     def _welcome(self, cids: np.ndarray) -> Message:
-        """The WELCOME of clients `cids` (one that said hello alone, or a process's): the run's
+        """The WELCOME of clients `cids` (a process's, one or many): the run's
         configuration and the connection's rejoin token once, and per client (in arrays, in
         the order of `cids`) its partition, profile and, under --secure, its grant key."""
         s, conns = self.srv.s, self.srv.conns
@@ -180,34 +146,11 @@ class Registrar:
             self._config = (cfg, cfg.to_dict())
         return self._config[1]
 
-    # ---- READY(ready|readys) --------------------------------------------------------------
-    def on_ready(self, cid: int, got: Received) -> None:
-        """READY(ready) of a welcomed client, or READY(readys) of a welcomed process: each says
-        how many examples it holds, which must be the server's own count."""
-        srv = self.srv
-        if not self.said[cid]:
-            return srv.chan.reject(got, "READY(ready) before hello")
-        if got.msg.body["phase"] == "readys":
-            return self._on_readys(got)
-        why = self.examples_problem(cid, got.msg.body["n"])
-        if why:
-            srv.chan.reject(got, why)
-            return self.send_reject(got, why)
-        srv.chan.accept(got, client_name(cid))
-        h = self._hello_of(cid)
-        peer = got.msg.body.get("endpoint") or h.get("endpoint", "")  # bound after WELCOME
-        srv.clients[cid] = ClientInfo(cid, part_size(srv.s.parts, cid),  # the server's count
-                                      str(h.get("device", "?")), str(peer),
-                                      int(h.get("pid", 0)), str(h.get("host", "")))
-        return None
-
-    def _hello_of(self, cid: int) -> dict[str, Any]:
-        if self.said[cid] == ALONE:
-            return self.alone.get(cid, {})
-        link = self.srv.conns.link_of(cid)
-        return (link.info or {}) if link is not None else {}
-
-    def _on_readys(self, got: Received) -> None:
+    # ---- READY(readys) ----------------------------------------------------------------------
+    def on_ready(self, got: Received) -> None:
+        """READY(readys) of welcomed clients of this connection: each one's number of examples,
+        which must be the server's own count, and, where the run hands models between
+        clients, each one's peer port (`endpoints`)."""
         srv = self.srv
         cids, why = batch_ids(got, srv.s.cfg.clients, extra="n")
         if cids is None:
@@ -217,9 +160,11 @@ class Registrar:
                 or not (srv.conns.slot[cids] == link.slot).all() or not self.said[cids].all()):
             return srv.chan.reject(got, "READY(readys) for a client not registered on this "
                                         "connection")
-        n = got.msg.arrays["n"]
+        n, ends = got.msg.arrays["n"], got.msg.body.get("endpoints")
         if int(n.min()) < 0:
             return srv.chan.reject(got, "a negative number of examples")
+        if ends is not None and len(ends) != cids.size:
+            return srv.chan.reject(got, "'endpoints' must name one port per id")
         sizes = part_sizes(srv.s.parts, cids)  # the server's own counts, every client's at once
         wrong = np.flatnonzero(n != sizes)
         if wrong.size:
@@ -228,15 +173,12 @@ class Registrar:
             srv.chan.reject(got, why)
             return self.send_reject(got, why)
         srv.chan.accept(got, client_name(int(cids[0])))
-        if (self.said[cids] == TOGETHER).all() and link.info is not None:
-            h = link.info  # one record for them all (server/book.py)
-            srv.clients.add_process(cids, str(h.get("device", "?")), int(h.get("pid", 0)),
-                                    str(h.get("host", "")))
-            return None
-        for cid, size in zip(cids.tolist(), sizes.tolist()):
-            h = self._hello_of(cid)
-            srv.clients[cid] = ClientInfo(cid, size, str(h.get("device", "?")), "",
-                                          int(h.get("pid", 0)), str(h.get("host", "")))
+        h = link.info or {}
+        device, pid, host = str(h.get("device", "?")), int(h.get("pid", 0)), str(h.get("host", ""))
+        if ends is None:  # one record for them all (server/book.py)
+            return srv.clients.add_process(cids, device, pid, host)
+        for cid, size, peer in zip(cids.tolist(), sizes.tolist(), ends):
+            srv.clients[cid] = ClientInfo(cid, size, device, str(peer), pid, host)
         return None
 
     def examples_problem(self, cid: int, n: int) -> str:
@@ -265,13 +207,10 @@ class Registrar:
 
     # ---- BYE ------------------------------------------------------------------------------
     def on_bye(self, cid: int, got: Received) -> None:
-        """BYE of client cid, or of a process's clients (its `cids`, each bound on this
-        connection): the body is their ledgers' totals added up, kept with the first id (so the
-        clients' view still adds up)."""
+        """BYE of a process's clients (its `cids`, each bound on this connection): the body is
+        their ledgers' totals added up, kept with the first id (so the clients' view still adds
+        up)."""
         srv = self.srv
-        if "cids" not in got.msg.arrays:
-            srv.chan.accept(got, client_name(cid))
-            return srv.fates.bye([cid], got.msg.body)
         cids, why = batch_ids(got, srv.s.cfg.clients)
         if cids is None:
             return srv.chan.reject(got, why)
@@ -284,15 +223,14 @@ class Registrar:
 
     def late_bye(self, got: Received, late: int) -> None:
         """A BYE read after its client's connection was released (its process's exit reported
-        first): client `late`'s own, and, for a process's BYE, every id it names that was
-        released from this same connection."""
+        first): every id it names that was released from this same connection (client
+        `late`, whose envelope it came on, is the first)."""
         srv = self.srv
+        cids, why = batch_ids(got, srv.s.cfg.clients)
+        if cids is None:
+            return srv.chan.reject(got, why)
         srv.chan.accept(got, client_name(late))
-        ids = np.array([late], np.int64)
-        cids, _ = batch_ids(got, srv.s.cfg.clients) if "cids" in got.msg.arrays else (None, "")
-        if cids is not None:
-            s = srv.conns.slot[cids]
-            ids = cids[s == srv.conns.slot[late]]  # released from the same link
+        ids = cids[srv.conns.slot[cids] == srv.conns.slot[late]]  # released from the same link
         new = ids[~srv.fates.said_bye[ids]]
         if new.size:
             srv.fates.bye(new, got.msg.body if new[0] == ids[0] else NO_TOTALS)
@@ -312,8 +250,8 @@ def batch_ids(got: Received, clients: int, extra: str = "") -> tuple[np.ndarray 
         return None, f"client id out of range: this run has {clients} clients"
     if not _distinct(a):
         return None, "a batch names an id twice"
-    if got.route[-SUB_BYTES:] != sub_frame(int(a[0])):
-        return None, "a batch whose envelope is not its first id"
+    if got.route[-SUB_BYTES:] != sub_frame(int(a[0])) or got.msg.sender != client_name(int(a[0])):
+        return None, "a batch whose envelope or sender is not its first id"
     return a, ""
 
 

@@ -73,9 +73,16 @@ def _send(s: zmq.Socket, envelope: int, msg: Message) -> None:
     s.send_multipart([sub_frame(envelope)] + [bytes(f) for f in encode(msg)])
 
 
-def _hello(cid: int) -> Message:
-    return Message(MsgKind.READY, client_name(cid), body={"phase": "hello", "cid": cid,
-                                                          "endpoint": "", "device": "cpu"})
+def _hello(cid: int, sender: int | None = None) -> Message:
+    return Message(MsgKind.READY, client_name(cid if sender is None else sender),
+                   body={"phase": "hellos", "device": "cpu"},
+                   arrays={"cids": np.array([cid], np.int64)})
+
+
+def _ready(srv: ZmqServer, cid: int) -> Message:
+    n = part_size(srv.s.parts, cid)  # the server's own count
+    return Message(MsgKind.READY, client_name(cid), srv.s.run_id, body={"phase": "readys"},
+                   arrays={"cids": np.array([cid], np.int64), "n": np.array([n], np.int64)})
 
 
 def _pump(srv: ZmqServer, seconds: float = 1.0) -> None:
@@ -98,17 +105,17 @@ def test_a_connection_speaks_only_for_the_ids_it_registered():
         assert srv.conns.route_of(0)[-4:] == sub_frame(0)
         assert a.poll(2000) and a.recv_multipart()[0] == sub_frame(0)  # WELCOME, enveloped
         before = srv.chan.rejects.total
-        ready = {"phase": "ready", "n": part_size(srv.s.parts, 0)}  # the server's own count
-        _send(a, 1, Message(MsgKind.READY, client_name(1), srv.s.run_id, body=ready))
+        _send(a, 1, _ready(srv, 1))  # another id's envelope
         _send(a, 2, _hello(3))  # an envelope that is not the id it claims
-        _send(b, 0, Message(MsgKind.READY, client_name(0), srv.s.run_id, body=ready))
+        _send(a, 3, _hello(3, sender=2))  # a sender that is not the id it claims
+        _send(b, 0, _ready(srv, 0))
         b.send_multipart([bytes(f) for f in encode(_hello(2))])  # no envelope at all
         b.send_multipart([b"\0\0\0"] + [bytes(f) for f in encode(_hello(2))])  # a cut one
         _pump(srv)
-        assert srv.chan.rejects.total - before == 5
+        assert srv.chan.rejects.total - before == 6
         assert srv.conns.route_of(1) is None and srv.conns.route_of(3) is None
-        assert srv.conns.route_of(2) is None and not srv.clients  # no READY(ready) was taken
-        _send(a, 0, Message(MsgKind.READY, client_name(0), srv.s.run_id, body=ready))
+        assert srv.conns.route_of(2) is None and not srv.clients  # no READY(readys) was taken
+        _send(a, 0, _ready(srv, 0))
         _pump(srv)
         assert list(srv.clients) == [0]  # the registered pair itself still works
     finally:
