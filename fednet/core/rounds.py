@@ -212,7 +212,7 @@ class RoundDriver:
             t.sim_time = self.sim_time
         ordered = self.staged.virtual_order
         step = self.network.step(self.sim_time, rnd, tasks, span, ctx.target, ordered=ordered)
-        order = self.arrivals() if ordered else AsArrived()  # replies in simulated-time order
+        order = self.arrivals() if ordered else AsArrived()  # in simulated-time order, or as they come
         order.open(self.ledger)
         # replies release follow-up tasks: several rounds a step, replies in simulated-time
         # order, or stages of one round (secure aggregation)
@@ -284,8 +284,8 @@ class RoundDriver:
         return acc, loss, {**metrics, **self.extra_eval(model)}  # --attack backdoor's success
 
     def _points(self, order: Order) -> None:
-        """Evaluate and log the step's interim points: at its end, or as they come when the
-        algorithm streams them (FedAsync, FedBuff)."""
+        """Evaluate and log the step's interim points: at its end, and as replies go on when
+        an ordered step's algorithm streams them (FedAsync, FedBuff)."""
         for t, arrays, sim, extra in self.staged.interim_points():
             acc_t, loss_t = self.evaluate(arrays)
             flag = {} if self.staged.streams_points else {"interim": True}  # (a row of its own)
