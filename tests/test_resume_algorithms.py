@@ -60,13 +60,13 @@ def _reference(algo: str, out: Path) -> dict:
 
 def _stop_after(rounds_done: int):
     def prepare(session) -> None:
-        save = session.driver.checkpoint
+        save = session.driver.checkpoints.write
 
         def checkpoint() -> None:
             save()
             if session.driver.rounds_done == rounds_done:
                 raise Stop()
-        session.driver.checkpoint = checkpoint
+        session.driver.checkpoints.write = checkpoint
     return prepare
 
 

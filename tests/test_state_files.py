@@ -11,6 +11,7 @@ from fednet.algorithms.contract import ServerState
 from fednet.core import state_files as sf
 from fednet.metrics.accounting import Ledger
 from fednet.core import checkpoint
+from fednet.core.boundary import Clock
 from fednet.core.participants import Participants
 from tests.conftest import small_config
 
@@ -69,9 +70,8 @@ def _save(out: Path, rounds_done: int) -> None:
     cfg = small_config()
     algo = SimpleNamespace(state=ServerState(model={"w": np.zeros(2, np.float32)}), cfg=cfg)
     driver = SimpleNamespace(rounds_done=rounds_done, sim_time=1.0, ledger=Ledger(), failures=[],
-                             setup_stats={}, history=SimpleNamespace(rows=[]), segments=[],
-                             participants=Participants(),
-                             segment=lambda: {"rounds": [0, rounds_done], "wall_s": 0.0})
+                             setup_stats={}, history=SimpleNamespace(rows=[]),
+                             participants=Participants(), clock=Clock(planned=rounds_done))
     checkpoint.save(out, algo, driver)
 
 

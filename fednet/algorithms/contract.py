@@ -305,7 +305,9 @@ class StagedStrategy(Strategy):
     # the server's state depends on the order of arrivals (FedAsync, FedBuff): replies reach
     # follow_up in simulated-time order, never in the runtime's (core/arrivals.py)
     virtual_order = False
-    streams_points = False  # interim_points is asked after every reply, not at the step's end
+    # interim_points is asked after every reply released too (with virtual_order), not only at
+    # the step's end, and its rows are the run's own (not flagged interim)
+    streams_points = False
     chained = False  # follow_up releases tasks within a one-round step (secure aggregation)
 
     def setup_tasks(self, clients: Sequence[ClientInfo]) -> list[Task]:

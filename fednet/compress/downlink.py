@@ -51,6 +51,10 @@ class Downlink:
         return wire, decoded
 
 
+NO_DOWNLINK = Downlink(Spec(), 0)
+"""Without --compress-down: every task's arrays travel as they are (it keeps nothing)."""
+
+
 def encode_values(spec: Spec, arrays: Arrays, seed: int, purpose: str, rnd: int = -1,
                   client: int = -1) -> Arrays:
     """The arrays as they travel: the floating ones' values encoded, a layout beside them.

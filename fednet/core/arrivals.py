@@ -22,15 +22,33 @@ Released replies come in (simulated time, task id) order whatever the runtime's 
 model, bytes and times are identical under local and launch. The bytes of what was sent and
 released are counted here too (`sent_bytes`, `back_bytes`): the rows of such a step carry them,
 since the ledger also holds replies that arrived for real but are not released yet.
+
+A synchronous step takes its replies as they come (AsArrived, the same interface): released at
+once, its rows reading the ledger itself. The round driver runs every step through one of the
+two, so that its loop has a single path.
 """
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
+from fednet.metrics.accounting import Ledger
 from fednet.types import Failure, Result, Task
 
 Reply = Result | Failure
+LINKS = ("server_to_client", "client_to_server", "client_to_client")
+
+
+class RowCount(NamedTuple):
+    """The traffic a metrics row carries, and the ledger as of that row."""
+
+    bytes_round: dict[str, int]  # the row's bytes (its round's, or an ordered step's since its last row)
+    total: int  # every byte sent so far
+    totals: dict[str, int]  # the ledger's totals as of the row (an interrupted run's summary)
+    messages: int
+    stages: dict[str, dict[str, int]]  # a protocol's stages inside the round (secure aggregation)
+    upto: int | None  # the row's client compute: of the logical rounds <= upto (None: all sent)
 
 
 class Arrivals:
@@ -46,6 +64,11 @@ class Arrivals:
         self.sent_bytes = self.back_bytes = 0
         self.sent_tensor = self.back_tensor = self.sent_msgs = self.back_msgs = 0
         self._at_row = (0, 0)  # sent_bytes and back_bytes at the last row
+        self.base: dict[str, int] = {}  # the ledger's totals and messages at the step's start
+
+    def open(self, ledger: Ledger) -> None:
+        """The step starts: its rows count from the ledger as it is now."""
+        self.base = {**ledger.totals(), "messages": ledger.messages}
 
     def sent(self, tasks: list[Task]) -> None:
         """Tasks that left (their start stamped): each is out until its reply arrives."""
@@ -89,6 +112,26 @@ class Arrivals:
             self.back_msgs += 1
         return done
 
+    def released(self) -> Iterator[Reply]:
+        """The held replies that may go on now, earliest first (more once sent() is told of
+        the tasks each one released)."""
+        while (done := self.next()) is not None:
+            yield done
+
+    def columns(self, failures: list[Failure], step_row: dict[str, Any]) -> dict[str, Any]:
+        """The step's row columns: the network step's, then the stragglers and replies moved
+        here (failures: their own round's rows)."""
+        return {**step_row, "stragglers": self.stragglers, "moved": self.moved}
+
+    def row(self, rnd: int) -> RowCount:
+        """A row's traffic: what the step sent and released since its last row."""
+        base = self.base
+        at, messages = self.totals({k: v for k, v in base.items() if k != "messages"},
+                                   base["messages"])
+        bytes_round = self.row_bytes(base)
+        total = bytes_round.pop("total")
+        return RowCount(bytes_round, total, at, messages, {}, None)
+
     def waiting(self) -> int:
         """Replies held now."""
         return len(self.held)
@@ -114,3 +157,40 @@ class Arrivals:
                    header_bytes=base["header_bytes"] + self.sent_bytes + self.back_bytes - tensor,
                    messages=base_messages + self.sent_msgs + self.back_msgs)
         return out, out["messages"]
+
+
+class AsArrived:
+    """The replies of a synchronous step, released as they come; its rows read the ledger (the
+    messages of their logical round)."""
+
+    def __init__(self) -> None:
+        self.ready: list[Reply] = []
+        self.ledger = Ledger()
+
+    def open(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+
+    def sent(self, tasks: list[Task]) -> None:
+        """Nothing to wait for: a reply goes on as it comes."""
+
+    def arrive(self, done: Reply) -> None:
+        self.ready.append(done)
+
+    def released(self) -> Iterator[Reply]:
+        while self.ready:
+            yield self.ready.pop(0)
+
+    def columns(self, failures: list[Failure], step_row: dict[str, Any]) -> dict[str, Any]:
+        """The step's failures, then the network step's columns."""
+        return {"failures": len(failures), **step_row}
+
+    def row(self, rnd: int) -> RowCount:
+        """Logical round rnd's bytes, and the ledger's totals now."""
+        per, after = self.ledger.round_totals(rnd), self.ledger.totals()
+        total = sum(after[k] for k in LINKS)
+        return RowCount({k: per[k] for k in (*LINKS, "tensor_bytes")}, total, after,
+                        self.ledger.messages, self.ledger.stage_totals(rnd), rnd)
+
+
+Order = Arrivals | AsArrived
+"""How a step takes its replies in (the round driver's)."""

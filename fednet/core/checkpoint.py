@@ -62,7 +62,7 @@ def save(out: Path, algo: Any, driver: Any, clients: ClientStates | None = None,
     client_meta = _client_arrays(clients, arrays)
     state = {"rounds_done": driver.rounds_done, "sim_time": driver.sim_time,
              "ledger": ledger or driver.ledger.totals(), "failures": driver.failures,
-             "segments": [*driver.segments, driver.segment()],
+             "segments": driver.clock.all_segments(driver.rounds_done),
              "setup": driver.setup_stats, "rows": len(driver.history.rows), "algo": meta,
              "algorithm": algo.cfg.algo.name,
              "client_state": "checkpoint" if clients is not None else "files",

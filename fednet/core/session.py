@@ -31,7 +31,7 @@ from fednet.errors import ConfigError
 from fednet.core import checkpoint, store_check
 from fednet.core.arrivals import Arrivals
 from fednet.core.evaluate import Evaluator
-from fednet.core.rounds import RoundDriver
+from fednet.core.rounds import RoundDriver, no_extra_eval
 from fednet.core.status import RunStatus
 from fednet.core.summary import robust_summary
 from fednet.network import availability
@@ -142,7 +142,7 @@ class Session:
                 self.earliest_return, size, float(cfg.latency.deadline)),
             checkpoint=self._checkpoint, manifest=self.manifest or NO_MANIFEST,
             client_state=stateful or self.compress.feedback,  # (a residual is state too)
-            extra_eval=self._attack_success if cfg.attack.name == "backdoor" else None,
+            extra_eval=self._attack_success if cfg.attack.name == "backdoor" else no_extra_eval,
             compute=ClientCompute(cfg, lambda cid: self._pooled_examples
                                   or part_size(self.parts, cid)))
         if state is not None:
@@ -194,12 +194,12 @@ class Session:
         last periodic checkpoint, which --resume takes). Stateful clients kept the state from
         before this step (tasks carry `ckpt`: RoundDriver.stamp). True when written."""
         d = self.driver
-        if (d.boundary is None or self.out is None or self.driver.staged.virtual_order
+        if (not d.marks.caught or self.out is None or self.driver.staged.virtual_order
                 or self.cfg.net.checkpoint_every):
             return False
         if self.client_view is not None and self.client_view():  # states only objects hold
             return False  # (a store that could not be written): some are the round's already
-        ledger, self.algo.state.next_task, d.sim_time = d.boundary  # as the round began
+        ledger, self.algo.state.next_task, d.sim_time = d.marks.mark  # as the round began
         checkpoint.save(self.out, self.algo, d, None, ledger, lineage(self.run_id), self.manifest)
         return True
 

@@ -19,7 +19,7 @@ def run_summary(d: Any, clients: Sequence[ClientInfo], extra: dict[str, Any] | N
     rows = d.history.rows
     rounds, sim, tot, messages = (d.rounds_done, d.sim_time, d.ledger.totals(), d.ledger.messages)
     if d.status != RunStatus.COMPLETED:  # an interrupted run (or one stopped mid-round): its last
-        rounds, sim, tot, messages = d.finished()  # finished round's totals, not the round's tasks
+        rounds, sim, tot, messages = d.marks.logged  # finished round's totals, not its tasks
         tot = {**d.ledger.totals(), **{k: v for k, v in tot.items() if k in TRAFFIC}}
     acc = [r["accuracy"] for r in rows]
     out: dict[str, Any] = {
@@ -27,7 +27,7 @@ def run_summary(d: Any, clients: Sequence[ClientInfo], extra: dict[str, Any] | N
         "rounds": rounds, "rounds_planned": d.cfg.rounds,
         "final_accuracy": acc[-1] if acc else None, "best_accuracy": max(acc) if acc else None,
         "final_loss": rows[-1]["loss"] if rows else None,
-        "wall_clock_s": d.wall(), "sim_time_s": sim,
+        "wall_clock_s": d.clock.wall(), "sim_time_s": sim,
         "bytes": {k: tot[k] for k in ("server_to_client", "client_to_server", "client_to_client",
                                       "tensor_bytes", "header_bytes", "control", "rejected")},
         "rejected_messages": tot["rejected_messages"],
@@ -38,8 +38,8 @@ def run_summary(d: Any, clients: Sequence[ClientInfo], extra: dict[str, Any] | N
         "devices": devices_of(clients),
         "failures": d.failures, "seed": d.cfg.seed,
     }
-    if d.segments:  # a resumed run: every segment (rounds [from, to), wall-clock)
-        out["segments"] = [*d.segments, d.segment()]
+    if d.clock.segments:  # a resumed run: every segment (rounds [from, to), wall-clock)
+        out["segments"] = d.clock.all_segments(d.rounds_done)
     if d.error:
         out["error"] = d.error
     if d.setup_stats:

@@ -1,10 +1,11 @@
 """The run's verdict: its failures so far, and when the run has failed (--max-failed-rounds, no
-usable round) or diverged. The round driver owns one (composition) and ends the run with what
-it says (RoundDriver.end)."""
+usable round) or diverged. The round driver owns one (composition) and gives it its `end`
+(RoundDriver.end), through which the verdict ends the run."""
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 from fednet.algorithms.common import finite
@@ -20,9 +21,10 @@ Ending = tuple[RunStatus, str]
 class Verdict:
     """The failures of a run (summary.json's list) and the status decisions made of them."""
 
-    def __init__(self, max_failed_rounds: int, progress: Any) -> None:
+    def __init__(self, max_failed_rounds: int, progress: Any,
+                 end: Callable[[RunStatus, str], None]) -> None:
         self.max_failed = max_failed_rounds
-        self.progress = progress
+        self.progress, self.end = progress, end
         self.failures: list[dict[str, Any]] = []
         self.log_hint = ""  # where the clients' tracebacks are (set by the runtime)
         self.failed_streak = self.usable_rounds = 0
@@ -36,18 +38,25 @@ class Verdict:
                                   "reason": f.reason})
             self.progress.failure(rnd, f.cid, f.reason, self.log_hint)
 
-    def count_usable(self, rnd: int, usable: int) -> Ending | None:
-        """A round without a usable result counts towards --max-failed-rounds: failed when it
-        is reached."""
+    def count_usable(self, rnd: int, usable: int) -> None:
+        """A round without a usable result counts towards --max-failed-rounds: the run has
+        failed when it is reached."""
         if usable:
             self.usable_rounds += 1
             self.failed_streak = 0
-            return None
+            return
         self.failed_streak += 1
         k = self.max_failed
         if k and self.failed_streak >= k:
-            return self.failed(f"{k} rounds in a row without a usable result (through round {rnd})")
-        return None
+            self.end(*self.failed(f"{k} rounds in a row without a usable result "
+                                  f"(through round {rnd})"))
+
+    def check_finite(self, rnd: int, model: Arrays, results: list[Result],
+                     failures: list[Failure], loss: float) -> None:
+        """The run has diverged when the round's aggregate has (diverged)."""
+        ending = self.diverged(rnd, model, results, failures, loss)
+        if ending is not None:
+            self.end(*ending)
 
     def failed(self, why: str) -> Ending:
         """Failed, with the first failure's reason and where its traceback is."""

@@ -13,7 +13,7 @@
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fednet.network.availability import Availability
@@ -58,7 +58,8 @@ class Churn:
         self.waits = 0
         self.clock = 0.0  # the latest moment a task failed as its client went offline
 
-    def select(self, clients: list[ClientInfo], t: float) -> tuple[list[ClientInfo], float]:
+    def select(self, clients: Sequence[ClientInfo], t: float
+               ) -> tuple[Sequence[ClientInfo], float]:
         """The clients online at t, and t; when none is, those online at the first moment one
         comes online, and that moment ([] and t when none ever does). t is at least the moment
         of the last offline failure (a round whose tasks all failed still took that long)."""
@@ -139,7 +140,8 @@ class NoChurn:
 
     online_at = None
 
-    def select(self, clients: list[ClientInfo], t: float) -> tuple[list[ClientInfo], float]:
+    def select(self, clients: Sequence[ClientInfo], t: float
+               ) -> tuple[Sequence[ClientInfo], float]:
         return clients, t
 
     def note(self, rnd: int, skipped: int) -> None:
