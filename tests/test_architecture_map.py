@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "fednet"
 DOC = ROOT / "docs" / "architecture.md"
-MAX_LINES = 260
+MAX_LINES = 250
 
 PATH_NAME = re.compile(r"(?<![\w/.-])((?:[a-z_]+/)+[a-z_]+)\.([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)")
 CLASS_ATTR = re.compile(r"(?<![\w/.])([A-Z][A-Za-z0-9]+)\.([a-z_]\w*)\b")
@@ -143,6 +143,7 @@ def test_the_layers_name_every_module_and_only_modules():
         head = re.match(r"(\w+/)\s", line)
         if head and (PKG / head.group(1)).is_dir():
             pkg = head.group(1)
+            line = line[head.end():]  # the package heads its modules; it names none itself
         elif re.match(r"\S", line):
             pkg = ""
         for tok in re.findall(r"(?<![\w/.])((?:[a-z_]+/)*[a-z_]+(?:\.py|/))(?!\w)", line):
