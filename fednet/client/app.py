@@ -23,6 +23,7 @@ import zmq
 from fednet.client.link import ServerLink, register, server_setup
 from fednet.client.peers import PeerChainBroken, Peers, to_server
 from fednet.client.trainer import Trainer
+from fednet.config.liveness import DEFAULT, Liveness
 from fednet.core.executor import welcome_config, welcome_tables
 from fednet.core.wire import failure_message
 from fednet.errors import ConfigError
@@ -62,10 +63,10 @@ class Client:
                  threads: int = 1, secure: str = "", ctx: zmq.Context | None = None,
                  run_key: bytes | None = None, key_name: str = "",
                  curve: tuple[bytes, bytes] | None = None, link: ServerLink | None = None,
-                 admitted: set[bytes] | None = None) -> None:
+                 admitted: set[bytes] | None = None, liveness: Liveness = DEFAULT) -> None:
         """`link`: the server link of this process, shared by its clients (client/host.py);
-        None: this client opens its own. `admitted`: the keys the shared context's ZAP handler
-        admits (--secure; filled from WELCOME)."""
+        None: this client opens its own (with the timers `liveness`). `admitted`: the keys the
+        shared context's ZAP handler admits (--secure; filled from WELCOME)."""
         self.cid, self.name, self.device = cid, client_name(cid), device
         # under `fednet launch`: the run key came through the zygote's pipe (never a socket);
         # this client's secret is derived from it when it says hello alone (inbox.hello)
@@ -87,7 +88,7 @@ class Client:
         self.own_link = link is None
         self.link = link if link is not None else \
             ServerLink(self.ctx, connect, server_setup(self.keys, gate),
-                       secure=self.keys is not None)
+                       secure=self.keys is not None, liveness=liveness)
         self.server = Channel(self.link.sock, self.ledger, self.name, router=False,
                               sub=sub_frame(cid))
         self.link.add(self)
@@ -331,9 +332,10 @@ class Client:
                 return None
             # a re-registration refused: e.g. the server has not yet seen our old connection
             # close; try again shortly
+            wait = self.link.liveness.rehello_s
             throttled.warning("client %d: the server refused to register it again (%s); "
-                              "retrying in 2 s", self.cid, reason)
-            self.rehello_at = time.monotonic() + 2.0
+                              "retrying in %g s", self.cid, reason, wait)
+            self.rehello_at = time.monotonic() + wait
             self.link.attention.add(self)
         elif msg.kind != MsgKind.HEARTBEAT:
             log.warning("client %d: unexpected %s from the server", self.cid, msg.kind.name)

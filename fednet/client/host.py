@@ -31,6 +31,7 @@ import zmq
 from fednet.client.app import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Client
 from fednet.client.enroll import Enrollment
 from fednet.client.link import ServerLink, register, server_setup
+from fednet.config.liveness import DEFAULT, Liveness
 from fednet.core.executor import KeptExecutors, share_working_models
 from fednet.errors import ConfigError
 from fednet.platform.proc import check_files_per_process
@@ -39,8 +40,6 @@ from fednet.training import interrupt
 log = logging.getLogger("fednet.client")
 
 SOCKETS_PER_CLIENT = 8  # peer socket, hand-off dealers (the server link is the process's)
-CHECK_EVERY_S = 0.05  # the clients' liveness checks (launcher, server link) at most this often:
-#                       0.2 ms for 63 clients, once per task otherwise
 
 
 class Host:
@@ -54,7 +53,8 @@ class Host:
     def __init__(self, cids: Sequence[int], connect: str, device: str = "cpu",
                  advertise: str = "127.0.0.1", threads: int = 1, secure: str = "",
                  run_key: bytes | None = None, key_name: str = "",
-                 curve: tuple[bytes, bytes] | None = None) -> None:
+                 curve: tuple[bytes, bytes] | None = None,
+                 liveness: Liveness = DEFAULT) -> None:
         share_working_models()
         torch.set_num_threads(threads)
         self.ctx = zmq.Context()
@@ -72,7 +72,7 @@ class Host:
         self.run_key, self.lost_timeout = run_key, 60.0
         self.live: dict[Client, None] = {}
         try:
-            self.link = self._open(connect, secure, run_key, key_name, curve)
+            self.link = self._open(connect, secure, run_key, key_name, curve, liveness)
             self.link.factory = self.materialize
             self.link.label = f"clients {self.enroll.table.text()}"
             self.poller.register(self.link.sock, zmq.POLLIN)
@@ -127,7 +127,7 @@ class Host:
                 and c.trainer.executor is None and not c.work and not c.stopping and c in self.live)
 
     def _open(self, connect: str, secure: str, run_key: bytes | None, key_name: str,
-              curve: tuple[bytes, bytes] | None) -> ServerLink:
+              curve: tuple[bytes, bytes] | None, liveness: Liveness) -> ServerLink:
         """The shared context's ZAP handler (for the peer sockets) and the server link."""
         keys, gate = None, None
         if secure:  # one ZAP handler for the shared context, admitting the allowed keys
@@ -142,7 +142,8 @@ class Host:
 
             gate = gate_password(run_key)
             self.auth = Gate(self.ctx, gate)
-        return ServerLink(self.ctx, connect, server_setup(keys, gate), secure=keys is not None)
+        return ServerLink(self.ctx, connect, server_setup(keys, gate), secure=keys is not None,
+                          liveness=liveness)
 
     def check_files(self) -> None:
         """Before the first peer socket binds (the run hands models over): ConfigError when the
@@ -215,7 +216,7 @@ class Host:
         while self.live or table.n_idle or table.n_stopped:
             now = time.monotonic()
             if now >= check_at:
-                check_at = now + CHECK_EVERY_S
+                check_at = now + self.link.liveness.check_s  # 0.2 ms for 63 clients
                 code = self.first.check_process()  # the launcher, the link: all share them
                 if code is not None:
                     return max(worst, code)

@@ -22,7 +22,8 @@ from zmq.utils.monitor import recv_monitor_message
 
 from fednet.errors import ConfigError
 from fednet.log import Throttle
-from fednet.transport.channels import LINK_TIMEOUT_MS, connect_dealer
+from fednet.config.liveness import DEFAULT, Liveness
+from fednet.transport.channels import connect_dealer
 from fednet.transport.monitor import open_monitor, stop_monitor
 
 if TYPE_CHECKING:
@@ -38,10 +39,12 @@ class ServerLink:
     """The server link of one client process: its socket, its liveness and its clients."""
 
     def __init__(self, ctx: zmq.Context, connect: str,
-                 setup: Callable[[zmq.Socket], None] | None = None, secure: bool = False) -> None:
+                 setup: Callable[[zmq.Socket], None] | None = None, secure: bool = False,
+                 liveness: Liveness = DEFAULT) -> None:
         self.connect = connect
         self.secure = secure  # CURVE (--secure) on this side
-        self.sock = connect_dealer(ctx, connect, setup)
+        self.liveness = liveness  # its timers (config/liveness.py)
+        self.sock = connect_dealer(ctx, connect, setup, live=liveness)
         try:  # a dead server is noticed (DISCONNECTED, no new handshake) while idle
             self.monitor = open_monitor(self.sock, zmq.EVENT_DISCONNECTED
                                         | zmq.EVENT_HANDSHAKE_SUCCEEDED
@@ -106,8 +109,8 @@ class ServerLink:
             if ev == zmq.EVENT_DISCONNECTED and self.lost_since is None and self.up_once:
                 wait = max((c.lost_timeout for c in self.clients.values()), default=0.0)
                 log.warning("%s: lost the server at %s (closed, or no answer to heartbeats for "
-                            "%.0fs); waiting up to %.0fs for it", self.names(), self.connect,
-                            LINK_TIMEOUT_MS / 1000, wait)
+                            "%gs); waiting up to %.0fs for it", self.names(), self.connect,
+                            self.liveness.link_timeout_ms / 1000, wait)
                 self.lost_since = time.monotonic()
             elif ev == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
                 self.denied = True
@@ -189,7 +192,8 @@ def register(link: ServerLink, clients: list[Client], timeout_s: float) -> None:
     for c in clients:
         c.hello()
     waiting = len(clients)
-    deadline, recheck = time.monotonic() + timeout_s, time.monotonic() + 1.0
+    every = link.liveness.recheck_s
+    deadline, recheck = time.monotonic() + timeout_s, time.monotonic() + every
     while waiting:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -201,7 +205,7 @@ def register(link: ServerLink, clients: list[Client], timeout_s: float) -> None:
             link.settled.clear()
             deadline = time.monotonic() + timeout_s
         if time.monotonic() >= recheck:  # a link that dropped meanwhile: hello again
-            recheck = time.monotonic() + 1.0
+            recheck = time.monotonic() + every
             link.watch()
             if link.mismatch:  # --secure on one side only: waiting cannot mend it
                 raise link.no_answer(timeout_s)

@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from fednet.server.app import ZmqServer
 
 MAX_IDS = 1 << 21  # ids in one READY(hellos)
-HELLO_EVERY_S = 2.0  # one READY(hello|hellos) per connection in this time is answered
 REJECTS_PER_S = 50  # REJECT replies per second at most (the rest are only counted)
 ALONE, TOGETHER = 1, 2  # how a client's hello came (Registrar.said)
 
@@ -87,7 +86,8 @@ class Registrar:
         srv._send(cid, self._welcome_alone(cid))
 
     def _may_hello(self, got: Received) -> bool:
-        return time.monotonic() - self.hello_at.get(got.route, -1e9) >= HELLO_EVERY_S
+        every = self.srv.s.cfg.liveness.hello_every_s  # one READY(hello|hellos) per connection
+        return time.monotonic() - self.hello_at.get(got.route, -1e9) >= every
 
     def _accepted(self, got: Received) -> None:
         if len(self.hello_at) > 100_000:
