@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any, Callable
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from fednet.config.liveness import DEFAULT, Liveness
 from fednet.errors import ConfigError
 from fednet.log import Throttle
-from fednet.config.liveness import DEFAULT, Liveness
 from fednet.transport.channels import connect_dealer
 from fednet.transport.monitor import open_monitor, stop_monitor
 
