@@ -44,7 +44,8 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib.runner import Proc  # noqa: E402
-from benchlib.trust import MARKER, REAL, make_env, marked, start_server, wait_lines  # noqa: E402
+from benchlib.trust import (MARKER, REAL, liveness_args, make_env, marked,  # noqa: E402
+                            set_liveness, start_server, wait_lines)
 from benchlib.trust_scenarios import (_rows, flood, freeze_server, half_open,  # noqa: E402
                                       kill_all_between_rounds, kill_all_clients, kill_one_client,
                                       restart_client)
@@ -52,8 +53,8 @@ from benchlib.util import (cpu_pressure_us, headline_row, loadavg, machine, meas
                            table, write_json)
 
 __all__ = ["MARKER", "REAL", "Proc", "_rows", "flood", "freeze_server", "half_open",
-           "kill_all_between_rounds", "kill_all_clients", "kill_one_client", "make_env", "marked",
-           "restart_client", "start_server", "wait_lines"]
+           "kill_all_between_rounds", "kill_all_clients", "kill_one_client", "liveness_args",
+           "make_env", "marked", "restart_client", "set_liveness", "start_server", "wait_lines"]
 """What tests/integration/test_liveness.py and test_resources.py use (as `bt`, through
 tests/harness.py's bench("bench_trust")): the harness and the scenarios."""
 

@@ -32,7 +32,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "algorithms": BASE | {"plugins", "config", "models", "data", "training", "secagg", "privacy"},
     "network": BASE | {"config"},  # the clock: profiles, server link, availability, deadlines
     "metrics": BASE | {"config"},
-    "transport": BASE | {"log", "metrics", "protocol", "platform"},
+    "transport": BASE | {"log", "config", "metrics", "protocol", "platform"},  # config: the
+    # liveness timers (config/liveness.py)
     # the runtime-agnostic run: session, round driver, executor, in-process runtime, messages
     "core": BASE | {"config", "compress", "models", "data", "training", "algorithms", "network",
                     "metrics", "protocol", "platform", "plugins", "privacy"},

@@ -77,7 +77,7 @@ def test_every_declared_range_is_checked_naming_the_option(info):
     cfg = RunConfig().replace(**{info.key: list(bad) if info.many else bad})
     with pytest.raises(ConfigError) as e:
         validate(cfg)
-    name = info.names()[0] if info.option else info.key
+    name = info.names()[0] if info.option and not info.hidden else info.key  # hidden: the key
     assert str(e.value).startswith(f"{name} must be ") and "\n" not in str(e.value)
 
 

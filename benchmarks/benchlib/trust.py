@@ -22,6 +22,23 @@ from benchlib.runner import Proc
 MB = 1 << 20
 MARKER = "FEDNET_TEST_MARKER"
 REAL = ["--epochs", "1", "--batch-size", "16", "--latency", "lan", "--real-time", "-q"]
+LIVENESS = 1.0
+"""The liveness timers of every server and client started here, times the defaults (their
+--liveness SCALE, config/liveness.py): 1 for the benchmark's figures; tests/integration/
+test_liveness.py sets a tenth (set_liveness)."""
+
+
+def set_liveness(scale: float) -> float:
+    """Run the servers and clients started from now on with their liveness timers at `scale`;
+    returns the scale before."""
+    global LIVENESS
+    before, LIVENESS = LIVENESS, scale
+    return before
+
+
+def liveness_args() -> list[str]:
+    """The command-line option of LIVENESS ([] at the defaults)."""
+    return [] if LIVENESS == 1.0 else ["--liveness", f"{LIVENESS:g}"]
 
 
 # ---- processes (benchlib.runner.Proc) ----------------------------------------------------------
@@ -45,7 +62,7 @@ def make_env(marker: str | None = None) -> dict[str, str]:
 
 def start_server(args: list[str], env: dict[str, str], cwd: Path) -> tuple[Proc, str]:
     """`fednet server --bind tcp://127.0.0.1:0 ARGS` and the endpoint it printed."""
-    srv = Proc(["server", "--bind", "tcp://127.0.0.1:0", *args], env, cwd)
+    srv = Proc(["server", "--bind", "tcp://127.0.0.1:0", *liveness_args(), *args], env, cwd)
     hit = srv.find(r"^server listening on (tcp://127\.0\.0\.1:\d+)$", timeout_s=90)
     if not hit:
         srv.kill_all()
@@ -56,8 +73,8 @@ def start_server(args: list[str], env: dict[str, str], cwd: Path) -> tuple[Proc,
 def start_clients(endpoint: str, ids: str, env: dict[str, str], cwd: Path,
                   timeout_s: float = 30.0) -> Proc:
     """`fednet clients --connect ENDPOINT --ids IDS --timeout T`."""
-    return Proc(["clients", "--connect", endpoint, "--ids", ids, "--timeout", f"{timeout_s:g}"],
-                env, cwd)
+    return Proc(["clients", "--connect", endpoint, "--ids", ids, "--timeout", f"{timeout_s:g}",
+                 *liveness_args()], env, cwd)
 
 
 def client_processes(clients: Proc, n: int, timeout_s: float = 60.0) -> list[psutil.Process]:
@@ -286,9 +303,11 @@ class ThreadServer:
 
 def _cfg(out: Path, rounds: int, scale: float) -> Any:
     from fednet.config import from_dict
+    from fednet.config.liveness import DEFAULT
 
     return from_dict({"clients": 3, "rounds": rounds, "seed": 7, "out": str(out),
                       "latency": {"preset": "lan", "real": True, "time_scale": scale},
-                      "train": {"epochs": 1, "batch_size": 16, "lr": 0.1}})
+                      "train": {"epochs": 1, "batch_size": 16, "lr": 0.1},
+                      "liveness": DEFAULT.scaled(LIVENESS).to_dict()})
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import psutil
 
+from benchlib import trust
 from benchlib.runner import Proc, RssSampler, fd_count, settled_rss
 from benchlib.trust import (MB, REAL, ThreadServer, _cfg, client_processes, closed_by_peer,
                             hello_frames, insider, open_half_open, raise_nofile,
@@ -206,7 +207,8 @@ def restart_client(out: str, env: dict[str, str], cwd: Path, rounds: int = 8) ->
             raise RuntimeError(f"client 1 exited by itself: {b.text()[-2000:]}")
         alive[0].kill()
         res["killed_rc"] = b.p.wait(30)
-        time.sleep(2.0)  # heartbeats and the grace time: client 1 is gone for the server
+        # heartbeats and the grace time (liveness timers): client 1 is gone for the server
+        time.sleep(2.0 * trust.LIVENESS)
         res["restarted_at_round"] = len(_rows(cwd / out / "metrics.jsonl"))
         again = start_clients(endpoint, "1", env, cwd, timeout_s=10)
         _finish(srv, a, cwd / out, res)

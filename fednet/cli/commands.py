@@ -14,7 +14,8 @@ import click
 from fednet.errors import FednetError
 from fednet.metrics.files import WRITE_ERRNOS
 from fednet.cli.options import HOST_PER_PROCESS, auto_for_host, build_config, common_options, prepare_out
-from fednet.cli.options_extra import JOIN_KEY, drop_empty, listening, server_join_key
+from fednet.cli.options_extra import (JOIN_KEY, LIVENESS, drop_empty, listening,
+                                      server_join_key)
 from fednet.platform.malloc import one_arena
 from fednet.platform.proc import seed_routing_ids as seed_ids
 from fednet.cli.plugins_command import plugins_command
@@ -217,15 +218,20 @@ def server(bind: str, join_key: str, **opts: Any) -> None:
                    "needed only when the folder holds several client keys.")
 @HOST_PER_PROCESS
 @JOIN_KEY
+@LIVENESS
 @_errors
 def clients(connect: str, ids: str, gpus: str | None, advertise: str, threads: int,
-            timeout: float, secure: str, key_name: str, per_process: int, join_key: str) -> None:
+            timeout: float, secure: str, key_name: str, per_process: int, join_key: str,
+            liveness: str | None) -> None:
     """Start clients on this host; they get the run's configuration from the server."""
+    from fednet.config.liveness import DEFAULT, scale_of
     from fednet.launch.local_clients import parse_ids, run_clients
 
+    live = DEFAULT if liveness is None else DEFAULT.scaled(scale_of(liveness))
     cids = parse_ids(ids)  # auto (0): from this host's cores, memory and devices
     sys.exit(run_clients(connect, cids, gpus, advertise, threads, timeout, secure,
-                         per_process or auto_for_host(len(cids), gpus), key_name, join_key))
+                         per_process or auto_for_host(len(cids), gpus), key_name, join_key,
+                         live))
 
 
 @main.group()

@@ -89,6 +89,10 @@ def overrides(opts: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
         rate = parse_rate(opts["server_bandwidth"], "--server-bandwidth")
         over["latency.server_bandwidth"] = 0.0 if rate == float("inf") else rate
     over.update(_natural_partition(opts, base))
+    if opts.get("liveness") is not None:
+        from fednet.config import liveness
+
+        over.update(liveness.overrides(opts["liveness"]))
     if opts.get("track"):
         from fednet.metrics.tracking import check
 
@@ -163,7 +167,8 @@ RESUME_MAY_CHANGE = ("rounds", "gpus", "train.threads", "plugins", "data.data_ro
                      *(f"net.{k}" for k in ("host", "port", "round_timeout", "register_timeout",
                                             "secure", "ack_timeout", "ack_retries", "dead_peer",
                                             "checkpoint_every", "max_inflight",
-                                            "max_failed_rounds", "clients_per_process")))
+                                            "max_failed_rounds", "clients_per_process")),
+                     "liveness")
 """What a --resume may set anew: more rounds, where and how the run's processes run, and the
 --target it reports the cost of (not what travels: --compress*, --secagg* change the bytes and
 the model, so they are refused)."""
@@ -198,6 +203,12 @@ JOIN_KEY_HELP = ("The run's join key file: only holders of the key connect to a 
                  "Not needed with --secure.")
 JOIN_KEY = click.option("--join-key", "join_key", type=click.Path(dir_okay=False), default="",
                         envvar="FEDNET_JOIN_KEY", help=JOIN_KEY_HELP)
+
+
+LIVENESS = click.option(  # fednet clients: its processes' timers (the server's: the setting)
+    "--liveness", "liveness", metavar="SCALE", hidden=True,
+    help="Every liveness timer (heartbeats, timeouts, registration retries) times SCALE, as "
+         "the server's --liveness. [default: 1]")
 
 
 def server_join_key(join_key: str, secure: str, out: Path) -> str:

@@ -6,7 +6,7 @@ A setting's option is plain: its value is the setting's (click types it;
 algorithms/checks.check_ranges checks its range). The few that are not name here what they need:
 a click type of their own (TYPES), an eager import (EAGER), or a parser that turns the text into
 settings (PARSED: options_extra.py's overrides, which --latency, --betas, --gpus and the others go
-through).
+through). A declaration may hide its option from --help (--liveness).
 """
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from fednet.config.declare import Info
 TYPES: dict[str, Callable[[], click.ParamType]] = {"--algo": AlgoChoice,
                                                    "--clients-per-process": PerProcess}
 EAGER = {"--plugin": load_plugins}  # imported before click checks the other options (--algo)
-PARSED = ("--gpus", "--latency", "--betas", "--server-bandwidth", "--plugin", "--track")
+PARSED = ("--gpus", "--latency", "--betas", "--server-bandwidth", "--plugin", "--track",
+          "--liveness")
 _ONE_VALUE = ("--gpus",)  # a tuple setting given as one comma-separated value
 
 
@@ -55,6 +56,8 @@ def option(info: Info) -> Callable[[Any], Any]:
         kw["multiple"] = True
     if info.option in EAGER:
         kw.update(is_eager=True, callback=EAGER[info.option])
+    if info.hidden:
+        kw["hidden"] = True
     return click.option(info.option, info.python_name(), **kw)
 
 

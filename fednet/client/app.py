@@ -219,9 +219,10 @@ class Client:
     def retry_hello(self, reason: str) -> None:
         """A re-registration refused (e.g. the server has not yet seen our old connection
         close): try again shortly."""
+        wait = self.host.link.liveness.rehello_s
         throttled.warning("client %d: the server refused to register it again (%s); "
-                          "retrying in 2 s", self.cid, reason)
-        self.rehello_at = time.monotonic() + 2.0
+                          "retrying in %g s", self.cid, reason, wait)
+        self.rehello_at = time.monotonic() + wait
         self.host.attention.add(self)
 
     def check_flags(self) -> None:

@@ -112,7 +112,8 @@ class Enrollment:
         link = self.host.link
         self.batching = True
         self.hellos(self.table.index.sorted_ids())
-        deadline, recheck = time.monotonic() + timeout_s, time.monotonic() + 1.0
+        every = link.liveness.recheck_s
+        deadline, recheck = time.monotonic() + timeout_s, time.monotonic() + every
         while self.w is None and self.batching:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -120,7 +121,7 @@ class Enrollment:
             if link.sock.poll(int(min(left, 1.0) * 1000)):
                 link.drain()
             if time.monotonic() >= recheck:  # the link dropped and came back: say it again
-                recheck = time.monotonic() + 1.0
+                recheck = time.monotonic() + every
                 if link.take_back():
                     self.hellos(self.table.index.sorted_ids())
                 if link.mismatch:  # --secure on one side only: waiting cannot mend it

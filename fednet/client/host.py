@@ -36,6 +36,7 @@ import zmq
 from fednet.client.app import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Client
 from fednet.client.enroll import Enrollment
 from fednet.client.link import Credentials
+from fednet.config.liveness import DEFAULT, Liveness
 from fednet.core.executor import KeptExecutors, share_working_models
 from fednet.errors import ConfigError
 from fednet.platform.proc import check_files_per_process
@@ -44,8 +45,6 @@ from fednet.training import interrupt
 log = logging.getLogger("fednet.client")
 
 SOCKETS_PER_CLIENT = 8  # peer socket, hand-off dealers (the server link is the process's)
-CHECK_EVERY_S = 0.05  # the clients' liveness checks (launcher, server link) at most this often:
-#                       0.2 ms for 63 clients, once per task otherwise
 
 
 class Host:
@@ -59,7 +58,8 @@ class Host:
     def __init__(self, cids: Sequence[int], connect: str, device: str = "cpu",
                  advertise: str = "127.0.0.1", threads: int = 1, secure: str = "",
                  run_key: bytes | None = None, key_name: str = "",
-                 curve: tuple[bytes, bytes] | None = None, lost_timeout: float = 60.0) -> None:
+                 curve: tuple[bytes, bytes] | None = None, lost_timeout: float = 60.0,
+                 liveness: Liveness = DEFAULT) -> None:
         self.several = len(cids) > 1  # else one client keeps its objects (trainer.py)
         if self.several:
             share_working_models()
@@ -85,7 +85,7 @@ class Host:
         self.live: dict[Client, None] = {}
         try:
             self.cred = cred = Credentials(self.ctx, secure, run_key, key_name, curve)
-            self.link = cred.link(self.ctx, connect)
+            self.link = cred.link(self.ctx, connect, liveness)
             self.link.lost_timeout = lost_timeout
             self.link.factory = self.materialize
             self.link.label = self.enroll.table.name()
@@ -192,7 +192,8 @@ class Host:
         for c in clients:
             self.enroll.hellos(np.array([c.cid], np.int64))
         waiting, self.settled = len(clients), 0
-        deadline, recheck = time.monotonic() + timeout_s, time.monotonic() + 1.0
+        every = link.liveness.recheck_s
+        deadline, recheck = time.monotonic() + timeout_s, time.monotonic() + every
         while waiting:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -203,7 +204,7 @@ class Host:
                 waiting -= self.settled
                 self.settled, deadline = 0, time.monotonic() + timeout_s
             if time.monotonic() >= recheck:  # a link that dropped meanwhile: hello again
-                recheck = time.monotonic() + 1.0
+                recheck = time.monotonic() + every
                 back = link.take_back()
                 if link.mismatch:  # --secure on one side only: waiting cannot mend it
                     raise link.no_answer(timeout_s)
@@ -242,7 +243,7 @@ class Host:
         while self.live or table.n_idle or table.n_stopped:
             now = time.monotonic()
             if now >= check_at:
-                check_at = now + CHECK_EVERY_S
+                check_at = now + self.link.liveness.check_s  # 0.2 ms for 63 clients
                 if self.link.abandoned(self.parent):  # the launcher, or the server, is gone
                     return max(worst, EXIT_ERROR)
                 self._flags()

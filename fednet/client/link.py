@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Any, Callable
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from fednet.config.liveness import DEFAULT, Liveness
 from fednet.errors import ConfigError
 from fednet.log import Throttle
 from fednet.protocol.proof import gate_password, peer_key
 from fednet.transport.gate import Gate
-from fednet.transport.channels import LINK_TIMEOUT_MS, connect_dealer
+from fednet.transport.channels import connect_dealer
 from fednet.transport.monitor import open_monitor, stop_monitor
 
 if TYPE_CHECKING:
@@ -40,10 +41,12 @@ class ServerLink:
     clients' work is the Host's (client/host.py)."""
 
     def __init__(self, ctx: zmq.Context, connect: str,
-                 setup: Callable[[zmq.Socket], None] | None = None, secure: bool = False) -> None:
+                 setup: Callable[[zmq.Socket], None] | None = None, secure: bool = False,
+                 liveness: Liveness = DEFAULT) -> None:
         self.connect = connect
         self.secure = secure  # CURVE (--secure) on this side
-        self.sock = connect_dealer(ctx, connect, setup)
+        self.liveness = liveness  # its timers (config/liveness.py)
+        self.sock = connect_dealer(ctx, connect, setup, live=liveness)
         try:  # a dead server is noticed (DISCONNECTED, no new handshake) while idle
             self.monitor = open_monitor(self.sock, zmq.EVENT_DISCONNECTED
                                         | zmq.EVENT_HANDSHAKE_SUCCEEDED
@@ -104,8 +107,8 @@ class ServerLink:
                 self.mismatch = True
             if ev == zmq.EVENT_DISCONNECTED and self.lost_since is None and self.up_once:
                 log.warning("%s: lost the server at %s (closed, or no answer to heartbeats for "
-                            "%.0fs); waiting up to %.0fs for it", self.label, self.connect,
-                            LINK_TIMEOUT_MS / 1000, self.lost_timeout)
+                            "%gs); waiting up to %.0fs for it", self.label, self.connect,
+                            self.liveness.link_timeout_ms / 1000, self.lost_timeout)
                 self.lost_since = time.monotonic()
             elif ev == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
                 self.denied = True
@@ -202,10 +205,11 @@ class Credentials:
             self.gate = gate_password(run_key)
             self.auth = Gate(ctx, self.gate)
 
-    def link(self, ctx: zmq.Context, connect: str) -> ServerLink:
-        """The process's server link, set up with these credentials."""
+    def link(self, ctx: zmq.Context, connect: str, liveness: Liveness = DEFAULT) -> ServerLink:
+        """The process's server link, set up with these credentials (and the timers
+        `liveness`)."""
         return ServerLink(ctx, connect, server_setup(self.keys, self.gate),
-                          secure=self.keys is not None)
+                          secure=self.keys is not None, liveness=liveness)
 
     def admit(self, keys: list[str]) -> None:
         """--secure: the run's client keys (from WELCOME) may reach the peer ports."""

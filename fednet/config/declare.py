@@ -28,7 +28,7 @@ KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a st
 def setting(default: Any, help: str, *, ge: float | None = None, gt: float | None = None,
             le: float | None = None, lt: float | None = None, choices: tuple[str, ...] = (),
             option: str = "", dest: str = "", metavar: str = "", shown: str = "",
-            note: str = "", path: bool = False) -> Any:
+            note: str = "", path: bool = False, hidden: bool = False) -> Any:
     """A declared field.
 
     default, help: the value when none is given, and one line of --help.
@@ -39,10 +39,12 @@ def setting(default: Any, help: str, *, ge: float | None = None, gt: float | Non
     shown: the default as --help and the docs show it, when not the value itself ("auto");
     note: what a special value means, added to --help's default and to a range error ("0: off").
     path: the option names a folder (the command line checks it is not a file).
+    hidden: --help does not list the option (docs/usage.md still does); a range error names
+    the setting's key, not the option.
     """
     meta = {"help": help, "ge": ge, "gt": gt, "le": le, "lt": lt, "choices": tuple(choices),
             "option": option, "dest": dest, "metavar": metavar, "shown": shown, "note": note,
-            "path": path}
+            "path": path, "hidden": hidden}
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -68,6 +70,7 @@ class Info:
     shown: str = ""
     note: str = ""
     path: bool = False
+    hidden: bool = False
     many: bool = False
     key: str = ""  # the dotted configuration key ("train.lr"; an algorithm parameter: its name)
 
@@ -221,7 +224,7 @@ def check_range(info: Info, value: Any) -> None:
     values = value if info.many else (value,)
     bad = [v for v in values if not in_range(info, v)]
     if bad:
-        name = (info.names() or [info.key])[0]
+        name = info.key if info.hidden else (info.names() or [info.key])[0]
         why = f" ({info.note})" if info.note else ""
         got = f"'{value}'" if isinstance(value, str) else repr(value)
         raise ConfigError(f"{name} must be {info.range_text()}{why} (got {got})")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fednet.config.adversary import AttackConfig, DefenseConfig
+from fednet.config.liveness import Liveness
 from fednet.config.privacy import DPConfig
 from fednet.config.declare import Info, check_type, info_of, setting
 from fednet.errors import ConfigError
@@ -262,6 +263,7 @@ class RunConfig:
     net: NetConfig = field(default_factory=NetConfig)
     latency: LatencyConfig = field(default_factory=LatencyConfig)
     dp: DPConfig = field(default_factory=DPConfig)
+    liveness: Liveness = field(default_factory=Liveness)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (msgpack- and TOML-friendly; tuples as lists)."""
@@ -278,7 +280,7 @@ def _lists(d: dict[str, Any]) -> dict[str, Any]:
 
 
 _SECTIONS: dict[str, Any] = {f.name: f.default_factory for f in fields(RunConfig)
-                             if is_dataclass(f.default_factory)}  # data, train, algo, net, latency, dp
+                             if is_dataclass(f.default_factory)}  # data, train, ..., dp, liveness
 # free-form tables: the algorithm, the attack and the defense type them (algorithms/params.py,
 # algorithms/robust_spec.py)
 TABLES = _TABLES = ("algo.params", "attack.params", "defense.params")

@@ -7,6 +7,7 @@ import sys
 import time
 from collections.abc import Mapping
 
+from fednet.config.liveness import DEFAULT as LIVENESS, Liveness
 from fednet.errors import ConfigError
 from fednet.platform.gpus import parse_gpus
 from fednet.platform.proc import raise_fd_limit
@@ -104,10 +105,10 @@ def wait_listening(connect: str, timeout_s: float) -> None:
 
 def run_clients(connect: str, ids: list[int], gpus: str | None, advertise: str, threads: int,
                 timeout_s: float = 60.0, secure: str = "", per_process: int = 1,
-                key_name: str = "", join_key: str = "") -> int:
+                key_name: str = "", join_key: str = "", liveness: Liveness = LIVENESS) -> int:
     """Fork the clients, wait for all of them to exit; exit code 0 only if all exited cleanly.
     `join_key`: the plaintext server's join key file (protocol/join_key.py); needed unless
-    `secure`."""
+    `secure`. `liveness`: the clients' timers (the server's own: --liveness on both)."""
     check_connect(connect)  # before anything starts
     if not secure and not join_key:
         raise ConfigError("--join-key: a plaintext `fednet server` admits only clients holding "
@@ -135,7 +136,8 @@ def run_clients(connect: str, ids: list[int], gpus: str | None, advertise: str, 
     zyg = Zygote(log_file=None, unknown_run=True)  # the dataset and model come at WELCOME
     zyg.spawn(client_specs(len(ids), connect, g, threads, ids=ids, advertise=advertise,
                            log_level="WARNING", register_timeout=timeout_s, secure=secure,
-                           per_process=per_process, key_name=key_name, run_key=run_key))
+                           per_process=per_process, key_name=key_name, run_key=run_key,
+                           liveness=liveness))
     procs = -(-len(ids) // per_process)
     print(f"started {len(ids)} client{'' if len(ids) == 1 else 's'} ({procs} "
           f"process{'' if procs == 1 else 'es'}) connecting to {connect}", file=sys.stderr)

@@ -15,6 +15,7 @@ import numpy as np
 
 import fednet
 from fednet import plugins
+from fednet.config.liveness import DEFAULT as LIVENESS, Liveness
 from fednet.errors import FednetError
 from fednet.platform.gpus import device_for
 from fednet.types import id_array
@@ -207,13 +208,13 @@ def client_specs(n: int, connect: str, gpus: tuple[int, ...], threads: int,
                  ids: Sequence[int] | None = None, advertise: str = "127.0.0.1",
                  log_level: str = "WARNING", register_timeout: float = 60.0,
                  secure: str = "", per_process: int = 1, run_key: bytes | None = None,
-                 key_name: str = "", curve_pairs: list[tuple[str, str]] | None = None
-                 ) -> list[dict[str, Any]]:
+                 key_name: str = "", curve_pairs: list[tuple[str, str]] | None = None,
+                 liveness: Liveness = LIVENESS) -> list[dict[str, Any]]:
     """One spawn spec per process: `per_process` consecutive client ids each (the last may hold
     fewer), processes pinned round-robin to the GPUs (or the CPU); consecutive ids are a range
     and each process's a range of it (10,000,000 ids: no list of them). `run_key` (the
     launcher's secret, from which each client derives its own) travels only through the
-    zygote's pipe."""
+    zygote's pipe; `liveness`: the run's timers (a client's link needs them before WELCOME)."""
     cids: Sequence[int] = range(n) if ids is None else ids
     if not isinstance(cids, range) and _consecutive(cids):  # a range: its slices are ranges
         cids = range(cids[0], cids[-1] + 1)
@@ -223,7 +224,8 @@ def client_specs(n: int, connect: str, gpus: tuple[int, ...], threads: int,
              "threads": threads, "advertise": advertise, "log_level": log_level,
              "register_timeout": register_timeout, "secure": secure,
              "run_key": run_key.hex() if run_key else "", "key_name": key_name,
-             "curve": list(curve_pairs[i]) if curve_pairs else None}
+             "curve": list(curve_pairs[i]) if curve_pairs else None,
+             "liveness": liveness.to_dict()}
             for i, g in enumerate(groups)]
 
 

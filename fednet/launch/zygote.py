@@ -134,6 +134,7 @@ def _child(spec: dict[str, Any], zygote: int, go: tuple[int, int] | None = None)
     os.dup2(devnull, 0)
     os.dup2(2, 1)  # stdout is the launcher's event pipe: keep client output off it
     from fednet.client.main import run_client
+    from fednet.config.liveness import Liveness
     from fednet.log import setup_logging
 
     cids = spec["cids"]  # a range stays one: a process of 625,000 ids builds no list of them
@@ -145,7 +146,8 @@ def _child(spec: dict[str, Any], zygote: int, go: tuple[int, int] | None = None)
                       float(spec.get("register_timeout", 60.0)), spec.get("secure", ""),
                       bytes.fromhex(spec["run_key"]) if spec.get("run_key") else None,
                       spec.get("key_name", ""),
-                      tuple(c.encode() for c in spec["curve"]) if spec.get("curve") else None)
+                      tuple(c.encode() for c in spec["curve"]) if spec.get("curve") else None,
+                      liveness=Liveness.from_dict(spec.get("liveness")))
 
 
 def group_specs(cmd: dict[str, Any]) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ from fednet.metrics.accounting import SERVER
 from fednet.protocol import Message, MsgKind, peek_kind
 from fednet.protocol.proof import route_grants
 from fednet.server.book import ClientBook
-from fednet.server.conns import LOST_GRACE_S, Connections, Identity
+from fednet.server.conns import Connections, Identity
 from fednet.server.fates import Fates
 from fednet.server.hops import Hops
 from fednet.server.inflight import process_cap
@@ -58,7 +58,7 @@ class ZmqServer:
         self.s = session
         if bound is None:
             ctx = server_context()
-            bound = (ctx, *bind_router(ctx, host, port))
+            bound = (ctx, *bind_router(ctx, host, port, live=session.cfg.liveness))
         self.ctx, self.sock, self.endpoint = bound
         self.chan = Channel(self.sock, session.ledger, SERVER, router=True, enveloped=True)
         self.conns = Connections(identity or Identity(), session.cfg.clients)
@@ -100,7 +100,7 @@ class ZmqServer:
     def _check_deaths(self) -> None:
         # under `fednet launch` the zygote reports a dead process with its exit code within
         # moments; a lost connection decides only after a longer grace (a frozen process)
-        grace = LOST_GRACE_S if self.watch is None else 3 * LOST_GRACE_S
+        grace = self.s.cfg.liveness.lost_grace_s * (1 if self.watch is None else 3)
         found = [(id_array(ids), why) for ids, why in self.watch()] if self.watch else []
         lost = self.conns.gone(grace)
         if lost.size:
@@ -175,7 +175,8 @@ class ZmqServer:
         """Registered clients that have not died. A client whose connection was just lost is
         waited for (it comes back, or its grace runs out and it is dead): a round never starts
         with clients it cannot reach."""
-        deadline = time.monotonic() + 3 * LOST_GRACE_S + 1.0
+        # launch's grace and one more (the liveness timers: config/liveness.py)
+        deadline = time.monotonic() + 4 * self.s.cfg.liveness.lost_grace_s
         while time.monotonic() < deadline:
             self._check_deaths()
             lost = self.conns.lost_ids()

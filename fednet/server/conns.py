@@ -15,7 +15,8 @@ A proven client may take its id over from an older connection (a restart); nobod
 reconnect that brings its old connection's rejoin token (from its WELCOME) takes the ids that
 connection held over at once, before the server sees the old connection close.
 Connection losses come from the socket monitor (ZMTP heartbeats drop a silent peer within
-seconds); a client whose connection stays lost past the grace time is reported gone.
+seconds); a client whose connection stays lost past the grace time (config/liveness.py) is
+reported gone.
 """
 from __future__ import annotations
 
@@ -32,8 +33,6 @@ import numpy as np
 from fednet.protocol.proof import hellos_proof, rejoin_token
 from fednet.transport.channels import SUB_BYTES, sub_frame
 
-LOST_GRACE_S = 1.0
-"""A client without a connection for this long (after the heartbeat timeout) is gone."""
 CLOSED_KEPT = 100_000  # closed connections remembered (not clients: one per process)
 """Closed connections remembered, so that their queued messages revive none (a few MB)."""
 
@@ -256,7 +255,7 @@ class Connections:
             if s is not None:
                 self.lost.setdefault(s, now)
 
-    def gone(self, grace_s: float = LOST_GRACE_S) -> np.ndarray:
+    def gone(self, grace_s: float) -> np.ndarray:
         """The clients of connections lost for longer than grace_s; those connections leave
         `lost` (the caller releases their clients)."""
         now, out = time.monotonic(), []

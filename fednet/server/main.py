@@ -147,11 +147,12 @@ def _start(run: Run, cfg: RunConfig, quiet: bool, local_clients: bool, prepare: 
     setup, auth = server_guard(ctx, cfg.net.secure, ident.key_ids, specs.get("run_key"))
     if auth is not None:
         run.on_stop(auth.stop)
+    live = cfg.liveness
     sock, endpoint = channels.bind_router(
         ctx, cfg.net.host, cfg.net.port, what="--bind port" if not local_clients else "net.port",
-        setup=setup, heartbeat_ms=channels.server_heartbeat_ms(cfg.clients),
-        handshake_ms=channels.server_handshake_ms(cfg.clients),
-        hwm=channels.ROUTER_HWM + 2 * cfg.clients)
+        setup=setup, heartbeat_ms=channels.server_heartbeat_ms(cfg.clients, live),
+        handshake_ms=channels.server_handshake_ms(cfg.clients, live),
+        hwm=channels.ROUTER_HWM + 2 * cfg.clients, live=live)
     run.finish_here()  # the summary is written once the server and the clients have stopped
     zyg = Zygote(cfg.data.dataset, cfg.data.data_root, logfile) if local_clients else None
     if zyg is not None:
@@ -187,7 +188,7 @@ def _spawn(run: Run, cfg: RunConfig, zyg: Zygote, early: packing.Choice | None, 
     run.extra["clients_per_process"] = choice.as_dict()
     zyg.spawn(client_specs(cfg.clients, endpoint, cfg.gpus, cfg.train.threads, secure=cfg.net.secure,
                            register_timeout=cfg.net.register_timeout,
-                           per_process=choice.per_process, **specs),
+                           per_process=choice.per_process, liveness=cfg.liveness, **specs),
               template=session.model_template())
     zyg.wait_warm()
 

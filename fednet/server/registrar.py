@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from fednet.server.app import ZmqServer
 
 MAX_IDS = 1 << 21  # ids in one READY(hellos)
-HELLO_EVERY_S = 2.0  # one READY(hellos) per route in this time is answered
 REJECTS_PER_S = 50  # REJECT replies per second at most (the rest are only counted)
 
 
@@ -56,7 +55,8 @@ class Registrar:
         return bool(self.said[cid])
 
     def _may_hello(self, got: Received) -> bool:
-        return time.monotonic() - self.hello_at.get(got.route, -1e9) >= HELLO_EVERY_S
+        every = self.srv.s.cfg.liveness.hello_every_s  # one READY(hellos) per route
+        return time.monotonic() - self.hello_at.get(got.route, -1e9) >= every
 
     def _accepted(self, got: Received) -> None:
         if len(self.hello_at) > 100_000:

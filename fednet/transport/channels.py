@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import zmq
 
+from fednet.config.liveness import DEFAULT as LIVENESS, Liveness
 from fednet.errors import ConfigError, ProtocolError
 from fednet.log import Throttle
 from fednet.metrics.accounting import Ledger
@@ -21,20 +22,18 @@ from fednet.protocol import (DEFAULT_LIMITS, Message, MsgKind, decode, encode, f
 log = logging.getLogger("fednet.transport")
 
 
-HEARTBEAT_IVL_MS = 1000      # every link pings its peer once a second (libzmq's ZMTP heartbeats)
-HEARTBEAT_TIMEOUT_MS = 3000  # ... and drops the connection when nothing came back within 3 s
-LINK_TIMEOUT_MS = 6000       # a client's link: a server busy with thousands of handshakes
-#                              answered pings 3 s late (19,000 clients), a frozen one never
-HANDSHAKE_MS = 5000          # a connection that has not finished its handshake by then is closed
-CONNECT_HANDSHAKE_MS = 30_000  # ... on the connecting side: libzmq's default (the server may be
-#                                busy with thousands of handshakes; giving up reconnects, a storm)
 ROUTER_HWM = 1000            # messages queued per connection on a ROUTER before sends are dropped
 PONGS_PER_S = 1000           # a server's heartbeat upkeep: about this many pings answered a second
 
 
-def server_heartbeat_ms(clients: int) -> int:
-    """The server's ping interval for a run of `clients` connections: 1 s up to 1,000, then
-    growing with the population so that about PONGS_PER_S pongs arrive a second.
+# The liveness timers (heartbeats, timeouts, handshakes) are settings: config/liveness.Liveness
+# (`live` below; LIVENESS: the defaults).
+
+
+def server_heartbeat_ms(clients: int, live: Liveness = LIVENESS) -> int:
+    """The server's ping interval for a run of `clients` connections: live.heartbeat_ms (1 s)
+    up to 1,000, then growing with the population so that about PONGS_PER_S pongs arrive a
+    second.
 
     libzmq (4.3.5) cancels a connection's heartbeat timer, on every message that arrives, with
     a linear scan of its I/O thread's timers, one or two per connection: at a fixed interval the
@@ -43,14 +42,14 @@ def server_heartbeat_ms(clients: int) -> int:
     At this interval it grows as C (10,000 clients: a ping every 10 s, and a frozen client is
     dropped 12 s after the ping it did not answer, within about 22 s). At most 10 s: the
     clients of a process share one connection, so a large population has few connections."""
-    return HEARTBEAT_IVL_MS * min(10, max(1, -(-int(clients) // PONGS_PER_S)))
+    return live.heartbeat_ms * min(10, max(1, -(-int(clients) // PONGS_PER_S)))
 
 
-def server_handshake_ms(clients: int) -> int:
-    """How long the server's ROUTER waits for a connection's handshake: HANDSHAKE_MS, and 1 ms
-    more per client beyond 5,000 (all of a large population connects at once, and libzmq's
-    I/O threads handshake them one after another)."""
-    return HANDSHAKE_MS + max(0, int(clients) - 5000)
+def server_handshake_ms(clients: int, live: Liveness = LIVENESS) -> int:
+    """How long the server's ROUTER waits for a connection's handshake: live.handshake_ms, and
+    1 ms more per client beyond 5,000 (all of a large population connects at once, and
+    libzmq's I/O threads handshake them one after another)."""
+    return live.handshake_ms + max(0, int(clients) - 5000)
 
 
 MAX_FRAME_BYTES = DEFAULT_LIMITS.max_header_bytes + CHUNK_BYTES
@@ -59,8 +58,7 @@ codec.py splits bigger ones), with room to spare. libzmq allocates a frame's buf
 is announced and drops a connection announcing more than this (was 2 GiB)."""
 
 
-def _common(sock: zmq.Socket, heartbeat_ms: int = HEARTBEAT_IVL_MS,
-            handshake_ms: int = HANDSHAKE_MS, timeout_ms: int = HEARTBEAT_TIMEOUT_MS) -> None:
+def _common(sock: zmq.Socket, heartbeat_ms: int, handshake_ms: int, timeout_ms: int) -> None:
     """Options of every fednet socket; `heartbeat_ms` 0: this socket sends no pings (it still
     answers its peer's); `timeout_ms`: how long after a ping an answer may take."""
     sock.setsockopt(zmq.LINGER, 2000)
@@ -70,9 +68,8 @@ def _common(sock: zmq.Socket, heartbeat_ms: int = HEARTBEAT_IVL_MS,
     # liveness: a peer that is frozen or cut off (TCP still up, nobody answering) is dropped
     # within seconds, and so is a half-open connection that never finishes a frame
     if heartbeat_ms:
-        timeout = timeout_ms + heartbeat_ms - HEARTBEAT_IVL_MS
         sock.setsockopt(zmq.HEARTBEAT_IVL, heartbeat_ms)
-        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, timeout)
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, timeout_ms)
         # no TTL: each side trusts its own pings. A TTL asks the peer to drop the connection
         # after that much silence; a server busy with 19,000 handshakes dropped the links
         # that set one (the one heartbeating link of each client process)
@@ -93,16 +90,20 @@ def server_context() -> zmq.Context:
 
 def bind_router(ctx: zmq.Context, host: str, port: int, what: str = "--port",
                 setup: Callable[[zmq.Socket], None] | None = None,
-                heartbeat_ms: int = HEARTBEAT_IVL_MS, handshake_ms: int = HANDSHAKE_MS,
-                hwm: int = ROUTER_HWM) -> tuple[zmq.Socket, str]:
+                heartbeat_ms: int | None = None, handshake_ms: int | None = None,
+                hwm: int = ROUTER_HWM, live: Liveness = LIVENESS) -> tuple[zmq.Socket, str]:
     """A ROUTER bound on host:port (0 = any free port); returns (socket, actual endpoint).
 
     `setup(sock)` runs before bind (e.g. to make it a CURVE server); `heartbeat_ms` and
-    `handshake_ms`: its ping interval and handshake timeout (a server's: server_heartbeat_ms,
-    server_handshake_ms); `hwm`: messages queued per connection each way (a server's: room for
-    two messages of every client, since a process's clients share a connection)."""
+    `handshake_ms`: its ping interval and handshake timeout (None: `live`'s; a server's:
+    server_heartbeat_ms, server_handshake_ms), a ping's answer due live.heartbeat_timeout_ms
+    after it (plus what the interval adds to live.heartbeat_ms); `hwm`: messages queued per
+    connection each way (a server's: room for two messages of every client, since a process's
+    clients share a connection)."""
     sock = ctx.socket(zmq.ROUTER)
-    _common(sock, heartbeat_ms, handshake_ms)
+    ivl = live.heartbeat_ms if heartbeat_ms is None else heartbeat_ms
+    _common(sock, ivl, live.handshake_ms if handshake_ms is None else handshake_ms,
+            live.heartbeat_timeout_ms + ivl - live.heartbeat_ms)
     if setup is not None:
         setup(sock)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -126,13 +127,15 @@ def bind_router(ctx: zmq.Context, host: str, port: int, what: str = "--port",
 
 def connect_dealer(ctx: zmq.Context, endpoint: str,
                    setup: Callable[[zmq.Socket], None] | None = None,
-                   heartbeat: bool = True) -> zmq.Socket:
+                   heartbeat: bool = True, live: Liveness = LIVENESS) -> zmq.Socket:
     """A DEALER connected to endpoint (`setup` runs before connect). It sets no identity: the
     ROUTER it talks to names the connection, and the sender proves who it is in the messages.
     heartbeat=False: it sends no pings of its own (the logical clients of one process share one
-    link that does: client/host.py)."""
+    link that does: client/host.py). `live`: its timers (ping interval, link timeout,
+    handshake)."""
     sock = ctx.socket(zmq.DEALER)
-    _common(sock, HEARTBEAT_IVL_MS if heartbeat else 0, CONNECT_HANDSHAKE_MS, LINK_TIMEOUT_MS)
+    _common(sock, live.heartbeat_ms if heartbeat else 0, live.connect_handshake_ms,
+            live.link_timeout_ms)
     if setup is not None:
         setup(sock)
     sock.setsockopt(zmq.RECONNECT_IVL, 100)

@@ -4,6 +4,8 @@ has closed them; a flood of READY(hello) from a sender that never reads its repl
 server's memory bounded and the run completes.
 
 The scenarios (and the figures for BENCHMARKS.md) live in benchmarks/bench_trust.py, loaded by path.
+The servers and clients run their liveness timers at test_liveness.SCALE (handshakes and
+heartbeats close the half-open connections sooner, the flooder's place frees sooner).
 """
 from __future__ import annotations
 
@@ -12,9 +14,18 @@ import uuid
 
 import pytest
 
-from tests.integration.test_liveness import bt
+from tests.integration.test_liveness import SCALE, bt
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fast_liveness():
+    """This module's servers and clients run their liveness timers at SCALE (module scope: the
+    half-open server is one per module parameter)."""
+    before = bt.set_liveness(SCALE)
+    yield
+    bt.set_liveness(before)
 
 N_CONN = 2000
 N_FLOOD = 200_000
@@ -58,8 +69,9 @@ def test_half_open_memory_is_given_back_after_the_server_closed_them(half_open):
 def test_a_hello_flood_that_never_reads_keeps_the_server_bounded_and_the_run_completes(
         fed, tmp_path, claim):
     """200,000 READY(hello) on one connection that holds client 1's place, replies never read
-    (before the fix: +186 MB). Client 1's claim is answered with WELCOME at most once per 2 s,
-    an id out of range with REJECT at most 50 a second; the rest are dropped and counted.
+    (before the fix: +186 MB). Client 1's claim is answered with WELCOME at most once per
+    hello_every_s (2 s; 0.2 s here), an id out of range with REJECT at most 50 a second; the
+    rest are dropped and counted.
     Client 0 registers during the flood; the run completes with it once the flooder left."""
     r = bt.flood("srv", fed.env, tmp_path, N_FLOOD, claim=claim)
     s = r["summary"]

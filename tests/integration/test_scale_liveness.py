@@ -18,8 +18,8 @@ import textwrap
 import pytest
 import zmq
 
-from fednet.transport.channels import (HEARTBEAT_IVL_MS, bind_router, connect_dealer,
-                                      server_heartbeat_ms)
+from fednet.config.liveness import DEFAULT
+from fednet.transport.channels import bind_router, connect_dealer, server_heartbeat_ms
 
 MONITOR_SCRIPT = textwrap.dedent("""
     import sys, time, zmq
@@ -65,9 +65,10 @@ def test_stopping_a_monitor_with_thousands_of_unread_events_returns_at_once():
 
 
 def test_the_servers_ping_interval_grows_with_the_population_beyond_1000_clients():
-    assert server_heartbeat_ms(1) == server_heartbeat_ms(1000) == HEARTBEAT_IVL_MS
-    assert server_heartbeat_ms(1001) == 2 * HEARTBEAT_IVL_MS
-    assert server_heartbeat_ms(10_000) == 10 * HEARTBEAT_IVL_MS
+    assert server_heartbeat_ms(1) == server_heartbeat_ms(1000) == DEFAULT.heartbeat_ms == 1000
+    assert server_heartbeat_ms(1001) == 2000
+    assert server_heartbeat_ms(10_000) == server_heartbeat_ms(50_000) == 10_000  # at most 10 s
+    assert server_heartbeat_ms(10_000, DEFAULT.scaled(0.1)) == 1000  # the run's timers
     ctx = zmq.Context()
     try:
         sock, _ = bind_router(ctx, "127.0.0.1", 0, heartbeat_ms=server_heartbeat_ms(10_000))
@@ -83,10 +84,11 @@ def test_the_logical_clients_of_a_process_share_one_heartbeating_link():
 
     ctx = zmq.Context()
     server, endpoint = bind_router(ctx, "127.0.0.1", 0)
-    host = Host([3, 4, 5], endpoint)
+    host = Host([3, 4, 5], endpoint, liveness=DEFAULT.scaled(0.25))  # the process's timers
     try:
         assert all(c.host is host and c.server.sock is host.link.sock for c in host.clients)
-        assert host.link.sock.getsockopt(zmq.HEARTBEAT_IVL) == HEARTBEAT_IVL_MS
+        assert host.link.sock.getsockopt(zmq.HEARTBEAT_IVL) == 250
+        assert host.link.sock.getsockopt(zmq.HEARTBEAT_TIMEOUT) == 1500
         assert [c.server.sub for c in host.clients] == [bytes([3, 0, 0, 0])]  # the others
         ids = host.enroll.table.index.ids().tolist()
         assert ids == [3, 4, 5]  # have no object until they have something to do
@@ -98,9 +100,12 @@ def test_the_logical_clients_of_a_process_share_one_heartbeating_link():
 
 def test_a_dealer_without_heartbeats_still_answers_the_servers_pings():
     """The server's pings (its liveness check of every client) are answered by libzmq whether or
-    not the client's link sends pings of its own."""
+    not the client's link sends pings of its own. (Its timers at a tenth: a ping every 100 ms,
+    answered within 300 ms, so 1.5 s is 15 pings that drop an unanswering link 0.4 s in; was
+    a 100 ms ping with the default 2.1 s timeout, which no 1.5 s wait could see fail.)"""
     ctx = zmq.Context()
-    server, endpoint = bind_router(ctx, "127.0.0.1", 0, heartbeat_ms=100)
+    server, endpoint = bind_router(ctx, "127.0.0.1", 0, live=DEFAULT.scaled(0.1))
+    assert server.getsockopt(zmq.HEARTBEAT_TIMEOUT) == 300
     mon = server.get_monitor_socket(zmq.EVENT_DISCONNECTED)
     dealer = connect_dealer(ctx, endpoint, heartbeat=False)
     try:

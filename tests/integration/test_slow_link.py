@@ -1,5 +1,7 @@
 """A model that takes longer to cross a link than the heartbeat timeout is not taken for a dead
-peer: large arrays travel as 256 KiB frames, and ZeroMQ's heartbeats pass between frames."""
+peer: large arrays travel as 256 KiB frames, and ZeroMQ's heartbeats pass between frames. Both
+ends run their liveness timers at SCALE times the defaults (config/liveness.py), the model is
+sized to take twice the server's heartbeat timeout."""
 from __future__ import annotations
 
 import socket
@@ -12,11 +14,14 @@ import zmq
 
 from fednet.metrics.accounting import Ledger
 from fednet.protocol import Message, MsgKind
-from fednet.transport.channels import HEARTBEAT_TIMEOUT_MS, Channel, bind_router, connect_dealer
+from fednet.config.liveness import DEFAULT
+from fednet.transport.channels import Channel, bind_router, connect_dealer
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]
 
 RATE = 4_000_000  # bytes per second, client -> server
+SCALE = 0.1
+LIVE = DEFAULT.scaled(SCALE)
 
 
 def _relay(target: tuple[str, int]) -> int:
@@ -49,13 +54,14 @@ def _relay(target: tuple[str, int]) -> int:
 
 def test_a_transfer_longer_than_the_heartbeat_timeout_arrives():
     ctx = zmq.Context()
-    server, endpoint = bind_router(ctx, "127.0.0.1", 0)
+    server, endpoint = bind_router(ctx, "127.0.0.1", 0, live=LIVE)
     mon = server.get_monitor_socket(zmq.EVENT_DISCONNECTED)
     port = _relay(("127.0.0.1", int(endpoint.rsplit(":", 1)[1])))
-    client = connect_dealer(ctx, f"tcp://127.0.0.1:{port}")
+    client = connect_dealer(ctx, f"tcp://127.0.0.1:{port}", live=LIVE)
     schan = Channel(server, Ledger(), "server", router=True)
     cchan = Channel(client, Ledger(), "c0000", router=False)
-    model = np.arange(6_000_000, dtype=np.float32)  # 24 MB: 6 s at RATE, twice the timeout
+    timeout_s = LIVE.heartbeat_timeout_ms / 1000
+    model = np.arange(int(2 * timeout_s * RATE) // 4, dtype=np.float32)  # twice the timeout
     body = {"n": 1, "body": {}}
     try:
         t0 = time.monotonic()
@@ -64,7 +70,7 @@ def test_a_transfer_longer_than_the_heartbeat_timeout_arrives():
         took = time.monotonic() - t0
         got = schan.recv()
         assert got is not None and np.array_equal(got.msg.arrays["w"], model)
-        assert took > 1.5 * HEARTBEAT_TIMEOUT_MS / 1000  # it really was slower than the timeout
+        assert took > 1.5 * timeout_s  # it really was slower than the timeout
         assert not mon.poll(0), "the connection was dropped as dead during the transfer"
     finally:
         server.disable_monitor()
