@@ -37,7 +37,8 @@ def test_scaled_multiplies_every_timer():
     t = DEFAULT.scaled(0.1)
     assert t.to_dict() == {"heartbeat_ms": 100, "heartbeat_timeout_ms": 300,
                            "link_timeout_ms": 600, "handshake_ms": 500,
-                           "connect_handshake_ms": 3000, "lost_grace_s": 0.1,
+                           "connect_handshake_ms": 3000, "reconnect_max_ms": 500,
+                           "lost_grace_s": 0.1,
                            "hello_every_s": 0.2, "rehello_s": 0.2, "recheck_s": 0.1,
                            "check_s": 0.005}
     assert DEFAULT.scaled(1e-6).heartbeat_ms == 1  # milliseconds stay at least 1

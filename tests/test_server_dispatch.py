@@ -141,6 +141,30 @@ def test_gone_returns_the_clients_of_connections_lost_longer_than_the_grace(monk
     assert conns.gone(1.0).tolist() == [9] and not conns.lost
 
 
+def test_after_the_server_itself_stalled_its_lost_clients_get_the_time_to_reconnect(monkeypatch):
+    """A server that was frozen (SIGSTOP, a pause) finds its clients' links dropped because of
+    it: none is gone before the clients' reconnect back-off has run out (settle_s), where a
+    loss while the server kept asking is gone after the grace."""
+    from fednet.server import conns as C
+
+    now = [100.0]
+    monkeypatch.setattr(C.time, "monotonic", lambda: now[0])
+    for stalled, gone_at in ((False, 101.5), (True, 105.5)):
+        now[0] = 100.0
+        conns = C.Connections(C.Identity(), 4)
+        _bind(conns, 1, b"\x00c1" + sub_frame(1))
+        conns.seen(b"\x00c1" + sub_frame(1), 3)
+        now[0] = 110.0 if stalled else 100.4  # the last ask was at 100.0
+        conns.gone(1.0, 3.0, 5.0)
+        conns.disconnected(3)  # read when the server runs again
+        seen_gone = None
+        for t in (100.5, 101.5, 103.0, 105.5, 116.0):
+            now[0] = t + (10.0 if stalled else 0.0)
+            if conns.gone(1.0, 3.0, 5.0).tolist() == [1] and seen_gone is None:
+                seen_gone = t
+        assert seen_gone == gone_at, (stalled, seen_gone)
+
+
 def test_released_clients_are_found_by_route_and_a_send_failure_loses_the_connection():
     """A released (dead) client's route still names it for a late BYE, only on the connection
     it was released from; a failed send loses the whole connection (a process's clients)."""

@@ -118,7 +118,7 @@ class Enrollment:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise link.no_answer(timeout_s)
-            if link.sock.poll(int(min(left, 1.0) * 1000)):
+            if link.sock.poll(int(min(left, every) * 1000)):
                 link.drain()
             if time.monotonic() >= recheck:  # the link dropped and came back: say it again
                 recheck = time.monotonic() + every

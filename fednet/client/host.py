@@ -198,7 +198,7 @@ class Host:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise link.no_answer(timeout_s)
-            if link.sock.poll(int(min(left, 1.0) * 1000)):
+            if link.sock.poll(int(min(left, every) * 1000)):
                 link.drain()
             if self.settled:  # welcomed or refused since
                 waiting -= self.settled

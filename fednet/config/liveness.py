@@ -40,6 +40,10 @@ class Liveness:
     connect_handshake_ms: int = setting(
         30_000, "... on the connecting side: libzmq's default (a server may be busy with "
         "thousands of handshakes; giving up reconnects, a storm)", ge=1, **_OPT)
+    reconnect_max_ms: int = setting(
+        5000, "A client tries to reach a lost server again at most this long after its last "
+        "try (ZeroMQ's back-off from 0.1 s); a server that itself stalled past its peers' "
+        "timeouts waits this long before it counts their lost connections", ge=1, **_OPT)
     lost_grace_s: float = setting(
         1.0, "A client whose connection has been lost for this long is gone (three times this "
         "under fednet launch, whose launcher reports a dead process at once)", gt=0, **_OPT)

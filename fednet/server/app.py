@@ -100,9 +100,11 @@ class ZmqServer:
     def _check_deaths(self) -> None:
         # under `fednet launch` the zygote reports a dead process with its exit code within
         # moments; a lost connection decides only after a longer grace (a frozen process)
-        grace = self.s.cfg.liveness.lost_grace_s * (1 if self.watch is None else 3)
+        live = self.s.cfg.liveness
+        grace = live.lost_grace_s * (1 if self.watch is None else 3)
         found = [(id_array(ids), why) for ids, why in self.watch()] if self.watch else []
-        lost = self.conns.gone(grace)
+        lost = self.conns.gone(grace, live.heartbeat_timeout_ms / 1000,
+                               live.reconnect_max_ms / 1000)
         if lost.size:
             found.append((lost[self.reg.said[lost] > 0], LOST))
         for ids, why in found:

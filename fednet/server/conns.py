@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import hmac
+import math
 import os
 import time
 from collections import OrderedDict
@@ -89,6 +90,8 @@ class Connections:
         self._closed_since_trim = 0
         self._last_close = 0.0
         self.binds = 0  # bindings made so far (a client that came again changes the roster)
+        self._asked_at = time.monotonic()  # the last call of gone()
+        self._settle_until = 0.0  # after a stall of this server: no client is gone before
 
     # ---- reads ----------------------------------------------------------------------------
     def link_of(self, cid: int) -> Link | None:
@@ -255,10 +258,19 @@ class Connections:
             if s is not None:
                 self.lost.setdefault(s, now)
 
-    def gone(self, grace_s: float) -> np.ndarray:
+    def gone(self, grace_s: float, stall_s: float = math.inf, settle_s: float = 0.0
+             ) -> np.ndarray:
         """The clients of connections lost for longer than grace_s; those connections leave
-        `lost` (the caller releases their clients)."""
+        `lost` (the caller releases their clients). A server that did not ask for stall_s or
+        more (it stalled itself: a pause, SIGSTOP; its peers' links timed out because of it)
+        counts none gone for settle_s: its clients reconnect by then (their back-off's bound),
+        and a client that came back is on its new connection."""
         now, out = time.monotonic(), []
+        if now - self._asked_at > stall_s:
+            self._settle_until = now + settle_s
+        self._asked_at = now
+        if now < self._settle_until:
+            return np.zeros(0, np.int64)
         for s, t in list(self.lost.items()):  # in the order they were lost: the rest are younger
             if now - t <= grace_s:
                 break

@@ -139,7 +139,7 @@ def connect_dealer(ctx: zmq.Context, endpoint: str,
     if setup is not None:
         setup(sock)
     sock.setsockopt(zmq.RECONNECT_IVL, 100)
-    sock.setsockopt(zmq.RECONNECT_IVL_MAX, 5000)
+    sock.setsockopt(zmq.RECONNECT_IVL_MAX, live.reconnect_max_ms)
     try:
         sock.connect(endpoint)
     except zmq.ZMQError as e:

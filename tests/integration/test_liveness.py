@@ -27,12 +27,11 @@ pytestmark = [pytest.mark.net, pytest.mark.slow]
 bt = bench("bench_trust")
 SCALE = 0.1
 LIVE = DEFAULT.scaled(SCALE)
-RECOVER = 1.0
-"""The scale of the two runs that must come back after a frozen server: the defaults. With the
-server's lost_grace_s and hello_every_s scaled (0.5 as well as 0.1), both clients reconnect,
-log "the server is back", lose the link again about 1 s later and stop after --timeout: the
-run ends as no_clients (not investigated further; with only the server's heartbeat timers
-scaled to 0.5 it recovered)."""
+RECOVER = 0.5
+"""The scale of the two runs that must come back after a frozen server. The server that was
+frozen waits out its clients' reconnect back-off (reconnect_max_ms) before it counts their lost
+connections (conns.Connections.gone); at a tenth that window (0.5 s) is too tight for a loaded
+2-core machine, at half it held (and before that wait, no scale below 1 did)."""
 
 
 @pytest.fixture(autouse=True)
