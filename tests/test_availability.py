@@ -289,7 +289,7 @@ def test_welcome_carries_whole_traces_only_to_algorithms_that_hand_off():
         s = SimpleNamespace(handoffs=handoffs, availability=Trace(spans, "trace.csv"),
                             profiles=profs, cfg=SimpleNamespace(latency=SimpleNamespace(file="t.csv")))
         reg = SimpleNamespace(srv=SimpleNamespace(s=s), _profiles_array=None)
-        got = Registrar.traces(reg, 7)
+        got = Registrar.traces(reg, [7])
         if handoffs:
             assert got["avail_client"].tolist() == list(range(n))
             assert got["profiles"].shape == (n, 4)
