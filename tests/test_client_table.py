@@ -114,6 +114,11 @@ def test_a_partitioned_welcome_answers_one_readys_and_leaves_the_rest_idle(sent)
         assert c is not None and c.cid == 12 and c.registered and not t.is_idle(12)
         assert c.trainer.profile == latency.Profile()
         assert host.materialize(sub_frame(3)) is None and host.materialize(sub_frame(10)) is None
+        host.live[c] = None
+        assert host._retirable(c)
+        host.enroll.on_welcome(_welcome(cfg, [13], parts))  # one client's WELCOME (one by one)
+        assert not host._retirable(c)  # its row is gone: it could not be rebuilt when idle
+        host.enroll.on_welcome(_welcome(cfg, welcome_cids, parts))
         host.retire(c)
         assert t.is_idle(12) and 12 not in host.by_cid
     finally:

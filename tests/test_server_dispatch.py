@@ -152,6 +152,7 @@ def test_after_the_server_itself_stalled_its_lost_clients_get_the_time_to_reconn
     for stalled, gone_at in ((False, 101.5), (True, 105.5)):
         now[0] = 100.0
         conns = C.Connections(C.Identity(), 4)
+        conns.gone(1.0, 3.0, 5.0)  # the server asks as it runs
         _bind(conns, 1, b"\x00c1" + sub_frame(1))
         conns.seen(b"\x00c1" + sub_frame(1), 3)
         now[0] = 110.0 if stalled else 100.4  # the last ask was at 100.0

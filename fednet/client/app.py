@@ -1,5 +1,5 @@
-"""One logical client (Client) of a client process: its hello, what the server sends it, its
-tasks and hand-offs run and answered. The process's poll loop, link and registration are its
+"""One logical client (Client) of a client process: what the server sends it, its tasks and
+hand-offs run and answered. The process's poll loop, link and registration are its
 Host's (client/host.py), for a process of one client as for one of many.
 
 What arrives from the server is read as it arrives, each message accepted (and only then

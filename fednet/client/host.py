@@ -5,7 +5,8 @@ One zmq context, one poll loop and one worker serve N clients, so N clients cost
 one fork, one interpreter, one CUDA context on a GPU (a context holds hundreds of MB of device
 memory, so 100 separate processes may not fit on one device), and one server connection
 (client/link.py): each message on it carries an envelope naming its client. Each logical client
-keeps its own identity (proven in its own hello), peer socket, ledger, data and state: the
+keeps its own identity (its id proven in the process's hello), peer socket, ledger, data and
+state: the
 server's ledger and the clients' see the same messages and bytes as N separate processes would
 send. Their tasks run one at a time, in the order they arrived, so clients whose algorithm keeps
 no model between tasks share one working model (executor.
@@ -133,9 +134,13 @@ class Host:
         self.enroll.table.set_idle(c.cid, True)
 
     def _retirable(self, c: Client) -> bool:
+        """Whether c can go back to idle: it is rebuilt from the kept WELCOME's row (a process
+        whose clients registered one by one keeps only the last one's WELCOME), it holds
+        nothing, and it is not waiting to register again."""
         w = self.enroll.w
-        return (c is not self.first and w is not None and not w.peers
-                and c.trainer.executor is None and not c.work and not c.stopping and c in self.live)
+        return (c is not self.first and w is not None and not w.peers and w.row(c.cid) >= 0
+                and c.trainer.executor is None and not c.work and not c.stopping
+                and c.rehello_at is None and c in self.live)
 
     def check_files(self) -> None:
         """Before the first peer socket binds (the run hands models over): ConfigError when the
@@ -161,9 +166,9 @@ class Host:
 
     def register(self, timeout_s: float) -> None:
         """The process's clients register over the shared link: all at once (READY(hellos),
-        one WELCOME, READY(readys): server/registrar.py), or each alone (a process of one, or
-        one whose batch the server refused). A client the server refuses stops alone;
-        ConfigError when none is left."""
+        one WELCOME, READY(readys): server/registrar.py); a process of several whose claim the
+        server refused registers them one by one, and a client the server refuses stops alone.
+        ConfigError when none is left (a process of one: with the server's reason)."""
         table = self.enroll.table
         if self.enroll.register_together(timeout_s):
             return self._warn_real_time()

@@ -177,9 +177,10 @@ class ZmqServer:
         """Registered clients that have not died. A client whose connection was just lost is
         waited for (it comes back, or its grace runs out and it is dead): a round never starts
         with clients it cannot reach."""
-        # launch's grace and one more (the liveness timers: config/liveness.py)
+        # launch's grace and one more (the liveness timers: config/liveness.py), or the wait
+        # for lost clients after this server stalled (conns.Connections.gone)
         deadline = time.monotonic() + 4 * self.s.cfg.liveness.lost_grace_s
-        while time.monotonic() < deadline:
+        while time.monotonic() < max(deadline, self.conns.settled_at()):
             self._check_deaths()
             lost = self.conns.lost_ids()
             if not any(c in self.clients for c in lost[self.fates.died[lost] < 0].tolist()):

@@ -90,7 +90,7 @@ class Connections:
         self._closed_since_trim = 0
         self._last_close = 0.0
         self.binds = 0  # bindings made so far (a client that came again changes the roster)
-        self._asked_at = time.monotonic()  # the last call of gone()
+        self._asked_at: float | None = None  # the last call of gone()
         self._settle_until = 0.0  # after a stall of this server: no client is gone before
 
     # ---- reads ----------------------------------------------------------------------------
@@ -190,7 +190,7 @@ class Connections:
 
     def token(self, cid: int) -> bytes:
         """The rejoin token of the connection client cid is bound to (derived from the
-        connection's id: nothing is stored)."""
+        connection's id when its Link was made)."""
         link = self.link_of(cid)
         assert link is not None, "a token for a client bound to no connection"
         return link.token
@@ -265,12 +265,20 @@ class Connections:
         more (it stalled itself: a pause, SIGSTOP; its peers' links timed out because of it)
         counts none gone for settle_s: its clients reconnect by then (their back-off's bound),
         and a client that came back is on its new connection."""
-        now, out = time.monotonic(), []
-        if now - self._asked_at > stall_s:
+        now = time.monotonic()
+        if self._asked_at is not None and now - self._asked_at > stall_s:
             self._settle_until = now + settle_s
         self._asked_at = now
         if now < self._settle_until:
             return np.zeros(0, np.int64)
+        return self._lost_past(now, grace_s)
+
+    def settled_at(self) -> float:
+        """When a stall's wait (gone) is over: lost connections count from then on."""
+        return self._settle_until
+
+    def _lost_past(self, now: float, grace_s: float) -> np.ndarray:
+        out = []
         for s, t in list(self.lost.items()):  # in the order they were lost: the rest are younger
             if now - t <= grace_s:
                 break

@@ -7,8 +7,9 @@ One path for a process of one client or of many: its ids in one message each way
 registration work follows the processes, not the clients (50,000 per-client hellos and WELCOMEs
 kept the server busy for about 14 s). The claim is proven (conns.Connections.check_claim): under
 `fednet launch` an HMAC over the ids and a fresh nonce with the processes' secret derived from
-the run key; under `--secure` the connection's key must be allowed every id; plaintext `fednet
-server` takes ids no live connection holds. Each id is bound to the connection with its own
+the run key (plaintext `fednet server`: its join key's); under `--secure` the connection's key
+must be allowed every id; a server with neither takes ids no live connection holds (unless the
+claim brings the rejoin token of the connection that holds them). Each id is bound to the connection with its own
 envelope (the message's envelope must be its first id's), so from then on each client's
 messages are checked on their own. A process whose claim is refused as a whole claims its ids
 one by one (client/host.py).
