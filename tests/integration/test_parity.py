@@ -152,8 +152,8 @@ def test_several_clients_per_process_match_local(tmp_path, monkeypatch, algo, cl
     pids = {}
     on_ready = Registrar.on_ready
 
-    def recording(self, cid, got):  # a process's READY(readys) registers all its clients
-        on_ready(self, cid, got)
+    def recording(self, got):  # a process's READY(readys) registers all its clients
+        on_ready(self, got)
         pids.update({c: info.pid for c, info in self.srv.clients.items()})
     monkeypatch.setattr(Registrar, "on_ready", recording)
     _, b = _launch_matches_local(tmp_path, algo, clients, params, {"clients_per_process": 3})
