@@ -19,6 +19,7 @@ from fednet.core.executor import natural_examples
 from fednet.data import load_dataset, run_partition
 from fednet.network import latency
 from fednet.protocol import Message, MsgKind
+from fednet.protocol.codec import encode
 from fednet.transport.channels import sub_frame
 
 
@@ -174,5 +175,39 @@ def test_ids_given_out_of_order_register_sorted_and_count_natural_examples(sent)
         assert np.array_equal(readys.arrays["n"], want[1])
         # client 3 spoke for the process, so it has an object; 5 and 9 are idle
         assert sorted(host.by_cid) == [3, 7] and host.enroll.table.idle_ids().tolist() == [5, 9]
+    finally:
+        host.close()
+
+
+def _reject(reason, answers=None):
+    body = {"reason": reason} if answers is None else {"reason": reason, "answers": answers}
+    return encode(Message(MsgKind.REJECT, "server", body=body))
+
+
+def test_a_late_reject_of_an_earlier_claim_changes_nothing(sent):
+    """The link came back while a process of several waited for its WELCOME: it said its
+    hellos again. The REJECT of the first claim (its old connection still held the ids) is
+    void: the process keeps waiting on its second claim; the REJECT of that one makes each
+    client claim alone, and a late REJECT of the batch then refuses no client."""
+    host = _host(range(10, 13))
+    try:
+        enroll, first = host.enroll, host.first
+        enroll.batching = True
+        enroll.hellos(enroll.table.index.sorted_ids())
+        enroll.hellos(enroll.table.index.sorted_ids())  # the link came back: said again
+        old, new = (m.body["nonce"] for m in sent)
+        assert old != new and all(len(n) == 16 for n in (old, new))
+        first.on_server(_reject("clients 10-12 are held by a live connection", old))
+        assert enroll.batching and first.refused is None  # still waiting on the second claim
+        first.on_server(_reject("clients 10-12 are held by a live connection", new))
+        assert not enroll.batching and enroll.refusal.startswith("clients 10-12")
+        sent.clear()
+        enroll.hellos(np.array([10], np.int64))  # client 10 claims alone (Host.register)
+        first.on_server(_reject("a late copy of the batch's", new))
+        assert first.refused is None and host.settled == 0
+        first.on_server(_reject("client 10 is already connected", sent[0].body["nonce"]))
+        assert first.refused == "client 10 is already connected" and host.settled == 1
+        first.on_server(_reject("a REJECT that names no claim refuses the client it reaches"))
+        assert first.refused == "client 10 is already connected" and host.settled == 1
     finally:
         host.close()

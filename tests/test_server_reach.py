@@ -140,6 +140,13 @@ def test_a_second_live_claim_of_an_id_is_refused_and_named(server):
     _send(b, 1, _hello(1))
     got = _recv(b, server)
     assert got.kind == MsgKind.REJECT and "client 1 is already connected" in got.body["reason"]
+    assert "answers" not in got.body  # the claim had no nonce
+    claim = _hello(1)
+    claim.body["nonce"] = nonce = os.urandom(16)
+    time.sleep(server.s.cfg.liveness.hello_every_s)  # one hello per route in that time
+    _send(b, 1, claim)
+    got = _recv(b, server)
+    assert got.kind == MsgKind.REJECT and got.body["answers"] == nonce  # which claim it refuses
     assert server.conns.route_of(1)[-4:] == sub_frame(1) and 1 in server.clients
     a.close()
     b.close()

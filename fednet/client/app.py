@@ -186,6 +186,10 @@ class Client:
             host.enroll.on_welcome(msg)  # the process's WELCOME, for the clients it names
         elif msg.kind == MsgKind.REJECT:
             reason = str(msg.body.get("reason", ""))[:200]
+            if host.enroll.stale(self.cid, msg.body.get("answers")):
+                log.info("client %d: a late REJECT of an earlier claim ignored (%s)", self.cid,
+                         reason)
+                return None
             if host.enroll.batching:  # the process's hellos refused
                 return host.enroll.batch_refused(reason)
             if not self.registered:  # its first registration: this client stops

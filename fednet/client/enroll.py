@@ -99,6 +99,7 @@ class Enrollment:
         self.w: Welcome | None = None
         self.batching = False
         self.refusal = ""  # why the server refused the process's last claim
+        self.asked: dict[int, bytes] = {}  # first id of a claim -> the nonce of its latest
         self.retired: dict[str, int] = {}  # retired clients' ledger totals (for BYE)
 
     def keep_totals(self, c: Client) -> None:
@@ -140,13 +141,20 @@ class Enrollment:
         token = self.token()
         if token is not None:  # a reconnect: the server's own token from our WELCOME
             body["token"] = token
+        nonce = os.urandom(16)  # names this claim (a REJECT says which claim it answers)
+        body["nonce"] = self.asked[int(cids[0])] = nonce
         run_key = self.host.cred.run_key
         if run_key is not None:
-            nonce = os.urandom(16)
-            body.update(nonce=nonce, proof=hellos_proof(process_secret(run_key),
-                                                        cids.tobytes(), nonce))
+            body["proof"] = hellos_proof(process_secret(run_key), cids.tobytes(), nonce)
         sender._send_server(Message(MsgKind.READY, sender.name, body=body,
                                     arrays={"cids": cids}))
+
+    def stale(self, cid: int, answers: object) -> bool:
+        """Whether a REJECT on client cid's envelope answers an earlier claim than its latest
+        (one said again after the link came back, or a claim of its own after a refused
+        batch): the claim it refused is void, its latest still waits for an answer. A REJECT
+        that names no claim (READY(readys) refused) is never stale."""
+        return isinstance(answers, bytes) and self.asked.get(cid) != answers
 
     def batch_refused(self, reason: str) -> None:
         """The server refused the process's hellos as a whole: a process of several clients

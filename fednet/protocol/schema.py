@@ -91,7 +91,10 @@ BODIES: dict[MsgKind, Spec] = {
     MsgKind.SHUTDOWN: Map(),
     MsgKind.HEARTBEAT: Map(),
     MsgKind.BYE: Map(extra=Int(0, 1 << 62), max_items=64),
-    MsgKind.REJECT: Map({"reason": Str(4096)}, required=frozenset({"reason"})),
+    # answers: the nonce of the READY(hellos) refused, so that a late REJECT of an earlier
+    # claim is told from one of the claim the client is waiting on
+    MsgKind.REJECT: Map({"reason": Str(4096), "answers": Bin(16, 16)},
+                        required=frozenset({"reason"})),
 }
 """Every kind's body."""
 

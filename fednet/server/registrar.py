@@ -192,7 +192,8 @@ class Registrar:
 
     def send_reject(self, got: Received, reason: str) -> None:
         """A REJECT to a connection that made a claim it cannot have, at most REJECTS_PER_S a
-        second; never blocks, never raises (the sender may be gone), carries no run secret."""
+        second; never blocks, never raises (the sender may be gone), carries no run secret. A
+        refused READY(hellos)'s nonce comes back in `answers`."""
         chan, now = self.srv.chan, time.monotonic()
         if now - self._reject_window > 1.0:
             self._reject_window, self._rejects_sent = now, 0
@@ -200,9 +201,13 @@ class Registrar:
             chan.dropped_sends += 1
             return
         self._rejects_sent += 1
+        body: dict[str, Any] = {"reason": reason[:4096]}
+        nonce = got.msg.body.get("nonce") if got.msg.body.get("phase") == "hellos" else None
+        if isinstance(nonce, bytes):  # the claim it answers (client/enroll.py: answers)
+            body["answers"] = nonce
         try:
-            chan.send(Message(MsgKind.REJECT, SERVER, body={"reason": reason[:4096]}),
-                      "unknown", route=got.route, block=False)
+            chan.send(Message(MsgKind.REJECT, SERVER, body=body), "unknown", route=got.route,
+                      block=False)
         except zmq.ZMQError:  # gone already, or not reading: nothing is queued for it
             chan.dropped_sends += 1
 
