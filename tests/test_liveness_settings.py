@@ -137,3 +137,17 @@ def test_a_client_link_and_its_registration_use_them():
         link.close(0)
     finally:
         ctx.term()
+
+
+def test_a_clients_peer_sockets_use_its_process_timers():
+    """The ring's hand-off sockets (client/peers.py) take the process's timers, as its link."""
+    from fednet.client.host import Host
+
+    host = Host([3, 4], "tcp://127.0.0.1:1", liveness=DEFAULT.scaled(0.5))
+    try:
+        peers = host.first.peers
+        assert peers.live is host.link.liveness
+        peers.listen()
+        assert _opts(peers.sock)[0] == 500  # its ping interval
+    finally:
+        host.close()

@@ -62,7 +62,7 @@ class Client:
         self.refused: str | None = None  # the server's reason (REJECT)
         cred = host.cred
         self.peers = Peers(host.ctx, self.name, host.advertise, self.ledger, cred.keys,
-                           cred.peer_key, cred.gate)
+                           cred.peer_key, cred.gate, host.link.liveness)
         self.run_id = ""
         self.trainer = Trainer(cid, host.device)  # its settings from WELCOME, its executor
         self._tracker: Any = None

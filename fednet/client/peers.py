@@ -16,6 +16,7 @@ from typing import Any
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from fednet.config.liveness import DEFAULT as LIVENESS, Liveness
 from fednet.metrics.accounting import SERVER, Ledger
 from fednet.network.churn import next_online_hop, passed_over
 from fednet.protocol import Message, MsgKind, tensor_bytes
@@ -44,12 +45,13 @@ class Peers:
     __slots__ = ("ctx", "me", "ledger", "keys", "peer_key", "gate", "server_setup", "advertise",
                  "sock", "chan", "endpoint", "rejects", "last_peer_bytes", "last_peer_tensor",
                  "run_id", "grant", "pump", "ack_timeout", "retries", "dead_peer",
-                 "last_to_hop", "availability", "skipped", "compress", "seed", "seen")
+                 "last_to_hop", "availability", "skipped", "compress", "seed", "seen", "live")
 
     def __init__(self, ctx: zmq.Context, me: str, advertise: str, ledger: Ledger,
-                 keys: Any = None, peer_key: bytes | None = None, gate: str | None = None
-                 ) -> None:
+                 keys: Any = None, peer_key: bytes | None = None, gate: str | None = None,
+                 live: Liveness = LIVENESS) -> None:
         self.ctx, self.me, self.ledger = ctx, me, ledger
+        self.live = live  # the hand-off sockets' timers: the process's (config/liveness.py)
         self.keys, self.peer_key, self.gate = keys, peer_key, gate
         self.server_setup: Any = None
         if keys is not None:  # peers: CURVE servers with this host's key pair
@@ -143,7 +145,7 @@ class Peers:
     def _send_acked(self, endpoint: str, peer: str, msg: Message, setup: Any = None) -> bool:
         for _attempt in range(self.retries):
             try:
-                dealer = connect_dealer(self.ctx, endpoint, setup)
+                dealer = connect_dealer(self.ctx, endpoint, setup, live=self.live)
             except Exception as e:  # noqa: BLE001 - a bad endpoint or key: this peer is unreachable
                 log.warning("%s: cannot connect to peer %s at %s: %s", self.me, peer, endpoint[:80], e)
                 return False
@@ -248,7 +250,7 @@ class Peers:
         if self.sock is not None:
             return None
         self.sock, self.endpoint = bind_router(self.ctx, self.advertise, 0, what="peer port",
-                                               setup=self.server_setup)
+                                               setup=self.server_setup, live=self.live)
         self.chan = Channel(self.sock, self.ledger, self.me, router=True)
         self.chan.rejects = self.rejects
         return self.sock

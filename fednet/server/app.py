@@ -2,7 +2,8 @@
 shutdown; and what arrives: every message from a connection is accepted (and only then counted)
 or rejected, by who sent it, for which run, and whether it was expected. Registration is the
 registrar's (registrar.py), the connections' bookkeeping conns.py's, the registered clients
-book.py's, what became of each client (deaths, BYEs) fates.py's."""
+book.py's, what became of each client (deaths, BYEs) fates.py's; each client's phase, read
+from them, phases.py's."""
 from __future__ import annotations
 
 import logging
@@ -27,6 +28,7 @@ from fednet.server.conns import Connections, Identity
 from fednet.server.fates import Fates
 from fednet.server.hops import Hops
 from fednet.server.inflight import process_cap
+from fednet.server.phases import ClientTable
 from fednet.server.tasks import TaskBook
 from fednet.server.registrar import Registrar
 from fednet.transport.channels import (SUB_BYTES, Channel, Deferred, Received, bind_router,
@@ -77,6 +79,7 @@ class ZmqServer:
         self.tasks_per_process = process_cap(session.cfg, session.evaluator.model_bytes)
         self.tasks = TaskBook(session.cfg.net.max_inflight, self.tasks_per_process,
                               self._process_of, self._dispatch)
+        self.table = ClientTable(self.clients, self.conns, self.fates, self.reg.said, self.tasks)
         self.shutting_down = False
         self.hops = Hops(session.run_id, session.handoff_codec)  # routed tasks' hand-offs
 
@@ -164,7 +167,7 @@ class ZmqServer:
                 break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"only {len(self.clients)} of {n} clients registered within "
-                                   f"{timeout_s:.0f}s")
+                                   f"{timeout_s:.0f}s: {self.table.missing(np.arange(n))}")
             self._poll_once(0.05)
 
     def _missing(self, n: int) -> bool:

@@ -68,6 +68,13 @@ class ClientBook(Mapping[int, ClientInfo]):
     def __iter__(self) -> Iterator[int]:
         yield from self.ids().tolist()
 
+    def registered(self, ids: np.ndarray) -> np.ndarray:
+        """Which of `ids` (in range) are registered (a bool each)."""
+        out = self.owner[ids] >= 0
+        if self.singles:
+            out |= np.isin(ids, np.fromiter(self.singles, np.int64, len(self.singles)))
+        return out
+
     def ids(self) -> np.ndarray:
         """Every registered id, ascending (int64)."""
         held = np.flatnonzero(self.owner >= 0)
