@@ -253,6 +253,14 @@ class ZmqServer:
         """Failure rows for clients that died while holding no task (between rounds, at start)."""
         return self.fates.unclean({f.get("client") for f in failures})
 
+    def final_phases(self) -> dict[str, int]:
+        """How many clients ended in each phase (phases.py), the exits the launcher reported
+        since the last look recorded first (called after it stopped the clients; failure rows
+        are taken before: untasked_deaths)."""
+        for ids, why in self.watch() if self.watch is not None else []:
+            self.fates.die(id_array(ids), why, self.round, self.shutting_down)
+        return self.table.census()
+
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """SHUTDOWN to every live client; wait briefly for their BYE."""
         self.shutting_down = True

@@ -268,7 +268,7 @@ def _report(run: Run, server: ZmqServer) -> None:
     driver = server.s.driver
     driver.failures.extend(server.untasked_deaths(driver.failures))
     run.extra["rejected_messages"] = server.chan.rejects.total
-    run.extra["client_phases"] = server.table.census()  # how each client ended (phases.py)
+    run.extra["client_phases"] = server.final_phases()
     run.extra["dropped_sends"] = server.chan.dropped_sends  # REJECTs not sent (rate, queue)
     view = _client_view(server.fates.totals)
     run.extra["client_rejected_messages"] = view.pop("rejected_messages", 0)
