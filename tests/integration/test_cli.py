@@ -194,6 +194,7 @@ def test_launch_writes_every_result_file_and_report_compares_runs(fed, tmp_path)
     assert b["client_to_client"] == 0  # FedAvg: a star, no peer traffic
     assert s["devices"] == {"cpu": 3}
     assert s["failures"] == [] and s["client_exit_codes"] == {}
+    assert s["client_phases"] == {"exited": 3}  # every client ended normally (server/phases.py)
     rows = jsonl(out / "metrics.jsonl")
     assert [r["round"] for r in rows] == [0, 1]
     assert rows[-1]["accuracy"] == s["final_accuracy"]

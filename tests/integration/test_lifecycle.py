@@ -93,6 +93,7 @@ def test_killed_client_is_a_failure_and_the_run_completes(fed, tmp_path):
     assert {f["client"] for f in s["failures"]} == {int(dead)}
     assert all("killed by signal 9" in f["reason"] for f in s["failures"])
     assert len(s["failures"]) == 1
+    assert s["client_phases"] == {"exited": 2, "dead": 1}
     rows = jsonl(tmp_path / "run" / "metrics.jsonl")
     assert len(rows) == 6
     assert (rows[-1]["results"], rows[-1]["failures"]) == (2, 0)  # survivors are aggregated
@@ -116,6 +117,7 @@ def test_killed_process_of_several_clients_fails_each_of_them_and_the_run_comple
     assert dead in ({0, 1}, {2, 3}, {4}), s["client_exit_codes"]  # all clients of one process
     assert set(s["client_exit_codes"].values()) == {-9}
     assert {f["client"] for f in s["failures"]} == dead
+    assert s["client_phases"] == {"exited": 5 - len(dead), "dead": len(dead)}
     rows = jsonl(tmp_path / "run" / "metrics.jsonl")
     assert (rows[-1]["results"], rows[-1]["failures"]) == (5 - len(dead), 0)  # the rest go on
 
