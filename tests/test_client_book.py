@@ -42,3 +42,15 @@ def test_a_lone_registration_and_a_process_replace_each_other():
     assert len(book) == 6 and book[3].endpoint == "" and book[3].device == "cuda:0"
     assert book.ids().tolist() == [0, 1, 2, 3, 4, 8]
     assert book.roster().devices() == {"cpu": 3, "cuda:0": 3}
+
+
+def test_a_process_whose_clients_registered_one_by_one_is_one_record():
+    """A process whose batch was refused claims each id alone (client/enroll.py): each
+    READY(readys) names one id, and the process keeps one record for them all."""
+    book = ClientBook(1000, lambda c: 1)
+    for cid in range(1000):
+        book.add_process(np.array([cid], np.int64), "cpu", 77, "h")
+    book.add_process(np.array([5], np.int64), "cpu", 78, "h")  # another process took id 5
+    assert len(book) == 1000 and len(book.procs) == 2
+    assert book.process_of(4) == ("h", 77) and book.process_of(5) == ("h", 78)
+    assert book.roster().devices() == {"cpu": 1000}

@@ -26,6 +26,7 @@ class ClientBook(Mapping[int, ClientInfo]):
         self.size = size
         self.singles: dict[int, ClientInfo] = {}
         self.procs: list[Process] = []
+        self._proc_slot: dict[Process, int] = {}  # a process's record (its ids may come apart)
         self.owner = np.full(clients, -1, np.int32)  # index into procs, -1: none
         self.in_procs = 0  # ids whose owner is set
 
@@ -43,8 +44,12 @@ class ClientBook(Mapping[int, ClientInfo]):
             for cid in self.singles.keys() & set(cids.tolist()):
                 del self.singles[cid]
         self.in_procs += int((self.owner[cids] < 0).sum())
-        self.procs.append((device, pid, host))
-        self.owner[cids] = len(self.procs) - 1
+        proc = (device, pid, host)
+        slot = self._proc_slot.get(proc)
+        if slot is None:  # a process whose clients registered one by one keeps one record
+            slot = self._proc_slot[proc] = len(self.procs)
+            self.procs.append(proc)
+        self.owner[cids] = slot
 
     # ---- reads ----------------------------------------------------------------------------
     def __getitem__(self, cid: int) -> ClientInfo:
