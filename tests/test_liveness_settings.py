@@ -62,6 +62,17 @@ def test_the_hidden_option_scales_them_and_is_not_in_help():
         assert "--liveness" not in out, cmd
 
 
+def test_fednet_local_says_it_has_no_timers_to_scale(tmp_path):
+    """fednet local has no sockets: --liveness is accepted (a sweep's shared options) and a
+    note says it does nothing there."""
+    args = ["local", "--clients", "2", "--rounds", "1", "-q", "--out"]
+    r = CliRunner().invoke(main, [*args, str(tmp_path / "a"), "--liveness", "0.5"])
+    assert r.exit_code == 0, r.output
+    assert "--liveness shape client processes" in r.output and "ignores them" in r.output
+    r = CliRunner().invoke(main, [*args, str(tmp_path / "b")])
+    assert r.exit_code == 0 and "ignores them" not in r.output
+
+
 @pytest.mark.parametrize("bad", ["0", "-1", "x", "nan", "inf"])
 def test_a_bad_scale_is_one_line_naming_the_option(bad):
     with pytest.raises(ConfigError, match="^--liveness must be a positive number") as e:

@@ -169,10 +169,11 @@ def local(**opts: Any) -> None:
     from fednet.core.inproc import run_local
 
     _setup_logs(opts["quiet"])
-    if cfg.net.clients_per_process > 1 or cfg.net.max_inflight or cfg.net.secure:
-        click.echo("note: --clients-per-process, --max-inflight and --secure shape client "
-                   "processes and their links; fednet local runs every client in this process, "
-                   "without sockets, and ignores them", err=True)
+    if (cfg.net.clients_per_process > 1 or cfg.net.max_inflight or cfg.net.secure
+            or cfg.liveness != type(cfg.liveness)()):
+        click.echo("note: --clients-per-process, --max-inflight, --secure and --liveness shape "
+                   "client processes and their links; fednet local runs every client in this "
+                   "process, without sockets, and ignores them", err=True)
     _done(run_local(cfg, quiet=opts["quiet"], resume=bool(opts["resume"])))
 
 
