@@ -45,10 +45,9 @@ def test_fixture_matches_flower(case):
                     reason="flwr is not installed (the fixture test above still compares with "
                            "Flower's stored answers)")
 def test_live_flower():
-    spec = importlib.util.spec_from_file_location("flower_reference",
-                                                  ROOT / "benchmarks" / "flower_reference.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    from tests.harness import bench
+
+    mod = bench("flower_reference")
     for case in DOC["cases"]:
         shapes = [tuple(s) for s in case["shapes"]]
         models = []

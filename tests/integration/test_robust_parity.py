@@ -11,9 +11,9 @@ import pytest
 from fednet.core.inproc import run_local
 from fednet.server.main import run_zmq
 from tests.conftest import small_config
+from tests.harness import BYTE_KEYS
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]
-KEYS = ("server_to_client", "client_to_server", "client_to_client", "tensor_bytes")
 # every attack once, every defense at least once (centered clipping under FedAdam: the FedOpt
 # family reads the defense's aggregate too)
 PAIRS = [("labelflip", "median", "fedavg"), ("signflip", "krum", "fedavg"),
@@ -42,7 +42,7 @@ def test_attack_and_defense_local_equals_launch(tmp_path, attack, defense, algo)
     assert a["status"] == b["status"] == "completed" and not b["failures"]
     ma, mb = _model(tmp_path / "local"), _model(tmp_path / "launch")
     assert ma.keys() == mb.keys() and all(np.array_equal(ma[k], mb[k]) for k in ma)
-    assert {k: a["bytes"][k] for k in KEYS} == {k: b["bytes"][k] for k in KEYS}
+    assert {k: a["bytes"][k] for k in BYTE_KEYS} == {k: b["bytes"][k] for k in BYTE_KEYS}
     assert a["sim_time_s"] == b["sim_time_s"] and a["final_accuracy"] == b["final_accuracy"]
     assert a["attack"]["malicious"] == b["attack"]["malicious"] and len(a["attack"]["malicious"]) == 2
     ra, rb = _rows(tmp_path / "local"), _rows(tmp_path / "launch")
