@@ -18,6 +18,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import zmq
 
 from fednet.client.peers import PeerChainBroken, Peers, to_server
 from fednet.client.trainer import Trainer
@@ -72,7 +73,18 @@ class Client:
         self.rehello_at: float | None = None  # a refused re-registration: hello again then
 
     def _send_server(self, msg: Message, track: bool = False) -> int:
-        n, tracker = self.server.send(msg, SERVER, track=track)
+        """Send msg to the server; returns its bytes, 0 when it was given up: it found no
+        connection to queue on until the link said none would come (ServerLink.unsendable)."""
+        since = time.monotonic()
+        while True:
+            try:
+                n, tracker = self.server.send(msg, SERVER, track=track)
+                break
+            except zmq.Again:  # no connection (the link's SNDTIMEO): is one still to come?
+                why = self.host.link.unsendable(since)
+                if why:
+                    throttled.warning("client %d: %s not sent: %s", self.cid, msg.kind.name, why)
+                    return 0
         if track:
             self._tracker = tracker
             self.host.tracked.add(self)

@@ -47,6 +47,8 @@ class ServerLink:
         self.secure = secure  # CURVE (--secure) on this side
         self.liveness = liveness  # its timers (config/liveness.py)
         self.sock = connect_dealer(ctx, connect, setup, live=liveness)
+        # a send with no connection to queue on looks at the link this often (unsendable)
+        self.sock.setsockopt(zmq.SNDTIMEO, max(1, round(liveness.recheck_s * 1000)))
         try:  # a dead server is noticed (DISCONNECTED, no new handshake) while idle
             self.monitor = open_monitor(self.sock, zmq.EVENT_DISCONNECTED
                                         | zmq.EVENT_HANDSHAKE_SUCCEEDED
@@ -137,6 +139,17 @@ class ServerLink:
                                "not allowed there)")
         return ConfigError(f"the server at {self.connect} did not answer within {timeout_s:.0f}s;"
                            " check --connect (address and port) and that the server runs")
+
+    def unsendable(self, since: float) -> str:
+        """Why a message that has found no connection to queue on since `since` is given up
+        ('' while one may still come: the send is tried again): the server refused this
+        host's handshake, or there has been no connection for lost_timeout."""
+        self.watch()
+        if self.denied or self.mismatch:
+            return "the server refused this host at the handshake"
+        if time.monotonic() - since > self.lost_timeout or self.gone():
+            return f"no connection to the server for {self.lost_timeout:.0f}s"
+        return ""
 
     def _mismatch(self) -> str:
         if self.secure:

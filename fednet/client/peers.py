@@ -153,7 +153,11 @@ class Peers:
             chan.rejects = self.rejects
             watch = ConnectWatch(dealer)
             try:
-                n, _ = chan.send(msg, peer)
+                try:
+                    n, _ = chan.send(msg, peer)
+                except zmq.Again:  # no connection for the link timeout (channels.connect_dealer)
+                    log.warning("%s: no connection to peer %s at %s", self.me, peer, endpoint[:80])
+                    continue
                 deadline = time.monotonic() + self.ack_timeout
                 while time.monotonic() < deadline:
                     if watch.refused():  # nothing listens on its port: its process is gone
