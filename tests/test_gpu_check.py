@@ -91,6 +91,7 @@ def test_targets_and_the_table_from_gpu_figures():
     assert gc.targets(parts, False)["gpu_tests_pass"]["verdict"].startswith("not measured")
 
 
+@pytest.mark.slow  # the whole script, as the other benchmarks' smoke tests (12 s)
 def test_the_cpu_path_runs_end_to_end_and_marks_every_gpu_part_skipped(tmp_path):
     out = tmp_path / "gpu.json"
     t = time.monotonic()

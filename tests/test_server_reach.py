@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import zmq
 
+from fednet.config.liveness import DEFAULT
 from fednet.core.session import Session
 from fednet.data.partition import part_size
 from fednet.protocol import Message, MsgKind, decode, encode
@@ -27,8 +28,9 @@ pytestmark = pytest.mark.net
 
 @pytest.fixture
 def server():
-    srv = ZmqServer(Session(small_config(clients=3, net={"round_timeout": 120}), quiet=True,
-                            write=False))
+    cfg = small_config(clients=3, net={"round_timeout": 120},
+                       liveness=DEFAULT.scaled(0.25).to_dict())  # a hello per route in 0.5 s
+    srv = ZmqServer(Session(cfg, quiet=True, write=False))
     yield srv
     srv.close()
 
@@ -115,13 +117,15 @@ def test_a_connection_without_a_client_id_has_nothing_joined(server, caplog):
     before = me.memory_info().rss
     peak = before
     with caplog.at_level(logging.WARNING, logger="fednet"):
-        for _ in range(4):
+        for k in range(1, 5):
             for s in socks:
                 s.send_multipart([os.urandom(4)] + frames)
-            for _ in range(100):
+            deadline = time.monotonic() + 10
+            while (server.s.ledger.totals()["rejected_messages"] < 40 * k
+                   and time.monotonic() < deadline):
                 server._poll_once(0.01)
                 peak = max(peak, me.memory_info().rss)
-        for _ in range(200):
+        for _ in range(20):  # nothing more arrives
             server._poll_once(0.01)
     tot = server.s.ledger.totals()
     assert tot["rejected_messages"] == 160
