@@ -85,10 +85,15 @@ def _ready(srv: ZmqServer, cid: int) -> Message:
                    arrays={"cids": np.array([cid], np.int64), "n": np.array([n], np.int64)})
 
 
-def _pump(srv: ZmqServer, seconds: float = 1.0) -> None:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
+def _pump(srv: ZmqServer, until=None, seconds: float = 1.0) -> None:
+    """The server reads for `seconds` (up to 10 s, and no longer once `until()` holds)."""
+    end = time.monotonic() + (seconds if until is None else 10.0)
+    while time.monotonic() < end and not (until is not None and until()):
         srv._poll_once(0.05)
+
+
+def _refused(srv: ZmqServer, before: int) -> bool:
+    return srv.chan.rejects.total > before
 
 
 def test_a_connection_speaks_only_for_the_ids_it_registered():
@@ -101,7 +106,7 @@ def test_a_connection_speaks_only_for_the_ids_it_registered():
     a, b = _dealer(ctx, srv.endpoint), _dealer(ctx, srv.endpoint)
     try:
         _send(a, 0, _hello(0))
-        _pump(srv)
+        _pump(srv, lambda: srv.conns.route_of(0) is not None)
         assert srv.conns.route_of(0)[-4:] == sub_frame(0)
         assert a.poll(2000) and a.recv_multipart()[0] == sub_frame(0)  # WELCOME, enveloped
         before = srv.chan.rejects.total
@@ -111,12 +116,13 @@ def test_a_connection_speaks_only_for_the_ids_it_registered():
         _send(b, 0, _ready(srv, 0))
         b.send_multipart([bytes(f) for f in encode(_hello(2))])  # no envelope at all
         b.send_multipart([b"\0\0\0"] + [bytes(f) for f in encode(_hello(2))])  # a cut one
-        _pump(srv)
+        _pump(srv, lambda: srv.chan.rejects.total - before >= 6)
+        _pump(srv, seconds=0.2)  # and nothing else
         assert srv.chan.rejects.total - before == 6
         assert srv.conns.route_of(1) is None and srv.conns.route_of(3) is None
         assert srv.conns.route_of(2) is None and not srv.clients  # no READY(readys) was taken
         _send(a, 0, _ready(srv, 0))
-        _pump(srv)
+        _pump(srv, lambda: bool(srv.clients))
         assert list(srv.clients) == [0]  # the registered pair itself still works
     finally:
         a.close()
@@ -140,22 +146,23 @@ def test_a_process_batch_claims_only_ids_it_may():
     a, b = _dealer(ctx, srv.endpoint), _dealer(ctx, srv.endpoint)
     try:
         _send(a, 1, _hello(1))
-        _pump(srv)
+        _pump(srv, lambda: srv.conns.route_of(1) is not None)
         before = srv.chan.rejects.total
         for env, msg in [(0, _hellos([0, 1, 2])), (2, _hellos([0, 2])),
                          (0, _hellos([0, 2], np.int32)), (0, _hellos([0, 0])),
                          (0, _hellos([0, 9]))]:
             _send(b, env, msg)
-        _pump(srv)
+        _pump(srv, lambda: srv.chan.rejects.total - before >= 5)
+        _pump(srv, seconds=0.2)  # and nothing else
         assert srv.chan.rejects.total - before == 5
         assert srv.conns.route_of(1)[-4:] == sub_frame(1) and srv.conns.route_of(0) is None
         got = []
-        while b.poll(500):
+        while len(got) < 5 and b.poll(2000):
             got.append(decode(b.recv_multipart()[1:]))
         assert [m.kind for m in got] == [MsgKind.REJECT] * 5
         assert "client 1 is already connected" in got[0].body["reason"]
         _send(b, 0, _hellos([0, 2]))
-        _pump(srv)
+        _pump(srv, lambda: srv.conns.route_of(2) is not None)
         assert b.poll(2000)
         parts = b.recv_multipart()
         w = decode(parts[1:])
@@ -167,19 +174,21 @@ def test_a_process_batch_claims_only_ids_it_may():
                                                            for c in (0, 2)}
         n = {c: part_size(srv.s.parts, c) for c in range(4)}  # what the server's partition gave
         readys = {"cids": np.array([0, 1], np.int64), "n": np.array([n[0], n[1]], np.int64)}
+        r = srv.chan.rejects.total
         _send(b, 0, Message(MsgKind.READY, client_name(0), srv.s.run_id,
                             body={"phase": "readys"}, arrays=readys))
-        _pump(srv)
+        _pump(srv, lambda: _refused(srv, r))
         assert not srv.clients  # client 1 is not on this connection: the whole batch refused
         readys = {"cids": np.array([0, 2], np.int64), "n": np.array([n[0], n[2] + 1], np.int64)}
+        r = srv.chan.rejects.total
         _send(b, 0, Message(MsgKind.READY, client_name(0), srv.s.run_id,
                             body={"phase": "readys"}, arrays=readys))
-        _pump(srv)
+        _pump(srv, lambda: _refused(srv, r))
         assert not srv.clients  # a count other than the server's partition's: refused whole
         readys = {"cids": np.array([0, 2], np.int64), "n": np.array([n[0], n[2]], np.int64)}
         _send(b, 0, Message(MsgKind.READY, client_name(0), srv.s.run_id,
                             body={"phase": "readys"}, arrays=readys))
-        _pump(srv)
+        _pump(srv, lambda: len(srv.clients) == 2)
         assert {c: i.num_examples for c, i in srv.clients.items()} == {0: n[0], 2: n[2]}
     finally:
         a.close()
