@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from fednet.config.liveness import DEFAULT as DEFAULT_LIVENESS
 from fednet.errors import FednetError
 from fednet.metrics.files import WRITE_ERRNOS
 from fednet.cli.options import HOST_PER_PROCESS, auto_for_host, build_config, common_options, prepare_out
@@ -170,7 +171,7 @@ def local(**opts: Any) -> None:
 
     _setup_logs(opts["quiet"])
     if (cfg.net.clients_per_process > 1 or cfg.net.max_inflight or cfg.net.secure
-            or cfg.liveness != type(cfg.liveness)()):
+            or cfg.liveness != DEFAULT_LIVENESS):
         click.echo("note: --clients-per-process, --max-inflight, --secure and --liveness shape "
                    "client processes and their links; fednet local runs every client in this "
                    "process, without sockets, and ignores them", err=True)

@@ -46,9 +46,9 @@ class ServerLink:
         self.connect = connect
         self.secure = secure  # CURVE (--secure) on this side
         self.liveness = liveness  # its timers (config/liveness.py)
-        self.sock = connect_dealer(ctx, connect, setup, live=liveness)
         # a send with no connection to queue on looks at the link this often (unsendable)
-        self.sock.setsockopt(zmq.SNDTIMEO, max(1, round(liveness.recheck_s * 1000)))
+        self.sock = connect_dealer(ctx, connect, setup, live=liveness,
+                                   send_timeout_ms=max(1, round(liveness.recheck_s * 1000)))
         try:  # a dead server is noticed (DISCONNECTED, no new handshake) while idle
             self.monitor = open_monitor(self.sock, zmq.EVENT_DISCONNECTED
                                         | zmq.EVENT_HANDSHAKE_SUCCEEDED

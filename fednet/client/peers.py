@@ -153,11 +153,7 @@ class Peers:
             chan.rejects = self.rejects
             watch = ConnectWatch(dealer)
             try:
-                try:
-                    n, _ = chan.send(msg, peer)
-                except zmq.Again:  # no connection for the link timeout (channels.connect_dealer)
-                    log.warning("%s: no connection to peer %s at %s", self.me, peer, endpoint[:80])
-                    continue
+                n, _ = chan.send(msg, peer)
                 deadline = time.monotonic() + self.ack_timeout
                 while time.monotonic() < deadline:
                     if watch.refused():  # nothing listens on its port: its process is gone
@@ -176,6 +172,8 @@ class Peers:
                         self.last_peer_tensor += tensor_bytes(msg)
                         return True
                     chan.reject(got, "not the acknowledgement awaited", peer)
+            except zmq.Again:  # no connection for the link timeout (channels.connect_dealer)
+                log.warning("%s: no connection to peer %s at %s", self.me, peer, endpoint[:80])
             finally:
                 watch.close()
                 dealer.close(linger=0)

@@ -172,8 +172,7 @@ class ZmqServer:
 
     def _missing(self, n: int) -> bool:
         """Whether a client of the first n neither registered nor died."""
-        ids = np.arange(n)
-        registered = np.isin(ids, self.clients.ids(), assume_unique=True)
+        registered = self.clients.registered(np.arange(n))
         return bool((~registered & (self.fates.died[:n] < 0)).any())
 
     def alive_clients(self) -> Roster:

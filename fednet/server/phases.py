@@ -11,6 +11,7 @@ a second copy of what those columns say.
 from __future__ import annotations
 
 import enum
+
 import numpy as np
 
 from fednet.server.book import ClientBook
@@ -39,9 +40,9 @@ class Phase(enum.IntEnum):
 
 
 WHAT = {Phase.ABSENT: "never registered", Phase.WELCOMED: "welcomed but not ready",
-        Phase.LOST: "lost their connection", Phase.DEAD: "died", Phase.LEFT: "said BYE",
-        Phase.EXITED: "exited", Phase.READY: "ready", Phase.BUSY: "busy"}
-"""A phase as an error's sentence says it of several clients."""
+        Phase.LOST: "lost their connection", Phase.DEAD: "died", Phase.EXITED: "exited",
+        Phase.LEFT: "said BYE"}
+"""The phases a client that is not registered can be in, as an error's sentence says them."""
 
 
 class ClientTable:
@@ -79,10 +80,10 @@ class ClientTable:
         """Which of `ids` are not registered, by phase: 'ids 3, 8 never registered; id 5 welcomed
         but not ready' ('' when every one is)."""
         ph = self.phases(ids)
+        out = ~self.book.registered(ids)
         parts = []
-        for p in (Phase.ABSENT, Phase.WELCOMED, Phase.LOST, Phase.DEAD, Phase.EXITED,
-                  Phase.LEFT):
-            of = ids[(ph == p) & ~self.book.registered(ids)]
+        for p in WHAT:
+            of = ids[(ph == p) & out]
             if of.size:
                 parts.append(f"{_ids(of.tolist())} {WHAT[p]}")
         return "; ".join(parts)

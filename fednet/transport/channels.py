@@ -127,19 +127,22 @@ def bind_router(ctx: zmq.Context, host: str, port: int, what: str = "--port",
 
 def connect_dealer(ctx: zmq.Context, endpoint: str,
                    setup: Callable[[zmq.Socket], None] | None = None,
-                   heartbeat: bool = True, live: Liveness = LIVENESS) -> zmq.Socket:
+                   heartbeat: bool = True, live: Liveness = LIVENESS,
+                   send_timeout_ms: int | None = None) -> zmq.Socket:
     """A DEALER connected to endpoint (`setup` runs before connect). It sets no identity: the
     ROUTER it talks to names the connection, and the sender proves who it is in the messages.
     heartbeat=False: it sends no pings of its own (the logical clients of one process share one
     link that does: client/host.py). `live`: its timers (ping interval, link timeout,
-    handshake); a send that finds no connection for the link timeout raises zmq.Again."""
+    handshake); a send that finds no connection for send_timeout_ms (None: the link timeout)
+    raises zmq.Again."""
     sock = ctx.socket(zmq.DEALER)
     _common(sock, live.heartbeat_ms if heartbeat else 0, live.connect_handshake_ms,
             live.link_timeout_ms)
     # a send finds no connection to queue on (its queue is unbounded: _common) only while it has
     # none: after a refused handshake, libzmq drops the pipe until a reconnect. Without a bound
     # such a send waited forever; with it, it raises zmq.Again and the caller decides
-    sock.setsockopt(zmq.SNDTIMEO, live.link_timeout_ms)
+    sock.setsockopt(zmq.SNDTIMEO, live.link_timeout_ms if send_timeout_ms is None
+                    else send_timeout_ms)
     if setup is not None:
         setup(sock)
     sock.setsockopt(zmq.RECONNECT_IVL, 100)
