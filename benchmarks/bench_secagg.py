@@ -8,7 +8,7 @@ Every cell is one `fednet local` run (its own process) of one round of FedAvg on
 Synthetic(1,1) (`synthetic-fedprox`; a 60-256-10 perceptron, 18,186 parameters, from
 benchmarks/secagg_plugin.py, or --model mclr: 610) under --latency wan, a cohort of C clients
 out of the population (--fraction C/P). Dropouts are a seeded fraction of the cohort failing at
-the input stage, after key sharing (secagg_plugin.py), with SecAgg+'s neighbours chosen for
+the input stage, after key sharing (--secagg-drop input:RATE), with SecAgg+'s neighbours chosen for
 that rate (--secagg-dropout, at least its default 0.1). Per cell: the client's uplink
 and downlink bytes (each stage's too), the simulated time the round took, the server's CPU
 seconds per stage and the clients' (their sum over the cohort), the survivors and whether the
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -44,11 +43,9 @@ def cell(out: Path, mode: str, cohort: int, population: int, drop: float, extra:
             "--epochs", "1", "--batch-size", "8", "--lr", "0.01", "--fraction",
             str(cohort / population), "--secagg", mode, "--latency", "wan", "--plugin", PLUGIN,
             "-q", "--out", str(out), *extra]
-    env = dict(os.environ)
     if drop:  # SecAgg+'s neighbours chosen for the rate (its default, 10%, at and below it)
-        env["FEDNET_SECAGG_DROP"] = f"{drop}:input"
-        args += ["--secagg-dropout", str(max(drop, 0.1))]
-    r = run(fednet_module("local", *args), env=env)
+        args += ["--secagg-drop", f"input:{drop}", "--secagg-dropout", str(max(drop, 0.1))]
+    r = run(fednet_module("local", *args))
     if r.rc != 0:
         return {"mode": mode, "cohort": cohort, "drop": drop, "status": f"rc {r.rc}",
                 "error": r.stderr[-800:]}

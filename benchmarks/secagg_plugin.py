@@ -1,8 +1,6 @@
-"""bench_secagg.py's --plugin: what its cells need and fednet does not ship.
+"""bench_secagg.py's --plugin: what its cells need and fednet does not ship (dropouts at a
+stage are fednet's own --secagg-drop STAGE:RATE).
 
-- Dropouts: a seeded fraction of each round's clients drops out of secure aggregation at one
-  stage (their task fails there), FEDNET_SECAGG_DROP=FRACTION:STAGE; what real dropouts do, at
-  a known rate and stage (after key sharing).
 - `--model bench_mlp`: a two-layer perceptron (input -> FEDNET_BENCH_MLP_HIDDEN, 256 by
   default, ReLU -> classes; 18,186 parameters on synthetic-fedprox's 60 features), a vector
   of a size where the protocol's fixed costs (keys, shares) and the masked input can both be
@@ -13,10 +11,8 @@ from __future__ import annotations
 import math
 import os
 
-import numpy as np
 from torch import nn
 
-from fednet.algorithms import secagg
 from fednet.models.nets import register_model
 
 
@@ -27,17 +23,3 @@ def _mlp(num_classes: int, shape: tuple[int, ...]) -> nn.Module:
 
 
 register_model("bench_mlp", _mlp)
-
-_SPEC = os.environ.get("FEDNET_SECAGG_DROP", "")
-if _SPEC:
-    _FRACTION, _STAGE = float(_SPEC.split(":")[0]), _SPEC.split(":")[1]
-    _RUN = secagg.SecAggClient.run
-
-    def run(self, ctx, task):  # type: ignore[no-untyped-def]
-        if task.body.get("secagg") == _STAGE:
-            draw = np.random.default_rng([ctx.cfg.seed, task.round, ctx.cid, 7]).random()
-            if draw < _FRACTION:
-                raise RuntimeError(f"client {ctx.cid} dropped out at stage {_STAGE}")
-        return _RUN(self, ctx, task)
-
-    secagg.SecAggClient.run = run  # type: ignore[method-assign]

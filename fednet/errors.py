@@ -24,3 +24,8 @@ class RoundTimeout(FednetError):
 
 class ClientFailure(FednetError):
     """A client reported an error while running a task."""
+
+
+class Dropout(FednetError):
+    """A client left its task on purpose (a simulated dropout such as --secagg-drop): the
+    task's failure, with no traceback to look for."""

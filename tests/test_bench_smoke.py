@@ -24,7 +24,7 @@ TOOLS = {"dashboard.py": "writes BENCHMARKS.md from the --json files",
          "plain_loop.py": "the plain PyTorch loop bench_many.py and bench_population.py time",
          "pfl_peer.py": "bench_population.py's optional peer: the same job through pfl-research",
          "round_timing_plugin.py": "bench_many.py's --plugin (timestamps, a small dataset)",
-         "secagg_plugin.py": "bench_secagg.py's --plugin (dropouts at a stage, an MLP model)",
+         "secagg_plugin.py": "bench_secagg.py's --plugin (an MLP model)",
          "synthetic_plugin.py": "bench_memory.py's --plugin for older checkouts"}
 """The files in benchmarks/ that are not benchmarks, and what each is for."""
 

@@ -3,10 +3,12 @@ synchronous step's reply order (core/arrivals.AsArrived), the Verdict ending a r
 driver's end, and a driver built with only the collaborators it cannot do without."""
 from __future__ import annotations
 
+import io
 import math
 import time
 
 import numpy as np
+import pytest
 
 from fednet.algorithms.contract import Strategy
 from fednet.core.arrivals import Arrivals, AsArrived
@@ -169,14 +171,63 @@ def test_the_verdict_ends_the_run_through_the_end_it_was_given():
     ended: list[tuple[RunStatus, str]] = []
     v = Verdict(2, Progress(3, quiet=True), lambda s, why: ended.append((s, why)))
     v.note(0, [Failure(1, 0, 3, "boom")])
-    v.count_usable(0, 0)
+    v.count_usable(0, {"results": 0}, 0, 1)
     assert ended == []
-    v.count_usable(1, 0)
+    v.count_usable(1, {"results": 0, "round_failed": "secure aggregation failed at stage input: "
+                       "1 clients left, 2 needed"}, 0, 1)
     assert ended[0][0] == RunStatus.FAILED and "client 3: boom" in ended[0][1]
+    assert "rounds 1-2" in ended[0][1]  # (counted from 1, as the progress lines count)
+    assert "the last: secure aggregation failed at stage input" in ended[0][1]
     v.check_finite(2, {"w": np.ones(2, np.float32)}, [], [], 0.5)
     assert len(ended) == 1  # a finite model: nothing
     v.check_finite(2, {"w": np.array([np.nan], np.float32)}, [], [], 0.5)
     assert ended[1][0] == RunStatus.DIVERGED and "NaN/inf" in ended[1][1]
+
+
+def test_every_round_without_a_usable_result_is_said_with_its_cause():
+    out = io.StringIO()
+    v = Verdict(0, Progress(4, stream=out), lambda s, why: None)
+    v.count_usable(0, {"results": 0, "round_failed": "secure aggregation failed at stage unmask: "
+                       "19 clients left, 21 needed"}, 1, 21)
+    v.count_usable(1, {"results": 0, "non_finite": 3}, 3, 0)
+    v.count_usable(2, {}, 0, 5)
+    v.count_usable(3, {"results": 2}, 2, 0)
+    lines = out.getvalue().splitlines()
+    assert lines == [
+        "round 1: no usable result: secure aggregation failed at stage unmask: 19 clients left, "
+        "21 needed",
+        "round 2: no usable result: 3 of 3 results had NaN/inf values",
+        "round 3: no usable result: all 5 tasks failed"]
+    assert v.usable_rounds == 1 and [r for r, _ in v.unusable] == [0, 1, 2]
+
+
+def test_a_run_whose_rounds_mostly_failed_is_no_result():
+    v = Verdict(0, Progress(3, quiet=True), lambda s, why: None)
+    v.count_usable(0, {"results": 4}, 4, 0)
+    v.count_usable(1, {"results": 0, "round_failed": "why 1"}, 0, 4)
+    assert v.mostly_failed() is None  # half: still a result
+    v.count_usable(2, {"results": 0, "round_failed": "why 2"}, 0, 4)
+    status, error = v.mostly_failed()
+    assert status == RunStatus.FAILED
+    assert error.startswith("2 of 3 rounds had no usable result (the last, round 3: why 2)")
+    none = Verdict(0, Progress(3, quiet=True), lambda s, why: None)
+    none.count_usable(0, {"results": 0}, 0, 0)
+    assert none.mostly_failed()[1].startswith("no round of the run had a usable result")
+
+
+@pytest.mark.parametrize("reason, traceback", [
+    ("ValueError: bad shapes", True), ("RuntimeError: boom", True),
+    ("SecAggFailed: no", True), ("offline at 0.1 s (--availability offline:0.2:0.05): during "
+                                 "local training", False),
+    ("dropped out at stage input (--secagg-drop input:0.1)", False),
+    ("straggler: arrived at 3 s", False), ("result refused: its shapes", False)])
+def test_the_traceback_hint_only_for_a_failure_an_exception_raised(reason, traceback):
+    ended: list[tuple[RunStatus, str]] = []
+    v = Verdict(1, Progress(1, quiet=True), lambda s, why: ended.append((s, why)))
+    v.log_hint = "its traceback is in this command's log above"
+    v.note(0, [Failure(1, 0, 0, reason)])
+    v.count_usable(0, {"results": 0}, 0, 1)
+    assert ("its traceback" in ended[0][1]) == traceback
 
 
 # ---- a driver with its defaults ---------------------------------------------------------------

@@ -82,22 +82,11 @@ def test_centered_clip_by_hand():
     assert np.allclose(R.centered_clip(x, np.zeros(2), 100.0, 1), x.mean(axis=0))  # no clip
 
 
-def test_apply_refuses_a_round_too_small_with_one_line(caplog):
-    import logging
-
+def test_apply_refuses_a_round_too_small_with_its_reason():
     p = S.ByzantineCount(f=1)
-    R.log.addHandler(caplog.handler)  # fednet's loggers may not propagate to root
-    caplog.set_level(logging.WARNING, logger=R.log.name)
-    try:
-        out = R.apply("krum", p, 0.0, X5[:4], np.ones(4))  # n = 4 < 2f + 3 = 5
-    finally:
-        R.log.removeHandler(caplog.handler)
+    out = R.apply("krum", p, 0.0, X5[:4], np.ones(4))  # n = 4 < 2f + 3 = 5
     assert out.update is None and out.metrics == {"robust_refused": 1.0}
-    lines = sorted({r.getMessage() for r in caplog.records})  # (once, whether or not it propagates)
-    assert len(lines) == 1 and "needs n >= 5" in lines[0] and "krum" in lines[0]
-    assert R.apply("bulyan", p, 0.0, X5, np.ones(5)).update is None  # 5 < 4f + 3 = 7
-    ok = R.apply("median", p, 0.0, X5, np.ones(5))
-    assert ok.update.tolist() == [1, 1] and ok.metrics["robust_f"] == 1
+    assert "needs n >= 5" in out.why and "krum" in out.why and "4 results" in out.why
 
 
 def test_f_follows_the_malicious_share():

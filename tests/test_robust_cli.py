@@ -51,3 +51,30 @@ def test_centered_clipping_resumes_from_its_checkpointed_center(tmp_path):
         assert a.files == b.files and all(np.array_equal(a[k], b[k]) for k in a.files)
     with np.load(tmp_path / "a" / "checkpoint" / "state.npz") as z:
         assert "state/center" in z.files
+
+
+def test_a_round_the_defense_refuses_is_a_failed_round_named(tmp_path, monkeypatch):
+    """Krum over 10 clients of which 4 fail every round: 6 results cannot hold f = 2 (it needs
+    7), so each round keeps the model, says why, and the run fails after --max-failed-rounds."""
+    import json
+
+    from fednet.algorithms.fedavg import FedAvgClient
+    from fednet.core.inproc import run_local
+    from tests.conftest import small_config
+
+    run = FedAvgClient.run
+
+    def failing(self, ctx, task):
+        if ctx.cid < 4:
+            raise RuntimeError("lazy")
+        return run(self, ctx, task)
+    monkeypatch.setattr(FedAvgClient, "run", failing)
+    cfg = small_config(clients=10, rounds=4, defense={"name": "krum"}, out=str(tmp_path / "r"))
+    s = run_local(cfg, quiet=True)
+    rows = [json.loads(x) for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    why = ("--defense krum refused the round: 6 results cannot hold its assumption of f = 2 "
+           "Byzantine ones (it needs n >= 7); the model stays as it was")
+    assert [r["round_failed"] for r in rows] == [why] * 3 and all(r["results"] == 0 for r in rows)
+    assert s["status"] == "failed" and s["rounds"] == 3
+    assert s["error"].startswith(f"3 rounds in a row without a usable result (rounds 1-3; the "
+                                 f"last: {why})")

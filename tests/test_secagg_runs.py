@@ -16,7 +16,7 @@ from fednet.errors import ConfigError
 from fednet.secagg import field
 from fednet.secagg.server import Aggregation
 from tests.conftest import small_config
-from tests.harness import final_model
+from tests.harness import final_model, same_arrays
 
 
 def _cfg(tmp_path, name, **net):
@@ -143,3 +143,75 @@ def test_a_neighbourhood_that_lost_too_many_shares_says_what_to_raise(tmp_path, 
     assert row["secagg_clients"][:3] == [12, 12, 12] and "shares" in row["secagg_failed"]
     assert row["secagg_failed"].endswith("(SecAgg+ gave each client 4 neighbours, enough for "
                                          "--secagg-neighbours: raise it to survive more dropouts)")
+
+
+# ---- --secagg-drop, and the rounds it costs said ---------------------------------------------
+
+def _who_drops(seed: int, rnd: int, clients: int, stage: str, rate: float) -> set[int]:
+    """The clients --secagg-drop STAGE:RATE drops in round rnd (its documented draw)."""
+    from fednet import rng
+    from fednet.secagg.server import STAGES
+
+    return {c for c in range(clients)
+            if rng.generator(seed, "secagg-drop", rnd, c).random(4)[STAGES.index(stage)] < rate}
+
+
+def test_secagg_drop_is_those_clients_failing_at_that_stage(tmp_path, monkeypatch):
+    """--secagg-drop input:0.15 drops its seeded draw of clients at the input stage: the same
+    model, failures and simulated time as those clients failing there, a failure without a
+    traceback to look for, and the run recovers (completed)."""
+    net = {"secagg": "full", "secagg_drop": "input:0.15"}
+    cfg = small_config(clients=10, rounds=2, net=net, out=str(tmp_path / "drop"))
+    s = run_local(cfg, quiet=True)
+    who = [_who_drops(7, r, 10, "input", 0.15) for r in range(2)]
+    assert all(1 <= len(w) <= 4 for w in who), who  # (this seed: some, and few enough)
+    assert s["status"] == "completed"
+    assert [(f["round"], f["client"]) for f in s["failures"]] == [
+        (r, c) for r in range(2) for c in sorted(who[r])]
+    assert all(f["reason"] == "dropped out at stage input (--secagg-drop input:0.15)"
+               for f in s["failures"])
+    run = S.SecAggClient.run
+
+    def failing(self, ctx, task):
+        if task.body.get("secagg") == "input" and ctx.cid in who[task.round]:
+            from fednet.errors import Dropout
+            raise Dropout("dropped out at stage input (--secagg-drop input:0.15)")
+        return run(self, ctx, task)
+    monkeypatch.setattr(S.SecAggClient, "run", failing)
+    t = run_local(cfg.replace(out=str(tmp_path / "same"), **{"net.secagg_drop": ""}), quiet=True)
+    assert same_arrays(final_model(tmp_path / "drop"), final_model(tmp_path / "same"))
+    assert s["sim_time_s"] == t["sim_time_s"] and s["failures"] == t["failures"]
+
+
+def test_a_run_whose_secagg_rounds_mostly_failed_is_failed_naming_the_stage(tmp_path,
+                                                                            monkeypatch):
+    """Rounds 2 and 3 of 3 lose too many clients at the input stage: each says so, and the run
+    ends failed (exit code 4) naming the stage, though no 3 rounds failed in a row."""
+    run = S.SecAggClient.run
+
+    def failing(self, ctx, task):
+        if task.round > 0 and task.body.get("secagg") == "input" and ctx.cid < 4:
+            raise RuntimeError("gone")
+        return run(self, ctx, task)
+    monkeypatch.setattr(S.SecAggClient, "run", failing)
+    s = run_local(_cfg(tmp_path, "run", secagg="full").replace(rounds=3), quiet=True)
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r.get("round_failed", "") for r in rows] == [
+        "", *["secure aggregation failed at stage input: 2 clients left, 4 needed"] * 2]
+    assert [r["secagg_clients"] for r in rows] == [[6] * 5, [6, 6, 6, 2], [6, 6, 6, 2]]
+    assert s["status"] == "failed"
+    assert s["error"].startswith("2 of 3 rounds had no usable result (the last, round 3: "
+                                 "secure aggregation failed at stage input: 2 clients left, "
+                                 "4 needed)")
+    from fednet.metrics.run_end import run_error
+    assert run_error(s)[0] == 4
+
+
+def test_a_cohort_of_one_at_run_time_fails_its_round_named(tmp_path):
+    """A round whose cohort is one client (validate refuses it up front; here the protocol
+    alone): a sum of one input would be that update, so the keys stage needs 2."""
+    from fednet.secagg.server import Aggregation, SecAggFailed
+    agg = Aggregation(0, [3], {3: 10}, None, 0.5, 32, np.random.default_rng(0))
+    agg.take_keys(3, np.zeros(32, np.uint8), np.zeros(32, np.uint8))
+    with pytest.raises(SecAggFailed, match="stage keys: 1 clients left, 2 needed"):
+        agg.share_requests()

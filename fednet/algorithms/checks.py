@@ -4,12 +4,14 @@ here with the options it names; and how a run is evaluated (eval_mode). Above co
 package graph: config itself knows no algorithm."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fednet.algorithms import registry
 from fednet.config.declare import check_range
 from fednet.config.privacy import DPConfig
-from fednet.config.settings import LATENCY_PRESETS, RunConfig, TrainConfig, declarations
+from fednet.config.settings import (LATENCY_PRESETS, NetConfig, RunConfig, TrainConfig,
+                                    declarations)
 from fednet.errors import ConfigError
 from fednet.privacy import EXTRA, missing
 
@@ -72,6 +74,7 @@ def validate(cfg: RunConfig) -> RunConfig:
           "would wait out each other's simulated delays; use one process per client")
     _latency_rules(cfg)
     _need(not (why := registry.robust_problem(cfg)), why)  # --attack, --malicious, --defense
+    _secagg_rules(cfg)
     _dp_rules(cfg)
     return cfg
 
@@ -97,6 +100,71 @@ def _latency_rules(cfg: RunConfig) -> None:
     _need(lat.over_select == 1 or cfg.algo.name != "fedseq_inter",
           "--over-select does not apply to fedseq_inter (its slots run on without waiting for "
           "the others); use --deadline, or --algo fedseq")
+
+
+_SECAGG = ("secagg_neighbours", "secagg_dropout", "secagg_threshold", "secagg_clip",
+           "secagg_bits", "secagg_field", "secagg_drop")  # the settings of --secagg full|plus
+
+
+def _secagg_rules(cfg: RunConfig) -> None:
+    """Secure aggregation's preconditions (docs/algorithms.md §12): its settings only with
+    --secagg, SecAgg+'s neighbours even and within the round, a round of at least 2 clients,
+    --secagg-drop's stages and rates."""
+    from fednet.algorithms.robust_spec import round_size
+    from fednet.secagg.server import parse_drops
+
+    n, base = cfg.net, NetConfig()
+    given = [f"--{k.replace('_', '-')}" for k in _SECAGG if getattr(n, k) != getattr(base, k)]
+    if n.secagg == "off":
+        _need(not given, f"{', '.join(given)}: settings of --secagg full|plus; add --secagg")
+        return
+    k, size = n.secagg_neighbours, round_size(cfg)
+    _need(n.secagg != "full" or k == 0, f"--secagg-neighbours {k}: full SecAgg shares with every "
+          "other client of the round; use --secagg plus for a graph of k neighbours")
+    _need(k % 2 == 0, f"--secagg-neighbours {k}: SecAgg+'s graph (a Harary graph) needs an even "
+          f"number of neighbours; use {k - 1 if k > 1 else 2} or {k + 1}")
+    _need(size >= 2, f"--secagg {n.secagg} needs at least 2 clients a round (a sum of one update "
+          f"is that update, in the clear), and --clients {cfg.clients} --fraction "
+          f"{cfg.algo.fraction:g} selects {size}; select more clients")
+    _need(k <= size - 1, f"--secagg-neighbours {k}: a round of {size} clients gives each at most "
+          f"{size - 1} neighbours (--clients {cfg.clients} --fraction {cfg.algo.fraction:g}); "
+          f"give at most {size - 1 - (size - 1) % 2}, or 0 for the default")
+    try:
+        parse_drops(n.secagg_drop)
+    except ValueError as e:
+        raise ConfigError(f"--secagg-drop {n.secagg_drop}: {e}") from None
+
+
+def check_data(cfg: RunConfig, num_classes: int, sizes: Callable[[], Any]) -> None:
+    """The rules that need the loaded dataset (Session calls it before anything is written):
+    the backdoor's target is one of its labels; secure aggregation's field holds the largest
+    sum a round can make (the round's clients with the most examples, each weighing its
+    update by its examples). `sizes()`: every client's examples (asked only under --secagg)."""
+    a = cfg.attack
+    if a.name == "backdoor":
+        from fednet.algorithms.robust_spec import attack_params
+
+        t = int(attack_params(cfg).target)
+        _need(t < num_classes, f"--param target={t}: --attack backdoor's target is a label, and "
+              f"{cfg.data.dataset} has {num_classes} (0..{num_classes - 1})")
+    n = cfg.net
+    if n.secagg == "off":
+        return
+    import numpy as np
+
+    from fednet.algorithms.robust_spec import round_size
+    from fednet.secagg.field import field_bits
+
+    worst = int(np.sort(np.asarray(sizes(), dtype=np.int64))[-round_size(cfg):].sum())
+    try:
+        field_bits(worst, n.secagg_bits, n.secagg_field)
+    except ValueError as e:
+        raise ConfigError(
+            f"--secagg-bits {n.secagg_bits}" + (f" --secagg-field {n.secagg_field}"
+                                                if n.secagg_field else "")
+            + f": {e}: a round's sum weighs each update by its examples, up to {worst:,} here; "
+            "use fewer --secagg-bits" + (", or --secagg-field 64 (or 0)" if n.secagg_field
+                                         else "")) from None
 
 
 _USER_LEVEL = ("clip", "noise", "epsilon", "delta", "sampling", "accountant", "adaptive",

@@ -66,6 +66,8 @@ class FedAvg(Strategy):
             return True
         refused = mean.refused
         metrics.update(mean.outcome.metrics if mean.outcome else {})
+        if refused and mean.outcome is not None:  # a round without a usable result, named
+            metrics.update(results=0, round_failed=mean.outcome.why)
         if not refused and hasattr(self.state, "center"):
             self.state.center = mean.update()
         return not refused
@@ -83,7 +85,8 @@ class FedAvg(Strategy):
                 try:
                     self.fold(done)
                 except ValueError as e:
-                    log.warning("round %d: result of client %d dropped: %s", done.round, done.cid, e)
+                    log.warning("round %d: result of client %d dropped: %s", done.round + 1, done.cid,
+                                e)
                     ok = False
             self._finite[done.task_id] = ok
             done.arrays = {}

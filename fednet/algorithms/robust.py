@@ -162,6 +162,7 @@ class Outcome:
     update: np.ndarray | None
     metrics: dict[str, float] = field(default_factory=dict)
     chosen: list[int] = field(default_factory=list)  # row indices a selecting rule kept
+    why: str = ""  # a refusal's reason (the round's round_failed)
 
 
 def one_blas_thread() -> Any:
@@ -190,10 +191,9 @@ def _apply(name: str, p: Any, share: float, x: np.ndarray, w: np.ndarray,
     f = byzantine_count(getattr(p, "f", 0), share, n)
     need = least_results(name, f)
     if n < need:
-        log.warning("--defense %s: a round of %d results cannot hold its assumption of f = %d "
-                    "Byzantine ones (it needs n >= %d); this round leaves the model as it was",
-                    name, n, f, need)
-        return Outcome(None, {"robust_refused": 1.0})
+        return Outcome(None, {"robust_refused": 1.0}, why=(
+            f"--defense {name} refused the round: {n} results cannot hold its assumption of "
+            f"f = {f} Byzantine ones (it needs n >= {need}); the model stays as it was"))
     m = {"robust_f": float(f)}
     if name == "krum":
         agg, chosen = krum(x, f)

@@ -288,13 +288,37 @@ def problem(cfg: Any, robust_algorithms: tuple[str, ...]) -> str:
                                                      "sent140"):
         return (f"--attack backdoor stamps an image trigger; {cfg.data.dataset} holds no images "
                 "(use digits, cifar10, cifar100, svhn or femnist)")
+    if a.name != "none":
+        why = _attackers_problem(cfg)
+        if why:
+            return why
     if d.name == "none":
         return ""
     n = round_size(cfg)
-    f = byzantine_count(getattr(defense_params(cfg), "f", 0), assumed_share(cfg), n)
+    p = defense_params(cfg)
+    f = byzantine_count(getattr(p, "f", 0), assumed_share(cfg), n)
     need = least_results(d.name, f)
     if n < need:
         return (f"--defense {d.name} assumes f = {f} Byzantine results per round and needs "
                 f"n >= {need}, but a round selects {n} clients; select more clients (--clients, "
                 "--fraction) or assume fewer attackers (--param f=, --malicious)")
+    keep = getattr(p, "keep", 0)
+    if keep > n - f:
+        return (f"--param keep={keep}: Multi-Krum averages the m best-scored of a round's n "
+                f"results, at most n - f = {n - f} here (a round selects {n} clients, f = {f}); "
+                f"give keep <= {n - f}, or 0 for n - f")
+    return ""
+
+
+def _attackers_problem(cfg: Any) -> str:
+    """Why --malicious does not fit an attack (one line), or '': an attack needs at least one
+    attacker and at least one honest client."""
+    k, text = len(_draw(cfg.attack.malicious, cfg.clients, cfg.seed)), cfg.attack.malicious
+    if k == 0:
+        return (f"--attack {cfg.attack.name} --malicious {text}: no client is malicious, so no "
+                "attack would run; give a share above 0 (or ids:LIST), or drop --attack")
+    if k >= cfg.clients:
+        return (f"--attack {cfg.attack.name} --malicious {text}: every one of the {cfg.clients} "
+                "clients would be malicious, leaving no honest update to attack or defend; "
+                "give a share below 1")
     return ""

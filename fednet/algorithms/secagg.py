@@ -17,6 +17,8 @@ The server's side here: SecAggServer; the client's: SecAggClient. The primitives
 protocol are fednet/secagg/."""
 from __future__ import annotations
 
+import functools
+import logging
 import math
 import time
 from typing import Any
@@ -29,9 +31,11 @@ from fednet.algorithms.layout import Layout
 from fednet.secagg import client as C
 from fednet.secagg.field import dequantize, dtype_of, field_bits, quantize
 from fednet.secagg.graph import default_neighbours
-from fednet.secagg.server import Aggregation, SecAggFailed
+from fednet.secagg.server import STAGES, Aggregation, SecAggFailed, parse_drops
+from fednet.errors import Dropout
 from fednet.types import Arrays, Failure, Result, Task
 
+log = logging.getLogger("fednet.server")
 PREFIX = "secagg/"  # the protocol's arrays in a training task, beside the model's
 KEYS_LAYOUT: Layout = {"c_pk": ((32,), np.dtype(np.uint8)), "s_pk": ((32,), np.dtype(np.uint8))}
 
@@ -87,6 +91,7 @@ class SecAggServer(StagedStrategy):
         self.training: dict[int, Task] = {}
         self.asked: dict[int, dict[str, Any]] = {}  # task id -> what it asked (unmask), layout
         self.losses: list[tuple[float, int]] = []
+        self.answers: dict[str, int] = {}  # stage -> the replies it took this round
         self.stats: dict[str, Any] = {}
         self.failed = ""
         self.clock = 0.0  # the simulated time the current stage's last reply came
@@ -123,7 +128,9 @@ class SecAggServer(StagedStrategy):
             self.degree_asked or default_neighbours(len(cohort), self.dropout, self.fraction))
         self.agg = Aggregation(rnd, cohort, weights, degree, self.fraction, fbits,
                                rng.generator(self.cfg.seed, "secagg-graph", rnd))
-        self.stats = {"secagg_clients": [len(cohort)], "secagg_server_s": {}}
+        k = max((len(v) for v in self.agg.graph.values()), default=0)
+        self.stats = {"secagg_server_s": {}, "secagg_neighbours": k}
+        self.answers = {}
         self.losses, self.failed, self.clock = [], "", self.now
         return self._stage("keys", {c: ({}, {}) for c in cohort}, rnd)
 
@@ -149,16 +156,21 @@ class SecAggServer(StagedStrategy):
         if not isinstance(done, Result) or self.agg is None or self.failed:
             return
         t0 = time.process_time()
-        a, stage = done.arrays, self.stage
+        a, stage, why = done.arrays, self.stage, ""
         if stage == "keys":
             self.agg.take_keys(done.cid, a["c_pk"], a["s_pk"])
         elif stage == "shares":
-            self.agg.take_shares(done.cid, a["to"], a["sealed"])
+            why = self.agg.take_shares(done.cid, a["to"], a["sealed"])
         elif stage == "input":
             self.agg.take_input(done.cid, a["y"])
             self.losses.append((float(done.body.get("loss", 0.0)), done.num_examples))
         else:
-            self.agg.take_unmask(done.cid, a, self.asked[done.task_id]["unmask"])
+            why = self.agg.take_unmask(done.cid, a, self.asked[done.task_id]["unmask"])
+        if why:  # the protocol's own check refused it: that client is a dropout of this stage
+            log.warning("round %d: secure aggregation: client %d's reply at stage %s is refused "
+                        "(%s); it counts as a dropout", done.round + 1, done.cid, stage, why)
+        else:
+            self.answers[stage] = self.answers.get(stage, 0) + 1
         self._cpu(stage, done, t0)
         done.arrays = {}
 
@@ -195,7 +207,6 @@ class SecAggServer(StagedStrategy):
 
     def _shares(self, rnd: int) -> list[Task]:
         req = self.agg.share_requests()  # type: ignore[union-attr]
-        self.stats["secagg_clients"].append(len(self.agg.pks))  # type: ignore[union-attr]
         tasks = self._stage("shares", {c: ({"nbrs": r["nbrs"], "c_pks": r["c_pks"],
                                              "s_pks": r["s_pks"]}, {"t": self.agg.t[c]})
                                        for c, r in req.items()}, rnd)  # type: ignore[union-attr]
@@ -209,7 +220,6 @@ class SecAggServer(StagedStrategy):
     def _inputs(self, rnd: int) -> list[Task]:
         agg = self.agg
         req = agg.input_requests()  # type: ignore[union-attr]
-        self.stats["secagg_clients"].append(len(req))
         per = {}
         for c, r in req.items():
             train = self.training[c]
@@ -225,7 +235,6 @@ class SecAggServer(StagedStrategy):
 
     def _unmasks(self, rnd: int) -> list[Task]:
         req = self.agg.unmask_requests()  # type: ignore[union-attr]
-        self.stats["secagg_clients"].append(len(req))
         tasks = self._stage("unmask", {c: (dict(r), {}) for c, r in req.items()}, rnd)
         for t in tasks:
             r = req[t.cid]
@@ -251,12 +260,25 @@ class SecAggServer(StagedStrategy):
         metrics = self.inner.aggregate_round(rnd, inner_results, failures)
         self.stats["secagg_server_s"]["unmask"] = (self.stats["secagg_server_s"].get("unmask", 0.0)
                                                   + time.process_time() - t0)
-        self.stats["secagg_clients"].append(len(self.agg.answered) if self.agg else 0)
-        out = {**metrics, **self.stats, "secagg_field_bits": self.agg.fbits if self.agg else 0}
+        if mean is None and not self.failed:  # a stage released no tasks: nothing to unmask
+            self.failed = (f"secure aggregation stopped at stage {self.stage}: no client could "
+                           f"go on to the next stage ({self._left()} clients left)")
+        out = {**metrics, **self.stats, "secagg_field_bits": self.agg.fbits if self.agg else 0,
+               "secagg_clients": self._survivors()}
         if self.failed:
-            out["secagg_failed"] = self.failed
+            out["secagg_failed"] = out["round_failed"] = self.failed
         self.agg, self.asked, self.training = None, {}, {}
         return out
+
+    def _survivors(self) -> list[int]:
+        """The cohort, then the clients whose reply each stage took, up to the last stage
+        reached (a round that failed at a stage ends with that stage's count)."""
+        cohort = len(self.agg.cohort) if self.agg is not None else 0
+        reached = STAGES[:STAGES.index(self.stage) + 1] if self.stage in STAGES else ()
+        return [cohort] + [self.answers.get(s, 0) for s in reached]
+
+    def _left(self) -> int:
+        return self._survivors()[-1]
 
     def _unmasked(self, rnd: int, total: np.ndarray, weight: int) -> Result:
         """The round's one result: the model it began with plus the unmasked mean update."""
@@ -287,6 +309,7 @@ class SecAggClient:
     def run(self, ctx: Any, task: Task) -> tuple[Arrays, dict[str, Any]]:
         t0 = time.process_time()
         stage, cid, rnd, seed = task.body.get("secagg", ""), ctx.cid, task.round, ctx.cfg.seed
+        _drop(ctx.cfg.net.secagg_drop, stage, seed, rnd, cid)
         if stage == "keys":
             arrays = C.keys(cid, rnd, rng.generator(seed, "secagg-keys", rnd, cid))
             body: dict[str, Any] = {}
@@ -321,3 +344,19 @@ class SecAggClient:
         q = quantize(new - ref, float(b["clip"]), int(b["bits"]), ctx.num_examples, fbits,
                      rng.generator(ctx.cfg.seed, "secagg-round", rnd, cid))
         return {"y": C.masked(s, q, a[PREFIX + "partners"])}, body
+
+
+@functools.lru_cache(maxsize=8)
+def _drops(text: str) -> dict[str, float]:
+    return parse_drops(text)
+
+
+def _drop(text: str, stage: str, seed: int, rnd: int, cid: int) -> None:
+    """--secagg-drop: raise Dropout when client cid drops out of round rnd at `stage` (one
+    draw per stage from the run's seed, the same under both runtimes)."""
+    rate = _drops(text).get(stage, 0.0) if text else 0.0
+    if rate <= 0:
+        return
+    u = rng.generator(seed, "secagg-drop", rnd, cid).random(len(STAGES))[STAGES.index(stage)]
+    if u < rate:
+        raise Dropout(f"dropped out at stage {stage} (--secagg-drop {text})")

@@ -177,6 +177,11 @@ class NetConfig:
     secagg_bits: int = setting(
         16, "Secure aggregation's quantization bits per update value", ge=1, le=24,
         option="--secagg-bits")
+    secagg_drop: str = setting(
+        "", "Simulated dropouts: each client of a round's cohort drops out of secure aggregation "
+        "at STAGE (keys, shares, input or unmask) with probability RATE, drawn from the run's "
+        "seed; several as keys:0.05,input:0.1", option="--secagg-drop", metavar="STAGE:RATE",
+        shown="none")
     secagg_field: int = setting(
         0, "Secure aggregation's modulus bits (the masks' group): 32 or 64", choices=(),
         option="--secagg-field", note="0: the smallest that holds the cohort's sum")

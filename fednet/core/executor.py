@@ -23,7 +23,7 @@ from fednet.core.work import check_work
 from fednet.compress.client import UpdateCodec
 from fednet.core.state_files import StateStore, decode_client, encode_client, state_bound
 from fednet.config import RunConfig, from_dict
-from fednet.errors import ConfigError
+from fednet.errors import ConfigError, Dropout
 from fednet.metrics.files import OutputError
 from fednet.data import load_dataset, run_partition
 from fednet.data.partition import part_size, part_sizes
@@ -184,6 +184,9 @@ class Executor:
                 body.update(evaluate_own(self.ctx))
             if self.store is not None:
                 self._save(task.round, msg.run_id, ckpt)
+        except Dropout as e:  # a simulated dropout (--secagg-drop): no traceback to log
+            reply = failure_message(self.cid, msg.task_id, msg.round, str(e), recv, self.run_id)
+            return Outcome(reply, recv - msg.sim_time, time.perf_counter() - t0)
         except Exception as e:  # a failing update is data for the server, not a dead client
             log.exception("client %d: task %d failed", self.cid, msg.task_id)
             reply = failure_message(self.cid, msg.task_id, msg.round, f"{type(e).__name__}: {e}",

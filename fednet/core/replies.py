@@ -47,7 +47,7 @@ def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile],
             why = (f"its simulated time {msg.sim_time:.6g} s is outside its task's window "
                    f"[{bounds.start:.6g}, {bounds.latest:.6g}] s")
             log.warning("round %d: the result of client %d (task %d) was refused: %s",
-                        msg.round, cid, msg.task_id, why)
+                        msg.round + 1, cid, msg.task_id, why)
             return Failure(msg.task_id, msg.round, cid, f"result refused: {why}", bounds.latest)
     if msg.kind == MsgKind.FAILURE:
         return message_failure(msg, cid)
@@ -64,8 +64,8 @@ def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile],
                      bounds.examples if bounds is not None else None) or _body_problem(res.body,
                                                                                        body)
     if why is not None:
-        log.warning("round %d: the result of client %d (task %d) was refused: %s", msg.round,
-                    cid, msg.task_id, why)
+        log.warning("round %d: the result of client %d (task %d) was refused: %s",
+                    msg.round + 1, cid, msg.task_id, why)
         return Failure(res.task_id, res.round, cid, f"result refused: {why}", arrival)
     res.sent, res.nbytes = msg.sim_time, nbytes  # for the shared server link (network/step.py)
     res.tensor_nbytes = wire_tensor_bytes

@@ -119,10 +119,8 @@ class RoundDriver:
             except KeyboardInterrupt:  # the server state is still the last finished round's
                 self.marks.interrupted(self.rounds_done)  # (unless it was aggregating)
                 raise
-        if self.verdict.usable_rounds == 0 and self.rounds_done > 0 and self.failures:
-            self.end(*self.verdict.failed("no round of the run had a usable result"))
-        else:
-            self.end(RunStatus.COMPLETED)
+        ending = self.verdict.mostly_failed()
+        self.end(*(ending or (RunStatus.COMPLETED, "")))
 
     def _mark(self) -> Mark:
         return self.ledger.totals(), self.algo.state.next_task, self.sim_time
@@ -133,13 +131,13 @@ class RoundDriver:
         clients = alive = dispatcher.alive_clients()
         if not clients:
             self.end(RunStatus.NO_CLIENTS)
-            log.error("round %d: no client is alive; stopping the run", rnd)
+            log.error("round %d: no client is alive; stopping the run", rnd + 1)
             return False
         clients, self.sim_time = self.churn.select(clients, self.sim_time)  # among those online
         if not clients:  # (--availability: none now, nor later)
             self.end(RunStatus.NO_CLIENTS_ONLINE)
             log.error("round %d: no client is online now or later (--availability); "
-                      "stopping the run", rnd)
+                      "stopping the run", rnd + 1)
             return False
         # an asynchronous step picks its clients as it goes (online then): all of them
         pool = alive if self.staged.virtual_order else clients
@@ -258,7 +256,7 @@ class RoundDriver:
         self.verdict.note(rnd, failures)  # (in task order, whatever order they came in)
         # usable: what the algorithm says it aggregated (secure aggregation: one unmasked
         # result, or none), else every result that came
-        self.verdict.count_usable(rnd, int(metrics.get("results", len(results))))
+        self.verdict.count_usable(rnd, metrics, len(results), len(failures))
         self._points(order)  # e.g. FedSeqInter's bank
         acc, loss, metrics = self._evaluate(rnd, results, failures, metrics)
         late = step.stragglers  # (an ordered step's are in its results)
@@ -304,7 +302,7 @@ class RoundDriver:
         if count.stages:  # a protocol's stages inside the round (secure aggregation): their bytes
             row["bytes_by_stage"] = count.stages
         if not math.isfinite(loss):
-            log.warning("round %d: the model's loss is not finite", rnd)
+            log.warning("round %d: the model's loss is not finite", rnd + 1)
         self.history.log_round(row)
         self.progress.update(row)
         return row

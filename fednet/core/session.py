@@ -16,7 +16,7 @@ from fednet.algorithms.contract import ServerInfo
 from fednet.algorithms.robust_spec import malicious_ids
 from fednet.algorithms.state import Shapes
 from fednet.compress.downlink import Downlink
-from fednet.algorithms.checks import eval_mode, validate
+from fednet.algorithms.checks import check_data, eval_mode, validate
 from fednet.config import RunConfig
 from fednet.data import load_dataset, natural, run_partition
 from fednet.data.partition import part_size, part_sizes
@@ -61,6 +61,7 @@ class Session:
         self.run_id = uuid.uuid4().hex
         d = cfg.data
         ds, label_hist = self._partition(cfg)
+        check_data(cfg, ds.num_classes, lambda: part_sizes(self.parts, np.arange(cfg.clients)))
         self.profiles = latency.profiles(cfg.latency, cfg.clients, cfg.seed)
         self.availability = availability.build(cfg.latency.availability, cfg.clients, cfg.seed)
         self.algo = algorithms.build(cfg)  # the server half

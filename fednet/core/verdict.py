@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +29,7 @@ class Verdict:
         self.failures: list[dict[str, Any]] = []
         self.log_hint = ""  # where the clients' tracebacks are (set by the runtime)
         self.failed_streak = self.usable_rounds = 0
+        self.unusable: list[tuple[int, str]] = []  # (round, why) of the steps without a result
 
     def note(self, rnd: int, failures: list[Failure]) -> None:
         """Record a round's failures (and show each distinct reason once), in task order: the
@@ -36,20 +38,44 @@ class Verdict:
         for f in sorted(failures, key=lambda f: (f.task_id, f.cid)):
             self.failures.append({"round": rnd, "client": f.cid, "task": f.task_id,
                                   "reason": f.reason})
-            self.progress.failure(rnd, f.cid, f.reason, self.log_hint)
+            self.progress.failure(rnd, f.cid, f.reason, self.hint_for(f.reason))
 
-    def count_usable(self, rnd: int, usable: int) -> None:
-        """A round without a usable result counts towards --max-failed-rounds: the run has
-        failed when it is reached."""
-        if usable:
+    def count_usable(self, rnd: int, metrics: dict[str, Any], results: int, failures: int
+                     ) -> None:
+        """A round without a usable result (what the algorithm says it aggregated: `results` in
+        its metrics, else every result that came) is said on the console with its cause, and
+        counts towards --max-failed-rounds: the run has failed when it is reached."""
+        if int(metrics.get("results", results)):
             self.usable_rounds += 1
             self.failed_streak = 0
             return
+        why = unusable_why(metrics, results, failures)
+        self.unusable.append((rnd, why))
+        self.progress.message(f"round {rnd + 1}: no usable result: {why}")
         self.failed_streak += 1
         k = self.max_failed
         if k and self.failed_streak >= k:
-            self.end(*self.failed(f"{k} rounds in a row without a usable result "
-                                  f"(through round {rnd})"))
+            first = rnd + 2 - k
+            span = f"round {first}" if k == 1 else f"rounds {first}-{rnd + 1}"
+            self.end(*self.failed(f"{k} round{'s' if k > 1 else ''} in a row without a usable "
+                                  f"result ({span}; the last: {why})"))
+
+    def mostly_failed(self) -> Ending | None:
+        """At the run's end: failed when most of its steps had no usable result (a run whose
+        rounds mostly failed is no result, whatever --max-failed-rounds allowed in a row)."""
+        bad, total = len(self.unusable), len(self.unusable) + self.usable_rounds
+        if bad == 0 or (bad * 2 <= total and self.usable_rounds > 0):
+            return None
+        rnd, why = self.unusable[-1]
+        what = ("no round of the run had a usable result" if self.usable_rounds == 0 else
+                f"{bad} of {total} rounds had no usable result")
+        return self.failed(f"{what} (the last, round {rnd + 1}: {why})")
+
+    def hint_for(self, reason: str) -> str:
+        """Where a failure's traceback is: the runtime's hint for a failure that an exception
+        raised on the client, none for one without a traceback (offline, a dropout, a
+        straggler, a refused result)."""
+        return self.log_hint if raised(reason) else ""
 
     def check_finite(self, rnd: int, model: Arrays, results: list[Result],
                      failures: list[Failure], loss: float) -> None:
@@ -61,7 +87,8 @@ class Verdict:
     def failed(self, why: str) -> Ending:
         """Failed, with the first failure's reason and where its traceback is."""
         f = self.failures[0] if self.failures else {"client": "?", "reason": "no client answered"}
-        where = f" ({self.log_hint})" if self.log_hint else ""
+        hint = self.hint_for(str(f["reason"]))
+        where = f" ({hint})" if hint else ""
         error = f"{why}; the first failure: client {f['client']}: {f['reason']}{where}"
         log.error("the run failed: %s", error)
         return RunStatus.FAILED, error
@@ -87,3 +114,30 @@ class Verdict:
                  "for FedDyn --param clip=30 or a smaller alpha)")
         log.error("%s", error)
         return RunStatus.DIVERGED, error
+
+
+_EXCEPTION_NAME = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failed|Failure|Interrupt|Exit|"
+                             r"Warning|Iteration)$")
+
+
+def raised(reason: str) -> bool:
+    """True when a failure's reason is an exception's ("ValueError: ..."), as the client's
+    executor writes it: there is a traceback in the client's log."""
+    name, colon, _ = reason.partition(":")
+    return bool(colon) and bool(_EXCEPTION_NAME.match(name.strip()))
+
+
+def unusable_why(metrics: dict[str, Any], results: int, failures: int) -> str:
+    """Why a round had no usable result: the algorithm's own reason (round_failed: secure
+    aggregation's stage, a defense's refusal), else what became of its tasks."""
+    why = metrics.get("round_failed")
+    if why:
+        return str(why)
+    bad = int(metrics.get("non_finite", 0) or 0)
+    if bad:
+        return f"{bad} of {results} results had NaN/inf values" + (
+            f", {failures} tasks failed" if failures else "")
+    if failures:
+        return f"all {failures} tasks failed" if not results else (
+            f"{failures} tasks failed and the algorithm took none of the {results} results")
+    return "no client answered" if not results else f"the algorithm took none of the {results} results"

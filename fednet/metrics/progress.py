@@ -162,7 +162,8 @@ class Progress:
         if len(self.reasons) > SHOWN_REASONS:
             self.message(f"more distinct failure reasons: see {hint or 'the log'} and summary.json")
             return
-        self.message(f"round {rnd}: client {cid} failed: {line}" + (f" ({hint})" if hint else ""))
+        where = "setup stage" if rnd < 0 else f"round {rnd + 1}"
+        self.message(f"{where}: client {cid} failed: {line}" + (f" ({hint})" if hint else ""))
 
     def counter(self, total: int, what: str, every_s: float = 5.0) -> Callable[[Any], list]:
         """A reply callback for a long stage of `total` tasks: a line every `every_s` seconds

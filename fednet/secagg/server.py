@@ -22,6 +22,26 @@ from fednet.secagg.graph import neighbours
 STAGES = ("keys", "shares", "input", "unmask")
 
 
+def parse_drops(text: str) -> dict[str, float]:
+    """--secagg-drop's STAGE:RATE[,STAGE:RATE...] as {stage: rate}; ValueError naming what is
+    wrong (a stage of STAGES, a rate in [0, 1), each stage once)."""
+    out: dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        stage, colon, rate = part.partition(":")
+        stage = stage.strip()
+        try:
+            r = float(rate) if colon else math.nan
+        except ValueError:
+            r = math.nan
+        if stage not in STAGES or not 0 <= r < 1:
+            raise ValueError(f"'{part}' is not STAGE:RATE with a stage of {', '.join(STAGES)} and "
+                             "a rate in [0, 1) (e.g. input:0.1)")
+        if stage in out:
+            raise ValueError(f"stage {stage} is given twice")
+        out[stage] = r
+    return out
+
+
 class SecAggFailed(Exception):
     """A round that cannot be unmasked: which stage, how many clients were left, how many it
     needed."""
@@ -61,7 +81,8 @@ class Aggregation:
 
     def __post_init__(self) -> None:
         self.graph = neighbours(self.cohort, self.degree, self.rng)
-        self.need = max(1, int(math.floor(self.fraction * len(self.cohort))) + 1)
+        # at least 2: a sum of one input would be that client's update, in the clear
+        self.need = max(2, int(math.floor(self.fraction * len(self.cohort))) + 1)
 
     def _check(self, stage: str, alive: int) -> None:
         if alive < self.need:
