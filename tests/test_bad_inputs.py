@@ -51,6 +51,11 @@ CASES = [
     (["--secagg", "full", "--secagg-drop", "input:nan"], "a rate in [0, 1)"),
     (["--secagg", "full", "--secagg-drop", "input:0.1,input:0.2"], "stage input is given twice"),
     (["--secagg", "full", "--secagg-threshold", "1"], "--secagg-threshold"),
+    (["--secagg", "full", "--secagg-dropout", "0.2"],
+     "--secagg-dropout 0.2 sizes SecAgg+'s default neighbours, and full SecAgg has none"),
+    (["--secagg", "plus", "--secagg-neighbours", "4", "--secagg-dropout", "0.3"],
+     "--secagg-neighbours 4 sets them"),
+    (["--secagg", "full", "--secagg-field", "48"], "--secagg-field 48: the modulus is 2^32"),
     (["--secagg", "full", "--secagg-bits", "0"], "--secagg-bits"),
     (["--secagg", "full", "--secagg-clip", "-1"], "--secagg-clip"),
     # attacks: the target against the dataset, the attackers against the clients

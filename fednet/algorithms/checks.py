@@ -129,6 +129,12 @@ def _secagg_rules(cfg: RunConfig) -> None:
     _need(k <= size - 1, f"--secagg-neighbours {k}: a round of {size} clients gives each at most "
           f"{size - 1} neighbours (--clients {cfg.clients} --fraction {cfg.algo.fraction:g}); "
           f"give at most {size - 1 - (size - 1) % 2}, or 0 for the default")
+    _need(n.secagg_dropout == base.secagg_dropout or (n.secagg == "plus" and k == 0),
+          f"--secagg-dropout {n.secagg_dropout:g} sizes SecAgg+'s default neighbours, and "
+          + ("full SecAgg has none" if n.secagg == "full" else f"--secagg-neighbours {k} "
+             "sets them") + "; drop one of the two")
+    _need(n.secagg_field in (0, 32, 64), f"--secagg-field {n.secagg_field}: the modulus is 2^32 "
+          "or 2^64 (32 or 64; 0: the smallest that holds the round's sum)")
     try:
         parse_drops(n.secagg_drop)
     except ValueError as e:

@@ -55,3 +55,18 @@ def test_a_client_process_killed_mid_round_is_a_dropout(tmp_path, monkeypatch):
     assert killed and s["status"] == "completed", s.get("error")
     assert [f for f in s["failures"] if f["client"] == 5]
     assert s["final_accuracy"] is not None
+
+
+def test_secagg_drop_gives_the_same_run_under_launch(tmp_path):
+    """--secagg-drop's seeded dropouts (here at two stages) are the same clients under both
+    runtimes: the same model, failures, bytes and simulated time."""
+    over = {"net": {"secagg": "full", "secagg_drop": "shares:0.1,input:0.15"}}
+    a = run_local(small_config(clients=10, rounds=2, out=str(tmp_path / "local"), **over),
+                  quiet=True)
+    b = run_zmq(small_config(clients=10, rounds=2, out=str(tmp_path / "launch"), **over),
+                quiet=True)
+    assert a["status"] == b["status"] == "completed"
+    assert a["failures"] == b["failures"] and a["failures"]
+    assert all("--secagg-drop" in f["reason"] for f in a["failures"])
+    assert same_arrays(final_model(tmp_path / "local"), final_model(tmp_path / "launch"))
+    assert a["sim_time_s"] == b["sim_time_s"] and a["bytes_by_stage"] == b["bytes_by_stage"]
