@@ -130,12 +130,12 @@ def test_a_collapsed_seed_is_marked_in_the_table_the_json_the_csvs_and_the_expor
 
 
 def test_the_plot_marks_a_collapsed_seed(tmp_path):
-    from fednet.metrics.plots import _label, _series
+    from fednet.metrics.plots import label_curves, _series
 
     root = _finished_sweep(tmp_path / "sw")
     run_sweep(Options(str(root), _GRID, metric="sim_to:0.85"), _Done(), lambda line: None)
     series, _ = _series([str(root)])
-    _label(series)
+    label_curves(series)
     assert [s["label"] for s in series] == ["fedavg, 3 seeds (1 collapsed)", "fedprox, 3 seeds"]
     res = CliRunner().invoke(main, ["report", str(root), "--plot", str(tmp_path / "p.svg")])
     assert res.exit_code == 0, res.output

@@ -14,7 +14,7 @@ from scipy import stats as sps
 
 from fednet.cli import main
 from fednet.metrics import sweep_table as T
-from fednet.metrics.plots import _label, _series
+from fednet.metrics.plots import label_curves, _series
 from fednet.metrics.intervals import fmt_p, fmt_versus, mean_ci, versus
 from tests.test_progress_report import _run
 
@@ -121,11 +121,11 @@ def test_run_folders_that_differ_only_in_seed_are_one_curve(tmp_path):
     again = _run(tmp_path / "again", seed=0)  # seed 0 once more: its own curve, not a mean
     (again / "summary.json").unlink()  # and still running
     series, _ = _series([str(p) for p in (*runs, other, again)])
-    _label(series)
+    label_curves(series)
     assert [len(s["runs"]) for s in series] == [3, 1, 1]
-    assert series[0]["label"].startswith("fedavg [lr=") and series[0]["label"].endswith(
+    assert series[0]["label"].startswith("fedavg [--lr ") and series[0]["label"].endswith(
         ", 3 seeds")
-    assert "lr=0.05" in series[1]["label"]
+    assert "--lr 0.05" in series[1]["label"]
     assert series[2]["label"].endswith("(running)")
     res = CliRunner().invoke(main, ["report", *map(str, (*runs, other, again)), "--plot",
                                     str(tmp_path / "p.svg"), "--log-x"])
@@ -139,7 +139,7 @@ def test_a_diverged_run_is_marked(tmp_path):
     s = json.loads((bad / "summary.json").read_text())
     (bad / "summary.json").write_text(json.dumps(dict(s, status="diverged")))
     series, _ = _series([str(ok), str(bad)])
-    _label(series)
+    label_curves(series)
     assert series[1]["label"].endswith("(diverged)") and series[1]["statuses"] == ["diverged"]
     assert T.RESULTS == ("completed", "budget_spent")  # (a DP run that spent its budget)
 
@@ -163,12 +163,12 @@ def test_the_plots_star_is_the_tabled_mean_of_first_crossings():
 
 def test_curves_are_not_labelled_by_where_their_runs_ran():
     """Issue 41 item 7: two runs that differ in --port and --lr are told apart by lr only."""
-    from fednet.metrics.plots import _label
+    from fednet.metrics.plots import label_curves
 
     def series(port, lr):
         return {"label": "fedavg", "info": {"algorithm": "fedavg"}, "runs": [[{}]],
                 "statuses": ["completed"], "seeds": ["0"],
                 "config": {"net.port": port, "train.lr": lr, "out": f"runs/{port}"}}
     got = [series(0, 0.1), series(5555, 0.2)]
-    _label(got)
-    assert [s["label"] for s in got] == ["fedavg [lr=0.1]", "fedavg [lr=0.2]"]
+    label_curves(got)
+    assert [s["label"] for s in got] == ["fedavg [--lr 0.1]", "fedavg [--lr 0.2]"]

@@ -42,15 +42,46 @@ or diverged is marked * (docs/usage.md). --latex FILE and --markdown FILE: the t
 paper (fednet report SWEEPDIR --latex FILE makes them from a finished sweep).
 """
 
+TEXT_SUFFIXES = {"--csv": (".csv", ".txt"), "--curves": (".csv", ".txt"),
+                 "--latex": (".tex", ".txt"), "--markdown": (".md", ".markdown", ".txt")}
+"""What each text file of fednet report and sweep may be named (or no extension at all)."""
+
+
+def _suffix(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Refuse a file name whose extension names another format than the one written (before
+    anything is written: a usage error, exit 2)."""
+    from pathlib import PurePath
+
+    if not value:
+        return value
+    opt, ext = (param.opts or [""])[0], PurePath(value).suffix.lower()
+    if opt == "--plot":
+        from fednet.metrics.plots import plot_formats
+
+        known = sorted(plot_formats())
+        if ext.lstrip(".") not in known:
+            raise click.BadParameter(
+                f"'{value}': {'no extension' if not ext else repr(ext) + ' is no format matplotlib writes'}"
+                f"; end the name in one of {', '.join('.' + k for k in known)}")
+    elif ext and ext not in TEXT_SUFFIXES.get(opt, (ext,)):
+        raise click.BadParameter(f"'{value}': this file is written as "
+                                 f"{ {'--latex': 'LaTeX', '--markdown': 'Markdown'}.get(opt, 'CSV')}"
+                                 f"; end its name in {' or '.join(TEXT_SUFFIXES[opt])}")
+    return value
+
+
 def _paper_options(when: str) -> list[Callable[[Any], Any]]:
     """--latex FILE and --markdown FILE: the printed tables for a paper (`when`: how often the
     file is written, said in the help)."""
     return [click.option("--latex", "latex_file", type=click.Path(dir_okay=False),
+                         callback=_suffix,
                          help="Also write the tables as LaTeX (booktabs: \\toprule, \\midrule, "
-                              f"\\bottomrule) into this file, the same cells as printed{when}."),
+                              f"\\bottomrule) into this file (.tex), the same cells as "
+                              f"printed{when}."),
             click.option("--markdown", "markdown_file", type=click.Path(dir_okay=False),
-                         help="Also write the tables as Markdown (pipe tables) into this file, the "
-                              f"same cells as printed{when}.")]
+                         callback=_suffix,
+                         help="Also write the tables as Markdown (pipe tables) into this file "
+                              f"(.md), the same cells as printed{when}.")]
 
 
 _OPTIONS: list[Callable[[Any], Any]] = [
@@ -135,17 +166,19 @@ class ClickCells:
 
 _REPORT_OPTIONS: list[Callable[[Any], Any]] = [
     click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True)),
-    click.option("--plot", "plot_file", type=click.Path(dir_okay=False),
+    click.option("--plot", "plot_file", type=click.Path(dir_okay=False), callback=_suffix,
                  help="Also draw accuracy vs round, vs simulated time and vs traffic of these "
-                      "runs into one figure, overlaid (PNG, or PDF / SVG by the extension; a "
+                      "runs into one figure, overlaid (the format by the extension: .png, .pdf, "
+                      ".svg, .eps, .jpg, ...; a "
                       "sweep folder: each method's best setting, the mean over its seeds; run "
                       "folders that differ only in --seed: one curve, their mean)."),
     click.option("--log-x", is_flag=True,
                  help="--plot: simulated time and traffic on a log scale (methods far apart)."),
-    click.option("--csv", "csv_file", type=click.Path(dir_okay=False),
-                 help="Also write the table as CSV: a line per run, and per sweep setting with "
-                      "its statistics over seeds and the comparison with the baseline."),
-    click.option("--curves", "curves_file", type=click.Path(dir_okay=False),
+    click.option("--csv", "csv_file", type=click.Path(dir_okay=False), callback=_suffix,
+                 help="Also write the table as CSV (.csv): a line per run (with its cost to "
+                      "--target, attack, defense and secure aggregation), and per sweep setting "
+                      "with its statistics over seeds and the comparison with the baseline."),
+    click.option("--curves", "curves_file", type=click.Path(dir_okay=False), callback=_suffix,
                  help="Also write every run's curves as CSV (a line per run and round: "
                       "accuracy, loss, simulated and wall-clock time, cumulative bytes)."),
     *_paper_options(""),

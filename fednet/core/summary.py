@@ -51,6 +51,8 @@ def run_summary(d: Any, clients: Sequence[ClientInfo], extra: dict[str, Any] | N
     if d.cfg.tuned:  # the defaults the algorithm's tuning chose (registry Spec.tuned)
         out["tuned"] = list(d.cfg.tuned)
     out.update(d.algo.report())  # e.g. differential privacy's `dp`
+    if d.cfg.net.secagg != "off":
+        out["secagg"] = secagg_summary(d.cfg, rows, st, _model_bytes(d.algo))
     out.update(extra or {})
     return out
 
@@ -78,3 +80,57 @@ def robust_summary(cfg: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
         out["final_attack_success"] = asr[-1]
         out["best_attack_success"] = max(asr)
     return out
+
+
+SECAGG_STAGES = ("keys", "shares", "input", "unmask")
+
+
+def _model_bytes(algo: Any) -> int:
+    """The tensor bytes of the server's model: what one client's update is in the clear."""
+    try:
+        return int(sum(a.nbytes for a in algo.eval_arrays().values()))
+    except Exception:  # noqa: BLE001 -- a model never set up: no clear update to compare with
+        return 0
+
+
+def _sum_by_stage(rows: list[dict[str, Any]], key: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for r in rows:
+        for stage, v in (r.get(key) or {}).items():
+            out[stage] = out.get(stage, 0.0) + float(v)
+    return out
+
+
+def secagg_summary(cfg: Any, rows: list[dict[str, Any]], by_stage: dict[str, dict[str, int]],
+                   model_bytes: int) -> dict[str, Any]:
+    """--secagg full|plus in summary.json: the protocol and its parameters, the neighbours each
+    client had (k), the clients left after each stage, per-stage bytes and CPU seconds over the
+    run, the rounds that failed, and the update path's bytes against the clear update's."""
+    n, sec = cfg.net, [r for r in rows if "secagg_clients" in r or "secagg_failed" in r]
+    ks = sorted({int(r["secagg_neighbours"]) for r in sec
+                 if isinstance(r.get("secagg_neighbours"), int)})
+    if not ks and n.secagg == "full":  # every other client of the cohort
+        ks = sorted({int(r["secagg_clients"][0]) - 1 for r in sec if r.get("secagg_clients")})
+    alive = [r.get("secagg_clients") or [] for r in sec]
+    tasks, uploads = (sum(a[i] for a in alive if len(a) > i) for i in (2, 3))
+    failed = [r for r in sec if r.get("secagg_failed")]
+    fbits = sorted({int(r["secagg_field_bits"]) for r in sec if r.get("secagg_field_bits")})
+    sent = sum(sum(v.values()) for v in by_stage.values())
+    update = sent - model_bytes * tasks  # less the model each input task carries (as in the clear)
+    clear = model_bytes * uploads
+    return {
+        "mode": n.secagg, "neighbours": ks, "neighbours_asked": n.secagg_neighbours,
+        "dropout": n.secagg_dropout, "threshold": n.secagg_threshold, "clip": n.secagg_clip,
+        "bits": n.secagg_bits, "field_bits": fbits, "field_asked": n.secagg_field,
+        "rounds": len(sec), "failed_rounds": len(failed),
+        "last_failure": ({"round": failed[-1].get("round"), "why": failed[-1]["secagg_failed"]}
+                         if failed else None),
+        "clients_by_stage": {k: sum(a[i] for a in alive if len(a) > i)  # summed over rounds
+                             for i, k in enumerate(("cohort", *SECAGG_STAGES))},
+        "bytes_by_stage": {k: by_stage[k] for k in SECAGG_STAGES if k in by_stage},
+        "server_cpu_s": _sum_by_stage(sec, "secagg_server_s"),
+        "client_cpu_s": _sum_by_stage(sec, "secagg_client_s"),
+        "model_bytes": model_bytes, "input_tasks": tasks, "uploads": uploads,
+        "update_bytes": update, "clear_bytes": clear,
+        "overhead": update / clear if clear else None,
+    }

@@ -17,7 +17,12 @@ CELL_KEYS = ("status", "value", "final_accuracy", "best_accuracy", "rounds", "si
 TABLE_KEYS = ("source", "kind", "method", "setting", "best", "status", "metric", "mean", "ci_lo",
               "ci_hi", "sd", "min", "max", "reached", "planned", "final_accuracy",
               "best_accuracy", "rounds", "sim_time_s", "wall_clock_s", "baseline", "vs_baseline",
-              "vs_lo", "vs_hi", "p", "pairs", "flagged")
+              "vs_lo", "vs_hi", "p", "pairs", "flagged", "client_epochs", "samples", "target",
+              "target_reached", "to_target_rounds", "to_target_client_epochs",
+              "to_target_samples", "to_target_sim_s", "to_target_wall_s", "to_target_bytes",
+              "to_target_bytes_down", "to_target_bytes_up", "to_target_bytes_peer", "attack",
+              "defense", "secagg", "secagg_neighbours", "secagg_field_bits", "secagg_failed_rounds",
+              "secagg_overhead")
 CURVE_KEYS = ("source", "method", "setting", "seed", "status", "round", "accuracy", "loss",
               "sim_s", "wall_s", "bytes_total", "bytes_server_to_client", "bytes_client_to_server",
               "bytes_client_to_client")
@@ -59,7 +64,8 @@ def _setting_row(src: str, spec: dict[str, Any], s: dict[str, Any], best: bool) 
     return [src, "sweep", s["method"], s["text"], int(best), "", spec["metric"], s["mean"],
             ci[0], ci[1], s["sd"], s["min"], s["max"], s["reached"], s["planned"],
             s["final_accuracy"], None, None, None, None, base, v.get("estimate"), v.get("lo"),
-            v.get("hi"), v.get("p"), v.get("pairs"), _flagged(s.get("flagged"))]
+            v.get("hi"), v.get("p"), v.get("pairs"), _flagged(s.get("flagged")),
+            *[None] * (len(TABLE_KEYS) - TABLE_KEYS.index("flagged") - 1)]  # a run's (_run_costs)
 
 
 def _flagged(flagged: dict[str, str] | None) -> str:
@@ -79,7 +85,38 @@ def _run_row(folder: str, s: dict[str, Any]) -> list[Any]:
     if s.get("status") in ("completed", "budget_spent"):
         p = Path(folder)
         row["flagged"] = flag_text(folder_flag(p if p.is_dir() else p.parent, s))
+    row.update(_run_costs(s))
     return [row.get(k) for k in TABLE_KEYS]
+
+
+def _run_costs(s: dict[str, Any]) -> dict[str, Any]:
+    """A run's client compute, its cost to --target (the printed table's `to target` rows), what
+    attack, defense and secure aggregation ran."""
+    from fednet.metrics.what_ran import with_params
+
+    c, t = s.get("compute") or {}, s.get("to_target")
+    out = {"client_epochs": c.get("client_epochs"), "samples": c.get("samples")}
+    if isinstance(t, dict):
+        b = t.get("bytes") or {}
+        out.update({"target": t.get("target"), "target_reached": int(bool(t.get("reached"))),
+                    "to_target_rounds": t.get("rounds"),
+                    "to_target_client_epochs": t.get("client_epochs"),
+                    "to_target_samples": t.get("samples"), "to_target_sim_s": t.get("sim_s"),
+                    "to_target_wall_s": t.get("wall_s"), "to_target_bytes": b.get("total"),
+                    "to_target_bytes_down": b.get("server_to_client"),
+                    "to_target_bytes_up": b.get("client_to_server"),
+                    "to_target_bytes_peer": b.get("client_to_client")})
+    for k in ("attack", "defense"):
+        if isinstance(s.get(k), dict):
+            out[k] = with_params(s[k].get("name"), s[k].get("params"))
+    sa = s.get("secagg")
+    if isinstance(sa, dict):
+        out.update({"secagg": sa.get("mode"),
+                    "secagg_neighbours": "/".join(map(str, sa.get("neighbours") or [])),
+                    "secagg_field_bits": "/".join(map(str, sa.get("field_bits") or [])),
+                    "secagg_failed_rounds": sa.get("failed_rounds"),
+                    "secagg_overhead": sa.get("overhead")})
+    return out
 
 
 def table_csv(paths: list[str]) -> str:

@@ -13,6 +13,8 @@ from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormat
 
 from fednet.metrics.files import atomic_file
 from fednet.metrics.history import read_rows
+from fednet.metrics.plot_text import (ADVERSARY, INFO, caption, label_curves, legend, wrap,
+                                      describe)
 from fednet.metrics.report import run_info
 
 AXES = (("round", "round"), ("sim_time", "simulated time (s)"),
@@ -53,34 +55,29 @@ def ylabel(evals: set[str]) -> str:
     return "test accuracy (%)" if evals <= {"global"} else "accuracy (%)"
 
 
-def describe(info: dict[str, str], keys: tuple[str, ...] = ("algorithm", "dataset", "partition",
-                                                           "clients")) -> str:
-    """'fedavg, digits shards, 100 clients' from run_info (the keys given)."""
-    parts = []
-    if "algorithm" in keys and info.get("algorithm"):
-        parts.append(info["algorithm"])
-    data = " ".join(info[k] for k in ("dataset", "partition") if k in keys and info.get(k))
-    if data:
-        parts.append(data)
-    if "clients" in keys and info.get("clients"):
-        parts.append(f"{info['clients']} clients")
-    return ", ".join(parts)
+def plot_formats() -> set[str]:
+    """The extensions a plot may have: what matplotlib writes (pgf, which needs LaTeX, left out)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return set(FigureCanvasBase.get_supported_filetypes()) - {"pgf"}
 
 
 def _save(fig: Any, path: Path) -> None:
-    """PNG, or PDF / SVG by the file's extension."""
-    fmt = path.suffix.lower().lstrip(".") if path.suffix.lower() in (".pdf", ".svg") else "png"
+    """In the format its extension names (PNG without one; cli/sweep_options.py refuses one
+    matplotlib cannot write)."""
+    fmt = path.suffix.lower().lstrip(".")
     with atomic_file(path) as fh:  # a failed write keeps the previous plot
-        fig.savefig(fh, format=fmt, dpi=110)
+        fig.savefig(fh, format=fmt if fmt in plot_formats() else "png", dpi=110)
 
 
 def plot_run(out: Path, rows: list[dict[str, Any]], title: str = "") -> list[Path]:
     """Write accuracy_vs_round.png, accuracy_vs_sim_time.png, accuracy_vs_bytes.png (and
     accuracy_vs_epsilon.png when the rows report epsilon: --dp); titled with
-    the algorithm, dataset, partition and clients of the run's config.toml."""
+    the algorithm, dataset, partition, clients, attack and defense of the run's config.toml;
+    --target's accuracy a dashed line."""
     info = run_info(out)
     title = title or describe(info) or out.name
-    acc, xs = _acc(rows), _xs(rows)
+    acc, xs, target = _acc(rows), _xs(rows), run_target(out, {})
     paths = []
     for key, label in AXES + ((EPSILON,) if _private(rows) else ()):
         fig = Figure(figsize=(5.5, 3.8), constrained_layout=True)
@@ -90,12 +87,16 @@ def plot_run(out: Path, rows: list[dict[str, Any]], title: str = "") -> list[Pat
         if any(v is not None for v in asr):  # --attack backdoor: its success, same scale
             a.plot(xs[key], [math.nan if v is None else 100 * v for v in asr], ls="--", lw=1.2,
                    color="tab:red", label="attack success (backdoor)")
-            a.legend(fontsize=8)
+        if target is not None:
+            a.axhline(100 * target, color="0.4", ls="--", lw=0.8,
+                      label=f"--target {100 * target:.1f}%")
+        if target is not None or any(v is not None for v in asr):
+            a.legend(fontsize=8, loc="best")
         a.set_xlabel(label)
         a.set_ylabel(ylabel({info.get("eval", "global")}))
         if key == "round":
             a.xaxis.set_major_locator(MaxNLocator(integer=True))
-        a.set_title(title, fontsize=9)
+        a.set_title(wrap(title, 90), fontsize=9)
         a.grid(alpha=0.3)
         path = out / f"accuracy_vs_{key}.png"
         _save(fig, path)
@@ -103,8 +104,23 @@ def plot_run(out: Path, rows: list[dict[str, Any]], title: str = "") -> list[Pat
     return paths
 
 
+def run_target(folder: Path, summary: dict[str, Any]) -> float | None:
+    """The accuracy a run made with --target waits for: its summary's `to_target`, else its
+    config.toml's --target (a run still going); None without one."""
+    t = summary.get("to_target")
+    if isinstance(t, dict) and isinstance(t.get("target"), (int, float)):
+        return float(t["target"])
+    from fednet.config import load_toml
+    from fednet.metrics.target import parse_target
+
+    try:
+        target = parse_target(str(load_toml(folder / "config.toml").get("target") or ""))
+    except Exception:  # noqa: BLE001 -- no config.toml, or a reference run gone: no line
+        return None
+    return target.accuracy if target else None
+
+
 _IGNORED = ("seed", "out")  # config keys that do not tell two runs' experiments apart
-_INFO = ("algorithm", "dataset", "partition", "clients")
 
 
 def _config(folder: Path) -> dict[str, Any]:
@@ -150,6 +166,7 @@ def _run_series(src: str) -> dict[str, Any]:
     status, rows = summary.get("status", "running"), read_rows(folder)
     return {"label": name if not algo or algo in name else f"{name} ({algo})",
             "runs": [rows], "statuses": [status], "info": info,
+            "target": run_target(folder, summary),
             "flags": [seed_flag(summary, rows) if status in RESULTS else None],
             "config": _config(folder), "seeds": [info.get("seed", "?")]}
 
@@ -180,39 +197,9 @@ def _series(sources: list[str]) -> tuple[list[dict[str, Any]], list[tuple[float,
             out, targets = out + more, targets + goal
         else:
             out.append(_run_series(src))
+            if out[-1]["target"] is not None:  # --target: its line, as a sweep's metric's
+                targets.append((out[-1]["target"], "--target"))
     return _group_seeds([s for s in out if s["runs"] and s["runs"][0]]), targets
-
-
-_WHERE = ("net.host", "net.port", "net.round_timeout", "net.register_timeout", "out", "track",
-          "gpus", "train.threads", "plugins", "data.data_root", "data.download")
-"""Settings that say where and how a run's processes ran, not what it computed: never a label."""
-
-
-def _label(series: list[dict[str, Any]]) -> None:
-    """Each label names what tells its curve apart: the keys that differ between the runs, the
-    number of seeds, a status other than completed, seeds of unequal length."""
-    if len({s["info"].get("eval", "global") for s in series}) > 1:
-        for s in series:
-            s["label"] += ", mean client accuracy" if s["info"].get("eval") == "clients" else ""
-    differ = [k for k in _INFO if len({s["info"].get(k) for s in series}) > 1]
-    confs = [s["config"] for s in series if s["config"]]
-    keys = sorted({k for c in confs for k in c if len({repr(d.get(k)) for d in confs}) > 1
-                   and not k.startswith(_WHERE)}
-                  - {"algo.name", "data.partition", "data.dataset", "clients", "tuned"})
-    for s in series:
-        more = [f"{k} {s['info'].get(k)}" for k in differ if str(s["info"].get(k)) not in s["label"]]
-        more += [f"{k.split('.')[-1]}={s['config'].get(k)}" for k in keys if s["config"]]
-        s["label"] += f" [{', '.join(more)}]" if more else ""
-        if len(s["runs"]) > 1:
-            s["label"] += f", {len(s['runs'])} seeds"
-        bad = [st for st in s["statuses"] if st != "completed"]
-        bad += [f["kind"] for f in s.get("flags", []) if f]  # metrics/seed_health.py
-        if bad:
-            s["label"] += " (" + ", ".join(f"{bad.count(b)} {b}" if len(s["runs"]) > 1 else b
-                                           for b in dict.fromkeys(bad)) + ")"
-        n = min(len(r) for r in s["runs"])
-        if n < max(len(r) for r in s["runs"]):  # seeds of unequal length: said, not hidden
-            s["label"] += f", first {n} rounds (the shortest seed)"
 
 
 def _draw(axs: Any, panels: list[tuple[str, str]], s: dict[str, Any], color: str,
@@ -227,7 +214,7 @@ def _draw(axs: Any, panels: list[tuple[str, str]], s: dict[str, Any], color: str
     for a, (key, _) in zip(axs, panels):
         x = [sum(xs[key][j] for xs in xss) / len(xss) for j in range(n)]
         a.plot(x, mean, lw=1.4, color=color, label=s["label"] if key == "round" else None,
-               marker="o" if n <= 30 else None, ms=3)
+               marker="o" if n <= 30 else None, ms=3, ls=":" if _no_result(s) else "-")
         if len(accs) > 1:
             a.fill_between(x, [min(c[j] for c in accs) for j in range(n)],
                            [max(c[j] for c in accs) for j in range(n)], color=color,
@@ -244,15 +231,25 @@ def _draw(axs: Any, panels: list[tuple[str, str]], s: dict[str, Any], color: str
         _draw_flagged(a, key, s, color)
 
 
+def _no_result(s: dict[str, Any]) -> bool:
+    """Every run of a curve failed, diverged, or completed marked collapsed or diverged: no
+    result of the method, drawn dotted."""
+    from fednet.metrics.report import NOT_RESULTS
+
+    flags = s.get("flags") or [None] * len(s["statuses"])
+    return all(st in NOT_RESULTS or f for st, f in zip(s["statuses"], flags))
+
+
 def _draw_flagged(a: Any, key: str, s: dict[str, Any], color: str) -> None:
     """A seed marked collapsed or diverged (seed_health.py; * in the table): its own curve
-    dotted, a hollow circle where it ends, so that a mean it pulls down is not taken at face
-    value."""
+    dotted (a curve of one run: that curve itself), a hollow circle where it ends, so that a
+    mean it pulls down is not taken at face value."""
     for rows, flag in zip(s["runs"], s.get("flags") or []):
         if not flag:
             continue
         acc, xs = _acc(rows), _xs(rows)[key]
-        a.plot(xs, acc, ls=":", lw=1.0, color=color)
+        if len(s["runs"]) > 1:
+            a.plot(xs, acc, ls=":", lw=1.0, color=color)
         ends = [j for j in range(len(rows)) if math.isfinite(acc[j])]
         if ends:
             a.plot([xs[ends[-1]]], [acc[ends[-1]]], marker="o", ms=9, mfc="none", mec=color,
@@ -284,7 +281,7 @@ def _end_marker(statuses: list[str]) -> str | None:
 def _title(series: list[dict[str, Any]], targets: list[tuple[float, str]], panels: list[str],
            log_x: bool) -> str:
     infos = [s["info"] for s in series]
-    shared = tuple(k for k in _INFO if len({i.get(k) for i in infos}) == 1)
+    shared = tuple(k for k in (*INFO, *ADVERSARY) if len({i.get(k) for i in infos}) == 1)
     parts = [d for d in (describe(infos[0], shared),) if d]
     if targets:
         parts.append("dashed: " + ", ".join(f"{100 * t:.1f}% ({m})" for t, m in
@@ -300,6 +297,10 @@ def _title(series: list[dict[str, Any]], targets: list[tuple[float, str]], panel
     if any(f for s in series for f in s.get("flags") or []):
         parts.append("dotted, hollow circle: a seed marked collapsed or diverged (* in the "
                      "table)")
+    from fednet.metrics.report import NOT_RESULTS
+
+    if any(_no_result(s) and set(s["statuses"]) & set(NOT_RESULTS) for s in series):
+        parts.append("dotted: a run that failed or diverged (no result)")
     if "sim_time" not in panels:
         parts.append("no simulated time (--latency none)")
     if log_x:
@@ -315,13 +316,12 @@ def plot_overlay(sources: list[str], path: Path, log_x: bool = False) -> Path:
     series, targets = _series(sources)
     if not series:
         raise ConfigError("--plot: none of the runs has any rows in metrics.jsonl yet")
-    _label(series)
+    label_curves(series)
     panels = [(k, lab) for k, lab in AXES if k != "sim_time" or any(
         r.get("sim_s") for s in series for rows in s["runs"] for r in rows)]
     if all(_private(rows) for s in series for rows in s["runs"]):  # accuracy against epsilon
         panels.append(EPSILON)
-    rows = -(-len(series) // 3)  # legend rows, below the panels
-    fig = Figure(figsize=(5 * len(panels), 4.4 + 0.22 * rows), constrained_layout=True)
+    fig = Figure(figsize=(5 * len(panels), 4.4), constrained_layout=True)
     axs = fig.subplots(1, len(panels))
     for i, s in enumerate(series):
         _draw(axs, panels, s, f"C{i % 10}", targets)
@@ -338,7 +338,10 @@ def plot_overlay(sources: list[str], path: Path, log_x: bool = False) -> Path:
             a.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
             a.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
             a.xaxis.set_minor_formatter(NullFormatter())
-    fig.legend(fontsize=8, loc="outside lower center", ncols=min(len(series), 3))
-    fig.suptitle(_title(series, targets, [k for k, _ in panels], log_x), fontsize=10)
+    title = _title(series, targets, [k for k, _ in panels], log_x)
+    caption(fig, title)
+    legend(fig, axs[0], len(series))
     _save(fig, path)
     return path
+
+

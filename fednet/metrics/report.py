@@ -8,6 +8,7 @@ from typing import Any
 from fednet.errors import ConfigError
 from fednet.metrics.paper import Part, Table
 from fednet.metrics.progress import human_bytes, human_count, table
+from fednet.metrics.what_ran import adversary_info, privacy_rows, robust_rows, secagg_rows
 
 
 def _fmt(v: Any, kind: str = "") -> str:
@@ -42,7 +43,7 @@ def run_info(folder: str | Path | None) -> dict[str, str]:
     if d.partition == "dirichlet" and d.alpha == 0:
         part = "shards"
     fedprox = d.dataset == "synthetic-fedprox"  # FedProx's Synthetic(alpha, beta)
-    return {"algorithm": cfg.algo.name, "dataset": d.dataset + (
+    return {**adversary_info(cfg), "algorithm": cfg.algo.name, "dataset": d.dataset + (
                 f"({d.synthetic_alpha:g},{d.synthetic_beta:g})" if fedprox else ""),
             "partition": part + (", permuted labels" if d.permute else ""),
             "clients": str(cfg.clients),
@@ -103,13 +104,14 @@ def summary_rows(s: dict[str, Any], info: dict[str, str] | None = None) -> list[
         ("rounds", f"{s.get('rounds')}/{s.get('rounds_planned', s.get('rounds'))}"),
         ("final accuracy", _fmt(s.get("final_accuracy"), "pct") + bad),
         ("best accuracy", _fmt(s.get("best_accuracy"), "pct") + bad),
-        *_robust_rows(s),
+        *robust_rows(s),
         ("wall-clock", _fmt(s.get("wall_clock_s"), "s")),
         ("simulated time", _fmt(s.get("sim_time_s"), "s")),
         ("server -> client", _fmt(b.get("server_to_client"), "bytes")),
         ("client -> server", _fmt(b.get("client_to_server"), "bytes")),
         ("client -> client", _fmt(b.get("client_to_client"), "bytes")),
-        ("tensor bytes (minimum)", _fmt(tb, "bytes")),
+        ("tensor bytes (minimum)", _fmt(tb, "bytes")
+         + (" (masked vectors counted)" if isinstance(s.get("secagg"), dict) else "")),
         ("wire / minimum", f"{wire / tb:.4f}" if tb else "-"),
         ("control traffic", _fmt(b.get("control"), "bytes")),
         *_cost_rows(s),
@@ -121,6 +123,7 @@ def summary_rows(s: dict[str, Any], info: dict[str, str] | None = None) -> list[
                      + f" at {rate * 8 / 1e6:g} Mbit/s"))
     if "stragglers" in s:
         rows.append(("stragglers", str(s["stragglers"])))
+    rows += secagg_rows(s.get("secagg"), s.get("rounds"))
     rows += privacy_rows(s.get("dp") or {})
     if s.get("ready_s") is not None:
         rows.append(("clients ready after", _fmt(s.get("ready_s"), "s")))
@@ -136,20 +139,6 @@ def summary_rows(s: dict[str, Any], info: dict[str, str] | None = None) -> list[
         rows.append(("failures", str(len(s["failures"]))))
     if s.get("error"):  # why a failed, diverged or broken run ended
         rows.append(("error", str(s["error"])[:100] + ("..." if len(str(s["error"])) > 100 else "")))
-    return rows
-
-
-def _robust_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
-    """--attack and --defense: the attack and its malicious clients, the defense, the
-    backdoor's final success rate."""
-    rows = []
-    a, d = s.get("attack"), s.get("defense")
-    if isinstance(a, dict):
-        rows.append(("attack", f"{a.get('name')}, {len(a.get('malicious') or [])} malicious"))
-    if isinstance(d, dict):
-        rows.append(("defense", _fmt(d.get("name"))))
-    if "final_attack_success" in s:
-        rows.append(("attack success (final)", _fmt(s.get("final_attack_success"), "pct")))
     return rows
 
 
@@ -182,31 +171,6 @@ def _cost_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
          f"{_fmt(b.get('server_to_client'), 'bytes')}, up {_fmt(b.get('client_to_server'), 'bytes')}"
          f", peer {_fmt(b.get('client_to_client'), 'bytes')})"),
     ]
-
-
-def _eps(v: Any) -> str:
-    return f"{float(v):.4g}" if isinstance(v, (int, float)) else "-"
-
-
-def privacy_rows(dp: dict[str, Any]) -> list[tuple[str, str]]:
-    """Differential privacy's rows (summary.json's `dp`): the user-level epsilon at its delta
-    and how it was reached, DP-SGD's per-example epsilon."""
-    rows = []
-    if dp.get("mode"):
-        how = (f"{dp['mode']}, {dp.get('sampling', '')} sampling" if dp["mode"] == "central"
-               else dp["mode"])
-        rows += [("privacy (user)", f"epsilon {_eps(dp.get('epsilon'))} at delta "
-                  f"{dp.get('delta', 0):.3g} ({how}, {dp.get('accountant')})"),
-                 ("noise multiplier", f"{dp.get('noise_multiplier', 0):.4g}"
-                  + (" (calibrated)" if dp.get("noise_calibrated") else "")
-                  + f", clip {dp.get('clip', 0):.4g}")]
-    if dp.get("budget"):
-        rows.append(("privacy budget", f"epsilon {dp['budget']:g}"))
-    sgd = dp.get("sgd")
-    if sgd:
-        rows.append(("privacy (example)", f"epsilon {_eps(sgd.get('epsilon'))} at delta "
-                     f"{sgd.get('delta', 0):.3g} (DP-SGD, the most exposed client)"))
-    return rows
 
 
 def summary_table(s: dict[str, Any]) -> str:
