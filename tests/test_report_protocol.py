@@ -40,7 +40,7 @@ def _secagg_row(rnd, alive, failed=""):
 
 def _plus_cfg():
     return small_config(clients=6, net={"secagg": "plus", "secagg_bits": 12, "secagg_clip": 4.0,
-                                        "secagg_threshold": 0.6})
+                                        "secagg_threshold": 0.6, "secagg_drop": "input:0.4"})
 
 
 def test_the_secagg_summary_adds_up_the_rounds():
@@ -77,7 +77,8 @@ def test_the_table_says_what_protocol_ran_and_what_it_cost():
     got = dict(secagg_rows(sa))
     assert got["secure aggregation"] == "SecAgg+ (plus), k = 4 neighbours per client"
     assert got["secagg parameters"] == ("64-bit field, --secagg-bits 12, --secagg-clip 4, "
-                                        "--secagg-threshold 0.6, --secagg-dropout 0.1")
+                                        "--secagg-threshold 0.6, --secagg-dropout 0.1, "
+                                        "--secagg-drop input:0.4")
     assert got["secagg clients per round"] == ("cohort 6 -> keys 6 -> shares 4.5 -> input 3 -> "
                                                "unmask 2.5")
     assert got["secagg bytes by stage"] == "keys 300 B, shares 700 B, input 8.9 KiB, unmask 120 B"
@@ -153,6 +154,7 @@ def test_labels_are_options_rounded_never_name_equals():
     assert option_text("algo.params.mu", 0.01) == "--param mu=0.01"
     assert option_text("data.permute", True) == "--permute"
     assert option_text("data.permute", False) == "--no-permute"
+    assert option_text("net.secagg_drop", "") == "--secagg-drop none"  # unset, not blank
 
     def series(run, attack, defense, noise):
         return {"label": run, "info": {"algorithm": "fedavg", "attack": attack,

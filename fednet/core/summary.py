@@ -121,6 +121,7 @@ def secagg_summary(cfg: Any, rows: list[dict[str, Any]], by_stage: dict[str, dic
     return {
         "mode": n.secagg, "neighbours": ks, "neighbours_asked": n.secagg_neighbours,
         "dropout": n.secagg_dropout, "threshold": n.secagg_threshold, "clip": n.secagg_clip,
+        "drop": getattr(n, "secagg_drop", ""),  # --secagg-drop's simulated dropouts
         "bits": n.secagg_bits, "field_bits": fbits, "field_asked": n.secagg_field,
         "rounds": len(sec), "failed_rounds": len(failed),
         "last_failure": ({"round": failed[-1].get("round"), "why": failed[-1]["secagg_failed"]}

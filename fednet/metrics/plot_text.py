@@ -73,7 +73,7 @@ def option_text(key: str, v: Any, digits: int = 3) -> str:
     'data.permute' True -> '--permute'."""
     from fednet.config import declaration
 
-    val = f"{v:.{digits}g}" if isinstance(v, float) else str(v)
+    val = f"{v:.{digits}g}" if isinstance(v, float) else str(v) if v not in ("", None) else "none"
     parts = key.split(".")
     if len(parts) > 2 and parts[-2] == "params":
         return f"--param {parts[-1]}={val}"

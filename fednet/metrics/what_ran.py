@@ -58,6 +58,15 @@ def _stages(d: dict[str, Any], fmt: Any) -> str:
     return ", ".join(f"{k} {fmt(v)}" for k, v in d.items())
 
 
+def _plus_options(sa: dict[str, Any]) -> str:
+    """SecAgg+'s neighbours asked (else the dropout rate its k was sized for), --secagg-drop."""
+    out = ""
+    if sa.get("mode") == "plus":
+        out = (f", --secagg-neighbours {sa['neighbours_asked']}" if sa.get("neighbours_asked")
+               else f", --secagg-dropout {short(sa.get('dropout'))}")
+    return out + (f", --secagg-drop {sa['drop']}" if sa.get("drop") else "")
+
+
 def secagg_rows(sa: Any, rounds: Any = None) -> list[tuple[str, str]]:
     """--secagg's rows (summary.json's `secagg`): the protocol and its parameters, the clients
     after each stage, per-stage bytes and CPU seconds, failed rounds and the overhead of the
@@ -78,8 +87,7 @@ def secagg_rows(sa: Any, rounds: Any = None) -> list[tuple[str, str]]:
             ("secagg parameters", f"{field}, --secagg-bits {sa.get('bits')}, --secagg-clip "
                                   f"{short(sa.get('clip'))}, --secagg-threshold "
                                   f"{short(sa.get('threshold'))}"
-                                  + (f", --secagg-dropout {short(sa.get('dropout'))}"
-                                     if mode == "plus" else "")),
+                                  + _plus_options(sa)),
             ("secagg clients per round", " -> ".join(
                 f"{k2} {v / n:.3g}" for k2, v in (sa.get("clients_by_stage") or {}).items())),
             ("secagg bytes by stage", _stages({k2: sum(v.values()) for k2, v in by.items()},
