@@ -107,7 +107,7 @@ def test_a_runs_rows_report_dp_accountings_epsilon(tmp_path, sampling, fraction)
                        dp={"mode": "central", "noise": 0.8, "clip": 0.5, "sampling": sampling})
     summary = run_local(cfg, quiet=True)
     rows = [json.loads(x) for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
-    delta = 1 / 4
+    delta = plan.default_delta(4)  # min(1e-5, 1/(10 N))
     for r in rows:
         if sampling == "poisson":
             want = _rdp(_poisson(fraction, 0.8), r["round"] + 1, delta)

@@ -99,7 +99,7 @@ def test_dp_fedavg_round_by_hand(name, params):
     want = (np.array(W0) + (np.array([1.5, 2.5]) + noise) / 2).astype(np.float32)
     assert algo.state.model["w"].tobytes() == want.tobytes() and int(algo.state.model["n"]) == 7
     assert m["dp_clipped"] == 0.5 and m["dp_cohort"] == 2 and m["dp_sigma"] == 0.4 * 2.5
-    want_eps = Accountant("rdp", 0.5).epsilon([(("poisson", 1.0, 0.4), 1)])
+    want_eps = Accountant("rdp", plan.default_delta(2)).epsilon([(("poisson", 1.0, 0.4), 1)])
     assert m["epsilon"] == want_eps and algo.report()["dp"]["epsilon"] == want_eps
 
 
@@ -128,8 +128,8 @@ def test_adaptive_clipping_by_hand():
 
 
 def test_the_budget_stops_the_run_before_the_round_that_would_exceed_it():
-    e1 = Accountant("rdp", 0.5).epsilon([(("poisson", 1.0, 0.4), 1)])
-    e2 = Accountant("rdp", 0.5).epsilon([(("poisson", 1.0, 0.4), 2)])
+    e1 = Accountant("rdp", plan.default_delta(2)).epsilon([(("poisson", 1.0, 0.4), 1)])
+    e2 = Accountant("rdp", plan.default_delta(2)).epsilon([(("poisson", 1.0, 0.4), 2)])
     algo, clients = _private(epsilon=(e1 + e2) / 2)
     assert algo.stop_before(0, clients) is None
     _round(algo, clients)
@@ -157,7 +157,7 @@ def test_local_dp_accounts_each_clients_tasks():
         algo.configure_round(rnd, clients)
     worst = int(algo.state.dp_counts.max())
     assert algo.state.dp_counts.sum() == 6 and worst >= 2
-    assert algo.epsilon() == Accountant("rdp", 0.25).epsilon([(("gaussian", 1.5), worst)])
+    assert algo.epsilon() == Accountant("rdp", plan.default_delta(4)).epsilon([(("gaussian", 1.5), worst)])
 
 
 CONFIG_RULES = [

@@ -38,18 +38,20 @@ def test_the_noise_is_calibrated_to_the_budget_and_the_run_spends_it(tmp_path, c
 
 def test_a_run_that_would_exceed_its_budget_stops_as_budget_spent(tmp_path):
     cfg = small_config(clients=4, rounds=5, algo={"fraction": 0.5},
-                       dp={**CENTRAL, "epsilon": 4.0})
+                       dp={**CENTRAL, "epsilon": 14.0})  # 13.6 after 3 rounds, 15.8 after 4
     s, _ = final_model(cfg, tmp_path, "b")
     rows = _rows(tmp_path / "b")
     assert s["status"] == "budget_spent" and "budget_spent" in ENDED
-    assert s["rounds"] == len(rows) == 3 and rows[-1]["epsilon"] <= 4.0
+    assert s["rounds"] == len(rows) == 3 and rows[-1]["epsilon"] <= 14.0
     assert s["dp"]["epsilon"] == rows[-1]["epsilon"]
     assert run_error(s) is None  # a result, exit code 0
     note = run_note(s)
-    assert note.startswith("the privacy budget is spent") and f"round {len(rows)}" in note
+    # rounds counted from 1, as the progress lines count them: the 4th would exceed the budget
+    assert note.startswith("the privacy budget is spent: round 4 would reach epsilon 15.77 > "
+                           "--dp-epsilon 14; stopped after 3 rounds"), note
     labels = dict(summary_rows(s))
-    assert labels["privacy (user)"].startswith(f"epsilon {rows[-1]['epsilon']:.4g} at delta 0.25")
-    assert labels["privacy budget"] == "epsilon 4"
+    assert labels["privacy (user)"].startswith(f"epsilon {rows[-1]['epsilon']:.4g} at delta 1e-05")
+    assert labels["privacy budget"] == "epsilon 14"
     assert (tmp_path / "b" / "accuracy_vs_epsilon.png").is_file()
 
 

@@ -39,12 +39,15 @@ def _other(i: Info) -> object:
 
 
 _CENTRAL = ["--dp", "central", "--dp-noise", "1"]
+# adaptive clipping: a noise below twice the count's (10 clients: the default count noise 0.5)
+_ADAPTIVE = ["--dp", "central", "--dp-noise", "0.5", "--dp-adaptive"]
 _WITH = {"train.eps": ["--optimizer", "adam"],  # what a setting needs beside it
          "dp.mode": ["--dp-noise", "1"], "dp.noise": ["--dp", "central"],
          "dp.epsilon": ["--dp", "central"], "dp.sgd_clip": ["--dp-sgd-noise", "1"],
          "dp.sgd_delta": ["--dp-sgd-noise", "1"],
-         **{f"dp.{k}": _CENTRAL for k in ("delta", "sampling", "accountant", "adaptive",
-                                          "quantile", "clip_lr", "count_noise")}}
+         **{f"dp.{k}": _CENTRAL for k in ("delta", "sampling", "accountant")},
+         "dp.adaptive": _ADAPTIVE[:-1],
+         **{f"dp.{k}": _ADAPTIVE for k in ("quantile", "clip_lr", "count_noise")}}
 _VALUE = {"attack.malicious": "0.5", "target": "0.9"}  # string settings whose text must parse
 PLAIN = [i for i in declarations() if i.option and i.option not in PARSED]
 

@@ -185,8 +185,12 @@ def _changed(cfg: RunConfig, names: tuple[str, ...]) -> list[str]:
 
 
 def _dp_rules(cfg: RunConfig) -> None:
-    """Differential privacy (docs/algorithms.md §11): what composes with what."""
+    """Differential privacy (docs/algorithms.md §11): every number finite, what composes with
+    what, and a --dp-epsilon the noise can be calibrated to (privacy/plan.py)."""
+    from fednet.privacy import plan
+
     dp, algo = cfg.dp, cfg.algo.name
+    _need(not (why := plan.settings_problem(cfg)), why)
     mechanisms = registry.get(algo).dp
     private = [n for n in registry.names() if registry.get(n).dp]
     where = f"differential privacy composes with {', '.join(private)} (docs/algorithms.md §11.1)"
@@ -218,6 +222,7 @@ def _dp_rules(cfg: RunConfig) -> None:
           "not defined here; use --dp central (the server clips and noises every update)")
     _need(not (dp.mode != "none" or dp.sgd_noise > 0) or not missing("dp_accounting"),
           f"--dp and --dp-sgd-noise need Google's dp-accounting: {EXTRA}")
+    _need(not (why := plan.calibration_problem(cfg)), why)  # (after: it needs dp-accounting)
 
 
 def _central_rules(cfg: RunConfig) -> None:
@@ -232,6 +237,14 @@ def _central_rules(cfg: RunConfig) -> None:
           "online is a larger share of them than the accountant assumes; use --dp-sampling poisson")
     _need(dp.accountant == "rdp" or dp.sampling == "poisson", "--dp-accountant pld has no "
           "fixed-size sampling (dp-accounting's PLD accountant); use --dp-accountant rdp")
-    _need(not dp.adaptive or dp.count_noise == 0 or dp.noise == 0 or dp.noise < 2 * dp.count_noise,
-          f"--dp-noise {dp.noise:g} needs --dp-count-noise above {dp.noise / 2:g} with "
-          "--dp-adaptive (the two releases share the noise multiplier)")
+    if not dp.adaptive:
+        given = _changed(cfg, ("quantile", "clip_lr", "count_noise"))
+        _need(not given, f"{', '.join(given)}: settings of adaptive clipping; add --dp-adaptive")
+        return
+    from fednet.privacy.plan import count_noise
+
+    std = count_noise(cfg)  # --dp-count-noise, or the expected cohort / 20
+    _need(dp.noise == 0 or dp.noise < 2 * std, f"--dp-noise {dp.noise:g} needs a count noise above "
+          f"{dp.noise / 2:g} with --dp-adaptive (the two releases share the noise multiplier), "
+          f"and it is {std:g}" + ("" if dp.count_noise else " (the expected cohort / 20)")
+          + "; raise --dp-count-noise or lower --dp-noise")

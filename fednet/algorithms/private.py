@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -34,6 +35,8 @@ from fednet.privacy import plan
 from fednet.privacy.accountant import Accountant
 from fednet.privacy.mechanisms import next_clip
 from fednet.types import ClientInfo, Failure, Result, Task
+
+log = logging.getLogger("fednet.server")
 
 GUARANTEE = {
     "central": "user-level (epsilon, delta)-DP of the sequence of global models, against anyone "
@@ -86,6 +89,8 @@ class PrivateServer:
         self.calibrated = False  # the session says so when it calibrated the noise
         self._round, self._key, self._denom = -1, None, plan.expected_cohort(cfg)
         self._mean: PrivateMean | None = None
+        self.remarks: list[str] = []  # said before the first round (plan.remarks)
+        self._said_end = False
 
     # ---- the state ----------------------------------------------------------------------------
     def init_state(self, init: Any) -> Any:
@@ -94,9 +99,12 @@ class PrivateServer:
         if type(st) is not self.State:  # e.g. FedOpt's own state class
             st = self.State(**{f.name: getattr(st, f.name) for f in dataclasses.fields(st)})
         st.dp = {"clip": float(self.cfg.dp.clip), "events": [], "sgd_epsilon": 0.0,
-                 "calibrated": self.calibrated}
+                 "calibrated": self.calibrated, "non_finite": 0}
         if self.local or self.sgd:
             st.dp_counts = np.zeros(self.cfg.clients, dtype=np.int64)
+        self.remarks = plan.remarks(self.cfg, _noised_values(st.model))
+        for line in self.remarks:  # before the first round: the delta, a noise that swamps
+            log.warning("%s", line)
         return st
 
     def _history(self, extra: tuple | None = None) -> list[tuple[tuple, int]]:
@@ -124,9 +132,9 @@ class PrivateServer:
         nxt = self.epsilon(True, self._round_key(clients) if self.central else None)
         if nxt <= budget * (1 + 1e-9):
             return None
-        why = (f"the privacy budget is spent: round {rnd} would reach epsilon {nxt:.4g} > "
+        why = (f"the privacy budget is spent: round {rnd + 1} would reach epsilon {nxt:.4g} > "
                f"--dp-epsilon {budget:g}; stopped after {rnd} rounds at epsilon "
-               f"{self.epsilon():.4g} (delta {self.delta:.3g})")
+               f"{self.epsilon():.4g} (delta {self.delta:.3g}; {plan.relation_words(self.cfg)})")
         self.state.dp["stopped"] = why
         return "budget_spent", why
 
@@ -170,6 +178,8 @@ class PrivateServer:
                         ) -> dict[str, float]:
         """The algorithm's aggregate (on the noised mean), then the accountant's row."""
         metrics = super().aggregate_round(rnd, results, failures)  # type: ignore[misc]
+        self.state.dp["non_finite"] = self.state.dp.get("non_finite", 0) + sum(
+            plan.DP_CAUSE in f.reason for f in failures)  # (core/replies.py names the noise)
         extra = self._central_round(rnd) if self.central else {}
         t0 = time.perf_counter()
         if self.local or self.sgd:  # the clients withhold their training loss (it would leak)
@@ -226,7 +236,7 @@ class PrivateServer:
             out.update(mode=dp.mode, accountant=dp.accountant, noise_multiplier=dp.noise,
                        noise_calibrated=bool(st.get("calibrated")), clip=st["clip"],
                        epsilon=self.epsilon(), budget=dp.epsilon or None,
-                       guarantee=GUARANTEE[dp.mode])
+                       relation=plan.relation_words(self.cfg), guarantee=self._guarantee())
         if self.central:
             out.update(sampling=dp.sampling, adaptive=dp.adaptive, clip_start=dp.clip,
                        update_noise_multiplier=self.z_update, events=st["events"],
@@ -237,7 +247,36 @@ class PrivateServer:
             out["stopped"] = st["stopped"]
         if self.sgd:
             out["sgd"] = self._sgd_report()
+        if st.get("non_finite"):
+            out["non_finite_results"] = int(st["non_finite"])
+        remarks = [*self.remarks, *self._end_remarks(out.get("epsilon"))]
+        if remarks:
+            out["remarks"] = remarks
         return {**super().report(), "dp": out}  # type: ignore[misc]
+
+    def _guarantee(self) -> str:
+        """The guarantee in words, with the neighbouring relation its epsilon holds for."""
+        words = (f"{GUARANTEE[self.cfg.dp.mode]}; neighbouring datasets: "
+                 f"{plan.relation_words(self.cfg)}")
+        if self.central and self.cfg.dp.sampling == "fixed":
+            words += (" (fixed-size sampling: not comparable with an add-or-remove-one epsilon of "
+                      "Poisson sampling, which is smaller at the same noise)")
+        return words
+
+    def _end_remarks(self, eps: float | None) -> list[str]:
+        """What the end of the run adds (said once, and kept in summary.json): an epsilon near 0
+        or not finite, results that the noise made NaN/inf."""
+        out = [plan.epsilon_remark(eps, self.delta)] if eps is not None else []
+        bad = int(self.state.dp.get("non_finite", 0))
+        if bad:
+            out.append(f"{bad} client results held NaN/inf and were left out: "
+                       f"{plan.DP_CAUSE} (the failures name the noise)")
+        out = [line for line in out if line]
+        if not self._said_end:
+            for line in out:
+                log.warning("%s", line)
+            self._said_end = True
+        return out
 
     def _sgd_report(self) -> dict[str, Any]:
         dp = self.cfg.dp
@@ -246,7 +285,12 @@ class PrivateServer:
         return {"noise_multiplier": dp.sgd_noise, "clip": dp.sgd_clip, "delta": dp.sgd_delta,
                 "accountant": "rdp", "epsilon": self.state.dp["sgd_epsilon"],
                 "clients": int(len(seen)), "per_client": per if len(seen) <= 1000 else None,
-                "guarantee": GUARANTEE["sgd"]}
+                "relation": "add or remove one example", "guarantee": GUARANTEE["sgd"]}
+
+
+def _noised_values(model: Any) -> int:
+    """How many values the mechanisms noise: the model's floating entries."""
+    return int(sum(np.asarray(a).size for a in model.values() if np.asarray(a).dtype.kind == "f"))
 
 
 def _plus(history: list[tuple[tuple, int]], key: tuple) -> list[tuple[tuple, int]]:

@@ -28,9 +28,10 @@ class DPConfig:
         0.0, "Privacy budget epsilon at --dp-delta: without --dp-noise the noise is calibrated to "
         "spend it in --rounds; a run that would exceed it stops as budget_spent", ge=0,
         option="--dp-epsilon", metavar="E", note="0: none")
-    delta: float = setting(0.0, "The delta of the (epsilon, delta) guarantee", ge=0, lt=1,
-                           option="--dp-delta", shown="1/clients",
-                           note="0 in a TOML file: 1/clients")
+    delta: float = setting(
+        0.0, "The delta of the (epsilon, delta) guarantee: keep it well below 1/clients (a run "
+        "warns when it is not)", ge=0, lt=1, option="--dp-delta",
+        shown="min(1e-5, 1/(10 clients))", note="0: the default")
     sampling: str = setting(
         "poisson", "How --dp central draws a round's clients, as the accountant assumes: poisson "
         "(each client with probability --fraction) or fixed (floor(fraction*N) without "

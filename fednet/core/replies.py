@@ -6,12 +6,16 @@ or a Failure here, so a result that does not fit its strategy's declared layout
 """
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from fednet.network import latency
-from fednet.algorithms.layout import Layout, vet
+from fednet.algorithms.layout import NON_FINITE, Layout, vet
 from fednet.compress import CompressionError, Spec, decode_result
 from fednet.network.latency import Profile
 from fednet.protocol import Message, MsgKind, tensor_bytes
@@ -20,6 +24,7 @@ from fednet.core.wire import message_failure, message_result
 from fednet.core.work import check_body
 from fednet.data.partition import part_size
 from fednet.errors import ProtocolError
+from fednet.privacy.plan import noise_cause
 
 log = logging.getLogger("fednet.server")
 
@@ -28,7 +33,8 @@ def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile],
                  expect: Layout | None, compress: Spec | None = None,
                  reference: Arrays | None = None,
                  body: dict[str, str] | None = None,
-                 bounds: Bounds | None = None) -> Result | Failure:
+                 bounds: Bounds | None = None,
+                 noise: Callable[[Arrays], str] | None = None) -> Result | Failure:
     """Turn a RESULT/FAILURE message received with `nbytes` into a Result (arrival stamped), or
     into the client's Failure when the result does not fit `expect` (the strategy's
     result_layout of the task: algorithms/layout.py), so no aggregate ever reads it. With
@@ -39,7 +45,8 @@ def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile],
     (the partition it gave the client, the earliest start and latest end of its simulated
     time): a sample count other than the partition's, a stamp outside the window, or NaN/inf
     in the arrays is the client's failure, so that no client weighs, times or poisons the
-    aggregate beyond its own share."""
+    aggregate beyond its own share. `noise`: why a result of this run may hold NaN/inf (the
+    noise of differential privacy, privacy/plan.noise_cause), added to such a failure's reason."""
     if bounds is not None and not bounds.start <= msg.sim_time <= bounds.latest:
         if msg.kind == MsgKind.FAILURE:  # a failure already: its time kept within the window
             msg.sim_time = min(max(msg.sim_time, bounds.start), bounds.latest)
@@ -66,7 +73,9 @@ def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile],
     if why is not None:
         log.warning("round %d: the result of client %d (task %d) was refused: %s",
                     msg.round + 1, cid, msg.task_id, why)
-        return Failure(res.task_id, res.round, cid, f"result refused: {why}", arrival)
+        cause = noise(res.arrays) if noise is not None and NON_FINITE in why else ""
+        return Failure(res.task_id, res.round, cid,
+                       f"result refused: {why}" + (f"; {cause}" if cause else ""), arrival)
     res.sent, res.nbytes = msg.sim_time, nbytes  # for the shared server link (network/step.py)
     res.tensor_nbytes = wire_tensor_bytes
     return res
@@ -96,5 +105,14 @@ def receive(s: Any, msg: Message, cid: int, nbytes: int, task: Task) -> Result |
     algorithm's results are updates already: ClientUpdate.sends_updates)."""
     reference = {} if s.update_results else task.arrays
     bounds = Bounds(part_size(s.parts, cid), task.sim_time, s.latest_return(task))
+    noise = functools.partial(_dp_cause, s.cfg) if s.cfg.dp.mode != "none" else None
     return accept_reply(msg, cid, nbytes, s.profiles, s.algo.result_layout(task), s.compress,
-                        reference, s.spec.result_body, bounds)
+                        reference, s.spec.result_body, bounds, noise)
+
+
+def _dp_cause(cfg: Any, arrays: Arrays) -> str:
+    """Why a result of a run under user-level DP may hold NaN/inf ('' when the noise is too
+    small to be the likely cause: privacy/plan.noise_cause)."""
+    values = sum(int(np.asarray(a).size) for a in arrays.values()
+                 if np.asarray(a).dtype.kind == "f")
+    return noise_cause(cfg, values)

@@ -100,7 +100,11 @@ class Verdict:
         is not finite (weights so large that the logits overflow), or no result of the round
         was usable and the results of two clients or more were NaN/inf (every client diverged:
         each such result is its client's failure, core/replies.py, so one client's never ends
-        the run). The error names which."""
+        the run). The error names which, and what to try: under differential privacy whose
+        noise made the results NaN/inf (their reasons name it: privacy/plan.noise_cause), the
+        noise; otherwise a smaller --lr."""
+        from fednet.privacy.plan import DP_CAUSE
+
         bad = {f.cid for f in failures if NON_FINITE in f.reason}
         all_bad = not results and len(bad) >= 2
         what = (f"the results of all {len(bad)} clients that answered have NaN/inf parameters"
@@ -110,8 +114,10 @@ class Verdict:
                 else "")
         if not what:
             return None
-        error = (f"round {rnd}: {what}; the run diverged and stops here (try a smaller --lr; "
-                 "for FedDyn --param clip=30 or a smaller alpha)")
+        noise = next((f.reason[f.reason.index(DP_CAUSE):] for f in failures
+                      if DP_CAUSE in f.reason), "")
+        hint = noise or "try a smaller --lr; for FedDyn --param clip=30 or a smaller alpha"
+        error = f"round {rnd}: {what}; the run diverged and stops here ({hint})"
         log.error("%s", error)
         return RunStatus.DIVERGED, error
 

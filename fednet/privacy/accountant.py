@@ -28,6 +28,21 @@ from fednet.privacy import require
 
 Key = tuple  # ("poisson", q, z) | ("fixed", n, m, z) | ("gaussian", z)
 ACCOUNTANTS = ("rdp", "pld")
+Z_MIN = 1e-3
+"""calibrate()'s lower endpoint: a target epsilon that this noise multiplier already meets has no
+calibration (dp-accounting's search cannot bracket it)."""
+Z_MAX = Z_MIN + (1.0 - Z_MIN) * (2 ** 31 - 1)
+"""The largest noise multiplier calibrate()'s search reaches (dp-accounting doubles the interval
+[Z_MIN, 1] 30 times), about 2.1e9."""
+
+
+PLD_FLOOR = 0.2
+"""calibrate() never goes below this noise multiplier with PLD (a PLD of a much smaller noise needs
+gigabytes of memory)."""
+
+
+class NoCalibration(ValueError):
+    """No noise multiplier within [Z_MIN, Z_MAX] meets the target epsilon."""
 
 
 def _dp() -> Any:
@@ -135,9 +150,10 @@ def calibrate(make_key: Callable[[float], Sequence[Any]], count: int, target: fl
               delta: float, kind: str) -> float:
     """The smallest noise multiplier z (within 1e-6) whose history [(make_key(z), count)] has
     epsilon <= target at delta: dp-accounting's calibrate_dp_mechanism (Brent's method), each
-    candidate on a fresh accountant of `kind`. PLD is bracketed by RDP's answer (RDP's bound is
-    looser, so its z suffices) and never below z = 0.2 (a PLD of a much smaller noise needs
-    gigabytes of memory)."""
+    candidate on a fresh accountant of `kind`; NoCalibration when no z in [Z_MIN, Z_MAX] has (the
+    target is met without noise to speak of, or is below what the library can bracket). PLD is
+    bracketed by RDP's answer (RDP's bound is looser, so its z suffices) and never below
+    z = PLD_FLOOR (a PLD of a much smaller noise needs gigabytes of memory)."""
     dp = _dp()
     keys = [make_key(1.0)]
 
@@ -148,14 +164,18 @@ def calibrate(make_key: Callable[[float], Sequence[Any]], count: int, target: fl
         return float(dp.calibrate_dp_mechanism(lambda: fresh(k, keys), make_event, float(target),
                                                float(delta), bracket, tol=1e-6))
 
-    z_rdp = run("rdp", dp.LowerEndpointAndGuess(1e-3, 1.0))
+    try:
+        z_rdp = run("rdp", dp.LowerEndpointAndGuess(Z_MIN, 1.0))
+    except dp.mechanism_calibration.NoBracketIntervalFoundError as e:
+        raise NoCalibration(f"no noise multiplier in [{Z_MIN:g}, {Z_MAX:.3g}] meets epsilon "
+                            f"{target:g} at delta {delta:.3g}") from e
     if kind == "rdp":
         return z_rdp
     pld = Accountant("pld", delta)
     lo = z_rdp / 2
-    while lo > 0.2 and pld.epsilon([(make_key(lo), count)]) <= target:
+    while lo > PLD_FLOOR and pld.epsilon([(make_key(lo), count)]) <= target:
         lo /= 2
-    lo = max(lo, 0.2)
+    lo = max(lo, PLD_FLOOR)
     if lo >= z_rdp or pld.epsilon([(make_key(lo), count)]) <= target:
         return min(lo, z_rdp)
     return run("pld", dp.ExplicitBracketInterval(lo, z_rdp))

@@ -14,6 +14,12 @@ With adaptive clipping z is the total multiplier of the two Gaussian releases of
 noised clipped sum and the noised count of unclipped updates, Andrew et al. 2021, §3.1): the
 update's own noise is z_u = (z^-2 - (2 sigma_b)^-2)^-1/2 > z, so that the pair is exactly one
 Gaussian mechanism with multiplier z (sigma_b: the count's noise, in clients).
+
+Each epsilon holds for one neighbouring relation (relation_words): Poisson sampling's and local
+DP's are add-or-remove-one, fixed-size sampling's replace-one, which for the same noise gives
+about twice the epsilon; the two are not comparable side by side. What a run should hear before
+it starts (a delta not below 1/N, a noise that swamps the updates, an epsilon of 0) is remarks(),
+and why a DP run's results can become NaN is noise_cause().
 """
 from __future__ import annotations
 
@@ -21,15 +27,45 @@ import math
 from typing import Any
 
 from fednet.errors import ConfigError
-from fednet.privacy.accountant import Accountant, Key, calibrate
+from fednet.privacy.accountant import (PLD_FLOOR, Z_MAX, Z_MIN, Accountant, Key, NoCalibration,
+                                       calibrate)
 
 MODES = ("none", "central", "local")
 SAMPLINGS = ("poisson", "fixed")
+DEFAULT_DELTA = 1e-5
+"""The largest default delta (the customary value of Abadi et al. 2016 and TensorFlow Privacy)."""
+DP_CAUSE = "the DP noise is the likely cause"
+"""Part of the reason of a DP run's result refused for NaN/inf (core/replies.py; core/verdict.py
+reads it)."""
+SWAMPED = 10.0
+"""remarks(): the noise on a round's mean update above this many times the clip norm swamps it."""
+
+
+FLOAT32_MAX = 3.4028234663852886e38  # the models' values: a larger noise is inf at once
+
+
+def default_delta(population: int) -> float:
+    """min(1e-5, 1/(10 N)): delta must be well below 1/N, since (epsilon, delta)-DP allows a
+    mechanism that publishes each of the N users' data outright with probability delta, delta N
+    of them in expectation (Dwork and Roth, "The Algorithmic Foundations of Differential
+    Privacy", 2014, §2.3: delta "less than the inverse of any polynomial in the size of the
+    database"). 1/(10 N) keeps that expectation at most 0.1 user; 1e-5 is the customary cap
+    (Abadi et al. 2016's delta for MNIST's 60,000 examples; TensorFlow Privacy's tutorials)."""
+    return min(DEFAULT_DELTA, 1.0 / (10 * max(int(population), 1)))
 
 
 def delta(cfg: Any) -> float:
-    """The run's delta: --dp-delta, or 1/population."""
-    return float(cfg.dp.delta) if cfg.dp.delta > 0 else 1.0 / cfg.clients
+    """The run's delta: --dp-delta, or default_delta(--clients)."""
+    return float(cfg.dp.delta) if cfg.dp.delta > 0 else default_delta(cfg.clients)
+
+
+def relation_words(cfg: Any) -> str:
+    """The neighbouring relation the user-level epsilon holds for."""
+    if cfg.dp.mode == "central" and cfg.dp.sampling == "fixed":
+        return "replace one user"
+    if cfg.dp.mode == "local":
+        return "any change of one user's data"
+    return "add or remove one user"
 
 
 def cohort_size(fraction: float, population: int) -> int:
@@ -52,8 +88,8 @@ def count_noise(cfg: Any) -> float:
 def update_noise(z: float, count_std: float) -> float:
     """The multiplier of the update's own noise when a noised count shares the total z."""
     if z >= 2 * count_std:
-        raise ConfigError(f"--dp-noise {z:g} needs a count noise above {z / 2:g} for adaptive "
-                          f"clipping (--dp-count-noise is {count_std:g}); raise "
+        raise ConfigError(f"--dp-adaptive: the noise multiplier {z:g} needs a count noise above "
+                          f"{z / 2:g} (--dp-count-noise is {count_std:g}); raise "
                           "--dp-count-noise or lower the noise")
     return (z ** -2 - (2 * count_std) ** -2) ** -0.5
 
@@ -97,14 +133,152 @@ def planned_epsilon(cfg: Any, z: float) -> float:
 
 def calibrated(cfg: Any) -> tuple[float, str]:
     """(the noise multiplier, what to say): --dp-noise when given, else the smallest z whose
-    planned rounds spend exactly --dp-epsilon (dp-accounting's calibration)."""
+    planned rounds spend exactly --dp-epsilon (dp-accounting's calibration); a ConfigError naming
+    --dp-epsilon when none does (checks.validate asks calibration_problem first)."""
     dp, d = cfg.dp, delta(cfg)
     if dp.noise > 0:
         return float(dp.noise), ""
-    z = calibrate(lambda x: planned_key(cfg, x), cfg.rounds, dp.epsilon, d, dp.accountant)
+    try:
+        z = calibrate(lambda x: planned_key(cfg, x), cfg.rounds, dp.epsilon, d, dp.accountant)
+    except NoCalibration as e:
+        raise ConfigError(f"--dp-epsilon {dp.epsilon:g}: {e}; give a --dp-epsilon the noise can "
+                          "be calibrated to, or --dp-noise Z") from None
     eps = planned_epsilon(cfg, z)
     who = ("a client in every round" if dp.mode == "local" else
            f"{dp.sampling} sampling, q = {cfg.algo.fraction:g} of {cfg.clients}")
     return z, (f"--dp {dp.mode}: noise multiplier {z:.6g} calibrated for epsilon {dp.epsilon:g} "
                f"at delta {d:.3g} over {cfg.rounds} rounds ({who}, {dp.accountant}; planned "
-               f"epsilon {eps:.6g})")
+               f"epsilon {eps:.6g}; neighbours: {relation_words(cfg)})")
+
+
+_FLOATS = ("clip", "noise", "epsilon", "delta", "quantile", "clip_lr", "count_noise", "sgd_noise",
+           "sgd_clip", "sgd_delta")  # the dp settings that are numbers
+
+
+def settings_problem(cfg: Any) -> str:
+    """Why the dp settings' numbers cannot be used, in one line naming the option ('' when they
+    can): every one finite (a range check lets inf through), and the noise's standard deviation
+    (multiplier times clip norm) within a float32 model's range."""
+    dp = cfg.dp
+    for name in _FLOATS:
+        v = float(getattr(dp, name))
+        if math.isfinite(v):
+            continue
+        opt = f"--dp-{name.replace('_', '-')}"
+        if name == "epsilon":
+            return (f"{opt} {v:g}: a privacy budget is a finite number; for a run without a "
+                    "budget give --dp-noise Z and no --dp-epsilon, for no privacy drop --dp")
+        return f"{opt} {v:g}: give a finite number"
+    for z, c, opt in ((dp.noise or 1.0, dp.clip, "--dp-clip"),
+                      (dp.sgd_noise, dp.sgd_clip, "--dp-sgd-clip")):
+        if z * c > FLOAT32_MAX:
+            return (f"{opt} {c:g}: the noise's standard deviation (noise multiplier x clip = "
+                    f"{z * c:.3g}) is beyond a float32 model's range; give a smaller clip norm")
+    return ""
+
+
+def calibration_problem(cfg: Any) -> str:
+    """Why --dp-epsilon cannot be calibrated ('' when it can, or needs no calibration), in one
+    line naming the options, without running the search: its planned rounds spend less than the
+    target already at Z_MIN (nothing to bracket), or more at Z_MAX; with --dp-adaptive the
+    calibrated multiplier must stay below twice the count's noise (update_noise)."""
+    dp = cfg.dp
+    if dp.mode == "none" or dp.noise > 0 or dp.epsilon <= 0:
+        return ""
+    d, rdp = delta(cfg), Accountant("rdp", delta(cfg), remember=False)
+    lo = rdp.epsilon([(planned_key(cfg, Z_MIN), cfg.rounds)])
+    if lo < dp.epsilon:
+        return (f"--dp-epsilon {dp.epsilon:g}: {cfg.rounds} rounds spend only epsilon {lo:.4g} "
+                f"at a noise multiplier of {Z_MIN:g} (no noise to speak of), so there is no noise "
+                "to calibrate; give a smaller --dp-epsilon, or --dp-noise Z")
+    if rdp.epsilon([(planned_key(cfg, Z_MAX), cfg.rounds)]) > dp.epsilon:
+        return (f"--dp-epsilon {dp.epsilon:g} at delta {d:.3g}: not reached by any noise "
+                f"multiplier up to {Z_MAX:.3g}; give a larger --dp-epsilon or --dp-delta")
+    if dp.adaptive and not _spends_less(cfg, 2 * count_noise(cfg), dp.epsilon):
+        return (f"--dp-adaptive with --dp-epsilon {dp.epsilon:g}: the calibrated noise multiplier "
+                f"would not stay below twice the count's noise (2 x {count_noise(cfg):g}), which "
+                "the two releases share; raise --dp-count-noise (its default is the expected "
+                "cohort / 20) or --dp-epsilon")
+    return ""
+
+
+def _spends_less(cfg: Any, z: float, target: float) -> bool:
+    """The planned rounds at multiplier z spend less than `target`: the calibrated multiplier is
+    below z (RDP's; PLD's is at most RDP's, and never below PLD_FLOOR)."""
+    d = delta(cfg)
+    if Accountant("rdp", d, remember=False).epsilon([(planned_key(cfg, z), cfg.rounds)]) < target:
+        return True
+    return (cfg.dp.accountant == "pld" and z >= PLD_FLOOR
+            and planned_epsilon(cfg, z) < target)
+
+
+def noise_ratio(cfg: Any, params: int) -> float:
+    """About how many times the clip norm C the noise on a round's mean update is (its l2 norm
+    over C, for `params` noised values), the mean's own norm being at most C: central
+    z_u sqrt(d) / D, local (the mean of m privatized updates) z sqrt(d / m); 0 without
+    user-level DP."""
+    dp, d = cfg.dp, max(int(params), 1)
+    if dp.mode == "central":
+        z = update_noise(dp.noise, count_noise(cfg)) if dp.adaptive else dp.noise
+        return z * math.sqrt(d) / expected_cohort(cfg)
+    if dp.mode == "local":
+        return dp.noise * math.sqrt(d / max(cfg.algo.fraction * cfg.clients, 1.0))
+    return 0.0
+
+
+def _noise_words(cfg: Any) -> str:
+    """The user-level noise in words: its standard deviation per value and where it comes from."""
+    dp = cfg.dp
+    if dp.mode == "central":
+        z = update_noise(dp.noise, count_noise(cfg)) if dp.adaptive else dp.noise
+        per, users = z * dp.clip / expected_cohort(cfg), expected_cohort(cfg)
+        return (f"--dp central's noise has std {per:.3g} per parameter of the mean (multiplier "
+                f"{dp.noise:.4g}, clip {dp.clip:g}, {users:g} users a round)")
+    return (f"--dp local's noise has std {dp.noise * dp.clip:.3g} per parameter of each result "
+            f"(multiplier {dp.noise:.4g}, clip {dp.clip:g})")
+
+
+_LOWER = {"central": "more users a round, a larger --dp-epsilon or fewer --rounds lower it",
+          "local": "a larger --dp-epsilon or fewer --rounds lower it"}
+
+
+def noise_cause(cfg: Any, params: int) -> str:
+    """Why a result of this run may hold NaN/inf ('' when the noise is not the likely cause):
+    under user-level DP whose noise on the mean is above the clip norm (noise_ratio > 1), the
+    noised models are what make the clients' training diverge."""
+    if cfg.dp.mode == "none" or noise_ratio(cfg, params) <= 1:
+        return ""
+    return f"{DP_CAUSE}: {_noise_words(cfg)}; {_LOWER[cfg.dp.mode]}"
+
+
+def remarks(cfg: Any, params: int) -> list[str]:
+    """What a DP run says before its first round, one line each: a given --dp-delta not below
+    1/N (default_delta), and a noise that swamps the round's mean update (noise_ratio above
+    SWAMPED: over R rounds the updates add up as R, the noise as sqrt(R))."""
+    dp, n = cfg.dp, cfg.clients
+    out: list[str] = []
+    if dp.mode == "none":
+        return out
+    if dp.delta > 0 and dp.delta >= 1.0 / n:
+        out.append(f"--dp-delta {dp.delta:g} is not below 1/--clients = {1 / n:.3g}: such an "
+                   "(epsilon, delta) guarantee allows publishing each user's data outright with "
+                   f"probability delta (about {dp.delta * n:.3g} of the {n} users); choose a "
+                   f"delta well below 1/N (the default: min(1e-5, 1/(10 N)) = "
+                   f"{default_delta(n):.3g})")
+    ratio = noise_ratio(cfg, params)
+    if ratio > SWAMPED:
+        out.append(f"the noise is likely to swamp the updates: {_noise_words(cfg)}; its norm on "
+                   f"a round's mean update ({params:,} values) is about {ratio:.3g} times the "
+                   f"clip norm, the most the update itself can be; {_LOWER[dp.mode]}")
+    return out
+
+
+def epsilon_remark(eps: float, d: float) -> str:
+    """A reported epsilon below 0.01 (or not finite), in words ('' otherwise)."""
+    if not math.isfinite(eps):
+        return f"epsilon is not finite at delta {d:.3g}: the run gives no privacy to speak of"
+    if eps < 0.01:
+        return (f"epsilon {eps:.3g} at delta {d:.3g}: the noise is so large that the accountant "
+                "bounds the privacy loss by delta alone (a model can hardly learn under such "
+                "noise), and the guarantee is only as good as that delta")
+    return ""
