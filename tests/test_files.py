@@ -396,7 +396,7 @@ def test_a_diverged_run_exits_5_with_one_line(tmp_path, monkeypatch):
     assert res.exit_code == 5, res.stderr
     s = json.loads(Path("r/summary.json").read_text())
     assert s["status"] == "diverged" and s["rounds"] == 1
-    assert s["error"].startswith("round 0: the global model has NaN/inf parameters")
+    assert s["error"].startswith("round 1: the global model has NaN/inf parameters")
     assert res.stderr.splitlines()[-1] == f"fednet: error: the run diverged: {s['error']}"
 
 

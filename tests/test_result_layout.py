@@ -99,7 +99,7 @@ def test_huge_finite_weights_end_the_run_as_diverged(tmp_path, monkeypatch):
 
     s, _ = _run_with(tmp_path, monkeypatch, "run", huge)
     assert s["status"] == "diverged" and s["rounds"] == 1
-    assert s["error"].startswith("round 0: the global model")
+    assert s["error"].startswith("round 1: the global model")  # rounds counted from 1
 
 
 def test_each_distinct_failure_reason_is_printed_once(tmp_path, monkeypatch, capsys):

@@ -117,7 +117,7 @@ class Verdict:
         noise = next((f.reason[f.reason.index(DP_CAUSE):] for f in failures
                       if DP_CAUSE in f.reason), "")
         hint = noise or "try a smaller --lr; for FedDyn --param clip=30 or a smaller alpha"
-        error = f"round {rnd}: {what}; the run diverged and stops here ({hint})"
+        error = f"round {rnd + 1}: {what}; the run diverged and stops here ({hint})"
         log.error("%s", error)
         return RunStatus.DIVERGED, error
 
