@@ -212,6 +212,8 @@ def test_a_cohort_of_one_at_run_time_fails_its_round_named(tmp_path):
     alone): a sum of one input would be that update, so the keys stage needs 2."""
     from fednet.secagg.server import Aggregation, SecAggFailed
     agg = Aggregation(0, [3], {3: 10}, None, 0.5, 32, np.random.default_rng(0))
-    agg.take_keys(3, np.zeros(32, np.uint8), np.zeros(32, np.uint8))
+    from fednet.secagg import crypto
+    pk = np.frombuffer(crypto.keypair(bytes(range(32)))[1], np.uint8)
+    assert agg.take_keys(3, pk, pk[::-1].copy()) == ""
     with pytest.raises(SecAggFailed, match="stage keys: 1 clients left, 2 needed"):
         agg.share_requests()

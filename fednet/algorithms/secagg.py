@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
+import re
 import time
 from typing import Any
 
@@ -90,8 +90,9 @@ class SecAggServer(StagedStrategy):
         self.waiting: set[int] = set()
         self.training: dict[int, Task] = {}
         self.asked: dict[int, dict[str, Any]] = {}  # task id -> what it asked (unmask), layout
-        self.losses: list[tuple[float, int]] = []
         self.answers: dict[str, int] = {}  # stage -> the replies it took this round
+        self.starts: dict[str, float] = {}  # stage -> the simulated time its tasks left
+        self.last_keys: set[bytes] = set()  # the previous round's public keys (replays refused)
         self.stats: dict[str, Any] = {}
         self.failed = ""
         self.clock = 0.0  # the simulated time the current stage's last reply came
@@ -130,14 +131,15 @@ class SecAggServer(StagedStrategy):
                                rng.generator(self.cfg.seed, "secagg-graph", rnd))
         k = max((len(v) for v in self.agg.graph.values()), default=0)
         self.stats = {"secagg_server_s": {}, "secagg_neighbours": k}
-        self.answers = {}
-        self.losses, self.failed, self.clock = [], "", self.now
+        self.answers, self.starts = {}, {}
+        self.failed, self.clock = "", self.now
         return self._stage("keys", {c: ({}, {}) for c in cohort}, rnd)
 
     def _stage(self, stage: str, per: dict[int, tuple[Arrays, dict[str, Any]]], rnd: int
                ) -> list[Task]:
         """One stage's tasks: per client (arrays, body)."""
         self.stage, self.waiting, out = stage, set(), []
+        self.starts[stage] = self.clock  # (the simulated time each stage took: stage_seconds)
         for cid, (arrays, body) in sorted(per.items()):
             t = self.new_task(rnd, [cid], arrays, {**body, "secagg": stage})
             t.sim_time = self.clock  # a stage starts when the server has the last one's replies
@@ -158,21 +160,26 @@ class SecAggServer(StagedStrategy):
         t0 = time.process_time()
         a, stage, why = done.arrays, self.stage, ""
         if stage == "keys":
-            self.agg.take_keys(done.cid, a["c_pk"], a["s_pk"])
+            why = self.agg.take_keys(done.cid, a["c_pk"], a["s_pk"], self.last_keys)
         elif stage == "shares":
             why = self.agg.take_shares(done.cid, a["to"], a["sealed"])
         elif stage == "input":
             self.agg.take_input(done.cid, a["y"])
-            self.losses.append((float(done.body.get("loss", 0.0)), done.num_examples))
         else:
             why = self.agg.take_unmask(done.cid, a, self.asked[done.task_id]["unmask"])
         if why:  # the protocol's own check refused it: that client is a dropout of this stage
-            log.warning("round %d: secure aggregation: client %d's reply at stage %s is refused "
-                        "(%s); it counts as a dropout", done.round + 1, done.cid, stage, why)
+            self._refuse(done.round, done.cid, stage, why)
         else:
             self.answers[stage] = self.answers.get(stage, 0) + 1
         self._cpu(stage, done, t0)
         done.arrays = {}
+
+    def _refuse(self, rnd: int, cid: int, stage: str, why: str) -> None:
+        """A reply the protocol's checks refused: logged naming the client, in the row's
+        secagg_refused; the client counts as a dropout of that stage."""
+        log.warning("round %d: secure aggregation: client %d's reply at stage %s is refused "
+                    "(%s); it counts as a dropout", rnd + 1, cid, stage, why)
+        self.stats.setdefault("secagg_refused", []).append([cid, stage, why])
 
     def _cpu(self, stage: str, done: Result, t0: float) -> None:
         s = self.stats["secagg_server_s"]
@@ -198,7 +205,8 @@ class SecAggServer(StagedStrategy):
 
     def _why(self, e: SecAggFailed) -> str:
         """The failure, with what to change when a SecAgg+ neighbourhood lost too many shares."""
-        if self.mode != "plus" or "shares" not in str(e) or self.agg is None:
+        if self.mode != "plus" or not re.search(r"needs \d+ shares, \d+ came", str(e)) \
+                or self.agg is None:
             return str(e)
         k = len(next(iter(self.agg.nbrs.values()), []))
         return (f"{e} (SecAgg+ gave each client {k} neighbours, enough for "
@@ -229,8 +237,8 @@ class SecAggServer(StagedStrategy):
         tasks = self._stage("input", per, rnd)
         d = sum(int(np.prod(self.layout[n][0])) for n in _floats(self.inner.state.model))
         dt = dtype_of(agg.fbits)  # type: ignore[union-attr]
-        for t in tasks:
-            self.asked[t.task_id] = {"layout": {"y": ((d,), dt)}}
+        for t in tasks:  # the update's d values and the training loss
+            self.asked[t.task_id] = {"layout": {"y": ((d + 1,), dt)}}
         return tasks
 
     def _unmasks(self, rnd: int) -> list[Task]:
@@ -252,7 +260,7 @@ class SecAggServer(StagedStrategy):
         mean = None
         if not self.failed and self.stage == "unmask" and self.agg is not None:
             try:
-                total, weight = self.agg.result()
+                total, weight = self.agg.result((1 << self.bits) - 1)
                 mean = (total, weight)
             except SecAggFailed as e:
                 self.failed = self._why(e)
@@ -260,13 +268,17 @@ class SecAggServer(StagedStrategy):
         metrics = self.inner.aggregate_round(rnd, inner_results, failures)
         self.stats["secagg_server_s"]["unmask"] = (self.stats["secagg_server_s"].get("unmask", 0.0)
                                                   + time.process_time() - t0)
+        for cid, why in sorted(self.agg.liars.items()) if self.agg is not None else ():
+            self._refuse(rnd, cid, "unmask", why)
+            self.answers["unmask"] -= 1
         if mean is None and not self.failed:  # a stage released no tasks: nothing to unmask
             self.failed = (f"secure aggregation stopped at stage {self.stage}: no client could "
                            f"go on to the next stage ({self._left()} clients left)")
         out = {**metrics, **self.stats, "secagg_field_bits": self.agg.fbits if self.agg else 0,
-               "secagg_clients": self._survivors()}
+               "secagg_clients": self._survivors(), "secagg_sim_s": self._stage_seconds()}
         if self.failed:
             out["secagg_failed"] = out["round_failed"] = self.failed
+        self.last_keys = self.agg.used if self.agg is not None else set()
         self.agg, self.asked, self.training = None, {}, {}
         return out
 
@@ -277,11 +289,19 @@ class SecAggServer(StagedStrategy):
         reached = STAGES[:STAGES.index(self.stage) + 1] if self.stage in STAGES else ()
         return [cohort] + [self.answers.get(s, 0) for s in reached]
 
+    def _stage_seconds(self) -> dict[str, float]:
+        """The simulated seconds each stage reached took: from its tasks' release to the next
+        stage's (the last: to its last reply)."""
+        t = [(s, self.starts[s]) for s in STAGES if s in self.starts]
+        ends = [b for _, b in t[1:]] + [max(self.clock, t[-1][1])] if t else []
+        return {s: e - b for (s, b), e in zip(t, ends)}
+
     def _left(self) -> int:
         return self._survivors()[-1]
 
     def _unmasked(self, rnd: int, total: np.ndarray, weight: int) -> Result:
-        """The round's one result: the model it began with plus the unmasked mean update."""
+        """The round's one result: the model it began with plus the unmasked mean update, and
+        the mean training loss (the masked vector's last value)."""
         base = self.inner.state.model
         delta = dequantize(total, weight, self.clip, self.bits)
         model, i = dict(base), 0
@@ -289,8 +309,7 @@ class SecAggServer(StagedStrategy):
             a = base[n]
             model[n] = (a.astype(np.float64) + delta[i:i + a.size].reshape(a.shape)).astype(a.dtype)
             i += a.size
-        loss = math.fsum(x * w for x, w in self.losses) / max(1, sum(w for _, w in self.losses))
-        return Result(-1, rnd, -1, model, {"loss": loss}, weight)
+        return Result(-1, rnd, -1, model, {"loss": float(delta[i])}, weight)
 
 
 class SecAggClient:
@@ -341,7 +360,12 @@ class SecAggClient:
                                                 task.kind, task.hop, task.sim_time))
         new = np.concatenate([np.asarray(arrays[n]).ravel() for n in names]).astype(np.float64)
         fbits = int(b["fbits"])
-        q = quantize(new - ref, float(b["clip"]), int(b["bits"]), ctx.num_examples, fbits,
+        clip = float(b["clip"])
+        # the training loss travels as one more value of the masked vector (clipped to
+        # [0, clip]): the server learns only the survivors' weighted mean, as of the update
+        loss = float(np.nan_to_num(float(body.pop("loss", 0.0)), nan=clip, posinf=clip))
+        vec = np.concatenate([new - ref, [min(max(loss, 0.0), clip)]])
+        q = quantize(vec, clip, int(b["bits"]), ctx.num_examples, fbits,
                      rng.generator(ctx.cfg.seed, "secagg-round", rnd, cid))
         return {"y": C.masked(s, q, a[PREFIX + "partners"])}, body
 

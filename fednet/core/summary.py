@@ -131,6 +131,7 @@ def secagg_summary(cfg: Any, rows: list[dict[str, Any]], by_stage: dict[str, dic
         "bytes_by_stage": {k: by_stage[k] for k in SECAGG_STAGES if k in by_stage},
         "server_cpu_s": _sum_by_stage(sec, "secagg_server_s"),
         "client_cpu_s": _sum_by_stage(sec, "secagg_client_s"),
+        "sim_s": _sum_by_stage(sec, "secagg_sim_s"),  # simulated seconds per stage
         "model_bytes": model_bytes, "input_tasks": tasks, "uploads": uploads,
         "update_bytes": update, "clear_bytes": clear,
         "overhead": update / clear if clear else None,

@@ -86,7 +86,10 @@ class Verdict:
 
     def failed(self, why: str) -> Ending:
         """Failed, with the first failure's reason and where its traceback is."""
-        f = self.failures[0] if self.failures else {"client": "?", "reason": "no client answered"}
+        if not self.failures:  # (the round's own cause says it all: SecAgg, a defense)
+            log.error("the run failed: %s", why)
+            return RunStatus.FAILED, why
+        f = self.failures[0]
         hint = self.hint_for(str(f["reason"]))
         where = f" ({hint})" if hint else ""
         error = f"{why}; the first failure: client {f['client']}: {f['reason']}{where}"

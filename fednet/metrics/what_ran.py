@@ -92,6 +92,7 @@ def secagg_rows(sa: Any, rounds: Any = None) -> list[tuple[str, str]]:
                 f"{k2} {v / n:.3g}" for k2, v in (sa.get("clients_by_stage") or {}).items())),
             ("secagg bytes by stage", _stages({k2: sum(v.values()) for k2, v in by.items()},
                                               lambda v: human_bytes(float(v)))),
+            ("secagg simulated time", _stages(sa.get("sim_s") or {}, lambda v: f"{v:.3f}s")),
             ("secagg server CPU", _stages(sa.get("server_cpu_s") or {}, lambda v: f"{v:.3f}s")),
             ("secagg client CPU", _stages(sa.get("client_cpu_s") or {}, lambda v: f"{v:.3f}s")
              + " (input: training included)"),

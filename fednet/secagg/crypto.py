@@ -34,6 +34,20 @@ def agree(private: bytes, public: bytes, info: bytes) -> bytes:
     return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(shared)
 
 
+_PROBE = X25519PrivateKey.from_private_bytes(bytes(range(1, KEY_BYTES + 1)))
+
+
+def usable(public: bytes) -> bool:
+    """True when `public` is an X25519 public key that a key agreement can use: not a
+    low-order point (the all-zero key and the others whose shared secret is zero, which
+    `cryptography` refuses), so that no neighbour's agreement with it can fail."""
+    try:
+        _PROBE.exchange(X25519PublicKey.from_public_bytes(bytes(public)))
+    except ValueError:
+        return False
+    return True
+
+
 def seal(key: bytes, nonce: bytes, plaintext: bytes, aad: bytes) -> bytes:
     """AES-256-GCM: ciphertext and tag."""
     return AESGCM(key).encrypt(nonce, plaintext, aad)

@@ -78,6 +78,8 @@ class Aggregation:
     b_shares: dict[int, dict[int, np.ndarray]] = field(default_factory=dict)  # v -> holder -> share
     s_shares: dict[int, dict[int, np.ndarray]] = field(default_factory=dict)
     answered: set[int] = field(default_factory=set)             # U4
+    used: set[bytes] = field(default_factory=set)               # the public keys taken
+    liars: dict[int, str] = field(default_factory=dict)         # holders whose shares lied
 
     def __post_init__(self) -> None:
         self.graph = neighbours(self.cohort, self.degree, self.rng)
@@ -89,8 +91,21 @@ class Aggregation:
             raise SecAggFailed(stage, alive, self.need)
 
     # ---- keys ------------------------------------------------------------------------------
-    def take_keys(self, cid: int, c_pk: np.ndarray, s_pk: np.ndarray) -> None:
-        self.pks[cid] = (bytes(c_pk), bytes(s_pk))
+    def take_keys(self, cid: int, c_pk: np.ndarray, s_pk: np.ndarray,
+                  seen: set[bytes] | frozenset[bytes] = frozenset()) -> str:
+        """A client's two public keys ('' or why they are refused: not usable X25519 keys, the
+        same key twice, or a key of an earlier round (`seen`): a replay)."""
+        c, s = bytes(c_pk), bytes(s_pk)
+        for name, k in (("c_pk", c), ("s_pk", s)):
+            if not crypto.usable(k):
+                return f"its public key {name} is not a usable X25519 key (a low-order point)"
+            if k in seen:
+                return f"its public key {name} is one of an earlier round (a replay)"
+        if c == s or c in self.used or s in self.used:
+            return "its public keys repeat a key of this round"
+        self.pks[cid] = (c, s)
+        self.used.update((c, s))
+        return ""
 
     def share_requests(self) -> dict[int, dict[str, np.ndarray]]:
         """After the keys stage: each client's neighbours that advertised keys, their keys."""
@@ -169,17 +184,27 @@ class Aggregation:
         self.answered.add(cid)
         return ""
 
-    def result(self) -> tuple[np.ndarray, int]:
-        """(sum_u n_u q_u over the survivors, sum_u n_u): every mask removed."""
-        self._check("unmask", len(self.answered))
+    def result(self, levels: int = 0) -> tuple[np.ndarray, int]:
+        """(sum_u n_u q_u over the survivors, sum_u n_u): every mask removed. With `levels`
+        (2^bits - 1), SecAggFailed when a value lies outside [0, levels sum_u n_u], where every
+        honest sum lies: a wrong masked input or a lying share (the masks left in make the
+        values uniform modulo 2^f, nearly all far outside)."""
+        total, weight = self._unmasked()
+        if levels:
+            over = int(np.count_nonzero(total > np.uint64(levels * weight)))
+            if over:
+                raise SecAggFailed("unmask", len(self.answered), self.need, (
+                    f"the unmasked sum is outside its bound [0, {levels * weight}] in {over} of "
+                    f"{total.size} values: a client sent a wrong masked input or share"))
+        return total, weight
+
+    def _unmasked(self) -> tuple[np.ndarray, int]:
+        b_of, s_of = self._secrets()
         assert self.total is not None
         total, dt = self.total.copy(), dtype_of(self.fbits)
         for v in sorted(self.inputs):
-            b = self._rebuild(v, self.b_shares, "b")
-            total = total - crypto.mask(b, total.size, dt)
-        u2 = set(self.shared())
-        for v in sorted(u2 - self.inputs):
-            s_sk = self._rebuild(v, self.s_shares, "s")
+            total = total - crypto.mask(b_of[v], total.size, dt)
+        for v, s_sk in sorted(s_of.items()):
             if crypto.keypair(s_sk)[1] != self.pks[v][1]:
                 raise SecAggFailed("unmask", len(self.answered), self.need,
                                    f"the s key rebuilt for client {v} is not its own")
@@ -188,16 +213,73 @@ class Aggregation:
                 total = total - m if w < v else total + m
         return total, sum(self.weights[u] for u in self.inputs)
 
+    def _secrets(self) -> tuple[dict[int, bytes], dict[int, bytes]]:
+        """Every survivor's b and every dropped client's s key, rebuilt from the unmask
+        shares; a holder whose shares prove wrong (Liar) is taken out, as if it had not
+        answered the unmask stage, and the secrets rebuilt without it."""
+        while True:
+            self._check("unmask", len(self.answered))
+            try:
+                b_of = {v: self._rebuild(v, self.b_shares, "b") for v in sorted(self.inputs)}
+                s_of = {v: self._rebuild(v, self.s_shares, "s")
+                        for v in sorted(set(self.shared()) - self.inputs)}
+                return b_of, s_of
+            except Liar as e:
+                self.answered.discard(e.holder)
+                self.liars[e.holder] = str(e)
+
     def _rebuild(self, v: int, shares: dict[int, dict[int, np.ndarray]], what: str) -> bytes:
         got = {h: y for h, y in shares.get(v, {}).items() if h in self.answered}
-        if len(got) < self.t[v]:
+        t = self.t[v]
+        if len(got) < t:
             raise SecAggFailed("unmask", len(self.answered), self.need,
-                               f"client {v}'s {what} needs {self.t[v]} shares, {len(got)} came")
+                               f"client {v}'s {what} needs {t} shares, {len(got)} came")
         try:
-            return shamir.reconstruct(got, self.t[v])
+            secret = _rebuilt(got, t)
+            if secret is None:  # two subsets disagree: one holder lied, find which
+                raise Liar(_liar(got, t), f"its share of client {v}'s {what} disagrees with "
+                           "the other holders'")
+            return secret
         except ValueError as e:
             raise SecAggFailed("unmask", len(self.answered), self.need,
                                f"client {v}'s {what}: {e}") from None
+
+
+class Liar(Exception):
+    """A holder whose unmask share is proven wrong by the others."""
+
+    def __init__(self, holder: int | None, why: str) -> None:
+        if holder is None:
+            raise ValueError(f"the holders' shares disagree and no one holder explains it "
+                             f"({why}; more than one lied, or too few answered to tell)")
+        super().__init__(why)
+        self.holder = holder
+
+
+def _rebuilt(got: dict[int, np.ndarray], t: int) -> bytes | None:
+    """The secret from the first t holders (in id order); None when more than t holders
+    answered and the last t rebuild another secret, or either window none (a holder lied).
+    Holders between the two windows are not read: a wrong share there changes nothing."""
+    holders = sorted(got)
+    if len(holders) == t:  # nothing to compare with (a bad share: ValueError, or unseen)
+        return shamir.reconstruct(got, t)
+    try:
+        secret = shamir.reconstruct({h: got[h] for h in holders[:t]}, t)
+        other = shamir.reconstruct({h: got[h] for h in holders[-t:]}, t)
+    except ValueError:  # a window that rebuilds no secret at all
+        return None
+    return secret if other == secret else None
+
+
+def _liar(got: dict[int, np.ndarray], t: int) -> int | None:
+    """The one holder without whom the rest agree (None when no single holder explains the
+    disagreement): with one wrong share in a window, leaving it out is the only way both
+    windows agree, and leaving out another holder keeps it in its window."""
+    holders = sorted(got)
+    suspects = set(holders[:t]) | set(holders[-t:])
+    found = [h for h in sorted(suspects) if len(got) - 1 > t
+             and _rebuilt({k: y for k, y in got.items() if k != h}, t) is not None]
+    return found[0] if len(found) == 1 else None
 
 
 def _keys(keys: list[bytes]) -> np.ndarray:

@@ -8,6 +8,7 @@ deployment draws them from the OS). Products of two field elements stay below 2^
 arithmetic is exact."""
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -69,14 +70,22 @@ def lagrange_at_zero(xs: np.ndarray) -> np.ndarray:
     return num * inv % P
 
 
+@functools.lru_cache(maxsize=4096)
+def _weights(xs: tuple[int, ...]) -> np.ndarray:
+    """lagrange_at_zero for these points, once per set (full SecAgg rebuilds most secrets from
+    the same first t holders)."""
+    w = lagrange_at_zero(np.array(xs, np.int64))
+    w.flags.writeable = False
+    return w
+
+
 def reconstruct(shares: dict[int, np.ndarray], t: int, n_bytes: int = SECRET_BYTES) -> bytes:
     """The secret from at least t shares (party id -> share); ValueError with fewer."""
     if len(shares) < t:
         raise ValueError(f"{len(shares)} shares, {t} needed")
     picked = sorted(shares.items())[:t]
-    xs = np.array([p + 1 for p, _ in picked], np.int64)
     ys = np.stack([np.asarray(y, np.int64) % P for _, y in picked])
-    lam = lagrange_at_zero(xs)
+    lam = _weights(tuple(p + 1 for p, _ in picked))
     return join((lam[:, None] * ys % P).sum(axis=0) % P, n_bytes)
 
 

@@ -1,0 +1,149 @@
+"""One misbehaving key holder under secure aggregation (issue 53): a public key that no
+agreement can use (the all-zero, low-order point), a replay of its previous round's keys, or a
+lying unmask share costs the round only that client's part: the final model is the run's where
+that client dropped out at that stage, bit for bit. A wrong masked input, which the server
+cannot trace to its sender, fails the round named (the unmasked sum is outside the bound every
+honest sum lies in), never the model."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from fednet.algorithms import secagg as S
+from fednet.core.inproc import run_local
+from fednet.errors import Dropout
+from fednet.secagg import client as C
+from tests.conftest import small_config
+from tests.harness import final_model, same_arrays
+
+
+def _run(tmp_path, name, mode="full", rounds=2):
+    cfg = small_config(clients=8, rounds=rounds, net={"secagg": mode}, out=str(tmp_path / name))
+    return run_local(cfg, quiet=True), final_model(tmp_path / name)
+
+
+def _rows(tmp_path, name):
+    return [json.loads(x) for x in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+
+
+def _dropping(monkeypatch, cid: int, stage: str, rounds=(0, 1)):
+    run = S.SecAggClient.run
+
+    def dropped(self, ctx, task):
+        if ctx.cid == cid and task.body.get("secagg") == stage and task.round in rounds:
+            raise Dropout(f"dropped out at stage {stage}")
+        return run(self, ctx, task)
+    monkeypatch.setattr(S.SecAggClient, "run", dropped)
+
+
+@pytest.mark.parametrize("mode", ["full", "plus"])
+def test_a_low_order_public_key_costs_only_its_sender(tmp_path, monkeypatch, mode):
+    keys = C.keys
+
+    def zero_key(cid, rnd, rng):
+        out = keys(cid, rnd, rng)
+        if cid == 2:
+            out["c_pk"] = np.zeros(32, np.uint8)
+        return out
+    monkeypatch.setattr(C, "keys", zero_key)
+    s, got = _run(tmp_path, "bad", mode)
+    assert s["status"] == "completed" and not s["failures"]  # no honest client blamed
+    refused = [r["secagg_refused"] for r in _rows(tmp_path, "bad")]
+    assert refused == [[[2, "keys", "its public key c_pk is not a usable X25519 key (a "
+                         "low-order point)"]]] * 2
+    monkeypatch.setattr(C, "keys", keys)
+    _dropping(monkeypatch, 2, "keys")
+    _, want = _run(tmp_path, "drop", mode)
+    assert same_arrays(got, want)
+
+
+def test_a_replay_of_last_rounds_keys_costs_only_its_sender(tmp_path, monkeypatch):
+    keys, old = C.keys, {}
+
+    def replay(cid, rnd, rng):
+        out = keys(cid, rnd, rng)
+        if cid == 5:
+            if rnd == 1:
+                return old[0]
+            old[rnd] = {k: v.copy() for k, v in out.items()}
+        return out
+    monkeypatch.setattr(C, "keys", replay)
+    s, got = _run(tmp_path, "replay")
+    rows = _rows(tmp_path, "replay")
+    assert "secagg_refused" not in rows[0]
+    assert rows[1]["secagg_refused"] == [[5, "keys", "its public key c_pk is one of an earlier "
+                                          "round (a replay)"]]
+    assert s["status"] == "completed" and not s["failures"]
+    monkeypatch.setattr(C, "keys", keys)
+    _dropping(monkeypatch, 5, "keys", rounds=(1,))
+    _, want = _run(tmp_path, "drop")
+    assert same_arrays(got, want)
+
+
+def test_a_lying_unmask_share_is_found_and_costs_only_its_holder(tmp_path, monkeypatch):
+    unmask = C.unmask
+
+    def lying(s, survivors, dropped):
+        out = unmask(s, survivors, dropped)
+        if s.cid == 1 and len(out["b_share"]):
+            out["b_share"] = out["b_share"].copy()
+            out["b_share"][0, :4] ^= 0x5A  # one share of one survivor's b, changed
+        return out
+    monkeypatch.setattr(C, "unmask", lying)
+    s, got = _run(tmp_path, "lie")
+    rows = _rows(tmp_path, "lie")
+    assert all(r["secagg_refused"][0][:2] == [1, "unmask"] for r in rows)
+    assert all("disagrees with the other holders'" in r["secagg_refused"][0][2] for r in rows)
+    assert all(r["secagg_clients"] == [8, 8, 8, 8, 7] for r in rows)
+    assert s["status"] == "completed"
+    monkeypatch.setattr(C, "unmask", unmask)
+    _dropping(monkeypatch, 1, "unmask")
+    _, want = _run(tmp_path, "drop")
+    assert same_arrays(got, want)
+
+
+def test_a_wrong_masked_input_fails_the_round_named_not_the_model(tmp_path, monkeypatch):
+    masked = C.masked
+
+    def wrong(s, values, partners):
+        y = masked(s, values, partners)  # client 3 sends values of its own choosing instead
+        return np.random.default_rng(0).integers(0, 1 << 31, y.size).astype(y.dtype) \
+            if s.cid == 3 else y
+    monkeypatch.setattr(C, "masked", wrong)
+    s, got = _run(tmp_path, "wrong", rounds=1)
+    row = _rows(tmp_path, "wrong")[0]
+    assert row["round_failed"].startswith("secure aggregation failed at stage unmask: 8 clients "
+                                          "left, 5 needed; the unmasked sum is outside its bound")
+    fresh = small_config(clients=8, rounds=1, net={"secagg": "full"})
+    from fednet.core.session import Session
+    init = Session(fresh, quiet=True, write=False).algo.eval_arrays()
+    assert same_arrays(got, init)  # the model kept
+    assert s["status"] == "failed"
+
+
+def test_nothing_individual_reaches_the_server(tmp_path, monkeypatch):
+    """Every reply of every stage, as the server receives it: the protocol's arrays (public
+    keys, sealed shares, the masked vector, unmask shares) and a body of the stage's name, the
+    sample count the server's own partition gives, the local steps (fixed by that count and
+    the run's settings) and the emulator's CPU measurement; no loss, no update value. The round's
+    training loss is the survivors' weighted mean, from the masked vector."""
+    from fednet.core import replies
+
+    seen: list[tuple[str, dict, dict]] = []
+    accept = replies.accept_reply
+
+    def spy(msg, *a, **k):
+        got = accept(msg, *a, **k)
+        body = msg.body.get("body", msg.body) if isinstance(msg.body, dict) else {}
+        seen.append((str(body.get("secagg")), dict(body), {n: v.shape for n, v in
+                                                            getattr(got, "arrays", {}).items()}))
+        return got
+    monkeypatch.setattr(replies, "accept_reply", spy)
+    s, _ = _run(tmp_path, "spy", rounds=1)
+    assert {st for st, _, _ in seen} == {"keys", "shares", "input", "unmask"}
+    for stage, body, _ in seen:
+        assert set(body) <= {"secagg", "cpu_s", "samples", "steps"}, (stage, body)
+    row = _rows(tmp_path, "spy")[0]
+    assert 0 < row["train_loss"] < 8  # the mean, within the clip
