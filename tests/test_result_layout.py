@@ -114,7 +114,7 @@ def test_each_distinct_failure_reason_is_printed_once(tmp_path, monkeypatch, cap
     s = run_local(small_config(clients=3, rounds=3, out=str(tmp_path / "run")), quiet=False)
     out = capsys.readouterr()
     lines = [ln for ln in (out.out + out.err).splitlines() if "failed: RuntimeError" in ln]
-    assert len(lines) == 1 and lines[0].startswith("round 0: client 0 failed: RuntimeError: "
+    assert len(lines) == 1 and lines[0].startswith("round 1: client 0 failed: RuntimeError: "
                                                    "client 0 fails in round 0"), lines
     assert "second line" not in lines[0]
     assert len(s["failures"]) == 3

@@ -48,7 +48,10 @@ _WITH = {"train.eps": ["--optimizer", "adam"],  # what a setting needs beside it
          **{f"dp.{k}": _CENTRAL for k in ("delta", "sampling", "accountant")},
          "dp.adaptive": _ADAPTIVE[:-1],
          **{f"dp.{k}": _ADAPTIVE for k in ("quantile", "clip_lr", "count_noise")}}
-_VALUE = {"attack.malicious": "0.5", "target": "0.9"}  # string settings whose text must parse
+_WITH.update({f"net.secagg_{k}": ["--secagg", "plus"]  # SecAgg's settings need --secagg
+              for k in ("neighbours", "dropout", "threshold", "clip", "bits", "field", "drop")})
+_VALUE = {"attack.malicious": "0.5", "target": "0.9",  # string settings whose text must parse
+          "net.secagg_neighbours": 4, "net.secagg_field": 64, "net.secagg_drop": "input:0.1"}
 PLAIN = [i for i in declarations() if i.option and i.option not in PARSED]
 
 
