@@ -68,10 +68,12 @@ CASES = [
      "6.6e+06 at a noise multiplier of 0.001 (no noise to speak of), so there is no noise to "
      "calibrate"),
     (["--dp", "central", "--dp-epsilon", "0.001", "--dp-delta", "1e-300"],
-     "--dp-epsilon 0.001 at delta 1e-300: not reached by any noise multiplier up to 2.15e+09"),
+     "--dp-epsilon 0.001 at delta 1e-300: no noise multiplier in [0.001, 2.15e+09] meets it; "
+     "give a larger --dp-epsilon or --dp-delta"),
     (["--dp", "central", "--dp-epsilon", "1", "--dp-adaptive"],
-     "--dp-adaptive with --dp-epsilon 1: the calibrated noise multiplier would not stay below "
-     "twice the count's noise (2 x 0.5)"),  # was refused only after the data loaded
+     "--dp-adaptive with --dp-epsilon 1: the calibrated noise multiplier 7.007 is not below "
+     "twice the count's noise (2 x 0.5)"),
+    # (was refused only after the data loaded)
     (["--dp", "central", "--dp-noise", "3", "--dp-adaptive"],
      "--dp-noise 3 needs a count noise above 1.5 with --dp-adaptive (the two releases share the "
      "noise multiplier), and it is 0.5 (the expected cohort / 20)"),
@@ -98,9 +100,9 @@ def test_launch_refuses_an_impossible_calibration_before_its_folder_exists(tmp_p
 def test_the_calibration_itself_names_the_option_when_it_cannot_be_solved():
     """plan.calibrated's own refusal (behind checks.validate's): one ConfigError line."""
     cfg = small_config(dp={"mode": "central", "epsilon": 1e9})
-    with pytest.raises(ConfigError, match=r"^--dp-epsilon 1e\+09: no noise multiplier in "):
+    with pytest.raises(ConfigError, match=r"^--dp-epsilon 1e\+09: 2 rounds spend only epsilon "):
         plan.calibrated(cfg)
-    assert plan.calibration_problem(cfg).startswith("--dp-epsilon 1e+09")
+    assert plan.calibration_problem(cfg).startswith("--dp-epsilon 1e+09: 2 rounds spend only")
     assert Z_MIN == 1e-3 and 2.1e9 < Z_MAX < 2.2e9
 
 

@@ -167,8 +167,9 @@ def calibrate(make_key: Callable[[float], Sequence[Any]], count: int, target: fl
     try:
         z_rdp = run("rdp", dp.LowerEndpointAndGuess(Z_MIN, 1.0))
     except dp.mechanism_calibration.NoBracketIntervalFoundError as e:
-        raise NoCalibration(f"no noise multiplier in [{Z_MIN:g}, {Z_MAX:.3g}] meets epsilon "
-                            f"{target:g} at delta {delta:.3g}") from e
+        raise NoCalibration(f"no noise multiplier in [{Z_MIN:g}, {Z_MAX:.3g}] meets it") from e
+    except (ValueError, ArithmeticError) as e:  # the library's own numerics (e.g. a domain error)
+        raise NoCalibration(f"dp-accounting could not calibrate the noise ({e})") from e
     if kind == "rdp":
         return z_rdp
     pld = Accountant("pld", delta)

@@ -23,12 +23,12 @@ and why a DP run's results can become NaN is noise_cause().
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
 from fednet.errors import ConfigError
-from fednet.privacy.accountant import (PLD_FLOOR, Z_MAX, Z_MIN, Accountant, Key, NoCalibration,
-                                       calibrate)
+from fednet.privacy.accountant import Z_MIN, Accountant, Key, NoCalibration, calibrate
 
 MODES = ("none", "central", "local")
 SAMPLINGS = ("poisson", "fixed")
@@ -133,22 +133,58 @@ def planned_epsilon(cfg: Any, z: float) -> float:
 
 def calibrated(cfg: Any) -> tuple[float, str]:
     """(the noise multiplier, what to say): --dp-noise when given, else the smallest z whose
-    planned rounds spend exactly --dp-epsilon (dp-accounting's calibration); a ConfigError naming
-    --dp-epsilon when none does (checks.validate asks calibration_problem first)."""
-    dp, d = cfg.dp, delta(cfg)
+    planned rounds spend exactly --dp-epsilon (dp-accounting's calibration, done once per process
+    for the same plan: checks.validate calibrates first, the session then reads the same); a
+    ConfigError in one line naming --dp-epsilon when no z does (calibration_problem says why)."""
+    dp = cfg.dp
     if dp.noise > 0:
         return float(dp.noise), ""
-    try:
-        z = calibrate(lambda x: planned_key(cfg, x), cfg.rounds, dp.epsilon, d, dp.accountant)
-    except NoCalibration as e:
-        raise ConfigError(f"--dp-epsilon {dp.epsilon:g}: {e}; give a --dp-epsilon the noise can "
-                          "be calibrated to, or --dp-noise Z") from None
-    eps = planned_epsilon(cfg, z)
+    got = _calibrated(*_plan_of(cfg))
+    if isinstance(got, str):
+        raise ConfigError(got)
+    z, eps = got
     who = ("a client in every round" if dp.mode == "local" else
            f"{dp.sampling} sampling, q = {cfg.algo.fraction:g} of {cfg.clients}")
     return z, (f"--dp {dp.mode}: noise multiplier {z:.6g} calibrated for epsilon {dp.epsilon:g} "
-               f"at delta {d:.3g} over {cfg.rounds} rounds ({who}, {dp.accountant}; planned "
-               f"epsilon {eps:.6g}; neighbours: {relation_words(cfg)})")
+               f"at delta {delta(cfg):.3g} over {cfg.rounds} rounds ({who}, {dp.accountant}; "
+               f"planned epsilon {eps:.6g}; neighbours: {relation_words(cfg)})")
+
+
+def _plan_of(cfg: Any) -> tuple:
+    """What a calibration depends on, hashable."""
+    dp = cfg.dp
+    return (dp.mode, dp.sampling, float(cfg.algo.fraction), int(cfg.clients), int(cfg.rounds),
+            float(dp.epsilon), delta(cfg), dp.accountant)
+
+
+@functools.lru_cache(maxsize=32)
+def _calibrated(mode: str, sampling: str, q: float, n: int, rounds: int, target: float,
+                d: float, accountant: str) -> tuple[float, float] | str:
+    """(z, the planned epsilon at z) of a plan, or why it has none (one line)."""
+    def key(z: float) -> Key:
+        return local_key(z) if mode == "local" else central_key(sampling, z, q, n,
+                                                                 cohort_size(q, n))
+
+    try:
+        z = calibrate(key, rounds, target, d, accountant)
+    except NoCalibration as e:
+        return _no_calibration(key, rounds, target, d, str(e))
+    return z, Accountant(accountant, d).epsilon([(key(z), rounds)])
+
+
+def _no_calibration(key: Any, rounds: int, target: float, d: float, why: str) -> str:
+    """Why no noise multiplier meets the target, with the epsilon at the search's lower end."""
+    rdp = Accountant("rdp", d, remember=False)
+    try:
+        low = rdp.epsilon([(key(Z_MIN), rounds)])
+    except (ValueError, ArithmeticError):
+        low = math.inf
+    if low < target:
+        return (f"--dp-epsilon {target:g}: {rounds} rounds spend only epsilon {low:.4g} at a "
+                f"noise multiplier of {Z_MIN:g} (no noise to speak of), so there is no noise to "
+                "calibrate; give a smaller --dp-epsilon, or --dp-noise Z")
+    return (f"--dp-epsilon {target:g} at delta {d:.3g}: {why}; give a larger --dp-epsilon or "
+            "--dp-delta, or --dp-noise Z")
 
 
 _FLOATS = ("clip", "noise", "epsilon", "delta", "quantile", "clip_lr", "count_noise", "sgd_noise",
@@ -178,38 +214,23 @@ def settings_problem(cfg: Any) -> str:
 
 
 def calibration_problem(cfg: Any) -> str:
-    """Why --dp-epsilon cannot be calibrated ('' when it can, or needs no calibration), in one
-    line naming the options, without running the search: its planned rounds spend less than the
-    target already at Z_MIN (nothing to bracket), or more at Z_MAX; with --dp-adaptive the
-    calibrated multiplier must stay below twice the count's noise (update_noise)."""
+    """Why the noise cannot be calibrated to --dp-epsilon ('' when it can, or needs no
+    calibration), in one line naming the options: no multiplier in [Z_MIN, Z_MAX] meets it, or,
+    with --dp-adaptive, the calibrated one is not below twice the count's noise (update_noise).
+    Calibrates (once: calibrated() then reads the same)."""
     dp = cfg.dp
     if dp.mode == "none" or dp.noise > 0 or dp.epsilon <= 0:
         return ""
-    d, rdp = delta(cfg), Accountant("rdp", delta(cfg), remember=False)
-    lo = rdp.epsilon([(planned_key(cfg, Z_MIN), cfg.rounds)])
-    if lo < dp.epsilon:
-        return (f"--dp-epsilon {dp.epsilon:g}: {cfg.rounds} rounds spend only epsilon {lo:.4g} "
-                f"at a noise multiplier of {Z_MIN:g} (no noise to speak of), so there is no noise "
-                "to calibrate; give a smaller --dp-epsilon, or --dp-noise Z")
-    if rdp.epsilon([(planned_key(cfg, Z_MAX), cfg.rounds)]) > dp.epsilon:
-        return (f"--dp-epsilon {dp.epsilon:g} at delta {d:.3g}: not reached by any noise "
-                f"multiplier up to {Z_MAX:.3g}; give a larger --dp-epsilon or --dp-delta")
-    if dp.adaptive and not _spends_less(cfg, 2 * count_noise(cfg), dp.epsilon):
+    got = _calibrated(*_plan_of(cfg))
+    if isinstance(got, str):
+        return got
+    std = count_noise(cfg)
+    if dp.adaptive and got[0] >= 2 * std:
         return (f"--dp-adaptive with --dp-epsilon {dp.epsilon:g}: the calibrated noise multiplier "
-                f"would not stay below twice the count's noise (2 x {count_noise(cfg):g}), which "
-                "the two releases share; raise --dp-count-noise (its default is the expected "
-                "cohort / 20) or --dp-epsilon")
+                f"{got[0]:.4g} is not below twice the count's noise (2 x {std:g}), which the two "
+                "releases share; raise --dp-count-noise (its default is the expected cohort / 20) "
+                "or --dp-epsilon")
     return ""
-
-
-def _spends_less(cfg: Any, z: float, target: float) -> bool:
-    """The planned rounds at multiplier z spend less than `target`: the calibrated multiplier is
-    below z (RDP's; PLD's is at most RDP's, and never below PLD_FLOOR)."""
-    d = delta(cfg)
-    if Accountant("rdp", d, remember=False).epsilon([(planned_key(cfg, z), cfg.rounds)]) < target:
-        return True
-    return (cfg.dp.accountant == "pld" and z >= PLD_FLOOR
-            and planned_epsilon(cfg, z) < target)
 
 
 def noise_ratio(cfg: Any, params: int) -> float:
