@@ -57,6 +57,13 @@ CASES = [
     (["--dp", "central", "--dp-noise", "1", "--dp-delta", "nan"], "--dp-delta must be in [0, 1)"),
     (["--dp", "central", "--dp-noise", "1", "--dp-delta", "inf"], "--dp-delta must be in [0, 1)"),
     (["--dp", "central", "--dp-noise", "1", "--dp-quantile", "nan"], "--dp-quantile must be"),
+    # noise multipliers the accountant cannot take (were ZeroDivisionError, OverflowError)
+    (["--dp", "central", "--dp-noise", "1e-300"],
+     "--dp-noise 1e-300: a noise multiplier is in [0.001, 1e+08] (0: calibrated); below, the "
+     "accountant divides by almost 0"),
+    (["--dp", "central", "--dp-noise", "1e300", "--dp-clip", "1e-300"], "--dp-noise 1e+300: "),
+    (["--dp-sgd-noise", "1e-300"], "--dp-sgd-noise 1e-300: a noise multiplier is in [0.001, "
+     "1e+08] (0: off)"),
     # a noise beyond a float32 model's range: inf at once
     (["--dp", "central", "--dp-noise", "2", "--dp-clip", "1e300"],
      "--dp-clip 1e+300: the noise's standard deviation (noise multiplier x clip = 2e+300) is "

@@ -41,6 +41,10 @@ SWAMPED = 10.0
 """remarks(): the noise on a round's mean update above this many times the clip norm swamps it."""
 
 
+Z_GIVEN_MAX = 1e8
+"""The largest --dp-noise (--dp-sgd-noise) taken: epsilon is 0 from about 1e6 (delta 1e-5), and
+dp-accounting's fixed-size RDP fails from 1e9 (a calibration may go above, up to Z_MAX, where its
+accountant can)."""
 FLOAT32_MAX = 3.4028234663852886e38  # the models' values: a larger noise is inf at once
 
 
@@ -193,8 +197,9 @@ _FLOATS = ("clip", "noise", "epsilon", "delta", "quantile", "clip_lr", "count_no
 
 def settings_problem(cfg: Any) -> str:
     """Why the dp settings' numbers cannot be used, in one line naming the option ('' when they
-    can): every one finite (a range check lets inf through), and the noise's standard deviation
-    (multiplier times clip norm) within a float32 model's range."""
+    can): every one finite (a range check lets inf through), a given noise multiplier within
+    [Z_MIN, Z_GIVEN_MAX] (the accountant's reach), and the noise's standard deviation (multiplier
+    times clip norm) within a float32 model's range."""
     dp = cfg.dp
     for name in _FLOATS:
         v = float(getattr(dp, name))
@@ -205,6 +210,12 @@ def settings_problem(cfg: Any) -> str:
             return (f"{opt} {v:g}: a privacy budget is a finite number; for a run without a "
                     "budget give --dp-noise Z and no --dp-epsilon, for no privacy drop --dp")
         return f"{opt} {v:g}: give a finite number"
+    for name, z, zero in (("noise", dp.noise, "calibrated"), ("sgd_noise", dp.sgd_noise, "off")):
+        if z and not Z_MIN <= z <= Z_GIVEN_MAX:
+            return (f"--dp-{name.replace('_', '-')} {z:g}: a noise multiplier is in "
+                    f"[{Z_MIN:g}, {Z_GIVEN_MAX:g}] (0: {zero}); below, the accountant divides by "
+                    "almost 0 and the run has no privacy to speak of; above, epsilon is 0 long "
+                    "before and dp-accounting's sums fail")
     for z, c, opt in ((dp.noise or 1.0, dp.clip, "--dp-clip"),
                       (dp.sgd_noise, dp.sgd_clip, "--dp-sgd-clip")):
         if z * c > FLOAT32_MAX:
