@@ -64,6 +64,11 @@ CASES = [
     (["--dp", "central", "--dp-noise", "1e300", "--dp-clip", "1e-300"], "--dp-noise 1e+300: "),
     (["--dp-sgd-noise", "1e-300"], "--dp-sgd-noise 1e-300: a noise multiplier is in [0.001, "
      "1e+08] (0: off)"),
+    # adaptive clipping's step exp(-L (b - Q)) beyond float range (was an OverflowError)
+    (["--dp", "central", "--dp-noise", "0.5", "--dp-adaptive", "--dp-clip-lr", "1e6"],
+     "--dp-clip-lr 1e+06: adaptive clipping's step C exp(-L (b - Q)) can overflow"),
+    (["--dp", "central", "--dp-noise", "0.5", "--dp-adaptive", "--dp-count-noise", "1e300"],
+     "--dp-clip-lr 0.2: adaptive clipping's step"),
     # a noise beyond a float32 model's range: inf at once
     (["--dp", "central", "--dp-noise", "2", "--dp-clip", "1e300"],
      "--dp-clip 1e+300: the noise's standard deviation (noise multiplier x clip = 2e+300) is "

@@ -198,8 +198,9 @@ _FLOATS = ("clip", "noise", "epsilon", "delta", "quantile", "clip_lr", "count_no
 def settings_problem(cfg: Any) -> str:
     """Why the dp settings' numbers cannot be used, in one line naming the option ('' when they
     can): every one finite (a range check lets inf through), a given noise multiplier within
-    [Z_MIN, Z_GIVEN_MAX] (the accountant's reach), and the noise's standard deviation (multiplier
-    times clip norm) within a float32 model's range."""
+    [Z_MIN, Z_GIVEN_MAX] (the accountant's reach), adaptive clipping's geometric step finite
+    (its exponent L |b - Q| below 700 for b within 40 standard deviations of its noise), and the
+    noise's standard deviation (multiplier times clip norm) within a float32 model's range."""
     dp = cfg.dp
     for name in _FLOATS:
         v = float(getattr(dp, name))
@@ -216,6 +217,13 @@ def settings_problem(cfg: Any) -> str:
                     f"[{Z_MIN:g}, {Z_GIVEN_MAX:g}] (0: {zero}); below, the accountant divides by "
                     "almost 0 and the run has no privacy to speak of; above, epsilon is 0 long "
                     "before and dp-accounting's sums fail")
+    if dp.adaptive and dp.mode == "central":
+        reach = dp.clip_lr * (1.5 + 40 * count_noise(cfg) / expected_cohort(cfg))
+        if reach >= 700:  # math.exp overflows past 709
+            return (f"--dp-clip-lr {dp.clip_lr:g}: adaptive clipping's step C exp(-L (b - Q)) "
+                    f"can overflow (L x (1.5 + 40 x the count's noise {count_noise(cfg):g} / "
+                    f"{expected_cohort(cfg):g} users) = {reach:.3g} >= 700); lower --dp-clip-lr "
+                    "or --dp-count-noise")
     for z, c, opt in ((dp.noise or 1.0, dp.clip, "--dp-clip"),
                       (dp.sgd_noise, dp.sgd_clip, "--dp-sgd-clip")):
         if z * c > FLOAT32_MAX:
