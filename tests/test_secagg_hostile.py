@@ -147,3 +147,23 @@ def test_nothing_individual_reaches_the_server(tmp_path, monkeypatch):
         assert set(body) <= {"secagg", "cpu_s", "samples", "steps"}, (stage, body)
     row = _rows(tmp_path, "spy")[0]
     assert 0 < row["train_loss"] < 8  # the mean, within the clip
+
+
+def test_the_low_order_list_is_what_the_agreement_refuses():
+    """Every encoding usable() refuses makes X25519 raise (with the top bit set or not), and
+    keys drawn at random are taken."""
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+
+    from fednet.secagg import crypto
+
+    me = X25519PrivateKey.from_private_bytes(bytes(range(32)))
+    for u in crypto.LOW_ORDER:
+        for top in (0, 0x80):
+            b = bytearray(u)
+            b[31] |= top
+            assert not crypto.usable(bytes(b))
+            with pytest.raises(ValueError):
+                me.exchange(X25519PublicKey.from_public_bytes(bytes(b)))
+    rng = np.random.default_rng(0)
+    assert all(crypto.usable(crypto.keypair(rng.bytes(32))[1]) for _ in range(200))
+    assert not crypto.usable(bytes(31))

@@ -188,18 +188,30 @@ class Aggregation:
         """(sum_u n_u q_u over the survivors, sum_u n_u): every mask removed. With `levels`
         (2^bits - 1), SecAggFailed when a value lies outside [0, levels sum_u n_u], where every
         honest sum lies: a wrong masked input or a lying share (the masks left in make the
-        values uniform modulo 2^f, nearly all far outside)."""
-        total, weight = self._unmasked()
-        if levels:
-            over = int(np.count_nonzero(total > np.uint64(levels * weight)))
-            if over:
-                raise SecAggFailed("unmask", len(self.answered), self.need, (
-                    f"the unmasked sum is outside its bound [0, {levels * weight}] in {over} of "
-                    f"{total.size} values: a client sent a wrong masked input or share"))
-        return total, weight
+        values uniform modulo 2^f, nearly all far outside). Each secret is rebuilt from its
+        first t holders; only when that fails (out of the bound, an s key not its own, shares
+        that rebuild nothing) are the secrets checked against a second window of holders, a
+        lying holder found and taken out, and the sum unmasked again (`careful`)."""
+        for careful in (False, True):
+            try:
+                total = self._unmasked(careful)
+                self._bounded(total, levels)
+                return total, sum(self.weights[u] for u in self.inputs)
+            except SecAggFailed:
+                if careful:
+                    raise
+        raise AssertionError("unreachable")
 
-    def _unmasked(self) -> tuple[np.ndarray, int]:
-        b_of, s_of = self._secrets()
+    def _bounded(self, total: np.ndarray, levels: int) -> None:
+        weight = sum(self.weights[u] for u in self.inputs)
+        over = int(np.count_nonzero(total > np.uint64(levels * weight))) if levels else 0
+        if over:
+            raise SecAggFailed("unmask", len(self.answered), self.need, (
+                f"the unmasked sum is outside its bound [0, {levels * weight}] in {over} of "
+                f"{total.size} values: a client sent a wrong masked input or share"))
+
+    def _unmasked(self, careful: bool) -> np.ndarray:
+        b_of, s_of = self._secrets(careful)
         assert self.total is not None
         total, dt = self.total.copy(), dtype_of(self.fbits)
         for v in sorted(self.inputs):
@@ -211,30 +223,35 @@ class Aggregation:
             for w in (x for x in self.nbrs[v] if x in self.inputs):
                 m = C.pair_mask(s_sk, self.pks[w][1], self.rnd, total.size, dt)
                 total = total - m if w < v else total + m
-        return total, sum(self.weights[u] for u in self.inputs)
+        return total
 
-    def _secrets(self) -> tuple[dict[int, bytes], dict[int, bytes]]:
+    def _secrets(self, careful: bool) -> tuple[dict[int, bytes], dict[int, bytes]]:
         """Every survivor's b and every dropped client's s key, rebuilt from the unmask
-        shares; a holder whose shares prove wrong (Liar) is taken out, as if it had not
-        answered the unmask stage, and the secrets rebuilt without it."""
+        shares; `careful`: checked against a second window of holders, a holder whose shares
+        prove wrong (Liar) taken out, as if it had not answered the unmask stage, and the
+        secrets rebuilt without it."""
         while True:
             self._check("unmask", len(self.answered))
             try:
-                b_of = {v: self._rebuild(v, self.b_shares, "b") for v in sorted(self.inputs)}
-                s_of = {v: self._rebuild(v, self.s_shares, "s")
+                b_of = {v: self._rebuild(v, self.b_shares, "b", careful)
+                        for v in sorted(self.inputs)}
+                s_of = {v: self._rebuild(v, self.s_shares, "s", careful)
                         for v in sorted(set(self.shared()) - self.inputs)}
                 return b_of, s_of
             except Liar as e:
                 self.answered.discard(e.holder)
                 self.liars[e.holder] = str(e)
 
-    def _rebuild(self, v: int, shares: dict[int, dict[int, np.ndarray]], what: str) -> bytes:
+    def _rebuild(self, v: int, shares: dict[int, dict[int, np.ndarray]], what: str,
+                 careful: bool) -> bytes:
         got = {h: y for h, y in shares.get(v, {}).items() if h in self.answered}
         t = self.t[v]
         if len(got) < t:
             raise SecAggFailed("unmask", len(self.answered), self.need,
                                f"client {v}'s {what} needs {t} shares, {len(got)} came")
         try:
+            if not careful:
+                return shamir.reconstruct(got, t)  # (its first t holders)
             secret = _rebuilt(got, t)
             if secret is None:  # two subsets disagree: one holder lied, find which
                 raise Liar(_liar(got, t), f"its share of client {v}'s {what} disagrees with "
