@@ -285,3 +285,13 @@ def test_a_driver_whose_rounds_all_fail_ends_failed_at_max_failed_rounds():
     d.run(_Dispatcher(2, failing={0, 1}))
     assert d.status == RunStatus.FAILED and d.rounds_done == 2
     assert "2 rounds in a row without a usable result" in d.error
+
+
+def test_a_model_the_server_noise_made_nan_names_the_noise():
+    """No client result names DP's noise, but the server's own noise is large: the diverged
+    line says the noise, not the learning rate."""
+    nan = {"w": np.array([np.nan], np.float32)}
+    _, plain = Verdict.diverged(2, nan, [], [], 0.5)
+    assert "try a smaller --lr" in plain and plain.startswith("round 3: ")
+    _, noisy = Verdict.diverged(2, nan, [], [], 0.5, lambda m: "the DP noise is the likely cause")
+    assert "the DP noise is the likely cause" in noisy and "--lr" not in noisy

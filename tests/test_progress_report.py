@@ -222,3 +222,25 @@ def test_report_shows_a_run_in_progress_from_its_rows(tmp_path):
     assert "running (no summary.json yet)" in compare([str(run)])
     assert table["status"] == "running (no summary.json yet)"
     assert table["rounds"] == "2/10" and table["final accuracy"] == "70.00%"
+
+
+def test_a_dp_run_whose_loss_went_non_finite_is_told_of_the_noise():
+    from fednet.metrics.progress import stalled_hint
+
+    first = {"round": 0, "loss": 2.3, "accuracy": 0.1}
+    now = {"round": 5, "loss": float("inf"), "accuracy": 0.1}
+    assert "smaller --lr" in stalled_hint(first, now)
+    dp = stalled_hint(first, {**now, "epsilon": 3.0})
+    assert "the noise is the likely cause" in dp
+
+
+def test_the_privacy_rows_name_the_relation_and_the_remarks():
+    from fednet.metrics.what_ran import privacy_rows
+
+    rows = dict(privacy_rows({"mode": "central", "sampling": "fixed", "accountant": "rdp",
+                              "epsilon": 2.0, "delta": 1e-5, "relation": "replace one user",
+                              "remarks": ["the noise is likely to swamp the updates"],
+                              "non_finite_results": 3}))
+    assert "neighbours: replace one user" in rows["privacy (user)"]
+    assert rows["privacy remark"] == "the noise is likely to swamp the updates"
+    assert rows["privacy: NaN/inf results"].startswith("3 ")

@@ -105,12 +105,12 @@ def receive(s: Any, msg: Message, cid: int, nbytes: int, task: Task) -> Result |
     algorithm's results are updates already: ClientUpdate.sends_updates)."""
     reference = {} if s.update_results else task.arrays
     bounds = Bounds(part_size(s.parts, cid), task.sim_time, s.latest_return(task))
-    noise = functools.partial(_dp_cause, s.cfg) if s.cfg.dp.mode != "none" else None
+    noise = functools.partial(dp_cause, s.cfg) if s.cfg.dp.mode != "none" else None
     return accept_reply(msg, cid, nbytes, s.profiles, s.algo.result_layout(task), s.compress,
                         reference, s.spec.result_body, bounds, noise)
 
 
-def _dp_cause(cfg: Any, arrays: Arrays) -> str:
+def dp_cause(cfg: Any, arrays: Arrays) -> str:
     """Why a result of a run under user-level DP may hold NaN/inf ('' when the noise is too
     small to be the likely cause: privacy/plan.noise_cause)."""
     values = sum(int(np.asarray(a).size) for a in arrays.values()

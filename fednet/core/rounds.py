@@ -1,6 +1,7 @@
 """The round driver: runtime-agnostic loop over a Dispatcher (in-process or ZeroMQ)."""
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -14,6 +15,7 @@ from fednet.config import RunConfig
 from fednet.core.arrivals import Arrivals, AsArrived, Order
 from fednet.core.boundary import Checkpoints, Clock, Mark, Marks
 from fednet.core.participants import Participants
+from fednet.core.replies import dp_cause
 from fednet.core.state_files import NO_MANIFEST, Manifest
 from fednet.core.summary import run_summary
 from fednet.core.status import RunStatus
@@ -40,6 +42,11 @@ class Dispatcher(Protocol):
 
     def run_round(self, rnd: int, tasks: list[Task], follow: FollowUp | None = None
                   ) -> tuple[list[Result], list[Failure]]: ...
+
+
+def no_cause(model: Any) -> str:
+    """No known cause of a non-finite model beyond the learning rate (no differential privacy)."""
+    return ""
 
 
 def no_extra_eval(arrays: Any) -> dict[str, float]:
@@ -77,7 +84,9 @@ class RoundDriver:
         # client_state: the algorithm's clients keep state between rounds
         self.checkpoints = Checkpoints(cfg.net.checkpoint_every, cfg.rounds, checkpoint,
                                        manifest, client_state)
-        self.verdict = Verdict(cfg.net.max_failed_rounds, progress, self.end)
+        self.verdict = Verdict(cfg.net.max_failed_rounds, progress, self.end,
+                               functools.partial(dp_cause, cfg) if cfg.dp.mode != "none"
+                               else no_cause)
         self.status = RunStatus.RUNNING
         self.error = ""  # why the run failed or stopped (summary.json's error)
         self.sim_time = 0.0

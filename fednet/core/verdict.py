@@ -23,8 +23,10 @@ class Verdict:
     """The failures of a run (summary.json's list) and the status decisions made of them."""
 
     def __init__(self, max_failed_rounds: int, progress: Any,
-                 end: Callable[[RunStatus, str], None]) -> None:
+                 end: Callable[[RunStatus, str], None],
+                 cause: Callable[[Arrays], str] = lambda model: "") -> None:
         self.max_failed = max_failed_rounds
+        self.cause = cause  # why a model may go NaN/inf (DP's noise: core/replies.dp_cause)
         self.progress, self.end = progress, end
         self.failures: list[dict[str, Any]] = []
         self.log_hint = ""  # where the clients' tracebacks are (set by the runtime)
@@ -80,7 +82,7 @@ class Verdict:
     def check_finite(self, rnd: int, model: Arrays, results: list[Result],
                      failures: list[Failure], loss: float) -> None:
         """The run has diverged when the round's aggregate has (diverged)."""
-        ending = self.diverged(rnd, model, results, failures, loss)
+        ending = self.diverged(rnd, model, results, failures, loss, self.cause)
         if ending is not None:
             self.end(*ending)
 
@@ -98,14 +100,16 @@ class Verdict:
 
     @staticmethod
     def diverged(rnd: int, model: Arrays, results: list[Result], failures: list[Failure],
-                 loss: float) -> Ending | None:
+                 loss: float, cause: Callable[[Arrays], str] = lambda model: ""
+                 ) -> Ending | None:
         """Diverged when the run's own aggregate is: the global model has NaN/inf, or its loss
         is not finite (weights so large that the logits overflow), or no result of the round
         was usable and the results of two clients or more were NaN/inf (every client diverged:
         each such result is its client's failure, core/replies.py, so one client's never ends
         the run). The error names which, and what to try: under differential privacy whose
-        noise made the results NaN/inf (their reasons name it: privacy/plan.noise_cause), the
-        noise; otherwise a smaller --lr."""
+        noise made the results NaN/inf (their reasons name it: privacy/plan.noise_cause), or
+        whose noise on the server's model is large enough to (`cause`), the noise; otherwise a
+        smaller --lr."""
         from fednet.privacy.plan import DP_CAUSE
 
         bad = {f.cid for f in failures if NON_FINITE in f.reason}
@@ -118,7 +122,7 @@ class Verdict:
         if not what:
             return None
         noise = next((f.reason[f.reason.index(DP_CAUSE):] for f in failures
-                      if DP_CAUSE in f.reason), "")
+                      if DP_CAUSE in f.reason), "") or cause(model)
         hint = noise or "try a smaller --lr; for FedDyn --param clip=30 or a smaller alpha"
         error = f"round {rnd + 1}: {what}; the run diverged and stops here ({hint})"
         log.error("%s", error)

@@ -64,6 +64,10 @@ def stalled_hint(first: dict[str, Any], now: dict[str, Any]) -> str | None:
             + (f"; clients' training loss {t0:.3f} -> {t1:.3f})" if t0 is not None and
                t1 is not None else ")"))
     if not math.isfinite(b):
+        if _num(now.get("epsilon")) is not None:  # differential privacy's noise
+            return head + (": it diverged; under differential privacy the noise is the likely "
+                           "cause (see the warning before round 1): more clients a round, a "
+                           "larger --dp-epsilon or fewer --rounds; else a smaller --lr")
         return head + ": it diverged; try a smaller --lr (or --param clip=... where supported)"
     acc0 = _num(first.get("accuracy"))
     if acc is not None and acc0 is not None and acc - acc0 >= 0.05 and b > a:

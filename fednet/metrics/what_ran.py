@@ -119,12 +119,17 @@ def privacy_rows(dp: dict[str, Any]) -> list[tuple[str, str]]:
         how = (f"{dp['mode']}, {dp.get('sampling', '')} sampling" if dp["mode"] == "central"
                else dp["mode"])
         rows += [("privacy (user)", f"epsilon {_eps(dp.get('epsilon'))} at delta "
-                  f"{dp.get('delta', 0):.3g} ({how}, {dp.get('accountant')})"),
+                  f"{dp.get('delta', 0):.3g} ({how}, {dp.get('accountant')}"
+                  + (f"; neighbours: {dp['relation']}" if dp.get("relation") else "") + ")"),
                  ("noise multiplier", f"{dp.get('noise_multiplier', 0):.4g}"
                   + (" (calibrated)" if dp.get("noise_calibrated") else "")
                   + f", clip {dp.get('clip', 0):.4g}")]
     if dp.get("budget"):
         rows.append(("privacy budget", f"epsilon {dp['budget']:g}"))
+    rows += [("privacy remark", str(r)) for r in dp.get("remarks") or []]
+    if dp.get("non_finite_results"):
+        rows.append(("privacy: NaN/inf results", f"{dp['non_finite_results']} (the noise is the "
+                                                  "likely cause: see the remark)"))
     sgd = dp.get("sgd")
     if sgd:
         rows.append(("privacy (example)", f"epsilon {_eps(sgd.get('epsilon'))} at delta "
