@@ -230,13 +230,18 @@ class ZmqServer:
         self.hops.new_round(rnd)
         self.tasks.start(tasks, follow)
         timeout = self.s.cfg.net.round_timeout
+        staged = bool(getattr(self.s.algo, "chained", False))  # stages within the round (SecAgg)
         try:
             self.tasks.fill()
             while self.tasks.busy():
                 self.tasks.fill()
                 self._check_deaths()
                 if time.monotonic() - self.tasks.progress > timeout:
-                    self.tasks.time_out(f"no progress within --round-timeout {timeout:g}s")
+                    why = f"no progress within --round-timeout {timeout:g}s"
+                    if staged:  # each stage has the deadline: its silent clients drop out
+                        self.tasks.stage_time_out(f"{why} (a stage's deadline): it dropped out")
+                        continue
+                    self.tasks.time_out(why)
                     break
                 self._poll_once(0.05)
         finally:  # also when a callback raised: no stale task survives into the next round

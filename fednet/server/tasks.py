@@ -106,6 +106,14 @@ class TaskBook:
         for tid in list(self.pending):
             self.fail(tid, why)
 
+    def stage_time_out(self, why: str) -> None:
+        """No progress in a stage of a staged round (secure aggregation): the tasks out fail as
+        dropouts, and the follow-ups their failures release (the next stage) are sent; the
+        next stage has the same deadline from now."""
+        self.progress = time.monotonic()
+        for tid in list(self.pending):
+            self.fail(tid, why)
+
     def end(self) -> tuple[list[Result], list[Failure]]:
         """The round is over (also when a callback raised): its results and failures; no stale
         task survives into the next round."""

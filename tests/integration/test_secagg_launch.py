@@ -70,3 +70,57 @@ def test_secagg_drop_gives_the_same_run_under_launch(tmp_path):
     assert all("--secagg-drop" in f["reason"] for f in a["failures"])
     assert same_arrays(final_model(tmp_path / "local"), final_model(tmp_path / "launch"))
     assert a["sim_time_s"] == b["sim_time_s"] and a["bytes_by_stage"] == b["bytes_by_stage"]
+
+
+SILENT = '''
+import os
+import time
+
+from fednet.algorithms import secagg
+from fednet.errors import Dropout
+from fednet.models.nets import register_model
+
+_RUN = secagg.SecAggClient.run
+
+
+def run(self, ctx, task):
+    if ctx.cid == 3 and task.body.get("secagg") == os.environ["SILENT_STAGE"]:
+        if os.environ["SILENT_HOW"] == "drop":
+            raise Dropout("dropped out")
+        time.sleep(3600)  # connected, and never answers
+    return _RUN(self, ctx, task)
+
+
+secagg.SecAggClient.run = run
+register_model("silent_probe", lambda classes, shape: None)  # (a plugin registers something)
+'''
+
+
+@pytest.mark.parametrize("stage", ["shares", "input", "unmask"])
+def test_a_silent_client_is_a_dropout_of_its_stage(tmp_path, monkeypatch, stage):
+    """Client 3 stays connected and never answers one stage: at the stage's deadline it drops
+    out, the next stage goes out, and the round's model is the one of the run where client 3
+    dropped out at that stage (fednet local)."""
+    from fednet.algorithms import secagg
+    from fednet.errors import Dropout
+
+    (tmp_path / "silent.py").write_text(SILENT)
+    monkeypatch.setenv("SILENT_STAGE", stage)
+    monkeypatch.setenv("SILENT_HOW", "sleep")  # (the launched clients load the plugin)
+    net = {"secagg": "plus", "secagg_neighbours": 4, "round_timeout": 3.0,
+           "clients_per_process": 1}
+    b = run_zmq(small_config(clients=8, rounds=1, out=str(tmp_path / "launch"), net=net,
+                             plugins=(str(tmp_path / "silent.py"),)), quiet=True)
+    run = secagg.SecAggClient.run
+
+    def drop(self, ctx, task):  # the reference: client 3 drops out at that stage
+        if ctx.cid == 3 and task.body.get("secagg") == stage:
+            raise Dropout("dropped out")
+        return run(self, ctx, task)
+    monkeypatch.setattr(secagg.SecAggClient, "run", drop)
+    a = run_local(small_config(clients=8, rounds=1, out=str(tmp_path / "local"), net=net),
+                  quiet=True)
+    assert a["status"] == b["status"] == "completed", b.get("error")
+    assert [f["client"] for f in b["failures"]] == [3]
+    assert "a stage's deadline" in b["failures"][0]["reason"]
+    assert same_arrays(final_model(tmp_path / "local"), final_model(tmp_path / "launch"))
