@@ -63,3 +63,29 @@ def test_failed_sends_do_not_recurse():
     book.fill()
     _, failures = book.end()
     assert len(failures) == 3000 == len(sent) and not book.pending
+
+
+def test_a_stage_time_out_fails_the_silent_and_sends_the_next_stage():
+    """A staged round (secure aggregation): the stage's silent tasks fail as dropouts and the
+    follow-ups their failures release go out; the book still accepts, and its deadline restarts."""
+    book, sent = _book()
+    nxt = {2: [Task(10, 0, [0]), Task(11, 0, [1])]}  # the next stage, once task 2 is done
+
+    def on_reply(done):
+        return nxt.pop(done.task_id, [])
+    book.start([Task(1, 0, [0]), Task(2, 0, [1])], on_reply)
+    book.fill()
+    book.answered(1)
+    book.reply(_result(1))
+    before = book.progress
+    book.stage_time_out("no progress within --round-timeout 3s (a stage's deadline)")
+    assert sent == [1, 2, 10, 11] and list(book.pending) == [10, 11]
+    assert book.accepting and book.progress >= before
+    _, failures = book.end()
+    assert [(f.task_id, f.cid) for f in failures] == [(2, 1)]
+    assert "a stage's deadline" in failures[0].reason
+
+
+def _result(tid):
+    from fednet.types import Result
+    return Result(tid, 0, 0, {}, {}, 1)
