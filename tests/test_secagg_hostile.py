@@ -167,3 +167,39 @@ def test_the_low_order_list_is_what_the_agreement_refuses():
     rng = np.random.default_rng(0)
     assert all(crypto.usable(crypto.keypair(rng.bytes(32))[1]) for _ in range(200))
     assert not crypto.usable(bytes(31))
+
+
+def _garbling(monkeypatch, cid: int, victims):
+    """Client `cid` seals garbage for the neighbours in `victims` (None: all of them)."""
+    shares = C.shares
+
+    def bad(s, nbrs, c_pks, s_pks, t, rng):
+        out = shares(s, nbrs, c_pks, s_pks, t, rng)
+        if s.cid == cid:
+            out["sealed"] = out["sealed"].copy()
+            for i, v in enumerate(out["to"]):
+                if victims is None or int(v) in victims:
+                    out["sealed"][i, :8] ^= 0xFF
+        return out
+    monkeypatch.setattr(C, "shares", bad)
+
+
+def test_shares_that_do_not_open_blame_their_sender_not_the_receivers(tmp_path, monkeypatch):
+    """Client 4's sealed shares do not open at two of its neighbours: they say so with their
+    masked inputs (no honest failure, no traceback), the server asks them no share of client
+    4, and client 4's b is rebuilt from the others: the round goes on, the model is FedAvg's of
+    all eight."""
+    _garbling(monkeypatch, 4, {0, 1})
+    s, got = _run(tmp_path, "garble", rounds=1)
+    assert s["status"] == "completed" and not s["failures"]
+    row = _rows(tmp_path, "garble")[0]
+    assert row["secagg_clients"] == [8, 8, 8, 8, 8] and "round_failed" not in row
+
+
+def test_a_sender_whose_shares_open_nowhere_is_named_as_the_cause(tmp_path, monkeypatch):
+    _garbling(monkeypatch, 4, None)
+    s, _ = _run(tmp_path, "garble", rounds=1)
+    row = _rows(tmp_path, "garble")[0]
+    assert not s["failures"]  # no honest client is a failure
+    assert "client 4's b needs 4 shares, 0 came; client 4's sealed shares did not open at 7 " \
+           "clients: client 4 sent bad shares" in row["round_failed"]

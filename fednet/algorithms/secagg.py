@@ -37,6 +37,7 @@ from fednet.types import Arrays, Failure, Result, Task
 
 log = logging.getLogger("fednet.server")
 PREFIX = "secagg/"  # the protocol's arrays in a training task, beside the model's
+BAD_FROM = "secagg_bad_from"  # an input reply's senders whose sealed shares did not open
 KEYS_LAYOUT: Layout = {"c_pk": ((32,), np.dtype(np.uint8)), "s_pk": ((32,), np.dtype(np.uint8))}
 
 
@@ -164,7 +165,9 @@ class SecAggServer(StagedStrategy):
         elif stage == "shares":
             why = self.agg.take_shares(done.cid, a["to"], a["sealed"])
         elif stage == "input":
-            self.agg.take_input(done.cid, a["y"])
+            why = self.agg.complain(done.cid, done.body.get(BAD_FROM) or [])
+            if not why:
+                self.agg.take_input(done.cid, a["y"])
         else:
             why = self.agg.take_unmask(done.cid, a, self.asked[done.task_id]["unmask"])
         if why:  # the protocol's own check refused it: that client is a dropout of this stage
@@ -206,7 +209,7 @@ class SecAggServer(StagedStrategy):
     def _why(self, e: SecAggFailed) -> str:
         """The failure, with what to change when a SecAgg+ neighbourhood lost too many shares."""
         if self.mode != "plus" or not re.search(r"needs \d+ shares, \d+ came", str(e)) \
-                or self.agg is None:
+                or "sent bad shares" in str(e) or self.agg is None:
             return str(e)
         k = len(next(iter(self.agg.nbrs.values()), []))
         return (f"{e} (SecAgg+ gave each client {k} neighbours, enough for "
@@ -352,7 +355,7 @@ class SecAggClient:
         """Open the shares, train, and send the weighted quantized update masked."""
         b, a, cid, rnd = task.body, task.arrays, ctx.cid, task.round
         s = C.session(cid, rnd)
-        C.open_shares(s, a[PREFIX + "from"], a[PREFIX + "sealed"])
+        bad = C.open_shares(s, a[PREFIX + "from"], a[PREFIX + "sealed"])
         model = {k: v for k, v in a.items() if not k.startswith(PREFIX)}
         names = _floats(model)
         ref = np.concatenate([model[n].ravel() for n in names]).astype(np.float64)
@@ -367,6 +370,8 @@ class SecAggClient:
         vec = np.concatenate([new - ref, [min(max(loss, 0.0), clip)]])
         q = quantize(vec, clip, int(b["bits"]), ctx.num_examples, fbits,
                      rng.generator(ctx.cfg.seed, "secagg-round", rnd, cid))
+        if bad:  # the senders whose shares did not open here: their fault, named
+            body[BAD_FROM] = bad
         return {"y": C.masked(s, q, a[PREFIX + "partners"])}, body
 
 

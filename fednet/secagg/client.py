@@ -97,18 +97,27 @@ def shares(s: Session, nbrs: np.ndarray, c_pks: np.ndarray, s_pks: np.ndarray, t
     return {"to": np.array(ids, np.int64), "sealed": sealed}
 
 
-def open_shares(s: Session, senders: np.ndarray, sealed: np.ndarray) -> None:
-    """The shares the neighbours sealed for this client, opened and kept (ValueError when one
-    does not open, or names other parties than its sender and this client)."""
+def open_shares(s: Session, senders: np.ndarray, sealed: np.ndarray) -> list[int]:
+    """The shares the neighbours sealed for this client, opened and kept; the senders whose
+    share does not open (or names other parties than its sender and this client) are returned,
+    not raised: they are the senders' fault, which the server is told (ValueError only for a
+    sender that is no neighbour: the server's routing)."""
+    bad = []
     for v, row in zip((int(x) for x in senders), sealed):
         if v not in s.pks:
             raise ValueError(f"a share from client {v}, who is not a neighbour")
         key = crypto.agree(s.c_sk, s.pks[v][0], share_info(s.rnd))
-        plain = crypto.unseal(key, nonce(s.rnd, v, s.cid), bytes(row), _IDS.pack(v, s.cid))
-        if _IDS.unpack(plain[:16]) != (v, s.cid):
-            raise ValueError(f"the share from client {v} names other parties")
-        s.held[v] = (shamir.decode_share(plain[16:16 + SB]),
-                     shamir.decode_share(plain[16 + SB:16 + 2 * SB]))
+        try:
+            plain = crypto.unseal(key, nonce(s.rnd, v, s.cid), bytes(row), _IDS.pack(v, s.cid))
+            if _IDS.unpack(plain[:16]) != (v, s.cid):
+                raise ValueError(f"the share from client {v} names other parties")
+            held = (shamir.decode_share(plain[16:16 + SB]),
+                    shamir.decode_share(plain[16 + SB:16 + 2 * SB]))
+        except ValueError:
+            bad.append(v)
+            continue
+        s.held[v] = held
+    return bad
 
 
 def pair_mask(s_sk: bytes, other_pk: bytes, rnd: int, n: int, dtype: np.dtype) -> np.ndarray:

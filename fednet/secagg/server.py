@@ -80,6 +80,7 @@ class Aggregation:
     answered: set[int] = field(default_factory=set)             # U4
     used: set[bytes] = field(default_factory=set)               # the public keys taken
     liars: dict[int, str] = field(default_factory=dict)         # holders whose shares lied
+    complaints: dict[int, set[int]] = field(default_factory=dict)  # sender -> who could not open
 
     def __post_init__(self) -> None:
         self.graph = neighbours(self.cohort, self.degree, self.rng)
@@ -155,6 +156,19 @@ class Aggregation:
         self.total = y.copy() if self.total is None else self.total + y
         self.inputs.add(cid)
 
+    def complain(self, cid: int, bad: list) -> str:
+        """A survivor's complaint at the input stage: the senders whose sealed shares did not
+        open at it ('' or why the complaint itself is refused: not senders the server routed
+        to it). Those shares are not asked back at unmask, and a secret they leave short
+        names its sender as the cause."""
+        sent = set(self.routed.get(cid, {}))  # (to -> from -> row)
+        got = [v for v in bad if isinstance(v, int) and not isinstance(v, bool)]
+        if len(got) != len(bad) or not set(got) <= sent:
+            return "its complaint names clients whose shares the server did not route to it"
+        for v in got:
+            self.complaints.setdefault(v, set()).add(cid)
+        return ""
+
     def unmask_requests(self) -> dict[int, dict[str, np.ndarray]]:
         """After the input stage: of the neighbours whose shares each survivor holds, who
         survived (their b share asked) and who dropped (their s share asked)."""
@@ -162,7 +176,7 @@ class Aggregation:
         u2 = set(self.shared())
         out = {}
         for u in sorted(self.inputs):
-            held = [v for v in self.nbrs[u] if v in u2]
+            held = [v for v in self.nbrs[u] if v in u2 and u not in self.complaints.get(v, ())]
             out[u] = {"survivors": np.array([v for v in held if v in self.inputs], np.int64),
                       "dropped": np.array([v for v in held if v not in self.inputs], np.int64)}
         return out
@@ -247,8 +261,12 @@ class Aggregation:
         got = {h: y for h, y in shares.get(v, {}).items() if h in self.answered}
         t = self.t[v]
         if len(got) < t:
+            blame = self.complaints.get(v)
             raise SecAggFailed("unmask", len(self.answered), self.need,
-                               f"client {v}'s {what} needs {t} shares, {len(got)} came")
+                               f"client {v}'s {what} needs {t} shares, {len(got)} came" + (
+                                   f"; client {v}'s sealed shares did not open at "
+                                   f"{len(blame)} clients: client {v} sent bad shares"
+                                   if blame else ""))
         try:
             if not careful:
                 return shamir.reconstruct(got, t)  # (its first t holders)
