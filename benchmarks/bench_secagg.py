@@ -67,8 +67,9 @@ def cell(out: Path, mode: str, cohort: int, population: int, drop: float, extra:
 
 def predicted_up(n_nbrs: int, d: int, fbits: int, survivors: int) -> float:
     """A client's uplink from its parts (Bonawitz et al.'s accounting with fednet's sizes): two
-    public keys, a sealed share per neighbour, the masked input, a share per neighbour back."""
-    return 2 * KEY + n_nbrs * SEALED + d * fbits / 8 + survivors * SHARE
+    public keys, a sealed share per neighbour, the masked input (the d update values and the
+    training loss), a share per neighbour back."""
+    return 2 * KEY + n_nbrs * SEALED + (d + 1) * fbits / 8 + survivors * SHARE
 
 
 def main() -> None:
