@@ -124,3 +124,57 @@ def test_a_silent_client_is_a_dropout_of_its_stage(tmp_path, monkeypatch, stage)
     assert [f["client"] for f in b["failures"]] == [3]
     assert "a stage's deadline" in b["failures"][0]["reason"]
     assert same_arrays(final_model(tmp_path / "local"), final_model(tmp_path / "launch"))
+
+
+HOSTILE = '''
+import numpy as np
+
+from fednet.models.nets import register_model
+from fednet.secagg import client as C
+
+_KEYS, _UNMASK = C.keys, C.unmask
+
+
+def keys(cid, rnd, rng):  # client 2 advertises a key no agreement can use
+    out = _KEYS(cid, rnd, rng)
+    if cid == 2:
+        out["c_pk"] = np.zeros(32, np.uint8)
+    return out
+
+
+def unmask(s, survivors, dropped):  # client 5 lies in one unmask share
+    out = _UNMASK(s, survivors, dropped)
+    if s.cid == 5 and len(out["b_share"]):
+        out["b_share"] = out["b_share"].copy()
+        out["b_share"][0, :4] ^= 0x5A
+    return out
+
+
+C.keys, C.unmask = keys, unmask
+register_model("hostile_probe", lambda classes, shape: None)  # (a plugin registers something)
+'''
+
+
+def test_hostile_key_holders_cost_the_same_under_launch(tmp_path, monkeypatch):
+    """A low-order key (client 2) and a lying unmask share (client 5) under fednet launch: the
+    same model as fednet local with the same two clients, and as the run where client 2 dropped
+    out at keys and client 5 at unmask."""
+    import importlib.util
+
+    (tmp_path / "hostile.py").write_text(HOSTILE)
+    net = {"secagg": "full"}
+    b = run_zmq(small_config(clients=8, rounds=2, out=str(tmp_path / "launch"), net=net,
+                             plugins=(str(tmp_path / "hostile.py"),)), quiet=True)
+    from fednet.secagg import client as C
+    spec = importlib.util.spec_from_file_location("hostile_here", tmp_path / "hostile.py")
+    mod = importlib.util.module_from_spec(spec)
+    keys, unmask = C.keys, C.unmask
+    spec.loader.exec_module(mod)  # patches C in this process: put back below
+    try:
+        a = run_local(small_config(clients=8, rounds=2, out=str(tmp_path / "local"), net=net),
+                      quiet=True)
+    finally:
+        C.keys, C.unmask = keys, unmask
+    assert a["status"] == b["status"] == "completed" and not a["failures"] and not b["failures"]
+    assert same_arrays(final_model(tmp_path / "local"), final_model(tmp_path / "launch"))
+    assert a["secagg"]["failed_rounds"] == b["secagg"]["failed_rounds"] == 0
