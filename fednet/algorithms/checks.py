@@ -141,18 +141,24 @@ def _secagg_rules(cfg: RunConfig) -> None:
         raise ConfigError(f"--secagg-drop {n.secagg_drop}: {e}") from None
 
 
-def check_data(cfg: RunConfig, num_classes: int, sizes: Callable[[], Any]) -> None:
+def check_data(cfg: RunConfig, num_classes: int, sizes: Callable[[], Any],
+               shape: tuple[int, ...] = (0, 0)) -> None:
     """The rules that need the loaded dataset (Session calls it before anything is written):
     the backdoor's target is one of its labels; secure aggregation's field holds the largest
     sum a round can make (the round's clients with the most examples, each weighing its
-    update by its examples). `sizes()`: every client's examples (asked only under --secagg)."""
+    update by its examples). `sizes()`: every client's examples (asked only under --secagg);
+    `shape`: an input's shape (the backdoor's trigger must fit its images)."""
     a = cfg.attack
     if a.name == "backdoor":
         from fednet.algorithms.robust_spec import attack_params
 
-        t = int(attack_params(cfg).target)
+        p = attack_params(cfg)
+        t, side = int(p.target), int(p.trigger_size)
         _need(t < num_classes, f"--param target={t}: --attack backdoor's target is a label, and "
               f"{cfg.data.dataset} has {num_classes} (0..{num_classes - 1})")
+        _need(side <= min(shape[-2:]), f"--param trigger_size={side}: the trigger is a square "
+              f"in the image's corner, and {cfg.data.dataset}'s images are "
+              f"{shape[-2]}x{shape[-1]}; give at most {min(shape[-2:])}, or 0 for side / 8")
     n = cfg.net
     if n.secagg == "off":
         return

@@ -61,7 +61,8 @@ class Session:
         self.run_id = uuid.uuid4().hex
         d = cfg.data
         ds, label_hist = self._partition(cfg)
-        check_data(cfg, ds.num_classes, lambda: part_sizes(self.parts, np.arange(cfg.clients)))
+        check_data(cfg, ds.num_classes, lambda: part_sizes(self.parts, np.arange(cfg.clients)),
+                   tuple(ds.input_shape))
         self.profiles = latency.profiles(cfg.latency, cfg.clients, cfg.seed)
         self.availability = availability.build(cfg.latency.availability, cfg.clients, cfg.seed)
         self.algo = algorithms.build(cfg)  # the server half
