@@ -76,7 +76,7 @@ CASES = [
      "n - f = 8 here"),
     (["--defense", "krum", "--clients", "4"], "--defense krum assumes f = 1"),
     (["--defense", "trimmed_mean", "--param", "trim=0.5"], "trim"),
-    (["--defense", "centered_clip", "--param", "radius=0"], "radius"),
+    (["--defense", "centered_clip", "--param", "radius=-1"], "radius"),
     (["--attack", "signflip", "--secagg", "full"], "--attack signflip does not go with --secagg"),
 ]
 

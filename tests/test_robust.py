@@ -76,10 +76,10 @@ def test_norm_bound_by_hand():
 def test_centered_clip_by_hand():
     x = np.array([[3.0, 4.0], [0.0, 0.0]])
     # v0 = 0, tau = 1: (3,4) clipped to (0.6,0.8), (0,0) stays: v = (0.3, 0.4)
-    assert np.allclose(R.centered_clip(x, np.zeros(2), 1.0, 1), [0.3, 0.4], atol=1e-15)
+    assert np.allclose(R.centered_clip(x, np.zeros(2), 1.0, 1)[0], [0.3, 0.4], atol=1e-15)
     # a second pass: (2.7,3.6) (norm 4.5) -> (0.6,0.8); (-0.3,-0.4) (norm 0.5) stays: + (0.15,0.2)
-    assert np.allclose(R.centered_clip(x, np.zeros(2), 1.0, 2), [0.45, 0.6], atol=1e-15)
-    assert np.allclose(R.centered_clip(x, np.zeros(2), 100.0, 1), x.mean(axis=0))  # no clip
+    assert np.allclose(R.centered_clip(x, np.zeros(2), 1.0, 2)[0], [0.45, 0.6], atol=1e-15)
+    assert np.allclose(R.centered_clip(x, np.zeros(2), 100.0, 1)[0], x.mean(axis=0))  # no clip
 
 
 def test_apply_refuses_a_round_too_small_with_its_reason():

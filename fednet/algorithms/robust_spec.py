@@ -128,10 +128,12 @@ class NormBoundParams:
 
 @dataclass(frozen=True)
 class CenteredClipParams:
-    """Centered clipping (Karimireddy, He and Jaggi, ICML 2021)."""
+    """Centered clipping (Karimireddy, He and Jaggi, ICML 2021); tau on the scale of the round's
+    updates unless given (robust.centered_clip says why)."""
 
-    radius: float = param(10.0, "centered clipping: tau, the clipping radius around the center",
-                          gt=0)
+    radius: float = param(0.0, "centered clipping: tau, the clipping radius around the center "
+                          "(0: the median of the round's update distances to the center, at "
+                          "each iteration)", ge=0)
     iters: int = param(1, "centered clipping: L, the clipping iterations", ge=1)
 
 
