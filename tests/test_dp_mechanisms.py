@@ -155,6 +155,9 @@ def test_local_dp_accounts_each_clients_tasks():
     clients = [ClientInfo(c, 10) for c in range(4)]
     for rnd in range(3):
         algo.configure_round(rnd, clients)
+        # a round's tasks count when it is aggregated (an interrupted round: not yet)
+        assert algo.state.dp_counts.sum() == 2 * rnd
+        algo.aggregate_round(rnd, [], [])
     worst = int(algo.state.dp_counts.max())
     assert algo.state.dp_counts.sum() == 6 and worst >= 2
     assert algo.epsilon() == Accountant("rdp", plan.default_delta(4)).epsilon([(("gaussian", 1.5), worst)])

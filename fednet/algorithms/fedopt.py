@@ -110,6 +110,32 @@ class FedOpt(FedAvg):
         return metrics
 
 
+    def resume_problem(self, st: FedOptState, rounds_done: int, participants: Any,
+                       last_row: dict[str, Any] | None) -> tuple[str, str] | None:
+        """Why checkpointed moments cannot go on ('npz', one line), or None: m (and v but for
+        FedAvgM) hold every trainable floating entry, and v > 0 everywhere (it starts at τ² and
+        every rule keeps it positive: Adam and Adagrad add squares to a positive v, Yogi moves
+        v by at most (1 − β2) Δ² toward Δ²); the values are finite (checkpoint.load)."""
+        names = sorted(n for n in self.trainable if st.model[n].dtype.kind == "f")
+        for what, moments in (("m", st.m), ("v", st.v)):
+            if what == "v" and self.rule == "fedavgm":
+                if moments:
+                    return "npz", "arrays 'state/v/...': FedAvgM keeps no second moment"
+                continue
+            if sorted(moments) != names:
+                missing = sorted(set(names) - set(moments))
+                return "npz", (f"the server optimizer's {what} must hold every trainable "
+                               f"floating entry of the model ('state/{what}/{missing[0]}' is "
+                               "missing)" if missing else f"arrays 'state/{what}/...' do not "
+                               "match the trainable entries")
+        for n in sorted(st.v):
+            if not (st.v[n] > 0).all():
+                return "npz", (f"array 'state/v/{n}': the second moment must be above 0 "
+                               f"everywhere (it starts at tau^2 = {self.p.tau ** 2:g}); got "
+                               f"{float(st.v[n].min()):g}")
+        return None
+
+
 class FedAvgM(FedOpt):
     """Server momentum (Hsu et al. 2019)."""
 

@@ -11,8 +11,9 @@ FedAvg-family Strategy (wrap_server), whatever its server rule (FedAvg, FedAvgM,
 - `--dp-sgd-noise`: DP-SGD inside the clients (training/dpsgd.py); the server accounts each
   client's per-example privacy from its partition's size and the tasks it sent it.
 
-Every round's event goes into the state (`dp`, JSON; `dp_counts`: tasks per client), so a
---resume continues the accounting; the rows carry epsilon after each round and the summary a
+Every round's event goes into the state (`dp`, JSON; `dp_counts`: tasks per client, counted
+when the round is aggregated), so a --resume continues the accounting (checked first:
+resume_problem); the rows carry epsilon after each round and the summary a
 `dp` section. A round that would exceed --dp-epsilon is not started: the run stops as
 `budget_spent` (stop_before).
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -32,8 +34,8 @@ from fednet.algorithms.dp_mean import PrivateMean
 from fednet.algorithms.fedavg import FedAvg
 from fednet.errors import ConfigError
 from fednet.privacy import plan
-from fednet.privacy.accountant import Accountant
-from fednet.privacy.mechanisms import next_clip
+from fednet.privacy.accountant import Accountant, counts_problem
+from fednet.privacy.mechanisms import clip_problem, next_clip
 from fednet.types import ClientInfo, Failure, Result, Task
 
 log = logging.getLogger("fednet.server")
@@ -89,6 +91,7 @@ class PrivateServer:
         self.calibrated = False  # the session says so when it calibrated the noise
         self._round, self._key, self._denom = -1, None, plan.expected_cohort(cfg)
         self._mean: PrivateMean | None = None
+        self._pending: list[int] = []  # the round's clients, counted when it is aggregated
         self.remarks: list[str] = []  # said before the first round (plan.remarks)
         self._said_end = False
 
@@ -150,8 +153,8 @@ class PrivateServer:
             if self.cfg.dp.sampling == "fixed":
                 self._denom = float(plan.cohort_size(self.cfg.algo.fraction, len(clients)))
         tasks = super().configure_round(rnd, clients)  # type: ignore[misc]
-        if self.local or self.sgd:
-            self._count(tasks)
+        if self.local or self.sgd:  # counted when the round is aggregated (_count)
+            self._pending = sorted({c for t in tasks for c in t.route})
         return tasks
 
     def select(self, rnd: int, clients: Sequence[ClientInfo]) -> list[ClientInfo]:
@@ -178,6 +181,8 @@ class PrivateServer:
                         ) -> dict[str, float]:
         """The algorithm's aggregate (on the noised mean), then the accountant's row."""
         metrics = super().aggregate_round(rnd, results, failures)  # type: ignore[misc]
+        if self.local or self.sgd:
+            self._count(self._pending)
         self.state.dp["non_finite"] = self.state.dp.get("non_finite", 0) + sum(
             plan.DP_CAUSE in f.reason for f in failures)  # (core/replies.py names the noise)
         extra = self._central_round(rnd) if self.central else {}
@@ -211,21 +216,39 @@ class PrivateServer:
             out["dp_s"] += time.perf_counter() - t0
         return out
 
-    def _count(self, tasks: list[Task]) -> None:
-        """One more task for every client on the tasks' routes; DP-SGD's worst epsilon."""
-        st = self.state
-        for cid in sorted({c for t in tasks for c in t.route}):
+    def _count(self, cids: list[int]) -> None:
+        """One more task for each of the round's clients (every client on its tasks' routes),
+        counted once the round is aggregated, so that a checkpoint written when a round is
+        interrupted holds the rounds done, as the participants' counts do; DP-SGD's worst
+        epsilon."""
+        st, self._pending = self.state, []
+        for cid in cids:
             st.dp_counts[cid] += 1
             if self.sgd:
                 st.dp["sgd_epsilon"] = max(st.dp["sgd_epsilon"], self.sgd_epsilon(cid))
 
-    def sgd_epsilon(self, cid: int) -> float:
-        """Client cid's per-example epsilon (at --dp-sgd-delta) after the tasks it was sent."""
+    def sgd_epsilon(self, cid: int, tasks: int | None = None) -> float:
+        """Client cid's per-example epsilon (at --dp-sgd-delta) after the tasks it was sent
+        (`tasks`, or its count in the state)."""
         if self.info.sizes is None:
             raise RuntimeError("DP-SGD's accountant needs the clients' sizes (ServerInfo.sizes)")
         q, steps = plan.sgd_steps(self.info.sizes(cid), self.cfg.train.batch_size)
-        total = int(self.state.dp_counts[cid]) * self.cfg.train.epochs * steps
+        n = int(self.state.dp_counts[cid]) if tasks is None else tasks
+        total = n * self.cfg.train.epochs * steps
         return self.sgd_acc.epsilon([(plan.sgd_key(self.cfg.dp.sgd_noise, q), total)])
+
+    # ---- --resume --------------------------------------------------------------------------------
+    def resume_problem(self, st: Any, rounds_done: int, participants: Any,
+                       last_row: dict[str, Any] | None) -> tuple[str, str] | None:
+        """Why a checkpointed state cannot go on ('json' or 'npz', one line), or None: the
+        accountant's record is checked against the run's configuration, the rounds done, the
+        tasks each client was given and the last row, so that a resumed run never reports an
+        epsilon below the truth; then the server rule's own checks."""
+        why = _resume_problem(self, st, rounds_done, participants, last_row)
+        if why:
+            return why
+        base = getattr(super(), "resume_problem", None)
+        return base(st, rounds_done, participants, last_row) if base is not None else None
 
     # ---- the summary ----------------------------------------------------------------------------
     def report(self) -> dict[str, Any]:
@@ -300,3 +323,65 @@ def _plus(history: list[tuple[tuple, int]], key: tuple) -> list[tuple[tuple, int
         if k == key:
             return [*history[:i], (k, c + 1), *history[i + 1:]]
     return [*history, (key, 1)]
+
+
+# ---- --resume: the accountant's record checked ---------------------------------------------------
+Problem = tuple[str, str] | None  # ('json' or 'npz', one line)
+
+
+def _resume_problem(srv: PrivateServer, st: Any, rounds_done: int, participants: Any,
+                    last_row: dict[str, Any] | None) -> Problem:
+    """The first problem of a checkpointed DP state: its JSON record's types and ranges, the
+    clip norm (privacy/mechanisms.clip_problem), the central events (plan.events_problem), the
+    tasks per client (accountant.counts_problem), then the epsilon against the last row."""
+    cfg, dp = srv.cfg, st.dp
+    row = last_row if last_row is not None and last_row.get("round") == rounds_done - 1 else None
+    why = plan.record_problem(dp)
+    if why:
+        return "json", why
+    why = clip_problem(cfg.dp, dp["clip"], srv.central and cfg.dp.adaptive, rounds_done, row)
+    why = why or plan.events_problem(cfg, dp["events"], rounds_done)
+    if why:
+        return "json", why
+    why = counts_problem(st.dp_counts, srv.local or srv.sgd, cfg.clients, rounds_done,
+                         participants.tasks)
+    return ("npz", why) if why else _epsilon_problem(srv, st, rounds_done, row)
+
+
+def _epsilon_of(srv: PrivateServer, st: Any) -> float:
+    """Epsilon at the run's delta that a checkpointed state gives (central or local DP)."""
+    if srv.central:
+        return srv.acc.epsilon([(tuple(k), int(c)) for k, c in st.dp["events"]])
+    worst = int(st.dp_counts.max(initial=0))
+    return srv.acc.epsilon([(plan.local_key(srv.cfg.dp.noise), worst)])
+
+
+def _sgd_worst(srv: PrivateServer, st: Any) -> float:
+    """DP-SGD's worst per-example epsilon over the clients, from their task counts."""
+    seen: dict[tuple[float, int], float] = {}
+    for cid in np.flatnonzero(st.dp_counts):
+        n = int(st.dp_counts[cid])
+        q, steps = plan.sgd_steps(srv.info.sizes(int(cid)), srv.cfg.train.batch_size)
+        if (q, n * steps) not in seen:
+            seen[q, n * steps] = srv.sgd_epsilon(int(cid), n)
+    return max(seen.values(), default=0.0)
+
+
+def _epsilon_problem(srv: PrivateServer, st: Any, rounds_done: int,
+                     row: dict[str, Any] | None) -> Problem:
+    """The epsilon the state gives is never below the one its last round's row reported, and
+    DP-SGD's recorded worst epsilon is the one its counts give."""
+    def low(got: float, said: Any) -> bool:
+        return isinstance(said, float) and math.isfinite(said) and got < said * (1 - 1e-9)
+    if srv.acc is not None and row is not None:
+        got = _epsilon_of(srv, st)
+        if low(got, row.get("epsilon")):
+            return ("json" if srv.central else "npz"), (
+                f"the accountant's record gives epsilon {got:.6g} after round {rounds_done}, "
+                f"below the {row['epsilon']:.6g} that round's row reported")
+    if srv.sgd and srv.info.sizes is not None:
+        worst, said = _sgd_worst(srv, st), st.dp["sgd_epsilon"]
+        if not math.isclose(worst, said, rel_tol=1e-9, abs_tol=1e-12):
+            return "json", (f"algo.dp.sgd_epsilon is {said:.6g}, the clients' task counts give "
+                            f"{worst:.6g}")
+    return None

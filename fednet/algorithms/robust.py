@@ -168,6 +168,18 @@ def centered_clip(x: np.ndarray, center: np.ndarray, radius: float, iters: int
     return v, tau
 
 
+def center_problem(center: np.ndarray, model: Arrays) -> str:
+    """Why a checkpointed centered-clipping center cannot be the next round's (one line), or
+    '': it is the last aggregate update, one finite float64 per floating value of the model."""
+    size = sum(int(a.size) for a in model.values() if a.dtype.kind == "f")
+    if center.ndim != 1 or center.dtype != np.float64 or center.size != size:
+        return (f"the centered-clipping center has shape {center.shape} and dtype {center.dtype};"
+                f" it is one float64 per floating value of the model ({size})")
+    if not np.isfinite(center).all():
+        return "the centered-clipping center holds NaN or inf"
+    return ""
+
+
 # ---- one round --------------------------------------------------------------------------------
 
 

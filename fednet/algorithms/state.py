@@ -10,7 +10,10 @@ What a field holds is read from its annotation (contract.py lists the vocabulary
   anything else                 JSON                        ints in list[list[int]] and the keys
                                                             of dict[int, ...] are client ids
 A field that is None (or an empty container) writes no arrays. decode() checks everything it
-reads and reports the first problem through `fail(message)`; nothing is ever unpickled.
+reads and reports the first problem through `fail(message)`; nothing is ever unpickled. With
+finite=True (a checkpoint or store file read at --resume) every floating array must also hold
+only finite values: no state of any algorithm (a model, FedOpt's moments, SCAFFOLD's controls,
+FedDyn's h, the centered-clipping center) is NaN or inf in a run that had not diverged.
 """
 from __future__ import annotations
 
@@ -113,8 +116,16 @@ def _index(text: str, limit: int) -> int | None:
 class _Decoder:
     """Rebuilds one state from its arrays, reporting the first problem via fail()."""
 
-    def __init__(self, shapes: Shapes, fail: Callable[[str], None], device: Any = None) -> None:
-        self.s, self.fail, self.device = shapes, fail, device
+    def __init__(self, shapes: Shapes, fail: Callable[[str], None], device: Any = None,
+                 finite: bool = False) -> None:
+        self.s, self.fail, self.device, self.finite = shapes, fail, device, finite
+
+    def numbers(self, key: str, a: np.ndarray) -> None:
+        """With finite: a floating array that holds NaN or inf fails."""
+        if self.finite and a.dtype.kind in "fc" and not np.isfinite(a).all():
+            bad = int(a.size - np.count_nonzero(np.isfinite(a)))
+            self.fail(f"array '{key}' holds {bad} NaN or inf value{'s' * (bad != 1)} (a state "
+                      "is finite in a run that goes on)")
 
     def entry(self, key: str, name: str, a: np.ndarray, exact: bool) -> None:
         """An array that stands for model entry `name`."""
@@ -129,6 +140,7 @@ class _Decoder:
         if not exact and a.dtype.kind != ref.dtype.kind:
             self.fail(f"array '{key}' has dtype {a.dtype}, expected the kind of {ref.dtype} "
                       f"(shape {ref.shape})")
+        self.numbers(key, a)
 
     def model(self, p: str, got: dict[str, np.ndarray], exact: bool) -> Arrays:
         for n, a in got.items():
@@ -149,6 +161,7 @@ class _Decoder:
                           f"parameter {i} has shape {want}")
         elif a.ndim != 1 or a.dtype.kind not in "iu":
             self.fail(f"array '{key}' must be a 1-d integer index array")
+        self.numbers(key, a)
         t = torch.from_numpy(np.array(a))
         return t.to(self.device) if self.device is not None else t
 
@@ -163,6 +176,7 @@ class _Decoder:
                                                   (ref.shape, ref.dtype)):
                 self.fail(f"array '{p}' does not fit the state (expected "
                           f"{getattr(ref, 'shape', '?')} {getattr(ref, 'dtype', '?')})")
+            self.numbers(p, a)
             return np.array(a)
         groups: dict[int, dict[str, np.ndarray]] = {}
         limit = self.s.clients if k == "model_map" else 1 << 30
@@ -223,18 +237,21 @@ def _json_ok(v: Any, tp: Any, clients: int, ids: bool = False) -> Any:
     return v
 
 
-def check_model(prefix: str, got: Arrays, shapes: Shapes, fail: Callable[[str], None]) -> Arrays:
-    """A whole model (PREFIX/<entry>): every entry of the initial model, same shapes and dtypes."""
-    return _Decoder(shapes, fail).model(prefix, got, exact=True)
+def check_model(prefix: str, got: Arrays, shapes: Shapes, fail: Callable[[str], None],
+                finite: bool = False) -> Arrays:
+    """A whole model (PREFIX/<entry>): every entry of the initial model, same shapes and dtypes
+    (finite: and no NaN or inf)."""
+    return _Decoder(shapes, fail, finite=finite).model(prefix, got, exact=True)
 
 
 def decode(cls: type, arrays: Arrays, meta: dict[str, Any], prefix: Callable[[str], str],
            shapes: Shapes, fail: Callable[[str], None], fail_json: Callable[[str], None],
-           device: Any = None) -> tuple[Any, set[str]]:
+           device: Any = None, finite: bool = False) -> tuple[Any, set[str]]:
     """The inverse of encode(): (an instance of cls, the array names it used). Every array and
-    JSON field is checked; fail() (arrays) or fail_json() gets the first problem and must raise.
-    Fields without arrays or JSON keep their defaults (None, empty)."""
-    dec = _Decoder(shapes, fail, device)
+    JSON field is checked (finite: floating arrays hold no NaN or inf); fail() (arrays) or
+    fail_json() gets the first problem and must raise. Fields without arrays or JSON keep their
+    defaults (None, empty)."""
+    dec = _Decoder(shapes, fail, device, finite)
     values: dict[str, Any] = {}
     owned: set[str] = set()
     for name, (k, tp) in fields_of(cls).items():

@@ -16,8 +16,11 @@ checkpoint (a crash between the two renames leaves checkpoint.old, which --resum
 
 A checkpoint is checked before a resumed run writes anything: read() checks the files and the
 numbers against the run's configuration, load() also every array and JSON field against the
-algorithm's state classes and the model (names, shapes, dtypes, client ids). Anything wrong is a
-ConfigError naming the file.
+algorithm's state classes and the model (names, shapes, dtypes, client ids), every floating
+array finite, and the values the algorithm checks itself (resume_problem: differential
+privacy's events and counts against the rounds done, the run's mechanism and noise, the tasks
+each client was given and the last row's epsilon; clip norms; FedOpt's second moments). Anything
+wrong is a ConfigError naming the file.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from fednet.algorithms.robust import center_problem
 from fednet.algorithms.state import Shapes, check_model, decode, encode
 from fednet.core import participants, state_files
 from fednet.core.status import ENDED
@@ -218,16 +222,20 @@ def _check_state(chk: ResumeCheck, path: Path, s: dict[str, Any], cfg: RunConfig
         path, f"algo.superclients must be lists of client ids in 0..{cfg.clients - 1}")
 
 
-def _check_metrics(chk: ResumeCheck, run_dir: Path, rows: int) -> None:
+def _check_metrics(chk: ResumeCheck, run_dir: Path, rows: int) -> dict[str, Any] | None:
+    """The first `rows` rows of metrics.jsonl checked; the last of them (None: no rows)."""
     path = run_dir / "metrics.jsonl"
     chk.need(path.is_file(), path, f"missing (the checkpoint keeps its first {rows} rows)")
+    kept: list[Any] = []
     try:
         lines = path.read_bytes().decode("utf-8").splitlines()
-        ok = all(isinstance(json.loads(x), dict) for x in lines[:rows])
+        kept = [json.loads(x) for x in lines[:rows]]
+        ok = all(isinstance(x, dict) for x in kept)
     except (OSError, ValueError):
         ok = False
     chk.need(ok, path, f"its first {rows} rows are not all JSON objects")
     chk.need(len(lines) >= rows, path, f"{len(lines)} rows, the checkpoint needs its first {rows}")
+    return kept[-1] if kept else None
 
 
 def finished_rounds(run_dir: Path) -> tuple[int, str] | None:
@@ -276,7 +284,7 @@ def read(run_dir: str | Path, cfg: RunConfig) -> tuple[Arrays, dict[str, Any]]:
     arrays = _read_npz(chk, d / "state.npz")
     _check_state(chk, d / "state.json", state, cfg)
     _check_history(chk, run_dir, state, cfg)
-    _check_metrics(chk, run_dir, state["rows"])
+    state["_last_row"] = _check_metrics(chk, run_dir, state["rows"])
     return arrays, state
 
 
@@ -293,12 +301,13 @@ def load(run_dir: str | Path, algo: Any, cfg: RunConfig, shapes: Shapes,
     fail = lambda m: chk.fail(npz, m)  # noqa: E731
     fail_json = lambda m: chk.fail(js, m)  # noqa: E731
     server, used = decode(type(algo.state), arrays, state["algo"], _server_prefix, shapes, fail,
-                          fail_json)
+                          fail_json, finite=True)
     for k in sorted(set(arrays) - used - set(STORE_KEYS) - set(participants.KEYS)):
         chk.need(k.startswith("client/"), npz, f"array '{k}' does not belong to this model")
     state["_manifest"] = _manifest(chk, npz, arrays, state, cfg)
     state["_participants"] = participants.Participants.of(
         arrays, cfg.clients, lambda ok, problem: chk.need(ok, npz, problem))
+    _check_values(chk, npz, js, algo, server, state)
     clients = _clients(chk, npz, js, arrays, state, shapes, client.State)
     saved = state.get("client_state", "files")
     if client.stateful() and saved == "checkpoint" and not local:
@@ -306,6 +315,25 @@ def load(run_dir: str | Path, algo: Any, cfg: RunConfig, shapes: Shapes,
                  " resume it with fednet local")
     algo.state = server
     return state, clients
+
+
+def _check_values(chk: ResumeCheck, npz: Path, js: Path, algo: Any, server: Any,
+                  state: dict[str, Any]) -> None:
+    """The values of the decoded server state, beyond their shapes: the centered-clipping
+    center one float64 per floating model value (robust.center_problem), then the algorithm's
+    own checks (`resume_problem(server, rounds_done, participants, last_row)`: differential
+    privacy's accounting, FedOpt's moments), each ConfigError naming the file it blames."""
+    center = getattr(server, "center", None)
+    if center is not None:
+        why = center_problem(center, server.model)
+        chk.need(not why, npz, why)
+    check = getattr(algo, "resume_problem", None)
+    if check is None:
+        return
+    blame = check(server, state["rounds_done"], state["_participants"], state["_last_row"])
+    if blame:
+        where, why = blame
+        chk.fail(js if where == "json" else npz, why)
 
 
 STORE_KEYS = ("store/cids", "store/rounds")
@@ -350,9 +378,9 @@ def _clients(chk: ResumeCheck, npz: Path, js: Path, arrays: Arrays, state: dict[
         model = {k[len(mp) + 1:]: a for k, a in got.items() if k.startswith(mp + "/")}
         rest = {k: a for k, a in got.items() if not k.startswith(mp + "/")}
         st, used = decode(cls, rest, meta, lambda n, c=cid: f"client/{c}/{n}", shapes,
-                          lambda m: chk.fail(npz, m), lambda m: chk.fail(js, m))
+                          lambda m: chk.fail(npz, m), lambda m: chk.fail(js, m), finite=True)
         for k in sorted(set(rest) - used):
             chk.fail(npz, f"array '{k}' does not belong to this client's state")
-        out[cid] = (st, check_model(mp, model, shapes, lambda m: chk.fail(npz, m)) if model
-                    else None)
+        out[cid] = (st, check_model(mp, model, shapes, lambda m: chk.fail(npz, m), True)
+                    if model else None)
     return out

@@ -364,13 +364,15 @@ def encode_client(state: Any, model: dict[str, np.ndarray] | None
 
 
 def decode_client(cls: type, arrays: dict[str, np.ndarray], meta: dict[str, Any], shapes: Shapes,
-                  fail: Any, device: Any = None) -> tuple[Any, dict[str, np.ndarray] | None]:
-    """The inverse of encode_client, every array checked (fail(message) raises)."""
+                  fail: Any, device: Any = None, finite: bool = False
+                  ) -> tuple[Any, dict[str, np.ndarray] | None]:
+    """The inverse of encode_client, every array checked (fail(message) raises; finite: no
+    NaN or inf either, as --resume checks the store)."""
     model = {k[6:]: a for k, a in arrays.items() if k.startswith("model/")}
     rest = {k: a for k, a in arrays.items() if not k.startswith("model/")}
     fields = meta.get("fields", {})
     state, used = decode(cls, rest, fields if isinstance(fields, dict) else {}, lambda n: n,
-                         shapes, fail, fail, device)
+                         shapes, fail, fail, device, finite)
     for k in sorted(set(rest) - used):
         fail(f"array '{k}' does not belong to this client's state")
-    return state, check_model("model", model, shapes, fail) if model else None
+    return state, check_model("model", model, shapes, fail, finite) if model else None

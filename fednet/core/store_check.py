@@ -2,7 +2,8 @@
 
 The checkpoint's manifest (state_files.Manifest) names the round of the state file each client
 takes when the run goes on; every file of the store is read here as the client would read it
-(no link followed, a plain archive within its bound, its tags, the algorithm's client state),
+(no link followed, a plain archive within its bound, its tags, the algorithm's client state,
+every floating array finite),
 and the file each client will take must be of exactly that round. The first problem is one
 ConfigError naming the file; nothing is changed.
 """
@@ -59,7 +60,7 @@ def _check_file(chk: ResumeCheck, path: Path, cid: int, algorithm: str, lineage:
 
         def fail(problem: str) -> None:
             raise ValueError(f"{path}: {problem}")
-        state_files.decode_client(cls, arrays, meta, shapes, fail)
+        state_files.decode_client(cls, arrays, meta, shapes, fail, finite=True)
     except ValueError as e:
         chk.fail(path, str(e).removeprefix(f"{path}: "))
     return int(meta["round"])

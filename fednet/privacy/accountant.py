@@ -185,3 +185,33 @@ def calibrate(make_key: Callable[[float], Sequence[Any]], count: int, target: fl
 def is_finite(eps: float) -> bool:
     """False for the infinite epsilon of a mechanism without noise."""
     return math.isfinite(eps)
+
+
+def counts_problem(counts: np.ndarray | None, kept: bool, clients: int, rounds_done: int,
+                   participants: dict[int, int]) -> str:
+    """Why a checkpoint's tasks per client (local DP and DP-SGD account from them) are not the
+    run's (one line), or '': `kept` (local DP, DP-SGD) one integer count per client, each at
+    most the rounds done and each the tasks the checkpoint's participants record for it (a
+    round's tasks count once it is done, in both; no participants: a checkpoint of an older
+    fednet); otherwise none."""
+    if not kept:
+        return "" if counts is None else ("array 'state/dp_counts': only --dp local and DP-SGD "
+                                          "count tasks per client")
+    if counts is None or counts.shape != (clients,) or counts.dtype.kind not in "iu":
+        return f"array 'state/dp_counts' must be {clients} integer task counts, one per client"
+    if counts.size and not (counts.min() >= 0 and counts.max() <= rounds_done):
+        return (f"array 'state/dp_counts' holds a count outside 0..{rounds_done} (the rounds "
+                f"done; a client has at most one task a round): "
+                f"{int(counts.min())}..{int(counts.max())}")
+    if rounds_done and not participants:
+        return ""
+    want = np.zeros(clients, dtype=np.int64)
+    for cid, n in participants.items():
+        want[cid] = n
+    wrong = np.flatnonzero(counts != want)
+    if not wrong.size:
+        return ""
+    c = int(wrong[0])
+    return (f"array 'state/dp_counts' gives client {c} {int(counts[c])} tasks, the checkpoint's "
+            f"participants {int(want[c])} ({wrong.size} clients differ): the accountant would "
+            "not count what the clients released")

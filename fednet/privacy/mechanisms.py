@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -70,3 +71,24 @@ def privatize(arrays: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray], b
         dt = np.asarray(arrays[n]).dtype
         out[n] = (ref[n] + update[n] + noise[n]).astype(dt)
     return out, norm, clipped
+
+
+def clip_problem(dp: Any, clip: float, adaptive: bool, rounds_done: int,
+                 row: Mapping[str, Any] | None) -> str:
+    """Why a checkpoint's clip norm is not the run's (one line), or '': --dp-clip without
+    adaptive clipping (and before the first round); with it, next_clip of the clip the last
+    round used and its noised unclipped fraction, both in that round's `row` (None, or a row
+    without them: a checkpoint of an older fednet, not checked)."""
+    if not adaptive or rounds_done == 0:
+        want, why = float(dp.clip), f"--dp-clip {dp.clip:g}"
+    elif row is None or not isinstance(row.get("dp_clip"), float):
+        return ""
+    elif isinstance(row.get("dp_unclipped"), float):
+        want = next_clip(row["dp_clip"], row["dp_unclipped"], dp.quantile, dp.clip_lr)
+        why = (f"what round {rounds_done}'s row gives (clip {row['dp_clip']:.6g}, unclipped "
+               f"fraction {row['dp_unclipped']:.6g})")
+    else:
+        want, why = float(row["dp_clip"]), f"round {rounds_done}'s clip (its row)"
+    if math.isclose(clip, want, rel_tol=1e-9):
+        return ""
+    return f"algo.dp.clip is {clip:.6g}, the run's clip norm is {want:.6g}: {why}"
