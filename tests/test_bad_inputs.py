@@ -62,6 +62,11 @@ CASES = [
     (["--attack", "backdoor", "--param", "target=42"],
      "--param target=42: --attack backdoor's target is a label, and digits has 10 (0..9)"),
     (["--attack", "backdoor", "--param", "target=10"], "digits has 10 (0..9)"),
+    (["--attack", "backdoor", "--param", "trigger_size=9"],
+     "--param trigger_size=9: the trigger is a square in the image's corner, and digits's "
+     "images are 8x8"),
+    (["--attack", "alie", "--param", "known=5", "--clients", "10"],
+     "--param known=5: --attack alie's colluders are the 2 malicious clients"),
     (["--attack", "signflip", "--malicious", "1.0", "--clients", "10"],
      "every one of the 10 clients would be malicious"),
     (["--attack", "signflip", "--malicious", "ids:0-9", "--clients", "10"],
@@ -75,6 +80,10 @@ CASES = [
      "--param keep=1000: Multi-Krum averages the m best-scored of a round's n results, at most "
      "n - f = 8 here"),
     (["--defense", "krum", "--clients", "4"], "--defense krum assumes f = 1"),
+    (["--defense", "norm_bound", "--attack", "signflip", "--malicious", "0.5"],
+     "norm_bound has no f to check, and no rule holds against a majority"),
+    (["--defense", "centered_clip", "--attack", "noise", "--malicious", "0.6"],
+     "centered_clip has no f to check"),
     (["--defense", "trimmed_mean", "--param", "trim=0.5"], "trim"),
     (["--defense", "centered_clip", "--param", "radius=-1"], "radius"),
     (["--attack", "signflip", "--secagg", "full"], "--attack signflip does not go with --secagg"),

@@ -304,6 +304,12 @@ def problem(cfg: Any, robust_algorithms: tuple[str, ...]) -> str:
         return (f"--defense {d.name} assumes f = {f} Byzantine results per round and needs "
                 f"n >= {need}, but a round selects {n} clients; select more clients (--clients, "
                 "--fraction) or assume fewer attackers (--param f=, --malicious)")
+    if d.name in ("norm_bound", "centered_clip") and a.name != "none" \
+            and assumed_share(cfg) >= 0.5:
+        return (f"--defense {d.name} --malicious {a.malicious}: {d.name} has no f to check, and "
+                "no rule holds against a majority of malicious clients (it bounds each update, "
+                "and the majority's bounded updates still decide the mean); give a share below "
+                "0.5")
     keep = getattr(p, "keep", 0)
     if keep > n - f:
         return (f"--param keep={keep}: Multi-Krum averages the m best-scored of a round's n "
@@ -323,4 +329,9 @@ def _attackers_problem(cfg: Any) -> str:
         return (f"--attack {cfg.attack.name} --malicious {text}: every one of the {cfg.clients} "
                 "clients would be malicious, leaving no honest update to attack or defend; "
                 "give a share below 1")
+    known = int(getattr(attack_params(cfg), "known", 0) or 0)
+    if known > k:
+        return (f"--param known={known}: --attack {cfg.attack.name}'s colluders are the {k} "
+                f"malicious clients (--malicious {text}); give known <= {k}, or 0 for the "
+                "attackers expected in a round")
     return ""
