@@ -73,7 +73,7 @@ def session(cid: int, rnd: int) -> Session:
     """The session of client cid for round rnd; ValueError when it has none."""
     s = SESSIONS.get(cid)
     if s is None or s.rnd != rnd:
-        raise ValueError(f"client {cid} has no secure-aggregation session for round {rnd} (its "
+        raise ValueError(f"client {cid} has no secure-aggregation session for round {rnd + 1} (its "
                          "keys stage did not run here)")
     return s
 
