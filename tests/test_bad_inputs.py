@@ -122,3 +122,18 @@ def test_the_field_check_is_the_largest_sum_a_round_can_make(tmp_path):
     Session(ok, quiet=True, write=False)
     with pytest.raises(ConfigError, match="cannot hold the sum"):
         Session(ok.replace(**{"net.secagg_bits": 22}), quiet=True, write=False)
+
+
+def test_a_plugin_that_registers_nothing_stops_a_launch_before_any_process(tmp_path):
+    """Given in a RunConfig (the API, not the CLI that loads it itself), such a plugin is one
+    ConfigError before any process starts; it was an error in every READY's WELCOME while the
+    registration waited out --register-timeout."""
+    from fednet.server.main import run_zmq
+    from tests.conftest import small_config
+
+    (tmp_path / "empty_plugin.py").write_text("X = 1\n")
+    cfg = small_config(clients=2, rounds=1, out=str(tmp_path / "run"),
+                       plugins=(str(tmp_path / "empty_plugin.py"),))
+    with pytest.raises(ConfigError, match="it registered nothing"):
+        run_zmq(cfg, quiet=True)
+    assert not (tmp_path / "run").exists()

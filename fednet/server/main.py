@@ -12,6 +12,7 @@ from fednet.algorithms.checks import validate
 from fednet.config import RunConfig
 from fednet.core.run import Run, Stopped
 from fednet.core.status import RunStatus
+from fednet import plugins
 from fednet.errors import ConfigError
 from fednet.launch.spawn import Zygote, client_specs, open_client_log
 from fednet.metrics.history import resolve_out
@@ -60,6 +61,8 @@ def precheck(cfg: RunConfig) -> None:
     from fednet.data import load_dataset, run_partition
 
     validate(cfg)
+    plugins.load_modules(list(cfg.plugins))  # (the CLI did; a RunConfig's plugins fail here,
+    # in one line, not in every READY's WELCOME while the registration waits out its timeout)
     d = cfg.data
     ds = load_dataset(d.dataset, d.data_root or None, d.download)  # cached for the session
     run_partition(ds, d, cfg.clients, cfg.seed)
