@@ -290,6 +290,7 @@ def flood(out: str, env: dict[str, str], cwd: Path, n: int = 200_000, claim: int
     ctx = zmq.Context()
     s = insider(ctx)  # a holder of the join key that misbehaves
     s.setsockopt(zmq.SNDTIMEO, 60_000)  # a server that stopped reading fails the flood
+    monitor = s.get_monitor_socket(zmq.EVENT_DISCONNECTED)  # the server dropped the flooder
     try:
         base = settled_rss(srv.pid)
         sampler = RssSampler(srv.pid)
@@ -301,6 +302,9 @@ def flood(out: str, env: dict[str, str], cwd: Path, n: int = 200_000, claim: int
             s.send_multipart(frames)
         res["flood_s"] = time.monotonic() - t0
         time.sleep(1.0)  # the last queued messages reach the server
+        # a server whose pipe from this connection stayed full past its heartbeat timeout reads
+        # no pong and drops it, and what the kernel still buffered is lost, never read
+        res["dropped_during_flood"] = _events(monitor)
         sampler.stop()
         res.update(base_mb=base / MB, peak_mb=(sampler.peak_rss - base) / MB)
         # gone once everything it queued was delivered (close(0) dropped what a loaded server
@@ -312,6 +316,7 @@ def flood(out: str, env: dict[str, str], cwd: Path, n: int = 200_000, claim: int
         res["run_s"] = time.monotonic() - t0
         res["summary"] = json.loads((cwd / out / "summary.json").read_text())
     finally:
+        monitor.close(0)
         s.close(0)
         ctx.term()
         for p in (srv, cl):
@@ -321,3 +326,12 @@ def flood(out: str, env: dict[str, str], cwd: Path, n: int = 200_000, claim: int
     return res
 
 
+
+
+def _events(monitor: Any) -> int:
+    """The events a socket monitor has queued (without waiting)."""
+    n = 0
+    while monitor.poll(0):
+        monitor.recv_multipart()
+        n += 1
+    return n

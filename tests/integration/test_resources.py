@@ -83,14 +83,22 @@ def test_a_hello_flood_that_never_reads_keeps_the_server_bounded_and_the_run_com
     finally:
         bt.set_liveness(before)
     s = r["summary"]
-    facts = {k: r[k] for k in ("peak_mb", "base_mb", "flood_s", "run_s", "rc", "clients_rc")}
+    facts = {k: r[k] for k in ("peak_mb", "base_mb", "flood_s", "run_s", "rc", "clients_rc",
+                               "dropped_during_flood")}
     facts.update({k: s.get(k) for k in ("status", "rounds", "rejected_messages", "failures")})
     print(f"\nflood (claim {claim}): {facts}", file=sys.stderr)
     assert r["peak_mb"] <= 50, facts
     assert r["rc"] == 0, r["stderr"]
     assert (s["status"], s["rounds"]) == ("completed", 2), facts
-    assert s["rejected_messages"] >= N_FLOOD - 100, facts  # every repeated hello was counted
-    assert s["bytes"]["rejected"] >= (N_FLOOD - 100) * r["hello_bytes"], s["bytes"]
+    # every repeated hello the server read was counted. Not every hello sent is read: when the
+    # connection closes (the server dropping it, its pipe full past the heartbeat timeout on a
+    # loaded machine, or as the flooder leaves and client 1 is declared dead) the hellos still
+    # in the kernel's buffers are lost unread: 100-9,200 of 200,000 in 8 runs on this machine,
+    # with no disconnect seen during the flood itself (dropped_during_flood). A server that did
+    # not count them would show about none
+    least = int(0.9 * N_FLOOD)
+    assert s["rejected_messages"] >= least, facts
+    assert s["bytes"]["rejected"] >= least * r["hello_bytes"], s["bytes"]
     rows = bt._rows(tmp_path / "srv" / "metrics.jsonl")
     assert [row["results"] for row in rows] == [1, 1], facts  # the flooder held client 1's place
     assert [f["client"] for f in s["failures"]] == [1], facts
