@@ -271,10 +271,14 @@ class Aggregation:
             if not careful:
                 return shamir.reconstruct(got, t)  # (its first t holders)
             secret = _rebuilt(got, t)
-            if secret is None:  # two subsets disagree: one holder lied, find which
-                raise Liar(_liar(got, t), f"its share of client {v}'s {what} disagrees with "
-                           "the other holders'")
-            return secret
+            if secret is not None:
+                return secret
+            liar = _liar(got, t)  # two windows disagree: find the one holder who lied
+            if liar is None:
+                raise ValueError("the holders' shares disagree and no one holder explains it "
+                                 "(more than one lied, or too few answered to tell)")
+            raise Liar(liar, f"its share of client {v}'s {what} disagrees with the other "
+                       "holders'")
         except ValueError as e:
             raise SecAggFailed("unmask", len(self.answered), self.need,
                                f"client {v}'s {what}: {e}") from None
@@ -283,10 +287,7 @@ class Aggregation:
 class Liar(Exception):
     """A holder whose unmask share is proven wrong by the others."""
 
-    def __init__(self, holder: int | None, why: str) -> None:
-        if holder is None:
-            raise ValueError(f"the holders' shares disagree and no one holder explains it "
-                             f"({why}; more than one lied, or too few answered to tell)")
+    def __init__(self, holder: int, why: str) -> None:
         super().__init__(why)
         self.holder = holder
 
