@@ -71,10 +71,35 @@ def test_secure_on_one_side_only_is_named_at_the_handshake(keys, server_secure, 
         assert said == (f"the server at {endpoint} runs with --secure: give this host --secure "
                         "DIR (its copy of the run's key folder; --key NAME if it holds several "
                         "keys), not a join key")
+    elif link.guessed:  # the server found the mismatch and closed before its greeting was read
+        assert said.startswith(f"the server at {endpoint} closed each handshake from this host (")
+        assert "either it does not run with --secure" in said and "drop --secure here" in said
     else:
         assert said == (f"the server at {endpoint} does not run with --secure (it is plaintext, "
                         "its clients join with --join-key): drop --secure here, or restart the "
                         "server with --secure DIR")
+
+
+def test_a_secure_host_with_another_runs_key_folder_is_told_at_the_handshake(keys, tmp_path_factory):
+    """A CURVE server closes a handshake it cannot decrypt (this host holds another run's
+    server key) without a word: after a few such closes the host is told, naming both causes,
+    instead of 'did not answer' after its timeout."""
+    other = tmp_path_factory.mktemp("other-run")
+    security.init_keys(other)
+    security.add_key(other, "hostA", "0-9")
+    ctx, cctx = zmq.Context(), zmq.Context()
+    srv, endpoint, auth = _server(ctx, str(keys))
+    link = _link(cctx, endpoint, str(other))
+    try:
+        said = _told(link)
+        assert link.mismatch and link.guessed and not link.denied
+    finally:
+        link.close(0)
+        srv.close(0)
+        auth.stop()
+        ctx.term()
+        cctx.term()
+    assert "or this host's key folder is not that run's" in said
 
 
 def test_register_gives_up_at_the_mismatch_not_at_the_timeout(keys):

@@ -33,6 +33,7 @@ log = logging.getLogger("fednet.client")
 throttled = Throttle(log)
 
 DRAIN = 1000  # messages read from the link per call (the caller's other work goes on between)
+MISMATCH_CLOSES = 3  # connections closed mid-handshake in a row that count as a mismatch
 
 
 class ServerLink:
@@ -50,7 +51,8 @@ class ServerLink:
         self.sock = connect_dealer(ctx, connect, setup, live=liveness,
                                    send_timeout_ms=max(1, round(liveness.recheck_s * 1000)))
         try:  # a dead server is noticed (DISCONNECTED, no new handshake) while idle
-            self.monitor = open_monitor(self.sock, zmq.EVENT_DISCONNECTED
+            self.monitor = open_monitor(self.sock, zmq.EVENT_CONNECTED
+                                        | zmq.EVENT_DISCONNECTED
                                         | zmq.EVENT_HANDSHAKE_SUCCEEDED
                                         | zmq.EVENT_HANDSHAKE_FAILED_AUTH
                                         | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
@@ -61,6 +63,9 @@ class ServerLink:
         self.lost_timeout = 60.0  # how long the process waits for a lost server
         self.denied = False  # the server refused our credentials at a handshake (ZAP)
         self.mismatch = False  # the server speaks another mechanism: --secure on one side only
+        self.guessed = False  # mismatch inferred from closed handshakes, not reported
+        self.in_handshake = False  # a connection is up and its handshake has no outcome yet
+        self.closed_in_handshake = 0  # connections the server closed mid-handshake, in a row
         self.up_once = False  # a handshake with the server has succeeded
         self.back = False  # a new handshake after a loss: the clients must register again
         self.clients: dict[bytes, Client] = {}  # envelope -> client
@@ -104,9 +109,7 @@ class ServerLink:
         while self.monitor.poll(0):
             msg = recv_monitor_message(self.monitor)
             ev = msg["event"]
-            if (ev == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-                    and msg["value"] == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH):
-                self.mismatch = True
+            self._handshake_event(ev, msg["value"])
             if ev == zmq.EVENT_DISCONNECTED and self.lost_since is None and self.up_once:
                 log.warning("%s: lost the server at %s (closed, or no answer to heartbeats for "
                             "%gs); waiting up to %.0fs for it", self.label, self.connect,
@@ -120,6 +123,28 @@ class ServerLink:
                     log.warning("%s: the server is back; registering again", self.label)
                     self.back = True
                 self.lost_since = None
+
+    def _handshake_event(self, ev: int, value: int) -> None:
+        """Whether the server speaks another mechanism (`mismatch`). Either side may find the
+        mismatch in the greetings; the side that finds it closes the connection, and what the
+        other side had been sent may be lost in the reset (on loopback with pyzmq 27.3 / libzmq
+        4.3.5, a client either way round was told in 0 to 1 of 30 handshakes). So a server that closed
+        MISMATCH_CLOSES connections in a row mid-handshake, before any handshake succeeded and
+        without refusing this host's credentials (that is HANDSHAKE_FAILED_AUTH), counts as
+        one: a fednet server closes a handshake for no other reason."""
+        if (ev == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                and value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH):
+            self.mismatch = True
+        if ev == zmq.EVENT_CONNECTED:
+            self.in_handshake = True
+        elif ev == zmq.EVENT_DISCONNECTED and self.in_handshake:
+            self.closed_in_handshake += 1
+            if self.closed_in_handshake >= MISMATCH_CLOSES and not self.up_once:
+                self.mismatch = self.guessed = True
+        if ev != zmq.EVENT_CONNECTED:
+            self.in_handshake = False
+        if ev in (zmq.EVENT_HANDSHAKE_SUCCEEDED, zmq.EVENT_HANDSHAKE_FAILED_AUTH):
+            self.closed_in_handshake = 0
 
     def take_back(self) -> bool:
         """Whether the server came back after a loss since the last call (then the clients
@@ -152,6 +177,12 @@ class ServerLink:
         return ""
 
     def _mismatch(self) -> str:
+        if self.secure and self.guessed:  # a CURVE server with another key closes it too
+            return (f"the server at {self.connect} closed each handshake from this host "
+                    f"({self.closed_in_handshake} in a row): either it does not run with --secure "
+                    "(it is plaintext, its clients join with --join-key: drop --secure here, or "
+                    "restart the server with --secure DIR), or this host's key folder is not "
+                    "that run's (its server key differs: copy the run's folder here again)")
         if self.secure:
             return (f"the server at {self.connect} does not run with --secure (it is plaintext, "
                     "its clients join with --join-key): drop --secure here, or restart the "
