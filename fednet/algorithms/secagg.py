@@ -136,11 +136,13 @@ class SecAggServer(StagedStrategy):
         self.failed, self.clock = "", self.now
         return self._stage("keys", {c: ({}, {}) for c in cohort}, rnd)
 
-    def _stage(self, stage: str, per: dict[int, tuple[Arrays, dict[str, Any]]], rnd: int
-               ) -> list[Task]:
-        """One stage's tasks: per client (arrays, body)."""
+    def _stage(self, stage: str, per: dict[int, tuple[Arrays, dict[str, Any]]], rnd: int,
+               again: bool = False) -> list[Task]:
+        """One stage's tasks: per client (arrays, body); `again`: the stage asked again (its
+        time runs on from its first tasks')."""
         self.stage, self.waiting, out = stage, set(), []
-        self.starts[stage] = self.clock  # (the simulated time each stage took: stage_seconds)
+        if not again:  # (the simulated time each stage took: stage_seconds)
+            self.starts[stage] = self.clock
         for cid, (arrays, body) in sorted(per.items()):
             t = self.new_task(rnd, [cid], arrays, {**body, "secagg": stage})
             t.sim_time = self.clock  # a stage starts when the server has the last one's replies
@@ -209,7 +211,7 @@ class SecAggServer(StagedStrategy):
     def _why(self, e: SecAggFailed) -> str:
         """The failure, with what to change when a SecAgg+ neighbourhood lost too many shares."""
         if self.mode != "plus" or not re.search(r"needs \d+ shares, \d+ came", str(e)) \
-                or "sent bad shares" in str(e) or self.agg is None:
+                or self.agg is None:
             return str(e)
         k = len(next(iter(self.agg.nbrs.values()), []))
         return (f"{e} (SecAgg+ gave each client {k} neighbours, enough for "
@@ -237,14 +239,35 @@ class SecAggServer(StagedStrategy):
             arrays = {**train.arrays, **{PREFIX + k: v for k, v in r.items()}}
             per[c] = (arrays, {**train.body, "fbits": agg.fbits, "bits": self.bits,  # type: ignore[union-attr]
                                "clip": self.clip})
-        tasks = self._stage("input", per, rnd)
+        return self._expect_inputs(self._stage("input", per, rnd))
+
+    def _expect_inputs(self, tasks: list[Task]) -> list[Task]:
+        """The input stage's reply: the update's d values and the training loss, masked."""
         d = sum(int(np.prod(self.layout[n][0])) for n in _floats(self.inner.state.model))
-        dt = dtype_of(agg.fbits)  # type: ignore[union-attr]
-        for t in tasks:  # the update's d values and the training loss
+        dt = dtype_of(self.agg.fbits)  # type: ignore[union-attr]
+        for t in tasks:
             self.asked[t.task_id] = {"layout": {"y": ((d + 1,), dt)}}
         return tasks
 
+    def _remask(self, rnd: int) -> list[Task]:
+        """Survivors could not open some senders' shares: those senders are left out (each
+        named in secagg_refused, a dropout of the shares stage) and the input stage is asked
+        again of the others, without training (secagg/server.remask_requests)."""
+        agg = self.agg
+        req = agg.remask_requests()  # type: ignore[union-attr]
+        for v, at in agg.excluded.items():  # type: ignore[union-attr]
+            self._refuse(rnd, v, "shares", "its sealed shares did not open at client(s) "
+                         + ", ".join(map(str, at)))
+            self.answers["shares"] -= 1
+        self.answers["input"] = 0
+        again = {"again": True, "epochs": 0}  # (no training: no epochs charged)
+        return self._expect_inputs(self._stage(
+            "input", {c: ({PREFIX + "partners": r["partners"]}, again) for c, r in req.items()},
+            rnd, again=True))
+
     def _unmasks(self, rnd: int) -> list[Task]:
+        if self.agg.accused():  # type: ignore[union-attr]
+            return self._remask(rnd)
         req = self.agg.unmask_requests()  # type: ignore[union-attr]
         tasks = self._stage("unmask", {c: (dict(r), {}) for c, r in req.items()}, rnd)
         for t in tasks:
@@ -340,6 +363,9 @@ class SecAggClient:
             arrays = C.shares(C.session(cid, rnd), a["nbrs"], a["c_pks"], a["s_pks"],
                               int(task.body["t"]), rng.generator(seed, "secagg-shares", rnd, cid))
             body = {}
+        elif stage == "input" and task.body.get("again"):  # the same update, masked anew
+            arrays = {"y": C.remasked(C.session(cid, rnd), task.arrays[PREFIX + "partners"])}
+            body = {"samples": 0}
         elif stage == "input":
             arrays, body = self._input(ctx, task)
         elif stage == "unmask":
@@ -370,8 +396,9 @@ class SecAggClient:
         vec = np.concatenate([new - ref, [min(max(loss, 0.0), clip)]])
         q = quantize(vec, clip, int(b["bits"]), ctx.num_examples, fbits,
                      rng.generator(ctx.cfg.seed, "secagg-round", rnd, cid))
-        if bad:  # the senders whose shares did not open here: their fault, named
+        if bad:  # the senders whose shares did not open here: the server leaves them out
             body[BAD_FROM] = bad
+        s.q, s.partners = q, frozenset(int(v) for v in a[PREFIX + "partners"])
         return {"y": C.masked(s, q, a[PREFIX + "partners"])}, body
 
 

@@ -6,7 +6,9 @@
           threshold t, each share sealed (AES-GCM) for its neighbour with the key c agrees;
   input   the shares addressed to it opened and kept; its update quantized, weighted and masked:
           y = n q(x) + PRG(b) + sum_{v > u} PRG(s_uv) - sum_{v < u} PRG(s_uv)  (mod 2^f),
-          over its neighbours that completed the shares stage;
+          over its neighbours that completed the shares stage; the senders whose shares did
+          not open are named to the server, which may ask for the same n q(x) masked again
+          with those senders left out of the partners (`remasked`);
   unmask  for each neighbour the server says survived, its share of that neighbour's b; for each
           that dropped after sharing, its share of its s key; never both for one neighbour.
 
@@ -41,6 +43,8 @@ class Session:
     neighbours: list[int] = field(default_factory=list)
     pks: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)  # v -> (c_pk, s_pk)
     held: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # v -> (b, s)
+    q: np.ndarray | None = None  # its weighted quantized update (masked again on request)
+    partners: frozenset[int] = frozenset()  # whom it masked with at the input stage
 
 
 SESSIONS: dict[int, Session] = {}
@@ -136,6 +140,21 @@ def masked(s: Session, values: np.ndarray, partners: np.ndarray) -> np.ndarray:
         m = pair_mask(s.s_sk, s.pks[v][1], s.rnd, values.size, values.dtype)
         y = y + m if s.cid < v else y - m
     return y
+
+
+def remasked(s: Session, partners: np.ndarray) -> np.ndarray:
+    """The input stage asked again (some survivor could not open a sender's shares, and the
+    server left the sender out): the same weighted quantized update, masked with the partners
+    the server names now. The two masked vectors differ only by the pairwise masks of the
+    partners left out (the self mask and the update cancel), which those partners know; it is
+    refused (ValueError) unless the partners are some of the first ones (none would leave the
+    update under its self mask alone)."""
+    if s.q is None:
+        raise ValueError(f"client {s.cid} has no masked input of round {s.rnd + 1} to send again")
+    asked = {int(v) for v in partners}
+    if not asked or not asked < s.partners:  # only some of its first, and never none
+        raise ValueError("the partners asked again are not some of its first ones")
+    return masked(s, s.q, partners)
 
 
 def unmask(s: Session, survivors: np.ndarray, dropped: np.ndarray) -> dict[str, np.ndarray]:

@@ -81,6 +81,8 @@ class Aggregation:
     used: set[bytes] = field(default_factory=set)               # the public keys taken
     liars: dict[int, str] = field(default_factory=dict)         # holders whose shares lied
     complaints: dict[int, set[int]] = field(default_factory=dict)  # sender -> who could not open
+    excluded: dict[int, list[int]] = field(default_factory=dict)  # sender left out -> complainers
+    remasked: bool = False  # the input stage was asked again, without the excluded
 
     def __post_init__(self) -> None:
         self.graph = neighbours(self.cohort, self.degree, self.rng)
@@ -132,8 +134,9 @@ class Aggregation:
         return ""
 
     def shared(self) -> list[int]:
-        """U2: the clients whose shares the server holds."""
-        return sorted({u for rows in self.routed.values() for u in rows})
+        """U2: the clients whose shares the server holds (less those left out for shares
+        that did not open: remask_requests)."""
+        return sorted({u for rows in self.routed.values() for u in rows} - set(self.excluded))
 
     def input_requests(self) -> dict[int, dict[str, np.ndarray]]:
         """After the shares stage: each client's shares from its neighbours, and its mask
@@ -159,15 +162,42 @@ class Aggregation:
     def complain(self, cid: int, bad: list) -> str:
         """A survivor's complaint at the input stage: the senders whose sealed shares did not
         open at it ('' or why the complaint itself is refused: not senders the server routed
-        to it). Those shares are not asked back at unmask, and a secret they leave short
-        names its sender as the cause."""
+        to it, or a complaint with an input asked again). Those senders are left out of the
+        round (remask_requests)."""
         sent = set(self.routed.get(cid, {}))  # (to -> from -> row)
         got = [v for v in bad if isinstance(v, int) and not isinstance(v, bool)]
         if len(got) != len(bad) or not set(got) <= sent:
             return "its complaint names clients whose shares the server did not route to it"
+        if got and self.remasked:
+            return "it complains with an input asked again (the shares were opened before)"
         for v in got:
             self.complaints.setdefault(v, set()).add(cid)
         return ""
+
+    def accused(self) -> dict[int, list[int]]:
+        """The senders whose sealed shares did not open at a survivor of the input stage, and
+        at whom (a sender's bad share and a receiver's false complaint look the same to the
+        server: either way the sender is left out, and only it loses its part)."""
+        if self.remasked:
+            return {}
+        return {v: sorted(by & self.inputs) for v, by in sorted(self.complaints.items())
+                if by & self.inputs}
+
+    def remask_requests(self) -> dict[int, dict[str, np.ndarray]]:
+        """After an input stage with complaints: the accused senders left out, as if they had
+        dropped out at the shares stage (no survivor masks with them, their input is not
+        summed, no secret of theirs is asked), and the input stage asked again of the other
+        survivors: each client's same update masked with its partners less the left out. The
+        first masked inputs are discarded: a survivor that masked with a sender whose share
+        it could open would otherwise need that sender's key rebuilt, from shares that may
+        open nowhere. Honest rounds never take this round trip."""
+        self.excluded = self.accused()
+        survivors = self.inputs - set(self.excluded)
+        self.total, self.inputs, self.remasked = None, set(), True
+        self._check("input", len(survivors))
+        u2 = set(self.shared())
+        return {u: {"partners": np.array([v for v in self.nbrs[u] if v in u2], np.int64)}
+                for u in sorted(survivors)}
 
     def unmask_requests(self) -> dict[int, dict[str, np.ndarray]]:
         """After the input stage: of the neighbours whose shares each survivor holds, who
@@ -176,7 +206,7 @@ class Aggregation:
         u2 = set(self.shared())
         out = {}
         for u in sorted(self.inputs):
-            held = [v for v in self.nbrs[u] if v in u2 and u not in self.complaints.get(v, ())]
+            held = [v for v in self.nbrs[u] if v in u2]
             out[u] = {"survivors": np.array([v for v in held if v in self.inputs], np.int64),
                       "dropped": np.array([v for v in held if v not in self.inputs], np.int64)}
         return out
@@ -261,12 +291,8 @@ class Aggregation:
         got = {h: y for h, y in shares.get(v, {}).items() if h in self.answered}
         t = self.t[v]
         if len(got) < t:
-            blame = self.complaints.get(v)
             raise SecAggFailed("unmask", len(self.answered), self.need,
-                               f"client {v}'s {what} needs {t} shares, {len(got)} came" + (
-                                   f"; client {v}'s sealed shares did not open at "
-                                   f"{len(blame)} clients: client {v} sent bad shares"
-                                   if blame else ""))
+                               f"client {v}'s {what} needs {t} shares, {len(got)} came")
         try:
             if not careful:
                 return shamir.reconstruct(got, t)  # (its first t holders)

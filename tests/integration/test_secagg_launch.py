@@ -137,13 +137,21 @@ import numpy as np
 from fednet.models.nets import register_model
 from fednet.secagg import client as C
 
-_KEYS, _UNMASK = C.keys, C.unmask
+_KEYS, _SHARES, _UNMASK = C.keys, C.shares, C.unmask
 
 
 def keys(cid, rnd, rng):  # client 2 advertises a key no agreement can use
     out = _KEYS(cid, rnd, rng)
     if cid == 2 and os.environ.get("HOSTILE"):  # (a no-op for later runs of this process)
         out["c_pk"] = np.zeros(32, np.uint8)
+    return out
+
+
+def shares(s, nbrs, c_pks, s_pks, t, rng):  # client 4 seals shares that open nowhere
+    out = _SHARES(s, nbrs, c_pks, s_pks, t, rng)
+    if s.cid == 4 and os.environ.get("HOSTILE"):
+        out["sealed"] = out["sealed"].copy()
+        out["sealed"][:, :8] ^= 0xFF
     return out
 
 
@@ -155,35 +163,36 @@ def unmask(s, survivors, dropped):  # client 5 lies in one unmask share
     return out
 
 
-C.keys, C.unmask = keys, unmask
+C.keys, C.shares, C.unmask = keys, shares, unmask
 register_model("hostile_probe", lambda classes, shape: None)  # (a plugin registers something)
 '''
 
 
 def test_hostile_key_holders_cost_the_same_under_launch(tmp_path, monkeypatch):
-    """A low-order key (client 2) and a lying unmask share (client 5) under fednet launch: the
-    same model as fednet local with the same two clients, and as the run where client 2 dropped
-    out at keys and client 5 at unmask."""
+    """A low-order key (client 2), sealed shares that open nowhere (client 4) and a lying
+    unmask share (client 5) under fednet launch: the same model as fednet local with the same
+    three clients, each named at its stage."""
     from fednet.secagg import client as C
     # the server loads the plugin too (it patches C in this process): put them back after
     monkeypatch.setattr(C, "keys", C.keys)
+    monkeypatch.setattr(C, "shares", C.shares)
     monkeypatch.setattr(C, "unmask", C.unmask)
     (tmp_path / "hostile.py").write_text(HOSTILE)
     monkeypatch.setenv("HOSTILE", "1")
     net = {"secagg": "full"}
-    b = run_zmq(small_config(clients=8, rounds=2, out=str(tmp_path / "launch"), net=net,
+    b = run_zmq(small_config(clients=10, rounds=2, out=str(tmp_path / "launch"), net=net,
                              plugins=(str(tmp_path / "hostile.py"),)), quiet=True)
     from fednet import plugins
     plugins.load_modules([str(tmp_path / "hostile.py")])  # (once: the server's precheck may
     # have loaded it already; it patches C in this process, and monkeypatch puts C back)
-    a = run_local(small_config(clients=8, rounds=2, out=str(tmp_path / "local"), net=net),
+    a = run_local(small_config(clients=10, rounds=2, out=str(tmp_path / "local"), net=net),
                   quiet=True)
     assert a["status"] == b["status"] == "completed" and not a["failures"] and not b["failures"]
     assert same_arrays(final_model(tmp_path / "local"), final_model(tmp_path / "launch"))
     assert a["secagg"]["failed_rounds"] == b["secagg"]["failed_rounds"] == 0
     import json
-    for run in ("local", "launch"):  # the two misbehaved in both, and were named
+    for run in ("local", "launch"):  # the three misbehaved in both, and were named
         rows = [json.loads(x) for x in
                 (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
         assert [[c, st] for r in rows for c, st, _ in r["secagg_refused"]] == \
-            [[2, "keys"], [5, "unmask"]] * 2, run
+            [[2, "keys"], [4, "shares"], [5, "unmask"]] * 2, run
