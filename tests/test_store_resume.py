@@ -111,6 +111,12 @@ DAMAGE = {
                                             sf.read(s / "c0001.npz")[0]},
                                            sf.read(s / "c0001.npz")[1]),
                      "has shape (3,)"),
+    "float64 values": (lambda s, o: sf.write(s / "c0001.npz",
+                                             {k: a.astype(np.float64) if a.dtype.kind == "f"
+                                              else a for k, a in
+                                              sf.read(s / "c0001.npz")[0].items()},
+                                             sf.read(s / "c0001.npz")[1]),
+                       "and dtype float64; trainable parameter"),
     "a folder": (lambda s, o: (os.remove(s / "c0001.npz"), os.mkdir(s / "c0001.npz")),
                  "not a regular file"),
     "a compressed 1 GiB array": (lambda s, o: _bomb(s / "c0001.npz"),

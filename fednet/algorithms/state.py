@@ -119,6 +119,9 @@ class _Decoder:
     def __init__(self, shapes: Shapes, fail: Callable[[str], None], device: Any = None,
                  finite: bool = False) -> None:
         self.s, self.fail, self.device, self.finite = shapes, fail, device, finite
+        # a trainable parameter's dtype: one of the model's floating ones (a float64 file for
+        # float32 parameters would change the arithmetic of a resumed run)
+        self.floats = {a.dtype for a in shapes.model.values() if a.dtype.kind == "f"}
 
     def numbers(self, key: str, a: np.ndarray) -> None:
         """With finite: a floating array that holds NaN or inf fails."""
@@ -155,10 +158,12 @@ class _Decoder:
         import torch
 
         if i is not None:
-            if i >= len(self.s.params) or a.shape != self.s.params[i] or a.dtype.kind != "f":
+            if i >= len(self.s.params) or a.shape != self.s.params[i] or a.dtype.kind != "f" \
+                    or (self.floats and a.dtype not in self.floats):
                 want = self.s.params[i] if i < len(self.s.params) else "none"
                 self.fail(f"array '{key}' has shape {a.shape} and dtype {a.dtype}; trainable "
-                          f"parameter {i} has shape {want}")
+                          f"parameter {i} has shape {want} and dtype "
+                          f"{' or '.join(sorted(map(str, self.floats))) or 'floating'}")
         elif a.ndim != 1 or a.dtype.kind not in "iu":
             self.fail(f"array '{key}' must be a 1-d integer index array")
         self.numbers(key, a)
