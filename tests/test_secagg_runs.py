@@ -101,14 +101,30 @@ def test_the_server_holds_masked_vectors_and_their_sum_only(tmp_path, monkeypatc
     assert not np.array_equal(sum(ys), sum(qs))  # nor is their plain sum: the masks remain
 
 
-@pytest.mark.parametrize("algo,says", [("fedseq", "needs every client's own update"),
-                                       ("scaffold", "keep or evaluate their own state"),
-                                       ("cfl", "needs every client's own update")])
-def test_algorithms_that_need_individual_updates_refuse_it(tmp_path, algo, says):
-    cfg = small_config(clients=4, rounds=1, algo={"name": algo}, net={"secagg": "full"},
-                       out=str(tmp_path / algo))
-    with pytest.raises(ConfigError, match=f"--secagg full: .*{says}"):
-        run_local(cfg, quiet=True)
+@pytest.mark.parametrize("algo", ["fedseq", "scaffold", "cfl", "fedbuff", "perfedavg",
+                                  "factorized"])
+def test_algorithms_that_need_individual_updates_refuse_it_before_any_data(algo):
+    """validate (what every command and each sweep cell runs before any data loads) refuses,
+    from the algorithm's declared facts (Spec.secagg)."""
+    from fednet.algorithms.checks import validate
+
+    cfg = small_config(clients=4, rounds=1, algo={"name": algo}, net={"secagg": "full"})
+    with pytest.raises(ConfigError, match=f"^--secagg full: {algo}'s server needs every "
+                       "client's own update, hands models between clients, or its clients "
+                       "keep their own state"):
+        validate(cfg)
+
+
+@pytest.mark.parametrize("over, says", [
+    ({"net": {"secagg": "plus", "compress": "int8"}}, "--compress encodes each client's update"),
+    ({"net": {"secagg": "plus"}, "latency": {"over_select": 1.5}}, "--over-select keeps"),
+    ({"net": {"secagg": "full"}, "dp": {"mode": "central", "noise": 1.0}}, "differential privacy"),
+    ({"net": {"secagg": "full"}, "algo": {"eval": "clients"}}, "each client evaluating its own")])
+def test_settings_that_read_an_update_refuse_it_before_any_data(over, says):
+    from fednet.algorithms.checks import validate
+
+    with pytest.raises(ConfigError, match=f"^--secagg (full|plus): {says}"):
+        validate(small_config(clients=4, rounds=1, **over))
 
 
 def test_compress_and_over_select_refuse_it(tmp_path):

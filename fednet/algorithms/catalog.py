@@ -225,13 +225,16 @@ ROBUST = ("fedavg", "fedprox", "fedavgm", "fedadam", "fedyogi", "fedadagrad")
 # server that averages models it sampled as the accountant assumes, clients that send models.
 DP = ("central", "local", "sgd")
 PRIVATE = ("fedavg", "fedprox", "fedavgm", "fedadam", "fedyogi", "fedadagrad")
+SUMMED = ("fedavg", "fedprox", "fedavgm", "fedadam", "fedyogi", "fedadagrad")
+"""Their server needs only the weighted sum of stateless clients' models: --secagg applies."""
 
 
 def _register(spec: Spec, handoffs: bool = False) -> None:
     """Register a built-in algorithm with its tuned defaults (SHARDS unless TUNED says more);
     only FedSeq's rings hand models between clients."""
     register(replace(spec, tuned=TUNED.get(spec.name, {"shards": SHARDS}), handoffs=handoffs,
-                     robust=spec.name in ROBUST, dp=DP if spec.name in PRIVATE else ()))
+                     robust=spec.name in ROBUST, dp=DP if spec.name in PRIVATE else (),
+                     secagg=spec.name in SUMMED))
 
 _register(Spec("fedavg", "FedAvg: local SGD, sample-weighted average",
               A + "fedavg:FedAvg", A + "fedavg:FedAvgClient"))

@@ -118,6 +118,7 @@ def _secagg_rules(cfg: RunConfig) -> None:
     if n.secagg == "off":
         _need(not given, f"{', '.join(given)}: settings of --secagg full|plus; add --secagg")
         return
+    _need(not (why := secagg_problem(cfg)), f"--secagg {n.secagg}: {why}")
     k, size = n.secagg_neighbours, round_size(cfg)
     _need(n.secagg != "full" or k == 0, f"--secagg-neighbours {k}: full SecAgg shares with every "
           "other client of the round; use --secagg plus for a graph of k neighbours")
@@ -139,6 +140,31 @@ def _secagg_rules(cfg: RunConfig) -> None:
         parse_drops(n.secagg_drop)
     except ValueError as e:
         raise ConfigError(f"--secagg-drop {n.secagg_drop}: {e}") from None
+
+
+def secagg_problem(cfg: RunConfig) -> str:
+    """Why secure aggregation cannot wrap this run ('' when it can), from the algorithm's
+    declared facts (Spec.secagg) and the settings: its server must aggregate one weighted sum of
+    the clients' models, and nothing else may need an individual update."""
+    name, n = cfg.algo.name, cfg.net
+    if not registry.get(name).secagg:
+        return (f"{name}'s server needs every client's own update, hands models between "
+                "clients, or its clients keep their own state, which secure aggregation hides; "
+                "use fedavg, fedprox, fedavgm, fedadam, fedyogi or fedadagrad")
+    if eval_mode(cfg) == "clients":
+        return ("each client evaluating its own model (--eval clients, --permute or a domain "
+                "partition) reads its own update, which secure aggregation hides; use --eval "
+                "global")
+    if n.compress != "none":
+        return "--compress encodes each client's update for the server; drop it"
+    if cfg.dp.mode != "none" or cfg.dp.sgd_noise > 0:
+        return ("differential privacy's accounting and --dp central's clipping read each "
+                "client's update, which secure aggregation hides (distributed DP under secure "
+                "aggregation is not built: docs/algorithms.md §11.6); drop --dp or --dp-sgd-noise")
+    if cfg.latency.over_select != 1:
+        return ("--over-select keeps the first arrivals of a round, and secure aggregation "
+                "needs the cohort's every stage; drop it")
+    return ""
 
 
 def check_data(cfg: RunConfig, num_classes: int, sizes: Callable[[], Any],

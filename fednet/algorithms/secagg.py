@@ -42,30 +42,17 @@ KEYS_LAYOUT: Layout = {"c_pk": ((32,), np.dtype(np.uint8)), "s_pk": ((32,), np.d
 
 
 def refusal(cfg: Any, server: Any, client: type) -> str:
-    """Why secure aggregation cannot wrap this algorithm and run ('' when it can): its server
-    must aggregate a weighted sum of the clients' models (FedAvg's, FedProx's, the FedOpt
-    family's), nothing else may need an individual update."""
+    """Why the built halves do not fit secure aggregation ('' when they do): what validate
+    cannot see from the declarations (algorithms/checks.secagg_problem refuses the rest before
+    any data loads): an algorithm that declares Spec.secagg must have a FedAvg-family server
+    and clients that send models and keep no state."""
     from fednet.algorithms.fedavg import FedAvg
 
-    name = cfg.algo.name
-    if not isinstance(server, FedAvg) or isinstance(server, StagedStrategy):
-        return (f"{name}'s server needs every client's own update (or hands models between "
-                "clients), which secure aggregation hides; use fedavg, fedprox, fedavgm, "
-                "fedadam, fedyogi or fedadagrad")
-    if server.eval_clients or getattr(client, "sends_updates", False) or client.stateful():
-        return (f"{name}'s clients keep or evaluate their own state, which secure aggregation "
-                "does not cover; use fedavg, fedprox or the FedOpt family")
-    if cfg.net.compress != "none":
-        return "--compress encodes each client's update for the server; drop it"
-    if cfg.dp.mode != "none" or cfg.dp.sgd_noise > 0:
-        return ("differential privacy's accounting and --dp central's clipping read each "
-                "client's update, which secure aggregation hides (distributed DP under secure "
-                "aggregation is not built: docs/algorithms.md §11.6); drop --dp or --dp-sgd-noise")
-    if cfg.latency.over_select != 1:
-        return ("--over-select keeps the first arrivals of a round, and secure aggregation "
-                "needs the cohort's every stage; drop it")
-    if cfg.net.secagg_field not in (0, 32, 64):
-        return f"--secagg-field is 32 or 64 (or 0: the smallest that holds the sum), got {cfg.net.secagg_field}"
+    if (not isinstance(server, FedAvg) or isinstance(server, StagedStrategy)
+            or getattr(client, "sends_updates", False) or client.stateful()):
+        return (f"{cfg.algo.name} declares secagg=True in its Spec, and its server is not a "
+                "FedAvg-family Strategy or its clients send updates or keep state; drop "
+                "secagg=True from its Spec")
     return ""
 
 
