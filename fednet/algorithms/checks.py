@@ -68,7 +68,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     registry.check_params(cfg.algo.name, dict(cfg.algo.params))  # the name, then each --param
     _data_rules(cfg)
     _need(not (why := optimizer_problem(cfg.train)), why)
-    cfg.net.codecs()  # each codec's error names its option
+    _codec_rules(cfg)
     _need(cfg.net.clients_per_process <= 1 or not cfg.latency.real,
           "--clients-per-process above 1 does not go with --real-time: the clients of one process "
           "would wait out each other's simulated delays; use one process per client")
@@ -85,6 +85,19 @@ def _data_rules(cfg: RunConfig) -> None:
           "--synthetic-alpha and --synthetic-beta are settings of --dataset synthetic-fedprox")
     _need(d.dataset != "synthetic-fedprox" or cfg.algo.name != "centralized", "--algo centralized "
           "needs a pooled training set, and synthetic-fedprox's clients generate theirs apart")
+
+
+def _codec_rules(cfg: RunConfig) -> None:
+    """Each codec's own settings (its error names its option), then where it applies: an
+    algorithm that hands models between clients (Spec.handoffs) compresses that traffic with
+    --compress-handoff, and one that does not has none to compress."""
+    codecs = cfg.net.codecs()
+    name, rings = cfg.algo.name, registry.get(cfg.algo.name).handoffs
+    _need(not (codecs.up.on and rings), f"--compress {cfg.net.compress}: {name} hands models "
+          "between clients, and a chain's last client trained from a model the server never "
+          "saw; use --compress-handoff (and --compress-down) for its traffic")
+    _need(not codecs.handoff.on or rings, f"--compress-handoff: {name} hands no models between "
+          "clients; drop it (or use --compress / --compress-down)")
 
 
 def _latency_rules(cfg: RunConfig) -> None:

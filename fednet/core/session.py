@@ -75,7 +75,6 @@ class Session:
         self.update_results = client.sends_updates  # results are updates: no reference
         down = codecs.down
         self.handoff_codec = codecs.handoff
-        self._check_codecs(cfg)
         self.evaluator = Evaluator(cfg)
         self.algo.setup(self.evaluator.initial, self.evaluator.trainable)
         ev = self.evaluator
@@ -120,16 +119,6 @@ class Session:
             self.histograms = [label_histogram(ds.train_y[p], ds.num_classes) for p in self.parts]
             label_hist = np.array(self.histograms)
         return ds, label_hist
-
-    def _check_codecs(self, cfg: RunConfig) -> None:
-        if self.compress.on and self.handoffs:  # the last hop's reference is not the server's
-            raise ConfigError(f"--compress {cfg.net.compress}: {cfg.algo.name} hands models "
-                              "between clients, and a chain's last client trained from a model "
-                              "the server never saw; use --compress-handoff (and "
-                              "--compress-down) for its traffic")
-        if self.handoff_codec.on and not self.handoffs:
-            raise ConfigError(f"--compress-handoff: {cfg.algo.name} hands no models between "
-                              "clients; drop it (or use --compress / --compress-down)")
 
     def _driver(self, cfg: RunConfig, stateful: bool, down: Any, state: dict | None
                 ) -> RoundDriver:
