@@ -1,0 +1,296 @@
+"""Clients trained together: G clients' copies of one architecture, each its own local SGD run,
+computed as one batch with torch.func (`functional_call`, `vmap`, `grad`) (issue 56, item 1).
+
+What each client does is exactly what training/local.train does for it alone with SGD (the
+default --optimizer): its own data, its own batch order drawn from its own generator in the same
+order (`randperm` per epoch, split into batches, the last one short; `augment(batch, generator)`
+after each batch's rows are taken), its own learning rate, momentum, Nesterov flag and weight
+decay with torch.optim.sgd's arithmetic (d = g + wd p; buf = m buf + d, buf = d on the first
+step; d = d + m buf with Nesterov, else buf; p = p - lr d), FedProx's proximal gradient
+mu (p - anchor) added before the optimizer step as hooks.prox adds it, and optionally a constant
+per-client gradient term (SCAFFOLD's c - c_k, FedDyn's -g_k: hooks.control_variate, hooks.dyn).
+Clients of unequal sizes, epochs or batch sizes are padded to the largest batch and the most
+steps and masked: a padded row adds nothing to its client's loss or gradient, and a client past
+its last step keeps its parameters and momentum unchanged, so each takes exactly its own steps.
+The reported loss is the plain loop's: the batches' mean losses weighted by their sizes.
+
+The results are not bitwise the plain loop's: a batched kernel (a bmm for G linear layers, a
+grouped convolution for G convolutions, a masked sum for the mean loss) adds the same terms in
+another order, so each step differs in the last bits of float32, and the differences grow with
+the steps as any float32 perturbation does. tests/test_batched.py checks every step against the
+plain loop to a relative 1e-5 of the parameters' scale (measured: about 1e-7 per step).
+
+Not batchable (batchable() says why; train_batched raises ValueError with the reason): models with
+BatchNorm (a batch's statistics would include the padding, and the running statistics are per
+client buffers), dropout (the plain loop draws its masks from the global RNG in the order the
+clients run: not reproducible per client), any other buffer (a forward may update it), and
+objectives other than classification (the padding is masked per example, which needs the
+per-example loss). Other optimizers (Adam, AdamW), DP-SGD and arbitrary hooks or loss terms run in
+the plain loop.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+from fednet.training import interrupt
+from fednet.training.local import TrainStats
+from fednet.training.objective import Classification, Objective
+
+Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
+StepHook = Callable[[int, Mapping[str, torch.Tensor]], None]
+
+_DROPOUT = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout,
+            nn.FeatureAlphaDropout)
+
+
+def batchable(model: nn.Module, objective: Objective | None = None) -> str:
+    """Why `model` (and `objective`) cannot be trained by train_batched; '' when they can."""
+    found: dict[str, list[str]] = {}  # a reason -> the modules it names
+    refused: set[str] = set()
+    for name, m in model.named_modules():
+        label = name or "the model"
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            found.setdefault(f"{type(m).__name__} (batch statistics over the padding; running "
+                             "statistics per client)", []).append(label)
+            refused.add(name)
+        elif isinstance(m, _DROPOUT) and m.p > 0:
+            found.setdefault(f"{type(m).__name__} with p > 0 (the plain loop draws its masks from "
+                             "the global RNG in the order the clients run)", []).append(label)
+    buffers = [n for n, _ in model.named_buffers() if n.rpartition(".")[0] not in refused]
+    if buffers:
+        found.setdefault("buffers (a forward may update them, per client)", []).extend(buffers)
+    why = [f"{reason} at {_names(where)}" for reason, where in found.items()]
+    if objective is not None and not isinstance(objective, Classification):
+        why.append(f"objective {objective.name!r} is not classification (padding is masked on "
+                   "the per-example cross-entropy)")
+    return "; ".join(why)
+
+
+def _names(names: list[str], most: int = 3) -> str:
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
+
+
+@dataclass
+class ClientJob:
+    """One client's local training: its data, batch-order generator and SGD settings.
+
+    start: its starting trainable parameters by name (default: the model's); the proximal
+    anchor is the start. correction: a constant added to each trainable parameter's gradient
+    (by name) after the proximal term, before weight decay."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    generator: torch.Generator
+    lr: float
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    nesterov: bool = False
+    epochs: int = 1
+    batch_size: int = 8
+    mu: float = 0.0
+    start: Mapping[str, torch.Tensor] | None = None
+    correction: Mapping[str, torch.Tensor] | None = None
+
+
+@dataclass
+class BatchedResult:
+    """The clients' final trainable parameters and momentum buffers, stacked along a leading
+    client dimension (in the jobs' order), and each client's TrainStats."""
+
+    params: dict[str, torch.Tensor]
+    stats: list[TrainStats]
+    momentum: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def client(self, g: int) -> dict[str, torch.Tensor]:
+        """Client g's final trainable parameters by name."""
+        return {k: v[g] for k, v in self.params.items()}
+
+    def load(self, model: nn.Module, g: int) -> None:
+        """Copy client g's final parameters into `model` (one of the same architecture)."""
+        named = dict(model.named_parameters())
+        with torch.no_grad():
+            for k, v in self.params.items():
+                named[k].copy_(v[g])
+
+
+@dataclass
+class _Plan:
+    """Every client's batches as step-aligned tensors: rows [G, S, B] (indices into the padded
+    data; or the batches themselves when augmented), mask [G, S, B], steps [G]."""
+
+    x: torch.Tensor          # [G, N, ...] padded data, or [G, S, B, ...] augmented batches
+    y: torch.Tensor          # [G, N] or [G, S, B]
+    rows: torch.Tensor | None  # [G, S, B] row indices; None when x holds the batches
+    mask: torch.Tensor       # [G, S, B] bool
+    steps: torch.Tensor      # [G] long
+
+    def batch(self, s: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Step s's (x, y, mask), each with a leading client dimension."""
+        if self.rows is None:
+            return self.x[:, s], self.y[:, s], self.mask[:, s]
+        g = torch.arange(len(self.rows), device=self.rows.device)[:, None]
+        r = self.rows[:, s]
+        return self.x[g, r], self.y[g, r], self.mask[:, s]
+
+
+def _client_batches(job: ClientJob, augment: Augment | None
+                    ) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+    """One client's (row indices, augmented batch or None) per step, drawn from its generator
+    in the plain loop's order (training/local.batches, then augment per batch)."""
+    out: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+    n = len(job.y)
+    for _ in range(job.epochs):
+        interrupt.poll()
+        perm = torch.randperm(n, generator=job.generator)
+        for idx in perm.split(job.batch_size):
+            xb = None
+            if augment is not None:
+                xb = augment(job.x[idx.to(job.x.device)], job.generator)
+            out.append((idx, xb))
+    return out
+
+
+def _plan(jobs: Sequence[ClientJob], augment: Augment | None) -> _Plan:
+    """Draw every client's batches and lay them out step by step, padded and masked."""
+    dev = jobs[0].x.device
+    drawn = [_client_batches(j, augment) for j in jobs]
+    G, S = len(jobs), max(len(d) for d in drawn)
+    B = max(j.batch_size for j in jobs)
+    rows = torch.zeros(G, S, B, dtype=torch.long)
+    mask = torch.zeros(G, S, B, dtype=torch.bool)
+    for g, d in enumerate(drawn):
+        for s, (idx, _) in enumerate(d):
+            rows[g, s, :len(idx)] = idx
+            mask[g, s, :len(idx)] = True
+    steps = torch.tensor([len(d) for d in drawn], device=dev)
+    rows, mask = rows.to(dev), mask.to(dev)
+    if augment is None:
+        x, y = _padded([j.x for j in jobs]), _padded([j.y for j in jobs])
+        return _Plan(x, y, rows, mask, steps)
+    first = next(xb for d in drawn for _, xb in d if xb is not None)
+    xs = torch.zeros((G, S, B) + tuple(first.shape[1:]), dtype=first.dtype, device=dev)
+    for g, d in enumerate(drawn):
+        for s, (idx, xb) in enumerate(d):
+            if xb is not None:
+                xs[g, s, :len(idx)] = xb
+    y = _padded([j.y for j in jobs])
+    gi = torch.arange(G, device=dev)[:, None, None]
+    return _Plan(xs, y[gi, rows], None, mask, steps)
+
+
+def _padded(ts: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Tensors of shape [n_g, ...] stacked into [G, max n_g, ...], zero-padded."""
+    n = max(len(t) for t in ts)
+    out = ts[0].new_zeros((len(ts), n) + tuple(ts[0].shape[1:]))
+    for g, t in enumerate(ts):
+        out[g, :len(t)] = t
+    return out
+
+
+def _column(values: Sequence[float], like: torch.Tensor) -> torch.Tensor:
+    """Per-client scalars as a [G] tensor of `like`'s dtype and device."""
+    return torch.tensor(list(values), dtype=like.dtype, device=like.device)
+
+
+def _check(model: nn.Module, jobs: Sequence[ClientJob], objective: Objective) -> None:
+    if not jobs:
+        raise ValueError("train_batched needs at least one client")
+    why = batchable(model, objective)
+    if why:
+        raise ValueError(f"{type(model).__name__} cannot be trained batched: {why}")
+    for g, j in enumerate(jobs):
+        if len(j.y) == 0 or len(j.x) != len(j.y):
+            raise ValueError(f"client {g} of the batch has {len(j.x)} inputs and {len(j.y)} "
+                             "labels (at least one each, as many inputs as labels)")
+        if j.epochs < 1 or j.batch_size < 1:
+            raise ValueError(f"client {g} of the batch: epochs and batch_size must be >= 1")
+
+
+class _SGD:
+    """torch.optim.sgd's update (foreach=False, dampening 0) with per-client hyper-parameters,
+    FedProx's proximal gradient and a constant correction before it; masked per client."""
+
+    def __init__(self, jobs: Sequence[ClientJob], start: dict[str, torch.Tensor]) -> None:
+        like = next(iter(start.values()))
+        self.lr = _column([j.lr for j in jobs], like)
+        self.mom = _column([j.momentum for j in jobs], like)
+        self.wd = _column([j.weight_decay for j in jobs], like)
+        self.mu = _column([j.mu for j in jobs], like)
+        self.nesterov = torch.tensor([bool(j.nesterov) for j in jobs], device=like.device)
+        self.use_mom = any(j.momentum for j in jobs)
+        self.use_wd = any(j.weight_decay for j in jobs)
+        self.anchor = {k: v.clone() for k, v in start.items()} if any(j.mu for j in jobs) else {}
+        self.corr: dict[str, torch.Tensor] = {}
+        if any(j.correction is not None for j in jobs):
+            self.corr = {k: torch.stack([j.correction[k] if j.correction is not None
+                                         else torch.zeros_like(v[0]) for j in jobs])
+                         for k, v in start.items()}
+        self.buf = {k: torch.zeros_like(v) for k, v in start.items()} if self.use_mom else {}
+
+    def step(self, params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor],
+             active: torch.Tensor) -> None:
+        """One step of every active client, in place in `params` (and the momentum buffers)."""
+        for k, p in params.items():
+            shape = (-1,) + (1,) * (p.dim() - 1)
+            d = grads[k]
+            if self.anchor:
+                d = d + self.mu.view(shape) * (p - self.anchor[k])
+            if self.corr:
+                d = d + self.corr[k]
+            if self.use_wd:
+                d = d + self.wd.view(shape) * p
+            on = active.view(shape)
+            if self.use_mom:
+                b = self.mom.view(shape) * self.buf[k] + d
+                self.buf[k] = torch.where(on, b, self.buf[k])
+                d = torch.where(self.nesterov.view(shape), d + self.mom.view(shape) * b, b)
+            params[k] = torch.where(on, p - self.lr.view(shape) * d, p)
+
+
+def train_batched(model: nn.Module, jobs: Sequence[ClientJob], *, augment: Augment | None = None,
+                  objective: Objective | None = None, on_step: StepHook | None = None
+                  ) -> BatchedResult:
+    """Train len(jobs) clients' copies of `model` together; `model` itself is not changed (it is
+    put in train mode, as the plain loop does). Each job's parameters start from job.start or the
+    model's. on_step(s, params) sees the stacked parameters after step s (tests)."""
+    objective = objective or Classification()
+    _check(model, jobs, objective)
+    model.train()
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    fixed = {n: p.detach() for n, p in model.named_parameters() if not p.requires_grad}
+    own = dict(model.named_parameters())
+    params = {n: torch.stack([(j.start[n] if j.start is not None else own[n]).detach()
+                              for j in jobs]).clone() for n in names}
+    plan = _plan(jobs, augment)
+    opt = _SGD(jobs, params)
+
+    def loss_of(p: dict[str, torch.Tensor], xb: torch.Tensor, yb: torch.Tensor,
+                m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = functional_call(model, (p, fixed), (xb,))
+        per = F.cross_entropy(out, yb, reduction="none")
+        loss = torch.where(m, per, 0.0).sum() / m.sum().clamp(min=1)
+        return loss, loss.detach()
+
+    step_grads = vmap(grad(loss_of, has_aux=True))
+    losses = []
+    for s in range(int(plan.steps.max())):
+        interrupt.poll()
+        xb, yb, m = plan.batch(s)
+        grads, loss = step_grads(params, xb, yb, m)
+        opt.step(params, grads, plan.steps > s)
+        losses.append(loss)
+        if on_step is not None:
+            on_step(s, params)
+    counts = plan.mask.sum(2).double()  # [G, S] examples per step (0 past a client's end)
+    total = (torch.stack(losses, 1).double() * counts).sum(1)
+    samples = counts.sum(1)
+    stats = [TrainStats(float(t) / max(float(n), 1.0), int(n), int(k))
+             for t, n, k in zip(total.tolist(), samples.tolist(), plan.steps.tolist())]
+    return BatchedResult(params, stats, opt.buf)

@@ -1,0 +1,170 @@
+"""training/batched.py (issue 56 item 1): clients trained together equal each client trained
+alone with the plain loop (training/local.train), step by step.
+
+Not bitwise: the batched kernels (a bmm for G linear layers, a grouped convolution for G
+convolutions, a masked sum for each client's mean loss) add the same float32 terms in another
+order, so each step may differ in the last bits. Checked per step: every trainable tensor within
+RTOL = 1e-5 of that tensor's largest magnitude (measured here: about 2e-7 per step), the losses
+within RTOL, the steps and samples exactly.
+"""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from fednet.models import build_model
+from fednet.training import hooks
+from fednet.training.batched import ClientJob, batchable, train_batched
+from fednet.training.local import train
+from fednet.training.objective import Objective
+from fednet.training.optim import OptimSpec
+
+RTOL = 1e-5
+
+MODELS = {"mclr": (10, (1, 1, 60)), "digits_cnn": (10, (1, 8, 8))}
+
+
+def _data(model: str, sizes: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    k, shape = MODELS[model]
+    g = torch.Generator().manual_seed(7)
+    return [(torch.randn((n,) + shape, generator=g), torch.randint(0, k, (n,), generator=g))
+            for n in sizes]
+
+
+def _settings(i: int, prox: bool, momentum: float) -> dict:
+    """Client i's own settings: lr, momentum, weight decay, epochs, batch size, mu all vary."""
+    return dict(lr=0.05 * (1 + i % 3), momentum=momentum * (i % 2),
+                weight_decay=4e-4 if i % 2 == 0 else 0.0, epochs=1 + i % 2,
+                batch_size=4 + i % 3, mu=0.1 * (1 + i) if prox else 0.0)
+
+
+def _alone(model: nn.Module, x, y, seed: int, c: dict, correction=None):
+    """The plain loop on one client: its stats and its parameters after each step."""
+    m = copy.deepcopy(model)
+    params = [p for p in m.parameters() if p.requires_grad]
+    trace: list[list[torch.Tensor]] = []
+    extra = [lambda ps: trace.append([p.detach().clone() for p in ps])]  # before each step
+    if c["mu"]:
+        extra.append(hooks.prox([p.detach().clone() for p in params], c["mu"]))
+    if correction is not None:
+        extra.append(hooks.control_variate(correction, [torch.zeros_like(t) for t in correction]))
+    stats = train(m, x, y, epochs=c["epochs"], batch_size=c["batch_size"], lr=c["lr"],
+                  generator=torch.Generator().manual_seed(seed), hooks=extra,
+                  optim=OptimSpec("sgd", c["lr"], c["momentum"], c["weight_decay"]))
+    trace.append([p.detach().clone() for p in params])
+    return stats, trace[1:]  # after step 1, 2, ..., the last
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.detach(), b.detach()
+    return float((a - b).abs().max() / b.abs().max().clamp(min=1e-12))
+
+
+@pytest.mark.parametrize("model_name", list(MODELS))
+@pytest.mark.parametrize("prox,momentum", [(False, 0.0), (True, 0.0), (True, 0.9)],
+                         ids=["fedavg", "fedprox", "fedprox-momentum"])
+def test_batched_equals_alone_per_step(model_name, prox, momentum):
+    sizes = [7, 13, 40, 22] if model_name == "mclr" else [9, 17, 30, 5, 12]
+    k, shape = MODELS[model_name]
+    model = build_model(model_name, k, shape, seed=0)
+    data = _data(model_name, sizes)
+    cs = [_settings(i, prox, momentum) for i in range(len(sizes))]
+    jobs = [ClientJob(x, y, torch.Generator().manual_seed(100 + i), **c)
+            for i, ((x, y), c) in enumerate(zip(data, cs))]
+    after: list[dict[str, torch.Tensor]] = []
+    res = train_batched(model, jobs, on_step=lambda s, p: after.append(
+        {n: t.clone() for n, t in p.items()}))
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert len(after) == max(s.steps for s in res.stats)
+    for i, ((x, y), c) in enumerate(zip(data, cs)):
+        stats, trace = _alone(model, x, y, 100 + i, c)
+        assert (res.stats[i].steps, res.stats[i].samples) == (stats.steps, stats.samples)
+        assert stats.samples == len(y) * c["epochs"]
+        assert abs(res.stats[i].loss - stats.loss) <= RTOL * abs(stats.loss)
+        for s, ps in enumerate(trace):  # every step this client took
+            for n, p in zip(names, ps):
+                assert _close(after[s][n][i], p) <= RTOL, (i, s, n)
+        for s in range(len(trace), len(after)):  # past its last step: unchanged
+            for n in names:
+                assert torch.equal(after[s][n][i], after[len(trace) - 1][n][i])
+        for n, p in zip(names, trace[-1]):
+            assert _close(res.client(i)[n], p) <= RTOL
+    fresh = dict(build_model(model_name, k, shape, seed=0).named_parameters())
+    for n, p in model.named_parameters():  # the model itself untouched
+        assert torch.equal(p, fresh[n])
+
+
+def test_batched_starts_and_corrections_per_client():
+    """Clients starting from different models (job.start) with a constant gradient term each
+    (SCAFFOLD's c - c_k, hooks.control_variate), augmented batches drawn from each client's own
+    generator in the plain loop's order."""
+    k, shape = MODELS["mclr"]
+    model = build_model("mclr", k, shape, seed=0)
+    data = _data("mclr", [11, 6, 19])
+
+    def augment(xb: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+        return xb + 0.1 * torch.randn(xb.shape, generator=g)
+
+    jobs, alone = [], []
+    for i, (x, y) in enumerate(data):
+        start = copy.deepcopy(model)
+        with torch.no_grad():
+            for p in start.parameters():
+                p.add_(0.01 * (i + 1))
+        corr = [0.001 * (i + 1) * torch.ones_like(p) for p in start.parameters()]
+        c = _settings(i, True, 0.5)
+        jobs.append(ClientJob(x, y, torch.Generator().manual_seed(5 + i), **c,
+                              start=dict(start.named_parameters()),
+                              correction={n: t for (n, _), t in zip(start.named_parameters(), corr)}))
+        m = copy.deepcopy(start)
+        params = list(m.parameters())
+        extra = [hooks.prox([p.detach().clone() for p in params], c["mu"]),
+                 hooks.control_variate(corr, [torch.zeros_like(t) for t in corr])]
+        stats = train(m, x, y, epochs=c["epochs"], batch_size=c["batch_size"], lr=c["lr"],
+                      generator=torch.Generator().manual_seed(5 + i), hooks=extra, augment=augment,
+                      optim=OptimSpec("sgd", c["lr"], c["momentum"], c["weight_decay"]))
+        alone.append((stats, dict(m.named_parameters())))
+    res = train_batched(model, jobs, augment=augment)
+    for i, (stats, params) in enumerate(alone):
+        assert res.stats[i].steps == stats.steps
+        assert abs(res.stats[i].loss - stats.loss) <= RTOL * abs(stats.loss)
+        for n, p in params.items():
+            assert _close(res.client(i)[n], p) <= RTOL, (i, n)
+    target = copy.deepcopy(model)
+    res.load(target, 2)
+    assert torch.equal(dict(target.named_parameters())["fc.weight"], res.params["fc.weight"][2])
+
+
+class _Dropped(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.fc(x))
+
+
+def test_refused_models_say_why():
+    assert batchable(build_model("mclr", 10, (1, 1, 60))) == ""
+    assert batchable(build_model("digits_cnn", 10, (1, 8, 8))) == ""
+    bn = build_model("factorized_digits", 10, (1, 8, 8))
+    why = batchable(bn)
+    assert "BatchNorm2d" in why and "bn1" in why
+    assert "Dropout with p > 0" in batchable(_Dropped())
+    assert batchable(nn.Sequential(nn.Linear(4, 2), nn.Dropout(0.0))) == ""
+    holder = nn.Linear(4, 2)
+    holder.register_buffer("seen", torch.zeros(1))
+    assert "buffers" in batchable(holder) and "seen" in batchable(holder)
+
+    class Regression(Objective):
+        name = "mse"
+    assert "not classification" in batchable(holder, Regression())
+    x, y = torch.randn(6, 4), torch.randint(0, 2, (6,))
+    with pytest.raises(ValueError, match="Dropout"):
+        train_batched(_Dropped(), [ClientJob(x, y, torch.Generator(), lr=0.1)])
+    with pytest.raises(ValueError, match="inputs"):
+        train_batched(nn.Linear(4, 2), [ClientJob(x[:0], y[:0], torch.Generator(), lr=0.1)])
