@@ -25,6 +25,7 @@ import torch
 from fednet.algorithms.contract import ClientContext, ClientUpdate
 from fednet.algorithms.updates import trainable
 from fednet.models.arrays import clone_arrays, load_arrays, state_arrays
+from fednet.training.flops import charge
 from fednet.training.local import batches
 from fednet.types import Arrays, Task
 
@@ -36,7 +37,10 @@ class PerFedAvgClient(ClientUpdate):
               ) -> tuple[list[torch.Tensor], float]:
         """grad of the loss (batch idx) + (wd/2)||theta||^2 at the model's current parameters."""
         params = trainable(ctx)
-        loss = ctx.loss(ctx.model(ctx.x[idx]), ctx.y[idx])
+        xb = ctx.x[idx]
+        if not create_graph:  # (with a graph: _hvp charges the whole product)
+            charge(ctx.model, xb)
+        loss = ctx.loss(ctx.model(xb), ctx.y[idx])
         grads = torch.autograd.grad(loss, params, create_graph=create_graph)
         wd = ctx.cfg.train.weight_decay
         ps = params if create_graph else [p.detach() for p in params]
@@ -47,6 +51,7 @@ class PerFedAvgClient(ClientUpdate):
         """H f(theta; idx) v at the model's current parameters."""
         params = trainable(ctx)
         if self.p.hvp == "autograd":
+            charge(ctx.model, ctx.x[idx], "hvp")
             grads, _ = self._grad(ctx, idx, create_graph=True)
             dot = sum((g * vi).sum() for g, vi in zip(grads, v))
             return [h.detach() for h in torch.autograd.grad(dot, params)]

@@ -16,6 +16,7 @@ from fednet.algorithms.layout import Layout
 from fednet.algorithms.updates import local_sgd, trainable
 from fednet.models.arrays import clone_arrays, load_arrays, state_arrays
 from fednet.training import hooks
+from fednet.training.flops import charge
 from fednet.training.local import batches
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 
@@ -128,7 +129,9 @@ def _full_gradient(ctx: ClientContext, x: list[torch.Tensor], task: Task) -> lis
     for _ in range(int(task.body.get("epochs", ctx.cfg.train.epochs))):
         for idx in batches(len(ctx.y), ctx.cfg.train.batch_size, g):
             ctx.model.zero_grad(set_to_none=True)
-            ctx.loss(ctx.model(ctx.x[idx]), ctx.y[idx]).backward()
+            xb = ctx.x[idx]
+            charge(ctx.model, xb)
+            ctx.loss(ctx.model(xb), ctx.y[idx]).backward()
             for a, p in zip(acc, params):
                 a.add_(p.grad)
             n += 1

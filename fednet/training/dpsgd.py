@@ -20,7 +20,7 @@ from torch import nn
 
 from fednet.privacy import require
 from fednet.privacy.plan import sgd_steps
-from fednet.training import interrupt
+from fednet.training import flops, interrupt
 from fednet.training.local import GradHook, TrainStats
 from fednet.training.objective import CLASSIFICATION, Objective
 from fednet.training.optim import Optimizer, OptimSpec
@@ -60,6 +60,7 @@ def train_private(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs:
     n = len(y)
     q, steps = sgd_steps(n, batch_size)
     model.train()
+    flops.template(model)  # the clock's copy of the model, made before Opacus hooks it
     gsm = opacus.GradSampleModule(model, loss_reduction="mean")
     try:
         with warnings.catch_warnings():  # torch's note on Opacus's hooks of a first layer
@@ -93,6 +94,7 @@ def _steps(gsm: nn.Module, model: nn.Module, x: torch.Tensor, y: torch.Tensor, c
             xb, yb = x[idx], y[idx]
             if augment is not None:
                 xb = augment(xb, generator)
+            flops.charge(model, xb, "dpsgd")  # per-example gradients and clipping, counted
             loss = objective.loss(gsm(xb), yb)
             loss.backward()
             total += float(loss.detach()) * len(idx)

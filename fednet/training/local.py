@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from fednet.training import interrupt
+from fednet.training.flops import charge
 from fednet.training.objective import CLASSIFICATION, Objective
 from fednet.training.optim import Optimizer, OptimizerState, OptimSpec
 
@@ -60,6 +61,7 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: int, ba
             xb, yb = x[idx], y.index_select(0, idx)  # (the same rows as y[idx], sooner)
             if augment is not None:
                 xb = augment(xb, generator)
+            charge(model, xb)  # the simulated clock's work (training/flops.py)
             opt.zero_grad()
             loss = objective.loss(model(xb), yb)
             full = loss
@@ -83,7 +85,9 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
     model.eval()
     correct, loss, n = 0, 0.0, len(y)
     for i in range(0, n, batch_size):
-        out = model(x[i:i + batch_size])
+        xb = x[i:i + batch_size]
+        charge(model, xb, "eval")
+        out = model(xb)
         yb = y[i:i + batch_size]
         loss += objective.loss_sum(out, yb)
         correct += objective.score_sum(out, yb)  # type: ignore[assignment]  # (int, then float)

@@ -7,6 +7,7 @@ from torch import nn
 
 from fednet.algorithms.grouping.names import APPROXIMATORS, MEASURES, PROBABILITY_ONLY
 from fednet.errors import ConfigError
+from fednet.training.flops import charge
 from fednet.rng import generator
 
 CLASSIFIER_PARTS = ("last", "last2", "all")
@@ -29,6 +30,7 @@ def confidence_vector(model: nn.Module, ex_x: torch.Tensor, ex_y: torch.Tensor, 
             for s in range(0, ex_x.shape[0], batch_size):
                 x = ex_x[s:s + batch_size].to(device)
                 y = ex_y[s:s + batch_size].to(device).long()
+                charge(model, x, "eval")
                 p = torch.softmax(model(x).double(), dim=1)
                 true_p = p.gather(1, y.view(-1, 1)).view(-1).cpu()
                 total.index_add_(0, y.cpu(), true_p)

@@ -1,0 +1,188 @@
+"""The work a client's torch loops do, in FLOPs counted by PyTorch's own counter
+(`torch.utils.flop_counter.FlopCounterMode`), for the simulated clock (docs/usage.md, "Client
+compute").
+
+A batch's FLOPs depend on the model's architecture, the batch's shape and dtype and what the
+loop does with it (`MODES`), never on the values: each (architecture, shape, dtype, mode) is
+counted once per process on a copy of the model on torch's meta device (no storage, no data,
+milliseconds; a CPU copy with zero inputs for a model that meta cannot run) and cached. The
+counter counts the matrix products and convolutions (mm, addmm, bmm, convolution and their
+backward, attention): elementwise work (activations, normalization, the loss, the optimizer's
+update) counts nothing, which is the model's main limit (docs/usage.md).
+
+The loops (training/local.py, training/dpsgd.py, and the algorithms' own loops) call `charge`
+with each batch; it adds to the `Meter` that core/executor.py opens around one task, and does
+nothing outside one (the server's evaluation). A task's compute is its meter's total divided by
+the client's FLOP/s (network/latency.compute_time): the same integers in every runtime, so
+`fednet local` and `fednet launch` stamp the same simulated seconds to the last bit.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import copy
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+MODES = ("train", "eval", "dpsgd", "hvp")
+"""What a loop does with a batch: train (forward and backward), eval (forward without a graph),
+dpsgd (forward and backward through Opacus's per-example gradients, then their clipping and
+sum: training/dpsgd.py), hvp (forward, a backward that keeps its graph and a second backward
+through it: a Hessian-vector product, Per-FedAvg's HF variant)."""
+
+
+class Meter:
+    """The FLOPs charged while it is open (one task of one client)."""
+
+    __slots__ = ("flops", "batches")
+
+    def __init__(self) -> None:
+        self.flops = 0
+        self.batches = 0
+
+
+_ACTIVE: contextvars.ContextVar[Meter | None] = contextvars.ContextVar("fednet_flops",
+                                                                        default=None)
+_TEMPLATES: dict[tuple, nn.Module] = {}  # architecture -> its meta (or CPU) copy
+_COUNTS: dict[tuple, int] = {}  # (architecture, shape, dtype, mode) -> FLOPs of one batch
+
+
+@contextlib.contextmanager
+def metered() -> Iterator[Meter]:
+    """A Meter that every `charge` inside the block adds to."""
+    meter = Meter()
+    token = _ACTIVE.set(meter)
+    try:
+        yield meter
+    finally:
+        _ACTIVE.reset(token)
+
+
+def charge(model: nn.Module, x: torch.Tensor, mode: str = "train") -> None:
+    """Charge the open meter (if any) one batch `x` through `model` in `mode` (MODES)."""
+    meter = _ACTIVE.get()
+    if meter is None or len(x) == 0:
+        return
+    meter.flops += batch_flops(model, tuple(x.shape), x.dtype, mode)
+    meter.batches += 1
+
+
+def batch_flops(model: nn.Module, shape: tuple[int, ...], dtype: torch.dtype = torch.float32,
+                mode: str = "train") -> int:
+    """FLOPs of one batch of `shape` through `model` in `mode`, counted once and cached."""
+    if mode not in MODES:
+        raise ValueError(f"unknown compute mode {mode!r}; one of {', '.join(MODES)}")
+    arch = architecture(model)
+    key = (arch, tuple(int(s) for s in shape), str(dtype), mode)
+    got = _COUNTS.get(key)
+    if got is None:
+        got = _COUNTS[key] = _count(template(model, arch), key[1], dtype, mode)
+    return got
+
+
+def architecture(model: nn.Module) -> tuple:
+    """What a model's FLOPs depend on besides its input: its class and every parameter's and
+    buffer's name, shape and dtype (and whether it is trained)."""
+    return (type(model).__module__, type(model).__qualname__,
+            tuple((n, tuple(p.shape), str(p.dtype), p.requires_grad)
+                  for n, p in model.named_parameters()),
+            tuple((n, tuple(b.shape), str(b.dtype)) for n, b in model.named_buffers()))
+
+
+def template(model: nn.Module, arch: tuple | None = None) -> nn.Module:
+    """The cached storage-free copy of `model`'s architecture (made now if it is new): call it
+    before a wrapper hooks the model (Opacus), so that the copy carries no hooks."""
+    arch = architecture(model) if arch is None else arch
+    got = _TEMPLATES.get(arch)
+    if got is None:
+        got = _TEMPLATES[arch] = _copy(model, "meta")
+    return got
+
+
+def _copy(model: nn.Module, device: str) -> nn.Module:
+    """`model` on `device` (parameters and buffers new and zero, never copied; no hooks)."""
+    memo: dict[int, object] = {}
+    for p in model.parameters():
+        memo[id(p)] = nn.Parameter(torch.zeros_like(p, device=device),
+                                   requires_grad=p.requires_grad)
+    for b in model.buffers():
+        memo[id(b)] = torch.zeros_like(b, device=device)
+    out = copy.deepcopy(model, memo)
+    for m in out.modules():
+        for hooks in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
+                      "_backward_pre_hooks", "_forward_hooks_with_kwargs",
+                      "_forward_pre_hooks_with_kwargs", "_forward_hooks_always_called"):
+            d = getattr(m, hooks, None)
+            if d is not None:
+                d.clear()
+    return out
+
+
+def _count(tmpl: nn.Module, shape: tuple[int, ...], dtype: torch.dtype, mode: str) -> int:
+    """Run one batch of zeros through a copy of `tmpl` under the counter (on meta; on the CPU
+    where the model cannot run on meta: a data-dependent step)."""
+    try:
+        return _run(copy.deepcopy(tmpl), shape, dtype, mode, "meta")
+    except Exception:  # noqa: BLE001 - meta has no kernel, or the model reads a value
+        return _run(_copy(tmpl, "cpu"), shape, dtype, mode, "cpu")
+
+
+def _scalar(out: object) -> torch.Tensor:
+    """A scalar to differentiate from a model's output (a tuple's first tensor)."""
+    while isinstance(out, (tuple, list)):
+        out = out[0]
+    assert isinstance(out, torch.Tensor)
+    return out.float().sum()
+
+
+def _run(m: nn.Module, shape: tuple[int, ...], dtype: torch.dtype, mode: str, device: str
+         ) -> int:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    x = torch.zeros(shape, dtype=dtype, device=device)
+    params: list[torch.Tensor] = [p for p in m.parameters() if p.requires_grad]
+    with FlopCounterMode(display=False) as counter:
+        if mode == "eval" or not params:
+            m.eval()
+            with torch.no_grad():
+                m(x)
+        elif mode == "train":
+            m.train()
+            _scalar(m(x)).backward()
+        elif mode == "hvp":
+            m.train()
+            grads = torch.autograd.grad(_scalar(m(x)), params, create_graph=True)
+            dot = sum((g * g.detach()).sum() for g in grads)
+            torch.autograd.grad(dot, params)  # type: ignore[arg-type]
+        else:
+            _dpsgd(m, x, params)
+    return int(counter.get_total_flops())
+
+
+def _dpsgd(m: nn.Module, x: torch.Tensor, params: list[torch.Tensor]) -> None:
+    """DP-SGD's work on a batch as training/dpsgd.py does it: the forward and backward through
+    Opacus's GradSampleModule (per-example gradients) and DPOptimizer's clipping and sum."""
+    import warnings
+
+    import opacus
+    from opacus.optimizers import DPOptimizer
+
+    m.train()
+    gsm = opacus.GradSampleModule(m, loss_reduction="mean")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Full backward hook is firing")
+        _scalar(gsm(x)).backward()
+    dp = DPOptimizer(_Groups(params), noise_multiplier=0.0,  # type: ignore[arg-type]
+                     max_grad_norm=1.0, expected_batch_size=len(x))
+    dp.clip_and_accumulate()
+
+
+class _Groups:
+    """What DPOptimizer reads of the optimizer it wraps (as training/dpsgd.py's _Params)."""
+
+    def __init__(self, params: list[torch.Tensor]) -> None:
+        self.param_groups = [{"params": params}]
+        self.state: dict = {}
+        self.defaults: dict = {}

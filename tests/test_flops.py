@@ -1,0 +1,79 @@
+"""Client compute counted in FLOPs (training/flops.py) and charged on the clock at a profile's
+FLOP/s (network/latency.compute_time): the same work gives the same simulated seconds, and
+models cost what their FLOPs say."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from fednet.models import build_model
+from fednet.training import flops
+from fednet.training.local import evaluate, train
+
+
+def _per_example(name: str, shape: tuple[int, int, int], mode: str = "train") -> int:
+    return flops.batch_flops(build_model(name, 10, shape, seed=0), (1, *shape), mode=mode)
+
+
+def test_mclr_is_counted_as_its_matrix_products():
+    """Logistic regression on 8x8 digits: 64 x 10 weights; forward 2*64*10 FLOPs an example,
+    backward the weights' gradient as much again (the input needs none)."""
+    assert _per_example("mclr", (1, 8, 8), "eval") == 2 * 64 * 10
+    assert _per_example("mclr", (1, 8, 8)) == 2 * (2 * 64 * 10)
+
+
+@pytest.mark.parametrize("name,shape", [("mclr", (1, 8, 8)), ("digits_cnn", (1, 8, 8)),
+                                        ("resnet18", (3, 32, 32))])
+def test_a_batch_costs_its_examples_and_is_counted_once(monkeypatch, name, shape):
+    model = build_model(name, 10, shape, seed=0)
+    one = flops.batch_flops(model, (1, *shape))
+    assert flops.batch_flops(model, (32, *shape)) == 32 * one
+    assert 0 < flops.batch_flops(model, (1, *shape), mode="eval") < one
+    monkeypatch.setattr(flops, "_run", lambda *a: pytest.fail("counted twice"))
+    assert flops.batch_flops(build_model(name, 10, shape, seed=1), (32, *shape)) == 32 * one
+
+
+def test_models_differ_by_orders_of_magnitude():
+    """The three models of issue 52: mclr, the digits CNN and ResNet-18 on CIFAR-shaped data
+    cost ~2.6 kFLOP, ~0.54 MFLOP and ~3.3 GFLOP of training an example."""
+    m, c = _per_example("mclr", (1, 8, 8)), _per_example("digits_cnn", (1, 8, 8))
+    r = _per_example("resnet18", (3, 32, 32))
+    assert m == 2560 and 5e5 < c < 6e5 and 3e9 < r < 4e9
+
+
+def test_the_loops_charge_the_open_meter_only():
+    torch.manual_seed(0)
+    model = build_model("digits_cnn", 10, (1, 8, 8), seed=0)
+    x, y = torch.randn(20, 1, 8, 8), torch.randint(0, 10, (20,))
+    train(model, x, y, epochs=1, batch_size=8, lr=0.1, generator=torch.Generator().manual_seed(0))
+    with flops.metered() as m:
+        train(model, x, y, epochs=2, batch_size=8, lr=0.1,
+              generator=torch.Generator().manual_seed(0))
+        evaluate(model, x, y, batch_size=16)
+    per = flops.batch_flops(model, (1, 1, 8, 8))
+    ev = flops.batch_flops(model, (1, 1, 8, 8), mode="eval")
+    assert m.flops == 2 * 20 * per + 20 * ev and m.batches == 2 * 3 + 2
+
+
+def test_a_model_meta_cannot_run_is_counted_on_the_cpu():
+    class ReadsAValue(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x) if float(x.sum()) >= 0 else self.fc(-x)
+
+    assert flops.batch_flops(ReadsAValue(), (5, 4), mode="eval") == 2 * 5 * 4 * 3
+
+
+def test_dpsgd_counts_its_per_example_gradients():
+    """DP-SGD's step (Opacus's per-example gradients, their clipping and sum) counts more than
+    plain training's on the same batch, as counted on that path."""
+    pytest.importorskip("opacus")
+    for name in ("mclr", "digits_cnn"):
+        model = build_model(name, 10, (1, 8, 8), seed=0)
+        plain = flops.batch_flops(model, (32, 1, 8, 8))
+        private = flops.batch_flops(model, (32, 1, 8, 8), mode="dpsgd")
+        assert private > plain
