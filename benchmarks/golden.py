@@ -253,14 +253,19 @@ def main(args: list[str] | None = None) -> int:
     ap.add_argument("--write-env", action="store_true",
                     help="pin this environment's float results beside the main pin (its bytes, "
                          "messages and times must equal the main pin's)")
+    ap.add_argument("--write-times", action="store_true",
+                    help="rewrite the main pin's simulated times and commands from these runs, on "
+                         "any environment (simulated time never depends on the kernels); refused "
+                         "unless everything else equals this environment's pin")
     ns = ap.parse_args(args)
     if set(EXTRA) != set(ALGORITHMS):
         raise SystemExit(f"EXTRA covers {sorted(EXTRA)}, the CLI offers {sorted(ALGORITHMS)}")
     if ns.write and GOLDEN.exists() and load()["environment"] != environment():
         raise SystemExit("--write pins the main environment's numbers, and this is another one "
                          "(its float results differ by themselves): use --write-env")
-    if (ns.write or ns.write_env) and ns.algos != keys():
-        raise SystemExit("--write and --write-env regenerate every algorithm; drop --algos")
+    if (ns.write or ns.write_env or ns.write_times) and ns.algos != keys():
+        raise SystemExit("--write, --write-env and --write-times regenerate every algorithm; "
+                         "drop --algos")
     records: dict[str, Any] = {}
     timings: dict[str, float] = {}
     bad = 0
@@ -300,6 +305,8 @@ def main(args: list[str] | None = None) -> int:
     old = load()
     if ns.write_env:
         return _write_env(old, doc, bad)
+    if ns.write_times:
+        return _write_times(old, doc, bad)
     pins, which = pinned_for(old, doc["environment"])
     print(f"comparing with {which}")
     lines = diff({"format": old.get("format")}, {"format": FORMAT})
@@ -338,6 +345,32 @@ def _write_env(old: dict[str, Any], doc: dict[str, Any], bad: int) -> int:
     GOLDEN.write_text(dumps({**old, "alternates": alts}) + "\n")
     print(f"wrote this environment's float results into {GOLDEN.relative_to(ROOT)} "
           f"({len(alts)} alternate environments)")
+    return 0
+
+
+TIMED = ("sim_time_s", "command")
+"""What --write-times rewrites in the main pin."""
+
+
+def _write_times(old: dict[str, Any], doc: dict[str, Any], bad: int) -> int:
+    """--write-times: the main pin's simulated times (and commands) from these runs, once every
+    other field equals this environment's pin (its float results included: a change of the
+    model is a change of the numbers, pinned with --write on the main environment)."""
+    pins, which = pinned_for(old, doc["environment"])
+    lines = []
+    for algo, rec in doc["algorithms"].items():
+        want = {k: v for k, v in pins.get(algo, {}).items() if k not in TIMED and v is not None}
+        got = {k: v for k, v in rec.items() if k not in TIMED and k in want}
+        lines += diff(want, got, f"{algo}.") + ([f"{algo}: not pinned"] if algo not in pins else [])
+    if lines or bad:
+        print(f"not written: beyond the times and commands these runs differ from {which}:",
+              *lines, sep="\n  ")
+        return 1
+    main = {a: {**r, **{k: doc["algorithms"][a][k] for k in TIMED}}
+            for a, r in old["algorithms"].items()}
+    GOLDEN.write_text(dumps({**old, "algorithms": main}) + "\n")
+    print(f"wrote the simulated times and commands of {len(main)} runs into "
+          f"{GOLDEN.relative_to(ROOT)}")
     return 0
 
 

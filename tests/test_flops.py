@@ -3,13 +3,17 @@ FLOP/s (network/latency.compute_time): the same work gives the same simulated se
 models cost what their FLOPs say."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from torch import nn
 
+from fednet.core.inproc import run_local
 from fednet.models import build_model
 from fednet.training import flops
 from fednet.training.local import evaluate, train
+from tests.conftest import small_config
 
 
 def _per_example(name: str, shape: tuple[int, int, int], mode: str = "train") -> int:
@@ -77,3 +81,28 @@ def test_dpsgd_counts_its_per_example_gradients():
         plain = flops.batch_flops(model, (32, 1, 8, 8))
         private = flops.batch_flops(model, (32, 1, 8, 8), mode="dpsgd")
         assert private > plain
+
+
+def _host(tmp_path, rate: float) -> str:
+    f = tmp_path / "host.json"  # compute only: no latency, unlimited links
+    f.write_text(json.dumps([{"train_flops_per_s": rate, "rtt_s": 0, "up_bps": 0,
+                              "down_bps": 0}]))
+    return str(f)
+
+
+def test_simulated_seconds_per_example_follow_the_models_flops(tmp_path):
+    """One client, one round, one epoch on a 1 GFLOP/s profile with free links: the clock
+    charges the examples x the model's training FLOPs an example / 1e9, so mclr and the digits
+    CNN differ by their FLOP ratio (with a per-example profile they cost the same)."""
+    got = {}
+    for name in ("mclr", "digits_cnn"):
+        cfg = small_config(clients=1, rounds=1, train={"model": name},
+                           latency={"preset": "", "file": _host(tmp_path, 1e9)},
+                           out=str(tmp_path / name))
+        s = run_local(cfg, quiet=True)
+        n = s["compute"]["samples"]
+        got[name] = s["sim_time_s"] / n
+        assert s["sim_time_s"] == n * _per_example(name, (1, 8, 8)) / 1e9
+    ratio = _per_example("digits_cnn", (1, 8, 8)) / _per_example("mclr", (1, 8, 8))
+    assert got["digits_cnn"] / got["mclr"] == pytest.approx(ratio, rel=1e-12)
+    assert ratio > 200

@@ -26,9 +26,10 @@ def test_none_preset_costs_no_time():
 
 def test_hetero_preset_has_twenty_percent_slow_clients():
     ps = latency.profiles(LatencyConfig(preset="hetero"), 100, 0)
-    slow = [p for p in ps if p.compute_s_per_sample > 1e-3]
+    slow = [p for p in ps if p.train_flops_per_s < latency.EDGE_FLOPS]
     assert len(slow) == 20
-    assert all(p.compute_s_per_sample == 5 * 1e-3 for p in slow)
+    assert all(p.train_flops_per_s == latency.EDGE_FLOPS / 5 for p in slow)
+    assert all(p.compute_s_per_sample == 0 for p in ps)
 
 
 def test_delay_arithmetic():
@@ -65,10 +66,18 @@ BAD_TRACES = [
      "all of them"),
     ("misspelt.csv", "compute_s_per_sample,rtt,up_bps,down_bps\n0.001,0.01,0,0\n",
      "line 2: unknown column(s) rtt; missing column(s) rtt_s; a trace has the columns "
-     "compute_s_per_sample, rtt_s, up_bps, down_bps (and optionally client)"),
+     "rtt_s, up_bps, down_bps, one of train_flops_per_s or compute_s_per_sample (and optionally "
+     "client)"),
     ("missing.csv", "compute_s_per_sample,rtt_s,up_bps\n0.001,0.01,0\n",
-     "line 2: missing column(s) down_bps; a trace has the columns compute_s_per_sample, rtt_s, "
-     "up_bps, down_bps (and optionally client)"),
+     "line 2: missing column(s) down_bps; a trace has the columns rtt_s, up_bps, down_bps, one "
+     "of train_flops_per_s or compute_s_per_sample (and optionally client)"),
+    ("no_compute.csv", "rtt_s,up_bps,down_bps\n0.01,0,0\n",
+     "line 2: missing column(s) train_flops_per_s or compute_s_per_sample; a trace has the "
+     "columns rtt_s, up_bps, down_bps, one of train_flops_per_s or compute_s_per_sample (and "
+     "optionally client)"),
+    ("both.csv", f"{HEAD},train_flops_per_s\n0.001,0.01,0,0,1e9\n",
+     "line 2: give the compute as train_flops_per_s (FLOP/s) or as compute_s_per_sample (s per "
+     "example), not both"),
     ("text.csv", f"{HEAD}\nfast,0.01,0,0\n", "line 2: compute_s_per_sample must be a finite "
      "number >= 0 (got 'fast')"),
     ("empty_cell.csv", f"{HEAD}\n0.001,,0,0\n", "line 2: rtt_s must be a finite number >= 0 "
@@ -92,7 +101,7 @@ BAD_TRACES = [
      "no row for client(s) 1, 2, 3, 4; give one row per client 0..4, or one row for all"),
     ("header_only.csv", f"{HEAD}\n", "the trace has no rows"),
     ("obj.json", json.dumps({"rtt_s": 1}), "a JSON trace is a list of objects with the keys "
-     "compute_s_per_sample, rtt_s, up_bps, down_bps"),
+     "rtt_s, up_bps, down_bps, train_flops_per_s (or compute_s_per_sample)"),
     ("bool.json", json.dumps([{"compute_s_per_sample": True, "rtt_s": 0, "up_bps": 0,
                                "down_bps": 0}]),
      "entry 0: compute_s_per_sample must be a finite number >= 0 (got True)"),
@@ -120,6 +129,34 @@ def test_bad_trace_file_names_the_option(tmp_path):
 def test_profile_dict_round_trip():
     p = Profile(0.001, 0.02, float("inf"), 5e6)
     assert Profile.from_dict(p.to_dict()) == p
+    q = Profile(0.0, 0.02, 1e6, 5e6, 3e9)
+    assert Profile.from_dict(q.to_dict()) == q
+    assert latency.Profiles.from_array(latency.to_array([p, q])) == [p, q]
+
+
+def test_compute_time_in_flops_or_per_sample():
+    """A FLOP/s profile charges the FLOPs counted (whatever the samples); the older per-example
+    profile charges the samples (whatever the FLOPs); none: free."""
+    assert latency.compute_time(Profile(train_flops_per_s=2e9), 100, 6 * 10**9) == 3.0
+    assert latency.compute_time(Profile(compute_s_per_sample=0.002), 150, 10**12) == 0.002 * 150
+    assert latency.compute_time(Profile(), 150, 10**12) == 0.0
+
+
+def test_flops_trace_and_older_trace_load(tmp_path, caplog):
+    """A trace in FLOP/s; an older one of seconds per example loads as it did, with one note."""
+    new = tmp_path / "host.json"
+    new.write_text(json.dumps([{"train_flops_per_s": 5e9, "rtt_s": 0.01, "up_bps": 0,
+                                "down_bps": "100Mbit"}]))
+    ps = latency.profiles(LatencyConfig(file=str(new)), 2, 0)
+    assert ps[0] == ps[1] == Profile(0.0, 0.01, float("inf"), 12.5e6, 5e9)
+    old = tmp_path / "old.csv"
+    old.write_text(f"{HEAD}\n0.002,0.01,0,0\n")
+    latency._PER_SAMPLE_NOTED = False
+    with caplog.at_level("WARNING", logger="fednet"):
+        assert latency.profiles(LatencyConfig(file=str(old)), 2, 0)[1].compute_s_per_sample == 0.002
+        latency.profiles(LatencyConfig(file=str(old)), 2, 0)
+    notes = [r for r in caplog.records if "compute_s_per_sample" in r.getMessage()]
+    assert len(notes) == 1 and "fednet calibrate" in notes[0].getMessage()
 
 
 @pytest.mark.parametrize("text,bps", [("100Mbit", 12.5e6), ("100mbit/s", 12.5e6), ("12.5MB", 12.5e6),
@@ -162,7 +199,7 @@ def test_profiles_travel_as_an_array_and_come_back_equal(tmp_path):
     cfg = LatencyConfig(file=str(f))
     profs = latency.profiles(cfg, 2, 0)
     arr = latency.to_array(profs)
-    assert arr.shape == (2, 4) and arr.dtype.name == "float64"
+    assert arr.shape == (2, 5) and arr.dtype.name == "float64"
     f.unlink()  # a client host has no copy of the file: WELCOME's array is enough
     assert latency.links(cfg, 2, 0, {"profiles": arr}) == profs
     assert latency.links(LatencyConfig(preset="wan"), 3, 5, {}) == latency.profiles(
@@ -224,9 +261,9 @@ def test_profiles_are_one_table_that_behaves_as_a_list_of_profiles():
     assert ps.subset([7, 0, 7]) == [objs[7], objs[0], objs[7]]
     assert latency.Profiles.of(objs) == ps
     arr = latency.to_array(ps)
-    assert arr.shape == (10, 4) and latency.Profiles.from_array(arr) == ps
+    assert arr.shape == (10, 5) and latency.Profiles.from_array(arr) == ps
     none = latency.profiles(LatencyConfig(preset="none"), 2, 0)
-    assert latency.to_array(none).tolist() == [[0.0, 0.0, 0.0, 0.0]] * 2  # unlimited: 0 on the wire
+    assert latency.to_array(none).tolist() == [[0.0] * 5] * 2  # unlimited: 0 on the wire
     assert latency.Profiles.from_array(latency.to_array(none))[1].up_bps == float("inf")
     with pytest.raises(IndexError):
         ps[10]

@@ -74,7 +74,7 @@ def test_clients_jsonl_holds_the_participants_and_the_summary_counts_devices(tmp
         r["client"]: r["tasks"] for r in rows}
     assert [cols["samples"][r["client"]] for r in rows] == [r["samples"] for r in rows]
     assert set(cols) == {"samples", "tasks", "labels", "compute_s_per_sample", "rtt_s", "up_bps",
-                         "down_bps"}
+                         "down_bps", "train_flops_per_s"}
 
 
 def test_an_older_summary_s_device_map_is_still_counted():

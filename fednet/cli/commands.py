@@ -1,5 +1,5 @@
-"""The `fednet` command: launch, local, server, clients, sweep, report (plugins and track:
-their own modules)."""
+"""The `fednet` command: launch, local, server, clients, sweep, report (plugins, track and
+calibrate: their own modules)."""
 from __future__ import annotations
 
 import functools
@@ -21,6 +21,7 @@ from fednet.platform.malloc import one_arena
 from fednet.platform.proc import seed_routing_ids as seed_ids
 from fednet.cli.plugins_command import plugins_command
 from fednet.cli.track_command import track_command
+from fednet.cli.calibrate_command import calibrate_command
 from fednet.cli.sweep_options import SWEEP_EPILOG, SweepCommand, report_options, sweep_options
 
 # The defaults of a first run: 100 digits clients reach >= 85% within about a minute on 2 cores.
@@ -314,6 +315,7 @@ def report(runs: tuple[str, ...], **files: Any) -> None:
 
 main.add_command(plugins_command)  # fednet plugins: what is installed (fednet/cli/plugins_command.py)
 main.add_command(track_command)  # fednet track upload: a run sent to MLflow or TensorBoard afterwards
+main.add_command(calibrate_command)  # fednet calibrate: this host's FLOP/s as a --latency trace
 
 if __name__ == "__main__":  # pragma: no cover
     main()

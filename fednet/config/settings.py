@@ -198,8 +198,8 @@ class LatencyConfig:
 
     preset: str = setting(
         "lan", f"Client profiles: {', '.join(LATENCY_PRESETS)} or a CSV/JSON file "
-        "(compute_s_per_sample, rtt_s, up_bps, down_bps; rates in bytes/s, or with a unit: "
-        "100Mbit, 12.5MB)", option="--latency", metavar="PRESET|FILE")
+        "(rtt_s, up_bps, down_bps in bytes/s or with a unit: 100Mbit, 12.5MB; train_flops_per_s "
+        "or compute_s_per_sample; `fednet calibrate` writes one)", option="--latency", metavar="PRESET|FILE")
     file: str = setting("", "The profiles' CSV/JSON file (set by --latency FILE)",
                         option="--latency", metavar="PRESET|FILE")
     real: bool = setting(False, "Also sleep the simulated delays (demonstrations); figures use "

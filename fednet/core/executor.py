@@ -36,6 +36,7 @@ from fednet.models.arrays import adopt_arrays, load_arrays, state_arrays, state_
 from fednet.network.availability import Availability, from_welcome
 from fednet.network.churn import offline_reason
 from fednet.platform.malloc import CLIENT_RESERVE_MODELS, reserve_once, reuse_freed_memory
+from fednet.training.flops import metered
 from fednet.training.objective import get_objective
 from fednet.protocol import Message, MsgKind
 from fednet.protocol.schema import parse_client
@@ -176,12 +177,13 @@ class Executor:
             own = {k: a for k, a in task.arrays.items() if is_private(a)}
             if own and getattr(self.update, "adopts_received", False):  # one copy: the joined
                 adopt_arrays(self.ctx.model, own)  # buffers
-            arrays, body = self.update.run(self.ctx, task)
-            if received is not None:  # --attack: the values lie, the layout and count do not
-                arrays = self.attack.forge(self, task, arrays, received)
-            arrays = self.codec.encode(arrays, ref, task.round)
-            if task.body.get("evaluate"):  # personalized evaluation: this client's model, its split
-                body.update(evaluate_own(self.ctx))
+            with metered() as work:  # the FLOPs of its batches (training/flops.py)
+                arrays, body = self.update.run(self.ctx, task)
+                if received is not None:  # --attack: the values lie, the layout and count do not
+                    arrays = self.attack.forge(self, task, arrays, received)
+                arrays = self.codec.encode(arrays, ref, task.round)
+                if task.body.get("evaluate"):  # personalized evaluation: its model, its split
+                    body.update(evaluate_own(self.ctx))
             if self.store is not None:
                 self._save(task.round, msg.run_id, ckpt)
         except Dropout as e:  # a simulated dropout (--secagg-drop): no traceback to log
@@ -193,7 +195,7 @@ class Executor:
                                     recv, self.run_id)
             return Outcome(reply, recv - msg.sim_time, time.perf_counter() - t0)
         samples = int(body.get("samples", self.num_examples))
-        send = recv + latency.compute_time(self.profile, samples)
+        send = recv + latency.compute_time(self.profile, samples, work.flops)
         off = offline_reason(self.availability, self.cid, recv, send, "during local training")
         if off is not None:
             return self._offline(msg, off, t0)

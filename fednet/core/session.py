@@ -40,7 +40,7 @@ from fednet.network.step import Network
 from fednet.platform.proc import peak_rss_bytes
 from fednet.core.state_files import NO_MANIFEST, Manifest, lineage, state_bound
 from fednet.core.wire import task_size
-from fednet.core.work import ClientCompute
+from fednet.core.work import LATEST_WORK, ClientCompute, PlainWork
 from fednet.types import ClientInfo, Task, lookup
 
 log = logging.getLogger("fednet")
@@ -200,9 +200,9 @@ class Session:
         tensors and the compute of its epochs over the client's partition."""
         p = self.profiles[task.cid]
         tensors = sum(a.nbytes for a in (task.arrays if task.wire is None else task.wire).values())
-        samples = int(task.body.get("epochs", self.cfg.train.epochs)) * part_size(self.parts,
-                                                                                task.cid)
-        return task.sim_time + p.rtt_s + tensors / p.down_bps + latency.compute_time(p, samples)
+        epochs, n = int(task.body.get("epochs", self.cfg.train.epochs)), part_size(self.parts, task.cid)
+        work = epochs * self._work.epoch(n) if p.train_flops_per_s > 0 else 0
+        return task.sim_time + p.rtt_s + tensors / p.down_bps + latency.compute_time(p, epochs * n, work)
 
     def latest_return(self, task: Task) -> float:
         """The latest simulated time a reply to `task` can carry, from the server's own tables:
@@ -219,8 +219,15 @@ class Session:
         for cid in task.route[task.hop:]:
             p = self.profiles[cid]
             samples = 4 * most * (pooled or part_size(self.parts, cid)) + 4096
-            t += 2 * p.rtt_s + moved / min(p.down_bps, p.up_bps) + latency.compute_time(p, samples)
+            work = LATEST_WORK * samples * self._work.epoch(1) if p.train_flops_per_s > 0 else 0
+            t += 2 * p.rtt_s + moved / min(p.down_bps, p.up_bps) + latency.compute_time(
+                p, samples, work)
         return t
+
+    @functools.cached_property
+    def _work(self) -> PlainWork:
+        """Plain training's FLOPs on the server's model (earliest_return, latest_return)."""
+        return PlainWork(self.evaluator.model, self.evaluator.x, self.cfg.train.batch_size)
 
     @functools.cached_property
     def _pooled_examples(self) -> int:
@@ -312,7 +319,7 @@ class Session:
 
     def _population(self) -> dict[str, np.ndarray]:
         """population.npz's columns, row i for client i: samples, tasks, the latency profile's
-        four fields (0 bandwidth: unlimited), malicious (with --attack) and labels (clients x
+        five fields (0 bandwidth: unlimited), malicious (with --attack) and labels (clients x
         classes; of the described clients only, for a natural dataset that describes a sample)."""
         n = self.cfg.clients
         took = self.driver.participants.tasks

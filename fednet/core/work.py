@@ -7,10 +7,13 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from fednet import algorithms
 from fednet.config import RunConfig
 from fednet.protocol.fields import Bool, Int, List, Num, Str
 from fednet.protocol.schema import MAX_CLIENTS
+from fednet.training import flops
 from fednet.types import Failure, Result, Task
 
 KINDS = {"number": Num(), "number >= 0": Num(0.0), "number or nan": Num(allow_nan=True),
@@ -122,3 +125,33 @@ class ClientCompute:
         last = rows[-1] if rows else {}
         self.base = (int(last.get("client_epochs", 0)), int(last.get("samples", 0)))
         self.pending, self.out = {}, {}
+
+
+LATEST_WORK = 64
+"""Session.latest_return's bound on a task's FLOPs, in plain training's FLOPs of one example
+per example it allows (DP-SGD's per-example gradients, Per-FedAvg's Hessian products and an
+evaluation add far less)."""
+
+
+class PlainWork:
+    """Plain training's FLOPs on the server's model (training/flops.py): what a client's meter
+    counts for one epoch over n examples in batches of --batch-size, read by the server's
+    bounds on a reply's simulated time (Session.earliest_return and latest_return)."""
+
+    def __init__(self, model: torch.nn.Module, x: torch.Tensor, batch_size: int) -> None:
+        self.model, self.shape, self.dtype = model, tuple(x.shape[1:]), x.dtype
+        self.batch_size = int(batch_size)
+        self.by_size: dict[int, int] = {}
+
+    def epoch(self, examples: int) -> int:
+        """The FLOPs of one epoch over `examples`."""
+        full, rest = divmod(int(examples), self.batch_size)
+        return full * self.batch(self.batch_size) + (self.batch(rest) if rest else 0)
+
+    def batch(self, size: int) -> int:
+        """The FLOPs of one training batch of `size` examples."""
+        got = self.by_size.get(size)
+        if got is None:
+            got = self.by_size[size] = flops.batch_flops(self.model, (size, *self.shape),
+                                                         self.dtype, "train")
+        return got

@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import functools
 import json
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,19 +17,30 @@ from fednet import rng
 from fednet.config import LatencyConfig
 from fednet.errors import ConfigError
 
+log = logging.getLogger("fednet")
 
-COLUMNS = ("compute_s_per_sample", "rtt_s", "up_bps", "down_bps")
-"""A trace's required columns (0 bandwidth = unlimited); an optional `client` column gives ids."""
+COLUMNS = ("compute_s_per_sample", "rtt_s", "up_bps", "down_bps", "train_flops_per_s")
+"""A profile's fields in the order of its table (Profiles, WELCOME's arrays, population.npz)."""
+
+LINK_COLUMNS = ("rtt_s", "up_bps", "down_bps")
+"""The columns every trace has, besides at least one of COMPUTE_COLUMNS (a missing one is 0; a
+row gives at most one above 0) and optionally `client` (ids)."""
+
+COMPUTE_COLUMNS = ("train_flops_per_s", "compute_s_per_sample")
 
 
 @dataclass(frozen=True)
 class Profile:
-    """A client's compute speed (s per sample), round-trip time (s) and bandwidths (bytes/s)."""
+    """A client's compute rate, round-trip time (s) and bandwidths (bytes/s). The compute rate
+    is train_flops_per_s (FLOP/s; a task's compute is the FLOPs its batches count, divided by
+    it) or, where that is 0, compute_s_per_sample (seconds per example processed, whatever the
+    model: the older form); both 0: compute is free."""
 
     compute_s_per_sample: float = 0.0
     rtt_s: float = 0.0
     up_bps: float = float("inf")
     down_bps: float = float("inf")
+    train_flops_per_s: float = 0.0
 
     def to_dict(self) -> dict[str, float]:
         """Plain dict (inf bandwidths become 0 = unlimited, msgpack/JSON friendly); the fields
@@ -36,18 +48,20 @@ class Profile:
         inf = float("inf")
         return {"compute_s_per_sample": self.compute_s_per_sample, "rtt_s": self.rtt_s,
                 "up_bps": 0.0 if self.up_bps == inf else self.up_bps,
-                "down_bps": 0.0 if self.down_bps == inf else self.down_bps}
+                "down_bps": 0.0 if self.down_bps == inf else self.down_bps,
+                "train_flops_per_s": self.train_flops_per_s}
 
     @classmethod
     def from_dict(cls, d: dict[str, float]) -> Profile:
         """Inverse of to_dict (0 bandwidth = unlimited)."""
         up, down = float(d.get("up_bps", 0)), float(d.get("down_bps", 0))
         return cls(float(d.get("compute_s_per_sample", 0)), float(d.get("rtt_s", 0)),
-                   up if up > 0 else float("inf"), down if down > 0 else float("inf"))
+                   up if up > 0 else float("inf"), down if down > 0 else float("inf"),
+                   float(d.get("train_flops_per_s", 0)))
 
 
 class Profiles(Sequence[Profile]):
-    """Every client's Profile, held as four float64 columns in COLUMNS order (inf: an unlimited
+    """Every client's Profile, held as five float64 columns in COLUMNS order (inf: an unlimited
     link) and built on access: a million clients' profiles are at most 32 MB and one numpy
     draw, not a million objects (about 1.5 s and 200 MB; on the server and every client
     process). A column with one value for every client (a preset's link) is a broadcast view
@@ -63,19 +77,20 @@ class Profiles(Sequence[Profile]):
 
     @property
     def table(self) -> np.ndarray:
-        """The (n, 4) table (a new array)."""
+        """The (n, 5) table (a new array)."""
         return np.stack(self.cols, axis=1)
 
     @classmethod
     def of(cls, profs: Sequence[Profile]) -> Profiles:
         """From Profile objects."""
-        return cls([(p.compute_s_per_sample, p.rtt_s, p.up_bps, p.down_bps) for p in profs])
+        return cls([(p.compute_s_per_sample, p.rtt_s, p.up_bps, p.down_bps, p.train_flops_per_s)
+                    for p in profs])
 
     @classmethod
     def from_array(cls, a: np.ndarray) -> Profiles:
         """From to_array's form (0 bandwidth, or less: unlimited), as Profile.from_dict reads it."""
         t = np.array(a, dtype=np.float64).reshape(-1, len(COLUMNS))
-        links = t[:, 2:]
+        links = t[:, 2:4]
         links[links <= 0] = np.inf
         return cls(t)
 
@@ -90,8 +105,8 @@ class Profiles(Sequence[Profile]):
     def __getitem__(self, i: int | slice) -> Profile | Profiles:
         if isinstance(i, slice):
             return Profiles(cols=tuple(c[i] for c in self.cols))
-        c, r, u, d = (float(col[i]) for col in self.cols)
-        return Profile(c, r, u, d)
+        c, r, u, d, f = (float(col[i]) for col in self.cols)
+        return Profile(c, r, u, d, f)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Profiles):
@@ -159,62 +174,57 @@ def parse_rate(text: object, where: str) -> float:
     return float("inf") if raw == 0 else raw * scale
 
 
+EDGE_FLOPS = 8e9
+"""The presets' typical client's training FLOP/s: a Raspberry Pi 4's Linpack figure (HPL, about
+8 GFLOP/s: Feiereisen 2022); that training reaches it, and the presets' spreads, are assumptions
+(docs/usage.md, "Client compute", gives the sources; `fednet calibrate` measures a host)."""
+
+
 def _preset(name: str, n: int, seed: int) -> Profiles:
     g = rng.generator(seed, "latency")
     inf = float("inf")
     if name == "none":
-        return _columns(np.zeros(n), 0.0, inf, inf)
-    if name == "lan":  # 1 Gbit/s switched LAN, ~0.5 ms RTT, edge devices at ~1 ms per sample
-        comp = 1e-3 * g.lognormal(0.0, 0.1, n)
-        return _columns(comp, 0.5e-3, 1000 * MBIT, 1000 * MBIT)
+        return _columns(np.zeros(n), 0.0, inf, inf, 0.0)
+    if name == "lan":  # 1 Gbit/s switched LAN, ~0.5 ms RTT, edge devices (EDGE_FLOPS, +-10 %)
+        flops = EDGE_FLOPS / g.lognormal(0.0, 0.1, n)
+        return _columns(np.zeros(n), 0.5e-3, 1000 * MBIT, 1000 * MBIT, flops)
     if name == "wan":  # home links: 20-100 Mbit/s down, 5-20 up, 20-200 ms RTT
-        comp = 1e-3 * g.lognormal(0.0, 0.5, n)
+        flops = EDGE_FLOPS / g.lognormal(0.0, 0.5, n)
         rtt = np.clip(g.lognormal(np.log(0.06), 0.5, n), 0.02, 0.2)
         down = g.uniform(20, 100, n) * MBIT
         up = g.uniform(5, 20, n) * MBIT
-        return _columns(comp, rtt, up, down)
+        return _columns(np.zeros(n), rtt, up, down, flops)
     if name == "hetero":  # LAN links, 20% of clients 5x slower at compute with 10x slower uplink
         slow = np.zeros(n, dtype=bool)
         slow[g.permutation(n)[: max(1, round(0.2 * n)) if n > 1 else 0]] = True
-        return _columns(np.where(slow, 5e-3, 1e-3), 0.5e-3,
-                        np.where(slow, 100 * MBIT, 1000 * MBIT), 1000 * MBIT)
+        return _columns(np.zeros(n), 0.5e-3, np.where(slow, 100 * MBIT, 1000 * MBIT),
+                        1000 * MBIT, np.where(slow, EDGE_FLOPS / 5, EDGE_FLOPS))
     raise ConfigError(f"--latency '{name}' is unknown; choose none, lan, wan, hetero or a CSV/JSON file")
 
 
-def _columns(comp: Any, rtt: Any, up: Any, down: Any) -> Profiles:
-    """Profiles from four columns (arrays, or one value for every client)."""
+def _columns(comp: Any, rtt: Any, up: Any, down: Any, flops: Any) -> Profiles:
+    """Profiles from five columns (arrays, or one value for every client)."""
     n = len(comp)
     return Profiles(cols=tuple(np.broadcast_to(np.asarray(c, np.float64), (n,))
-                               for c in (comp, rtt, up, down)))
+                               for c in (comp, rtt, up, down, flops)))
 
 
 def _from_file(path: str, n: int) -> list[Profile]:
-    """A CSV (header row) or JSON (a list of objects) trace, checked: the four COLUMNS and at most
-    `client` besides, every value a finite number >= 0; the bandwidth columns also take a unit
-    (parse_rate: `100Mbit`, `12.5MB`; a plain number is bytes/s). Length rule: one row is every client's
-    profile; otherwise the trace needs a row per client: row i is client i (with a `client` column,
-    the row whose id is i), and rows past the run's clients are not used. A trace with more than
-    one row but fewer than the clients is refused (fednet does not guess how to repeat it)."""
+    """A CSV (header row) or JSON (a list of objects) trace, each row checked by _row. Length
+    rule: one row is every client's profile; otherwise row i is client i (with a `client`
+    column, the row whose id is i), rows past the run's clients are not used, and fewer rows
+    than clients are refused (fednet does not guess how to repeat them)."""
     p = Path(path)
     where = f"--latency {p}"
     if not p.exists():
         raise ConfigError(f"--latency: file '{p}' does not exist (give a preset or a CSV/JSON trace)")
-    named = trace_rows(p, where, COLUMNS)
+    named = trace_rows(p, where, (*LINK_COLUMNS, "train_flops_per_s (or compute_s_per_sample)"))
     if not named:
         raise ConfigError(f"{where}: the trace has no rows")
     profs: list[Profile] = []
     ids: list[int] = []
     for at, r in named:
-        extra = sorted(str(k) for k in r if k not in COLUMNS and k != "client")
-        missing = [c for c in COLUMNS if c not in r]
-        if extra or missing:
-            raise ConfigError(f"{where}: {at}: " + "; ".join(
-                ([f"unknown column(s) {', '.join(extra)}"] if extra else [])
-                + ([f"missing column(s) {', '.join(missing)}"] if missing else []))
-                + f"; a trace has the columns {', '.join(COLUMNS)} (and optionally client)")
-        vals = {c: (_rate if c in RATE_COLUMNS else _number)(r[c], f"{where}: {at}: {c}")
-                for c in COLUMNS}
-        profs.append(Profile.from_dict(vals))
+        profs.append(_row(r, f"{where}: {at}"))
         if "client" in r:
             cid = _number(r["client"], f"{where}: {at}: client")
             if cid != int(cid):
@@ -236,6 +246,39 @@ def _from_file(path: str, n: int) -> list[Profile]:
         raise ConfigError(f"{where}: {len(profs)} rows for {n} clients; give one row per client "
                           "(row i is client i), or a single row for all of them")
     return profs[:n]
+
+
+_PER_SAMPLE_NOTED = False  # the note on traces of seconds per example: once per process
+
+
+def _row(r: dict, where: str) -> Profile:
+    """One row of a trace: LINK_COLUMNS, at least one of COMPUTE_COLUMNS and at most `client`
+    besides, each value a finite number >= 0 (a bandwidth may have a unit: parse_rate)."""
+    extra = sorted(str(k) for k in r if k not in COLUMNS and k != "client")
+    missing = [c for c in LINK_COLUMNS if c not in r]
+    if not any(c in r for c in COMPUTE_COLUMNS):
+        missing.append(" or ".join(COMPUTE_COLUMNS))
+    if extra or missing:
+        raise ConfigError(f"{where}: " + "; ".join(
+            ([f"unknown column(s) {', '.join(extra)}"] if extra else [])
+            + ([f"missing column(s) {', '.join(missing)}"] if missing else []))
+            + f"; a trace has the columns {', '.join(LINK_COLUMNS)}, one of "
+            f"{' or '.join(COMPUTE_COLUMNS)} (and optionally client)")
+    vals = {c: (_rate if c in RATE_COLUMNS else _number)(r[c], f"{where}: {c}")
+            for c in COLUMNS if c in r}
+    if vals.get("train_flops_per_s", 0) > 0 and vals.get("compute_s_per_sample", 0) > 0:
+        raise ConfigError(f"{where}: give the compute as train_flops_per_s (FLOP/s) or as "
+                          "compute_s_per_sample (s per example), not both")
+    if vals.get("compute_s_per_sample", 0) > 0:
+        global _PER_SAMPLE_NOTED
+        if not _PER_SAMPLE_NOTED:
+            _PER_SAMPLE_NOTED = True
+            log.warning("%s gives compute_s_per_sample: those clients' compute is charged per "
+                        "example whatever the model and method (the older form); give "
+                        "train_flops_per_s (FLOP/s) to charge the FLOPs a task counts, or write "
+                        "this host's with `fednet calibrate` (docs/usage.md, Client compute)",
+                        where.rsplit(":", 1)[0])
+    return Profile.from_dict(vals)
 
 
 RATE_COLUMNS = ("up_bps", "down_bps")
@@ -331,9 +374,9 @@ def _rebuilt(cfg: LatencyConfig, num_clients: int, seed: int) -> Profiles:
 
 
 def to_array(profs: Sequence[Profile]) -> np.ndarray:
-    """Profiles as an (n, 4) float64 array in COLUMNS order (0 bandwidth = unlimited)."""
+    """Profiles as an (n, 5) float64 array in COLUMNS order (0 bandwidth = unlimited)."""
     a = profs.table if isinstance(profs, Profiles) else Profiles.of(profs).table  # (a copy)
-    a[:, 2:][np.isinf(a[:, 2:])] = 0.0
+    a[:, 2:4][np.isinf(a[:, 2:4])] = 0.0
     return a
 
 
@@ -348,6 +391,10 @@ def links(cfg: LatencyConfig, num_clients: int, seed: int, arrays: dict[str, np.
     return Profiles.from_array(a)
 
 
-def compute_time(p: Profile, samples: int) -> float:
-    """Simulated seconds to process `samples` examples."""
+def compute_time(p: Profile, samples: int, flops: int = 0) -> float:
+    """Simulated seconds of a task that processed `samples` examples in `flops` FLOPs (counted
+    by training/flops.py): flops / train_flops_per_s, or samples x compute_s_per_sample for a
+    profile in the older per-example form."""
+    if p.train_flops_per_s > 0:
+        return flops / p.train_flops_per_s
     return samples * p.compute_s_per_sample
