@@ -367,14 +367,22 @@ def _arrays(frames: list[Any], specs: list[tuple[str, np.dtype, tuple[int, ...],
 def peek_kind(frames: Sequence[Any], limits: Limits = DEFAULT_LIMITS) -> MsgKind | None:
     """The kind a message's header names, nothing else checked (decode checks everything);
     None when the header cannot be read."""
+    return peek(frames, limits)[0]
+
+
+def peek(frames: Sequence[Any], limits: Limits = DEFAULT_LIMITS) -> tuple[MsgKind | None, int | None]:
+    """(kind, task id) as a message's header names them, nothing else checked (decode checks
+    everything); None for what the header does not hold or cannot be read."""
     try:
         hbuf = as_bytes(frames[0])
         if hbuf.nbytes > limits.max_header_bytes:
-            return None
-        kind = _unpack_header(hbuf).get(S.K_KIND)
-        return MsgKind(kind) if isinstance(kind, int) else None
+            return None, None
+        h = _unpack_header(hbuf)
+        kind, tid = h.get(S.K_KIND), h.get(S.K_TASK_ID)
+        return (MsgKind(kind) if isinstance(kind, int) else None,
+                tid if isinstance(tid, int) and not isinstance(tid, bool) else None)
     except (ProtocolError, ValueError, TypeError, IndexError):
-        return None
+        return None, None
 
 
 def stage_of(msg: Message) -> str:

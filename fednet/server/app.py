@@ -21,7 +21,7 @@ from fednet.core.session import Session
 from fednet.core.wire import task_message
 from fednet.log import Throttle
 from fednet.metrics.accounting import SERVER
-from fednet.protocol import Message, MsgKind, peek_kind
+from fednet.protocol import Message, MsgKind, peek, peek_kind
 from fednet.protocol.proof import route_grants
 from fednet.server.book import ClientBook
 from fednet.server.conns import Connections, Identity
@@ -40,6 +40,8 @@ from fednet.types import Failure, Result, Roster, Task, client_name, id_array
 log = logging.getLogger("fednet.server")
 UNPROVEN_BYTES = 64 << 10
 """Array bytes a connection that holds no client id may have read beside its ids' (a READY)."""
+RESULT_SLACK_BYTES = 4096
+"""What a RESULT's arrays may carry beyond its task's result layout before it is not read."""
 throttled = Throttle(log)
 
 DeathWatch = Callable[[], list[tuple[Sequence[int], str]]]  # (a process's ids, why) each
@@ -301,10 +303,10 @@ class ZmqServer:
         id may send only a registration (READY) or, its client just released, its BYE, with no
         more array bytes than the run's ids take; nothing else it sends is joined into memory
         (what it costs is libzmq's buffer of it, freed at once)."""
-        if self.conns.knows(route):
-            return ""
-        kind = peek_kind(frames)
         arrays = sum(len(f) for f in frames[1:])
+        if self.conns.knows(route):
+            return self._oversized(frames, arrays)
+        kind = peek_kind(frames)
         if kind == MsgKind.READY or (kind == MsgKind.BYE and
                                      self.conns.released_cid(route) is not None):
             most = 8 * self.s.cfg.clients + UNPROVEN_BYTES
@@ -313,6 +315,22 @@ class ZmqServer:
                 "that is no client")
         return (f"{kind.name if kind is not None else 'a message'} from a connection that is no "
                 f"client ({arrays} bytes of arrays not read)")
+
+    def _oversized(self, frames: list[Any], arrays: int) -> str:
+        """Why a client's RESULT is not read ('' when it may be): it carries more bytes of
+        arrays than its pending task's result layout holds (with --compress, than twice that),
+        so a key holder's or any client's oversized reply costs no joined copy; the task then
+        fails as its client's (a reply that could not be read)."""
+        kind, tid = peek(frames)
+        task = self.tasks.pending.get(tid) if kind == MsgKind.RESULT and tid is not None else None
+        layout = self.s.algo.result_layout(task) if task is not None else None
+        if layout is None:
+            return ""
+        most = sum(int(np.prod(shape)) * np.dtype(dt).itemsize for shape, dt in layout.values())
+        most = (2 * most if self.s.compress.on else most) + RESULT_SLACK_BYTES
+        return "" if arrays <= most else (
+            f"a RESULT with {arrays} bytes of arrays for task {tid}, whose result holds at most "
+            f"{most}")
 
     def _refused_reply(self, route: bytes, kind: MsgKind | None, why: str) -> None:
         """A bound client's reply that could not be decoded ends its task at once (its

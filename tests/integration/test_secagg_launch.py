@@ -196,3 +196,57 @@ def test_hostile_key_holders_cost_the_same_under_launch(tmp_path, monkeypatch):
                 (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
         assert [[c, st] for r in rows for c, st, _ in r["secagg_refused"]] == \
             [[2, "keys"], [4, "shares"], [5, "unmask"]] * 2, run
+
+
+HUGE = '''
+import os
+
+import numpy as np
+
+from fednet.models.nets import register_model
+from fednet.secagg import client as C
+
+_KEYS = C.keys
+
+
+def keys(cid, rnd, rng):  # client 6 answers the keys stage with 32 MiB where 32 bytes go
+    out = _KEYS(cid, rnd, rng)
+    if cid == 6 and os.environ.get("HUGE"):  # (a no-op for later runs of this process)
+        out["c_pk"] = np.zeros(32 << 20, np.uint8)
+    return out
+
+
+C.keys = keys
+register_model("huge_probe", lambda classes, shape: None)  # (a plugin registers something)
+'''
+
+
+def test_an_oversized_reply_is_not_read_and_costs_only_its_sender(tmp_path, monkeypatch):
+    """A key holder's reply far larger than its task's result layout is refused before any of
+    its arrays is joined (the reason says so: not the layout check after decoding), its task
+    fails as its client's, and the round goes on without it: the model of the run where client
+    6 dropped out at the keys stage."""
+    from fednet.algorithms import secagg
+    from fednet.errors import Dropout
+    from fednet.secagg import client as C
+
+    monkeypatch.setattr(C, "keys", C.keys)  # (the server loads the plugin too)
+    (tmp_path / "huge.py").write_text(HUGE)
+    monkeypatch.setenv("HUGE", "1")
+    net = {"secagg": "full"}
+    b = run_zmq(small_config(clients=8, rounds=1, out=str(tmp_path / "launch"), net=net,
+                             plugins=(str(tmp_path / "huge.py"),)), quiet=True)
+    monkeypatch.delenv("HUGE")
+    assert b["status"] == "completed", b.get("error")
+    [f] = b["failures"]
+    assert f["client"] == 6 and "a RESULT with 33554464 bytes of arrays for task" in f["reason"]
+    assert "whose result holds at most" in f["reason"], f["reason"]
+    run = secagg.SecAggClient.run
+
+    def drop(self, ctx, task):
+        if ctx.cid == 6 and task.body.get("secagg") == "keys":
+            raise Dropout("dropped out")
+        return run(self, ctx, task)
+    monkeypatch.setattr(secagg.SecAggClient, "run", drop)
+    run_local(small_config(clients=8, rounds=1, out=str(tmp_path / "local"), net=net), quiet=True)
+    assert same_arrays(final_model(tmp_path / "local"), final_model(tmp_path / "launch"))
