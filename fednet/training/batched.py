@@ -15,18 +15,19 @@ its last step keeps its parameters and momentum unchanged, so each takes exactly
 The reported loss is the plain loop's: the batches' mean losses weighted by their sizes.
 
 The results are not bitwise the plain loop's: a batched kernel (a bmm for G linear layers, a
-grouped convolution for G convolutions, a masked sum for the mean loss) adds the same terms in
-another order, so each step differs in the last bits of float32, and the differences grow with
-the steps as any float32 perturbation does. tests/test_batched.py checks every step against the
-plain loop to a relative 1e-5 of the parameters' scale (measured: about 1e-7 per step).
+grouped convolution for G convolutions, a masked sum for the mean loss, the cross-entropy as a
+shifted log-sum-exp in elementwise kernels, fused multiply-adds in the update) adds the same terms
+in another order, so each step differs in the last bits of float32, and the differences grow
+with the steps as any float32 perturbation does. tests/test_batched.py checks every step against
+the plain loop to 1e-5 of each parameter tensor's largest magnitude (measured: 1e-7 to 2e-6).
 
 Not batchable (batchable() says why; train_batched raises ValueError with the reason): models with
 BatchNorm (a batch's statistics would include the padding, and the running statistics are per
 client buffers), dropout (the plain loop draws its masks from the global RNG in the order the
-clients run: not reproducible per client), any other buffer (a forward may update it), and
-objectives other than classification (the padding is masked per example, which needs the
-per-example loss). Other optimizers (Adam, AdamW), DP-SGD and arbitrary hooks or loss terms run in
-the plain loop.
+clients run: not reproducible per client), recurrent layers (no vmap batching rule: correct but
+slower than the plain loop), any other buffer (a forward may update it), and objectives other
+than classification (the padding is masked per example, which needs the per-example loss).
+Other optimizers (Adam, AdamW), DP-SGD and arbitrary hooks or loss terms run in the plain loop.
 """
 from __future__ import annotations
 
@@ -34,7 +35,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
@@ -59,6 +59,10 @@ def batchable(model: nn.Module, objective: Objective | None = None) -> str:
             found.setdefault(f"{type(m).__name__} (batch statistics over the padding; running "
                              "statistics per client)", []).append(label)
             refused.add(name)
+        elif isinstance(m, nn.RNNBase):
+            found.setdefault(f"{type(m).__name__} (torch.func has no batching rule for its "
+                             "kernel: vmap would loop over the clients, slower than the plain "
+                             "loop)", []).append(label)
         elif isinstance(m, _DROPOUT) and m.p > 0:
             found.setdefault(f"{type(m).__name__} with p > 0 (the plain loop draws its masks from "
                              "the global RNG in the order the clients run)", []).append(label)
@@ -122,76 +126,70 @@ class BatchedResult:
 
 @dataclass
 class _Plan:
-    """Every client's batches as step-aligned tensors: rows [G, S, B] (indices into the padded
-    data; or the batches themselves when augmented), mask [G, S, B], steps [G]."""
+    """Every client's batches, step-aligned: step s of client g is rows[g, s] where mask[g, s]
+    (indices into the clients' rows, concatenated), or, augmented, the batch itself in
+    x[g, s]."""
 
-    x: torch.Tensor          # [G, N, ...] padded data, or [G, S, B, ...] augmented batches
-    y: torch.Tensor          # [G, N] or [G, S, B]
-    rows: torch.Tensor | None  # [G, S, B] row indices; None when x holds the batches
-    mask: torch.Tensor       # [G, S, B] bool
-    steps: torch.Tensor      # [G] long
+    x: torch.Tensor          # the clients' data concatenated, or [G, S, B, ...] batches
+    y: torch.Tensor          # the clients' labels concatenated, or [G, S, B]
+    rows: torch.Tensor | None  # [G, S, B] indices into x and y; None when x holds the batches
+    mask: torch.Tensor       # [G, S, B] bool: a real example of the client's batch
+    steps: list[int]         # each client's number of steps
 
     def batch(self, s: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Step s's (x, y, mask), each with a leading client dimension."""
+        """Step s's (x, y, mask), each with leading dimensions [G, B]."""
+        m = self.mask[:, s]
         if self.rows is None:
-            return self.x[:, s], self.y[:, s], self.mask[:, s]
-        g = torch.arange(len(self.rows), device=self.rows.device)[:, None]
-        r = self.rows[:, s]
-        return self.x[g, r], self.y[g, r], self.mask[:, s]
+            return self.x[:, s], self.y[:, s], m
+        r = self.rows[:, s].reshape(-1)
+        xb = self.x.index_select(0, r)
+        return xb.view(m.shape + xb.shape[1:]), self.y.index_select(0, r).view(m.shape), m
 
 
-def _client_batches(job: ClientJob, augment: Augment | None
-                    ) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
-    """One client's (row indices, augmented batch or None) per step, drawn from its generator
-    in the plain loop's order (training/local.batches, then augment per batch)."""
-    out: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+def _draw(job: ClientJob, augment: Augment | None, batches: list[torch.Tensor]
+          ) -> list[torch.Tensor]:
+    """One client's epochs of row orders, drawn from its generator in the plain loop's order
+    (training/local.batches: a randperm per epoch, split into batches); with `augment`, each
+    batch's rows are taken and augmented right after its epoch's permutation is split, with the
+    same generator, appended to `batches`."""
+    perms = []
     n = len(job.y)
     for _ in range(job.epochs):
         interrupt.poll()
         perm = torch.randperm(n, generator=job.generator)
-        for idx in perm.split(job.batch_size):
-            xb = None
-            if augment is not None:
-                xb = augment(job.x[idx.to(job.x.device)], job.generator)
-            out.append((idx, xb))
-    return out
+        perms.append(perm)
+        if augment is not None:
+            batches.extend(augment(job.x[idx.to(job.x.device)], job.generator)
+                           for idx in perm.split(job.batch_size))
+    return perms
 
 
 def _plan(jobs: Sequence[ClientJob], augment: Augment | None) -> _Plan:
-    """Draw every client's batches and lay them out step by step, padded and masked."""
+    """Draw every client's batches and lay them out step by step, padded and masked: client g's
+    step s holds positions (s mod k_g) * B_g + b, b < B_g, of its epoch's permutation (k_g its
+    batches per epoch), the ones below n_g real; the permutations fill the real slots in order."""
     dev = jobs[0].x.device
-    drawn = [_client_batches(j, augment) for j in jobs]
-    G, S = len(jobs), max(len(d) for d in drawn)
-    B = max(j.batch_size for j in jobs)
+    batches: list[torch.Tensor] = []
+    perms = [p for j in jobs for p in _draw(j, augment, batches)]
+    n = torch.tensor([len(j.y) for j in jobs])
+    bs = torch.tensor([j.batch_size for j in jobs])
+    k = (n + bs - 1) // bs
+    steps = k * torch.tensor([j.epochs for j in jobs])
+    G, S, B = len(jobs), int(steps.max()), int(bs.max())
+    s = torch.arange(S)[None, :, None]
+    b = torch.arange(B)[None, None, :]
+    pos = (s % k[:, None, None]) * bs[:, None, None] + b
+    mask = (s < steps[:, None, None]) & (b < bs[:, None, None]) & (pos < n[:, None, None])
     rows = torch.zeros(G, S, B, dtype=torch.long)
-    mask = torch.zeros(G, S, B, dtype=torch.bool)
-    for g, d in enumerate(drawn):
-        for s, (idx, _) in enumerate(d):
-            rows[g, s, :len(idx)] = idx
-            mask[g, s, :len(idx)] = True
-    steps = torch.tensor([len(d) for d in drawn], device=dev)
+    rows[mask] = torch.cat(perms)  # row-major: client by client, step by step, in batch order
+    rows += (torch.cumsum(n, 0) - n)[:, None, None]  # into the clients' rows, concatenated
+    y = torch.cat([j.y for j in jobs])
     rows, mask = rows.to(dev), mask.to(dev)
     if augment is None:
-        x, y = _padded([j.x for j in jobs]), _padded([j.y for j in jobs])
-        return _Plan(x, y, rows, mask, steps)
-    first = next(xb for d in drawn for _, xb in d if xb is not None)
-    xs = torch.zeros((G, S, B) + tuple(first.shape[1:]), dtype=first.dtype, device=dev)
-    for g, d in enumerate(drawn):
-        for s, (idx, xb) in enumerate(d):
-            if xb is not None:
-                xs[g, s, :len(idx)] = xb
-    y = _padded([j.y for j in jobs])
-    gi = torch.arange(G, device=dev)[:, None, None]
-    return _Plan(xs, y[gi, rows], None, mask, steps)
-
-
-def _padded(ts: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Tensors of shape [n_g, ...] stacked into [G, max n_g, ...], zero-padded."""
-    n = max(len(t) for t in ts)
-    out = ts[0].new_zeros((len(ts), n) + tuple(ts[0].shape[1:]))
-    for g, t in enumerate(ts):
-        out[g, :len(t)] = t
-    return out
+        return _Plan(torch.cat([j.x for j in jobs]), y, rows, mask, steps.tolist())
+    xs = batches[0].new_zeros((G, S, B) + tuple(batches[0].shape[1:]))
+    xs[mask] = torch.cat(batches)
+    return _Plan(xs, y[rows], None, mask, steps.tolist())
 
 
 def _column(values: Sequence[float], like: torch.Tensor) -> torch.Tensor:
@@ -219,11 +217,12 @@ class _SGD:
 
     def __init__(self, jobs: Sequence[ClientJob], start: dict[str, torch.Tensor]) -> None:
         like = next(iter(start.values()))
-        self.lr = _column([j.lr for j in jobs], like)
+        self.neg_lr = -_column([j.lr for j in jobs], like)
         self.mom = _column([j.momentum for j in jobs], like)
         self.wd = _column([j.weight_decay for j in jobs], like)
         self.mu = _column([j.mu for j in jobs], like)
         self.nesterov = torch.tensor([bool(j.nesterov) for j in jobs], device=like.device)
+        self.use_nesterov = any(j.nesterov and j.momentum for j in jobs)
         self.use_mom = any(j.momentum for j in jobs)
         self.use_wd = any(j.weight_decay for j in jobs)
         self.anchor = {k: v.clone() for k, v in start.items()} if any(j.mu for j in jobs) else {}
@@ -234,24 +233,39 @@ class _SGD:
                          for k, v in start.items()}
         self.buf = {k: torch.zeros_like(v) for k, v in start.items()} if self.use_mom else {}
 
-    def step(self, params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor],
-             active: torch.Tensor) -> None:
-        """One step of every active client, in place in `params` (and the momentum buffers)."""
-        for k, p in params.items():
+    @torch.no_grad()
+    def step(self, params: dict[str, torch.Tensor], grads: Sequence[torch.Tensor],
+             active: torch.Tensor | None) -> None:
+        """One step of the clients (of those `active`: None = all), in place in `params` (and
+        the momentum buffers); grads in params' order. buf = d on a client's first step, as
+        torch's sgd has it, because the buffers start at zero (0 * m + d = d)."""
+        for (k, p), d in zip(params.items(), grads):
             shape = (-1,) + (1,) * (p.dim() - 1)
-            d = grads[k]
             if self.anchor:
-                d = d + self.mu.view(shape) * (p - self.anchor[k])
+                d = torch.addcmul(d, self.mu.view(shape), p - self.anchor[k])
             if self.corr:
                 d = d + self.corr[k]
             if self.use_wd:
-                d = d + self.wd.view(shape) * p
-            on = active.view(shape)
+                d = torch.addcmul(d, self.wd.view(shape), p)
             if self.use_mom:
-                b = self.mom.view(shape) * self.buf[k] + d
-                self.buf[k] = torch.where(on, b, self.buf[k])
-                d = torch.where(self.nesterov.view(shape), d + self.mom.view(shape) * b, b)
-            params[k] = torch.where(on, p - self.lr.view(shape) * d, p)
+                b = torch.addcmul(d, self.mom.view(shape), self.buf[k])
+                self.buf[k] = b if active is None else torch.where(active.view(shape), b,
+                                                                     self.buf[k])
+                d = (torch.where(self.nesterov.view(shape),
+                                 torch.addcmul(d, self.mom.view(shape), b), b)
+                     if self.use_nesterov else b)
+            if active is None:
+                p.addcmul_(self.neg_lr.view(shape), d)
+            else:  # (not p + 0 * d: a diverged client's inf would become nan)
+                p.copy_(torch.where(active.view(shape), torch.addcmul(p, self.neg_lr.view(shape), d), p))
+
+
+def _cross_entropy(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per-example cross-entropy of logits [B, K] (F.cross_entropy(reduction='none')'s values):
+    log-sum-exp shifted by the row's max, in elementwise kernels (torch's fused log_softmax runs
+    its few classes per row one row at a time, several times slower on G clients' batches)."""
+    z = out - out.detach().amax(-1, keepdim=True)
+    return z.exp().sum(-1).log() - z.gather(-1, y[:, None]).squeeze(-1)
 
 
 def train_batched(model: nn.Module, jobs: Sequence[ClientJob], *, augment: Augment | None = None,
@@ -259,7 +273,10 @@ def train_batched(model: nn.Module, jobs: Sequence[ClientJob], *, augment: Augme
                   ) -> BatchedResult:
     """Train len(jobs) clients' copies of `model` together; `model` itself is not changed (it is
     put in train mode, as the plain loop does). Each job's parameters start from job.start or the
-    model's. on_step(s, params) sees the stacked parameters after step s (tests)."""
+    model's. on_step(s, params) sees the stacked parameters after step s (tests).
+
+    A step is vmap(grad(loss)) over the clients: each client's gradient of its own mean loss
+    over the real examples of its batch."""
     objective = objective or Classification()
     _check(model, jobs, objective)
     model.train()
@@ -273,24 +290,24 @@ def train_batched(model: nn.Module, jobs: Sequence[ClientJob], *, augment: Augme
 
     def loss_of(p: dict[str, torch.Tensor], xb: torch.Tensor, yb: torch.Tensor,
                 m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out = functional_call(model, (p, fixed), (xb,))
-        per = F.cross_entropy(out, yb, reduction="none")
-        loss = torch.where(m, per, 0.0).sum() / m.sum().clamp(min=1)
+        per = _cross_entropy(functional_call(model, (p, fixed), (xb,)), yb)
+        loss = torch.where(m, per, 0.0).sum() / m.sum().clamp(min=1)  # the client's batch mean
         return loss, loss.detach()
 
     step_grads = vmap(grad(loss_of, has_aux=True))
+    steps = torch.tensor(plan.steps, device=plan.mask.device)
     losses = []
-    for s in range(int(plan.steps.max())):
+    for s in range(max(plan.steps)):
         interrupt.poll()
-        xb, yb, m = plan.batch(s)
-        grads, loss = step_grads(params, xb, yb, m)
-        opt.step(params, grads, plan.steps > s)
+        grads, loss = step_grads(params, *plan.batch(s))
+        opt.step(params, [grads[n] for n in names],
+                 None if s < min(plan.steps) else steps > s)
         losses.append(loss)
         if on_step is not None:
             on_step(s, params)
     counts = plan.mask.sum(2).double()  # [G, S] examples per step (0 past a client's end)
     total = (torch.stack(losses, 1).double() * counts).sum(1)
     samples = counts.sum(1)
-    stats = [TrainStats(float(t) / max(float(n), 1.0), int(n), int(k))
-             for t, n, k in zip(total.tolist(), samples.tolist(), plan.steps.tolist())]
+    stats = [TrainStats(float(t) / max(float(n), 1.0), int(n), k)
+             for t, n, k in zip(total.tolist(), samples.tolist(), plan.steps)]
     return BatchedResult(params, stats, opt.buf)
