@@ -168,6 +168,25 @@ def _spans_csv(tmp_path, spans):
     return _csv(tmp_path, "\n".join(rows) + "\n")
 
 
+def _hetero_at_1ms(tmp_path, n, seed=7):
+    """--latency hetero's profiles as a trace whose clients train the digits CNN at the
+    per-example speeds these scenarios were timed with (1 ms an example, the slow ones 5 ms):
+    the preset's FLOP/s scaled by the CNN's training FLOPs an example / 1 ms / EDGE_FLOPS."""
+    from fednet.config import LatencyConfig
+    from fednet.models import build_model
+    from fednet.network import latency
+    from fednet.training.flops import batch_flops
+
+    per = batch_flops(build_model("digits_cnn", 10, (1, 8, 8), seed=0), (1, 1, 8, 8))
+    scale = per / 1e-3 / latency.EDGE_FLOPS
+    rows = ["client,train_flops_per_s,rtt_s,up_bps,down_bps"] + [
+        f"{c},{p.train_flops_per_s * scale!r},{p.rtt_s!r},{p.up_bps!r},{p.down_bps!r}"
+        for c, p in enumerate(latency.profiles(LatencyConfig(preset="hetero"), n, seed))]
+    f = tmp_path / "hetero_1ms.csv"
+    f.write_text("\n".join(rows) + "\n")
+    return str(f)
+
+
 def _watch(session, seen):
     """Record (round, start time, selected clients) and the failures the algorithm gets."""
     algo, drv = session.algo, session.driver
@@ -192,7 +211,8 @@ def test_fedavg_selects_exactly_the_online_clients_and_fails_at_the_offline_mome
     spans = [[(0, inf)], [(0, 0.05), (2.5, inf)], [(1.0, inf)], [(0, 3.0), (6.0, inf)]]
     p = _spans_csv(tmp_path, spans)
     seen = {"rounds": [], "failures": []}
-    cfg = small_config(clients=4, rounds=4, latency={"preset": "hetero", "availability": p})
+    cfg = small_config(clients=4, rounds=4, latency={"preset": "", "availability": p,
+                                                     "file": _hetero_at_1ms(tmp_path, 4)})
     s = run_local(cfg, quiet=True, write=False, prepare=lambda ss: _watch(ss, seen))
     assert s["status"] == "completed"
     for rnd, t, cids in seen["rounds"]:
@@ -209,7 +229,8 @@ def test_fedavg_selects_exactly_the_online_clients_and_fails_at_the_offline_mome
 def test_a_round_with_nobody_online_waits_then_stops_when_nobody_comes_back(tmp_path):
     p = _spans_csv(tmp_path, [[(2.0, 2.1)], [(3.0, 3.1)]])
     seen = {"rounds": [], "failures": []}
-    cfg = small_config(clients=2, rounds=3, latency={"preset": "hetero", "availability": p})
+    cfg = small_config(clients=2, rounds=3, latency={"preset": "", "availability": p,
+                                                     "file": _hetero_at_1ms(tmp_path, 2)})
     s = run_local(cfg, quiet=True, write=False, prepare=lambda ss: _watch(ss, seen))
     assert seen["rounds"][0] == (0, 2.0, [0])  # waited from 0 to 2 s for client 0
     assert s["availability"]["waited_s"] >= 2.0 and s["availability"]["waits"] >= 1
@@ -292,7 +313,7 @@ def test_welcome_carries_whole_traces_only_to_algorithms_that_hand_off():
         got = Registrar.traces(reg, [7])
         if handoffs:
             assert got["avail_client"].tolist() == list(range(n))
-            assert got["profiles"].shape == (n, 4)
+            assert got["profiles"].shape == (n, 5)
         else:
             assert got["avail_client"].tolist() == [7] and got["avail_start"].tolist() == [7.0]
             assert "profiles" not in got
