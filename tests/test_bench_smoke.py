@@ -44,6 +44,8 @@ SMOKE: dict[str, list[str]] = {
     "bench_compress.py": ["--clients", "3", "--rounds", "1", "--epochs", "1", "--seeds", "0",
                           "--specs", "none", "fp16"],
     "bench_curve.py": ["--mib", "1", "--reps", "2"],
+    "bench_compute.py": ["--examples", "32", "--resnet-examples", "4", "--reps", "1",
+                         "--calibrate-seconds", "0.2"],
     "bench_dp.py": ["user", "--population", "200", "--cohort", "20", "--rounds", "2", "--seeds",
                     "0", "--epsilons", "8", "--no-adaptive"],
     "bench_fedseq.py": ["--clients", "10", "--seeds", "0", "--fedavg-rounds", "2",
