@@ -35,9 +35,10 @@ def _data(model: str, sizes: list[int]) -> list[tuple[torch.Tensor, torch.Tensor
 
 
 def _settings(i: int, prox: bool, momentum: float) -> dict:
-    """Client i's own settings: lr, momentum, weight decay, epochs, batch size, mu all vary."""
+    """Client i's own settings: lr, momentum (Nesterov for one), weight decay, epochs, batch
+    size, mu all vary."""
     return dict(lr=0.05 * (1 + i % 3), momentum=momentum * (i % 2),
-                weight_decay=4e-4 if i % 2 == 0 else 0.0, epochs=1 + i % 2,
+                weight_decay=4e-4 if i % 2 == 0 else 0.0, nesterov=i % 4 == 1, epochs=1 + i % 2,
                 batch_size=4 + i % 3, mu=0.1 * (1 + i) if prox else 0.0)
 
 
@@ -53,7 +54,8 @@ def _alone(model: nn.Module, x, y, seed: int, c: dict, correction=None):
         extra.append(hooks.control_variate(correction, [torch.zeros_like(t) for t in correction]))
     stats = train(m, x, y, epochs=c["epochs"], batch_size=c["batch_size"], lr=c["lr"],
                   generator=torch.Generator().manual_seed(seed), hooks=extra,
-                  optim=OptimSpec("sgd", c["lr"], c["momentum"], c["weight_decay"]))
+                  optim=OptimSpec("sgd", c["lr"], c["momentum"], c["weight_decay"],
+                                  nesterov=c["nesterov"]))
     trace.append([p.detach().clone() for p in params])
     return stats, trace[1:]  # after step 1, 2, ..., the last
 
@@ -125,7 +127,8 @@ def test_batched_starts_and_corrections_per_client():
                  hooks.control_variate(corr, [torch.zeros_like(t) for t in corr])]
         stats = train(m, x, y, epochs=c["epochs"], batch_size=c["batch_size"], lr=c["lr"],
                       generator=torch.Generator().manual_seed(5 + i), hooks=extra, augment=augment,
-                      optim=OptimSpec("sgd", c["lr"], c["momentum"], c["weight_decay"]))
+                      optim=OptimSpec("sgd", c["lr"], c["momentum"], c["weight_decay"],
+                                      nesterov=c["nesterov"]))
         alone.append((stats, dict(m.named_parameters())))
     res = train_batched(model, jobs, augment=augment)
     for i, (stats, params) in enumerate(alone):

@@ -236,28 +236,30 @@ class _SGD:
     @torch.no_grad()
     def step(self, params: dict[str, torch.Tensor], grads: Sequence[torch.Tensor],
              active: torch.Tensor | None) -> None:
-        """One step of the clients (of those `active`: None = all), in place in `params` (and
-        the momentum buffers); grads in params' order. buf = d on a client's first step, as
-        torch's sgd has it, because the buffers start at zero (0 * m + d = d)."""
+        """One step of the clients (of those `active`: None = all), in place in `params`, the
+        momentum buffers and `grads` (in params' order). buf = d on a client's first step, as
+        torch's sgd has it, because the buffers start at zero (0 * m + d = d). An inactive
+        client's gradient is zeroed and its momentum factor is 1: buf = 1 * buf + 0 and
+        p = p + (-lr) * 0, both exact."""
+        off = None if active is None else ~active
+        mom = self.mom if off is None else torch.where(off, 1.0, self.mom)
         for (k, p), d in zip(params.items(), grads):
             shape = (-1,) + (1,) * (p.dim() - 1)
             if self.anchor:
-                d = torch.addcmul(d, self.mu.view(shape), p - self.anchor[k])
+                d.addcmul_(self.mu.view(shape), p - self.anchor[k])
             if self.corr:
-                d = d + self.corr[k]
+                d.add_(self.corr[k])
             if self.use_wd:
-                d = torch.addcmul(d, self.wd.view(shape), p)
+                d.addcmul_(self.wd.view(shape), p)
+            if off is not None:
+                d.masked_fill_(off.view(shape), 0.0)
             if self.use_mom:
-                b = torch.addcmul(d, self.mom.view(shape), self.buf[k])
-                self.buf[k] = b if active is None else torch.where(active.view(shape), b,
-                                                                     self.buf[k])
-                d = (torch.where(self.nesterov.view(shape),
-                                 torch.addcmul(d, self.mom.view(shape), b), b)
+                b = self.buf[k].mul_(mom.view(shape)).add_(d)
+                d = (torch.where(self.nesterov.view(shape), d.addcmul(self.mom.view(shape), b), b)
                      if self.use_nesterov else b)
-            if active is None:
-                p.addcmul_(self.neg_lr.view(shape), d)
-            else:  # (not p + 0 * d: a diverged client's inf would become nan)
-                p.copy_(torch.where(active.view(shape), torch.addcmul(p, self.neg_lr.view(shape), d), p))
+                if off is not None:
+                    d = d.masked_fill(off.view(shape), 0.0)
+            p.addcmul_(self.neg_lr.view(shape), d)
 
 
 def _cross_entropy(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
