@@ -15,7 +15,7 @@ with their ratio, the largest difference between the two runs' final parameters 
 tensor's scale), and the useful FLOP/s of each (the plain loop's FLOPs, counted by
 torch.utils.flop_counter on one batch: forward and backward of the matrix products and
 convolutions, the padding not counted). One JSON line per cell, then a table; --json: the
-file the dashboard reads (BENCHMARKS.md, area "scale": one row per cell).
+file the dashboard reads (BENCHMARKS.md, area "scale": a row per model, its largest cell).
 """
 from __future__ import annotations
 
@@ -111,14 +111,22 @@ def cell(model_name: str, count: int, repeats: int, seed: int = 0) -> dict:
 
 
 def headline(data: dict) -> list:
-    """The dashboard's rows: each cell's batched round over the plain loop's."""
-    return measured(*(headline_row(
-        "scale", f"{r['model']}, {r['clients']:,} clients' local training a round: batched "
-        "(training/batched.py) / the plain loop, one client after another",
-        r["ratio"], "x", TARGETS.get((r["model"], r["clients"]), ""),
-        f"{r['batched_s']} s against {r['plain_s']} s, medians of {len(r['plain_all_s'])}; "
-        f"{r['batched_gflops']} against {r['plain_gflops']} GFLOP/s; parameters within "
-        f"{r['max_rel_diff']} of scale; {r['threads']} thread") for r in data.get("cells", [])))
+    """The dashboard's rows, one per model (the budget of BENCHMARKS.md's lines): its largest
+    cell's batched round over the plain loop's, its other cells' ratios in the note."""
+    cells = data.get("cells", [])
+    rows = []
+    for model in dict.fromkeys(r["model"] for r in cells):
+        mine = sorted((r for r in cells if r["model"] == model), key=lambda r: r["clients"])
+        r, others = mine[-1], mine[:-1]
+        rows.append(headline_row(
+            "scale", f"{model}, {r['clients']:,} clients' local training a round: batched "
+            "(training/batched.py) / the plain loop, one client after another", r["ratio"], "x",
+            TARGETS.get((model, r["clients"]), ""),
+            f"{r['batched_s']} s against {r['plain_s']} s, medians of {len(r['plain_all_s'])}; "
+            f"{r['batched_gflops']} against {r['plain_gflops']} GFLOP/s; parameters within "
+            f"{r['max_rel_diff']} of scale; {r['threads']} thread"
+            + "".join(f"; {o['clients']:,} clients {o['ratio']}x" for o in others)))
+    return measured(*rows)
 
 
 def parser() -> argparse.ArgumentParser:
