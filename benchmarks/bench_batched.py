@@ -10,7 +10,8 @@ split over 100 clients); synthetic data. Every client starts from the same model
 fednet's defaults (RunConfig: SGD, epochs, batch size, lr, momentum, weight decay), its batch order
 from its own seeded generator. The plain loop is fednet's own (training/local.train on a model
 loaded with the round's weights, one client after another); the batched round includes drawing
-every client's batches. Each is timed --repeats times after a warm-up; the medians are printed,
+every client's batches (from the round's model: train_batched does not change the model). The
+two are timed --repeats times each, interleaved, after a warm-up; the medians are printed,
 with their ratio, the largest difference between the two runs' final parameters (relative to the
 tensor's scale), and the useful FLOP/s of each (the plain loop's FLOPs, counted by
 torch.utils.flop_counter on one batch: forward and backward of the matrix products and
@@ -20,6 +21,7 @@ file the dashboard reads (BENCHMARKS.md, area "scale": a row per model, its larg
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import time
@@ -77,14 +79,17 @@ def batched_round(model, data, t, seed):
     return train_batched(model, jobs)
 
 
-def timed(fn, repeats: int):
-    fn()  # warm-up: first calls' imports and allocations
-    times, out = [], None
+def timed(fns: dict, repeats: int) -> dict:
+    """Each of fns timed `repeats` times, interleaved (one of each in turn: both see the same
+    load on a shared machine), after a warm-up call of each; name -> (median, times, output)."""
+    out = {k: f() for k, f in fns.items()}  # warm-up: first calls' imports and allocations
+    times: dict = {k: [] for k in fns}
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), times, out
+        for k, f in fns.items():
+            t0 = time.perf_counter()
+            out[k] = f()
+            times[k].append(time.perf_counter() - t0)
+    return {k: (statistics.median(times[k]), times[k], out[k]) for k in fns}
 
 
 def cell(model_name: str, count: int, repeats: int, seed: int = 0) -> dict:
@@ -93,9 +98,10 @@ def cell(model_name: str, count: int, repeats: int, seed: int = 0) -> dict:
     model = build_model(model_name, k, shape, seed=seed)
     state = {n: v.clone() for n, v in model.state_dict().items()}
     data = clients(model_name, count, seed)
-    plain_s, plain_all, alone = timed(lambda: plain_round(model, state, data, t, 1000), repeats)
-    model.load_state_dict(state)
-    batch_s, batch_all, together = timed(lambda: batched_round(model, data, t, 1000), repeats)
+    alone_model = copy.deepcopy(model)  # the plain loop's (it leaves the last client's in it)
+    got = timed({"plain": lambda: plain_round(alone_model, state, data, t, 1000),
+                 "batched": lambda: batched_round(model, data, t, 1000)}, repeats)
+    (plain_s, plain_all, alone), (batch_s, batch_all, together) = got["plain"], got["batched"]
     diff = max(float((together.params[n][i] - p).abs().max() / p.abs().max())
                for i, ps in enumerate(alone) for n, p in ps.items())
     examples = t.epochs * sum(len(y) for _, y in data)
