@@ -160,6 +160,46 @@ def test_batched_embedding_with_padding_index():
         assert torch.equal(res.params["words.weight"][i, 0], torch.zeros(2))
 
 
+@pytest.mark.parametrize("mu", [0.0, 0.1], ids=["fedavg", "fedprox"])
+def test_a_block_of_client_updates_equals_each_rule_alone(mu):
+    """algorithms/updates.local_sgd_block: FedAvg's and FedProx's rules for a block of clients
+    (their contexts and tasks as the runtime holds them) give each client's model, steps and
+    loss as rule.run does alone, and the batch sizes its loop charges the clock with."""
+    from fednet.algorithms.contract import ClientContext
+    from fednet.algorithms.updates import Plain, Prox, block_refusal, local_sgd_block
+    from fednet.config import RunConfig
+    from fednet.models.arrays import state_arrays
+    from fednet.types import Task
+
+    cfg = RunConfig(seed=3).replace(**{"train.epochs": 2, "train.momentum": 0.5})
+    k, shape = MODELS["digits_cnn"]
+    model = build_model("digits_cnn", k, shape, seed=0)
+    data = _data("digits_cnn", [9, 17, 30])
+    arrays = state_arrays(copy.deepcopy(model))
+    tasks = [Task(task_id=i, round=4, route=[10 + i], arrays=arrays,
+                  body={"lr": 0.05 * (i + 1)} if i else {}) for i in range(3)]
+
+    def contexts() -> list[ClientContext]:
+        return [ClientContext(10 + i, copy.deepcopy(model), x, y, cfg, torch.device("cpu"))
+                for i, (x, y) in enumerate(data)]
+
+    rules = [Prox(mu) if mu else Plain() for _ in data]
+    together, alone = contexts(), contexts()
+    assert block_refusal(together, rules) == ""
+    bodies, sizes = local_sgd_block(together, tasks, rules)
+    for i, (ctx, task) in enumerate(zip(alone, tasks)):
+        body = rules[i].run(ctx, task)
+        assert (bodies[i]["steps"], bodies[i]["samples"]) == (body["steps"], body["samples"])
+        assert set(bodies[i]) == set(body)
+        assert abs(bodies[i]["loss"] - body["loss"]) <= RTOL * abs(body["loss"])
+        assert sizes[i] == [len(b) for b in torch.arange(len(data[i][1])).split(8)] * 2
+        for (n, p), q in zip(together[i].model.named_parameters(), ctx.model.parameters()):
+            assert _close(p, q) <= RTOL, (i, n)
+    assert "DP-SGD" in block_refusal(
+        [ClientContext(1, model, *data[0], cfg.replace(**{"dp.sgd_noise": 1.0}),
+                       torch.device("cpu"))], [Plain()])
+
+
 class _Dropped(nn.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -1,5 +1,6 @@
 """Local update rules that client halves compose: plain local training (SGD or the run's
---optimizer), FedProx, FedDyn (client side only)."""
+--optimizer), FedProx, FedDyn (client side only); and a block of clients' Plain or Prox rules
+trained as one batch (local_sgd_block, training/batched.py; block_refusal says when not)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -153,3 +154,66 @@ def rule(name: str, p: Any) -> Plain | Prox | Dyn:
     if name == "feddyn":
         return Dyn(p.alpha, p.clip, p.official)
     raise ValueError(f"unknown local rule '{name}'")
+
+
+# ---- a block of clients trained together (issue 56; training/batched.py) -------------------
+def block_refusal(ctxs: Sequence[ClientContext], rules: Sequence[Any]) -> str:
+    """Why these clients' local rules cannot run as one batch (training/batched.py); '' when
+    they can. It reads only the run's settings, the rules, the dataset's augmentation and
+    objective and the model's architecture, never which process holds the clients, so every
+    runtime decides alike for the same block."""
+    from fednet.training.batched import batchable
+
+    if not ctxs or len(ctxs) != len(rules):
+        return "a block needs one rule per client"
+    if any(type(r) not in (Plain, Prox) for r in rules):
+        return "only FedAvg's and FedProx's local rules (Plain, Prox) are batched"
+    cfg, first = ctxs[0].cfg, ctxs[0]
+    if cfg.dp.sgd_noise > 0:
+        return "DP-SGD (--dp-sgd-noise) trains through Opacus, one client at a time"
+    if cfg.train.optimizer != "sgd":
+        return f"--optimizer {cfg.train.optimizer}: only SGD is batched"
+    shapes = [(n, tuple(p.shape), p.requires_grad) for n, p in first.model.named_parameters()]
+    if not all(trains for _, _, trains in shapes):
+        return "frozen parameters (the block would share client 0's)"
+    for c in ctxs[1:]:
+        if (type(c.model) is not type(first.model) or c.augment is not first.augment
+                or c.objective is not first.objective or c.device != first.device
+                or [(n, tuple(p.shape), p.requires_grad)
+                    for n, p in c.model.named_parameters()] != shapes):
+            return (f"client {c.cid}'s model, augmentation, objective or device differs from "
+                    f"client {first.cid}'s")
+    return batchable(first.model, first.objective)
+
+
+def local_sgd_block(ctxs: Sequence[ClientContext], tasks: Sequence[Task],
+                    rules: Sequence[Any]) -> tuple[list[dict[str, Any]], list[list[int]]]:
+    """rules[i].run(ctxs[i], tasks[i]) for a block of clients, trained as one batch
+    (training/batched.train_batched): each ctx.model ends holding its client's trained model, as
+    the rule leaves it, within training/batched.py's stated tolerance of the plain loop. Returns
+    each client's body (loss, samples, steps: local_sgd's keys, nothing more, so a result's bytes
+    do not change) and its batch sizes step by step (the runtime charges each task's simulated
+    compute with them, as train charges each batch). Raises ValueError with block_refusal's
+    reason when the block cannot be batched (run each rule alone then)."""
+    from fednet.training.batched import ClientJob, train_batched
+
+    why = block_refusal(ctxs, rules)
+    if why:
+        raise ValueError(why)
+    jobs = []
+    for ctx, task, r in zip(ctxs, tasks, rules):
+        load_arrays(ctx.model, task.arrays)
+        t = ctx.cfg.train
+        jobs.append(ClientJob(
+            ctx.x, ctx.y, ctx.batch_generator(task.round), lr=task_lr(ctx, task),
+            momentum=float(t.momentum), weight_decay=float(t.weight_decay),
+            nesterov=bool(t.nesterov), epochs=int(task.body.get("epochs", t.epochs)),
+            batch_size=int(t.batch_size), mu=float(getattr(r, "mu", 0.0)),
+            start={n: p for n, p in ctx.model.named_parameters() if p.requires_grad}))
+    res = train_batched(ctxs[0].model, jobs, augment=ctxs[0].augment,
+                        objective=ctxs[0].objective)
+    for g, ctx in enumerate(ctxs):
+        res.load(ctx.model, g)
+        ctx.model.train()
+    bodies = [{"loss": s.loss, "samples": s.samples, "steps": s.steps} for s in res.stats]
+    return bodies, res.batch_sizes

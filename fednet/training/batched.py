@@ -106,11 +106,14 @@ class ClientJob:
 @dataclass
 class BatchedResult:
     """The clients' final trainable parameters and momentum buffers, stacked along a leading
-    client dimension (in the jobs' order), and each client's TrainStats."""
+    client dimension (in the jobs' order), each client's TrainStats, and each client's batch
+    sizes in the order it took its steps (what the plain loop charges the simulated clock with:
+    training/local.train's charge(model, batch) per batch)."""
 
     params: dict[str, torch.Tensor]
     stats: list[TrainStats]
     momentum: dict[str, torch.Tensor] = field(default_factory=dict)
+    batch_sizes: list[list[int]] = field(default_factory=list)  # each client's, step by step
 
     def client(self, g: int) -> dict[str, torch.Tensor]:
         """Client g's final trainable parameters by name."""
@@ -312,4 +315,6 @@ def train_batched(model: nn.Module, jobs: Sequence[ClientJob], *, augment: Augme
     samples = counts.sum(1)
     stats = [TrainStats(float(t) / max(float(n), 1.0), int(n), k)
              for t, n, k in zip(total.tolist(), samples.tolist(), plan.steps)]
-    return BatchedResult(params, stats, opt.buf)
+    per_step = plan.mask.sum(2).tolist()
+    sizes = [row[:k] for row, k in zip(per_step, plan.steps)]
+    return BatchedResult(params, stats, opt.buf, sizes)
