@@ -20,6 +20,11 @@ shifted log-sum-exp in elementwise kernels, fused multiply-adds in the update) a
 in another order, so each step differs in the last bits of float32, and the differences grow
 with the steps as any float32 perturbation does. tests/test_batched.py checks every step against
 the plain loop to 1e-5 of each parameter tensor's largest magnitude (measured: 1e-7 to 2e-6).
+The same block of clients (the same jobs, in the same order, on the same number of torch
+threads) gives the same bits every time; the same client in another block may not (the digits
+CNN alone, G = 1, runs another convolution kernel than in a block of 3; mclr's bits did not
+move), so runtimes that must agree bit for bit form their blocks by one rule that does not
+depend on which process holds which client (fixed blocks of the cohort in id order).
 
 Not batchable (batchable() says why; train_batched raises ValueError with the reason): models with
 BatchNorm (a batch's statistics would include the padding, and the running statistics are per
