@@ -88,7 +88,7 @@ def _old_readys(welcome_cids, ours, count):
 @pytest.fixture
 def sent(monkeypatch):
     out: list[Message] = []
-    monkeypatch.setattr(app.Client, "_send_server", lambda self, msg, track=False: out.append(msg) or 0)
+    monkeypatch.setattr(app.Client, "send", lambda self, msg, track=False: out.append(msg) or 0)
     return out
 
 
@@ -136,7 +136,7 @@ def test_shutdown_of_idle_ids_is_one_bye_and_the_first_client_stops_with_the_res
         shutdown = Message(MsgKind.SHUTDOWN, "server", "r", arrays={"cids": np.array([13, 11, 99])})
         host.enroll.on_shutdown(shutdown)
         assert not host.first.stopping and host.enroll.table.n_stopped == 2
-        host.enroll.together([], [])
+        host.together([], [])
         (bye,) = sent
         assert bye.kind == MsgKind.BYE and bye.arrays["cids"].tolist() == [11, 13]
         assert host.enroll.table.idle_ids().tolist() == [12, 14, 15]
@@ -144,14 +144,14 @@ def test_shutdown_of_idle_ids_is_one_bye_and_the_first_client_stops_with_the_res
         host.enroll.on_shutdown(Message(MsgKind.SHUTDOWN, "server", "r",
                                         arrays={"cids": np.arange(10, 16)}))
         assert host.first.stopping and host.first in host.attention
-        host.enroll.together([host.first], [])
+        host.together([host.first], [])
         (bye,) = sent
         assert bye.arrays["cids"].tolist() == [10, 12, 14, 15] and bye.sender == "c0010"
-        assert host.enroll.table.n_idle == 0 and host.first.server.sub not in host.link.clients
+        assert host.enroll.table.n_idle == 0 and host.first.server.sub not in host.routes
         sent.clear()
         host.enroll.on_shutdown(Message(MsgKind.SHUTDOWN, "server", "r",
                                         arrays={"cids": np.array([1.5])}))  # unreadable
-        host.enroll.together([], [])
+        host.together([], [])
         assert sent == []
     finally:
         host.close()
@@ -197,17 +197,33 @@ def test_a_late_reject_of_an_earlier_claim_changes_nothing(sent):
         enroll.hellos(enroll.table.index.sorted_ids())  # the link came back: said again
         old, new = (m.body["nonce"] for m in sent)
         assert old != new and all(len(n) == 16 for n in (old, new))
-        first.on_server(_reject("clients 10-12 are held by a live connection", old))
+        host.deliver(first.server.sub, _reject("clients 10-12 are held by a live connection", old))
         assert enroll.batching and first.refused is None  # still waiting on the second claim
-        first.on_server(_reject("clients 10-12 are held by a live connection", new))
+        host.deliver(first.server.sub, _reject("clients 10-12 are held by a live connection", new))
         assert not enroll.batching and enroll.refusal.startswith("clients 10-12")
         sent.clear()
-        enroll.hellos(np.array([10], np.int64))  # client 10 claims alone (Host.register)
-        first.on_server(_reject("a late copy of the batch's", new))
-        assert first.refused is None and host.settled == 0
-        first.on_server(_reject("client 10 is already connected", sent[0].body["nonce"]))
-        assert first.refused == "client 10 is already connected" and host.settled == 1
-        first.on_server(_reject("a REJECT that names no claim refuses the client it reaches"))
-        assert first.refused == "client 10 is already connected" and host.settled == 1
+        enroll.hellos(np.array([10], np.int64))  # client 10 claims alone (Enrollment.claim)
+        host.deliver(first.server.sub, _reject("a late copy of the batch's", new))
+        assert first.refused is None and host.enroll.settled == 0
+        host.deliver(first.server.sub, _reject("client 10 is already connected", sent[0].body["nonce"]))
+        assert first.refused == "client 10 is already connected" and host.enroll.settled == 1
+        host.deliver(first.server.sub, _reject("a REJECT that names no claim refuses the client it reaches"))
+        assert first.refused == "client 10 is already connected" and host.enroll.settled == 1
+    finally:
+        host.close()
+
+
+def test_a_client_knows_no_host_and_returns_what_its_host_acts_on(sent):
+    """Issue 57: a Client sends on the process's link and knows no Host; a TASK it reads comes
+    back as an event its Host queues (the client is ready), and the link was built complete
+    (where its messages go, what its log lines call the clients)."""
+    host = _host(range(10, 13))
+    try:
+        c = host.first
+        assert not hasattr(c, "host") and c.link is host.link
+        assert host.link.deliver == host.deliver and host.link.label == "clients 10-12"
+        task = encode(Message(MsgKind.TASK, "server", "r"), check=False)
+        assert host.deliver(c.server.sub, task) and list(host.ready) == [c] and len(c.work) == 1
+        assert not host.deliver(sub_frame(99), task)  # no client of this process
     finally:
         host.close()

@@ -33,8 +33,8 @@ def test_the_least_recently_kept_leave_first_and_one_too_big_is_not_kept():
 
 def test_a_process_clients_stateless_executor_is_kept_for_its_next_task_stateful_is_not():
     k = KeptExecutors()
-    t = Trainer(5, "cpu")
-    t.drop_idle, t.kept = True, k
+    t = Trainer(5, "cpu", k)  # a client of a process of several
+    assert t.drop_idle and t.kept is k
     stateless = _Ex(cid=5, n=10, holds_state=False, stateful=False, run_id="", links=None,
                     availability=None)
     t.train(stateless, None, 0)

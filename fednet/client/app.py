@@ -1,6 +1,8 @@
 """One logical client (Client) of a client process: what the server sends it, its tasks and
 hand-offs run and answered. The process's poll loop, link and registration are its
-Host's (client/host.py), for a process of one client as for one of many.
+Host's (client/host.py), for a process of one client as for one of many. A Client knows no
+Host: it sends on the process's link, and what its Host must act on (a task queued, a flag, an
+answer to its registration, a send still reading memory) it returns as Events.
 
 What arrives from the server is read as it arrives, each message accepted (and only then
 counted) or rejected; TASKs are read at once but decoded only when they run. Decoding a TASK
@@ -12,14 +14,16 @@ clients: 60-100 ms of page faults per model, docs/benchmarks/history.md section 
 """
 from __future__ import annotations
 
+import enum
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
-import numpy as np
 import zmq
 
+from fednet.client.link import ServerLink
 from fednet.client.peers import PeerChainBroken, Peers, to_server
 from fednet.client.trainer import Trainer
 from fednet.core.wire import failure_message
@@ -30,9 +34,6 @@ from fednet.protocol import Message, MsgKind, peek_kind
 from fednet.transport.channels import Channel, Deferred, Received, sub_frame
 from fednet.types import client_name
 
-if TYPE_CHECKING:
-    from fednet.client.host import Host
-
 log = logging.getLogger("fednet.client")
 throttled = Throttle(log)
 
@@ -41,54 +42,82 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 FROM_SERVER = frozenset({MsgKind.WELCOME, MsgKind.TASK, MsgKind.SHUTDOWN, MsgKind.REJECT,
                          MsgKind.HEARTBEAT})
+FOR_THE_PROCESS = frozenset({MsgKind.WELCOME, MsgKind.SHUTDOWN, MsgKind.REJECT})  # Host acts
 
 TASKS = frozenset({MsgKind.TASK})
 
 
+class Event(enum.Enum):
+    """What happened to a client that its Host acts on (Host.queue)."""
+
+    READY = "ready"  # a task or hand-off queued (one each): run it in turn
+    ATTENTION = "attention"  # a flag to act on: SHUTDOWN, a refused re-registration's wait
+    SETTLED = "settled"  # welcomed or refused: the registration's wait is over for it
+    TRACKED = "tracked"  # its last send may still read its model's memory (settle)
+
+
+Events = tuple[Event, ...]
+NONE: Events = ()
+READY: Events = (Event.READY,)
+ATTENTION: Events = (Event.ATTENTION,)
+SETTLED: Events = (Event.SETTLED,)
+TRACKED: Events = (Event.TRACKED,)
+_QUEUED: tuple[Events, None] = (READY, None)
+_NOTHING: tuple[Events, None] = (NONE, None)
+
+
 class Client:
     """One federated client of a client process (its Host, client/host.py): an envelope on the
-    process's server link, a ROUTER for peer hand-offs, its ledger, settings and queued work.
-    Slotted: a process holds thousands of them (~1 KB each)."""
+    process's server link, a ROUTER for peer hand-offs (`peers` builds it from the client's
+    name and ledger), its ledger, settings and queued work. `pump(timeout_ms)` reads every
+    socket of the process (Host.pump): what a wait calls meanwhile. Slotted: a process holds
+    thousands of them (~1 KB each)."""
 
-    __slots__ = ("cid", "name", "host", "ledger", "server", "registered", "refused", "peers",
-                 "run_id", "trainer", "_tracker", "work", "stopping", "rehello_at")
+    __slots__ = ("cid", "name", "link", "ledger", "server", "registered", "refused", "peers",
+                 "run_id", "trainer", "pump", "_tracker", "work", "stopping", "rehello_at")
 
-    def __init__(self, cid: int, host: Host) -> None:
-        self.cid, self.name, self.host = cid, client_name(cid), host
+    def __init__(self, cid: int, link: ServerLink, peers: Callable[[str, Ledger], Peers],
+                 trainer: Trainer, pump: Callable[[int], None]) -> None:
+        self.cid, self.name, self.link = cid, client_name(cid), link
         self.ledger = Ledger()
-        self.server = Channel(host.link.sock, self.ledger, self.name, router=False,
+        self.server = Channel(link.sock, self.ledger, self.name, router=False,
                               sub=sub_frame(cid))
-        host.link.add(self)
         self.registered = False
         self.refused: str | None = None  # the server's reason (REJECT)
-        cred = host.cred
-        self.peers = Peers(host.ctx, self.name, host.advertise, self.ledger, cred.keys,
-                           cred.peer_key, cred.gate, host.link.liveness)
+        self.peers = peers(self.name, self.ledger)
         self.run_id = ""
-        self.trainer = Trainer(cid, host.device)  # its settings from WELCOME, its executor
+        self.trainer = trainer  # its settings from WELCOME, its executor
+        self.pump = pump
         self._tracker: Any = None
         # tasks (decoded when they run) and hand-offs, run one at a time
         self.work: deque[tuple[Message | Deferred, int]] | tuple = NO_WORK
         self.stopping = False
         self.rehello_at: float | None = None  # a refused re-registration: hello again then
 
-    def _send_server(self, msg: Message, track: bool = False) -> int:
+    def send(self, msg: Message, track: bool = False) -> int:
         """Send msg to the server; returns its bytes, 0 when it was given up: it found no
-        connection to queue on until the link said none would come (ServerLink.unsendable)."""
+        connection to queue on until the link said none would come (ServerLink.unsendable).
+        track: its buffers may be read after it returns (settle waits for them)."""
         since = time.monotonic()
         while True:
             try:
                 n, tracker = self.server.send(msg, SERVER, track=track)
                 break
             except zmq.Again:  # no connection (the link's SNDTIMEO): is one still to come?
-                why = self.host.link.unsendable(since)
+                why = self.link.unsendable(since)
                 if why:
                     throttled.warning("client %d: %s not sent: %s", self.cid, msg.kind.name, why)
                     return 0
         if track:
             self._tracker = tracker
-            self.host.tracked.add(self)
         return n
+
+    def settle(self) -> None:
+        """Wait until this client's last zero-copy send has left (it may still read the
+        model's memory)."""
+        if self._tracker is not None:
+            self._tracker.wait()
+            self._tracker = None
 
     def take_welcome(self, cfg: Any, b: dict[str, Any], profile: Profile, indices: Any,
                      grant: bytes | None, tables: tuple) -> int:
@@ -99,20 +128,15 @@ class Client:
         self.peers.take_welcome(cfg, self.run_id, grant, self.trainer.availability)
         return examples
 
-    def listen(self) -> str:
-        """The run's routes hand models between clients: this client's peer socket listens
-        (the process's loop reads it); returns where."""
-        self.host.check_files()
+    def listen(self) -> tuple[str, zmq.Socket | None]:
+        """The run's routes hand models between clients: this client's peer socket listens;
+        returns where, and the socket when it is new (the process's loop reads it)."""
         self.peers.pump = self.pump_now  # acknowledge hand-offs to us while we wait
         new = self.peers.listen()
-        if new is not None:
-            self.host.watch(new, self)
-        return self.peers.endpoint
+        return self.peers.endpoint, new
 
-    def _run_task(self, msg: Message, nbytes: int) -> None:
-        if self._tracker is not None:  # the last zero-copy send still reads our model's memory
-            self._tracker.wait()
-            self._tracker = None
+    def _run_task(self, msg: Message | Deferred, nbytes: int) -> None:
+        self.settle()  # the last zero-copy send still reads our model's memory
         if isinstance(msg, Deferred):  # decoded now, into the memory the last task freed
             got = self._accepted(self.server.finish(msg))
             if got is None or got.msg.kind != MsgKind.TASK:
@@ -122,9 +146,8 @@ class Client:
             ex = self.trainer.executor_now()
         except Exception as e:  # noqa: BLE001 - e.g. its data cannot be built: the task fails
             log.exception("client %d: cannot build its data and model", self.cid)
-            self._send_server(failure_message(self.cid, msg.task_id, msg.round,
-                                              f"{type(e).__name__}: {e}", msg.sim_time,
-                                              self.run_id))
+            self.send(failure_message(self.cid, msg.task_id, msg.round,
+                                      f"{type(e).__name__}: {e}", msg.sim_time, self.run_id))
             return
         # wired: --shaped-links, the network already took the received bytes' transfer time
         out, wired = self.trainer.train(ex, msg, nbytes)
@@ -135,84 +158,74 @@ class Client:
             sleep(out.sim_delay - wired, out.real_elapsed, self.pump)
             try:
                 self.peers.handoff(nxt, msg, reply)
-                self._send_server(self.peers.hop_done(msg, reply))
+                self.send(self.peers.hop_done(msg, reply))
                 return
             except PeerChainBroken:
                 log.error("client %d: the rest of the route is unreachable; returning the model"
                           " to the server", self.cid)
                 reply = to_server(reply)
         sleep(out.sim_delay - wired, out.real_elapsed, self.pump, self.trainer.up_delay(reply))
-        self._send_server(reply, track=True)
-
-    def pump(self, timeout_ms: int) -> None:
-        """Read the process's sockets (hand-offs acknowledged at once and queued, a re-sent
-        duplicate not run again; tasks queued; SHUTDOWN stops the client): Host.pump."""
-        self.host.pump(timeout_ms)
+        self.send(reply, track=True)
 
     def pump_now(self) -> None:
         """pump(0): what a wait calls to serve the sockets meanwhile."""
-        self.host.pump(0)
-
-    def step(self) -> bool:
-        """Run one queued task or hand-off (then read what arrived meanwhile); False if idle."""
-        if not self.work:
-            return False
-        self._run_task(*self.work.popleft())
         self.pump(0)
-        return True
+
+    def step(self) -> Events:
+        """Run one queued task or hand-off; TRACKED when the result's send may still read the
+        model's memory (the caller then reads what arrived meanwhile)."""
+        if not isinstance(self.work, deque) or not self.work:
+            return NONE
+        self._run_task(*self.work.popleft())
+        return TRACKED if self._tracker is not None else NONE
 
     def close(self) -> None:
-        """Stop reading this client's messages and close its peer socket."""
-        self.host.link.remove(self)
+        """Close this client's peer socket."""
         self.peers.close()
 
     # What arrives from the server: each message accepted (and only then counted) or rejected; TASKs
     # decoded when they run.
 
-    def read_peers(self) -> None:
-        """Hand-offs from peers: acknowledged at once and queued; a re-sent duplicate is not
-        queued again."""
-        for got in self.peers.fresh():
-            self.queue_work(got)
+    def read_peers(self) -> Events:
+        """Hand-offs from peers: acknowledged at once and queued (READY each); a re-sent
+        duplicate is not queued again."""
+        got = self.peers.fresh()
+        for item in got:
+            self._queue(item)
+        return READY * len(got)
 
-    def queue_work(self, item: tuple[Any, int]) -> None:
-        """A task or hand-off to run; the process's scheduler learns that this client has work."""
+    def _queue(self, item: tuple[Any, int]) -> None:
+        """A task or hand-off to run."""
         if not isinstance(self.work, deque):  # an idle client's queue: none yet
             self.work = deque()
         self.work.append(item)
-        self.host.ready.append(self)
 
-    def on_server(self, parts: list[Any]) -> None:
-        """One message from the server (its envelope removed): a TASK is queued undecoded;
-        the rest is decoded, accepted (or rejected) and acted on at once."""
+    def on_server(self, parts: list[Any]) -> tuple[Events, Message | None]:
+        """One message from the server (its envelope removed): a TASK is queued undecoded
+        (READY); the rest is decoded and accepted (or rejected); WELCOME, SHUTDOWN and REJECT
+        are returned for the process (Host) to act on."""
         d = Deferred(b"", parts, "server")
         if peek_kind(parts) in TASKS:
-            return self.queue_work((d, 0))
+            self._queue((d, 0))
+            return _QUEUED
         got = self._accepted(self.server.finish(d))
         if got is None:
-            return None
-        msg, host = got.msg, self.host
-        if msg.kind == MsgKind.SHUTDOWN:
-            host.enroll.on_shutdown(msg)  # the run ended for the process's clients it names
-        elif msg.kind == MsgKind.WELCOME:
-            host.enroll.on_welcome(msg)  # the process's WELCOME, for the clients it names
-        elif msg.kind == MsgKind.REJECT:
-            reason = str(msg.body.get("reason", ""))[:200]
-            if host.enroll.stale(self.cid, msg.body.get("answers")):
-                log.info("client %d: a late REJECT of an earlier claim ignored (%s)", self.cid,
-                         reason)
-                return None
-            if host.enroll.batching:  # the process's hellos refused
-                return host.enroll.batch_refused(reason)
-            if not self.registered:  # its first registration: this client stops
-                if self.refused is None:
-                    self.refused = reason
-                    host.settled += 1
-                return None
-            self.retry_hello(reason)
-        elif msg.kind != MsgKind.HEARTBEAT:
-            log.warning("client %d: unexpected %s from the server", self.cid, msg.kind.name)
-        return None
+            return _NOTHING
+        if got.msg.kind in FOR_THE_PROCESS:
+            return NONE, got.msg
+        if got.msg.kind != MsgKind.HEARTBEAT:
+            log.warning("client %d: unexpected %s from the server", self.cid, got.msg.kind.name)
+        return _NOTHING
+
+    def refuse(self, reason: str) -> Events:
+        """The server refused this client's own claim: at its first registration the client
+        stops (`refused`, SETTLED), a re-registration is tried again (retry_hello)."""
+        if self.registered:
+            return self.retry_hello(reason)
+        if self.refused is None:
+            self.refused = reason
+            return SETTLED
+        return NONE
 
     def _accepted(self, got: Received | None) -> Received | None:
         """got counted as accepted; None if undecodable, or a kind the server never sends
@@ -225,35 +238,39 @@ class Client:
         self.server.accept(got, SERVER)
         return got
 
-    def _drop_work(self) -> None:
+    def drop_work(self) -> None:
         """Forget the queued work; tasks not decoded yet are decoded and counted first."""
         for msg, _ in self.work:
             if isinstance(msg, Deferred):
                 self._accepted(self.server.finish(msg))
         self.work = ()
 
-    def retry_hello(self, reason: str) -> None:
+    def retry_hello(self, reason: str) -> Events:
         """A re-registration refused (e.g. the server has not yet seen our old connection
-        close): try again shortly."""
-        wait = self.host.link.liveness.rehello_s
+        close): try again shortly (hello_due says when)."""
+        wait = self.link.liveness.rehello_s
         throttled.warning("client %d: the server refused to register it again (%s); "
                           "retrying in %g s", self.cid, reason, wait)
         self.rehello_at = time.monotonic() + wait
-        self.host.attention.add(self)
+        return ATTENTION
 
-    def check_flags(self) -> None:
-        """A refused re-registration whose wait is over, the link up: say hello again."""
-        if self.rehello_at is not None and self.host.link.lost_since is None \
+    def hello_due(self) -> bool:
+        """Whether a refused re-registration's wait is over, the link up: then it says hello
+        again (once)."""
+        if self.rehello_at is not None and self.link.lost_since is None \
                 and time.monotonic() >= self.rehello_at:
             self.rehello_at = None
-            self.host.enroll.hellos(np.array([self.cid], np.int64))
+            return True
+        return False
 
-    def welcomed(self) -> None:
-        """Registered: its row of a WELCOME taken."""
-        if not self.registered:
-            self.registered = True
-            self.host.settled += 1
+    def welcomed(self) -> Events:
+        """Registered: its row of a WELCOME taken (SETTLED the first time)."""
+        if self.registered:
+            return NONE
+        self.registered = True
+        return SETTLED
 
-    def stop_due(self) -> bool:
-        """The run ended for this client (SHUTDOWN), or its launcher or server is gone."""
-        return self.stopping or self.host.stop_due()
+    def stop(self) -> Events:
+        """The run ended for this client (SHUTDOWN): it says BYE and stops (Host._flags)."""
+        self.stopping = True
+        return ATTENTION

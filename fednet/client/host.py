@@ -18,7 +18,9 @@ acknowledged while its sender waits.
 
 The process's clients register together, and one BYE answers a SHUTDOWN for them all
 (client/enroll.py); their ids and idle flags are columns (client/table.py), so an idle client
-costs a few bytes, not an object.
+costs a few bytes, not an object. A Client knows no Host: what the Host must act on (a task
+queued, a flag, an answer to the registration, a send that may still read memory) its methods
+return as events, which the Host queues (Host.queue).
 """
 from __future__ import annotations
 
@@ -34,14 +36,18 @@ import numpy as np
 import torch
 import zmq
 
-from fednet.client.app import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Client
+from fednet.client.app import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Client, Event, Events
 from fednet.client.enroll import Enrollment
-from fednet.client.link import Credentials
+from fednet.client.link import Credentials, ServerLink
+from fednet.client.peers import Peers
+from fednet.client.trainer import Trainer
 from fednet.config.liveness import DEFAULT, Liveness
 from fednet.core.executor import KeptExecutors, share_working_models
 from fednet.errors import ConfigError
+from fednet.metrics.accounting import Ledger
 from fednet.platform.proc import check_files_per_process
 from fednet.training import interrupt
+from fednet.transport.channels import sub_frame
 
 log = logging.getLogger("fednet.client")
 
@@ -69,9 +75,9 @@ class Host:
         self.ctx.set(zmq.MAX_SOCKETS, max_sockets(len(cids)))
         self.device, self.advertise = device, advertise
         cred: Credentials | None = None
-        self.link: Any = None
-        self.enroll = Enrollment(self, cids)  # the ids, their WELCOME, SHUTDOWN and BYE
+        link: ServerLink | None = None
         self.by_cid: dict[int, Client] = {}  # the clients that exist now
+        self.routes: dict[bytes, Client] = {}  # envelope -> client: whose messages are read
         self.kept = KeptExecutors()  # stateless clients' Executors between their tasks
         self.poller = zmq.Poller()
         self.by_sock: dict[zmq.Socket, Client] = {}  # peer socket -> its client
@@ -79,22 +85,22 @@ class Host:
         self.ready: deque[Client] = deque()  # a client per task or hand-off queued, in order
         self.attention: set[Client] = set()  # clients with a flag to act on (_flags)
         self.tracked: set[Client] = set()  # clients whose last send may still read memory
-        self.settled = 0  # clients welcomed or refused (for the registration's wait)
         self._current: Client | None = None
         self.files_checked = False
         self.parent = os.getppid()
         self.live: dict[Client, None] = {}
         try:
             self.cred = cred = Credentials(self.ctx, secure, run_key, key_name, curve)
-            self.link = cred.link(self.ctx, connect, liveness)
-            self.link.lost_timeout = lost_timeout
-            self.link.factory = self.materialize
-            self.link.label = self.enroll.table.name()
-            self.poller.register(self.link.sock, zmq.POLLIN)
+            # the ids, their WELCOME, SHUTDOWN and BYE
+            self.enroll = Enrollment(cids, self, device, cred, self.kept)
+            self.link = link = cred.link(self.ctx, connect, liveness,
+                                         label=self.enroll.table.name(),
+                                         lost_timeout=lost_timeout, deliver=self.deliver)
+            self.poller.register(link.sock, zmq.POLLIN)
             self.first = self.make(int(self.enroll.table.first))  # speaks for the process (batch messages)
         except BaseException:  # a client half built (a failed bind) has sockets close() misses
-            if self.link is not None:
-                self.link.close(0)
+            if link is not None:
+                link.close(0)
             if cred is not None:
                 cred.stop()
             self.ctx.destroy(linger=0)
@@ -107,28 +113,65 @@ class Host:
 
     def make(self, cid: int, take: bool = True) -> Client:
         """Client cid's object: built, on the shared link, its part of the WELCOME taken."""
-        c = Client(cid, self)
-        if self.several:  # an Executor is dropped after each task, kept within a budget
-            c.trainer.drop_idle, c.trainer.kept = True, self.kept
+        # with several clients, an Executor is dropped after each task, kept within a budget
+        trainer = Trainer(cid, self.device, self.kept if self.several else None)
+        c = Client(cid, self.link, self._peers, trainer, self.pump)
         self.by_cid[cid] = c
+        self.routes[sub_frame(cid)] = c
         w = self.enroll.w
         if take and w is not None and w.row(cid) >= 0:
             self.enroll.take(c)
-            c.welcomed()
+            self.queue(c, c.welcomed())
         self.enroll.table.set_idle(cid, False)
         if self.live or self.first_served:
             self.live[c] = None
         return c
 
+    def _peers(self, name: str, ledger: Ledger) -> Peers:
+        """A client's peer hand-offs (its ROUTER is bound when the run's routes need one): on
+        the process's context, with its credentials and timers."""
+        cred = self.cred
+        return Peers(self.ctx, name, self.advertise, ledger, cred.keys, cred.peer_key, cred.gate,
+                     self.link.liveness)
+
     def materialize(self, sub: bytes) -> Client | None:
-        """A message for a client without an object (link.drain): an idle one is built."""
+        """A message for a client without an object (deliver): an idle one is built."""
         cid = int.from_bytes(sub, "little") if len(sub) == 4 else -1
         return self.make(cid) if self.enroll.table.is_idle(cid) else None
+
+    def queue(self, c: Client, events: Events) -> None:
+        """What happened to client c (its methods' Events): a task or hand-off to run in turn,
+        a flag to act on (_flags), an answer to the registration (Enrollment.claim's wait), a
+        send that may still read memory (_settle)."""
+        for e in events:
+            if e is Event.READY:
+                self.ready.append(c)
+            elif e is Event.ATTENTION:
+                self.attention.add(c)
+            elif e is Event.SETTLED:
+                self.enroll.settled += 1
+            else:
+                self.tracked.add(c)
+
+    def deliver(self, sub: bytes, parts: list[Any]) -> bool:
+        """A message from the server for the client whose envelope is `sub` (ServerLink.drain):
+        that client reads it (an idle one is built first) and what it says is acted on (a
+        WELCOME, SHUTDOWN or REJECT: Enrollment.on_message); False when it names no client of
+        this process."""
+        c = self.routes.get(sub) or self.materialize(sub)
+        if c is None:
+            return False
+        events, msg = c.on_server(parts)
+        if msg is not None:
+            events = self.enroll.on_message(c, msg)
+        if events:
+            self.queue(c, events)
+        return True
 
     def retire(self, c: Client) -> None:
         """c has nothing left to do and keeps nothing between tasks: back to idle."""
         self.enroll.keep_totals(c)
-        self.link.remove(c)
+        self.routes.pop(sub_frame(c.cid), None)
         self.by_cid.pop(c.cid, None)
         self.live.pop(c, None)
         self.enroll.table.set_idle(c.cid, True)
@@ -142,17 +185,18 @@ class Host:
                 and c.trainer.executor is None and not c.work and not c.stopping
                 and c.rehello_at is None and c in self.live)
 
-    def check_files(self) -> None:
-        """Before the first peer socket binds (the run hands models over): ConfigError when the
-        process's clients would need more open files than its limit."""
+    def listen(self, c: Client) -> str:
+        """The run's routes hand models between clients: client c's peer socket listens, read
+        by the poll loop from now on; returns where. Before the first one binds: ConfigError
+        when the process's clients would need more open files than its limit."""
         if not self.files_checked:
             self.files_checked = True
             check_files_per_process(len(self.enroll.table))
-
-    def watch(self, sock: zmq.Socket, c: Client) -> None:
-        """Poll client c's peer socket (bound when WELCOME says the run hands models over)."""
-        self.by_sock[sock] = c
-        self.poller.register(sock, zmq.POLLIN)
+        endpoint, new = c.listen()
+        if new is not None:
+            self.by_sock[new] = c
+            self.poller.register(new, zmq.POLLIN)
+        return endpoint
 
     def pump(self, timeout_ms: int) -> None:
         """Read the server link and every peer socket (waiting up to timeout_ms for the first
@@ -162,23 +206,18 @@ class Host:
             if sock is self.link.sock:
                 self.link.drain()
             elif (c := self.by_sock.get(sock)) is not None:
-                c.read_peers()
+                self.queue(c, c.read_peers())
 
     def register(self, timeout_s: float) -> None:
         """The process's clients register over the shared link: all at once (READY(hellos),
         one WELCOME, READY(readys): server/registrar.py); a process of several whose claim the
-        server refused registers them one by one, and a client the server refuses stops alone.
-        ConfigError when none is left (a process of one: with the server's reason)."""
-        table = self.enroll.table
-        if self.enroll.register_together(timeout_s):
-            return self._warn_real_time()
-        if not self.several:
-            raise ConfigError(f"the server refused client {self.first.cid}: "
-                              f"{self.enroll.refusal}")
-        for cid in table.index.ids().tolist():  # each alone, as separate processes would
-            if cid not in self.by_cid:
-                self.make(cid)
-        self._register_alone(timeout_s)
+        server refused registers them one by one, and a client the server refuses stops alone
+        (Enrollment.claim). ConfigError when none is left (a process of one: with the server's
+        reason)."""
+        enroll = self.enroll
+        enroll.claim(self.link, timeout_s)
+        if enroll.w is None and not self.several:
+            raise ConfigError(f"the server refused client {self.first.cid}: {enroll.refusal}")
         for c in self.clients:
             if c.refused is not None:
                 log.error("client %d: the server refused it: %s", c.cid, c.refused)
@@ -188,35 +227,6 @@ class Host:
             raise ConfigError("the server refused every client of this process")
         self._warn_real_time()
 
-    def _register_alone(self, timeout_s: float) -> None:
-        """READY(hellos) from every client for its own id, then each takes its WELCOME (or
-        REJECT: its `refused` says why) as it comes; the wait restarts with every one of them
-        (building a client's data takes time). ConfigError when the server does not answer
-        within timeout_s."""
-        link, clients = self.link, self.clients
-        for c in clients:
-            self.enroll.hellos(np.array([c.cid], np.int64))
-        waiting, self.settled = len(clients), 0
-        every = link.liveness.recheck_s
-        deadline, recheck = time.monotonic() + timeout_s, time.monotonic() + every
-        while waiting:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise link.no_answer(timeout_s)
-            if link.sock.poll(int(min(left, every) * 1000)):
-                link.drain()
-            if self.settled:  # welcomed or refused since
-                waiting -= self.settled
-                self.settled, deadline = 0, time.monotonic() + timeout_s
-            if time.monotonic() >= recheck:  # a link that dropped meanwhile: hello again
-                recheck = time.monotonic() + every
-                back = link.take_back()
-                if link.mismatch:  # --secure on one side only: waiting cannot mend it
-                    raise link.no_answer(timeout_s)
-                for c in clients:
-                    if back and not c.registered and c.refused is None:
-                        self.enroll.hellos(np.array([c.cid], np.int64))
-
     def _warn_real_time(self) -> None:
         if self.first.trainer.real and len(self.enroll.table) > 1:
             log.warning("clients %s: --real-time with several clients per process: each waits "
@@ -225,7 +235,7 @@ class Host:
 
     def drop(self, c: Client) -> None:
         """Stop reading a client's messages (it stopped; the others go on)."""
-        self.link.remove(c)
+        self.routes.pop(sub_frame(c.cid), None)
         if c.peers.sock is not None and self.by_sock.pop(c.peers.sock, None) is not None:
             self.poller.unregister(c.peers.sock)
 
@@ -261,7 +271,8 @@ class Host:
             self._settle()
             self._current = c
             try:
-                c.step()
+                self.queue(c, c.step())
+                self.pump(0)  # what arrived meanwhile
                 if self._retirable(c):
                     self.retire(c)
             except interrupt.Interrupted:  # the run ended, or the server or launcher is gone
@@ -280,7 +291,8 @@ class Host:
         """Between two batches of a task (training/interrupt.py): read the sockets (a SHUTDOWN
         sets stopping; hand-offs are acknowledged), then whether the running task must stop."""
         self.pump(0)
-        return self._current is not None and self._current.stop_due()
+        c = self._current
+        return c is not None and (c.stopping or self.stop_due())
 
     def _flags(self) -> None:
         """Act on the clients that something happened to: a SHUTDOWN (BYE, then it stops), a
@@ -297,18 +309,25 @@ class Host:
             if back:  # every client says hello again (below)
                 c.rehello_at = None
                 continue
-            c.check_flags()
+            if c.hello_due():  # a refused re-registration's wait is over: hello again
+                self.enroll.hellos(np.array([c.cid], np.int64))
             if c.rehello_at is not None:  # still waiting: look again next time
                 self.attention.add(c)
-        self.enroll.together(done, list(self.live) if back else [])
+        self.together(done, list(self.live) if back else [])
+
+    def together(self, done: list[Client], again: list[Client]) -> None:
+        """BYE for the clients whose run ended, READY(hellos) for `again` (the live clients,
+        when the link came back) and the idle ones: Enrollment.together; then the clients that
+        stopped are no longer read."""
+        for c in self.enroll.together(done, again):
+            self.live.pop(c, None)
+            self.drop(c)
 
     def _settle(self) -> None:
         """Wait until every client's last zero-copy send has left: the next task may load a
         received model into the working model those messages still read."""
         for c in self.tracked:
-            if c._tracker is not None:
-                c._tracker.wait()
-                c._tracker = None
+            c.settle()
         self.tracked.clear()
 
     def _next_with_work(self) -> Client | None:

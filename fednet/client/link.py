@@ -4,7 +4,8 @@ One DEALER, one socket monitor and one heartbeat per process, however many clien
 a connection per client cost the server one open file, one loopback port and one heartbeat
 timer each (libzmq's timer upkeep grew as C^2; 50,000 clients needed more files than the
 limit). Every message on the link starts with an envelope frame naming the client
-(channels.sub_frame); the link hands each arriving message to the client it names. The server
+(channels.sub_frame); the link hands each arriving message with its envelope to the process
+(`deliver`: client/host.Host, which gives it to the client it names). The server
 binds each (connection, client) pair to a client id only through a proven hello, so a process
 speaks only for the ids it proved (server/conns.py).
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -26,25 +27,28 @@ from fednet.transport.gate import Gate
 from fednet.transport.channels import connect_dealer
 from fednet.transport.monitor import open_monitor, stop_monitor
 
-if TYPE_CHECKING:
-    from fednet.client.app import Client
-
 log = logging.getLogger("fednet.client")
 throttled = Throttle(log)
 
 DRAIN = 1000  # messages read from the link per call (the caller's other work goes on between)
+# a message from the server for one of the process's clients: (its envelope, its frames after
+# the envelope) -> whether a client of this process took it
+Deliver = Callable[[bytes, list[Any]], bool]
 MISMATCH_CLOSES = 3  # connections closed mid-handshake in a row that count as a mismatch
 
 
 class ServerLink:
-    """The server link of one client process: the socket, the demultiplexer (envelope ->
-    client) and what the connection's events say (lost, back, refused). Scheduling the
-    clients' work is the Host's (client/host.py)."""
+    """The server link of one client process: the socket, what arrives on it handed on with
+    its envelope (`deliver`; without one every message is a stray) and what the connection's
+    events say (lost, back, refused). Which client an envelope names, and scheduling the
+    clients' work, are the Host's (client/host.py). `label` is what log lines call the link's
+    clients; `lost_timeout` how long the process waits for a lost server."""
 
     def __init__(self, ctx: zmq.Context, connect: str,
                  setup: Callable[[zmq.Socket], None] | None = None, secure: bool = False,
-                 liveness: Liveness = DEFAULT) -> None:
-        self.connect = connect
+                 liveness: Liveness = DEFAULT, label: str = "", lost_timeout: float = 60.0,
+                 deliver: Deliver | None = None) -> None:
+        self.connect, self.label, self.deliver = connect, label, deliver
         self.secure = secure  # CURVE (--secure) on this side
         self.liveness = liveness  # its timers (config/liveness.py)
         # a send with no connection to queue on looks at the link this often (unsendable)
@@ -60,7 +64,7 @@ class ServerLink:
             self.sock.close(0)
             raise
         self.lost_since: float | None = None
-        self.lost_timeout = 60.0  # how long the process waits for a lost server
+        self.lost_timeout = lost_timeout
         self.denied = False  # the server refused our credentials at a handshake (ZAP)
         self.mismatch = False  # the server speaks another mechanism: --secure on one side only
         self.guessed = False  # mismatch inferred from closed handshakes, not reported
@@ -68,22 +72,11 @@ class ServerLink:
         self.closed_in_handshake = 0  # connections the server closed mid-handshake, in a row
         self.up_once = False  # a handshake with the server has succeeded
         self.back = False  # a new handshake after a loss: the clients must register again
-        self.clients: dict[bytes, Client] = {}  # envelope -> client
         self.strays = 0  # messages for no client of this process (dropped)
-        self.factory: Callable[[bytes], Client | None] | None = None  # builds an idle client
-        self.label = ""  # what log lines call the link's clients
-
-    def add(self, c: Client) -> None:
-        """Messages with c's envelope go to c from now on."""
-        self.clients[c.server.sub] = c  # type: ignore[index]
-
-    def remove(self, c: Client) -> None:
-        """c stopped: messages for it are dropped."""
-        self.clients.pop(c.server.sub, None)  # type: ignore[arg-type]
 
     def drain(self) -> int:
-        """Hand what the link holds (up to DRAIN messages) to the clients they name; returns how
-        many were read."""
+        """Hand what the link holds (up to DRAIN messages) on (`deliver`), each with the envelope
+        that names its client; returns how many were read."""
         n = 0
         for n in range(1, DRAIN + 1):
             try:
@@ -91,15 +84,12 @@ class ServerLink:
             except zmq.Again:
                 return n - 1
             self.up_once = True  # (also where the monitor attached after the handshake)
-            c = self.clients.get(parts[0].bytes) if len(parts) > 1 else None
-            if c is None and self.factory is not None and len(parts) > 1:
-                c = self.factory(parts[0].bytes)  # a client of this process without an object
-            if c is None:
-                self.strays += 1
-                throttled.warning("a message from the server for no client of this process "
-                                  "(%d so far): dropped", self.strays)
+            if len(parts) > 1 and self.deliver is not None \
+                    and self.deliver(parts[0].bytes, parts[1:]):
                 continue
-            c.on_server(parts[1:])
+            self.strays += 1
+            throttled.warning("a message from the server for no client of this process "
+                              "(%d so far): dropped", self.strays)
         return n
 
     def watch(self) -> None:
@@ -249,11 +239,13 @@ class Credentials:
             self.gate = gate_password(run_key)
             self.auth = Gate(ctx, self.gate)
 
-    def link(self, ctx: zmq.Context, connect: str, liveness: Liveness = DEFAULT) -> ServerLink:
-        """The process's server link, set up with these credentials (and the timers
-        `liveness`)."""
+    def link(self, ctx: zmq.Context, connect: str, liveness: Liveness = DEFAULT,
+             label: str = "", lost_timeout: float = 60.0,
+             deliver: Deliver | None = None) -> ServerLink:
+        """The process's server link, set up with these credentials (the rest: ServerLink)."""
         return ServerLink(ctx, connect, server_setup(self.keys, self.gate),
-                          secure=self.keys is not None, liveness=liveness)
+                          secure=self.keys is not None, liveness=liveness, label=label,
+                          lost_timeout=lost_timeout, deliver=deliver)
 
     def admit(self, keys: list[str]) -> None:
         """--secure: the run's client keys (from WELCOME) may reach the peer ports."""

@@ -27,12 +27,14 @@ class Trainer:
     __slots__ = ("cid", "device", "run_id", "executor", "build", "drop_idle", "links",
                  "availability", "real", "scale", "shaped", "profile", "kept")
 
-    def __init__(self, cid: int, device: str) -> None:
+    def __init__(self, cid: int, device: str, kept: KeptExecutors | None = None) -> None:
         self.cid, self.device, self.run_id = cid, device, ""
         self.executor: Executor | None = None
         self.build: tuple | None = None  # (config, partition) of the executor to build
-        self.drop_idle = False  # several clients in this process (Host): see the module
-        self.kept: KeptExecutors | None = None  # the process's, under a Host
+        # kept: the process's kept Executors, given where it holds several clients (Host):
+        # then the Executor is dropped after each task (see the module)
+        self.drop_idle = kept is not None
+        self.kept = kept
         self.links: Any = None
         self.availability: Any = None
         self.real, self.scale, self.shaped = False, 1.0, False

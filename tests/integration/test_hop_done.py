@@ -37,7 +37,7 @@ def test_a_hop_done_after_the_result_is_counted_once(tmp_path, monkeypatch):
     from fednet.client.app import Client
 
     held: list = []
-    orig = Client._send_server
+    orig = Client.send
 
     def late_hop_done(self, msg, track=False):
         if msg.kind == MsgKind.HOP_DONE:  # hold it back until the chain's RESULT went out
@@ -50,7 +50,7 @@ def test_a_hop_done_after_the_result_is_counted_once(tmp_path, monkeypatch):
                 orig(c, m)
                 orig(c, m)  # and once more: a duplicate must not count twice
         return n
-    monkeypatch.setattr(Client, "_send_server", late_hop_done)
+    monkeypatch.setattr(Client, "send", late_hop_done)
     ref, ref_model, s = _fedseq_in_process_and_over_one_host(tmp_path)
     assert s["bytes"]["client_to_client"] > 0
     assert {k: s["bytes"][k] for k in KEYS} == {k: ref["bytes"][k] for k in KEYS}
@@ -67,14 +67,14 @@ def test_a_hand_off_report_that_lies_about_its_bytes_is_counted_as_the_server_si
     (server/hops.py), so the ledger is the in-process run's, every field and message."""
     from fednet.client.app import Client
 
-    orig = Client._send_server
+    orig = Client.send
 
     def inflated(self, msg, track=False):
         if msg.kind == MsgKind.HOP_DONE:
             msg.body["peer_bytes"] *= 100
             msg.body["peer_tensor_bytes"] *= 100
         return orig(self, msg, track)
-    monkeypatch.setattr(Client, "_send_server", inflated)
+    monkeypatch.setattr(Client, "send", inflated)
     ref, _, s = _fedseq_in_process_and_over_one_host(tmp_path)
     got, want = s["bytes"], ref["bytes"]
     assert got["client_to_client"] == want["client_to_client"] > 0

@@ -86,7 +86,7 @@ def test_the_logical_clients_of_a_process_share_one_heartbeating_link():
     server, endpoint = bind_router(ctx, "127.0.0.1", 0)
     host = Host([3, 4, 5], endpoint, liveness=DEFAULT.scaled(0.25))  # the process's timers
     try:
-        assert all(c.host is host and c.server.sock is host.link.sock for c in host.clients)
+        assert all(c.link is host.link and c.server.sock is host.link.sock for c in host.clients)
         assert host.link.sock.getsockopt(zmq.HEARTBEAT_IVL) == 250
         assert host.link.sock.getsockopt(zmq.HEARTBEAT_TIMEOUT) == 1500
         assert [c.server.sub for c in host.clients] == [bytes([3, 0, 0, 0])]  # the others
