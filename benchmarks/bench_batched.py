@@ -15,7 +15,8 @@ two are timed --repeats times each, interleaved, after a warm-up; the medians ar
 with their ratio, the largest difference between the two runs' final parameters (relative to the
 tensor's scale), and the useful FLOP/s of each (the plain loop's FLOPs, counted by
 torch.utils.flop_counter on one batch: forward and backward of the matrix products and
-convolutions, the padding not counted). One JSON line per cell, then a table; --json: the
+convolutions, the padding not counted) beside this machine's float32 matmul peak on the same
+threads. One JSON line per cell, then a table; --json: the
 file the dashboard reads (BENCHMARKS.md, area "scale": a row per model, its largest cell).
 """
 from __future__ import annotations
@@ -59,6 +60,19 @@ def flops_per_example(model: torch.nn.Module, shape: tuple[int, ...], batch: int
         model(x).sum().backward()
     model.zero_grad()
     return fc.get_total_flops() / batch
+
+
+def matmul_peak(n: int = 1024, seconds: float = 0.5) -> float:
+    """This machine's float32 matmul FLOP/s on the benchmark's threads (n x n products, the best
+    of a few): the physical limit the achieved FLOP/s compare with."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best, end = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        t0 = time.perf_counter()
+        a @ b
+        best = max(best, 2 * n ** 3 / (time.perf_counter() - t0))
+    return best
 
 
 def plain_round(model, state, data, t, seed):
@@ -129,7 +143,8 @@ def headline(data: dict) -> list:
             "(training/batched.py) / the plain loop, one client after another", r["ratio"], "x",
             TARGETS.get((model, r["clients"]), ""),
             f"{r['batched_s']} s against {r['plain_s']} s, medians of {len(r['plain_all_s'])}; "
-            f"{r['batched_gflops']} against {r['plain_gflops']} GFLOP/s; parameters within "
+            f"{r['batched_gflops']} against {r['plain_gflops']} GFLOP/s (matmul peak "
+            f"{data.get('matmul_peak_gflops', '?')}); parameters within "
             f"{r['max_rel_diff']} of scale; {r['threads']} thread"
             + "".join(f"; {o['clients']:,} clients {o['ratio']}x" for o in others)))
     return measured(*rows)
@@ -148,6 +163,8 @@ def main() -> None:
     a = parser().parse_args()
     torch.set_num_threads(a.threads)
     info = machine()
+    peak = round(matmul_peak() / 1e9, 1)
+    print(f"matmul peak ({a.threads} thread(s), 1024 x 1024 float32): {peak} GFLOP/s")
     rows = []
     for spec in a.cells.split(","):
         name, count = spec.split(":")
@@ -160,7 +177,7 @@ def main() -> None:
         print(f"| {r['model']}, {r['clients']} clients | {r['plain_s']} | {r['batched_s']} | "
               f"{r['ratio']} ({r['speedup']}x) | {r['plain_gflops']} | {r['batched_gflops']} | "
               f"{r['max_rel_diff']} |")
-    data = {"args": vars(a), "machine": info, "cells": rows}
+    data = {"args": vars(a), "machine": info, "matmul_peak_gflops": peak, "cells": rows}
     write_json(a.json, data, headline(data))
 
 
