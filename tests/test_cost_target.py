@@ -40,7 +40,10 @@ def test_fedavg_rows_count_the_client_compute_and_the_summary_the_cost_to_the_ta
     # 2 of 4 clients a round, 2 epochs each: 4 client-epochs a round; samples: 2 x their sizes
     assert [r["client_epochs"] for r in exp.history] == [4, 8, 12]
     assert [r["samples"] for r in exp.history] == [1436, 2872, 4310]  # 2x(359+359), +2x(359+359),
-    assert exp.summary["compute"] == {"client_epochs": 12, "samples": 4310}  # +2x(360+359)
+    assert exp.summary["compute"] == {"client_epochs": 12, "samples": 4310,  # +2x(360+359)
+                                      "client_compute_s": exp.history[-1]["client_compute_s"]}
+    secs = [r["client_compute_s"] for r in exp.history]
+    assert 0 < secs[0] < secs[1] < secs[2]
     acc = [r["accuracy"] for r in exp.history]
     assert acc[0] < 0.5 <= acc[1]  # (the target is reached in round 2, far from both sides)
     t = exp.summary["to_target"]
@@ -71,6 +74,8 @@ def test_fedseq_counts_its_pretraining_and_charges_it_on_the_virtual_clock(tmp_p
     # setup: 4 clients x 2 epochs = 8 client-epochs, 2 x 1,437 samples; a round: 4 and 1,437
     assert [r["client_epochs"] for r in exp.history] == [12, 16]
     assert [r["samples"] for r in exp.history] == [3 * 1437, 4 * 1437]
+    # the compute apart from the waiting and the network: every client's seconds, summed
+    assert [r["client_compute_s"] for r in exp.history] == [3 * 1437 / 1024, 4 * 1437 / 1024]
     t = s["to_target"]
     assert exp.history[0]["accuracy"] >= 0.2
     assert (t["reached"], t["rounds"], t["client_epochs"], t["samples"], t["sim_s"]) == (
@@ -86,7 +91,9 @@ def test_an_asynchronous_row_counts_the_tasks_done_by_its_time(tmp_path):
               params={"buffer": 2, "concurrency": 3}, out=str(tmp_path / "b"))
     assert [r["client_epochs"] for r in exp.history] == [2, 4, 6]
     assert [r["samples"] for r in exp.history] == [478, 957, 1437]
-    assert exp.summary["compute"] == {"client_epochs": 6, "samples": 1437}
+    c = dict(exp.summary["compute"])
+    assert c.pop("client_compute_s") == exp.history[-1]["client_compute_s"] > 0
+    assert c == {"client_epochs": 6, "samples": 1437}
 
 
 def test_a_resumed_run_goes_on_counting_where_its_checkpoint_stopped(tmp_path):
@@ -97,6 +104,8 @@ def test_a_resumed_run_goes_on_counting_where_its_checkpoint_stopped(tmp_path):
     want = [(r["client_epochs"], r["samples"]) for r in full.history]
     assert want == [(2, 718), (4, 1436), (6, 2155)]
     assert [(r["client_epochs"], r["samples"]) for r in resumed.history] == want
+    assert [r["client_compute_s"] for r in resumed.history] == [
+        r["client_compute_s"] for r in full.history]
     assert resumed.summary["to_target"]["rounds"] == 1
 
 
@@ -115,7 +124,9 @@ def test_target_as_a_fraction_of_a_reference_run_and_never_reached(tmp_path):
                                             "best_accuracy": 0.8},
                               "rounds": None, "client_epochs": None, "samples": None,
                               "sim_s": None, "wall_s": None, "bytes": None}
-    assert s["compute"] == {"client_epochs": 4, "samples": 1437}
+    assert s["compute"] == {"client_epochs": 4, "samples": 1437,
+                            "client_compute_s": s["compute"]["client_compute_s"]} and \
+        s["compute"]["client_compute_s"] > 0
     assert f"accuracy >= 80.00% (1 x 80.00%, the best of {ref})" in res.output
     assert "to target: rounds       not reached" in res.output
 

@@ -135,7 +135,7 @@ class Session:
             client_state=stateful or self.compress.feedback,  # (a residual is state too)
             extra_eval=self._attack_success if cfg.attack.name == "backdoor" else no_extra_eval,
             compute=ClientCompute(cfg, lambda cid: self._pooled_examples
-                                  or part_size(self.parts, cid)))
+                                  or part_size(self.parts, cid), self.compute_seconds))
         if state is not None:
             driver.resume(state)
         return driver
@@ -223,6 +223,13 @@ class Session:
             t += 2 * p.rtt_s + moved / min(p.down_bps, p.up_bps) + latency.compute_time(
                 p, samples, work)
         return t
+
+    def compute_seconds(self, cid: int, epochs: int, examples: int) -> float:
+        """Simulated seconds of `epochs` of plain training over `examples` at client cid's rate
+        (the rows' client_compute_s)."""
+        p = self.profiles[cid]
+        work = epochs * self._work.epoch(examples) if p.train_flops_per_s > 0 else 0
+        return latency.compute_time(p, epochs * examples, work)
 
     @functools.cached_property
     def _work(self) -> PlainWork:

@@ -74,11 +74,13 @@ class ClientCompute:
     or failure) is taken in simulated-time order, so that a row carries the tasks done by its
     time; the step's last row carries every task it sent."""
 
-    def __init__(self, cfg: RunConfig, size: Callable[[int], int]) -> None:
+    def __init__(self, cfg: RunConfig, size: Callable[[int], int],
+                 seconds: Callable[[int, int, int], float] | None = None) -> None:
         self.cfg, self.size = cfg, size
-        self.base = (0, 0)  # (client-epochs, samples) of the rounds already in a row
-        self.pending: dict[int, tuple[int, int]] = {}  # by round: counted, in no row yet
-        self.out: dict[int, tuple[int, int, int]] = {}  # an ordered step's tasks out, by id
+        self.seconds = seconds or (lambda cid, epochs, n: 0.0)
+        self.base: tuple[int, int, float] = (0, 0, 0.0)  # the rounds already in a row
+        self.pending: dict[int, tuple[int, int, float]] = {}  # by round: counted, in no row yet
+        self.out: dict[int, tuple[int, int, int, float]] = {}  # an ordered step's tasks out
 
     def charge(self, tasks: list[Task], by_reply: bool = False) -> list[Task]:
         """Count the tasks as sent (by_reply: once arrived() takes their reply); returns them."""
@@ -86,9 +88,11 @@ class ClientCompute:
             e = task_epochs(t.body, self.cfg)
             hops = t.route[t.hop:]
             if e and hops:
-                work = (e * len(hops), e * sum(self.size(c) for c in hops))
+                sizes = [self.size(c) for c in hops]
+                work = (e * len(hops), e * sum(sizes),
+                        sum(self.seconds(c, e, n) for c, n in zip(hops, sizes)))
                 if by_reply:
-                    self.out[t.task_id] = (t.round, *work)
+                    self.out[t.task_id] = (t.round, *work)  # type: ignore[assignment]
                 else:
                     self._add(t.round, *work)
         return tasks
@@ -101,29 +105,32 @@ class ClientCompute:
 
     def settle(self) -> None:
         """The step is over: every task it sent counts (replies held or never taken too)."""
-        for rnd, ep, sa in self.out.values():
-            self._add(rnd, ep, sa)
+        for rnd, ep, sa, sec in self.out.values():
+            self._add(rnd, ep, sa, sec)
         self.out = {}
 
-    def _add(self, rnd: int, ep: int, sa: int) -> None:
-        e0, s0 = self.pending.get(rnd, (0, 0))
-        self.pending[rnd] = (e0 + ep, s0 + sa)
+    def _add(self, rnd: int, ep: int, sa: int, sec: float) -> None:
+        e0, s0, t0 = self.pending.get(rnd, (0, 0, 0.0))
+        self.pending[rnd] = (e0 + ep, s0 + sa, t0 + sec)
 
-    def row(self, rnd: int | None) -> dict[str, int]:
+    def row(self, rnd: int | None) -> dict[str, Any]:
         """The cumulative counts of a row of logical round `rnd` (None: all sent so far), as
-        its `client_epochs` and `samples`."""
+        its `client_epochs`, `samples` and `client_compute_s` (the simulated seconds of that
+        plain training at each client's rate, summed over the clients: Session's
+        compute_seconds; apart from the network's, which `sim_s` holds with it)."""
         done = [r for r in self.pending if rnd is None or r <= rnd]
-        ep, sa = self.base
+        ep, sa, sec = self.base
         for r in done:
-            e, s = self.pending.pop(r)
-            ep, sa = ep + e, sa + s
-        self.base = (ep, sa)
-        return {"client_epochs": ep, "samples": sa}
+            e, s, t = self.pending.pop(r)
+            ep, sa, sec = ep + e, sa + s, sec + t
+        self.base = (ep, sa, sec)
+        return {"client_epochs": ep, "samples": sa, "client_compute_s": sec}
 
     def resume(self, rows: list[dict[str, Any]]) -> None:
         """Go on from the last row a resumed run keeps (its cumulative counts)."""
         last = rows[-1] if rows else {}
-        self.base = (int(last.get("client_epochs", 0)), int(last.get("samples", 0)))
+        self.base = (int(last.get("client_epochs", 0)), int(last.get("samples", 0)),
+                     float(last.get("client_compute_s", 0.0)))
         self.pending, self.out = {}, {}
 
 

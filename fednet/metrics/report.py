@@ -143,8 +143,10 @@ def summary_rows(s: dict[str, Any], info: dict[str, str] | None = None) -> list[
 
 
 def _compute(c: dict[str, Any]) -> str:
+    secs = c.get("client_compute_s")
     return (f"{_fmt(c.get('client_epochs'))} client-epochs, "
-            f"{human_count(float(c.get('samples') or 0))} samples")
+            f"{human_count(float(c.get('samples') or 0))} samples"
+            + (f", {secs:.3g} s simulated (client-seconds)" if secs else ""))
 
 
 def _cost_rows(s: dict[str, Any]) -> list[tuple[str, str]]:

@@ -92,7 +92,9 @@ def cost_summary(rows: list[dict[str, Any]], target: Target | None,
     last = rows[-1] if rows else {}
     out: dict[str, Any] = {}
     if "client_epochs" in last:
-        out["compute"] = {"client_epochs": last["client_epochs"], "samples": last.get("samples")}
+        out["compute"] = {"client_epochs": last["client_epochs"], "samples": last.get("samples"),
+                          **({"client_compute_s": last["client_compute_s"]}
+                             if "client_compute_s" in last else {})}
     if target is not None:
         out["to_target"] = cost_to(rows, target, setup_bytes)
     return out

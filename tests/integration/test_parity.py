@@ -243,7 +243,8 @@ def test_asynchronous_runs_agree_exactly_under_launch(tmp_path, algo, params, la
     a, b = _agree(tmp_path, over, {}, {"clients_per_process": 2})
     assert a["sim_time_s"] > 0
     keys = ("round", "accuracy", "sim_s", "bytes_total", "bytes_round", "staleness_mean",
-            "staleness_max", "results", "failures", "client_epochs", "samples")
+            "staleness_max", "results", "failures", "client_epochs", "samples",
+            "client_compute_s")
     ra, rb = _rows(tmp_path / "local"), _rows(tmp_path / "launch")
     assert [r["round"] for r in ra] == list(range(5))
     assert [{k: r.get(k) for k in keys} for r in ra] == [{k: r.get(k) for k in keys} for r in rb]
