@@ -177,7 +177,7 @@ class Executor:
             own = {k: a for k, a in task.arrays.items() if is_private(a)}
             if own and getattr(self.update, "adopts_received", False):  # one copy: the joined
                 adopt_arrays(self.ctx.model, own)  # buffers
-            with metered() as work:  # the FLOPs of its batches (training/flops.py)
+            with metered(self.profile.train_flops_per_s > 0) as work:  # its batches' FLOPs
                 arrays, body = self.update.run(self.ctx, task)
                 if received is not None:  # --attack: the values lie, the layout and count do not
                     arrays = self.attack.forge(self, task, arrays, received)

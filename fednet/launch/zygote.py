@@ -39,7 +39,9 @@ def warm_up(dataset: str, data_root: str, unknown_run: bool = False) -> None:
     """Import and run once everything a client's first training step would load lazily.
 
     (fednet's optimizers call torch's functional kernels, which keep torch._dynamo out; the
-    step still warms autograd and kernels.)
+    step still warms autograd and kernels. The step runs inside a training/flops Meter: torch's
+    FlopCounterMode imports torch._dynamo and sympy at its first count, ~1 s here, paid once in
+    the zygote rather than in every client's first task.)
     With unknown_run (`fednet clients`: the run's dataset and model arrive later, at WELCOME)
     torchvision is imported too, when installed, so that no client pays its ~1.2 s import for a
     CIFAR/SVHN dataset or a ResNet-18.
@@ -57,6 +59,7 @@ def warm_up(dataset: str, data_root: str, unknown_run: bool = False) -> None:
     from fednet.client import app, host  # noqa: F401  (imports zmq, the executor, algorithms)
     from fednet.data import load_dataset
     from fednet.models import build_model
+    from fednet.training.flops import metered
     from fednet.training.local import train
 
     try:
@@ -66,8 +69,9 @@ def warm_up(dataset: str, data_root: str, unknown_run: bool = False) -> None:
         ds = load_dataset("digits")  # (or a plugin's dataset without a default model)
         model = build_model("auto", ds.num_classes, ds.input_shape)
     x, y = torch.from_numpy(ds.train_x[:8]), torch.from_numpy(ds.train_y[:8])
-    train(model, x, y, epochs=1, batch_size=8, lr=0.01, momentum=0.9,
-          generator=torch.Generator().manual_seed(0))
+    with metered():  # the clock's FLOP counter too: its first use imports torch._dynamo and
+        train(model, x, y, epochs=1, batch_size=8, lr=0.01, momentum=0.9,  # sympy (~1 s)
+              generator=torch.Generator().manual_seed(0))
 
 
 def load_plugins(modules: list[str]) -> None:

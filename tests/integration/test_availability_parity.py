@@ -13,7 +13,7 @@ import pytest
 from fednet.core.inproc import run_local
 from fednet.server.main import run_zmq
 from tests.conftest import small_config
-from tests.test_availability import MODEL, _ring, _spans_csv
+from tests.test_availability import MODEL, _hetero_at_1ms, _ring, _spans_csv
 from tests.harness import LEDGER_KEYS as KEYS
 from tests.harness import final_model as _model
 
@@ -54,7 +54,8 @@ def trace_key(cfg):
 
 def test_fedavg_selection_and_offline_failures_agree(tmp_path):
     p = _spans_csv(tmp_path, SPANS["fedavg"])
-    cfg = small_config(clients=4, rounds=4, latency={"preset": "hetero", "availability": p})
+    cfg = small_config(clients=4, rounds=4, latency={"preset": "", "availability": p,
+                                                     "file": _hetero_at_1ms(tmp_path, 4)})
     a, b = _both(tmp_path, cfg, trace=p)
     assert b["status"] == "completed"
     assert any(f["client"] == 1 and f["round"] == 0 and "offline at 0.05 s" in f["reason"]
@@ -80,7 +81,8 @@ def test_fedseq_inter_under_a_churn_preset_agrees(tmp_path):
     p = {"min_samples": 400, "max_clients": 3, "superclient_fraction": 0.5, "pretrain_epochs": 1,
          "period": 2}
     cfg = small_config(clients=6, rounds=4, algo={"name": "fedseq_inter", "params": p},
-                       latency={"preset": "hetero", "availability": "offline:0.3:0.5"})
+                       latency={"preset": "", "availability": "offline:0.3:0.5",
+                                "file": _hetero_at_1ms(tmp_path, 6)})
     a, b = _both(tmp_path, cfg)
     assert b["status"] == "completed"
     churned = b["availability"]["skipped_peers"] + b["availability"]["offline_failures"]
