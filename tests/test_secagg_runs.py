@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from fednet.algorithms import secagg as S
+from fednet.algorithms import secagg_client
 from fednet.core.inproc import run_local
 from fednet.errors import ConfigError
 from fednet.secagg import field
@@ -93,7 +94,7 @@ def test_the_server_holds_masked_vectors_and_their_sum_only(tmp_path, monkeypatc
         quantized[len(quantized)] = q
         return q
     monkeypatch.setattr(Aggregation, "take_input", spy_take)
-    monkeypatch.setattr(S, "quantize", spy_quantize)
+    monkeypatch.setattr(secagg_client, "quantize", spy_quantize)
     run_local(_cfg(tmp_path, "run", secagg="plus", secagg_neighbours=4), quiet=True)
     assert len(seen) == len(quantized) == 6
     ys, qs = list(seen.values()), list(quantized.values())
@@ -118,7 +119,7 @@ def test_algorithms_that_need_individual_updates_refuse_it_before_any_data(algo)
 @pytest.mark.parametrize("over, says", [
     ({"net": {"secagg": "plus", "compress": "int8"}}, "--compress encodes each client's update"),
     ({"net": {"secagg": "plus"}, "latency": {"over_select": 1.5}}, "--over-select keeps"),
-    ({"net": {"secagg": "full"}, "dp": {"mode": "central", "noise": 1.0}}, "differential privacy"),
+    ({"net": {"secagg": "full"}, "dp": {"mode": "central", "noise": 1.0}}, "--dp central.s clipping"),
     ({"net": {"secagg": "full"}, "algo": {"eval": "clients"}}, "each client evaluating its own")])
 def test_settings_that_read_an_update_refuse_it_before_any_data(over, says):
     from fednet.algorithms.checks import validate

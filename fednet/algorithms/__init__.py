@@ -37,5 +37,5 @@ def build_client(cfg: RunConfig) -> ClientUpdate:
     client = build_client_bare(cfg)
     if cfg.net.secagg == "off":
         return client
-    from fednet.algorithms.secagg import SecAggClient
+    from fednet.algorithms.secagg_client import SecAggClient
     return SecAggClient(client)  # type: ignore[return-value]

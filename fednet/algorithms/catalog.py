@@ -223,7 +223,7 @@ ROBUST = ("fedavg", "fedprox", "fedavgm", "fedadam", "fedyogi", "fedadagrad")
 """Their server averages models with FedAvg.take_round: --defense and --attack apply."""
 # Differential privacy (docs/algorithms.md §11) composes with the synchronous FedAvg family: a
 # server that averages models it sampled as the accountant assumes, clients that send models.
-DP = ("central", "local", "sgd")
+DP = ("central", "local", "distributed", "sgd")
 PRIVATE = ("fedavg", "fedprox", "fedavgm", "fedadam", "fedyogi", "fedadagrad")
 SUMMED = ("fedavg", "fedprox", "fedavgm", "fedadam", "fedyogi", "fedadagrad")
 """Their server needs only the weighted sum of stateless clients' models: --secagg applies."""

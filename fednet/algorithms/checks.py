@@ -170,10 +170,10 @@ def secagg_problem(cfg: RunConfig) -> str:
                 "global")
     if n.compress != "none":
         return "--compress encodes each client's update for the server; drop it"
-    if cfg.dp.mode != "none" or cfg.dp.sgd_noise > 0:
-        return ("differential privacy's accounting and --dp central's clipping read each "
-                "client's update, which secure aggregation hides (distributed DP under secure "
-                "aggregation is not built: docs/algorithms.md §11.6); drop --dp or --dp-sgd-noise")
+    if cfg.dp.mode in ("central", "local") or cfg.dp.sgd_noise > 0:
+        return ("--dp central's clipping and --dp local's and DP-SGD's accounting read each "
+                "client's update, which secure aggregation hides; use --dp distributed (each "
+                "client's share of the noise in the sum it unmasks)")
     if cfg.latency.over_select != 1:
         return ("--over-select keeps the first arrivals of a round, and secure aggregation "
                 "needs the cohort's every stage; drop it")
@@ -229,6 +229,28 @@ def _changed(cfg: RunConfig, names: tuple[str, ...]) -> list[str]:
             if getattr(cfg.dp, n) != getattr(base, n)]
 
 
+def _distributed_rules(cfg: RunConfig) -> None:
+    """--dp distributed (docs/algorithms.md §11.6): under secure aggregation only (the noise is
+    in the sum it unmasks), with the RDP accountant (its events are zCDP), and none of central
+    DP's sampling or adaptive clipping (the server knows who took part, and sees no norm)."""
+    from fednet.privacy import distributed, plan
+
+    dp = cfg.dp
+    _need(cfg.net.secagg != "off", "--dp distributed adds each client's share of the noise "
+          "under secure aggregation, which unmasks only the noisy sum; add --secagg plus (or "
+          "full), or use --dp central")
+    given = _changed(cfg, ("sampling", "adaptive", "quantile", "clip_lr", "count_noise"))
+    _need(not given, f"{', '.join(given)}: settings of --dp central (under --dp distributed the "
+          "server knows who took part, so sampling amplifies nothing against it, and it sees no "
+          "update's norm to adapt the clip to)")
+    _need(dp.accountant == "rdp", "--dp distributed's rounds are zCDP events, which "
+          "dp-accounting's PLD accountant does not take; use --dp-accountant rdp")
+    _need(dp.sgd_noise == 0, "--dp-sgd-noise with --dp distributed is not built: use one")
+    n = plan.cohort_size(cfg.algo.fraction, cfg.clients)
+    _need(not (why := distributed.fits(n, dp.noise or 1.0, plan.ddg_threshold(cfg))),
+          f"--dp distributed: {why}")
+
+
 def _dp_rules(cfg: RunConfig) -> None:
     """Differential privacy (docs/algorithms.md §11): every number finite, what composes with
     what, and a --dp-epsilon the noise can be calibrated to (privacy/plan.py)."""
@@ -241,7 +263,7 @@ def _dp_rules(cfg: RunConfig) -> None:
     where = f"differential privacy composes with {', '.join(private)} (docs/algorithms.md §11.1)"
     if dp.mode == "none":
         given = _changed(cfg, _USER_LEVEL)
-        _need(not given, f"{', '.join(given)}: settings of --dp central|local; add --dp")
+        _need(not given, f"{', '.join(given)}: settings of --dp central|local|distributed; add --dp")
     else:
         _need(dp.mode in mechanisms, f"--dp {dp.mode} does not apply to {algo}: {where}")
         _need(dp.noise > 0 or dp.epsilon > 0, f"--dp {dp.mode} needs --dp-noise Z, or "
@@ -262,6 +284,8 @@ def _dp_rules(cfg: RunConfig) -> None:
               "covers; use --eval global")
     if dp.mode == "central":
         _central_rules(cfg)
+    if dp.mode == "distributed":
+        _distributed_rules(cfg)
     _need(dp.mode != "local" or cfg.attack.name == "none", "--attack does not go with --dp "
           "local: whether a malicious client's forged update gets its own clipping and noise is "
           "not defined here; use --dp central (the server clips and noises every update)")

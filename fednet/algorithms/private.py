@@ -8,6 +8,9 @@ FedAvg-family Strategy (wrap_server), whatever its server rule (FedAvg, FedAvgM,
   a quantile through a noised count (Andrew et al. 2021).
 - `--dp local`: the clients privatize their own updates (dp_client.py); the server only
   accounts, per client, for every task it sent.
+- `--dp distributed` (under --secagg, Kairouz et al. 2021): the clients clip, round and noise
+  their own updates (privacy/distributed.py, in algorithms/secagg.py's input stage); the server
+  unmasks only the noisy sum and accounts one zCDP event a round from the clients it holds.
 - `--dp-sgd-noise`: DP-SGD inside the clients (training/dpsgd.py); the server accounts each
   client's per-example privacy from its partition's size and the tasks it sent it.
 
@@ -22,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -30,12 +32,13 @@ from typing import Any
 import numpy as np
 
 from fednet import rng, types as roster
+from fednet.algorithms import private_resume
 from fednet.algorithms.dp_mean import PrivateMean
 from fednet.algorithms.fedavg import FedAvg
 from fednet.errors import ConfigError
 from fednet.privacy import plan
-from fednet.privacy.accountant import Accountant, counts_problem
-from fednet.privacy.mechanisms import clip_problem, next_clip
+from fednet.privacy.accountant import Accountant
+from fednet.privacy.mechanisms import next_clip
 from fednet.types import ClientInfo, Failure, Result, Task
 
 log = logging.getLogger("fednet.server")
@@ -46,6 +49,11 @@ GUARANTEE = {
                "update",
     "local": "user-level (epsilon, delta)-DP of each client's updates, against the server and "
              "everyone after it (epsilon of the client that took part most often)",
+    "distributed": "user-level (epsilon, delta)-DP of each round's unmasked sum, and so of the "
+                   "global models, against the server (secure aggregation shows it only the noisy "
+                   "sum) and everyone after it; the clients' own noise shares, not the server, "
+                   "make it (no amplification by sampling is claimed: the server knows who took "
+                   "part)",
     "sgd": "example-level (epsilon, delta)-DP of each client's updates, against the server, the "
            "other clients and the released models (epsilon of the most exposed client)",
 }
@@ -83,6 +91,8 @@ class PrivateServer:
                               "is built (core/session.py does it from --dp-epsilon)")
         self.central, self.local, self.sgd = dp.mode == "central", dp.mode == "local", \
             dp.sgd_noise > 0
+        self.distributed = dp.mode == "distributed"
+        self.ddg_t = plan.ddg_threshold(cfg) if self.distributed else 0
         self.delta = plan.delta(cfg)
         self.acc = Accountant(dp.accountant, self.delta) if dp.mode != "none" else None
         self.sgd_acc = Accountant("rdp", dp.sgd_delta, remember=False) if self.sgd else None
@@ -119,7 +129,7 @@ class PrivateServer:
 
     def epsilon(self, more: bool = False, key: tuple | None = None) -> float:
         """Epsilon at the run's delta now (more: after one more round, of `key` for central)."""
-        if self.central:
+        if self.central or self.distributed:
             return self.acc.epsilon(self._history(key if more else None))
         if self.local:
             worst = int(self.state.dp_counts.max(initial=0)) + int(more)
@@ -132,7 +142,8 @@ class PrivateServer:
         budget = self.cfg.dp.epsilon
         if self.acc is None or budget <= 0:
             return None
-        nxt = self.epsilon(True, self._round_key(clients) if self.central else None)
+        nxt = self.epsilon(True, self._round_key(clients) if self.central else
+                           self._ddg_key(self.ddg_t) if self.distributed else None)
         if nxt <= budget * (1 + 1e-9):
             return None
         why = (f"the privacy budget is spent: round {rnd + 1} would reach epsilon {nxt:.4g} > "
@@ -140,6 +151,12 @@ class PrivateServer:
                f"{self.epsilon():.4g} (delta {self.delta:.3g}; {plan.relation_words(self.cfg)})")
         self.state.dp["stopped"] = why
         return "budget_spent", why
+
+    def _ddg_key(self, k: int) -> tuple:
+        """--dp distributed: the event of a round whose sum holds k clients' noise shares (at
+        least ddg_t: secure aggregation unmasks no fewer)."""
+        return plan.ddg_key(self.cfg.dp.noise, self.ddg_t, max(k, self.ddg_t),
+                            _noised_values(self.state.model))
 
     def _round_key(self, clients: Sequence[ClientInfo]) -> tuple:
         dp, q, n = self.cfg.dp, self.cfg.algo.fraction, len(clients)
@@ -186,8 +203,13 @@ class PrivateServer:
         self.state.dp["non_finite"] = self.state.dp.get("non_finite", 0) + sum(
             plan.DP_CAUSE in f.reason for f in failures)  # (core/replies.py names the noise)
         extra = self._central_round(rnd) if self.central else {}
+        if self.distributed:  # one event a round: the clients whose shares the sum holds
+            k = results[0].num_examples if results else self.ddg_t  # (secagg: the count)
+            self.state.dp["events"] = [[list(key), c] for key, c in
+                                       self._history(self._ddg_key(k))]
+            extra["dp_cohort"] = k if results else 0
         t0 = time.perf_counter()
-        if self.local or self.sgd:  # the clients withhold their training loss (it would leak)
+        if self.local or self.sgd or self.distributed:  # no client's loss travels (it would leak)
             metrics.pop("train_loss", None)
         if self.acc is not None:
             extra["epsilon"] = self.epsilon()
@@ -244,7 +266,7 @@ class PrivateServer:
         accountant's record is checked against the run's configuration, the rounds done, the
         tasks each client was given and the last row, so that a resumed run never reports an
         epsilon below the truth; then the server rule's own checks."""
-        why = _resume_problem(self, st, rounds_done, participants, last_row)
+        why = private_resume.resume_problem(self, st, rounds_done, participants, last_row)
         if why:
             return why
         base = getattr(super(), "resume_problem", None)
@@ -260,6 +282,11 @@ class PrivateServer:
                        noise_calibrated=bool(st.get("calibrated")), clip=st["clip"],
                        epsilon=self.epsilon(), budget=dp.epsilon or None,
                        relation=plan.relation_words(self.cfg), guarantee=self._guarantee())
+        if self.distributed:
+            out.update(threshold=self.ddg_t, events=st["events"], mechanism=(
+                "distributed discrete Gaussian (Kairouz, Liu and Steinke 2021), each client's "
+                f"share of multiplier {dp.noise:.6g} over sqrt({self.ddg_t})"),
+                rounds_accounted=sum(c for _, c in st["events"]))
         if self.central:
             out.update(sampling=dp.sampling, adaptive=dp.adaptive, clip_start=dp.clip,
                        update_noise_multiplier=self.z_update, events=st["events"],
@@ -323,65 +350,3 @@ def _plus(history: list[tuple[tuple, int]], key: tuple) -> list[tuple[tuple, int
         if k == key:
             return [*history[:i], (k, c + 1), *history[i + 1:]]
     return [*history, (key, 1)]
-
-
-# ---- --resume: the accountant's record checked ---------------------------------------------------
-Problem = tuple[str, str] | None  # ('json' or 'npz', one line)
-
-
-def _resume_problem(srv: PrivateServer, st: Any, rounds_done: int, participants: Any,
-                    last_row: dict[str, Any] | None) -> Problem:
-    """The first problem of a checkpointed DP state: its JSON record's types and ranges, the
-    clip norm (privacy/mechanisms.clip_problem), the central events (plan.events_problem), the
-    tasks per client (accountant.counts_problem), then the epsilon against the last row."""
-    cfg, dp = srv.cfg, st.dp
-    row = last_row if last_row is not None and last_row.get("round") == rounds_done - 1 else None
-    why = plan.record_problem(dp)
-    if why:
-        return "json", why
-    why = clip_problem(cfg.dp, dp["clip"], srv.central and cfg.dp.adaptive, rounds_done, row)
-    why = why or plan.events_problem(cfg, dp["events"], rounds_done)
-    if why:
-        return "json", why
-    why = counts_problem(st.dp_counts, srv.local or srv.sgd, cfg.clients, rounds_done,
-                         participants.tasks)
-    return ("npz", why) if why else _epsilon_problem(srv, st, rounds_done, row)
-
-
-def _epsilon_of(srv: PrivateServer, st: Any) -> float:
-    """Epsilon at the run's delta that a checkpointed state gives (central or local DP)."""
-    if srv.central:
-        return srv.acc.epsilon([(tuple(k), int(c)) for k, c in st.dp["events"]])
-    worst = int(st.dp_counts.max(initial=0))
-    return srv.acc.epsilon([(plan.local_key(srv.cfg.dp.noise), worst)])
-
-
-def _sgd_worst(srv: PrivateServer, st: Any) -> float:
-    """DP-SGD's worst per-example epsilon over the clients, from their task counts."""
-    seen: dict[tuple[float, int], float] = {}
-    for cid in np.flatnonzero(st.dp_counts):
-        n = int(st.dp_counts[cid])
-        q, steps = plan.sgd_steps(srv.info.sizes(int(cid)), srv.cfg.train.batch_size)
-        if (q, n * steps) not in seen:
-            seen[q, n * steps] = srv.sgd_epsilon(int(cid), n)
-    return max(seen.values(), default=0.0)
-
-
-def _epsilon_problem(srv: PrivateServer, st: Any, rounds_done: int,
-                     row: dict[str, Any] | None) -> Problem:
-    """The epsilon the state gives is never below the one its last round's row reported, and
-    DP-SGD's recorded worst epsilon is the one its counts give."""
-    def low(got: float, said: Any) -> bool:
-        return isinstance(said, float) and math.isfinite(said) and got < said * (1 - 1e-9)
-    if srv.acc is not None and row is not None:
-        got = _epsilon_of(srv, st)
-        if low(got, row.get("epsilon")):
-            return ("json" if srv.central else "npz"), (
-                f"the accountant's record gives epsilon {got:.6g} after round {rounds_done}, "
-                f"below the {row['epsilon']:.6g} that round's row reported")
-    if srv.sgd and srv.info.sizes is not None:
-        worst, said = _sgd_worst(srv, st), st.dp["sgd_epsilon"]
-        if not math.isclose(worst, said, rel_tol=1e-9, abs_tol=1e-12):
-            return "json", (f"algo.dp.sgd_epsilon is {said:.6g}, the clients' task counts give "
-                            f"{worst:.6g}")
-    return None

@@ -13,11 +13,10 @@ mean (its model: the model the round began with plus the mean update), weighted 
 survivors' samples. What differs from plain FedAvg is the quantization (within one step,
 2 * clip / (2^bits - 1), of the mean of the clipped updates) and the clipping itself.
 
-The server's side here: SecAggServer; the client's: SecAggClient. The primitives and the
-protocol are fednet/secagg/."""
+The server's side here: SecAggServer; the client's: SecAggClient (secagg_client.py). The
+primitives and the protocol are fednet/secagg/."""
 from __future__ import annotations
 
-import functools
 import logging
 import re
 import time
@@ -29,15 +28,15 @@ from fednet import rng, types as roster
 from fednet.algorithms.contract import StagedStrategy
 from fednet.algorithms.layout import Layout
 from fednet.secagg import client as C
-from fednet.secagg.field import dequantize, dtype_of, field_bits, quantize
+from fednet.secagg.field import dequantize, dtype_of, field_bits
 from fednet.secagg.graph import default_neighbours
-from fednet.secagg.server import STAGES, Aggregation, SecAggFailed, parse_drops
-from fednet.errors import Dropout
+from fednet.secagg.server import STAGES, Aggregation, SecAggFailed
+from fednet.algorithms.secagg_client import BAD_FROM, PREFIX, _floats
+from fednet.algorithms.secagg_client import SecAggClient as SecAggClient  # (re-exported)
+from fednet.privacy import distributed, plan
 from fednet.types import Arrays, Failure, Result, Task
 
 log = logging.getLogger("fednet.server")
-PREFIX = "secagg/"  # the protocol's arrays in a training task, beside the model's
-BAD_FROM = "secagg_bad_from"  # an input reply's senders whose sealed shares did not open
 KEYS_LAYOUT: Layout = {"c_pk": ((32,), np.dtype(np.uint8)), "s_pk": ((32,), np.dtype(np.uint8))}
 
 
@@ -56,11 +55,6 @@ def refusal(cfg: Any, server: Any, client: type) -> str:
     return ""
 
 
-def _floats(arrays: Arrays) -> list[str]:
-    """The names of the floating arrays, in the order their values are concatenated."""
-    return sorted(n for n, a in arrays.items() if a.dtype.kind == "f")
-
-
 class SecAggServer(StagedStrategy):
     """The server's stages around an inner FedAvg-family Strategy, whose configure_round picks
     the cohort and builds the training tasks and whose aggregate gets the unmasked result."""
@@ -73,6 +67,11 @@ class SecAggServer(StagedStrategy):
         self.mode, self.bits, self.clip = n.secagg, n.secagg_bits, n.secagg_clip
         self.fraction, self.forced_field = n.secagg_threshold, n.secagg_field
         self.degree_asked, self.dropout = n.secagg_neighbours, n.secagg_dropout
+        # --dp distributed: each client's update clipped, rounded and noised (its share), every
+        # client weighing 1, in a 64-bit field; a round unmasks at least ddg_t clients
+        dp = inner.cfg.dp
+        self.ddp = dp.mode == "distributed"
+        self.ddg_t = plan.ddg_threshold(inner.cfg) if self.ddp else 2
         self.agg: Aggregation | None = None
         self.stage = ""
         self.waiting: set[int] = set()
@@ -89,7 +88,7 @@ class SecAggServer(StagedStrategy):
         return getattr(self.__dict__["inner"], name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in ("state", "ctx", "trainable", "info", "layout", "target"):
+        if name in ("state", "ctx", "trainable", "info", "layout", "target", "calibrated"):
             setattr(self.inner, name, value)
         else:
             self.__dict__[name] = value
@@ -104,6 +103,12 @@ class SecAggServer(StagedStrategy):
     def eval_arrays(self) -> Arrays:
         return self.inner.eval_arrays()
 
+    def report(self) -> dict[str, Any]:  # summary.json's sections of the inner (`dp`, ...)
+        return self.inner.report()  # type: ignore[no-any-return]
+
+    def stop_before(self, rnd: int, clients: Any) -> tuple[str, str] | None:
+        return self.inner.stop_before(rnd, clients)  # type: ignore[no-any-return]
+
     def configure_round(self, rnd: int, clients: Any) -> list[Task]:
         """The round's cohort (the inner algorithm's tasks, kept for the input stage); the keys
         stage's tasks to each."""
@@ -111,12 +116,14 @@ class SecAggServer(StagedStrategy):
         self.training = {t.route[0]: t for t in tasks}
         info = roster.lookup(clients)
         cohort = sorted(self.training)
-        weights = {c: int(info(c).num_examples) for c in cohort}  # type: ignore[union-attr]
-        fbits = field_bits(sum(weights.values()), self.bits, self.forced_field)
+        weights = {c: 1 if self.ddp else int(info(c).num_examples)  # type: ignore[union-attr]
+                   for c in cohort}
+        fbits = distributed.FIELD_BITS if self.ddp else field_bits(
+            sum(weights.values()), self.bits, self.forced_field)
         degree = None if self.mode == "full" else (
             self.degree_asked or default_neighbours(len(cohort), self.dropout, self.fraction))
         self.agg = Aggregation(rnd, cohort, weights, degree, self.fraction, fbits,
-                               rng.generator(self.cfg.seed, "secagg-graph", rnd))
+                               rng.generator(self.cfg.seed, "secagg-graph", rnd), self.ddg_t)
         k = max((len(v) for v in self.agg.graph.values()), default=0)
         self.stats = {"secagg_server_s": {}, "secagg_neighbours": k}
         self.answers, self.starts = {}, {}
@@ -232,8 +239,8 @@ class SecAggServer(StagedStrategy):
         """The input stage's reply: the update's d values and the training loss, masked."""
         d = sum(int(np.prod(self.layout[n][0])) for n in _floats(self.inner.state.model))
         dt = dtype_of(self.agg.fbits)  # type: ignore[union-attr]
-        for t in tasks:
-            self.asked[t.task_id] = {"layout": {"y": ((d + 1,), dt)}}
+        for t in tasks:  # (distributed DP: no loss travels)
+            self.asked[t.task_id] = {"layout": {"y": ((d + (not self.ddp),), dt)}}
         return tasks
 
     def _remask(self, rnd: int) -> list[Task]:
@@ -273,7 +280,7 @@ class SecAggServer(StagedStrategy):
         mean = None
         if not self.failed and self.stage == "unmask" and self.agg is not None:
             try:
-                total, weight = self.agg.result((1 << self.bits) - 1)
+                total, weight = self.agg.result((1 << self.bits) - 1, self._outside())
                 mean = (total, weight)
             except SecAggFailed as e:
                 self.failed = self._why(e)
@@ -312,94 +319,27 @@ class SecAggServer(StagedStrategy):
     def _left(self) -> int:
         return self._survivors()[-1]
 
+    def _outside(self) -> Any:
+        """Distributed DP's bound check of the unmasked sum (signed values), or None."""
+        if not self.ddp:
+            return None
+        z, t = self.cfg.dp.noise, self.ddg_t
+        return lambda total, k: distributed.out_of_bound(total, k, z, t)
+
     def _unmasked(self, rnd: int, total: np.ndarray, weight: int) -> Result:
         """The round's one result: the model it began with plus the unmasked mean update, and
-        the mean training loss (the masked vector's last value)."""
+        the mean training loss (the masked vector's last value). Distributed DP: the noisy sum
+        of the clipped updates over the `weight` clients it holds, no loss; the result's weight
+        is that count (PrivateServer accounts the round from it)."""
         base = self.inner.state.model
-        delta = dequantize(total, weight, self.clip, self.bits)
+        if self.ddp:
+            delta = distributed.decode(total, self.cfg.dp.clip) / weight
+        else:
+            delta = dequantize(total, weight, self.clip, self.bits)
         model, i = dict(base), 0
         for n in _floats(base):
             a = base[n]
             model[n] = (a.astype(np.float64) + delta[i:i + a.size].reshape(a.shape)).astype(a.dtype)
             i += a.size
-        return Result(-1, rnd, -1, model, {"loss": float(delta[i])}, weight)
-
-
-class SecAggClient:
-    """A client's stages around the inner client half: keys, shares and unmask answered by the
-    protocol (fednet/secagg/client.py), the input stage trained by the inner half and sent
-    masked."""
-
-    adopts_received = False  # the input task carries the protocol's arrays beside the model
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    def __getattr__(self, name: str) -> Any:  # State, keeps_model, stateful, new_state, ...
-        return getattr(self.inner, name)
-
-    def run(self, ctx: Any, task: Task) -> tuple[Arrays, dict[str, Any]]:
-        t0 = time.process_time()
-        stage, cid, rnd, seed = task.body.get("secagg", ""), ctx.cid, task.round, ctx.cfg.seed
-        _drop(ctx.cfg.net.secagg_drop, stage, seed, rnd, cid)
-        if stage == "keys":
-            arrays = C.keys(cid, rnd, rng.generator(seed, "secagg-keys", rnd, cid))
-            body: dict[str, Any] = {}
-        elif stage == "shares":
-            a = task.arrays
-            arrays = C.shares(C.session(cid, rnd), a["nbrs"], a["c_pks"], a["s_pks"],
-                              int(task.body["t"]), rng.generator(seed, "secagg-shares", rnd, cid))
-            body = {}
-        elif stage == "input" and task.body.get("again"):  # the same update, masked anew
-            arrays = {"y": C.remasked(C.session(cid, rnd), task.arrays[PREFIX + "partners"])}
-            body = {"samples": 0}
-        elif stage == "input":
-            arrays, body = self._input(ctx, task)
-        elif stage == "unmask":
-            arrays = C.unmask(C.session(cid, rnd), task.arrays["survivors"],
-                              task.arrays["dropped"])
-            body = {}
-        else:
-            raise ValueError(f"a secure-aggregation task of unknown stage {stage!r}")
-        return arrays, {**body, "secagg": stage, "cpu_s": time.process_time() - t0,
-                        **({} if stage == "input" else {"samples": 0})}
-
-    def _input(self, ctx: Any, task: Task) -> tuple[Arrays, dict[str, Any]]:
-        """Open the shares, train, and send the weighted quantized update masked."""
-        b, a, cid, rnd = task.body, task.arrays, ctx.cid, task.round
-        s = C.session(cid, rnd)
-        bad = C.open_shares(s, a[PREFIX + "from"], a[PREFIX + "sealed"])
-        model = {k: v for k, v in a.items() if not k.startswith(PREFIX)}
-        names = _floats(model)
-        ref = np.concatenate([model[n].ravel() for n in names]).astype(np.float64)
-        arrays, body = self.inner.run(ctx, Task(task.task_id, rnd, task.route, model, task.body,
-                                                task.kind, task.hop, task.sim_time))
-        new = np.concatenate([np.asarray(arrays[n]).ravel() for n in names]).astype(np.float64)
-        fbits = int(b["fbits"])
-        clip = float(b["clip"])
-        # the training loss travels as one more value of the masked vector (clipped to
-        # [0, clip]): the server learns only the survivors' weighted mean, as of the update
-        loss = float(np.nan_to_num(float(body.pop("loss", 0.0)), nan=clip, posinf=clip))
-        vec = np.concatenate([new - ref, [min(max(loss, 0.0), clip)]])
-        q = quantize(vec, clip, int(b["bits"]), ctx.num_examples, fbits,
-                     rng.generator(ctx.cfg.seed, "secagg-round", rnd, cid))
-        if bad:  # the senders whose shares did not open here: the server leaves them out
-            body[BAD_FROM] = bad
-        s.q, s.partners = q, frozenset(int(v) for v in a[PREFIX + "partners"])
-        return {"y": C.masked(s, q, a[PREFIX + "partners"])}, body
-
-
-@functools.lru_cache(maxsize=8)
-def _drops(text: str) -> dict[str, float]:
-    return parse_drops(text)
-
-
-def _drop(text: str, stage: str, seed: int, rnd: int, cid: int) -> None:
-    """--secagg-drop: raise Dropout when client cid drops out of round rnd at `stage` (one
-    draw per stage from the run's seed, the same under both runtimes)."""
-    rate = _drops(text).get(stage, 0.0) if text else 0.0
-    if rate <= 0:
-        return
-    u = rng.generator(seed, "secagg-drop", rnd, cid).random(len(STAGES))[STAGES.index(stage)]
-    if u < rate:
-        raise Dropout(f"dropped out at stage {stage} (--secagg-drop {text})")
+        body = {} if self.ddp else {"loss": float(delta[i])}
+        return Result(-1, rnd, -1, model, body, weight)

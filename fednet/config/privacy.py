@@ -15,14 +15,17 @@ class DPConfig:
 
     mode: str = setting(
         "none", "User-level differential privacy: central (the server clips every update and "
-        "noises their sum: DP-FedAvg) or local (each client clips and noises its own update "
-        "before it leaves); needs pip install 'fednet[dp]'", choices=("none", "central", "local"),
+        "noises their sum: DP-FedAvg), local (each client clips and noises its own update "
+        "before it leaves) or distributed (with --secagg: each client clips its update and adds "
+        "its share of discrete Gaussian noise; the server unmasks only the noisy sum); needs "
+        "pip install 'fednet[dp]'", choices=("none", "central", "local", "distributed"),
         option="--dp")
     clip: float = setting(1.0, "l2 norm C every client's update is clipped to (with "
                           "--dp-adaptive: its start)", gt=0, option="--dp-clip", metavar="C")
     noise: float = setting(
         0.0, "Noise multiplier z: the noise's standard deviation is z*C on the sum of the clipped "
-        "updates (central) or on each update (local)", ge=0, option="--dp-noise", metavar="Z",
+        "updates (central; distributed: at least, the clients' shares summed) or on each "
+        "update (local)", ge=0, option="--dp-noise", metavar="Z",
         note="0: calibrated to --dp-epsilon")
     epsilon: float = setting(
         0.0, "Privacy budget epsilon at --dp-delta: without --dp-noise the noise is calibrated to "

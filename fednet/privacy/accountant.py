@@ -6,6 +6,9 @@ parameters, with how many times it happened:
     ["poisson", q, z]     PoissonSampledDpEvent(q, GaussianDpEvent(z))       add or remove one
     ["fixed", n, m, z]    SampledWithoutReplacementDpEvent(n, m, GaussianDpEvent(z))  replace one
     ["gaussian", z]       GaussianDpEvent(z)                                  (no sampling)
+    ["ddg", z, t, k, d]   ZCDpEvent(rho)      one round of distributed DP: k clients' discrete
+                          Gaussian noises (multiplier z over t) on updates of d values, rho by
+                          privacy/distributed.rho (Kairouz et al. 2021, Proposition 14)
 
 z is the accountant's noise multiplier: the noise's standard deviation over the l2-sensitivity
 of what it is added to (privacy/plan.py turns a mechanism's settings into these keys). The
@@ -26,7 +29,7 @@ import numpy as np
 
 from fednet.privacy import require
 
-Key = tuple  # ("poisson", q, z) | ("fixed", n, m, z) | ("gaussian", z)
+Key = tuple  # ("poisson", q, z) | ("fixed", n, m, z) | ("gaussian", z) | ("ddg", z, t, k, d)
 ACCOUNTANTS = ("rdp", "pld")
 Z_MIN = 1e-3
 """calibrate()'s lower endpoint: a target epsilon that this noise multiplier already meets has no
@@ -64,6 +67,10 @@ def event(key: Sequence[Any]) -> Any:
                                                    dp.GaussianDpEvent(float(key[3])))
     if kind == "gaussian":
         return dp.GaussianDpEvent(float(key[1]))
+    if kind == "ddg":
+        from fednet.privacy.distributed import rho
+
+        return dp.ZCDpEvent(rho(float(key[1]), int(key[2]), int(key[3]), int(key[4])))
     raise ValueError(f"unknown privacy event {key!r}")
 
 

@@ -9,6 +9,9 @@ of the clipped updates has standard deviation z*C (central), and each client's o
     central, Poisson sampling (add or remove one user)     sensitivity C     -> z
     central, fixed-size sampling (replace one user)        sensitivity 2C    -> z/2
     local, one release of a client's update (any data)     sensitivity 2C    -> z/2
+    distributed, one round's unmasked sum (one user's update replaced by zero): each client adds
+        discrete Gaussian noise of multiplier z over sqrt(t) (t: the fewest clients a round
+        unmasks), a rho-zCDP event per round (privacy/distributed.py)
 
 With adaptive clipping z is the total multiplier of the two Gaussian releases of a round (the
 noised clipped sum and the noised count of unclipped updates, Andrew et al. 2021, §3.1): the
@@ -29,6 +32,7 @@ from typing import Any
 
 from fednet.errors import ConfigError
 from fednet.privacy.accountant import Z_MIN, Accountant, Key, NoCalibration, calibrate
+from fednet.privacy.distributed import D_PLAN
 
 MODES = ("none", "central", "local")
 SAMPLINGS = ("poisson", "fixed")
@@ -65,6 +69,8 @@ def delta(cfg: Any) -> float:
 
 def relation_words(cfg: Any) -> str:
     """The neighbouring relation the user-level epsilon holds for."""
+    if cfg.dp.mode == "distributed":
+        return "one user's update replaced by zero"
     if cfg.dp.mode == "central" and cfg.dp.sampling == "fixed":
         return "replace one user"
     if cfg.dp.mode == "local":
@@ -98,6 +104,19 @@ def update_noise(z: float, count_std: float) -> float:
     return (z ** -2 - (2 * count_std) ** -2) ** -0.5
 
 
+def ddg_threshold(cfg: Any) -> int:
+    """--dp distributed: the fewest clients a round unmasks (secure aggregation's threshold
+    for the planned round, at least 2), over which each client's noise is scaled: a round that
+    unmasks fewer fails (algorithms/secagg.py)."""
+    n = cohort_size(cfg.algo.fraction, cfg.clients)
+    return max(2, int(math.floor(cfg.net.secagg_threshold * n)) + 1)
+
+
+def ddg_key(z: float, t: int, k: int, d: int) -> Key:
+    """One round of distributed DP: k clients' noises of multiplier z over t, d values each."""
+    return ("ddg", float(z), int(t), int(k), int(d))
+
+
 def central_key(sampling: str, z: float, q: float, population: int, m: int) -> Key:
     """One central round's event: Poisson(q, z) or fixed-size (N, m, z/2)."""
     if sampling == "poisson":
@@ -126,6 +145,9 @@ def planned_key(cfg: Any, z: float) -> Key:
     """The event of one planned round (central) or participation (local) at multiplier z."""
     if cfg.dp.mode == "local":
         return local_key(z)
+    if cfg.dp.mode == "distributed":
+        t = ddg_threshold(cfg)
+        return ddg_key(z, t, t, D_PLAN)
     n, q = cfg.clients, cfg.algo.fraction
     return central_key(cfg.dp.sampling, z, q, n, cohort_size(q, n))
 
@@ -148,6 +170,8 @@ def calibrated(cfg: Any) -> tuple[float, str]:
         raise ConfigError(got)
     z, eps = got
     who = ("a client in every round" if dp.mode == "local" else
+           f"at least {ddg_threshold(cfg)} clients' noise in each round's sum" if
+           dp.mode == "distributed" else
            f"{dp.sampling} sampling, q = {cfg.algo.fraction:g} of {cfg.clients}")
     return z, (f"--dp {dp.mode}: noise multiplier {z:.6g} calibrated for epsilon {dp.epsilon:g} "
                f"at delta {delta(cfg):.3g} over {cfg.rounds} rounds ({who}, {dp.accountant}; "
@@ -158,14 +182,17 @@ def _plan_of(cfg: Any) -> tuple:
     """What a calibration depends on, hashable."""
     dp = cfg.dp
     return (dp.mode, dp.sampling, float(cfg.algo.fraction), int(cfg.clients), int(cfg.rounds),
-            float(dp.epsilon), delta(cfg), dp.accountant)
+            float(dp.epsilon), delta(cfg), dp.accountant,
+            ddg_threshold(cfg) if dp.mode == "distributed" else 0)
 
 
 @functools.lru_cache(maxsize=32)
 def _calibrated(mode: str, sampling: str, q: float, n: int, rounds: int, target: float,
-                d: float, accountant: str) -> tuple[float, float] | str:
+                d: float, accountant: str, t: int = 0) -> tuple[float, float] | str:
     """(z, the planned epsilon at z) of a plan, or why it has none (one line)."""
     def key(z: float) -> Key:
+        if mode == "distributed":
+            return ddg_key(z, t, t, D_PLAN)
         return local_key(z) if mode == "local" else central_key(sampling, z, q, n,
                                                                  cohort_size(q, n))
 
@@ -263,6 +290,8 @@ def noise_ratio(cfg: Any, params: int) -> float:
         return z * math.sqrt(d) / expected_cohort(cfg)
     if dp.mode == "local":
         return dp.noise * math.sqrt(d / max(cfg.algo.fraction * cfg.clients, 1.0))
+    if dp.mode == "distributed":  # the sum's noise z C sqrt(k/t) over k >= t clients
+        return dp.noise * math.sqrt(d) / ddg_threshold(cfg)
     return 0.0
 
 
@@ -274,12 +303,18 @@ def _noise_words(cfg: Any) -> str:
         per, users = z * dp.clip / expected_cohort(cfg), expected_cohort(cfg)
         return (f"--dp central's noise has std {per:.3g} per parameter of the mean (multiplier "
                 f"{dp.noise:.4g}, clip {dp.clip:g}, {users:g} users a round)")
+    if dp.mode == "distributed":
+        t = ddg_threshold(cfg)
+        return (f"--dp distributed's noise has std at most {dp.noise * dp.clip / t:.3g} per "
+                f"parameter of the mean (multiplier {dp.noise:.4g}, clip {dp.clip:g}, at least "
+                f"{t} clients unmasked a round)")
     return (f"--dp local's noise has std {dp.noise * dp.clip:.3g} per parameter of each result "
             f"(multiplier {dp.noise:.4g}, clip {dp.clip:g})")
 
 
 _LOWER = {"central": "more users a round, a larger --dp-epsilon or fewer --rounds lower it",
-          "local": "a larger --dp-epsilon or fewer --rounds lower it"}
+          "local": "a larger --dp-epsilon or fewer --rounds lower it",
+          "distributed": "more users a round, a larger --dp-epsilon or fewer --rounds lower it"}
 
 
 def noise_cause(cfg: Any, params: int) -> str:
@@ -321,62 +356,4 @@ def epsilon_remark(eps: float, d: float) -> str:
         return (f"epsilon {eps:.3g} at delta {d:.3g}: the noise is so large that the accountant "
                 "bounds the privacy loss by delta alone (a model can hardly learn under such "
                 "noise), and the guarantee is only as good as that delta")
-    return ""
-
-
-# ---- a checkpointed record checked (--resume) -----------------------------------------------------
-def _finite(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def record_problem(dp: Any) -> str:
-    """Why a checkpoint's DP record (the server state's `dp`, JSON) is not one (one line), or
-    '': an object with a finite clip norm above 0, a finite DP-SGD epsilon >= 0, a count of
-    non-finite results >= 0 and a list of [event, count >= 1] pairs."""
-    if not isinstance(dp, dict) or not all(k in dp for k in ("clip", "events", "sgd_epsilon")):
-        return "algo.dp must be an object with clip, events and sgd_epsilon"
-    if not (_finite(dp["clip"]) and dp["clip"] > 0):
-        return f"algo.dp.clip must be a finite clip norm above 0 (got {dp['clip']!r})"
-    if not (_finite(dp["sgd_epsilon"]) and dp["sgd_epsilon"] >= 0):
-        return f"algo.dp.sgd_epsilon must be a finite number >= 0 (got {dp['sgd_epsilon']!r})"
-    bad = dp.get("non_finite", 0)
-    if not (isinstance(bad, int) and not isinstance(bad, bool) and bad >= 0):
-        return f"algo.dp.non_finite must be a whole number >= 0 (got {bad!r})"
-    if not isinstance(dp["events"], list) or not all(
-            isinstance(e, list) and len(e) == 2 and isinstance(e[0], list) and isinstance(e[1], int)
-            and not isinstance(e[1], bool) and e[1] >= 1 for e in dp["events"]):
-        return "algo.dp.events must be a list of [event, count >= 1] pairs"
-    return ""
-
-
-def event_of_run(cfg: Any, key: list[Any]) -> bool:
-    """Whether `key` is an event this run's central DP records: its sampling, rate and noise
-    (central_key; a fixed-size cohort of a population of 1 to --clients)."""
-    dp, q = cfg.dp, cfg.algo.fraction
-    if dp.sampling == "poisson":
-        return tuple(key) == central_key("poisson", dp.noise, q, cfg.clients, 0)
-    n = key[1] if len(key) == 4 else None
-    if not (isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= cfg.clients):
-        return False
-    return tuple(key) == central_key("fixed", dp.noise, q, n, cohort_size(q, n))
-
-
-def events_problem(cfg: Any, events: list[Any], rounds_done: int) -> str:
-    """Why a checkpoint's events (record_problem checked them) are not this run's after
-    `rounds_done` rounds (one line), or '': central DP records one event a round done, each of
-    this run's mechanism and noise; local DP and DP-SGD record none."""
-    if cfg.dp.mode != "central":
-        return "" if not events else (f"algo.dp.events: --dp {cfg.dp.mode} records no central "
-                                      f"events (got {len(events)})")
-    total = sum(c for _, c in events)
-    if total != rounds_done:
-        return (f"algo.dp.events account for {total} rounds, the checkpoint has done "
-                f"{rounds_done} (each round is one event of the accountant)")
-    dp = cfg.dp
-    want = central_key("poisson", dp.noise, cfg.algo.fraction, 0, 0) if \
-        dp.sampling == "poisson" else ("fixed", "N", "m", dp.noise / 2)
-    for key, _ in events:
-        if not event_of_run(cfg, key):
-            return (f"algo.dp.events holds {key}, not an event of this run's mechanism and "
-                    f"noise ({list(want)})")
     return ""

@@ -10,6 +10,7 @@ t holders left; otherwise SecAggFailed names the stage and the count."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -68,6 +69,7 @@ class Aggregation:
     fraction: float                  # the share threshold, as a fraction of a client's neighbours
     fbits: int
     rng: np.random.Generator
+    least: int = 2  # the fewest survivors a stage may leave (at least 2)
     graph: dict[int, list[int]] = field(default_factory=dict)
     pks: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
     nbrs: dict[int, list[int]] = field(default_factory=dict)   # u -> its neighbours in U1
@@ -86,8 +88,9 @@ class Aggregation:
 
     def __post_init__(self) -> None:
         self.graph = neighbours(self.cohort, self.degree, self.rng)
-        # at least 2: a sum of one input would be that client's update, in the clear
-        self.need = max(2, int(math.floor(self.fraction * len(self.cohort))) + 1)
+        # at least 2: a sum of one input would be that client's update, in the clear (more
+        # under distributed DP: the clients whose noise shares the sum must hold, `least`)
+        self.need = max(2, self.least, int(math.floor(self.fraction * len(self.cohort))) + 1)
 
     def _check(self, stage: str, alive: int) -> None:
         if alive < self.need:
@@ -228,31 +231,39 @@ class Aggregation:
         self.answered.add(cid)
         return ""
 
-    def result(self, levels: int = 0) -> tuple[np.ndarray, int]:
+    def result(self, levels: int = 0, outside: Callable[[np.ndarray, int], int] | None = None
+               ) -> tuple[np.ndarray, int]:
         """(sum_u n_u q_u over the survivors, sum_u n_u): every mask removed. With `levels`
         (2^bits - 1), SecAggFailed when a value lies outside [0, levels sum_u n_u], where every
         honest sum lies: a wrong masked input or a lying share (the masks left in make the
         values uniform modulo 2^f, nearly all far outside). Each secret is rebuilt from its
         first t holders; only when that fails (out of the bound, an s key not its own, shares
         that rebuild nothing) are the secrets checked against a second window of holders, a
-        lying holder found and taken out, and the sum unmasked again (`careful`)."""
+        lying holder found and taken out, and the sum unmasked again (`careful`). `outside`
+        (total, weight): how many values lie outside the bound, in place of `levels`' (signed
+        values: distributed DP's)."""
         for careful in (False, True):
             try:
                 total = self._unmasked(careful)
-                self._bounded(total, levels)
+                self._bounded(total, levels, outside)
                 return total, sum(self.weights[u] for u in self.inputs)
             except SecAggFailed:
                 if careful:
                     raise
         raise AssertionError("unreachable")
 
-    def _bounded(self, total: np.ndarray, levels: int) -> None:
+    def _bounded(self, total: np.ndarray, levels: int,
+                 outside: Callable[[np.ndarray, int], int] | None = None) -> None:
         weight = sum(self.weights[u] for u in self.inputs)
-        over = int(np.count_nonzero(total > np.uint64(levels * weight))) if levels else 0
+        if outside is not None:
+            over, bound = outside(total, weight), "the bound honest clients' sums keep"
+        else:
+            over = int(np.count_nonzero(total > np.uint64(levels * weight))) if levels else 0
+            bound = f"its bound [0, {levels * weight}]"
         if over:
             raise SecAggFailed("unmask", len(self.answered), self.need, (
-                f"the unmasked sum is outside its bound [0, {levels * weight}] in {over} of "
-                f"{total.size} values: a client sent a wrong masked input or share"))
+                f"the unmasked sum is outside {bound} in {over} of {total.size} values: a "
+                "client sent a wrong masked input or share"))
 
     def _unmasked(self, careful: bool) -> np.ndarray:
         b_of, s_of = self._secrets(careful)

@@ -250,3 +250,16 @@ def test_an_oversized_reply_is_not_read_and_costs_only_its_sender(tmp_path, monk
     monkeypatch.setattr(secagg.SecAggClient, "run", drop)
     run_local(small_config(clients=8, rounds=1, out=str(tmp_path / "local"), net=net), quiet=True)
     assert same_arrays(final_model(tmp_path / "local"), final_model(tmp_path / "launch"))
+
+
+def test_distributed_dp_gives_the_same_run_under_launch(tmp_path):
+    """--dp distributed: each client's noise share comes from its own seeded stream, so fednet
+    launch gives fednet local's model, epsilon and events bit for bit."""
+    over = {"net": {"secagg": "plus"}, "dp": {"mode": "distributed", "noise": 0.5}}
+    a = run_local(small_config(clients=8, rounds=2, out=str(tmp_path / "local"), **over),
+                  quiet=True)
+    b = run_zmq(small_config(clients=8, rounds=2, out=str(tmp_path / "launch"), **over),
+                quiet=True)
+    assert a["status"] == b["status"] == "completed", b.get("error")
+    assert same_arrays(final_model(tmp_path / "local"), final_model(tmp_path / "launch"))
+    assert a["dp"] == b["dp"] and a["dp"]["events"][0][1] == 2

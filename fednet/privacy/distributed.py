@@ -1,0 +1,151 @@
+"""Distributed differential privacy under secure aggregation (`--dp distributed`, with --secagg):
+the distributed discrete Gaussian mechanism of Kairouz, Liu and Steinke, "The Distributed
+Discrete Gaussian Mechanism for Federated Learning with Secure Aggregation" (ICML 2021; arXiv
+2102.06387). Spec: docs/algorithms.md §11.6.
+
+Each client clips its update x to l2 norm C, scales it onto the integer grid of step
+gamma = C / 2^GRID_BITS, rounds it with conditional randomized rounding (each coordinate up with
+the probability of its fractional part, redrawn until the rounded vector's norm is within the
+bound delta2 of the paper, at beta = exp(-1/2)), adds discrete Gaussian noise N_Z(0, sigma^2) to
+every coordinate, and sends the result as elements of Z_{2^64} for secure aggregation to mask.
+The server unmasks only the sum: k clients' rounded updates plus the sum of their noises.
+
+The guarantee (against the server, which sees only that sum): the third bound of the paper's
+Proposition 14, (alpha, alpha rho)-RDP for every alpha, that is rho-zCDP, with
+rho = (delta2 / (sqrt(k) sigma) + tau sqrt(d))^2 / 2 and tau = 10 sum_{j=1}^{k-1}
+exp(-2 pi^2 sigma^2 j / (j + 1)), for one user's update replaced by zero. The accountant takes
+it as dp-accounting's ZCDpEvent(rho) (privacy/accountant.py), one per round; the server knows
+who took part, so no amplification by sampling is claimed.
+
+Each client's sigma is z (the noise multiplier) times C/gamma over sqrt(t), t the fewest clients
+a round may unmask (the protocol's threshold, privacy/plan.ddg_threshold): with k >= t survivors
+the sum's noise has standard deviation at least z C, as DP-FedAvg's of multiplier z.
+
+Deviation from the paper, stated: no random rotation and no modular clipping. The paper flattens
+the update with a randomized Hadamard transform so that a small field (16 to 20 bits a value)
+holds the sum; here the field is Z_{2^64} and the grid fine (GRID_BITS), sized so that the
+largest sum of k <= MAX_SUMMANDS clipped coordinates (each at most C in absolute value) and
+10 standard deviations of the noise never wrap: the rounding error is 2^-40 C a coordinate and
+no coordinate is clipped. The cost is 8 bytes a value on the uplink, as secure aggregation's
+64-bit field; the paper's point, fewer bits, is not pursued."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+GRID_BITS = 40
+"""gamma = C / 2^GRID_BITS: a clipped coordinate is at most 2^40 grid steps."""
+BETA = math.exp(-0.5)
+"""Conditional rounding's beta (the paper's and TensorFlow Federated's default)."""
+FIELD_BITS = 64
+TAIL_SIGMAS = 10.0
+"""The noise's sum is taken to stay within this many standard deviations (a 10-sigma tail of a
+Gaussian is about 1.5e-23 a coordinate)."""
+MAX_SUMMANDS = (1 << (FIELD_BITS - 1 - GRID_BITS)) - 1
+"""The most clients whose clipped, rounded coordinates add up without wrapping (2^23 - 1)."""
+D_PLAN = 1 << 31
+"""The dimension a calibration assumes before the model exists (delta2 grows with d; the model's
+own d, at most this, gives an epsilon at most the planned one)."""
+
+
+def scale() -> float:
+    """C / gamma: a clipped update's norm in grid steps."""
+    return float(1 << GRID_BITS)
+
+
+def delta2(d: int, beta: float = BETA) -> float:
+    """The l2 bound of a clipped update after conditional randomized rounding, in grid steps:
+    min(sqrt(s^2 + d/4 + sqrt(2 ln(1/beta)) (s + sqrt(d)/2)), s + sqrt(d)), s = C/gamma
+    (Kairouz et al. 2021, the rounding's norm bound)."""
+    s = scale()
+    a = s * s + d / 4 + math.sqrt(2 * math.log(1 / beta)) * (s + math.sqrt(d) / 2)
+    return min(math.sqrt(a), s + math.sqrt(d))
+
+
+def sigma(z: float, t: int) -> float:
+    """Each client's noise standard deviation in grid steps: z s / sqrt(t)."""
+    return z * scale() / math.sqrt(t)
+
+
+def tau(sig: float, k: int) -> float:
+    """10 sum_{j=1}^{k-1} exp(-2 pi^2 sig^2 j / (j + 1)): how far a sum of k discrete Gaussians
+    is from one (0 in floating point once sig is above about 4)."""
+    if sig > 10:
+        return 0.0
+    j = np.arange(1, max(k, 1), dtype=np.float64)
+    return float(10 * np.exp(-2 * math.pi ** 2 * sig ** 2 * j / (j + 1)).sum())
+
+
+def rho(z: float, t: int, k: int, d: int) -> float:
+    """The zCDP rho of one round whose sum holds k clients' noises (each of multiplier z over t)
+    for updates of d values: (delta2 / (sqrt(k) sigma) + tau sqrt(d))^2 / 2."""
+    sig = sigma(z, t)
+    return 0.5 * (delta2(d) / (math.sqrt(k) * sig) + tau(sig, k) * math.sqrt(d)) ** 2
+
+
+def fits(k: int, z: float, t: int) -> str:
+    """Why a sum of k clients' values may wrap in Z_{2^64} ('' when it cannot): k (C/gamma + 1)
+    plus TAIL_SIGMAS of the summed noise must stay below 2^63."""
+    most = k * (scale() + 1) + TAIL_SIGMAS * math.sqrt(k) * sigma(z, t)
+    if k <= MAX_SUMMANDS and most < 2.0 ** (FIELD_BITS - 1):
+        return ""
+    return (f"a round of {k} clients with noise multiplier {z:g} can exceed the 64-bit field "
+            f"(at most {MAX_SUMMANDS:,} clients, and the noise within it)")
+
+
+# ---- the client's side ----------------------------------------------------------------------
+def discrete_gaussian(sig: float, size: int, gen: np.random.Generator) -> np.ndarray:
+    """`size` draws of N_Z(0, sig^2) (Canonne, Kamath and Steinke 2020, Algorithm 3: a discrete
+    Laplace of scale t = floor(sig) + 1, kept with probability exp(-(|Y| - sig^2/t)^2 / (2
+    sig^2)); in floating point, vectorized, redrawing the rejected ones)."""
+    out = np.empty(size, dtype=np.int64)
+    todo = np.arange(size)
+    t = math.floor(sig) + 1
+    p = -math.expm1(-1.0 / t)  # a geometric's success probability: 1 - e^{-1/t}
+    while todo.size:
+        n = todo.size
+        y = (gen.geometric(p, n) - gen.geometric(p, n)).astype(np.int64)  # discrete Laplace(t)
+        keep = gen.random(n) < np.exp(-((np.abs(y) - sig * sig / t) ** 2) / (2 * sig * sig))
+        out[todo[keep]] = y[keep]
+        todo = todo[~keep]
+    return out
+
+
+def rounded(x: np.ndarray, bound: float, gen: np.random.Generator) -> np.ndarray:
+    """x (grid steps) rounded coordinate by coordinate, up with the probability of its
+    fractional part, redrawn until the result's l2 norm is at most `bound`."""
+    low = np.floor(x)
+    frac = x - low
+    while True:
+        r = low + (gen.random(x.size) < frac)
+        if float(np.dot(r, r)) <= bound * bound:
+            return r.astype(np.int64)
+
+
+def encode(update: np.ndarray, clip: float, z: float, t: int, gen: np.random.Generator
+           ) -> np.ndarray:
+    """A client's update clipped to `clip`, on the grid, rounded, noised: elements of Z_{2^64}
+    (uint64, two's complement of the signed values)."""
+    x = np.asarray(update, dtype=np.float64)
+    norm = float(np.linalg.norm(x))
+    if norm > clip:
+        x = x * (clip / norm)
+    r = rounded(x * (scale() / clip), delta2(x.size), gen)
+    noisy = r + discrete_gaussian(sigma(z, t), x.size, gen)
+    return noisy.view(np.uint64)
+
+
+# ---- the server's side ----------------------------------------------------------------------
+def decode(total: np.ndarray, clip: float) -> np.ndarray:
+    """The unmasked sum (uint64 modulo 2^64) as real numbers: signed, times gamma."""
+    return np.asarray(total, dtype=np.uint64).view(np.int64).astype(np.float64) * (clip / scale())
+
+
+def out_of_bound(total: np.ndarray, k: int, z: float, t: int) -> int:
+    """How many values of an unmasked sum of k clients lie outside what honest clients make:
+    |value| <= k (C/gamma + 1) + TAIL_SIGMAS sqrt(k) sigma (a wrong masked input or share
+    leaves masks in, uniform over the field)."""
+    most = k * (scale() + 1) + TAIL_SIGMAS * math.sqrt(k) * sigma(z, t)
+    signed = np.asarray(total, dtype=np.uint64).view(np.int64)
+    return int(np.count_nonzero(np.abs(signed.astype(np.float64)) > most))
