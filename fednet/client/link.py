@@ -51,18 +51,27 @@ class ServerLink:
         self.connect, self.label, self.deliver = connect, label, deliver
         self.secure = secure  # CURVE (--secure) on this side
         self.liveness = liveness  # its timers (config/liveness.py)
+        opened: list[zmq.Socket] = []
+
+        def setup_and_watch(sock: zmq.Socket) -> None:
+            """The caller's setup, then the monitor, before the connect: the first handshake's
+            events are the only ones when libzmq does not reconnect after it (a mechanism
+            mismatch it finds itself), and a monitor opened after the connect can miss them."""
+            if setup is not None:
+                setup(sock)
+            opened.append(open_monitor(sock, zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED
+                                       | zmq.EVENT_HANDSHAKE_SUCCEEDED
+                                       | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+                                       | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL))
         # a send with no connection to queue on looks at the link this often (unsendable)
-        self.sock = connect_dealer(ctx, connect, setup, live=liveness,
-                                   send_timeout_ms=max(1, round(liveness.recheck_s * 1000)))
         try:  # a dead server is noticed (DISCONNECTED, no new handshake) while idle
-            self.monitor = open_monitor(self.sock, zmq.EVENT_CONNECTED
-                                        | zmq.EVENT_DISCONNECTED
-                                        | zmq.EVENT_HANDSHAKE_SUCCEEDED
-                                        | zmq.EVENT_HANDSHAKE_FAILED_AUTH
-                                        | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
+            self.sock = connect_dealer(ctx, connect, setup_and_watch, live=liveness,
+                                       send_timeout_ms=max(1, round(liveness.recheck_s * 1000)))
         except BaseException:
-            self.sock.close(0)
+            for mon in opened:
+                mon.close(0)
             raise
+        self.monitor = opened[0]
         self.lost_since: float | None = None
         self.lost_timeout = lost_timeout
         self.denied = False  # the server refused our credentials at a handshake (ZAP)
