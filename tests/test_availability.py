@@ -16,6 +16,7 @@ from fednet.network.availability_trace import read_trace
 from fednet.network.churn import Churn, next_online_hop
 from fednet.types import ClientInfo, Failure, Result
 from tests.conftest import small_config
+from tests.harness import preset_at_1ms
 
 MODEL = 4 * 15_466  # tensor bytes of the digits model
 
@@ -169,22 +170,9 @@ def _spans_csv(tmp_path, spans):
 
 
 def _hetero_at_1ms(tmp_path, n, seed=7):
-    """--latency hetero's profiles as a trace whose clients train the digits CNN at the
-    per-example speeds these scenarios were timed with (1 ms an example, the slow ones 5 ms):
-    the preset's FLOP/s scaled by the CNN's training FLOPs an example / 1 ms / EDGE_FLOPS."""
-    from fednet.config import LatencyConfig
-    from fednet.models import build_model
-    from fednet.network import latency
-    from fednet.training.flops import batch_flops
-
-    per = batch_flops(build_model("digits_cnn", 10, (1, 8, 8), seed=0), (1, 1, 8, 8))
-    scale = per / 1e-3 / latency.EDGE_FLOPS
-    rows = ["client,train_flops_per_s,rtt_s,up_bps,down_bps"] + [
-        f"{c},{p.train_flops_per_s * scale!r},{p.rtt_s!r},{p.up_bps!r},{p.down_bps!r}"
-        for c, p in enumerate(latency.profiles(LatencyConfig(preset="hetero"), n, seed))]
-    f = tmp_path / "hetero_1ms.csv"
-    f.write_text("\n".join(rows) + "\n")
-    return str(f)
+    """--latency hetero at the per-example speeds these scenarios were timed with (1 ms an
+    example, the slow ones 5 ms): tests/harness.preset_at_1ms."""
+    return preset_at_1ms(tmp_path, "hetero", n, seed)
 
 
 def _watch(session, seen):

@@ -12,6 +12,7 @@ from fednet.server.main import run_zmq
 from tests.conftest import small_config
 from tests.harness import LEDGER_KEYS as KEYS
 from tests.harness import final_model as _model
+from tests.harness import preset_at_1ms
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]
 SEQ = {"min_samples": 400, "max_clients": 3, "superclient_fraction": 1.0, "pretrain_epochs": 1}
@@ -35,7 +36,8 @@ def test_server_link_and_deadlines_agree_across_runtimes(tmp_path, algo, clients
                                                          late):
     over = {"clients": clients, "rounds": 2, "algo": {"name": algo, "params": params,
                                                       "fraction": 0.6},
-            "latency": {"preset": "wan", "server_bandwidth": 2e6, **lat}}
+            "latency": {"preset": "wan", "server_bandwidth": 2e6, **lat,  # (timed at 1 ms an
+                        "file": preset_at_1ms(tmp_path, "wan", clients)}}  # example: harness)
     a = run_local(small_config(**over, out=str(tmp_path / "local")), quiet=True)
     b = run_zmq(small_config(**over, out=str(tmp_path / "launch")), quiet=True)
     assert b["status"] == "completed" and not b["failures"]
