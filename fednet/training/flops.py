@@ -157,9 +157,12 @@ def _run(m: nn.Module, shape: tuple[int, ...], dtype: torch.dtype, mode: str, de
             _scalar(m(x)).backward()
         elif mode == "hvp":
             m.train()
-            grads = torch.autograd.grad(_scalar(m(x)), params, create_graph=True)
-            dot = sum((g * g.detach()).sum() for g in grads)
-            torch.autograd.grad(dot, params)  # type: ignore[arg-type]
+            # (allow_unused: a parameter whose gradient does not depend on the parameters is
+            # absent from the second graph, e.g. with --permute's model in Per-FedAvg's hf test)
+            grads = torch.autograd.grad(_scalar(m(x)), params, create_graph=True,
+                                        allow_unused=True)
+            dot = sum((g * g.detach()).sum() for g in grads if g is not None)
+            torch.autograd.grad(dot, params, allow_unused=True)  # type: ignore[arg-type]
         else:
             _dpsgd(m, x, params)
     return int(counter.get_total_flops())
