@@ -158,7 +158,7 @@ def _run(m: nn.Module, shape: tuple[int, ...], dtype: torch.dtype, mode: str, de
         elif mode == "hvp":
             m.train()
             # (allow_unused: a parameter whose gradient does not depend on the parameters is
-            # absent from the second graph, e.g. with --permute's model in Per-FedAvg's hf test)
+            # absent from the second graph: the last layer's bias under this sum of the outputs)
             grads = torch.autograd.grad(_scalar(m(x)), params, create_graph=True,
                                         allow_unused=True)
             dot = sum((g * g.detach()).sum() for g in grads if g is not None)
