@@ -163,7 +163,7 @@ class Peers:
                     if not dealer.poll(50):
                         self.pump()  # acknowledge hand-offs to us meanwhile: no mutual waits
                         continue
-                    got = chan.recv(peer)
+                    got = chan.received(peer)
                     if got is None:
                         continue
                     if got.msg.kind == MsgKind.HANDOFF_ACK and got.msg.task_id == msg.task_id:
@@ -180,18 +180,20 @@ class Peers:
         return False
 
     def receive(self) -> tuple[Message, int] | None:
-        """A HANDOFF from a peer (acknowledged at once), as a task to run; else None."""
-        got = self.chan.recv()
-        if got is None:
+        """A HANDOFF from a peer (acknowledged at once), as a task to run; else None (also
+        before the peer socket is bound)."""
+        chan = self.chan
+        got = chan.received() if chan is not None else None
+        if chan is None or got is None:
             return None
         msg = got.msg
         why = self._reject_reason(msg, got.prop("User-Id") if self.keys is not None else None)
         if why:
-            self.chan.reject(got, why)
+            chan.reject(got, why)
             return None
-        self.chan.accept(got, msg.sender)
+        chan.accept(got, msg.sender)
         try:
-            self.chan.send(ack_message(msg, self.me), msg.sender, route=got.route, block=False)
+            chan.send(ack_message(msg, self.me), msg.sender, route=got.route, block=False)
         except zmq.ZMQError as e:  # the sender is gone: it will retry or skip us; run the hop
             log.warning("%s: could not acknowledge a hand-off from %s: %s", self.me,
                         msg.sender, e)

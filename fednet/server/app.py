@@ -31,7 +31,7 @@ from fednet.server.inflight import process_cap
 from fednet.server.phases import ClientTable
 from fednet.server.tasks import TaskBook
 from fednet.server.registrar import Registrar
-from fednet.transport.channels import (SUB_BYTES, Channel, Deferred, Received, bind_router,
+from fednet.transport.channels import (SUB_BYTES, Channel, Received, bind_router,
                                        server_context)
 from fednet.transport.monitor import open_monitor, stop_monitor
 from fednet.data.partition import part_size
@@ -144,8 +144,7 @@ class ZmqServer:
         if self.sock not in ready:
             return
         for _ in range(1000):  # drain what is queued without starving the death watch
-            got = self.chan.recv(admit=self._admit)  # (nothing deferred: a Received or None)
-            assert not isinstance(got, Deferred)
+            got = self.chan.received(admit=self._admit)
             if got is None and self.chan.refused is not None:
                 self._refused_reply(*self.chan.refused)
             if got is not None:

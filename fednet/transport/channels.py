@@ -332,6 +332,13 @@ class Channel:
             return d
         return self.finish(d)
 
+    def received(self, who: str = "",
+                 admit: Callable[[bytes, list[Any]], str] | None = None) -> Received | None:
+        """recv with nothing deferred: the decoded message, or None (not decoded or admitted)."""
+        got = self.recv(who, admit=admit)
+        assert not isinstance(got, Deferred)  # (no kind deferred)
+        return got
+
     def _refuse(self, route: bytes, parts: list[Any], who: str, kind: MsgKind | None,
                 why: str) -> None:
         self.rejects.note(who or self.name(route) or "server", why, self.known(route))
