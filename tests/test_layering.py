@@ -192,14 +192,7 @@ LARGE_MODULES: dict[str, str] = {
 }
 # Import cycles left (a frozenset of modules each), `if TYPE_CHECKING:` imports counted. A new
 # one must be broken, or listed here with its reason.
-KNOWN_CYCLES: dict[frozenset[str], str] = {
-    frozenset({"fednet.algorithms.checks", "fednet.algorithms.contract",
-               "fednet.algorithms.registry"}):
-        "issue 57 (item 3): registry names contract's ClientUpdate and Strategy for the type "
-        "checker only (contract imports checks, checks imports registry); to be untangled",
-    frozenset({"fednet.server.app", "fednet.server.registrar"}):
-        "issue 57: the Registrar names its ZmqServer for the type checker only; to be untangled",
-}
+KNOWN_CYCLES: dict[frozenset[str], str] = {}
 
 
 def test_functions_stay_short():

@@ -14,7 +14,7 @@ import torch
 
 from fednet import plugins
 from fednet.core import plugin_check
-from fednet.algorithms import registry
+from fednet.algorithms import halves, registry
 from fednet.config import RunConfig
 from fednet.data import datasets
 from fednet.errors import ConfigError
@@ -192,7 +192,7 @@ def test_a_plugin_file_is_its_own_private_module(plugin_file, tmp_path, stem, re
     path.write_text(OWN.replace("NAME", f"own_{stem}").replace("REF", ref).replace("FILE", stem))
     plugins.load_modules([str(path)])
     assert sys.modules["random"] is random and sys.modules["copy"] is copy  # nothing shadowed
-    cls = registry.client_class(f"own_{stem}")
+    cls = halves.client_class(f"own_{stem}")
     assert cls.marker == stem and cls.__module__ == plugins.private_name(path)
     assert plugins.private_name(path) != plugins.private_name(tmp_path / "other" / f"{stem}.py")
 

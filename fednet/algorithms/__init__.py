@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fednet.algorithms.registry import (REGISTRY, Spec, available, build_bare, build_client_bare,
-                                        client_class, get, model_name, names, personalized,
-                                        preload, register)
+from fednet.algorithms.halves import build_bare, build_client_bare, client_class, preload
+from fednet.algorithms.registry import (REGISTRY, Spec, available, get, model_name, names,
+                                        personalized, register)
 from fednet.errors import ConfigError
 
 if TYPE_CHECKING:

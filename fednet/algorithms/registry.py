@@ -5,11 +5,11 @@ A Spec names the algorithm's server half (a Strategy) and client half (a ClientU
 derives its choices, options and checks from it at once. The built-in algorithms register in
 catalog.py; a plugin calls register(Spec(...)) the same way (fednet/plugins/__init__.py: the installed
 `fednet.algorithms` entry points are loaded the first time a name is looked up or listed).
+Loading and building the halves the Specs name is halves.py's (it knows the contract's types;
+the registry knows none, so that contract may look a Spec up).
 """
 from __future__ import annotations
 
-import functools
-import importlib
 from typing import TYPE_CHECKING, Any
 
 from fednet import plugins
@@ -18,7 +18,6 @@ from fednet.algorithms.spec import REGISTRY, Spec, register  # noqa: F401  (the 
 from fednet.errors import ConfigError
 
 if TYPE_CHECKING:
-    from fednet.algorithms.contract import ClientUpdate, Strategy
     from fednet.config import RunConfig
 
 
@@ -63,44 +62,6 @@ def model_name(cfg: RunConfig) -> str:
     if cfg.train.model != "auto" or spec is None:
         return cfg.train.model
     return spec.models.get(cfg.data.dataset, spec.models.get("*", "auto"))
-
-
-@functools.cache
-def _load(ref: str) -> Any:
-    module, _, attr = ref.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
-def client_class(name: str) -> type[ClientUpdate]:
-    """The client half's class (its State and keeps_model), without building it."""
-    return _load(get(name).client)
-
-
-def preload() -> None:
-    """Import every registered algorithm's two halves (the zygote does, before it forks)."""
-    for spec in with_plugins().values():
-        _load(spec.server), _load(spec.client)
-
-
-def build_bare(cfg: RunConfig) -> Strategy:
-    """The configured algorithm's own server half, with differential privacy
-    (algorithms/private.py); algorithms.build wraps it for --secagg."""
-    spec = get(cfg.algo.name)
-    cls = _load(spec.server)
-    if cfg.dp.mode != "none" or cfg.dp.sgd_noise > 0:  # (by name, as the halves: no cycle)
-        cls = _load("fednet.algorithms.private:wrap_server")(cls)
-    return cls(cfg, spec.parse(dict(cfg.algo.params)))
-
-
-def build_client_bare(cfg: RunConfig) -> ClientUpdate:
-    """The configured algorithm's own client half (what every client process builds, and no
-    more; with --dp local: algorithms/dp_client.py); algorithms.build_client wraps it for
-    --secagg."""
-    spec = get(cfg.algo.name)
-    cls = _load(spec.client)
-    if cfg.dp.mode == "local":
-        cls = _load("fednet.algorithms.dp_client:wrap_client")(cls)
-    return cls(cfg, spec.parse(dict(cfg.algo.params)))
 
 
 def robust_names() -> tuple[str, ...]:

@@ -84,11 +84,16 @@ def rho(z: float, t: int, k: int, d: int) -> float:
     return 0.5 * (delta2(d) / (math.sqrt(k) * sig) + tau(sig, k) * math.sqrt(d)) ** 2
 
 
+def largest(k: int, z: float, t: int) -> float:
+    """The largest |value| an honest sum of k clients makes, in grid steps: k (C/gamma + 1)
+    (clipped and rounded coordinates) plus TAIL_SIGMAS of the summed noise."""
+    return k * (scale() + 1) + TAIL_SIGMAS * math.sqrt(k) * sigma(z, t)
+
+
 def fits(k: int, z: float, t: int) -> str:
-    """Why a sum of k clients' values may wrap in Z_{2^64} ('' when it cannot): k (C/gamma + 1)
-    plus TAIL_SIGMAS of the summed noise must stay below 2^63."""
-    most = k * (scale() + 1) + TAIL_SIGMAS * math.sqrt(k) * sigma(z, t)
-    if k <= MAX_SUMMANDS and most < 2.0 ** (FIELD_BITS - 1):
+    """Why a sum of k clients' values may wrap in Z_{2^64} ('' when it cannot): its largest
+    value must stay below 2^63."""
+    if k <= MAX_SUMMANDS and largest(k, z, t) < 2.0 ** (FIELD_BITS - 1):
         return ""
     return (f"a round of {k} clients with noise multiplier {z:g} can exceed the 64-bit field "
             f"(at most {MAX_SUMMANDS:,} clients, and the noise within it)")
@@ -143,9 +148,9 @@ def decode(total: np.ndarray, clip: float) -> np.ndarray:
 
 
 def out_of_bound(total: np.ndarray, k: int, z: float, t: int) -> int:
-    """How many values of an unmasked sum of k clients lie outside what honest clients make:
-    |value| <= k (C/gamma + 1) + TAIL_SIGMAS sqrt(k) sigma (a wrong masked input or share
-    leaves masks in, uniform over the field)."""
-    most = k * (scale() + 1) + TAIL_SIGMAS * math.sqrt(k) * sigma(z, t)
+    """How many values of an unmasked sum of k clients lie outside what honest clients make,
+    |value| <= largest(k, z, t) (a wrong masked input or share leaves masks in, uniform over
+    the field)."""
+    most = largest(k, z, t)
     signed = np.asarray(total, dtype=np.uint64).view(np.int64)
     return int(np.count_nonzero(np.abs(signed.astype(np.float64)) > most))

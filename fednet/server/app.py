@@ -86,7 +86,7 @@ class ZmqServer:
         self.hops = Hops(session.run_id, session.handoff_codec)  # routed tasks' hand-offs
 
     # ---- helpers -------------------------------------------------------------------------
-    def _send(self, cid: int, msg: Message) -> bool:
+    def send(self, cid: int, msg: Message) -> bool:
         route = self.conns.route_of(cid)
         if route is None:
             throttled.warning("cannot reach client %d: it has no connection", cid)
@@ -139,7 +139,7 @@ class ZmqServer:
     def _poll_once(self, timeout_s: float) -> None:
         ready = dict(self.poller.poll(int(timeout_s * 1000)))
         if self.monitor in ready:
-            self._read_monitor()
+            self.read_monitor()
         self.conns.trim_memory()
         if self.sock not in ready:
             return
@@ -215,7 +215,7 @@ class ZmqServer:
                                            task.kind, b["body"])
         if len(task.route) > 1:
             self.hops.send(task, msg.body, self.s.algo.result_layout(task))
-        if not self._send(task.cid, msg):
+        if not self.send(task.cid, msg):
             if self.conns.is_lost(task.cid) and not self.fates.is_dead(task.cid):
                 return  # its connection just closed: it fails as dead after the grace
             self.tasks.fail(task.task_id, UNREACHABLE)
@@ -271,7 +271,7 @@ class ZmqServer:
         self.shutting_down = True
         targets = self._roster().ids
         for ids in self.conns.groups(targets):  # one per process
-            self._send(int(ids[0]), Message(MsgKind.SHUTDOWN, SERVER, self.s.run_id,
+            self.send(int(ids[0]), Message(MsgKind.SHUTDOWN, SERVER, self.s.run_id,
                                             arrays={"cids": ids.astype(np.int64)}))
         deadline = time.monotonic() + timeout_s
         done = self.fates.said_bye, self.fates.died
@@ -289,7 +289,7 @@ class ZmqServer:
 
     # What arrives: each message accepted (and only then counted) or rejected.
 
-    def _read_monitor(self) -> None:
+    def read_monitor(self) -> None:
         for _ in range(10_000):
             if not self.monitor.poll(0):
                 break
@@ -345,7 +345,7 @@ class ZmqServer:
         this run, when it is expected; everything else is counted as rejected."""
         msg = got.msg
         if got.fd >= 0 and self.conns.fd_of.get(got.route[:-SUB_BYTES]) != got.fd:
-            self._read_monitor()  # a new connection, maybe on a reused fd: its older events first
+            self.read_monitor()  # a new connection, maybe on a reused fd: its older events first
         self.conns.seen(got.route, got.fd)
         if msg.kind not in FROM_CLIENTS:
             return self.chan.reject(got, f"{msg.kind.name} is not sent to the server")

@@ -17,7 +17,7 @@ one by one (client/host.py).
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import zmq
@@ -34,16 +34,38 @@ from fednet.transport.channels import SUB_BYTES, Received, sub_frame
 from fednet.types import ClientInfo, client_name
 
 if TYPE_CHECKING:
-    from fednet.server.app import ZmqServer
+    from fednet.core.session import Session
+    from fednet.server.book import ClientBook
+    from fednet.server.conns import Connections
+    from fednet.server.fates import Fates
+    from fednet.transport.channels import Channel
 
 MAX_IDS = 1 << 21  # ids in one READY(hellos)
 REJECTS_PER_S = 50  # REJECT replies per second at most (the rest are only counted)
 
 
+class Serving(Protocol):
+    """What the Registrar uses of the server that owns it (server/app.ZmqServer): its session,
+    channel, connections, books and fates; its monitor's events read; a message sent to a
+    client; a client's held tasks failed."""
+
+    s: Session
+    chan: Channel
+    conns: Connections
+    clients: ClientBook
+    fates: Fates
+
+    def read_monitor(self) -> None: ...
+
+    def send(self, cid: int, msg: Message) -> bool: ...
+
+    def fail_held(self, ids: np.ndarray, why: str) -> None: ...
+
+
 class Registrar:
     """READY, WELCOME, REJECT and BYE for the server `srv` (its channel, sessions and books)."""
 
-    def __init__(self, srv: ZmqServer) -> None:
+    def __init__(self, srv: Serving) -> None:
         self.srv = srv
         self.said = np.zeros(max(srv.s.cfg.clients, 0), bool)  # its hello was accepted
         self.hello_at: dict[bytes, float] = {}  # route -> its last accepted hello
@@ -82,7 +104,7 @@ class Registrar:
         if not self._may_hello(got):
             return srv.chan.reject(got, "repeated hello")
         b, key, base = got.msg.body, got.prop("User-Id"), got.route[:-SUB_BYTES]
-        srv._read_monitor()  # an old connection of these ids may have closed just before
+        srv.read_monitor()  # an old connection of these ids may have closed just before
         why = srv.conns.check_claim(cids, base, key, b.get("nonce"), b.get("proof"),
                                     b.get("token"))
         if why:
@@ -95,7 +117,7 @@ class Registrar:
                      "host": b.get("host", "")}  # one record for the process's clients
         self.said[cids] = True
         self._came_back(cids)
-        srv._send(int(cids[0]), self._welcome(cids))
+        srv.send(int(cids[0]), self._welcome(cids))
         return None
 
     # ---- WELCOME: one encoding for one client or a process's ----------------------------

@@ -96,7 +96,7 @@ def test_a_bye_read_after_its_client_was_released_is_accepted(tmp_path, monkeypa
     def release_first(self, timeout_s=5.0):
         self.shutting_down = True
         for cid in list(self.clients):  # as if every exit were reported before its BYE is read
-            self._send(cid, Message(MsgKind.SHUTDOWN, "server", self.s.run_id,
+            self.send(cid, Message(MsgKind.SHUTDOWN, "server", self.s.run_id,
                                     arrays={"cids": np.array([cid], np.int64)}))
         time.sleep(0.5)  # the BYEs are queued by now
         ids = self.clients.ids()
