@@ -27,7 +27,7 @@ class Dataset:
     test_x: np.ndarray
     test_y: np.ndarray
     num_classes: int
-    input_shape: tuple[int, int, int]
+    input_shape: tuple[int, ...]
     class_names: tuple[str, ...] = ()
     objective: str = ""  # the task's loss and score (training/objective.py); "" = classification
     natural: Any = None  # a naturally federated dataset's clients (natural.Natural); None: partitioned

@@ -110,7 +110,7 @@ def _from_cache(name: str, key: str, data_root: str | None, make: Callable[[], D
     a, meta = cached(key, data_root, build)
     return Dataset(name=name, train_x=a["train_x"], train_y=a["train_y"], test_x=a["test_x"],
                    test_y=a["test_y"], num_classes=int(meta["num_classes"]),
-                   input_shape=tuple(int(v) for v in meta["input_shape"]),  # type: ignore[arg-type]
+                   input_shape=tuple(int(v) for v in meta["input_shape"]),
                    class_names=tuple(str(c) for c in meta["class_names"]))
 
 
@@ -136,8 +136,9 @@ def _synthetic_loader(name: str) -> Callable[[str | None, bool, int], Dataset]:
         def make() -> Dataset:
             a = synthetic.generate(name)
             k = synthetic.SYNTHETIC[name]
-            return Dataset(name=name, num_classes=k, input_shape=(3, 32, 32),
-                           class_names=tuple(str(i) for i in range(k)), **a)  # type: ignore[arg-type]
+            return Dataset(name=name, train_x=a["train_x"], train_y=a["train_y"], test_x=a["test_x"],
+                           test_y=a["test_y"], num_classes=k, input_shape=(3, 32, 32),
+                           class_names=tuple(str(i) for i in range(k)))
 
         return _from_cache(name, f"{name}-s{synthetic.SEED}-v{synthetic.VERSION}", data_root, make)
 

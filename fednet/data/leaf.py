@@ -208,6 +208,6 @@ def load(name: str, data_root: str | None, download: bool):
     k = int(meta["num_classes"])
     return Dataset(name=name, train_x=a["train_x"], train_y=a["train_y"], test_x=a["test_x"],
                    test_y=a["test_y"], num_classes=k,
-                   input_shape=tuple(int(v) for v in meta["input_shape"]),  # type: ignore[arg-type]
+                   input_shape=tuple(int(v) for v in meta["input_shape"]),
                    class_names=tuple(str(i) for i in range(k)),
                    natural=Source(name, a["train_offsets"], a["test_offsets"]))

@@ -95,7 +95,7 @@ def _keep_model(template: dict[str, Any] | None) -> None:
         from fednet.models import keep_template
 
         keep_template(str(template["name"]), int(template["num_classes"]),
-                      tuple(int(x) for x in template["input_shape"]),  # type: ignore[arg-type]
+                      tuple(int(x) for x in template["input_shape"]),
                       dataset=template.get("dataset"), seed=int(template["seed"]))
     except Exception as e:  # noqa: BLE001 - clients then build the model themselves
         print(f"zygote: could not keep the model template: {type(e).__name__}: {e}",

@@ -2,6 +2,8 @@
 kinds u / v / mu."""
 from __future__ import annotations
 
+from typing import NotRequired, TypedDict
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -150,18 +152,37 @@ def matching_layer(model: nn.Module) -> str:
     return f"{body[-1]}.v"
 
 
+class _ConvOptions(TypedDict):
+    """The keyword options a model passes to each FactorizedConv2d."""
+
+    rank: int
+    mu: bool
+    pi: str
+    threshold: float
+    bias: NotRequired[bool]
+
+
+class _DenseOptions(TypedDict):
+    """The keyword options a model passes to each FactorizedLinear."""
+
+    rank: int
+    mu: bool
+    mu_init: str
+    threshold: float
+
+
 class FactorizedDigitsNet(nn.Module):
     """1.3 DigitsNet with factorized conv1, conv2, fc1, fc2 and a factorized head fc3 (kind "head")."""
 
-    def __init__(self, num_classes: int = 10, bn: bool = False, input_shape: tuple[int, int, int] = (1, 8, 8), *,
+    def __init__(self, num_classes: int = 10, bn: bool = False, input_shape: tuple[int, ...] = (1, 8, 8), *,
                  rank: int = 1, mu: bool = True, mu_init: str = "zeros", pi: str = "semantic",
                  threshold: float = LAMBDA, matching: str = "fc2") -> None:
         super().__init__()
         if matching not in ("fc2", "conv2"):
             raise ValueError(f"matching must be 'fc2' or 'conv2', got {matching!r}")
         c, h, w = input_shape
-        conv = dict(rank=rank, mu=mu, pi=pi, bias=not bn, threshold=threshold)
-        dense = dict(rank=rank, mu=mu, mu_init=mu_init, threshold=threshold)
+        conv = _ConvOptions(rank=rank, mu=mu, pi=pi, bias=not bn, threshold=threshold)
+        dense = _DenseOptions(rank=rank, mu=mu, mu_init=mu_init, threshold=threshold)
         self.conv1 = FactorizedConv2d(c, 16, 3, padding=1, **conv)
         self.bn1 = nn.BatchNorm2d(16) if bn else nn.Identity()
         self.conv2 = FactorizedConv2d(16, 32, 3, padding=1, **conv)
@@ -190,11 +211,11 @@ class FactorizedResNet9(nn.Module):
 
     feature_dim = 256
 
-    def __init__(self, num_classes: int = 10, input_shape: tuple[int, int, int] = (3, 32, 32), *,
+    def __init__(self, num_classes: int = 10, input_shape: tuple[int, ...] = (3, 32, 32), *,
                  rank: int = 1, mu: bool = True, mu_init: str = "zeros", pi: str = "semantic",
                  threshold: float = LAMBDA) -> None:
         super().__init__()
-        kw = dict(rank=rank, mu=mu, pi=pi, threshold=threshold)
+        kw = _ConvOptions(rank=rank, mu=mu, pi=pi, threshold=threshold)
 
         def conv_bn(c_in: int, c_out: int, k: int = 3, stride: int = 1, padding: int = 1) -> nn.Sequential:
             """Factorized conv (no bias) -> BatchNorm2d -> ReLU."""

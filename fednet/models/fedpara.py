@@ -40,6 +40,12 @@ def _bias(module: nn.Module, out: int, fan_in: int, bias: bool) -> None:
 class FedParaLinear(nn.Module):
     """W (O x I) = (X1 Y1^T) * (X2 Y2^T + 1), X (O x r), Y (I x r); 1 = global (shared), 2 = local (kept)."""
 
+    x1: nn.Parameter  # registered by setattr in __init__ (named here for the type checker)
+    y1: nn.Parameter
+    x2: nn.Parameter
+    y2: nn.Parameter
+    bias: nn.Parameter | None
+
     def __init__(self, in_f: int, out_f: int, gamma: float = 0.1, bias: bool = True, *,
                  rank: int | None = None) -> None:
         super().__init__()
@@ -68,6 +74,14 @@ class FedParaLinear(nn.Module):
 
 class FedParaConv2d(nn.Module):
     """W = (T1 x1 X1 x2 Y1) * (T2 x1 X2 x2 Y2 + 1), T (r x r x k x k), X (r x O), Y (r x I)."""
+
+    t1: nn.Parameter  # registered by setattr in __init__ (named here for the type checker)
+    x1: nn.Parameter
+    y1: nn.Parameter
+    t2: nn.Parameter
+    x2: nn.Parameter
+    y2: nn.Parameter
+    bias: nn.Parameter | None
 
     def __init__(self, in_c: int, out_c: int, k: int, stride: int = 1, padding: int = 0, gamma: float = 0.1,
                  bias: bool = True, *, rank: int | None = None) -> None:
@@ -115,7 +129,7 @@ class PFedParaDigitsNet(ConvFC):
     """1.3 DigitsNet with every conv / fc layer a pFedPara layer; fc3 is the head (kind "head")."""
 
     def __init__(self, num_classes: int = 10, gamma: float = 0.1,
-                 input_shape: tuple[int, int, int] = (1, 8, 8)) -> None:
+                 input_shape: tuple[int, ...] = (1, 8, 8)) -> None:
         super().__init__()
         c, h, w = input_shape
         self.conv1 = FedParaConv2d(c, 16, 3, padding=1, gamma=gamma)

@@ -28,14 +28,14 @@ AUTO_MODELS = {"digits": "digits_cnn", "cifar10": "fedseq_cnn", "cifar100": "fed
                "sent140": "sent140_bow"}
 """The model "auto" picks for each dataset."""
 
-AUTO_BY_SIZE = {(8, 8): "digits_cnn", (32, 32): "fedseq_cnn"}
+AUTO_BY_SIZE: dict[tuple[int, ...], str] = {(8, 8): "digits_cnn", (32, 32): "fedseq_cnn"}
 """The model "auto" picks from the input's H x W when the dataset is not given."""
 
 
 class DigitsNet(ConvFC):
     """docs/algorithms.md §1.3: two 3x3 conv blocks (16, 32 channels) and a 3-layer classifier; 15,466 params."""
 
-    def __init__(self, num_classes: int = 10, input_shape: tuple[int, int, int] = (1, 8, 8)) -> None:
+    def __init__(self, num_classes: int = 10, input_shape: tuple[int, ...] = (1, 8, 8)) -> None:
         super().__init__()
         c, h, w = input_shape
         self.conv1 = nn.Conv2d(c, 16, kernel_size=3, padding=1)
@@ -49,7 +49,7 @@ class DigitsNet(ConvFC):
 class FedSeqCNN(ConvFC):
     """1.1 (FedSeq's "LeNet"): 5x5 conv 64, 5x5 conv 64, fc 384, 192, N_C; 797,962 params for 10 classes."""
 
-    def __init__(self, num_classes: int = 10, input_shape: tuple[int, int, int] = (3, 32, 32)) -> None:
+    def __init__(self, num_classes: int = 10, input_shape: tuple[int, ...] = (3, 32, 32)) -> None:
         super().__init__()
         c, h, w = input_shape
         self.conv1 = nn.Conv2d(c, 64, kernel_size=5)
@@ -63,7 +63,7 @@ class FedSeqCNN(ConvFC):
         self.fc3 = nn.Linear(192, num_classes)
 
 
-_BUILDERS: dict[str, Callable[[int, tuple[int, int, int]], nn.Module]] = {
+_BUILDERS: dict[str, Callable[[int, tuple[int, ...]], nn.Module]] = {
     "digits_cnn": lambda k, shape: DigitsNet(k, shape),
     "fedseq_cnn": lambda k, shape: FedSeqCNN(k, shape),
     "resnet9": lambda k, shape: ResNet9(k, shape),
@@ -83,7 +83,7 @@ PLUGIN_MODELS: list[str] = []
 """Models that plugins registered (register_model; fednet/plugins/__init__.py), in order."""
 
 
-def register_model(name: str, builder: Callable[[int, tuple[int, int, int]], nn.Module], *,
+def register_model(name: str, builder: Callable[[int, tuple[int, ...]], nn.Module], *,
                    auto_for: tuple[str, ...] = ()) -> None:
     """Make `--model NAME` build builder(num_classes, input_shape) (a plugin's model; build it
     with torch's global RNG: fednet seeds it per run). auto_for: datasets whose --model auto is
@@ -103,7 +103,7 @@ def model_names() -> tuple[str, ...]:
     return MODELS + NATURAL_MODELS + tuple(PLUGIN_MODELS)
 
 
-def resolve_model(name: str, dataset: str | None = None, input_shape: tuple[int, int, int] | None = None) -> str:
+def resolve_model(name: str, dataset: str | None = None, input_shape: tuple[int, ...] | None = None) -> str:
     """The concrete model name for name ("auto" looks at the dataset, else at the input shape)."""
     if name == "auto":
         if dataset in AUTO_MODELS:
@@ -125,7 +125,7 @@ def resolve_model(name: str, dataset: str | None = None, input_shape: tuple[int,
 def build_model(
     name: str,
     num_classes: int,
-    input_shape: tuple[int, int, int],
+    input_shape: tuple[int, ...],
     *,
     dataset: str | None = None,
     seed: int | None = None,
@@ -146,7 +146,7 @@ def build_model(
 _TEMPLATES: dict[tuple[str, int, tuple[int, ...], int], nn.Module] = {}
 
 
-def keep_template(name: str, num_classes: int, input_shape: tuple[int, int, int], *,
+def keep_template(name: str, num_classes: int, input_shape: tuple[int, ...], *,
                   dataset: str | None = None, seed: int) -> None:
     """Build the seeded model once and keep it: later build_model calls with the same arguments
     return copies. The zygote keeps the run's model before forking (clients then copy it instead

@@ -21,13 +21,13 @@ def tag(module: nn.Module, name: str, kind: str) -> nn.Parameter:
     if p is None:
         raise ValueError(f"{type(module).__name__}.{name} is None and cannot be tagged")
     module.__dict__.setdefault("_fednet_kinds", {})[name] = kind
-    p._fednet_kind = kind
+    p._fednet_kind = kind  # type: ignore[attr-defined]  # fednet's own tag on the tensor
     return p
 
 
 def mark_head(module: nn.Module) -> nn.Module:
     """Mark module (and everything under it) as the classifier head; returns module."""
-    module._fednet_head = True
+    module.__dict__["_fednet_head"] = True  # a plain attribute, as module.__setattr__ stores a bool
     return module
 
 

@@ -36,7 +36,7 @@ class ResNet9(nn.Module):
 
     feature_dim = 256
 
-    def __init__(self, num_classes: int = 10, input_shape: tuple[int, int, int] = (3, 32, 32)) -> None:
+    def __init__(self, num_classes: int = 10, input_shape: tuple[int, ...] = (3, 32, 32)) -> None:
         super().__init__()
         c = input_shape[0]
         self.encoder = nn.Sequential(
@@ -61,7 +61,7 @@ class ResNet9(nn.Module):
         return self.head(self.encoder(x))
 
 
-def resnet18(num_classes: int = 10, input_shape: tuple[int, int, int] = (3, 32, 32)) -> nn.Module:
+def resnet18(num_classes: int = 10, input_shape: tuple[int, ...] = (3, 32, 32)) -> nn.Module:
     """torchvision's ResNet-18 with the usual 32x32 stem: 3x3 stride-1 conv1, no max-pool (11,173,962 params)."""
     from torchvision.models import resnet18 as tv_resnet18  # lazy: torchvision costs seconds of import
 

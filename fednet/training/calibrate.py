@@ -45,7 +45,7 @@ def measure(model: str = "resnet18", input_shape: tuple[int, ...] = (3, 32, 32),
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        net = build_model(model, classes, tuple(input_shape), seed=0)  # type: ignore[arg-type]
+        net = build_model(model, classes, tuple(input_shape), seed=0)
         net.train()
         x = torch.zeros((batch, *input_shape))
         y = torch.zeros(batch, dtype=torch.long)
