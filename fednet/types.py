@@ -41,6 +41,8 @@ class Task:
     hop: int = 0
     sim_time: float = 0.0
     wire: Arrays | None = None  # the arrays as they travel, when not `arrays` (--compress-down)
+    stage: str = ""  # a staged protocol's stage (secure aggregation's keys, shares, input,
+    # unmask), set by the strategy that runs it; the ledger files the bytes under it
 
     @property
     def cid(self) -> int:

@@ -32,7 +32,7 @@ def _dropping(monkeypatch, cid: int, stage: str, rounds=(0, 1)):
     run = S.SecAggClient.run
 
     def dropped(self, ctx, task):
-        if ctx.cid == cid and task.body.get("secagg") == stage and task.round in rounds:
+        if ctx.cid == cid and task.stage == stage and task.round in rounds:
             raise Dropout(f"dropped out at stage {stage}")
         return run(self, ctx, task)
     monkeypatch.setattr(S.SecAggClient, "run", dropped)
@@ -125,7 +125,7 @@ def test_a_wrong_masked_input_fails_the_round_named_not_the_model(tmp_path, monk
 
 def test_nothing_individual_reaches_the_server(tmp_path, monkeypatch):
     """Every reply of every stage, as the server receives it: the protocol's arrays (public
-    keys, sealed shares, the masked vector, unmask shares) and a body of the stage's name, the
+    keys, sealed shares, the masked vector, unmask shares) under the stage's name, a body of the
     sample count the server's own partition gives, the local steps (fixed by that count and
     the run's settings) and the emulator's CPU measurement; no loss, no update value. The round's
     training loss is the survivors' weighted mean, from the masked vector."""
@@ -137,14 +137,14 @@ def test_nothing_individual_reaches_the_server(tmp_path, monkeypatch):
     def spy(msg, *a, **k):
         got = accept(msg, *a, **k)
         body = msg.body.get("body", msg.body) if isinstance(msg.body, dict) else {}
-        seen.append((str(body.get("secagg")), dict(body), {n: v.shape for n, v in
+        seen.append((str(msg.body.get("stage")), dict(body), {n: v.shape for n, v in
                                                             getattr(got, "arrays", {}).items()}))
         return got
     monkeypatch.setattr(replies, "accept_reply", spy)
     s, _ = _run(tmp_path, "spy", rounds=1)
     assert {st for st, _, _ in seen} == {"keys", "shares", "input", "unmask"}
     for stage, body, _ in seen:
-        assert set(body) <= {"secagg", "cpu_s", "samples", "steps"}, (stage, body)
+        assert set(body) <= {"cpu_s", "samples", "steps"}, (stage, body)
     row = _rows(tmp_path, "spy")[0]
     assert 0 < row["train_loss"] < 8  # the mean, within the clip
 

@@ -44,7 +44,7 @@ def _drop(monkeypatch, who: dict[str, set[int]]):
     run = S.SecAggClient.run
 
     def failing(self, ctx, task):
-        if ctx.cid in who.get(task.body.get("secagg", ""), ()):
+        if ctx.cid in who.get(task.stage, ()):
             raise RuntimeError(f"client {ctx.cid} dropped out")
         return run(self, ctx, task)
     monkeypatch.setattr(S.SecAggClient, "run", failing)
@@ -190,7 +190,7 @@ def test_secagg_drop_is_those_clients_failing_at_that_stage(tmp_path, monkeypatc
     run = S.SecAggClient.run
 
     def failing(self, ctx, task):
-        if task.body.get("secagg") == "input" and ctx.cid in who[task.round]:
+        if task.stage == "input" and ctx.cid in who[task.round]:
             from fednet.errors import Dropout
             raise Dropout("dropped out at stage input (--secagg-drop input:0.15)")
         return run(self, ctx, task)
@@ -207,7 +207,7 @@ def test_a_run_whose_secagg_rounds_mostly_failed_is_failed_naming_the_stage(tmp_
     run = S.SecAggClient.run
 
     def failing(self, ctx, task):
-        if task.round > 0 and task.body.get("secagg") == "input" and ctx.cid < 4:
+        if task.round > 0 and task.stage == "input" and ctx.cid < 4:
             raise RuntimeError("gone")
         return run(self, ctx, task)
     monkeypatch.setattr(S.SecAggClient, "run", failing)

@@ -280,12 +280,14 @@ class Strategy:
         return body
 
     def new_task(self, rnd: int, route: list[int], arrays: Arrays, body: dict[str, Any],
-                 task_id: int | None = None) -> Task:
-        """A task with a fresh id (or `task_id`, reserved with reserve_ids)."""
+                 task_id: int | None = None, stage: str = "") -> Task:
+        """A task with a fresh id (or `task_id`, reserved with reserve_ids); `stage`: the
+        stage of a staged protocol it belongs to (what the ledger files its bytes under)."""
         if task_id is None:
             self.state.next_task += 1
             task_id = self.state.next_task
-        return Task(task_id=task_id, round=rnd, route=route, arrays=arrays, body=body)
+        return Task(task_id=task_id, round=rnd, route=route, arrays=arrays, body=body,
+                    stage=stage)
 
     def reserve_ids(self, n: int) -> int:
         """Reserve n task ids; returns the first. Tasks created in arrival order get ids fixed in

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from fednet import rng, types as roster
-from fednet.algorithms.contract import StagedStrategy
+from fednet.algorithms.contract import ClientUpdate, StagedStrategy
 from fednet.algorithms.layout import Layout
 from fednet.secagg import client as C
 from fednet.secagg.field import dequantize, dtype_of, field_bits
@@ -40,7 +40,7 @@ log = logging.getLogger("fednet.server")
 KEYS_LAYOUT: Layout = {"c_pk": ((32,), np.dtype(np.uint8)), "s_pk": ((32,), np.dtype(np.uint8))}
 
 
-def refusal(cfg: Any, server: Any, client: type) -> str:
+def refusal(cfg: Any, server: Any, client: type[ClientUpdate]) -> str:
     """Why the built halves do not fit secure aggregation ('' when they do): what validate
     cannot see from the declarations (algorithms/checks.secagg_problem refuses the rest before
     any data loads): an algorithm that declares Spec.secagg must have a FedAvg-family server
@@ -138,7 +138,9 @@ class SecAggServer(StagedStrategy):
         if not again:  # (the simulated time each stage took: stage_seconds)
             self.starts[stage] = self.clock
         for cid, (arrays, body) in sorted(per.items()):
-            t = self.new_task(rnd, [cid], arrays, {**body, "secagg": stage})
+            trains = stage == "input"  # the other stages train nothing (no client compute)
+            t = self.new_task(rnd, [cid], arrays, body if trains else {**body, "epochs": 0},
+                              stage=stage)
             t.sim_time = self.clock  # a stage starts when the server has the last one's replies
             self.waiting.add(t.task_id)
             out.append(t)
@@ -213,10 +215,12 @@ class SecAggServer(StagedStrategy):
                    "--secagg-neighbours: raise it") + " to survive more dropouts)")
 
     def _shares(self, rnd: int) -> list[Task]:
-        req = self.agg.share_requests()  # type: ignore[union-attr]
+        agg = self.agg
+        assert agg is not None, "the shares stage follows the keys stage, which builds agg"
+        req = agg.share_requests()
         tasks = self._stage("shares", {c: ({"nbrs": r["nbrs"], "c_pks": r["c_pks"],
-                                             "s_pks": r["s_pks"]}, {"t": self.agg.t[c]})
-                                       for c, r in req.items()}, rnd)  # type: ignore[union-attr]
+                                             "s_pks": r["s_pks"]}, {"t": agg.t[c]})
+                                       for c, r in req.items()}, rnd)
         for t in tasks:
             k = len(req[t.cid]["nbrs"])
             self.asked[t.task_id] = {"layout": {"to": ((k,), np.dtype(np.int64)),

@@ -42,7 +42,7 @@ class SecAggClient:
 
     def run(self, ctx: Any, task: Task) -> tuple[Arrays, dict[str, Any]]:
         t0 = time.process_time()
-        stage, cid, rnd, seed = task.body.get("secagg", ""), ctx.cid, task.round, ctx.cfg.seed
+        stage, cid, rnd, seed = task.stage, ctx.cid, task.round, ctx.cfg.seed
         _drop(ctx.cfg.net.secagg_drop, stage, seed, rnd, cid)
         if stage == "keys":
             arrays = C.keys(cid, rnd, rng.generator(seed, "secagg-keys", rnd, cid))
@@ -63,7 +63,7 @@ class SecAggClient:
             body = {}
         else:
             raise ValueError(f"a secure-aggregation task of unknown stage {stage!r}")
-        return arrays, {**body, "secagg": stage, "cpu_s": time.process_time() - t0,
+        return arrays, {**body, "cpu_s": time.process_time() - t0,
                         **({} if stage == "input" else {"samples": 0})}
 
     def _input(self, ctx: Any, task: Task) -> tuple[Arrays, dict[str, Any]]:

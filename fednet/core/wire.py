@@ -19,6 +19,8 @@ from fednet.types import Arrays, Failure, Result, Task, client_name
 def task_message(task: Task, run_id: str) -> Message:
     """The TASK the server sends to the first client of the route."""
     body = {"route": list(task.route), "hop": task.hop, "kind": task.kind, "body": task.body}
+    if task.stage:
+        body["stage"] = task.stage
     return Message(MsgKind.TASK, SERVER, run_id, task.round, task.task_id, task.sim_time, body,
                    task.arrays if task.wire is None else task.wire)
 
@@ -34,14 +36,18 @@ def message_task(msg: Message) -> Task:
     if not isinstance(body, dict):
         raise ValueError(f"task {msg.task_id} body is not a map")
     return Task(msg.task_id, msg.round, route, dict(msg.arrays), body, str(b.get("kind", "train")),
-                hop, msg.sim_time)
+                hop, msg.sim_time, stage=str(b.get("stage", "")))
 
 
 def result_message(cid: int, task: Task, arrays: Arrays, body: dict[str, Any], num_examples: int,
                    sim_time: float, run_id: str) -> Message:
-    """The RESULT the last client of a route returns to the server."""
+    """The RESULT the last client of a route returns to the server (its task's stage beside
+    the body: the server reads its own record of the stage, the ledger files the bytes)."""
+    out: dict[str, Any] = {"n": int(num_examples), "body": body}
+    if task.stage:
+        out["stage"] = task.stage
     return Message(MsgKind.RESULT, client_name(cid), run_id, task.round, task.task_id, sim_time,
-                   {"n": int(num_examples), "body": body}, arrays)
+                   out, arrays)
 
 
 def message_result(msg: Message, cid: int, arrival: float) -> Result:

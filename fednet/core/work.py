@@ -53,10 +53,7 @@ def check_work(body: dict, cfg: RunConfig) -> None:
 
 def task_epochs(body: dict, cfg: RunConfig) -> int:
     """The local epochs a task asks of each client of its route: its body's `epochs`, else
-    --epochs (what the client then runs); none for secure aggregation's stages that train
-    nothing (keys, shares, unmask: only its `input` stage trains)."""
-    if body.get("secagg") not in (None, "input"):
-        return 0
+    --epochs (what the client then runs; a protocol's stage that trains nothing says 0)."""
     return int(body.get("epochs", cfg.train.epochs))
 
 

@@ -386,12 +386,12 @@ def peek(frames: Sequence[Any], limits: Limits = DEFAULT_LIMITS) -> tuple[MsgKin
 
 
 def stage_of(msg: Message) -> str:
-    """The protocol stage a TASK or RESULT belongs to (secure aggregation's: keys, shares, input,
-    unmask), '' for others: what the ledger files its bytes under beside their direction."""
+    """The stage of a staged protocol a TASK, HANDOFF or RESULT belongs to (its `stage` field,
+    set by the strategy that runs the protocol), '' for others: what the ledger files its bytes
+    under beside their direction."""
     if msg.kind not in (MsgKind.TASK, MsgKind.RESULT, MsgKind.HANDOFF):
         return ""
-    inner = msg.body.get("body") if isinstance(msg.body, dict) else None
-    stage = inner.get("secagg", "") if isinstance(inner, dict) else ""
+    stage = msg.body.get("stage", "") if isinstance(msg.body, dict) else ""
     return stage if isinstance(stage, str) else ""
 
 

@@ -55,7 +55,7 @@ are declared with its Spec (result_body) and checked by the server (core/replies
 _ROUTE = {
     "route": List(_CID, 100_000, min_len=1), "hop": Int(0, 100_000), "kind": Str(64),
     "body": TASK_BODY, "endpoints": List(Str(256), 100_000), "keys": List(Str(40), 100_000),
-    "grants": List(Bin(MAC_BYTES, MAC_BYTES), 100_000),
+    "grants": List(Bin(MAC_BYTES, MAC_BYTES), 100_000), "stage": Str(32),
 }
 _ROUTE_REQUIRED = frozenset({"route", "hop", "kind", "body"})
 
@@ -80,7 +80,7 @@ BODIES: dict[MsgKind, Spec] = {
     MsgKind.HANDOFF: Map({**_ROUTE, "mac": Bin(MAC_BYTES, MAC_BYTES)},
                          required=_ROUTE_REQUIRED | {"mac"}),
     MsgKind.RESULT: Map({"n": _COUNT, "body": RESULT_BODY, "chain_cut": Bool(),
-                         "skipped": Int(0, 100_000)},
+                         "skipped": Int(0, 100_000), "stage": Str(32)},
                         required=frozenset({"n", "body"})),
     MsgKind.HANDOFF_ACK: Map(),
     MsgKind.HOP_DONE: Map({"hop": Int(0, 100_000), "to": Int(0, 100_000),

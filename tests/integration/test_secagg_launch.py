@@ -43,8 +43,7 @@ def test_a_client_process_killed_mid_round_is_a_dropout(tmp_path, monkeypatch):
     killed: list[int] = []
 
     def on_result(self, cid, got):
-        stage = got.msg.body.get("body", {}).get("secagg") if isinstance(got.msg.body, dict) \
-            else None
+        stage = got.msg.body.get("stage") if isinstance(got.msg.body, dict) else None
         if stage == "shares" and not killed and 5 in self.clients:
             killed.append(self.clients[5].pid)
             os.kill(self.clients[5].pid, signal.SIGKILL)
@@ -85,7 +84,7 @@ _RUN = secagg.SecAggClient.run
 
 def run(self, ctx, task):
     # (a harmless no-op without the variables: a process that loaded it may serve later runs)
-    if ctx.cid == 3 and task.body.get("secagg") == os.environ.get("SILENT_STAGE", "-"):
+    if ctx.cid == 3 and task.stage == os.environ.get("SILENT_STAGE", "-"):
         if os.environ.get("SILENT_HOW") == "drop":
             raise Dropout("dropped out")
         time.sleep(3600)  # connected, and never answers
@@ -117,7 +116,7 @@ def test_a_silent_client_is_a_dropout_of_its_stage(tmp_path, monkeypatch, stage)
     run = secagg.SecAggClient.run
 
     def drop(self, ctx, task):  # the reference: client 3 drops out at that stage
-        if ctx.cid == 3 and task.body.get("secagg") == stage:
+        if ctx.cid == 3 and task.stage == stage:
             raise Dropout("dropped out")
         return run(self, ctx, task)
     monkeypatch.setattr(secagg.SecAggClient, "run", drop)
@@ -244,7 +243,7 @@ def test_an_oversized_reply_is_not_read_and_costs_only_its_sender(tmp_path, monk
     run = secagg.SecAggClient.run
 
     def drop(self, ctx, task):
-        if ctx.cid == 6 and task.body.get("secagg") == "keys":
+        if ctx.cid == 6 and task.stage == "keys":
             raise Dropout("dropped out")
         return run(self, ctx, task)
     monkeypatch.setattr(secagg.SecAggClient, "run", drop)
