@@ -21,7 +21,8 @@ import dataclasses
 import functools
 import hashlib
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -197,6 +198,34 @@ def attacker_for(cfg: Any, cid: int) -> Attacker | None:
     if cfg.attack.name == "none" or cid not in set(R.malicious_ids(cfg)):
         return None
     return Attacker(cfg, cid)
+
+
+class Scoring(Protocol):
+    """What an attack's metric needs of the server's evaluator (core/evaluate.py)."""
+
+    def score(self, arrays: Arrays, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]: ...
+
+    def test_set(self) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+def attack_metrics(cfg: Any, ev: Scoring) -> Callable[[Arrays], dict[str, float]] | None:
+    """The attack's own metrics of each evaluated model, for every row (None: it has none):
+    the backdoor's success rate."""
+    if cfg.attack.name != "backdoor":
+        return None
+    return functools.partial(_backdoor_success, R.attack_params(cfg), cfg.data, ev)
+
+
+def _backdoor_success(p: Any, d: Any, ev: Scoring, arrays: Arrays) -> dict[str, float]:
+    """The share of the test examples not of the target label that the model classifies as
+    the target once the trigger is stamped on them."""
+    x, y = ev.test_set()
+    keep = (y != int(p.target)).nonzero().flatten()
+    if not len(keep):
+        return {"attack_success": float("nan")}
+    xs = stamp(x[keep], trigger_side(p, tuple(x.shape[1:])), trigger_value(d.dataset, d.data_root))
+    target = torch.full((len(keep),), int(p.target), dtype=y.dtype)
+    return {"attack_success": float(ev.score(arrays, xs, target)[0])}
 
 
 def snapshot(arrays: Arrays) -> Arrays:

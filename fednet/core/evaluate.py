@@ -39,7 +39,6 @@ class Evaluator:
                         if isinstance(m, torch.nn.Linear)]  # FedSeq's classifier representation
         self.initial: Arrays = clone_arrays(state_arrays(self.model))
         self._shape = (model_name(cfg), ds.num_classes, ds.input_shape, d.dataset, cfg.seed)
-        self.cfg = cfg
 
     def pretrain_init(self) -> Arrays:
         """FedSeq's theta_pre: another random init of the same model (seed + 1,000,003), built
@@ -50,21 +49,14 @@ class Evaluator:
 
     def __call__(self, arrays: Arrays) -> tuple[float, float]:
         """(accuracy, loss) of the model given by `arrays` on the test set."""
-        load_arrays(self.model, arrays)
-        return evaluate(self.model, self.x, self.y, objective=self.objective)
+        return self.score(arrays, self.x, self.y)
 
-    def attack_success(self, arrays: Arrays) -> float:
-        """--attack backdoor: the share of the test examples not of the target label that the
-        model classifies as the target once the trigger is stamped on them."""
-        from fednet.algorithms import robust_spec
-        from fednet.algorithms.attack_client import stamp, trigger_side, trigger_value
-
-        p, d = robust_spec.attack_params(self.cfg), self.cfg.data
-        keep = (self.y != int(p.target)).nonzero().flatten()
-        if not len(keep):
-            return float("nan")
-        x = stamp(self.x[keep], trigger_side(p, tuple(self.x.shape[1:])),
-                  trigger_value(d.dataset, d.data_root))
+    def score(self, arrays: Arrays, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+        """(accuracy, loss) of the model given by `arrays` on examples x, y (an attack's own
+        metric: the test set transformed)."""
         load_arrays(self.model, arrays)
-        target = torch.full((len(keep),), int(p.target), dtype=self.y.dtype)
-        return float(evaluate(self.model, x, target, objective=self.objective)[0])
+        return evaluate(self.model, x, y, objective=self.objective)
+
+    def test_set(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The held-out examples and labels (not to be written)."""
+        return self.x, self.y

@@ -13,6 +13,7 @@ import numpy as np
 from fednet import algorithms
 from fednet.network import latency
 from fednet.algorithms.contract import ServerInfo
+from fednet.algorithms.attack_client import attack_metrics
 from fednet.algorithms.robust_spec import malicious_ids
 from fednet.algorithms.state import Shapes
 from fednet.compress.downlink import Downlink
@@ -133,16 +134,12 @@ class Session:
                 self.earliest_return, size, float(cfg.latency.deadline)),
             checkpoint=self._checkpoint, manifest=self.manifest or NO_MANIFEST,
             client_state=stateful or self.compress.feedback,  # (a residual is state too)
-            extra_eval=self._attack_success if cfg.attack.name == "backdoor" else no_extra_eval,
+            extra_eval=attack_metrics(cfg, self.evaluator) or no_extra_eval,
             compute=ClientCompute(cfg, lambda cid: self._pooled_examples
                                   or part_size(self.parts, cid), self.compute_seconds))
         if state is not None:
             driver.resume(state)
         return driver
-
-    def _attack_success(self, arrays: Any) -> dict[str, float]:
-        """--attack backdoor: the model's attack success rate, for every row."""
-        return {"attack_success": self.evaluator.attack_success(arrays)}
 
     def _checkpoint(self) -> bool:
         """A checkpoint of the driver's last finished round, when there is a results folder;
@@ -342,7 +339,7 @@ class Session:
 
     def _write_model(self) -> None:
         with atomic_file(self.out / "final_model.npz") as fh:  # plain arrays (allow_pickle=False)
-            np.savez(fh, **self.algo.eval_arrays())
+            np.savez(fh, allow_pickle=False, **self.algo.eval_arrays())  # (numbers only)
 
     def _plots(self) -> None:
         if not self.history.rows:
