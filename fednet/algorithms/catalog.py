@@ -227,6 +227,10 @@ DP = ("central", "local", "distributed", "sgd")
 PRIVATE = ("fedavg", "fedprox", "fedavgm", "fedadam", "fedyogi", "fedadagrad")
 SUMMED = ("fedavg", "fedprox", "fedavgm", "fedadam", "fedyogi", "fedadagrad")
 """Their server needs only the weighted sum of stateless clients' models: --secagg applies."""
+BATCHED = ("fedavg", "fedprox", "fedavgm", "fedadam", "fedyogi", "fedadagrad", "fedasync",
+           "fedbuff")
+"""Their client is FedAvgClient or FedProxClient (local SGD, updates.Plain or Prox): a block of
+clients can train as one batch (--batch-clients)."""
 
 
 def _register(spec: Spec, handoffs: bool = False) -> None:
@@ -234,7 +238,7 @@ def _register(spec: Spec, handoffs: bool = False) -> None:
     only FedSeq's rings hand models between clients."""
     register(replace(spec, tuned=TUNED.get(spec.name, {"shards": SHARDS}), handoffs=handoffs,
                      robust=spec.name in ROBUST, dp=DP if spec.name in PRIVATE else (),
-                     secagg=spec.name in SUMMED))
+                     secagg=spec.name in SUMMED, batched=spec.name in BATCHED))
 
 _register(Spec("fedavg", "FedAvg: local SGD, sample-weighted average",
               A + "fedavg:FedAvg", A + "fedavg:FedAvgClient"))

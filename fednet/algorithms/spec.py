@@ -57,6 +57,11 @@ class Spec:
     # of their own: --secagg can hide each update and hand the server only the sum
     # (algorithms/secagg.py; validate refuses --secagg for the others, before any data loads)
     secagg: bool = False
+    # its client update is local SGD that a block of clients can train as one batch
+    # (--batch-clients; training/batched.py): its ClientUpdate's `local` is updates.Plain or
+    # updates.Prox (FedAvgClient's, FedProxClient's). False: its clients train one at a time
+    # (the run says so once)
+    batched: bool = False
 
     def tuned_for(self, partition: str) -> dict[str, Any]:
         """The tuned defaults for a partition ("*" first, then the partition's own)."""

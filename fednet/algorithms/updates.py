@@ -1,19 +1,23 @@
 """Local update rules that client halves compose: plain local training (SGD or the run's
 --optimizer), FedProx, FedDyn (client side only); and a block of clients' Plain or Prox rules
-trained as one batch (local_sgd_block, training/batched.py; block_refusal says when not)."""
+trained as one batch (training/batched.py; block_refusal says when not): local_sgd_block into
+the clients' models, or train_ahead, which the runtimes call before the tasks are delivered
+(--batch-clients, core/batching.py) and whose results Plain.run and Prox.run take in place of
+training (take_ahead), everything else about the task unchanged."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import torch
 
 from fednet import rng
 from fednet.algorithms.common import task_lr
 from fednet.algorithms.contract import ClientContext
 from fednet.models.arrays import load_arrays
-from fednet.training import hooks
+from fednet.training import flops, hooks
 from fednet.training.local import GradHook, train
 from fednet.training.optim import spec_of
 from fednet.types import Task
@@ -74,8 +78,12 @@ class Plain:
     name = "sgd"
 
     def run(self, ctx: ClientContext, task: Task) -> dict[str, Any]:
-        """Train in place; returns the training statistics."""
-        return local_sgd(ctx, task)
+        """Train in place (or take what train_ahead trained); returns the training statistics."""
+        if not _AHEAD:
+            return local_sgd(ctx, task)
+        load_arrays(ctx.model, task.arrays)
+        got = take_ahead(ctx, task, 0.0)
+        return got if got is not None else local_sgd(ctx, task, load=False)
 
 
 class Prox:
@@ -89,6 +97,9 @@ class Prox:
     def run(self, ctx: ClientContext, task: Task) -> dict[str, Any]:
         """Train in place with the proximal term (mu = 0 is exactly plain SGD)."""
         load_arrays(ctx.model, task.arrays)
+        got = take_ahead(ctx, task, self.mu) if _AHEAD else None
+        if got is not None:
+            return got
         if self.mu == 0:
             return local_sgd(ctx, task, load=False)
         anchor = [p.detach().clone() for p in trainable(ctx)]
@@ -217,3 +228,99 @@ def local_sgd_block(ctxs: Sequence[ClientContext], tasks: Sequence[Task],
         ctx.model.train()
     bodies = [{"loss": s.loss, "samples": s.samples, "steps": s.steps} for s in res.stats]
     return bodies, res.batch_sizes
+
+
+# ---- a block trained ahead of its tasks' delivery (--batch-clients; core/batching.py) --------
+@dataclass
+class Ahead:
+    """One task's local training, done in a block before the task runs: the trainable
+    parameters it started from and ended with (by name), its body, the FedProx mu it used, and
+    its batches (sizes, one example's shape and dtype) that its task's meter is charged with."""
+
+    start: dict[str, torch.Tensor]
+    end: dict[str, torch.Tensor]
+    body: dict[str, Any]
+    mu: float
+    sizes: list[int]
+    example: tuple[int, ...]
+    dtype: torch.dtype
+
+
+_AHEAD: dict[tuple[int, int], Ahead] = {}  # (client id, task id) -> its training, done ahead
+
+
+def _start(ctx: ClientContext, task: Task) -> dict[str, torch.Tensor]:
+    """The trainable parameters a task starts from (its received arrays), on the client's
+    device, without touching ctx.model (several clients may share one working model)."""
+    names = [n for n, p in ctx.model.named_parameters() if p.requires_grad]
+    return {n: torch.tensor(np.asarray(task.arrays[n]), device=ctx.device) for n in names}
+
+
+def _job(ctx: ClientContext, task: Task, mu: float, start: dict[str, torch.Tensor]) -> Any:
+    from fednet.training.batched import ClientJob
+
+    t = ctx.cfg.train
+    return ClientJob(ctx.x, ctx.y, ctx.batch_generator(task.round), lr=task_lr(ctx, task),
+                     momentum=float(t.momentum), weight_decay=float(t.weight_decay),
+                     nesterov=bool(t.nesterov), epochs=int(task.body.get("epochs", t.epochs)),
+                     batch_size=int(t.batch_size), mu=mu, start=start)
+
+
+def train_ahead(ctxs: Sequence[ClientContext], tasks: Sequence[Task],
+                rules: Sequence[Any]) -> str:
+    """Train a block of tasks' local rules as one batch now (training/batched.py) and keep each
+    result for its task (take_ahead); no model and no meter is touched. Returns block_refusal's
+    reason ('' when it trained). A lone task is trained beside a copy of itself: the digits CNN
+    alone runs another convolution kernel than in a block, so that every client runs the
+    kernels of a block (measured: a client's bits do not depend on its block's size >= 2, its
+    place in it or its neighbours; tests/test_batched_runtime.py checks it)."""
+    from fednet.training.batched import train_batched
+
+    why = block_refusal(ctxs, rules)
+    if why:
+        return why
+    mus = [float(getattr(r, "mu", 0.0)) for r in rules]
+    starts = [_start(c, t) for c, t in zip(ctxs, tasks)]
+    jobs = [_job(c, t, mu, s) for c, t, mu, s in zip(ctxs, tasks, mus, starts)]
+    if len(jobs) == 1:
+        jobs.append(replace(jobs[0], generator=ctxs[0].batch_generator(tasks[0].round)))
+    res = train_batched(ctxs[0].model, jobs, augment=ctxs[0].augment,
+                        objective=ctxs[0].objective)
+    for g, (ctx, task) in enumerate(zip(ctxs, tasks)):
+        s = res.stats[g]
+        _AHEAD[(ctx.cid, task.task_id)] = Ahead(
+            starts[g], res.client(g), {"loss": s.loss, "samples": s.samples, "steps": s.steps},
+            mus[g], res.batch_sizes[g], res.example, res.dtype)
+    return ""
+
+
+def take_ahead(ctx: ClientContext, task: Task, mu: float) -> dict[str, Any] | None:
+    """The task's training done ahead, into ctx.model (which holds the received model now), its
+    batches charged to the task's meter as the plain loop charges them; its body. None when none
+    was done, or it started elsewhere (another model, another mu: the task then trains
+    alone)."""
+    got = _AHEAD.pop((ctx.cid, task.task_id), None)
+    if got is None or got.mu != mu:
+        return None
+    named = {n: p for n, p in ctx.model.named_parameters() if p.requires_grad}
+    if named.keys() != got.start.keys() or not all(
+            torch.equal(p.detach(), got.start[n]) for n, p in named.items()):
+        return None
+    with torch.no_grad():
+        for n, p in named.items():
+            p.copy_(got.end[n])
+    ctx.model.train()
+    for size in got.sizes:  # training/local.train's charge(model, batch), batch by batch
+        flops.charge(ctx.model, torch.empty((size, *got.example), dtype=got.dtype,
+                                            device="meta"))
+    return dict(got.body)
+
+
+def has_ahead(cid: int, task_id: int) -> bool:
+    """Whether client cid's task was trained ahead and not taken yet."""
+    return (cid, task_id) in _AHEAD
+
+
+def forget_ahead() -> None:
+    """Drop the results of tasks that never ran (the round ended: offline, or cut short)."""
+    _AHEAD.clear()

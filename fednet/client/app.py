@@ -167,6 +167,22 @@ class Client:
         sleep(out.sim_delay - wired, out.real_elapsed, self.pump, self.trainer.up_delay(reply))
         self.send(reply, track=True)
 
+    def queued_task(self) -> Message | None:
+        """The first queued work when it is a TASK from the server, decoded now if it was not
+        (counted as _run_task would count it; one that cannot be decoded is dropped as
+        _run_task drops it): what --batch-clients trains ahead (client/trainer.train_queued)."""
+        if not isinstance(self.work, deque) or not self.work:
+            return None
+        msg, _ = self.work[0]
+        if isinstance(msg, Deferred):
+            got = self._accepted(self.server.finish(msg))
+            if got is None or got.msg.kind != MsgKind.TASK:
+                self.work.popleft()
+                return None
+            msg = got.msg
+            self.work[0] = (msg, got.nbytes)
+        return msg if msg.kind == MsgKind.TASK else None
+
     def pump_now(self) -> None:
         """pump(0): what a wait calls to serve the sockets meanwhile."""
         self.pump(0)

@@ -40,7 +40,8 @@ from fednet.client.app import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Client, Event, Ev
 from fednet.client.enroll import Enrollment
 from fednet.client.link import Credentials, ServerLink
 from fednet.client.peers import Peers
-from fednet.client.trainer import Trainer
+from fednet.client.trainer import Trainer, train_queued
+from fednet.algorithms.updates import has_ahead
 from fednet.config.liveness import DEFAULT, Liveness
 from fednet.core.executor import KeptExecutors, share_working_models
 from fednet.errors import ConfigError
@@ -271,6 +272,7 @@ class Host:
             self._settle()
             self._current = c
             try:
+                self._ahead(c)
                 self.queue(c, c.step())
                 self.pump(0)  # what arrived meanwhile
                 if self._retirable(c):
@@ -286,6 +288,22 @@ class Host:
             finally:
                 self._current = None
         return worst
+
+    def _ahead(self, c: Client) -> None:
+        """--batch-clients: before c's task runs, unless it was trained in a block already, the
+        tasks queued for this process's clients (c's first, then in the order they arrived) are
+        trained in blocks (client/trainer.train_queued)."""
+        first = c.queued_task() if c.trainer.batching() else None
+        if first is None or has_ahead(c.cid, first.task_id):
+            return
+        queued, seen = [(c.trainer, first)], {c}
+        for o in self.ready:
+            if o not in seen and o in self.live:
+                seen.add(o)
+                msg = o.queued_task()
+                if msg is not None:
+                    queued.append((o.trainer, msg))
+        train_queued(queued, self.device)
 
     def _must_stop(self) -> bool:
         """Between two batches of a task (training/interrupt.py): read the sockets (a SHUTDOWN

@@ -6,16 +6,26 @@ is dropped after each task unless it is the only home of its state (a stateful c
 state in the run's store between tasks; one client alone in its process keeps its objects and
 writes the store only for checkpoints); a stateless client's goes to the process's kept
 Executors (core/executor.KeptExecutors, within a budget) for its next task, as under fednet
-local. `--real-time` waits out the simulated delays here.
+local. `--real-time` waits out the simulated delays here. With --batch-clients the tasks
+queued for a process's clients train in blocks before the first of them runs (train_queued).
 """
 from __future__ import annotations
 
 import time
 from typing import Any, Callable
 
+import logging
+from collections.abc import Sequence
+
+from fednet.algorithms.updates import forget_ahead
+from fednet.core.batching import batching, blocks, train_block
 from fednet.core.executor import Executor, KeptExecutors, Outcome, num_examples
+from fednet.core.wire import message_task
 from fednet.network.latency import Profile, up_delay, wire_time
 from fednet.protocol import Message, tensor_bytes
+from fednet.types import Task
+
+log = logging.getLogger("fednet.client")
 
 NO_PROFILE = Profile()
 
@@ -85,6 +95,12 @@ class Trainer:
         wired = self.shaped and wire_time(self.profile, nbytes, ex.sender_link(msg))
         return out, float(wired)
 
+    def batching(self) -> bool:
+        """Whether the run's clients train in blocks (--batch-clients; core/batching.py)."""
+        cfg = self.build[0] if self.build is not None else \
+            self.executor.cfg if self.executor is not None else None
+        return cfg is not None and batching(cfg)
+
     def up_delay(self, reply: Message) -> float:
         """The reply's upload delay (its latency, and its bytes unless the network shapes them)."""
         return up_delay(self.profile, 0 if self.shaped else tensor_bytes(reply))
@@ -97,3 +113,27 @@ class Trainer:
         end = time.monotonic() + max(0.0, (sim_delay + extra) * self.scale - elapsed)
         while (left := end - time.monotonic()) > 0:
             pump(max(1, int(min(left, 0.05) * 1000)))
+
+
+def train_queued(queued: Sequence[tuple[Trainer, Message]], device: str) -> None:
+    """--batch-clients under fednet launch: the TASKs queued for a process's clients (their
+    trainers and messages, in the order they arrived) trained now in blocks by core/batching's
+    rule, each kept for its task (algorithms/updates.take_ahead); what an earlier call trained
+    and no task took is dropped first. A client whose executor cannot be built, or a block whose
+    training fails, is left to run as without batching (its task then fails or trains alone)."""
+    forget_ahead()
+    pairs: dict[int, tuple[Executor, Task]] = {}
+    for trainer, msg in queued:
+        try:
+            pairs[msg.task_id] = (trainer.executor_now(), message_task(msg))
+        except Exception:  # noqa: BLE001 - its task reports it when it runs
+            continue
+    if not pairs:
+        return
+    most = next(iter(pairs.values()))[0].cfg.train.batch_clients
+    for block in blocks((t for _, t in pairs.values()), most, lambda cid: device):
+        try:
+            train_block([pairs[t.task_id] for t in block])
+        except Exception:  # noqa: BLE001 - the tasks train one at a time instead
+            log.exception("--batch-clients: a block of %d tasks could not be trained together; "
+                          "they train one at a time", len(block))

@@ -75,6 +75,12 @@ class TrainConfig:
     momentum: float = setting(0.0, "Local SGD momentum", ge=0, lt=1, option="--momentum")
     weight_decay: float = setting(4e-4, "Local weight decay", ge=0, option="--weight-decay")
     threads: int = setting(1, "Torch threads per client process", ge=1, option="--threads")
+    batch_clients: int = setting(
+        0, "Train up to N clients of a round together as one batch (torch.func; algorithms whose "
+        "Spec says batched: FedAvg, FedProx, the FedOpt family, FedAsync, FedBuff), N at most "
+        "a block and within a memory budget; each client's update equals its plain training to "
+        "float32 rounding (docs/usage.md); 0: one client at a time", ge=0,
+        option="--batch-clients", metavar="N")
     augment: str = setting("auto", "Train-time augmentation (auto: the dataset's default, none "
                            "for digits)", choices=AUGMENTS, option="--augment")
     optimizer: str = setting(

@@ -7,6 +7,8 @@ import numpy as np
 
 import torch
 
+from fednet.algorithms.updates import forget_ahead
+from fednet.core.batching import Ahead, batching, note
 from fednet.core.executor import KEEP_BYTES, Executor, KeptExecutors, share_working_models
 from fednet.config import RunConfig
 from fednet.core.replies import receive
@@ -129,15 +131,26 @@ class InprocDispatcher:
 
     def run_round(self, rnd: int, tasks: list[Task], follow: FollowUp | None = None
                   ) -> tuple[list[Result], list[Failure]]:
-        """Run the tasks one after another; follow-up tasks join the queue as results arrive."""
+        """Run the tasks one after another; follow-up tasks join the queue as results arrive.
+        With --batch-clients the round's first tasks train in blocks (core/batching.py), each
+        block just before its first task runs; the tasks still run one after another."""
         results: list[Result] = []
         failures: list[Failure] = []
         queue = deque(tasks)
-        while queue:
-            got = self._deliver(queue.popleft())
-            (failures if isinstance(got, Failure) else results).append(got)
-            if follow is not None:
-                queue.extend(follow(got))
+        cfg, ex = self.s.cfg, self.executors
+        ahead = (Ahead(cfg, tasks, lambda c: device_for(c, cfg.gpus), ex.__getitem__, ex.done)
+                 if batching(cfg) else None)  # --batch-clients: core/batching.py
+        try:
+            while queue:
+                task = queue.popleft()
+                if ahead is not None:
+                    ahead.before(task)
+                got = self._deliver(task)
+                (failures if isinstance(got, Failure) else results).append(got)
+                if follow is not None:
+                    queue.extend(follow(got))
+        finally:
+            forget_ahead()
         return results, failures
 
     def _send(self, msg: Message, src: str, dst: str) -> tuple[Message, int]:
@@ -201,6 +214,8 @@ def run_local(cfg: RunConfig, quiet: bool = False, write: bool = True, prepare=N
         if prepare is not None:
             prepare(session)
         session.progress.message(session.describe())
+        if note(cfg):  # --batch-clients asked of an algorithm that cannot batch
+            session.progress.message(note(cfg))
         session.driver.verdict.log_hint = "its traceback is in this command's log above"
         dispatcher = InprocDispatcher(session)
         run.on_stop(dispatcher.close)

@@ -200,6 +200,10 @@ def _announce(server: ZmqServer, cfg: RunConfig, choice: packing.Choice | None,
               on_listen: Any) -> None:
     progress = server.s.progress
     progress.message(server.s.describe())
+    from fednet.core.batching import note
+
+    if note(server.s.cfg):  # --batch-clients asked of an algorithm that cannot batch
+        progress.message(note(server.s.cfg))
     if choice is not None:
         progress.message(choice.line(cfg.clients))
     cores = os.cpu_count() or 1

@@ -125,6 +125,8 @@ class BatchedResult:
     stats: list[TrainStats]
     momentum: dict[str, torch.Tensor] = field(default_factory=dict)
     batch_sizes: list[list[int]] = field(default_factory=list)  # each client's, step by step
+    example: tuple[int, ...] = ()  # one example's shape as the model saw it (after augment)
+    dtype: torch.dtype = torch.float32  # and its dtype
 
     def client(self, g: int) -> dict[str, torch.Tensor]:
         """Client g's final trainable parameters by name."""
@@ -328,4 +330,5 @@ def train_batched(model: nn.Module, jobs: Sequence[ClientJob], *, augment: Augme
              for t, n, k in zip(total.tolist(), samples.tolist(), plan.steps)]
     per_step = plan.mask.sum(2).tolist()
     sizes = [row[:k] for row, k in zip(per_step, plan.steps)]
-    return BatchedResult(params, stats, opt.buf, sizes)
+    example = tuple(plan.x.shape[1 if plan.rows is not None else 3:])
+    return BatchedResult(params, stats, opt.buf, sizes, example, plan.x.dtype)
