@@ -273,7 +273,7 @@ def test_full_disk_at_the_summary_keeps_the_files_written_before(tmp_path, monke
     assert line == f"cannot write out/summary.json: {ENOSPC}"
     names = sorted(os.listdir("out"))
     assert names == ["accuracy_vs_bytes.png", "accuracy_vs_round.png", "accuracy_vs_sim_time.png",
-                     "clients.jsonl", "config.toml", "final_model.npz", "metrics.jsonl"]
+                     "clients.jsonl", "config.toml", "final_model.npz", "metrics.jsonl", "run.json"]
     assert len(Path("out/metrics.jsonl").read_text().splitlines()) == 2
     with np.load("out/final_model.npz", allow_pickle=False) as z:
         assert z.files

@@ -14,6 +14,7 @@ from fednet.config import to_toml
 from fednet.metrics.plots import describe, plot_overlay, plot_run, ylabel
 from fednet.metrics.progress import Progress, human_seconds
 from fednet.metrics.report import compare, run_info
+from fednet.core.inproc import run_local
 from tests.conftest import small_config
 
 
@@ -74,6 +75,8 @@ def _run(folder: Path, algo="fedavg", failures=(), pss=None, **cfg):
     folder.mkdir(parents=True)
     c = small_config(algo={"name": algo}, **cfg)
     (folder / "config.toml").write_text(to_toml(c))
+    (folder / "run.json").write_text(json.dumps(  # what a run resolves at its start
+        {"model": "digits_cnn", "eval": "clients" if algo == "standalone" else "global"}))
     s = {"algorithm": algo, "status": "completed", "clients": 3, "rounds": 2, "rounds_planned": 2,
          "final_accuracy": 0.5, "best_accuracy": 0.5, "bytes": {}, "failures": list(failures)}
     if pss:
@@ -99,6 +102,21 @@ def test_report_shows_the_union_of_rows_and_the_experiment(tmp_path):
     labels = [ln.split("  ")[0].strip() for ln in text.splitlines()[2:]]
     assert labels[-2:] == ["client memory (PSS)", "failures"]  # rows only the second run has
     assert labels[:6] == ["algorithm", "dataset", "partition", "model", "evaluation", "status"]
+
+
+def test_a_folder_without_run_json_shows_what_its_config_says(tmp_path):
+    """A run folder of a fednet older than run.json: the model as --model gave it ('auto' as
+    the dataset's default, read from the source) and no evaluation row; a real run writes
+    run.json at its start, before any round."""
+    from fednet.metrics.report import run_info
+
+    a = _run(tmp_path / "old")
+    (a / "run.json").unlink()
+    info = run_info(a)
+    assert info["model"] == "digits_cnn" and "eval" not in info
+    s = run_local(small_config(rounds=1, out=str(tmp_path / "new")), quiet=True)
+    assert json.loads((Path(s["out"]) / "run.json").read_text()) == {"model": "digits_cnn",
+                                                                      "eval": "global"}
 
 
 def test_plots_are_titled_and_labelled(tmp_path):

@@ -94,7 +94,9 @@ class Session:
         state = self._resume_state() if resume else None
         self.tracking = Tracking(cfg.track, self.out, {k: v for k, v in cfg.to_dict().items()
                                                        if k != "out"}, state["rows"] if state else 0)
-        self.history = History(self.out, cfg, keep_rows=state["rows"] if state else -1)
+        self.history = History(self.out, cfg, keep_rows=state["rows"] if state else -1,
+                               resolved={"model": self._model_summary()["model"],
+                                         "eval": eval_mode(cfg)})
         self.tracking.start()
         self.history.listeners.append(self.tracking.row)
         self.progress = Progress(cfg.rounds, quiet=quiet)

@@ -22,7 +22,7 @@ from fednet.metrics.files import (OutputError, atomic_file, clean_json, make_dir
 
 # What a run writes into its folder; a fresh run in an existing folder (--overwrite) removes the
 # previous run's files first, so that nothing stale (a checkpoint, a summary) is left beside it.
-RESULT_FILES = ("summary.json", "clients.jsonl", "population.npz", "final_model.npz", "accuracy_vs_round.png",
+RESULT_FILES = ("summary.json", "run.json", "clients.jsonl", "population.npz", "final_model.npz", "accuracy_vs_round.png",
                 "accuracy_vs_sim_time.png", "accuracy_vs_bytes.png", "accuracy_vs_epsilon.png",
                 "mlflow.json", "server.json")
 RESULT_DIRS = ("checkpoint", "checkpoint.old", "checkpoint.tmp", "tensorboard")
@@ -77,8 +77,11 @@ def _clear_previous_run(out: Path) -> None:
 class History:
     """Per-round rows in memory and on disk (when an output folder is given)."""
 
-    def __init__(self, out: Path | None, cfg: RunConfig, keep_rows: int = -1) -> None:
-        """keep_rows >= 0 resumes: the first keep_rows lines of metrics.jsonl stay, the rest go."""
+    def __init__(self, out: Path | None, cfg: RunConfig, keep_rows: int = -1,
+                 resolved: dict[str, str] | None = None) -> None:
+        """keep_rows >= 0 resumes: the first keep_rows lines of metrics.jsonl stay, the rest go.
+        `resolved`: what the run settled at its start that config.toml leaves open (the model
+        built, `model`; the evaluation mode, `eval`), written to run.json for the reports."""
         self.out = out
         self.rows: list[dict[str, Any]] = []
         self._fh: IO[str] | None = None
@@ -92,6 +95,8 @@ class History:
         elif path.exists():  # resumed: checked by checkpoint.read before anything is written
             self.rows = [json.loads(x) for x in path.read_text().splitlines()[:keep_rows]]
         write_text(out / "config.toml", to_toml(cfg))
+        if resolved is not None:
+            write_json(out / "run.json", resolved)
         write_jsonl(path, self.rows)  # atomic: a resume cuts the rows after the checkpoint
         try:
             self._fh = path.open("a")

@@ -25,15 +25,15 @@ def _fmt(v: Any, kind: str = "") -> str:
 
 def run_info(folder: str | Path | None) -> dict[str, str]:
     """What a run folder's config.toml says about the experiment: algorithm, dataset, partition,
-    clients, model (the one built, from summary.json; before the run ends, the algorithm's or the
-    dataset's default when auto) and evaluation (global: the server's model
-    on the test set; clients: each client's own model on its own split). {} without one."""
+    clients, and what the run resolved at its start (run.json): the model built (summary.json's
+    once the run ended) and the evaluation (global: the server's model on the test set;
+    clients: each client's own model on its own split). A folder of a fednet older than
+    run.json shows --model as given ('auto' as the dataset's default) and no evaluation. {}
+    without a config.toml."""
     if folder is None:
         return {}
     try:
-        from fednet.algorithms.checks import eval_mode
         from fednet.config import RunConfig, from_dict, load_toml, merge
-        from fednet.algorithms import model_name
 
         cfg = from_dict(merge(RunConfig().to_dict(), load_toml(Path(folder) / "config.toml")))
     except Exception:  # noqa: BLE001 -- a folder without (or with an old) config.toml
@@ -43,22 +43,26 @@ def run_info(folder: str | Path | None) -> dict[str, str]:
     if d.partition == "dirichlet" and d.alpha == 0:
         part = "shards"
     fedprox = d.dataset == "synthetic-fedprox"  # FedProx's Synthetic(alpha, beta)
+    f = Path(folder)
+    mode = _recorded(f, "run.json", "eval")
     return {**adversary_info(cfg), "algorithm": cfg.algo.name, "dataset": d.dataset + (
                 f"({d.synthetic_alpha:g},{d.synthetic_beta:g})" if fedprox else ""),
             "partition": part + (", permuted labels" if d.permute else ""),
             "clients": str(cfg.clients),
-            "model": _built_model(Path(folder)) or _concrete(model_name(cfg), d.dataset),
-            "eval": eval_mode(cfg), "seed": str(cfg.seed)}
+            "model": (_recorded(f, "summary.json", "model") or _recorded(f, "run.json", "model")
+                      or _concrete(cfg.train.model, d.dataset)),
+            **({"eval": mode} if mode else {}), "seed": str(cfg.seed)}
 
 
-def _built_model(folder: Path) -> str | None:
-    """The model the run built, as its summary.json says (auto resolved, a plugin dataset's
-    default too); None before the run ends or for a run older than that key."""
+def _recorded(folder: Path, name: str, key: str) -> str | None:
+    """A value the run wrote into its folder's `name` (run.json at its start, summary.json at
+    its end): the model built (auto resolved, a plugin dataset's default too), the evaluation
+    mode; None where the file or the key is not there (yet, or from an older fednet)."""
     try:
-        m = json.loads((folder / "summary.json").read_text()).get("model")
+        v = json.loads((folder / name).read_text()).get(key)
     except (OSError, ValueError, AttributeError):
         return None
-    return m if isinstance(m, str) and m != "auto" else None
+    return v if isinstance(v, str) and v != "auto" else None
 
 
 def _concrete(model: str, dataset: str) -> str:
