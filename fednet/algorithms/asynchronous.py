@@ -24,6 +24,7 @@ and the server takes Delta_k against the model the task carried.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -83,7 +84,7 @@ class Asynchronous(StagedStrategy):
         return max(int(self.cfg.algo.fraction * len(self.pool)), 1)
 
     # ---- the pipeline ----------------------------------------------------------------------
-    def configure_round(self, rnd: int, clients: list[ClientInfo]) -> list[Task]:
+    def configure_round(self, rnd: int, clients: Sequence[ClientInfo]) -> list[Task]:
         """Start of a step: C tasks from the current model, all at the step's start."""
         self.pool = roster.cids(clients)
         self.rnd = self.start = rnd
@@ -145,7 +146,8 @@ class Asynchronous(StagedStrategy):
             if len(self.used) == self.per_round():
                 self._close_round(done.sim_time)
         self.busy.pop(done.task_id)
-        done.arrays = {}
+        if isinstance(done, Result):
+            done.arrays = {}  # (its arrays are used: let them go)
         if (self.rnd >= self.end or len(self.busy) >= self.needed()
                 or self.failures_seen > FAILURE_BUDGET * (self.end - self.start) * self.per_round()):
             return []  # (a step whose tasks keep failing ends short)

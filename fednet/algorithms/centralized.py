@@ -4,6 +4,7 @@ The pooled data never travels: the one worker (client 0) rebuilds it from the da
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from fednet.algorithms.common import task_lr
@@ -17,7 +18,7 @@ from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 class Centralized(Strategy):
     """Each round: E epochs over all training data at lr * (1 + cos(pi t / T)) / 2."""
 
-    def configure_round(self, rnd: int, clients: list[ClientInfo]) -> list[Task]:
+    def configure_round(self, rnd: int, clients: Sequence[ClientInfo]) -> list[Task]:
         """One task, to the lowest-id live client."""
         worker = min(clients, key=lambda c: c.cid)
         lr = self.cfg.train.lr * 0.5 * (1 + math.cos(math.pi * rnd / self.cfg.rounds))

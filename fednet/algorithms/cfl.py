@@ -25,6 +25,7 @@ Rounds are 0-based: warmup=20 (default) first allows a split in the 21st round, 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -96,7 +97,7 @@ class ClusteredFL(Strategy):
         body["lr"] = float(body["lr"]) * self.p.lr_decay ** rnd
         return body
 
-    def configure_round(self, rnd: int, clients: list[ClientInfo]) -> list[Task]:
+    def configure_round(self, rnd: int, clients: Sequence[ClientInfo]) -> list[Task]:
         """Each selected client gets its cluster's model."""
         return [self.new_task(rnd, [c.cid], self.state.models[self.cluster_of(c.cid)],
                               self.task_body(rnd, c)) for c in self.select(rnd, clients)]

@@ -153,6 +153,7 @@ class Strategy:
 
     State: type[ServerState] = ServerState
     wants_pretrain_init = False  # FedSeq: ServerInfo.pretrain_init, a second random init
+    calibrated = False  # --dp: the session calibrated the noise (the DP state records it)
 
     def __init_subclass__(cls, **kw: Any) -> None:
         """A hook of StagedStrategy defined on a plain Strategy would never be called: refused."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -131,7 +132,7 @@ class Factorized(Strategy):
         return weighted_mean([{n: latest[j][n] for n in names} for j, _ in pw],
                              [w for _, w in pw])
 
-    def configure_round(self, rnd: int, clients: list[ClientInfo]) -> list[Task]:
+    def configure_round(self, rnd: int, clients: Sequence[ClientInfo]) -> list[Task]:
         """One task per selected client with its own personalized aggregate."""
         self.matched = {}
         body_extra = {"lambda": self.p.lambda_sparsity, "l1_detached": self.p.l1_detached,

@@ -59,9 +59,10 @@ class FedAvg(Strategy):
                                           getattr(self.state, "center", None), self._bad)
         return self._sums.setdefault(part, StreamingMean())
 
-    def robust_close(self, mean: Any, metrics: dict[str, float]) -> bool:
+    def robust_close(self, mean: Any, metrics: dict[str, Any]) -> bool:
         """Under --defense: the defense's row metrics, its center kept (centered clipping);
-        False when it refused the round (the model stays). True without a defense."""
+        False when it refused the round (the model stays). True without a defense. metrics:
+        the round's row, numbers and a refusal's text (round_failed, core/verdict reads it)."""
         if not isinstance(mean, RobustMean):
             return True
         refused = mean.refused

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -111,7 +112,7 @@ class FedFomo(Strategy):
                 chosen.append(k)
         return chosen
 
-    def configure_round(self, rnd: int, clients: list[ClientInfo]) -> list[Task]:
+    def configure_round(self, rnd: int, clients: Sequence[ClientInfo]) -> list[Task]:
         """Each selected client gets its candidates' latest models (its own stays with it)."""
         tasks = []
         for c in self.select(rnd, clients):

@@ -9,6 +9,7 @@ client returns it, and the server averages the superclient models by superclient
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -57,7 +58,7 @@ class FedSeq(StagedStrategy):
         return FedSeqState(model=dict(init), h=h)
 
     # ---- grouping stage (round -1) ---------------------------------------------------------
-    def setup_tasks(self, clients: list[ClientInfo]) -> list[Task]:
+    def setup_tasks(self, clients: Sequence[ClientInfo]) -> list[Task]:
         """One pre-training task per client: the shared random init (+ exemplars once)."""
         self.state.sizes = {c.cid: c.num_examples for c in clients}
         if self.info.pretrain_init is None:
@@ -143,7 +144,7 @@ class FedSeq(StagedStrategy):
         self.task_sc[t.task_id] = s
         return t
 
-    def configure_round(self, rnd: int, clients: list[ClientInfo]) -> list[Task]:
+    def configure_round(self, rnd: int, clients: Sequence[ClientInfo]) -> list[Task]:
         """One chain task per sampled superclient, all from the global model."""
         alive = {c.cid for c in clients}
         return [self.chain_task(rnd, s, self.state.model, alive) for s in self.sample(rnd, alive)]

@@ -9,6 +9,7 @@ which slot finishes first, and period 1 reproduces FedSeq exactly.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fednet.algorithms.aggregate import weighted_mean
@@ -38,7 +39,7 @@ class FedSeqInter(FedSeq):
         """The aggregation period P (N_S by default)."""
         return self.p.period or max(len(self.state.superclients), 1)
 
-    def configure_round(self, rnd: int, clients: list[ClientInfo]) -> list[Task]:
+    def configure_round(self, rnd: int, clients: Sequence[ClientInfo]) -> list[Task]:
         """Start of a period: fresh copies of the server model in every slot, first chains."""
         self.alive = {c.cid for c in clients}
         self.start = rnd
@@ -82,7 +83,7 @@ class FedSeqInter(FedSeq):
     def interim_points(self) -> list[tuple[int, Arrays, float, dict[str, float]]]:
         """The bank's weighted mean after each logical round of the period but the last
         (as the official code logs it), at the time its slowest slot finished that round."""
-        out = []
+        out: list[tuple[int, Arrays, float, dict[str, float]]] = []
         for t in range(self.start, self.start + len(self.schedule) - 1):
             snap = self.snaps.get(t, {})
             used = [(a, w) for _, (a, w, _) in sorted(snap.items()) if w > 0]  # slot order

@@ -53,7 +53,8 @@ class PerFedAvgClient(ClientUpdate):
         if self.p.hvp == "autograd":
             charge(ctx.model, ctx.x[idx], "hvp")
             grads, _ = self._grad(ctx, idx, create_graph=True)
-            dot = sum((g * vi).sum() for g, vi in zip(grads, v))
+            terms = [(g * vi).sum() for g, vi in zip(grads, v)]
+            dot = sum(terms[1:], terms[0])  # (as sum(terms) adds them, but a tensor from the start)
             return [h.detach() for h in torch.autograd.grad(dot, params)]
         d = self.p.fd_delta
         with torch.no_grad():

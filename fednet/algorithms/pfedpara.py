@@ -8,6 +8,7 @@ low-rank factors diverged at SGD learning rates >= 0.05 on digits without it.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fednet.algorithms.aggregate import weighted_mean
@@ -33,7 +34,7 @@ class PFedPara(Strategy):
             raise ConfigError("--algo pfedpara needs a FedPara model (--model pfedpara_digits or auto)")
         return [n for n, k in kinds.items() if k in SHARED_KINDS]
 
-    def configure_round(self, rnd: int, clients: list[ClientInfo]) -> list[Task]:
+    def configure_round(self, rnd: int, clients: Sequence[ClientInfo]) -> list[Task]:
         """The global factors to every selected client."""
         arrays = {n: self.state.model[n] for n in self.shared()}
         body = {"upload": self.shared(), "clip": self.p.clip}

@@ -26,8 +26,8 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -39,7 +39,7 @@ from fednet.errors import ConfigError
 from fednet.privacy import plan
 from fednet.privacy.accountant import Accountant
 from fednet.privacy.mechanisms import next_clip
-from fednet.types import ClientInfo, Failure, Result, Task
+from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 
 log = logging.getLogger("fednet.server")
 
@@ -74,6 +74,14 @@ def wrap_server(cls: type) -> type:
                 {"State": state, "__module__": __name__})
 
 
+class _DPState(Protocol):
+    """What PrivateServer reads and writes of its state (wrap_server's dataclass)."""
+
+    model: Arrays
+    dp: dict[str, Any]
+    dp_counts: np.ndarray | None
+
+
 class PrivateServer:
     """The mixin; see the module's docstring."""
 
@@ -81,6 +89,7 @@ class PrivateServer:
     state: Any
     info: Any
     target: int | None
+    State: Callable[..., _DPState]  # wrap_server's dataclass, with the accountant's fields
     _sums: dict[str, Any]
 
     def __init__(self, cfg: Any, params: Any) -> None:
@@ -99,7 +108,8 @@ class PrivateServer:
         self.count_std = plan.count_noise(cfg) if dp.adaptive else 0.0
         self.z_update = plan.update_noise(dp.noise, self.count_std) if dp.adaptive else dp.noise
         self.calibrated = False  # the session says so when it calibrated the noise
-        self._round, self._key, self._denom = -1, None, plan.expected_cohort(cfg)
+        self._round, self._denom = -1, plan.expected_cohort(cfg)
+        self._key: tuple | None = None  # --dp central: the round's event
         self._mean: PrivateMean | None = None
         self._pending: list[int] = []  # the round's clients, counted when it is aggregated
         self.remarks: list[str] = []  # said before the first round (plan.remarks)
@@ -129,12 +139,13 @@ class PrivateServer:
 
     def epsilon(self, more: bool = False, key: tuple | None = None) -> float:
         """Epsilon at the run's delta now (more: after one more round, of `key` for central)."""
-        if self.central or self.distributed:
-            return self.acc.epsilon(self._history(key if more else None))
+        if not (self.central or self.distributed or self.local):
+            return 0.0
+        assert self.acc is not None, "each --dp mode has its accountant"
         if self.local:
             worst = int(self.state.dp_counts.max(initial=0)) + int(more)
             return self.acc.epsilon([(plan.local_key(self.cfg.dp.noise), worst)])
-        return 0.0
+        return self.acc.epsilon(self._history(key if more else None))
 
     # ---- a round ------------------------------------------------------------------------------
     def stop_before(self, rnd: int, clients: Sequence[ClientInfo]) -> tuple[str, str] | None:
@@ -225,7 +236,7 @@ class PrivateServer:
         st.dp["events"] = [[list(k), c] for k, c in self._history(self._key)]
         folded = mean.count if mean is not None else 0
         out = {"dp_clip": clip, "dp_sigma": self.z_update * clip, "dp_cohort": folded,
-               "dp_clipped": mean.clipped / folded if folded else 0.0,
+               "dp_clipped": mean.clipped / folded if mean is not None and folded else 0.0,
                "dp_s": mean.seconds if mean is not None else 0.0,  # clipping and noise
                "dp_fold_s": mean.fold_seconds if mean is not None else 0.0}  # the sums
         if self.cfg.dp.adaptive and mean is not None and folded:
@@ -257,6 +268,7 @@ class PrivateServer:
         q, steps = plan.sgd_steps(self.info.sizes(cid), self.cfg.train.batch_size)
         n = int(self.state.dp_counts[cid]) if tasks is None else tasks
         total = n * self.cfg.train.epochs * steps
+        assert self.sgd_acc is not None, "DP-SGD (--dp-sgd-noise) has its accountant"
         return self.sgd_acc.epsilon([(plan.sgd_key(self.cfg.dp.sgd_noise, q), total)])
 
     # ---- --resume --------------------------------------------------------------------------------

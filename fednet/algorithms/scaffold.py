@@ -4,6 +4,7 @@ Learning", ICML 2020. Spec: docs/algorithms.md §3.3. Option II (the paper's che
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -48,7 +49,7 @@ class Scaffold(FedAvg):
         return ScaffoldState(model=dict(init),
                              c={k: np.zeros_like(init[k]) for k in init if k in self.trainable})
 
-    def configure_round(self, rnd: int, clients: list[ClientInfo]) -> list[Task]:
+    def configure_round(self, rnd: int, clients: Sequence[ClientInfo]) -> list[Task]:
         """Model plus server control in every task."""
         arrays = dict(self.state.model)
         arrays.update({C + k: v for k, v in self.state.c.items()})
@@ -133,6 +134,7 @@ def _full_gradient(ctx: ClientContext, x: list[torch.Tensor], task: Task) -> lis
             charge(ctx.model, xb)
             ctx.loss(ctx.model(xb), ctx.y[idx]).backward()
             for a, p in zip(acc, params):
+                assert p.grad is not None, "a trainable parameter has a gradient after backward"
                 a.add_(p.grad)
             n += 1
     load_arrays(ctx.model, trained)

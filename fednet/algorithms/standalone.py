@@ -3,6 +3,7 @@ The lower bound of personalized FL (docs/algorithms.md §3.5). Clients start fro
 initialisation that they build locally, and report their own test accuracy each round."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fednet.algorithms.contract import ClientContext, ClientUpdate, Strategy
@@ -19,7 +20,7 @@ class StandAlone(Strategy):
         super().__init__(cfg, params)
         self.eval_clients = True  # there is no global model to evaluate
 
-    def configure_round(self, rnd: int, clients: list[ClientInfo]) -> list[Task]:
+    def configure_round(self, rnd: int, clients: Sequence[ClientInfo]) -> list[Task]:
         """Every selected client; no model in the task."""
         return [self.new_task(rnd, [c.cid], {}, self.task_body(rnd, c))
                 for c in self.select(rnd, clients)]

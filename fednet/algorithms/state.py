@@ -21,7 +21,7 @@ import dataclasses
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -116,7 +116,7 @@ def _index(text: str, limit: int) -> int | None:
 class _Decoder:
     """Rebuilds one state from its arrays, reporting the first problem via fail()."""
 
-    def __init__(self, shapes: Shapes, fail: Callable[[str], None], device: Any = None,
+    def __init__(self, shapes: Shapes, fail: Callable[[str], NoReturn], device: Any = None,
                  finite: bool = False) -> None:
         self.s, self.fail, self.device, self.finite = shapes, fail, device, finite
         # a trainable parameter's dtype: one of the model's floating ones (a float64 file for
@@ -242,7 +242,7 @@ def _json_ok(v: Any, tp: Any, clients: int, ids: bool = False) -> Any:
     return v
 
 
-def check_model(prefix: str, got: Arrays, shapes: Shapes, fail: Callable[[str], None],
+def check_model(prefix: str, got: Arrays, shapes: Shapes, fail: Callable[[str], NoReturn],
                 finite: bool = False) -> Arrays:
     """A whole model (PREFIX/<entry>): every entry of the initial model, same shapes and dtypes
     (finite: and no NaN or inf)."""
@@ -250,7 +250,7 @@ def check_model(prefix: str, got: Arrays, shapes: Shapes, fail: Callable[[str], 
 
 
 def decode(cls: type, arrays: Arrays, meta: dict[str, Any], prefix: Callable[[str], str],
-           shapes: Shapes, fail: Callable[[str], None], fail_json: Callable[[str], None],
+           shapes: Shapes, fail: Callable[[str], NoReturn], fail_json: Callable[[str], NoReturn],
            device: Any = None, finite: bool = False) -> tuple[Any, set[str]]:
     """The inverse of encode(): (an instance of cls, the array names it used). Every array and
     JSON field is checked (finite: floating arrays hold no NaN or inf); fail() (arrays) or

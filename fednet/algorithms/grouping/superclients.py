@@ -122,6 +122,15 @@ def _greedy(reps: np.ndarray, sizes: np.ndarray, measure: str, zero_floor: bool)
     return pick
 
 
+def _matrix(reps: np.ndarray | None, n: int, measure: str) -> np.ndarray:
+    """reps as the n x d float64 matrix the groupings but random read."""
+    get_measure(measure)  # fail early on a typo even where the measure is unused (kmeans)
+    matrix = np.asarray(reps, dtype=np.float64)
+    if matrix.ndim != 2 or matrix.shape[0] != n:
+        raise ValueError(f"reps must be a {n} x d matrix, got shape {matrix.shape}")
+    return matrix
+
+
 def group(name: str, reps: np.ndarray | None, sizes: np.ndarray, measure: str, min_samples: int,
           max_clients: int, seed: int, num_classes: int, zero_floor: bool = False) -> list[list[int]]:
     """Client indices (0..K-1) of each superclient built by grouping `name` (docs/algorithms.md §4.5)."""
@@ -133,19 +142,15 @@ def group(name: str, reps: np.ndarray | None, sizes: np.ndarray, measure: str, m
         raise ConfigError(f"--param max_clients={max_clients} must be at least 1 (clients per superclient)")
     sizes = np.asarray(sizes, dtype=np.int64).ravel()
     n = sizes.size
-    if name != "random":
-        get_measure(measure)  # fail early on a typo even where the measure is unused (kmeans)
-        reps = np.asarray(reps, dtype=np.float64)
-        if reps.ndim != 2 or reps.shape[0] != n:
-            raise ValueError(f"reps must be a {n} x d matrix, got shape {reps.shape}")
+    matrix = None if name == "random" else _matrix(reps, n, measure)
     if n == 0:
         return []
-    if name == "random":
+    if matrix is None:
         pick = _random(n, seed)
     elif name == "kmeans":
-        pick = _kmeans(reps, num_classes, seed)
+        pick = _kmeans(matrix, num_classes, seed)
     else:
-        pick = _greedy(reps, sizes, measure, zero_floor)
+        pick = _greedy(matrix, sizes, measure, zero_floor)
     return _fill(pick, n, sizes, int(min_samples), int(max_clients))
 
 
