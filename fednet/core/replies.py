@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,11 +16,12 @@ from typing import Any
 import numpy as np
 
 from fednet.network import latency
-from fednet.algorithms.layout import NON_FINITE, Layout, vet
+from fednet.algorithms.layout import Layout, vet
 from fednet.compress import CompressionError, Spec, decode_result
 from fednet.network.latency import Profile
 from fednet.protocol import Message, MsgKind, tensor_bytes
 from fednet.types import Arrays, Failure, Result, Task
+from fednet.core.verdict import DIVERGED_LOCALLY, non_finite
 from fednet.core.wire import message_failure, message_result
 from fednet.core.work import check_body
 from fednet.data.partition import part_size
@@ -45,8 +47,10 @@ def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile],
     (the partition it gave the client, the earliest start and latest end of its simulated
     time): a sample count other than the partition's, a stamp outside the window, or NaN/inf
     in the arrays is the client's failure, so that no client weighs, times or poisons the
-    aggregate beyond its own share. `noise`: why a result of this run may hold NaN/inf (the
-    noise of differential privacy, privacy/plan.noise_cause), added to such a failure's reason."""
+    aggregate beyond its own share; so is a training or test loss it reports as NaN/inf (its
+    local training diverged: loss_problem), even where no array travels (Stand-Alone).
+    `noise`: why a result of this run may hold NaN/inf (the noise of differential privacy,
+    privacy/plan.noise_cause), added to such a failure's reason."""
     if bounds is not None and not bounds.start <= msg.sim_time <= bounds.latest:
         if msg.kind == MsgKind.FAILURE:  # a failure already: its time kept within the window
             msg.sim_time = min(max(msg.sim_time, bounds.start), bounds.latest)
@@ -70,10 +74,11 @@ def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile],
     why = why or vet(expect, res.arrays, res.num_examples,
                      bounds.examples if bounds is not None else None) or _body_problem(res.body,
                                                                                        body)
+    why = why or loss_problem(res.body)
     if why is not None:
         log.warning("round %d: the result of client %d (task %d) was refused: %s",
                     msg.round + 1, cid, msg.task_id, why)
-        cause = noise(res.arrays) if noise is not None and NON_FINITE in why else ""
+        cause = noise(res.arrays) if noise is not None and non_finite(why) else ""
         return Failure(res.task_id, res.round, cid,
                        f"result refused: {why}" + (f"; {cause}" if cause else ""), arrival)
     res.sent, res.nbytes = msg.sim_time, nbytes  # for the shared server link (network/step.py)
@@ -89,6 +94,24 @@ class Bounds:
     examples: int
     start: float
     latest: float
+
+
+LOSSES = {"loss": "training loss", "test_loss": "test loss"}
+"""The losses a result body may report (protocol/schema.RESULT_BODY), as a reason names them."""
+
+
+def loss_problem(body: dict[str, Any]) -> str | None:
+    """Why a result whose client reports a NaN/inf loss is unusable, or None: its local training
+    diverged, so its arrays (finite or not) and its own model's accuracy mean nothing. The
+    schema lets such a loss through decode (protocol/schema.RESULT_BODY) precisely so that it
+    arrives here and is recorded as this client's failure with this cause, instead of being a
+    rejected message with no reason that leaves its task waiting on a deadline."""
+    for key, what in LOSSES.items():
+        v = body.get(key)
+        if isinstance(v, float) and not math.isfinite(v):
+            return (f"its reported {what} is {v}: {DIVERGED_LOCALLY} (try a smaller --lr, or "
+                    "--clip 5 where the algorithm has it)")
+    return None
 
 
 def _body_problem(got: dict[str, Any], kinds: dict[str, str] | None) -> str | None:

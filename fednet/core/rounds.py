@@ -284,6 +284,7 @@ class RoundDriver:
         """(accuracy, loss, metrics) of the step's model; the run ends if it diverged."""
         if self.algo.eval_clients:  # personalized: clients evaluated their own models
             acc, loss, spread = client_accuracy(results)
+            self.verdict.check_clients(rnd, results, failures)  # a client's own model diverged
             return acc, loss, {**metrics, **spread}
         model = self.algo.eval_arrays()
         acc, loss = self.evaluate(model)

@@ -15,6 +15,9 @@ from fednet.core.status import RunStatus
 from fednet.types import Arrays, Failure, Result
 
 log = logging.getLogger("fednet.server")
+DIVERGED_LOCALLY = "its local training diverged"
+"""Part of the reason of every result refused for a NaN/inf loss it reports (core/replies.py);
+with layout.NON_FINITE (NaN/inf values), what non_finite() reads."""
 Ending = tuple[RunStatus, str]
 """A status and the one line that says why (summary.json's `error`)."""
 
@@ -98,6 +101,32 @@ class Verdict:
         log.error("the run failed: %s", error)
         return RunStatus.FAILED, error
 
+    def check_clients(self, rnd: int, results: list[Result], failures: list[Failure]) -> None:
+        """Clients that evaluate their own models (personalized runs): the run has failed when
+        the model of a client diverged this round (its result refused for a NaN/inf loss or
+        NaN/inf values: core/replies.py). The round's mean client accuracy would be over the
+        others only, which flatters the run, and a personal model does not recover."""
+        ending = self.clients_diverged(rnd, results, failures)
+        if ending is not None:
+            self.end(*ending)
+
+    @staticmethod
+    def clients_diverged(rnd: int, results: list[Result], failures: list[Failure]
+                         ) -> Ending | None:
+        """Failed, naming the clients and the first one's cause, when a client's own model
+        diverged in round `rnd` (see check_clients); None otherwise."""
+        bad = sorted((f for f in failures if non_finite(f.reason)), key=lambda f: f.cid)
+        if not bad:
+            return None
+        ids = ", ".join(str(f.cid) for f in bad[:8]) + (", ..." if len(bad) > 8 else "")
+        evaluated = len(results) + len(bad)
+        error = (f"round {rnd + 1}: the own model of {len(bad)} of the {evaluated} clients "
+                 f"evaluated diverged (client{'s' if len(bad) > 1 else ''} {ids}); the mean "
+                 f"client accuracy of the others would flatter the run, so it stops here "
+                 f"(client {bad[0].cid}: {bad[0].reason})")
+        log.error("the run failed: %s", error)
+        return RunStatus.FAILED, error
+
     @staticmethod
     def diverged(rnd: int, model: Arrays, results: list[Result], failures: list[Failure],
                  loss: float, cause: Callable[[Arrays], str] = lambda model: ""
@@ -112,9 +141,10 @@ class Verdict:
         smaller --lr."""
         from fednet.privacy.plan import DP_CAUSE
 
-        bad = {f.cid for f in failures if NON_FINITE in f.reason}
+        bad = {f.cid for f in failures if non_finite(f.reason)}
         all_bad = not results and len(bad) >= 2
-        what = (f"the results of all {len(bad)} clients that answered have NaN/inf parameters"
+        what = (f"the results of all {len(bad)} clients that answered have NaN/inf parameters "
+                "or losses"
                 if all_bad else
                 "the global model has NaN/inf parameters" if not finite(model)
                 else "the global model's test loss is not finite" if not math.isfinite(loss)
@@ -127,6 +157,12 @@ class Verdict:
         error = f"round {rnd + 1}: {what}; the run diverged and stops here ({hint})"
         log.error("%s", error)
         return RunStatus.DIVERGED, error
+
+
+def non_finite(reason: str) -> bool:
+    """True when a failure's reason is a result refused for NaN/inf: in its values
+    (layout.NON_FINITE) or in the loss its client reported (DIVERGED_LOCALLY)."""
+    return NON_FINITE in reason or DIVERGED_LOCALLY in reason
 
 
 _EXCEPTION_NAME = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failed|Failure|Interrupt|Exit|"

@@ -50,7 +50,10 @@ RESULT_BODY = Map({
     "lr": Num(), "samples": _COUNT, "steps": _COUNT, "next_task": TASK_ID,
 }, extra=_FREE, max_items=1024)
 """A result body: the statistics the runtime and every algorithm read; an algorithm's own keys
-are declared with its Spec (result_body) and checked by the server (core/replies.py)."""
+are declared with its Spec (result_body) and checked by the server (core/replies.py). The losses
+may be NaN/inf here on purpose: a refusal at decode would be a rejected message with no reason
+and its task would wait on its deadline; decoded, the reply reaches core/replies.loss_problem,
+which makes it that client's recorded failure (its local training diverged)."""
 
 _ROUTE = {
     "route": List(_CID, 100_000, min_len=1), "hop": Int(0, 100_000), "kind": Str(64),
