@@ -1,7 +1,7 @@
 """--batch-clients (issue 56 items 1-3): a round's clients trained in blocks by the runtime.
 
 What is checked: each batched algorithm's run equals its unbatched run to float32 rounding
-(RTOL of each array's largest magnitude; measured 1e-8 to 1e-7 after two rounds) with the same
+(RTOL of each array's largest magnitude; measured about 1e-7 after two rounds) with the same
 bytes, messages, simulated time and client compute to the last bit; a block's client updates
 equal each client's rule alone to RTOL; a client's bits do not depend on its block (what lets
 fednet local and fednet launch agree bit for bit); the block rule (client-id order, one device
