@@ -94,3 +94,9 @@ def test_the_verdict_names_the_diverged_clients():
     values = Failure(4, 0, 4, "result refused: array 'w' holds NaN or inf")
     status, why = Verdict.diverged(0, {"w": np.zeros(1, np.float32)}, [], [bad, values], 1.0)
     assert status == "diverged" and "all 2 clients" in why
+
+
+def test_standalone_clipped_as_factorized_fl_clients_trains_that_backbone(tmp_path):
+    s = _run(tmp_path, "clip", clients=4, rounds=3, seed=8,
+             algo={"name": "standalone", "params": {"clip": 5.0}}, train=SOME_DIVERGE)
+    assert s["status"] == "completed" and not s["failures"]

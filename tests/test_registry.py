@@ -85,7 +85,7 @@ def test_the_per_algorithm_options_and_their_defaults_come_from_the_declarations
     assert by_opt["--mu"] == ("mu", "[fedprox, fedseq, fedseq_inter] proximal weight of FedProx. "
                                     "[default: 0.01]")
     assert by_opt["--dyn-alpha"][0] == "alpha"
-    assert "feddyn, fedseq, fedseq_inter: 0; factorized, factorized_beta, pfedpara: 5" \
+    assert "feddyn, standalone, fedseq, fedseq_inter: 0; factorized, factorized_beta, pfedpara: 5" \
         in by_opt["--clip"][1]
     assert "[default: 0; domain: 0.95]" in by_opt["--tau"][1]
 

@@ -94,6 +94,13 @@ class FactorizedParams:
 
 
 @dataclass(frozen=True)
+class StandAloneParams:
+    """Stand-Alone (docs/algorithms.md §3.5)."""
+
+    clip: float = param(0.0, "clip the local gradient norm (0 = off)", ge=0, option="--clip")
+
+
+@dataclass(frozen=True)
 class PFedParaParams:
     """pFedPara (docs/algorithms.md §3.7)."""
 
@@ -249,7 +256,8 @@ _register(Spec("scaffold", "control variates c, c_k", A + "scaffold:Scaffold",
 _register(Spec("feddyn", "dynamic regularisation", A + "feddyn:FedDyn", A + "feddyn:FedDynClient",
               DynParams))
 _register(Spec("standalone", "every client trains alone; nothing travels",
-              A + "standalone:StandAlone", A + "standalone:StandAloneClient", personalized=True))
+              A + "standalone:StandAlone", A + "standalone:StandAloneClient", StandAloneParams,
+              personalized=True, task_body={"clip": "number >= 0"}))
 _register(Spec("centralized", "one model on the pooled training set (the reference accuracy)",
               A + "centralized:Centralized", A + "centralized:CentralizedClient"))
 _register(Spec("fedseq", "superclients trained sequentially over peer-to-peer rings",

@@ -1,6 +1,8 @@
 """Stand-Alone: every client trains only its own model on its own data (no model ever travels).
 The lower bound of personalized FL (docs/algorithms.md §3.5). Clients start from the shared seeded
-initialisation that they build locally, and report their own test accuracy each round."""
+initialisation that they build locally, and report their own test accuracy each round. --clip
+(off by default) clips the local gradient norm, as Factorized-FL's and pFedPara's clients do: on
+their backbones Stand-Alone is a fair lower bound only when it trains the way their clients do."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -10,6 +12,7 @@ from fednet.algorithms.contract import ClientContext, ClientUpdate, Strategy
 from fednet.algorithms.layout import Layout
 from fednet.algorithms.updates import local_sgd
 from fednet.config import RunConfig
+from fednet.training.hooks import clip_norm
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 
 
@@ -22,7 +25,8 @@ class StandAlone(Strategy):
 
     def configure_round(self, rnd: int, clients: Sequence[ClientInfo]) -> list[Task]:
         """Every selected client; no model in the task."""
-        return [self.new_task(rnd, [c.cid], {}, self.task_body(rnd, c))
+        clip = {"clip": self.p.clip} if self.p.clip > 0 else {}
+        return [self.new_task(rnd, [c.cid], {}, {**self.task_body(rnd, c), **clip})
                 for c in self.select(rnd, clients)]
 
     def result_layout(self, task: Task) -> Layout:
@@ -44,5 +48,6 @@ class StandAloneClient(ClientUpdate):
     keeps_model = True
 
     def run(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
-        """Continue training the model this client holds."""
-        return {}, local_sgd(ctx, task, load=False)
+        """Continue training the model this client holds (its gradient clipped: body `clip`)."""
+        clip = float(task.body.get("clip", 0.0))
+        return {}, local_sgd(ctx, task, [clip_norm(clip)] if clip > 0 else [], load=False)

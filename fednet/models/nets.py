@@ -70,6 +70,10 @@ _BUILDERS: dict[str, Callable[[int, tuple[int, ...]], nn.Module]] = {
     "resnet18": lambda k, shape: resnet18(k, shape),
     # BN on: with mu = 0 at init (the paper) the rank-1 digits net does not learn without it
     "factorized_digits": lambda k, shape: FactorizedDigitsNet(k, bn=True, input_shape=shape),
+    # the official code's init of every dense mu (Xavier-uniform; the paper: zeros): fc1 and fc2
+    # are full rank from the start (docs/algorithms.md §5.8, §7.17)
+    "factorized_digits_xavier": lambda k, shape: FactorizedDigitsNet(k, bn=True, input_shape=shape,
+                                                                    mu_init="xavier"),
     "factorized_resnet9": lambda k, shape: FactorizedResNet9(k, shape),
     "pfedpara_digits": lambda k, shape: PFedParaDigitsNet(k, input_shape=shape),
     "mclr": lambda k, shape: LogisticRegression(k, shape),
