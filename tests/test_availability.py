@@ -301,7 +301,7 @@ def test_welcome_carries_whole_traces_only_to_algorithms_that_hand_off():
         got = Registrar.traces(reg, [7])
         if handoffs:
             assert got["avail_client"].tolist() == list(range(n))
-            assert got["profiles"].shape == (n, 5)
+            assert got["profiles"].shape == (n, len(latency.COLUMNS))
         else:
             assert got["avail_client"].tolist() == [7] and got["avail_start"].tolist() == [7.0]
             assert "profiles" not in got

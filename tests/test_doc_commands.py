@@ -9,6 +9,7 @@ options that refuse each other fails here, naming the file and the command. Syno
 `RUN...`) are not commands; placeholders (DIR, RUN, $K, ~) stand for scratch paths."""
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from pathlib import Path
@@ -196,3 +197,56 @@ def test_the_docs_show_commands_of_every_kind():
     subs = {shlex.split(c)[1] for _, c in COMMANDS}
     assert {"local", "launch", "server", "clients", "sweep", "report", "keys"} <= subs, subs
     assert len(COMMANDS) >= 25 and len(MENTIONS) >= 10
+
+
+RUNNABLE = [(w, c) for w, c in COMMANDS if shlex.split(c)[1] in ("local", "launch", "sweep")
+            and "--help" not in c and not any(k in c for k in PARSE_ONLY)]
+SMALL = {"--clients": 6, "--rounds": 1, "--seed": 0}
+"""What a documented command is run at here: at most 6 clients (or enough for 10 a round at its
+--fraction: a cohort Poisson-sampled from 6 is often empty), one round, one seed."""
+
+
+def _small(args: list[str]) -> list[str]:
+    """The command with its sizes cut to SMALL, and a sweep's grid of values to the first of
+    each option (its methods, --algo, all kept)."""
+    out = list(args)
+    frac = float(out[out.index("--fraction") + 1]) if "--fraction" in out[:-1] else 1.0
+    for i, a in enumerate(out[:-1]):
+        if a in SMALL:
+            first = out[i + 1].split(",")[0]
+            most = max(SMALL[a], math.ceil(10 / frac)) if a == "--clients" else SMALL[a]
+            out[i + 1] = str(min(int(first), most)) if a != "--seed" else first
+        elif a.startswith("--") and a != "--algo" and "," in out[i + 1]:
+            out[i + 1] = out[i + 1].split(",")[0]
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where, command", RUNNABLE, ids=[f"{w}: {c[:60]}" for w, c in RUNNABLE])
+def test_each_documented_run_runs(where, command, tmp_path):
+    """Each `fednet local`, `launch` and `sweep` command of the docs run as a user runs it (the
+    installed `fednet`, in a scratch folder), at SMALL sizes: exit 0, and the line that says
+    how it ended (a run's `status  completed`, a sweep's cells done)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.leaf_fixtures import write_leaf
+
+    home = tmp_path / "home"
+    write_leaf(home / "leaf" / "data-root", "femnist", users=120)  # ~/leaf/data-root
+    args = _small(_args(command, tmp_path))
+    run = [*args, "--rounds", "1"] if args[0] != "sweep" else args
+    if args[0] != "sweep":
+        run += [] if "--out" in run else ["--out", str(tmp_path / "out")]
+    elif "--" in run and "--rounds" not in run[run.index("--"):]:
+        run += ["--rounds", "1"]
+    got = subprocess.run([sys.executable, "-m", "fednet", *run], cwd=tmp_path, text=True,
+                         capture_output=True, timeout=300,
+                         env={**os.environ, "HOME": str(home), "FEDNET_NO_PROGRESS": "1"})
+    said = got.stdout + got.stderr
+    assert got.returncode == 0, f"{where}: `{command}` (run as {run}): {said[-3000:]}"
+    if args[0] == "sweep":
+        assert re.search(r"(?m)^\d+ cells? run in ", said), said[-2000:]
+    else:
+        assert re.search(r"(?m)^status\s+completed\b", said), said[-2000:]

@@ -97,7 +97,8 @@ def test_simulated_seconds_per_example_follow_the_models_flops(tmp_path):
     got = {}
     for name in ("mclr", "digits_cnn"):
         cfg = small_config(clients=1, rounds=1, train={"model": name},
-                           latency={"preset": "", "file": _host(tmp_path, 1e9)},
+                           latency={"preset": "", "file": _host(tmp_path, 1e9),
+                                    "server_profile": "none"},  # (the clients' compute only)
                            out=str(tmp_path / name))
         s = run_local(cfg, quiet=True)
         n = s["compute"]["samples"]

@@ -148,7 +148,9 @@ def test_flops_trace_and_older_trace_load(tmp_path, caplog):
     new.write_text(json.dumps([{"train_flops_per_s": 5e9, "rtt_s": 0.01, "up_bps": 0,
                                 "down_bps": "100Mbit"}]))
     ps = latency.profiles(LatencyConfig(file=str(new)), 2, 0)
-    assert ps[0] == ps[1] == Profile(0.0, 0.01, float("inf"), 12.5e6, 5e9)
+    # (the protocol rates not given: the edge class's at 5 GFLOP/s, latency.edge_rates)
+    assert ps[0] == ps[1] == Profile(0.0, 0.01, float("inf"), 12.5e6, 5e9,
+                                     *(float(v) for v in latency.edge_rates(5e9).values()))
     old = tmp_path / "old.csv"
     old.write_text(f"{HEAD}\n0.002,0.01,0,0\n")
     latency._PER_SAMPLE_NOTED = False
@@ -199,7 +201,7 @@ def test_profiles_travel_as_an_array_and_come_back_equal(tmp_path):
     cfg = LatencyConfig(file=str(f))
     profs = latency.profiles(cfg, 2, 0)
     arr = latency.to_array(profs)
-    assert arr.shape == (2, 5) and arr.dtype.name == "float64"
+    assert arr.shape == (2, len(latency.COLUMNS)) and arr.dtype.name == "float64"
     f.unlink()  # a client host has no copy of the file: WELCOME's array is enough
     assert latency.links(cfg, 2, 0, {"profiles": arr}) == profs
     assert latency.links(LatencyConfig(preset="wan"), 3, 5, {}) == latency.profiles(
@@ -261,9 +263,9 @@ def test_profiles_are_one_table_that_behaves_as_a_list_of_profiles():
     assert ps.subset([7, 0, 7]) == [objs[7], objs[0], objs[7]]
     assert latency.Profiles.of(objs) == ps
     arr = latency.to_array(ps)
-    assert arr.shape == (10, 5) and latency.Profiles.from_array(arr) == ps
+    assert arr.shape == (10, len(latency.COLUMNS)) and latency.Profiles.from_array(arr) == ps
     none = latency.profiles(LatencyConfig(preset="none"), 2, 0)
-    assert latency.to_array(none).tolist() == [[0.0] * 5] * 2  # unlimited: 0 on the wire
+    assert latency.to_array(none).tolist() == [[0.0] * len(latency.COLUMNS)] * 2  # unlimited: 0
     assert latency.Profiles.from_array(latency.to_array(none))[1].up_bps == float("inf")
     with pytest.raises(IndexError):
         ps[10]

@@ -160,10 +160,6 @@ def test_no_pickle_like_serialisation_anywhere():
 
 
 MAX_FUNCTION_LINES = 60
-SOFT_MODULE_LINES = 400
-# Modules above SOFT_MODULE_LINES, each with why it is one module (its cohesion).
-LARGE_MODULES: dict[str, str] = {
-}
 # Import cycles left (a frozenset of modules each), `if TYPE_CHECKING:` imports counted. A new
 # one must be broken, or listed here with its reason.
 KNOWN_CYCLES: dict[frozenset[str], str] = {}
@@ -178,15 +174,6 @@ def test_functions_stay_short():
                 if lines > MAX_FUNCTION_LINES:
                     long.append(f"{f.relative_to(PKG)}:{n.lineno} {n.name} ({lines} lines)")
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
-
-
-def test_modules_stay_cohesive():
-    big = {str(f.relative_to(PKG)): n for f in _files()
-           if (n := len(f.read_text().splitlines())) > SOFT_MODULE_LINES}
-    unlisted = {k: v for k, v in big.items() if k not in LARGE_MODULES}
-    assert not unlisted, (f"modules over {SOFT_MODULE_LINES} lines: {unlisted}; split them by job, "
-                          "or list them in LARGE_MODULES with why they are one module")
-    assert not set(LARGE_MODULES) - set(big), "LARGE_MODULES lists modules that are small now"
 
 
 def _module_name(f: Path) -> str:

@@ -147,7 +147,7 @@ def test_each_stage_is_a_round_trip_in_simulated_time(tmp_path):
     sims = {}
     for mode in ("off", "plus", "full"):
         cfg = small_config(clients=6, rounds=1, net={"secagg": mode}, out=str(tmp_path / mode),
-                           latency={"preset": "lan", "file": str(lat)})
+                           latency={"preset": "lan", "file": str(lat), "server_profile": "none"})
         sims[mode] = run_local(cfg, quiet=True)["sim_time_s"]
     assert sims == pytest.approx({"off": 0.1, "plus": 0.4, "full": 0.4})
 

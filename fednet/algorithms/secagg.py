@@ -27,7 +27,9 @@ import numpy as np
 from fednet import rng, types as roster
 from fednet.algorithms.contract import ClientUpdate, StagedStrategy
 from fednet.algorithms.layout import Layout
+from fednet import opcount
 from fednet.secagg import client as C
+from fednet.secagg import cost
 from fednet.secagg.field import dequantize, dtype_of, field_bits
 from fednet.secagg.graph import default_neighbours
 from fednet.secagg.server import STAGES, Aggregation, SecAggFailed
@@ -83,6 +85,8 @@ class SecAggServer(StagedStrategy):
         self.stats: dict[str, Any] = {}
         self.failed = ""
         self.clock = 0.0  # the simulated time the current stage's last reply came
+        self.server_rates: dict[str, float] = {}  # the server's (set by the round driver)
+        self.server_ops: dict[str, dict[str, float]] = {}  # stage -> the server's work in it
 
     def __getattr__(self, name: str) -> Any:  # cfg, state, layout, target, ...: the inner's
         return getattr(self.__dict__["inner"], name)
@@ -126,7 +130,7 @@ class SecAggServer(StagedStrategy):
                                rng.generator(self.cfg.seed, "secagg-graph", rnd), self.ddg_t)
         k = max((len(v) for v in self.agg.graph.values()), default=0)
         self.stats = {"secagg_server_s": {}, "secagg_neighbours": k}
-        self.answers, self.starts = {}, {}
+        self.answers, self.starts, self.server_ops = {}, {}, {}
         self.failed, self.clock = "", self.now
         return self._stage("keys", {c: ({}, {}) for c in cohort}, rnd)
 
@@ -193,6 +197,8 @@ class SecAggServer(StagedStrategy):
         if self.waiting or self.agg is None or self.failed or self.stage == "unmask":
             return []
         t0 = time.process_time()
+        if self.stage == "input":  # the masked inputs summed before the unmask stage leaves
+            self.clock += self._server("input", cost.summed(len(self.agg.inputs), self._d()))
         try:
             nxt = {"keys": self._shares, "shares": self._inputs, "input": self._unmasks}[
                 self.stage](done.round)
@@ -288,6 +294,8 @@ class SecAggServer(StagedStrategy):
                 mean = (total, weight)
             except SecAggFailed as e:
                 self.failed = self._why(e)
+        if mean is not None:  # (the round's end waits for it: core/server_clock.py)
+            self._server("unmask", cost.unmasking(self.agg))
         inner_results = [] if mean is None else [self._unmasked(rnd, *mean)]
         metrics = self.inner.aggregate_round(rnd, inner_results, failures)
         self.stats["secagg_server_s"]["unmask"] = (self.stats["secagg_server_s"].get("unmask", 0.0)
@@ -299,12 +307,40 @@ class SecAggServer(StagedStrategy):
             self.failed = (f"secure aggregation stopped at stage {self.stage}: no client could "
                            f"go on to the next stage ({self._left()} clients left)")
         out = {**metrics, **self.stats, "secagg_field_bits": self.agg.fbits if self.agg else 0,
-               "secagg_clients": self._survivors(), "secagg_sim_s": self._stage_seconds()}
+               "secagg_clients": self._survivors(), "secagg_sim_s": self._stage_seconds(),
+               "secagg_server_sim_s": {k: opcount.seconds(v, self.server_rates)
+                                       for k, v in self.server_ops.items()}}
         if self.failed:
             out["secagg_failed"] = out["round_failed"] = self.failed
         self.last_keys = self.agg.used if self.agg is not None else set()
         self.agg, self.asked, self.training = None, {}, {}
         return out
+
+    def _server(self, stage: str, work: dict[str, float]) -> float:
+        """The server's work at `stage` (fednet/secagg/cost.py) counted; its simulated seconds."""
+        opcount.add(self.server_ops.setdefault(stage, {}), work)
+        return opcount.seconds(work, self.server_rates)
+
+    def _d(self) -> int:
+        """The masked vector's length."""
+        total = self.agg.total if self.agg is not None else None
+        return 0 if total is None else int(total.size)
+
+    def task_work(self, task: Task) -> dict[str, float]:
+        """The protocol work a stage's task asks of its client (secagg/cost.of_task)."""
+        layout = self.asked.get(task.task_id, {}).get("layout", {}).get("y")
+        item = dtype_of(self.agg.fbits).itemsize if self.agg is not None else 8
+        return cost.of_task(task.stage, task.body, task.arrays, int(np.prod(layout[0])) if layout else 0,
+                            item, PREFIX)
+
+    def work_bound(self) -> dict[str, float]:
+        """The most protocol work a client's task can charge (core/session.py's bound)."""
+        d = sum(int(np.prod(self.layout[k][0])) for k in _floats(self.inner.state.model))
+        return cost.bound(int(self.cfg.clients), d + 1)
+
+    def final_work(self) -> dict[str, float]:
+        """The round's last server work, which its end waits for (core/server_clock.py)."""
+        return self.server_ops.get("unmask", {})
 
     def _survivors(self) -> list[int]:
         """The cohort, then the clients whose reply each stage took, up to the last stage

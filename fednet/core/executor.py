@@ -195,7 +195,7 @@ class Executor:
                                     recv, self.run_id)
             return Outcome(reply, recv - msg.sim_time, time.perf_counter() - t0)
         samples = int(body.get("samples", self.num_examples))
-        send = recv + latency.compute_time(self.profile, samples, work.flops)
+        send = recv + latency.compute_time(self.profile, samples, work.flops, work.ops)
         off = offline_reason(self.availability, self.cid, recv, send, "during local training")
         if off is not None:
             return self._offline(msg, off, t0)

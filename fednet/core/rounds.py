@@ -16,6 +16,8 @@ from fednet.core.arrivals import Arrivals, AsArrived, Order
 from fednet.core.boundary import Checkpoints, Clock, Mark, Marks
 from fednet.core.participants import Participants
 from fednet.core.replies import dp_cause
+from fednet.core.server_clock import ServerClock
+from fednet.core.time_split import TimeSplit
 from fednet.core.state_files import NO_MANIFEST, Manifest
 from fednet.core.summary import run_summary
 from fednet.core.status import RunStatus
@@ -81,6 +83,9 @@ class RoundDriver:
         self.ledger, self.history, self.progress = ledger, history, progress
         self.network, self.churn, self.downlink = network, churn, downlink
         self.arrivals, self.compute, self.extra_eval = arrivals, compute, extra_eval
+        self.server = ServerClock(cfg, algo)  # the server's compute on the clock
+        self.split = TimeSplit()  # where each step's simulated time went (rows' sim_split)
+        self.step_start = 0.0
         # client_state: the algorithm's clients keep state between rounds
         self.checkpoints = Checkpoints(cfg.net.checkpoint_every, cfg.rounds, checkpoint,
                                        manifest, client_state)
@@ -198,6 +203,7 @@ class RoundDriver:
         self.marks.logged = (self.rounds_done, self.sim_time, self.ledger.totals(),
                              self.ledger.messages)
         self.compute.resume(self.history.rows)  # the client compute of the rows it keeps
+        self.server.resume(self.history.rows)
 
     def stamp(self, tasks: list[Task]) -> list[Task]:
         """Tasks about to leave: the checkpoint's tag for clients that keep state
@@ -231,7 +237,7 @@ class RoundDriver:
             self.compute.arrived(seen)  # (an ordered step's tasks count once done)
             nxt = self.stamp(self.staged.follow_up(seen)) if pipelined else []
             nxt = self.churn.trim(nxt)  # (offline first hops skipped)
-            return self.compute.charge(step.send(nxt), ordered)
+            return self._sent(self.compute.charge(step.send(nxt), ordered))
 
         def on_reply(done: Result | Failure) -> list[Task]:
             seen = step.reply(done)  # None: held or a straggler (network/step.py)
@@ -247,11 +253,17 @@ class RoundDriver:
                     self._points(order)
             return out
 
-        first = self.compute.charge(step.send(tasks), ordered)
+        self.step_start = self.sim_time
+        first = self._sent(self.compute.charge(step.send(tasks), ordered))
         order.sent(first)
         results, failures = dispatcher.run_round(rnd, first, on_reply)
         with interrupts_deferred():  # a Ctrl-C now comes once the round is logged
             return self._close(rnd, span, results, failures, step, order)
+
+    def _sent(self, tasks: list[Task]) -> list[Task]:
+        """Tasks leaving (stamped): noted for the step's time split."""
+        self.split.sent(tasks)
+        return tasks
 
     def _close(self, rnd: int, span: int, results: list[Result], failures: list[Failure],
                step: Any, order: Order) -> dict[str, Any]:
@@ -262,6 +274,14 @@ class RoundDriver:
         end = self.staged.step_end()  # None: at its last reply
         self.sim_time = max([self.sim_time, step.end]
                             + [r.sim_time for r in results]) if end is None else end
+        server_s = 0.0
+        if not self.staged.virtual_order:  # the server aggregates before the next round
+            server_s = self.server.charge(self.server.round_work(results), metrics)
+            self.sim_time += server_s
+        for r in results:
+            self.split.arrived(r)
+        metrics = {**metrics, **self.split.close(self.step_start, self.sim_time, server_s,
+                                                 metrics)}
         self.verdict.note(rnd, failures)  # (in task order, whatever order they came in)
         # usable: what the algorithm says it aggregated (secure aggregation: one unmasked
         # result, or none), else every result that came
@@ -308,6 +328,7 @@ class RoundDriver:
             "round": rnd, "accuracy": acc, "loss": loss, **metrics, "wall_s": self.clock.wall(),
             "sim_s": sim, "bytes_round": count.bytes_round, "bytes_total": count.total,
             **self.compute.row(count.upto),  # client compute so far
+            "server_compute_s": self.server.total,  # the server's, so far
         }
         if count.stages:  # a protocol's stages inside the round (secure aggregation): their bytes
             row["bytes_by_stage"] = count.stages

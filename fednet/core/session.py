@@ -139,6 +139,7 @@ class Session:
             extra_eval=attack_metrics(cfg, self.evaluator) or no_extra_eval,
             compute=ClientCompute(cfg, lambda cid: self._pooled_examples
                                   or part_size(self.parts, cid), self.compute_seconds))
+        driver.split.profiles, driver.split.task_work = self.profiles, getattr(self.algo, "task_work", None)
         if state is not None:
             driver.resume(state)
         return driver
@@ -220,7 +221,7 @@ class Session:
             samples = 4 * most * (pooled or part_size(self.parts, cid)) + 4096
             work = LATEST_WORK * samples * self._work.epoch(1) if p.train_flops_per_s > 0 else 0
             t += 2 * p.rtt_s + moved / min(p.down_bps, p.up_bps) + latency.compute_time(
-                p, samples, work)
+                p, samples, work, self._protocol_bound)
         return t
 
     def compute_seconds(self, cid: int, epochs: int, examples: int) -> float:
@@ -229,6 +230,11 @@ class Session:
         p = self.profiles[cid]
         work = epochs * self._work.epoch(examples) if p.train_flops_per_s > 0 else 0
         return latency.compute_time(p, epochs * examples, work)
+
+    @functools.cached_property
+    def _protocol_bound(self) -> dict[str, float]:
+        """The most protocol work a task may charge (latest_return; secure aggregation's)."""
+        return dict(b()) if callable(b := getattr(self.algo, "work_bound", None)) else {}
 
     @functools.cached_property
     def _work(self) -> PlainWork:

@@ -153,10 +153,34 @@ def _compute(c: dict[str, Any]) -> str:
             + (f", {secs:.3g} s simulated (client-seconds)" if secs else ""))
 
 
+SPLIT_NAMES = (("download_s", "download"), ("client_compute_s", "client compute"),
+               ("protocol_s", "protocol"), ("upload_s", "upload"), ("server_s", "server"),
+               ("wait_s", "waiting"))
+
+
+def _split(split: dict[str, Any]) -> str:
+    """A time split (summary.json's time_split) as one line of seconds."""
+    return ", ".join(f"{name} {float(split.get(k, 0.0)):.3g}" for k, name in SPLIT_NAMES) + " s"
+
+
+def _split_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """The simulated time's split (core/time_split.py), and per stage of secure aggregation."""
+    t = s.get("time_split")
+    if not isinstance(t, dict) or not t:
+        return []
+    rows = [("time split", _split(t))]
+    for stage, split in (t.get("by_stage") or {}).items():
+        rows.append((f"  stage {stage}", _split(split)))
+    return rows
+
+
 def _cost_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
-    """The run's client compute (summary.json's `compute`) and, with --target, what reaching
-    the target cost (`to_target`; '-' where it was not reached)."""
+    """The run's client compute (summary.json's `compute`), the simulated time's split and,
+    with --target, what reaching the target cost (`to_target`; '-' where it was not reached)."""
     rows = [("client compute", _compute(s["compute"]))] if s.get("compute") else []
+    server = (s.get("compute") or {}).get("server_compute_s")
+    rows += [("server compute", f"{server:.3g} s simulated")] if server else []
+    rows += _split_rows(s)
     t = s.get("to_target")
     if not isinstance(t, dict):
         return rows

@@ -95,6 +95,27 @@ def cost_summary(rows: list[dict[str, Any]], target: Target | None,
         out["compute"] = {"client_epochs": last["client_epochs"], "samples": last.get("samples"),
                           **({"client_compute_s": last["client_compute_s"]}
                              if "client_compute_s" in last else {})}
+    if "server_compute_s" in last and "compute" in out:
+        out["compute"]["server_compute_s"] = last["server_compute_s"]
+    split = time_split(rows)
+    if split:
+        out["time_split"] = split
     if target is not None:
         out["to_target"] = cost_to(rows, target, setup_bytes)
     return out
+
+
+def time_split(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """summary.json's `time_split`: the rows' sim_split summed (simulated seconds of the run's
+    critical paths: download, client compute, protocol compute, upload, server compute and
+    waiting; core/time_split.py), and per stage of a staged protocol (`by_stage`)."""
+    total: dict[str, float] = {}
+    stages: dict[str, dict[str, float]] = {}
+    for r in rows:
+        for k, v in (r.get("sim_split") or {}).items():
+            total[k] = total.get(k, 0.0) + float(v)
+        for stage, split in (r.get("sim_split_by_stage") or {}).items():
+            into = stages.setdefault(stage, {})
+            for k, v in split.items():
+                into[k] = into.get(k, 0.0) + float(v)
+    return {**total, **({"by_stage": stages} if stages else {})}

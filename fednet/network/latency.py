@@ -7,127 +7,25 @@ import json
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 
 import numpy as np
 
 from fednet import rng
 from fednet.config import LatencyConfig
 from fednet.errors import ConfigError
+from fednet.network import ops
+from fednet.network.ops import CLIENT_RATES
+from fednet.network.profiles import COLUMNS as COLUMNS, Profile as Profile, Profiles as Profiles
 
 log = logging.getLogger("fednet")
-
-COLUMNS = ("compute_s_per_sample", "rtt_s", "up_bps", "down_bps", "train_flops_per_s")
-"""A profile's fields in the order of its table (Profiles, WELCOME's arrays, population.npz)."""
 
 LINK_COLUMNS = ("rtt_s", "up_bps", "down_bps")
 """The columns every trace has, besides at least one of COMPUTE_COLUMNS (a missing one is 0; a
 row gives at most one above 0) and optionally `client` (ids)."""
 
 COMPUTE_COLUMNS = ("train_flops_per_s", "compute_s_per_sample")
-
-
-@dataclass(frozen=True)
-class Profile:
-    """A client's compute rate, round-trip time (s) and bandwidths (bytes/s). The compute rate
-    is train_flops_per_s (FLOP/s; a task's compute is the FLOPs its batches count, divided by
-    it) or, where that is 0, compute_s_per_sample (seconds per example processed, whatever the
-    model: the older form); both 0: compute is free."""
-
-    compute_s_per_sample: float = 0.0
-    rtt_s: float = 0.0
-    up_bps: float = float("inf")
-    down_bps: float = float("inf")
-    train_flops_per_s: float = 0.0
-
-    def to_dict(self) -> dict[str, float]:
-        """Plain dict (inf bandwidths become 0 = unlimited, msgpack/JSON friendly); the fields
-        read directly (asdict's deep copy was most of the end of a million-client run, py-spy)."""
-        inf = float("inf")
-        return {"compute_s_per_sample": self.compute_s_per_sample, "rtt_s": self.rtt_s,
-                "up_bps": 0.0 if self.up_bps == inf else self.up_bps,
-                "down_bps": 0.0 if self.down_bps == inf else self.down_bps,
-                "train_flops_per_s": self.train_flops_per_s}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, float]) -> Profile:
-        """Inverse of to_dict (0 bandwidth = unlimited)."""
-        up, down = float(d.get("up_bps", 0)), float(d.get("down_bps", 0))
-        return cls(float(d.get("compute_s_per_sample", 0)), float(d.get("rtt_s", 0)),
-                   up if up > 0 else float("inf"), down if down > 0 else float("inf"),
-                   float(d.get("train_flops_per_s", 0)))
-
-
-class Profiles(Sequence[Profile]):
-    """Every client's Profile, held as five float64 columns in COLUMNS order (inf: an unlimited
-    link) and built on access: a million clients' profiles are at most 32 MB and one numpy
-    draw, not a million objects (about 1.5 s and 200 MB; on the server and every client
-    process). A column with one value for every client (a preset's link) is a broadcast view
-    that holds one number: ten million clients of `--latency lan` are 80 MB, not 320."""
-
-    __slots__ = ("cols",)
-
-    def __init__(self, table: Any = None, cols: tuple[np.ndarray, ...] | None = None) -> None:
-        if cols is None:
-            t = np.asarray(table, dtype=np.float64).reshape(-1, len(COLUMNS))
-            cols = tuple(t[:, j] for j in range(len(COLUMNS)))
-        self.cols = cols
-
-    @property
-    def table(self) -> np.ndarray:
-        """The (n, 5) table (a new array)."""
-        return np.stack(self.cols, axis=1)
-
-    @classmethod
-    def of(cls, profs: Sequence[Profile]) -> Profiles:
-        """From Profile objects."""
-        return cls([(p.compute_s_per_sample, p.rtt_s, p.up_bps, p.down_bps, p.train_flops_per_s)
-                    for p in profs])
-
-    @classmethod
-    def from_array(cls, a: np.ndarray) -> Profiles:
-        """From to_array's form (0 bandwidth, or less: unlimited), as Profile.from_dict reads it."""
-        t = np.array(a, dtype=np.float64).reshape(-1, len(COLUMNS))
-        links = t[:, 2:4]
-        links[links <= 0] = np.inf
-        return cls(t)
-
-    def __len__(self) -> int:
-        return len(self.cols[0])
-
-    @overload
-    def __getitem__(self, i: int) -> Profile: ...
-    @overload
-    def __getitem__(self, i: slice) -> Profiles: ...
-
-    def __getitem__(self, i: int | slice) -> Profile | Profiles:
-        if isinstance(i, slice):
-            return Profiles(cols=tuple(c[i] for c in self.cols))
-        c, r, u, d, f = (float(col[i]) for col in self.cols)
-        return Profile(c, r, u, d, f)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Profiles):
-            return len(self) == len(other) and all(
-                np.array_equal(a, b) for a, b in zip(self.cols, other.cols))
-        if isinstance(other, (list, tuple)):
-            return list(self) == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # (mutable columns: equal by value)
-
-    def __add__(self, other: Profiles) -> Profiles:
-        """Concatenated, as lists are (profs[1:] + profs[:1])."""
-        if not isinstance(other, Profiles):
-            return NotImplemented
-        return Profiles(cols=tuple(np.concatenate([a, b]) for a, b in zip(self.cols, other.cols)))
-
-    def subset(self, ids: Sequence[int] | np.ndarray) -> Profiles:
-        """The profiles of clients `ids`, in that order."""
-        at = np.asarray(ids, dtype=np.int64)
-        return Profiles(cols=tuple(c[at] for c in self.cols))
 
 
 MBIT = 1e6 / 8
@@ -203,10 +101,21 @@ def _preset(name: str, n: int, seed: int) -> Profiles:
 
 
 def _columns(comp: Any, rtt: Any, up: Any, down: Any, flops: Any) -> Profiles:
-    """Profiles from five columns (arrays, or one value for every client)."""
+    """Profiles from five columns (arrays, or one value for every client), the protocol rates
+    derived from the FLOP/s (edge_rates)."""
     n = len(comp)
+    rates = edge_rates(flops)
     return Profiles(cols=tuple(np.broadcast_to(np.asarray(c, np.float64), (n,))
-                               for c in (comp, rtt, up, down, flops)))
+                               for c in (comp, rtt, up, down, flops,
+                                         *(rates[k] for k in CLIENT_RATES))))
+
+
+def edge_rates(flops: Any) -> dict[str, Any]:
+    """The protocol rates of a device of the edge class (network/ops.EDGE) scaled by its
+    training rate over EDGE_FLOPS: a client k times slower at training is k times slower at the
+    protocol's primitives (0 FLOP/s: free, as its training)."""
+    scale = np.asarray(flops, np.float64) / EDGE_FLOPS
+    return {k: ops.EDGE[k] * scale for k in CLIENT_RATES}
 
 
 def _from_file(path: str, n: int) -> list[Profile]:
@@ -278,6 +187,9 @@ def _row(r: dict, where: str) -> Profile:
                         "train_flops_per_s (FLOP/s) to charge the FLOPs a task counts, or write "
                         "this host's with `fednet calibrate` (docs/usage.md, Client compute)",
                         where.rsplit(":", 1)[0])
+    derived = edge_rates(vals.get("train_flops_per_s", 0.0))  # a rate not given: the edge
+    for k in CLIENT_RATES:  # class's at this FLOP/s (a per-example row: free)
+        vals.setdefault(k, float(derived[k]))
     return Profile.from_dict(vals)
 
 
@@ -391,10 +303,19 @@ def links(cfg: LatencyConfig, num_clients: int, seed: int, arrays: dict[str, np.
     return Profiles.from_array(a)
 
 
-def compute_time(p: Profile, samples: int, flops: int = 0) -> float:
+def compute_time(p: Profile, samples: int, flops: int = 0,
+                 protocol: dict[str, float] | None = None) -> float:
     """Simulated seconds of a task that processed `samples` examples in `flops` FLOPs (counted
     by training/flops.py): flops / train_flops_per_s, or samples x compute_s_per_sample for a
-    profile in the older per-example form."""
+    profile in the older per-example form; plus its `protocol` work (network/ops.py counts:
+    secure aggregation's primitives, noise draws) at the profile's rates (protocol_time)."""
     if p.train_flops_per_s > 0:
-        return flops / p.train_flops_per_s
-    return samples * p.compute_s_per_sample
+        train = flops / p.train_flops_per_s
+    else:
+        train = samples * p.compute_s_per_sample
+    return train + protocol_time(p, protocol) if protocol else train
+
+
+def protocol_time(p: Profile, protocol: dict[str, float] | None) -> float:
+    """Simulated seconds of the protocol work `protocol` (network/ops counts) at p's rates."""
+    return ops.seconds(protocol, p.rates()) if protocol else 0.0

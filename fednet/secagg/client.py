@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fednet.secagg import crypto, shamir
+from fednet import opcount as ops
+from fednet.secagg import cost, crypto, shamir
 
 SB = shamir.SHARE_BYTES
 SEALED_BYTES = 8 + 8 + 2 * SB + crypto.TAG_BYTES  # ids, two shares, the AES-GCM tag
@@ -66,6 +67,7 @@ def nonce(rnd: int, sender: int, receiver: int) -> bytes:
 
 def keys(cid: int, rnd: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Stage keys: a new session, its two public keys."""
+    ops.charge(cost.keys())  # (the task's meter: its protocol work on the clock)
     c_sk, c_pk = crypto.keypair(rng.bytes(32))
     s_sk, s_pk = crypto.keypair(rng.bytes(32))
     SESSIONS[cid] = Session(cid, rnd, c_sk, s_sk, c_pk, s_pk)
@@ -89,6 +91,7 @@ def shares(s: Session, nbrs: np.ndarray, c_pks: np.ndarray, s_pks: np.ndarray, t
     s.neighbours = ids
     s.pks = {v: (bytes(c_pks[i]), bytes(s_pks[i])) for i, v in enumerate(ids)}
     s.b = rng.bytes(32)
+    ops.charge(cost.shares(len(ids), t))
     b_sh = shamir.share(s.b, ids, t, rng)
     s_sh = shamir.share(s.s_sk, ids, t, rng)
     sealed = np.zeros((len(ids), SEALED_BYTES), np.uint8)
@@ -107,6 +110,7 @@ def open_shares(s: Session, senders: np.ndarray, sealed: np.ndarray) -> list[int
     not raised: they are the senders' fault, which the server is told (ValueError only for a
     sender that is no neighbour: the server's routing)."""
     bad = []
+    ops.charge(cost.open_shares(len(senders)))
     for v, row in zip((int(x) for x in senders), sealed):
         if v not in s.pks:
             raise ValueError(f"a share from client {v}, who is not a neighbour")
@@ -133,6 +137,7 @@ def masked(s: Session, values: np.ndarray, partners: np.ndarray) -> np.ndarray:
     """Stage input: values (elements of Z_2^f, the weighted quantized update) masked with the
     self mask and one pairwise mask per partner (its neighbours that completed the shares
     stage): added for a partner of a larger id, subtracted for a smaller one."""
+    ops.charge(cost.masked(values.size, values.dtype.itemsize, len(partners)))
     y = values + crypto.mask(s.b, values.size, values.dtype)
     for v in (int(x) for x in partners):
         if v not in s.pks:

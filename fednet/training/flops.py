@@ -26,6 +26,8 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
+from fednet import opcount as ops
+
 MODES = ("train", "eval", "dpsgd", "hvp")
 """What a loop does with a batch: train (forward and backward), eval (forward without a graph),
 dpsgd (forward and backward through Opacus's per-example gradients, then their clipping and
@@ -34,13 +36,15 @@ through it: a Hessian-vector product, Per-FedAvg's HF variant)."""
 
 
 class Meter:
-    """The FLOPs charged while it is open (one task of one client)."""
+    """The FLOPs charged while it is open (one task of one client), and the protocol work
+    (`ops`: fednet/opcount.py's counts, e.g. secure aggregation's primitives)."""
 
-    __slots__ = ("flops", "batches")
+    __slots__ = ("flops", "batches", "ops")
 
     def __init__(self) -> None:
         self.flops = 0
         self.batches = 0
+        self.ops: dict[str, float] = {}
 
 
 _ACTIVE: contextvars.ContextVar[Meter | None] = contextvars.ContextVar("fednet_flops",
@@ -51,17 +55,19 @@ _COUNTS: dict[tuple, int] = {}  # (architecture, shape, dtype, mode) -> FLOPs of
 
 @contextlib.contextmanager
 def metered(on: bool = True) -> Iterator[Meter]:
-    """A Meter that every `charge` inside the block adds to (on=False: one that stays at 0 and
-    counts nothing: a profile whose compute is not in FLOPs needs no count)."""
+    """A Meter that every `charge` inside the block adds to (on=False: one whose FLOPs stay at 0:
+    a profile whose compute is not in FLOPs needs no count); the protocol work charged inside
+    (opcount.charge) is counted either way, in its `ops`."""
     meter = Meter()
-    if not on:
-        yield meter
-        return
-    token = _ACTIVE.set(meter)
-    try:
-        yield meter
-    finally:
-        _ACTIVE.reset(token)
+    with ops.counted() as meter.ops:
+        if not on:
+            yield meter
+            return
+        token = _ACTIVE.set(meter)
+        try:
+            yield meter
+        finally:
+            _ACTIVE.reset(token)
 
 
 def charge(model: nn.Module, x: torch.Tensor, mode: str = "train") -> None:

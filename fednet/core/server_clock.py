@@ -1,0 +1,66 @@
+"""The server on the clock: the work of a round's aggregation counted in operations
+(network/server_cost.py; secure aggregation's unmasking: fednet/secagg/cost.py) and turned into
+simulated seconds at the server's rates (--server-profile). The round's end waits for it, so the
+next round's tasks leave after the server has finished (core/rounds.py). Counted from the
+round's parameters only: the same seconds in every runtime."""
+from __future__ import annotations
+
+from typing import Any
+
+from fednet import opcount
+from fednet.algorithms import robust_spec
+from fednet.config import RunConfig
+from fednet.network.server_cost import aggregation_ops, server_rates
+from fednet.types import Result
+
+
+class ServerClock:
+    """The server's rates and the simulated seconds of its work, per round and in all."""
+
+    def __init__(self, cfg: RunConfig, algo: Any) -> None:
+        self.cfg, self.algo = cfg, algo
+        self.rates = server_rates(cfg.latency.server_profile)
+        if "server_rates" in getattr(algo, "__dict__", {}):  # a staged protocol's own stages
+            algo.server_rates = self.rates  # (secure aggregation)
+        self.defense = cfg.defense.name
+        self.params = robust_spec.defense_params(cfg) if self.defense != "none" else None
+        self.share = robust_spec.assumed_share(cfg) if self.defense != "none" else 0.0
+        self.values: int | None = None
+        self.total = 0.0  # the server's simulated compute so far (rows' server_compute_s)
+
+    def seconds(self, work: dict[str, float]) -> float:
+        """Simulated seconds of `work` at the server's rates."""
+        return opcount.seconds(work, self.rates)
+
+    def round_work(self, results: list[Result]) -> dict[str, float]:
+        """The work of aggregating a synchronous round's results: the protocol's own last
+        stage (secure aggregation's unmasking), or the defense or mean over them."""
+        final = getattr(self.algo, "final_work", None)
+        if callable(final):
+            return dict(final())
+        n = len(results)
+        f = robust_spec.byzantine_count(getattr(self.params, "f", 0), self.share, n) \
+            if self.params is not None else 0
+        return aggregation_ops(self.cfg, n, self._d(), f, self.params)
+
+    def charge(self, work: dict[str, float], metrics: dict[str, Any]) -> float:
+        """Count `work` (and the seconds a protocol's earlier stages waited for the server: the
+        row's secagg_server_sim_s but its unmask, which is `work`); the seconds the round's end
+        waits for `work`."""
+        s = self.seconds(work)
+        staged = metrics.get("secagg_server_sim_s") or {}
+        self.total += s + sum(v for k, v in staged.items() if k != "unmask")
+        return s
+
+    def _d(self) -> int:
+        """The model's floating values (what a result carries to aggregate)."""
+        if self.values is None:
+            model = getattr(getattr(self.algo, "state", None), "model", None)
+            if not isinstance(model, dict):
+                model = self.algo.eval_arrays()
+            self.values = sum(int(a.size) for a in model.values() if a.dtype.kind == "f")
+        return self.values
+
+    def resume(self, rows: list[dict[str, Any]]) -> None:
+        """Go on from the last row a resumed run keeps."""
+        self.total = float(rows[-1].get("server_compute_s", 0.0)) if rows else 0.0

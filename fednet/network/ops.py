@@ -1,0 +1,42 @@
+"""The device classes' protocol and server rates (network/opcount's operations, a second):
+the clients' edge class (beside network/latency.EDGE_FLOPS) and the server classes of
+--server-profile. Counting and converting are fednet/opcount.py's."""
+from __future__ import annotations
+
+from fednet.opcount import CLIENT_RATES, OPS, RATES, Ops, add, seconds
+
+__all__ = ["CLIENT_RATES", "DEFAULT_SERVER", "EDGE", "OPS", "Ops", "RATES", "SERVERS", "add",
+           "seconds"]
+
+# ---- device classes -----------------------------------------------------------------------------
+EDGE: dict[str, float] = {
+    # A Raspberry Pi 4 class device (Cortex-A72, 1.5 GHz, no ARMv8 crypto extensions), one core.
+    "prg_per_s": 65e6,      # cryptsetup benchmark on a Pi 4: aes-cbc 256b 62.2 MiB/s
+                            # (blog.stackframe.dev/46); CTR runs the same rounds
+    "aead_per_s": 40e3,     # a 116-byte AES-GCM seal: the AES bytes above plus software GHASH
+                            # and the call (~25 us; estimate)
+    "x25519_per_s": 7e3,    # ~200k cycles a scalar multiplication in portable C (estimate)
+    "kdf_per_s": 5e4,       # HKDF-SHA256: ~8 SHA-256 compressions and the call (estimate)
+    "shamir_per_s": 1e8,    # numpy int64 multiply-add-mod (estimate)
+    "noise_per_s": 3e7,     # numpy normal draws (estimate: ~1/3 of an x86 core's)
+}
+"""The presets' typical client's protocol rates (beside network/latency.EDGE_FLOPS); a client
+of a preset that is k times slower at training is k times slower at these too. Measured on a
+host with `fednet calibrate` (which writes them into its profile)."""
+
+SERVERS: dict[str, dict[str, float]] = {
+    "xeon-core": {
+        # One core of a current x86 server (AVX-512, AES-NI; e.g. a Xeon of 2.9 GHz): peak
+        # float64 FMA 2 x 8 x 2 x 2.9 GHz = 93 GFLOP/s, ~65 % in a one-thread BLAS product;
+        # ~1 G streamed element operations a second (one core's ~10 GB/s of memory traffic);
+        # the primitives at the rates of the `cryptography` wheels' OpenSSL with AES-NI and
+        # their Python call (estimates of the same kind as `fednet calibrate` measures).
+        "gemm_per_s": 60e9, "stream_per_s": 1e9, "prg_per_s": 2e9, "aead_per_s": 3e5,
+        "x25519_per_s": 2.5e4, "kdf_per_s": 2e5, "shamir_per_s": 5e8, "rebuild_per_s": 3e4,
+        "noise_per_s": 1e8,
+    },
+    "none": {},  # the server computes for free (the clock before issue 52)
+}
+"""Server classes for --server-profile (or a JSON file of {op}_per_s rates: calibrate's)."""
+
+DEFAULT_SERVER = "xeon-core"

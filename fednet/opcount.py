@@ -1,0 +1,82 @@
+"""Protocol and server work counted in operations, and the rates that turn counts into
+simulated seconds (the clock's compute half besides training's FLOPs: training/flops.py). A
+leaf (plain dicts and a context variable) that secagg, training and the clock all read; the
+device classes' rates are network/ops.py's.
+
+A count is a plain dict {operation: amount} (`Ops`): the amount of each primitive a step of a
+protocol or of the server's aggregation performs, computed from that work's own parameters
+(clients, neighbours, vector length, threshold: fednet/secagg/cost.py, network/server_cost.py),
+never timed. A device's rates say how much of each it does a second (`RATES`: one field each);
+seconds = sum(amount / rate). The same counts and rates give the same seconds in every runtime.
+
+The operations:
+  x25519   X25519 scalar multiplications (a key pair's public key, a key agreement)
+  kdf      HKDF-SHA256 derivations (one per agreed key)
+  aead     AES-256-GCM seals or opens of one sealed share (fednet/secagg/client.SEALED_BYTES)
+  prg      bytes of AES-256-CTR keystream (the masks)
+  shamir   multiply-adds in Shamir's field (a share: t per chunk of a secret)
+  rebuild  Shamir reconstructions of one 32-byte secret (the server's unmasking)
+  noise    Gaussian (or discrete Gaussian) draws
+  stream   element operations streamed through memory (sums, scaling, sorts' compare-moves)
+  gemm     FLOPs of dense matrix products (Krum's and Bulyan's pairwise distances)
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator, Mapping
+
+OPS = ("x25519", "kdf", "aead", "prg", "shamir", "rebuild", "noise", "stream", "gemm")
+RATES = tuple(f"{op}_per_s" for op in OPS)
+"""A rate field per operation (per second; prg in bytes/s, gemm in FLOP/s)."""
+
+CLIENT_RATES = ("x25519_per_s", "kdf_per_s", "aead_per_s", "prg_per_s", "shamir_per_s",
+                "noise_per_s")
+"""The rates a client's profile carries (network/latency.Profile): a client's protocol work
+uses only these primitives."""
+
+Ops = dict[str, float]
+
+
+def add(into: Ops, more: Mapping[str, float]) -> Ops:
+    """`more` added to `into` (in place; returned)."""
+    for k, v in more.items():
+        if v:
+            into[k] = into.get(k, 0.0) + v
+    return into
+
+
+def seconds(ops: Mapping[str, float], rates: Mapping[str, float]) -> float:
+    """Simulated seconds of `ops` at `rates` ({op}_per_s; a missing or 0 rate: that operation
+    is free), summed in OPS order (the same float in every runtime)."""
+    total = 0.0
+    for op in OPS:
+        n = ops.get(op, 0.0)
+        r = rates.get(f"{op}_per_s", 0.0)
+        if n and r > 0:
+            total += n / r
+    return total
+
+
+# ---- where a client's protocol work is counted (the task's meter, core/executor.py) ----------
+_ACTIVE: contextvars.ContextVar[Ops | None] = contextvars.ContextVar("fednet_ops", default=None)
+
+
+@contextlib.contextmanager
+def counted() -> Iterator[Ops]:
+    """An Ops that every `charge` inside the block adds to."""
+    got: Ops = {}
+    token = _ACTIVE.set(got)
+    try:
+        yield got
+    finally:
+        _ACTIVE.reset(token)
+
+
+def charge(more: Mapping[str, float]) -> None:
+    """Add `more` to the open count, if any (nothing outside one: the server's own calls)."""
+    got = _ACTIVE.get()
+    if got is not None:
+        add(got, more)
+
+

@@ -1,0 +1,77 @@
+"""Issue 52 items 1 (protocol), 3 and 4: secure aggregation's and the server's work counted in
+operations and charged on the clock; the rows' split of simulated time."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fednet import opcount
+from fednet.errors import ConfigError
+from fednet.network import ops
+from fednet.network.server_cost import aggregation_ops, defense_ops, server_rates
+from fednet.secagg import cost
+
+from fednet.config import RunConfig
+from fednet.core.inproc import run_local
+from tests.conftest import small_config
+
+
+def test_counts_follow_the_protocols_parameters():
+    assert cost.keys() == {"x25519": 2}
+    assert cost.shares(5, 3) == {"shamir": 2 * 5 * 3 * cost.CHUNKS, "x25519": 5, "kdf": 5,
+                                 "aead": 5}
+    assert cost.masked(100, 8, 4)["prg"] == 5 * 100 * 8
+    # the server's unmasking: a self mask per survivor, a pairwise mask per dropped pair
+    u = cost.unmasked(survivors=90, pairs=90 * 10, dropped=10, d=1000, itemsize=8)
+    assert u["rebuild"] == 100 and u["prg"] == (90 + 900) * 1000 * 8
+
+
+def test_seconds_are_counts_over_rates_and_free_without_a_rate():
+    assert opcount.seconds({"x25519": 7000, "prg": 65e6}, ops.EDGE) == pytest.approx(2.0)
+    assert opcount.seconds({"gemm": 1e12}, {}) == 0.0
+
+
+def test_robust_rules_cost_what_they_compute():
+    n, d = 1000, 100_000
+    krum = defense_ops("krum", n, d, 100)
+    assert krum["gemm"] == 2 * n * n * d
+    mean = aggregation_ops(RunConfig(), n, d)
+    rates = server_rates("xeon-core")
+    assert opcount.seconds(krum, rates) > 10 * opcount.seconds(mean, rates)  # (n^2 d, n d)
+    assert opcount.seconds(defense_ops("bulyan", n, d, 100), rates) > opcount.seconds(krum, rates)
+
+
+def test_server_profile_file_and_bad_names(tmp_path):
+    f = tmp_path / "server.json"
+    f.write_text(json.dumps({"stream_per_s": 2e9, "gemm_per_s": 1e11}))
+    assert server_rates(str(f)) == {"stream_per_s": 2e9, "gemm_per_s": 1e11}
+    f.write_text(json.dumps({"flops": 1}))
+    with pytest.raises(ConfigError, match="unknown rate"):
+        server_rates(str(f))
+    with pytest.raises(ConfigError, match="neither a server class"):
+        server_rates("no-such-server")
+
+
+def _rows(out):
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_the_server_and_the_protocol_are_on_the_clock(tmp_path):
+    """The same secure-aggregation run with a free server and a free protocol, and with both
+    charged: the clock grows by what the split says they took; the split adds up."""
+    sims = {}
+    for name, server in (("free", "none"), ("charged", "xeon-core")):
+        cfg = small_config(clients=4, rounds=1, net={"secagg": "full"}, out=str(tmp_path / name),
+                           latency={"preset": "lan", "server_profile": server})
+        s = run_local(cfg, quiet=True)
+        sims[name] = s["sim_time_s"]
+        row = _rows(tmp_path / name)[-1]
+        split = row["sim_split"]
+        assert sum(split.values()) == pytest.approx(row["sim_s"], rel=1e-9)
+        stages = row["sim_split_by_stage"]
+        assert set(stages) == {"keys", "shares", "input", "unmask"}
+        assert stages["shares"]["protocol_s"] > 0 and stages["input"]["protocol_s"] > 0
+        assert (stages["unmask"]["server_s"] > 0) == (server != "none")
+        assert s["time_split"]["by_stage"]["input"]["protocol_s"] > 0
+    assert sims["charged"] > sims["free"]
