@@ -19,15 +19,13 @@ def small_config(**over) -> RunConfig:
     return from_dict(d)
 
 
-def final_model(cfg: RunConfig, tmp_path, name: str):
-    """Run cfg in-process into tmp_path/name; (summary, final model arrays)."""
-    import numpy as np
-
+def run_for_model(cfg: RunConfig, tmp_path, name: str):
+    """Run cfg in-process into tmp_path/name; (summary, final model arrays: harness.final_model)."""
     from fednet.core.inproc import run_local
+    from tests.harness import final_model
 
     s = run_local(cfg.replace(out=str(tmp_path / name)), quiet=True)
-    with np.load(tmp_path / name / "final_model.npz", allow_pickle=False) as z:
-        return s, {k: z[k] for k in z.files}
+    return s, final_model(tmp_path / name)
 
 
 from tests.harness import same_arrays  # noqa: E402,F401 (tests import it from here too)

@@ -15,20 +15,20 @@ from fednet.core.inproc import InprocDispatcher, run_local
 from fednet.models.arrays import clone_arrays, state_arrays
 from fednet.core.session import Session
 from fednet.types import Result, Task
-from tests.conftest import final_model, same_arrays, small_config
+from tests.conftest import run_for_model, same_arrays, small_config
 
 
 def test_fedprox_with_mu_zero_equals_fedavg(tmp_path):
-    _, avg = final_model(small_config(), tmp_path, "avg")
-    _, prox = final_model(small_config(algo={"name": "fedprox", "params": {"mu": 0.0}}), tmp_path, "p0")
-    _, prox1 = final_model(small_config(algo={"name": "fedprox", "params": {"mu": 1.0}}), tmp_path, "p1")
+    _, avg = run_for_model(small_config(), tmp_path, "avg")
+    _, prox = run_for_model(small_config(algo={"name": "fedprox", "params": {"mu": 0.0}}), tmp_path, "p0")
+    _, prox1 = run_for_model(small_config(algo={"name": "fedprox", "params": {"mu": 1.0}}), tmp_path, "p1")
     assert same_arrays(avg, prox)
     assert not same_arrays(avg, prox1)
 
 
 def test_scaffold_with_zero_controls_equals_fedavg_in_its_first_round(tmp_path):
-    s_avg, avg = final_model(small_config(rounds=1), tmp_path, "avg")
-    s_sc, sc = final_model(small_config(rounds=1, algo={"name": "scaffold"}), tmp_path, "sc")
+    s_avg, avg = run_for_model(small_config(rounds=1), tmp_path, "avg")
+    s_sc, sc = run_for_model(small_config(rounds=1, algo={"name": "scaffold"}), tmp_path, "sc")
     assert same_arrays(avg, sc)
     # the control variates double the downlink: model + c, and the uplink: model + delta c
     assert s_sc["bytes"]["tensor_bytes"] == 2 * s_avg["bytes"]["tensor_bytes"]

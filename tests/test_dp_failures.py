@@ -25,7 +25,7 @@ from fednet.privacy import plan  # noqa: E402
 from fednet.privacy.accountant import Z_MAX, Z_MIN  # noqa: E402
 from fednet.protocol import Message, MsgKind  # noqa: E402
 from fednet.types import Failure  # noqa: E402
-from tests.conftest import final_model, small_config  # noqa: E402
+from tests.conftest import run_for_model, small_config  # noqa: E402
 
 
 def _refused(tmp_path, *args: str, command: str = "local") -> str:
@@ -130,7 +130,7 @@ def test_the_default_delta_is_well_below_one_over_the_population(clients, want):
 def test_a_given_delta_not_below_one_over_n_is_warned_of_and_recorded(tmp_path, caplog):
     cfg = small_config(clients=4, rounds=1, dp={"mode": "central", "noise": 0.5, "delta": 0.25})
     with caplog.at_level(logging.WARNING, logger="fednet.server"):
-        s, _ = final_model(cfg, tmp_path, "d")
+        s, _ = run_for_model(cfg, tmp_path, "d")
     want = ("--dp-delta 0.25 is not below 1/--clients = 0.25: such an (epsilon, delta) guarantee "
             "allows publishing each user's data outright with probability delta (about 1 of the 4 "
             "users); choose a delta well below 1/N (the default: min(1e-5, 1/(10 N)) = 1e-05)")
@@ -141,7 +141,7 @@ def test_a_given_delta_not_below_one_over_n_is_warned_of_and_recorded(tmp_path, 
 def test_no_warning_for_the_default_delta(tmp_path, caplog):
     cfg = small_config(clients=4, rounds=1, dp={"mode": "central", "noise": 0.1})  # ratio 3.1
     with caplog.at_level(logging.WARNING, logger="fednet.server"):
-        s, _ = final_model(cfg, tmp_path, "d")
+        s, _ = run_for_model(cfg, tmp_path, "d")
     assert s["dp"]["delta"] == 1e-5 and "remarks" not in s["dp"]
     assert not [m for m in caplog.messages if "delta" in m or "noise" in m]
 
@@ -153,7 +153,7 @@ def test_each_epsilon_names_its_neighbouring_relation(tmp_path, sampling, relati
                        dp={"mode": "central", "epsilon": 20.0, "sampling": sampling})
     z, said = plan.calibrated(cfg)
     assert said.endswith(f"; neighbours: {relation})")
-    s, _ = final_model(cfg.replace(**{"dp.noise": z}), tmp_path, sampling)
+    s, _ = run_for_model(cfg.replace(**{"dp.noise": z}), tmp_path, sampling)
     dp = s["dp"]
     assert dp["relation"] == relation and f"neighbouring datasets: {relation}" in dp["guarantee"]
     comparable = "not comparable with an add-or-remove-one epsilon" in dp["guarantee"]
@@ -227,7 +227,7 @@ def test_a_dp_run_the_noise_wrecks_says_so_from_its_failures_to_its_end(tmp_path
     diverged verdict and the summary's remarks name the noise; the rounds are counted from 1."""
     cfg = small_config(clients=4, rounds=3, dp={"mode": "local", "noise": 2000.0})
     with caplog.at_level(logging.WARNING, logger="fednet.server"):
-        s, _ = final_model(cfg, tmp_path, "wreck")
+        s, _ = run_for_model(cfg, tmp_path, "wreck")
     assert s["status"] == "diverged" and plan.DP_CAUSE in s["error"] and "--lr" not in s["error"]
     assert "--dp local's noise has std 2e+03 per parameter of each result" in s["error"]
     assert all(plan.DP_CAUSE in f["reason"] for f in s["failures"])

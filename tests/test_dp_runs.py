@@ -16,7 +16,7 @@ from fednet.core.checkpoint import ENDED  # noqa: E402
 from fednet.core.inproc import run_local  # noqa: E402
 from fednet.metrics.report import summary_rows  # noqa: E402
 from fednet.metrics.run_end import run_error, run_note  # noqa: E402
-from tests.conftest import final_model, same_arrays, small_config  # noqa: E402
+from tests.conftest import run_for_model, same_arrays, small_config  # noqa: E402
 
 CENTRAL = {"mode": "central", "noise": 0.6, "clip": 0.5}
 
@@ -28,7 +28,7 @@ def _rows(folder: Path) -> list[dict]:
 def test_the_noise_is_calibrated_to_the_budget_and_the_run_spends_it(tmp_path, capsys):
     cfg = small_config(clients=4, rounds=3, algo={"fraction": 0.5},
                        dp={"mode": "central", "epsilon": 6.0, "clip": 0.5})
-    s, _ = final_model(cfg, tmp_path, "cal")
+    s, _ = run_for_model(cfg, tmp_path, "cal")
     dp = s["dp"]
     assert s["status"] == "completed" and dp["noise_calibrated"] and dp["budget"] == 6.0
     assert 6.0 * 0.99 <= dp["epsilon"] <= 6.0  # the planned rounds spend the budget
@@ -39,7 +39,7 @@ def test_the_noise_is_calibrated_to_the_budget_and_the_run_spends_it(tmp_path, c
 def test_a_run_that_would_exceed_its_budget_stops_as_budget_spent(tmp_path):
     cfg = small_config(clients=4, rounds=5, algo={"fraction": 0.5},
                        dp={**CENTRAL, "epsilon": 14.0})  # 13.6 after 3 rounds, 15.8 after 4
-    s, _ = final_model(cfg, tmp_path, "b")
+    s, _ = run_for_model(cfg, tmp_path, "b")
     rows = _rows(tmp_path / "b")
     assert s["status"] == "budget_spent" and "budget_spent" in ENDED
     assert s["rounds"] == len(rows) == 3 and rows[-1]["epsilon"] <= 14.0
@@ -62,7 +62,7 @@ def test_a_resumed_private_run_ends_where_an_unbroken_one_ends(tmp_path, algo, d
     """Adaptive clipping on FedAdam: the clip norm, the events and the server optimizer's
     moments all come back from the checkpoint; local DP with DP-SGD: the tasks per client."""
     cfg = small_config(clients=4, rounds=3, algo={"name": algo, "fraction": 0.5}, dp=dp)
-    ref, ref_model = final_model(cfg, tmp_path, "ref")
+    ref, ref_model = run_for_model(cfg, tmp_path, "ref")
     part = cfg.replace(rounds=2, **{"net.checkpoint_every": 1, "out": str(tmp_path / "run")})
     run_local(part, quiet=True)
     got = run_local(part.replace(rounds=3), quiet=True, resume=True)
@@ -80,7 +80,7 @@ def test_report_plots_accuracy_against_epsilon(tmp_path):
 
     for seed in (1, 2):
         cfg = small_config(clients=4, rounds=2, seed=seed, algo={"fraction": 0.5}, dp=CENTRAL)
-        final_model(cfg, tmp_path, f"s{seed}")
+        run_for_model(cfg, tmp_path, f"s{seed}")
     path = plot_overlay([str(tmp_path / "s1"), str(tmp_path / "s2")], tmp_path / "cmp.png")
     assert path.is_file() and path.stat().st_size > 0
 

@@ -6,7 +6,7 @@ import pytest
 from fednet.errors import ConfigError
 from fednet.core.inproc import InprocDispatcher
 from fednet.core.session import Session
-from tests.conftest import final_model, same_arrays, small_config
+from tests.conftest import run_for_model, same_arrays, small_config
 
 SEQ = {"min_samples": 60, "max_clients": 4, "superclient_fraction": 0.5, "pretrain_epochs": 2}
 
@@ -19,17 +19,17 @@ def _session(cfg):
 
 def test_one_client_superclients_equal_fedavg(tmp_path):
     one = {"min_samples": 1, "max_clients": 1, "superclient_fraction": 1.0, "pretrain_epochs": 1}
-    _, avg = final_model(small_config(clients=4, rounds=2), tmp_path, "avg")
-    s, seq = final_model(small_config(clients=4, rounds=2, algo={"name": "fedseq", "params": one}),
+    _, avg = run_for_model(small_config(clients=4, rounds=2), tmp_path, "avg")
+    s, seq = run_for_model(small_config(clients=4, rounds=2, algo={"name": "fedseq", "params": one}),
                     tmp_path, "seq")
     assert s["setup"]["superclients"] == 4
     assert same_arrays(avg, seq)
 
 
 def test_fedseq_inter_with_period_one_equals_fedseq(tmp_path):
-    _, seq = final_model(small_config(clients=8, rounds=3, algo={"name": "fedseq", "params": SEQ}),
+    _, seq = run_for_model(small_config(clients=8, rounds=3, algo={"name": "fedseq", "params": SEQ}),
                     tmp_path, "seq")
-    _, inter = final_model(small_config(clients=8, rounds=3, algo={
+    _, inter = run_for_model(small_config(clients=8, rounds=3, algo={
         "name": "fedseq_inter", "params": dict(SEQ, period=1)}), tmp_path, "inter")
     assert same_arrays(seq, inter)
 
@@ -89,7 +89,7 @@ def test_default_min_samples_fits_few_clients(tmp_path):
     """With fewer clients than classes the default |D_S|min (0.9 x mean size x classes) exceeds
     all the data; it is capped at the pre-trained clients' total: one superclient of all."""
     cfg = small_config(clients=4, algo={"name": "fedseq", "params": {"pretrain_epochs": 1}})
-    s, _ = final_model(cfg, tmp_path, "few")
+    s, _ = run_for_model(cfg, tmp_path, "few")
     assert s["status"] == "completed"
     assert s["setup"]["groups"] == [[0, 1, 2, 3]]
     assert s["setup"]["min_samples"] == 1437  # every training sample of digits

@@ -18,7 +18,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from fednet.server.main import run_zmq
 from fednet.transport.security import add_key, init_keys, load_keys
-from tests.conftest import final_model, same_arrays, small_config
+from tests.conftest import run_for_model, same_arrays, small_config
 from tests.fuzz_schema import frames_of, runtime_attacks, schema_attacks
 from tests.harness import BYTE_KEYS as KEYS
 
@@ -144,7 +144,7 @@ def test_generated_wrong_messages_change_nothing_under_launch(tmp_path, caplog, 
 
     monkeypatch.setattr(proof, "new_run_key", lambda: RUN_KEY)
     cfg = small_config(clients=4, rounds=3, algo={"name": "fedseq", "params": FEDSEQ})
-    ref = final_model(cfg, tmp_path, "ref")
+    ref = run_for_model(cfg, tmp_path, "ref")
     box: dict = {}
     shooter = Shooter(gate=proof.gate_password(RUN_KEY))
     s = run_zmq(cfg.replace(out=str(tmp_path / "run")), quiet=True,
@@ -257,7 +257,7 @@ def test_outsiders_without_the_run_key_complete_no_handshake_under_launch(tmp_pa
     ids (0x00 + 4 bytes) or none, at the server and every peer port, are refused in the
     handshake; the run is the undisturbed one."""
     cfg = small_config(clients=4, rounds=3, algo={"name": "fedseq", "params": FEDSEQ})
-    ref = final_model(cfg, tmp_path, "ref")
+    ref = run_for_model(cfg, tmp_path, "ref")
     box: dict = {}
     results: list[str] = []
 

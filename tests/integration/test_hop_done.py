@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fednet.protocol import Message, MsgKind
-from tests.conftest import final_model, same_arrays, small_config
+from tests.conftest import run_for_model, same_arrays, small_config
 from tests.integration.conftest import serve_in_thread
 from tests.harness import LEDGER_KEYS as KEYS
 
@@ -24,7 +24,7 @@ def _fedseq_in_process_and_over_one_host(tmp_path):
     from fednet.client.main import run_host
 
     cfg = small_config(clients=4, rounds=2, algo={"name": "fedseq", "params": FEDSEQ})
-    ref, ref_model = final_model(cfg, tmp_path, "ref")
+    ref, ref_model = run_for_model(cfg, tmp_path, "ref")
     t, box = serve_in_thread(cfg, tmp_path / "run")
     code = run_host([0, 1, 2, 3], box["endpoint"], register_timeout=30)
     t.join(120)
