@@ -11,6 +11,7 @@ from fednet.models.factorized import matching_layer
 from fednet.models.param_kinds import state_kinds
 from fednet.models.arrays import clone_arrays, load_arrays, state_arrays, state_nbytes
 from fednet.platform.malloc import reuse_freed_memory
+from fednet.core.work import PlainWork
 from fednet.training.local import evaluate
 from fednet.training.objective import get_objective
 from fednet.types import Arrays
@@ -56,6 +57,11 @@ class Evaluator:
         metric: the test set transformed)."""
         load_arrays(self.model, arrays)
         return evaluate(self.model, x, y, objective=self.objective)
+
+    def plain_work(self, batch_size: int) -> PlainWork:
+        """Plain training's work on this model, its batches shaped as the test set's examples
+        (core/work.PlainWork: FLOPs counted once per batch shape)."""
+        return PlainWork(self.model, self.x, batch_size)
 
     def test_set(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The held-out examples and labels (not to be written)."""

@@ -174,7 +174,7 @@ class Session:
 
     def _state_bound(self) -> Callable[[int], int]:
         """Client cid's state file's bound on its arrays' bytes (state_files.state_bound)."""
-        nbytes = sum(a.nbytes for a in self.evaluator.initial.values())
+        nbytes = self.evaluator.model_bytes  # (the state's arrays: parameters and buffers)
         return lambda cid: state_bound(nbytes, part_size(self.parts, cid))
 
     def checkpoint_interrupted(self) -> bool:
@@ -239,7 +239,7 @@ class Session:
     @functools.cached_property
     def _work(self) -> PlainWork:
         """Plain training's FLOPs on the server's model (earliest_return, latest_return)."""
-        return PlainWork(self.evaluator.model, self.evaluator.x, self.cfg.train.batch_size)
+        return self.evaluator.plain_work(self.cfg.train.batch_size)
 
     @functools.cached_property
     def _pooled_examples(self) -> int:
