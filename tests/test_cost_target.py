@@ -41,7 +41,8 @@ def test_fedavg_rows_count_the_client_compute_and_the_summary_the_cost_to_the_ta
     assert [r["client_epochs"] for r in exp.history] == [4, 8, 12]
     assert [r["samples"] for r in exp.history] == [1436, 2872, 4310]  # 2x(359+359), +2x(359+359),
     assert exp.summary["compute"] == {"client_epochs": 12, "samples": 4310,  # +2x(360+359)
-                                      "client_compute_s": exp.history[-1]["client_compute_s"]}
+                                      "client_compute_s": exp.history[-1]["client_compute_s"],
+                                      "server_compute_s": exp.history[-1]["server_compute_s"]}
     secs = [r["client_compute_s"] for r in exp.history]
     assert 0 < secs[0] < secs[1] < secs[2]
     acc = [r["accuracy"] for r in exp.history]
@@ -65,7 +66,7 @@ def test_fedseq_counts_its_pretraining_and_charges_it_on_the_virtual_clock(tmp_p
     exp = run(algo="fedseq", clients=4, rounds=2, epochs=1, pretrain_epochs=2, target="0.2",
               population_file=True,
               latency=str(tmp_path / "lat.csv"), availability=str(tmp_path / "on.csv"),
-              out=str(tmp_path / "s"))
+              server_profile="none", out=str(tmp_path / "s"))  # (the clients' clock only)
     s = exp.summary
     assert _sizes(exp.out) == SIZES and s["setup"]["groups"] == [[0, 1, 2, 3]]
     assert s["setup"]["sim_s"] == 5 + 2 * 360 / 1024  # (sent at 5, when the clients came online)
@@ -125,8 +126,9 @@ def test_target_as_a_fraction_of_a_reference_run_and_never_reached(tmp_path):
                               "rounds": None, "client_epochs": None, "samples": None,
                               "sim_s": None, "wall_s": None, "bytes": None}
     assert s["compute"] == {"client_epochs": 4, "samples": 1437,
-                            "client_compute_s": s["compute"]["client_compute_s"]} and \
-        s["compute"]["client_compute_s"] > 0
+                            "client_compute_s": s["compute"]["client_compute_s"],
+                            "server_compute_s": s["compute"]["server_compute_s"]} and \
+        s["compute"]["client_compute_s"] > 0 < s["compute"]["server_compute_s"]
     assert f"accuracy >= 80.00% (1 x 80.00%, the best of {ref})" in res.output
     assert "to target: rounds       not reached" in res.output
 

@@ -29,7 +29,8 @@ import math
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeGuard
 
 import numpy as np
 
@@ -89,7 +90,7 @@ def save(out: Path, algo: Any, driver: Any, clients: ClientStates | None = None,
         raise OutputError(tmp, e) from None
     try:
         with atomic_file(tmp / "state.npz") as fh:
-            np.savez(fh, **arrays)
+            np.savez(fh, allow_pickle=False, **arrays)  # (numbers only)
         write_text(tmp / "state.json", text)
         fsync_dir(tmp)
         if (target / "clients").is_dir():  # the clients' own files move with the checkpoint
@@ -111,11 +112,16 @@ def save(out: Path, algo: Any, driver: Any, clients: ClientStates | None = None,
     shutil.rmtree(old, ignore_errors=True)
 
 
+def _client_prefix(cid: int) -> Callable[[str], str]:
+    """The key of client cid's state array `n` in the checkpoint."""
+    return lambda n: f"client/{cid}/{n}"
+
+
 def _client_arrays(clients: ClientStates | None, arrays: Arrays) -> dict[str, Any]:
     """The client states no store holds (fednet local) into `arrays`; their JSON fields."""
     client_meta: dict[str, Any] = {}
     for cid, (st, model) in sorted((clients or {}).items()):
-        a, m = encode(st, lambda n, c=cid: f"client/{c}/{n}")
+        a, m = encode(st, _client_prefix(cid))
         arrays.update(a)
         arrays.update({f"client/{cid}/model/{k}": v for k, v in (model or {}).items()})
         client_meta[str(cid)] = m
@@ -143,7 +149,7 @@ class ResumeCheck:
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
 
-    def fail(self, path: Path, problem: str) -> None:
+    def fail(self, path: Path, problem: str) -> NoReturn:
         raise ConfigError(f"--resume {self.run_dir}: {path}: {problem}")
 
     def need(self, ok: bool, path: Path, problem: str) -> None:
@@ -151,7 +157,7 @@ class ResumeCheck:
             self.fail(path, problem)
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: object) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -192,14 +198,16 @@ def _check_state(chk: ResumeCheck, path: Path, s: dict[str, Any], cfg: RunConfig
     chk.need(name == cfg.algo.name, path,
              f"a checkpoint of algorithm {name!r}, this run is {cfg.algo.name!r}")
     rd = s.get("rounds_done")
-    chk.need(_is_int(rd) and rd >= 0, path, f"rounds_done must be a whole number >= 0 (got {rd!r})")
+    if not (_is_int(rd) and rd >= 0):
+        chk.fail(path, f"rounds_done must be a whole number >= 0 (got {rd!r})")
     chk.need(rd <= cfg.rounds, path, f"rounds_done is {rd}, more than --rounds {cfg.rounds} "
                                      f"(resume with --rounds {rd} or more)")
     t = s.get("sim_time")
     chk.need(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t)
              and t >= 0, path, f"sim_time must be a finite number >= 0 (got {t!r})")
     ledger = s.get("ledger")
-    chk.need(isinstance(ledger, dict), path, "the byte ledger is missing")
+    if not isinstance(ledger, dict):
+        chk.fail(path, "the byte ledger is missing")
     missing = sorted(LEDGER_KEYS - set(ledger))
     chk.need(not missing, path, f"the byte ledger lacks {', '.join(missing)}")
     unknown = sorted(set(ledger) - LEDGER_KEYS - set(Ledger().totals()))
@@ -213,7 +221,8 @@ def _check_state(chk: ResumeCheck, path: Path, s: dict[str, Any], cfg: RunConfig
              "failures must be a list of objects")
     chk.need(isinstance(s.get("setup", {}), dict), path, "setup must be an object")
     meta = s.get("algo")
-    chk.need(isinstance(meta, dict), path, "the algorithm's state ('algo') is missing")
+    if not isinstance(meta, dict):
+        chk.fail(path, "the algorithm's state ('algo') is missing")
     nt = meta.get("next_task", 0)
     chk.need(_is_int(nt) and nt >= 0, path, f"algo.next_task must be a whole number >= 0 (got {nt!r})")
     groups = meta.get("superclients", [])
@@ -377,7 +386,7 @@ def _clients(chk: ResumeCheck, npz: Path, js: Path, arrays: Arrays, state: dict[
         mp = f"client/{cid}/model"
         model = {k[len(mp) + 1:]: a for k, a in got.items() if k.startswith(mp + "/")}
         rest = {k: a for k, a in got.items() if not k.startswith(mp + "/")}
-        st, used = decode(cls, rest, meta, lambda n, c=cid: f"client/{c}/{n}", shapes,
+        st, used = decode(cls, rest, meta, _client_prefix(cid), shapes,
                           lambda m: chk.fail(npz, m), lambda m: chk.fail(js, m), finite=True)
         for k in sorted(set(rest) - used):
             chk.fail(npz, f"array '{k}' does not belong to this client's state")

@@ -5,6 +5,8 @@ No sockets here: the in-process runtime and the ZeroMQ client both call `on_task
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
+from typing import NoReturn
 
 import logging
 import time
@@ -29,7 +31,7 @@ from fednet.data import load_dataset, run_partition
 from fednet.data.partition import part_size, part_sizes
 from fednet.data.client_data import checked_indices, client_data
 from fednet.data.augment import augmentation, identity
-from fednet.data.views import Rows
+from fednet.data.views import Examples, Rows
 from fednet.network.latency import Profile
 from fednet.models import build_model
 from fednet.models.arrays import adopt_arrays, load_arrays, state_arrays, state_nbytes
@@ -92,8 +94,8 @@ class Executor:
         cd = client_data(ds, d, cfg.clients, cfg.seed, cid, indices)
         # index views of the run's shared images (data/views.py): nothing copied on the CPU; on a
         # device only the client's own partition is, and test rows travel batch by batch
-        x = Rows.of(cd.images, cd.rows, self.device)
-        x = x if self.device.type == "cpu" else x.materialize()
+        rows = Rows.of(cd.images, cd.rows, self.device)
+        x: Examples = rows if self.device.type == "cpu" else rows.materialize()
         y = torch.from_numpy(np.ascontiguousarray(cd.y)).to(self.device)
         # the same seeded initial weights as the server's, so personal models need no download
         self._initial = lambda: build_model(algorithms.model_name(cfg), ds.num_classes,
@@ -179,7 +181,8 @@ class Executor:
                 adopt_arrays(self.ctx.model, own)  # buffers
             with metered(self.profile.train_flops_per_s > 0) as work:  # its batches' FLOPs
                 arrays, body = self.update.run(self.ctx, task)
-                if received is not None:  # --attack: the values lie, the layout and count do not
+                if self.attack is not None and received is not None:  # --attack: the values
+                    # lie, the layout and count do not
                     arrays = self.attack.forge(self, task, arrays, received)
                 arrays = self.codec.encode(arrays, ref, task.round)
                 if task.body.get("evaluate"):  # personalized evaluation: its model, its split
@@ -209,7 +212,7 @@ class Executor:
             return None
         return {k: (tuple(a.shape), a.dtype) for k, a in state_arrays(self.ctx.model).items()}
 
-    links: list[Profile] | None = None  # every client's profile: set by the runtime (or lazily)
+    links: Sequence[Profile] | None = None  # every client's profile: set by the runtime (or lazily)
 
     def sender_link(self, msg: Message) -> Profile | None:
         """The peer's profile when `msg` is a hand-off (its uplink and latency are paid too,
@@ -251,18 +254,20 @@ class Executor:
         """The state after this task into the store; when it cannot be written the state stays
         here (one warning per process) and the store marks the client's state unsaved, so that
         a --resume says it cannot restore it (fednet local keeps it in its checkpoint)."""
+        store = self.store
+        assert store is not None, "a state is saved only into a store"
         try:
             arrays, meta = encode_client(*self.client_state())
-            self.store.put(self.cid, rnd, run_id, ckpt, {**arrays, **self.codec.state()}, meta)
+            store.put(self.cid, rnd, run_id, ckpt, {**arrays, **self.codec.state()}, meta)
         except (OSError, OutputError) as e:  # a full disk, a read-only one, no permission
             global _STORE_WARNED
             if not _STORE_WARNED:
                 log.warning("client %d: cannot write its state into %s (%s); clients whose state "
                             "cannot be written keep it in memory from now on (a --resume of a "
                             "later checkpoint cannot restore it, except under fednet local)",
-                            self.cid, self.store.out, e)
+                            self.cid, store.out, e)
                 _STORE_WARNED = True
-            self.store.unsaved(self.cid)
+            store.unsaved(self.cid)
             self.store = None
 
     def client_state(self) -> tuple[object, dict[str, np.ndarray] | None]:
@@ -293,7 +298,7 @@ class Executor:
         shapes = Shapes(state_arrays(model), [tuple(p.shape) for p in model.parameters()
                                               if p.requires_grad], self.cfg.clients)
 
-        def fail(problem: str) -> None:
+        def fail(problem: str) -> NoReturn:
             raise ValueError(f"client {self.cid}: saved state: {problem}")
         state, saved = decode_client(self.update.State, arrays, meta or {}, shapes, fail,
                                      self.device)
@@ -314,7 +319,7 @@ def _held_bytes(t: object, own_base: bool) -> int:
 
 
 def welcome_tables(cfg: RunConfig, arrays: dict[str, np.ndarray], peers: bool = True
-                   ) -> tuple[list[Profile] | None, Availability | None]:
+                   ) -> tuple[Sequence[Profile] | None, Availability | None]:
     """(every client's profile, the availability) as a WELCOME gives them: presets rebuilt from
     the configuration, traces from its arrays. Without `peers` (the run hands no model between
     clients) no client's link is needed: None, not a table of the whole population (a million

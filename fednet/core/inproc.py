@@ -9,6 +9,7 @@ import torch
 
 from fednet.algorithms.updates import forget_ahead
 from fednet.core.batching import Ahead, batching, note
+from fednet.core.checkpoint import ClientStates
 from fednet.core.executor import KEEP_BYTES, Executor, KeptExecutors, share_working_models
 from fednet.config import RunConfig
 from fednet.core.replies import receive
@@ -84,10 +85,11 @@ class Executors:
         for cid in stored:
             if cid not in out:
                 ex = out[cid] = self._build(cid)
+                assert ex.store is not None, "a client whose state is in the store has the store"
                 ex.take_back(ex.store.take(cid, self.s.run_id, None))
         return sorted(out.items())
 
-    def states(self) -> dict | None:
+    def states(self) -> ClientStates | None:
         """For a checkpoint: the states only objects hold (and those resumed from an older
         checkpoint, not built again yet); None when the store holds every client's."""
         out = {**self.resumed, **{c: ex.client_state() for c, ex in self.built.items()}}
@@ -146,7 +148,10 @@ class InprocDispatcher:
                 if ahead is not None:
                     ahead.before(task)
                 got = self._deliver(task)
-                (failures if isinstance(got, Failure) else results).append(got)
+                if isinstance(got, Failure):
+                    failures.append(got)
+                else:
+                    results.append(got)
                 if follow is not None:
                     queue.extend(follow(got))
         finally:
@@ -175,10 +180,11 @@ class InprocDispatcher:
             hop = int(got.body["hop"]) + 1
             if reply.kind != MsgKind.RESULT or hop >= len(task.route):
                 break
-            hop, skipped = next_online_hop(self.s.availability, task.route, hop, reply.sim_time)
-            if hop is None:  # every later peer is offline: the model goes back to the server
+            online, skipped = next_online_hop(self.s.availability, task.route, hop, reply.sim_time)
+            if online is None:  # every later peer is offline: the model goes back to the server
                 reply.body["skipped"] = skipped
                 break
+            hop = online
             me, peer = client_name(cid), client_name(task.route[hop])
             t0 = led.totals()["tensor_bytes"]
             sent = for_peer(self.s.handoff_codec, self.s.cfg.seed, reply.arrays, reply.task_id, hop)
@@ -191,9 +197,9 @@ class InprocDispatcher:
             self._send(done, me, SERVER)
             got = nxt
         back, n2 = self._send(reply, client_name(cid), SERVER)
-        done = receive(self.s, back, cid, n2, task)
+        came = receive(self.s, back, cid, n2, task)
         # --availability: offline before the result arrived?
-        return self.s.driver.churn.upload(done, back.sim_time, back.body.get("skipped", 0))
+        return self.s.driver.churn.upload(came, back.sim_time, back.body.get("skipped", 0))
 
 
 def run_local(cfg: RunConfig, quiet: bool = False, write: bool = True, prepare=None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +31,7 @@ from fednet.privacy.plan import noise_cause
 log = logging.getLogger("fednet.server")
 
 
-def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile],
+def accept_reply(msg: Message, cid: int, nbytes: int, profiles: Sequence[Profile],
                  expect: Layout | None, compress: Spec | None = None,
                  reference: Arrays | None = None,
                  body: dict[str, str] | None = None,
@@ -55,17 +55,17 @@ def accept_reply(msg: Message, cid: int, nbytes: int, profiles: list[Profile],
         if msg.kind == MsgKind.FAILURE:  # a failure already: its time kept within the window
             msg.sim_time = min(max(msg.sim_time, bounds.start), bounds.latest)
         else:
-            why = (f"its simulated time {msg.sim_time:.6g} s is outside its task's window "
-                   f"[{bounds.start:.6g}, {bounds.latest:.6g}] s")
+            late = (f"its simulated time {msg.sim_time:.6g} s is outside its task's window "
+                    f"[{bounds.start:.6g}, {bounds.latest:.6g}] s")
             log.warning("round %d: the result of client %d (task %d) was refused: %s",
-                        msg.round + 1, cid, msg.task_id, why)
-            return Failure(msg.task_id, msg.round, cid, f"result refused: {why}", bounds.latest)
+                        msg.round + 1, cid, msg.task_id, late)
+            return Failure(msg.task_id, msg.round, cid, f"result refused: {late}", bounds.latest)
     if msg.kind == MsgKind.FAILURE:
         return message_failure(msg, cid)
     arrival = msg.sim_time + latency.up_delay(profiles[cid], nbytes)
     wire_tensor_bytes = tensor_bytes(msg)  # as it travelled (before --compress decodes it)
     res = message_result(msg, cid, arrival)
-    why = None
+    why: str | None = None
     if compress is not None and compress.on:
         try:
             res.arrays = decode_result(compress, res.arrays, expect, reference or {})

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from fednet.core.status import RunStatus
 from fednet.errors import FednetError
@@ -101,7 +101,7 @@ class Run:
         return self
 
     def __exit__(self, et: type[BaseException] | None, e: BaseException | None,
-                 tb: TracebackType | None) -> bool:
+                 tb: TracebackType | None) -> Literal[False]:
         self._failing = e
         if e is not None and self.session is not None and self.is_started:
             driver = self.session.driver

@@ -23,7 +23,8 @@ import os
 import stat
 import zipfile
 from pathlib import Path
-from typing import Any, BinaryIO
+from collections.abc import Callable
+from typing import Any, BinaryIO, NoReturn
 
 import numpy as np
 
@@ -59,7 +60,7 @@ def write(path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> No
     make_dir(path.parent)
     blob = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     with atomic_file(path) as fh:
-        np.savez(fh, **arrays, **{META: blob})
+        np.savez(fh, allow_pickle=False, **arrays, **{META: blob})  # (numbers only)
 
 
 def _open(path: Path) -> BinaryIO:
@@ -364,7 +365,7 @@ def encode_client(state: Any, model: dict[str, np.ndarray] | None
 
 
 def decode_client(cls: type, arrays: dict[str, np.ndarray], meta: dict[str, Any], shapes: Shapes,
-                  fail: Any, device: Any = None, finite: bool = False
+                  fail: Callable[[str], NoReturn], device: Any = None, finite: bool = False
                   ) -> tuple[Any, dict[str, np.ndarray] | None]:
     """The inverse of encode_client, every array checked (fail(message) raises; finite: no
     NaN or inf either, as --resume checks the store)."""

@@ -19,7 +19,8 @@ class RunStatus(str, Enum):
     BUDGET_SPENT = "budget_spent"        # --dp-epsilon: the next round would spend past it
 
     __str__ = str.__str__
-    __format__ = str.__format__
+    def __format__(self, spec: str) -> str:
+        return str.__format__(self, spec)
 
     @property
     def ended_by_itself(self) -> bool:

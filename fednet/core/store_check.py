@@ -10,7 +10,7 @@ ConfigError naming the file; nothing is changed.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from fednet.algorithms.state import Shapes
 from fednet.core import state_files
@@ -58,7 +58,7 @@ def _check_file(chk: ResumeCheck, path: Path, cid: int, algorithm: str, lineage:
         state_files.check_tags(path, meta, cid, algorithm, lineage)
         codec(arrays)
 
-        def fail(problem: str) -> None:
+        def fail(problem: str) -> NoReturn:
             raise ValueError(f"{path}: {problem}")
         state_files.decode_client(cls, arrays, meta, shapes, fail, finite=True)
     except ValueError as e:

@@ -2,6 +2,8 @@
 clients.jsonl and tests)."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 
@@ -13,7 +15,7 @@ def label_histogram(labels: np.ndarray, num_classes: int) -> list[int]:
     return [int(n) for n in np.bincount(labels, minlength=num_classes)]
 
 
-def partition_summary(parts: list[np.ndarray], labels: np.ndarray, num_classes: int) -> dict:
+def partition_summary(parts: Sequence[np.ndarray], labels: np.ndarray, num_classes: int) -> dict:
     """Client sizes (min/mean/max/std), mean classes per client and mean min/max class balance over all classes."""
     labels = np.asarray(labels)
     sizes = np.array([len(p) for p in parts], dtype=np.int64)

@@ -78,3 +78,12 @@ class Rows:
                 return type(a)(real(b) for b in a)
             return a
         return func(*real(args), **{k: real(v) for k, v in (kwargs or {}).items()})
+
+
+Examples = torch.Tensor | Rows
+"""A client's inputs: a tensor, or an index view of the shared images gathered on access."""
+
+
+def gathered(x: Examples) -> torch.Tensor:
+    """x as one tensor (a Rows view gathered, as a torch function receives it)."""
+    return x.materialize() if isinstance(x, Rows) else x

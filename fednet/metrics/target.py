@@ -95,7 +95,7 @@ def cost_summary(rows: list[dict[str, Any]], target: Target | None,
         out["compute"] = {"client_epochs": last["client_epochs"], "samples": last.get("samples"),
                           **({"client_compute_s": last["client_compute_s"]}
                              if "client_compute_s" in last else {})}
-    if "server_compute_s" in last and "compute" in out:
+    if last.get("server_compute_s") and "compute" in out:  # (the server charged: synchronous)
         out["compute"]["server_compute_s"] = last["server_compute_s"]
     split = time_split(rows)
     if split:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fednet.config import RunConfig
@@ -40,7 +40,7 @@ def capacity(cfg: RunConfig) -> float:
 class Network:
     """The run's server link and round policies; `of` gives NoNetwork when every one is off."""
 
-    def __init__(self, cfg: RunConfig, profiles: list[Profile], task_size: Callable[[Task], int]
+    def __init__(self, cfg: RunConfig, profiles: Sequence[Profile], task_size: Callable[[Task], int]
                  ) -> None:
         self.rate = capacity(cfg)
         self.deadline = float(cfg.latency.deadline)
@@ -51,7 +51,7 @@ class Network:
         self._warned = False
 
     @classmethod
-    def of(cls, cfg: RunConfig, profiles: list[Profile], task_size: Callable[[Task], int]
+    def of(cls, cfg: RunConfig, profiles: Sequence[Profile], task_size: Callable[[Task], int]
            ) -> Network | NoNetwork:
         """The run's Network, or NoNetwork when every policy is off (its steps pass every
         task and reply through unchanged)."""

@@ -49,6 +49,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from fednet.data.views import Examples, gathered
 from fednet.training import interrupt
 from fednet.training.local import TrainStats
 from fednet.training.objective import Classification, Objective
@@ -100,7 +101,7 @@ class ClientJob:
     anchor is the start. correction: a constant added to each trainable parameter's gradient
     (by name) after the proximal term, before weight decay."""
 
-    x: torch.Tensor
+    x: Examples
     y: torch.Tensor
     generator: torch.Generator
     lr: float
@@ -202,7 +203,7 @@ def _plan(jobs: Sequence[ClientJob], augment: Augment | None) -> _Plan:
     y = torch.cat([j.y for j in jobs])
     rows, mask = rows.to(dev), mask.to(dev)
     if augment is None:
-        return _Plan(torch.cat([j.x for j in jobs]), y, rows, mask, steps.tolist())
+        return _Plan(torch.cat([gathered(j.x) for j in jobs]), y, rows, mask, steps.tolist())
     xs = batches[0].new_zeros((G, S, B) + tuple(batches[0].shape[1:]))
     xs[mask] = torch.cat(batches)
     return _Plan(xs, y[rows], None, mask, steps.tolist())

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from fednet.data.views import Examples
 from fednet.privacy import require
 from fednet.privacy.plan import sgd_steps
 from fednet.training import flops, interrupt
@@ -48,7 +49,7 @@ def check_model(model: nn.Module) -> str:
     return "; ".join(str(e) for e in errors[:3])
 
 
-def train_private(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: int,
+def train_private(model: nn.Module, x: Examples, y: torch.Tensor, *, epochs: int,
                   batch_size: int, spec: OptimSpec, generator: torch.Generator,
                   noise_generator: torch.Generator, noise: float, clip: float,
                   hooks: Sequence[GradHook] = (),
@@ -71,7 +72,7 @@ def train_private(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs:
         gsm.to_standard_module()  # hooks and per-example attributes removed
 
 
-def _steps(gsm: nn.Module, model: nn.Module, x: torch.Tensor, y: torch.Tensor, count: int,
+def _steps(gsm: nn.Module, model: nn.Module, x: Examples, y: torch.Tensor, count: int,
            q: float, spec: OptimSpec, generator: torch.Generator,
            noise_generator: torch.Generator, noise: float, clip: float,
            hooks: Sequence[GradHook], augment: Any, objective: Objective) -> TrainStats:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from fednet.data.views import Examples
 from fednet.training import interrupt
 from fednet.training.flops import charge
 from fednet.training.objective import CLASSIFICATION, Objective
@@ -34,7 +35,7 @@ def batches(n: int, batch_size: int, generator: torch.Generator) -> list[torch.T
     return list(perm.split(batch_size))
 
 
-def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: int, batch_size: int,
+def train(model: nn.Module, x: Examples, y: torch.Tensor, *, epochs: int, batch_size: int,
           lr: float, momentum: float = 0.0, weight_decay: float = 0.0,
           generator: torch.Generator, hooks: Sequence[GradHook] = (),
           loss_terms: Sequence[Callable[[], torch.Tensor]] = (),
@@ -79,7 +80,7 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: int, ba
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024,
+def evaluate(model: nn.Module, x: Examples, y: torch.Tensor, batch_size: int = 1024,
              objective: Objective = CLASSIFICATION) -> tuple[float, float]:
     """(mean score, mean loss) of model on (x, y): top-1 accuracy and cross-entropy by default."""
     model.eval()
