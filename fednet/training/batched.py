@@ -12,6 +12,8 @@ per-client gradient term (SCAFFOLD's c - c_k, FedDyn's -g_k: hooks.control_varia
 Clients of unequal sizes, epochs or batch sizes are padded to the largest batch and the most
 steps and masked: a padded row adds nothing to its client's loss or gradient, and a client past
 its last step keeps its parameters and momentum unchanged, so each takes exactly its own steps.
+The clients are stacked longest first, and a step computes only those still training (a prefix
+of the stack, two at least), so a block's short clients do not pay its longest client's steps.
 The reported loss is the plain loop's: the batches' mean losses weighted by their sizes.
 
 The results are not bitwise the plain loop's: a batched kernel (a bmm for G linear layers, a
@@ -27,10 +29,13 @@ trajectories differ by more (fedseq_cnn on 20 random examples, lr 0.15: 4e-7 for
 4e-3, 0.13 by step 15; the plain loop against itself with its start perturbed by 1e-7 jumps at
 the same step, to 1e-5).
 The same block of clients (the same jobs, in the same order, on the same number of torch
-threads) gives the same bits every time; the same client in another block may not (the digits
-CNN alone, G = 1, runs another convolution kernel than in a block of 3; mclr's bits did not
-move), so runtimes that must agree bit for bit form their blocks by one rule that does not
-depend on which process holds which client (fixed blocks of the cohort in id order).
+threads) gives the same bits every time. The same client in another block gave the same bits
+too on this CPU (1 and 2 threads; blocks of 2 to 40, any place, any neighbours), except alone:
+the digits CNN alone, G = 1, runs another convolution kernel than in a block (mclr's bits did
+not move), so algorithms/updates.train_ahead trains a lone client beside a copy of itself and a
+step here computes two clients at least. That is what lets `fednet local` and a `fednet launch`
+client process, which hold different blocks, agree bit for bit (a measured property of the
+kernels, checked by tests/test_batched_runtime.py, not a guarantee of every backend).
 
 Not batchable (batchable() says why; train_batched raises ValueError with the reason): models with
 BatchNorm (a batch's statistics would include the padding, and the running statistics are per
@@ -153,12 +158,12 @@ class _Plan:
     mask: torch.Tensor       # [G, S, B] bool: a real example of the client's batch
     steps: list[int]         # each client's number of steps
 
-    def batch(self, s: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Step s's (x, y, mask), each with leading dimensions [G, B]."""
-        m = self.mask[:, s]
+    def batch(self, s: int, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Step s's (x, y, mask) of the first k clients, each with leading dimensions [k, B]."""
+        m = self.mask[:k, s]
         if self.rows is None:
-            return self.x[:, s], self.y[:, s], m
-        r = self.rows[:, s].reshape(-1)
+            return self.x[:k, s], self.y[:k, s], m
+        r = self.rows[:k, s].reshape(-1)
         xb = self.x.index_select(0, r)
         return xb.view(m.shape + xb.shape[1:]), self.y.index_select(0, r).view(m.shape), m
 
@@ -252,31 +257,34 @@ class _SGD:
 
     @torch.no_grad()
     def step(self, params: dict[str, torch.Tensor], grads: Sequence[torch.Tensor],
-             active: torch.Tensor | None) -> None:
+             active: torch.Tensor | None, k: int) -> None:
         """One step of the clients (of those `active`: None = all), in place in `params`, the
         momentum buffers and `grads` (in params' order). buf = d on a client's first step, as
         torch's sgd has it, because the buffers start at zero (0 * m + d = d). An inactive
         client's gradient is zeroed and its momentum factor is 1: buf = 1 * buf + 0 and
         p = p + (-lr) * 0, both exact."""
         off = None if active is None else ~active
-        mom = self.mom if off is None else torch.where(off, 1.0, self.mom)
-        for (k, p), d in zip(params.items(), grads):
+        m0, neg_lr, wd, mu, nest = (self.mom[:k], self.neg_lr[:k], self.wd[:k], self.mu[:k],
+                                    self.nesterov[:k])
+        mom = m0 if off is None else torch.where(off, 1.0, m0)
+        for (name, full), d in zip(params.items(), grads):
+            p = full[:k]
             shape = (-1,) + (1,) * (p.dim() - 1)
             if self.anchor:
-                d.addcmul_(self.mu.view(shape), p - self.anchor[k])
+                d.addcmul_(mu.view(shape), p - self.anchor[name][:k])
             if self.corr:
-                d.add_(self.corr[k])
+                d.add_(self.corr[name][:k])
             if self.use_wd:
-                d.addcmul_(self.wd.view(shape), p)
+                d.addcmul_(wd.view(shape), p)
             if off is not None:
                 d.masked_fill_(off.view(shape), 0.0)
             if self.use_mom:
-                b = self.buf[k].mul_(mom.view(shape)).add_(d)
-                d = (torch.where(self.nesterov.view(shape), d.addcmul(self.mom.view(shape), b), b)
+                b = self.buf[name][:k].mul_(mom.view(shape)).add_(d)
+                d = (torch.where(nest.view(shape), d.addcmul(m0.view(shape), b), b)
                      if self.use_nesterov else b)
                 if off is not None:
                     d = d.masked_fill(off.view(shape), 0.0)
-            p.addcmul_(self.neg_lr.view(shape), d)
+            p.addcmul_(neg_lr.view(shape), d)
 
 
 def _cross_entropy(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -299,6 +307,8 @@ def train_batched(model: nn.Module, jobs: Sequence[ClientJob], *, augment: Augme
     objective = objective or Classification()
     _check(model, jobs, objective)
     model.train()
+    order = _longest_first(jobs)
+    jobs = [jobs[g] for g in order]
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     fixed = {n: p.detach() for n, p in model.named_parameters() if not p.requires_grad}
     own = dict(model.named_parameters())
@@ -306,6 +316,7 @@ def train_batched(model: nn.Module, jobs: Sequence[ClientJob], *, augment: Augme
                               for j in jobs]).clone() for n in names}
     plan = _plan(jobs, augment)
     opt = _SGD(jobs, params)
+    back = torch.argsort(torch.tensor(order)).to(plan.mask.device)  # sorted -> the jobs' order
 
     def loss_of(p: dict[str, torch.Tensor], xb: torch.Tensor, yb: torch.Tensor,
                 m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -315,15 +326,17 @@ def train_batched(model: nn.Module, jobs: Sequence[ClientJob], *, augment: Augme
 
     step_grads = vmap(grad(loss_of, has_aux=True))
     steps = torch.tensor(plan.steps, device=plan.mask.device)
+    G = len(jobs)
     losses = []
     for s in range(max(plan.steps)):
         interrupt.poll()
-        grads, loss = step_grads(params, *plan.batch(s))
+        k = max(sum(1 for n in plan.steps if n > s), min(2, G))  # the clients still training
+        grads, loss = step_grads({n: p[:k] for n, p in params.items()}, *plan.batch(s, k))
         opt.step(params, [grads[n] for n in names],
-                 None if s < min(plan.steps) else steps > s)
-        losses.append(loss)
+                 None if s < plan.steps[k - 1] else steps[:k] > s, k)
+        losses.append(torch.cat([loss, loss.new_zeros(G - k)]))
         if on_step is not None:
-            on_step(s, params)
+            on_step(s, {n: p[back] for n, p in params.items()})
     counts = plan.mask.sum(2).double()  # [G, S] examples per step (0 past a client's end)
     total = (torch.stack(losses, 1).double() * counts).sum(1)
     samples = counts.sum(1)
@@ -332,4 +345,17 @@ def train_batched(model: nn.Module, jobs: Sequence[ClientJob], *, augment: Augme
     per_step = plan.mask.sum(2).tolist()
     sizes = [row[:k] for row, k in zip(per_step, plan.steps)]
     example = tuple(plan.x.shape[1 if plan.rows is not None else 3:])
-    return BatchedResult(params, stats, opt.buf, sizes, example, plan.x.dtype)
+    at = back.tolist()
+    return BatchedResult({n: p[back] for n, p in params.items()}, [stats[g] for g in at],
+                         {n: b[back] for n, b in opt.buf.items()}, [sizes[g] for g in at],
+                         example, plan.x.dtype)
+
+
+def _longest_first(jobs: Sequence[ClientJob]) -> list[int]:
+    """The jobs' order by their steps, most first (ties in the given order): the clients still
+    training at any step are then a prefix of the stack, and a step computes only them (a
+    block's clients of unequal sizes do not all pay its longest client's steps). A client's bits
+    do not depend on its place or on how many are computed with it (two at least: see
+    algorithms/updates.train_ahead)."""
+    steps = [-(-len(j.y) // j.batch_size) * j.epochs for j in jobs]
+    return sorted(range(len(jobs)), key=lambda g: -steps[g])
