@@ -40,6 +40,7 @@ SMOKE: dict[str, list[str]] = {
     "bench_async.py": ["--clients", "6", "--rounds", "2", "--async-rounds", "3", "--seeds", "0",
                        "--methods", "fedavg", "fedbuff"],
     "bench_batched.py": ["--cells", "mclr:3,digits_cnn:2", "--repeats", "1"],
+    "bench_batched_runs.py": ["--cells", "digits:6", "--rounds", "2", "--repeats", "1"],
     "bench_big_frames.py": ["--connections", "20", "--announce-mib", "16", "--port", "PORT"],
     "bench_compress.py": ["--clients", "3", "--rounds", "1", "--epochs", "1", "--seeds", "0",
                           "--specs", "none", "fp16"],
