@@ -23,7 +23,6 @@ from fednet.metrics.history import resolve_out
 from fednet.models import drop_templates, keep_template
 from fednet.network.churn import next_online_hop
 from fednet.platform.gpus import check_gpus, device_for, gpu_counts
-from fednet.compress.downlink import for_peer
 from fednet.protocol import Message, MsgKind
 from fednet.protocol.handover import handover
 from fednet.types import ClientInfo, Failure, Result, Roster, Task, client_name
@@ -187,19 +186,19 @@ class InprocDispatcher:
             hop = online
             me, peer = client_name(cid), client_name(task.route[hop])
             t0 = led.totals()["tensor_bytes"]
-            sent = for_peer(self.s.handoff_codec, self.s.cfg.seed, reply.arrays, reply.task_id, hop)
+            sent = self.s.for_peer(reply.arrays, reply.task_id, hop)
             nxt, n = self._send(handoff_message(got, reply, hop, arrays=sent), me, peer)
             _, n_ack = self._send(ack_message(nxt, peer), peer, me)
             done = hop_done_message(got, reply, n + n_ack, led.totals()["tensor_bytes"] - t0, hop)
             if skipped:  # offline peers passed over (--availability)
                 done.body["skipped"] = skipped
-                self.s.driver.churn.note(reply.round, skipped)
+                self.s.skipped_peers(reply.round, skipped)
             self._send(done, me, SERVER)
             got = nxt
         back, n2 = self._send(reply, client_name(cid), SERVER)
         came = receive(self.s, back, cid, n2, task)
         # --availability: offline before the result arrived?
-        return self.s.driver.churn.upload(came, back.sim_time, back.body.get("skipped", 0))
+        return self.s.arrived(came, back.sim_time, back.body.get("skipped", 0))
 
 
 def run_local(cfg: RunConfig, quiet: bool = False, write: bool = True, prepare=None,

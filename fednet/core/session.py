@@ -16,10 +16,11 @@ from fednet.algorithms.contract import ServerInfo
 from fednet.algorithms.attack_client import attack_metrics
 from fednet.algorithms.robust_spec import malicious_ids
 from fednet.algorithms.state import Shapes
-from fednet.compress.downlink import Downlink
+from fednet.compress.downlink import Downlink, for_peer
 from fednet.algorithms.checks import check_data, eval_mode, validate
 from fednet.config import RunConfig
 from fednet.data import load_dataset, natural, run_partition
+from fednet.data.base import Dataset
 from fednet.data.partition import part_size, part_sizes
 from fednet.data.stats import label_histogram, partition_summary
 from fednet.metrics.accounting import Ledger
@@ -42,7 +43,7 @@ from fednet.platform.proc import peak_rss_bytes
 from fednet.core.state_files import NO_MANIFEST, Manifest, lineage, state_bound
 from fednet.core.wire import task_size
 from fednet.core.work import LATEST_WORK, ClientCompute, PlainWork
-from fednet.types import ClientInfo, Task, lookup
+from fednet.types import Arrays, ClientInfo, Failure, Result, Task, lookup
 
 log = logging.getLogger("fednet")
 
@@ -87,7 +88,7 @@ class Session:
         self.out = (out or resolve_out(cfg)) if write else None
         self.ledger = Ledger()
         self.resumed_clients: checkpoint.ClientStates = {}  # fednet local --resume: per client
-        self.client_view: Callable[[], checkpoint.ClientStates] | None = None  # set by local
+        self.client_view: Callable[[], checkpoint.ClientStates | None] | None = None  # by local
         # the clients' store on this disk (fednet local, launch), named in every checkpoint
         self.manifest = (Manifest() if store_here and self.out is not None
                          and (client.stateful() or self.compress.feedback) else None)
@@ -107,12 +108,13 @@ class Session:
                                   f"{' '.join(map(_as_option, cfg.tuned))} (options you give win)")
         self.driver = self._driver(cfg, client.stateful(), down, state)
 
-    def _partition(self, cfg: RunConfig) -> tuple[Any, np.ndarray]:
+    def _partition(self, cfg: RunConfig) -> tuple[Dataset, np.ndarray | None]:
         """Load the dataset and split it (self.parts; natural: built when asked for); the
         partition's statistics and label histograms (of a bounded sample for natural data)."""
         d = cfg.data
         ds = load_dataset(d.dataset, d.data_root or None, d.download)
         self.parts = run_partition(ds, d, cfg.clients, cfg.seed)
+        self.histograms: Sequence[list[int] | None]  # natural: None beyond the described clients
         if ds.natural is not None:
             self.stats, self.histograms, label_hist = natural.summary(ds, d, cfg.clients, cfg.seed)
             if eval_mode(cfg) == "clients":
@@ -176,6 +178,19 @@ class Session:
         """Client cid's state file's bound on its arrays' bytes (state_files.state_bound)."""
         nbytes = self.evaluator.model_bytes  # (the state's arrays: parameters and buffers)
         return lambda cid: state_bound(nbytes, part_size(self.parts, cid))
+
+    def arrived(self, done: Result | Failure, sent: float, skipped: int) -> Result | Failure:
+        """A reply as the server takes it: a Failure where its client went offline before it
+        arrived (--availability), the peers its ring skipped counted (network/churn.py)."""
+        return self.driver.churn.upload(done, sent, skipped)
+
+    def skipped_peers(self, rnd: int, skipped: int) -> None:
+        """`skipped` offline peers of a ring passed over in round rnd (--availability)."""
+        self.driver.churn.note(rnd, skipped)
+
+    def for_peer(self, arrays: Arrays, task_id: int, hop: int) -> Arrays | None:
+        """A hand-off's model as it travels to hop (--compress-handoff; None: as it is)."""
+        return for_peer(self.handoff_codec, self.cfg.seed, arrays, task_id, hop)
 
     def checkpoint_interrupted(self) -> bool:
         """Ctrl-C (or SIGTERM) while a round's tasks were out: write a checkpoint of the last
@@ -295,8 +310,8 @@ class Session:
         self.history.clients(self._client_rows(clients))
         if self.cfg.population_file:
             self.history.population(self._population())
-        self._write_model()
-        self._plots()
+        self._write_model(self.out)
+        self._plots(self.out)
         if "server_peak_rss_bytes" in summary:  # the whole run's, its outputs included
             summary["server_peak_rss_bytes"] = peak_rss_bytes()
         self.history.summary(summary)  # last: it says the run is done
@@ -345,20 +360,20 @@ class Session:
             cols["malicious"] = np.isin(np.arange(n), malicious_ids(self.cfg))
         return cols
 
-    def _write_model(self) -> None:
-        with atomic_file(self.out / "final_model.npz") as fh:  # plain arrays (allow_pickle=False)
+    def _write_model(self, out: Path) -> None:
+        with atomic_file(out / "final_model.npz") as fh:  # plain arrays (allow_pickle=False)
             np.savez(fh, allow_pickle=False, **self.algo.eval_arrays())  # (numbers only)
 
-    def _plots(self) -> None:
+    def _plots(self, out: Path) -> None:
         if not self.history.rows:
             return
         try:
             from fednet.metrics.plots import plot_run
-            plot_run(self.out, self.history.rows)
+            plot_run(out, self.history.rows)
         except OutputError:
             raise
         except Exception:  # plots are a convenience; a failure must not lose the results
-            log.exception("could not draw the plots for %s", self.out)
+            log.exception("could not draw the plots for %s", out)
 
 
 def _as_option(kv: str) -> str:

@@ -22,7 +22,8 @@ from fednet.metrics.files import (OutputError, atomic_file, clean_json, make_dir
 
 # What a run writes into its folder; a fresh run in an existing folder (--overwrite) removes the
 # previous run's files first, so that nothing stale (a checkpoint, a summary) is left beside it.
-RESULT_FILES = ("summary.json", "run.json", "clients.jsonl", "population.npz", "final_model.npz", "accuracy_vs_round.png",
+RESULT_FILES = ("summary.json", "run.json", "clients.jsonl", "population.npz", "final_model.npz",
+                "accuracy_vs_round.png",
                 "accuracy_vs_sim_time.png", "accuracy_vs_bytes.png", "accuracy_vs_epsilon.png",
                 "mlflow.json", "server.json")
 RESULT_DIRS = ("checkpoint", "checkpoint.old", "checkpoint.tmp", "tensorboard")

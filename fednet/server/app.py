@@ -383,7 +383,7 @@ class ZmqServer:
         self.tasks.answered(msg.task_id)
         done = receive(self.s, msg, cid, got.nbytes, task)
         # --availability: offline before the result arrived?
-        self.tasks.reply(self.s.driver.churn.upload(done, msg.sim_time, msg.body.get("skipped", 0)))
+        self.tasks.reply(self.s.arrived(done, msg.sim_time, msg.body.get("skipped", 0)))
 
     def _on_hop_done(self, cid: int, got: Received) -> None:
         """A ring's hand-off report. It may arrive after the task's RESULT (another connection):
@@ -396,4 +396,4 @@ class ZmqServer:
         self.tasks.handed(msg.task_id, b["to"])
         self.hops.count(self.s.ledger, cid, msg)
         if b.get("skipped"):  # offline peers passed over
-            self.s.driver.churn.note(msg.round, b["skipped"])
+            self.s.skipped_peers(msg.round, b["skipped"])
