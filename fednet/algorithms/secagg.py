@@ -128,8 +128,7 @@ class SecAggServer(StagedStrategy):
             self.degree_asked or default_neighbours(len(cohort), self.dropout, self.fraction))
         self.agg = Aggregation(rnd, cohort, weights, degree, self.fraction, fbits,
                                rng.generator(self.cfg.seed, "secagg-graph", rnd), self.ddg_t)
-        k = max((len(v) for v in self.agg.graph.values()), default=0)
-        self.stats = {"secagg_server_s": {}, "secagg_neighbours": k}
+        self.stats = {"secagg_server_s": {}, "secagg_neighbours": self.agg.k()}
         self.answers, self.starts, self.server_ops = {}, {}, {}
         self.failed, self.clock = "", self.now
         return self._stage("keys", {c: ({}, {}) for c in cohort}, rnd)
@@ -198,7 +197,7 @@ class SecAggServer(StagedStrategy):
             return []
         t0 = time.process_time()
         if self.stage == "input":  # the masked inputs summed before the unmask stage leaves
-            self.clock += self._server("input", cost.summed(len(self.agg.inputs), self._d()))
+            self.clock += self._server("input", cost.summed(self.agg.summed(), self._d()))
         try:
             nxt = {"keys": self._shares, "shares": self._inputs, "input": self._unmasks}[
                 self.stage](done.round)
@@ -215,8 +214,7 @@ class SecAggServer(StagedStrategy):
         if self.mode != "plus" or not re.search(r"needs \d+ shares, \d+ came", str(e)) \
                 or self.agg is None:
             return str(e)
-        k = len(next(iter(self.agg.nbrs.values()), []))
-        return (f"{e} (SecAgg+ gave each client {k} neighbours, enough for "
+        return (f"{e} (SecAgg+ gave each client {self.agg.k()} neighbours, enough for "
                 + (f"--secagg-dropout {self.dropout}: raise it" if not self.degree_asked else
                    "--secagg-neighbours: raise it") + " to survive more dropouts)")
 
@@ -323,8 +321,7 @@ class SecAggServer(StagedStrategy):
 
     def _d(self) -> int:
         """The masked vector's length."""
-        total = self.agg.total if self.agg is not None else None
-        return 0 if total is None else int(total.size)
+        return self.agg.length() if self.agg is not None else 0
 
     def task_work(self, task: Task) -> dict[str, float]:
         """The protocol work a stage's task asks of its client (secagg/cost.of_task)."""

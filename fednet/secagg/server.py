@@ -92,6 +92,18 @@ class Aggregation:
         # under distributed DP: the clients whose noise shares the sum must hold, `least`)
         self.need = max(2, self.least, int(math.floor(self.fraction * len(self.cohort))) + 1)
 
+    def k(self) -> int:
+        """The most neighbours a client of the round has (SecAgg: the cohort less one)."""
+        return max((len(v) for v in self.graph.values()), default=0)
+
+    def summed(self) -> int:
+        """The masked inputs taken so far (U3)."""
+        return len(self.inputs)
+
+    def length(self) -> int:
+        """The masked vector's length (0 before the first input)."""
+        return 0 if self.total is None else int(self.total.size)
+
     def _check(self, stage: str, alive: int) -> None:
         if alive < self.need:
             raise SecAggFailed(stage, alive, self.need)
