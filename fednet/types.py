@@ -133,7 +133,7 @@ class Roster(Sequence[ClientInfo]):
             return bool(np.array_equal(self.ids, other.ids)) and list(self) == list(other)
         return isinstance(other, list) and list(self) == other
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # (equal by value, as a list: unhashable)
 
     def __repr__(self) -> str:
         return f"Roster({len(self)} clients)"

@@ -28,7 +28,7 @@ def build(cfg: RunConfig) -> Strategy:
     why = refusal(cfg, server, client_class(cfg.algo.name))
     if why:
         raise ConfigError(f"--secagg {cfg.net.secagg}: {why}")
-    return SecAggServer(server)  # type: ignore[return-value]
+    return SecAggServer(server)
 
 
 def build_client(cfg: RunConfig) -> ClientUpdate:
@@ -38,4 +38,4 @@ def build_client(cfg: RunConfig) -> ClientUpdate:
     if cfg.net.secagg == "off":
         return client
     from fednet.algorithms.secagg_client import SecAggClient
-    return SecAggClient(client)  # type: ignore[return-value]
+    return SecAggClient(client)  # type: ignore[return-value]  # a ClientUpdate by delegation

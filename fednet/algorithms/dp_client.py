@@ -36,7 +36,7 @@ class LocalDPClient:
     def run(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
         """The client half's own update, privatized."""
         ref = {n: np.array(task.arrays[n], dtype=np.float64) for n in floating(task.arrays)}
-        arrays, body = super().run(ctx, task)  # type: ignore[misc]
+        arrays, body = super().run(ctx, task)  # type: ignore[misc]  # a mixin: the client half after it
         dp = self.cfg.dp
         gen = rng.generator(self.cfg.seed, "dp-local", task.round, ctx.cid)
         arrays, _, _ = privatize(arrays, ref, dp.clip, dp.noise * dp.clip, gen)

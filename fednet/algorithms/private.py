@@ -93,7 +93,7 @@ class PrivateServer:
     _sums: dict[str, Any]
 
     def __init__(self, cfg: Any, params: Any) -> None:
-        super().__init__(cfg, params)  # type: ignore[call-arg]
+        super().__init__(cfg, params)  # type: ignore[call-arg]  # a mixin: the Strategy after it
         dp = cfg.dp
         if dp.mode != "none" and dp.noise <= 0:
             raise ConfigError("--dp: the noise multiplier must be calibrated before the algorithm "
@@ -118,7 +118,7 @@ class PrivateServer:
     # ---- the state ----------------------------------------------------------------------------
     def init_state(self, init: Any) -> Any:
         """The algorithm's state, with the clip norm, the events so far and the tasks per client."""
-        st = super().init_state(init)  # type: ignore[misc]
+        st = super().init_state(init)  # type: ignore[misc]  # a mixin: the Strategy after it
         if type(st) is not self.State:  # e.g. FedOpt's own state class
             st = self.State(**{f.name: getattr(st, f.name) for f in dataclasses.fields(st)})
         st.dp = {"clip": float(self.cfg.dp.clip), "events": [], "sgd_epsilon": 0.0,
@@ -180,7 +180,7 @@ class PrivateServer:
             self._key = self._round_key(clients)
             if self.cfg.dp.sampling == "fixed":
                 self._denom = float(plan.cohort_size(self.cfg.algo.fraction, len(clients)))
-        tasks = super().configure_round(rnd, clients)  # type: ignore[misc]
+        tasks = super().configure_round(rnd, clients)  # type: ignore[misc]  # a mixin: the Strategy after it
         if self.local or self.sgd:  # counted when the round is aggregated (_count)
             self._pending = sorted({c for t in tasks for c in t.route})
         return tasks
@@ -189,7 +189,7 @@ class PrivateServer:
         """--dp central with Poisson sampling: every client independently with probability q,
         from one uniform per client id of the population (seed, "dp-select", round)."""
         if not (self.central and self.cfg.dp.sampling == "poisson"):
-            return super().select(rnd, clients)  # type: ignore[misc]
+            return super().select(rnd, clients)  # type: ignore[misc]  # a mixin: the Strategy after it
         u = rng.generator(self.cfg.seed, "dp-select", rnd).random(self.cfg.clients)
         q = self.cfg.algo.fraction
         picked = [c for c in roster.ordered(clients) if u[c.cid] < q]
@@ -203,12 +203,12 @@ class PrivateServer:
             self._mean = self._sums["model"] = PrivateMean(
                 self.state.model, clip, self.z_update * clip, self._denom,
                 lambda: rng.generator(seed, "dp-central", rnd))
-        return super().sum_of(part)  # type: ignore[misc]
+        return super().sum_of(part)  # type: ignore[misc]  # a mixin: the Strategy after it
 
     def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
                         ) -> dict[str, float]:
         """The algorithm's aggregate (on the noised mean), then the accountant's row."""
-        metrics = super().aggregate_round(rnd, results, failures)  # type: ignore[misc]
+        metrics = super().aggregate_round(rnd, results, failures)  # type: ignore[misc]  # a mixin: the Strategy after it
         if self.local or self.sgd:
             self._count(self._pending)
         self.state.dp["non_finite"] = self.state.dp.get("non_finite", 0) + sum(
@@ -314,7 +314,7 @@ class PrivateServer:
         remarks = [*self.remarks, *self._end_remarks(out.get("epsilon"))]
         if remarks:
             out["remarks"] = remarks
-        return {**super().report(), "dp": out}  # type: ignore[misc]
+        return {**super().report(), "dp": out}  # type: ignore[misc]  # a mixin: the Strategy after it
 
     def _guarantee(self) -> str:
         """The guarantee in words, with the neighbouring relation its epsilon holds for."""

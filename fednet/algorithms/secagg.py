@@ -108,10 +108,10 @@ class SecAggServer(StagedStrategy):
         return self.inner.eval_arrays()
 
     def report(self) -> dict[str, Any]:  # summary.json's sections of the inner (`dp`, ...)
-        return self.inner.report()  # type: ignore[no-any-return]
+        return self.inner.report()
 
     def stop_before(self, rnd: int, clients: Any) -> tuple[str, str] | None:
-        return self.inner.stop_before(rnd, clients)  # type: ignore[no-any-return]
+        return self.inner.stop_before(rnd, clients)
 
     def configure_round(self, rnd: int, clients: Any) -> list[Task]:
         """The round's cohort (the inner algorithm's tasks, kept for the input stage); the keys
@@ -120,7 +120,7 @@ class SecAggServer(StagedStrategy):
         self.training = {t.route[0]: t for t in tasks}
         info = roster.lookup(clients)
         cohort = sorted(self.training)
-        weights = {c: 1 if self.ddp else int(info(c).num_examples)  # type: ignore[union-attr]
+        weights = {c: 1 if self.ddp else int(info(c).num_examples)  # type: ignore[union-attr]  # in the roster
                    for c in cohort}
         fbits = distributed.FIELD_BITS if self.ddp else field_bits(
             sum(weights.values()), self.bits, self.forced_field)
@@ -232,21 +232,27 @@ class SecAggServer(StagedStrategy):
                                                            np.dtype(np.uint8))}}
         return tasks
 
+    @property
+    def live(self) -> Aggregation:
+        """The round's aggregation, which its keys stage builds (every later stage has it)."""
+        assert self.agg is not None, "a stage after keys runs with the round's aggregation"
+        return self.agg
+
     def _inputs(self, rnd: int) -> list[Task]:
-        agg = self.agg
-        req = agg.input_requests()  # type: ignore[union-attr]
+        agg = self.live
+        req = agg.input_requests()
         per = {}
         for c, r in req.items():
             train = self.training[c]
             arrays = {**train.arrays, **{PREFIX + k: v for k, v in r.items()}}
-            per[c] = (arrays, {**train.body, "fbits": agg.fbits, "bits": self.bits,  # type: ignore[union-attr]
+            per[c] = (arrays, {**train.body, "fbits": agg.fbits, "bits": self.bits,
                                "clip": self.clip})
         return self._expect_inputs(self._stage("input", per, rnd))
 
     def _expect_inputs(self, tasks: list[Task]) -> list[Task]:
         """The input stage's reply: the update's d values and the training loss, masked."""
         d = sum(int(np.prod(self.layout[n][0])) for n in _floats(self.inner.state.model))
-        dt = dtype_of(self.agg.fbits)  # type: ignore[union-attr]
+        dt = dtype_of(self.live.fbits)
         for t in tasks:  # (distributed DP: no loss travels)
             self.asked[t.task_id] = {"layout": {"y": ((d + (not self.ddp),), dt)}}
         return tasks
@@ -255,9 +261,9 @@ class SecAggServer(StagedStrategy):
         """Survivors could not open some senders' shares: those senders are left out (each
         named in secagg_refused, a dropout of the shares stage) and the input stage is asked
         again of the others, without training (secagg/server.remask_requests)."""
-        agg = self.agg
-        req = agg.remask_requests()  # type: ignore[union-attr]
-        for v, at in agg.excluded.items():  # type: ignore[union-attr]
+        agg = self.live
+        req = agg.remask_requests()
+        for v, at in agg.excluded.items():
             self._refuse(rnd, v, "shares", "its sealed shares did not open at client(s) "
                          + ", ".join(map(str, at)))
             self.answers["shares"] -= 1
@@ -268,9 +274,9 @@ class SecAggServer(StagedStrategy):
             rnd, again=True))
 
     def _unmasks(self, rnd: int) -> list[Task]:
-        if self.agg.accused():  # type: ignore[union-attr]
+        if self.live.accused():
             return self._remask(rnd)
-        req = self.agg.unmask_requests()  # type: ignore[union-attr]
+        req = self.live.unmask_requests()
         tasks = self._stage("unmask", {c: (dict(r), {}) for c, r in req.items()}, rnd)
         for t in tasks:
             r = req[t.cid]

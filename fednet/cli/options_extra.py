@@ -24,7 +24,7 @@ class AlgoChoice(click.Choice):
         self.built = names()
         super().__init__(())
 
-    @property  # type: ignore[override]
+    @property
     def choices(self) -> tuple[str, ...]:
         from fednet.algorithms.registry import names
 

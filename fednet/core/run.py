@@ -125,7 +125,7 @@ class Run:
         """The interrupted run's checkpoint (Session.checkpoint_interrupted); a failure to write
         it is logged, and the summary is still written."""
         try:
-            self.session.checkpoint_interrupted()  # type: ignore[union-attr]
+            self.session.checkpoint_interrupted()  # type: ignore[union-attr]  # __exit__ has a session
         except Exception:  # noqa: BLE001 - e.g. a full disk: the rows are kept all the same
             logging.getLogger("fednet").exception("could not write the interrupted run's checkpoint")
 

@@ -89,7 +89,7 @@ class ClientCompute:
                 work = (e * len(hops), e * sum(sizes),
                         sum(self.seconds(c, e, n) for c, n in zip(hops, sizes)))
                 if by_reply:
-                    self.out[t.task_id] = (t.round, *work)  # type: ignore[assignment]
+                    self.out[t.task_id] = (t.round, *work)
                 else:
                     self._add(t.round, *work)
         return tasks

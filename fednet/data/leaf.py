@@ -104,7 +104,7 @@ def _user_arrays(name: str, files: list[str]
                 x, y = per_user[u]["x"], per_user[u]["y"]
                 if len(x) != len(y):
                     raise ValueError(f"user {u!r} has {len(x)} x but {len(y)} y")
-                data[u] = _encode(name, x, y) if len(y) else (None, None)  # type: ignore[assignment]
+                data[u] = _encode(name, x, y) if len(y) else (None, None)  # type: ignore[assignment]  # an empty user
                 order.append(u)
         except ConfigError:
             raise

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 from collections.abc import Iterable, Sequence
-from typing import Any, TextIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -26,7 +26,7 @@ log = logging.getLogger("fednet.launch")
 class Zygote:
     """A warm fork server in its own session; clients are its children."""
 
-    def __init__(self, dataset: str = "digits", data_root: str = "", log_file: TextIO | None = None,
+    def __init__(self, dataset: str = "digits", data_root: str = "", log_file: BinaryIO | None = None,
                  warm_timeout_s: float = 120.0, unknown_run: bool = False) -> None:
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
                    PYTHONUNBUFFERED="1", PYTHONSAFEPATH="1")  # `-m` puts no cwd on the path:
@@ -70,7 +70,7 @@ class Zygote:
     def _events(self) -> list[dict[str, Any]]:
         while True:  # all that is there: a 64 KiB read per call held the zygote's events
             try:    # (and its forks) back by a server poll each (6 s for 16 processes of 1M)
-                chunk = os.read(self.proc.stdout.fileno(), 1 << 20)  # type: ignore[union-attr]
+                chunk = os.read(self.proc.stdout.fileno(), 1 << 20)  # type: ignore[union-attr]  # Popen(stdout=PIPE)
             except BlockingIOError:
                 break
             if not chunk:
@@ -229,9 +229,9 @@ def client_specs(n: int, connect: str, gpus: tuple[int, ...], threads: int,
             for i, g in enumerate(groups)]
 
 
-def open_client_log(out: Path | None) -> TextIO | None:
+def open_client_log(out: Path | None) -> BinaryIO | None:
     """The shared log file of all client processes (inside the run folder)."""
     if out is None:
         return None
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    return (out / "logs" / "clients.log").open("ab", buffering=0)  # type: ignore[return-value]
+    return (out / "logs" / "clients.log").open("ab", buffering=0)

@@ -124,7 +124,7 @@ class History:
                 self._fh.flush()
             except OSError as e:
                 self._drop_file()
-                raise OutputError(self.out / "metrics.jsonl", e) from None  # type: ignore[operator]
+                raise OutputError(self.out / "metrics.jsonl", e) from None  # type: ignore[operator]  # open: out set
         for listen in self.listeners:
             listen(row)
 
@@ -137,7 +137,7 @@ class History:
         """After a failed write: stop writing metrics.jsonl (its unflushed tail is lost)."""
         fh, self._fh = self._fh, None
         try:
-            fh.close()  # type: ignore[union-attr]
+            fh.close()  # type: ignore[union-attr]  # called while the file is open
         except OSError:
             pass
 
@@ -148,7 +148,7 @@ class History:
             try:
                 fh.close()
             except OSError as e:
-                raise OutputError(self.out / "metrics.jsonl", e) from None  # type: ignore[operator]
+                raise OutputError(self.out / "metrics.jsonl", e) from None  # type: ignore[operator]  # open: out set
 
 
 def read_rows(folder: Path) -> list[dict[str, Any]]:

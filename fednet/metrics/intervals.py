@@ -64,13 +64,13 @@ def versus(mine: dict[Any, float | None], base: dict[Any, float | None], higher:
     if not seeds:
         return out
     if higher:
-        d = [float(mine[s]) - float(base[s]) for s in seeds]  # type: ignore[arg-type]
+        d = [float(mine[s]) - float(base[s]) for s in seeds]  # type: ignore[arg-type]  # seeds: both have a number
         est, ci, p = _paired(d, (-1.0, 1.0))  # a difference of two rates
         out.update(estimate=est, p=p, lo=ci and ci[0], hi=ci and ci[1])
         return out
-    if any(not (mine[s] > 0 and base[s] > 0) for s in seeds):  # type: ignore[operator]
+    if any(not (mine[s] > 0 and base[s] > 0) for s in seeds):  # type: ignore[operator]  # seeds: both have a number
         return out  # a ratio needs positive values
-    d = [math.log(float(base[s]) / float(mine[s])) for s in seeds]  # type: ignore[arg-type]
+    d = [math.log(float(base[s]) / float(mine[s])) for s in seeds]  # type: ignore[arg-type]  # seeds: both have a number
     est, ci, p = _paired(d)
     out.update(estimate=math.exp(est), p=p, lo=ci and math.exp(ci[0]), hi=ci and math.exp(ci[1]))
     return out

@@ -219,7 +219,7 @@ def evaluate(spec: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, A
         b["versus"] = ({"baseline": True, "seeds": len(b["seeds"]),
                         "pairs": sum(v is not None for v in b["seeds"].values()),
                         "estimate": None, "lo": None, "hi": None, "p": None} if b is base else
-                       versus(b["seeds"], base["seeds"], metric.difference))  # type: ignore[index]
+                       versus(b["seeds"], base["seeds"], metric.difference))  # type: ignore[index]  # base: not None here
     return {"metric": metric.text, "settings": settings, "best": best, "notes": notes}
 
 

@@ -74,7 +74,7 @@ def _number(v: object, where: str, forever: bool) -> float:
     if forever and (v is None or (isinstance(v, str) and v.strip().lower() in ("", "inf"))):
         return math.inf
     try:
-        x = float(v) if not isinstance(v, bool) else math.nan  # type: ignore[arg-type]
+        x = float(v) if not isinstance(v, bool) else math.nan  # type: ignore[arg-type]  # errors caught
     except (TypeError, ValueError):
         x = math.nan
     if not math.isfinite(x) or x < 0:

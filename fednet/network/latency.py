@@ -235,7 +235,7 @@ def trace_rows(p: Path, where: str, columns: tuple[str, ...]) -> list[tuple[str,
 def _number(v: object, where: str) -> float:
     """A finite number >= 0 (a CSV cell is text)."""
     try:
-        x = float(v) if not isinstance(v, bool) else float("nan")  # type: ignore[arg-type]
+        x = float(v) if not isinstance(v, bool) else float("nan")  # type: ignore[arg-type]  # errors caught
     except (TypeError, ValueError):
         x = float("nan")
     if not math.isfinite(x) or x < 0:

@@ -126,7 +126,7 @@ def _lazy(kind: str, name: str) -> Callable[..., Any]:
     """A stand-in that loads the entry point on first call, then calls what it gives."""
     def call(*a: Any, **kw: Any) -> Any:
         return load_pending(kind, name)(*a, **kw)
-    call.fednet_lazy = True  # type: ignore[attr-defined]
+    call.fednet_lazy = True  # type: ignore[attr-defined]  # a marker on the function object
     return call
 
 

@@ -43,7 +43,7 @@ class Identity:
     """How claims are proven in this run: the launcher's run key, the --secure keys' ids, or
     both (fednet launch --secure: each process proves its ids and holds its own key pair)."""
 
-    key_ids: dict[str, object] = field(default_factory=dict)  # z85 key -> ids (--secure)
+    key_ids: dict[str, frozenset[int]] = field(default_factory=dict)  # z85 key -> ids (--secure)
     grants: bytes = field(default_factory=lambda: os.urandom(32))  # derives the route grants
     process_secret: bytes | None = None  # launch, join key: proves a process's ids (READY(hellos))
     needs: str = "the launcher's run key"  # what proves an id here (said to a refused client)
@@ -183,7 +183,7 @@ class Connections:
             ids = ident.key_ids.get(key or "")
             if ids is None:
                 return "this key is not allowed"
-            bad = next((c for c in cids.tolist() if c not in ids), None)  # type: ignore[operator]
+            bad = next((c for c in cids.tolist() if c not in ids), None)
             if bad is not None:
                 return f"this key may not claim client {bad}"
         return self._held(cids, base, token)

@@ -82,7 +82,7 @@ def _steps(gsm: nn.Module, model: nn.Module, x: Examples, y: torch.Tensor, count
 
     n = len(y)
     params = [p for p in model.parameters() if p.requires_grad]
-    dp = DPOptimizer(_Params(params), noise_multiplier=noise,  # type: ignore[arg-type]
+    dp = DPOptimizer(_Params(params), noise_multiplier=noise,  # type: ignore[arg-type]  # duck-typed
                      max_grad_norm=clip, expected_batch_size=max(q * n, 1e-12),
                      generator=noise_generator)
     opt = Optimizer(params, spec)

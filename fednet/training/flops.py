@@ -168,7 +168,7 @@ def _run(m: nn.Module, shape: tuple[int, ...], dtype: torch.dtype, mode: str, de
             grads = torch.autograd.grad(_scalar(m(x)), params, create_graph=True,
                                         allow_unused=True)
             dot = sum((g * g.detach()).sum() for g in grads if g is not None)
-            torch.autograd.grad(dot, params, allow_unused=True)  # type: ignore[arg-type]
+            torch.autograd.grad(dot, params, allow_unused=True)  # type: ignore[arg-type]  # sum(): Tensor | 0
         else:
             _dpsgd(m, x, params)
     return int(counter.get_total_flops())
@@ -187,7 +187,7 @@ def _dpsgd(m: nn.Module, x: torch.Tensor, params: list[torch.Tensor]) -> None:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Full backward hook is firing")
         _scalar(gsm(x)).backward()
-    dp = DPOptimizer(_Groups(params), noise_multiplier=0.0,  # type: ignore[arg-type]
+    dp = DPOptimizer(_Groups(params), noise_multiplier=0.0,
                      max_grad_norm=1.0, expected_batch_size=len(x))
     dp.clip_and_accumulate()
 

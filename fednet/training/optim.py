@@ -88,7 +88,7 @@ class Optimizer:
             bufs = [st.momentum.get(i) for i in idx]
             # foreach=False: the per-parameter loop on every device (the bit-identical path)
             # (a None buffer: sgd makes a new one; mypy reads torch's stubs otherwise)
-            sgd(ps, grads, bufs, foreach=False, weight_decay=s.weight_decay,  # type: ignore[arg-type]
+            sgd(ps, grads, bufs, foreach=False, weight_decay=s.weight_decay,  # type: ignore[arg-type]  # grads: Tensor | None
                 momentum=s.momentum, lr=s.lr, dampening=0.0, nesterov=s.nesterov, maximize=False)
             if s.momentum:
                 st.momentum.update({i: b for i, b in zip(idx, bufs) if b is not None})
@@ -99,7 +99,7 @@ class Optimizer:
         v = [st.moment2.setdefault(i, torch.zeros_like(p)) for i, p in zip(idx, ps)]
         steps = [torch.tensor(float(st.opt_steps[i])) for i in idx]  # CPU scalars, as torch.optim
         kernel = adamw if s.name == "adamw" else adam  # adamw: decoupled weight decay
-        kernel(ps, grads, m, v, [], steps, amsgrad=False, beta1=s.beta1,  # type: ignore[arg-type]
+        kernel(ps, grads, m, v, [], steps, amsgrad=False, beta1=s.beta1,  # type: ignore[arg-type]  # grads: Tensor | None
                beta2=s.beta2, lr=s.lr,
                weight_decay=s.weight_decay, eps=s.eps, maximize=False)
         for i, t in zip(idx, steps):
