@@ -31,6 +31,7 @@ from fednet import rng
 from fednet.algorithms import attacks as A
 from fednet.algorithms import robust_spec as R
 from fednet.types import Arrays, Task
+from fednet.config import RunConfig
 
 _HONEST: dict[tuple, Arrays] = {}  # (round, model digest, colluder) -> its honest update
 
@@ -86,7 +87,7 @@ def stamp(x: torch.Tensor, side: int, value: float) -> torch.Tensor:
 class Attacker:
     """One malicious client's attack (built only for the clients robust_spec draws)."""
 
-    def __init__(self, cfg: Any, cid: int) -> None:
+    def __init__(self, cfg: RunConfig, cid: int) -> None:
         self.cfg, self.cid, self.name = cfg, cid, cfg.attack.name
         self.p = R.attack_params(cfg)
         self.ids = R.malicious_ids(cfg)
@@ -193,7 +194,7 @@ def honest_update(ex: Any, j: int, task: Task, received: Arrays) -> Arrays:
     return {k: np.array(a, copy=True) for k, a in arrays.items()}
 
 
-def attacker_for(cfg: Any, cid: int) -> Attacker | None:
+def attacker_for(cfg: RunConfig, cid: int) -> Attacker | None:
     """Client cid's Attacker when the run's attack draws it, else None."""
     if cfg.attack.name == "none" or cid not in set(R.malicious_ids(cfg)):
         return None
@@ -208,7 +209,7 @@ class Scoring(Protocol):
     def test_set(self) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
-def attack_metrics(cfg: Any, ev: Scoring) -> Callable[[Arrays], dict[str, float]] | None:
+def attack_metrics(cfg: RunConfig, ev: Scoring) -> Callable[[Arrays], dict[str, float]] | None:
     """The attack's own metrics of each evaluated model, for every row (None: it has none):
     the backdoor's success rate."""
     if cfg.attack.name != "backdoor":

@@ -20,6 +20,7 @@ from fednet import rng
 from fednet.algorithms.contract import ClientContext
 from fednet.privacy.mechanisms import floating, privatize
 from fednet.types import Arrays, Task
+from fednet.config import RunConfig
 
 
 @functools.cache
@@ -31,7 +32,7 @@ def wrap_client(cls: type) -> type:
 class LocalDPClient:
     """The mixin; see the module's docstring."""
 
-    cfg: Any
+    cfg: RunConfig
 
     def run(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
         """The client half's own update, privatized."""

@@ -40,6 +40,7 @@ from fednet.privacy import plan
 from fednet.privacy.accountant import Accountant
 from fednet.privacy.mechanisms import next_clip
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
+from fednet.config import RunConfig
 
 log = logging.getLogger("fednet.server")
 
@@ -85,14 +86,14 @@ class _DPState(Protocol):
 class PrivateServer:
     """The mixin; see the module's docstring."""
 
-    cfg: Any
+    cfg: RunConfig
     state: Any
     info: Any
     target: int | None
     State: Callable[..., _DPState]  # wrap_server's dataclass, with the accountant's fields
     _sums: dict[str, Any]
 
-    def __init__(self, cfg: Any, params: Any) -> None:
+    def __init__(self, cfg: RunConfig, params: Any) -> None:
         super().__init__(cfg, params)  # type: ignore[call-arg]  # a mixin: the Strategy after it
         dp = cfg.dp
         if dp.mode != "none" and dp.noise <= 0:

@@ -19,6 +19,7 @@ from fednet import rng
 from fednet.algorithms import params as P
 from fednet.config.declare import declared, param
 from fednet.errors import ConfigError
+from fednet.config import RunConfig
 
 # ---- attacks ------------------------------------------------------------------------------------
 
@@ -183,7 +184,7 @@ def parse_malicious(text: str, clients: int) -> float | list[int]:
     return v
 
 
-def malicious_ids(cfg: Any) -> list[int]:
+def malicious_ids(cfg: RunConfig) -> list[int]:
     """The malicious clients of the run, sorted: none without --attack; a fraction F draws
     max(1, round(F K)) of the K clients (0 for F = 0) from the seed's 'malicious' stream."""
     a = cfg.attack
@@ -202,14 +203,14 @@ def _draw(text: str, clients: int, seed: int) -> tuple[int, ...]:
     return tuple(sorted(int(i) for i in pick))
 
 
-def assumed_share(cfg: Any) -> float:
+def assumed_share(cfg: RunConfig) -> float:
     """The share of malicious clients a defense's f assumes (f = -1): the one --malicious
     declares (0.2 by default), whether or not an attack runs, so that a defense is the same
     rule in a run without attackers."""
     return len(_draw(cfg.attack.malicious, cfg.clients, cfg.seed)) / cfg.clients
 
 
-def round_size(cfg: Any) -> int:
+def round_size(cfg: RunConfig) -> int:
     """The clients a synchronous round selects: max(floor(fraction x K), 1)."""
     return max(int(cfg.algo.fraction * cfg.clients), 1)
 
@@ -230,12 +231,12 @@ def alie_z(n: int, m: int) -> float:
 # ---- parameters and checks ----------------------------------------------------------------------
 
 
-def attack_params(cfg: Any) -> Any:
+def attack_params(cfg: RunConfig) -> Any:
     """The attack's typed parameters."""
     return P.parse(ATTACK_PARAMS[cfg.attack.name], dict(cfg.attack.params), cfg.attack.name)
 
 
-def defense_params(cfg: Any) -> Any:
+def defense_params(cfg: RunConfig) -> Any:
     """The defense's typed parameters."""
     return P.parse(DEFENSE_PARAMS[cfg.defense.name], dict(cfg.defense.params), cfg.defense.name)
 
@@ -268,7 +269,7 @@ def route_params(raw: dict[str, Any], algo_names: set[str], attack: str, defense
     return out
 
 
-def problem(cfg: Any, robust_algorithms: tuple[str, ...]) -> str:
+def problem(cfg: RunConfig, robust_algorithms: tuple[str, ...]) -> str:
     """Why the attack and defense settings do not fit the run (one line), or ''."""
     a, d = cfg.attack, cfg.defense
     try:
@@ -318,7 +319,7 @@ def problem(cfg: Any, robust_algorithms: tuple[str, ...]) -> str:
     return ""
 
 
-def _attackers_problem(cfg: Any) -> str:
+def _attackers_problem(cfg: RunConfig) -> str:
     """Why --malicious does not fit an attack (one line), or '': an attack needs at least one
     attacker and at least one honest client."""
     k, text = len(_draw(cfg.attack.malicious, cfg.clients, cfg.seed)), cfg.attack.malicious

@@ -37,12 +37,13 @@ from fednet.algorithms.secagg_client import BAD_FROM, PREFIX, _floats
 from fednet.algorithms.secagg_client import SecAggClient as SecAggClient  # (re-exported)
 from fednet.privacy import distributed, plan
 from fednet.types import Arrays, Failure, Result, Task
+from fednet.config import RunConfig
 
 log = logging.getLogger("fednet.server")
 KEYS_LAYOUT: Layout = {"c_pk": ((32,), np.dtype(np.uint8)), "s_pk": ((32,), np.dtype(np.uint8))}
 
 
-def refusal(cfg: Any, server: Any, client: type[ClientUpdate]) -> str:
+def refusal(cfg: RunConfig, server: Any, client: type[ClientUpdate]) -> str:
     """Why the built halves do not fit secure aggregation ('' when they do): what validate
     cannot see from the declarations (algorithms/checks.secagg_problem refuses the rest before
     any data loads): an algorithm that declares Spec.secagg must have a FedAvg-family server

@@ -33,6 +33,7 @@ from fednet.network.latency import Profile
 from fednet.protocol import Message, MsgKind, peek_kind
 from fednet.transport.channels import Channel, Deferred, Received, sub_frame
 from fednet.types import client_name
+from fednet.config import RunConfig
 
 log = logging.getLogger("fednet.client")
 throttled = Throttle(log)
@@ -119,7 +120,7 @@ class Client:
             self._tracker.wait()
             self._tracker = None
 
-    def take_welcome(self, cfg: Any, b: dict[str, Any], profile: Profile, indices: Any,
+    def take_welcome(self, cfg: RunConfig, b: dict[str, Any], profile: Profile, indices: Any,
                      grant: bytes | None, tables: tuple) -> int:
         """This client's row of its process's WELCOME (client/enroll.py); returns its number of
         training examples."""

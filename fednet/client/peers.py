@@ -28,6 +28,7 @@ from fednet.compress import Spec
 from fednet.compress.downlink import for_peer
 from fednet.types import client_name
 from fednet.core.wire import ack_message, handoff_message, hop_done_message
+from fednet.config import RunConfig
 
 log = logging.getLogger("fednet.client.peers")
 
@@ -75,7 +76,7 @@ class Peers:
         self.compress, self.seed = Spec(), 0  # --compress-handoff (set at WELCOME)
         self.seen: set[tuple[int, int]] | None = None  # (task, hop) of hand-offs received
 
-    def take_welcome(self, cfg: Any, run_id: str, grant: bytes | None, availability: Any) -> None:
+    def take_welcome(self, cfg: RunConfig, run_id: str, grant: bytes | None, availability: Any) -> None:
         """The run's hand-off settings from a WELCOME (hand-offs seen before are forgotten)."""
         n = cfg.net
         self.run_id, self.grant, self.availability, self.seen = run_id, grant, availability, None

@@ -24,6 +24,7 @@ from fednet.core.wire import message_task
 from fednet.network.latency import Profile, up_delay, wire_time
 from fednet.protocol import Message, tensor_bytes
 from fednet.types import Task
+from fednet.config import RunConfig
 
 log = logging.getLogger("fednet.client")
 
@@ -50,7 +51,7 @@ class Trainer:
         self.real, self.scale, self.shaped = False, 1.0, False
         self.profile = NO_PROFILE
 
-    def take(self, cfg: Any, run_id: str, profile: Profile, indices: Any, tables: tuple) -> int:
+    def take(self, cfg: RunConfig, run_id: str, profile: Profile, indices: Any, tables: tuple) -> int:
         """The run's settings from a WELCOME; the executor is kept when the configuration did
         not change (a restarted server resuming the same run). Returns the examples."""
         self.run_id, self.profile = run_id, profile

@@ -15,6 +15,7 @@ from fednet.core.plugin_check import checked_welcome
 from fednet.errors import ConfigError
 from fednet.network.latency import COLUMNS, Profile
 from fednet.protocol import Message
+from fednet.config import RunConfig
 
 
 @dataclass
@@ -22,7 +23,7 @@ class Welcome:
     """The process's WELCOME, kept for the clients that have no object yet: the run's settings
     once, and each client's row of its arrays (rows: cid -> row, client/table.IdIndex)."""
 
-    cfg: Any
+    cfg: RunConfig
     body: dict
     tables: tuple
     cids: np.ndarray

@@ -121,7 +121,7 @@ class Info:
         return self.dest or (self.names() or [""])[0].lstrip("-").replace("-", "_")
 
 
-def show(v: Any) -> str:
+def show(v: object) -> str:
     """A value as --help and the docs print it: true/false as on/off, floats in %g."""
     if isinstance(v, bool):
         return "on" if v else "off"
@@ -194,7 +194,7 @@ def in_range(info: Info, v: Any) -> bool:
             and (info.le is None or v <= info.le) and (info.lt is None or v < info.lt))
 
 
-def check_value(info: Info, value: Any, algo: str) -> Any:
+def check_value(info: Info, value: object, algo: str) -> Any:
     """An algorithm parameter's value as the declared type, checked against its range or choices;
     otherwise one ConfigError line that names the parameter, the algorithm and what it expects."""
     v = coerce(info, value)
@@ -230,7 +230,7 @@ def check_range(info: Info, value: Any) -> None:
         raise ConfigError(f"{name} must be {info.range_text()}{why} (got {got})")
 
 
-def fits(value: Any, t: type) -> bool:
+def fits(value: object, t: type) -> bool:
     """value may stand for a setting of type t."""
     return (isinstance(value, (int, float) if t is float else t)
             and (t is bool or not isinstance(value, bool)))

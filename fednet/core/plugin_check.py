@@ -15,9 +15,10 @@ from typing import Any
 
 from fednet import plugins
 from fednet.plugins import PluginError, _canon
+from fednet.config import RunConfig
 
 
-def required(cfg: Any) -> list[list[str]]:
+def required(cfg: RunConfig) -> list[list[str]]:
     """The [name, version] pairs of the plugins the run uses (empty for built-ins only)."""
     from fednet.algorithms import registry
 
@@ -50,7 +51,7 @@ def required(cfg: Any) -> list[list[str]]:
 _WELCOME: dict[int, tuple[Any, list[list[str]]]] = {}
 
 
-def welcome_plugins(cfg: Any) -> list[list[str]]:
+def welcome_plugins(cfg: RunConfig) -> list[list[str]]:
     """required(cfg), computed once per configuration (the server sends it in every WELCOME)."""
     got = _WELCOME.get(id(cfg))
     if got is None or got[0] is not cfg:

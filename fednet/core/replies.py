@@ -27,6 +27,7 @@ from fednet.core.work import check_body
 from fednet.data.partition import part_size
 from fednet.errors import ProtocolError
 from fednet.privacy.plan import noise_cause
+from fednet.config import RunConfig
 
 log = logging.getLogger("fednet.server")
 
@@ -133,7 +134,7 @@ def receive(s: Any, msg: Message, cid: int, nbytes: int, task: Task) -> Result |
                         reference, s.spec.result_body, bounds, noise)
 
 
-def dp_cause(cfg: Any, arrays: Arrays) -> str:
+def dp_cause(cfg: RunConfig, arrays: Arrays) -> str:
     """Why a result of a run under user-level DP may hold NaN/inf ('' when the noise is too
     small to be the likely cause: privacy/plan.noise_cause)."""
     values = sum(int(np.asarray(a).size) for a in arrays.values()

@@ -6,6 +6,7 @@ from typing import Any
 
 from fednet.core.status import RunStatus
 from fednet.types import ClientInfo, device_counts
+from fednet.config import RunConfig
 
 TRAFFIC = ("server_to_client", "client_to_server", "client_to_client", "tensor_bytes",
            "header_bytes")
@@ -64,7 +65,7 @@ def devices_of(clients: Sequence[ClientInfo]) -> dict[str, int]:
     return device_counts(clients)
 
 
-def robust_summary(cfg: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
+def robust_summary(cfg: RunConfig, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """--attack and --defense in summary.json: the attack, its malicious clients and
     parameters, the defense and its parameters, and the backdoor's final success rate."""
     from fednet.algorithms.robust_spec import malicious_ids
@@ -101,7 +102,7 @@ def _sum_by_stage(rows: list[dict[str, Any]], key: str) -> dict[str, float]:
     return out
 
 
-def secagg_summary(cfg: Any, rows: list[dict[str, Any]], by_stage: dict[str, dict[str, int]],
+def secagg_summary(cfg: RunConfig, rows: list[dict[str, Any]], by_stage: dict[str, dict[str, int]],
                    model_bytes: int) -> dict[str, Any]:
     """--secagg full|plus in summary.json: the protocol and its parameters, the neighbours each
     client had (k), the clients left after each stage, per-stage bytes and CPU seconds over the

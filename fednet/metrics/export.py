@@ -28,7 +28,7 @@ CURVE_KEYS = ("source", "method", "setting", "seed", "status", "round", "accurac
               "bytes_client_to_client")
 
 
-def _csv(v: Any) -> str:
+def _csv(v: object) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return ""
     return f"{v:.6g}" if isinstance(v, float) else str(v)

@@ -10,7 +10,7 @@ INFO = ("algorithm", "dataset", "partition", "clients")
 ADVERSARY = ("attack", "defense", "secagg")  # run_info's keys named by their option
 
 
-def info_text(key: str, v: Any) -> str:
+def info_text(key: str, v: object) -> str:
     """One run_info value as a title or label says it: '--attack signflip' (--malicious too),
     'partition shards', the algorithm's name as is."""
     if key in ADVERSARY:
@@ -67,7 +67,7 @@ def _digits(values: list[Any]) -> int:
                 17)
 
 
-def option_text(key: str, v: Any, digits: int = 3) -> str:
+def option_text(key: str, v: object, digits: int = 3) -> str:
     """A setting as its option says it, rounded: 'train.lr' 0.05 -> '--lr 0.05', 'dp.noise'
     0.8137163970503462 -> '--dp-noise 0.814', 'algo.params.mu' -> '--param mu=0.01',
     'data.permute' True -> '--permute'."""

@@ -27,7 +27,7 @@ LOSS_GROWTH = 3.0  # a loss this many times its first round's, with the accuracy
 KINDS = ("collapsed", "diverged")
 
 
-def _num(v: Any) -> float | None:
+def _num(v: object) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 

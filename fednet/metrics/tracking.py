@@ -67,7 +67,7 @@ def scalars(row: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def _number(v: Any) -> bool:
+def _number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from fednet.metrics.progress import human_bytes
+from fednet.config import RunConfig
 
 
-def adversary_info(cfg: Any) -> dict[str, str]:
+def adversary_info(cfg: RunConfig) -> dict[str, str]:
     """run_info's attack (with --malicious), defense and secure aggregation, where they ran."""
     out = {}
     if cfg.attack.name != "none":
@@ -38,7 +39,7 @@ def robust_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def short(v: Any) -> str:
+def short(v: object) -> str:
     """A value as a label shows it: floats to 3 significant digits (0.814), the rest as is."""
     if isinstance(v, float):
         return f"{v:.3g}"
@@ -107,7 +108,7 @@ def secagg_rows(sa: Any, rounds: Any = None) -> list[tuple[str, str]]:
     return rows
 
 
-def _eps(v: Any) -> str:
+def _eps(v: object) -> str:
     return f"{float(v):.4g}" if isinstance(v, (int, float)) else "-"
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from fednet.errors import ConfigError
 from fednet.network import ops
 from fednet.network.ops import Ops
+from fednet.config import RunConfig
 
 OPTIMIZER_OPS = {"fedavgm": 3, "fedadam": 10, "fedyogi": 10, "fedadagrad": 6}
 """Element operations per model value of a server optimizer's step (FedOpt's rules)."""
@@ -80,7 +81,7 @@ def mean_ops(n: int, d: int) -> Ops:
     return {"stream": 2 * n * d + d} if n > 0 else {}
 
 
-def aggregation_ops(cfg: Any, n: int, d: int, f: int = 0, p: Any = None) -> Ops:
+def aggregation_ops(cfg: RunConfig, n: int, d: int, f: int = 0, p: Any = None) -> Ops:
     """A synchronous round's aggregation of n results of d values under cfg: the defense (or
     the mean), the server optimizer's step, central DP's noise."""
     if n <= 0:

@@ -9,7 +9,7 @@ from typing import Any
 from fednet.privacy.plan import central_key, cohort_size, ddg_threshold
 
 
-def _finite(v: Any) -> bool:
+def _finite(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 

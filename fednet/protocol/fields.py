@@ -17,14 +17,14 @@ from fednet.errors import ProtocolError
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
-def _type_name(v: Any) -> str:
+def _type_name(v: object) -> str:
     return type(v).__name__
 
 
 class Spec:
     """A field type; subclasses check one value."""
 
-    def check(self, v: Any, path: str) -> Any:  # pragma: no cover - abstract
+    def check(self, v: object, path: str) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
 
@@ -35,7 +35,7 @@ class Int(Spec):
     lo: int = INT64_MIN
     hi: int = INT64_MAX
 
-    def check(self, v: Any, path: str) -> int:
+    def check(self, v: object, path: str) -> int:
         if isinstance(v, bool) or not isinstance(v, int):
             raise ProtocolError(f"{path}: expected an int, got {_type_name(v)}")
         if not self.lo <= v <= self.hi:
@@ -51,7 +51,7 @@ class Num(Spec):
     hi: float = math.inf
     allow_nan: bool = False
 
-    def check(self, v: Any, path: str) -> float | int:
+    def check(self, v: object, path: str) -> float | int:
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise ProtocolError(f"{path}: expected a number, got {_type_name(v)}")
         if isinstance(v, float) and not math.isfinite(v):
@@ -67,7 +67,7 @@ class Num(Spec):
 class Bool(Spec):
     """True or False."""
 
-    def check(self, v: Any, path: str) -> bool:
+    def check(self, v: object, path: str) -> bool:
         if not isinstance(v, bool):
             raise ProtocolError(f"{path}: expected a bool, got {_type_name(v)}")
         return v
@@ -80,7 +80,7 @@ class Str(Spec):
     max_len: int = 256
     choices: frozenset[str] | None = None
 
-    def check(self, v: Any, path: str) -> str:
+    def check(self, v: object, path: str) -> str:
         if not isinstance(v, str):
             raise ProtocolError(f"{path}: expected a str, got {_type_name(v)}")
         if len(v) > self.max_len:
@@ -97,7 +97,7 @@ class Bin(Spec):
     min_len: int = 0
     max_len: int = 256
 
-    def check(self, v: Any, path: str) -> bytes:
+    def check(self, v: object, path: str) -> bytes:
         if not isinstance(v, bytes):
             raise ProtocolError(f"{path}: expected bytes, got {_type_name(v)}")
         if not self.min_len <= len(v) <= self.max_len:
@@ -113,7 +113,7 @@ class List(Spec):
     max_len: int = 4096
     min_len: int = 0
 
-    def check(self, v: Any, path: str) -> list[Any]:
+    def check(self, v: object, path: str) -> list[Any]:
         if not isinstance(v, list):
             raise ProtocolError(f"{path}: expected a list, got {_type_name(v)}")
         if not self.min_len <= len(v) <= self.max_len:
@@ -132,7 +132,7 @@ class Free(Spec):
     items: int = 100_000
     str_len: int = 4096
 
-    def check(self, v: Any, path: str) -> Any:
+    def check(self, v: object, path: str) -> Any:
         stack: list[tuple[Any, int]] = [(v, 0)]
         count = 0
         while stack:
@@ -171,7 +171,7 @@ class Map(Spec):
     extra: Spec | None = None
     max_items: int = 256
 
-    def check(self, v: Any, path: str) -> dict[str, Any]:
+    def check(self, v: object, path: str) -> dict[str, Any]:
         if not isinstance(v, dict):
             raise ProtocolError(f"{path}: expected a map, got {_type_name(v)}")
         if len(v) > self.max_items:
@@ -196,7 +196,7 @@ class OneOf(Spec):
     key: str
     variants: dict[str, Map]
 
-    def check(self, v: Any, path: str) -> dict[str, Any]:
+    def check(self, v: object, path: str) -> dict[str, Any]:
         if not isinstance(v, dict):
             raise ProtocolError(f"{path}: expected a map, got {_type_name(v)}")
         tag = v.get(self.key)

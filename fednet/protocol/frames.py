@@ -55,11 +55,11 @@ def frame_bytes(frames: Sequence[Any]) -> tuple[int, int]:
 _PRIVATE: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
 
 
-def mark_private(arr: Any) -> None:
+def mark_private(arr: object) -> None:
     """Record that `arr` owns memory no one else refers to (decode's joined arrays)."""
     _PRIVATE[id(arr)] = arr
 
 
-def is_private(arr: Any) -> bool:
+def is_private(arr: object) -> bool:
     """True for an array decode joined into its own buffer (and that still exists)."""
     return _PRIVATE.get(id(arr)) is arr

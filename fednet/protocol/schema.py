@@ -117,17 +117,17 @@ def check_message(kind: MsgKind, body: Any, n_arrays: int) -> dict[str, Any]:
 _ANY_INT, _ANY_STR = Int(), Str(1 << 20)
 
 
-def check_int(value: Any, field: str, spec: Int = _ANY_INT) -> int:
+def check_int(value: object, field: str, spec: Int = _ANY_INT) -> int:
     """Return ``value`` if it is a plain int (not bool) in the spec's range."""
     return spec.check(value, f"header field {field!r}")
 
 
-def check_str(value: Any, field: str, spec: Str = _ANY_STR) -> str:
+def check_str(value: object, field: str, spec: Str = _ANY_STR) -> str:
     """Return ``value`` if it is a str of the spec's length."""
     return spec.check(value, f"header field {field!r}")
 
 
-def check_time(value: Any, field: str) -> float:
+def check_time(value: object, field: str) -> float:
     """Return ``value`` as a finite float, else raise ProtocolError."""
     return float(Num().check(value, f"header field {field!r}"))
 

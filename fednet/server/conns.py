@@ -33,6 +33,7 @@ import numpy as np
 
 from fednet.protocol.proof import hellos_proof, rejoin_token
 from fednet.transport.channels import SUB_BYTES, sub_frame
+from fednet.config import RunConfig
 
 CLOSED_KEPT = 100_000  # closed connections remembered (not clients: one per process)
 """Closed connections remembered, so that their queued messages revive none (a few MB)."""
@@ -306,7 +307,7 @@ def _cid(route: bytes, clients: int) -> int | None:
     return cid if cid < clients else None
 
 
-def identity_for(cfg: Any, local_clients: bool, per_process: int = 1, join_key: str = ""
+def identity_for(cfg: RunConfig, local_clients: bool, per_process: int = 1, join_key: str = ""
                  ) -> tuple[Identity, dict[str, Any]]:
     """How clients prove their ids in this run, and what the launcher hands its clients.
 
