@@ -31,7 +31,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from benchlib.util import AREAS  # noqa: E402
 
-MAX_LINES = 155  # (150 until issue 56's batched-training rows)
+MAX_LINES = 157  # (150 until issue 56's batched-training rows; 157 with its whole-run rows)
 HISTORY = ROOT / "docs" / "benchmarks" / "history.md"
 ROW_KEYS = ("area", "metric", "value", "unit", "target", "note")
 _MODULES: dict[str, ModuleType] = {}
