@@ -15,7 +15,8 @@ evaluated the same way: each client's own model on its own test split after its 
 the table shows the mean (and std) over clients of the final round, and the measured wire bytes
 per client per round, up and down. Runs in-process (identical numbers to `fednet launch`).
 With --seeds, every run is repeated on each seed: the tables show the first seed, the dashboard's
-accuracy rows the mean over the seeds with their range.
+accuracy rows the mean over the seeds with their range, and Factorized-FL's difference from
+Stand-Alone paired by seed with its 95 % interval ("no clear difference" where it contains 0).
 """
 from __future__ import annotations
 
@@ -104,11 +105,11 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
     def get(sc: str, algo: str) -> dict[str, Any] | None:
         return next((r for r in data.get(sc, []) if r["algorithm"] == algo), None)
     out = []
-    if scen:
-        fa, fz = get(scen[0], "fedavg"), get(scen[0], "factorized")
+    if "iid" in scen:  # (the bytes do not depend on the scenario: the dashboard has one row)
+        fa, fz = get("iid", "fedavg"), get("iid", "factorized")
         if fa and fz and fa["up"]:
             out.append(headline_row(
-                "compression", f"Factorized-FL uplink / FedAvg's, per client and round ({scen[0]})",
+                "compression", "Factorized-FL uplink / FedAvg's, per client and round (iid)",
                 100 * fz["up"] / fa["up"], "%", "<= 15%",
                 f"{fz['up'] / 1024:.1f} KiB against {fa['up'] / 1024:.1f} KiB; 20 digits clients"))
     for sc in ("permuted iid", "permuted non-iid"):
@@ -133,14 +134,43 @@ def _accuracy_row(data: dict[str, Any], sc: str) -> dict[str, Any]:
     others = "; ".join(f"{n} {_mean(v)}" for n, v in finals.items() if v)
     seeds = (f"mean of {len(fz)} seeds, range {min(fz):.3f}-{max(fz):.3f}; "
              if len(fz) > 1 else "1 seed; ")
-    sa = finals["Stand-Alone"]
-    loses = ("; Factorized-FL LOSES to Stand-Alone (each client alone)"
-             if sa and sum(sa) / len(sa) > sum(fz) / len(fz) else "")
+    loses = _against(data, sc, "factorized", "standalone")
     code, code_sa = _finals(data, sc, CODE_INIT), _finals(data, sc, "standalone@factorized_digits_xavier")
     init = (f"; with the official code's dense mu init {_mean(code)}"
-            + (f" (Stand-Alone on it {_mean(code_sa)})" if code_sa else "") if code else "")
+            + (f" (Stand-Alone on it {_mean(code_sa)})" if code_sa else "")
+            + _against(data, sc, CODE_INIT, "standalone") if code else "")
     return headline_row("accuracy", f"Factorized-FL mean client accuracy, digits {sc}",
                         sum(fz) / len(fz), "", "", seeds + others + loses + init + "; 20 clients")
+
+
+T95 = {1: 12.71, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+"""Student's t, two-sided 95 %, by degrees of freedom (1.96 beyond)."""
+
+
+def _against(data: dict[str, Any], sc: str, algo: str, base: str) -> str:
+    """algo's final accuracy minus base's, paired by seed, with its 95 % interval: a verdict
+    only where the interval excludes 0 ("no clear difference" otherwise); '' under 2 seeds."""
+    d = _paired(data, sc, algo, base)
+    if len(d) < 2:
+        return ""
+    mean = sum(d) / len(d)
+    sd = (sum((x - mean) ** 2 for x in d) / (len(d) - 1)) ** 0.5
+    half = T95.get(len(d) - 1, 1.96) * sd / len(d) ** 0.5
+    who = "Factorized-FL" + ("" if algo == "factorized" else " with it")
+    verdict = ("LOSES to" if mean + half < 0 else "beats" if mean - half > 0 else
+               "shows no clear difference from")
+    return (f"; {who} {verdict} Stand-Alone (paired over {len(d)} seeds: {mean:+.3f} "
+            f"± {half:.3f})")
+
+
+def _paired(data: dict[str, Any], sc: str, algo: str, base: str) -> list[float]:
+    """Per seed where both completed: algo's final accuracy minus base's (--seeds runs)."""
+    out = []
+    for by_sc in (data.get("seeds") or {}).values():
+        got = {r["algorithm"]: r for r in by_sc.get(sc, []) if r["status"] == "completed"}
+        if algo in got and base in got:
+            out.append(got[algo]["final"] - got[base]["final"])
+    return out
 
 
 def _finals(data: dict[str, Any], sc: str, algo: str) -> list[float]:
