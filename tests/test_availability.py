@@ -16,9 +16,8 @@ from fednet.network.availability_trace import read_trace
 from fednet.network.churn import Churn, next_online_hop
 from fednet.types import ClientInfo, Failure, Result
 from tests.conftest import small_config
-from tests.harness import preset_at_1ms
+from tests.harness import DIGITS_MODEL_BYTES as MODEL, hetero_at_1ms, ring, spans_csv
 
-MODEL = 4 * 15_466  # tensor bytes of the digits model
 
 
 def _csv(tmp_path, text, name="trace.csv"):
@@ -163,18 +162,6 @@ def test_next_online_hop_skips_offline_peers():
 
 
 # ---- runs ----------------------------------------------------------------------------------
-def _spans_csv(tmp_path, spans):
-    rows = ["client,start,end"] + [f"{c},{s},{'' if math.isinf(e) else e}"
-                                   for c, sp in enumerate(spans) for s, e in sp]
-    return _csv(tmp_path, "\n".join(rows) + "\n")
-
-
-def _hetero_at_1ms(tmp_path, n, seed=7):
-    """--latency hetero at the per-example speeds these scenarios were timed with (1 ms an
-    example, the slow ones 5 ms): tests/harness.preset_at_1ms."""
-    return preset_at_1ms(tmp_path, "hetero", n, seed)
-
-
 def _watch(session, seen):
     """Record (round, start time, selected clients) and the failures the algorithm gets."""
     algo, drv = session.algo, session.driver
@@ -197,10 +184,10 @@ def _online(spans, t):
 def test_fedavg_selects_exactly_the_online_clients_and_fails_at_the_offline_moment(tmp_path):
     inf = math.inf
     spans = [[(0, inf)], [(0, 0.05), (2.5, inf)], [(1.0, inf)], [(0, 3.0), (6.0, inf)]]
-    p = _spans_csv(tmp_path, spans)
+    p = spans_csv(tmp_path, spans)
     seen = {"rounds": [], "failures": []}
     cfg = small_config(clients=4, rounds=4, latency={"preset": "", "availability": p,
-                                                     "file": _hetero_at_1ms(tmp_path, 4)})
+                                                     "file": hetero_at_1ms(tmp_path, 4)})
     s = run_local(cfg, quiet=True, write=False, prepare=lambda ss: _watch(ss, seen))
     assert s["status"] == "completed"
     for rnd, t, cids in seen["rounds"]:
@@ -215,10 +202,10 @@ def test_fedavg_selects_exactly_the_online_clients_and_fails_at_the_offline_mome
 
 
 def test_a_round_with_nobody_online_waits_then_stops_when_nobody_comes_back(tmp_path):
-    p = _spans_csv(tmp_path, [[(2.0, 2.1)], [(3.0, 3.1)]])
+    p = spans_csv(tmp_path, [[(2.0, 2.1)], [(3.0, 3.1)]])
     seen = {"rounds": [], "failures": []}
     cfg = small_config(clients=2, rounds=3, latency={"preset": "", "availability": p,
-                                                     "file": _hetero_at_1ms(tmp_path, 2)})
+                                                     "file": hetero_at_1ms(tmp_path, 2)})
     s = run_local(cfg, quiet=True, write=False, prepare=lambda ss: _watch(ss, seen))
     assert seen["rounds"][0] == (0, 2.0, [0])  # waited from 0 to 2 s for client 0
     assert s["availability"]["waited_s"] >= 2.0 and s["availability"]["waits"] >= 1
@@ -226,25 +213,14 @@ def test_a_round_with_nobody_online_waits_then_stops_when_nobody_comes_back(tmp_
     assert len(seen["failures"]) == len(seen["rounds"])  # every task outlived its client
 
 
-def _ring(session):
-    """One chain through every selected client per round (a superclient ring)."""
-    algo = session.algo
-    session.handoffs = True  # FedAvg's routes made rings: WELCOME carries the peers' tables
-
-    def configure_round(rnd, clients):
-        ids = sorted(c.cid for c in clients)
-        return [algo.new_task(rnd, ids, algo.global_arrays, algo.task_body(rnd, clients[0]))]
-    algo.configure_round = configure_round
-
-
 def test_ring_skips_an_offline_peer_without_handing_off_to_it(tmp_path):
     inf = math.inf
     # client 1 is online at the round's start, offline when client 0 hands off (> 0.01 s)
-    p = _spans_csv(tmp_path, [[(0, inf)], [(0, 0.01), (100, inf)], [(0, inf)]])
+    p = spans_csv(tmp_path, [[(0, inf)], [(0, 0.01), (100, inf)], [(0, inf)]])
     out = tmp_path / "run"
     cfg = small_config(clients=3, rounds=1, out=str(out),
                        latency={"preset": "hetero", "availability": p})
-    s = run_local(cfg, quiet=True, prepare=_ring)
+    s = run_local(cfg, quiet=True, prepare=ring)
     assert s["status"] == "completed" and not s["failures"]
     row = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
     assert row["skipped_peers"] == 1 and row["online"] == 3
@@ -253,18 +229,18 @@ def test_ring_skips_an_offline_peer_without_handing_off_to_it(tmp_path):
     # server -> 0, one hand-off 0 -> 2 (none to 1), 2 -> server
     assert s["bytes"]["tensor_bytes"] == 3 * MODEL
     full = run_local(small_config(clients=3, rounds=1, latency={"preset": "hetero"}), quiet=True,
-                     write=False, prepare=_ring)
+                     write=False, prepare=ring)
     assert full["bytes"]["tensor_bytes"] == 4 * MODEL
     assert 0 < s["bytes"]["client_to_client"] < full["bytes"]["client_to_client"]
 
 
 def test_ring_whose_later_peers_are_all_offline_returns_to_the_server(tmp_path):
     inf = math.inf
-    p = _spans_csv(tmp_path, [[(0, inf)], [(0, 0.01)], [(0, 0.01)]])
+    p = spans_csv(tmp_path, [[(0, inf)], [(0, 0.01)], [(0, 0.01)]])
     out = tmp_path / "run"
     cfg = small_config(clients=3, rounds=1, out=str(out),
                        latency={"preset": "hetero", "availability": p})
-    s = run_local(cfg, quiet=True, prepare=_ring)
+    s = run_local(cfg, quiet=True, prepare=ring)
     assert s["status"] == "completed" and not s["failures"]
     assert s["availability"]["skipped_peers"] == 2
     assert s["bytes"]["tensor_bytes"] == 2 * MODEL and s["bytes"]["client_to_client"] == 0

@@ -125,3 +125,16 @@ def test_the_checks_see_what_they_check(tmp_path, monkeypatch):
     monkeypatch.setattr(me, "BENCH", tmp_path / "none")
     assert private_reaches() == ["m.py:3 other._x"]
     assert touched()[("m.py", "A", "b")] == {"one", "two", "three", "four", "five", "six"}
+
+
+def test_no_test_module_imports_another():
+    """One harness: what tests share lives in tests/harness.py, conftest.py and the fixture
+    modules (tests/integration/cluster.py, netns.py, ...), never in another test module."""
+    bad = []
+    for f in sorted((ROOT / "tests").rglob("test_*.py")):
+        for n in ast.walk(ast.parse(f.read_text())):
+            if isinstance(n, ast.ImportFrom) and n.module and \
+                    n.module.split(".")[-1].startswith("test_"):
+                bad.append(f"{f.relative_to(ROOT)}:{n.lineno} from {n.module}")
+    assert not bad, "test modules importing others (move what they share to tests/harness.py):\n" \
+        + "\n".join(bad)

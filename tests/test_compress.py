@@ -135,13 +135,13 @@ def test_uplink_bytes_follow_the_encoding_and_the_residual_is_client_state(tmp_p
 
 
 def test_a_compressed_run_with_error_feedback_resumes_exactly(tmp_path):
-    from tests.test_resume_algorithms import Stop, _stop_after
+    from tests.harness import Stop, stop_after
 
     kw = dict(clients=4, rounds=4, net={"compress": "topk:0.05", "checkpoint_every": 1})
     ref = run_local(small_config(out=str(tmp_path / "ref"), **kw), quiet=True)
     cfg = small_config(out=str(tmp_path / "run"), **kw)
     with pytest.raises(Stop):
-        run_local(cfg, quiet=True, prepare=_stop_after(2))
+        run_local(cfg, quiet=True, prepare=stop_after(2))
     got = run_local(cfg, quiet=True, resume=True)
     with np.load(tmp_path / "run" / "final_model.npz") as a, \
             np.load(tmp_path / "ref" / "final_model.npz") as b:

@@ -19,7 +19,7 @@ from fednet.data import (
 )
 from fednet.data.domains import CIFAR100_DOMAINS
 from fednet.errors import ConfigError
-from tests.test_data_torchvision import CIFAR100_FINE
+from tests.harness import CIFAR100_FINE
 
 
 @pytest.fixture(scope="module")

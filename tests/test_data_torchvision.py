@@ -13,19 +13,11 @@ import pytest
 
 from fednet.data import DATASETS, NORMALIZATION, clear_cache, load_dataset, partition
 from fednet.errors import ConfigError
+from tests.harness import CIFAR100_FINE
 
 torchvision_datasets = pytest.importorskip("torchvision.datasets")
 scipy_io = pytest.importorskip("scipy.io")
 
-CIFAR100_FINE = (
-    "apple aquarium_fish baby bear beaver bed bee beetle bicycle bottle bowl boy bridge bus butterfly camel can "
-    "castle caterpillar cattle chair chimpanzee clock cloud cockroach couch crab crocodile cup dinosaur dolphin "
-    "elephant flatfish forest fox girl hamster house kangaroo keyboard lamp lawn_mower leopard lion lizard lobster "
-    "man maple_tree motorcycle mountain mouse mushroom oak_tree orange orchid otter palm_tree pear pickup_truck "
-    "pine_tree plain plate poppy porcupine possum rabbit raccoon ray road rocket rose sea seal shark shrew skunk "
-    "skyscraper snail snake spider squirrel streetcar sunflower sweet_pepper table tank telephone television tiger "
-    "tractor train trout tulip turtle wardrobe whale willow_tree wolf woman worm"
-).split()
 """CIFAR-100's 100 fine-label names in the order of its meta file (alphabetical)."""
 
 

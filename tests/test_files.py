@@ -12,35 +12,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from fednet.cli import main
 from fednet.errors import ConfigError, FednetError
 from fednet.core.inproc import run_local
 from fednet.metrics.files import OutputError, write_json, write_text
 from tests.conftest import small_config
+from tests.harness import cli, one_line, snapshot
 
 RUN = ["--clients", "3", "--epochs", "1", "--batch-size", "16", "--seed", "7", "-q"]
 ENOSPC = os.strerror(errno.ENOSPC)
-
-
-def snapshot(folder: Path) -> dict[str, bytes]:
-    """Every file under folder (names and bytes)."""
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file()}
-
-
-def cli(*args: str):
-    return CliRunner().invoke(main, list(args))
-
-
-def one_line(res) -> str:
-    """The one stderr line of a refused command (exit 2, no traceback)."""
-    assert res.exit_code == 2, (res.exit_code, res.output, res.stderr)
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("fednet: error: "), res.stderr
-    assert "Traceback" not in res.output + res.stderr
-    return lines[0][len("fednet: error: "):]
 
 
 @pytest.fixture(scope="module")

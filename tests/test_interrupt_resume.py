@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from fednet.algorithms import client_class, get, names
@@ -16,32 +15,8 @@ from fednet.core.inproc import run_local
 from fednet.metrics.run_end import interrupt_note
 
 from tests.harness import LEDGER_KEYS as KEYS, PINNED, golden
+from tests.harness import final_model, interrupt_in
 
-
-
-def _config(algo: str, out: Path):
-    cfg = golden.config(algo, str(out)).replace(rounds=4)
-    if algo == "fedseq_inter":  # periods of two rounds: the interrupt falls in the second
-        cfg = cfg.replace(**{"algo.params.period": 2})
-    return cfg
-
-
-def _interrupt_in(rnd: int):
-    """Ctrl-C when the first reply of round `rnd` (or a later one) arrives."""
-    def prepare(session) -> None:
-        absorb = session.algo.absorb
-
-        def hit(done) -> None:
-            if done.round >= rnd:
-                raise KeyboardInterrupt
-            absorb(done)
-        session.algo.absorb = hit
-    return prepare
-
-
-def _model(out: Path) -> dict[str, np.ndarray]:
-    with np.load(out / "final_model.npz", allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
 
 
 def _resumable(algo: str) -> bool:
@@ -67,14 +42,14 @@ def _unbroken(algo: str, out: Path) -> dict:
     if cfg == golden.config(algo, str(out)):
         return PINNED[algo]
     s = run_local(cfg, quiet=True)
-    return {**s, "model_sha256": golden.sha256_arrays(_model(out))}
+    return {**s, "model_sha256": golden.sha256_arrays(final_model(out))}
 
 
 @pytest.mark.parametrize("algo", names())
 def test_an_interrupted_run_resumes_without_checkpoints_asked_for(algo, tmp_path):
     cfg = _golden_config(algo, tmp_path / "run")
     with pytest.raises(KeyboardInterrupt):
-        run_local(cfg, quiet=True, prepare=_interrupt_in(2))
+        run_local(cfg, quiet=True, prepare=interrupt_in(2))
     out = tmp_path / "run"
     state = out / "checkpoint" / "state.json"
     note = interrupt_note("local", str(out), 0.0, lambda _: None)
@@ -86,7 +61,7 @@ def test_an_interrupted_run_resumes_without_checkpoints_asked_for(algo, tmp_path
     got = run_local(cfg, quiet=True, resume=True)
     ref = _unbroken(algo, tmp_path / "ref")
     assert got["status"] == ref["status"] == "completed" and got["rounds"] == cfg.rounds
-    assert golden.sha256_arrays(_model(out)) == ref["model_sha256"], "final model"
+    assert golden.sha256_arrays(final_model(out)) == ref["model_sha256"], "final model"
     assert {k: got["bytes"][k] for k in KEYS} == {k: ref["bytes"][k] for k in KEYS}
     assert got["sim_time_s"] == ref["sim_time_s"]
     assert got["final_accuracy"] == ref["final_accuracy"]

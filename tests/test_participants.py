@@ -15,8 +15,9 @@ from fednet.core.inproc import run_local
 from fednet.core.participants import KEYS, Participants
 from fednet.errors import ConfigError
 from fednet.metrics.report import device_counts
+from fednet.opcount import CLIENT_RATES
 from tests.conftest import small_config
-from tests.test_interrupt_resume import _config, _interrupt_in
+from tests.harness import interrupt_in, resume_config
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -74,7 +75,7 @@ def test_clients_jsonl_holds_the_participants_and_the_summary_counts_devices(tmp
         r["client"]: r["tasks"] for r in rows}
     assert [cols["samples"][r["client"]] for r in rows] == [r["samples"] for r in rows]
     assert set(cols) == {"samples", "tasks", "labels", "compute_s_per_sample", "rtt_s", "up_bps",
-                         "down_bps", "train_flops_per_s"}
+                         "down_bps", "train_flops_per_s", *CLIENT_RATES}  # every profile field
 
 
 def test_an_older_summary_s_device_map_is_still_counted():
@@ -88,10 +89,10 @@ def test_the_participants_survive_an_interrupt_and_resume(algo, tmp_path):
     """The resumed run's clients.jsonl is the unbroken run's, setup stages included (FedSeq's
     pre-training gives every client a task)."""
     out, ref = tmp_path / "run", tmp_path / "ref"
-    run_local(_config(algo, ref), quiet=True)
-    cfg = _config(algo, out)
+    run_local(resume_config(algo, ref), quiet=True)
+    cfg = resume_config(algo, out)
     with pytest.raises(KeyboardInterrupt):
-        run_local(cfg, quiet=True, prepare=_interrupt_in(2))
+        run_local(cfg, quiet=True, prepare=interrupt_in(2))
     assert len(_jsonl(out / "clients.jsonl")) >= 1
     run_local(cfg, quiet=True, resume=True)
     assert _jsonl(out / "clients.jsonl") == _jsonl(ref / "clients.jsonl")
@@ -99,9 +100,9 @@ def test_the_participants_survive_an_interrupt_and_resume(algo, tmp_path):
 
 def test_a_checkpoint_with_damaged_participants_is_refused(tmp_path):
     out = tmp_path / "run"
-    cfg = _config("fedavg", out)
+    cfg = resume_config("fedavg", out)
     with pytest.raises(KeyboardInterrupt):
-        run_local(cfg, quiet=True, prepare=_interrupt_in(2))
+        run_local(cfg, quiet=True, prepare=interrupt_in(2))
     npz = out / "checkpoint" / "state.npz"
     with np.load(npz, allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}

@@ -10,19 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from fednet.config import to_toml
 from fednet.metrics.plots import describe, plot_overlay, plot_run, ylabel
 from fednet.metrics.progress import Progress, human_seconds
 from fednet.metrics.report import compare, run_info
 from fednet.core.inproc import run_local
 from tests.conftest import small_config
-
-
-def _row(r, acc, loss, train, wall):
-    return {"round": r, "accuracy": acc, "loss": loss, "train_loss": train, "wall_s": wall,
-            "sim_s": 0.5 * (r + 1), "bytes_total": 1000 * (r + 1),
-            "bytes_round": {"server_to_client": 500, "client_to_server": 500,
-                            "client_to_client": 0}}
+from tests.harness import fake_row, fake_run
 
 
 def _lines(rows, total=10, quiet=False):
@@ -34,17 +27,17 @@ def _lines(rows, total=10, quiet=False):
 
 
 def test_progress_line_has_training_loss_and_time_left():
-    lines = _lines([_row(0, 0.5, 1.0, 2.0, 2.0), _row(1, 0.6, 0.8, 1.5, 3.0)])
+    lines = _lines([fake_row(0, 0.5, 1.0, 2.0, 2.0), fake_row(1, 0.6, 0.8, 1.5, 3.0)])
     assert lines[0] == ("[##......................] round 1/10  acc 0.500  train loss 2.000  "
                         "wall 2.0s (~18s left)  sim 0.50s  traffic 1000 B")
     assert "wall 3.0s (~8s left)" in lines[1]  # 1 s per round since the first row
-    last = _lines([_row(9, 0.9, 0.1, 0.1, 10.0)])[0]
+    last = _lines([fake_row(9, 0.9, 0.1, 0.1, 10.0)])[0]
     assert "left" not in last and last.startswith("[########################] round 10/10")
     assert human_seconds(75) == "1m15s" and human_seconds(7300) == "2h01m"
 
 
 def test_a_loss_that_does_not_fall_gets_one_hint():
-    shards = [_row(r, 0.1, 2.30 - 0.01 * r, 0.2 - 0.03 * r, r + 1.0) for r in range(8)]
+    shards = [fake_row(r, 0.1, 2.30 - 0.01 * r, 0.2 - 0.03 * r, r + 1.0) for r in range(8)]
     lines = _lines(shards)
     hints = [ln for ln in lines if ln.startswith("hint:")]
     assert hints == ["hint: after 5 rounds the model's loss has not fallen (2.300 -> 2.260; "
@@ -53,43 +46,27 @@ def test_a_loss_that_does_not_fall_gets_one_hint():
                      "--alpha); try fewer --epochs and a smaller --lr, e.g. --epochs 1 --lr 0.05, "
                      "or an algorithm made for non-IID data"]
     assert lines.index(hints[0]) == 5  # right after round 5's line
-    flat = [_row(r, 0.1, 2.3, 2.3, r + 1.0) for r in range(6)]
+    flat = [fake_row(r, 0.1, 2.3, 2.3, r + 1.0) for r in range(6)]
     assert "look at --lr (larger, or smaller if the loss jumps), --epochs" in _lines(flat)[-2]
-    nan = [_row(r, 0.1, 2.3 if r < 4 else float("nan"), 2.3, r + 1.0) for r in range(6)]
+    nan = [fake_row(r, 0.1, 2.3 if r < 4 else float("nan"), 2.3, r + 1.0) for r in range(6)]
     assert "it diverged; try a smaller --lr" in _lines(nan)[-2]
-    learning = [_row(r, 0.2 + 0.1 * r, 2.3 * 0.8 ** r, 2.3 * 0.8 ** r, r + 1.0) for r in range(8)]
+    learning = [fake_row(r, 0.2 + 0.1 * r, 2.3 * 0.8 ** r, 2.3 * 0.8 ** r, r + 1.0) for r in range(8)]
     assert not [ln for ln in _lines(learning) if ln.startswith("hint")]
     # issue 41: a run at 99% whose loss overflowed (or rose: overconfident) gets no hint
     for last in (float("inf"), float("nan"), 0.4):
-        good = [_row(r, 0.97 + 0.005 * r, 0.3 if r < 4 else last, 0.2, r + 1.0) for r in range(6)]
+        good = [fake_row(r, 0.97 + 0.005 * r, 0.3 if r < 4 else last, 0.2, r + 1.0) for r in range(6)]
         assert not [ln for ln in _lines(good) if ln.startswith("hint")]
-    overfit = [_row(r, 0.1 + 0.02 * r, 2.3 + 0.05 * r, 2.2 - 0.1 * r, r + 1.0) for r in range(6)]
+    overfit = [fake_row(r, 0.1 + 0.02 * r, 2.3 + 0.05 * r, 2.2 - 0.1 * r, r + 1.0) for r in range(6)]
     assert "but the accuracy rose (0.100 -> 0.180): the models learn and grow overconfident" in \
         _lines(overfit)[-2]
-    converged = [_row(r, 0.95, 0.15, 0.1, r + 1.0) for r in range(8)]  # good from round 0
+    converged = [fake_row(r, 0.95, 0.15, 0.1, r + 1.0) for r in range(8)]  # good from round 0
     assert not [ln for ln in _lines(converged) if ln.startswith("hint")]
     assert _lines(shards, quiet=True) == []
 
 
-def _run(folder: Path, algo="fedavg", failures=(), pss=None, **cfg):
-    folder.mkdir(parents=True)
-    c = small_config(algo={"name": algo}, **cfg)
-    (folder / "config.toml").write_text(to_toml(c))
-    (folder / "run.json").write_text(json.dumps(  # what a run resolves at its start
-        {"model": "digits_cnn", "eval": "clients" if algo == "standalone" else "global"}))
-    s = {"algorithm": algo, "status": "completed", "clients": 3, "rounds": 2, "rounds_planned": 2,
-         "final_accuracy": 0.5, "best_accuracy": 0.5, "bytes": {}, "failures": list(failures)}
-    if pss:
-        s["client_pss_bytes"] = pss
-    (folder / "summary.json").write_text(json.dumps(s))
-    rows = [_row(r, 0.3 + 0.1 * r, 2.0, 2.0, r + 1.0) for r in range(3)]
-    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return folder
-
-
 def test_report_shows_the_union_of_rows_and_the_experiment(tmp_path):
-    a = _run(tmp_path / "ok")
-    b = _run(tmp_path / "withfail", algo="standalone", failures=[{"client": 1}], pss=2**30,
+    a = fake_run(tmp_path / "ok")
+    b = fake_run(tmp_path / "withfail", algo="standalone", failures=[{"client": 1}], pss=2**30,
              data={"partition": "dirichlet", "alpha": 0.3})
     by = {ln.split("  ")[0].strip(): ln.split() for ln in compare([str(a), str(b)]).splitlines()[2:]}
     assert by["failures"][-2:] == ["-", "1"]
@@ -110,7 +87,7 @@ def test_a_folder_without_run_json_shows_what_its_config_says(tmp_path):
     run.json at its start, before any round."""
     from fednet.metrics.report import run_info
 
-    a = _run(tmp_path / "old")
+    a = fake_run(tmp_path / "old")
     (a / "run.json").unlink()
     info = run_info(a)
     assert info["model"] == "digits_cnn" and "eval" not in info
@@ -120,7 +97,7 @@ def test_a_folder_without_run_json_shows_what_its_config_says(tmp_path):
 
 
 def test_plots_are_titled_and_labelled(tmp_path):
-    a = _run(tmp_path / "a")
+    a = fake_run(tmp_path / "a")
     assert describe(run_info(a)) == "fedavg, digits iid, 3 clients"
     assert ylabel({"clients"}) == "mean client accuracy (%)"
     assert ylabel({"global"}) == "test accuracy (%)" and ylabel({"global", "clients"}) == "accuracy (%)"
@@ -128,7 +105,7 @@ def test_plots_are_titled_and_labelled(tmp_path):
     paths = plot_run(a, rows)
     assert [p.name for p in paths] == ["accuracy_vs_round.png", "accuracy_vs_sim_time.png",
                                        "accuracy_vs_bytes.png"]
-    b = _run(tmp_path / "b", algo="standalone")
+    b = fake_run(tmp_path / "b", algo="standalone")
     out = plot_overlay([str(a), str(b)], tmp_path / "both.png")
     assert out.stat().st_size > 10_000
     for ext, magic in ((".pdf", b"%PDF"), (".svg", b"<?xml")):  # the format by the extension

@@ -23,7 +23,7 @@ from fednet.metrics.plots import _draw, _series, plot_overlay, run_target
 from fednet.metrics.report import summary_rows
 from fednet.metrics.what_ran import secagg_rows
 from tests.conftest import small_config
-from tests.test_progress_report import _run
+from tests.harness import fake_run
 
 STAGE_BYTES = {"keys": {"server_to_client": 100, "client_to_server": 200},
                "shares": {"server_to_client": 300, "client_to_server": 400},
@@ -123,7 +123,7 @@ def test_a_secagg_run_reports_its_overhead_against_the_clear_update(tmp_path):
 
 
 def test_report_csv_has_the_cost_to_target_columns(tmp_path):
-    run = _run(tmp_path / "t", attack={"name": "signflip"}, defense={"name": "median"})
+    run = fake_run(tmp_path / "t", attack={"name": "signflip"}, defense={"name": "median"})
     s = json.loads((run / "summary.json").read_text())
     s.update({"compute": {"client_epochs": 30, "samples": 4000},
               "attack": {"name": "signflip", "malicious": [0], "params": {}},
@@ -175,7 +175,7 @@ def test_labels_are_options_rounded_never_name_equals():
 def test_titles_say_attack_and_defense(tmp_path):
     from fednet.metrics.report import run_info
 
-    run = _run(tmp_path / "r", attack={"name": "ipm", "params": {"eps": 0.5}, "malicious": "0.3"},
+    run = fake_run(tmp_path / "r", attack={"name": "ipm", "params": {"eps": 0.5}, "malicious": "0.3"},
                defense={"name": "median"})
     assert describe(run_info(run)) == ("fedavg, digits iid, 3 clients, --attack ipm(eps=0.5) "
                                        "--malicious 0.3, --defense median")
@@ -233,10 +233,10 @@ def test_a_run_that_is_no_result_is_drawn_dotted(tmp_path):
 
 
 def test_a_run_with_a_target_gets_its_line(tmp_path):
-    run = _run(tmp_path / "t", target="0.4")
+    run = fake_run(tmp_path / "t", target="0.4")
     assert run_target(run, {}) == 0.4  # config.toml's --target: a run still going
     assert run_target(run, {"to_target": {"target": 0.45}}) == 0.45  # summary.json's
-    assert run_target(_run(tmp_path / "none"), {}) is None
+    assert run_target(fake_run(tmp_path / "none"), {}) is None
     _, targets = _series([str(run)])
     assert targets == [(0.4, "--target")]
     out = tmp_path / "p.svg"
@@ -248,7 +248,7 @@ def test_a_run_with_a_target_gets_its_line(tmp_path):
                                       ("--csv", "t.xlsx"), ("--curves", "c.json"),
                                       ("--latex", "t.md"), ("--markdown", "t.tex")])
 def test_a_file_named_for_another_format_is_refused(tmp_path, opt, name):
-    run = _run(tmp_path / "r")
+    run = fake_run(tmp_path / "r")
     res = CliRunner().invoke(main, ["report", str(run), opt, str(tmp_path / name)])
     assert res.exit_code == 2
     err = [ln for ln in res.output.splitlines() if ln.strip()]
@@ -257,7 +257,7 @@ def test_a_file_named_for_another_format_is_refused(tmp_path, opt, name):
 
 
 def test_a_plot_is_written_in_the_format_its_name_says(tmp_path):
-    run = _run(tmp_path / "r")
+    run = fake_run(tmp_path / "r")
     res = CliRunner().invoke(main, ["report", str(run), "--plot", str(tmp_path / "p.jpg"),
                                     "--csv", str(tmp_path / "t.txt")])
     assert res.exit_code == 0, res.output

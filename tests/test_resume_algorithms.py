@@ -14,12 +14,9 @@ from fednet.algorithms import client_class, names
 from fednet.core.inproc import run_local
 
 from tests.harness import LEDGER_KEYS as KEYS, PINNED, golden
+from tests.harness import Stop, stop_after
 
 STOP = 2  # the run is stopped after the checkpoint of round 1 (two rounds done)
-
-
-class Stop(KeyboardInterrupt):
-    """Stands for Ctrl-C (or a crash) right after a checkpoint was written."""
 
 
 def _config(algo: str, out: Path):
@@ -58,23 +55,11 @@ def _reference(algo: str, out: Path) -> dict:
     return _run(cfg)
 
 
-def _stop_after(rounds_done: int):
-    def prepare(session) -> None:
-        save = session.driver.checkpoints.write
-
-        def checkpoint() -> None:
-            save()
-            if session.driver.rounds_done == rounds_done:
-                raise Stop()
-        session.driver.checkpoints.write = checkpoint
-    return prepare
-
-
 @pytest.mark.parametrize("algo", names())
 def test_a_resumed_local_run_ends_where_an_unbroken_run_ends(algo, tmp_path):
     ref = _reference(algo, tmp_path / "ref")
     cfg = _config(algo, tmp_path / "run")
-    assert _run(cfg, prepare=_stop_after(STOP)) is None
+    assert _run(cfg, prepare=stop_after(STOP)) is None
     saved = json.loads((tmp_path / "run" / "checkpoint" / "state.json").read_text())
     assert saved["rounds_done"] == STOP and saved["client_state"] == "files"
     if client_class(algo).stateful():  # the clients' store is the checkpoint's clients/

@@ -18,7 +18,7 @@ import pytest
 from fednet.core import state_files
 from fednet.core.inproc import run_local
 from tests.conftest import small_config
-from tests.test_files import cli, one_line, snapshot
+from tests.harness import cli, one_line, snapshot
 
 CENTRAL = {"mode": "central", "noise": 1.0, "clip": 0.5}
 BASES: dict[str, dict] = {
@@ -218,14 +218,14 @@ def test_an_undamaged_state_resumes(bases, tmp_path, monkeypatch, base):
 def test_an_interrupted_local_dp_round_is_counted_once(tmp_path):
     """Ctrl-C in round 2 of a local-DP run: the checkpoint counts the one round done (as its
     participants do), and the resumed run ends at the unbroken run's epsilon, not above it."""
-    from tests.test_interrupt_resume import _interrupt_in
+    from tests.harness import interrupt_in
 
     dp = {"mode": "local", "noise": 0.5}
     ref = run_local(small_config(clients=4, rounds=3, dp=dp, out=str(tmp_path / "ref")),
                     quiet=True)
     cfg = small_config(clients=4, rounds=3, dp=dp, out=str(tmp_path / "run"))
     with pytest.raises(KeyboardInterrupt):
-        run_local(cfg, quiet=True, prepare=_interrupt_in(1))
+        run_local(cfg, quiet=True, prepare=interrupt_in(1))
     with np.load(tmp_path / "run" / "checkpoint" / "state.npz") as z:
         assert z["state/dp_counts"].tolist() == [1] * 4 == z["participants/tasks"].tolist()
     got = run_local(cfg, quiet=True, resume=True)

@@ -13,7 +13,7 @@ import pytest
 from fednet.core.inproc import run_local
 from fednet.errors import ConfigError
 from tests.conftest import small_config
-from tests.test_interrupt_resume import _config, _interrupt_in, _model
+from tests.harness import interrupt_in, resume_config, final_model
 
 DIRECTIONS = ("server_to_client", "client_to_server", "client_to_client")
 
@@ -28,9 +28,9 @@ def _state(out: Path) -> dict:
 
 def test_a_resumed_run_that_finishes_checkpoints_its_last_round_and_cannot_be_cut(tmp_path):
     out = tmp_path / "run"
-    cfg = _config("scaffold", out)  # 4 rounds, stateful clients
+    cfg = resume_config("scaffold", out)  # 4 rounds, stateful clients
     with pytest.raises(KeyboardInterrupt):
-        run_local(cfg, quiet=True, prepare=_interrupt_in(2))
+        run_local(cfg, quiet=True, prepare=interrupt_in(2))
     assert _state(out)["rounds_done"] == 2
     run_local(cfg, quiet=True, resume=True)
     assert _state(out)["rounds_done"] == 4, "the finished run's checkpoint is its last round"
@@ -40,10 +40,10 @@ def test_a_resumed_run_that_finishes_checkpoints_its_last_round_and_cannot_be_cu
     assert ((out / "summary.json").read_bytes(), (out / "metrics.jsonl").read_bytes()) == before
     # more rounds go on from the last one, exactly as an unbroken run of 6
     got = run_local(cfg.replace(rounds=6), quiet=True, resume=True)
-    ref = run_local(_config("scaffold", tmp_path / "ref").replace(rounds=6), quiet=True)
+    ref = run_local(resume_config("scaffold", tmp_path / "ref").replace(rounds=6), quiet=True)
     assert [r["round"] for r in _rows(out)] == list(range(6))
     assert [s["rounds"] for s in got["segments"]] == [[0, 2], [2, 4], [4, 6]]
-    a, b = _model(out), _model(tmp_path / "ref")
+    a, b = final_model(out), final_model(tmp_path / "ref")
     assert all(np.array_equal(a[k], b[k]) for k in b)
     assert got["sim_time_s"] == ref["sim_time_s"]
     assert {k: got["bytes"][k] for k in DIRECTIONS} == {k: ref["bytes"][k] for k in DIRECTIONS}
@@ -51,9 +51,9 @@ def test_a_resumed_run_that_finishes_checkpoints_its_last_round_and_cannot_be_cu
 
 def test_a_checkpoint_older_than_the_finished_run_is_refused(tmp_path):
     out = tmp_path / "run"
-    cfg = _config("fedavg", out)
+    cfg = resume_config("fedavg", out)
     with pytest.raises(KeyboardInterrupt):
-        run_local(cfg, quiet=True, prepare=_interrupt_in(2))
+        run_local(cfg, quiet=True, prepare=interrupt_in(2))
     shutil.copytree(out / "checkpoint", tmp_path / "old")
     run_local(cfg, quiet=True, resume=True)
     shutil.rmtree(out / "checkpoint")
@@ -70,9 +70,9 @@ def test_a_checkpoint_older_than_the_finished_run_is_refused(tmp_path):
 @pytest.mark.parametrize("algo", ["fedavg", "fedbuff", "fedasync", "fedseq_inter"])
 def test_an_interrupted_runs_totals_are_its_last_finished_rounds(algo, tmp_path):
     out = tmp_path / "run"
-    cfg = _config(algo, out).replace(rounds=6)
+    cfg = resume_config(algo, out).replace(rounds=6)
     with pytest.raises(KeyboardInterrupt):
-        run_local(cfg, quiet=True, prepare=_interrupt_in(3))
+        run_local(cfg, quiet=True, prepare=interrupt_in(3))
     s = json.loads((out / "summary.json").read_text())
     rows = [r for r in _rows(out) if not r.get("interim")]
     assert s["status"] == "interrupted"

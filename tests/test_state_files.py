@@ -95,7 +95,7 @@ def test_the_server_checkpoint_swap_keeps_the_clients_files(tmp_path):
 
 def _local(algo: str, out: Path, **kw):
     from fednet.core.inproc import run_local
-    from tests.test_resume_algorithms import golden
+    from tests.harness import golden
 
     with golden.capture_dispatcher() as seen:
         summary = run_local(small_config(clients=4, rounds=3, algo={"name": algo},

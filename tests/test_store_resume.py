@@ -18,7 +18,7 @@ import pytest
 from fednet.core import state_files as sf
 from fednet.core.inproc import run_local
 from fednet.errors import ConfigError
-from tests.test_interrupt_resume import _config, _interrupt_in, _model
+from tests.harness import interrupt_in, resume_config, final_model
 
 
 @pytest.fixture(scope="module")
@@ -26,11 +26,11 @@ def broken(tmp_path_factory):
     """A SCAFFOLD run interrupted in round 2 (its checkpoint and store), another run's store,
     and the unbroken run's final model."""
     base = tmp_path_factory.mktemp("store")
-    cfg = _config("scaffold", base / "run")
+    cfg = resume_config("scaffold", base / "run")
     with pytest.raises(KeyboardInterrupt):
-        run_local(cfg, quiet=True, prepare=_interrupt_in(2))
-    run_local(_config("scaffold", base / "other"), quiet=True)
-    run_local(_config("scaffold", base / "ref"), quiet=True)
+        run_local(cfg, quiet=True, prepare=interrupt_in(2))
+    run_local(resume_config("scaffold", base / "other"), quiet=True)
+    run_local(resume_config("scaffold", base / "ref"), quiet=True)
     return base, cfg
 
 
@@ -62,7 +62,7 @@ def test_the_checkpoint_names_every_clients_file_and_an_intact_store_resumes_exa
     with np.load(out / "checkpoint" / "state.npz") as z:
         assert z["store/cids"].tolist() == list(range(cfg.clients)) and set(z["store/rounds"]) == {1}
     run_local(cfg, quiet=True, resume=True)
-    a, b = _model(out), _model(broken[0] / "ref")
+    a, b = final_model(out), final_model(broken[0] / "ref")
     assert all(np.array_equal(a[k], b[k]) for k in b)
 
 
@@ -155,10 +155,9 @@ def test_a_file_the_checkpoint_does_not_know_is_refused(broken, tmp_path):
 def test_a_file_that_goes_bad_during_a_run_is_its_clients_failure_once(tmp_path):
     """Damage found when a client takes its state: its task fails once, naming the file, which
     is moved aside; the client goes on from an earlier state, and the run completes."""
-    from tests.test_interrupt_resume import golden  # noqa: F401 (the golden configuration)
 
     out = tmp_path / "run"
-    cfg = _config("scaffold", out).replace(rounds=4)
+    cfg = resume_config("scaffold", out).replace(rounds=4)
 
     def prepare(session) -> None:
         absorb = session.algo.absorb

@@ -215,9 +215,9 @@ def test_reports_name_the_model_the_run_built(tmp_path):
     """`--model auto` on a dataset whose default only a plugin knows: the table named 'auto';
     summary.json's `model` says what was built."""
     from fednet.metrics.report import run_info
-    from tests.test_progress_report import _run
+    from tests.harness import fake_run
 
-    run = _run(tmp_path / "r", train={"model": "auto"})
+    run = fake_run(tmp_path / "r", train={"model": "auto"})
     assert run_info(run)["model"] == "digits_cnn"  # auto on digits, from the source
     s = json.loads((run / "summary.json").read_text())
     (run / "summary.json").write_text(json.dumps(dict(s, model="plugin_net")))

@@ -16,7 +16,7 @@ from fednet.cli import main
 from fednet.metrics import sweep_table as T
 from fednet.metrics.plots import label_curves, _series
 from fednet.metrics.intervals import fmt_p, fmt_versus, mean_ci, versus
-from tests.test_progress_report import _run
+from tests.harness import fake_run
 
 
 def test_mean_ci_is_the_t_interval():
@@ -92,7 +92,7 @@ def _sweep(root, values):
 def test_report_exports_the_table_and_the_curves(tmp_path):
     sw = _sweep(tmp_path / "sw", {("a", 0): 4, ("a", 1): 6, ("a", 2): 5,
                                   ("b", 0): 2, ("b", 1): 4, ("b", 2): 9})  # b seed 2: never
-    run = _run(tmp_path / "run")
+    run = fake_run(tmp_path / "run")
     res = CliRunner().invoke(main, ["report", str(sw), str(run), "--csv", str(tmp_path / "t.csv"),
                                     "--curves", str(tmp_path / "c.csv")])
     assert res.exit_code == 0, res.output
@@ -116,9 +116,9 @@ def test_report_exports_the_table_and_the_curves(tmp_path):
 
 
 def test_run_folders_that_differ_only_in_seed_are_one_curve(tmp_path):
-    runs = [_run(tmp_path / f"s{s}", seed=s) for s in (0, 1, 2)]
-    other = _run(tmp_path / "lr", train={"lr": 0.05})
-    again = _run(tmp_path / "again", seed=0)  # seed 0 once more: its own curve, not a mean
+    runs = [fake_run(tmp_path / f"s{s}", seed=s) for s in (0, 1, 2)]
+    other = fake_run(tmp_path / "lr", train={"lr": 0.05})
+    again = fake_run(tmp_path / "again", seed=0)  # seed 0 once more: its own curve, not a mean
     (again / "summary.json").unlink()  # and still running
     series, _ = _series([str(p) for p in (*runs, other, again)])
     label_curves(series)
@@ -135,7 +135,7 @@ def test_run_folders_that_differ_only_in_seed_are_one_curve(tmp_path):
 
 
 def test_a_diverged_run_is_marked(tmp_path):
-    ok, bad = _run(tmp_path / "ok"), _run(tmp_path / "bad", train={"lr": 9.0})
+    ok, bad = fake_run(tmp_path / "ok"), fake_run(tmp_path / "bad", train={"lr": 9.0})
     s = json.loads((bad / "summary.json").read_text())
     (bad / "summary.json").write_text(json.dumps(dict(s, status="diverged")))
     series, _ = _series([str(ok), str(bad)])

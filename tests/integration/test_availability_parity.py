@@ -13,7 +13,7 @@ import pytest
 from fednet.core.inproc import run_local
 from fednet.server.main import run_zmq
 from tests.conftest import small_config
-from tests.test_availability import MODEL, _hetero_at_1ms, _ring, _spans_csv
+from tests.harness import DIGITS_MODEL_BYTES as MODEL, hetero_at_1ms, spans_csv
 from tests.harness import LEDGER_KEYS as KEYS
 from tests.harness import final_model as _model
 
@@ -23,13 +23,13 @@ pytestmark = [pytest.mark.net, pytest.mark.slow]
 def _both(tmp_path, cfg, ring=False, trace=None):
     def prepare(session):
         if ring:
-            _ring(session)
+            ring(session)
         if trace and os.path.exists(trace):
             os.remove(trace)  # read by the session; the clients must not need it
 
     a = run_local(cfg.replace(out=str(tmp_path / "local")), quiet=True, prepare=prepare)
     if trace:
-        _spans_csv(tmp_path, SPANS[trace_key(cfg)])
+        spans_csv(tmp_path, SPANS[trace_key(cfg)])
     b = run_zmq(cfg.replace(out=str(tmp_path / "launch")), quiet=True, prepare=prepare)
     ma, mb = _model(tmp_path / "local"), _model(tmp_path / "launch")
     assert ma.keys() == mb.keys() and all(np.array_equal(ma[k], mb[k]) for k in ma)
@@ -53,9 +53,9 @@ def trace_key(cfg):
 
 
 def test_fedavg_selection_and_offline_failures_agree(tmp_path):
-    p = _spans_csv(tmp_path, SPANS["fedavg"])
+    p = spans_csv(tmp_path, SPANS["fedavg"])
     cfg = small_config(clients=4, rounds=4, latency={"preset": "", "availability": p,
-                                                     "file": _hetero_at_1ms(tmp_path, 4)})
+                                                     "file": hetero_at_1ms(tmp_path, 4)})
     a, b = _both(tmp_path, cfg, trace=p)
     assert b["status"] == "completed"
     assert any(f["client"] == 1 and f["round"] == 0 and "offline at 0.05 s" in f["reason"]
@@ -64,7 +64,7 @@ def test_fedavg_selection_and_offline_failures_agree(tmp_path):
 
 
 def test_ring_skips_offline_peers_the_same_way(tmp_path):
-    p = _spans_csv(tmp_path, SPANS["ring"])
+    p = spans_csv(tmp_path, SPANS["ring"])
     cfg = small_config(clients=4, rounds=3, latency={"preset": "hetero", "availability": p})
     a, b = _both(tmp_path, cfg, ring=True, trace=p)
     assert b["status"] == "completed" and not b["failures"]
@@ -82,7 +82,7 @@ def test_fedseq_inter_under_a_churn_preset_agrees(tmp_path):
          "period": 2}
     cfg = small_config(clients=6, rounds=4, algo={"name": "fedseq_inter", "params": p},
                        latency={"preset": "", "availability": "offline:0.3:0.5",
-                                "file": _hetero_at_1ms(tmp_path, 6)})
+                                "file": hetero_at_1ms(tmp_path, 6)})
     a, b = _both(tmp_path, cfg)
     assert b["status"] == "completed"
     churned = b["availability"]["skipped_peers"] + b["availability"]["offline_failures"]

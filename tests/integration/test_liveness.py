@@ -19,13 +19,12 @@ import signal
 import pytest
 
 from fednet.config.liveness import DEFAULT
-from tests.harness import bench
+from tests.harness import LIVENESS_SCALE as SCALE, bench
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]
 
 
 bt = bench("bench_trust")
-SCALE = 0.1
 LIVE = DEFAULT.scaled(SCALE)
 RECOVER = 0.5
 """The scale of the two runs that must come back after a frozen server. The server that was

@@ -19,7 +19,7 @@ import pytest
 
 from tests.integration.conftest import jsonl
 from tests.integration.netns import Lan, NetnsUnavailable
-from tests.integration.test_netns import FEDSEQ, run_cluster
+from tests.integration.cluster import FEDSEQ, run_cluster
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.net]
 

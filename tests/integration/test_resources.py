@@ -4,7 +4,7 @@ has closed them; a flood of READY(hello) from a sender that never reads its repl
 server's memory bounded and the run completes.
 
 The scenarios (and the figures for BENCHMARKS.md) live in benchmarks/bench_trust.py, loaded by path.
-The servers and clients run their liveness timers at test_liveness.SCALE (handshakes and
+The servers and clients run their liveness timers at harness.LIVENESS_SCALE (handshakes and
 heartbeats close the half-open connections sooner, the flooder's place frees sooner).
 """
 from __future__ import annotations
@@ -14,7 +14,9 @@ import uuid
 
 import pytest
 
-from tests.integration.test_liveness import SCALE, bt
+from tests.harness import LIVENESS_SCALE as SCALE, bench
+
+bt = bench("bench_trust")
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_ring_timeline import bench
+from tests.harness import bench as load_bench
+
+bench = load_bench("bench_ring_timeline")
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]
 
