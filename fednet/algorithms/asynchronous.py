@@ -56,7 +56,7 @@ class Asynchronous(StagedStrategy):
     virtual_order = True
     streams_points = True
 
-    def __init__(self, cfg: RunConfig, params: Any) -> None:
+    def __init__(self, cfg: RunConfig, params: object) -> None:
         super().__init__(cfg, params)
         self.pool: list[int] = []
         self.busy: dict[int, tuple[int, int, Arrays]] = {}  # task id -> (cid, updates, model)
@@ -227,7 +227,7 @@ class FedAsync(Asynchronous):
 class FedBuff(Asynchronous):
     """Buffer s(tau) (x_start - x_k); every K: x <- x - eta_g * buffer / K."""
 
-    def __init__(self, cfg: RunConfig, params: Any) -> None:
+    def __init__(self, cfg: RunConfig, params: object) -> None:
         super().__init__(cfg, params)
         self.buf: dict[str, np.ndarray] = {}
         self.latest: Arrays = {}

@@ -30,6 +30,7 @@ import torch
 from fednet import rng
 from fednet.algorithms import attacks as A
 from fednet.algorithms import robust_spec as R
+from fednet.algorithms.contract import ClientContext
 from fednet.types import Arrays, Task
 from fednet.config import RunConfig
 
@@ -93,7 +94,7 @@ class Attacker:
         self.ids = R.malicious_ids(cfg)
 
     # ---- data poisoning, when the executor is built ------------------------------------------
-    def poison(self, ctx: Any, num_classes: int, input_shape: tuple[int, ...]) -> None:
+    def poison(self, ctx: ClientContext, num_classes: int, input_shape: tuple[int, ...]) -> None:
         """Label flipping: y -> C - 1 - y. Backdoor: a share of the rows stamped with the
         trigger and relabelled to the target. The number of rows never changes."""
         if self.name == "labelflip":

@@ -40,6 +40,7 @@ from fednet import rng, types as roster
 from fednet.algorithms.layout import Layout, layout_of
 from fednet.algorithms.checks import eval_mode
 from fednet.config import RunConfig
+from fednet.data.augment import Augment
 from fednet.data.views import Examples
 from fednet.training.objective import CLASSIFICATION, Objective
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
@@ -91,7 +92,7 @@ class ClientContext:
     test_x: Examples | None = None  # the test set this client evaluates on (personalized FL)
     test_y: torch.Tensor | None = None
     pooled: Any = None  # callable -> (x, y) of the whole training set (the centralized reference)
-    augment: Any = None  # callable (batch, generator) -> batch, the dataset's train augmentation
+    augment: Augment | None = None  # (batch, generator) -> batch, the dataset's train augmentation
     objective: Objective = CLASSIFICATION  # the loss and the score (the dataset's objective)
 
     @property

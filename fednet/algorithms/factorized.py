@@ -76,7 +76,7 @@ class Factorized(Strategy):
     State = FactorizedState
     variant = "factorized"  # which kinds travel: SHARED[variant] (FactorizedBeta: v and mu too)
 
-    def __init__(self, cfg: RunConfig, params: Any) -> None:
+    def __init__(self, cfg: RunConfig, params: object) -> None:
         super().__init__(cfg, scenario_params(cfg, params))
         self.shared_kinds = SHARED[self.variant]
         self.matched: dict[int, list[int]] = {}  # client -> its peers, within a round

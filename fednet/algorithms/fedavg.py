@@ -14,7 +14,8 @@ from fednet.algorithms.aggregate import StreamingMean
 from fednet.algorithms.common import finite, round_metrics
 from fednet.algorithms.contract import ClientContext, ClientUpdate, ServerState, Strategy
 from fednet.algorithms.robust import RobustMean
-from fednet.algorithms.updates import Plain, Prox
+from fednet.algorithms.catalog import ProxParams
+from fednet.algorithms.updates import Dyn, Plain, Prox
 from fednet.config import RunConfig
 from fednet.models.arrays import state_arrays
 from fednet.types import Arrays, Failure, Result, Task
@@ -34,7 +35,7 @@ class FedAvg(Strategy):
     """The server averages the clients' models by sample count, streaming (folded on arrival);
     with --defense, the round's models are kept and aggregated robustly (robust.RobustMean)."""
 
-    def __init__(self, cfg: RunConfig, params: Any) -> None:
+    def __init__(self, cfg: RunConfig, params: object) -> None:
         super().__init__(cfg, params)
         self._sums: dict[str, Any] = {}
         self._finite: dict[int, bool] = {}  # task id -> its result was finite (and folded in)
@@ -118,9 +119,9 @@ class FedAvgClient(ClientUpdate):
     # local rule here loads them first and keeps its own copies of what it needs (anchors)
     adopts_received = True
 
-    def __init__(self, cfg: RunConfig, params: Any) -> None:
+    def __init__(self, cfg: RunConfig, params: object) -> None:
         super().__init__(cfg, params)
-        self.local: Any = Plain()
+        self.local: Plain | Prox | Dyn = Plain()
 
     def run(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
         """The local rule from the received model; returns the whole model."""
@@ -132,6 +133,6 @@ class FedProxClient(FedAvgClient):
     """FedProx. Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020.
     docs/algorithms.md §3.2: SGD with a proximal term toward the received model (mu)."""
 
-    def __init__(self, cfg: RunConfig, params: Any) -> None:
+    def __init__(self, cfg: RunConfig, params: ProxParams) -> None:
         super().__init__(cfg, params)
         self.local = Prox(params.mu)

@@ -4,11 +4,11 @@ Spec: docs/algorithms.md §3.4 (paper-correct rule by default; the FedSeq reposi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from fednet.algorithms.common import round_metrics
+from fednet.algorithms.catalog import DynParams
 from fednet.algorithms.contract import Model, ServerState
 from fednet.algorithms.fedavg import FedAvg, FedAvgClient
 from fednet.algorithms.updates import Dyn, DynState
@@ -70,6 +70,6 @@ class FedDynClient(FedAvgClient):
 
     State = DynState
 
-    def __init__(self, cfg: RunConfig, params: Any) -> None:
+    def __init__(self, cfg: RunConfig, params: DynParams) -> None:
         super().__init__(cfg, params)
         self.local = Dyn(params.alpha, params.clip, params.official)

@@ -17,6 +17,7 @@ import torch
 
 from fednet import rng
 from fednet.algorithms.aggregate import weighted_mean
+from fednet.algorithms.catalog import FedSeqParams
 from fednet.algorithms.common import round_metrics, usable
 from fednet.algorithms.contract import ClientContext, ClientUpdate, Model, ServerState, StagedStrategy
 from fednet.algorithms.feddyn import dyn_update
@@ -47,7 +48,7 @@ class FedSeq(StagedStrategy):
     State = FedSeqState
     wants_pretrain_init = True
 
-    def __init__(self, cfg: RunConfig, params: Any) -> None:
+    def __init__(self, cfg: RunConfig, params: object) -> None:
         super().__init__(cfg, params)
         self.task_sc: dict[int, int] = {}  # task id -> superclient, within a round
 
@@ -174,7 +175,7 @@ class FedSeqClient(ClientUpdate):
 
     State = DynState  # FedDyn's g_k, used when --local feddyn
 
-    def __init__(self, cfg: RunConfig, params: Any) -> None:
+    def __init__(self, cfg: RunConfig, params: FedSeqParams) -> None:
         super().__init__(cfg, params)
         self.local = rule(params.local, params)
 

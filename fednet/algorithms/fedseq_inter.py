@@ -10,7 +10,6 @@ which slot finishes first, and period 1 reproduces FedSeq exactly.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from fednet.algorithms.aggregate import weighted_mean
 from fednet.algorithms.common import finite, round_metrics
@@ -25,7 +24,7 @@ class FedSeqInter(FedSeq):
     The bank, the schedule and the slots live only within one step (a period): the driver
     checkpoints between steps, where the server state is FedSeq's."""
 
-    def __init__(self, cfg: RunConfig, params: Any) -> None:
+    def __init__(self, cfg: RunConfig, params: object) -> None:
         super().__init__(cfg, params)
         self.bank: list[Arrays] = []
         self.weights: list[float] = []

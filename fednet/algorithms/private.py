@@ -33,6 +33,7 @@ import numpy as np
 
 from fednet import rng, types as roster
 from fednet.algorithms import private_resume
+from fednet.algorithms.contract import ServerInfo
 from fednet.algorithms.dp_mean import PrivateMean
 from fednet.algorithms.fedavg import FedAvg
 from fednet.errors import ConfigError
@@ -88,12 +89,12 @@ class PrivateServer:
 
     cfg: RunConfig
     state: Any
-    info: Any
+    info: ServerInfo
     target: int | None
     State: Callable[..., _DPState]  # wrap_server's dataclass, with the accountant's fields
     _sums: dict[str, Any]
 
-    def __init__(self, cfg: RunConfig, params: Any) -> None:
+    def __init__(self, cfg: RunConfig, params: object) -> None:
         super().__init__(cfg, params)  # type: ignore[call-arg]  # a mixin: the Strategy after it
         dp = cfg.dp
         if dp.mode != "none" and dp.noise <= 0:
@@ -117,7 +118,7 @@ class PrivateServer:
         self._said_end = False
 
     # ---- the state ----------------------------------------------------------------------------
-    def init_state(self, init: Any) -> Any:
+    def init_state(self, init: Arrays) -> Any:
         """The algorithm's state, with the clip norm, the events so far and the tasks per client."""
         st = super().init_state(init)  # type: ignore[misc]  # a mixin: the Strategy after it
         if type(st) is not self.State:  # e.g. FedOpt's own state class
@@ -351,7 +352,7 @@ class PrivateServer:
                 "relation": "add or remove one example", "guarantee": GUARANTEE["sgd"]}
 
 
-def _noised_values(model: Any) -> int:
+def _noised_values(model: Arrays) -> int:
     """How many values the mechanisms noise: the model's floating entries."""
     return int(sum(np.asarray(a).size for a in model.values() if np.asarray(a).dtype.kind == "f"))
 

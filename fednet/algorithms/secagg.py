@@ -20,12 +20,13 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from fednet import rng, types as roster
-from fednet.algorithms.contract import ClientUpdate, StagedStrategy
+from fednet.algorithms.contract import ClientUpdate, ServerInfo, StagedStrategy, Strategy
 from fednet.algorithms.layout import Layout
 from fednet import opcount
 from fednet.secagg import client as C
@@ -36,14 +37,14 @@ from fednet.secagg.server import STAGES, Aggregation, SecAggFailed
 from fednet.algorithms.secagg_client import BAD_FROM, PREFIX, _floats
 from fednet.algorithms.secagg_client import SecAggClient as SecAggClient  # (re-exported)
 from fednet.privacy import distributed, plan
-from fednet.types import Arrays, Failure, Result, Task
+from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 from fednet.config import RunConfig
 
 log = logging.getLogger("fednet.server")
 KEYS_LAYOUT: Layout = {"c_pk": ((32,), np.dtype(np.uint8)), "s_pk": ((32,), np.dtype(np.uint8))}
 
 
-def refusal(cfg: RunConfig, server: Any, client: type[ClientUpdate]) -> str:
+def refusal(cfg: RunConfig, server: Strategy, client: type[ClientUpdate]) -> str:
     """Why the built halves do not fit secure aggregation ('' when they do): what validate
     cannot see from the declarations (algorithms/checks.secagg_problem refuses the rest before
     any data loads): an algorithm that declares Spec.secagg must have a FedAvg-family server
@@ -64,7 +65,7 @@ class SecAggServer(StagedStrategy):
 
     chained = True  # the stages' tasks follow the replies within one round (core/rounds.py)
 
-    def __init__(self, inner: Any) -> None:  # (the inner Strategy holds cfg, state, layout)
+    def __init__(self, inner: Strategy) -> None:  # (the inner Strategy holds cfg, state, layout)
         self.__dict__["inner"] = inner
         n = inner.cfg.net
         self.mode, self.bits, self.clip = n.secagg, n.secagg_bits, n.secagg_clip
@@ -102,7 +103,7 @@ class SecAggServer(StagedStrategy):
     def setup(self, init: Arrays, trainable: set[str] | None = None) -> None:
         self.inner.setup(init, trainable)
 
-    def bind(self, info: Any) -> None:
+    def bind(self, info: ServerInfo) -> None:
         self.inner.bind(info)
 
     def eval_arrays(self) -> Arrays:
@@ -111,10 +112,10 @@ class SecAggServer(StagedStrategy):
     def report(self) -> dict[str, Any]:  # summary.json's sections of the inner (`dp`, ...)
         return self.inner.report()
 
-    def stop_before(self, rnd: int, clients: Any) -> tuple[str, str] | None:
+    def stop_before(self, rnd: int, clients: Sequence[ClientInfo]) -> tuple[str, str] | None:
         return self.inner.stop_before(rnd, clients)
 
-    def configure_round(self, rnd: int, clients: Any) -> list[Task]:
+    def configure_round(self, rnd: int, clients: Sequence[ClientInfo]) -> list[Task]:
         """The round's cohort (the inner algorithm's tasks, kept for the input stage); the keys
         stage's tasks to each."""
         tasks = self.inner.configure_round(rnd, clients)

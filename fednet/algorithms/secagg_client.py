@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from fednet import rng
+from fednet.algorithms.contract import ClientContext, ClientUpdate
 from fednet.errors import Dropout
 from fednet.privacy import distributed, plan
 from fednet.secagg import client as C
@@ -34,13 +35,13 @@ class SecAggClient:
 
     adopts_received = False  # the input task carries the protocol's arrays beside the model
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: ClientUpdate) -> None:
         self.inner = inner
 
     def __getattr__(self, name: str) -> Any:  # State, keeps_model, stateful, new_state, ...
         return getattr(self.inner, name)
 
-    def run(self, ctx: Any, task: Task) -> tuple[Arrays, dict[str, Any]]:
+    def run(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
         t0 = time.process_time()
         stage, cid, rnd, seed = task.stage, ctx.cid, task.round, ctx.cfg.seed
         _drop(ctx.cfg.net.secagg_drop, stage, seed, rnd, cid)
@@ -66,7 +67,7 @@ class SecAggClient:
         return arrays, {**body, "cpu_s": time.process_time() - t0,
                         **({} if stage == "input" else {"samples": 0})}
 
-    def _input(self, ctx: Any, task: Task) -> tuple[Arrays, dict[str, Any]]:
+    def _input(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
         """Open the shares, train, and send the weighted quantized update masked."""
         b, a, cid, rnd = task.body, task.arrays, ctx.cid, task.round
         s = C.session(cid, rnd)

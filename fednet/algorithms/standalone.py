@@ -19,7 +19,7 @@ from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 class StandAlone(Strategy):
     """Tasks carry no arrays; each client trains its persistent model."""
 
-    def __init__(self, cfg: RunConfig, params: Any) -> None:
+    def __init__(self, cfg: RunConfig, params: object) -> None:
         super().__init__(cfg, params)
         self.eval_clients = True  # there is no global model to evaluate
 

@@ -21,9 +21,12 @@ import dataclasses
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
+
+if TYPE_CHECKING:  # (torch is imported where a state moves to a device)
+    import torch
 
 Arrays = dict[str, np.ndarray]
 ARRAY_KINDS = ("model", "models", "model_map", "array", "tensors", "tensor_map", "tensor_tuple")
@@ -36,10 +39,10 @@ class Shapes:
     model: Arrays                      # the initial model (names, shapes, dtypes)
     params: list[tuple[int, ...]]      # shapes of the trainable parameters, in order
     clients: int                       # client ids are 0 .. clients - 1
-    fresh: Any = None                  # a fresh state (np.ndarray fields are shaped like its)
+    fresh: object = None               # a fresh state (np.ndarray fields are shaped like its)
 
 
-def _unoptional(tp: Any) -> Any:
+def _unoptional(tp: object) -> object:
     args = typing.get_args(tp)
     if type(None) in args:
         rest = [a for a in args if a is not type(None)]
@@ -47,7 +50,7 @@ def _unoptional(tp: Any) -> Any:
     return tp
 
 
-def kind(tp: Any) -> str:
+def kind(tp: object) -> str:
     """The storage kind of an annotation (one of ARRAY_KINDS, or 'json')."""
     import torch
 
@@ -116,7 +119,8 @@ def _index(text: str, limit: int) -> int | None:
 class _Decoder:
     """Rebuilds one state from its arrays, reporting the first problem via fail()."""
 
-    def __init__(self, shapes: Shapes, fail: Callable[[str], NoReturn], device: Any = None,
+    def __init__(self, shapes: Shapes, fail: Callable[[str], NoReturn],
+                 device: torch.device | str | None = None,
                  finite: bool = False) -> None:
         self.s, self.fail, self.device, self.finite = shapes, fail, device, finite
         # a trainable parameter's dtype: one of the model's floating ones (a float64 file for
@@ -251,7 +255,7 @@ def check_model(prefix: str, got: Arrays, shapes: Shapes, fail: Callable[[str], 
 
 def decode(cls: type, arrays: Arrays, meta: dict[str, Any], prefix: Callable[[str], str],
            shapes: Shapes, fail: Callable[[str], NoReturn], fail_json: Callable[[str], NoReturn],
-           device: Any = None, finite: bool = False) -> tuple[Any, set[str]]:
+           device: torch.device | str | None = None, finite: bool = False) -> tuple[Any, set[str]]:
     """The inverse of encode(): (an instance of cls, the array names it used). Every array and
     JSON field is checked (finite: floating arrays hold no NaN or inf); fail() (arrays) or
     fail_json() gets the first problem and must raise. Fields without arrays or JSON keep their
@@ -278,7 +282,7 @@ def decode(cls: type, arrays: Arrays, meta: dict[str, Any], prefix: Callable[[st
     return cls(**values), owned
 
 
-def to_device(state: Any, device: Any) -> Any:
+def to_device(state: Any, device: torch.device | str) -> Any:
     """The state with every tensor moved to `device` (fields replaced in place)."""
     def move(v: Any) -> Any:
         if hasattr(v, "to") and hasattr(v, "detach"):

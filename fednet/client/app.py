@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import zmq
 
 from fednet.client.link import ServerLink
@@ -120,7 +121,7 @@ class Client:
             self._tracker.wait()
             self._tracker = None
 
-    def take_welcome(self, cfg: RunConfig, b: dict[str, Any], profile: Profile, indices: Any,
+    def take_welcome(self, cfg: RunConfig, b: dict[str, Any], profile: Profile, indices: np.ndarray | None,
                      grant: bytes | None, tables: tuple) -> int:
         """This client's row of its process's WELCOME (client/enroll.py); returns its number of
         training examples."""

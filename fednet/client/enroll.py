@@ -16,6 +16,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -55,7 +56,7 @@ class Enrollment:
     Its clients are its Roster's (the Host): `device` and `cred` (the run key proves the
     hellos; WELCOME's keys are admitted) and `kept` (cleared at WELCOME) are the process's."""
 
-    def __init__(self, ids: Any, roster: Roster, device: str, cred: Credentials,
+    def __init__(self, ids: Sequence[int] | np.ndarray, roster: Roster, device: str, cred: Credentials,
                  kept: KeptExecutors) -> None:
         self.roster, self.device, self.cred, self.kept = roster, device, cred, kept
         self.table = IdTable(ids)

@@ -18,6 +18,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from fednet.config.liveness import DEFAULT as LIVENESS, Liveness
 from fednet.metrics.accounting import SERVER, Ledger
+from fednet.network.availability import Availability
 from fednet.network.churn import next_online_hop, passed_over
 from fednet.protocol import Message, MsgKind, tensor_bytes
 from fednet.protocol.proof import check_grant, check_handoff, handoff_tag
@@ -71,12 +72,13 @@ class Peers:
         self.pump: Callable[[], None] = _nothing  # serves our own sockets while we wait
         self.ack_timeout, self.retries, self.dead_peer = ACK_TIMEOUT_S, RETRIES, "skip"
         self.last_to_hop = 0
-        self.availability: Any = None  # --availability: offline peers are passed over
+        self.availability: Availability | None = None  # --availability: offline peers are passed over
         self.skipped = 0  # offline peers the last hand-off passed over
         self.compress, self.seed = Spec(), 0  # --compress-handoff (set at WELCOME)
         self.seen: set[tuple[int, int]] | None = None  # (task, hop) of hand-offs received
 
-    def take_welcome(self, cfg: RunConfig, run_id: str, grant: bytes | None, availability: Any) -> None:
+    def take_welcome(self, cfg: RunConfig, run_id: str, grant: bytes | None,
+                     availability: Availability | None) -> None:
         """The run's hand-off settings from a WELCOME (hand-offs seen before are forgotten)."""
         n = cfg.net
         self.run_id, self.grant, self.availability, self.seen = run_id, grant, availability, None

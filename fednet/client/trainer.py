@@ -12,15 +12,18 @@ queued for a process's clients train in blocks before the first of them runs (tr
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Callable
 
 import logging
 from collections.abc import Sequence
+
+import numpy as np
 
 from fednet.algorithms.updates import forget_ahead
 from fednet.core.batching import batching, blocks, train_block
 from fednet.core.executor import Executor, KeptExecutors, Outcome, num_examples
 from fednet.core.wire import message_task
+from fednet.network.availability import Availability
 from fednet.network.latency import Profile, up_delay, wire_time
 from fednet.protocol import Message, tensor_bytes
 from fednet.types import Task
@@ -46,12 +49,12 @@ class Trainer:
         # then the Executor is dropped after each task (see the module)
         self.drop_idle = kept is not None
         self.kept = kept
-        self.links: Any = None
-        self.availability: Any = None
+        self.links: Sequence[Profile] | None = None
+        self.availability: Availability | None = None
         self.real, self.scale, self.shaped = False, 1.0, False
         self.profile = NO_PROFILE
 
-    def take(self, cfg: RunConfig, run_id: str, profile: Profile, indices: Any, tables: tuple) -> int:
+    def take(self, cfg: RunConfig, run_id: str, profile: Profile, indices: np.ndarray | None, tables: tuple) -> int:
         """The run's settings from a WELCOME; the executor is kept when the configuration did
         not change (a restarted server resuming the same run). Returns the examples."""
         self.run_id, self.profile = run_id, profile

@@ -29,9 +29,9 @@ class Welcome:
     cids: np.ndarray
     rows: IdIndex
     offsets: np.ndarray | None
-    indices: Any
-    profiles: Any  # (n, 4) float64: latency.COLUMNS
-    grants: Any
+    indices: np.ndarray | None
+    profiles: np.ndarray  # (n, 4) float64: latency.COLUMNS
+    grants: np.ndarray | None  # per client: its route grant (None without one)
     peers: bool
     shared: dict = field(default_factory=dict)  # profiles by value: equal ones are one object
 

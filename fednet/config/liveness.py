@@ -78,7 +78,7 @@ class Liveness:
 DEFAULT = Liveness()
 
 
-def scale_of(text: Any) -> float:
+def scale_of(text: str | float) -> float:
     """--liveness SCALE as a number; ConfigError naming the option when it is not a positive
     one."""
     try:
@@ -91,6 +91,6 @@ def scale_of(text: Any) -> float:
     return f
 
 
-def overrides(text: Any) -> dict[str, Any]:
+def overrides(text: str | float) -> dict[str, Any]:
     """The dotted settings --liveness SCALE gives (cli/options_extra.overrides)."""
     return {f"liveness.{k}": v for k, v in DEFAULT.scaled(scale_of(text)).to_dict().items()}

@@ -30,10 +30,11 @@ import os
 import shutil
 from pathlib import Path
 from collections.abc import Callable
-from typing import Any, NoReturn, TypeGuard
+from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard
 
 import numpy as np
 
+from fednet.algorithms.contract import ClientUpdate, Strategy
 from fednet.algorithms.robust import center_problem
 from fednet.algorithms.state import Shapes, check_model, decode, encode
 from fednet.core import participants, state_files
@@ -42,6 +43,9 @@ from fednet.config import RunConfig
 from fednet.errors import ConfigError
 from fednet.metrics.accounting import Ledger
 from fednet.metrics.files import OutputError, atomic_file, fsync_dir, write_text
+
+if TYPE_CHECKING:
+    from fednet.core.rounds import RoundDriver
 
 Arrays = dict[str, np.ndarray]
 # Totals every checkpoint has; the ledger may add others (checked against Ledger().totals())
@@ -54,7 +58,7 @@ def _server_prefix(name: str) -> str:
     return "model" if name == "model" else f"state/{name}"
 
 
-def save(out: Path, algo: Any, driver: Any, clients: ClientStates | None = None,
+def save(out: Path, algo: Strategy, driver: RoundDriver, clients: ClientStates | None = None,
          ledger: dict[str, int] | None = None, lineage: str = "",
          manifest: state_files.Manifest | None = None) -> None:
     """Write RUN/checkpoint atomically; a disk error is an OutputError and the old one stays.
@@ -297,8 +301,8 @@ def read(run_dir: str | Path, cfg: RunConfig) -> tuple[Arrays, dict[str, Any]]:
     return arrays, state
 
 
-def load(run_dir: str | Path, algo: Any, cfg: RunConfig, shapes: Shapes,
-         client: Any, local: bool) -> tuple[dict[str, Any], ClientStates]:
+def load(run_dir: str | Path, algo: Strategy, cfg: RunConfig, shapes: Shapes,
+         client: type[ClientUpdate], local: bool) -> tuple[dict[str, Any], ClientStates]:
     """read(), then every array and JSON field checked against the algorithm's state classes
     and the model; the server state is restored into algo. Returns the checkpoint's state and,
     for `fednet local`, each client's (typed state, personal model). `client` is the client
@@ -326,7 +330,7 @@ def load(run_dir: str | Path, algo: Any, cfg: RunConfig, shapes: Shapes,
     return state, clients
 
 
-def _check_values(chk: ResumeCheck, npz: Path, js: Path, algo: Any, server: Any,
+def _check_values(chk: ResumeCheck, npz: Path, js: Path, algo: Strategy, server: Any,
                   state: dict[str, Any]) -> None:
     """The values of the decoded server state, beyond their shapes: the centered-clipping
     center one float64 per floating model value (robust.center_problem), then the algorithm's

@@ -29,7 +29,7 @@ from fednet.metrics.history import History
 from fednet.metrics.progress import Progress
 from fednet.network.churn import NO_CHURN, Churn, NoChurn
 from fednet.network.step import NO_NETWORK, Network, NoNetwork
-from fednet.types import ClientInfo, Failure, Result, Task
+from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 
 log = logging.getLogger("fednet.server")
 
@@ -46,12 +46,12 @@ class Dispatcher(Protocol):
                   ) -> tuple[list[Result], list[Failure]]: ...
 
 
-def no_cause(model: Any) -> str:
+def no_cause(model: Arrays) -> str:
     """No known cause of a non-finite model beyond the learning rate (no differential privacy)."""
     return ""
 
 
-def no_extra_eval(arrays: Any) -> dict[str, float]:
+def no_extra_eval(arrays: Arrays) -> dict[str, float]:
     """No more row metrics of the evaluated model (without --attack backdoor)."""
     return {}
 

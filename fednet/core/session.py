@@ -6,7 +6,7 @@ import logging
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,6 +16,7 @@ from fednet.algorithms.contract import ServerInfo
 from fednet.algorithms.attack_client import attack_metrics
 from fednet.algorithms.robust_spec import malicious_ids
 from fednet.algorithms.state import Shapes
+from fednet.compress import Spec
 from fednet.compress.downlink import Downlink, for_peer
 from fednet.algorithms.checks import check_data, eval_mode, validate
 from fednet.config import RunConfig
@@ -43,6 +44,9 @@ from fednet.platform.proc import peak_rss_bytes
 from fednet.core.state_files import NO_MANIFEST, Manifest, lineage, state_bound
 from fednet.core.wire import task_size
 from fednet.core.work import LATEST_WORK, ClientCompute, PlainWork
+
+if TYPE_CHECKING:
+    from torch import nn
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task, lookup
 
 log = logging.getLogger("fednet")
@@ -125,7 +129,7 @@ class Session:
             label_hist = np.array(self.histograms)
         return ds, label_hist
 
-    def _driver(self, cfg: RunConfig, stateful: bool, down: Any, state: dict | None
+    def _driver(self, cfg: RunConfig, stateful: bool, down: Spec, state: dict | None
                 ) -> RoundDriver:
         """The round driver with the run's network model, codecs, resume state and checkpoints."""
         size = lambda t: task_size(t, self.run_id)  # noqa: E731 - a TASK's bytes as sent
@@ -396,7 +400,7 @@ def private_plan(cfg: RunConfig) -> tuple[RunConfig, str]:
     return cfg.replace(**{"dp.noise": z}), said
 
 
-def _check_private_model(model: Any) -> None:
+def _check_private_model(model: nn.Module) -> None:
     """DP-SGD needs per-example gradients of every layer (Opacus's validator)."""
     from fednet.training.dpsgd import check_model
 

@@ -23,10 +23,13 @@ import os
 import stat
 import zipfile
 from pathlib import Path
-from collections.abc import Callable
-from typing import Any, BinaryIO, NoReturn
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 import numpy as np
+
+if TYPE_CHECKING:  # (an annotation only: this module does not need torch)
+    import torch
 
 from fednet.algorithms.state import Shapes, check_model, decode, encode
 from fednet.metrics.files import atomic_file, make_dir
@@ -315,7 +318,7 @@ class Manifest:
         self.rounds: dict[int, int] = dict(rounds or {})
         self.touched: set[int] = set()
 
-    def touch(self, cids: Any) -> None:
+    def touch(self, cids: Iterable[int]) -> None:
         """Clients given work: their files may change before the next checkpoint."""
         self.touched.update(cids)
 
@@ -348,7 +351,7 @@ class NoManifest(Manifest):
 
     __slots__ = ()
 
-    def touch(self, cids: Any) -> None:
+    def touch(self, cids: Iterable[int]) -> None:
         pass
 
 
@@ -365,7 +368,8 @@ def encode_client(state: Any, model: dict[str, np.ndarray] | None
 
 
 def decode_client(cls: type, arrays: dict[str, np.ndarray], meta: dict[str, Any], shapes: Shapes,
-                  fail: Callable[[str], NoReturn], device: Any = None, finite: bool = False
+                  fail: Callable[[str], NoReturn], device: torch.device | str | None = None,
+                  finite: bool = False
                   ) -> tuple[Any, dict[str, np.ndarray] | None]:
     """The inverse of encode_client, every array checked (fail(message) raises; finite: no
     NaN or inf either, as --resume checks the store)."""

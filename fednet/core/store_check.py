@@ -9,16 +9,18 @@ ConfigError naming the file; nothing is changed.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
 from fednet.algorithms.state import Shapes
 from fednet.core import state_files
 from fednet.core.checkpoint import ResumeCheck
+from fednet.types import Arrays
 
 
-def check_store(run_dir: Path, state: dict[str, Any], cls: Any, shapes: Shapes,
-                bound: Any, codec: Any) -> None:
+def check_store(run_dir: Path, state: dict[str, Any], cls: type, shapes: Shapes,
+                bound: Callable[[int], int], codec: Callable[[Arrays], None]) -> None:
     """Every file of the clients' store (on this disk) before a resumed run starts: each one
     readable (no link followed, a plain archive within its `bound(cid)` bytes), of its client,
     this algorithm and this run (its lineage), its arrays those of the algorithm's client state
@@ -51,7 +53,7 @@ def check_store(run_dir: Path, state: dict[str, Any], cls: Any, shapes: Shapes,
 
 
 def _check_file(chk: ResumeCheck, path: Path, cid: int, algorithm: str, lineage: str | None,
-                cls: Any, shapes: Shapes, bound: int, codec: Any) -> int:
+                cls: type, shapes: Shapes, bound: int, codec: Callable[[Arrays], None]) -> int:
     """One store file checked as StateStore.take and Executor.take_back read it; its round."""
     try:
         arrays, meta = state_files.read(path, bound)

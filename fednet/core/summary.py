@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from fednet.algorithms.contract import Strategy
 from fednet.core.status import RunStatus
 from fednet.types import ClientInfo, device_counts
 from fednet.config import RunConfig
@@ -86,7 +87,7 @@ def robust_summary(cfg: RunConfig, rows: list[dict[str, Any]]) -> dict[str, Any]
 SECAGG_STAGES = ("keys", "shares", "input", "unmask")
 
 
-def _model_bytes(algo: Any) -> int:
+def _model_bytes(algo: Strategy) -> int:
     """The tensor bytes of the server's model: what one client's update is in the clear."""
     try:
         return int(sum(a.nbytes for a in algo.eval_arrays().values()))

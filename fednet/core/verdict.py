@@ -12,6 +12,7 @@ from typing import Any
 from fednet.algorithms.common import finite
 from fednet.algorithms.layout import NON_FINITE
 from fednet.core.status import RunStatus
+from fednet.metrics.progress import Progress
 from fednet.types import Arrays, Failure, Result
 
 log = logging.getLogger("fednet.server")
@@ -25,7 +26,7 @@ Ending = tuple[RunStatus, str]
 class Verdict:
     """The failures of a run (summary.json's list) and the status decisions made of them."""
 
-    def __init__(self, max_failed_rounds: int, progress: Any,
+    def __init__(self, max_failed_rounds: int, progress: Progress,
                  end: Callable[[RunStatus, str], None],
                  cause: Callable[[Arrays], str] = lambda model: "") -> None:
         self.max_failed = max_failed_rounds

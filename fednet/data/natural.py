@@ -12,12 +12,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from fednet.errors import ConfigError
 from fednet.data.stats import population
+
+if TYPE_CHECKING:
+    from fednet.data.base import Dataset
+
+
+class DataOptions(Protocol):
+    """What the natural datasets read of the run's data settings (config.DataConfig)."""
+
+    @property
+    def partition(self) -> str: ...
+    @property
+    def synthetic_alpha(self) -> float: ...
+    @property
+    def synthetic_beta(self) -> float: ...
 
 
 class Natural(Protocol):
@@ -26,16 +40,16 @@ class Natural(Protocol):
     users: int      # how many clients it can have (0: no limit)
     described: int  # the clients its statistics describe (0: all)
 
-    def check(self, d: Any) -> None: ...
-    def train_size(self, ds: Any, d: Any, seed: int, cid: int) -> int: ...
-    def rows(self, ds: Any, d: Any, seed: int, cid: int) -> np.ndarray: ...
-    def client(self, ds: Any, d: Any, seed: int, cid: int) -> tuple[np.ndarray, ...]: ...
-    def test(self, ds: Any, d: Any, clients: int, seed: int) -> tuple[np.ndarray, np.ndarray]: ...
-    def histograms(self, ds: Any, d: Any, clients: int, seed: int) -> np.ndarray: ...
+    def check(self, d: DataOptions) -> None: ...
+    def train_size(self, ds: Dataset, d: DataOptions, seed: int, cid: int) -> int: ...
+    def rows(self, ds: Dataset, d: DataOptions, seed: int, cid: int) -> np.ndarray: ...
+    def client(self, ds: Dataset, d: DataOptions, seed: int, cid: int) -> tuple[np.ndarray, ...]: ...
+    def test(self, ds: Dataset, d: DataOptions, clients: int, seed: int) -> tuple[np.ndarray, np.ndarray]: ...
+    def histograms(self, ds: Dataset, d: DataOptions, clients: int, seed: int) -> np.ndarray: ...
     def without_tests(self, clients: int) -> int: ...
 
 
-def check(ds: Any, d: Any, num_clients: int) -> None:
+def check(ds: Dataset, d: DataOptions, num_clients: int) -> None:
     """ConfigError unless the run's partition and clients fit the dataset (for every dataset:
     `natural` belongs to the naturally federated ones only)."""
     src = getattr(ds, "natural", None)
@@ -59,7 +73,7 @@ def check(ds: Any, d: Any, num_clients: int) -> None:
     src.check(d)
 
 
-def check_own_tests(ds: Any, num_clients: int) -> None:
+def check_own_tests(ds: Dataset, num_clients: int) -> None:
     """ConfigError when some of the run's clients have no test samples of their own (LEAF's
     user split), which --eval clients needs."""
     src = getattr(ds, "natural", None)
@@ -91,7 +105,7 @@ class Parts(Sequence):
     """The clients' training rows, one client at a time: parts[cid] is built when asked for
     (O(that client's size)); len() is the number of clients. Iterating builds them all."""
 
-    def __init__(self, ds: Any, d: Any, num_clients: int, seed: int) -> None:
+    def __init__(self, ds: Dataset, d: DataOptions, num_clients: int, seed: int) -> None:
         self.ds, self.d, self.n, self.seed = ds, d, int(num_clients), int(seed)
 
     def __len__(self) -> int:
@@ -121,13 +135,13 @@ class Parts(Sequence):
                            np.int64, cids.size)
 
 
-def parts(ds: Any, d: Any, num_clients: int, seed: int) -> Parts:
+def parts(ds: Dataset, d: DataOptions, num_clients: int, seed: int) -> Parts:
     """The run's clients (checked: partition natural, no more clients than users)."""
     check(ds, d, num_clients)
     return Parts(ds, d, num_clients, seed)
 
 
-def client_arrays(ds: Any, d: Any, num_clients: int, seed: int, cid: int,
+def client_arrays(ds: Dataset, d: DataOptions, num_clients: int, seed: int, cid: int,
                   indices: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     """(images, rows, y, test images, test rows, test y) of client cid; `indices` (the server's
     rows for it, from WELCOME) must be the rows it builds here."""
@@ -145,7 +159,7 @@ def client_arrays(ds: Any, d: Any, num_clients: int, seed: int, cid: int,
 _MEMO: dict[tuple, tuple[Any, Any]] = {}
 
 
-def _memo(ds: Any, d: Any, num_clients: int, seed: int, what: str, make: Any) -> Any:
+def _memo(ds: Dataset, d: DataOptions, num_clients: int, seed: int, what: str, make: Any) -> Any:
     """make(), computed once per process and (dataset, data options, clients, seed)."""
     key = (id(ds), what, tuple(sorted(vars(d).items())) if hasattr(d, "__dict__") else d,
            int(num_clients), int(seed))
@@ -157,7 +171,7 @@ def _memo(ds: Any, d: Any, num_clients: int, seed: int, what: str, make: Any) ->
     return hit[1]
 
 
-def test_dataset(ds: Any, d: Any, num_clients: int, seed: int) -> Any:
+def test_dataset(ds: Dataset, d: DataOptions, num_clients: int, seed: int) -> Any:
     """ds with the run's held-out test set as its test arrays (ds itself when not natural)."""
     if getattr(ds, "natural", None) is None:
         return ds
@@ -186,7 +200,7 @@ class Histograms(Sequence):
         return [int(v) for v in self.hists[cid]] if cid < len(self.hists) else None
 
 
-def summary(ds: Any, d: Any, num_clients: int, seed: int
+def summary(ds: Dataset, d: DataOptions, num_clients: int, seed: int
             ) -> tuple[dict, Histograms, np.ndarray | None]:
     """(statistics, per-client histograms, the clients x classes histogram matrix or None) of
     the described clients: the session's `stats`, `histograms` and ServerInfo.label_hist."""
@@ -211,7 +225,7 @@ def summary(ds: Any, d: Any, num_clients: int, seed: int
     return _memo(ds, d, num_clients, seed, "summary", make)
 
 
-def describe(ds: Any, d: Any, stats: dict) -> str:
+def describe(ds: Dataset, d: DataOptions, stats: dict) -> str:
     """The start-up line's partition part, e.g. 'synthetic-fedprox(1,1) natural split: ...'."""
     name = ds.name + (f"({d.synthetic_alpha:g},{d.synthetic_beta:g})"
                       if ds.name == "synthetic-fedprox" else "")

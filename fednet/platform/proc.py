@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from types import FrameType
 
 PR_SET_PDEATHSIG = 1
 
@@ -166,7 +166,7 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM (kill, a scheduler's time limit), handled like Ctrl-C so the results are written."""
 
 
-def _raise_terminated(signum: int, frame: Any) -> None:
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
     raise Terminated()
 

@@ -13,7 +13,7 @@ def _finite(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def record_problem(dp: Any) -> str:
+def record_problem(dp: object) -> str:
     """Why a checkpoint's DP record (the server state's `dp`, JSON) is not one (one line), or
     '': an object with a finite clip norm above 0, a finite DP-SGD epsilon >= 0, a count of
     non-finite results >= 0 and a list of [event, count >= 1] pairs."""

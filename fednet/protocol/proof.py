@@ -14,7 +14,6 @@ import functools
 import hashlib
 import hmac
 import os
-from typing import Any
 
 import msgpack
 
@@ -88,7 +87,7 @@ def grant_key(master: bytes, cid: int) -> bytes:
 
 
 def route_grant(key: bytes, run_id: str, rnd: int, task_id: int, hop: int, route: list[int],
-                keys: list[str], endpoints: list[str], kind: str, body: Any) -> bytes:
+                keys: list[str], endpoints: list[str], kind: str, body: object) -> bytes:
     """The server's grant of hop `hop` of a task: an HMAC with the receiver's grant key over
     everything a hand-off tells its receiver (route, keys, endpoints, kind and the task body),
     so that a sender can choose none of it. One per hop travels in the TASK and its HANDOFFs."""
@@ -99,7 +98,7 @@ def route_grant(key: bytes, run_id: str, rnd: int, task_id: int, hop: int, route
 
 
 def route_grants(master: bytes, run_id: str, rnd: int, task_id: int, route: list[int],
-                 keys: list[str], endpoints: list[str], kind: str, body: Any) -> list[bytes]:
+                 keys: list[str], endpoints: list[str], kind: str, body: object) -> list[bytes]:
     """Every hop's grant (hop 0, which the server itself sends, holds NO_MAC)."""
     return [NO_MAC] + [route_grant(grant_key(master, int(route[h])), run_id, rnd, task_id, h,
                                    route, keys, endpoints, kind, body)
@@ -108,7 +107,7 @@ def route_grants(master: bytes, run_id: str, rnd: int, task_id: int, route: list
 
 def check_grant(key: bytes | None, grant: bytes, run_id: str, rnd: int, task_id: int, hop: int,
                 route: list[int], keys: list[str], endpoints: list[str], kind: str,
-                body: Any) -> bool:
+                body: object) -> bool:
     """True when `grant` is the server's for these fields and this receiver's key."""
     if not key:
         return False

@@ -106,7 +106,7 @@ WITH_ARRAYS = frozenset({MsgKind.WELCOME, MsgKind.TASK, MsgKind.RESULT, MsgKind.
 """Kinds that may carry arrays; every other kind must carry none."""
 
 
-def check_message(kind: MsgKind, body: Any, n_arrays: int) -> dict[str, Any]:
+def check_message(kind: MsgKind, body: object, n_arrays: int) -> dict[str, Any]:
     """Check a kind's body (and that it may carry arrays); ProtocolError names the field."""
     checked = BODIES[kind].check(body, f"{kind.name} body")
     if n_arrays and kind not in WITH_ARRAYS:
@@ -132,7 +132,7 @@ def check_time(value: object, field: str) -> float:
     return float(Num().check(value, f"header field {field!r}"))
 
 
-def check_shape(shape: Any, name: str, max_ndim: int) -> tuple[int, ...]:
+def check_shape(shape: object, name: str, max_ndim: int) -> tuple[int, ...]:
     """Return ``shape`` as a tuple of non-negative ints with at most ``max_ndim`` entries."""
     if not isinstance(shape, (list, tuple)):
         raise ProtocolError(f"array {name!r}: shape must be a list, got {type(shape).__name__}")
@@ -147,7 +147,7 @@ def check_shape(shape: Any, name: str, max_ndim: int) -> tuple[int, ...]:
 _CLIENT_NAME = re.compile(r"c([0-9]{4,7})", re.ASCII)
 
 
-def parse_client(name: Any) -> int | None:
+def parse_client(name: object) -> int | None:
     """The client id of a canonical client name ('c0007' -> 7); None for anything else
     (non-ASCII digits, a sign, spaces, leading zeros beyond the 4-digit form)."""
     if not isinstance(name, str):

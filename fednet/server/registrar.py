@@ -69,7 +69,7 @@ class Registrar:
         self.srv = srv
         self.said = np.zeros(max(srv.s.cfg.clients, 0), bool)  # its hello was accepted
         self.hello_at: dict[bytes, float] = {}  # route -> its last accepted hello
-        self._profiles_array: Any = None  # a latency trace as WELCOME carries it
+        self._profiles_array: np.ndarray | None = None  # a latency trace as WELCOME carries it
         self._config: tuple[Any, dict] | None = None
         self._reject_window, self._rejects_sent = 0.0, 0
 

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from fednet.data.augment import Augment
 from fednet.data.views import Examples
 from fednet.privacy import require
 from fednet.privacy.plan import sgd_steps
@@ -75,7 +76,7 @@ def train_private(model: nn.Module, x: Examples, y: torch.Tensor, *, epochs: int
 def _steps(gsm: nn.Module, model: nn.Module, x: Examples, y: torch.Tensor, count: int,
            q: float, spec: OptimSpec, generator: torch.Generator,
            noise_generator: torch.Generator, noise: float, clip: float,
-           hooks: Sequence[GradHook], augment: Any, objective: Objective) -> TrainStats:
+           hooks: Sequence[GradHook], augment: Augment | None, objective: Objective) -> TrainStats:
     """`count` DP-SGD steps (train_private): Poisson batch, per-example gradients, Opacus's
     clipping and noise, the local rule's hooks, fednet's optimizer step."""
     from opacus.optimizers import DPOptimizer

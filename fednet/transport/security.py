@@ -194,7 +194,7 @@ def as_client(sock: zmq.Socket, server_public: bytes, keys: Keys) -> None:
     sock.curve_serverkey = server_public
 
 
-def server_guard(ctx: zmq.Context, secure: str, key_ids: Any, run_key: bytes | None
+def server_guard(ctx: zmq.Context, secure: str, key_ids: dict[str, frozenset[int]], run_key: bytes | None
                  ) -> tuple[Callable[[zmq.Socket], None] | None, Any]:
     """(setup of the server's ROUTER, its ZAP handler): under --secure a CURVE server whose
     ZAP admits only the allowed keys; under plaintext `fednet launch` the run key's gate;
