@@ -83,6 +83,8 @@ PARSE_ONLY = {
                       "tests/integration/test_plugins.py",
     "--track mlflow:": "its check connects to the tracking server: run against a real one by "
                        "tests/integration/test_tracking.py",
+    "--plugin geomed.py": "docs/extending.md's defense plugin: its file written from the doc and "
+                          "run under every runtime by tests/integration/test_plugin_pieces.py",
 }
 """Commands whose options are checked here (they exist) and that run elsewhere, with why."""
 

@@ -173,8 +173,8 @@ def test_attack_and_defense_param_names_are_unique():
     from fednet.config.declare import declared
 
     algo = {i.name for s in REGISTRY.values() for i in declared(s.params)}
-    attack = set().union(*(S.names_of(c) for c in S.ATTACK_PARAMS.values()))
-    defense = set().union(*(S.names_of(c) for c in S.DEFENSE_PARAMS.values()))
+    attack = set().union(*(S.names_of(a.params) for a in S.ATTACKS.values()))
+    defense = set().union(*(S.names_of(d.params) for d in S.DEFENSES.values()))
     assert not (attack & algo) and not (defense & algo) and not (attack & defense)
 
 

@@ -127,6 +127,10 @@ class Attacker:
     def _update(self, ex: Any, task: Task, delta: np.ndarray, received: Arrays,
                 names: list[str]) -> np.ndarray:
         p = self.p
+        spec = R.attack_spec(self.name)
+        if spec.forge is not None:  # a registered forgery (a plugin's): the delta, its params
+            gen = rng.generator(self.cfg.seed, f"attack-{self.name}", task.round, self.cid)
+            return np.asarray(spec.forged(delta, p, gen), dtype=np.float64).reshape(delta.shape)
         if self.name == "signflip":
             return A.sign_flip(delta, p.flip)
         if self.name == "noise":

@@ -46,8 +46,8 @@ class FedAvg(Strategy):
             self._share = robust_spec.assumed_share(cfg)  # what f = -1 assumes
 
     def init_state(self, init: Arrays) -> Any:
-        """The model, and the clipping center under --defense centered_clip."""
-        if self.defense == "centered_clip":
+        """The model, and the clipping center under a defense that keeps one (centered_clip)."""
+        if self.defense and robust_spec.defense_spec(self.defense).keeps_center:
             return CenteredState(model=dict(init))
         return super().init_state(init)
 

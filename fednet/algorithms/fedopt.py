@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from fednet.algorithms import robust_spec
 from fednet.algorithms.common import round_metrics
 from fednet.algorithms.contract import Model, ServerState
 from fednet.algorithms.fedavg import FedAvg
@@ -82,7 +83,8 @@ class FedOpt(FedAvg):
         m = {n: np.zeros(init[n].shape, np.float64) for n in names}
         v = {} if rule == "fedavgm" else {n: np.full(init[n].shape, self.p.tau ** 2, np.float64)
                                           for n in names}
-        cls = CenteredFedOptState if self.defense == "centered_clip" else FedOptState
+        centered = bool(self.defense) and robust_spec.defense_spec(self.defense).keeps_center
+        cls = CenteredFedOptState if centered else FedOptState
         return cls(model=dict(init), m=m, v=v)
 
     def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]

@@ -33,7 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from fednet.algorithms.robust_spec import byzantine_count, least_results
+from fednet.algorithms.robust_spec import (ByzantineCount, CenteredClipParams, MultiKrumParams,
+                                           NormBoundParams, TrimmedMeanParams, assumed_f,
+                                           byzantine_count, defense_spec, least_results)
 from fednet.types import Arrays
 
 log = logging.getLogger("fednet.server")
@@ -215,35 +217,58 @@ def apply(name: str, p: Any, share: float, x: np.ndarray, w: np.ndarray,
 
 def _apply(name: str, p: Any, share: float, x: np.ndarray, w: np.ndarray,
            center: np.ndarray | None) -> Outcome:
-    n = len(x)
-    f = byzantine_count(getattr(p, "f", 0), share, n)
+    """The registered defense `name` (algorithms/seam.py: a built-in rule below, or a
+    plugin's) on the round, refused when n cannot hold its assumption on f."""
+    spec, n = defense_spec(name), len(x)
+    f = byzantine_count(assumed_f(spec, p), share, n)
     need = least_results(name, f)
     if n < need:
         return Outcome(None, {"robust_refused": 1.0}, why=(
             f"--defense {name} refused the round: {n} results cannot hold its assumption of "
             f"f = {f} Byzantine ones (it needs n >= {need}); the model stays as it was"))
-    m = {"robust_f": float(f)}
-    if name == "krum":
-        agg, chosen = krum(x, f)
-    elif name == "multikrum":
-        agg, chosen = multi_krum(x, f, p.keep or n - f)
-    elif name == "bulyan":
-        agg, chosen = bulyan(x, f)
-    elif name == "median":
-        agg, chosen = median(x), []
-    elif name == "trimmed_mean":
-        k = f if p.trim < 0 else int(p.trim * n)
-        agg, chosen = trimmed_mean(x, k), []
-    elif name == "norm_bound":
-        agg, bound = norm_bound(x, w, p.bound)
-        chosen, m = [], {"robust_bound": bound}
-    elif name == "centered_clip":
-        zero = np.zeros(x.shape[1]) if center is None or center.size != x.shape[1] else center
-        agg, radius = centered_clip(x, zero, p.radius, p.iters)
-        chosen, m = [], {"robust_radius": radius}
-    else:
-        raise ValueError(f"unknown defense {name!r}")
-    return Outcome(agg, m, chosen)
+    agg, chosen, m = spec.run(x, w, f, p, center)
+    agg = np.asarray(agg, dtype=np.float64)
+    if agg.shape != (x.shape[1],):
+        raise ValueError(f"--defense {name} gave an update of shape {agg.shape}; the round's "
+                         f"updates have {x.shape[1]} values")
+    return Outcome(agg, {**({"robust_f": float(f)} if spec.uses_f else {}), **m}, list(chosen))
+
+
+# ---- the built-in rules (registered in robust_spec.py): (update, chosen rows, row metrics) ---
+
+RuleOut = tuple[np.ndarray, list[int], dict[str, float]]
+Center = np.ndarray | None
+
+
+def rule_krum(x: np.ndarray, w: np.ndarray, f: int, p: ByzantineCount, center: Center) -> RuleOut:
+    return (*krum(x, f), {})
+
+
+def rule_multikrum(x: np.ndarray, w: np.ndarray, f: int, p: MultiKrumParams, center: Center) -> RuleOut:
+    return (*multi_krum(x, f, p.keep or len(x) - f), {})
+
+
+def rule_bulyan(x: np.ndarray, w: np.ndarray, f: int, p: ByzantineCount, center: Center) -> RuleOut:
+    return (*bulyan(x, f), {})
+
+
+def rule_median(x: np.ndarray, w: np.ndarray, f: int, p: ByzantineCount, center: Center) -> RuleOut:
+    return median(x), [], {}
+
+
+def rule_trimmed_mean(x: np.ndarray, w: np.ndarray, f: int, p: TrimmedMeanParams, center: Center) -> RuleOut:
+    return trimmed_mean(x, f if p.trim < 0 else int(p.trim * len(x))), [], {}
+
+
+def rule_norm_bound(x: np.ndarray, w: np.ndarray, f: int, p: NormBoundParams, center: Center) -> RuleOut:
+    agg, bound = norm_bound(x, w, p.bound)
+    return agg, [], {"robust_bound": bound}
+
+
+def rule_centered_clip(x: np.ndarray, w: np.ndarray, f: int, p: CenteredClipParams, center: Center) -> RuleOut:
+    zero = np.zeros(x.shape[1]) if center is None or center.size != x.shape[1] else center
+    agg, radius = centered_clip(x, zero, p.radius, p.iters)
+    return agg, [], {"robust_radius": radius}
 
 
 # ---- in place of FedAvg's mean ----------------------------------------------------------------

@@ -17,6 +17,9 @@ from typing import Any
 
 from fednet import rng
 from fednet.algorithms import params as P
+from fednet.algorithms import seam
+from fednet.algorithms.seam import (ATTACKS, DEFENSES, AttackSpec, DefenseSpec, Facts,
+                                    register_attack, register_defense)
 from fednet.config.declare import declared, param
 from fednet.errors import ConfigError
 from fednet.config import RunConfig
@@ -85,12 +88,19 @@ class MinMaxParams(CollusionParams):
     gamma_init: float = param(10.0, "min-max, min-sum: the first scale gamma tried", gt=0)
 
 
-ATTACK_PARAMS: dict[str, type] = {
-    "none": P.NoParams, "labelflip": P.NoParams, "signflip": SignFlipParams,
-    "noise": NoiseParams, "backdoor": BackdoorParams, "alie": AlieParams, "ipm": IpmParams,
-    "minmax": MinMaxParams, "minsum": MinMaxParams}
-COLLUDING = ("alie", "ipm", "minmax", "minsum")  # need the colluders' honest updates
-DATA_POISONING = ("labelflip", "backdoor")  # train on poisoned data
+_FORGES, _COLLUDES = Facts(forges=True), Facts(forges=True, colluding=True)
+for _a in (AttackSpec("none", facts=Facts()),
+           AttackSpec("labelflip", facts=Facts(poisons_data=True), doc="labels y -> C - 1 - y"),
+           AttackSpec("signflip", SignFlipParams, doc="-flip x the honest update"),
+           AttackSpec("noise", NoiseParams, doc="an update drawn from N(0, sigma^2 I)"),
+           AttackSpec("backdoor", BackdoorParams, facts=Facts(poisons_data=True, forges=True),
+                      doc="a trigger's examples relabelled, the update boosted"),
+           AttackSpec("alie", AlieParams, facts=_COLLUDES, doc="mu - z sigma"),
+           AttackSpec("ipm", IpmParams, facts=_COLLUDES, doc="-epsilon mu"),
+           AttackSpec("minmax", MinMaxParams, facts=_COLLUDES, doc="min-max (AGR-agnostic)"),
+           AttackSpec("minsum", MinMaxParams, facts=_COLLUDES, doc="min-sum (AGR-agnostic)")):
+    register_attack(_a)
+BUILTIN_ATTACKS = tuple(ATTACKS)  # (their data poisoning and forgeries: attack_client.py)
 
 # ---- defenses -----------------------------------------------------------------------------------
 
@@ -138,17 +148,50 @@ class CenteredClipParams:
     iters: int = param(1, "centered clipping: L, the clipping iterations", ge=1)
 
 
-DEFENSE_PARAMS: dict[str, type] = {
-    "none": P.NoParams, "krum": ByzantineCount, "multikrum": MultiKrumParams,
-    "bulyan": ByzantineCount, "median": ByzantineCount, "trimmed_mean": TrimmedMeanParams,
-    "norm_bound": NormBoundParams, "centered_clip": CenteredClipParams}
+_RULES = "fednet.algorithms.robust:"  # the built-in rules' math (numpy), imported when used
+for _d in (DefenseSpec("none", "", uses_f=False, facts=Facts()),
+           DefenseSpec("krum", _RULES + "rule_krum", ByzantineCount, lambda f: 2 * f + 3),
+           DefenseSpec("multikrum", _RULES + "rule_multikrum", MultiKrumParams,
+                       lambda f: 2 * f + 3),
+           DefenseSpec("bulyan", _RULES + "rule_bulyan", ByzantineCount, lambda f: 4 * f + 3),
+           DefenseSpec("median", _RULES + "rule_median", ByzantineCount, lambda f: 2 * f + 1),
+           DefenseSpec("trimmed_mean", _RULES + "rule_trimmed_mean", TrimmedMeanParams,
+                       lambda f: 2 * f + 1),
+           DefenseSpec("norm_bound", _RULES + "rule_norm_bound", NormBoundParams, uses_f=False),
+           DefenseSpec("centered_clip", _RULES + "rule_centered_clip", CenteredClipParams,
+                       uses_f=False, keeps_center=True)):
+    register_defense(_d)
+
+
+def defense_spec(name: str) -> DefenseSpec:
+    """The defense called `name` (a plugin's too), or a ConfigError naming --defense and the
+    choices."""
+    if name not in DEFENSES:
+        raise ConfigError(f"--defense {name!r} is not a defense; choose one of "
+                          f"{', '.join(DEFENSES)} (or register one: docs/extending.md)")
+    return DEFENSES[name]
+
+
+def attack_spec(name: str) -> AttackSpec:
+    """The attack called `name` (a plugin's too), or a ConfigError naming --attack and the
+    choices."""
+    if name not in ATTACKS:
+        raise ConfigError(f"--attack {name!r} is not an attack; choose one of "
+                          f"{', '.join(ATTACKS)} (or register one: docs/extending.md)")
+    return ATTACKS[name]
+
+
+def assumed_f(spec: DefenseSpec, p: Any) -> int:
+    """The f a defense's parameters give (-1: the --malicious share of the round); a rule that
+    assumes f but declares no `f` parameter (a plugin's) takes the share's."""
+    return int(getattr(p, "f", -1 if spec.uses_f else 0))
 
 
 def least_results(defense: str, f: int) -> int:
-    """The fewest results a round needs for the defense's assumption on f attackers:
-    Krum and Multi-Krum n >= 2f + 3, Bulyan n >= 4f + 3, median and trimmed mean n >= 2f + 1."""
-    return {"krum": 2 * f + 3, "multikrum": 2 * f + 3, "bulyan": 4 * f + 3, "median": 2 * f + 1,
-            "trimmed_mean": 2 * f + 1}.get(defense, 1)
+    """The fewest results a round needs for the defense's assumption on f attackers (its
+    spec's `least`): Krum and Multi-Krum n >= 2f + 3, Bulyan n >= 4f + 3, median and trimmed
+    mean n >= 2f + 1, the others 1."""
+    return int(defense_spec(defense).least(f))
 
 
 # ---- who is malicious ---------------------------------------------------------------------------
@@ -233,12 +276,13 @@ def alie_z(n: int, m: int) -> float:
 
 def attack_params(cfg: RunConfig) -> Any:
     """The attack's typed parameters."""
-    return P.parse(ATTACK_PARAMS[cfg.attack.name], dict(cfg.attack.params), cfg.attack.name)
+    return P.parse(attack_spec(cfg.attack.name).params, dict(cfg.attack.params), cfg.attack.name)
 
 
 def defense_params(cfg: RunConfig) -> Any:
     """The defense's typed parameters."""
-    return P.parse(DEFENSE_PARAMS[cfg.defense.name], dict(cfg.defense.params), cfg.defense.name)
+    return P.parse(defense_spec(cfg.defense.name).params, dict(cfg.defense.params),
+                   cfg.defense.name)
 
 
 def names_of(cls: type) -> set[str]:
@@ -251,8 +295,10 @@ def route_params(raw: dict[str, Any], algo_names: set[str], attack: str, defense
     """--param KEY=VALUE pairs split into the algorithm's, the attack's and the defense's tables
     by who declares KEY (ConfigError when two of them do; an undeclared key stays the
     algorithm's, whose check names what it takes)."""
-    owners = {"algo": algo_names, "attack": names_of(ATTACK_PARAMS.get(attack, P.NoParams)),
-              "defense": names_of(DEFENSE_PARAMS.get(defense, P.NoParams))}
+    owners = {"algo": algo_names,
+              "attack": names_of(ATTACKS[attack].params if attack in ATTACKS else P.NoParams),
+              "defense": names_of(DEFENSES[defense].params if defense in DEFENSES
+                                  else P.NoParams)}
     out: dict[str, dict[str, Any]] = {"algo": {}, "attack": {}, "defense": {}}
     for key, v in raw.items():
         who = [w for w, names in owners.items() if key in names]
@@ -273,6 +319,7 @@ def problem(cfg: RunConfig, robust_algorithms: tuple[str, ...]) -> str:
     """Why the attack and defense settings do not fit the run (one line), or ''."""
     a, d = cfg.attack, cfg.defense
     try:
+        attack_spec(a.name), defense_spec(d.name)
         parse_malicious(cfg.attack.malicious, cfg.clients)  # (drawn only under an attack)
         attack_params(cfg), defense_params(cfg)
     except ConfigError as e:
@@ -281,12 +328,14 @@ def problem(cfg: RunConfig, robust_algorithms: tuple[str, ...]) -> str:
         if name != "none" and cfg.algo.name not in robust_algorithms:
             return (f"{what} {name} needs an algorithm whose server averages models: "
                     f"{', '.join(robust_algorithms)} (not {cfg.algo.name})")
-    secagg = getattr(cfg.net, "secagg", "off")
-    for what, name in (("--attack", a.name), ("--defense", d.name)):
-        if name != "none" and secagg != "off":
-            return (f"{what} {name} does not go with --secagg {secagg}: the server sees only the "
-                    "masked sum of the updates (a defense needs each one, and an attacker's "
-                    "update is forged before the masking it would have to go through); drop one")
+    why = seam.problems(defense_spec(d.name), attack_spec(a.name),
+                        getattr(cfg.net, "secagg", "off"))
+    if why:
+        return why
+    if a.name not in BUILTIN_ATTACKS and attack_spec(a.name).forge is None:
+        return (f"--attack {a.name} registers no forgery: an attack of a plugin sends "
+                "forge(delta, p, gen) in place of its update (data poisoning is built in only: "
+                "labelflip, backdoor); docs/extending.md")
     if a.name == "backdoor" and cfg.data.dataset in ("synthetic-fedprox", "shakespeare",
                                                      "sent140"):
         return (f"--attack backdoor stamps an image trigger; {cfg.data.dataset} holds no images "
@@ -299,14 +348,13 @@ def problem(cfg: RunConfig, robust_algorithms: tuple[str, ...]) -> str:
         return ""
     n = round_size(cfg)
     p = defense_params(cfg)
-    f = byzantine_count(getattr(p, "f", 0), assumed_share(cfg), n)
+    f = byzantine_count(assumed_f(defense_spec(d.name), p), assumed_share(cfg), n)
     need = least_results(d.name, f)
     if n < need:
         return (f"--defense {d.name} assumes f = {f} Byzantine results per round and needs "
                 f"n >= {need}, but a round selects {n} clients; select more clients (--clients, "
                 "--fraction) or assume fewer attackers (--param f=, --malicious)")
-    if d.name in ("norm_bound", "centered_clip") and a.name != "none" \
-            and assumed_share(cfg) >= 0.5:
+    if not defense_spec(d.name).uses_f and a.name != "none" and assumed_share(cfg) >= 0.5:
         return (f"--defense {d.name} --malicious {a.malicious}: {d.name} has no f to check, and "
                 "no rule holds against a majority of malicious clients (it bounds each update, "
                 "and the majority's bounded updates still decide the mean); give a share below "

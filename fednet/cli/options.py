@@ -125,12 +125,11 @@ def build_config(opts: dict[str, Any], defaults: dict[str, Any]) -> RunConfig:
     merged = merge(merged, tuned)
     algo = merged["algo"]
     algo["params"] = check_params(spec.name, dict(algo.get("params") or {}))
-    for table, declare in (("attack", robust_spec.ATTACK_PARAMS), ("defense",
-                                                                  robust_spec.DEFENSE_PARAMS)):
+    for table, declare in (("attack", robust_spec.ATTACKS), ("defense", robust_spec.DEFENSES)):
         sec = merged[table]
-        cls = declare.get(str(sec.get("name")))
-        if cls is not None:  # (an unknown name is refused by the option's choices)
-            sec["params"] = P.typed(cls, dict(sec.get("params") or {}), str(sec["name"]))
+        piece = declare.get(str(sec.get("name")))
+        if piece is not None:  # (an unknown name is refused by the option's choices)
+            sec["params"] = P.typed(piece.params, dict(sec.get("params") or {}), str(sec["name"]))
     if tuned or "tuned" not in fixed:  # a resumed run keeps what its first start recorded
         merged["tuned"] = [f"{k}={v}" for k, v in sorted(tuned.items())]
     from fednet.metrics.target import parse_target

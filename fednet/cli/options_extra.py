@@ -48,6 +48,25 @@ class AlgoChoice(click.Choice):
                   "FILE.py", param, ctx)
 
 
+class PieceChoice(click.Choice):
+    """--attack's or --defense's choices: the registered names when the option is checked (the
+    built-in ones and those of --plugin modules: algorithms/seam.py)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        super().__init__(())
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        from fednet.algorithms import robust_spec
+
+        return tuple(robust_spec.ATTACKS if self.kind == "attack" else robust_spec.DEFENSES)
+
+    @choices.setter
+    def choices(self, _: object) -> None:
+        pass
+
+
 def load_plugins(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     """Import the plugin modules named by --plugin (or by the plugins field of the --config or
     --resume file) before the other options are checked."""

@@ -15,12 +15,13 @@ from typing import Any
 
 import click
 
-from fednet.cli.options_extra import AlgoChoice, PerProcess, load_plugins
+from fednet.cli.options_extra import AlgoChoice, PerProcess, PieceChoice, load_plugins
 from fednet.config import declarations
 from fednet.config.declare import Info
 
-TYPES: dict[str, Callable[[], click.ParamType]] = {"--algo": AlgoChoice,
-                                                   "--clients-per-process": PerProcess}
+TYPES: dict[str, Callable[[], click.ParamType]] = {
+    "--algo": AlgoChoice, "--clients-per-process": PerProcess,
+    "--attack": lambda: PieceChoice("attack"), "--defense": lambda: PieceChoice("defense")}
 EAGER = {"--plugin": load_plugins}  # imported before click checks the other options (--algo)
 PARSED = ("--gpus", "--latency", "--betas", "--server-bandwidth", "--plugin", "--track",
           "--liveness")

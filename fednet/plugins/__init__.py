@@ -290,7 +290,7 @@ def _check_loaded(ref: str, registered: list[tuple[str, str]]) -> None:
     standard library and would be taken without a word), and what it registered must hold up."""
     if not registered:
         raise ConfigError(f"--plugin {ref}: it registered nothing (no algorithm, model, dataset, "
-                          "objective or codec): is it the right module? (docs/extending.md)")
+                          "objective, codec, defense or attack): is it the right module? (docs/extending.md)")
     for check in LOAD_CHECKS:
         check(ref, registered)
 

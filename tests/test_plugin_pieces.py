@@ -1,0 +1,89 @@
+"""The update path's seam (issue 58, algorithms/seam.py): a defense and an attack registered the
+way a plugin registers them, run in a real fednet local run; the composition rules derived
+from their declared facts; the refusals before any data loads."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fednet.algorithms import robust_spec as S
+from fednet.algorithms.checks import validate
+from fednet.algorithms.seam import AttackSpec, DefenseSpec, Facts
+from fednet.core.inproc import run_local
+from fednet.errors import ConfigError
+from tests.conftest import small_config
+
+
+def _coordinate_max(x, w, f, p, center):
+    """A toy rule with a result worked out by hand: each coordinate's largest value."""
+    return x.max(axis=0), [int(np.argmax(x[:, 0]))], {"toy_rows": float(len(x))}
+
+
+def _zero(delta, p, gen):
+    return np.zeros_like(delta)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def pieces():
+    d = S.register_defense(DefenseSpec("toy_max", _coordinate_max, least=lambda f: f + 2))
+    a = S.register_attack(AttackSpec("toy_zero", forge=_zero))
+    yield d, a
+    S.DEFENSES.pop("toy_max"), S.ATTACKS.pop("toy_zero")
+
+
+def test_a_registered_rule_runs_on_the_rounds_updates():
+    """The rule sees the n x d updates (float64, one row per result) and its outcome is the
+    round's update; its metrics and the f the --malicious share gives are in the outcome."""
+    from fednet.algorithms.robust import apply
+
+    x = np.array([[1.0, -2.0], [3.0, 0.5], [-1.0, 4.0], [0.0, 0.0]])
+    out = apply("toy_max", S.P.NoParams(), 0.25, x, np.ones(4))
+    assert out.update.tolist() == [3.0, 4.0] and out.chosen == [1]
+    assert out.metrics == {"robust_f": 1.0, "toy_rows": 4.0}  # f = ceil(0.25 x 4)
+    refused = apply("toy_max", S.P.NoParams(), 0.5, x[:3], np.ones(3))  # f = 2 needs n >= 4
+    assert refused.update is None and "needs n >= 4" in refused.why
+
+
+def test_a_registered_defense_and_attack_in_a_real_run(tmp_path):
+    """--defense toy_max --attack toy_zero under fednet local: the rows carry the rule's
+    metric, and the attackers' zero updates leave the maximum of the honest ones."""
+    cfg = small_config(clients=5, rounds=1, out=str(tmp_path / "r"), algo={"fraction": 1.0},
+                       defense={"name": "toy_max"},
+                       attack={"name": "toy_zero", "malicious": "ids:0"})
+    s = run_local(cfg, quiet=True)
+    assert s["status"] == "completed" and s["defense"]["name"] == "toy_max"
+    import json
+    row = json.loads((tmp_path / "r" / "metrics.jsonl").read_text().splitlines()[0])
+    assert row["toy_rows"] == 5.0 and row["results"] == 5
+
+
+def test_the_composition_rules_come_from_the_facts():
+    """Under --secagg a rule that reads each update and an attack that forges one are refused
+    (whoever registered them); a rule that only needs the sum, and label flipping (poisoned
+    data, an honest-looking update), are not."""
+    each, summed = DefenseSpec("e", "m:f"), DefenseSpec("s", "m:f", facts=Facts())
+    forger, poisoner = AttackSpec("a"), AttackSpec("p", facts=Facts(poisons_data=True))
+    none_d, none_a = S.defense_spec("none"), S.attack_spec("none")
+    assert "reads each client's update" in S.seam.problems(each, none_a, "plus")
+    assert "forges the update" in S.seam.problems(none_d, forger, "full")
+    assert S.seam.problems(summed, poisoner, "full") == ""
+    assert S.seam.problems(each, forger, "off") == ""
+
+
+def test_refusals_name_the_piece_before_any_data_loads():
+    with pytest.raises(ConfigError, match="--defense 'nope' is not a defense; choose one of none"):
+        validate(small_config(defense={"name": "nope"}))
+    with pytest.raises(ConfigError, match="--defense toy_max does not go with --secagg plus"):
+        validate(small_config(clients=10, algo={"fraction": 1.0}, defense={"name": "toy_max"},
+                              net={"secagg": "plus"}))
+    S.register_attack(AttackSpec("toy_noforge", facts=Facts(poisons_data=True)))
+    try:
+        with pytest.raises(ConfigError, match="--attack toy_noforge registers no forgery"):
+            validate(small_config(clients=10, attack={"name": "toy_noforge"}))
+    finally:
+        S.ATTACKS.pop("toy_noforge")
+
+
+def test_a_name_registered_twice_is_refused():
+    with pytest.raises(ConfigError, match="--defense krum is registered twice"):
+        S.register_defense(DefenseSpec("krum", _coordinate_max))
