@@ -87,3 +87,19 @@ def test_refusals_name_the_piece_before_any_data_loads():
 def test_a_name_registered_twice_is_refused():
     with pytest.raises(ConfigError, match="--defense krum is registered twice"):
         S.register_defense(DefenseSpec("krum", _coordinate_max))
+
+
+def test_label_flipping_runs_under_secure_aggregation(tmp_path):
+    """Its facts (poisoned data, an update that still sums in the field) let label flipping
+    compose with --secagg: the attackers train on flipped labels and mask what they trained,
+    so the round's sum moves away from the clean run's."""
+    from tests.harness import final_model
+
+    def run(name, attack):
+        cfg = small_config(clients=6, rounds=1, out=str(tmp_path / name), algo={"fraction": 1.0},
+                           net={"secagg": "plus"}, attack={"name": attack, "malicious": "ids:0-1"})
+        assert run_local(cfg, quiet=True)["status"] == "completed"
+        return final_model(tmp_path / name)
+
+    clean, flipped = run("clean", "none"), run("flipped", "labelflip")
+    assert any(not np.array_equal(clean[k], flipped[k]) for k in clean)
