@@ -87,10 +87,13 @@ def test_local_dp_clipping_composes(tmp_path):
 
 
 # ---- a block's updates, directly ------------------------------------------------------------
-def _clients(n: int, cfg: RunConfig):
-    model = build_model("digits_cnn", 10, (1, 8, 8), seed=0)
+SHAPES = {"digits_cnn": (1, 8, 8), "mclr": (60,)}  # mclr: training/batched's closed-form step
+
+
+def _clients(n: int, cfg: RunConfig, name: str = "digits_cnn"):
+    model = build_model(name, 10, SHAPES[name], seed=0)
     g = torch.Generator().manual_seed(5)
-    data = [(torch.randn(9 + 7 * i, 1, 8, 8, generator=g),
+    data = [(torch.randn(9 + 7 * i, *SHAPES[name], generator=g),
              torch.randint(0, 10, (9 + 7 * i,), generator=g)) for i in range(n)]
     arrays = state_arrays(copy.deepcopy(model))
     tasks = [Task(task_id=100 + i, round=2, route=[i], arrays=arrays) for i in range(n)]
@@ -109,13 +112,14 @@ def _taken(ctx: ClientContext, task: Task, mu: float) -> tuple[dict, dict, int]:
     return body, {n: p.detach().clone() for n, p in ctx.model.named_parameters()}, m.flops
 
 
+@pytest.mark.parametrize("name", list(SHAPES))
 @pytest.mark.parametrize("mu", [0.0, 0.1], ids=["fedavg", "fedprox"])
-def test_a_block_taken_equals_each_rule_alone(mu):
+def test_a_block_taken_equals_each_rule_alone(mu, name):
     """train_ahead then take_ahead: each client's model within RTOL of its rule alone, its body's
     steps and samples exact and its loss within RTOL, and its task's meter charged exactly the
     FLOPs the plain loop charges."""
     cfg = RunConfig(seed=3).replace(**{"train.epochs": 2, "train.momentum": 0.5})
-    model, ctxs, tasks = _clients(4, cfg)
+    model, ctxs, tasks = _clients(4, cfg, name)
     rules = [Prox(mu) if mu else Plain() for _ in ctxs]
     assert train_ahead(ctxs, tasks, rules) == ""
     for ctx, task, r in zip(ctxs, tasks, rules):
@@ -131,12 +135,13 @@ def test_a_block_taken_equals_each_rule_alone(mu):
     assert not updates._AHEAD
 
 
-def test_a_clients_bits_do_not_depend_on_its_block():
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_a_clients_bits_do_not_depend_on_its_block(name):
     """The same client trained in blocks of 1 (beside a copy of itself), 2, 3 and 6, at
     different places, with different neighbours: identical bits. fednet launch's processes
     hold other blocks than fednet local's and still agree with it bit for bit."""
     cfg = RunConfig(seed=3).replace(**{"train.momentum": 0.5})
-    _, ctxs, tasks = _clients(6, cfg)
+    _, ctxs, tasks = _clients(6, cfg, name)
     seen = []
     for ids in ([2], [2, 0], [1, 2, 5], [5, 4, 3, 2, 1, 0]):
         assert train_ahead([ctxs[i] for i in ids], [tasks[i] for i in ids],

@@ -310,9 +310,8 @@ def take_ahead(ctx: ClientContext, task: Task, mu: float) -> dict[str, Any] | No
         for n, p in named.items():
             p.copy_(got.end[n])
     ctx.model.train()
-    for size in got.sizes:  # training/local.train's charge(model, batch), batch by batch
-        flops.charge(ctx.model, torch.empty((size, *got.example), dtype=got.dtype,
-                                            device="meta"))
+    # training/local.train's charge(model, batch), batch by batch: the same integers
+    flops.charge_sizes(ctx.model, got.sizes, got.example, got.dtype)
     return dict(got.body)
 
 

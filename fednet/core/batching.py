@@ -101,11 +101,13 @@ def _train(pairs: Sequence[tuple[Executor, Task]]) -> None:
 
 
 class Ahead:
-    """fednet local's blocks of one round: each trained when its first task is about to run."""
+    """fednet local's blocks of one round: each trained when its first task is about to run.
+    executor(cid) builds (or finds) a client's Executor; hold(ex) keeps it for its task, which
+    then builds none again (a client's data is made once a round, as without batching)."""
 
     def __init__(self, cfg: RunConfig, tasks: Iterable[Task], device_of: Callable[[int], str],
-                 executor: Callable[[int], Executor], done: Callable[[Executor], None]) -> None:
-        self.executor, self.done = executor, done
+                 executor: Callable[[int], Executor], hold: Callable[[Executor], None]) -> None:
+        self.executor, self.hold = executor, hold
         self.block_of: dict[int, list[Task]] = {}  # task id -> its block, until trained
         for b in blocks(tasks, cfg.train.batch_clients, device_of):
             self.block_of.update((t.task_id, b) for t in b)
@@ -123,4 +125,4 @@ class Ahead:
             train_block(pairs)
         finally:
             for ex, _ in pairs:
-                self.done(ex)
+                self.hold(ex)

@@ -46,9 +46,11 @@ class Executors:
         self.built: dict[int, Executor] = {}  # the clients whose state only their object holds
         self.resumed = dict(session.resumed_clients)  # --resume of an older checkpoint
         self.kept = KeptExecutors(keep_bytes)  # stateless clients', least recently used out
+        self.held: dict[int, Executor] = {}  # built for a block trained ahead, until its task
 
     def __getitem__(self, cid: int) -> Executor:
-        ex = self.built.get(cid)
+        ex = self.held.pop(cid, None)
+        ex = self.built.get(cid, ex)
         if ex is not None:
             return ex
         kept = self.kept.take(cid)
@@ -61,6 +63,16 @@ class Executors:
             self.built[ex.cid] = ex
         elif not ex.stateful:
             self.kept.keep(ex)
+
+    def hold(self, ex: Executor) -> None:
+        """Keep ex for its task, which runs later in the round (--batch-clients trained it
+        ahead: its task then builds no Executor again)."""
+        self.held[ex.cid] = ex
+
+    def release(self) -> None:
+        """The round ended: the Executors held for tasks that never ran are done."""
+        while self.held:
+            self.done(self.held.popitem()[1])
 
     def clear(self) -> None:
         """Drop the kept Executors (the run ended)."""
@@ -139,7 +151,7 @@ class InprocDispatcher:
         failures: list[Failure] = []
         queue = deque(tasks)
         cfg, ex = self.s.cfg, self.executors
-        ahead = (Ahead(cfg, tasks, lambda c: device_for(c, cfg.gpus), ex.__getitem__, ex.done)
+        ahead = (Ahead(cfg, tasks, lambda c: device_for(c, cfg.gpus), ex.__getitem__, ex.hold)
                  if batching(cfg) else None)  # --batch-clients: core/batching.py
         try:
             while queue:
@@ -155,6 +167,7 @@ class InprocDispatcher:
                     queue.extend(follow(got))
         finally:
             forget_ahead()
+            ex.release()
         return results, failures
 
     def _send(self, msg: Message, src: str, dst: str) -> tuple[Message, int]:

@@ -21,7 +21,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import copy
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import nn
@@ -77,6 +78,19 @@ def charge(model: nn.Module, x: torch.Tensor, mode: str = "train") -> None:
         return
     meter.flops += batch_flops(model, tuple(x.shape), x.dtype, mode)
     meter.batches += 1
+
+
+def charge_sizes(model: nn.Module, sizes: Sequence[int], example: tuple[int, ...],
+                 dtype: torch.dtype = torch.float32, mode: str = "train") -> None:
+    """Charge the open meter (if any) batches of `sizes` examples of shape `example` each, as
+    `charge` would batch by batch (the same integers: a batch's FLOPs depend on its shape only;
+    a block trained ahead, training/batched.py, charges its clients' batches with it)."""
+    meter = _ACTIVE.get()
+    if meter is None:
+        return
+    for size, n in Counter(s for s in sizes if s).items():
+        meter.flops += n * batch_flops(model, (size, *example), dtype, mode)
+        meter.batches += n
 
 
 def batch_flops(model: nn.Module, shape: tuple[int, ...], dtype: torch.dtype = torch.float32,
