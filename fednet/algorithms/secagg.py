@@ -20,13 +20,14 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from fednet import rng, types as roster
-from fednet.algorithms.contract import ClientUpdate, ServerInfo, StagedStrategy, Strategy
+from fednet.algorithms.contract import (ClientUpdate, RoundContext, ServerInfo, StagedStrategy,
+                                        Strategy)
 from fednet.algorithms.layout import Layout
 from fednet import opcount
 from fednet.secagg import client as C
@@ -66,7 +67,7 @@ class SecAggServer(StagedStrategy):
     chained = True  # the stages' tasks follow the replies within one round (core/rounds.py)
 
     def __init__(self, inner: Strategy) -> None:  # (the inner Strategy holds cfg, state, layout)
-        self.__dict__["inner"] = inner
+        self.inner = inner
         n = inner.cfg.net
         self.mode, self.bits, self.clip = n.secagg, n.secagg_bits, n.secagg_clip
         self.fraction, self.forced_field = n.secagg_threshold, n.secagg_field
@@ -90,14 +91,77 @@ class SecAggServer(StagedStrategy):
         self.server_rates: dict[str, float] = {}  # the server's (set by the round driver)
         self.server_ops: dict[str, dict[str, float]] = {}  # stage -> the server's work in it
 
-    def __getattr__(self, name: str) -> Any:  # cfg, state, layout, target, ...: the inner's
-        return getattr(self.__dict__["inner"], name)
+    # ---- the inner's fields, named (no delegation by __getattr__: a member this wrapper
+    # lacks is an AttributeError, not a guess); the driver and the session read and set them
+    @property  # the inner Strategy's field, read and set through
+    def cfg(self) -> RunConfig:
+        return self.inner.cfg
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in ("state", "ctx", "trainable", "info", "layout", "target", "calibrated"):
-            setattr(self.inner, name, value)
-        else:
-            self.__dict__[name] = value
+    @cfg.setter
+    def cfg(self, value: RunConfig) -> None:
+        self.inner.cfg = value
+
+    @property  # the inner Strategy's field, read and set through
+    def state(self) -> Any:
+        return self.inner.state
+
+    @state.setter
+    def state(self, value: Any) -> None:
+        self.inner.state = value
+
+    @property  # the inner Strategy's field, read and set through
+    def layout(self) -> Layout:
+        return self.inner.layout
+
+    @layout.setter
+    def layout(self, value: Layout) -> None:
+        self.inner.layout = value
+
+    @property  # the inner Strategy's field, read and set through
+    def ctx(self) -> RoundContext:
+        return self.inner.ctx
+
+    @ctx.setter
+    def ctx(self, value: RoundContext) -> None:
+        self.inner.ctx = value
+
+    @property  # the inner Strategy's field, read and set through
+    def trainable(self) -> set[str]:
+        return self.inner.trainable
+
+    @trainable.setter
+    def trainable(self, value: set[str]) -> None:
+        self.inner.trainable = value
+
+    @property  # the inner Strategy's field, read and set through
+    def info(self) -> ServerInfo:
+        return self.inner.info
+
+    @info.setter
+    def info(self, value: ServerInfo) -> None:
+        self.inner.info = value
+
+    @property  # the inner Strategy's field, read and set through
+    def eval_clients(self) -> bool:
+        return self.inner.eval_clients
+
+    @eval_clients.setter
+    def eval_clients(self, value: bool) -> None:
+        self.inner.eval_clients = value
+
+    @property
+    def calibrated(self) -> bool:
+        """--dp distributed: whether the session calibrated the noise (the inner's)."""
+        return bool(getattr(self.inner, "calibrated", False))
+
+    @calibrated.setter
+    def calibrated(self, value: bool) -> None:
+        self.inner.calibrated = value  # type: ignore[attr-defined]  # a PrivateServer's field
+
+    @property
+    def resume_problem(self) -> Callable[..., str] | None:
+        """The inner's own --resume checks (differential privacy's), if it has them."""
+        return getattr(self.inner, "resume_problem", None)
 
     # ---- what the driver and the session ask ----------------------------------------------
     def setup(self, init: Arrays, trainable: set[str] | None = None) -> None:

@@ -37,9 +37,17 @@ class SecAggClient:
 
     def __init__(self, inner: ClientUpdate) -> None:
         self.inner = inner
+        # what the executor reads of a client half, the inner's (named: no delegation by
+        # __getattr__, so a member the wrapper lacks is an AttributeError, not a guess)
+        self.State, self.keeps_model = inner.State, inner.keeps_model
+        self.sends_updates, self.trains_on_pooled = inner.sends_updates, inner.trains_on_pooled
 
-    def __getattr__(self, name: str) -> Any:  # State, keeps_model, stateful, new_state, ...
-        return getattr(self.inner, name)
+    def stateful(self) -> bool:
+        """The inner's: its per-client state and model live on under secure aggregation."""
+        return self.inner.stateful()
+
+    def new_state(self) -> Any:
+        return self.inner.new_state()
 
     def run(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
         t0 = time.process_time()
