@@ -1,22 +1,35 @@
-"""The clock's client compute (FLOPs / the host's FLOP/s) against the CPU seconds the same
-training really takes, side by side (issue 52).
+"""The clock's compute seconds against the CPU seconds the same work really takes, per
+component, on this host's profile calibrated in the same run (issue 52 item 5).
 
-    python3 benchmarks/bench_compute.py [--profile host.json] [--reps 3] [--json F]
+    python3 benchmarks/bench_compute.py [--profile host.json --server-profile server.json]
+        [--reps 3] [--cohorts 100 1000] [--robust-n 1000 --robust-d 100000] [--json F]
 
-The host's rate is `fednet calibrate`'s measurement (ResNet-18 3x32x32 batch 32, 1 thread;
---profile: a trace file's train_flops_per_s instead). Each workload is one client's training as
-fednet runs it (training/local.train or training/dpsgd.train_private, 1 torch thread, inside a
-training/flops Meter as core/executor opens one): mclr and the digits CNN on digits-shaped data
-(1x8x8, batch 8), ResNet-18 on CIFAR-shaped data (3x32x32, batch 32), and DP-SGD on the digits
-CNN. The simulated seconds are the meter's FLOPs / the rate (what the clock charges); the
-measured ones are the process's CPU seconds (time.process_time, median of --reps); the ratio
-simulated / measured is 1 where the clock is right.
+The host's rates are `fednet calibrate`'s measurements (training FLOP/s: ResNet-18 3x32x32
+batch 32, 1 thread; every protocol and server operation: secagg/rates.py), or the files given.
+Components:
+- client training as fednet runs it (training/local.train or training/dpsgd.train_private, 1
+  torch thread, inside a training/flops Meter as core/executor opens one): mclr and the digits
+  CNN on digits-shaped data (1x8x8, batch 8), ResNet-18 on CIFAR-shaped data (3x32x32, batch
+  32), DP-SGD on the digits CNN; simulated = the meter's FLOPs / the rate, measured = the
+  process's CPU seconds (median of --reps);
+- secure aggregation (SecAgg+ and full SecAgg, one `fednet local` round of mclr on digits, no
+  dropouts, --latency and --server-profile the calibrated files) at each --cohorts size: per
+  stage, a client's protocol and training seconds on the clock (the round's critical path,
+  sim_split_by_stage) against the clients' mean CPU seconds of that stage (secagg_client_s /
+  clients), and the server's simulated seconds (secagg_server_sim_s) against its CPU seconds
+  (secagg_server_s: the keys and shares stages' bookkeeping, uncharged, included);
+- Krum and Bulyan on --robust-n updates of --robust-d float64 values (f = 20 %, as
+  algorithms/robust.apply runs them: one BLAS thread), against network/server_cost's count.
+The ratio simulated / measured is 1 where the clock is right (target 0.75-1.25).
 """
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -28,7 +41,10 @@ from fednet.training import flops
 from fednet.training.local import train
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib.runner import fednet_module, metrics, run  # noqa: E402
 from benchlib.util import headline_row, machine, measured, table, write_json  # noqa: E402
+
+STAGES = ("keys", "shares", "input", "unmask")
 
 WORKLOADS = (  # name, model, example shape, batch, how it trains
     ("mclr", "mclr", (1, 8, 8), 8, "plain"),
@@ -38,23 +54,33 @@ WORKLOADS = (  # name, model, example shape, batch, how it trains
 )
 
 
-def _rate(a: argparse.Namespace) -> tuple[float, str]:
-    if a.profile:
-        from fednet.config import LatencyConfig
-        from fednet.network import latency
+def _rates(a: argparse.Namespace) -> tuple[dict[str, float], dict[str, float], str]:
+    """(the client's profile row, the server's rates, where they came from)."""
+    from fednet.opcount import CLIENT_RATES, OPS
+    from fednet.secagg import rates as host_rates
 
-        p = latency.profiles(LatencyConfig(file=a.profile), 1, 0)[0]
-        return p.train_flops_per_s, f"{a.profile}"
+    if a.profile and a.server_profile:
+        from fednet.network.server_cost import server_rates
+
+        row = json.loads(Path(a.profile).read_text())[0]
+        return row, server_rates(a.server_profile), f"{a.profile}, {a.server_profile}"
     from fednet.training.calibrate import measure
 
     c = measure(seconds=a.calibrate_seconds)
-    return c.flops_per_s, (f"fednet calibrate: {c.model} {'x'.join(map(str, c.input_shape))} "
-                           f"batch {c.batch}, {c.steps} steps in {c.seconds:.2f} s")
+    ops = host_rates.measure(OPS, a.ops_scale)
+    for op, r in ops.items():
+        print(f"  {op:8s} {r.what}: {r.seconds:.3f} s = {r.per_s:.4g}/s")
+    server = {f"{op}_per_s": r.per_s for op, r in ops.items()}
+    row = {"train_flops_per_s": c.flops_per_s, "rtt_s": 0.0, "up_bps": 0.0, "down_bps": 0.0,
+           **{k: server[k] for k in CLIENT_RATES}}
+    return row, server, (f"calibrated now: {c.model} {'x'.join(map(str, c.input_shape))} batch "
+                         f"{c.batch}, {c.steps} steps in {c.seconds:.2f} s; secagg/rates.py")
 
 
 def _once(model_name: str, shape: tuple[int, ...], batch: int, how: str, n: int
-          ) -> tuple[int, float, int]:
-    """(FLOPs counted, CPU seconds, examples trained) of one epoch over n examples."""
+          ) -> tuple[int, float, int, dict[str, float]]:
+    """(FLOPs counted, CPU seconds, examples trained, operations counted: DP-SGD's noise) of one
+    epoch over n examples."""
     model = build_model(model_name, 10, shape, seed=0)  # type: ignore[arg-type]
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn((n, *shape), generator=g), torch.randint(0, 10, (n,), generator=g)
@@ -76,74 +102,198 @@ def _once(model_name: str, shape: tuple[int, ...], batch: int, how: str, n: int
         t = time.process_time()
         stats = run()
         cpu = time.process_time() - t
-    return m.flops, cpu, stats.samples
+    return m.flops, cpu, stats.samples, m.ops
 
 
-def measure_all(a: argparse.Namespace, rate: float) -> list[dict[str, Any]]:
+def measure_all(a: argparse.Namespace, client: dict[str, float]) -> list[dict[str, Any]]:
+    from fednet.opcount import seconds
+
+    rate = client["train_flops_per_s"]
     rows = []
     for name, model, shape, batch, how in WORKLOADS:
         n = a.resnet_examples if model == "resnet18" else a.examples
         _once(model, shape, batch, how, min(n, 2 * batch))  # warm-up: kernels, Opacus import
         runs = [_once(model, shape, batch, how, n) for _ in range(a.reps)]
-        counted, _, samples = runs[0]
+        counted, _, samples, ops = runs[0]
         cpu = statistics.median(r[1] for r in runs)
-        sim = counted / rate
+        sim = counted / rate + seconds(ops, client)
         rows.append({"workload": name, "model": model, "how": how, "examples": samples,
-                     "flops": counted, "flops_per_example": counted / max(samples, 1),
+                     "flops": counted, "ops": ops, "flops_per_example": counted / max(samples, 1),
                      "cpu_s": cpu, "cpu_s_runs": [r[1] for r in runs], "sim_s": sim,
                      "sim_over_cpu": sim / cpu if cpu > 0 else None})
     return rows
 
 
+def secagg_cell(mode: str, n: int, files: tuple[str, str], tmp: Path) -> dict[str, Any]:
+    """One round of `--secagg mode` over n clients: per stage, a client's seconds on the clock
+    and measured (mean over the cohort), the server's."""
+    out = tmp / f"secagg-{mode}-{n}"
+    r = run(fednet_module("local", "--dataset", "digits", "--model", "mclr", "--clients",
+                          str(n), "--rounds", "1", "--epochs", "1", "--batch-size", "8",
+                          "--secagg", mode, "--latency", files[0], "--server-profile",
+                          files[1], "-q", "--out", str(out)))
+    if r.rc != 0:
+        return {"mode": mode, "clients": n, "error": r.stderr[-600:]}
+    row = metrics(out)[0]
+    split = row.get("sim_split_by_stage", {})
+    cpu_c, cpu_s = row.get("secagg_client_s", {}), row.get("secagg_server_s", {})
+    sim_s = row.get("secagg_server_sim_s", {})
+    stages = {st: {"client_sim_s": split.get(st, {}).get("protocol_s", 0.0)
+                   + split.get(st, {}).get("client_compute_s", 0.0),
+                   "client_cpu_s": cpu_c.get(st, 0.0) / n,
+                   "server_sim_s": sim_s.get(st, 0.0), "server_cpu_s": cpu_s.get(st, 0.0)}
+              for st in STAGES}
+    tot = {k: sum(v[k] for v in stages.values()) for k in next(iter(stages.values()))}
+    return {"mode": mode, "clients": n, "neighbours": row.get("secagg_neighbours"),
+            "wall_s": r.wall_s, "stages": stages, **tot,
+            "client_ratio": _ratio(tot["client_sim_s"], tot["client_cpu_s"]),
+            "server_ratio": _ratio(tot["server_sim_s"], tot["server_cpu_s"]),
+            "unmask_ratio": _ratio(stages["unmask"]["server_sim_s"],
+                                   stages["unmask"]["server_cpu_s"])}
+
+
+def _ratio(sim: float, cpu: float) -> float | None:
+    return sim / cpu if cpu > 0 else None
+
+
+def secagg_all(a: argparse.Namespace, client: dict[str, float], server: dict[str, float]
+               ) -> list[dict[str, Any]]:
+    """Every --secagg-modes x --cohorts cell (full SecAgg up to --full-max clients)."""
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        files = (str(tmp / "host.json"), str(tmp / "server.json"))
+        Path(files[0]).write_text(json.dumps([client]))
+        Path(files[1]).write_text(json.dumps(server))
+        return [secagg_cell(mode, n, files, tmp) for n in a.cohorts for mode in a.secagg_modes
+                if mode != "full" or n <= a.full_max]
+
+
+def robust_all(a: argparse.Namespace, server: dict[str, float]) -> list[dict[str, Any]]:
+    """Krum and Bulyan on n x d float64 updates: CPU seconds against the clock's."""
+    import numpy as np
+
+    from fednet.algorithms import robust as R
+    from fednet.algorithms import robust_spec as S
+    from fednet.network.server_cost import defense_ops
+    from fednet.opcount import seconds
+
+    n, d = a.robust_n, a.robust_d
+    if n <= 0 or d <= 0:
+        return []
+    x = np.random.default_rng(0).normal(size=(n, d))
+    w = np.ones(n)
+    f = S.byzantine_count(-1, 0.2, n)
+    rows = []
+    for name in ("krum", "bulyan"):
+        R.apply(name, S.ByzantineCount(), 0.2, x[: 4 * f + 3, :1000], w[: 4 * f + 3])  # warm
+        t = time.process_time()
+        R.apply(name, S.ByzantineCount(), 0.2, x, w)
+        cpu = time.process_time() - t
+        work = defense_ops(name, n, d, f)
+        sim = seconds(work, server)
+        rows.append({"defense": name, "n": n, "d": d, "f": f, "ops": work, "cpu_s": cpu,
+                     "sim_s": sim, "ratio": _ratio(sim, cpu)})
+    return rows
+
+
 def headline(data: dict) -> list:
-    """The dashboard's rows (three: its line budget): simulated over measured compute for
-    ResNet-18 and for the digits CNN (mclr in its note), and DP-SGD's cost on the clock."""
+    """The dashboard's rows (three: its line budget): client training (ResNet-18; the digits CNN
+    and mclr in the note), DP-SGD's cost over plain training, and the protocol and server
+    components (the one furthest from its measurement; each in the note)."""
     rows = {r["workload"]: r for r in data.get("rows", [])}
     rate = data.get("rate", 0) / 1e9
-
-    def ratio(name: str, extra: str = "") -> dict | None:
-        r = rows.get(name)
-        return None if r is None else headline_row(
-            "network model", f"client compute on the clock / measured CPU s, {name} (host profile)",
-            r.get("sim_over_cpu"), "x", "0.75-1.25x (issue 52)",
-            f"{r['sim_s']:.3g} s simulated, {r['cpu_s']:.3g} s CPU, {r['examples']} examples of "
-            f"{r['flops_per_example']:.3g} FLOP at {rate:.3g} GFLOP/s{extra}")
-    m = rows.get("mclr")
-    out = [ratio("ResNet-18"), ratio("digits CNN", f"; mclr {m['sim_over_cpu']:.3g}x" if m else "")]
-    dp, plain = rows.get("digits CNN, DP-SGD"), rows.get("digits CNN")
-    if dp and plain and plain["cpu_s"] > 0:
-        clock = (dp["sim_s"] / dp["examples"]) / (plain["sim_s"] / plain["examples"])
-        real = (dp["cpu_s"] / dp["examples"]) / (plain["cpu_s"] / plain["examples"])
+    r, c, m = rows.get("ResNet-18"), rows.get("digits CNN"), rows.get("mclr")
+    out = [None if r is None else headline_row(
+        "network model", "client training on the clock / measured CPU s, ResNet-18 (host profile)",
+        r.get("sim_over_cpu"), "x", "0.75-1.25x (issue 52)",
+        f"{r['sim_s']:.3g} s simulated, {r['cpu_s']:.3g} s CPU, {r['examples']} examples at "
+        f"{rate:.3g} GFLOP/s" + (f"; digits CNN {c['sim_over_cpu']:.3g}x" if c else "")
+        + (f", mclr {m['sim_over_cpu']:.3g}x (FLOPs only: their time is per-op overhead)"
+           if m else ""))]
+    dp = rows.get("digits CNN, DP-SGD")
+    if dp and c and c["cpu_s"] > 0:
+        clock = (dp["sim_s"] / dp["examples"]) / (c["sim_s"] / c["examples"])
+        real = (dp["cpu_s"] / dp["examples"]) / (c["cpu_s"] / c["examples"])
         out.append(headline_row(
             "network model", "DP-SGD / plain training, digits CNN, per example: on the clock",
             clock, "x", "within 25 % of measured (issue 52)", f"measured {real:.2f}x"))
+    out.append(_protocol_row(data))
     return measured(*out)
+
+
+def _protocol_row(data: dict) -> dict | None:
+    """SecAgg's clients and server, Krum and Bulyan: the ratio furthest from 1, all in the note."""
+    parts = []
+    for c in data.get("secagg", []):
+        name = f"{'SecAgg+' if c['mode'] == 'plus' else 'SecAgg'} {c['clients']}"
+        for side in ("client", "unmask"):
+            if c.get(f"{side}_ratio") is not None:
+                parts.append((f"{name} {'server unmask' if side == 'unmask' else side}",
+                              c[f"{side}_ratio"]))
+    parts += [(f"{r['defense'].capitalize()} {r['n']}x{r['d']}", r["ratio"])
+              for r in data.get("robust", []) if r.get("ratio") is not None]
+    if not parts:
+        return None
+    worst = max(parts, key=lambda p: abs(math.log(p[1])) if p[1] > 0 else math.inf)
+    return headline_row(
+        "network model", "protocol and server compute on the clock / measured CPU s, furthest "
+        "component", worst[1], "x", "0.75-1.25x (issue 52)",
+        f"{worst[0]}; " + ", ".join(f"{n} {v:.2g}x" for n, v in parts))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--profile", help="a trace file whose train_flops_per_s is the host's rate "
-                                      "(default: measure it as fednet calibrate does)")
+    ap.add_argument("--profile", help="a trace file (the client's rates; with --server-profile: "
+                                      "instead of calibrating now)")
+    ap.add_argument("--server-profile", help="a server profile file (fednet calibrate "
+                                             "--server-out)")
     ap.add_argument("--calibrate-seconds", type=float, default=5.0)
+    ap.add_argument("--ops-scale", type=float, default=1.0, help="fednet calibrate --ops-scale")
     ap.add_argument("--examples", type=int, default=1437, help="digits workloads' examples "
                                                                 "(digits' training set)")
     ap.add_argument("--resnet-examples", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--cohorts", type=int, nargs="*", default=[100, 1000])
+    ap.add_argument("--secagg-modes", nargs="*", default=["plus", "full"])
+    ap.add_argument("--full-max", type=int, default=1000, help="full SecAgg's largest cohort")
+    ap.add_argument("--robust-n", type=int, default=1000)
+    ap.add_argument("--robust-d", type=int, default=100_000)
     ap.add_argument("--json", help="also write the figures to this file")
     a = ap.parse_args()
     torch.set_num_threads(1)  # as every client process trains
-    rate, source = _rate(a)
+    client, server, source = _rates(a)
+    rate = client["train_flops_per_s"]
     print(f"host rate {rate / 1e9:.3g} GFLOP/s ({source})")
-    rows = measure_all(a, rate)
+    data = {"machine": machine(), "args": vars(a), "rate": rate, "rate_source": source,
+            "client_profile": client, "server_profile": server, "rows": measure_all(a, client),
+            "secagg": secagg_all(a, client, server), "robust": robust_all(a, server)}
+    _print(data)
+    write_json(a.json, data, headline(data))
+
+
+def _print(data: dict) -> None:
     print(table(["workload", "examples", "FLOP/example", "CPU s", "simulated s", "sim / CPU"],
                 [[r["workload"], r["examples"], f"{r['flops_per_example']:.4g}",
                   f"{r['cpu_s']:.3f}", f"{r['sim_s']:.3f}", f"{r['sim_over_cpu']:.3f}"]
-                 for r in rows]))
-    data = {"machine": machine(), "args": vars(a), "rate": rate, "rate_source": source,
-            "rows": rows}
-    for r in headline(data)[2:]:
+                 for r in data["rows"]]))
+    print(table(["secagg", "clients", "client sim s", "client CPU s", "sim / CPU",
+                 "server sim s", "server CPU s", "unmask sim / CPU"],
+                [[c["mode"], c["clients"], f"{c['client_sim_s']:.4g}", f"{c['client_cpu_s']:.4g}",
+                  _fmt(c["client_ratio"]), f"{c['server_sim_s']:.4g}",
+                  f"{c['server_cpu_s']:.4g}", _fmt(c["unmask_ratio"])]
+                 for c in data["secagg"] if "error" not in c]))
+    for c in data["secagg"]:
+        if "error" in c:
+            print(f"secagg {c['mode']} {c['clients']}: failed: {c['error']}")
+    print(table(["defense", "n x d", "f", "CPU s", "simulated s", "sim / CPU"],
+                [[r["defense"], f"{r['n']}x{r['d']}", r["f"], f"{r['cpu_s']:.3f}",
+                  f"{r['sim_s']:.3f}", _fmt(r["ratio"])] for r in data["robust"]]))
+    for r in headline(data)[1:]:
         print(f"{r['metric']}: {r['value']:.2f}x ({r['note']})")
-    write_json(a.json, data, headline(data))
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
 
 
 if __name__ == "__main__":

@@ -46,10 +46,17 @@ def server_rates(spec: str) -> dict[str, float]:
     if bad:
         raise ConfigError(f"--server-profile {p}: unknown rate(s) {', '.join(bad)}; the rates "
                           f"are {', '.join(ops.RATES)}")
-    rates = {k: float(v) for k, v in got.items() if k in ops.RATES}
+    rates = {k: _rate(v) for k, v in got.items() if k in ops.RATES}
     if any(not math.isfinite(v) or v < 0 for v in rates.values()):
         raise ConfigError(f"--server-profile {p}: every rate is a finite number >= 0")
     return rates
+
+
+def _rate(v: object) -> float:
+    """A JSON value as a rate (nan where it is not a number: refused by the caller)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return math.nan
+    return float(v)
 
 
 def defense_ops(name: str, n: int, d: int, f: int, p: Any = None) -> Ops:

@@ -8,6 +8,12 @@ to --dp-sgd-clip, adds N(0, (z C)^2) to their sum and divides by the expected ba
 optimizer (training/optim.py: momentum, weight decay, Adam) then steps on that gradient, after
 the hooks of the local rule (FedProx's term: a function of the model alone). The batches come
 from the client's seeded generator, the noise from (seed, "dp-sgd-noise", round, client).
+
+On the clock (docs/usage.md, "Client compute"): each batch is charged its FLOPs through the
+per-example path (training/flops.py's "dpsgd" mode: Opacus's per-example gradients and their
+clipping, as FlopCounterMode counts them), and each step its noise, one Gaussian draw per
+trained parameter value (fednet/opcount.py's "noise", at the client's noise_per_s): counted
+from the model and the step count, never timed.
 """
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ import torch
 from torch import nn
 
 from fednet.data.augment import Augment
+from fednet import opcount
 from fednet.data.views import Examples
 from fednet.privacy import require
 from fednet.privacy.plan import sgd_steps
@@ -87,9 +94,11 @@ def _steps(gsm: nn.Module, model: nn.Module, x: Examples, y: torch.Tensor, count
                      max_grad_norm=clip, expected_batch_size=max(q * n, 1e-12),
                      generator=noise_generator)
     opt = Optimizer(params, spec)
+    draws = {"noise": float(sum(p.numel() for p in params))} if noise > 0 else {}
     total, samples = 0.0, 0
     for _ in range(count):
         interrupt.poll()  # between two batches: the run's end, a lost server
+        opcount.charge(draws)  # the step's Gaussian noise, one draw a parameter (pre_step)
         idx = torch.nonzero(torch.rand(n, generator=generator) < q).squeeze(1).to(x.device)
         dp.zero_grad()
         if len(idx):

@@ -1,0 +1,48 @@
+"""Issue 52 item 2: DP-SGD's own work on the clock, counted (never timed): its batches' FLOPs
+through the per-example path and one Gaussian draw per trained value a step."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("opacus")
+
+from fednet.models import build_model  # noqa: E402
+from fednet.network.latency import compute_time  # noqa: E402
+from fednet.network.profiles import Profile  # noqa: E402
+from fednet.training import flops  # noqa: E402
+from fednet.training.dpsgd import train_private  # noqa: E402
+from fednet.training.local import train  # noqa: E402
+from fednet.training.optim import OptimSpec  # noqa: E402
+
+
+def _run(how: str, noise: float = 1.0) -> tuple[flops.Meter, int]:
+    torch.manual_seed(0)
+    model = build_model("mclr", 10, (1, 8, 8), seed=0)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn((40, 1, 8, 8), generator=g), torch.randint(0, 10, (40,), generator=g)
+    with flops.metered() as m:
+        if how == "dpsgd":
+            st = train_private(model, x, y, epochs=1, batch_size=8,
+                               spec=OptimSpec("sgd", 0.05, 0.0, 0.0, nesterov=False),
+                               generator=torch.Generator().manual_seed(1),
+                               noise_generator=torch.Generator().manual_seed(2), noise=noise,
+                               clip=1.0)
+        else:
+            st = train(model, x, y, epochs=1, batch_size=8, lr=0.05,
+                       generator=torch.Generator().manual_seed(1))
+    return m, st.steps
+
+
+def test_dpsgd_charges_its_noise_draws_and_its_per_example_path():
+    dp, steps = _run("dpsgd")
+    values = sum(p.numel() for p in build_model("mclr", 10, (1, 8, 8), seed=0).parameters())
+    assert steps == 5 and dp.ops == {"noise": steps * values}
+    assert _run("dpsgd", noise=0.0)[0].ops == {}  # no noise, no draws
+    plain, _ = _run("plain")
+    assert plain.ops == {} and dp.flops > plain.flops  # per-example gradients cost more
+    p = Profile(train_flops_per_s=1e9, noise_per_s=1e7)
+    sim = compute_time(p, 40, dp.flops, dp.ops)
+    assert sim == pytest.approx(dp.flops / 1e9 + steps * values / 1e7)
+    again, _ = _run("dpsgd")  # the same task, the same seconds: nothing is timed
+    assert compute_time(p, 40, again.flops, again.ops) == sim
