@@ -11,7 +11,8 @@ simple fixes for stragglers, over-selection and a deadline (issues 25, 44).
         # table, plot and JSON of earlier runs together (seeds run apart, one file)
 
 Every cell is one `fednet local` run (its own process) with the same seed, data and latency
-profiles. The target of a seed is FedAvg's final accuracy on that seed; per method the table
+profiles. The target of a seed is the mean accuracy of plain FedAvg's last --target-last rounds
+on that seed (not one noisy round); per method the table
 gives the simulated time at which it first reaches that target (the mean and range over the
 seeds that reached it, and how many did), its ratio to FedAvg's own time to the target seed by
 seed, the accuracy at FedAvg's final simulated time, and the final accuracy. FedAsync and
@@ -107,11 +108,37 @@ def at_time(curve: list[tuple[float, float]], t: float) -> float | None:
     return before[-1] if before else None
 
 
+def target_of(run: dict[str, Any], last: int) -> float:
+    """A seed's target: the mean accuracy of the baseline's last `last` rows (0 or a file that
+    predates --target-last: its final accuracy, one noisy round)."""
+    accs = [acc for _, acc in run["curve"]][-last:] if last else []
+    return sum(accs) / len(accs) if accs else run["accuracy"]
+
+
+def ratio_ci(xs: list[float]) -> tuple[float, float | None, float | None]:
+    """The geometric mean of ratios and its 95% t interval (on their logarithms)."""
+    import math
+
+    from fednet.metrics.intervals import mean_ci
+
+    logs = [math.log(x) for x in xs]
+    ci = mean_ci(logs)
+    gm = math.exp(sum(logs) / len(logs))
+    return gm, ci and math.exp(ci[0]), ci and math.exp(ci[1])
+
+
+def ci_text(xs: list[float]) -> str:
+    """'0.41x [0.36, 0.47]' (geometric mean, 95% interval) of per-seed ratios."""
+    gm, lo, hi = ratio_ci(xs)
+    return f"{gm:.3f}x" + (f" [{lo:.3f}, {hi:.3f}]" if lo is not None else "")
+
+
 def _ratio(x: float | None, ref: float | None) -> float | None:
     return x / ref if x is not None and ref else None
 
 
-def per_seed(results: list[dict[str, Any]], method: str) -> dict[int, dict[str, Any]]:
+def per_seed(results: list[dict[str, Any]], method: str, last: int = 0
+             ) -> dict[int, dict[str, Any]]:
     """Per seed the method completed (and plain FedAvg too): its simulated time to plain
     FedAvg's final accuracy over FedAvg's own (`time`, None: never reached), the same for the
     client-epochs (`epochs`; None where a file predates them), the downlink bytes per round
@@ -123,7 +150,8 @@ def per_seed(results: list[dict[str, Any]], method: str) -> dict[int, dict[str, 
         if r["method"] != method or r["status"] != "completed" or r["seed"] not in ref:
             continue
         f = ref[r["seed"]]
-        i, fi = first(r["curve"], f["accuracy"]), first(f["curve"], f["accuracy"])
+        goal = target_of(f, last)
+        i, fi = first(r["curve"], goal), first(f["curve"], goal)
         ep, fep = r.get("epochs"), f.get("epochs")
         out[r["seed"]] = {
             "time": _ratio(None if i is None else r["curve"][i][0],
@@ -132,7 +160,8 @@ def per_seed(results: list[dict[str, Any]], method: str) -> dict[int, dict[str, 
                              fep[fi] if fep and fi is not None else None),
             "down": _ratio(r.get("down_per_round"), f.get("down_per_round")),
             "at_end": at_time(r["curve"], f["sim_s"]), "final": r["accuracy"],
-            "staleness": r.get("staleness")}
+            "staleness": r.get("staleness"), "target": goal,
+            "sim_to": None if i is None else r["curve"][i][0]}
     return out
 
 
@@ -154,11 +183,12 @@ def losses(seeds: dict[int, dict[str, Any]], base: dict[int, dict[str, Any]]) ->
     return len(lost), len(common)
 
 
-def summarize(results: list[dict[str, Any]], methods: list[str]) -> list[list[Any]]:
+def summarize(results: list[dict[str, Any]], methods: list[str], last: int = 0
+              ) -> list[list[Any]]:
     """The table: per method, seeds that reached the target, then each figure's mean (range)."""
     rows = []
     for m in methods:
-        seeds = per_seed(results, m)
+        seeds = per_seed(results, m, last)
         if not seeds:
             rows.append([m, "failed"] + [None] * 7)
             continue
@@ -174,55 +204,93 @@ def summarize(results: list[dict[str, Any]], methods: list[str]) -> list[list[An
     return rows
 
 
+def versus_text(seeds: dict[int, dict[str, Any]], base: dict[int, dict[str, Any]],
+                base_name: str) -> str:
+    """The method against a baseline paired by seed (the seeds where both reached the target):
+    the ratio of their times with its 95% interval, and 'no clear difference' where it holds 1."""
+    pairs = [seeds[k]["time"] / base[k]["time"] for k in seeds
+             if k in base and seeds[k]["time"] and base[k]["time"]]
+    if len(pairs) < 2:
+        return f"not compared with {base_name} (fewer than 2 seeds where both reached it)"
+    gm, lo, hi = ratio_ci(pairs)
+    ci = f"{gm:.2f}x its time [{lo:.2f}, {hi:.2f}], {len(pairs)} seeds paired"
+    if lo is not None and hi is not None and lo <= 1 <= hi:
+        return f"no clear difference from {base_name} ({ci})"
+    return f"{'SLOWER' if gm > 1 else 'faster'} than {base_name} ({ci})"
+
+
 def _note(seeds: dict[int, dict[str, Any]], base: dict[int, dict[str, Any]], base_name: str,
-          method: str) -> str:
-    """What a row says beyond its value: the seeds, the range, the other costs, and whether it
-    loses to the strongest simple baseline (FedAvg with over-selection)."""
+          method: str, last: int) -> str:
+    """What a row says beyond its value: the interval, the seeds, the other costs, and how it
+    compares with the strongest simple baseline (FedAvg with over-selection)."""
     times = _values(seeds, "time")
     per = "/".join("never" if s["time"] is None else f"{s['time']:.3f}"
                    for _, s in sorted(seeds.items()))
-    parts = [f"baseline: plain FedAvg (waits for every client); {len(times)}/{len(seeds)} seeds "
-             f"reached it, per seed {per}, range {min(times, default=0):.3f}-"
-             f"{max(times, default=0):.3f}"]
+    goal = _values(seeds, "target")
+    what = (f"the mean of its last {last} rounds' accuracy, {_mean_range(goal)} over seeds"
+            if last else "its final accuracy (one round)")
+    parts = [f"{ci_text(times) if times else 'never'} (geometric mean, 95% t interval); "
+             f"baseline: plain FedAvg (waits for every client), target {what}; "
+             f"{len(times)}/{len(seeds)} seeds reached it, per seed {per}"]
     ep, down = _values(seeds, "epochs"), _values(seeds, "down")
     if ep:
-        parts.append(f"client-epochs to it {sum(ep) / len(ep):.2f}x")
+        parts.append(f"client-epochs to it {ci_text(ep)}")
     if down:
         parts.append(f"downlink/round {sum(down) / len(down):.2f}x")
     if base and method != "fedavg_os":
-        lost, n = losses(seeds, base)
-        bt = _values(base, "time")
-        vs = f"{sum(bt) / len(bt):.3f}x" if bt else "never"
-        parts.append(f"LOSES to {base_name} ({vs}) on {lost}/{n} seeds" if lost
-                     else f"beats {base_name} ({vs}) on {n}/{n} seeds")
+        parts.append(versus_text(seeds, base, base_name))
     elif method != "fedavg_os":
         parts.append("not compared with an over-selected FedAvg (none in this file)")
     return "; ".join(parts)
 
 
 def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """The dashboard's rows: each method's simulated time to plain FedAvg's final accuracy, as
-    a fraction of plain FedAvg's (BENCHMARKS: FedBuff <= 0.67 under --latency hetero), with
-    FedAvg --over-select (the strongest simple baseline) and --deadline beside FedBuff and
-    FedAsync, and against the over-selected FedAvg in each row's note."""
+    """The dashboard's rows: each method's simulated time to plain FedAvg's accuracy (the mean
+    of its last rounds), as a fraction of plain FedAvg's (BENCHMARKS: FedBuff <= 0.67 under
+    --latency hetero), with FedAvg --over-select (the strongest simple baseline) and --deadline
+    beside FedBuff and FedAsync, and against the over-selected FedAvg in each row's note."""
     a, results = data.get("args", {}), data.get("results", [])
+    last = int(a.get("target_last") or 0)
     av = a.get("availability") or ""
     where = f", --availability {av}" if av else ""
     setting = (f"{a.get('dataset')} {a.get('partition')}, {a.get('clients')} clients, "
-               f"--latency {a.get('latency')}{where}")
-    base = per_seed(results, "fedavg_os")
+               f"fraction {a.get('fraction')}, --latency {a.get('latency')}{where}")
+    base = per_seed(results, "fedavg_os", last)
+    fps = data.get("fingerprints", {})
     out = []
     for method in ("fedavg_os", "fedavg_dl", "fedbuff", "fedasync"):
-        seeds = per_seed(results, method)
+        seeds = per_seed(results, method, last)
         times = _values(seeds, "time")
         stated = method == "fedbuff" and not av and a.get("latency") == "hetero"
-        value = sum(times) / len(times) if times else "never" if seeds else None
-        out.append(headline_row(
-            "asynchronous", f"{name(method, a)}: simulated time to FedAvg's final accuracy, "
+        value = ratio_ci(times)[0] if times else "never" if seeds else None
+        row = headline_row(
+            "asynchronous", f"{name(method, a)}: simulated time to FedAvg's accuracy, "
             f"x plain FedAvg's{where}", value, "x" if times else "",
             "<= 0.67" if stated else "",
-            f"{_note(seeds, base, name('fedavg_os', a), method)}; {setting}"))
+            f"{_note(seeds, base, name('fedavg_os', a), method, last)}; {setting}")
+        mine = [k for k in (method, "fedavg") if k in fps]
+        out.append(row and ({**row, "fingerprint": mine} if mine else row))
     return measured(*out)
+
+
+def fingerprint_recipes(a: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Each method's seed-0 cell as fednet.api.run keywords, its first 2 rounds."""
+    from benchlib.fingerprint import fingerprint_of
+
+    out = {}
+    for m in a.methods:
+        if m.startswith("fedseq"):
+            continue
+        words = algo_args(m, a)
+        kw: dict[str, Any] = {"algo": words[1], "dataset": a.dataset, "clients": a.clients,
+                              "fraction": a.fraction, "seed": a.seeds[0], "latency": a.latency,
+                              "partition": a.partition}
+        if len(words) > 2:
+            kw[words[2][2:].replace("-", "_")] = float(words[3])
+        if a.availability:
+            kw["availability"] = a.availability
+        out[m] = fingerprint_of(kw)
+    return out
 
 
 def parser() -> argparse.ArgumentParser:
@@ -233,12 +301,14 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--fraction", type=float, default=0.2)
     ap.add_argument("--rounds", type=int, default=25)
     ap.add_argument("--async-rounds", type=int, default=75)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    ap.add_argument("--target-last", type=int, default=5,
+                    help="each seed's target: the mean accuracy of plain FedAvg's last N rounds "
+                    "(0: its final round's)")
     ap.add_argument("--latency", default="hetero")
     ap.add_argument("--availability", default="")
     ap.add_argument("--methods", nargs="+",
-                    default=["fedavg", "fedavg_os", "fedavg_dl", "fedbuff", "fedasync", "fedseq",
-                             "fedseq_inter"],
+                    default=["fedavg", "fedavg_os", "fedavg_dl", "fedbuff", "fedasync"],
                     help="fedavg_os: FedAvg --over-select; fedavg_dl: FedAvg --deadline")
     ap.add_argument("--over-select", type=float, default=1.5,
                     help="fedavg_os's --over-select (production systems over-select by 30%%)")
@@ -287,14 +357,17 @@ def main() -> None:
     print(table(["method", "reached", "sim time to target / FedAvg's, per seed", "mean (range)",
                  "client-epochs to it / FedAvg's", "downlink per round / FedAvg's",
                  "accuracy at FedAvg's end time", "final accuracy", "staleness"],
-                summarize(results, a.methods)))
+                summarize(results, a.methods, a.target_last)))
     if a.plot:
         plot(results, a.methods, Path(a.plot), a)
     if a.json:  # with --from-json: the files' runs together (each file's commit in "sources")
         commits = {str(x["commit"]) for x in sources}
+        from benchlib.fingerprint import takes
+
         data = {"machine": machine(), "args": vars(a), "results": results,
                 "commit": " ".join(sorted(commits)) if sources else git_state(),
-                **({"sources": sources} if sources else {})}
+                **({"sources": sources} if sources else {}),
+                "fingerprints": takes(fingerprint_recipes(a)) if not sources else {}}
         write_json(a.json, data, headline(data))
 
 

@@ -42,8 +42,10 @@ def cell(method: str, spec: str, seed: int, a: argparse.Namespace, out: Path) ->
     for row in rows:
         up += row["bytes_round"]["client_to_server"]
         curve.append((up, row["accuracy"]))
+    last = [row["accuracy"] for row in rows][-a.acc_last:]
     return {"method": method, "spec": spec, "seed": seed, "status": s["status"],
-            "accuracy": s["final_accuracy"], "uplink": s["bytes"]["client_to_server"],
+            "accuracy": s["final_accuracy"], "last_mean": sum(last) / len(last),
+            "uplink": s["bytes"]["client_to_server"],
             "downlink": s["bytes"]["server_to_client"], "curve": curve}
 
 
@@ -58,12 +60,31 @@ def ratios(r: dict[str, Any], dense: dict[str, Any]) -> dict[str, float]:
             "total": (r["uplink"] + r["downlink"]) / (dense["uplink"] + dense["downlink"])}
 
 
+def accuracy_change(rs: list[dict[str, Any]], dense: dict[int, dict[str, Any]]) -> str:
+    """The accuracy change against dense FedAvg, in points, paired by seed, with its 95% t
+    interval ('no clear difference' where it holds 0); on the mean of each run's last rounds
+    ("last_mean") where the file has it, else on the final round."""
+    from fednet.metrics.intervals import versus
+
+    key = "last_mean" if all("last_mean" in r for r in rs) else "accuracy"
+    v = versus({r["seed"]: r[key] for r in rs}, {k: d[key] for k, d in dense.items()},
+               higher=True)
+    text = f"{100 * v['estimate']:+.2f}"
+    if v["lo"] is not None:
+        text += f" [{100 * v['lo']:+.2f}, {100 * v['hi']:+.2f}]"
+        if v["lo"] <= 0 <= v["hi"]:
+            text += ": no clear difference"
+    return text + " points" + (" (the mean of each run's last rounds)" if key == "last_mean"
+                               else " (final round)")
+
+
 def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
     """The dashboard's rows: FedAvg's uplink bytes with each --compress over dense FedAvg's (the
     specs with a target first; at most 4); the note gives the downlink and total (both ways)
     ratios, which --compress leaves dense on the way down, and the accuracy change against
     dense FedAvg seed by seed, mean (min..max)."""
     ok = [r for r in data.get("results", []) if r["status"] == "completed"]
+    a = data.get("args", {})
     dense = {r["seed"]: r for r in ok if (r["method"], r["spec"]) == ("fedavg", "none")}
     specs = list(dict.fromkeys(r["spec"] for r in ok if r["method"] == "fedavg"
                                and r["spec"] != "none"))
@@ -75,27 +96,41 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         rat = [ratios(r, dense[r["seed"]]) for r in rs]
         up, down, total = ([x[k] for x in rat] for k in ("up", "down", "total"))
-        diff = [100 * (r["accuracy"] - dense[r["seed"]]["accuracy"]) for r in rs]
         target, acc_target = TARGETS.get(spec, ("", ""))
-        out.append(headline_row(
+        row = headline_row(
             "compression", f"FedAvg --compress {spec}: uplink bytes / dense FedAvg's",
             sum(up) / len(up), "", target,
             f"baseline: dense FedAvg, same seed; downlink {sum(down) / len(down):.3f} (dense: "
-            f"--compress is the uplink's), both ways {sum(total) / len(total):.3f}; accuracy "
-            f"{_mean_range(diff, '+.1f')} points vs dense"
-            + (f" (target: {acc_target})" if acc_target else "") + f"; {len(rs)} seeds"))
+            f"--compress is the uplink's), both ways {sum(total) / len(total):.3f}; accuracy vs "
+            f"dense {accuracy_change(rs, dense)}, 95% t interval"
+            + (f" (target: {acc_target})" if acc_target else "") + f"; {len(rs)} seeds; "
+            f"digits, {a.get('clients')} clients, {a.get('rounds')} rounds x "
+            f"{a.get('epochs')} epochs")
+        fp = [k for k in (spec, "none") if k in data.get("fingerprints", {})]
+        out.append(row and ({**row, "fingerprint": fp} if fp else row))
     return measured(*out)
+
+
+def fingerprint_recipes(a: argparse.Namespace, cells: list[tuple[str, str]]
+                        ) -> dict[str, dict[str, Any]]:
+    """Each FedAvg spec's seed-0 cell as fednet.api.run keywords, its first 2 rounds."""
+    from benchlib.fingerprint import fingerprint_of
+
+    return {spec: fingerprint_of({"algo": m, "dataset": a.dataset, "clients": a.clients,
+                                  "epochs": a.epochs, "seed": a.seeds[0], "compress": spec})
+            for m, spec in cells if m == "fedavg"}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dataset", default="digits")
     ap.add_argument("--rounds", type=int, default=25)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    ap.add_argument("--acc-last", type=int, default=5,
+                    help="a run's accuracy for the comparison: the mean of its last N rounds")
     ap.add_argument("--clients", type=int, default=10)
     ap.add_argument("--epochs", type=int, default=5)
-    ap.add_argument("--specs", nargs="+", default=["none", "fp16", "int8", "qsgd:16", "topk:0.01",
-                                                  "sign"])
+    ap.add_argument("--specs", nargs="+", default=["none", "fp16", "int8", "qsgd:16", "topk:0.01"])
     ap.add_argument("--factorized", action="store_true",
                     help="also Factorized-FL, dense and with each spec")
     ap.add_argument("--plot")
@@ -144,7 +179,10 @@ def main() -> None:
                  "uplink bytes (first seed)"], rows))
     if a.plot:
         plot(results, cells, Path(a.plot), a)
-    data = {"machine": machine(), "commit": git_state(), "args": vars(a), "results": results}
+    from benchlib.fingerprint import takes
+
+    data = {"machine": machine(), "commit": git_state(), "args": vars(a), "results": results,
+            "fingerprints": {} if a.from_json else takes(fingerprint_recipes(a, cells))}
     write_json(a.json, data, headline(data))
 
 

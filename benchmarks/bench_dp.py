@@ -70,10 +70,39 @@ def user_cells(a: argparse.Namespace) -> list[tuple[str, float | None, list[str]
     return cells
 
 
+def user_options(a: argparse.Namespace) -> dict[str, Any]:
+    """The options every `user` cell shares, as fednet.api.run keywords."""
+    kw: dict[str, Any] = {"dataset": a.dataset, "model": a.model, "clients": a.population,
+                          "fraction": a.cohort / a.population, "rounds": a.rounds,
+                          "epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr}
+    if a.partition:
+        kw["partition"] = a.partition
+    if a.batch_clients:
+        kw["batch_clients"] = a.batch_clients
+    return kw
+
+
+def user_recipes(a: argparse.Namespace, results: list[dict[str, Any]]
+                 ) -> dict[str, dict[str, Any]]:
+    """The fingerprints' recipes: seed 0's non-private FedAvg and fixed-clip DP-FedAvg at the
+    smallest epsilon, their first 2 rounds, the latter with the noise multiplier its whole run
+    was calibrated to (--dp-noise)."""
+    from benchlib.fingerprint import fingerprint_of
+
+    base = {**user_options(a), "seed": a.seeds[0]}
+    eps = min(a.epsilons)
+    out = {"fedavg": fingerprint_of(base)}
+    noise = next((r.get("noise") for r in results if (r["method"], r["target"], r["seed"])
+                  == ("dp-fixed", eps, a.seeds[0]) and r.get("noise")), None)
+    if noise:
+        out[f"dp-fixed-{eps:g}"] = fingerprint_of({**base, "dp": "central", "dp_delta": a.delta,
+                                                   "dp_clip": a.clip, "dp_noise": noise})
+    return out
+
+
 def user(a: argparse.Namespace) -> dict[str, Any]:
-    base = ["--dataset", a.dataset, "--model", a.model, "--clients", str(a.population),
-            "--fraction", str(a.cohort / a.population), "--rounds", str(a.rounds),
-            "--epochs", str(a.epochs), "--batch-size", str(a.batch_size), "--lr", str(a.lr)]
+    base = [w for k, v in user_options(a).items()
+            for w in ("--" + k.replace("_", "-"), str(v))]
     results = []
     with tempfile.TemporaryDirectory(prefix="bench_dp_") as tmp:
         for seed in a.seeds:
@@ -85,7 +114,10 @@ def user(a: argparse.Namespace) -> dict[str, Any]:
                 print(f"{method:12s} eps {eps!s:5s} seed {seed}: {r['status']} "
                       f"acc {r.get('accuracy')} eps {r.get('epsilon')} z {r.get('noise')}",
                       flush=True)
-    return {"part": "user", "args": vars(a), "machine": machine(), "results": results}
+    from benchlib.fingerprint import takes
+
+    return {"part": "user", "args": vars(a), "machine": machine(), "results": results,
+            "fingerprints": takes(user_recipes(a, results))}
 
 
 def sgd(a: argparse.Namespace) -> dict[str, Any]:
@@ -101,7 +133,10 @@ def sgd(a: argparse.Namespace) -> dict[str, Any]:
                 results.append(r)
                 print(f"{method:8s} seed {seed}: {r['status']} acc {r.get('accuracy')} "
                       f"example eps {r.get('sgd_epsilon')} wall {r.get('wall_s')}", flush=True)
-    return {"part": "sgd", "args": vars(a), "machine": machine(), "results": results}
+    from benchlib.fingerprint import takes
+
+    return {"part": "sgd", "args": vars(a), "machine": machine(), "results": results,
+            "fingerprints": takes(sgd_recipes(a))}
 
 
 def _ok(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -160,8 +195,11 @@ def plot(data: dict[str, Any], path: Path) -> None:
                 for e in eps]
         mean = [statistics.mean(x) for x in accs]
         ax.plot(eps, mean, marker="o", color=f"C{i}",
-                label=f"DP-FedAvg, {method[3:]} clipping (shaded: the seeds' range)")
-        ax.fill_between(eps, [min(x) for x in accs], [max(x) for x in accs], color=f"C{i}",
+                label=f"DP-FedAvg, {method[3:]} clipping (shaded: 95% t interval)")
+        from fednet.metrics.intervals import mean_ci
+
+        cis = [mean_ci(x) or (min(x), max(x)) for x in accs]
+        ax.fill_between(eps, [c[0] for c in cis], [c[1] for c in cis], color=f"C{i}",
                         alpha=0.15, lw=0)
     args = data["args"]
     ax.set_xscale("log")
@@ -183,19 +221,25 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
     a round; DP-SGD's per-example epsilon and its time against plain FedAvg."""
     ok, a = _ok(data), data.get("args", {})
     if data.get("part") == "sgd":
-        return _sgd_headline(ok)
+        return _sgd_headline(ok, data.get("fingerprints") or {})
     where = f"{a.get('dataset')}, {a.get('population', 0):,} clients, {a.get('cohort', 0):,} a round"
     base = [r["accuracy"] for r in ok if r["method"] == "fedavg"]
     out = []
     chance = bool(base) and statistics.mean(base) < CHANCE
+    fp = {"fingerprint": sorted(data.get("fingerprints", {}))} if data.get("fingerprints") else {}
+    setting = (f"{where}, {a.get('rounds')} rounds, model {a.get('model')}, lr {a.get('lr')}, "
+               f"delta {a.get('delta')}, clip {a.get('clip')}")
     for eps in sorted({r["target"] for r in ok if r.get("target") is not None} - (
             {r.get("target") for r in ok} if chance else set())):
-        acc = [r["accuracy"] for r in ok if (r["method"], r["target"]) == ("dp-fixed", eps)]
-        if acc and base:
-            out.append(headline_row("privacy", f"DP-FedAvg accuracy at epsilon {eps:g} ({where})",
-                                    statistics.mean(acc), "", "",
-                                    f"non-private {statistics.mean(base):.3f}; {len(acc)} seeds; "
-                                    f"delta {a.get('delta')}"))
+        mine = [r for r in ok if (r["method"], r["target"]) == ("dp-fixed", eps)]
+        if mine and base:
+            row = headline_row(
+                "privacy", f"DP-FedAvg accuracy at epsilon {eps:g} ({where})",
+                statistics.mean(r["accuracy"] for r in mine), "",
+                "non-private >= 0.7 (issue 55)", f"{_ci([r['accuracy'] for r in mine])}; "
+                f"vs non-private {_paired(mine, ok)}; non-private {_ci(base)}; "
+                f"{len(mine)} seeds, 95% t intervals; fixed clipping; {setting}")
+            out.append(row and {**row, **fp})
     out.append(headline_row("privacy", f"DP's clipping and noise / a round's wall-clock ({where})",
                             dp_share(ok), "", "<= 0.05", "median over rounds and cells" + (
                                 f"; non-private FedAvg stays at {statistics.mean(base):.3f} "
@@ -203,7 +247,31 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
     return measured(*out)
 
 
-def _sgd_headline(ok: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _ci(xs: list[float]) -> str:
+    """'0.912 [0.901, 0.923]': the mean and its 95% t interval."""
+    from fednet.metrics.intervals import mean_ci
+
+    ci = mean_ci(xs, bounds=(0.0, 1.0))
+    return f"{statistics.mean(xs):.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+
+
+def _paired(mine: list[dict[str, Any]], ok: list[dict[str, Any]]) -> str:
+    """The accuracy change against non-private FedAvg on the same seed, with its 95% interval;
+    'no clear difference' where the interval holds 0."""
+    from fednet.metrics.intervals import versus
+
+    v = versus({r["seed"]: r["accuracy"] for r in mine},
+               {r["seed"]: r["accuracy"] for r in ok if r["method"] == "fedavg"}, higher=True)
+    if v["estimate"] is None:
+        return "-"
+    text = f"{v['estimate']:+.3f}"
+    if v["lo"] is not None:
+        text += f" [{v['lo']:+.3f}, {v['hi']:+.3f}]"
+        text += ": no clear difference" if v["lo"] <= 0 <= v["hi"] else ""
+    return text
+
+
+def _sgd_headline(ok: list[dict[str, Any]], fps: dict[str, Any]) -> list[dict[str, Any]]:
     dp = [r for r in ok if r["method"] == "dp-sgd"]
     plain = {r["seed"]: r for r in ok if r["method"] == "fedavg"}
     pairs = [(r, plain[r["seed"]]) for r in dp if r["seed"] in plain]
@@ -211,12 +279,25 @@ def _sgd_headline(ok: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return []
     ratio = statistics.mean(r["wall_s"] / p["wall_s"] for r, p in pairs)
     eps = statistics.mean(r["sgd_epsilon"] for r, _ in pairs)
-    acc = statistics.mean(r["accuracy"] - p["accuracy"] for r, p in pairs)
+    fp = {"fingerprint": sorted(fps)} if fps else {}
+    row = headline_row("privacy", "DP-SGD (Opacus) per-example epsilon, digits, 10 clients", eps,
+                       "", "", f"the most exposed client; accuracy vs plain FedAvg "
+                       f"{_paired(dp, ok)} (95% t interval, {len(pairs)} seeds); DP-SGD "
+                       f"{_ci([r['accuracy'] for r in dp])}, plain "
+                       f"{_ci([p['accuracy'] for _, p in pairs])}")
     return measured(
-        headline_row("privacy", "DP-SGD (Opacus) per-example epsilon, digits, 10 clients", eps, "",
-                     "", f"the most exposed client; accuracy {100 * acc:+.1f} points vs plain"),
+        row and {**row, **fp},
         headline_row("privacy", "DP-SGD training wall-clock / plain FedAvg's (digits, 10 clients)",
                      ratio, "x", "", f"{len(pairs)} seeds"))
+
+
+def sgd_recipes(a: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Seed 0's plain FedAvg and DP-SGD cells as fednet.api.run keywords, 2 rounds."""
+    from benchlib.fingerprint import fingerprint_of
+
+    base = {"dataset": "digits", "clients": a.clients, "seed": a.seeds[0]}
+    return {"fedavg": fingerprint_of(base),
+            "dp-sgd": fingerprint_of({**base, "dp_sgd_noise": a.noise, "dp_sgd_clip": a.clip})}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -235,6 +316,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--delta", type=float, default=1e-6)
     ap.add_argument("--clip", type=float, default=1.0)
     ap.add_argument("--no-adaptive", dest="adaptive", action="store_false")
+    ap.add_argument("--partition", default="", help="user: --partition of the cells (digits: iid)")
+    ap.add_argument("--batch-clients", type=int, default=0,
+                    help="user: --batch-clients of the cells (0: off)")
     ap.add_argument("--clients", type=int, default=10)
     ap.add_argument("--noise", type=float, default=1.0)
     ap.add_argument("--plot")

@@ -1,6 +1,6 @@
 """FedSeq against FedAvg on pathological non-IID digits, every cost counted (issues 25, 44).
 
-    python3 benchmarks/bench_fedseq.py [--seeds 0 1 2] [--clients 100] [--fraction 0.2]
+    python3 benchmarks/bench_fedseq.py [--seeds 0 1 2 3 4] [--clients 100] [--fraction 0.2]
         [--latency hetero] [--fedavg-lr 0.4] [--fedseq-lr 0.1] [--fedavg-rounds 200]
         [--fedseq-rounds 60] [--pretrain-epochs 10] [--central-rounds 30] [--of-central 0.9]
         [--json F]
@@ -13,9 +13,9 @@ accuracy: rounds, client-epochs (FedSeq's pre-training of every client included)
 seconds (the pre-training included), bytes each way and wall-clock. The baseline is FedAvg at
 its best learning rate on each seed (the fewest rounds to the target among --fedavg-lr; 0.4 was
 FedAvg's best over 0.1-0.6 on seeds 0-4 in docs/benchmarks/history.md section 3). Per seed every
-cost is a ratio FedSeq / FedAvg; the rows give the mean and range over the seeds and say where
-FedSeq costs more than FedAvg. Setup as in history section 3: digits, shards (one class per
-client), 1 epoch, batch 8.
+cost is a ratio FedSeq / FedAvg; the rows give their geometric mean with its 95% t interval (on
+the logarithms) and say "no clear difference" where the interval holds 1. Setup as in history
+section 3: digits, shards (one class per client), 1 epoch, batch 8.
 """
 from __future__ import annotations
 
@@ -97,13 +97,34 @@ def _bytes(r: dict[str, Any]) -> int:
                                              "client_to_client"))
 
 
+def ratio_ci(xs: list[float]) -> tuple[float, float | None, float | None]:
+    """The geometric mean of per-seed ratios and its 95% t interval (on their logarithms)."""
+    import math
+
+    from fednet.metrics.intervals import mean_ci
+
+    logs = [math.log(x) for x in xs]
+    ci = mean_ci(logs)
+    return math.exp(sum(logs) / len(logs)), ci and math.exp(ci[0]), ci and math.exp(ci[1])
+
+
+def verdict(xs: list[float]) -> str:
+    """'1.06x [0.91, 1.24]: no clear difference' / '... FedSeq costs less|MORE'."""
+    gm, lo, hi = ratio_ci(xs)
+    text = f"{gm:.2f}x" + (f" [{lo:.2f}, {hi:.2f}]" if lo is not None else "")
+    if lo is None or hi is None:
+        return text + " (one seed: no interval)"
+    return text + (": no clear difference" if lo <= 1 <= hi
+                   else ": FedSeq costs less" if hi < 1 else ": FedSeq COSTS MORE")
+
+
 def _bytes_note(seeds: dict[int, dict[str, Any]]) -> str:
     """FedSeq's bytes to the target as a ratio to FedAvg's (beside the rounds: the dashboard's
     lines are counted, so no row of its own)."""
     xs = [s["bytes"] for s in seeds.values() if s.get("bytes") is not None]
     if not xs:
         return ""
-    return (f"; bytes to the target (peer-to-peer included) {sum(xs) / len(xs):.2f}x FedAvg's "
+    return (f"; bytes to the target (peer-to-peer included) {verdict(xs)} "
             f"(per seed {'/'.join(f'{x:.2f}' for x in xs)})")
 
 
@@ -124,6 +145,7 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
     a = data.get("args", {})
     seeds = per_seed(data.get("results", []))
     pct = f"{100 * a.get('of_central', 0.9):.0f}%"
+    ref = (data.get("reference") or {}).get("best_accuracy") or 0.0
     lrs = sorted({s["fedavg_lr"] for s in seeds.values() if s["fedavg_lr"] is not None})
     grid = a.get("fedavg_lr")
     base = (f"FedAvg lr {_lrs(grid)} (its best of 0.1-0.6 over 5 seeds, docs/benchmarks/"
@@ -137,17 +159,30 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
     for key, what in COSTS:
         xs = [s[key] for s in seeds.values() if s[key] is not None]
         per = "/".join(_shown(s, key) for _, s in sorted(seeds.items()))
-        worse = sum(x > 1 for x in xs)
-        verdict = (f"; FedSeq COSTS MORE than FedAvg on {worse}/{len(xs)} seeds" if worse
-                   else f"; FedSeq costs less on {len(xs)}/{len(xs)} seeds" if xs else "")
-        value: float | str | None = (sum(xs) / len(xs) if xs else "never" if seeds else None)
-        out.append(headline_row(
+        value: float | str | None = (ratio_ci(xs)[0] if xs else "never" if seeds else None)
+        row = headline_row(
             "accuracy", f"FedSeq: {what} to {pct} of centralized accuracy, x FedAvg's",
             value, "x" if xs else "", "",
-            f"{len(xs)}/{len(seeds)} seeds, per seed {per}, range {min(xs, default=0):.2f}-"
-            f"{max(xs, default=0):.2f}{verdict}"
-            f"{_bytes_note(seeds) if key == 'rounds' else ''}; {setting}"))
+            f"{verdict(xs) if xs else 'never'} (geometric mean, 95% t interval); "
+            f"{len(xs)}/{len(seeds)} seeds, per seed {per}"
+            f"{_bytes_note(seeds) if key == 'rounds' else ''}; target {pct} of a centralized "
+            f"run's best accuracy ({ref:.4f}); {setting}")
+        fp = sorted(data.get("fingerprints", {}))
+        out.append(row and ({**row, "fingerprint": fp} if fp else row))
     return measured(*out)
+
+
+def fingerprint_recipes(a: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Seed 0's FedAvg (the first --fedavg-lr) and FedSeq as fednet.api.run keywords, 2 rounds."""
+    from benchlib.fingerprint import fingerprint_of
+
+    common = {"dataset": "digits", "partition": "shards", "alpha": 0.0, "epochs": 1,
+              "clients": a.clients, "latency": a.latency, "fraction": a.fraction,
+              "seed": a.seeds[0]}
+    return {"fedavg": fingerprint_of({**common, "algo": "fedavg", "lr": a.fedavg_lr[0]}),
+            "fedseq": fingerprint_of({**common, "algo": "fedseq", "lr": a.fedseq_lr,
+                                      "superclient_fraction": 0.2,
+                                      "pretrain_epochs": a.pretrain_epochs})}
 
 
 def rows(results: list[dict[str, Any]]) -> list[list[Any]]:
@@ -165,7 +200,7 @@ def rows(results: list[dict[str, Any]]) -> list[list[Any]]:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--clients", type=int, default=100)
     ap.add_argument("--fraction", type=float, default=0.2)
     ap.add_argument("--latency", default="hetero")
@@ -203,6 +238,9 @@ def main() -> None:
     data = {"machine": machine(), "commit": git_state(), "args": vars(a),
             "reference": {"best_accuracy": central["best_accuracy"],
                           "wall_s": central.get("wall_clock_s")}, "results": results}
+    from benchlib.fingerprint import takes
+
+    data["fingerprints"] = takes(fingerprint_recipes(a))
     write_json(a.json, data, headline(data))
 
 

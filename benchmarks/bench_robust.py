@@ -34,8 +34,8 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 from benchlib.util import headline_row, machine, measured, table, write_json  # noqa: E402
 
-ATTACKS = ["none", "signflip", "labelflip", "alie", "ipm", "minmax", "backdoor"]
-DEFENSES = ["none", "krum", "median", "trimmed_mean", "bulyan", "centered_clip"]
+ATTACKS = ["none", "signflip", "alie", "ipm", "backdoor"]
+DEFENSES = ["none", "krum", "median", "trimmed_mean", "centered_clip"]
 TIMED = ["krum", "multikrum", "bulyan", "median", "trimmed_mean", "norm_bound", "centered_clip"]
 
 
@@ -43,10 +43,17 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--attacks", nargs="+", default=ATTACKS)
     ap.add_argument("--defenses", nargs="+", default=DEFENSES)
-    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    ap.add_argument("--clients", type=int, default=100)
-    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    ap.add_argument("--clients", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--partition", default="iid", choices=["iid", "dirichlet"])
+    ap.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration")
+    ap.add_argument("--batch-clients", type=int, default=20)
+    ap.add_argument("--noniid", nargs="*", default=["none", "krum"],
+                    help="defenses also run without attack on Dirichlet --alpha (Krum non-iid)")
     ap.add_argument("--malicious", default="0.2")
     ap.add_argument("--timing", nargs="*", default=["1000x100000", "100x1000000", "100x155000"],
                     help="N x D sizes to time each defense on")
@@ -56,41 +63,74 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def one(attack: str, defense: str, seed: int, ns: argparse.Namespace, tmp: str) -> dict:
+def config(attack: str, defense: str, seed: int, ns: argparse.Namespace,
+           partition: str | None = None) -> dict[str, Any]:
+    """fednet.api.run's keywords of one cell (the same as `fednet local`'s options)."""
+    part = partition or ns.partition
+    kw: dict[str, Any] = {"clients": ns.clients, "rounds": ns.rounds, "epochs": ns.epochs,
+                          "lr": ns.lr, "momentum": ns.momentum, "partition": part, "seed": seed,
+                          "attack": attack, "malicious": ns.malicious, "defense": defense,
+                          "batch_clients": ns.batch_clients}
+    if part == "dirichlet":
+        kw["alpha"] = ns.alpha
+    return kw
+
+
+def one(attack: str, defense: str, seed: int, ns: argparse.Namespace, tmp: str,
+        partition: str | None = None) -> dict:
     from fednet.api import run
 
     t0 = time.perf_counter()
-    exp = run(clients=ns.clients, rounds=ns.rounds, epochs=ns.epochs, partition="dirichlet",
-              alpha=0.5, seed=seed, attack=attack, malicious=ns.malicious, defense=defense,
-              out=f"{tmp}/{attack}-{defense}-{seed}", quiet=True)
+    kw = config(attack, defense, seed, ns, partition)
+    exp = run(**kw, out=f"{tmp}/{attack}-{defense}-{seed}-{kw['partition']}", quiet=True)
     s = exp.summary
     return {"attack": attack, "defense": defense, "seed": seed, "status": s["status"],
+            "partition": kw["partition"],
             "final_accuracy": s["final_accuracy"],
             "final_attack_success": s.get("final_attack_success"),
             "wall_s": time.perf_counter() - t0, "train_wall_s": s["wall_clock_s"]}
 
 
 def stats(xs: list[float | None]) -> dict[str, Any]:
+    """Mean, sd, min..max and the 95% t interval of the mean (clipped to [0, 1]) over seeds."""
+    from fednet.metrics.intervals import mean_ci
+
     v = [x for x in xs if x is not None]
+    ci = mean_ci(v, bounds=(0.0, 1.0))
     return {"mean": statistics.fmean(v) if v else None,
             "sd": statistics.stdev(v) if len(v) > 1 else None,
-            "min": min(v) if v else None, "max": max(v) if v else None, "n": len(v)}
+            "min": min(v) if v else None, "max": max(v) if v else None, "n": len(v),
+            "lo": ci and ci[0], "hi": ci and ci[1]}
+
+
+def paired(mine: list[dict], base: list[dict]) -> dict[str, Any]:
+    """mine's final accuracy minus base's, paired by seed: mean and 95% t interval."""
+    from fednet.metrics.intervals import versus
+
+    return versus({c["seed"]: c["final_accuracy"] for c in mine},
+                  {c["seed"]: c["final_accuracy"] for c in base}, higher=True)
 
 
 def summarize(cells: list[dict]) -> list[dict]:
+    """Per (partition, attack, defense): accuracy and attack success over seeds; 'effect': the
+    attack's change of this defense's accuracy (against the same defense without attack);
+    'cost': the defense's change against FedAvg under the same attack (paired by seed)."""
     out = []
-    for a in dict.fromkeys(c["attack"] for c in cells):
-        base = [c for c in cells if c["attack"] == a and c["defense"] == "none"]
-        for d in dict.fromkeys(c["defense"] for c in cells):
-            mine = [c for c in cells if c["attack"] == a and c["defense"] == d]
-            if not mine:
-                continue
-            ratio = (statistics.fmean(c["train_wall_s"] for c in mine)
-                     / statistics.fmean(c["train_wall_s"] for c in base)) if base else None
-            out.append({"attack": a, "defense": d,
-                        "accuracy": stats([c["final_accuracy"] for c in mine]),
-                        "attack_success": stats([c["final_attack_success"] for c in mine]),
-                        "wall_vs_fedavg": ratio})
+    pick = {}
+    for c in cells:
+        pick.setdefault((c.get("partition", "dirichlet"), c["attack"], c["defense"]), []).append(c)
+    for (part, a, d), mine in pick.items():
+        base = pick.get((part, a, "none"), [])
+        clean = pick.get((part, "none", d), [])
+        ratio = (statistics.fmean(c["train_wall_s"] for c in mine)
+                 / statistics.fmean(c["train_wall_s"] for c in base)) if base else None
+        out.append({"partition": part, "attack": a, "defense": d,
+                    "accuracy": stats([c["final_accuracy"] for c in mine]),
+                    "attack_success": stats([c["final_attack_success"] for c in mine]),
+                    "effect": paired(mine, clean) if clean and a != "none" else None,
+                    "cost": paired(mine, base) if base and d != "none" else None,
+                    "failed": sum(c.get("status", "completed") != "completed" for c in mine),
+                    "wall_vs_fedavg": ratio})
     return out
 
 
@@ -129,47 +169,125 @@ def timing(n: int, d: int, repeat: int) -> dict[str, float]:
     return out
 
 
+def ci_text(s: dict | None) -> str:
+    """'0.912 [0.901, 0.923]' (mean and 95% interval) or '-'."""
+    if not s or s.get("mean") is None:
+        return "-"
+    return f"{s['mean']:.3f}" + (f" [{s['lo']:.3f}, {s['hi']:.3f}]" if s.get("lo") is not None
+                                 else "")
+
+
+def diff_text(v: dict | None) -> str:
+    """'-0.012 [-0.020, -0.004]', with 'no clear difference' where the interval holds 0."""
+    if not v or v.get("estimate") is None:
+        return "-"
+    text = f"{v['estimate']:+.3f}"
+    if v.get("lo") is None:
+        return text
+    text += f" [{v['lo']:+.3f}, {v['hi']:+.3f}]"
+    return text + (": no clear difference" if v["lo"] <= 0 <= v["hi"] else "")
+
+
 def table_text(rows: list[dict]) -> str:
-    def fmt(s: dict) -> str:
-        if s["mean"] is None:
-            return "-"
-        sd = f" ± {s['sd']:.3f}" if s["sd"] is not None else ""
-        return f"{s['mean']:.3f}{sd} [{s['min']:.3f}..{s['max']:.3f}]"
-    return table(["attack", "defense", "accuracy (mean ± sd [min..max])", "attack success",
-                  "wall vs fedavg"],
-                 [[r["attack"], r["defense"], fmt(r["accuracy"]), fmt(r["attack_success"]),
+    return table(["partition", "attack", "defense", "accuracy [95% CI]", "attack success",
+                  "attack's effect", "vs FedAvg", "wall vs fedavg"],
+                 [[r.get("partition", "dirichlet"), r["attack"], r["defense"],
+                   ci_text(r["accuracy"]), ci_text(r["attack_success"]),
+                   diff_text(r.get("effect")), diff_text(r.get("cost")),
                    "-" if r["wall_vs_fedavg"] is None else f"{r['wall_vs_fedavg']:.2f}x"]
                   for r in rows])
 
 
+NAMES = {"none": "FedAvg", "krum": "Krum", "median": "median", "trimmed_mean": "trimmed mean",
+         "centered_clip": "centered clipping", "bulyan": "Bulyan", "multikrum": "Multi-Krum",
+         "norm_bound": "norm bound"}
+ATTACK_NAMES = {"signflip": "sign flipping", "alie": "ALIE", "ipm": "IPM", "backdoor": "backdoor",
+                "labelflip": "label flipping", "minmax": "min-max", "minsum": "min-sum"}
+
+
+def setting(args: dict[str, Any]) -> str:
+    """The table's setting, for the notes."""
+    return (f"digits {args.get('partition')}, {args.get('clients')} clients all in every round, "
+            f"{args.get('rounds')} rounds x {args.get('epochs')} epochs, lr {args.get('lr')} "
+            f"momentum {args.get('momentum')}; {len(args.get('seeds', []))} seeds, 95% t "
+            "intervals")
+
+
+def attack_row(rows: dict, a: str, args: dict[str, Any]) -> dict[str, Any] | None:
+    """One attack: FedAvg's accuracy under it (the value), its effect, each defense's."""
+    part = args.get("partition")
+    mine = rows.get((part, a, "none"))
+    if mine is None:
+        return None
+    pct = float(args.get("malicious", 0.2)) * 100
+    parts = [f"FedAvg's change {diff_text(mine['effect'])}"]
+    if mine.get("failed"):
+        parts.append(f"FedAvg's runs ended diverged (a non-finite loss) on {mine['failed']}/"
+                     f"{mine['accuracy']['n']} seeds")
+    if a == "backdoor":
+        parts.append(f"backdoor success on FedAvg {ci_text(mine['attack_success'])}")
+    for d in NAMES:
+        r = rows.get((part, a, d))
+        if d == "none" or r is None:
+            continue
+        asr = f", success {ci_text(r['attack_success'])}" if a == "backdoor" else ""
+        parts.append(f"{NAMES[d]} {ci_text(r['accuracy'])} (vs FedAvg {diff_text(r['cost'])}"
+                     f"{asr})")
+    return headline_row("robustness", f"FedAvg accuracy under {ATTACK_NAMES.get(a, a)} "
+                        f"({pct:.0f}% malicious)", mine["accuracy"]["mean"], "", "",
+                        f"{ci_text(mine['accuracy'])}; " + "; ".join(parts) + "; "
+                        + setting(args))
+
+
+def clean_rows(rows: dict, args: dict[str, Any]) -> list[dict[str, Any] | None]:
+    """FedAvg's clean accuracy, each defense's clean cost, Krum's on non-iid data."""
+    part = args.get("partition")
+    fa = rows.get((part, "none", "none"))
+    out = [headline_row("robustness", "FedAvg clean accuracy, the robustness table's model",
+                        fa and fa["accuracy"]["mean"], "", ">= 0.9 (issue 55)",
+                        f"{ci_text(fa and fa['accuracy'])}; {setting(args)}")]
+    for d in NAMES:
+        r = rows.get((part, "none", d))
+        if d != "none" and r is not None and r.get("cost"):
+            out.append(headline_row(
+                "robustness", f"{NAMES[d]}: clean accuracy minus FedAvg's (no attack)",
+                r["cost"]["estimate"], "", "", f"{diff_text(r['cost'])}, paired by seed; "
+                f"{NAMES[d]} {ci_text(r['accuracy'])}; {setting(args)}"))
+    kn, fn = rows.get(("dirichlet", "none", "krum")), rows.get(("dirichlet", "none", "none"))
+    if kn is not None and fn is not None:
+        out.append(headline_row(
+            "robustness", f"Krum: clean accuracy minus FedAvg's, non-iid (Dirichlet "
+            f"{args.get('alpha')})", kn["cost"]["estimate"], "", "",
+            f"{diff_text(kn['cost'])}; Krum {ci_text(kn['accuracy'])}, FedAvg "
+            f"{ci_text(fn['accuracy'])} (docs/algorithms.md, robustness); "
+            + setting(args).replace(str(part), f"Dirichlet {args.get('alpha')}", 1)))
+    return out
+
+
 def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
-    rows = {(r["attack"], r["defense"]): r for r in data.get("table", [])}
-
-    def acc(a: str, d: str) -> float | None:
-        r = rows.get((a, d))
-        return None if r is None else r["accuracy"]["mean"]
-
-    def seeds(a: str, d: str) -> str:
-        """The note's seeds: how many the mean is over, and their range."""
-        s = (rows.get((a, d)) or {}).get("accuracy") or {}
-        return (f"; mean of {s['n']} seeds, range {s['min']:.3f}-{s['max']:.3f}"
-                if s.get("n") else "")
+    args = data.get("args", {})
+    rows = {(r.get("partition", "dirichlet"), r["attack"], r["defense"]): r
+            for r in data.get("table", [])}
     t = data.get("timing", {})
     big = next((v for k, v in t.items() if k.startswith("1000x")), {})
-    note = f"digits, {data.get('args', {}).get('clients')} clients, dirichlet 0.5, 20% malicious"
-    return measured(
-        headline_row("robustness", "FedAvg accuracy, no attack", acc("none", "none"), "", "",
-                     note + seeds("none", "none")),
-        headline_row("robustness", "FedAvg accuracy under sign flipping", acc("signflip", "none"),
-                     "", "falls", note + seeds("signflip", "none")),
-        headline_row("robustness", "Krum accuracy under ALIE", acc("alie", "krum"), "", "",
-                     note + seeds("alie", "krum")),
-        headline_row("robustness", "trimmed mean accuracy under ALIE", acc("alie", "trimmed_mean"),
-                     "", "", note + seeds("alie", "trimmed_mean")),
-        headline_row("robustness", "Krum, 1,000 x 100,000 updates", big.get("krum"), "s", "",
-                     "numpy, float64"),
-        headline_row("robustness", "Bulyan, 1,000 x 100,000 updates", big.get("bulyan"), "s", "",
-                     "numpy, float64"))
+    fp = {"fingerprint": sorted(data.get("fingerprints", {}))}
+    out = measured(*clean_rows(rows, args),
+                   *(attack_row(rows, a, args) for a in args.get("attacks", [])
+                     if a != "none"),
+                   headline_row("robustness", "Krum, 1,000 x 100,000 updates", big.get("krum"),
+                                "s", "", "numpy, float64"),
+                   headline_row("robustness", "Bulyan, 1,000 x 100,000 updates",
+                                big.get("bulyan"), "s", "", "numpy, float64"))
+    return [{**r, **fp} if "updates" not in r["metric"] else r for r in out]
+
+
+def fingerprint_recipes(ns: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """The fingerprints' recipes: seed 0's clean FedAvg and Krum under ALIE, first 2 rounds."""
+    from benchlib.fingerprint import fingerprint_of
+
+    pairs = [("none", "none"), ("alie", "krum"), ("backdoor", "median")]
+    return {f"{a}-{d}": fingerprint_of(config(a, d, ns.seeds[0], ns)) for a, d in pairs
+            if a in ns.attacks and d in ns.defenses}
 
 
 def main() -> int:
@@ -187,6 +305,12 @@ def main() -> int:
                         cells.append(c)
                         print(f"{a:10s} {d:14s} seed {seed}: acc {c['final_accuracy']:.4f} "
                               f"asr {c['final_attack_success']} {c['wall_s']:.1f}s", flush=True)
+            for d in ns.noniid if ns.partition == "iid" else []:
+                for seed in ns.seeds:
+                    c = one("none", d, seed, ns, tmp, partition="dirichlet")
+                    cells.append(c)
+                    print(f"dirichlet {d:14s} seed {seed}: acc {c['final_accuracy']:.4f}",
+                          flush=True)
     rows = summarize(cells)
     if rows:
         print(table_text(rows))
@@ -195,8 +319,11 @@ def main() -> int:
         n, d = (int(v) for v in size.split("x"))
         times[size] = timing(n, d, ns.repeat)
         print(size, {k: round(v, 3) for k, v in times[size].items()}, flush=True)
+    from benchlib.fingerprint import takes
+
     data = {"machine": machine(), "args": vars(ns), "cells": cells, "table": rows,
-            "timing": times}
+            "timing": times,
+            "fingerprints": takes(fingerprint_recipes(ns)) if cells else {}}
     write_json(ns.json, data, headline)
     return 0
 

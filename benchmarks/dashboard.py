@@ -12,6 +12,16 @@ script named by its "script" key or else by its file name (async_hetero.json: be
 a file without "command" gets one rebuilt from its "args" when the script has parser(). Every
 number in the output comes from those files. --check: exit 1 when OUT differs from what would
 be written; more than MAX_LINES lines is an error (fewer headline rows are needed).
+
+Fingerprints (issue 55 item 1; benchlib/fingerprint.py): a result file may keep "fingerprints"
+(NAME: a 2-round re-run recipe of a seed-0 cell, its figures and their hash, the *training
+path*), and each of its rows names those it rests on ("fingerprint": [NAME, ...]). FINGERPRINTS
+(benchmarks/fingerprints.json) holds each recipe's path at HEAD. --check also exits 1 on a row
+whose fingerprint was recorded at another path than FINGERPRINTS' (or whose figures do not give
+its path), unless its file says why it is "stale" (the row then says STALE). --fingerprints
+re-runs every recipe, writes FINGERPRINTS and names the rows it moved (tests/test_fingerprints.py
+re-runs them against the files, in the slow lane). Accuracy-bearing rows without a fingerprint
+are named below the tables.
 """
 from __future__ import annotations
 
@@ -31,8 +41,10 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from benchlib.util import AREAS  # noqa: E402
 
-MAX_LINES = 157  # (150 until issue 56's batched-training rows; 157 with its whole-run rows)
+MAX_LINES = 175  # (150 until issue 56's batched-training rows; 157 with its whole-run rows;
+# 175 with issue 55's robustness table (clean cost per defense, effect per attack) and checks)
 HISTORY = ROOT / "docs" / "benchmarks" / "history.md"
+FINGERPRINTS = HERE / "fingerprints.json"
 ROW_KEYS = ("area", "metric", "value", "unit", "target", "note")
 _MODULES: dict[str, ModuleType] = {}
 
@@ -121,7 +133,8 @@ def read_result(path: Path) -> dict[str, Any]:
         else "")
     return {"path": path, "script": script or "?", "rows": check_rows(rows, path),
             "command": command, "commit": str(data.get("commit") or info.get("git") or "?"),
-            "date": str(data.get("date") or info.get("date") or "")}
+            "date": str(data.get("date") or info.get("date") or ""),
+            "fingerprints": data.get("fingerprints") or {}, "stale": data.get("stale") or ""}
 
 
 def when(date: str) -> datetime.datetime:
@@ -139,7 +152,8 @@ def newest(results: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any
     for res in sorted(results, key=lambda r: (when(r["date"]), r["path"].name)):
         for i, r in enumerate(res["rows"]):
             best[(r["area"], r["metric"])] = {
-                **r, **{k: res[k] for k in ("path", "script", "command", "commit", "date")},
+                **r, **{k: res[k] for k in ("path", "script", "command", "commit", "date",
+                                            "fingerprints", "stale")},
                 "order": (res["script"], res["path"].name, i)}
     return best
 
@@ -179,12 +193,78 @@ def cell(text: Any) -> str:
 
 def table_row(r: dict[str, Any], out: Path) -> str:
     current = f"**{number(r['value'], r['unit'])}**" + (f" ({r['note']})" if r["note"] else "")
+    if r.get("stale"):
+        current = f"STALE ({r['stale']}): " + current
     command = f"`{r['command']}`" if r["command"] else "(not recorded)"
     file = f"[{r['path'].name}]({link(r['path'], out)})"
     date = r["date"][:16].replace("T", " ")
+    paths = [fp_path(r, n) for n in r.get("fingerprint") or []]
+    commit = r["commit"] + (f" (path {' '.join(p[:8] for p in paths)})" if paths else "")
     return "| " + " | ".join(cell(x) for x in (
-        r["metric"], r["target"] or "-", current, r["commit"], date or "?",
+        r["metric"], r["target"] or "-", current, commit, date or "?",
         f"{command} → {file}")) + " |"
+
+
+def fp_path(r: dict[str, Any], name: str) -> str:
+    """The training path a row's fingerprint NAME was recorded at ('?' when its file lacks it)."""
+    return str((r.get("fingerprints") or {}).get(name, {}).get("path") or "?")
+
+
+def unchecked(r: dict[str, Any]) -> bool:
+    """An accuracy-bearing row (its metric names an accuracy, or its note gives one) without a
+    fingerprint."""
+    import re
+
+    bearing = "accura" in r["metric"].lower() or re.search(
+        r"accura\w*:?\s+[-+]?\d", str(r["note"]).lower()) is not None
+    return bearing and not r.get("fingerprint") and not r.get("stale")
+
+
+def ledger(path: Path = FINGERPRINTS) -> dict[str, Any]:
+    """FINGERPRINTS: each recipe's command -> its training path at HEAD ({} when absent)."""
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def path_problems(rows: dict[tuple[str, str], dict[str, Any]], paths: dict[str, Any]
+                  ) -> list[str]:
+    """The shown rows whose fingerprints disagree with HEAD's paths (stale files excepted)."""
+    from benchlib.fingerprint import path_of
+
+    bad = []
+    for r in rows.values():
+        for name in [] if r.get("stale") else r.get("fingerprint") or []:
+            fp = (r.get("fingerprints") or {}).get(name)
+            where = f"{r['area']}: {r['metric']!r} ({r['path'].name}, fingerprint {name})"
+            if fp is None:
+                bad.append(f"{where}: the file has no such fingerprint")
+            elif path_of(fp["rounds"]) != fp["path"]:
+                bad.append(f"{where}: its figures do not give its path {fp['path']}")
+            elif paths.get(fp["command"], {}).get("path") != fp["path"]:
+                head = paths.get(fp["command"], {}).get("path", "none recorded")
+                bad.append(f"{where}: measured at training path {fp['path']}, HEAD's is {head} "
+                           f"({shown(FINGERPRINTS)}): re-measure the row, or say in its file "
+                           "why it is \"stale\"")
+    return bad
+
+
+def refingerprint(results: list[dict[str, Any]], out: Path = FINGERPRINTS) -> list[str]:
+    """Re-run every recipe of the (not stale) files, write `out`; the rows whose path moved."""
+    from benchlib.fingerprint import take
+
+    recipes = {fp["command"]: fp for res in results if not res["stale"]
+               for fp in res["fingerprints"].values()}
+    paths, moved = {}, []
+    for command, fp in sorted(recipes.items()):
+        now = take(fp["recipe"])
+        paths[command] = {"path": now["path"], "status": now["status"]}
+        print(f"{now['path']} {'(moved)' if now['path'] != fp['path'] else ''} {command}")
+        if now["path"] != fp["path"]:
+            moved += [f"{res['path'].name}: {r['metric']}" for res in results
+                      for r in res["rows"] if any(
+                          res["fingerprints"].get(n, {}).get("command") == command
+                          for n in r.get("fingerprint") or [])]
+    out.write_text(json.dumps(paths, indent=1, sort_keys=True) + "\n")
+    return moved
 
 
 def render(results: list[dict[str, Any]], results_dir: Path, out: Path) -> str:
@@ -214,6 +294,11 @@ def render(results: list[dict[str, Any]], results_dir: Path, out: Path) -> str:
     if missing:
         lines.append("Not yet measured with `--json`: " + ", ".join(f"`{s}`" for s in missing)
                      + f" (history: {history}).")
+    bare = sorted({r["path"].name for r in rows.values() if unchecked(r)})
+    if bare:
+        lines += ["", "Accuracy-bearing rows without a fingerprint (not re-checked at HEAD by "
+                  "tests/test_fingerprints.py): those of " + ", ".join(f"`{b}`" for b in bare)
+                  + "."]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -223,15 +308,32 @@ def main(argv: list[str] | None = None) -> int:
                     help="the folder of --json files (default benchmarks/results)")
     ap.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md")
     ap.add_argument("--check", action="store_true",
-                    help="write nothing; exit 1 when --out differs from what would be written")
+                    help="write nothing; exit 1 when --out differs from what would be written "
+                    "or a row's fingerprint was recorded at another training path than HEAD's")
+    ap.add_argument("--fingerprints", action="store_true",
+                    help="re-run every row's fingerprint recipe and write HEAD's training paths "
+                    f"to {shown(FINGERPRINTS)} (slow: about a minute)")
+    ap.add_argument("--ledger", type=Path, default=FINGERPRINTS,
+                    help="each recipe's training path at HEAD (default benchmarks/"
+                    "fingerprints.json)")
     a = ap.parse_args(argv)
     results = [read_result(p) for p in sorted(a.results.glob("*.json"))]
+    if a.fingerprints:
+        moved = refingerprint(results, a.ledger)
+        print("rows measured at another training path than HEAD's (re-measure them): "
+              + ("; ".join(moved) if moved else "none"))
     text = render(results, a.results, a.out)
     n = text.count("\n")
     if n > MAX_LINES:
         print(f"dashboard: {n} lines, more than {MAX_LINES}: fewer headline rows are needed",
               file=sys.stderr)
         return 1
+    if a.check:
+        bad = path_problems(newest(results), ledger(a.ledger))
+        if bad:
+            print("dashboard: rows not measured at HEAD's training path:\n  "
+                  + "\n  ".join(bad), file=sys.stderr)
+            return 1
     if a.check:
         old = a.out.read_text() if a.out.exists() else None
         if old != text:

@@ -1,0 +1,57 @@
+"""Every fingerprinted dashboard row reproduces at HEAD (issue 55 item 1): each recipe kept in
+benchmarks/results/*.json (a 2-round re-run of a row's seed-0 cell, benchmarks/benchlib/
+fingerprint.py) is run again and must give the figures its file recorded, bit for bit. A failure
+names the rows the code moved: re-measure them in the same change (then `python3
+benchmarks/dashboard.py --fingerprints` records HEAD's paths), or say in their file why they
+are "stale". The slow lane: about a minute here."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def _recipes() -> dict[str, dict]:
+    """Each distinct recipe (by its command) of the files that are not stale: the fingerprint
+    as recorded, and the rows that rest on it."""
+    out: dict[str, dict] = {}
+    for path in sorted(RESULTS.glob("*.json")):
+        data = json.loads(path.read_text())
+        if data.get("stale") or not data.get("fingerprints"):
+            continue
+        for name, fp in data["fingerprints"].items():
+            rows = [r["metric"] for r in data.get("headline", [])
+                    if name in (r.get("fingerprint") or [])]
+            entry = out.setdefault(fp["command"], {"fp": fp, "rows": []})
+            entry["rows"] += [f"{path.name}: {m}" for m in rows]
+    return out
+
+
+RECIPES = _recipes()
+
+
+def test_the_dashboard_has_fingerprints_to_check():
+    assert len(RECIPES) >= 3, sorted(RECIPES)
+    for command, entry in RECIPES.items():
+        assert entry["rows"], f"{command}: no dashboard row names this fingerprint"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", sorted(RECIPES))
+def test_a_fingerprint_reproduces_at_head(command):
+    from benchlib.fingerprint import take
+
+    entry = RECIPES[command]
+    now = take(entry["fp"]["recipe"])
+    if now["path"] != entry["fp"]["path"]:
+        diff = next(((i, a, b) for i, (a, b) in enumerate(zip(entry["fp"]["rounds"],
+                                                              now["rounds"])) if a != b), None)
+        pytest.fail("the code moved these dashboard rows (re-measure them in this change):\n  "
+                    + "\n  ".join(entry["rows"]) + f"\nrecipe: {command}\nrecorded path "
+                    f"{entry['fp']['path']}, now {now['path']}; first differing round: {diff}")
