@@ -1,18 +1,24 @@
-"""Whole `fednet local` runs, batched (--batch-clients) against unbatched, side by side (issue 56
-item 4, first part).
+"""Whole runs with --batch-clients beside the plain loop and fednet without it (issue 56 item 4):
+the issue's table.
 
-    python3 benchmarks/bench_batched_runs.py --json benchmarks/results/batched_runs.json
-    python3 benchmarks/bench_batched_runs.py --cells digits:100 --repeats 1
+    python3 benchmarks/bench_batched_runs.py --cells synthetic-fedprox:1000000:1000:4:1 \
+        --json benchmarks/results/batched_runs_mclr.json      # the million-client job
+    python3 benchmarks/bench_batched_runs.py --cells digits:100,digits:1000:100,\
+synthetic-cifar10:1000:100:3 --json benchmarks/results/batched_runs.json
 
-Cells (DATASET:CLIENTS[:PER_ROUND]): digits:100 (the digits CNN, every client each round) and
-synthetic-fedprox:20000:1000 (mclr, the million-client job's cohort of 1,000 a round at a small
-population). Each run: `fednet local` with fednet's defaults, --seed 0, --rounds R, and
---batch-clients B (the cohort in one block; 0 for the unbatched run), as a subprocess. The two
-runs of a cell alternate --repeats times (both see the same load on a shared machine). Per run:
-the whole command's seconds and the steady round (the median of metrics.jsonl's wall_s
-differences from round 1 on: training, aggregation and evaluation); the medians, their ratios,
-and what must not move: the bytes, the messages and the simulated time (equal, or the cell says
-so), the final model's largest difference relative to each array's scale, the final accuracies.
+Cells: DATASET:CLIENTS[:PER_ROUND[:ROUNDS[:EPOCHS]]] (per round: all; rounds: --rounds; epochs:
+fednet's default). Each cell runs, one after another and --repeats times interleaved (the same
+load on a shared machine): the plain loop (benchmarks/plain_loop.py: torch.optim.SGD, one client
+after another, fednet's data and model), `fednet local` without and with --batch-clients
+PER_ROUND (the cohort in one block), `fednet launch` with it (--runtimes picks), all --seed 0
+and fednet's defaults (--threads 1, as the loop). Per run: the whole command's seconds, the
+steady round (the median of the rounds from round 1 on: the loop's own timer; fednet's
+metrics.jsonl wall_s differences: training, aggregation, evaluation) and each round's accuracy.
+Per cell: the rounds' useful FLOPs (the examples trained a round, from metrics.jsonl, times one
+example's forward and backward FLOPs by training/flops.batch_flops: what the simulated clock
+charges; padding not counted) over the steady round, beside this machine's float32 matmul peak
+on one thread (measured here, torch.mm of 1024x1024); what must not move between fednet's runs
+(bytes, messages, simulated time) and the final models' largest difference.
 """
 from __future__ import annotations
 
@@ -21,92 +27,165 @@ import json
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib.runner import fednet_module, run  # noqa: E402
 from benchlib.util import headline_row, machine, measured, write_json  # noqa: E402
 
-TARGETS = {"digits:100": "<= 0.33x (issue 56, steady round against the plain loop's)"}
+HERE = Path(__file__).resolve().parent
+RUNTIMES = ("loop", "local", "local-batched", "launch-batched")
+TARGETS = {"synthetic-fedprox": "<= 0.05x (issue 56)", "digits": "<= 0.33x (issue 56)",
+           "synthetic-cifar10": "<= 0.8x (issue 56)"}
 
 
-def one(dataset: str, clients: int, per_round: int, batch: int, rounds: int, out: Path
-        ) -> dict[str, Any]:
-    """One `fednet local` run: its seconds, steady round, summary and final model."""
-    argv = fednet_module("local", "--dataset", dataset, "--clients", str(clients), "--fraction",
-                         repr(per_round / clients), "--rounds", str(rounds), "--seed", "0",
-                         "--batch-clients", str(batch), "-q", "--out", str(out), "--overwrite")
-    if dataset != "digits":
-        argv += ["--partition", "natural"]
+def parse(spec: str, rounds: int) -> dict[str, Any]:
+    p = spec.split(":")
+    clients = int(p[1])
+    return {"spec": spec, "dataset": p[0], "clients": clients,
+            "per_round": int(p[2]) if len(p) > 2 else clients,
+            "rounds": int(p[3]) if len(p) > 3 else rounds,
+            "epochs": int(p[4]) if len(p) > 4 else None}
+
+
+def loop_run(c: dict[str, Any]) -> dict[str, Any]:
+    """The plain loop: its seconds, steady round and final accuracy."""
+    argv = [sys.executable, str(HERE / "plain_loop.py"), "--dataset", c["dataset"], "--clients",
+            str(c["clients"]), "--fraction", repr(c["per_round"] / c["clients"]), "--rounds",
+            str(c["rounds"]), "--seed", "0"] + (["--epochs", str(c["epochs"])] if c["epochs"]
+                                                 else [])
+    ran = run(argv, check=True)
+    got = ran.last_json
+    rounds = got["round_s"]
+    return {"wall_s": ran.wall_s, "round_s": statistics.median(rounds[1:] or rounds),
+            "accuracy": [None] * (len(rounds) - 1) + [got["accuracy"]]}
+
+
+def fednet_run(c: dict[str, Any], runtime: str, out: Path) -> dict[str, Any]:
+    """A fednet run: its seconds, steady round, accuracy curve, examples a round, summary and
+    final model."""
+    command, _, batched = runtime.partition("-")
+    argv = fednet_module(command, "--dataset", c["dataset"], "--clients", str(c["clients"]),
+                         "--fraction", repr(c["per_round"] / c["clients"]), "--rounds",
+                         str(c["rounds"]), "--seed", "0", "--batch-clients",
+                         str(c["per_round"] if batched else 0), "-q", "--out", str(out))
+    if c["epochs"]:
+        argv += ["--epochs", str(c["epochs"])]
+    if command == "launch":
+        argv += ["--register-timeout", "600"]
     ran = run(argv, check=True)
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    walls = [r["wall_s"] for r in rows if "wall_s" in r and r.get("round", -1) >= 0]
+    rows = [r for r in rows if "wall_s" in r and r.get("round", -1) >= 0]
+    walls = [r["wall_s"] for r in rows]
     steps = [b - a for a, b in zip(walls, walls[1:])] or walls
-    summary = json.loads((out / "summary.json").read_text())
+    samples = [r["samples"] for r in rows]
     with np.load(out / "final_model.npz") as z:
         model = {k: z[k] for k in z.files}
-    return {"wall_s": ran.wall_s, "round_s": statistics.median(steps), "summary": summary,
-            "model": model}
+    return {"wall_s": ran.wall_s, "round_s": statistics.median(steps),
+            "accuracy": [r.get("accuracy") for r in rows],
+            "examples": statistics.median(b - a for a, b in zip([0] + samples, samples)),
+            "summary": json.loads((out / "summary.json").read_text()), "model": model}
 
 
-def cell(spec: str, rounds: int, repeats: int) -> dict[str, Any]:
-    parts = spec.split(":")
-    dataset, clients = parts[0], int(parts[1])
-    per_round = int(parts[2]) if len(parts) > 2 else clients
-    got: dict[str, list[dict[str, Any]]] = {"plain": [], "batched": []}
+def example_flops(dataset: str) -> float:
+    """One example's training FLOPs (forward and backward) in fednet's default model."""
+    from fednet.config import RunConfig
+    from fednet.data import load_dataset
+    from fednet.models import build_model
+    from fednet.training.flops import batch_flops
+
+    ds = load_dataset(dataset)
+    b = RunConfig().train.batch_size
+    model = build_model("auto", ds.num_classes, ds.input_shape, dataset=dataset, seed=0)
+    return batch_flops(model, (b, *ds.input_shape)) / b
+
+
+def matmul_peak(n: int = 1024, repeats: int = 5) -> float:
+    """This machine's float32 matmul FLOP/s on one thread (the best of `repeats`)."""
+    torch.set_num_threads(1)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n ** 3 / best
+
+
+def cell(c: dict[str, Any], runtimes: list[str], repeats: int) -> dict[str, Any]:
+    """Every runtime's runs of one cell, interleaved; the medians and what must not move."""
+    got: dict[str, list[dict[str, Any]]] = {r: [] for r in runtimes}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(repeats):
-            for name, batch in (("plain", 0), ("batched", per_round)):
-                got[name].append(one(dataset, clients, per_round, batch, rounds,
-                                     Path(tmp) / f"{name}{i}"))
-    p, b = got["plain"][-1], got["batched"][-1]
-    sp, sb = p["summary"], b["summary"]
-    diff = max(float(np.abs(p["model"][k] - b["model"][k]).max())
-               / max(float(np.abs(p["model"][k]).max()), 1e-12) for k in p["model"])
-    med = {k: {m: statistics.median(r[m] for r in v) for m in ("wall_s", "round_s")}
-           for k, v in got.items()}
-    return {"cell": spec, "dataset": dataset, "clients": clients, "per_round": per_round,
-            "rounds": rounds, "repeats": repeats,
-            "plain_wall_s": round(med["plain"]["wall_s"], 3),
-            "batched_wall_s": round(med["batched"]["wall_s"], 3),
-            "plain_round_s": round(med["plain"]["round_s"], 4),
-            "batched_round_s": round(med["batched"]["round_s"], 4),
-            "round_ratio": round(med["batched"]["round_s"] / med["plain"]["round_s"], 3),
-            "wall_ratio": round(med["batched"]["wall_s"] / med["plain"]["wall_s"], 3),
-            "same_bytes": sp["bytes"] == sb["bytes"], "same_messages": sp["messages"] == sb["messages"],
-            "same_sim_time": sp["sim_time_s"] == sb["sim_time_s"],
-            "max_rel_diff": f"{diff:.1e}", "plain_accuracy": sp.get("final_accuracy"),
-            "batched_accuracy": sb.get("final_accuracy"),
-            "all_s": {k: [[round(r["wall_s"], 3), round(r["round_s"], 4)] for r in v]
-                      for k, v in got.items()}}
+            for r in runtimes:
+                got[r].append(loop_run(c) if r == "loop" else
+                              fednet_run(c, r, Path(tmp) / f"{r}{i}"))
+                print(f"  {c['spec']} {r}: {got[r][-1]['wall_s']:.1f} s", flush=True)
+    out: dict[str, Any] = {**c, "repeats": repeats, "runs": {}}
+    for r, runs in got.items():
+        out["runs"][r] = {"wall_s": round(statistics.median(x["wall_s"] for x in runs), 3),
+                          "round_s": round(statistics.median(x["round_s"] for x in runs), 4),
+                          "accuracy": runs[-1]["accuracy"],
+                          "all_s": [[round(x["wall_s"], 2), round(x["round_s"], 4)] for x in runs]}
+    fed = [r for r in runtimes if r != "loop"]
+    if fed:
+        last = {r: got[r][-1] for r in fed}
+        ref = last[fed[0]]
+        flop = example_flops(c["dataset"]) * ref["examples"]
+        out["round_flops"] = flop
+        for r in fed:
+            out["runs"][r]["gflops"] = round(flop / out["runs"][r]["round_s"] / 1e9, 3)
+            s, s0 = last[r]["summary"], ref["summary"]
+            out["runs"][r]["same_as_" + fed[0]] = all(
+                s[k] == s0[k] for k in ("bytes", "messages", "sim_time_s"))
+            out["runs"][r]["max_rel_diff"] = f"{_diff(last[r]['model'], ref['model']):.1e}"
+    return out
+
+
+def _diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
+    """The largest difference of two models, relative to each array's largest magnitude."""
+    return max(float(np.abs(a[k] - b[k]).max()) / max(float(np.abs(b[k]).max()), 1e-12)
+               for k in b)
 
 
 def headline(data: dict) -> list:
-    """One row per cell: the batched steady round over the unbatched one."""
+    """One row per cell: the batched steady round over the plain loop's, the rest in the note."""
     rows = []
-    for r in data.get("cells", []):
-        same = "bytes, messages, simulated time identical" if (
-            r["same_bytes"] and r["same_messages"] and r["same_sim_time"]) else \
-            "bytes/messages/simulated time DIFFER"
+    peak = data.get("matmul_peak_gflops")
+    for c in data.get("cells", []):
+        runs = c["runs"]
+        if "loop" not in runs or "local-batched" not in runs:
+            continue
+        loop = runs["loop"]["round_s"]
+        parts = [f"{r} {v['round_s']} s ({v['round_s'] / loop:.3g}x, command "
+                 f"{v['wall_s'] / runs['loop']['wall_s']:.3g}x)" for r, v in runs.items()
+                 if r != "loop"]
+        b = runs["local-batched"]
+        same = all(v.get("same_as_local", True) for v in runs.values())
+        acc = {r: v["accuracy"][-1] for r, v in runs.items()}
         rows.append(headline_row(
-            "scale", f"fednet local, {r['dataset']} {r['clients']:,} clients "
-            f"({r['per_round']:,} a round): steady round with --batch-clients / without",
-            r["round_ratio"], "x", "",
-            f"{r['batched_round_s']} s against {r['plain_round_s']} s a round, whole command "
-            f"{r['wall_ratio']}x ({r['batched_wall_s']} against {r['plain_wall_s']} s), medians "
-            f"of {r['repeats']}, {r['rounds']} rounds; {same}; model within {r['max_rel_diff']}"
-            f" of scale; accuracy {r['batched_accuracy']} against {r['plain_accuracy']}"))
+            "scale", f"{c['dataset']} {c['clients']:,} clients, {c['per_round']:,} a round: "
+            "fednet local --batch-clients steady round / the plain loop's",
+            round(b["round_s"] / loop, 3), "x", TARGETS.get(c["dataset"], ""),
+            f"loop {loop} s a round; " + "; ".join(parts) + f"; {b.get('gflops')} GFLOP/s "
+            f"batched (matmul peak {peak}); {c['rounds']} rounds, medians of {c['repeats']}; "
+            f"bytes, messages, simulated time {'identical' if same else 'DIFFER'}; final "
+            f"accuracy " + ", ".join(f"{r} {a:.3f}" for r, a in acc.items() if a is not None)))
     return measured(*rows)
 
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cells", default="digits:100,synthetic-fedprox:20000:1000")
+    ap.add_argument("--cells", default="digits:100")
     ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--runtimes", default=",".join(RUNTIMES))
     ap.add_argument("--json", default=None, help="write the results here (the dashboard's file)")
     return ap
 
@@ -114,19 +193,22 @@ def parser() -> argparse.ArgumentParser:
 def main() -> None:
     a = parser().parse_args()
     info = machine()
+    peak = round(matmul_peak() / 1e9, 1)
     rows = []
     for spec in a.cells.split(","):
-        r = cell(spec, a.rounds, a.repeats)
+        r = cell(parse(spec, a.rounds), a.runtimes.split(","), a.repeats)
         print(json.dumps(r), flush=True)
         rows.append(r)
-    print("\n| cell | round s plain | round s batched | ratio | command s plain | batched | ratio "
-          "| identical bytes/time | max rel diff |\n|---|---|---|---|---|---|---|---|---|")
+    print(f"\nfloat32 matmul peak, one thread: {peak} GFLOP/s\n\n| cell | runtime | round s | "
+          "x loop | command s | GFLOP/s | accuracy by round |\n|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['cell']} | {r['plain_round_s']} | {r['batched_round_s']} | "
-              f"{r['round_ratio']} | {r['plain_wall_s']} | {r['batched_wall_s']} | "
-              f"{r['wall_ratio']} | {r['same_bytes'] and r['same_sim_time']} | "
-              f"{r['max_rel_diff']} |")
-    data = {"args": vars(a), "machine": info, "cells": rows}
+        loop = r["runs"].get("loop", {}).get("round_s")
+        for name, v in r["runs"].items():
+            ratio = f"{v['round_s'] / loop:.3g}" if loop else "-"
+            acc = " ".join("-" if x is None else f"{x:.3f}" for x in v["accuracy"])
+            print(f"| {r['spec']} | {name} | {v['round_s']} | {ratio} | {v['wall_s']} | "
+                  f"{v.get('gflops', '-')} | {acc} |")
+    data = {"args": vars(a), "machine": info, "matmul_peak_gflops": peak, "cells": rows}
     write_json(a.json, data, headline(data))
 
 
