@@ -1,6 +1,6 @@
 """Local differential privacy (docs/algorithms.md §11.3): a client clips its own update and adds
 Gaussian noise before the result leaves it, so the server and everyone after it see only the
-privatized update. A mixin placed before a client half that sends models (wrap_client).
+privatized update. A wrapper around a client half that sends models (LocalDPClient).
 
     result = theta_t + clip(theta_k - theta_t, C) + N(0, (z C)^2 I)
 
@@ -11,33 +11,38 @@ from the result's body (it is a function of the client's data that no noise cove
 """
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
 
 from fednet import rng
-from fednet.algorithms.contract import ClientContext
+from fednet.algorithms.contract import ClientContext, ClientUpdate
 from fednet.privacy.mechanisms import floating, privatize
 from fednet.types import Arrays, Task
-from fednet.config import RunConfig
-
-
-@functools.cache
-def wrap_client(cls: type) -> type:
-    """`cls` (a client half that sends its model) with local DP first in its MRO."""
-    return type(f"Private{cls.__name__}", (LocalDPClient, cls), {"__module__": __name__})
 
 
 class LocalDPClient:
-    """The mixin; see the module's docstring."""
+    """A client half that sends its model, wrapped: its update privatized before it leaves (see
+    the module's docstring). A wrapper, not a class made at run time: it forwards, by name, the
+    members the executor and the batched engine read of a client half."""
 
-    cfg: RunConfig
+    def __init__(self, inner: ClientUpdate) -> None:
+        self.inner, self.cfg = inner, inner.cfg
+        self.State, self.keeps_model = inner.State, inner.keeps_model
+        self.sends_updates, self.trains_on_pooled = inner.sends_updates, inner.trains_on_pooled
+        self.adopts_received = bool(getattr(inner, "adopts_received", False))
+        self.local = getattr(inner, "local", None)  # the local rule (--batch-clients reads it)
+
+    def stateful(self) -> bool:
+        return self.inner.stateful()
+
+    def new_state(self) -> Any:
+        return self.inner.new_state()
 
     def run(self, ctx: ClientContext, task: Task) -> tuple[Arrays, dict[str, Any]]:
         """The client half's own update, privatized."""
         ref = {n: np.array(task.arrays[n], dtype=np.float64) for n in floating(task.arrays)}
-        arrays, body = super().run(ctx, task)  # type: ignore[misc]  # a mixin: the client half after it
+        arrays, body = self.inner.run(ctx, task)
         dp = self.cfg.dp
         gen = rng.generator(self.cfg.seed, "dp-local", task.round, ctx.cid)
         arrays, _, _ = privatize(arrays, ref, dp.clip, dp.noise * dp.clip, gen)

@@ -47,7 +47,7 @@ def build_client_bare(cfg: RunConfig) -> ClientUpdate:
     more; with --dp local: algorithms/dp_client.py); algorithms.build_client wraps it for
     --secagg."""
     spec = get(cfg.algo.name)
-    cls = _load(spec.client)
+    client = _load(spec.client)(cfg, spec.parse(dict(cfg.algo.params)))
     if cfg.dp.mode == "local":
-        cls = _load("fednet.algorithms.dp_client:wrap_client")(cls)
-    return cls(cfg, spec.parse(dict(cfg.algo.params)))
+        return _load("fednet.algorithms.dp_client:LocalDPClient")(client)  # (by its members)
+    return client

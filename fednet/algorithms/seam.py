@@ -60,7 +60,7 @@ class DefenseSpec:
 
     def run(self, *args: object) -> tuple[object, list[int], dict[str, float]]:
         """The rule on (x, w, f, p, center): (update, chosen rows, row metrics)."""
-        return _resolve(self.rule)(*args)  # type: ignore[no-any-return]  # a plugin's callable
+        return _resolve(self.rule)(*args)  # (a plugin's callable)
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def _resolve(ref: Rule | str) -> Rule:
     if callable(ref):
         return ref
     module, _, name = ref.partition(":")
-    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]  # a ref
+    return getattr(importlib.import_module(module), name)  # (a "module:function" ref)
 
 
 # ---- the composition rules, from the facts -----------------------------------------------------

@@ -156,7 +156,7 @@ class SecAggServer(StagedStrategy):
 
     @calibrated.setter
     def calibrated(self, value: bool) -> None:
-        self.inner.calibrated = value  # type: ignore[attr-defined]  # a PrivateServer's field
+        self.inner.calibrated = value  # (a PrivateServer's field)
 
     @property
     def resume_problem(self) -> Callable[..., str] | None:
