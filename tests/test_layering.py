@@ -29,7 +29,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "models": BASE | {"plugins", "data"},  # a dataset's default model
     "data": BASE | {"plugins"},
     "training": BASE | {"plugins", "config", "models", "data", "privacy"},
-    "algorithms": BASE | {"plugins", "config", "models", "data", "training", "secagg", "privacy"},
+    "algorithms": BASE | {"plugins", "config", "compress", "models", "data", "training", "secagg",
+                          "privacy"},  # compress: the codecs' facts (what sums in SecAgg's field)
     "network": BASE | {"config"},  # the clock: profiles, server link, availability, deadlines
     "metrics": BASE | {"config"},
     "transport": BASE | {"log", "config", "metrics", "protocol", "platform"},  # config: the

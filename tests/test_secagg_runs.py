@@ -117,7 +117,7 @@ def test_algorithms_that_need_individual_updates_refuse_it_before_any_data(algo)
 
 
 @pytest.mark.parametrize("over, says", [
-    ({"net": {"secagg": "plus", "compress": "int8"}}, "--compress encodes each client's update"),
+    ({"net": {"secagg": "plus", "compress": "int8"}}, "--compress int8: each client's codes carry its own scale"),
     ({"net": {"secagg": "plus"}, "latency": {"over_select": 1.5}}, "--over-select keeps"),
     ({"net": {"secagg": "full"}, "dp": {"mode": "central", "noise": 1.0}}, "--dp central.s clipping"),
     ({"net": {"secagg": "full"}, "algo": {"eval": "clients"}}, "each client evaluating its own")])

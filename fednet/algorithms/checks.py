@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fednet.algorithms import registry
+from fednet.compress.codecs import NOT_SUMMABLE
 from fednet.config.declare import check_range
 from fednet.config.privacy import DPConfig
 from fednet.config.settings import (LATENCY_PRESETS, NetConfig, RunConfig, TrainConfig,
@@ -169,7 +170,10 @@ def secagg_problem(cfg: RunConfig) -> str:
                 "partition) reads its own update, which secure aggregation hides; use --eval "
                 "global")
     if n.compress != "none":
-        return "--compress encodes each client's update for the server; drop it"
+        why = NOT_SUMMABLE.get(n.compress.split(":")[0], "its output does not sum in the field")
+        return (f"--compress {n.compress}: {why}; secure aggregation quantizes each value "
+                "itself, one scale for every client (--secagg-bits, --secagg-clip): drop "
+                "--compress")
     if cfg.dp.mode in ("central", "local") or cfg.dp.sgd_noise > 0:
         return ("--dp central's clipping and --dp local's and DP-SGD's accounting read each "
                 "client's update, which secure aggregation hides; use --dp distributed (each "

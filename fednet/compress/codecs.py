@@ -168,6 +168,17 @@ CODECS = {"fp16": (fp16_encode, fp16_decode), "int8": (q8_encode, q8_decode),
           "qsgd": (qsgd_encode, qsgd_decode), "topk": (topk_encode, topk_decode),
           "sign": (sign_encode, sign_decode)}
 """name -> (encode(x, sizes, rng, arg) -> arrays, decode(arrays, sizes, arg) -> x)."""
+NOT_SUMMABLE = {
+    "fp16": "its floats do not add in secure aggregation's integer field",
+    "int8": "each client's codes carry its own scale, so two clients' codes do not add",
+    "qsgd": "each client's levels carry its own norm, so two clients' levels do not add",
+    "topk": "each client keeps other coordinates, so the sparse vectors do not add position by "
+            "position",
+    "sign": "each client's signs carry its own scale, so they do not add to the mean",
+}
+"""Why a codec's output does not sum in secure aggregation's field (each one's fact: under
+--secagg the masked vector must add up value by value; secure aggregation quantizes each value
+itself, with one scale for every client: --secagg-bits and --secagg-clip)."""
 WIRE_NAMES = {"fp16": {"@fp16"}, "int8": {"@q8", "@q8.scale"},
               "qsgd": {"@qsgd.norm", "@qsgd.nz", "@qsgd.lvl"}, "topk": {"@topk.idx", "@topk.val"},
               "sign": {"@sign", "@sign.scale"}}
