@@ -69,13 +69,13 @@ def accuracy_change(rs: list[dict[str, Any]], dense: dict[int, dict[str, Any]]) 
     key = "last_mean" if all("last_mean" in r for r in rs) else "accuracy"
     v = versus({r["seed"]: r[key] for r in rs}, {k: d[key] for k, d in dense.items()},
                higher=True)
-    text = f"{100 * v['estimate']:+.2f}"
+    text = f"{100 * v['estimate']:+.2f} points"
     if v["lo"] is not None:
         text += f" [{100 * v['lo']:+.2f}, {100 * v['hi']:+.2f}]"
-        if v["lo"] <= 0 <= v["hi"]:
-            text += ": no clear difference"
-    return text + " points" + (" (the mean of each run's last rounds)" if key == "last_mean"
-                               else " (final round)")
+    text += (" (each run's mean over its last rounds)" if key == "last_mean"
+             else " (final round)")
+    return text + (": no clear difference" if v["lo"] is not None and v["lo"] <= 0 <= v["hi"]
+                   else "")
 
 
 def headline(data: dict[str, Any]) -> list[dict[str, Any]]:

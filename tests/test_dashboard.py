@@ -107,7 +107,8 @@ def test_compress_rows_give_the_accuracy_change_with_its_interval():
     [row] = bench("bench_compress").headline({"results": results})
     assert row["value"] == 0.025 and row["target"] == "<= 0.025"
     assert "downlink 1.000" in row["note"] and "both ways 0.512" in row["note"]
-    assert "accuracy vs dense -1.00 [" in row["note"] and "no clear difference" in row["note"]
+    assert "accuracy vs dense -1.00 points [" in row["note"]
+    assert "(final round): no clear difference" in row["note"]
     assert "2 seeds" in row["note"] and "baseline: dense FedAvg" in row["note"]
 
 
