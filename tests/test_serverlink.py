@@ -110,7 +110,7 @@ def test_a_fedavg_round_through_the_shared_link_takes_the_fluid_time(tmp_path):
     rate = 2e6
     cfg = small_config(clients=4, rounds=1, latency={
         "file": _trace(tmp_path, [(rate / 8, rate / 8)] + [(0, 0)] * 3),
-        "server_bandwidth": rate})
+        "server_bandwidth": rate, "server_profile": "none"})  # (the link's time alone)
     s = run_local(cfg.replace(out=str(tmp_path / "a")), quiet=True)
     row = _rows(tmp_path / "a")[0]
     down, up = row["bytes_round"]["server_to_client"], row["bytes_round"]["client_to_server"]
@@ -134,7 +134,7 @@ def test_a_deadline_drops_late_results_and_over_selection_keeps_the_first(tmp_pa
     its result is a straggler (bytes still counted), and the round closes at the deadline."""
     rate = 2e6
     trace = _trace(tmp_path, [(rate / 8, rate / 8)] + [(rate, rate)] * 3)
-    cfg = small_config(clients=4, rounds=2, latency={"file": trace})
+    cfg = small_config(clients=4, rounds=2, latency={"file": trace, "server_profile": "none"})
     full = run_local(cfg.replace(out=str(tmp_path / "f")), quiet=True)
     r0 = _rows(tmp_path / "f")[0]
     slow = full["sim_time_s"] / 2  # both rounds take client 0's time
