@@ -128,6 +128,18 @@ def _bytes_note(seeds: dict[int, dict[str, Any]]) -> str:
             f"(per seed {'/'.join(f'{x:.2f}' for x in xs)})")
 
 
+def _unstable(data: dict[str, Any], target: float) -> str:
+    """Where a FedAvg run that reached the target ended below it (a late collapse)."""
+    rs = [r for r in data.get("results", []) if r["method"] == "fedavg" and reached(r)
+          and (r.get("accuracy") or 0.0) < target]
+    if not rs:
+        return ""
+    n = len([r for r in data.get("results", []) if r["method"] == "fedavg"])
+    finals = "/".join(f"{r['accuracy']:.2f}" for r in rs)
+    return (f"; FedAvg ended below the target after reaching it on {len(rs)}/{n} runs "
+            f"(final {finals})")
+
+
 def _shown(seed: dict[str, Any], key: str) -> str:
     """A seed's ratio, or who never reached the target."""
     if seed[key] is not None:
@@ -165,7 +177,9 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
             value, "x" if xs else "", "",
             f"{verdict(xs) if xs else 'never'} (geometric mean, 95% t interval); "
             f"{len(xs)}/{len(seeds)} seeds, per seed {per}"
-            f"{_bytes_note(seeds) if key == 'rounds' else ''}; target {pct} of a centralized "
+            f"{_bytes_note(seeds) if key == 'rounds' else ''}"
+            f"{_unstable(data, ref * a.get('of_central', 0.9)) if key == 'rounds' else ''}"
+            f"; target {pct} of a centralized "
             f"run's best accuracy ({ref:.4f}); {setting}")
         fp = sorted(data.get("fingerprints", {}))
         out.append(row and ({**row, "fingerprint": fp} if fp else row))
