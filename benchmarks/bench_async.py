@@ -312,9 +312,10 @@ def parser() -> argparse.ArgumentParser:
                     help="fedavg_os: FedAvg --over-select; fedavg_dl: FedAvg --deadline")
     ap.add_argument("--over-select", type=float, default=1.5,
                     help="fedavg_os's --over-select (production systems over-select by 30%%)")
-    ap.add_argument("--deadline", type=float, default=0.3,
-                    help="fedavg_dl's --deadline in simulated seconds (--latency hetero: a fast "
-                    "client's round takes about 0.15, a slow one's about 0.73)")
+    ap.add_argument("--deadline", type=float, default=0.02,
+                    help="fedavg_dl's --deadline in simulated seconds (digits, --latency hetero, "
+                    "the FLOP-counted clock of issue 52: a fast client's round takes about 0.012, "
+                    "a slow one's about 0.055; 0.3 was this default before, and drops nothing now)")
     ap.add_argument("--seq-args", default="--superclient-fraction 0.5",
                     help="more options of the FedSeq and FedSeqInter runs (several superclients "
                     "a round, so that FedSeqInter's slots differ from FedSeq's)")
@@ -327,14 +328,17 @@ def parser() -> argparse.ArgumentParser:
 
 def merged(files: list[str], a: argparse.Namespace) -> tuple[list[dict[str, Any]], list[Any]]:
     """The results of earlier --json files (a (method, seed) in two files: the later one), with
-    a's options from theirs (seeds and methods: the union); and each file's machine and commit."""
+    a's options from theirs (seeds and methods: the union) and their fingerprints (a.fingerprints,
+    the later file's where two name one); and each file's machine and commit."""
     runs: dict[tuple[str, int], dict[str, Any]] = {}
     sources, seeds, methods = [], [], []
     for f in files:
         d = json.loads(Path(f).read_text())
         runs.update({(r["method"], r["seed"]): r for r in d["results"]})
+        a.fingerprints.update(d.get("fingerprints") or {})  # a later file's recipe wins
         a.__dict__.update({k: v for k, v in d["args"].items()
-                           if k not in ("plot", "json", "from_json", "seeds", "methods")})
+                           if k not in ("plot", "json", "from_json", "seeds", "methods",
+                                        "fingerprints")})
         seeds += d["args"]["seeds"]
         methods += d["args"]["methods"]
         sources.append({"file": f, "commit": d.get("commit"), "machine": d.get("machine")})
@@ -346,6 +350,7 @@ def main() -> None:
     a = parser().parse_args()
     results: list[dict[str, Any]] = []
     sources: list[Any] = []
+    a.fingerprints = {}
     if a.from_json:
         results, sources = merged(a.from_json, a)
     else:
@@ -364,10 +369,13 @@ def main() -> None:
         commits = {str(x["commit"]) for x in sources}
         from benchlib.fingerprint import takes
 
-        data = {"machine": machine(), "args": vars(a), "results": results,
+        data = {"machine": machine(),
+                "args": {k: v for k, v in vars(a).items() if k != "fingerprints"},
+                "results": results,
                 "commit": " ".join(sorted(commits)) if sources else git_state(),
                 **({"sources": sources} if sources else {}),
-                "fingerprints": takes(fingerprint_recipes(a)) if not sources else {}}
+                "fingerprints": takes(fingerprint_recipes(a)) if not sources else {
+                    k: v for k, v in a.fingerprints.items() if k in a.methods}}
         write_json(a.json, data, headline(data))
 
 

@@ -37,7 +37,7 @@ RECIPES = _recipes()
 
 
 def test_the_dashboard_has_fingerprints_to_check():
-    assert len(RECIPES) >= 10, sorted(RECIPES)
+    assert len(RECIPES) >= 20, sorted(RECIPES)
     for command, entry in RECIPES.items():
         assert entry["rows"], f"{command}: no dashboard row names this fingerprint"
 
