@@ -121,6 +121,27 @@ def fingerprint_recipes(a: argparse.Namespace, cells: list[tuple[str, str]]
             for m, spec in cells if m == "fedavg"}
 
 
+def table_rows(results: list[dict[str, Any]], cells: list[tuple[str, str]]) -> list[list[Any]]:
+    """The printed table: per cell, accuracy, byte ratios and accuracy change against dense."""
+    dense = {r["seed"]: r for r in results if (r["method"], r["spec"]) == ("fedavg", "none")
+             and r["status"] == "completed"}
+    rows = []
+    for method, spec in cells:
+        rs = [r for r in results if (r["method"], r["spec"]) == (method, spec)
+              and r["status"] == "completed"]
+        if not rs:
+            rows.append([method, spec, "failed"] + [None] * 5)
+            continue
+        acc = [r["accuracy"] for r in rs]
+        rat = [ratios(r, dense[r["seed"]]) for r in rs if r["seed"] in dense]
+        diff = [r["accuracy"] - dense[r["seed"]]["accuracy"] for r in rs if r["seed"] in dense]
+        rows.append([method, spec, _mean_range(acc, ".4f")]
+                    + [_mean_range([x[k] for x in rat], ".4f") if rat else "-"
+                       for k in ("up", "down", "total")]
+                    + [_mean_range(diff, "+.4f") if diff else "-", rs[0]["uplink"]])
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dataset", default="digits")
@@ -158,22 +179,7 @@ def main() -> None:
                 print(f"seed {seed}: {method} --compress {spec} ...", file=sys.stderr, flush=True)
                 results.append(cell(method, spec, seed, a,
                                     Path(tmp) / f"{method}-{spec.replace(':', '_')}-{seed}"))
-    dense = {r["seed"]: r for r in results if (r["method"], r["spec"]) == ("fedavg", "none")
-             and r["status"] == "completed"}
-    rows = []
-    for method, spec in cells:
-        rs = [r for r in results if (r["method"], r["spec"]) == (method, spec)
-              and r["status"] == "completed"]
-        if not rs:
-            rows.append([method, spec, "failed"] + [None] * 5)
-            continue
-        acc = [r["accuracy"] for r in rs]
-        rat = [ratios(r, dense[r["seed"]]) for r in rs if r["seed"] in dense]
-        diff = [r["accuracy"] - dense[r["seed"]]["accuracy"] for r in rs if r["seed"] in dense]
-        rows.append([method, spec, _mean_range(acc, ".4f")]
-                    + [_mean_range([x[k] for x in rat], ".4f") if rat else "-"
-                       for k in ("up", "down", "total")]
-                    + [_mean_range(diff, "+.4f") if diff else "-", rs[0]["uplink"]])
+    rows = table_rows(results, cells)
     print(table(["method", "compress", "accuracy: mean (range)", "uplink / dense FedAvg",
                  "downlink / dense", "both ways / dense", "accuracy - dense (per seed)",
                  "uplink bytes (first seed)"], rows))
