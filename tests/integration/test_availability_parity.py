@@ -14,6 +14,7 @@ from fednet.core.inproc import run_local
 from fednet.server.main import run_zmq
 from tests.conftest import small_config
 from tests.harness import DIGITS_MODEL_BYTES as MODEL, hetero_at_1ms, spans_csv
+from tests.harness import ring as make_ring
 from tests.harness import LEDGER_KEYS as KEYS
 from tests.harness import final_model as _model
 
@@ -23,7 +24,7 @@ pytestmark = [pytest.mark.net, pytest.mark.slow]
 def _both(tmp_path, cfg, ring=False, trace=None):
     def prepare(session):
         if ring:
-            ring(session)
+            make_ring(session)
         if trace and os.path.exists(trace):
             os.remove(trace)  # read by the session; the clients must not need it
 

@@ -58,7 +58,7 @@ def test_full_disk_is_one_line_and_keeps_the_files_written_before(fed, tiny_disk
     line = error_line(res)
     assert line == "cannot write disk/run/final_model.npz: No space left on device"
     run = tiny_disk / "run"
-    assert sorted(os.listdir(run)) == ["clients.jsonl", "config.toml", "metrics.jsonl"]
+    assert sorted(os.listdir(run)) == ["clients.jsonl", "config.toml", "metrics.jsonl", "run.json"]
     assert [r["round"] for r in jsonl(run / "metrics.jsonl")] == [0, 1]
 
 
