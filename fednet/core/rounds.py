@@ -52,7 +52,7 @@ def no_cause(model: Arrays) -> str:
 
 
 def no_extra_eval(arrays: Arrays) -> dict[str, float]:
-    """No more row metrics of the evaluated model (without --attack backdoor)."""
+    """No more row metrics of the evaluated model (an attack without metrics of its own)."""
     return {}
 
 
@@ -66,7 +66,7 @@ class RoundDriver:
     a synchronous step takes them as they come, AsArrived), the checkpoint writer
     (`checkpoint`: returns whether it wrote one; one that never does without a results folder)
     with the clients' store manifest (`manifest`), both asked through Checkpoints after every
-    step, more metrics of the evaluated model (`extra_eval`: --attack backdoor's success rate)
+    step, more metrics of the evaluated model (`extra_eval`: the attack's own, attack_client.py)
     and the client compute asked for (`compute`). Where the run stands is in small records of
     its own (core/boundary.py: its Clock, its Marks, its Checkpoints). How the run ends is one
     RunStatus, set by `end`; its failures and verdicts are the Verdict's."""
@@ -309,7 +309,7 @@ class RoundDriver:
         model = self.algo.eval_arrays()
         acc, loss = self.evaluate(model)
         self.verdict.check_finite(rnd, model, results, failures, loss)
-        return acc, loss, {**metrics, **self.extra_eval(model)}  # --attack backdoor's success
+        return acc, loss, {**metrics, **self.extra_eval(model)}  # the attack's own metrics
 
     def _points(self, order: Order) -> None:
         """Evaluate and log the step's interim points: at its end, and as replies go on when
