@@ -24,7 +24,7 @@ import torch
 
 from tests.conftest import small_config
 from tests.harness import BYTE_KEYS as KEYS
-from tests.harness import golden
+from tests.harness import Stop, golden, stop_after
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -33,25 +33,9 @@ STOP = 2
 RTOL, ATOL = 1e-3, 1e-4
 
 
-class Stop(KeyboardInterrupt):
-    """Stands for Ctrl-C right after a checkpoint was written."""
-
-
 def _config(algo: str, out: Path, gpus=(0,)):
     return small_config(rounds=4, gpus=list(gpus), algo={"name": algo},
                         net={"checkpoint_every": 1}, out=str(out))
-
-
-def _stop_after(rounds_done: int):
-    def prepare(session) -> None:
-        save = session.driver.checkpoints.write
-
-        def checkpoint() -> None:
-            save()
-            if session.driver.rounds_done == rounds_done:
-                raise Stop()
-        session.driver.checkpoints.write = checkpoint
-    return prepare
 
 
 def _state_tensors(obj, out: list) -> list:
@@ -98,7 +82,7 @@ def test_a_local_run_with_client_state_on_cuda_resumes(algo, tmp_path):
     assert set(ref["devices"]) == {"cuda:0"}
     assert any(t.is_cuda for ts in ref_state.values() for t in ts), "client state on CUDA"
     cfg = _config(algo, tmp_path / "run")
-    assert _local(cfg, prepare=_stop_after(STOP)) is None
+    assert _local(cfg, prepare=stop_after(STOP)) is None
     saved = json.loads((tmp_path / "run" / "checkpoint" / "state.json").read_text())
     assert saved["rounds_done"] == STOP and saved["client_state"] == "checkpoint"
     got, model, state = _local(cfg, resume=True)

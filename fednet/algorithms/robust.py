@@ -35,7 +35,7 @@ import numpy as np
 
 from fednet.algorithms.robust_spec import (ByzantineCount, CenteredClipParams, MultiKrumParams,
                                            NormBoundParams, TrimmedMeanParams, assumed_f,
-                                           byzantine_count, defense_spec, least_results)
+                                           byzantine_count, defense_spec)
 from fednet.types import Arrays
 
 log = logging.getLogger("fednet.server")
@@ -221,7 +221,7 @@ def _apply(name: str, p: Any, share: float, x: np.ndarray, w: np.ndarray,
     plugin's) on the round, refused when n cannot hold its assumption on f."""
     spec, n = defense_spec(name), len(x)
     f = byzantine_count(assumed_f(spec, p), share, n)
-    need = least_results(name, f)
+    need = int(spec.least(f))
     if n < need:
         return Outcome(None, {"robust_refused": 1.0}, why=(
             f"--defense {name} refused the round: {n} results cannot hold its assumption of "

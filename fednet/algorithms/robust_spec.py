@@ -166,19 +166,13 @@ for _d in (DefenseSpec("none", "", uses_f=False, facts=Facts()),
 def defense_spec(name: str) -> DefenseSpec:
     """The defense called `name` (a plugin's too), or a ConfigError naming --defense and the
     choices."""
-    if name not in DEFENSES:
-        raise ConfigError(f"--defense {name!r} is not a defense; choose one of "
-                          f"{', '.join(DEFENSES)} (or register one: docs/extending.md)")
-    return DEFENSES[name]
+    return seam.lookup(DEFENSES, name, "defense")
 
 
 def attack_spec(name: str) -> AttackSpec:
     """The attack called `name` (a plugin's too), or a ConfigError naming --attack and the
     choices."""
-    if name not in ATTACKS:
-        raise ConfigError(f"--attack {name!r} is not an attack; choose one of "
-                          f"{', '.join(ATTACKS)} (or register one: docs/extending.md)")
-    return ATTACKS[name]
+    return seam.lookup(ATTACKS, name, "attack")
 
 
 def assumed_f(spec: DefenseSpec, p: Any) -> int:

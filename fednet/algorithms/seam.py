@@ -106,6 +106,15 @@ def _register(table: dict[str, Piece], spec: Piece, kind: str) -> Piece:
     return spec
 
 
+def lookup(table: dict[str, Piece], name: str, kind: str) -> Piece:
+    """The piece called `name` in `table`, or a ConfigError naming --KIND and the choices."""
+    if name not in table:
+        a = "an" if kind[0] in "aeiou" else "a"
+        raise ConfigError(f"--{kind} {name!r} is not {a} {kind}; choose one of "
+                          f"{', '.join(table)} (or register one: docs/extending.md)")
+    return table[name]
+
+
 def _resolve(ref: Rule | str) -> Rule:
     if callable(ref):
         return ref

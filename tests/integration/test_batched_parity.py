@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import small_config
-from tests.harness import LEDGER_KEYS as KEYS
-from tests.harness import run_both
+from tests.harness import assert_agree, final_model, run_both
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]
 
@@ -22,16 +21,12 @@ def test_local_and_launch_agree_bit_for_bit_batched(tmp_path, algo, params):
                        net={"clients_per_process": 3})
     a, b, ma, mb = run_both(tmp_path, cfg)
     assert b["status"] == "completed" and not b["failures"]
-    for k in ma:
-        assert np.array_equal(ma[k], mb[k]), k
-    assert {k: a["bytes"][k] for k in KEYS} == {k: b["bytes"][k] for k in KEYS}
-    assert a["messages"] == b["messages"]
-    assert a["sim_time_s"] == b["sim_time_s"] > 0
-    assert a["final_accuracy"] == b["final_accuracy"]
+    assert_agree(a, b, ma, mb)  # model, ledger, messages, simulated time
+    assert a["sim_time_s"] > 0 and a["final_accuracy"] == b["final_accuracy"]
     plain = cfg.replace(**{"train.batch_clients": 0, "out": str(tmp_path / "plain")})
     from fednet.core.inproc import run_local
 
     c = run_local(plain, quiet=True)
     assert c["bytes"] == a["bytes"] and c["sim_time_s"] == a["sim_time_s"]
-    with np.load(tmp_path / "plain" / "final_model.npz") as z:
-        assert any(not np.array_equal(z[k], ma[k]) for k in ma), "local did not batch"
+    plain_model = final_model(tmp_path / "plain")
+    assert any(not np.array_equal(plain_model[k], ma[k]) for k in ma), "local did not batch"
