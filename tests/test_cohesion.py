@@ -31,12 +31,6 @@ RECORDS: dict[str, str] = {
     "ctx": "a client's or a round's context (ClientContext, RoundContext): records",
     "spec": "a codec's or an algorithm's declared facts (CodecSpec, Spec): records",
 }
-WRAPPERS: dict[tuple[str, str, str], str] = {
-    ("algorithms/secagg.py", "SecAggServer", "inner"):
-        "it stands for the inner Strategy (secure aggregation's stages around it) and forwards, "
-        "by name, the fields the driver and the session read and set on a Strategy",
-}
-"""(module, class, collaborator): decorators whose collaborator is what they stand for."""
 FOREIGN_PRIVATE: dict[str, str] = {
     "models/param_kinds.py:_parameters": "torch.nn.Module's own parameter table, read to tag "
                                          "each parameter once",
@@ -113,7 +107,7 @@ def test_no_class_reaches_a_private_member_of_another_object():
 def test_no_class_touches_more_than_a_few_fields_of_another():
     bad = [f"{m} {c} touches {len(a)} fields of self.{who}: {', '.join(sorted(a))}"
            for (m, c, who), a in sorted(touched().items())
-           if len(a) > MAX_TOUCHED and who not in RECORDS and (m, c, who) not in WRAPPERS]
+           if len(a) > MAX_TOUCHED and who not in RECORDS]
     assert not bad, (f"classes touching more than {MAX_TOUCHED} data attributes of one "
                      "collaborator (move the work to it, or pass what is needed):\n"
                      + "\n".join(bad))

@@ -21,7 +21,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -41,6 +41,7 @@ from fednet.privacy import distributed, plan
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 from fednet.config import RunConfig
 
+T = TypeVar("T")
 log = logging.getLogger("fednet.server")
 KEYS_LAYOUT: Layout = {"c_pk": ((32,), np.dtype(np.uint8)), "s_pk": ((32,), np.dtype(np.uint8))}
 
@@ -58,6 +59,21 @@ def refusal(cfg: RunConfig, server: Strategy, client: type[ClientUpdate]) -> str
                 "FedAvg-family Strategy or its clients send updates or keep state; drop "
                 "secagg=True from its Spec")
     return ""
+
+
+class _Inner(Generic[T]):
+    """A field of the wrapped Strategy, read and set through the wrapper (SecAggServer)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> T:
+        if obj is None:  # looked up on the class: the descriptor itself
+            return self  # type: ignore[return-value]  # (class access, not a field value)
+        return getattr(obj.inner, self.name)
+
+    def __set__(self, obj: Any, value: T) -> None:
+        setattr(obj.inner, self.name, value)
 
 
 class SecAggServer(StagedStrategy):
@@ -93,61 +109,13 @@ class SecAggServer(StagedStrategy):
 
     # ---- the inner's fields, named (no delegation by __getattr__: a member this wrapper
     # lacks is an AttributeError, not a guess); the driver and the session read and set them
-    @property  # the inner Strategy's field, read and set through
-    def cfg(self) -> RunConfig:
-        return self.inner.cfg
-
-    @cfg.setter
-    def cfg(self, value: RunConfig) -> None:
-        self.inner.cfg = value
-
-    @property  # the inner Strategy's field, read and set through
-    def state(self) -> Any:
-        return self.inner.state
-
-    @state.setter
-    def state(self, value: Any) -> None:
-        self.inner.state = value
-
-    @property  # the inner Strategy's field, read and set through
-    def layout(self) -> Layout:
-        return self.inner.layout
-
-    @layout.setter
-    def layout(self, value: Layout) -> None:
-        self.inner.layout = value
-
-    @property  # the inner Strategy's field, read and set through
-    def ctx(self) -> RoundContext:
-        return self.inner.ctx
-
-    @ctx.setter
-    def ctx(self, value: RoundContext) -> None:
-        self.inner.ctx = value
-
-    @property  # the inner Strategy's field, read and set through
-    def trainable(self) -> set[str]:
-        return self.inner.trainable
-
-    @trainable.setter
-    def trainable(self, value: set[str]) -> None:
-        self.inner.trainable = value
-
-    @property  # the inner Strategy's field, read and set through
-    def info(self) -> ServerInfo:
-        return self.inner.info
-
-    @info.setter
-    def info(self, value: ServerInfo) -> None:
-        self.inner.info = value
-
-    @property  # the inner Strategy's field, read and set through
-    def eval_clients(self) -> bool:
-        return self.inner.eval_clients
-
-    @eval_clients.setter
-    def eval_clients(self, value: bool) -> None:
-        self.inner.eval_clients = value
+    cfg: _Inner[RunConfig] = _Inner("cfg")
+    state: _Inner[Any] = _Inner("state")
+    layout: _Inner[Layout] = _Inner("layout")
+    ctx: _Inner[RoundContext] = _Inner("ctx")
+    trainable: _Inner[set[str]] = _Inner("trainable")
+    info: _Inner[ServerInfo] = _Inner("info")
+    eval_clients: _Inner[bool] = _Inner("eval_clients")
 
     @property
     def calibrated(self) -> bool:
