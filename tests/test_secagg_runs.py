@@ -102,18 +102,37 @@ def test_the_server_holds_masked_vectors_and_their_sum_only(tmp_path, monkeypatc
     assert not np.array_equal(sum(ys), sum(qs))  # nor is their plain sum: the masks remain
 
 
-@pytest.mark.parametrize("algo", ["fedseq", "scaffold", "cfl", "fedbuff", "perfedavg",
-                                  "factorized"])
-def test_algorithms_that_need_individual_updates_refuse_it_before_any_data(algo):
+@pytest.mark.parametrize("algo, why", [
+    ("fedseq", "fedseq hands models between clients, and a ring's model is one client's update"),
+    ("cfl", "cfl's clients keep personal models"),
+    ("perfedavg", "perfedavg's clients keep personal models"),
+    ("factorized", "factorized's clients keep personal models"),
+    ("feddyn", r"feddyn's server needs every client's own update, which secure aggregation "
+               r"hides \(its Spec does not declare secagg=True\)"),
+    ("fedbuff", "fedbuff's server takes each update as it arrives, weighted by its own "
+                "staleness, so the clients of a sum are known only as their updates come"),
+    ("fedasync", "fedasync's server takes each update as it arrives")])
+def test_algorithms_that_need_individual_updates_refuse_it_before_any_data(algo, why):
     """validate (what every command and each sweep cell runs before any data loads) refuses,
-    from the algorithm's declared facts (Spec.secagg)."""
+    with the reason its declared facts give (Spec.arrivals, handoffs, personalized, secagg),
+    naming the algorithms that compose."""
     from fednet.algorithms.checks import validate
 
     cfg = small_config(clients=4, rounds=1, algo={"name": algo}, net={"secagg": "full"})
-    with pytest.raises(ConfigError, match=f"^--secagg full: {algo}'s server needs every "
-                       "client's own update, hands models between clients, or its clients "
-                       "keep their own state"):
+    with pytest.raises(ConfigError, match=f"^--secagg full: {why}.*; use fedavg, fedprox, "
+                       "scaffold, fedavgm, fedadam, fedyogi, fedadagrad$"):
         validate(cfg)
+
+
+def test_the_arrivals_fact_is_the_servers_own():
+    """Spec.arrivals (what validate reads) is true exactly where the built server takes replies
+    in arrival order (Strategy.virtual_order)."""
+    from fednet.algorithms import registry
+    from fednet.algorithms.halves import _load
+
+    for name in registry.names():
+        spec = registry.get(name)
+        assert spec.arrivals == bool(getattr(_load(spec.server), "virtual_order", False)), name
 
 
 @pytest.mark.parametrize("over, says", [
@@ -234,3 +253,106 @@ def test_a_cohort_of_one_at_run_time_fails_its_round_named(tmp_path):
     assert agg.take_keys(3, pk, pk[::-1].copy()) == ""
     with pytest.raises(SecAggFailed, match="stage keys: 1 clients left, 2 needed"):
         agg.share_requests()
+
+
+# ---- the algorithms secure aggregation wraps: SCAFFOLD's two sums, FedProx, the FedOpt family --
+
+def _scaffold_rounds(tmp_path, monkeypatch, name, rounds, **net):
+    """A SCAFFOLD run of 3 toy clients; the server's (model, c) after each round."""
+    from fednet.algorithms.scaffold import Scaffold
+
+    seen: list[tuple[dict, dict]] = []
+    agg = Scaffold.aggregate_round
+
+    def spy(self, rnd, results, failures):
+        out = agg(self, rnd, results, failures)
+        seen.append(({k: v.copy() for k, v in self.state.model.items()},
+                     {k: v.copy() for k, v in self.state.c.items()}))
+        return out
+    monkeypatch.setattr(Scaffold, "aggregate_round", spy)
+    s = run_local(small_config(clients=3, rounds=rounds, algo={"name": "scaffold"},
+                               net=net, out=str(tmp_path / name)), quiet=True)
+    assert s["status"] == "completed" and not s["failures"], s.get("error")
+    return seen
+
+
+@pytest.mark.parametrize("mode", ["full", "plus"])
+def test_scaffold_sums_its_model_and_control_changes_securely(tmp_path, monkeypatch, mode):
+    """SCAFFOLD under --secagg: one masked vector holds each client's model change (weighted by
+    its samples) and its control change (weighing 1). After a round the server's model is plain
+    SCAFFOLD's within one quantization step, and its control c = c + (sum of the 3 clients'
+    changes) / N within 3 steps / N; the server's c is exactly the unmasked sum the clients'
+    quantized control changes make."""
+    clip, bits = 2.0, 16
+    step = 2 * clip / ((1 << bits) - 1)
+    plain = _scaffold_rounds(tmp_path, monkeypatch, "plain", 1)
+    qs: list[np.ndarray] = []
+    quant = field.quantize
+
+    def spy_quantize(x, c, b, weight, fbits, rng):
+        q = quant(x, c, b, weight, fbits, rng)
+        if weight == 1:  # the control change's part (its own call, weight 1)
+            qs.append(q)
+        return q
+    monkeypatch.setattr(secagg_client, "quantize", spy_quantize)
+    sa = _scaffold_rounds(tmp_path, monkeypatch, "sa", 1, secagg=mode, secagg_clip=clip)
+    (m0, c0), (m1, c1) = plain[0], sa[0]
+    assert set(c1) == set(c0) and c1 and len(qs) == 3
+    assert max(float(np.abs(m0[k] - m1[k]).max()) for k in c0) <= step + 1e-6
+    assert max(float(np.abs(c0[k] - c1[k]).max()) for k in c0) <= 3 * step / 3 + 1e-6
+    assert any(float(np.abs(c1[k]).max()) > 10 * step for k in c1)  # c moved: not a zero sum
+    total = sum(q.astype(np.int64) for q in qs)  # sum_u q_u, each weighing 1
+    want = (total * step - 3 * clip) / 3  # the decoded sum over N = 3 clients
+    got = np.concatenate([c1[k].ravel() for k in sorted(c1)]).astype(np.float64)
+    assert np.allclose(got, want, atol=1e-6)
+
+
+def test_scaffold_under_secagg_keeps_each_clients_control_across_rounds(tmp_path, monkeypatch):
+    """Three rounds: each client's c_k (its own state, never sent) lives on, and the run follows
+    plain SCAFFOLD's. Option II divides a model change by K lr into c, so the quantization's
+    error grows round by round (at 16 bits to ~1e-2 here); at 22 bits it stays below 1e-3."""
+    plain = _scaffold_rounds(tmp_path, monkeypatch, "plain", 3)
+    sa = _scaffold_rounds(tmp_path, monkeypatch, "sa", 3, secagg="full", secagg_clip=2.0,
+                          secagg_bits=22)
+    gap = [max(float(np.abs(p[0][k] - s[0][k]).max()) for k in p[1]) for p, s in zip(plain, sa)]
+    assert gap[-1] < 1e-3 and all(g > 0 for g in gap), gap
+
+
+@pytest.mark.parametrize("mode", ["full", "plus"])
+@pytest.mark.parametrize("algo", ["fedavgm", "fedadam", "fedyogi", "fedadagrad"])
+def test_the_fedopt_family_steps_from_the_unmasked_mean(tmp_path, monkeypatch, algo, mode):
+    """Each server optimizer under --secagg full|plus takes its step from the mean secure
+    aggregation unmasked: within one quantization step of plain FedAvg's weighted mean of the
+    same clients' models, and the step is the rule's own from that mean."""
+    from fednet.algorithms import fedopt
+
+    means: dict[str, dict[str, np.ndarray]] = {}
+    step_of = fedopt.server_step
+
+    def spy(rule, x, avg, m, v, p):
+        means[run][len(means[run])] = avg.copy()
+        return step_of(rule, x, avg, m, v, p)
+    monkeypatch.setattr(fedopt, "server_step", spy)
+    for run, net in (("plain", {}), ("sa", {"secagg": mode, "secagg_clip": 2.0})):
+        means[run] = {}
+        s = run_local(small_config(clients=6, rounds=1, algo={"name": algo}, net=net,
+                                   out=str(tmp_path / run)), quiet=True)
+        assert s["status"] == "completed" and not s["failures"]
+    step = 2 * 2.0 / ((1 << 16) - 1)
+    assert len(means["sa"]) == len(means["plain"]) > 0
+    assert max(float(np.abs(means["plain"][i] - means["sa"][i]).max())
+               for i in means["plain"]) <= step + 1e-6
+    assert any(not np.array_equal(means["plain"][i], means["sa"][i]) for i in means["plain"])
+
+
+@pytest.mark.parametrize("mode", ["full", "plus"])
+def test_fedprox_is_plain_fedprox_within_one_quantization_step(tmp_path, mode):
+    run_local(small_config(clients=6, rounds=1, algo={"name": "fedprox"},
+                           out=str(tmp_path / "plain")), quiet=True)
+    s = run_local(small_config(clients=6, rounds=1, algo={"name": "fedprox"},
+                               net={"secagg": mode, "secagg_clip": 2.0},
+                               out=str(tmp_path / "sa")), quiet=True)
+    assert s["status"] == "completed" and not s["failures"]
+    a, b = final_model(tmp_path / "plain"), final_model(tmp_path / "sa")
+    assert max(float(np.abs(a[k] - b[k]).max()) for k in a) <= 2 * 2.0 / ((1 << 16) - 1) + 1e-6
+    assert any(not np.array_equal(a[k], b[k]) for k in a)

@@ -233,8 +233,11 @@ ROBUST = ("fedavg", "fedprox", "fedavgm", "fedadam", "fedyogi", "fedadagrad")
 # server that averages models it sampled as the accountant assumes, clients that send models.
 DP = ("central", "local", "distributed", "sgd")
 PRIVATE = ("fedavg", "fedprox", "fedavgm", "fedadam", "fedyogi", "fedadagrad")
-SUMMED = ("fedavg", "fedprox", "fedavgm", "fedadam", "fedyogi", "fedadagrad")
-"""Their server needs only the weighted sum of stateless clients' models: --secagg applies."""
+SUMMED = ("fedavg", "fedprox", "fedavgm", "fedadam", "fedyogi", "fedadagrad", "scaffold")
+"""Their server needs only the weighted sum of the clients' models (SCAFFOLD's: and the sum of
+its control changes, Spec.secagg_counted): --secagg applies."""
+ARRIVALS = ("fedasync", "fedbuff")
+"""Their server takes each reply as it arrives (Strategy.virtual_order): Spec.arrivals."""
 BATCHED = ("fedavg", "fedprox", "fedavgm", "fedadam", "fedyogi", "fedadagrad", "fedasync",
            "fedbuff")
 """Their client is FedAvgClient or FedProxClient (local SGD, updates.Plain or Prox): a block of
@@ -246,14 +249,15 @@ def _register(spec: Spec, handoffs: bool = False) -> None:
     only FedSeq's rings hand models between clients."""
     register(replace(spec, tuned=TUNED.get(spec.name, {"shards": SHARDS}), handoffs=handoffs,
                      robust=spec.name in ROBUST, dp=DP if spec.name in PRIVATE else (),
-                     secagg=spec.name in SUMMED, batched=spec.name in BATCHED))
+                     secagg=spec.name in SUMMED, batched=spec.name in BATCHED,
+                     arrivals=spec.name in ARRIVALS))
 
 _register(Spec("fedavg", "FedAvg: local SGD, sample-weighted average",
               A + "fedavg:FedAvg", A + "fedavg:FedAvgClient"))
 _register(Spec("fedprox", "FedAvg plus a proximal term toward the received model",
               A + "fedavg:FedAvg", A + "fedavg:FedProxClient", ProxParams))
 _register(Spec("scaffold", "control variates c, c_k", A + "scaffold:Scaffold",
-              A + "scaffold:ScaffoldClient", ScaffoldParams))
+              A + "scaffold:ScaffoldClient", ScaffoldParams, secagg_counted="dc:"))
 _register(Spec("feddyn", "dynamic regularisation", A + "feddyn:FedDyn", A + "feddyn:FedDynClient",
               DynParams))
 _register(Spec("standalone", "every client trains alone; nothing travels",

@@ -162,9 +162,8 @@ def secagg_problem(cfg: RunConfig) -> str:
     the clients' models, and nothing else may need an individual update."""
     name, n = cfg.algo.name, cfg.net
     if not registry.get(name).secagg:
-        return (f"{name}'s server needs every client's own update, hands models between "
-                "clients, or its clients keep their own state, which secure aggregation hides; "
-                "use fedavg, fedprox, fedavgm, fedadam, fedyogi or fedadagrad")
+        summed = [a for a in registry.names() if registry.get(a).secagg]
+        return f"{name}{_unsummed(registry.get(name))}; use {', '.join(summed)}"
     if eval_mode(cfg) == "clients":
         return ("each client evaluating its own model (--eval clients, --permute or a domain "
                 "partition) reads its own update, which secure aggregation hides; use --eval "
@@ -182,6 +181,22 @@ def secagg_problem(cfg: RunConfig) -> str:
         return ("--over-select keeps the first arrivals of a round, and secure aggregation "
                 "needs the cohort's every stage; drop it")
     return ""
+
+
+def _unsummed(spec: registry.Spec) -> str:
+    """Why an algorithm's server needs more than secure aggregation's sum, from its declared
+    facts (Spec.arrivals, handoffs, personalized; else Spec.secagg alone)."""
+    if spec.arrivals:
+        return ("'s server takes each update as it arrives, weighted by its own staleness, so "
+                "the clients of a sum are known only as their updates come, and secure "
+                "aggregation agrees their keys before any update is sent")
+    if spec.handoffs:
+        return (" hands models between clients, and a ring's model is one client's update "
+                "in the clear")
+    if spec.personalized:
+        return "'s clients keep personal models, which secure aggregation would hide"
+    return ("'s server needs every client's own update, which secure aggregation hides (its "
+            "Spec does not declare secagg=True)")
 
 
 def check_data(cfg: RunConfig, num_classes: int, sizes: Callable[[], Any],

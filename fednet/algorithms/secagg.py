@@ -35,7 +35,7 @@ from fednet.secagg import cost
 from fednet.secagg.field import dequantize, dtype_of, field_bits
 from fednet.secagg.graph import default_neighbours
 from fednet.secagg.server import STAGES, Aggregation, SecAggFailed
-from fednet.algorithms.secagg_client import BAD_FROM, PREFIX, _floats
+from fednet.algorithms.secagg_client import BAD_FROM, PREFIX, _floats, counted_prefix
 from fednet.algorithms.secagg_client import SecAggClient as SecAggClient  # (re-exported)
 from fednet.privacy import distributed, plan
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
@@ -50,14 +50,14 @@ def refusal(cfg: RunConfig, server: Strategy, client: type[ClientUpdate]) -> str
     """Why the built halves do not fit secure aggregation ('' when they do): what validate
     cannot see from the declarations (algorithms/checks.secagg_problem refuses the rest before
     any data loads): an algorithm that declares Spec.secagg must have a FedAvg-family server
-    and clients that send models and keep no state."""
+    and clients that send models (a client's own state, SCAFFOLD's c_k, never travels)."""
     from fednet.algorithms.fedavg import FedAvg
 
     if (not isinstance(server, FedAvg) or isinstance(server, StagedStrategy)
-            or getattr(client, "sends_updates", False) or client.stateful()):
+            or getattr(client, "sends_updates", False)):
         return (f"{cfg.algo.name} declares secagg=True in its Spec, and its server is not a "
-                "FedAvg-family Strategy or its clients send updates or keep state; drop "
-                "secagg=True from its Spec")
+                "FedAvg-family Strategy or its clients send updates; drop secagg=True from its "
+                "Spec")
     return ""
 
 
@@ -93,6 +93,8 @@ class SecAggServer(StagedStrategy):
         dp = inner.cfg.dp
         self.ddp = dp.mode == "distributed"
         self.ddg_t = plan.ddg_threshold(inner.cfg) if self.ddp else 2
+        # Spec.secagg_counted: the result arrays summed apart, each client weighing 1
+        self.counted = counted_prefix(inner.cfg)
         self.agg: Aggregation | None = None
         self.stage = ""
         self.waiting: set[int] = set()
@@ -284,12 +286,27 @@ class SecAggServer(StagedStrategy):
         return self._expect_inputs(self._stage("input", per, rnd))
 
     def _expect_inputs(self, tasks: list[Task]) -> list[Task]:
-        """The input stage's reply: the update's d values and the training loss, masked."""
-        d = sum(int(np.prod(self.layout[n][0])) for n in _floats(self.inner.state.model))
+        """The input stage's reply: the update's d values and the training loss, then the
+        counted arrays' values (Spec.secagg_counted), masked."""
+        d = self._length()
         dt = dtype_of(self.live.fbits)
         for t in tasks:  # (distributed DP: no loss travels)
-            self.asked[t.task_id] = {"layout": {"y": ((d + (not self.ddp),), dt)}}
+            self.asked[t.task_id] = {"layout": {"y": ((d,), dt)}}
         return tasks
+
+    def _counted(self) -> Layout:
+        """The inner's result arrays summed apart (Spec.secagg_counted), by name: their layout."""
+        if not self.counted:
+            return {}
+        task = next(iter(self.training.values()), None) or Task(-1, 0, [-1])  # (the same for
+        full = self.inner.result_layout(task) or {}  # every task: the declaration's promise)
+        return {n: full[n] for n in sorted(full) if n.startswith(self.counted)}
+
+    def _length(self) -> int:
+        """The masked vector's length: the model's floating values, the loss (not under
+        distributed DP), the counted arrays' values."""
+        d = sum(int(np.prod(self.layout[n][0])) for n in _floats(self.inner.state.model))
+        return d + (not self.ddp) + sum(int(np.prod(s)) for s, _ in self._counted().values())
 
     def _remask(self, rnd: int) -> list[Task]:
         """Survivors could not open some senders' shares: those senders are left out (each
@@ -372,8 +389,7 @@ class SecAggServer(StagedStrategy):
 
     def work_bound(self) -> dict[str, float]:
         """The most protocol work a client's task can charge (core/session.py's bound)."""
-        d = sum(int(np.prod(self.layout[k][0])) for k in _floats(self.inner.state.model))
-        return cost.bound(int(self.cfg.clients), d + 1)
+        return cost.bound(int(self.cfg.clients), self._length() + self.ddp)
 
     def final_work(self) -> dict[str, float]:
         """The round's last server work, which its end waits for (core/server_clock.py)."""
@@ -408,15 +424,23 @@ class SecAggServer(StagedStrategy):
         the mean training loss (the masked vector's last value). Distributed DP: the noisy sum
         of the clipped updates over the `weight` clients it holds, no loss; the result's weight
         is that count (PrivateServer accounts the round from it)."""
-        base = self.inner.state.model
+        base, counted = self.inner.state.model, self._counted()
+        apart = sum(int(np.prod(s)) for s, _ in counted.values())
         if self.ddp:
             delta = distributed.decode(total, self.cfg.dp.clip) / weight
         else:
-            delta = dequantize(total, weight, self.clip, self.bits)
+            delta = dequantize(total[:total.size - apart], weight, self.clip, self.bits)
         model, i = dict(base), 0
         for n in _floats(base):
             a = base[n]
             model[n] = (a.astype(np.float64) + delta[i:i + a.size].reshape(a.shape)).astype(a.dtype)
             i += a.size
+        if apart:  # their sum: each client weighed 1 (the mean times the inputs' count)
+            k = len(self.live.inputs)
+            sums, j = dequantize(total[total.size - apart:], k, self.clip, self.bits) * k, 0
+            for n, (shape, dt) in counted.items():
+                size = int(np.prod(shape))
+                model[n] = sums[j:j + size].reshape(shape).astype(dt)
+                j += size
         body = {} if self.ddp else {"loss": float(delta[i])}
         return Result(-1, rnd, -1, model, body, weight)

@@ -28,6 +28,14 @@ def _floats(arrays: Arrays) -> list[str]:
     return sorted(n for n, a in arrays.items() if a.dtype.kind == "f")
 
 
+def counted_prefix(cfg: Any) -> str:
+    """The algorithm's Spec.secagg_counted (its results' arrays summed with every client
+    weighing 1, after the model's values in the masked vector), or ''."""
+    from fednet.algorithms import registry
+
+    return registry.get(cfg.algo.name).secagg_counted
+
+
 class SecAggClient:
     """A client's stages around the inner client half: keys, shares and unmask answered by the
     protocol (fednet/secagg/client.py), the input stage trained by the inner half and sent
@@ -81,10 +89,10 @@ class SecAggClient:
         s = C.session(cid, rnd)
         bad = C.open_shares(s, a[PREFIX + "from"], a[PREFIX + "sealed"])
         model = {k: v for k, v in a.items() if not k.startswith(PREFIX)}
-        names = _floats(model)
-        ref = np.concatenate([model[n].ravel() for n in names]).astype(np.float64)
         arrays, body = self.inner.run(ctx, Task(task.task_id, rnd, task.route, model, task.body,
                                                 task.kind, task.hop, task.sim_time))
+        names = [n for n in _floats(model) if n in arrays]  # (not what the task adds: SCAFFOLD's c)
+        ref = np.concatenate([model[n].ravel() for n in names]).astype(np.float64)
         new = np.concatenate([np.asarray(arrays[n]).ravel() for n in names]).astype(np.float64)
         if ctx.cfg.dp.mode == "distributed":  # its share of the noise; no loss, weight 1
             body.pop("loss", None)
@@ -98,8 +106,11 @@ class SecAggClient:
         # [0, clip]): the server learns only the survivors' weighted mean, as of the update
         loss = float(np.nan_to_num(float(body.pop("loss", 0.0)), nan=clip, posinf=clip))
         vec = np.concatenate([new - ref, [min(max(loss, 0.0), clip)]])
-        q = quantize(vec, clip, int(b["bits"]), ctx.num_examples, fbits,
-                     rng.generator(ctx.cfg.seed, "secagg-round", rnd, cid))
+        g = rng.generator(ctx.cfg.seed, "secagg-round", rnd, cid)
+        q = quantize(vec, clip, int(b["bits"]), ctx.num_examples, fbits, g)
+        apart = _counted(arrays, counted_prefix(ctx.cfg))
+        if apart.size:  # SCAFFOLD's control change: its own values, weight 1 (the same stream)
+            q = np.concatenate([q, quantize(apart, clip, int(b["bits"]), 1, fbits, g)])
         return self._masked(s, q, a, bad, body)
 
     @staticmethod
@@ -110,6 +121,13 @@ class SecAggClient:
             body[BAD_FROM] = bad
         s.q, s.partners = q, frozenset(int(v) for v in a[PREFIX + "partners"])
         return {"y": C.masked(s, q, a[PREFIX + "partners"])}, body
+
+
+def _counted(arrays: Arrays, prefix: str) -> np.ndarray:
+    """The values of the result's arrays named with `prefix` (Spec.secagg_counted), by name."""
+    names = sorted(n for n in arrays if prefix and n.startswith(prefix))
+    return np.concatenate([np.asarray(arrays[n], np.float64).ravel() for n in names]
+                          ) if names else np.zeros(0)
 
 
 @functools.lru_cache(maxsize=8)

@@ -57,6 +57,14 @@ class Spec:
     # of their own: --secagg can hide each update and hand the server only the sum
     # (algorithms/secagg.py; validate refuses --secagg for the others, before any data loads)
     secagg: bool = False
+    # the prefix of its results' arrays that its server sums with every client weighing 1, not
+    # by its samples (SCAFFOLD's control changes, "dc:"): under --secagg they travel in the
+    # masked vector after the model's values, and the server is handed their sum
+    secagg_counted: str = ""
+    # its server takes each reply as it arrives, in simulated-time order, each weighted by its
+    # own staleness (FedAsync, FedBuff: their Strategy's virtual_order): no cohort is known
+    # before its updates arrive, which secure aggregation's key agreement needs
+    arrivals: bool = False
     # its client update is local SGD that a block of clients can train as one batch
     # (--batch-clients; training/batched.py): its ClientUpdate's `local` is updates.Plain or
     # updates.Prox (FedAvgClient's, FedProxClient's). False: its clients train one at a time
