@@ -58,8 +58,11 @@ def test_a_client_process_killed_mid_round_is_a_dropout(tmp_path, monkeypatch):
 
 def test_secagg_drop_gives_the_same_run_under_launch(tmp_path):
     """--secagg-drop's seeded dropouts (here at two stages) are the same clients under both
-    runtimes: the same model, failures, bytes and simulated time."""
-    over = {"net": {"secagg": "full", "secagg_drop": "shares:0.1,input:0.15"}}
+    runtimes: the same model, failures, bytes and simulated time. The run is SCAFFOLD's (its
+    model and control changes in one masked vector, each client's c_k kept in its process), so
+    its second round's model also depends on the first round's securely summed c."""
+    over = {"net": {"secagg": "full", "secagg_drop": "shares:0.1,input:0.15"},
+            "algo": {"name": "scaffold"}}
     a = run_local(small_config(clients=10, rounds=2, out=str(tmp_path / "local"), **over),
                   quiet=True)
     b = run_zmq(small_config(clients=10, rounds=2, out=str(tmp_path / "launch"), **over),
