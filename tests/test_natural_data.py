@@ -38,6 +38,11 @@ def test_synthetic_golden_numbers():
     assert np.bincount(y, minlength=10).tolist() == [0, 0, 0, 100, 0, 0, 126, 0, 0, 0]
     assert round(float(x.astype(np.float64).sum()), 3) == -127.179
     assert (zlib.crc32(x.tobytes()), zlib.crc32(y.tobytes())) == (2492556959, 897828022)
+    crc = 0  # clients 0..199, all four arrays (the labels' product runs on one BLAS thread)
+    for c in range(200):
+        for a in sf.client_arrays(0, c):
+            crc = zlib.crc32(np.ascontiguousarray(a).tobytes(), crc)
+    assert crc == 3506907054
 
 
 def test_synthetic_data_depends_only_on_seed_and_client():
