@@ -84,19 +84,21 @@ def user_options(a: argparse.Namespace) -> dict[str, Any]:
 
 def user_recipes(a: argparse.Namespace, results: list[dict[str, Any]]
                  ) -> dict[str, dict[str, Any]]:
-    """The fingerprints' recipes: seed 0's non-private FedAvg and fixed-clip DP-FedAvg at the
-    smallest epsilon, their first 2 rounds, the latter with the noise multiplier its whole run
-    was calibrated to (--dp-noise)."""
+    """The fingerprints' recipes: seed 0's non-private FedAvg and DP-FedAvg at the smallest
+    epsilon (fixed clipping, and adaptive where it ran), their first 2 rounds, each DP cell with
+    the noise multiplier its whole run was calibrated to (--dp-noise)."""
     from benchlib.fingerprint import fingerprint_of
 
     base = {**user_options(a), "seed": a.seeds[0]}
     eps = min(a.epsilons)
     out = {"fedavg": fingerprint_of(base)}
-    noise = next((r.get("noise") for r in results if (r["method"], r["target"], r["seed"])
-                  == ("dp-fixed", eps, a.seeds[0]) and r.get("noise")), None)
-    if noise:
-        out[f"dp-fixed-{eps:g}"] = fingerprint_of({**base, "dp": "central", "dp_delta": a.delta,
-                                                   "dp_clip": a.clip, "dp_noise": noise})
+    for method, extra in (("dp-fixed", {}), ("dp-adaptive", {"dp_adaptive": True})):
+        noise = next((r.get("noise") for r in results if (r["method"], r["target"], r["seed"])
+                      == (method, eps, a.seeds[0]) and r.get("noise")), None)
+        if noise:
+            out[f"{method}-{eps:g}"] = fingerprint_of({
+                **base, "dp": "central", "dp_delta": a.delta, "dp_clip": a.clip,
+                "dp_noise": noise, **extra})
     return out
 
 
@@ -232,13 +234,17 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
     for eps in sorted({r["target"] for r in ok if r.get("target") is not None} - (
             {r.get("target") for r in ok} if chance else set())):
         mine = [r for r in ok if (r["method"], r["target"]) == ("dp-fixed", eps)]
+        adaptive = [r for r in ok if (r["method"], r["target"]) == ("dp-adaptive", eps)]
         if mine and base:
             row = headline_row(
                 "privacy", f"DP-FedAvg accuracy at epsilon {eps:g} ({where})",
                 statistics.mean(r["accuracy"] for r in mine), "",
-                "non-private >= 0.7 (issue 55)", f"{_ci([r['accuracy'] for r in mine])}; "
-                f"vs non-private {_paired(mine, ok)}; non-private {_ci(base)}; "
-                f"{len(mine)} seeds, 95% t intervals; fixed clipping; {setting}")
+                "non-private >= 0.7 (issue 55)", f"fixed clipping {_ci([r['accuracy'] for r in mine])}"
+                f", vs non-private {_paired(mine, ok)}; "
+                + (f"adaptive clipping (the median) {_ci([r['accuracy'] for r in adaptive])}, "
+                   f"vs non-private {_paired(adaptive, ok)}, vs fixed "
+                   f"{_paired(adaptive, ok, 'dp-fixed', eps)}; " if adaptive else "")
+                + f"non-private {_ci(base)}; {len(mine)} seeds, 95% t intervals; {setting}")
             out.append(row and {**row, **fp})
     out.append(headline_row("privacy", f"DP's clipping and noise / a round's wall-clock ({where})",
                             dp_share(ok), "", "<= 0.05", "median over rounds and cells" + (
@@ -255,13 +261,15 @@ def _ci(xs: list[float]) -> str:
     return f"{statistics.mean(xs):.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
 
 
-def _paired(mine: list[dict[str, Any]], ok: list[dict[str, Any]]) -> str:
-    """The accuracy change against non-private FedAvg on the same seed, with its 95% interval;
-    'no clear difference' where the interval holds 0."""
+def _paired(mine: list[dict[str, Any]], ok: list[dict[str, Any]], base: str = "fedavg",
+            eps: float | None = None) -> str:
+    """The accuracy change against the `base` method's cells at `eps` (default: non-private
+    FedAvg) on the same seed, with its 95% interval; 'no clear difference' where it holds 0."""
     from fednet.metrics.intervals import versus
 
     v = versus({r["seed"]: r["accuracy"] for r in mine},
-               {r["seed"]: r["accuracy"] for r in ok if r["method"] == "fedavg"}, higher=True)
+               {r["seed"]: r["accuracy"] for r in ok
+                if (r["method"], r.get("target")) == (base, eps)}, higher=True)
     if v["estimate"] is None:
         return "-"
     text = f"{v['estimate']:+.3f}"

@@ -15,55 +15,67 @@ evaluated the same way: each client's own model on its own test split after its 
 the table shows the mean (and std) over clients of the final round, and the measured wire bytes
 per client per round, up and down. Runs in-process (identical numbers to `fednet launch`).
 With --seeds, every run is repeated on each seed: the tables show the first seed, the dashboard's
-accuracy rows the mean over the seeds with their range, and Factorized-FL's difference from
-Stand-Alone paired by seed with its 95 % interval ("no clear difference" where it contains 0).
+accuracy rows each method's mean over the seeds with its 95 % t interval, and Factorized-FL's
+difference from each baseline paired by seed with its 95 % interval ("no clear difference" where
+it contains 0; fednet/metrics/intervals.py, docs/comparisons.md). Every cell is fednet.api.run
+with the keywords of `fednet local` (cell_kwargs); the --json keeps fingerprints (benchlib/
+fingerprint.py) of the first seed's cells the rows rest on, 2 rounds each.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from fednet.config import RunConfig
-from fednet.core.inproc import run_local
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib.util import headline_row, measured, write_json  # noqa: E402
+from benchlib.util import headline_row, write_json  # noqa: E402
 
-SCENARIOS = {
-    "iid": {"data.partition": "iid"},
-    "non-iid": {"data.partition": "dirichlet", "data.alpha": 0.5},
-    "permuted iid": {"data.partition": "iid", "data.permute": True},
-    "permuted non-iid": {"data.partition": "dirichlet", "data.alpha": 0.5, "data.permute": True},
-    "domain": {"data.partition": "domain", "data.permute": True},
+SCENARIOS = {  # fednet.api.run's keywords (`fednet local`'s options)
+    "iid": {"partition": "iid"},
+    "non-iid": {"partition": "dirichlet", "alpha": 0.5},
+    "permuted iid": {"partition": "iid", "permute": True},
+    "permuted non-iid": {"partition": "dirichlet", "alpha": 0.5, "permute": True},
+    "domain": {"partition": "domain", "permute": True},
 }
 ALGOS = ["standalone", "standalone@factorized_digits", "fedavg", "fedprox", "cfl", "fedfomo",
          "perfedavg", "pfedpara", "factorized",
          "factorized_beta", "standalone@factorized_digits_xavier", "factorized@factorized_digits_xavier"]
 CODE_INIT = "factorized@factorized_digits_xavier"
+FINGERPRINTED = {"permuted iid": ("factorized", "standalone", "fedavg"),
+                 "permuted non-iid": ("factorized", "standalone")}
+"""The cells whose first-seed run is fingerprinted: each accuracy row's method and its baseline,
+and FedAvg for the uplink row (the slow lane re-runs them: a few seconds in all)."""
 
 
-def run(algo: str, scenario: dict[str, Any], args: argparse.Namespace, seed: int
-        ) -> dict[str, Any]:
-    """One in-process run with client-side evaluation ("algo@model" picks the backbone)."""
+def cell_kwargs(algo: str, scenario: str, args: argparse.Namespace, seed: int
+                ) -> dict[str, Any]:
+    """One cell as fednet.api.run's keywords ("algo@model" picks the backbone): every client
+    evaluates its own model (--eval clients), no simulated network."""
     name, _, model = algo.partition("@")
-    over = {"clients": 20, "rounds": args.rounds, "seed": seed, "algo.name": name,
-            "train.model": model or "auto",
-            "algo.eval": "clients", "latency.preset": "none", "train.epochs": args.epochs,
-            "train.lr": args.lr, "train.momentum": 0.9, "train.weight_decay": 1e-6,
-            "train.batch_size": 16, **scenario}
+    kw: dict[str, Any] = {"clients": 20, "rounds": args.rounds, "seed": seed, "algo": name,
+                          "model": model or "auto", "eval_mode": "clients", "latency": "none",
+                          "epochs": args.epochs, "lr": args.lr, "momentum": 0.9,
+                          "weight_decay": 1e-6, "batch_size": 16, **SCENARIOS[scenario]}
     if name == "cfl":
-        over["algo.params"] = {"warmup": max(2, args.rounds // 4)}
+        kw["params"] = {"warmup": max(2, args.rounds // 4)}
     if name == "perfedavg":  # its own step sizes replace --lr (tuned on iid digits: 0.02 / 0.1)
-        over["algo.params"] = {"alpha": 0.02, "beta": 0.1}
+        kw["params"] = {"alpha": 0.02, "beta": 0.1}
     if name == "standalone" and model.startswith("factorized"):  # Factorized-FL's clients' clip
-        over["algo.params"] = {"clip": 5.0}
-    sessions: list = []
+        kw["clip"] = 5.0
+    return kw
+
+
+def run(algo: str, scenario: str, args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """One in-process run (fednet.api.run, as `fednet local`) with client-side evaluation."""
+    from fednet.api import run as fednet_run
+
     t = time.perf_counter()
-    s = run_local(RunConfig().replace(**over), quiet=True, write=False, prepare=sessions.append)
-    rows = sessions[0].history.rows
+    with tempfile.TemporaryDirectory(prefix="fednet-personal-") as tmp:
+        exp = fednet_run(**cell_kwargs(algo, scenario, args, seed), out=f"{tmp}/run", quiet=True)
+    s, rows = exp.summary, exp.history
     b = s["bytes"]
     n = max(s["rounds"], 1) * 20
     cum, curve = 0, []
@@ -71,9 +83,19 @@ def run(algo: str, scenario: dict[str, Any], args: argparse.Namespace, seed: int
         br = r["bytes_round"]
         cum += br["server_to_client"] + br["client_to_server"]
         curve.append((cum, r["accuracy"]))
-    return {"algorithm": algo, "final": s["final_accuracy"], "std": rows[-1].get("acc_std"),
+    return {"algorithm": algo, "final": s["final_accuracy"],
+            "std": rows[-1].get("acc_std") if rows else None,
             "status": s["status"], "up": b["client_to_server"] / n, "down": b["server_to_client"] / n,
             "seconds": round(time.perf_counter() - t, 1), "curve": curve}
+
+
+def fingerprint_recipes(args: argparse.Namespace, seed: int) -> dict[str, dict[str, Any]]:
+    """The recipes of FINGERPRINTED's cells that ran, on `seed`, 2 rounds each."""
+    from benchlib.fingerprint import fingerprint_of
+
+    return {f"{algo} {sc}": fingerprint_of(cell_kwargs(algo, sc, args, seed))
+            for sc, algos in FINGERPRINTED.items() if sc in args.scenarios
+            for algo in algos if algo in args.algos}
 
 
 def plot(results: dict[str, list[dict]], path: str) -> None:
@@ -99,86 +121,115 @@ def plot(results: dict[str, list[dict]], path: str) -> None:
 
 def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
     """The dashboard's rows: Factorized-FL's uplink against FedAvg's (BENCHMARKS: <= 15%) and its
-    mean client accuracy under permuted labels against FedAvg's and Stand-Alone's."""
-    scen = [k for k in data if k in SCENARIOS]
+    mean client accuracy under permuted labels against Stand-Alone's and FedAvg's."""
+    fps = data.get("fingerprints") or {}
 
-    def get(sc: str, algo: str) -> dict[str, Any] | None:
-        return next((r for r in data.get(sc, []) if r["algorithm"] == algo), None)
+    def rests_on(*names: str) -> dict[str, Any]:
+        got = [n for n in names if n in fps]
+        return {"fingerprint": got} if got else {}
     out = []
-    if "iid" in scen:  # (the bytes do not depend on the scenario: the dashboard has one row)
-        fa, fz = get("iid", "fedavg"), get("iid", "factorized")
-        if fa and fz and fa["up"]:
-            out.append(headline_row(
-                "compression", "Factorized-FL uplink / FedAvg's, per client and round (iid)",
-                100 * fz["up"] / fa["up"], "%", "<= 15%",
-                f"{fz['up'] / 1024:.1f} KiB against {fa['up'] / 1024:.1f} KiB; 20 digits clients"))
+    up = _uplink_row(data)
+    if up is not None:
+        out.append({**up, **rests_on(f"factorized {up['scenario']}", f"fedavg {up['scenario']}")})
+        del out[-1]["scenario"]
     for sc in ("permuted iid", "permuted non-iid"):
         if _finals(data, sc, "factorized"):
-            out.append(_accuracy_row(data, sc))
-    return measured(*out)
+            out.append({**_accuracy_row(data, sc), **rests_on(f"factorized {sc}",
+                                                               f"standalone {sc}")})
+    return out
 
 
-def _mean(v: list[float]) -> str:
-    return f"{sum(v) / len(v):.3f}"
+def _runs(data: dict[str, Any]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """Seed -> scenario -> the cells (--seeds runs; else the one seed's tables)."""
+    return data.get("seeds") or {str(data.get("args", {}).get("seed", 0)):
+                                 {sc: data[sc] for sc in SCENARIOS if sc in data}}
+
+
+def _uplink_row(data: dict[str, Any]) -> dict[str, Any] | None:
+    """Factorized-FL's uplink bytes per client and round over FedAvg's, from the first scenario
+    that ran both (the bytes follow from the models, not from the labels), per seed."""
+    for sc in SCENARIOS:
+        pairs = [(got["factorized"]["up"], got["fedavg"]["up"]) for by_sc in _runs(data).values()
+                 for got in [{r["algorithm"]: r for r in by_sc.get(sc, [])}]
+                 if "factorized" in got and "fedavg" in got and got["fedavg"]["up"]]
+        if not pairs:
+            continue
+        shares = sorted({100 * fz / fa for fz, fa in pairs})
+        same = "the same on each" if len(shares) == 1 else \
+            f"{shares[0]:.2f}-{shares[-1]:.2f}% over them"
+        row = headline_row(
+            "compression", "Factorized-FL uplink / FedAvg's, per client and round",
+            sum(100 * fz / fa for fz, fa in pairs) / len(pairs), "%", "<= 15%",
+            f"{pairs[0][0] / 1024:.1f} KiB against {pairs[0][1] / 1024:.1f} KiB; digits {sc}, "
+            f"20 clients; {len(pairs)} seed(s), {same}")
+        return row and {**row, "scenario": sc}
+    return None
+
+
+REFS = (("Stand-Alone", "standalone"), ("Stand-Alone on its backbone",
+                                        "standalone@factorized_digits"), ("FedAvg", "fedavg"))
 
 
 def _accuracy_row(data: dict[str, Any], sc: str) -> dict[str, Any]:
-    """Factorized-FL's mean client accuracy in scenario `sc` against FedAvg's and Stand-Alone's
-    (on the plain backbone, and on Factorized-FL's own: the fair lower bound); and, where it
-    ran, the same pair with the official code's dense mu init (one row: the dashboard's lines
-    are counted)."""
+    """Factorized-FL's mean client accuracy in scenario `sc` (mean and 95% t interval over the
+    seeds) against Stand-Alone's (on the plain backbone, and on Factorized-FL's own: the fair
+    lower bound) and FedAvg's, each paired by seed; and, where it ran, the same with the
+    official code's dense mu init (one row: the dashboard's lines are counted)."""
     fz = _finals(data, sc, "factorized")
-    refs = (("FedAvg", "fedavg"), ("Stand-Alone", "standalone"),
-            ("Stand-Alone on its backbone", "standalone@factorized_digits"))
-    finals = {n: _finals(data, sc, a) for n, a in refs}
-    others = "; ".join(f"{n} {_mean(v)}" for n, v in finals.items() if v)
-    seeds = (f"mean of {len(fz)} seeds, range {min(fz):.3f}-{max(fz):.3f}; "
-             if len(fz) > 1 else "1 seed; ")
-    loses = _against(data, sc, "factorized", "standalone")
-    code, code_sa = _finals(data, sc, CODE_INIT), _finals(data, sc, "standalone@factorized_digits_xavier")
-    init = (f"; with the official code's dense mu init {_mean(code)}"
-            + (f" (Stand-Alone on it {_mean(code_sa)})" if code_sa else "")
-            + _against(data, sc, CODE_INIT, "standalone") if code else "")
+    parts = [f"Factorized-FL {_ci(fz)}"] + [
+        f"{name} {_ci(v)}: Factorized-FL {_against(data, sc, 'factorized', algo)}"
+        for name, algo in REFS if (v := _finals(data, sc, algo))]
+    code = _finals(data, sc, CODE_INIT)
+    if code:
+        sa = "standalone@factorized_digits_xavier"
+        parts.append(f"with the official code's dense mu init (--model factorized_digits_xavier) "
+                     f"Factorized-FL {_ci(code)}, against Stand-Alone "
+                     f"{_against(data, sc, CODE_INIT, 'standalone')}" + (
+                         f"; Stand-Alone on that backbone {_ci(_finals(data, sc, sa))}: "
+                         f"{_against(data, sc, CODE_INIT, sa)}" if _finals(data, sc, sa) else ""))
+    seeds = sorted(_runs(data), key=int)
+    parts.append(f"{len(fz)} seeds ({', '.join(seeds)}), 95% t intervals, differences paired "
+                 f"by seed; 20 clients, {_setting(data)}")
     return headline_row("accuracy", f"Factorized-FL mean client accuracy, digits {sc}",
-                        sum(fz) / len(fz), "", "", seeds + others + loses + init + "; 20 clients")
+                        sum(fz) / len(fz), "", "", "; ".join(parts))
 
 
-T95 = {1: 12.71, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
-"""Student's t, two-sided 95 %, by degrees of freedom (1.96 beyond)."""
+def _setting(data: dict[str, Any]) -> str:
+    a = data.get("args", {})
+    return f"{a.get('rounds')} rounds x {a.get('epochs')} epochs, lr {a.get('lr')}"
+
+
+def _ci(xs: list[float]) -> str:
+    """'0.683 [0.652, 0.714]': the mean and its 95% t interval (clipped to [0, 1])."""
+    from fednet.metrics.intervals import mean_ci
+
+    ci = mean_ci(xs, bounds=(0.0, 1.0))
+    return f"{sum(xs) / len(xs):.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
 
 
 def _against(data: dict[str, Any], sc: str, algo: str, base: str) -> str:
     """algo's final accuracy minus base's, paired by seed, with its 95 % interval: a verdict
-    only where the interval excludes 0 ("no clear difference" otherwise); '' under 2 seeds."""
-    d = _paired(data, sc, algo, base)
-    if len(d) < 2:
-        return ""
-    mean = sum(d) / len(d)
-    sd = (sum((x - mean) ** 2 for x in d) / (len(d) - 1)) ** 0.5
-    half = T95.get(len(d) - 1, 1.96) * sd / len(d) ** 0.5
-    who = "Factorized-FL" + ("" if algo == "factorized" else " with it")
-    verdict = ("LOSES to" if mean + half < 0 else "beats" if mean - half > 0 else
-               "shows no clear difference from")
-    return (f"; {who} {verdict} Stand-Alone (paired over {len(d)} seeds: {mean:+.3f} "
-            f"± {half:.3f})")
+    only where the interval excludes 0 ('no clear difference' otherwise); '-' without pairs."""
+    from fednet.metrics.intervals import versus
+
+    v = versus(_by_seed(data, sc, algo), _by_seed(data, sc, base), higher=True)
+    if v["estimate"] is None:
+        return "-"
+    if v["lo"] is None:
+        return f"{v['estimate']:+.3f} (1 seed: no interval)"
+    verdict = ("LOSES" if v["hi"] < 0 else "higher" if v["lo"] > 0 else "no clear difference")
+    return f"{v['estimate']:+.3f} [{v['lo']:+.3f}, {v['hi']:+.3f}]: {verdict}"
 
 
-def _paired(data: dict[str, Any], sc: str, algo: str, base: str) -> list[float]:
-    """Per seed where both completed: algo's final accuracy minus base's (--seeds runs)."""
-    out = []
-    for by_sc in (data.get("seeds") or {}).values():
-        got = {r["algorithm"]: r for r in by_sc.get(sc, []) if r["status"] == "completed"}
-        if algo in got and base in got:
-            out.append(got[algo]["final"] - got[base]["final"])
-    return out
+def _by_seed(data: dict[str, Any], sc: str, algo: str) -> dict[str, float]:
+    """Seed -> algo's final mean client accuracy in scenario sc (completed runs only)."""
+    return {seed: r["final"] for seed, by_sc in _runs(data).items() for r in by_sc.get(sc, [])
+            if r["algorithm"] == algo and r["status"] == "completed"}
 
 
 def _finals(data: dict[str, Any], sc: str, algo: str) -> list[float]:
-    """The final mean client accuracy of `algo` in scenario `sc` on every seed run (--seeds),
-    else on the one seed."""
-    runs = data.get("seeds") or {"": {sc: data.get(sc, [])}}
-    return [r["final"] for by_sc in runs.values() for r in by_sc.get(sc, [])
-            if r["algorithm"] == algo and r["status"] == "completed"]
+    """The final mean client accuracy of `algo` in scenario `sc` on every seed run."""
+    return list(_by_seed(data, sc, algo).values())
 
 
 def main() -> None:
@@ -200,7 +251,7 @@ def main() -> None:
         for sc in args.scenarios:
             by_seed[seed][sc] = []
             for a in args.algos:
-                r = run(a, SCENARIOS[sc], args, seed)
+                r = run(a, sc, args, seed)
                 by_seed[seed][sc].append(r)
                 print(f"seed {seed} {sc:<17} {a:<16} acc {r['final']:.3f} (std {r['std'] or 0:.3f})"
                       f"  up {r['up'] / 1024:8.1f} KiB  down {r['down'] / 1024:8.1f} KiB  "
@@ -223,7 +274,11 @@ def main() -> None:
         data["seeds"] = {str(k): {sc: [{x: r[x] for x in ("algorithm", "final", "std", "up", "down",
                                                            "status")} for r in rows]
                                   for sc, rows in v.items()} for k, v in by_seed.items()}
-    write_json(args.json, data, headline(data))
+    if args.json:
+        from benchlib.fingerprint import takes
+
+        data["fingerprints"] = takes(fingerprint_recipes(args, next(iter(by_seed))))
+    write_json(args.json, data, headline)
 
 
 if __name__ == "__main__":

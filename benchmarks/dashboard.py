@@ -281,7 +281,9 @@ def render(results: list[dict[str, Any]], results_dir: Path, out: Path) -> str:
              "commit (`+dirty`: `fednet/` had uncommitted changes) and date it was measured at, "
              "and the command that made it, with the file it wrote. `(path ...)` beside a commit: "
              "the training paths of the row's fingerprints, checked at HEAD by `--check` and "
-             "`tests/test_fingerprints.py` ([docs/comparisons.md](docs/comparisons.md)).", "",
+             "`tests/test_fingerprints.py`; a row without one (wall-clock, memory) is not "
+             "bit-checked: re-run its command at HEAD and compare the ratio "
+             "([docs/comparisons.md](docs/comparisons.md)).", "",
              f"To add or update a figure, run the benchmark with `--json {shown(results_dir)}/"
              "NAME.json`, then `python3 benchmarks/dashboard.py`; `python3 benchmarks/dashboard.py "
              "--check` fails when this file is out of date. How each figure was measured, and "

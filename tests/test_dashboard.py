@@ -194,3 +194,55 @@ def test_robust_notes_say_no_clear_difference_where_an_interval_holds_zero():
     assert rows["Krum: clean accuracy minus FedAvg's (no attack)"]["value"] == pytest.approx(-0.05)
     alie = rows["FedAvg accuracy under ALIE (20% malicious)"]
     assert "FedAvg's change -0.450" in alie["note"] and "Krum 0.320" in alie["note"]
+
+
+def test_personal_rows_pair_factorized_fl_with_each_baseline_by_seed():
+    from tests.harness import bench
+
+    mod = bench("bench_personal")
+
+    def cell(algo, final, up):
+        return {"algorithm": algo, "final": final, "std": 0.0, "up": up, "down": up,
+                "status": "completed"}
+
+    seeds = {str(s): {"permuted iid": [
+        cell("factorized", 0.70 + 0.01 * s, 2150.0), cell("standalone", 0.80 + 0.01 * s, 160.0),
+        cell("fedavg", 0.70 + (0.02 if s % 2 else -0.02), 62250.0)]} for s in range(5)}
+    data = {"seeds": seeds, "args": {"rounds": 15, "epochs": 3, "lr": 0.05},
+            "fingerprints": {"factorized permuted iid": {}, "standalone permuted iid": {},
+                             "fedavg permuted iid": {}}}
+    rows = {r["metric"]: r for r in mod.headline(data)}
+    acc = rows["Factorized-FL mean client accuracy, digits permuted iid"]
+    assert acc["value"] == pytest.approx(0.72)
+    assert "Stand-Alone 0.820 [" in acc["note"] and "Factorized-FL -0.100 [-0.100, -0.100]: LOSES" \
+        in acc["note"]
+    assert "FedAvg 0.696 [" in acc["note"] and ": no clear difference" in acc["note"]
+    assert "5 seeds (0, 1, 2, 3, 4), 95% t intervals" in acc["note"]
+    assert acc["fingerprint"] == ["factorized permuted iid", "standalone permuted iid"]
+    up = rows["Factorized-FL uplink / FedAvg's, per client and round"]
+    assert up["value"] == pytest.approx(100 * 2150 / 62250) and up["target"] == "<= 15%"
+    assert "5 seed(s), the same on each" in up["note"] and "scenario" not in up
+    assert up["fingerprint"] == ["factorized permuted iid", "fedavg permuted iid"]
+
+
+def test_dp_rows_set_adaptive_clipping_beside_fixed_paired_by_seed():
+    from tests.harness import bench
+
+    mod = bench("bench_dp")
+
+    def r(method, eps, seed, acc):
+        return {"method": method, "target": eps, "seed": seed, "status": "completed",
+                "accuracy": acc, "dp_s": [], "round_s": []}
+
+    results = [x for s in range(5) for x in (
+        r("fedavg", None, s, 0.94 + 0.001 * s), r("dp-fixed", 1.0, s, 0.90 + 0.002 * s),
+        r("dp-adaptive", 1.0, s, 0.90 + (0.01 if s % 2 else -0.01)))]
+    args = {"dataset": "digits", "population": 1400, "cohort": 1000, "rounds": 20}
+    [row] = [x for x in mod.headline({"part": "user", "args": args, "results": results,
+                                      "fingerprints": {"dp-adaptive-1": {}, "fedavg": {}}})
+             if "accuracy" in x["metric"]]
+    assert row["value"] == pytest.approx(0.904)
+    assert row["note"].startswith("fixed clipping 0.904 [")
+    assert "adaptive clipping (the median) 0.898 [" in row["note"]
+    assert "vs fixed -0.006 [" in row["note"] and "]: no clear difference" in row["note"]
+    assert row["fingerprint"] == ["dp-adaptive-1", "fedavg"]

@@ -42,6 +42,25 @@ def test_the_dashboard_has_fingerprints_to_check():
         assert entry["rows"], f"{command}: no dashboard row names this fingerprint"
 
 
+def test_each_recorded_command_is_its_recipe():
+    """The command a row prints is the run its fingerprint re-runs: typed at `fednet local`, it
+    gives the configuration the recipe's fednet.api.run keywords give (no run; a keyword whose
+    option is spelled otherwise, eval_mode as --eval, params as --param k=v, is the case)."""
+    import shlex
+
+    from fednet.api import _argument, options
+    from fednet.cli import local
+
+    known = options()
+    for command, entry in RECIPES.items():
+        words = shlex.split(command)
+        assert words[:2] == ["fednet", "local"], command
+        typed = dict(local.make_context("local", words[2:]).params)
+        given = dict(local.make_context("local", []).params)
+        given.update({k: _argument(k, v, known[k]) for k, v in entry["fp"]["recipe"].items()})
+        assert typed == given, command
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("command", sorted(RECIPES))
 def test_a_fingerprint_reproduces_at_head(command):

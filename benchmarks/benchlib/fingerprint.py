@@ -36,14 +36,22 @@ def fingerprint_of(kwargs: dict[str, Any], rounds: int = ROUNDS) -> dict[str, An
 
 
 def command(recipe: dict[str, Any]) -> str:
-    """`fednet local --opt value ...` for a recipe (True: a flag; a list: its values)."""
+    """`fednet local --opt value ...` for a recipe, each keyword as the option it stands for
+    (`eval_mode` -> `--eval`; True: a flag; a list: its values; `params`: `--param k=v` each)."""
+    from fednet.api import options
+
+    known = options()
     words = ["fednet", "local"]
     for k, v in recipe.items():
         if k == "runtime" or v is None or v is False:
             continue
-        opt = "--" + k.replace("_", "-")
-        words += [opt] if v is True else [opt, *map(str, v)] if isinstance(v, list) \
-            else [opt, str(v)]
+        opt = next((o for o in known[k].opts if o.startswith("--")), "--" + k.replace("_", "-")) \
+            if k in known else "--" + k.replace("_", "-")
+        if isinstance(v, dict):
+            words += [w for key, x in v.items() for w in (opt, f"{key}={x}")]
+        else:
+            words += [opt] if v is True else [opt, *map(str, v)] if isinstance(v, list) \
+                else [opt, str(v)]
     return shlex.join(words)
 
 
