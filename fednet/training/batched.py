@@ -13,7 +13,9 @@ Clients of unequal sizes, epochs or batch sizes are padded to the largest batch 
 steps and masked: a padded row adds nothing to its client's loss or gradient, and a client past
 its last step keeps its parameters and momentum unchanged, so each takes exactly its own steps.
 The clients are stacked longest first, and a step computes only those still training (a prefix
-of the stack, two at least), so a block's short clients do not pay its longest client's steps.
+of the stack, two at least), so a block's short clients do not pay its longest client's steps,
+and the step-by-step layout of the batches (_Plan) holds only those steps' slots, not a
+clients x most steps x largest batch rectangle.
 The reported loss is the plain loop's: the batches' mean losses weighted by their sizes.
 A step is vmap(grad(loss)) over the clients, except for a linear model on the flattened input
 (mclr; _linear_head checks the architecture and probes the forward): its gradient in closed form
@@ -150,26 +152,52 @@ class BatchedResult:
                 named[k].copy_(v[g])
 
 
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+"""A step's (x, y, mask, weight) of its clients, each with leading dimensions [k, B]."""
+
+
 @dataclass
 class _Plan:
-    """Every client's batches, step-aligned: step s of client g is rows[g, s] where mask[g, s]
-    (indices into the clients' rows, concatenated), or, augmented, the batch itself in
-    x[g, s]."""
+    """Every client's batches, step by step, without padding to the longest client: step s
+    computes the first ks[s] clients of the stack (longest first: those still training, two at
+    least), B slots each, in the flat layout's slots [at[s], at[s] + ks[s] B); a slot holds the
+    index of one of the client's rows (the clients' rows concatenated) where mask is set, or,
+    augmented, the augmented example itself in x."""
 
-    x: torch.Tensor          # the clients' data concatenated, or [G, S, B, ...] batches
-    y: torch.Tensor          # the clients' labels concatenated, or [G, S, B]
-    rows: torch.Tensor | None  # [G, S, B] indices into x and y; None when x holds the batches
-    mask: torch.Tensor       # [G, S, B] bool: a real example of the client's batch
+    x: torch.Tensor          # the clients' data concatenated, or every slot's example [E, ...]
+    y: torch.Tensor          # the clients' labels concatenated, or every slot's label [E]
+    rows: torch.Tensor | None  # [E] indices into x and y; None when x holds the batches
+    mask: torch.Tensor       # [E] bool: a real example of the client's batch
+    weight: torch.Tensor     # [E] 1 / the examples of the slot's batch where real, else 0
     steps: list[int]         # each client's number of steps
+    ks: list[int]            # each step's clients computed
+    at: list[int]            # each step's first slot
+    width: int               # B: the slots a client has at a step (the largest batch)
+    client: torch.Tensor     # [P] the client of each (step, client) pair, step by step
+    counts: torch.Tensor     # [P] the real examples of each pair's batch (int64)
 
-    def batch(self, s: int, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Step s's (x, y, mask) of the first k clients, each with leading dimensions [k, B]."""
-        m = self.mask[:k, s]
+    def batch(self, s: int) -> Batch:
+        """Step s's (x, y, mask, weight) of its ks[s] clients, each with leading dimensions
+        [k, B]."""
+        k, lo = self.ks[s], self.at[s]
+        hi = lo + k * self.width
+        m, w = self.mask[lo:hi].view(k, self.width), self.weight[lo:hi].view(k, self.width)
         if self.rows is None:
-            return self.x[:k, s], self.y[:k, s], m
-        r = self.rows[:k, s].reshape(-1)
+            return (self.x[lo:hi].view(m.shape + self.x.shape[1:]), self.y[lo:hi].view(m.shape),
+                    m, w)
+        r = self.rows[lo:hi]
         xb = self.x.index_select(0, r)
-        return xb.view(m.shape + xb.shape[1:]), self.y.index_select(0, r).view(m.shape), m
+        return xb.view(m.shape + xb.shape[1:]), self.y.index_select(0, r).view(m.shape), m, w
+
+    def per_client(self, values: torch.Tensor) -> list[list[float]]:
+        """Per-pair values ([P]) as each client's list, step by step, over its own steps."""
+        order = torch.sort(self.client, stable=True).indices
+        got = values[order].tolist()
+        out, i = [], 0
+        for g, n in enumerate(torch.bincount(self.client, minlength=len(self.steps)).tolist()):
+            out.append(got[i:i + self.steps[g]])
+            i += n
+        return out
 
 
 def _draw(job: ClientJob, augment: Augment | None, batches: list[torch.Tensor]
@@ -191,31 +219,50 @@ def _draw(job: ClientJob, augment: Augment | None, batches: list[torch.Tensor]
 
 
 def _plan(jobs: Sequence[ClientJob], augment: Augment | None) -> _Plan:
-    """Draw every client's batches and lay them out step by step, padded and masked: client g's
-    step s holds positions (s mod k_g) * B_g + b, b < B_g, of its epoch's permutation (k_g its
-    batches per epoch), the ones below n_g real; the permutations fill the real slots in order."""
+    """Draw every client's batches and lay them out step by step, masked: client g's slots at
+    step s hold positions (s mod k_g) * B_g + b, b < B_g, of its epoch's permutation (k_g its
+    batches per epoch), the ones below n_g real. The clients are in the stack's order (longest
+    first), so the clients still training at a step are a prefix: a step holds only them (two
+    at least), and a block's short clients take no slots for its long clients' steps."""
     dev = jobs[0].x.device
     batches: list[torch.Tensor] = []
     perms = [p for j in jobs for p in _draw(j, augment, batches)]
     n = torch.tensor([len(j.y) for j in jobs])
     bs = torch.tensor([j.batch_size for j in jobs])
+    epochs = torch.tensor([j.epochs for j in jobs])
     k = (n + bs - 1) // bs
-    steps = k * torch.tensor([j.epochs for j in jobs])
+    steps = k * epochs
     G, S, B = len(jobs), int(steps.max()), int(bs.max())
-    s = torch.arange(S)[None, :, None]
-    b = torch.arange(B)[None, None, :]
-    pos = (s % k[:, None, None]) * bs[:, None, None] + b
-    mask = (s < steps[:, None, None]) & (b < bs[:, None, None]) & (pos < n[:, None, None])
-    rows = torch.zeros(G, S, B, dtype=torch.long)
-    rows[mask] = torch.cat(perms)  # row-major: client by client, step by step, in batch order
-    rows += (torch.cumsum(n, 0) - n)[:, None, None]  # into the clients' rows, concatenated
+    ks = (G - torch.cumsum(torch.bincount(steps, minlength=S + 1), 0)[:S]).clamp(min=min(2, G))
+    g = torch.arange(int(ks.sum())) - torch.repeat_interleave(torch.cumsum(ks, 0) - ks, ks)
+    s = torch.repeat_interleave(torch.arange(S), ks)[:, None]  # each (step, client) pair's
+    b = torch.arange(B)[None, :]
+    kg, bg, ng = k[g][:, None], bs[g][:, None], n[g][:, None]
+    pos = (s % kg) * bg + b
+    mask = (s < steps[g][:, None]) & (b < bg) & (pos < ng)
+    # a real slot's place among its client's epochs of permutations (and augmented batches),
+    # client by client as _draw appended them; then its row among the clients' rows
+    first = torch.cumsum(n * epochs, 0) - n * epochs
+    src = (first[g][:, None] + (s // kg) * ng + pos)[mask]
+    own = torch.cat(perms)[src] + (torch.cumsum(n, 0) - n)[g][:, None].expand_as(mask)[mask]
+    flat = mask.reshape(-1)
     y = torch.cat([j.y for j in jobs])
-    rows, mask = rows.to(dev), mask.to(dev)
+    at = (torch.cumsum(ks, 0) - ks) * B
+    counts = mask.sum(1)
     if augment is None:
-        return _Plan(torch.cat([gathered(j.x) for j in jobs]), y, rows, mask, steps.tolist())
-    xs = batches[0].new_zeros((G, S, B) + tuple(batches[0].shape[1:]))
-    xs[mask] = torch.cat(batches)
-    return _Plan(xs, y[rows], None, mask, steps.tolist())
+        xs, ys = torch.cat([gathered(j.x) for j in jobs]), y
+        index = torch.zeros(len(flat), dtype=torch.long)
+        index[flat] = own
+        rows: torch.Tensor | None = index.to(dev)
+    else:
+        xs = batches[0].new_zeros((len(flat),) + tuple(batches[0].shape[1:]))
+        xs[flat.to(xs.device)] = torch.cat(batches)[src.to(xs.device)]
+        ys, rows = y.new_zeros(len(flat)), None
+        ys[flat.to(y.device)] = y[own.to(y.device)]
+    dtype = jobs[0].x.dtype if jobs[0].x.dtype.is_floating_point else torch.float32
+    weight = (mask.to(dtype) / counts.clamp(min=1).to(dtype)[:, None]).reshape(-1)
+    return _Plan(xs, ys, rows, flat.to(dev), weight.to(dev), steps.tolist(), ks.tolist(),
+                 at.tolist(), B, g, counts)
 
 
 def _column(values: Sequence[float], like: torch.Tensor) -> torch.Tensor:
@@ -324,35 +371,31 @@ def train_batched(model: nn.Module, jobs: Sequence[ClientJob], *, augment: Augme
 
     step_grads = _stepper(model, fixed, params, plan)
     steps = torch.tensor(plan.steps, device=plan.mask.device)
-    G = len(jobs)
     losses = []
-    for s in range(max(plan.steps)):
+    for s, k in enumerate(plan.ks):
         interrupt.poll()
-        k = max(sum(1 for n in plan.steps if n > s), min(2, G))  # the clients still training
-        grads, loss = step_grads({n: p[:k] for n, p in params.items()}, *plan.batch(s, k))
+        grads, loss = step_grads({n: p[:k] for n, p in params.items()}, *plan.batch(s))
         opt.step(params, [grads[n] for n in names],
                  None if s < plan.steps[k - 1] else steps[:k] > s, k)
-        losses.append(torch.cat([loss, loss.new_zeros(G - k)]))
+        losses.append(loss)
         if on_step is not None:
             on_step(s, {n: p[back] for n, p in params.items()})
-    counts = plan.mask.sum(2).double()  # [G, S] examples per step (0 past a client's end)
-    total = (torch.stack(losses, 1).double() * counts).sum(1)
-    samples = counts.sum(1)
-    stats = [TrainStats(float(t) / max(float(n), 1.0), int(n), k)
-             for t, n, k in zip(total.tolist(), samples.tolist(), plan.steps)]
-    per_step = plan.mask.sum(2).tolist()
-    sizes = [row[:k] for row, k in zip(per_step, plan.steps)]
-    example = tuple(plan.x.shape[1 if plan.rows is not None else 3:])
+    # each client's batches' real examples, and their mean losses weighted by their sizes (in
+    # float64), step by step
+    sizes = [[int(c) for c in row] for row in plan.per_client(plan.counts)]
+    terms = plan.per_client(torch.cat(losses).double().cpu() * plan.counts)
+    stats = [TrainStats(sum(t) / max(sum(c), 1), sum(c), k)
+             for t, c, k in zip(terms, sizes, plan.steps)]
     at = back.tolist()
     return BatchedResult({n: p[back] for n, p in params.items()}, [stats[g] for g in at],
                          {n: b[back] for n, b in opt.buf.items()}, [sizes[g] for g in at],
-                         example, plan.x.dtype)
+                         tuple(plan.x.shape[1:]), plan.x.dtype)
 
 
-Stepper = Callable[[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor],
-                   tuple[dict[str, torch.Tensor], torch.Tensor]]
+Stepper = Callable[[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor,
+                    torch.Tensor], tuple[dict[str, torch.Tensor], torch.Tensor]]
 """One step's gradients of the first k clients' mean losses (by parameter name, [k, ...]) and
-the losses ([k]), from their parameters and their batch's (x, y, mask)."""
+the losses ([k]), from their parameters and their batch's (x, y, mask, weight)."""
 
 
 def _stepper(model: nn.Module, fixed: dict[str, torch.Tensor], params: dict[str, torch.Tensor],
@@ -365,7 +408,7 @@ def _stepper(model: nn.Module, fixed: dict[str, torch.Tensor], params: dict[str,
         return _linear_step(*head)
 
     def loss_of(p: dict[str, torch.Tensor], xb: torch.Tensor, yb: torch.Tensor,
-                m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                m: torch.Tensor, _w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         per = _cross_entropy(functional_call(model, (p, fixed), (xb,)), yb)
         loss = torch.where(m, per, 0.0).sum() / m.sum().clamp(min=1)  # the client's batch mean
         return loss, loss.detach()
@@ -385,7 +428,7 @@ def _linear_head(model: nn.Module, fixed: dict[str, torch.Tensor],
     w, b = f"{name}.weight", f"{name}.bias"
     if fc.bias is None or set(params) != {w, b} or list(model.buffers()):
         return None
-    xb = plan.batch(0, 1)[0][0]
+    xb = plan.batch(0)[0][0]
     one = {w: params[w][0], b: params[b][0]}
     with torch.no_grad():
         got = functional_call(model, one, (xb,))
@@ -400,21 +443,20 @@ def _linear_step(w: str, b: str) -> Stepper:
     on real rows and 0 on padding, then dW = dz^T x (bmm) and db = the sum of dz over the
     batch: autograd's arithmetic for the same loss, summed in another order."""
 
-    def step(p: dict[str, torch.Tensor], xb: torch.Tensor, yb: torch.Tensor, m: torch.Tensor
-             ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    def step(p: dict[str, torch.Tensor], xb: torch.Tensor, yb: torch.Tensor, m: torch.Tensor,
+             weight: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         with torch.no_grad():
             x = xb.flatten(2)  # [k, B, D]
             z = torch.baddbmm(p[b][:, None, :], x, p[w].transpose(1, 2))  # [k, B, K]
-            z = z - z.amax(-1, keepdim=True)
+            z.sub_(z.amax(-1, keepdim=True))
             e = z.exp()
             total = e.sum(-1, keepdim=True)
-            per = total.squeeze(-1).log() - z.gather(-1, yb[..., None]).squeeze(-1)
-            n = m.sum(1).clamp(min=1).to(z.dtype)
-            loss = torch.where(m, per, 0.0).sum(1) / n
-            weight = (m.to(z.dtype) / n[:, None])[..., None]  # [k, B, 1]: 1/n real, 0 padding
-            dz = e.div_(total).mul_(weight)
-            dz.scatter_add_(-1, yb[..., None], -weight)
-            return {w: torch.bmm(dz.transpose(1, 2), x), b: dz.sum(1)}, loss
+            y = yb[..., None]
+            per = total.log().sub_(z.gather(-1, y)).squeeze(-1)  # [k, B]
+            w3 = weight[..., None]  # [k, B, 1]: 1/n real, 0 padding
+            dz = e.div_(total).mul_(w3)
+            dz.scatter_add_(-1, y, w3.neg())
+            return {w: torch.bmm(dz.transpose(1, 2), x), b: dz.sum(1)}, (per * weight).sum(1)
 
     return step
 
