@@ -46,6 +46,9 @@ class Session:
     held: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # v -> (b, s)
     q: np.ndarray | None = None  # its weighted quantized update (masked again on request)
     partners: frozenset[int] = frozenset()  # whom it masked with at the input stage
+    sealing: dict[int, bytes] = field(default_factory=dict)  # v -> the key c agrees with v's
+    c_key: crypto.X25519PrivateKey | None = None  # c_sk and s_sk as keys (private()), built
+    s_key: crypto.X25519PrivateKey | None = None  # once: each agreement then costs one exchange
 
 
 SESSIONS: dict[int, Session] = {}
@@ -68,9 +71,12 @@ def nonce(rnd: int, sender: int, receiver: int) -> bytes:
 def keys(cid: int, rnd: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Stage keys: a new session, its two public keys."""
     ops.charge(cost.keys())  # (the task's meter: its protocol work on the clock)
-    c_sk, c_pk = crypto.keypair(rng.bytes(32))
-    s_sk, s_pk = crypto.keypair(rng.bytes(32))
-    SESSIONS[cid] = Session(cid, rnd, c_sk, s_sk, c_pk, s_pk)
+    c_sk = rng.bytes(32)
+    c_key = crypto.private(c_sk)
+    s_sk = rng.bytes(32)
+    s_key = crypto.private(s_sk)
+    c_pk, s_pk = crypto.public(c_key), crypto.public(s_key)
+    SESSIONS[cid] = Session(cid, rnd, c_sk, s_sk, c_pk, s_pk, c_key=c_key, s_key=s_key)
     return {"c_pk": np.frombuffer(c_pk, np.uint8).copy(),
             "s_pk": np.frombuffer(s_pk, np.uint8).copy()}
 
@@ -95,8 +101,8 @@ def shares(s: Session, nbrs: np.ndarray, c_pks: np.ndarray, s_pks: np.ndarray, t
     b_sh = shamir.share(s.b, ids, t, rng)
     s_sh = shamir.share(s.s_sk, ids, t, rng)
     sealed = np.zeros((len(ids), SEALED_BYTES), np.uint8)
-    for i, v in enumerate(ids):
-        key = crypto.agree(s.c_sk, s.pks[v][0], share_info(s.rnd))
+    for i, v in enumerate(ids):  # (the key kept: the shares v seals for it open with it)
+        key = s.sealing[v] = crypto.agree(s.c_key or s.c_sk, s.pks[v][0], share_info(s.rnd))
         plain = (_IDS.pack(s.cid, v) + shamir.encode_share(b_sh[v])
                  + shamir.encode_share(s_sh[v]))
         aad = _IDS.pack(s.cid, v)
@@ -114,7 +120,8 @@ def open_shares(s: Session, senders: np.ndarray, sealed: np.ndarray) -> list[int
     for v, row in zip((int(x) for x in senders), sealed):
         if v not in s.pks:
             raise ValueError(f"a share from client {v}, who is not a neighbour")
-        key = crypto.agree(s.c_sk, s.pks[v][0], share_info(s.rnd))
+        key = s.sealing.get(v) or crypto.agree(s.c_key or s.c_sk, s.pks[v][0],
+                                                share_info(s.rnd))
         try:
             plain = crypto.unseal(key, nonce(s.rnd, v, s.cid), bytes(row), _IDS.pack(v, s.cid))
             if _IDS.unpack(plain[:16]) != (v, s.cid):
@@ -128,7 +135,8 @@ def open_shares(s: Session, senders: np.ndarray, sealed: np.ndarray) -> list[int
     return bad
 
 
-def pair_mask(s_sk: bytes, other_pk: bytes, rnd: int, n: int, dtype: np.dtype) -> np.ndarray:
+def pair_mask(s_sk: bytes | crypto.X25519PrivateKey, other_pk: bytes, rnd: int, n: int,
+              dtype: np.dtype) -> np.ndarray:
     """The pairwise mask both ends of an edge derive (s keys agreed, AES-CTR expanded)."""
     return crypto.mask(crypto.agree(s_sk, other_pk, mask_info(rnd)), n, dtype)
 
@@ -142,7 +150,7 @@ def masked(s: Session, values: np.ndarray, partners: np.ndarray) -> np.ndarray:
     for v in (int(x) for x in partners):
         if v not in s.pks:
             raise ValueError(f"a mask partner {v} who is not a neighbour")
-        m = pair_mask(s.s_sk, s.pks[v][1], s.rnd, values.size, values.dtype)
+        m = pair_mask(s.s_key or s.s_sk, s.pks[v][1], s.rnd, values.size, values.dtype)
         y = y + m if s.cid < v else y - m
     return y
 

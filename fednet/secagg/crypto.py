@@ -26,11 +26,23 @@ def keypair(seed: bytes) -> tuple[bytes, bytes]:
     return seed[:KEY_BYTES], sk.public_key().public_bytes_raw()
 
 
-def agree(private: bytes, public: bytes, info: bytes) -> bytes:
-    """A 32-byte key both ends derive: HKDF-SHA256 of the X25519 shared secret, bound to
-    `info`; ValueError for a public key that is not one (a low-order point)."""
-    shared = X25519PrivateKey.from_private_bytes(private).exchange(
-        X25519PublicKey.from_public_bytes(public))
+def private(sk: bytes) -> X25519PrivateKey:
+    """The X25519 private key of 32 key bytes, to agree many keys with (building it is an
+    X25519 multiplication of its own, as long as an agreement: build it once per key)."""
+    return X25519PrivateKey.from_private_bytes(sk[:KEY_BYTES])
+
+
+def public(key: X25519PrivateKey) -> bytes:
+    """The public key bytes of a private() key (keypair's second half)."""
+    return key.public_key().public_bytes_raw()
+
+
+def agree(key: bytes | X25519PrivateKey, public: bytes, info: bytes) -> bytes:
+    """A 32-byte key both ends derive: HKDF-SHA256 of the X25519 shared secret of `key` (its
+    bytes, or private()'s object) and `public`, bound to `info`; ValueError for a public key
+    that is not one (a low-order point)."""
+    sk = key if isinstance(key, X25519PrivateKey) else private(key)
+    shared = sk.exchange(X25519PublicKey.from_public_bytes(public))
     return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(shared)
 
 

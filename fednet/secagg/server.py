@@ -284,11 +284,12 @@ class Aggregation:
         for v in sorted(self.inputs):
             total = total - crypto.mask(b_of[v], total.size, dt)
         for v, s_sk in sorted(s_of.items()):
-            if crypto.keypair(s_sk)[1] != self.pks[v][1]:
+            key = crypto.private(s_sk)  # (built once: one exchange per neighbour)
+            if crypto.public(key) != self.pks[v][1]:
                 raise SecAggFailed("unmask", len(self.answered), self.need,
                                    f"the s key rebuilt for client {v} is not its own")
             for w in (x for x in self.nbrs[v] if x in self.inputs):
-                m = C.pair_mask(s_sk, self.pks[w][1], self.rnd, total.size, dt)
+                m = C.pair_mask(key, self.pks[w][1], self.rnd, total.size, dt)
                 total = total - m if w < v else total + m
         return total
 
