@@ -166,6 +166,9 @@ def _one_blas_thread() -> Iterator[None]:
     finally:
         for c, n in zip(libs, before):
             c.set_num_threads(n)
+            release = getattr(c, "clear_controlling_thread", None)
+            if release is not None:  # OpenBLAS's: let another thread set it next (as
+                release()            # threadpool_limits does on leaving)
 
 
 @lru_cache(maxsize=4)
