@@ -4,7 +4,7 @@ costs per round.
     python3 benchmarks/bench_dp.py user [--dataset synthetic-fedprox] [--model auto]
         [--population 1000000] [--cohort 1000] [--rounds 10] [--epochs 1] [--batch-size 64]
         [--lr 0.05] [--seeds 0 1 2] [--epsilons 1 3 8] [--delta 1e-6] [--clip 1.0]
-        [--no-adaptive] [--plot F.png] [--json F]
+        [--no-adaptive] [--keep F.json] [--plot F.png] [--json F]
     python3 benchmarks/bench_dp.py sgd [--clients 10] [--rounds 25] [--seeds 0 1 2]
         [--noise 1.0] [--clip 1.0] [--json F]
     python3 benchmarks/bench_dp.py user --from-json F.json --plot F.png   # table and plot again
@@ -16,6 +16,12 @@ Per cell: the final accuracy, the epsilon the run reports, the noise multiplier 
 round's wall-clock and the server's seconds of clipping and noise in it (the rows' dp_s: what DP
 adds; the exact sums are FedAvg's own work and are counted apart, dp_fold_s). --plot: final
 accuracy against epsilon (mean and range over the seeds), non-private FedAvg as a line.
+
+--keep F.json (user): take from an earlier --json of the same settings the cells of the methods
+it has (non-private FedAvg, fixed clipping) and run only the others (adaptive clipping); the
+file's fingerprints of those cells must equal HEAD's (benchmarks/fingerprints.json), else it is
+refused: the kept cells are then the ones HEAD would compute. The result records what it kept
+("kept": the file, its commit and command).
 
 `sgd`: FedAvg on digits with DP-SGD inside every client (Opacus, `--dp-sgd-noise`) beside plain
 FedAvg, every seed: the final accuracy, the per-example epsilon of the most exposed client, and
@@ -60,7 +66,8 @@ def _run(argv: list[str], out: Path) -> dict[str, Any]:
 
 
 def user_cells(a: argparse.Namespace) -> list[tuple[str, float | None, list[str]]]:
-    """(method, target epsilon, extra options) of every `user` cell but the seed."""
+    """(method, target epsilon, extra options) of every `user` cell but the seed (all of them;
+    --keep leaves out those it holds)."""
     cells: list[tuple[str, float | None, list[str]]] = [("fedavg", None, [])]
     dp = ["--dp", "central", "--dp-delta", str(a.delta), "--dp-clip", str(a.clip)]
     for eps in a.epsilons:
@@ -102,13 +109,37 @@ def user_recipes(a: argparse.Namespace, results: list[dict[str, Any]]
     return out
 
 
+def kept_cells(a: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """--keep: the earlier file's cells (of these seeds and epsilons) and what they are; its
+    fingerprints must be at HEAD's training paths (benchmarks/fingerprints.json)."""
+    if not a.keep:
+        return [], {}
+    old = json.loads(Path(a.keep).read_text())
+    same = ("dataset", "model", "population", "cohort", "rounds", "epochs", "batch_size", "lr",
+            "delta", "clip", "partition", "batch_clients")
+    moved = [k for k in same if old["args"].get(k) != getattr(a, k)]
+    head = json.loads((ROOT / "benchmarks" / "fingerprints.json").read_text())
+    stale = [n for n, fp in old.get("fingerprints", {}).items()
+             if head.get(fp["command"], {}).get("path") != fp["path"]]
+    if moved or stale or not old.get("fingerprints"):
+        raise SystemExit(f"--keep {a.keep}: " + (f"other settings ({', '.join(moved)})" if moved
+                         else f"not at HEAD's training path ({', '.join(stale) or 'none'})"))
+    cells = [r for r in old["results"] if r["seed"] in a.seeds
+             and (r["target"] is None or r["target"] in a.epsilons)]
+    return cells, {"file": a.keep, "commit": old.get("commit"), "command": old.get("command"),
+                   "methods": sorted({r["method"] for r in cells})}
+
+
 def user(a: argparse.Namespace) -> dict[str, Any]:
     base = [w for k, v in user_options(a).items()
             for w in ("--" + k.replace("_", "-"), str(v))]
-    results = []
+    results, kept = kept_cells(a)
+    have = {(r["method"], r["target"], r["seed"]) for r in results}
     with tempfile.TemporaryDirectory(prefix="bench_dp_") as tmp:
         for seed in a.seeds:
             for method, eps, extra in user_cells(a):
+                if (method, eps, seed) in have:
+                    continue
                 out = Path(tmp) / f"{method}-{eps}-{seed}"
                 r = {"method": method, "target": eps, "seed": seed,
                      **_run([*base, "--seed", str(seed), *extra], out)}
@@ -119,7 +150,7 @@ def user(a: argparse.Namespace) -> dict[str, Any]:
     from benchlib.fingerprint import takes
 
     return {"part": "user", "args": vars(a), "machine": machine(), "results": results,
-            "fingerprints": takes(user_recipes(a, results))}
+            **({"kept": kept} if kept else {}), "fingerprints": takes(user_recipes(a, results))}
 
 
 def sgd(a: argparse.Namespace) -> dict[str, Any]:
@@ -324,6 +355,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--delta", type=float, default=1e-6)
     ap.add_argument("--clip", type=float, default=1.0)
     ap.add_argument("--no-adaptive", dest="adaptive", action="store_false")
+    ap.add_argument("--keep", help="user: an earlier --json of the same settings whose cells are "
+                    "kept, not re-run (its fingerprints must be at HEAD's training paths)")
     ap.add_argument("--partition", default="", help="user: --partition of the cells (digits: iid)")
     ap.add_argument("--batch-clients", type=int, default=0,
                     help="user: --batch-clients of the cells (0: off)")
