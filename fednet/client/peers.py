@@ -224,7 +224,7 @@ class Peers:
             keys, grants = b.get("keys", []), b.get("grants", [])
             if hop >= len(grants) or not check_grant(
                     self.grant, grants[hop], msg.run_id, msg.round, msg.task_id, hop, route, keys,
-                    b.get("endpoints", []), b["kind"], b["body"]):
+                    b.get("endpoints", []), b["kind"], b["body"], b.get("stage", "")):
                 return "hand-off whose route, keys or task the server did not grant"
             if hop >= len(keys) or not user_key or keys[prev] != user_key:
                 return "hand-off from a key that does not own the route's predecessor"

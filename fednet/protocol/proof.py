@@ -87,29 +87,32 @@ def grant_key(master: bytes, cid: int) -> bytes:
 
 
 def route_grant(key: bytes, run_id: str, rnd: int, task_id: int, hop: int, route: list[int],
-                keys: list[str], endpoints: list[str], kind: str, body: object) -> bytes:
+                keys: list[str], endpoints: list[str], kind: str, body: object,
+                stage: str = "") -> bytes:
     """The server's grant of hop `hop` of a task: an HMAC with the receiver's grant key over
-    everything a hand-off tells its receiver (route, keys, endpoints, kind and the task body),
-    so that a sender can choose none of it. One per hop travels in the TASK and its HANDOFFs."""
+    everything a hand-off tells its receiver (route, keys, endpoints, kind, the task body and
+    the protocol stage the ledger files its bytes under), so that a sender can choose none of
+    it. One per hop travels in the TASK and its HANDOFFs."""
     fields = [run_id, int(rnd), int(task_id), int(hop), [int(c) for c in route], list(keys),
-              list(endpoints), kind, body]
+              list(endpoints), kind, body, stage]
     data = msgpack.packb(fields, use_bin_type=True, use_single_float=False)
     return hmac.new(key, data, hashlib.sha256).digest()[:MAC_BYTES]
 
 
 def route_grants(master: bytes, run_id: str, rnd: int, task_id: int, route: list[int],
-                 keys: list[str], endpoints: list[str], kind: str, body: object) -> list[bytes]:
+                 keys: list[str], endpoints: list[str], kind: str, body: object,
+                 stage: str = "") -> list[bytes]:
     """Every hop's grant (hop 0, which the server itself sends, holds NO_MAC)."""
     return [NO_MAC] + [route_grant(grant_key(master, int(route[h])), run_id, rnd, task_id, h,
-                                   route, keys, endpoints, kind, body)
+                                   route, keys, endpoints, kind, body, stage)
                        for h in range(1, len(route))]
 
 
 def check_grant(key: bytes | None, grant: bytes, run_id: str, rnd: int, task_id: int, hop: int,
                 route: list[int], keys: list[str], endpoints: list[str], kind: str,
-                body: object) -> bool:
+                body: object, stage: str = "") -> bool:
     """True when `grant` is the server's for these fields and this receiver's key."""
     if not key:
         return False
     return hmac.compare_digest(route_grant(key, run_id, rnd, task_id, hop, route, keys,
-                                           endpoints, kind, body), grant)
+                                           endpoints, kind, body, stage), grant)

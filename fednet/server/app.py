@@ -212,7 +212,7 @@ class ZmqServer:
                 b["keys"] = [self.conns.key_of(c) for c in task.route]
                 b["grants"] = route_grants(self.conns.ident.grants, self.s.run_id, task.round,
                                            task.task_id, task.route, b["keys"], b["endpoints"],
-                                           task.kind, b["body"])
+                                           task.kind, b["body"], task.stage)
         if len(task.route) > 1:
             self.hops.send(task, msg.body, self.s.algo.result_layout(task))
         if not self.send(task.cid, msg):
