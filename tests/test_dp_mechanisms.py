@@ -184,7 +184,17 @@ CONFIG_RULES = [
     ({"dp": {"mode": "local", "noise": 1.0}, "data": {"permute": True}},
      "--eval clients does not go with --dp local"),
     ({"dp": {"mode": "central", "noise": 1.0}, "defense": {"name": "median"}},
-     "--defense does not go with --dp central"),
+     "--defense median does not go with --dp central: one update can move a coordinate's "
+     "median"),
+    ({"dp": {"mode": "central", "noise": 1.0}, "defense": {"name": "krum"}, "clients": 20},
+     "--defense krum does not go with --dp central: it chooses rows by their distances"),
+    ({"dp": {"mode": "central", "noise": 1.0}, "defense": {"name": "norm_bound"}},
+     "--defense norm_bound does not go with --dp central: its bound M is the median"),
+    ({"dp": {"mode": "central", "noise": 1.0}, "defense": {"name": "trimmed_mean"}},
+     "--defense trimmed_mean with --dp central: the rule's sensitivity is stated for a fixed "
+     "cohort"),
+    ({"dp": {"mode": "nope"}}, "--dp 'nope' is not a DP mechanism; choose one of none, central, "
+     "local, distributed"),
     ({"dp": {"mode": "local", "noise": 1.0}, "attack": {"name": "signflip", "malicious": "0.2"}},
      "--attack does not go with --dp local"),
 ]

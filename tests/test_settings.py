@@ -52,7 +52,7 @@ _WITH["net.compress_handoff"] = ["--algo", "fedseq"]  # (an algorithm that hands
 _WITH.update({f"net.secagg_{k}": ["--secagg", "plus"]  # SecAgg's settings need --secagg
               for k in ("neighbours", "dropout", "threshold", "clip", "bits", "field", "drop")})
 _VALUE = {"attack.malicious": "0.5", "target": "0.9",  # string settings whose text must parse
-          "attack.name": "signflip", "defense.name": "median",  # (names the registry checks)
+          "attack.name": "signflip", "defense.name": "median", "dp.mode": "central",  # (names the registry checks)
           "net.secagg_neighbours": 4, "net.secagg_field": 64, "net.secagg_drop": "input:0.1"}
 PLAIN = [i for i in declarations() if i.option and i.option not in PARSED]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fednet.algorithms import registry
+from fednet.algorithms import dp_spec, registry
 from fednet.compress.codecs import NOT_SUMMABLE
 from fednet.config.declare import check_range
 from fednet.config.privacy import DPConfig
@@ -173,10 +173,12 @@ def secagg_problem(cfg: RunConfig) -> str:
         return (f"--compress {n.compress}: {why}; secure aggregation quantizes each value "
                 "itself, one scale for every client (--secagg-bits, --secagg-clip): drop "
                 "--compress")
-    if cfg.dp.mode in ("central", "local") or cfg.dp.sgd_noise > 0:
-        return ("--dp central's clipping and --dp local's and DP-SGD's accounting read each "
-                "client's update, which secure aggregation hides; use --dp distributed (each "
-                "client's share of the noise in the sum it unmasks)")
+    if (why := dp_spec.secagg_problem(cfg)):  # from the mechanism's facts (algorithms/seam.py)
+        return why
+    if cfg.dp.sgd_noise > 0:
+        return ("--dp-sgd-noise's accounting reads each client's update, which secure "
+                "aggregation hides; use --dp distributed (each client's share of the noise in "
+                "the sum it unmasks)")
     if cfg.latency.over_select != 1:
         return ("--over-select keeps the first arrivals of a round, and secure aggregation "
                 "needs the cohort's every stage; drop it")
@@ -255,9 +257,6 @@ def _distributed_rules(cfg: RunConfig) -> None:
     from fednet.privacy import distributed, plan
 
     dp = cfg.dp
-    _need(cfg.net.secagg != "off", "--dp distributed adds each client's share of the noise "
-          "under secure aggregation, which unmasks only the noisy sum; add --secagg plus (or "
-          "full), or use --dp central")
     given = _changed(cfg, ("sampling", "adaptive", "quantile", "clip_lr", "count_noise"))
     _need(not given, f"{', '.join(given)}: settings of --dp central (under --dp distributed the "
           "server knows who took part, so sampling amplifies nothing against it, and it sees no "
@@ -277,6 +276,8 @@ def _dp_rules(cfg: RunConfig) -> None:
 
     dp, algo = cfg.dp, cfg.algo.name
     _need(not (why := plan.settings_problem(cfg)), why)
+    _need(not (why := dp_spec.problem(cfg)), why)  # its name, and the rules from its facts
+    kind = dp_spec.kind(dp.mode)
     mechanisms = registry.get(algo).dp
     private = [n for n in registry.names() if registry.get(n).dp]
     where = f"differential privacy composes with {', '.join(private)} (docs/algorithms.md §11.1)"
@@ -284,7 +285,7 @@ def _dp_rules(cfg: RunConfig) -> None:
         given = _changed(cfg, _USER_LEVEL)
         _need(not given, f"{', '.join(given)}: settings of --dp central|local|distributed; add --dp")
     else:
-        _need(dp.mode in mechanisms, f"--dp {dp.mode} does not apply to {algo}: {where}")
+        _need(kind in mechanisms, f"--dp {dp.mode} does not apply to {algo}: {where}")
         _need(dp.noise > 0 or dp.epsilon > 0, f"--dp {dp.mode} needs --dp-noise Z, or "
               "--dp-epsilon E to calibrate the noise to")
     if dp.sgd_noise == 0:
@@ -293,21 +294,18 @@ def _dp_rules(cfg: RunConfig) -> None:
     else:
         _need("sgd" in mechanisms, f"--dp-sgd-noise does not apply to {algo}: {where}")
         _need(not missing("opacus"), f"--dp-sgd-noise needs opacus: {EXTRA}")
-    if dp.mode == "local":
+    if kind == "local":
         given = _changed(cfg, ("sampling", "adaptive", "quantile", "clip_lr", "count_noise"))
         _need(not given, f"{', '.join(given)}: settings of --dp central (a client alone has no "
               "sampling to amplify its privacy, nor a count of the others' norms)")
-    if dp.mode == "local" or dp.sgd_noise > 0:
+    if kind == "local" or dp.sgd_noise > 0:
         _need(eval_mode(cfg) == "global", "--eval clients does not go with --dp local or "
               "--dp-sgd-noise: each client would report its own model's accuracy, which no noise "
               "covers; use --eval global")
-    if dp.mode == "central":
+    if kind == "central":
         _central_rules(cfg)
-    if dp.mode == "distributed":
+    if kind == "distributed":
         _distributed_rules(cfg)
-    _need(dp.mode != "local" or cfg.attack.name == "none", "--attack does not go with --dp "
-          "local: whether a malicious client's forged update gets its own clipping and noise is "
-          "not defined here; use --dp central (the server clips and noises every update)")
     _need(not (dp.mode != "none" or dp.sgd_noise > 0) or not missing("dp_accounting"),
           f"--dp and --dp-sgd-noise need Google's dp-accounting: {EXTRA}")
     _need(not (why := plan.calibration_problem(cfg)), why)  # (after: it needs dp-accounting)
@@ -315,9 +313,6 @@ def _dp_rules(cfg: RunConfig) -> None:
 
 def _central_rules(cfg: RunConfig) -> None:
     dp, lat = cfg.dp, cfg.latency
-    _need(cfg.defense.name == "none", "--defense does not go with --dp central: both replace "
-          "the server's mean (a defense would see updates before the clipping and noise the "
-          "accountant counts on); use one of them")
     _need(lat.over_select == 1, "--over-select does not go with --dp central: the first results "
           "to arrive are not a sample the accountant knows; drop it")
     _need(dp.sampling == "poisson" or not lat.availability or lat.availability == "always",

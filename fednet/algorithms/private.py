@@ -32,9 +32,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from fednet import rng, types as roster
-from fednet.algorithms import private_resume
+from fednet.algorithms import dp_spec, private_resume
 from fednet.algorithms.contract import ServerInfo
-from fednet.algorithms.dp_mean import PrivateMean
+from fednet.algorithms.dp_mean import PrivateMean, PrivateRuleMean
 from fednet.algorithms.fedavg import FedAvg
 from fednet.errors import ConfigError
 from fednet.privacy import plan
@@ -100,9 +100,9 @@ class PrivateServer:
         if dp.mode != "none" and dp.noise <= 0:
             raise ConfigError("--dp: the noise multiplier must be calibrated before the algorithm "
                               "is built (core/session.py does it from --dp-epsilon)")
-        self.central, self.local, self.sgd = dp.mode == "central", dp.mode == "local", \
-            dp.sgd_noise > 0
-        self.distributed = dp.mode == "distributed"
+        kind, self.piece = dp_spec.kind(dp.mode), dp_spec.plugin(dp.mode)  # (seam.DPSpec)
+        self.central, self.local, self.sgd = kind == "central", kind == "local", dp.sgd_noise > 0
+        self.distributed = kind == "distributed"
         self.ddg_t = plan.ddg_threshold(cfg) if self.distributed else 0
         self.delta = plan.delta(cfg)
         self.acc = Accountant(dp.accountant, self.delta) if dp.mode != "none" else None
@@ -172,8 +172,9 @@ class PrivateServer:
                             _noised_values(self.state.model))
 
     def _round_key(self, clients: Sequence[ClientInfo]) -> tuple:
-        dp, q, n = self.cfg.dp, self.cfg.algo.fraction, len(clients)
-        return plan.central_key(dp.sampling, dp.noise, q, n, plan.cohort_size(q, n))
+        dp = self.cfg.dp
+        return plan.round_key(dp.mode, dp.sampling, dp.noise, self.cfg.algo.fraction,
+                              len(clients))
 
     def configure_round(self, rnd: int, clients: Sequence[ClientInfo]) -> list[Task]:
         """The round's event and denominator (central), its tasks, each counted (local, sgd)."""
@@ -202,10 +203,32 @@ class PrivateServer:
         """The round's model sum: a PrivateMean under --dp central."""
         if self.central and part == "model" and "model" not in self._sums:
             seed, rnd, clip = self.cfg.seed, self._round, self.state.dp["clip"]
-            self._mean = self._sums["model"] = PrivateMean(
-                self.state.model, clip, self.z_update * clip, self._denom,
-                lambda: rng.generator(seed, "dp-central", rnd))
+            gen = functools.partial(rng.generator, seed, "dp-central", rnd)
+            if self.cfg.defense.name != "none":  # clip, the rule, then the noise
+                self._mean = self._sums["model"] = self._rule_mean(clip, gen)
+            else:
+                self._mean = self._sums["model"] = PrivateMean(
+                    self.state.model, clip, self.z_update * clip, self._denom, gen,
+                    *((self.piece.noised, self.piece.norm) if self.piece else ()))
         return super().sum_of(part)  # type: ignore[misc]  # a mixin: the Strategy after it
+
+    def _rule_mean(self, clip: float, gen: Callable[[], np.random.Generator]) -> PrivateRuleMean:
+        """--dp central with --defense: the rule on the m clipped updates (a fixed cohort), the
+        noise z S / 2 for its declared sensitivity S (algorithms/seam.DefenseSpec)."""
+        from fednet.algorithms import robust, robust_spec
+
+        cfg, m = self.cfg, int(self._denom)
+        spec, p = robust_spec.defense_spec(cfg.defense.name), robust_spec.defense_params(cfg)
+        share = robust_spec.assumed_share(cfg)
+        f = robust_spec.byzantine_count(robust_spec.assumed_f(spec, p), share, m)
+        sens = spec.sensitivity(clip, m, f, p) if spec.sensitivity is not None else None
+        assert isinstance(sens, float), "validate refuses a rule without a sensitivity bound"
+
+        def rule(x: np.ndarray) -> tuple[np.ndarray | None, dict[str, float], str]:
+            out = robust.apply(cfg.defense.name, p, share, x, np.ones(len(x)))
+            return out.update, {**out.metrics, "dp_sensitivity": sens}, out.why
+
+        return PrivateRuleMean(self.state.model, clip, self.cfg.dp.noise * sens / 2, m, gen, rule)
 
     def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
                         ) -> dict[str, float]:
@@ -237,10 +260,13 @@ class PrivateServer:
         clip = st.dp["clip"]
         st.dp["events"] = [[list(k), c] for k, c in self._history(self._key)]
         folded = mean.count if mean is not None else 0
-        out = {"dp_clip": clip, "dp_sigma": self.z_update * clip, "dp_cohort": folded,
+        sigma = mean.std if mean is not None else self.z_update * clip
+        out = {"dp_clip": clip, "dp_sigma": sigma, "dp_cohort": folded,
                "dp_clipped": mean.clipped / folded if mean is not None and folded else 0.0,
                "dp_s": mean.seconds if mean is not None else 0.0,  # clipping and noise
                "dp_fold_s": mean.fold_seconds if mean is not None else 0.0}  # the sums
+        if isinstance(mean, PrivateRuleMean):  # the rule's own row metrics
+            out.update(mean.metrics)
         if self.cfg.dp.adaptive and mean is not None and folded:
             t0 = time.perf_counter()
             gen = rng.generator(self.cfg.seed, "dp-count", rnd)
@@ -320,7 +346,8 @@ class PrivateServer:
 
     def _guarantee(self) -> str:
         """The guarantee in words, with the neighbouring relation its epsilon holds for."""
-        words = (f"{GUARANTEE[self.cfg.dp.mode]}; neighbouring datasets: "
+        own = self.piece.guarantee if self.piece is not None and self.piece.guarantee else ""
+        words = (f"{own or GUARANTEE[dp_spec.kind(self.cfg.dp.mode)]}; neighbouring datasets: "
                  f"{plan.relation_words(self.cfg)}")
         if self.central and self.cfg.dp.sampling == "fixed":
             words += (" (fixed-size sampling: not comparable with an add-or-remove-one epsilon of "

@@ -148,18 +148,48 @@ class CenteredClipParams:
     iters: int = param(1, "centered clipping: L, the clipping iterations", ge=1)
 
 
+def _trimmed_sensitivity(c: float, m: int, f: int, p: TrimmedMeanParams) -> float | str:
+    """Replacing one of m rows of norm <= C moves each coordinate's trimmed sum by at most that
+    coordinate's change (sorting is non-expansive in l1), so the mean of the m - 2k kept values
+    moves by at most 2C / (m - 2k) in l2."""
+    k = f if p.trim < 0 else int(p.trim * m)
+    return 2.0 * c / (m - 2 * k) if m > 2 * k else f"it cuts {k} of {m} values from each end"
+
+
+def _bound_sensitivity(c: float, m: int, f: int, p: NormBoundParams) -> float | str:
+    """Every row scaled to norm <= min(C, M), then their mean (weight 1 each under DP)."""
+    if p.bound <= 0:
+        return ("its bound M is the median of the round's update norms, which one update "
+                "moves (give --param bound=M)")
+    return 2.0 * min(c, p.bound) / m
+
+
+def _centered_sensitivity(c: float, m: int, f: int, p: CenteredClipParams) -> float | str:
+    """One iteration from the public center: each of the m terms clipped to tau."""
+    if p.radius <= 0 or p.iters != 1:
+        return ("its radius is the median distance to the center, which one update moves, or "
+                "its iterations compound one update's move (give --param radius=TAU iters=1)")
+    return 2.0 * p.radius / m
+
+
 _RULES = "fednet.algorithms.robust:"  # the built-in rules' math (numpy), imported when used
+_CHOOSES = "it chooses rows by their distances, and one update changes which rows are chosen"
 for _d in (DefenseSpec("none", "", uses_f=False, facts=Facts()),
-           DefenseSpec("krum", _RULES + "rule_krum", ByzantineCount, lambda f: 2 * f + 3),
+           DefenseSpec("krum", _RULES + "rule_krum", ByzantineCount, lambda f: 2 * f + 3,
+                       dp_why=_CHOOSES),
            DefenseSpec("multikrum", _RULES + "rule_multikrum", MultiKrumParams,
-                       lambda f: 2 * f + 3),
-           DefenseSpec("bulyan", _RULES + "rule_bulyan", ByzantineCount, lambda f: 4 * f + 3),
-           DefenseSpec("median", _RULES + "rule_median", ByzantineCount, lambda f: 2 * f + 1),
+                       lambda f: 2 * f + 3, dp_why=_CHOOSES),
+           DefenseSpec("bulyan", _RULES + "rule_bulyan", ByzantineCount, lambda f: 4 * f + 3,
+                       dp_why=_CHOOSES),
+           DefenseSpec("median", _RULES + "rule_median", ByzantineCount, lambda f: 2 * f + 1,
+                       dp_why="one update can move a coordinate's median from one neighbouring "
+                       "value to the next, which may lie up to 2C away in every coordinate"),
            DefenseSpec("trimmed_mean", _RULES + "rule_trimmed_mean", TrimmedMeanParams,
-                       lambda f: 2 * f + 1),
-           DefenseSpec("norm_bound", _RULES + "rule_norm_bound", NormBoundParams, uses_f=False),
+                       lambda f: 2 * f + 1, sensitivity=_trimmed_sensitivity),
+           DefenseSpec("norm_bound", _RULES + "rule_norm_bound", NormBoundParams, uses_f=False,
+                       sensitivity=_bound_sensitivity),
            DefenseSpec("centered_clip", _RULES + "rule_centered_clip", CenteredClipParams,
-                       uses_f=False, keeps_center=True)):
+                       uses_f=False, keeps_center=True, sensitivity=_centered_sensitivity)):
     register_defense(_d)
 
 

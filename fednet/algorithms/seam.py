@@ -5,21 +5,21 @@ optimizer). Each piece that can be chosen by name (--defense, --attack) is a sma
 declares what it needs and gives (Facts), registered in one table; the rules between pieces are
 derived from those facts here (`problems`), not written pair by pair.
 
-A plugin adds a defense or an attack through `fednet.api` (register_defense, register_attack),
-exactly as the built-in ones are (algorithms/robust_spec.py, which also looks them up by
-name): docs/extending.md shows a geometric-median defense. No torch and no numpy here: the CLI
-reads this table before anything heavy is imported (a rule or a forgery named as
-"module:function" is imported when a round first uses it). What is not a registered piece yet:
-the DP mechanisms and the codecs (--dp, --compress) are still chosen by name in their modules.
+A plugin adds a defense, an attack or a DP mechanism through `fednet.api` (register_defense,
+register_attack, register_dp), exactly as the built-in ones are (algorithms/robust_spec.py and
+algorithms/dp_spec.py, which also look them up by name): docs/extending.md shows a
+geometric-median defense and a central mechanism of its own noise and accounting. No torch and
+no numpy here: the CLI reads these tables before anything heavy is imported (a rule, a forgery,
+a noise or an accounting event named as "module:function" is imported when first used).
 """
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from fednet import plugins
+from fednet import plugins, privacy
 from fednet.algorithms import params as P
 from fednet.errors import ConfigError
 
@@ -37,6 +37,8 @@ class Facts:
     poisons_data: bool = False  # (an attack) the attacker trains on data it changed
     forges: bool = False  # (an attack) the attacker sends a value other than its trained update
     colluding: bool = False  # (an attack) it needs the colluders' honest updates
+    on_client: bool = False  # it runs in the client half, after local training
+    needs_secagg: bool = False  # it is private only inside secure aggregation's sum
 
 
 Rule = Callable[..., Any]
@@ -57,6 +59,11 @@ class DefenseSpec:
     keeps_center: bool = False  # its state keeps the last aggregate update (centered clipping)
     facts: Facts = Facts(needs_each=True, summable=False)
     doc: str = ""
+    # under central DP (clip each update to C, the rule, then noise): sensitivity(C, m, f, p),
+    # how far replacing one of m updates of norm <= C moves the rule's output (l2), or a str:
+    # why these parameters give no such bound; None: the rule has none (refused with dp_why)
+    sensitivity: Callable[..., float | str] | None = None
+    dp_why: str = ""
 
     def run(self, *args: object) -> tuple[object, list[int], dict[str, float]]:
         """The rule on (x, w, f, p, center): (update, chosen rows, row metrics)."""
@@ -81,9 +88,48 @@ class AttackSpec:
         return _resolve(self.forge)(*args)
 
 
-Piece = Any  # DefenseSpec or AttackSpec (a TypeVar would tie the table to its spec's type)
+Noise = Callable[..., Any]
+"""A central mechanism's noise: noise(shapes, scale, gen) -> {name: float64 array}, shapes the
+model's floating arrays' {name: shape} (draw them in sorted name order), scale the noise
+multiplier times the clip norm, gen the round's numpy Generator."""
+Event = Callable[..., Any]
+"""A mechanism's accounting: event(z, q) -> the dp-accounting DpEvent of one round at noise
+multiplier z when each user takes part with probability q (Poisson sampling)."""
+
+
+@dataclass(frozen=True)
+class DPSpec:
+    """A user-level DP mechanism (--dp NAME): where its noise is added (`kind`: central, on the
+    server's sum of the clipped updates; local, on each client's update; distributed, the
+    clients' shares inside secure aggregation's sum) and what it declares to the accountant.
+    A plugin's mechanism is central: its `noise` replaces the Gaussian on the clipped sum, its
+    `event` is the round's dp-accounting event (Poisson sampling at rate q), `norm` the norm each
+    update is clipped in (its sensitivity's: "l2" or "l1")."""
+
+    name: str
+    kind: str = "central"
+    noise: Noise | str | None = None  # None: the Gaussian of DP-FedAvg (built in)
+    event: Event | str | None = None  # None: the built-in kind's event (privacy/plan.py)
+    norm: str = "l2"
+    samplings: tuple[str, ...] = ("poisson", "fixed")  # the --dp-sampling it accounts for
+    accountants: tuple[str, ...] = ("rdp", "pld")  # the --dp-accountant that take its event
+    facts: Facts = Facts(spends_privacy=True, needs_each=True, summable=False)
+    guarantee: str = ""  # the guarantee in words (summary.json's dp.guarantee)
+    doc: str = ""
+
+    def noised(self, *args: object) -> Any:
+        assert self.noise is not None, f"--dp {self.name} adds the built-in Gaussian"
+        return _resolve(self.noise)(*args)
+
+    def dp_event(self, *args: object) -> Any:
+        assert self.event is not None, f"--dp {self.name} accounts with the built-in events"
+        return _resolve(self.event)(*args)
+
+
+Piece = Any  # DefenseSpec, AttackSpec or DPSpec (a TypeVar would tie a table to its spec's type)
 DEFENSES: dict[str, DefenseSpec] = {}
 ATTACKS: dict[str, AttackSpec] = {}
+MECHANISMS: dict[str, DPSpec] = {}
 
 
 def register_defense(spec: DefenseSpec) -> DefenseSpec:
@@ -96,6 +142,20 @@ def register_attack(spec: AttackSpec) -> AttackSpec:
     return _register(ATTACKS, spec, "attack")
 
 
+def register_dp(spec: DPSpec) -> DPSpec:
+    """Add a DP mechanism (a plugin's too); a name taken by another is a ConfigError."""
+    if spec.kind != "central" and spec.noise is not None:
+        raise ConfigError(f"--dp {spec.name}: a mechanism of a plugin adds its noise at the "
+                          "server (kind central); local and distributed noise are built in")
+    if spec.norm not in ("l2", "l1"):
+        raise ConfigError(f"--dp {spec.name}: its norm is l2 or l1 (got {spec.norm!r})")
+    _register(MECHANISMS, spec, "dp")
+    privacy.KINDS[spec.name] = spec.kind  # (the planning reads the kind, the accountant the event)
+    if spec.event is not None:
+        privacy.EVENTS[spec.name] = spec.dp_event
+    return spec
+
+
 def _register(table: dict[str, Piece], spec: Piece, kind: str) -> Piece:
     old = table.get(spec.name)
     if old is not None and old != spec:
@@ -106,11 +166,15 @@ def _register(table: dict[str, Piece], spec: Piece, kind: str) -> Piece:
     return spec
 
 
+_WHAT = {"dp": "DP mechanism"}
+
+
 def lookup(table: dict[str, Piece], name: str, kind: str) -> Piece:
     """The piece called `name` in `table`, or a ConfigError naming --KIND and the choices."""
     if name not in table:
-        a = "an" if kind[0] in "aeiou" else "a"
-        raise ConfigError(f"--{kind} {name!r} is not {a} {kind}; choose one of "
+        what = _WHAT.get(kind, kind)
+        a = "an" if what[0] in "aeiou" else "a"
+        raise ConfigError(f"--{kind} {name!r} is not {a} {what}; choose one of "
                           f"{', '.join(table)} (or register one: docs/extending.md)")
     return table[name]
 
@@ -141,4 +205,68 @@ def problems(d: DefenseSpec, a: AttackSpec, secagg: str) -> str:
         return (f"--attack {attack_name} does not go with --secagg {secagg}: it forges the "
                 "update after local training, and under secure aggregation the client half has "
                 "then already sent the masked one; drop one")
+    return ""
+
+
+def dp_secagg_problem(m: DPSpec, secagg: str) -> str:
+    """Why the DP mechanism does not go with --secagg SECAGG (one line), or '', from its facts:
+    under secure aggregation one that reads each update (the server's clipping, a per-client
+    account) cannot run, and one that is private only inside the secure sum needs it."""
+    if m.name == "none":
+        return ""
+    if secagg != "off" and (m.facts.needs_each or not m.facts.summable):
+        return (f"--dp {m.name}'s clipping or accounting reads each client's update, which "
+                "secure aggregation hides; use --dp distributed (each client's share of the "
+                "noise in the sum it unmasks)")
+    if secagg == "off" and m.facts.needs_secagg:
+        return (f"--dp {m.name} adds each client's share of the noise under secure aggregation, "
+                "which unmasks only the noisy sum; add --secagg plus (or full), or use --dp "
+                "central")
+    return ""
+
+
+class DPSettings(Protocol):
+    """What the rules read of the run's DP settings (config/privacy.DPConfig)."""
+
+    @property
+    def sampling(self) -> str: ...
+    @property
+    def adaptive(self) -> bool: ...
+
+
+def dp_problems(m: DPSpec, d: DefenseSpec, a: AttackSpec, secagg: str,
+                dp: DPSettings | None = None, p: object = None) -> str:
+    """Why the chosen DP mechanism does not go with the rest of the path (one line), or '', from
+    the facts: secure aggregation's (dp_secagg_problem); an attack before a client's own noise
+    is not defined; a robust rule before central noise needs a sensitivity bound (its
+    DefenseSpec's, for the parameters p), a fixed cohort and a fixed clip norm (dp: the run's
+    DP settings)."""
+    why = dp_secagg_problem(m, secagg)
+    if why or m.name == "none":
+        return why
+    if a.name != "none" and m.facts.on_client:
+        return (f"--attack does not go with --dp {m.name}: whether a malicious client's forged "
+                "update gets its own clipping and noise is not defined here; use --dp central "
+                "(the server clips and noises every update)")
+    return "" if d.name == "none" else _rule_problem(m, d, dp, p)
+
+
+def _rule_problem(m: DPSpec, d: DefenseSpec, dp: DPSettings | None, p: object) -> str:
+    """Why a robust rule cannot come between central DP's clipping and its noise (one line), or
+    '': the rule must bound how far one user's update moves its output (its sensitivity, which
+    the noise is calibrated to), over a cohort of fixed size m (a replaced user: --dp-sampling
+    fixed), with a fixed clip norm."""
+    why = d.dp_why or "it declares no bound on how far one update moves its output"
+    got = d.sensitivity(1.0, 10, 0, p) if d.sensitivity is not None and p is not None else why
+    if d.sensitivity is None or isinstance(got, str):
+        return (f"--defense {d.name} does not go with --dp {m.name}: {got}, so no noise can be "
+                "calibrated to it; use --defense trimmed_mean or norm_bound (--param bound=M), "
+                "or drop one")
+    if m.kind != "central" or m.noise is not None:
+        return (f"--defense {d.name} does not go with --dp {m.name}: a robust rule runs between "
+                "the server's clipping and its Gaussian noise (--dp central)")
+    if dp is not None and (dp.sampling != "fixed" or dp.adaptive):
+        return (f"--defense {d.name} with --dp {m.name}: the rule's sensitivity is stated for a "
+                "fixed cohort of m users with a fixed clip norm; add --dp-sampling fixed (and "
+                "drop --dp-adaptive)")
     return ""

@@ -17,9 +17,9 @@ class DPConfig:
         "none", "User-level differential privacy: central (the server clips every update and "
         "noises their sum: DP-FedAvg), local (each client clips and noises its own update "
         "before it leaves) or distributed (with --secagg: each client clips its update and adds "
-        "its share of discrete Gaussian noise; the server unmasks only the noisy sum); needs "
-        "pip install 'fednet[dp]'", choices=("none", "central", "local", "distributed"),
-        option="--dp")
+        "its share of discrete Gaussian noise; the server unmasks only the noisy sum), or a "
+        "plugin's mechanism (fednet.api.register_dp); needs pip install 'fednet[dp]'",
+        option="--dp", metavar="none|central|local|distributed|NAME")
     clip: float = setting(1.0, "l2 norm C every client's update is clipped to (with "
                           "--dp-adaptive: its start)", gt=0, option="--dp-clip", metavar="C")
     noise: float = setting(

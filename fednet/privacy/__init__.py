@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from collections.abc import Callable
 from typing import Any
 
 from fednet.errors import ConfigError
@@ -26,3 +27,17 @@ def require(module: str, feature: str) -> Any:
         raise ConfigError(f"{feature} needs {LIBRARIES.get(module, module)}, which is not "
                           f"installed: {EXTRA}")
     return importlib.import_module(module)
+
+
+KINDS: dict[str, str] = {}
+"""--dp NAME -> where its noise goes (central, local, distributed): filled by every DP
+mechanism's registration (algorithms/seam.register_dp), so that this leaf's planning reads a
+plugin's mechanism as the kind it is."""
+EVENTS: dict[str, Callable[..., Any]] = {}
+"""--dp NAME -> its accounting event(z, q) (a plugin's mechanism): the accountant's
+("piece", NAME, z, q) events (privacy/accountant.event)."""
+
+
+def kind(mode: str) -> str:
+    """Where the mechanism `mode` adds its noise (a built-in name: itself)."""
+    return KINDS.get(mode, mode)

@@ -9,6 +9,8 @@ parameters, with how many times it happened:
     ["ddg", z, t, k, d]   ZCDpEvent(rho)      one round of distributed DP: k clients' discrete
                           Gaussian noises (multiplier z over t) on updates of d values, rho by
                           privacy/distributed.rho (Kairouz et al. 2021, Proposition 14)
+    ["piece", name, z, q] the event a plugin's mechanism `name` declares for one round at
+                          multiplier z, Poisson sampling at rate q (fednet.api.DPSpec.event)
 
 z is the accountant's noise multiplier: the noise's standard deviation over the l2-sensitivity
 of what it is added to (privacy/plan.py turns a mechanism's settings into these keys). The
@@ -27,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from fednet.privacy import require
+from fednet.privacy import EVENTS, require
 
 Key = tuple  # ("poisson", q, z) | ("fixed", n, m, z) | ("gaussian", z) | ("ddg", z, t, k, d)
 ACCOUNTANTS = ("rdp", "pld")
@@ -71,6 +73,8 @@ def event(key: Sequence[Any]) -> Any:
         from fednet.privacy.distributed import rho
 
         return dp.ZCDpEvent(rho(float(key[1]), int(key[2]), int(key[3]), int(key[4])))
+    if kind == "piece" and key[1] in EVENTS:
+        return EVENTS[key[1]](float(key[2]), float(key[3]))
     raise ValueError(f"unknown privacy event {key!r}")
 
 
@@ -173,6 +177,14 @@ def calibrate(make_key: Callable[[float], Sequence[Any]], count: int, target: fl
 
     try:
         z_rdp = run("rdp", dp.LowerEndpointAndGuess(Z_MIN, 1.0))
+    except dp.UnsupportedEventError:  # (a plugin's event only PLD takes, e.g. Laplace's)
+        if kind == "rdp":
+            raise NoCalibration("dp-accounting's RDP accountant does not take this mechanism's "
+                                "event; use --dp-accountant pld") from None
+        try:
+            return run("pld", dp.LowerEndpointAndGuess(PLD_FLOOR, 1.0))
+        except dp.mechanism_calibration.NoBracketIntervalFoundError as e:
+            raise NoCalibration(f"no noise multiplier from {PLD_FLOOR:g} meets it") from e
     except dp.mechanism_calibration.NoBracketIntervalFoundError as e:
         raise NoCalibration(f"no noise multiplier in [{Z_MIN:g}, {Z_MAX:.3g}] meets it") from e
     except (ValueError, ArithmeticError) as e:  # the library's own numerics (e.g. a domain error)

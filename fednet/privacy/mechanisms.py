@@ -37,11 +37,16 @@ def l2_norm(update: Mapping[str, np.ndarray]) -> float:
     return math.sqrt(total)
 
 
-def clip(update: Arrays64, bound: float) -> tuple[Arrays64, float, bool]:
-    """(update scaled to l2 norm at most `bound`, its norm before, whether it was scaled): each
+def l1_norm(update: Mapping[str, np.ndarray]) -> float:
+    """The l1 norm of all the arrays together (sorted names, float64, numpy's own sums)."""
+    return float(sum(float(np.abs(update[n]).sum()) for n in sorted(update)))
+
+
+def clip(update: Arrays64, bound: float, norm_kind: str = "l2") -> tuple[Arrays64, float, bool]:
+    """(update scaled to norm at most `bound`, its norm before, whether it was scaled): each
     value times min(1, bound / norm), once, in float64 (in place: `update` is the caller's to
-    give away)."""
-    norm = l2_norm(update)
+    give away); the l2 norm, or the l1 norm (norm_kind "l1": a Laplace mechanism's)."""
+    norm = l1_norm(update) if norm_kind == "l1" else l2_norm(update)
     if norm <= bound:
         return update, norm, False
     factor = bound / norm

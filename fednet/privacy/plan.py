@@ -31,6 +31,7 @@ import math
 from typing import Any
 
 from fednet.errors import ConfigError
+from fednet.privacy import EVENTS, kind
 from fednet.privacy.accountant import Z_MIN, Accountant, Key, NoCalibration, calibrate
 from fednet.privacy.distributed import D_PLAN
 
@@ -69,11 +70,12 @@ def delta(cfg: Any) -> float:
 
 def relation_words(cfg: Any) -> str:
     """The neighbouring relation the user-level epsilon holds for."""
-    if cfg.dp.mode == "distributed":
+    k = kind(cfg.dp.mode)
+    if k == "distributed":
         return "one user's update replaced by zero"
-    if cfg.dp.mode == "central" and cfg.dp.sampling == "fixed":
+    if k == "central" and cfg.dp.sampling == "fixed":
         return "replace one user"
-    if cfg.dp.mode == "local":
+    if k == "local":
         return "any change of one user's data"
     return "add or remove one user"
 
@@ -141,15 +143,27 @@ def sgd_key(z: float, q: float) -> Key:
     return ("poisson", float(q), float(z))
 
 
+def piece_key(name: str, z: float, q: float) -> Key:
+    """One round of a plugin's mechanism `name` at multiplier z, Poisson sampling at rate q."""
+    return ("piece", str(name), float(z), float(q))
+
+
+def round_key(mode: str, sampling: str, z: float, q: float, population: int) -> Key:
+    """One central round's event of the mechanism `mode` (a plugin's: its own) at multiplier z,
+    rate q, over `population` clients."""
+    if mode in EVENTS:
+        return piece_key(mode, z, q)
+    return central_key(sampling, z, q, population, cohort_size(q, population))
+
+
 def planned_key(cfg: Any, z: float) -> Key:
     """The event of one planned round (central) or participation (local) at multiplier z."""
-    if cfg.dp.mode == "local":
+    if kind(cfg.dp.mode) == "local":
         return local_key(z)
-    if cfg.dp.mode == "distributed":
+    if kind(cfg.dp.mode) == "distributed":
         t = ddg_threshold(cfg)
         return ddg_key(z, t, t, D_PLAN)
-    n, q = cfg.clients, cfg.algo.fraction
-    return central_key(cfg.dp.sampling, z, q, n, cohort_size(q, n))
+    return round_key(cfg.dp.mode, cfg.dp.sampling, z, cfg.algo.fraction, cfg.clients)
 
 
 def planned_epsilon(cfg: Any, z: float) -> float:
@@ -169,9 +183,9 @@ def calibrated(cfg: Any) -> tuple[float, str]:
     if isinstance(got, str):
         raise ConfigError(got)
     z, eps = got
-    who = ("a client in every round" if dp.mode == "local" else
+    who = ("a client in every round" if kind(cfg.dp.mode) == "local" else
            f"at least {ddg_threshold(cfg)} clients' noise in each round's sum" if
-           dp.mode == "distributed" else
+           kind(cfg.dp.mode) == "distributed" else
            f"{dp.sampling} sampling, q = {cfg.algo.fraction:g} of {cfg.clients}")
     return z, (f"--dp {dp.mode}: noise multiplier {z:.6g} calibrated for epsilon {dp.epsilon:g} "
                f"at delta {delta(cfg):.3g} over {cfg.rounds} rounds ({who}, {dp.accountant}; "
@@ -183,7 +197,7 @@ def _plan_of(cfg: Any) -> tuple:
     dp = cfg.dp
     return (dp.mode, dp.sampling, float(cfg.algo.fraction), int(cfg.clients), int(cfg.rounds),
             float(dp.epsilon), delta(cfg), dp.accountant,
-            ddg_threshold(cfg) if dp.mode == "distributed" else 0)
+            ddg_threshold(cfg) if kind(cfg.dp.mode) == "distributed" else 0)
 
 
 @functools.lru_cache(maxsize=32)
@@ -191,10 +205,12 @@ def _calibrated(mode: str, sampling: str, q: float, n: int, rounds: int, target:
                 d: float, accountant: str, t: int = 0) -> tuple[float, float] | str:
     """(z, the planned epsilon at z) of a plan, or why it has none (one line)."""
     def key(z: float) -> Key:
-        if mode == "distributed":
+        if kind(mode) == "distributed":
             return ddg_key(z, t, t, D_PLAN)
-        return local_key(z) if mode == "local" else central_key(sampling, z, q, n,
-                                                                 cohort_size(q, n))
+        if mode in EVENTS:
+            return piece_key(mode, z, q)
+        return local_key(z) if kind(mode) == "local" else central_key(sampling, z, q, n,
+                                                                       cohort_size(q, n))
 
     try:
         z = calibrate(key, rounds, target, d, accountant)
@@ -244,7 +260,7 @@ def settings_problem(cfg: Any) -> str:
                     f"[{Z_MIN:g}, {Z_GIVEN_MAX:g}] (0: {zero}); below, the accountant divides by "
                     "almost 0 and the run has no privacy to speak of; above, epsilon is 0 long "
                     "before and dp-accounting's sums fail")
-    if dp.adaptive and dp.mode == "central":
+    if dp.adaptive and kind(cfg.dp.mode) == "central":
         reach = dp.clip_lr * (1.5 + 40 * count_noise(cfg) / expected_cohort(cfg))
         if reach >= 700:  # math.exp overflows past 709
             return (f"--dp-clip-lr {dp.clip_lr:g}: adaptive clipping's step C exp(-L (b - Q)) "
@@ -285,12 +301,12 @@ def noise_ratio(cfg: Any, params: int) -> float:
     z_u sqrt(d) / D, local (the mean of m privatized updates) z sqrt(d / m); 0 without
     user-level DP."""
     dp, d = cfg.dp, max(int(params), 1)
-    if dp.mode == "central":
+    if kind(cfg.dp.mode) == "central":
         z = update_noise(dp.noise, count_noise(cfg)) if dp.adaptive else dp.noise
         return z * math.sqrt(d) / expected_cohort(cfg)
-    if dp.mode == "local":
+    if kind(cfg.dp.mode) == "local":
         return dp.noise * math.sqrt(d / max(cfg.algo.fraction * cfg.clients, 1.0))
-    if dp.mode == "distributed":  # the sum's noise z C sqrt(k/t) over k >= t clients
+    if kind(cfg.dp.mode) == "distributed":  # the sum's noise z C sqrt(k/t) over k >= t clients
         return dp.noise * math.sqrt(d) / ddg_threshold(cfg)
     return 0.0
 
@@ -298,12 +314,12 @@ def noise_ratio(cfg: Any, params: int) -> float:
 def _noise_words(cfg: Any) -> str:
     """The user-level noise in words: its standard deviation per value and where it comes from."""
     dp = cfg.dp
-    if dp.mode == "central":
+    if kind(cfg.dp.mode) == "central":
         z = update_noise(dp.noise, count_noise(cfg)) if dp.adaptive else dp.noise
         per, users = z * dp.clip / expected_cohort(cfg), expected_cohort(cfg)
-        return (f"--dp central's noise has std {per:.3g} per parameter of the mean (multiplier "
+        return (f"--dp {dp.mode}'s noise has std {per:.3g} per parameter of the mean (multiplier "
                 f"{dp.noise:.4g}, clip {dp.clip:g}, {users:g} users a round)")
-    if dp.mode == "distributed":
+    if kind(cfg.dp.mode) == "distributed":
         t = ddg_threshold(cfg)
         return (f"--dp distributed's noise has std at most {dp.noise * dp.clip / t:.3g} per "
                 f"parameter of the mean (multiplier {dp.noise:.4g}, clip {dp.clip:g}, at least "
@@ -323,7 +339,7 @@ def noise_cause(cfg: Any, params: int) -> str:
     noised models are what make the clients' training diverge."""
     if cfg.dp.mode == "none" or noise_ratio(cfg, params) <= 1:
         return ""
-    return f"{DP_CAUSE}: {_noise_words(cfg)}; {_LOWER[cfg.dp.mode]}"
+    return f"{DP_CAUSE}: {_noise_words(cfg)}; {_LOWER[kind(cfg.dp.mode)]}"
 
 
 def remarks(cfg: Any, params: int) -> list[str]:
@@ -344,7 +360,7 @@ def remarks(cfg: Any, params: int) -> list[str]:
     if ratio > SWAMPED:
         out.append(f"the noise is likely to swamp the updates: {_noise_words(cfg)}; its norm on "
                    f"a round's mean update ({params:,} values) is about {ratio:.3g} times the "
-                   f"clip norm, the most the update itself can be; {_LOWER[dp.mode]}")
+                   f"clip norm, the most the update itself can be; {_LOWER[kind(cfg.dp.mode)]}")
     return out
 
 

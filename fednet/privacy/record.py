@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fednet.privacy.plan import central_key, cohort_size, ddg_threshold
+from fednet.privacy import EVENTS, kind
+from fednet.privacy.plan import central_key, cohort_size, ddg_threshold, piece_key
 
 
 def _finite(v: object) -> bool:
@@ -37,7 +38,9 @@ def event_of_run(cfg: Any, key: list[Any]) -> bool:
     """Whether `key` is an event this run's central DP records: its sampling, rate and noise
     (central_key; a fixed-size cohort of a population of 1 to --clients)."""
     dp, q = cfg.dp, cfg.algo.fraction
-    if dp.mode == "distributed":  # ("ddg", z, t, k, d): this run's z and t, t <= k <= clients
+    if dp.mode in EVENTS or (key and key[0] == "piece"):  # a plugin's: its name, z and q
+        return dp.mode in EVENTS and tuple(key) == piece_key(dp.mode, dp.noise, q)
+    if kind(cfg.dp.mode) == "distributed":  # ("ddg", z, t, k, d): this run's z and t, t <= k <= clients
         ints = all(isinstance(v, int) and not isinstance(v, bool) for v in key[2:])
         return (len(key) == 5 and key[0] == "ddg" and key[1] == float(dp.noise) and ints
                 and key[2] == ddg_threshold(cfg) and key[2] <= key[3] <= cfg.clients
@@ -54,7 +57,7 @@ def events_problem(cfg: Any, events: list[Any], rounds_done: int) -> str:
     """Why a checkpoint's events (record_problem checked them) are not this run's after
     `rounds_done` rounds (one line), or '': central DP records one event a round done, each of
     this run's mechanism and noise; local DP and DP-SGD record none."""
-    if cfg.dp.mode not in ("central", "distributed"):
+    if kind(cfg.dp.mode) not in ("central", "distributed"):
         return "" if not events else (f"algo.dp.events: --dp {cfg.dp.mode} records no central "
                                       f"events (got {len(events)})")
     total = sum(c for _, c in events)
@@ -62,7 +65,9 @@ def events_problem(cfg: Any, events: list[Any], rounds_done: int) -> str:
         return (f"algo.dp.events account for {total} rounds, the checkpoint has done "
                 f"{rounds_done} (each round is one event of the accountant)")
     dp = cfg.dp
-    want = (("ddg", dp.noise, ddg_threshold(cfg), "k", "d") if dp.mode == "distributed" else
+    want = (("ddg", dp.noise, ddg_threshold(cfg), "k", "d") if kind(cfg.dp.mode) == "distributed" else
+            piece_key(dp.mode, dp.noise, cfg.algo.fraction) if kind(cfg.dp.mode) == "central" and
+            dp.mode != "central" else
             central_key("poisson", dp.noise, cfg.algo.fraction, 0, 0) if
             dp.sampling == "poisson" else ("fixed", "N", "m", dp.noise / 2))
     for key, _ in events:

@@ -1,0 +1,95 @@
+"""The user-level DP mechanisms, declared (--dp NAME; docs/algorithms.md §11): each one a
+seam.DPSpec registered in the table a plugin adds to (fednet.api.register_dp), with the facts
+the composition rules read (algorithms/seam.dp_problems). No torch and no numpy: the CLI and
+config.validate read this before anything heavy is imported.
+
+- central (DP-FedAvg): the server clips every update and noises their sum; it reads each
+  update, so it cannot run under secure aggregation.
+- local: each client clips and noises its own update (algorithms/dp_client.py), in the client
+  half after training; the server accounts per client, for every task it sent.
+- distributed: each client's share of discrete Gaussian noise inside secure aggregation's sum
+  (privacy/distributed.py); the server unmasks only the noisy sum, one event a round.
+
+The server's side of every mechanism is algorithms/private.py; a plugin's (kind central) brings
+its own noise and its own accounting event (docs/extending.md).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fednet.algorithms import seam
+from fednet.algorithms.seam import MECHANISMS, DPSpec, Facts, register_dp
+from fednet.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fednet.config import RunConfig
+
+NONE = DPSpec("none", kind="none", facts=Facts())
+for _m in (NONE,
+           DPSpec("central", facts=Facts(spends_privacy=True, needs_each=True, summable=False),
+                  doc="the server clips every update and noises their sum (DP-FedAvg)"),
+           DPSpec("local", kind="local", samplings=(),
+                  facts=Facts(spends_privacy=True, needs_each=True, summable=False,
+                              on_client=True),
+                  doc="each client clips and noises its own update before it leaves"),
+           DPSpec("distributed", kind="distributed", samplings=(), accountants=("rdp",),
+                  facts=Facts(spends_privacy=True, summable=True, on_client=True,
+                              needs_secagg=True),
+                  doc="each client's share of discrete Gaussian noise in the secure sum")):
+    register_dp(_m)
+BUILTIN = tuple(MECHANISMS)
+
+
+def mechanism(name: str) -> DPSpec:
+    """The mechanism called `name` (a plugin's too), or a ConfigError naming --dp and the
+    choices."""
+    return seam.lookup(MECHANISMS, name, "dp")
+
+
+def kind(name: str) -> str:
+    """Where the mechanism `name` adds its noise: none, central, local or distributed (a name
+    that is not registered: itself, for the checks to refuse)."""
+    m = MECHANISMS.get(name)
+    return m.kind if m is not None else name
+
+
+def plugin(name: str) -> DPSpec | None:
+    """The mechanism `name` when it brings its own noise (a plugin's), else None."""
+    m = MECHANISMS.get(name)
+    return m if m is not None and m.noise is not None else None
+
+
+def secagg_problem(cfg: RunConfig) -> str:
+    """Why --dp's mechanism does not go with the run's --secagg (one line), or '' (an unknown
+    name: '' here, refused by problem())."""
+    m = MECHANISMS.get(cfg.dp.mode)
+    return seam.dp_secagg_problem(m, cfg.net.secagg) if m is not None else ""
+
+
+def problem(cfg: RunConfig) -> str:
+    """Why --dp's mechanism does not fit the run (one line), or '': its name, then the rules
+    derived from its facts and the other pieces' (seam.dp_problems), then what its accounting
+    takes (--dp-sampling, --dp-accountant). The attack and the defense were checked before
+    (robust_spec.problem)."""
+    from fednet.algorithms import robust_spec
+
+    try:
+        m = mechanism(cfg.dp.mode)
+    except ConfigError as e:
+        return str(e)
+    d = robust_spec.defense_spec(cfg.defense.name)
+    p = robust_spec.defense_params(cfg) if d.name != "none" else None
+    why = seam.dp_problems(m, d, robust_spec.attack_spec(cfg.attack.name), cfg.net.secagg,
+                           cfg.dp, p)
+    if why or m.noise is None:
+        return why
+    if cfg.dp.sampling not in m.samplings:
+        return (f"--dp-sampling {cfg.dp.sampling}: --dp {m.name} accounts for "
+                f"{' or '.join(m.samplings) or 'no'} sampling")
+    if cfg.dp.accountant not in m.accountants:
+        return (f"--dp-accountant {cfg.dp.accountant}: --dp {m.name}'s event is taken by "
+                f"dp-accounting's {' or '.join(m.accountants)} accountant; use "
+                f"--dp-accountant {m.accountants[0]}")
+    if cfg.dp.adaptive:
+        return f"--dp-adaptive: --dp {m.name} clips to a fixed norm (adaptive clipping is central's)"
+    return ""
