@@ -186,3 +186,25 @@ def test_a_device_listed_twice_is_two_slots_sharing_its_memory():
     assert b.processes * (packing.CUDA_CONTEXT_BYTES + packing.DEVICE_WORKSPACE_BYTES) \
         + 100 * per_client <= 0.9 * (24 << 30)
     assert c.per_process < b.per_process  # two real devices hold more processes
+
+
+def test_batched_runs_use_one_process_a_core_but_the_servers(monkeypatch):
+    """--batch-clients: a process trains the tasks it holds in blocks, so auto makes as few
+    processes as keep the cores busy (cores - 1, the server's aside), within the memory limit;
+    per_process_choice asks for it only when the algorithm batches."""
+    from fednet.server.main import per_process_choice
+    from tests.conftest import small_config
+
+    m = Machine(cores=2, mem_available=22 * GiB)
+    c = choose(1_000_000, m, batched=True, handoffs=False)  # (FedAvg hands no model over)
+    assert (c.per_process, c.processes) == (1_000_000, 1)
+    assert c.reason == ("auto: --batch-clients: 2 cores, one process a core but the server's, "
+                        "each training its clients' tasks in large blocks")
+    assert choose(100, Machine(cores=16, mem_available=64 * GiB), batched=True).processes == 15
+    assert choose(1000, Machine(cores=64, mem_available=1 * GiB), batched=True).processes == 16
+    assert choose(100, m, requested=10, batched=True).processes == 10  # a number still wins
+    monkeypatch.setattr(packing.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(packing, "mem_available", lambda: 16 << 30)
+    for algo, batch, procs in (("fedavg", 100, 1), ("fedavg", 0, 15), ("scaffold", 100, 15)):
+        cfg = small_config(clients=100, algo={"name": algo}, train={"batch_clients": batch})
+        assert per_process_choice(cfg).processes == procs, (algo, batch)

@@ -19,6 +19,11 @@ The rule (docs/usage.md, `fednet launch --help`):
   (FILES_PER_CLIENT per logical client: its peer socket, its mailbox and connections; the
   server link is one per process): beyond it, more processes of fewer clients each;
 - --real-time keeps one process per client (grouped clients would wait out each other's delays);
+- --batch-clients (an algorithm that batches): one process per core but the server's, the
+  clients shared evenly: a process trains the tasks it holds as blocks, and the fewer blocks a
+  round is cut into the less each pays (`fednet launch --dataset synthetic-fedprox --clients
+  1000000 --fraction 0.001 --rounds 4 --epochs 1 --batch-clients 1000` on 2 cores under load
+  ~10: a round ~3.6 s in 1 or 2 processes against ~6 s in 16, the command 32 s against 72 s);
 - an explicit number always wins.
 """
 from __future__ import annotations
@@ -114,8 +119,10 @@ def _grouped(clients: int, k: int, cores: int) -> str:
 
 def choose(clients: int, machine: Machine, requested: int = 0, gpus: Sequence[int] = (),
            per_client_device: int = CLIENT_DEVICE_BYTES, real_time: bool = False,
-           model_bytes: int = 0, handoffs: bool = True) -> Choice:
+           model_bytes: int = 0, handoffs: bool = True, batched: bool = False) -> Choice:
     """The number of clients per process for `clients` clients (requested > 0 wins).
+    batched: the run trains its clients in blocks (--batch-clients), each process the tasks it
+    holds: one process a core but the server's, so that its blocks are large.
     model_bytes: the run's model state; a process also holds HOST_MODEL_COPIES of it beyond its
     clients' own models (memory its allocator keeps from received and replaced models).
     handoffs: whether the algorithm hands models between clients; only then does a client hold
@@ -127,20 +134,8 @@ def choose(clients: int, machine: Machine, requested: int = 0, gpus: Sequence[in
     if real_time:
         return Choice(1, n, True, "auto: --real-time keeps one process per client")
     cores = max(1, machine.cores)
-    cpu_cap = PROCESSES_PER_CORE * cores
-    proc_bytes = PROCESS_BYTES + HOST_MODEL_COPIES * model_bytes
-    mem_cap = max(1, int(MEMORY_SHARE * machine.mem_available) // proc_bytes)
-    cap = min(cpu_cap, mem_cap)
-    grouped = n > cpu_cap  # else only the memory limit groups: the fewest per process within it
-    procs = min(mem_cap, GROUPED_PER_CORE * cores) if grouped else cap
+    procs, why = _processes(n, machine, model_bytes, batched)
     k = -(-n // procs)
-    if mem_cap < (GROUPED_PER_CORE * cores if grouped else cpu_cap):
-        why = (f"{mem_cap} processes of {proc_bytes / MiB:.0f} MiB fit half of the "
-               f"{_gib(machine.mem_available)} available")
-    elif grouped:
-        why = _GROUPED  # said once k is final (devices and open files may raise it)
-    else:
-        why = f"at most {PROCESSES_PER_CORE} processes per core, {_cores(cores)}"
     if gpus and machine.device_bytes:
         # a device listed k times (--gpus 0,0) is k slots sharing its memory
         budget = int(DEVICE_SHARE * min(b / list(gpus).count(g)
@@ -170,6 +165,27 @@ def choose(clients: int, machine: Machine, requested: int = 0, gpus: Sequence[in
     if k == 1:
         return Choice(1, n, True, f"auto: one process per client ({why})")
     return Choice(k, -(-n // k), True, f"auto: {why}")
+
+
+def _processes(n: int, machine: Machine, model_bytes: int, batched: bool) -> tuple[int, str]:
+    """The processes that the cores and the memory allow for n clients, and why (before devices
+    and open files)."""
+    cores = max(1, machine.cores)
+    cpu_cap = PROCESSES_PER_CORE * cores
+    proc_bytes = PROCESS_BYTES + HOST_MODEL_COPIES * model_bytes
+    mem_cap = max(1, int(MEMORY_SHARE * machine.mem_available) // proc_bytes)
+    grouped = n > cpu_cap  # else only the memory limit groups: the fewest per process within it
+    if batched:
+        return max(1, min(mem_cap, cores - 1)), (
+            f"--batch-clients: {_cores(cores)}, one process a core but the server's, each "
+            "training its clients' tasks in large blocks")
+    procs = min(mem_cap, GROUPED_PER_CORE * cores) if grouped else min(cpu_cap, mem_cap)
+    if mem_cap < (GROUPED_PER_CORE * cores if grouped else cpu_cap):
+        return procs, (f"{mem_cap} processes of {proc_bytes / MiB:.0f} MiB fit half of the "
+                       f"{_gib(machine.mem_available)} available")
+    if grouped:
+        return procs, _GROUPED  # said once k is final (devices and open files may raise it)
+    return procs, f"at most {PROCESSES_PER_CORE} processes per core, {_cores(cores)}"
 
 
 def mem_available() -> int:

@@ -85,8 +85,10 @@ def per_process_choice(cfg: RunConfig) -> packing.Choice:
     except Exception as e:  # noqa: BLE001 - e.g. a plugin model that cannot be built on meta
         log.warning("cannot size the model on the meta device (%s); counting %d MiB per "
                     "client", e, per_client >> 20)
+    from fednet.core.batching import batching
     return packing.choose(cfg.clients, machine, 0, cfg.gpus, per_client,
-                          real_time=cfg.latency.real, model_bytes=model, handoffs=_handoffs(cfg))
+                          real_time=cfg.latency.real, model_bytes=model, handoffs=_handoffs(cfg),
+                          batched=batching(cfg))
 
 
 def _handoffs(cfg: RunConfig) -> bool:  # the algorithm hands models over: clients hold files
