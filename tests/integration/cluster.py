@@ -4,14 +4,13 @@ before and after (test_netns.py, test_netns_shaped.py)."""
 from __future__ import annotations
 
 import queue
-import re
 import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.integration.conftest import Fednet, fednet_cmd, jsonl, read_json
+from tests.integration.conftest import Fednet, fednet_cmd, jsonl, read_json, server_endpoint
 from tests.integration.netns import Lan
 
 MODEL_BYTES = 61_864  # the DigitsNet parameters as float32
@@ -107,19 +106,7 @@ def run_cluster(fed: Fednet, net: Lan, out: str, *args: str, timeout_s: float = 
     logs: dict[str, list[str]] = {"srv": []}
     q: queue.Queue[str] = queue.Queue()
     threading.Thread(target=_drain, args=(srv, q, logs["srv"]), daemon=True).start()
-    endpoint = ""
-    deadline = time.monotonic() + 60
-    while not endpoint and time.monotonic() < deadline:
-        try:
-            line = q.get(timeout=1)
-        except queue.Empty:
-            assert srv.poll() is None, f"server exited ({srv.returncode}): {''.join(logs['srv'])}"
-            continue
-        m = re.fullmatch(r"server listening on (tcp://(\S+):(\d+))\n", line)
-        if m:
-            assert (m.group(2), int(m.group(3)) > 0) == (srv_addr, True), line
-            endpoint = m.group(1)
-    assert endpoint, "the server did not print 'server listening on tcp://...'"
+    endpoint = server_endpoint(q, srv, srv_addr, lambda: "".join(logs["srv"]))
     procs: dict[str, subprocess.Popen[str]] = {}
     drains = []
     for host, which in ids.items():

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -145,6 +147,26 @@ def wait_for_lines(path: Path, n: int, proc: subprocess.Popen[str] | None = None
             pytest.fail(f"fednet exited ({proc.returncode}) early: {proc.stderr.read()[-2000:]}")
         time.sleep(0.05)
     pytest.fail(f"{path} did not reach {n} lines within {timeout_s}s")
+
+
+def server_endpoint(lines: queue.Queue[str], proc: subprocess.Popen[str], host: str,
+                    output: Any = lambda: "", timeout_s: float = 60.0) -> str:
+    """The endpoint `fednet server --bind tcp://HOST:0` prints ('server listening on
+    tcp://HOST:PORT', read from `lines`, its stderr line by line): bound on `host` and a port
+    the kernel chose. Fails if the server exits first (with `output()`, what it printed) or
+    prints no such line in time."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=1)
+        except queue.Empty:
+            assert proc.poll() is None, f"server exited ({proc.returncode}): {output()}"
+            continue
+        m = re.fullmatch(r"server listening on (tcp://(\S+):(\d+))\n", line)
+        if m:
+            assert (m.group(2), int(m.group(3)) > 0) == (host, True), line
+            return m.group(1)
+    pytest.fail("the server did not print 'server listening on tcp://...'")
 
 
 def read_json(path: Path) -> Any:

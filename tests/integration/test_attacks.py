@@ -61,7 +61,7 @@ def knock_all(endpoint: str, idents: list[bytes], timeout_s: float = 3.0) -> lis
         s.connect(endpoint)
         knocks.append((s, mon))
     deadline, out = time.monotonic() + timeout_s, []
-    for s, mon in knocks:
+    for _s, mon in knocks:
         if mon.poll(max(0, int((deadline - time.monotonic()) * 1000))):
             ev = recv_monitor_message(mon)["event"]
             out.append("ok" if ev == zmq.EVENT_HANDSHAKE_SUCCEEDED else "denied")

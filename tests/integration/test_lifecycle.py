@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import queue
-import re
 import signal
 import subprocess
 import threading
@@ -12,7 +11,8 @@ import time
 import psutil
 import pytest
 
-from tests.integration.conftest import describe, jsonl, read_json, wait_for_lines, wait_gone
+from tests.integration.conftest import (describe, jsonl, read_json, server_endpoint,
+                                       wait_for_lines, wait_gone)
 
 pytestmark = [pytest.mark.slow, pytest.mark.net]
 
@@ -146,18 +146,7 @@ def _start_server(fed, *args: str) -> tuple[subprocess.Popen[str], str, queue.Qu
     srv = fed.start("server", "--bind", "tcp://127.0.0.1:0", *args)
     q: queue.Queue[str] = queue.Queue()
     threading.Thread(target=_lines, args=(srv.stderr, q), daemon=True).start()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            line = q.get(timeout=1)
-        except queue.Empty:
-            assert srv.poll() is None, f"server exited with {srv.returncode}"
-            continue
-        m = re.fullmatch(r"server listening on (tcp://127\.0\.0\.1:(\d+))\n", line)
-        if m:
-            assert int(m.group(2)) > 0
-            return srv, m.group(1), q
-    pytest.fail("the server did not print 'server listening on tcp://...'")
+    return srv, server_endpoint(q, srv, "127.0.0.1"), q
 
 
 def test_server_and_clients_on_a_port_chosen_at_bind_time(fed, tmp_path):
