@@ -5,13 +5,16 @@ component, on this host's profile calibrated in the same run (issue 52 item 5).
         [--reps 3] [--cohorts 100 1000] [--robust-n 1000 --robust-d 100000] [--json F]
 
 The host's rates are `fednet calibrate`'s measurements (training FLOP/s: ResNet-18 3x32x32
-batch 32, 1 thread; every protocol and server operation: secagg/rates.py), or the files given.
+batch 32, 1 thread; seconds per dispatched operation and per convolution: mclr and the digits
+CNN, 1x8x8 batch 8; every protocol and server operation: secagg/rates.py), or the files given.
 Components:
 - client training as fednet runs it (training/local.train or training/dpsgd.train_private, 1
   torch thread, inside a training/flops Meter as core/executor opens one): mclr and the digits
   CNN on digits-shaped data (1x8x8, batch 8), ResNet-18 on CIFAR-shaped data (3x32x32, batch
-  32), DP-SGD on the digits CNN; simulated = the meter's FLOPs / the rate, measured = the
-  process's CPU seconds (median of --reps);
+  32), DP-SGD on the digits CNN; simulated = network/latency.compute_time of the meter's count
+  (FLOPs / the rate + dispatched operations x s_per_op + convolutions x s_per_conv + noise
+  draws / their rate), measured =
+  the process's CPU seconds (median of --reps);
 - secure aggregation (SecAgg+ and full SecAgg, one `fednet local` round of mclr on digits, no
   dropouts, --latency and --server-profile the calibrated files) at each --cohorts size: per
   stage, a client's protocol and training seconds on the clock (the round's critical path,
@@ -72,9 +75,13 @@ def _rates(a: argparse.Namespace) -> tuple[dict[str, float], dict[str, float], s
         print(f"  {op:8s} {r.what}: {r.seconds:.3f} s = {r.per_s:.4g}/s")
     server = {f"{op}_per_s": r.per_s for op, r in ops.items()}
     row = {"train_flops_per_s": c.flops_per_s, "rtt_s": 0.0, "up_bps": 0.0, "down_bps": 0.0,
-           **{k: server[k] for k in CLIENT_RATES}}
+           **{k: server[k] for k in CLIENT_RATES}, "s_per_op": c.s_per_op,
+           "s_per_conv": c.s_per_conv}
     return row, server, (f"calibrated now: {c.model} {'x'.join(map(str, c.input_shape))} batch "
-                         f"{c.batch}, {c.steps} steps in {c.seconds:.2f} s; secagg/rates.py")
+                         f"{c.batch}, {c.steps} steps in {c.seconds:.2f} s; fixed costs: mclr and "
+                         f"the digits CNN 1x8x8 batch 8, {c.s_per_op * 1e6:.3g} us an "
+                         f"operation, {c.s_per_conv * 1e6:.3g} us a convolution; "
+                         "secagg/rates.py")
 
 
 def _once(model_name: str, shape: tuple[int, ...], batch: int, how: str, n: int
@@ -106,9 +113,10 @@ def _once(model_name: str, shape: tuple[int, ...], batch: int, how: str, n: int
 
 
 def measure_all(a: argparse.Namespace, client: dict[str, float]) -> list[dict[str, Any]]:
-    from fednet.opcount import seconds
+    from fednet.network.latency import compute_time
+    from fednet.network.profiles import Profile
 
-    rate = client["train_flops_per_s"]
+    profile = Profile.from_dict(client)
     rows = []
     for name, model, shape, batch, how in WORKLOADS:
         n = a.resnet_examples if model == "resnet18" else a.examples
@@ -116,7 +124,7 @@ def measure_all(a: argparse.Namespace, client: dict[str, float]) -> list[dict[st
         runs = [_once(model, shape, batch, how, n) for _ in range(a.reps)]
         counted, _, samples, ops = runs[0]
         cpu = statistics.median(r[1] for r in runs)
-        sim = counted / rate + seconds(ops, client)
+        sim = compute_time(profile, samples, counted, ops)  # FLOPs, operations, noise
         rows.append({"workload": name, "model": model, "how": how, "examples": samples,
                      "flops": counted, "ops": ops, "flops_per_example": counted / max(samples, 1),
                      "cpu_s": cpu, "cpu_s_runs": [r[1] for r in runs], "sim_s": sim,
@@ -197,19 +205,25 @@ def robust_all(a: argparse.Namespace, server: dict[str, float]) -> list[dict[str
 
 
 def headline(data: dict) -> list:
-    """The dashboard's rows (three: its line budget): client training (ResNet-18; the digits CNN
-    and mclr in the note), DP-SGD's cost over plain training, and the protocol and server
-    components (the one furthest from its measurement; each in the note)."""
+    """The dashboard's rows (three: its line budget): client training (the model furthest from
+    its measurement; each model in the note), DP-SGD's cost over plain training, and the
+    protocol and server components (the one furthest from its measurement; each in the note)."""
     rows = {r["workload"]: r for r in data.get("rows", [])}
-    rate = data.get("rate", 0) / 1e9
-    r, c, m = rows.get("ResNet-18"), rows.get("digits CNN"), rows.get("mclr")
-    out = [None if r is None else headline_row(
-        "network model", "client training on the clock / measured CPU s, ResNet-18 (host profile)",
-        r.get("sim_over_cpu"), "x", "0.75-1.25x (issue 52)",
-        f"{r['sim_s']:.3g} s simulated, {r['cpu_s']:.3g} s CPU, {r['examples']} examples at "
-        f"{rate:.3g} GFLOP/s" + (f"; digits CNN {c['sim_over_cpu']:.3g}x" if c else "")
-        + (f", mclr {m['sim_over_cpu']:.3g}x (FLOPs only: their time is per-op overhead)"
-           if m else ""))]
+    prof = data.get("client_profile", {})
+    c = rows.get("digits CNN")
+    models = [rows[w] for w in ("mclr", "digits CNN", "ResNet-18", "digits CNN, DP-SGD")
+              if w in rows and rows[w].get("sim_over_cpu")]
+    worst = max(models, key=lambda r: abs(math.log(r["sim_over_cpu"])), default=None)
+    out = [None if worst is None else headline_row(
+        "network model", "client training on the clock / measured CPU s, furthest of mclr, "
+        "digits CNN, ResNet-18, DP-SGD (host profile)", worst["sim_over_cpu"], "x",
+        "0.75-1.25x (issue 52)",
+        f"{worst['workload']}; " + ", ".join(
+            f"{r['workload']} {r['sim_over_cpu']:.3g}x ({r['sim_s']:.3g} s simulated, "
+            f"{r['cpu_s']:.3g} s CPU)" for r in models)
+        + f"; host profile {data.get('rate', 0) / 1e9:.3g} GFLOP/s, "
+        f"{prof.get('s_per_op', 0) * 1e6:.3g} us an operation, "
+        f"{prof.get('s_per_conv', 0) * 1e6:.3g} us a convolution")]
     dp = rows.get("digits CNN, DP-SGD")
     if dp and c and c["cpu_s"] > 0:
         clock = (dp["sim_s"] / dp["examples"]) / (c["sim_s"] / c["examples"])

@@ -37,6 +37,13 @@ uses only these primitives."""
 
 Ops = dict[str, float]
 
+DISPATCH = "dispatch"
+CONVOLUTION = "convolution"
+"""A task's counts of dispatched aten operations and of the convolutions among them
+(training/flops.py), kept in its meter's Ops beside the protocol's: training work, charged at
+the profile's s_per_op and s_per_conv by network/latency.compute_time, never by `seconds`
+(neither is one of OPS)."""
+
 
 def add(into: Ops, more: Mapping[str, float]) -> Ops:
     """`more` added to `into` (in place; returned)."""

@@ -89,7 +89,8 @@ def preset_at_1ms(tmp_path: Path, preset: str, n: int, seed: int = 7) -> str:
     """A --latency preset's profiles (its links and spreads, from the run's seed) as a trace
     whose clients train the digits CNN at 1 ms an example, the slow ones as much slower as the
     preset makes them: the speeds the timed scenarios (deadlines, stragglers, availability)
-    were set for before the clock counted FLOPs (the presets train it at ~68 us an example)."""
+    were set for before the clock counted FLOPs (the presets train it at ~68 us an example), in
+    FLOPs alone (no fixed cost an operation or a convolution: s_per_op, s_per_conv 0)."""
     from fednet.config import LatencyConfig
     from fednet.models import build_model
     from fednet.network import latency
@@ -97,8 +98,8 @@ def preset_at_1ms(tmp_path: Path, preset: str, n: int, seed: int = 7) -> str:
 
     per = batch_flops(build_model("digits_cnn", 10, (1, 8, 8), seed=0), (1, 1, 8, 8))
     scale = per / 1e-3 / latency.EDGE_FLOPS
-    rows = ["client,train_flops_per_s,rtt_s,up_bps,down_bps"] + [
-        f"{c},{p.train_flops_per_s * scale!r},{p.rtt_s!r},{p.up_bps!r},{p.down_bps!r}"
+    rows = ["client,train_flops_per_s,rtt_s,up_bps,down_bps,s_per_op,s_per_conv"] + [
+        f"{c},{p.train_flops_per_s * scale!r},{p.rtt_s!r},{p.up_bps!r},{p.down_bps!r},0,0"
         for c, p in enumerate(latency.profiles(LatencyConfig(preset=preset), n, seed))]
     f = tmp_path / f"{preset}_1ms.csv"
     f.write_text("\n".join(rows) + "\n")

@@ -26,11 +26,15 @@ def test_calibrate_writes_a_profile_a_run_reads(tmp_path):
     assert r.exit_code == 0, r.output
     assert "GFLOP/s" in r.output and f"--latency {out}" in r.output
     rows = json.loads(out.read_text())
-    assert list(rows[0]) == ["train_flops_per_s", "rtt_s", "up_bps", "down_bps", *CLIENT_RATES]
+    assert list(rows[0]) == ["train_flops_per_s", "rtt_s", "up_bps", "down_bps", *CLIENT_RATES,
+                             "s_per_op", "s_per_conv"]
+    assert 1e-7 < rows[0]["s_per_op"] < 1e-3  # (this host: 4-14 us an operation)
+    assert 0 <= rows[0]["s_per_conv"] < 1e-2  # (this host: ~0.1 ms a convolution)
     assert "x25519" in r.output and "gemm" not in r.output  # the client's primitives only
     ps = latency.profiles(LatencyConfig(file=str(out)), 3, 0)
     assert ps[0] == ps[2] and ps[0].train_flops_per_s > 1e6 and ps[0].compute_s_per_sample == 0
     assert ps[0].rates() == {k: rows[0][k] for k in CLIENT_RATES}
+    assert (ps[0].s_per_op, ps[0].s_per_conv) == (rows[0]["s_per_op"], rows[0]["s_per_conv"])
     assert ps[0].rtt_s == 0.01 and ps[0].down_bps == 12.5e6 and ps[0].up_bps == float("inf")
 
 

@@ -72,6 +72,43 @@ def test_a_model_meta_cannot_run_is_counted_on_the_cpu():
     assert flops.batch_flops(ReadsAValue(), (5, 4), mode="eval") == 2 * 5 * 4 * 3
 
 
+@pytest.mark.parametrize("name,shape,convs", [("mclr", (1, 8, 8), 0), ("digits_cnn", (1, 8, 8), 2),
+                                              ("resnet18", (3, 32, 32), 20)])
+def test_a_batch_counts_its_dispatched_operations_whatever_its_size(name, shape, convs):
+    """The operations a batch dispatches depend on the model and the mode, not on the batch's
+    size: training dispatches the forward's, the backward's and one update per trained tensor;
+    evaluation the forward's only (no update). Each convolution layer is one call forward and
+    one backward (ResNet-18: 20 layers, its downsampling ones included)."""
+    model = build_model(name, 10, shape, seed=0)
+    train_ops = flops.batch_work(model, (1, *shape)).ops
+    assert flops.batch_work(model, (32, *shape)).ops == train_ops
+    evaluated = flops.batch_work(model, (32, *shape), mode="eval")
+    assert 0 < evaluated.ops < train_ops - len(list(model.parameters()))
+    assert flops.batch_work(model, (1, *shape)) == flops.Work(
+        flops.batch_flops(model, (1, *shape)), train_ops, 2 * convs)
+    assert evaluated.convs == convs
+
+
+def test_mclr_dispatches_its_forward_backward_and_updates():
+    """mclr (flatten, one linear layer), counted on meta: the forward's view, t and addmm; the
+    sum standing for the loss; its backward (ones_like, expand, t, mm, t, sum, view, the
+    accumulated gradients' detaches); two updates (weight and bias): 16 calls."""
+    assert flops.batch_work(build_model("mclr", 10, (1, 8, 8), seed=0), (8, 1, 8, 8)).ops == 16
+
+
+def test_the_meter_counts_the_operations_of_every_batch():
+    """The loop's batches add their operations to the meter's opcount.DISPATCH entry (a short
+    last batch counts as many as a full one)."""
+    from fednet.opcount import DISPATCH
+
+    model = build_model("mclr", 10, (1, 8, 8), seed=0)
+    x, y = torch.zeros((20, 1, 8, 8)), torch.zeros(20, dtype=torch.long)
+    with flops.metered() as m:
+        train(model, x, y, epochs=1, batch_size=8, lr=0.1, generator=torch.Generator())
+    assert m.batches == 3
+    assert m.ops[DISPATCH] == 3 * flops.batch_work(model, (8, 1, 8, 8)).ops
+
+
 def test_dpsgd_counts_its_per_example_gradients():
     """DP-SGD's step (Opacus's per-example gradients, their clipping and sum) counts more than
     plain training's on the same batch, as counted on that path."""
@@ -83,10 +120,10 @@ def test_dpsgd_counts_its_per_example_gradients():
         assert private > plain
 
 
-def _host(tmp_path, rate: float) -> str:
+def _host(tmp_path, rate: float, s_per_op: float = 0.0, s_per_conv: float = 0.0) -> str:
     f = tmp_path / "host.json"  # compute only: no latency, unlimited links
     f.write_text(json.dumps([{"train_flops_per_s": rate, "rtt_s": 0, "up_bps": 0,
-                              "down_bps": 0}]))
+                              "down_bps": 0, "s_per_op": s_per_op, "s_per_conv": s_per_conv}]))
     return str(f)
 
 
@@ -107,3 +144,22 @@ def test_simulated_seconds_per_example_follow_the_models_flops(tmp_path):
     ratio = _per_example("digits_cnn", (1, 8, 8)) / _per_example("mclr", (1, 8, 8))
     assert got["digits_cnn"] / got["mclr"] == pytest.approx(ratio, rel=1e-12)
     assert ratio > 200
+
+
+@pytest.mark.parametrize("name", ["mclr", "digits_cnn"])
+def test_each_dispatched_operation_costs_the_profiles_seconds_per_op(tmp_path, name):
+    """With s_per_op and s_per_conv, a task costs its FLOPs at the rate plus its batches'
+    operations x s_per_op and convolutions x s_per_conv: one client's epoch over its 1,437
+    examples in batches of 16 (89 of 16, one of 13: as many operations each)."""
+    model = build_model(name, 10, (1, 8, 8), seed=0)
+    cfg = small_config(clients=1, rounds=1, train={"model": name},
+                       latency={"preset": "", "file": _host(tmp_path, 1e9, 1e-5, 1e-4),
+                                "server_profile": "none"}, out=str(tmp_path / "run"))
+    s = run_local(cfg, quiet=True)
+    n = s["compute"]["samples"]
+    assert n == 1437 and cfg.train.batch_size == 16
+    work = flops.batch_work(model, (16, 1, 8, 8))
+    assert s["sim_time_s"] == pytest.approx(n * _per_example(name, (1, 8, 8)) / 1e9
+                                            + 90 * (work.ops * 1e-5 + work.convs * 1e-4),
+                                            rel=1e-12)
+    assert s["compute"]["client_compute_s"] == pytest.approx(s["sim_time_s"], rel=1e-12)

@@ -142,6 +142,37 @@ def test_compute_time_in_flops_or_per_sample():
     assert latency.compute_time(Profile(), 150, 10**12) == 0.0
 
 
+def test_dispatched_operations_cost_s_per_op_in_a_flops_profile_only():
+    """A FLOP/s profile charges each dispatched operation (opcount.DISPATCH) its s_per_op, as
+    training, not protocol work; a per-example profile charges the samples alone."""
+    from fednet.opcount import DISPATCH
+
+    work = {DISPATCH: 400.0, "noise": 1e6}
+    p = Profile(train_flops_per_s=2e9, s_per_op=1e-5, noise_per_s=1e7)
+    assert latency.compute_time(p, 100, 6 * 10**9, work) == pytest.approx(3.0 + 0.004 + 0.1)
+    assert latency.protocol_time(p, work) == pytest.approx(0.1)
+    per_example = Profile(compute_s_per_sample=0.002, s_per_op=1e-5)
+    assert latency.compute_time(per_example, 150, 10**12, {DISPATCH: 400.0}) == 0.002 * 150
+
+
+def test_presets_charge_operations_at_the_edge_class_scaled_by_speed():
+    """A preset's client k times slower at FLOPs is k times slower per operation (hetero's slow
+    clients: 5x); none is free; an older table without s_per_op (or without the protocol
+    rates) reads it as 0."""
+    ps = latency.profiles(LatencyConfig(preset="hetero"), 10, 0)
+    fast = [p for p in ps if p.train_flops_per_s == latency.EDGE_FLOPS]
+    slow = [p for p in ps if p.train_flops_per_s < latency.EDGE_FLOPS]
+    assert len(slow) == 2 and all(p.s_per_op == latency.EDGE_S_PER_OP for p in fast)
+    assert all(p.s_per_op == pytest.approx(5 * latency.EDGE_S_PER_OP) for p in slow)
+    assert all(p.s_per_conv == pytest.approx(5 * latency.EDGE_S_PER_CONV) for p in slow)
+    assert latency.profiles(LatencyConfig(preset="none"), 3, 0)[0].s_per_op == 0.0
+    table = latency.to_array(list(ps))
+    for older in (table[:, :11], table[:, :5]):  # (before s_per_op; before the protocol rates)
+        back = latency.Profiles.from_array(older)
+        assert len(back) == 10 and back[0].s_per_op == back[0].s_per_conv == 0.0
+        assert back[0].train_flops_per_s == ps[0].train_flops_per_s
+
+
 def test_flops_trace_and_older_trace_load(tmp_path, caplog):
     """A trace in FLOP/s; an older one of seconds per example loads as it did, with one note."""
     new = tmp_path / "host.json"

@@ -75,7 +75,8 @@ def test_clients_jsonl_holds_the_participants_and_the_summary_counts_devices(tmp
         r["client"]: r["tasks"] for r in rows}
     assert [cols["samples"][r["client"]] for r in rows] == [r["samples"] for r in rows]
     assert set(cols) == {"samples", "tasks", "labels", "compute_s_per_sample", "rtt_s", "up_bps",
-                         "down_bps", "train_flops_per_s", *CLIENT_RATES}  # every profile field
+                         "down_bps", "train_flops_per_s", *CLIENT_RATES, "s_per_op",
+                         "s_per_conv"}  # every profile field
 
 
 def test_an_older_summary_s_device_map_is_still_counted():

@@ -21,10 +21,13 @@ The protocol rates are timed on the primitives fednet runs (secagg/crypto.py, se
 numpy's normal draws, sums and float64 products), each a fixed amount after a warm-up.
 
 The FLOPs are torch's FlopCounterMode's (matrix products and convolutions, forward and
-backward); a run charges each task the FLOPs its batches count divided by this rate, so a model
-whose time goes to other work (tiny models, elementwise layers, Python overhead) costs more real
-time than the clock says: calibrate on the model you train for the closest figure
-(docs/usage.md, "Client compute"; benchmarks/bench_compute.py measures the gap)."""
+backward); the seconds per operation (s_per_op) are timed on mclr's training (1x8x8, batch 8),
+whose time is its dispatched operations' fixed cost, and a convolution call's further fixed
+cost (s_per_conv) on the digits CNN's. A run charges each task the FLOPs its batches count
+divided by the rate plus the operations and convolutions they dispatch at those costs; a model
+whose time goes elsewhere costs another real time than the clock says: calibrate on the model
+you train for the closest figure (docs/usage.md, "Client compute"; benchmarks/bench_compute.py measures
+the gap)."""
 
 
 def _shape(text: str) -> tuple[int, ...]:
@@ -85,11 +88,18 @@ def calibrate_command(model: str, shape: str, batch: int, seconds: float, thread
     rate = {f"{op}_per_s": float(f"{r.per_s:.4g}") for op, r in ops.items()}
     row = {"train_flops_per_s": float(f"{got.flops_per_s:.4g}"), "rtt_s": rtt,
            **{k: 0.0 if v == float("inf") else v for k, v in links.items()},
-           **{k: rate[k] for k in CLIENT_RATES}}
+           **{k: rate[k] for k in CLIENT_RATES}, "s_per_op": float(f"{got.s_per_op:.4g}"),
+           "s_per_conv": float(f"{got.s_per_conv:.4g}")}
     Path(out).write_text(json.dumps([row], indent=1) + "\n")
     click.echo(f"{model} {'x'.join(map(str, got.input_shape))}, batch {batch}, {threads} "
                f"thread(s): {got.steps} steps of {got.flops_per_step / 1e9:.3g} GFLOP in "
                f"{got.seconds:.2f} s = {got.flops_per_s / 1e9:.3g} GFLOP/s")
+    ops_w, conv_w = got.small
+    click.echo(f"  operations: {ops_w.steps} steps of mclr 1x8x8 batch 8 ({ops_w.work.ops} "
+               f"operations each) in {ops_w.seconds:.2f} s = {got.s_per_op * 1e6:.3g} us an "
+               f"operation; convolutions: {conv_w.steps} steps of the digits CNN ("
+               f"{conv_w.work.convs} each) in {conv_w.seconds:.2f} s = "
+               f"{got.s_per_conv * 1e6:.3g} us a convolution")
     for op, r in ops.items():
         click.echo(f"  {op:8s} {r.what}: {r.seconds:.3f} s = {r.per_s:.4g} {UNITS.get(op, '/s')}")
     click.echo(f"wrote {out}; use it with --latency {out}")

@@ -239,16 +239,20 @@ class Session:
             p = self.profiles[cid]
             samples = 4 * most * (pooled or part_size(self.parts, cid)) + 4096
             work = LATEST_WORK * samples * self._work.epoch(1) if p.train_flops_per_s > 0 else 0
+            calls = {k: LATEST_WORK * samples * n for k, n in self._work.epoch_ops(1).items()}
             t += 2 * p.rtt_s + moved / min(p.down_bps, p.up_bps) + latency.compute_time(
-                p, samples, work, self._protocol_bound)
+                p, samples, work, {**self._protocol_bound, **calls})
         return t
 
     def compute_seconds(self, cid: int, epochs: int, examples: int) -> float:
         """Simulated seconds of `epochs` of plain training over `examples` at client cid's rate
         (the rows' client_compute_s)."""
         p = self.profiles[cid]
-        work = epochs * self._work.epoch(examples) if p.train_flops_per_s > 0 else 0
-        return latency.compute_time(p, epochs * examples, work)
+        if p.train_flops_per_s <= 0:
+            return latency.compute_time(p, epochs * examples)
+        calls = {k: epochs * n for k, n in self._work.epoch_ops(examples).items()}
+        return latency.compute_time(p, epochs * examples, epochs * self._work.epoch(examples),
+                                    calls)
 
     @functools.cached_property
     def _protocol_bound(self) -> dict[str, float]:

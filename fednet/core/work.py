@@ -11,6 +11,7 @@ import torch
 
 from fednet import algorithms
 from fednet.config import RunConfig
+from fednet.opcount import CONVOLUTION, DISPATCH
 from fednet.protocol.fields import Bool, Int, List, Num, Str
 from fednet.protocol.schema import MAX_CLIENTS
 from fednet.training import flops
@@ -132,9 +133,9 @@ class ClientCompute:
 
 
 LATEST_WORK = 64
-"""Session.latest_return's bound on a task's FLOPs, in plain training's FLOPs of one example
-per example it allows (DP-SGD's per-example gradients, Per-FedAvg's Hessian products and an
-evaluation add far less)."""
+"""Session.latest_return's bound on a task's FLOPs and dispatched operations, in plain
+training's FLOPs (and operations) of a batch of one example per example it allows (DP-SGD's
+per-example gradients, Per-FedAvg's Hessian products and an evaluation add far less)."""
 
 
 class PlainWork:
@@ -145,17 +146,26 @@ class PlainWork:
     def __init__(self, model: torch.nn.Module, x: torch.Tensor, batch_size: int) -> None:
         self.model, self.shape, self.dtype = model, tuple(x.shape[1:]), x.dtype
         self.batch_size = int(batch_size)
-        self.by_size: dict[int, int] = {}
+        self.by_size: dict[int, flops.Work] = {}
 
     def epoch(self, examples: int) -> int:
         """The FLOPs of one epoch over `examples`."""
         full, rest = divmod(int(examples), self.batch_size)
-        return full * self.batch(self.batch_size) + (self.batch(rest) if rest else 0)
+        return full * self.batch(self.batch_size).flops + (self.batch(rest).flops if rest else 0)
 
-    def batch(self, size: int) -> int:
-        """The FLOPs of one training batch of `size` examples."""
+    def epoch_ops(self, examples: int) -> dict[str, float]:
+        """The dispatched tensor operations and convolutions of one epoch over `examples`, as a
+        meter's Ops (opcount.DISPATCH and CONVOLUTION: network/latency.compute_time charges
+        them at s_per_op and s_per_conv)."""
+        full, rest = divmod(int(examples), self.batch_size)
+        batches = [(full, self.batch(self.batch_size))] + ([(1, self.batch(rest))] if rest else [])
+        return {DISPATCH: float(sum(n * w.ops for n, w in batches)),
+                CONVOLUTION: float(sum(n * w.convs for n, w in batches))}
+
+    def batch(self, size: int) -> flops.Work:
+        """The FLOPs and operations of one training batch of `size` examples."""
         got = self.by_size.get(size)
         if got is None:
-            got = self.by_size[size] = flops.batch_flops(self.model, (size, *self.shape),
-                                                         self.dtype, "train")
+            got = self.by_size[size] = flops.batch_work(self.model, (size, *self.shape),
+                                                        self.dtype, "train")
         return got

@@ -17,7 +17,8 @@ from fednet.config import LatencyConfig
 from fednet.errors import ConfigError
 from fednet.network import ops
 from fednet.network.ops import CLIENT_RATES
-from fednet.network.profiles import COLUMNS as COLUMNS, Profile as Profile, Profiles as Profiles
+from fednet.opcount import CONVOLUTION, DISPATCH
+from fednet.network.profiles import COLUMNS as COLUMNS, FIXED_COSTS, Profile as Profile, Profiles as Profiles
 
 log = logging.getLogger("fednet")
 
@@ -77,6 +78,15 @@ EDGE_FLOPS = 8e9
 8 GFLOP/s: Feiereisen 2022); that training reaches it, and the presets' spreads, are assumptions
 (docs/usage.md, "Client compute", gives the sources; `fednet calibrate` measures a host)."""
 
+EDGE_S_PER_OP = 20e-6
+EDGE_S_PER_CONV = 400e-6
+"""The presets' typical client's fixed seconds per dispatched tensor operation and per
+convolution call (training/flops.py's counts: each operator call's cost in torch's dispatcher,
+autograd and the training loop's Python; a convolution's kernel setup and reorders). Estimates:
+about 4x what `fednet calibrate` measures on this project's x86 machine (4-8 us an operation,
+~0.1 ms a convolution, one thread), the single-core speed ratio assumed for a Cortex-A72 at 1.5
+GHz against an x86 server core; a client k times slower at FLOPs is k times slower here too."""
+
 
 def _preset(name: str, n: int, seed: int) -> Profiles:
     g = rng.generator(seed, "latency")
@@ -107,15 +117,18 @@ def _columns(comp: Any, rtt: Any, up: Any, down: Any, flops: Any) -> Profiles:
     rates = edge_rates(flops)
     return Profiles(cols=tuple(np.broadcast_to(np.asarray(c, np.float64), (n,))
                                for c in (comp, rtt, up, down, flops,
-                                         *(rates[k] for k in CLIENT_RATES))))
+                                         *(rates[k] for k in (*CLIENT_RATES, *FIXED_COSTS)))))
 
 
 def edge_rates(flops: Any) -> dict[str, Any]:
-    """The protocol rates of a device of the edge class (network/ops.EDGE) scaled by its
-    training rate over EDGE_FLOPS: a client k times slower at training is k times slower at the
-    protocol's primitives (0 FLOP/s: free, as its training)."""
+    """The protocol rates, s_per_op and s_per_conv of a device of the edge class
+    (network/ops.EDGE, EDGE_S_PER_OP, EDGE_S_PER_CONV) scaled by its training rate over
+    EDGE_FLOPS: a client k times slower at training is k times slower at the protocol's
+    primitives and at each tensor operation (0 FLOP/s: free, as its training)."""
     scale = np.asarray(flops, np.float64) / EDGE_FLOPS
-    return {k: ops.EDGE[k] * scale for k in CLIENT_RATES}
+    slower = np.where(scale > 0, 1.0 / np.where(scale > 0, scale, 1.0), 0.0)
+    return {**{k: ops.EDGE[k] * scale for k in CLIENT_RATES},
+            "s_per_op": EDGE_S_PER_OP * slower, "s_per_conv": EDGE_S_PER_CONV * slower}
 
 
 def _from_file(path: str, n: int) -> list[Profile]:
@@ -188,7 +201,7 @@ def _row(r: dict, where: str) -> Profile:
                         "this host's with `fednet calibrate` (docs/usage.md, Client compute)",
                         where.rsplit(":", 1)[0])
     derived = edge_rates(vals.get("train_flops_per_s", 0.0))  # a rate not given: the edge
-    for k in CLIENT_RATES:  # class's at this FLOP/s (a per-example row: free)
+    for k in (*CLIENT_RATES, *FIXED_COSTS):  # class's at this FLOP/s (a per-example row: free)
         vals.setdefault(k, float(derived[k]))
     return Profile.from_dict(vals)
 
@@ -286,7 +299,7 @@ def _rebuilt(cfg: LatencyConfig, num_clients: int, seed: int) -> Profiles:
 
 
 def to_array(profs: Sequence[Profile]) -> np.ndarray:
-    """Profiles as an (n, 5) float64 array in COLUMNS order (0 bandwidth = unlimited)."""
+    """Profiles as an (n, len(COLUMNS)) float64 array in COLUMNS order (0 bandwidth = unlimited)."""
     a = profs.table if isinstance(profs, Profiles) else Profiles.of(profs).table  # (a copy)
     a[:, 2:4][np.isinf(a[:, 2:4])] = 0.0
     return a
@@ -306,11 +319,17 @@ def links(cfg: LatencyConfig, num_clients: int, seed: int, arrays: dict[str, np.
 def compute_time(p: Profile, samples: int, flops: int = 0,
                  protocol: dict[str, float] | None = None) -> float:
     """Simulated seconds of a task that processed `samples` examples in `flops` FLOPs (counted
-    by training/flops.py): flops / train_flops_per_s, or samples x compute_s_per_sample for a
-    profile in the older per-example form; plus its `protocol` work (network/ops.py counts:
-    secure aggregation's primitives, noise draws) at the profile's rates (protocol_time)."""
+    by training/flops.py): flops / train_flops_per_s plus its dispatched tensor operations and
+    convolutions (`protocol`'s opcount.DISPATCH and CONVOLUTION entries, counted with the FLOPs)
+    x s_per_op and s_per_conv, or samples x
+    compute_s_per_sample for a profile in the older per-example form; plus its `protocol` work
+    (network/ops.py counts: secure aggregation's primitives, noise draws) at the profile's
+    rates (protocol_time)."""
     if p.train_flops_per_s > 0:
         train = flops / p.train_flops_per_s
+        if protocol:
+            train += protocol.get(DISPATCH, 0.0) * p.s_per_op
+            train += protocol.get(CONVOLUTION, 0.0) * p.s_per_conv
     else:
         train = samples * p.compute_s_per_sample
     return train + protocol_time(p, protocol) if protocol else train

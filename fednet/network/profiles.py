@@ -11,9 +11,17 @@ import numpy as np
 from fednet.opcount import CLIENT_RATES
 
 COLUMNS = ("compute_s_per_sample", "rtt_s", "up_bps", "down_bps", "train_flops_per_s",
-           *CLIENT_RATES)
+           *CLIENT_RATES, "s_per_op", "s_per_conv")
 """A profile's fields in the order of its table (Profiles, WELCOME's arrays, population.npz):
-the compute rate, the links, then the protocol primitives' rates (network/ops.py)."""
+the compute rate, the links, the protocol primitives' rates (network/ops.py), then the fixed
+seconds of one dispatched tensor operation and of one convolution (the columns added last)."""
+
+FIXED_COSTS = ("s_per_op", "s_per_conv")
+"""The fixed seconds of a dispatched operation and of a convolution (training/flops.Work)."""
+
+OLDER_WIDTHS = (5, 5 + len(CLIENT_RATES))
+"""The widths of tables written before a column was added (no protocol rates; no s_per_op and
+s_per_conv): the missing columns read as 0 (free)."""
 
 
 @dataclass(frozen=True)
@@ -24,7 +32,10 @@ class Profile:
     processed, whatever the model: the older form); both 0: compute is free. The protocol
     rates (network/ops.CLIENT_RATES: X25519 agreements, key derivations, sealed shares, mask
     bytes, Shamir multiply-adds, noise draws a second) turn the protocol work a task counts
-    into seconds (0: that primitive is free)."""
+    into seconds (0: that primitive is free). s_per_op is the fixed cost of one dispatched
+    tensor operation and s_per_conv the further fixed cost of one convolution call
+    (training/flops.py counts a batch's), charged beside the FLOPs of a profile in FLOP/s (0:
+    free)."""
 
     compute_s_per_sample: float = 0.0
     rtt_s: float = 0.0
@@ -37,6 +48,8 @@ class Profile:
     prg_per_s: float = 0.0
     shamir_per_s: float = 0.0
     noise_per_s: float = 0.0
+    s_per_op: float = 0.0
+    s_per_conv: float = 0.0
 
     def to_dict(self) -> dict[str, float]:
         """Plain dict (inf bandwidths become 0 = unlimited, msgpack/JSON friendly); the fields
@@ -45,7 +58,8 @@ class Profile:
         return {"compute_s_per_sample": self.compute_s_per_sample, "rtt_s": self.rtt_s,
                 "up_bps": 0.0 if self.up_bps == inf else self.up_bps,
                 "down_bps": 0.0 if self.down_bps == inf else self.down_bps,
-                "train_flops_per_s": self.train_flops_per_s, **self.rates()}
+                "train_flops_per_s": self.train_flops_per_s, **self.rates(),
+                "s_per_op": self.s_per_op, "s_per_conv": self.s_per_conv}
 
     def rates(self) -> dict[str, float]:
         """The protocol primitives' rates (network/ops.seconds reads them)."""
@@ -58,11 +72,11 @@ class Profile:
         return cls(float(d.get("compute_s_per_sample", 0)), float(d.get("rtt_s", 0)),
                    up if up > 0 else float("inf"), down if down > 0 else float("inf"),
                    float(d.get("train_flops_per_s", 0)),
-                   *(float(d.get(k, 0)) for k in CLIENT_RATES))
+                   **{k: float(d.get(k, 0)) for k in (*CLIENT_RATES, *FIXED_COSTS)})
 
 
 class Profiles(Sequence[Profile]):
-    """Every client's Profile, held as five float64 columns in COLUMNS order (inf: an unlimited
+    """Every client's Profile, held as float64 columns in COLUMNS order (inf: an unlimited
     link) and built on access: a million clients' profiles are at most 32 MB and one numpy
     draw, not a million objects (about 1.5 s and 200 MB; on the server and every client
     process). A column with one value for every client (a preset's link) is a broadcast view
@@ -130,8 +144,8 @@ class Profiles(Sequence[Profile]):
 
 
 def _widened(t: np.ndarray) -> np.ndarray:
-    """A profile table as (n, len(COLUMNS)): one of the five columns before the protocol rates
-    (a population.npz or checkpoint of an older run) gets those rates at 0 (free)."""
-    if t.ndim == 2 and t.shape[1] == 5 and len(COLUMNS) > 5:
-        return np.concatenate([t, np.zeros((len(t), len(COLUMNS) - 5))], axis=1)
+    """A profile table as (n, len(COLUMNS)): one of an older width (OLDER_WIDTHS: a
+    population.npz or checkpoint of an older run) gets the later columns at 0 (free)."""
+    if t.ndim == 2 and t.shape[1] in OLDER_WIDTHS:
+        return np.concatenate([t, np.zeros((len(t), len(COLUMNS) - t.shape[1]))], axis=1)
     return t.reshape(-1, len(COLUMNS))

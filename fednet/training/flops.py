@@ -8,12 +8,20 @@ counted once per process on a copy of the model on torch's meta device (no stora
 milliseconds; a CPU copy with zero inputs for a model that meta cannot run) and cached. The
 counter counts the matrix products and convolutions (mm, addmm, bmm, convolution and their
 backward, attention): elementwise work (activations, normalization, the loss, the optimizer's
-update) counts nothing, which is the model's main limit (docs/usage.md).
+update) counts no FLOPs. The same run counts the batch's dispatched aten operations (`Work.ops`:
+every operator call torch dispatches, views included, and one update per trained tensor), whose
+fixed cost (dispatch, autograd, the loop's Python: a few microseconds each) is most of a small
+model's time, and among them its convolutions (`Work.convs`: forward and backward calls), each
+of which also pays a fixed cost of its own (the CPU's oneDNN kernels reorder their inputs and
+weights on every call: ~0.1 ms, most of a small CNN's step); a profile charges them at its
+`s_per_op` and `s_per_conv` (network/latency.compute_time). What the model leaves out is
+docs/usage.md's "Client compute".
 
 The loops (training/local.py, training/dpsgd.py, and the algorithms' own loops) call `charge`
 with each batch; it adds to the `Meter` that core/executor.py opens around one task, and does
 nothing outside one (the server's evaluation). A task's compute is its meter's total divided by
-the client's FLOP/s (network/latency.compute_time): the same integers in every runtime, so
+the client's FLOP/s, plus its dispatched operations times the client's seconds per operation
+(network/latency.compute_time): the same integers in every runtime, so
 `fednet local` and `fednet launch` stamp the same simulated seconds to the last bit.
 """
 from __future__ import annotations
@@ -22,10 +30,12 @@ import contextlib
 import contextvars
 import copy
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import NamedTuple
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from fednet import opcount as ops
 
@@ -36,9 +46,24 @@ sum: training/dpsgd.py), hvp (forward, a backward that keeps its graph and a sec
 through it: a Hessian-vector product, Per-FedAvg's HF variant)."""
 
 
+class Work(NamedTuple):
+    """What one batch costs: its counted FLOPs, its dispatched aten operations and how many of
+    those are convolutions (CONVOLUTIONS)."""
+
+    flops: int
+    ops: int
+    convs: int = 0
+
+
+CONVOLUTIONS = frozenset({"convolution", "convolution_backward"})
+"""The aten operators counted as convolutions (Work.convs): the forward and backward calls."""
+
+
 class Meter:
     """The FLOPs charged while it is open (one task of one client), and the protocol work
-    (`ops`: fednet/opcount.py's counts, e.g. secure aggregation's primitives)."""
+    (`ops`: fednet/opcount.py's counts, e.g. secure aggregation's primitives; the batches'
+    dispatched aten operations and convolutions are its opcount.DISPATCH and CONVOLUTION
+    entries, charged at the profile's s_per_op and s_per_conv, not as protocol work)."""
 
     __slots__ = ("flops", "batches", "ops")
 
@@ -51,7 +76,7 @@ class Meter:
 _ACTIVE: contextvars.ContextVar[Meter | None] = contextvars.ContextVar("fednet_flops",
                                                                         default=None)
 _TEMPLATES: dict[tuple, nn.Module] = {}  # architecture -> its meta (or CPU) copy
-_COUNTS: dict[tuple, int] = {}  # (architecture, shape, dtype, mode) -> FLOPs of one batch
+_COUNTS: dict[tuple, Work] = {}  # (architecture, shape, dtype, mode) -> one batch's Work
 
 
 @contextlib.contextmanager
@@ -76,8 +101,7 @@ def charge(model: nn.Module, x: torch.Tensor, mode: str = "train") -> None:
     meter = _ACTIVE.get()
     if meter is None or len(x) == 0:
         return
-    meter.flops += batch_flops(model, tuple(x.shape), x.dtype, mode)
-    meter.batches += 1
+    _add(meter, batch_work(model, tuple(x.shape), x.dtype, mode), 1)
 
 
 def charge_sizes(model: nn.Module, sizes: Sequence[int], example: tuple[int, ...],
@@ -89,13 +113,26 @@ def charge_sizes(model: nn.Module, sizes: Sequence[int], example: tuple[int, ...
     if meter is None:
         return
     for size, n in Counter(s for s in sizes if s).items():
-        meter.flops += n * batch_flops(model, (size, *example), dtype, mode)
-        meter.batches += n
+        _add(meter, batch_work(model, (size, *example), dtype, mode), n)
+
+
+def _add(meter: Meter, work: Work, n: int) -> None:
+    """n batches of `work` on the meter."""
+    meter.flops += n * work.flops
+    meter.batches += n
+    ops.add(meter.ops, {ops.DISPATCH: float(n * work.ops), ops.CONVOLUTION: float(n * work.convs)})
 
 
 def batch_flops(model: nn.Module, shape: tuple[int, ...], dtype: torch.dtype = torch.float32,
                 mode: str = "train") -> int:
     """FLOPs of one batch of `shape` through `model` in `mode`, counted once and cached."""
+    return batch_work(model, shape, dtype, mode).flops
+
+
+def batch_work(model: nn.Module, shape: tuple[int, ...], dtype: torch.dtype = torch.float32,
+               mode: str = "train") -> Work:
+    """FLOPs and dispatched operations of one batch of `shape` through `model` in `mode`,
+    counted once and cached."""
     if mode not in MODES:
         raise ValueError(f"unknown compute mode {mode!r}; one of {', '.join(MODES)}")
     arch = architecture(model)
@@ -144,7 +181,7 @@ def _copy(model: nn.Module, device: str) -> nn.Module:
     return out
 
 
-def _count(tmpl: nn.Module, shape: tuple[int, ...], dtype: torch.dtype, mode: str) -> int:
+def _count(tmpl: nn.Module, shape: tuple[int, ...], dtype: torch.dtype, mode: str) -> Work:
     """Run one batch of zeros through a copy of `tmpl` under the counter (on meta; on the CPU
     where the model cannot run on meta: a data-dependent step)."""
     try:
@@ -162,30 +199,51 @@ def _scalar(out: object) -> torch.Tensor:
 
 
 def _run(m: nn.Module, shape: tuple[int, ...], dtype: torch.dtype, mode: str, device: str
-         ) -> int:
+         ) -> Work:
     from torch.utils.flop_counter import FlopCounterMode
 
     x = torch.zeros(shape, dtype=dtype, device=device)
     params: list[torch.Tensor] = [p for p in m.parameters() if p.requires_grad]
-    with FlopCounterMode(display=False) as counter:
-        if mode == "eval" or not params:
-            m.eval()
-            with torch.no_grad():
-                m(x)
-        elif mode == "train":
-            m.train()
-            _scalar(m(x)).backward()
-        elif mode == "hvp":
-            m.train()
-            # (allow_unused: a parameter whose gradient does not depend on the parameters is
-            # absent from the second graph: the last layer's bias under this sum of the outputs)
-            grads = torch.autograd.grad(_scalar(m(x)), params, create_graph=True,
-                                        allow_unused=True)
-            dot = sum((g * g.detach()).sum() for g in grads if g is not None)
-            torch.autograd.grad(dot, params, allow_unused=True)  # type: ignore[arg-type]  # sum(): Tensor | 0
-        else:
-            _dpsgd(m, x, params)
-    return int(counter.get_total_flops())
+    with FlopCounterMode(display=False) as counter, _Dispatched() as calls:
+        _step(m, x, params, mode)
+    updates = len(params) if mode != "eval" else 0  # the optimizer's step: one per tensor
+    return Work(int(counter.get_total_flops()), calls.n + updates, calls.convs)
+
+
+def _step(m: nn.Module, x: torch.Tensor, params: list[torch.Tensor], mode: str) -> None:
+    """One batch of `mode` through m (under the counters)."""
+    if mode == "eval" or not params:
+        m.eval()
+        with torch.no_grad():
+            m(x)
+    elif mode == "train":
+        m.train()
+        _scalar(m(x)).backward()
+    elif mode == "hvp":
+        m.train()
+        # (allow_unused: a parameter whose gradient does not depend on the parameters is
+        # absent from the second graph: the last layer's bias under this sum of the outputs)
+        grads = torch.autograd.grad(_scalar(m(x)), params, create_graph=True,
+                                    allow_unused=True)
+        dot = sum((g * g.detach()).sum() for g in grads if g is not None)
+        torch.autograd.grad(dot, params, allow_unused=True)  # type: ignore[arg-type]  # sum(): Tensor | 0
+    else:
+        _dpsgd(m, x, params)
+
+
+class _Dispatched(TorchDispatchMode):
+    """Counts the aten operator calls dispatched inside it (views too: each has its fixed
+    cost), in the order the counter sees them; the calls themselves run unchanged."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = self.convs = 0
+
+    def __torch_dispatch__(self, func: Callable[..., object], types: object,
+                           args: tuple = (), kwargs: dict | None = None) -> object:
+        self.n += 1
+        self.convs += getattr(func, "__name__", "").split(".")[0] in CONVOLUTIONS
+        return func(*args, **(kwargs or {}))
 
 
 def _dpsgd(m: nn.Module, x: torch.Tensor, params: list[torch.Tensor]) -> None:
