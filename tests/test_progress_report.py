@@ -113,6 +113,33 @@ def test_plots_are_titled_and_labelled(tmp_path):
             magic)
 
 
+def test_report_plot_stacks_where_the_simulated_time_went(tmp_path, monkeypatch):
+    """Runs whose rows split their simulated time (sim_split) get a fourth panel: one bar per
+    curve, its parts (summed over the rows) stacked in order; runs without a split get none."""
+    from fednet.metrics import plots
+
+    split = {"download_s": 0.5, "client_compute_s": 2.0, "protocol_s": 0.25, "upload_s": 0.25,
+             "server_s": 1.0, "wait_s": 0.0}
+    a = fake_run(tmp_path / "a")
+    rows = [{**json.loads(x), "sim_split": split}
+            for x in (a / "metrics.jsonl").read_text().splitlines()]
+    (a / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    b = fake_run(tmp_path / "b", algo="standalone")  # no split in its rows: a bar of zeros
+    saved = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: saved.append(fig))
+    plot_overlay([str(a), str(b)], tmp_path / "both.png")
+    axes = saved[-1].axes
+    assert len(axes) == 4 and axes[-1].get_xlabel().startswith("simulated time (s), by where")
+    bars = axes[-1].patches  # 6 parts x 2 curves, part by part
+    assert [round(r.get_width(), 9) for r in bars[::2]] == [3 * v for v in split.values()]
+    assert [r.get_width() for r in bars[1::2]] == [0.0] * 6
+    assert [r.get_x() for r in bars[::2]][:3] == [0.0, 1.5, 7.5]  # stacked: each after the last
+    assert [t.get_text() for t in axes[-1].get_legend().get_texts()] == [
+        "download", "client compute", "protocol compute", "upload", "server", "waiting"]
+    plot_overlay([str(b)], tmp_path / "b.png")
+    assert len(saved[-1].axes) == 3  # no split anywhere: no panel
+
+
 NO = ("; it kept no checkpoint, so it cannot be resumed (--checkpoint-every N writes one every N "
       "rounds; FedAsync and FedBuff checkpoint only where they drain: --param drain=R)")
 

@@ -308,9 +308,43 @@ def _title(series: list[dict[str, Any]], targets: list[tuple[float, str]], panel
     return "; ".join(parts)
 
 
+SPLIT = (("download_s", "download"), ("client_compute_s", "client compute"),
+         ("protocol_s", "protocol compute"), ("upload_s", "upload"), ("server_s", "server"),
+         ("wait_s", "waiting"))
+"""The parts of a row's sim_split (core/time_split.PARTS), in the order they are stacked."""
+
+
+def _mean_split(runs: list[list[dict[str, Any]]]) -> dict[str, float]:
+    """The simulated seconds of each SPLIT part summed over a run's rows (summary.json's
+    time_split), the mean over the runs (seeds) of a curve; {} when no row has a split."""
+    from fednet.metrics.target import time_split
+
+    splits = [time_split(rows) for rows in runs]
+    splits = [sp for sp in splits if any(k in sp for k, _ in SPLIT)]
+    return {k: sum(float(sp.get(k, 0.0)) for sp in splits) / len(splits)
+            for k, _ in SPLIT} if splits else {}
+
+
+def _stack_split(a: Any, labels: list[str], splits: list[dict[str, float]]) -> None:
+    """One horizontal bar per curve: its run's simulated time stacked by where it went."""
+    left = [0.0] * len(labels)
+    ys = list(range(len(labels)))
+    for i, (key, name) in enumerate(SPLIT):
+        widths = [sp.get(key, 0.0) for sp in splits]
+        a.barh(ys, widths, left=left, color=f"C{i}", label=name, height=0.6)
+        left = [x + w for x, w in zip(left, widths)]
+    a.set_yticks(ys, [wrap(lab, 28) for lab in labels], fontsize=7)
+    a.invert_yaxis()
+    a.set_xlabel("simulated time (s), by where it went")
+    a.legend(fontsize=7, loc="best")
+    a.grid(alpha=0.3, axis="x")
+
+
 def plot_overlay(sources: list[str], path: Path, log_x: bool = False) -> Path:
     """One figure, three panels (accuracy vs round, vs simulated time, vs traffic; two without
-    any simulated time), one curve per run, group of seeds or sweep method (_draw)."""
+    any simulated time), one curve per run, group of seeds or sweep method (_draw); and where a
+    run's rows split their simulated time (sim_split), a panel that stacks it per curve
+    (download, client compute, protocol compute, upload, server, waiting)."""
     from fednet.errors import ConfigError
 
     series, targets = _series(sources)
@@ -321,10 +355,14 @@ def plot_overlay(sources: list[str], path: Path, log_x: bool = False) -> Path:
         r.get("sim_s") for s in series for rows in s["runs"] for r in rows)]
     if all(_private(rows) for s in series for rows in s["runs"]):  # accuracy against epsilon
         panels.append(EPSILON)
-    fig = Figure(figsize=(5 * len(panels), 4.4), constrained_layout=True)
-    axs = fig.subplots(1, len(panels))
+    splits = [_mean_split(s["runs"]) for s in series]
+    stacked = any(sum(sp.values()) > 0 for sp in splits)  # a panel of where the time went
+    fig = Figure(figsize=(5 * (len(panels) + stacked), 4.4), constrained_layout=True)
+    axs = fig.subplots(1, len(panels) + stacked)
     for i, s in enumerate(series):
         _draw(axs, panels, s, f"C{i % 10}", targets)
+    if stacked:
+        _stack_split(axs[-1], [s["label"] for s in series], splits)
     for a, (key, label) in zip(axs, panels):
         a.set_xlabel(label)
         a.set_ylabel(ylabel({s["info"].get("eval", "global") for s in series}))
