@@ -85,6 +85,8 @@ PARSE_ONLY = {
                        "tests/integration/test_tracking.py",
     "--plugin geomed.py": "docs/extending.md's defense plugin: its file written from the doc and "
                           "run under every runtime by tests/integration/test_plugin_pieces.py",
+    "--plugin laplace.py": "docs/extending.md's DP mechanism plugin: its file written from the doc "
+                           "and run under every runtime by tests/integration/test_plugin_pieces.py",
 }
 """Commands whose options are checked here (they exist) and that run elsewhere, with why."""
 

@@ -188,6 +188,8 @@ CONFIG_RULES = [
      "median"),
     ({"dp": {"mode": "central", "noise": 1.0}, "defense": {"name": "krum"}, "clients": 20},
      "--defense krum does not go with --dp central: it chooses rows by their distances"),
+    ({"dp": {"mode": "central", "noise": 1.0}, "defense": {"name": "centered_clip"}},
+     "--defense centered_clip does not go with --dp central: its center"),
     ({"dp": {"mode": "central", "noise": 1.0}, "defense": {"name": "norm_bound"}},
      "--defense norm_bound does not go with --dp central: its bound M is the median"),
     ({"dp": {"mode": "central", "noise": 1.0}, "defense": {"name": "trimmed_mean"}},

@@ -103,3 +103,87 @@ def test_label_flipping_runs_under_secure_aggregation(tmp_path):
 
     clean, flipped = run("clean", "none"), run("flipped", "labelflip")
     assert any(not np.array_equal(clean[k], flipped[k]) for k in clean)
+
+
+# ---- a DP mechanism of a plugin (docs/extending.md's Laplace mechanism) ----------------------
+
+
+def _laplace_noise(shapes, scale, gen):
+    return {n: gen.laplace(0.0, scale, shapes[n]) for n in sorted(shapes)}
+
+
+def _laplace_event(z, q):
+    import dp_accounting
+
+    return dp_accounting.PoissonSampledDpEvent(q, dp_accounting.LaplaceDpEvent(z))
+
+
+@pytest.fixture()
+def laplace():
+    from fednet.algorithms import dp_spec
+    from fednet.api import DPSpec, register_dp
+    from fednet import privacy
+
+    m = register_dp(DPSpec("toy_laplace", noise=_laplace_noise, event=_laplace_event, norm="l1",
+                           samplings=("poisson",), accountants=("pld",)))
+    yield m
+    dp_spec.MECHANISMS.pop("toy_laplace"), privacy.KINDS.pop("toy_laplace")
+    privacy.EVENTS.pop("toy_laplace")
+
+
+def test_a_mechanisms_noise_and_norm_on_two_toy_updates(laplace):
+    """l1 clipping to C = 2: (3, -1) has l1 norm 4 and becomes (1.5, -0.5); (0.5, 0.5) stays.
+    The mean is theta + (their sum (2, 0) + Laplace(0, z C) noise) / D, the noise drawn from the
+    round's generator by the plugin's function."""
+    from fednet.algorithms.dp_mean import PrivateMean
+
+    ref = {"w": np.array([1.0, 1.0], np.float32)}
+    mean = PrivateMean(ref, 2.0, 0.5 * 2.0, 4.0, lambda: np.random.default_rng(3),
+                       laplace.noised, laplace.norm)
+    mean.add({"w": np.array([4.0, 0.0], np.float32)}, key=0)
+    mean.add({"w": np.array([1.5, 1.5], np.float32)}, key=1)
+    want = np.array([1.0, 1.0]) + (np.array([2.0, 0.0])
+                                   + np.random.default_rng(3).laplace(0.0, 1.0, 2)) / 4.0
+    assert mean.clipped == 1 and np.allclose(mean.mean64()["w"], want, rtol=0, atol=1e-12)
+    assert mean.result()["w"].dtype == np.float32
+
+
+def test_a_plugin_mechanism_in_a_real_run_accounts_with_its_own_event(laplace, tmp_path):
+    """--dp toy_laplace under fednet local: the summary's epsilon is dp-accounting's PLD epsilon
+    of the plugin's event composed over the rounds (computed here from scratch), and the
+    checkpointed events name the piece."""
+    import dp_accounting
+    from dp_accounting import pld
+
+    cfg = small_config(clients=4, rounds=2, out=str(tmp_path / "lap"), algo={"fraction": 0.5},
+                       dp={"mode": "toy_laplace", "noise": 1.0, "clip": 0.05,
+                           "accountant": "pld"})
+    s = run_local(validate(cfg), quiet=True)
+    assert s["status"] == "completed", s.get("error")
+    acc = pld.PLDAccountant()
+    acc.compose(dp_accounting.SelfComposedDpEvent(_laplace_event(1.0, 0.5), 2))
+    assert s["dp"]["epsilon"] == pytest.approx(acc.get_epsilon(s["dp"]["delta"]), rel=1e-9)
+    assert s["dp"]["events"] == [[["piece", "toy_laplace", 1.0, 0.5], 2]]
+
+
+@pytest.mark.parametrize("over, says", [
+    ({"dp": {"accountant": "rdp"}}, "--dp-accountant rdp: --dp toy_laplace's event is taken by "
+     "dp-accounting's pld accountant"),
+    ({"dp": {"sampling": "fixed"}}, "--dp-sampling fixed: --dp toy_laplace accounts for poisson"),
+    ({"net": {"secagg": "plus"}, "clients": 6}, "--dp toy_laplace's clipping or accounting reads "
+     "each client's update"),
+    ({"defense": {"name": "trimmed_mean"}, "clients": 6},
+     "--defense trimmed_mean does not go with --dp toy_laplace: a robust rule runs between"),
+])
+def test_a_plugin_mechanism_is_refused_by_its_facts_before_any_data(laplace, over, says):
+    dp = {"mode": "toy_laplace", "noise": 1.0, "accountant": "pld", **over.pop("dp", {})}
+    with pytest.raises(ConfigError) as e:
+        validate(small_config(dp=dp, **over))
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_plugin_mechanism_adds_its_noise_at_the_server():
+    from fednet.api import DPSpec, register_dp
+
+    with pytest.raises(ConfigError, match="a mechanism of a plugin adds its noise at the server"):
+        register_dp(DPSpec("toy_local", kind="local", noise=_laplace_noise))

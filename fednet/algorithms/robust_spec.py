@@ -164,14 +164,6 @@ def _bound_sensitivity(c: float, m: int, f: int, p: NormBoundParams) -> float | 
     return 2.0 * min(c, p.bound) / m
 
 
-def _centered_sensitivity(c: float, m: int, f: int, p: CenteredClipParams) -> float | str:
-    """One iteration from the public center: each of the m terms clipped to tau."""
-    if p.radius <= 0 or p.iters != 1:
-        return ("its radius is the median distance to the center, which one update moves, or "
-                "its iterations compound one update's move (give --param radius=TAU iters=1)")
-    return 2.0 * p.radius / m
-
-
 _RULES = "fednet.algorithms.robust:"  # the built-in rules' math (numpy), imported when used
 _CHOOSES = "it chooses rows by their distances, and one update changes which rows are chosen"
 for _d in (DefenseSpec("none", "", uses_f=False, facts=Facts()),
@@ -189,7 +181,10 @@ for _d in (DefenseSpec("none", "", uses_f=False, facts=Facts()),
            DefenseSpec("norm_bound", _RULES + "rule_norm_bound", NormBoundParams, uses_f=False,
                        sensitivity=_bound_sensitivity),
            DefenseSpec("centered_clip", _RULES + "rule_centered_clip", CenteredClipParams,
-                       uses_f=False, keeps_center=True, sensitivity=_centered_sensitivity)):
+                       uses_f=False, keeps_center=True,
+                       dp_why="its center (the last aggregate) is state central DP's server does "
+                       "not keep, and its default radius is the median distance, which one "
+                       "update moves")):
     register_defense(_d)
 
 
