@@ -268,3 +268,15 @@ def test_refused_models_say_why():
         train_batched(_Dropped(), [ClientJob(x, y, torch.Generator(), lr=0.1)])
     with pytest.raises(ValueError, match="inputs"):
         train_batched(nn.Linear(4, 2), [ClientJob(x[:0], y[:0], torch.Generator(), lr=0.1)])
+
+
+def test_least_clients_keeps_small_stacks_on_the_kernels_of_large_ones():
+    """An RGB input's grouped convolution of 2 clients (6 channels) runs another oneDNN kernel
+    than 3 or more (measured): fedseq_cnn's steps compute 3 clients at least; the digits CNN's
+    (1 channel) and mclr's 2."""
+    from fednet.training.batched import least_clients
+
+    assert least_clients(build_model("fedseq_cnn", 10, (3, 32, 32), seed=0)) == 3
+    assert least_clients(build_model("digits_cnn", 10, (1, 8, 8), seed=0)) == 2
+    assert least_clients(build_model("mclr", 10, (1, 1, 60), seed=0)) == 2
+    assert least_clients(nn.Sequential(nn.Conv2d(2, 4, 3))) == 4

@@ -87,7 +87,9 @@ def test_local_dp_clipping_composes(tmp_path):
 
 
 # ---- a block's updates, directly ------------------------------------------------------------
-SHAPES = {"digits_cnn": (1, 8, 8), "mclr": (60,)}  # mclr: training/batched's closed-form step
+SHAPES = {"digits_cnn": (1, 8, 8), "mclr": (60,),  # mclr: training/batched's closed-form step
+          "fedseq_cnn": (3, 32, 32)}  # with synthetic-cifar10's augmentation (FedSeq's crop, flip)
+AUGMENTED = {"fedseq_cnn": "synthetic-cifar10"}
 
 
 def _clients(n: int, cfg: RunConfig, name: str = "digits_cnn"):
@@ -97,7 +99,10 @@ def _clients(n: int, cfg: RunConfig, name: str = "digits_cnn"):
              torch.randint(0, 10, (9 + 7 * i,), generator=g)) for i in range(n)]
     arrays = state_arrays(copy.deepcopy(model))
     tasks = [Task(task_id=100 + i, round=2, route=[i], arrays=arrays) for i in range(n)]
-    ctxs = [ClientContext(i, model, x, y, cfg, torch.device("cpu")) for i, (x, y) in
+    from fednet.core.executor import _augment
+
+    aug = _augment("auto", AUGMENTED[name]) if name in AUGMENTED else None  # one per process
+    ctxs = [ClientContext(i, model, x, y, cfg, torch.device("cpu"), augment=aug) for i, (x, y) in
             enumerate(data)]  # one working model, shared, as stateless clients share it
     return model, ctxs, tasks
 
@@ -124,7 +129,8 @@ def test_a_block_taken_equals_each_rule_alone(mu, name):
     assert train_ahead(ctxs, tasks, rules) == ""
     for ctx, task, r in zip(ctxs, tasks, rules):
         body, got, flops = _taken(ctx, task, mu)
-        alone = ClientContext(ctx.cid, copy.deepcopy(model), ctx.x, ctx.y, cfg, ctx.device)
+        alone = ClientContext(ctx.cid, copy.deepcopy(model), ctx.x, ctx.y, cfg, ctx.device,
+                              augment=ctx.augment)
         with metered() as m:
             want = r.run(alone, task)
         assert flops == m.flops > 0
@@ -143,7 +149,7 @@ def test_a_clients_bits_do_not_depend_on_its_block(name):
     cfg = RunConfig(seed=3).replace(**{"train.momentum": 0.5})
     _, ctxs, tasks = _clients(6, cfg, name)
     seen = []
-    for ids in ([2], [2, 0], [1, 2, 5], [5, 4, 3, 2, 1, 0]):
+    for ids in ([2], [2, 0], [1, 2, 5], [5, 4, 3, 2, 1, 0], [2, 3]):
         assert train_ahead([ctxs[i] for i in ids], [tasks[i] for i in ids],
                            [Plain() for _ in ids]) == ""
         seen.append(_taken(ctxs[2], tasks[2], 0.0))

@@ -270,11 +270,12 @@ def train_ahead(ctxs: Sequence[ClientContext], tasks: Sequence[Task],
                 rules: Sequence[Any]) -> str:
     """Train a block of tasks' local rules as one batch now (training/batched.py) and keep each
     result for its task (take_ahead); no model and no meter is touched. Returns block_refusal's
-    reason ('' when it trained). A lone task is trained beside a copy of itself: the digits CNN
-    alone runs another convolution kernel than in a block, so that every client runs the
-    kernels of a block (measured: a client's bits do not depend on its block's size >= 2, its
-    place in it or its neighbours; tests/test_batched_runtime.py checks it)."""
-    from fednet.training.batched import train_batched
+    reason ('' when it trained). A block smaller than training/batched.least_clients (2; 3 for
+    an RGB input's first convolution) is trained beside copies of its first task: a lone digits
+    CNN, or 2 clients' RGB convolutions, run other kernels than a larger block, so that every
+    client runs the kernels of every block (measured: a client's bits do not depend on its
+    block's size, its place in it or its neighbours; tests/test_batched_runtime.py checks it)."""
+    from fednet.training.batched import least_clients, train_batched
 
     why = block_refusal(ctxs, rules)
     if why:
@@ -282,7 +283,8 @@ def train_ahead(ctxs: Sequence[ClientContext], tasks: Sequence[Task],
     mus = [float(getattr(r, "mu", 0.0)) for r in rules]
     starts = [_start(c, t) for c, t in zip(ctxs, tasks)]
     jobs = [_job(c, t, mu, s) for c, t, mu, s in zip(ctxs, tasks, mus, starts)]
-    if len(jobs) == 1:
+    least = least_clients(ctxs[0].model)
+    while len(jobs) < least:  # copies of the first task, trained and dropped
         jobs.append(replace(jobs[0], generator=ctxs[0].batch_generator(tasks[0].round)))
     res = train_batched(ctxs[0].model, jobs, augment=ctxs[0].augment,
                         objective=ctxs[0].objective)

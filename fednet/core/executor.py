@@ -4,6 +4,7 @@ No sockets here: the in-process runtime and the ZeroMQ client both call `on_task
 """
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import NoReturn
@@ -66,8 +67,11 @@ def share_working_models(on: bool = True) -> None:
         _WORKING = {}
 
 
+@functools.lru_cache(maxsize=16)
 def _augment(name: str, dataset: str):
-    """The train-time augmentation, or None when it is the identity (no random draws at all)."""
+    """The train-time augmentation, or None when it is the identity (no random draws at all);
+    one function per (name, dataset) in a process, so that --batch-clients sees a block's
+    clients share it (algorithms/updates.block_refusal compares them by identity)."""
     fn = augmentation(name, dataset)
     return None if fn is identity else fn
 

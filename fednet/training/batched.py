@@ -13,7 +13,7 @@ Clients of unequal sizes, epochs or batch sizes are padded to the largest batch 
 steps and masked: a padded row adds nothing to its client's loss or gradient, and a client past
 its last step keeps its parameters and momentum unchanged, so each takes exactly its own steps.
 The clients are stacked longest first, and a step computes only those still training (a prefix
-of the stack, two at least), so a block's short clients do not pay its longest client's steps,
+of the stack, least_clients at least), so a block's short clients do not pay its longest client's steps,
 and the step-by-step layout of the batches (_Plan) holds only those steps' slots, not a
 clients x most steps x largest batch rectangle.
 The reported loss is the plain loop's: the batches' mean losses weighted by their sizes.
@@ -36,10 +36,12 @@ trajectories differ by more (fedseq_cnn on 20 random examples, lr 0.15: 4e-7 for
 the same step, to 1e-5).
 The same block of clients (the same jobs, in the same order, on the same number of torch
 threads) gives the same bits every time. The same client in another block gave the same bits
-too on this CPU (1 and 2 threads; blocks of 2 to 40, any place, any neighbours), except alone:
-the digits CNN alone, G = 1, runs another convolution kernel than in a block (mclr's bits did
-not move), so algorithms/updates.train_ahead trains a lone client beside a copy of itself and a
-step here computes two clients at least. That is what lets `fednet local` and a `fednet launch`
+too on this CPU (1 and 2 threads; blocks of 2 to 40, any place, any neighbours), except in
+stacks too small for the kernels of larger ones: the digits CNN alone, G = 1, and an RGB
+input's grouped convolution of 2 clients (6 channels: oneDNN's path for fewer than 8) run other
+kernels (mclr's bits did not move), so a step computes least_clients(model) clients at least
+(2; 3 for RGB) and algorithms/updates.train_ahead trains a smaller block beside copies of its
+first client. That is what lets `fednet local` and a `fednet launch`
 client process, which hold different blocks, agree bit for bit (a measured property of the
 kernels, checked by tests/test_batched_runtime.py, not a guarantee of every backend).
 
@@ -218,7 +220,7 @@ def _draw(job: ClientJob, augment: Augment | None, batches: list[torch.Tensor]
     return perms
 
 
-def _plan(jobs: Sequence[ClientJob], augment: Augment | None) -> _Plan:
+def _plan(jobs: Sequence[ClientJob], augment: Augment | None, least: int = 2) -> _Plan:
     """Draw every client's batches and lay them out step by step, masked: client g's slots at
     step s hold positions (s mod k_g) * B_g + b, b < B_g, of its epoch's permutation (k_g its
     batches per epoch), the ones below n_g real. The clients are in the stack's order (longest
@@ -233,7 +235,8 @@ def _plan(jobs: Sequence[ClientJob], augment: Augment | None) -> _Plan:
     k = (n + bs - 1) // bs
     steps = k * epochs
     G, S, B = len(jobs), int(steps.max()), int(bs.max())
-    ks = (G - torch.cumsum(torch.bincount(steps, minlength=S + 1), 0)[:S]).clamp(min=min(2, G))
+    ks = (G - torch.cumsum(torch.bincount(steps, minlength=S + 1), 0)[:S]).clamp(
+        min=min(least, G))
     g = torch.arange(int(ks.sum())) - torch.repeat_interleave(torch.cumsum(ks, 0) - ks, ks)
     s = torch.repeat_interleave(torch.arange(S), ks)[:, None]  # each (step, client) pair's
     b = torch.arange(B)[None, :]
@@ -263,6 +266,22 @@ def _plan(jobs: Sequence[ClientJob], augment: Augment | None) -> _Plan:
     weight = (mask.to(dtype) / counts.clamp(min=1).to(dtype)[:, None]).reshape(-1)
     return _Plan(xs, ys, rows, flat.to(dev), weight.to(dev), steps.tolist(), ks.tolist(),
                  at.tolist(), B, g, counts)
+
+
+def least_clients(model: nn.Module) -> int:
+    """The fewest clients a step computes (padded with clients past their end) so that a
+    client's bits do not depend on how many it is computed with. Measured on this CPU (oneDNN,
+    1 thread): a stack of 1 runs other kernels than a stack of 2 (the digits CNN), and a grouped
+    convolution whose groups have c input channels, 1 < c < 8, runs other kernels while the
+    stack's c x k channels are fewer than 8 (c = 3, RGB: k = 2 differs from every k >= 3; c = 2:
+    k < 4 from k >= 4; c = 1 and c >= 4: every k >= 2 agrees)."""
+    least = 2
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d):
+            c = m.in_channels // m.groups
+            if 1 < c < 8:
+                least = max(least, -(-8 // c))
+    return least
 
 
 def _column(values: Sequence[float], like: torch.Tensor) -> torch.Tensor:
@@ -365,7 +384,7 @@ def train_batched(model: nn.Module, jobs: Sequence[ClientJob], *, augment: Augme
     own = dict(model.named_parameters())
     params = {n: torch.stack([(j.start[n] if j.start is not None else own[n]).detach()
                               for j in jobs]).clone() for n in names}
-    plan = _plan(jobs, augment)
+    plan = _plan(jobs, augment, least_clients(model))
     opt = _SGD(jobs, params)
     back = torch.argsort(torch.tensor(order)).to(plan.mask.device)  # sorted -> the jobs' order
 
@@ -465,7 +484,7 @@ def _longest_first(jobs: Sequence[ClientJob]) -> list[int]:
     """The jobs' order by their steps, most first (ties in the given order): the clients still
     training at any step are then a prefix of the stack, and a step computes only them (a
     block's clients of unequal sizes do not all pay its longest client's steps). A client's bits
-    do not depend on its place or on how many are computed with it (two at least: see
+    do not depend on its place or on how many are computed with it (least_clients at least: see
     algorithms/updates.train_ahead)."""
     steps = [-(-len(j.y) // j.batch_size) * j.epochs for j in jobs]
     return sorted(range(len(jobs)), key=lambda g: -steps[g])
