@@ -68,6 +68,8 @@ SMOKE: dict[str, list[str]] = {
     "bench_secagg.py": ["--population", "60", "--cohorts", "10", "--drops", "0.1",
                         "--full-clients", "6"],
     "bench_scaling.py": ["--clients", "3", "--rounds", "2"],
+    "bench_stack.py": ["--population", "40", "--cohorts", "10", "--rounds", "1", "--seeds", "0",
+                       "--epsilons", "8", "--methods", "stack", "--parity-cohort", "0"],
     "bench_transfer.py": ["--quick", "--reps", "1", "--pings", "50"],
     "bench_trust.py": ["--scenarios", "d", "e", "--connections", "20", "--flood", "200"],
 }

@@ -1,0 +1,269 @@
+"""A deployment's stack, composed (issue 58 item 5): each client clips its update, rounds it and
+adds its share of the distributed discrete Gaussian noise, SecAgg+ masks it, and the server
+unmasks only the noisy sum and steps with FedAdam -- against central DP-FedAvg (the server clips
+and noises) and non-private FedAvg, at each --epsilons, for each --cohorts a round; and central DP with the
+stack's FedAdam (dp-central-fedadam), which sets the privacy mechanism apart from the optimizer.
+
+    python3 benchmarks/bench_stack.py [--population 1400] [--cohorts 100 1000] [--rounds 5]
+        [--epsilons 1 3 8] [--seeds 0 1 2] [--server-lr 0.1] [--parity-cohort 100]
+        [--methods fedavg dp-central dp-central-fedadam stack] [--reuse F] [--json F]
+
+Every cell is one `fednet local` process on digits (model mclr, iid, the DP rows' task:
+benchmarks/bench_dp.py), --rounds rounds, epochs 1, batch 8, lr 0.5, clip 2.0, delta 1e-6,
+--dp-epsilon calibrated over the run. Per cell: final accuracy, the epsilon the run reports,
+uplink bytes per client (the round's client-to-server bytes over the cohort; the stack's per
+stage too), wall seconds. The stack's checks: (1) its epsilon recomputed here from the run's
+recorded events with dp-accounting's RDP accountant (ZCDpEvent(rho) per round, rho from
+fednet.privacy.distributed.rho of the event's z, t, k, d) equals the reported one; (2) uplink
+per surviving client over its masked input (the same quantized vector in the clear: d field
+elements); (3) --parity-cohort: seed 0 at the middle epsilon run again under `fednet launch`:
+the same final model, bit for bit, and the same bytes; (4) accuracy at epsilon 3 against
+central DP-FedAvg at epsilon 3, paired by seed, with its 95% t interval.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib.runner import fednet_module, metrics, run, same_model, summary  # noqa: E402
+from benchlib.util import headline_row, machine, measured, table, write_json  # noqa: E402
+
+METHODS = ("fedavg", "dp-central", "dp-central-fedadam", "stack")
+
+
+def base_args(a: argparse.Namespace, cohort: int, seed: int) -> list[str]:
+    return ["--dataset", "digits", "--model", "mclr", "--partition", "iid", "--clients",
+            str(a.population), "--fraction", repr(cohort / a.population), "--rounds",
+            str(a.rounds), "--epochs", "1", "--batch-size", "8", "--lr", "0.5", "--seed",
+            str(seed), "--batch-clients", str(cohort)]
+
+
+def method_args(a: argparse.Namespace, method: str, eps: float | None) -> list[str]:
+    dp = ["--dp-epsilon", str(eps), "--dp-delta", str(a.delta), "--dp-clip", str(a.clip)]
+    if method == "dp-central":
+        return ["--dp", "central", *dp]
+    if method == "dp-central-fedadam":  # the stack's optimizer, central DP: the mechanism apart
+        return ["--algo", "fedadam", "--server-lr", str(a.server_lr), "--dp", "central", *dp]
+    if method == "stack":
+        return ["--algo", "fedadam", "--server-lr", str(a.server_lr), "--secagg", "plus",
+                "--dp", "distributed", *dp]
+    return []
+
+
+def cell(a: argparse.Namespace, out: Path, method: str, cohort: int, seed: int,
+         eps: float | None, runtime: str = "local") -> dict[str, Any]:
+    argv = [*base_args(a, cohort, seed), *method_args(a, method, eps), "-q", "--out", str(out)]
+    r = run(fednet_module(runtime, *argv))
+    rec: dict[str, Any] = {"method": method, "cohort": cohort, "seed": seed, "target": eps,
+                           "runtime": runtime, "argv": argv, "wall_s": r.wall_s}
+    if r.rc != 0 or not (out / "summary.json").is_file():
+        return {**rec, "status": f"rc {r.rc}", "error": r.stderr[-800:]}
+    s, rows = summary(out), metrics(out)
+    dp = s.get("dp") or {}
+    up = s["bytes"]["client_to_server"]
+    rec.update(status=s["status"], accuracy=s["final_accuracy"], epsilon=dp.get("epsilon"),
+               noise=dp.get("noise_multiplier"), events=dp.get("events"),
+               up_per_client=up / (cohort * a.rounds), curve=[x.get("accuracy") for x in rows],
+               bytes=s["bytes"])
+    if method == "stack":
+        rec["stack"] = stack_checks(rows, dp, a.delta)
+    return rec
+
+
+def stack_checks(rows: list[dict[str, Any]], dp: dict[str, Any], delta: float
+                 ) -> dict[str, Any]:
+    """Uplink over the masked vector, per surviving client and round; epsilon from the events."""
+    ratios = []
+    for row in rows:
+        st = row.get("bytes_by_stage") or {}
+        survivors = max(1, (row.get("secagg_clients") or [0, 0, 0, 1])[3])
+        if "input" in st:
+            up = sum(v["client_to_server"] for v in st.values()) / survivors
+            ratios.append(up / (st["input"]["client_to_server"] / survivors))
+    return {"up_over_clear": max(ratios) if ratios else None,
+            "epsilon_recomputed": recomputed_epsilon(dp.get("events") or [], delta),
+            "field_bits": rows[-1].get("secagg_field_bits") if rows else None}
+
+
+def recomputed_epsilon(events: list[Any], delta: float) -> float | None:
+    """dp-accounting's epsilon at delta for the run's recorded distributed-DP events, composed
+    here: ZCDpEvent(rho(z, t, k, d)) `count` times each, in an RDP accountant."""
+    if not events:
+        return None
+    import dp_accounting
+
+    from fednet.privacy import distributed
+
+    acc = dp_accounting.rdp.RdpAccountant()  # (its default orders; add-or-remove-one)
+    for (kind, z, t, k, d), count in events:
+        assert kind == "ddg", kind
+        ev = dp_accounting.ZCDpEvent(distributed.rho(float(z), int(t), int(k), int(d)))
+        acc.compose(dp_accounting.SelfComposedDpEvent(ev, int(count)))
+    return float(acc.get_epsilon(delta))
+
+
+def parity(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """The stack under fednet launch and fednet local (seed 0, the middle epsilon)."""
+    eps = a.epsilons[len(a.epsilons) // 2]
+    got = {rt: cell(a, tmp / f"parity-{rt}", "stack", a.parity_cohort, a.seeds[0], eps, rt)
+           for rt in ("local", "launch")}
+    ok = all(g.get("status") == "completed" for g in got.values())
+    return {"cohort": a.parity_cohort, "epsilon": eps, "runtimes": got,
+            "same_model": ok and same_model(tmp / "parity-local", tmp / "parity-launch"),
+            "same_bytes": ok and _data(got["local"]["bytes"]) == _data(got["launch"]["bytes"]),
+            "same_epsilon": ok and got["local"]["epsilon"] == got["launch"]["epsilon"]}
+
+
+def _data(b: dict[str, Any]) -> dict[str, Any]:
+    """A run's byte counts but `control` (a launch's own hellos and heartbeats)."""
+    return {k: v for k, v in b.items() if k != "control"}
+
+
+def _ci(xs: list[float]) -> str:
+    from fednet.metrics.intervals import mean_ci
+
+    if not xs:
+        return "-"
+    ci = mean_ci(xs, bounds=(0.0, 1.0))
+    return f"{statistics.mean(xs):.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+
+
+def _cells(cells: list[dict[str, Any]], method: str, cohort: int, eps: float | None
+           ) -> list[dict[str, Any]]:
+    return [c for c in cells if (c["method"], c["cohort"], c["target"]) == (method, cohort, eps)
+            and c.get("status") == "completed"]
+
+
+def analysis(cells: list[dict[str, Any]], a: argparse.Namespace) -> dict[str, Any]:
+    """Per cohort: accuracy per method and epsilon, the stack against central at epsilon 3
+    (paired by seed), the epsilon check and the uplink ratio."""
+    from fednet.metrics.intervals import versus
+
+    out: dict[str, Any] = {}
+    for cohort in a.cohorts:
+        stack = [c for c in cells if c["method"] == "stack" and c["cohort"] == cohort
+                 and c.get("status") == "completed"]
+        eps_gap = [abs(c["epsilon"] - c["stack"]["epsilon_recomputed"]) for c in stack
+                   if c["stack"]["epsilon_recomputed"] is not None]
+        ups = [c["stack"]["up_over_clear"] for c in stack if c["stack"]["up_over_clear"]]
+        per = {"epsilon_max_abs_gap": max(eps_gap) if eps_gap else None,
+               "up_over_clear_max": max(ups) if ups else None}
+        for eps in a.epsilons:
+            mine = {c["seed"]: c["accuracy"] for c in _cells(cells, "stack", cohort, eps)}
+            for base, key in (("dp-central", "central"), ("dp-central-fedadam",
+                                                           "central_fedadam")):
+                theirs = {c["seed"]: c["accuracy"] for c in _cells(cells, base, cohort, eps)}
+                per[f"stack_minus_{key}_eps_{eps:g}"] = versus(mine, theirs, higher=True)
+        out[str(cohort)] = per
+    return out
+
+
+def report(cells: list[dict[str, Any]], a: argparse.Namespace) -> str:
+    rows = []
+    for cohort in a.cohorts:
+        for method in METHODS:
+            for eps in ([None] if method == "fedavg" else a.epsilons):
+                cs = _cells(cells, method, cohort, eps)
+                if not cs:
+                    continue
+                rows.append([cohort, method, "-" if eps is None else eps, len(cs),
+                             _ci([c["accuracy"] for c in cs]),
+                             statistics.mean(c["epsilon"] for c in cs) if eps else float("nan"),
+                             statistics.mean(c["up_per_client"] for c in cs),
+                             statistics.mean(c["wall_s"] for c in cs)])
+    return table(["cohort", "method", "eps", "seeds", "accuracy [95% t]", "eps reported",
+                  "uplink B/client/round", "wall s"], rows)
+
+
+def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Four rows: the stack's accuracy against central DP-FedAvg's at epsilon 3 per cohort, its
+    uplink over the vector in the clear (with the epsilon check), fednet launch = local."""
+    an, a = data.get("analysis", {}), data.get("args", {})
+    rows: list[dict[str, Any] | None] = []
+    where = (f"digits mclr, {a.get('population'):,} clients, {a.get('rounds')} rounds, "
+             f"{len(a.get('seeds', []))} seeds")
+    for cohort, per in an.items():
+        v = per.get("stack_minus_central_eps_3") or {}
+        w = per.get("stack_minus_central_fedadam_eps_3") or {}
+        rows.append(headline_row(
+            "secure aggregation", f"stack (clip, distributed noise, SecAgg+, FedAdam) accuracy "
+            f"- central DP-FedAvg's at epsilon 3 ({int(cohort):,} a round)", v.get("estimate"),
+            "", ">= -0.02", f"{_ci_text(v)}; against central DP with FedAdam: "
+            f"{_ci_text(w, True)}; {where}"))
+    ups = [p["up_over_clear_max"] for p in an.values() if p.get("up_over_clear_max")]
+    gaps = [p["epsilon_max_abs_gap"] for p in an.values()
+            if p.get("epsilon_max_abs_gap") is not None]
+    rows.append(headline_row(
+        "secure aggregation", "stack uplink per client over its quantized vector in the clear "
+        f"(worst cell of {', '.join(f'{int(c):,}' for c in an)} a round)",
+        max(ups) if ups else None, "x", "<= 1.2",
+        f"reported epsilon - dp-accounting's for its events: {max(gaps):.2g} at most"
+        if gaps else ""))
+    p = data.get("parity") or {}
+    if p:
+        rows.append(headline_row(
+            "secure aggregation", f"stack under fednet launch = fednet local ({p['cohort']:,} a "
+            "round: model bit for bit, bytes, epsilon)",
+            int(bool(p["same_model"] and p["same_bytes"] and p["same_epsilon"])), "", "1"))
+    return measured(*rows)
+
+
+def _ci_text(v: dict[str, Any], estimate: bool = False) -> str:
+    """'95% t [lo, hi]' of a versus() result (with its estimate first when asked)."""
+    if v.get("estimate") is None:
+        return "-"
+    head = f"{v['estimate']:+.3f} " if estimate else ""
+    return head + (f"95% t [{v['lo']:+.3f}, {v['hi']:+.3f}]" if v.get("lo") is not None
+                   else f"{v.get('pairs')} seed")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--population", type=int, default=1400)
+    ap.add_argument("--cohorts", type=int, nargs="+", default=[100, 1000])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 3.0, 8.0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--server-lr", type=float, default=0.1, help="the stack's FedAdam")
+    ap.add_argument("--clip", type=float, default=2.0)
+    ap.add_argument("--delta", type=float, default=1e-6)
+    ap.add_argument("--parity-cohort", type=int, default=100, help="0: no launch run")
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    ap.add_argument("--reuse", default="", help="a JSON of this script: its cells that this "
+                    "run does not run again are kept (and its launch run, with --parity-cohort "
+                    "0); its command is recorded under 'reused'")
+    ap.add_argument("--json", default="")
+    a = ap.parse_args()
+    old = json.loads(Path(a.reuse).read_text()) if a.reuse else {}
+    plan = [(method, cohort, seed, eps) for cohort in a.cohorts for seed in a.seeds
+            for method in a.methods for eps in ([None] if method == "fedavg" else a.epsilons)]
+    cells: list[dict[str, Any]] = [c for c in old.get("results", []) if (
+        c["method"], c["cohort"], c["seed"], c["target"]) not in set(plan)]
+    with tempfile.TemporaryDirectory() as td:
+        tmp = Path(td)
+        for method, cohort, seed, eps in plan:
+            c = cell(a, tmp / f"{method}-{cohort}-{seed}-{eps}", method, cohort, seed, eps)
+            print(f"{method} cohort {cohort} seed {seed} eps {eps}: {c.get('status')} acc "
+                  f"{c.get('accuracy')} eps {c.get('epsilon')} {c['wall_s']:.0f}s", flush=True)
+            cells.append(c)
+        par = parity(a, tmp) if a.parity_cohort else old.get("parity", {})
+    a.seeds = sorted({c["seed"] for c in cells})  # (with --reuse: the seeds of every cell)
+    data = {"args": vars(a), "machine": machine(), "results": cells, "parity": par,
+            "analysis": analysis(cells, a)}
+    if old:  # where the reused cells came from (their own command, commit and date)
+        data["reused"] = {k: old.get(k) for k in ("command", "commit", "date", "reused")}
+    print(report(cells, a))
+    print({k: v for k, v in par.items() if k != "runtimes"})
+    for cohort, per in data["analysis"].items():
+        print(cohort, {k: v for k, v in per.items()})
+    write_json(a.json, data, headline)
+
+
+if __name__ == "__main__":
+    main()
