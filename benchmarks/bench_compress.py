@@ -185,10 +185,10 @@ def main() -> None:
                  "uplink bytes (first seed)"], rows))
     if a.plot:
         plot(results, cells, Path(a.plot), a)
-    from benchlib.fingerprint import takes
+    from benchlib.fingerprint import CLOCKLESS, takes
 
     data = {"machine": machine(), "commit": git_state(), "args": vars(a), "results": results,
-            "fingerprints": {} if a.from_json else takes(fingerprint_recipes(a, cells))}
+            "fingerprints": {} if a.from_json else takes(fingerprint_recipes(a, cells), CLOCKLESS)}
     write_json(a.json, data, headline(data))
 
 

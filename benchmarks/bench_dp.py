@@ -147,10 +147,10 @@ def user(a: argparse.Namespace) -> dict[str, Any]:
                 print(f"{method:12s} eps {eps!s:5s} seed {seed}: {r['status']} "
                       f"acc {r.get('accuracy')} eps {r.get('epsilon')} z {r.get('noise')}",
                       flush=True)
-    from benchlib.fingerprint import takes
+    from benchlib.fingerprint import CLOCKLESS, takes
 
     return {"part": "user", "args": vars(a), "machine": machine(), "results": results,
-            **({"kept": kept} if kept else {}), "fingerprints": takes(user_recipes(a, results))}
+            **({"kept": kept} if kept else {}), "fingerprints": takes(user_recipes(a, results), CLOCKLESS)}
 
 
 def sgd(a: argparse.Namespace) -> dict[str, Any]:
@@ -166,10 +166,10 @@ def sgd(a: argparse.Namespace) -> dict[str, Any]:
                 results.append(r)
                 print(f"{method:8s} seed {seed}: {r['status']} acc {r.get('accuracy')} "
                       f"example eps {r.get('sgd_epsilon')} wall {r.get('wall_s')}", flush=True)
-    from benchlib.fingerprint import takes
+    from benchlib.fingerprint import CLOCKLESS, takes
 
     return {"part": "sgd", "args": vars(a), "machine": machine(), "results": results,
-            "fingerprints": takes(sgd_recipes(a))}
+            "fingerprints": takes(sgd_recipes(a), CLOCKLESS)}
 
 
 def _ok(data: dict[str, Any]) -> list[dict[str, Any]]:

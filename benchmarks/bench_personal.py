@@ -275,9 +275,9 @@ def main() -> None:
                                                            "status")} for r in rows]
                                   for sc, rows in v.items()} for k, v in by_seed.items()}
     if args.json:
-        from benchlib.fingerprint import takes
+        from benchlib.fingerprint import CLOCKLESS, takes
 
-        data["fingerprints"] = takes(fingerprint_recipes(args, next(iter(by_seed))))
+        data["fingerprints"] = takes(fingerprint_recipes(args, next(iter(by_seed))), CLOCKLESS)
     write_json(args.json, data, headline)
 
 

@@ -319,11 +319,11 @@ def main() -> int:
         n, d = (int(v) for v in size.split("x"))
         times[size] = timing(n, d, ns.repeat)
         print(size, {k: round(v, 3) for k, v in times[size].items()}, flush=True)
-    from benchlib.fingerprint import takes
+    from benchlib.fingerprint import CLOCKLESS, takes
 
     data = {"machine": machine(), "args": vars(ns), "cells": cells, "table": rows,
             "timing": times,
-            "fingerprints": takes(fingerprint_recipes(ns)) if cells else {}}
+            "fingerprints": takes(fingerprint_recipes(ns), CLOCKLESS) if cells else {}}
     write_json(ns.json, data, headline)
     return 0
 

@@ -228,7 +228,7 @@ def ledger(path: Path = FINGERPRINTS) -> dict[str, Any]:
 def path_problems(rows: dict[tuple[str, str], dict[str, Any]], paths: dict[str, Any]
                   ) -> list[str]:
     """The shown rows whose fingerprints disagree with HEAD's paths (stale files excepted)."""
-    from benchlib.fingerprint import path_of
+    from benchlib.fingerprint import fields_of, path_of
 
     bad = []
     for r in rows.values():
@@ -237,7 +237,7 @@ def path_problems(rows: dict[tuple[str, str], dict[str, Any]], paths: dict[str, 
             where = f"{r['area']}: {r['metric']!r} ({r['path'].name}, fingerprint {name})"
             if fp is None:
                 bad.append(f"{where}: the file has no such fingerprint")
-            elif path_of(fp["rounds"]) != fp["path"]:
+            elif path_of(fp["rounds"], fields_of(fp)) != fp["path"]:
                 bad.append(f"{where}: its figures do not give its path {fp['path']}")
             elif paths.get(fp["command"], {}).get("path") != fp["path"]:
                 head = paths.get(fp["command"], {}).get("path", "none recorded")
@@ -249,13 +249,13 @@ def path_problems(rows: dict[tuple[str, str], dict[str, Any]], paths: dict[str, 
 
 def refingerprint(results: list[dict[str, Any]], out: Path = FINGERPRINTS) -> list[str]:
     """Re-run every recipe of the (not stale) files, write `out`; the rows whose path moved."""
-    from benchlib.fingerprint import take
+    from benchlib.fingerprint import fields_of, take
 
     recipes = {fp["command"]: fp for res in results if not res["stale"]
                for fp in res["fingerprints"].values()}
     paths, moved = {}, []
     for command, fp in sorted(recipes.items()):
-        now = take(fp["recipe"])
+        now = take(fp["recipe"], fields_of(fp))
         paths[command] = {"path": now["path"], "status": now["status"]}
         print(f"{now['path']} {'(moved)' if now['path'] != fp['path'] else ''} {command}")
         if now["path"] != fp["path"]:

@@ -29,6 +29,8 @@ def _recipes() -> dict[str, dict]:
             rows = [r["metric"] for r in data.get("headline", [])
                     if name in (r.get("fingerprint") or [])]
             entry = out.setdefault(fp["command"], {"fp": fp, "rows": []})
+            assert fp.get("fields") == entry["fp"].get("fields"), \
+                f"{fp['command']}: fingerprinted with other fields in {path.name}"
             entry["rows"] += [f"{path.name}: {m}" for m in rows]
     return out
 
@@ -40,6 +42,19 @@ def test_the_dashboard_has_fingerprints_to_check():
     assert len(RECIPES) >= 20, sorted(RECIPES)
     for command, entry in RECIPES.items():
         assert entry["rows"], f"{command}: no dashboard row names this fingerprint"
+
+
+def test_a_clockless_path_leaves_only_the_simulated_time_out():
+    from benchlib.fingerprint import CLOCKLESS, fields_of, path_of
+
+    r = {"round": 0, "accuracy": 0.5, "loss": 1.0, "bytes_total": 10, "sim_s": 0.1,
+         "client_epochs": 2}
+    later = {**r, "sim_s": 0.2}
+    assert path_of([r], CLOCKLESS) == path_of([later], CLOCKLESS)
+    assert path_of([r]) != path_of([later])  # rows that report simulated time see the clock
+    for k, v in (("accuracy", 0.51), ("loss", 1.01), ("bytes_total", 11), ("client_epochs", 3)):
+        assert path_of([{**r, k: v}], CLOCKLESS) != path_of([r], CLOCKLESS), k
+    assert fields_of({"fields": list(CLOCKLESS)}) == CLOCKLESS and "sim_s" in fields_of({})
 
 
 def test_each_recorded_command_is_its_recipe():
@@ -64,10 +79,10 @@ def test_each_recorded_command_is_its_recipe():
 @pytest.mark.slow
 @pytest.mark.parametrize("command", sorted(RECIPES))
 def test_a_fingerprint_reproduces_at_head(command):
-    from benchlib.fingerprint import take
+    from benchlib.fingerprint import fields_of, take
 
     entry = RECIPES[command]
-    now = take(entry["fp"]["recipe"])
+    now = take(entry["fp"]["recipe"], fields_of(entry["fp"]))
     if now["path"] != entry["fp"]["path"]:
         diff = next(((i, a, b) for i, (a, b) in enumerate(zip(entry["fp"]["rounds"],
                                                               now["rounds"])) if a != b), None)

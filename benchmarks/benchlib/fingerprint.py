@@ -7,7 +7,8 @@ simulated time, client-epochs of each). Its `path` is the first 16 hex digits of
 those figures: the *training path* the row was measured at. Two checkouts that train, count bytes
 and keep the clock the same way give the same path; a change to any of them moves it.
 
-    take(recipe)      run the recipe now: {"recipe", "command", "rounds", "path"}
+    take(recipe, fields=FIELDS)   run the recipe now: {"recipe", "command", "rounds", "path"}
+                      (and "fields" where they are not FIELDS)
     command(recipe)   the recipe as the `fednet local ...` command a reader can type
     fingerprint_of(kw, rounds=2)   the recipe of a cell: its run() keywords, rounds cut
 
@@ -15,6 +16,13 @@ The benchmark scripts store `{"fingerprints": {NAME: take(...)}}` in their --jso
 headline row names the fingerprints it rests on (`"fingerprint": [NAME, ...]`);
 benchmarks/dashboard.py checks them against benchmarks/fingerprints.json (the paths at HEAD) and
 tests/test_fingerprints.py re-runs them.
+
+What a path hashes is what the rows can depend on: FIELDS, every figure of a round, for rows
+that report simulated time (the asynchronous and FedSeq rows); CLOCKLESS, the same without
+`sim_s`, for rows that report accuracy or bytes of synchronous runs, whose figures the simulated
+clock cannot move (compression, robustness, DP, personalization): a change to the clock's model
+then moves the rows that show it and leaves the others checked. A fingerprint taken with other
+fields than FIELDS records them ("fields").
 """
 from __future__ import annotations
 
@@ -25,6 +33,7 @@ import tempfile
 from typing import Any
 
 FIELDS = ("round", "accuracy", "loss", "bytes_total", "sim_s", "client_epochs")
+CLOCKLESS = tuple(f for f in FIELDS if f != "sim_s")
 ROUNDS = 2
 
 
@@ -55,13 +64,18 @@ def command(recipe: dict[str, Any]) -> str:
     return shlex.join(words)
 
 
-def path_of(rounds: list[dict[str, Any]]) -> str:
+def path_of(rounds: list[dict[str, Any]], fields: tuple[str, ...] | list[str] = FIELDS) -> str:
     """The training path: SHA-256 of the rounds' figures (repr: full precision), 16 hex digits."""
-    text = json.dumps([[repr(r.get(k)) for k in FIELDS] for r in rounds])
+    text = json.dumps([[repr(r.get(k)) for k in fields] for r in rounds])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def take(recipe: dict[str, Any]) -> dict[str, Any]:
+def fields_of(fp: dict[str, Any]) -> tuple[str, ...]:
+    """The fields a recorded fingerprint's path hashes (FIELDS unless it says otherwise)."""
+    return tuple(fp.get("fields") or FIELDS)
+
+
+def take(recipe: dict[str, Any], fields: tuple[str, ...] | list[str] = FIELDS) -> dict[str, Any]:
     """Run a recipe (fednet.api.run, this process, one torch thread) and fingerprint it."""
     import torch
 
@@ -72,14 +86,16 @@ def take(recipe: dict[str, Any]) -> dict[str, Any]:
         exp = run(**recipe, out=f"{tmp}/run", quiet=True)
         rows = [{k: r.get(k) for k in FIELDS} for r in exp.history]
         status = exp.summary.get("status")
+    extra = {} if tuple(fields) == FIELDS else {"fields": list(fields)}
     return {"recipe": recipe, "command": command(recipe), "status": status, "rounds": rows,
-            "path": path_of(rows)}
+            "path": path_of(rows, fields), **extra}
 
 
-def takes(recipes: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def takes(recipes: dict[str, dict[str, Any]], fields: tuple[str, ...] | list[str] = FIELDS
+          ) -> dict[str, dict[str, Any]]:
     """take() of each named recipe, printing each path."""
     out = {}
     for name, recipe in recipes.items():
-        out[name] = take(recipe)
+        out[name] = take(recipe, fields)
         print(f"fingerprint {name}: {out[name]['path']} ({out[name]['command']})", flush=True)
     return out
