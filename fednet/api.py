@@ -15,8 +15,8 @@ starts. `runtime="launch"` runs one server and N client processes as `fednet lau
 
 It is also the one module a plugin imports from (docs/extending.md): the algorithm contract
 (Spec, register, param, Strategy, ClientUpdate, their states, ClientContext, ServerInfo), the
-update path's pieces (DefenseSpec, AttackSpec, DPSpec, Facts, register_defense, register_attack,
-register_dp), the
+update path's pieces (DefenseSpec, AttackSpec, DPSpec, Facts, CodecSpec, register_defense,
+register_attack, register_dp, register_codec, CompressionError), the
 helpers most algorithms use (usable, round_metrics, local_sgd, state_arrays, load_arrays), the
 model, dataset and objective registries, fednet's types and seeded streams. Each is imported
 when first asked for (`from fednet.api import Spec, param` imports no torch, as a Spec module
@@ -39,6 +39,8 @@ _EXPORTS = {  # name -> the module that defines it
     **dict.fromkeys(("DefenseSpec", "AttackSpec", "Facts", "register_defense", "register_attack"),
                     "fednet.algorithms.robust_spec"),
     **dict.fromkeys(("DPSpec", "register_dp"), "fednet.algorithms.dp_spec"),
+    **dict.fromkeys(("CodecSpec", "CompressionError"), "fednet.compress.codecs"),
+    "register_codec": "fednet.algorithms.seam",
     **dict.fromkeys(("Strategy", "StagedStrategy", "ClientUpdate", "ServerState", "NoState", "Model",
                      "ClientContext", "ServerInfo", "RoundContext"), "fednet.algorithms.contract"),
     **dict.fromkeys(("usable", "round_metrics", "evaluate_own"), "fednet.algorithms.common"),

@@ -215,3 +215,64 @@ def test_hand_offs_travel_encoded_and_the_chain_trains_from_what_arrived(tmp_pat
     assert small["bytes"]["server_to_client"] < 0.6 * dense["bytes"]["server_to_client"]
     assert small["bytes"]["client_to_server"] == dense["bytes"]["client_to_server"]  # dense up
     assert small["final_accuracy"] != dense["final_accuracy"] or small["bytes"] != dense["bytes"]
+
+
+# ---- a codec of a plugin (docs/extending.md's bf16.py) -------------------------------------------
+
+
+def _bf16_encode(x, sizes, rng, arg):
+    return {"@bf16": (x.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)}
+
+
+def _bf16_decode(wire, sizes, arg):
+    a = wire.get("@bf16")
+    if a is None or a.dtype != np.uint16 or a.shape != (sum(sizes),):
+        raise CompressionError(f"'@bf16' must be uint16 ({sum(sizes)},)")
+    return (a.astype(np.uint32) << 16).view(np.float32)
+
+
+@pytest.fixture()
+def bf16():
+    from fednet.api import CodecSpec, register_codec
+    from fednet.compress import codecs as cache
+    from fednet.compress.codecs import CODECS, NOT_SUMMABLE, REGISTERED, WIRE_NAMES
+
+    c = register_codec(CodecSpec("toy_bf16", _bf16_encode, _bf16_decode, frozenset({"@bf16"}),
+                                 why="its floats do not add in the field"))
+    yield c
+    for table in (REGISTERED, CODECS, WIRE_NAMES, NOT_SUMMABLE):
+        table.pop("toy_bf16")
+    cache.cache_clear()
+
+
+def test_a_registered_codec_runs_and_its_facts_are_read(bf16, tmp_path):
+    """--compress toy_bf16 under fednet local: each value travels in 2 bytes (the run's
+    tensor bytes are fp16's exactly), the model is its own, and --secagg refuses it with the
+    reason it declared, before any data loads."""
+    from fednet.compress.codecs import NOT_SUMMABLE
+    from tests.harness import final_model
+
+    def run(codec):
+        cfg = small_config(clients=3, rounds=1, out=str(tmp_path / codec), net={"compress": codec})
+        s = run_local(validate(cfg), quiet=True)
+        assert s["status"] == "completed", s.get("error")
+        return s, final_model(tmp_path / codec)
+
+    (s16, m16), (sbf, mbf) = run("fp16"), run("toy_bf16")
+    assert sbf["bytes"]["tensor_bytes"] == s16["bytes"]["tensor_bytes"]  # (headers: dtype names)
+    assert any(not np.array_equal(m16[k], mbf[k]) for k in m16)
+    assert NOT_SUMMABLE["toy_bf16"] == "its floats do not add in the field"
+    with pytest.raises(ConfigError, match="--compress toy_bf16: its floats do not add in the "
+                       "field"):
+        validate(small_config(clients=4, net={"compress": "toy_bf16", "secagg": "plus"}))
+    with pytest.raises(ConfigError, match="--compress toy_bf16 takes no parameter"):
+        parse("toy_bf16:3")
+
+
+def test_a_codec_needs_its_own_name_and_wire_names(bf16):
+    from fednet.api import CodecSpec, register_codec
+
+    with pytest.raises(ConfigError, match="--compress fp16 is registered twice"):
+        register_codec(CodecSpec("fp16", _bf16_encode, _bf16_decode, frozenset({"@x"})))
+    with pytest.raises(ConfigError, match="its arrays' names must start with '@' and be its own"):
+        register_codec(CodecSpec("toy2", _bf16_encode, _bf16_decode, frozenset({"@bf16"})))

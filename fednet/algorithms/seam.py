@@ -156,6 +156,20 @@ def register_dp(spec: DPSpec) -> DPSpec:
     return spec
 
 
+def register_codec(spec: Any) -> Any:
+    """Add a codec (compress/codecs.CodecSpec; a plugin's too): its facts go into the tables
+    --compress and the composition rules read (codecs.register_codec); a name taken by another
+    is a ConfigError."""
+    from fednet.compress.codecs import register_codec as add  # (numpy: imported when used)
+
+    try:
+        got = add(spec)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    plugins.provide("codec", spec.name)
+    return got
+
+
 def _register(table: dict[str, Piece], spec: Piece, kind: str) -> Piece:
     old = table.get(spec.name)
     if old is not None and old != spec:

@@ -29,15 +29,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fednet.compress.codecs import CODECS, WIRE_NAMES, CompressionError, topk_count
+from fednet.compress.codecs import (CODECS, REGISTERED, WIRE_NAMES, CodecSpec, CompressionError,
+                                    register_codec, topk_count)
 from fednet.errors import ConfigError
 
 Arrays = dict[str, np.ndarray]
-DEFAULT_ARG = {"qsgd": 16.0, "topk": 0.01}
-KINDS = ("none", "fp16", "int8", "qsgd", "topk", "sign")
 
-__all__ = ["CompressionError", "Spec", "Codecs", "codecs", "parse", "encode_result",
-           "decode_result", "topk_count"]
+__all__ = ["CompressionError", "Spec", "Codecs", "CodecSpec", "codecs", "parse", "encode_result",
+           "decode_result", "register_codec", "topk_count"]
 
 
 @dataclass(frozen=True)
@@ -53,12 +52,13 @@ class Spec:
 
     @property
     def feedback(self) -> bool:
-        """Whether the client keeps an error-feedback residual (its state)."""
-        return self.kind in ("topk", "sign")
+        """Whether the client keeps an error-feedback residual (its state): its codec's fact."""
+        return self.on and REGISTERED[self.kind].feedback
 
     @property
     def random(self) -> bool:
-        return self.kind == "qsgd"
+        """Whether its encoding draws from the seeded stream: its codec's fact."""
+        return self.on and REGISTERED[self.kind].random
 
 
 def parse(text: str, down: bool | str = False) -> Spec:
@@ -66,24 +66,32 @@ def parse(text: str, down: bool | str = False) -> Spec:
     named, which takes only the codecs of values: none, fp16, int8, qsgd)."""
     opt = (down if isinstance(down, str) else "--compress-down") if down else "--compress"
     kind, _, arg = str(text).strip().lower().partition(":")
-    if down and kind in ("topk", "sign"):
-        raise ConfigError(f"{opt} {text}: top-k and sign encode a difference with error "
-                          "feedback, and a client holds no reference model to take it against; "
-                          "choose none, fp16, int8 or qsgd[:S]")
-    if kind not in KINDS:
-        raise ConfigError(f"{opt} must be one of none, fp16, int8, qsgd[:S]"
-                          f"{'' if down else ', topk[:R], sign'} (got '{text}')")
-    if arg and kind not in DEFAULT_ARG:
+    c = REGISTERED.get(kind)
+    if down and c is not None and not c.values:
+        raise ConfigError(f"{opt} {text}: {kind} encodes a difference with error feedback, and "
+                          "a client holds no reference model to take it against; choose "
+                          f"{_choices(True)}")
+    if c is None and kind != "none":
+        raise ConfigError(f"{opt} must be one of {_choices(bool(down))} (got '{text}')")
+    if c is None:
+        return Spec()
+    if arg and c.arg is None:
         raise ConfigError(f"{opt} {kind} takes no parameter (got '{text}')")
     try:
-        value = float(arg) if arg else DEFAULT_ARG.get(kind, 0.0)
+        value = float(arg) if arg else (c.arg or 0.0)
     except ValueError:
         raise ConfigError(f"{opt} {kind}:{arg}: not a number") from None
-    if kind == "qsgd" and not (value == int(value) and 1 <= value <= 127):
-        raise ConfigError(f"{opt} qsgd:S needs S levels, an integer in 1..127 (got {arg})")
-    if kind == "topk" and not 0 < value <= 1:
-        raise ConfigError(f"{opt} topk:R needs the fraction kept, 0 < R <= 1 (got {arg})")
+    why = c.check(value) if c.check is not None else ""
+    if why or not math.isfinite(value):
+        raise ConfigError(f"{opt} {why or f'{kind}:ARG must be finite'} (got {arg})")
     return Spec(kind, value)
+
+
+def _choices(down: bool) -> str:
+    """The codecs an option takes, as --help says them (down: those that encode values)."""
+    names = [n + ("" if c.arg is None else f"[:{c.arg_name}]") for n, c in REGISTERED.items()
+             if c.values or not down]
+    return ", ".join(["none", *names])
 
 
 @dataclass(frozen=True)

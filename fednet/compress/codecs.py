@@ -17,6 +17,8 @@ Wire forms (N elements in T tensors of sizes `sizes`):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -164,21 +166,89 @@ def sign_decode(wire: Arrays, sizes: list[int], arg: float = 0.0) -> np.ndarray:
     return ((bits.astype(np.float32) * 2 - 1) * _per_tensor(scale, sizes)).astype(np.float32)
 
 
-CODECS = {"fp16": (fp16_encode, fp16_decode), "int8": (q8_encode, q8_decode),
-          "qsgd": (qsgd_encode, qsgd_decode), "topk": (topk_encode, topk_decode),
-          "sign": (sign_encode, sign_decode)}
+Encode = Callable[..., Arrays]
+"""encode(x, sizes, rng, arg) -> the arrays that travel (each named "@..."): x the float32
+vector of the result's floating values, sizes its tensors' sizes, rng the client's numpy
+Generator of (seed, "compress", round, client) for a codec that declares random (else None),
+arg the codec's parameter (NAME:ARG, or its default)."""
+Decode = Callable[..., np.ndarray]
+"""decode(wire, sizes, arg) -> the float32 vector; CompressionError when `wire` does not fit
+(a sender's failure: check every array's name, dtype and shape, and its values)."""
+
+
+@dataclass(frozen=True)
+class CodecSpec:
+    """A compressor of a result's update (--compress NAME[:ARG]), registered in one table with
+    the facts its users read: whether its output sums in secure aggregation's field (and why
+    not), whether it keeps an error-feedback residual (client state), draws from the seeded
+    stream, encodes values (a task, a hand-off: --compress-down, --compress-handoff) or only
+    differences, and its parameter's default and check. A plugin registers one through
+    fednet.api.register_codec (docs/extending.md)."""
+
+    name: str
+    encode: Encode
+    decode: Decode
+    wire: frozenset[str]  # the names of the arrays it sends
+    arg: float | None = None  # its parameter's default; None: it takes none
+    arg_name: str = "ARG"  # its parameter as --help names it (NAME[:ARG])
+    check: Callable[[float], str] | None = None  # why ARG is no parameter of it ('' if it is)
+    summable: bool = False  # its output sums in secure aggregation's field
+    why: str = "its output does not sum in secure aggregation's field"  # (when not summable)
+    feedback: bool = False  # it keeps an error-feedback residual
+    random: bool = False  # its encoding draws from the seeded stream
+    values: bool = True  # it encodes values too, not only differences (tasks, hand-offs)
+
+
+REGISTERED: dict[str, CodecSpec] = {}
+CODECS: dict[str, tuple[Encode, Decode]] = {}
 """name -> (encode(x, sizes, rng, arg) -> arrays, decode(arrays, sizes, arg) -> x)."""
-NOT_SUMMABLE = {
-    "fp16": "its floats do not add in secure aggregation's integer field",
-    "int8": "each client's codes carry its own scale, so two clients' codes do not add",
-    "qsgd": "each client's levels carry its own norm, so two clients' levels do not add",
-    "topk": "each client keeps other coordinates, so the sparse vectors do not add position by "
-            "position",
-    "sign": "each client's signs carry its own scale, so they do not add to the mean",
-}
+NOT_SUMMABLE: dict[str, str] = {}
 """Why a codec's output does not sum in secure aggregation's field (each one's fact: under
 --secagg the masked vector must add up value by value; secure aggregation quantizes each value
 itself, with one scale for every client: --secagg-bits and --secagg-clip)."""
-WIRE_NAMES = {"fp16": {"@fp16"}, "int8": {"@q8", "@q8.scale"},
-              "qsgd": {"@qsgd.norm", "@qsgd.nz", "@qsgd.lvl"}, "topk": {"@topk.idx", "@topk.val"},
-              "sign": {"@sign", "@sign.scale"}}
+WIRE_NAMES: dict[str, set[str]] = {}
+
+
+def register_codec(spec: CodecSpec) -> CodecSpec:
+    """Add a codec (a plugin's too); the tables above are derived from its facts. A name taken
+    by another codec, or a wire name another codec sends, is a ValueError."""
+    old = REGISTERED.get(spec.name)
+    if spec.name == "none" or (old is not None and old != spec):
+        raise ValueError(f"--compress {spec.name} is registered twice (a plugin's name must be "
+                         "new)")
+    taken = {w for n, names in WIRE_NAMES.items() if n != spec.name for w in names}
+    if not spec.wire or any(not w.startswith("@") or w in taken for w in spec.wire):
+        raise ValueError(f"--compress {spec.name}: its arrays' names must start with '@' and be "
+                         "its own")
+    REGISTERED[spec.name] = spec
+    CODECS[spec.name] = (spec.encode, spec.decode)
+    WIRE_NAMES[spec.name] = set(spec.wire)
+    if not spec.summable:
+        NOT_SUMMABLE[spec.name] = spec.why
+    return spec
+
+
+def _levels(s: float) -> str:
+    return "" if s == int(s) and 1 <= s <= 127 else "qsgd:S needs S levels, an integer in 1..127"
+
+
+def _ratio(r: float) -> str:
+    return "" if 0 < r <= 1 else "topk:R needs the fraction kept, 0 < R <= 1"
+
+
+for _c in (
+    CodecSpec("fp16", fp16_encode, fp16_decode, frozenset({"@fp16"}),
+              why="its floats do not add in secure aggregation's integer field"),
+    CodecSpec("int8", q8_encode, q8_decode, frozenset({"@q8", "@q8.scale"}),
+              why="each client's codes carry its own scale, so two clients' codes do not add"),
+    CodecSpec("qsgd", qsgd_encode, qsgd_decode,
+              frozenset({"@qsgd.norm", "@qsgd.nz", "@qsgd.lvl"}), 16.0, "S", _levels,
+              why="each client's levels carry its own norm, so two clients' levels do not add",
+              random=True),
+    CodecSpec("topk", topk_encode, topk_decode, frozenset({"@topk.idx", "@topk.val"}), 0.01,
+              "R", _ratio, why="each client keeps other coordinates, so the sparse vectors do not "
+              "add position by position", feedback=True, values=False),
+    CodecSpec("sign", sign_encode, sign_decode, frozenset({"@sign", "@sign.scale"}),
+              why="each client's signs carry its own scale, so they do not add to the mean",
+              feedback=True, values=False)):
+    register_codec(_c)
