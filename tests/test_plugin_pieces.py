@@ -187,3 +187,26 @@ def test_a_plugin_mechanism_adds_its_noise_at_the_server():
 
     with pytest.raises(ConfigError, match="a mechanism of a plugin adds its noise at the server"):
         register_dp(DPSpec("toy_local", kind="local", noise=_laplace_noise))
+
+
+@pytest.mark.parametrize("noise, event, says", [
+    (lambda shapes, scale, gen: {"w": np.zeros(1)}, _laplace_event,
+     "its noise(shapes, scale, gen) must give one finite array per name"),
+    (lambda shapes, scale, gen: 1 / 0, _laplace_event,
+     "its noise(shapes, scale, gen) failed: ZeroDivisionError"),
+    (_laplace_noise, lambda z, q: "not an event",
+     "dp-accounting's pld accountant does not take its event(z, q)")])
+def test_a_plugin_mechanism_that_does_not_work_is_refused_before_any_data(noise, event, says):
+    from fednet.algorithms import dp_spec
+    from fednet.api import DPSpec, register_dp
+    from fednet import privacy
+
+    register_dp(DPSpec("toy_bad", noise=noise, event=event, samplings=("poisson",),
+                       accountants=("pld",)))
+    try:
+        with pytest.raises(ConfigError) as e:
+            validate(small_config(dp={"mode": "toy_bad", "noise": 1.0, "accountant": "pld"}))
+        assert says in str(e.value) and "\n" not in str(e.value)
+    finally:
+        dp_spec.MECHANISMS.pop("toy_bad"), privacy.KINDS.pop("toy_bad")
+        privacy.EVENTS.pop("toy_bad")

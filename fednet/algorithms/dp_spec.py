@@ -92,4 +92,33 @@ def problem(cfg: RunConfig) -> str:
                 f"--dp-accountant {m.accountants[0]}")
     if cfg.dp.adaptive:
         return f"--dp-adaptive: --dp {m.name} clips to a fixed norm (adaptive clipping is central's)"
+    return _probe(m, cfg)
+
+
+def _probe(m: DPSpec, cfg: RunConfig) -> str:
+    """Why a plugin mechanism's noise or event does not work (one line), or '': its noise on a
+    small shape, and one round of its event in the run's accountant, tried before any data
+    loads (a plugin's code: whatever it raises is its failure, said in one line)."""
+    import numpy as np
+
+    from fednet.privacy import missing, plan
+    from fednet.privacy.accountant import Accountant
+
+    try:
+        got = m.noised({"probe": (2, 3)}, 1.0, np.random.default_rng(0))
+        ok = isinstance(got, dict) and set(got) == {"probe"}
+        arr = np.asarray(got["probe"], dtype=np.float64) if ok else None
+    except Exception as e:  # noqa: BLE001 - a plugin's function, reported in one line
+        return f"--dp {m.name}: its noise(shapes, scale, gen) failed: {type(e).__name__}: {e}"
+    if arr is None or arr.shape != (2, 3) or not np.isfinite(arr).all():
+        return (f"--dp {m.name}: its noise(shapes, scale, gen) must give one finite array per "
+                "name of `shapes`, of its shape")
+    if missing("dp_accounting"):
+        return ""  # (refused next, naming the extra)
+    key = plan.piece_key(m.name, cfg.dp.noise or 1.0, cfg.algo.fraction)
+    try:
+        Accountant(cfg.dp.accountant, plan.delta(cfg)).epsilon([(key, 1)])
+    except Exception as e:  # noqa: BLE001 - a plugin's event, reported in one line
+        return (f"--dp {m.name}: dp-accounting's {cfg.dp.accountant} accountant does not take "
+                f"its event(z, q): {type(e).__name__}: {str(e)[:200]}")
     return ""

@@ -5,10 +5,11 @@ optimizer). Each piece that can be chosen by name (--defense, --attack) is a sma
 declares what it needs and gives (Facts), registered in one table; the rules between pieces are
 derived from those facts here (`problems`), not written pair by pair.
 
-A plugin adds a defense, an attack or a DP mechanism through `fednet.api` (register_defense,
-register_attack, register_dp), exactly as the built-in ones are (algorithms/robust_spec.py and
-algorithms/dp_spec.py, which also look them up by name): docs/extending.md shows a
-geometric-median defense and a central mechanism of its own noise and accounting. No torch and
+A plugin adds a defense, an attack, a DP mechanism or a codec through `fednet.api`
+(register_defense, register_attack, register_dp, register_codec), exactly as the built-in ones
+are (algorithms/robust_spec.py, algorithms/dp_spec.py and compress/codecs.py, which also look
+them up by name): docs/extending.md shows a geometric-median defense, a central mechanism of its
+own noise and accounting, and a bfloat16 codec. No torch and
 no numpy here: the CLI reads these tables before anything heavy is imported (a rule, a forgery,
 a noise or an accounting event named as "module:function" is imported when first used).
 """
