@@ -18,11 +18,14 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fednet import plugins, privacy
 from fednet.algorithms import params as P
 from fednet.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fednet.compress.codecs import CodecSpec
 
 
 @dataclass(frozen=True)
@@ -157,7 +160,7 @@ def register_dp(spec: DPSpec) -> DPSpec:
     return spec
 
 
-def register_codec(spec: Any) -> Any:
+def register_codec(spec: CodecSpec) -> CodecSpec:
     """Add a codec (compress/codecs.CodecSpec; a plugin's too): its facts go into the tables
     --compress and the composition rules read (codecs.register_codec); a name taken by another
     is a ConfigError."""
