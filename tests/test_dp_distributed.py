@@ -138,3 +138,16 @@ def test_the_noise_is_calibrated_to_the_budget(tmp_path):
     assert "calibrated for epsilon 3" in said and "at least 4 clients" in said
     eps = Accountant("rdp", plan.delta(cfg)).epsilon([(("ddg", z, 4, 4, D.D_PLAN), 5)])
     assert eps == pytest.approx(3.0, abs=1e-3) and eps <= 3.0 + 1e-9
+
+
+def test_label_flipping_goes_with_distributed_dp_by_the_facts():
+    """An attacker that trains on flipped labels then adds its noise share in secure
+    aggregation's input stage, as an honest client does: nothing in the facts refuses it
+    (--dp local, whose noise is the client half's own, is refused with an attack)."""
+    from fednet.algorithms.checks import validate
+
+    attack = {"name": "labelflip", "malicious": "ids:0"}
+    validate(small_config(clients=6, net={"secagg": "plus"}, attack=attack,
+                          dp={"mode": "distributed", "noise": 0.5}))
+    with pytest.raises(ConfigError, match="--attack does not go with --dp local"):
+        validate(small_config(clients=6, attack=attack, dp={"mode": "local", "noise": 0.5}))

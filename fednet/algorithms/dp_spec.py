@@ -25,18 +25,20 @@ if TYPE_CHECKING:
     from fednet.config import RunConfig
 
 NONE = DPSpec("none", kind="none", facts=Facts())
-for _m in (NONE,
-           DPSpec("central", facts=Facts(spends_privacy=True, needs_each=True, summable=False),
-                  doc="the server clips every update and noises their sum (DP-FedAvg)"),
-           DPSpec("local", kind="local", samplings=(),
-                  facts=Facts(spends_privacy=True, needs_each=True, summable=False,
-                              on_client=True),
-                  doc="each client clips and noises its own update before it leaves"),
-           DPSpec("distributed", kind="distributed", samplings=(), accountants=("rdp",),
-                  facts=Facts(spends_privacy=True, summable=True, on_client=True,
-                              needs_secagg=True),
-                  doc="each client's share of discrete Gaussian noise in the secure sum")):
-    register_dp(_m)
+_OWN = (NONE,
+        DPSpec("central", facts=Facts(spends_privacy=True, needs_each=True, summable=False),
+               doc="the server clips every update and noises their sum (DP-FedAvg)"),
+        DPSpec("local", kind="local", samplings=(),
+               facts=Facts(spends_privacy=True, needs_each=True, summable=False, on_client=True),
+               doc="each client clips and noises its own update before it leaves"),
+        # (its share is added in secure aggregation's input stage, after an attacker's training
+        # on poisoned data as after an honest one's; a forgery is refused by --secagg itself)
+        DPSpec("distributed", kind="distributed", samplings=(), accountants=("rdp",),
+               facts=Facts(spends_privacy=True, summable=True, needs_secagg=True),
+               doc="each client's share of discrete Gaussian noise in the secure sum"))
+with seam.built_in():  # (no plugin provides them, whoever imports this module first)
+    for _m in _OWN:
+        register_dp(_m)
 BUILTIN = tuple(MECHANISMS)
 
 

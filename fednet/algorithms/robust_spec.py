@@ -99,7 +99,8 @@ for _a in (AttackSpec("none", facts=Facts()),
            AttackSpec("ipm", IpmParams, facts=_COLLUDES, doc="-epsilon mu"),
            AttackSpec("minmax", MinMaxParams, facts=_COLLUDES, doc="min-max (AGR-agnostic)"),
            AttackSpec("minsum", MinMaxParams, facts=_COLLUDES, doc="min-sum (AGR-agnostic)")):
-    register_attack(_a)
+    with seam.built_in():  # (no plugin provides them, whoever imports this module first)
+        register_attack(_a)
 BUILTIN_ATTACKS = tuple(ATTACKS)  # (their data poisoning and forgeries: attack_client.py)
 
 # ---- defenses -----------------------------------------------------------------------------------
@@ -185,7 +186,8 @@ for _d in (DefenseSpec("none", "", uses_f=False, facts=Facts()),
                        dp_why="its center (the last aggregate) is state central DP's server does "
                        "not keep, and its default radius is the median distance, which one "
                        "update moves")):
-    register_defense(_d)
+    with seam.built_in():
+        register_defense(_d)
 
 
 def defense_spec(name: str) -> DefenseSpec:

@@ -15,8 +15,9 @@ a noise or an accounting event named as "module:function" is imported when first
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -174,13 +175,28 @@ def register_codec(spec: CodecSpec) -> CodecSpec:
     return got
 
 
+_BUILT_IN: list[bool] = []  # set while fednet's own pieces register (built_in)
+
+
+@contextlib.contextmanager
+def built_in() -> Iterator[None]:
+    """Register fednet's own pieces: no plugin provides them, even when a plugin's import of
+    fednet.api is what first imports their module."""
+    _BUILT_IN.append(True)
+    try:
+        yield
+    finally:
+        _BUILT_IN.pop()
+
+
 def _register(table: dict[str, Piece], spec: Piece, kind: str) -> Piece:
     old = table.get(spec.name)
     if old is not None and old != spec:
         raise ConfigError(f"--{kind} {spec.name} is registered twice (a plugin's name must be "
                           "new)")
     table[spec.name] = spec
-    plugins.provide(kind, spec.name)  # (the plugin being loaded, if any, provides it)
+    if not _BUILT_IN:
+        plugins.provide(kind, spec.name)  # (the plugin being loaded, if any, provides it)
     return spec
 
 
