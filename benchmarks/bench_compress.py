@@ -2,7 +2,7 @@
 
     python3 benchmarks/bench_compress.py [--dataset digits] [--rounds 25] [--seeds 0 1 2]
         [--clients 10] [--epochs 5] [--specs none fp16 int8 qsgd:16 topk:0.01 sign]
-        [--factorized] [--plot F.png] [--json F]
+        [--factorized] [--down] [--plot F.png] [--json F]
     python3 benchmarks/bench_compress.py --from-json A.json B.json --plot F.png   # table, plot
 
 Every cell is one `fednet local` run (its own process) with the same seed and data; per cell
@@ -11,6 +11,8 @@ and their headers) and their ratio to dense FedAvg's on the same seed, uplink
 (client_to_server), downlink (server_to_client: --compress leaves it dense) and both ways, and
 the accuracy difference to dense FedAvg seed by seed (mean, min..max). --plot draws accuracy
 against cumulative uplink bytes (log scale), one curve per method (the seeds' mean).
+--down: each spec is the tasks' encoding (--compress-down) instead of the updates'; the
+dashboard then has one row, the downlink ratio of int8 (the other specs in its note).
 """
 from __future__ import annotations
 
@@ -31,9 +33,10 @@ TARGETS = {"fp16": ("<= 0.51", "within 1"), "int8": ("<= 0.26", "within 1"),
 
 
 def cell(method: str, spec: str, seed: int, a: argparse.Namespace, out: Path) -> dict[str, Any]:
+    how = ["--compress-down", spec] if a.down and spec != "none" else ["--compress", spec]
     r = run(fednet_module("local", "--algo", method, "--dataset", a.dataset, "--clients",
                           str(a.clients), "--rounds", str(a.rounds), "--epochs", str(a.epochs),
-                          "--seed", str(seed), "--compress", spec, "-q", "--out", str(out)))
+                          "--seed", str(seed), *how, "-q", "--out", str(out)))
     if r.rc != 0:
         return {"method": method, "spec": spec, "seed": seed, "status": f"rc {r.rc}",
                 "error": r.stderr[-500:]}
@@ -86,6 +89,8 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
     ok = [r for r in data.get("results", []) if r["status"] == "completed"]
     a = data.get("args", {})
     dense = {r["seed"]: r for r in ok if (r["method"], r["spec"]) == ("fedavg", "none")}
+    if a.get("down"):
+        return measured(down_row(ok, dense, a, data.get("fingerprints", {})))
     specs = list(dict.fromkeys(r["spec"] for r in ok if r["method"] == "fedavg"
                                and r["spec"] != "none"))
     specs.sort(key=lambda s: s not in TARGETS)
@@ -111,14 +116,42 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
     return measured(*out)
 
 
+DOWN_ROW = "int8"
+"""--down: the spec whose downlink ratio is the dashboard's one row (the others in its note)."""
+
+
+def down_row(ok: list[dict[str, Any]], dense: dict[int, dict[str, Any]], a: dict[str, Any],
+             fps: dict[str, Any]) -> dict[str, Any] | None:
+    """--down's row: FedAvg's downlink with --compress-down int8 over dense FedAvg's, and each
+    spec's downlink ratio and accuracy change against dense (paired by seed) in the note."""
+    parts, value = [], None
+    for spec in dict.fromkeys(r["spec"] for r in ok if r["spec"] != "none"):
+        rs = [r for r in ok if r["spec"] == spec and r["seed"] in dense]
+        if not rs:
+            continue
+        down = sum(ratios(r, dense[r["seed"]])["down"] for r in rs) / len(rs)
+        value = down if spec == DOWN_ROW else value
+        parts.append(f"{spec}: downlink {down:.3f}, accuracy vs dense "
+                     f"{accuracy_change(rs, dense)}")
+    row = headline_row(
+        "compression", f"FedAvg --compress-down {DOWN_ROW}: downlink bytes / dense FedAvg's",
+        value, "", "", "baseline: dense FedAvg, same seed (the uplink stays dense); "
+        + "; ".join(parts) + f"; 95% t intervals, {len(dense)} seeds; digits, "
+        f"{a.get('clients')} clients, {a.get('rounds')} rounds x {a.get('epochs')} epochs")
+    fp = [k for k in (DOWN_ROW, "none") if k in fps]
+    return row and ({**row, "fingerprint": fp} if fp else row)
+
+
 def fingerprint_recipes(a: argparse.Namespace, cells: list[tuple[str, str]]
                         ) -> dict[str, dict[str, Any]]:
     """Each FedAvg spec's seed-0 cell as fednet.api.run keywords, its first 2 rounds."""
     from benchlib.fingerprint import fingerprint_of
 
+    def how(spec: str) -> dict[str, str]:
+        return {"compress_down": spec} if a.down and spec != "none" else {"compress": spec}
     return {spec: fingerprint_of({"algo": m, "dataset": a.dataset, "clients": a.clients,
-                                  "epochs": a.epochs, "seed": a.seeds[0], "compress": spec})
-            for m, spec in cells if m == "fedavg"}
+                                  "epochs": a.epochs, "seed": a.seeds[0], **how(spec)})
+            for m, spec in cells if m == "fedavg" and (not a.down or spec in (DOWN_ROW, "none"))}
 
 
 def table_rows(results: list[dict[str, Any]], cells: list[tuple[str, str]]) -> list[list[Any]]:
@@ -154,6 +187,8 @@ def main() -> None:
     ap.add_argument("--specs", nargs="+", default=["none", "fp16", "int8", "qsgd:16", "topk:0.01"])
     ap.add_argument("--factorized", action="store_true",
                     help="also Factorized-FL, dense and with each spec")
+    ap.add_argument("--down", action="store_true",
+                    help="the specs encode the tasks (--compress-down), not the updates")
     ap.add_argument("--plot")
     ap.add_argument("--json")
     ap.add_argument("--from-json", nargs="+", help="table and plot the results of earlier runs "
@@ -176,7 +211,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for seed in (a.seeds if a.specs else []):  # seed by seed: each seed's cells side by side
             for method, spec in cells:
-                print(f"seed {seed}: {method} --compress {spec} ...", file=sys.stderr, flush=True)
+                print(f"seed {seed}: {method} --compress{'-down' * a.down} {spec} ...",
+                      file=sys.stderr, flush=True)
                 results.append(cell(method, spec, seed, a,
                                     Path(tmp) / f"{method}-{spec.replace(':', '_')}-{seed}"))
     rows = table_rows(results, cells)

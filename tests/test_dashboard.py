@@ -246,3 +246,21 @@ def test_dp_rows_set_adaptive_clipping_beside_fixed_paired_by_seed():
     assert "adaptive clipping (the median) 0.898 [" in row["note"]
     assert "vs fixed -0.006 [" in row["note"] and "]: no clear difference" in row["note"]
     assert row["fingerprint"] == ["dp-adaptive-1", "fedavg"]
+
+
+def test_compress_down_gives_one_row_with_every_spec_in_its_note():
+    from tests.harness import bench
+
+    def r(spec, seed, down, acc):
+        return {"method": "fedavg", "spec": spec, "seed": seed, "status": "completed",
+                "uplink": 1000, "downlink": down, "accuracy": acc}
+
+    results = [r("none", s, 1000, 0.95 + 0.01 * s) for s in range(2)] + \
+        [r("int8", s, 258, 0.95) for s in range(2)] + [r("qsgd:16", s, 64, 0.1) for s in range(2)]
+    [row] = bench("bench_compress").headline({
+        "results": results, "args": {"down": True, "clients": 10, "rounds": 15, "epochs": 5},
+        "fingerprints": {"int8": {}, "none": {}}})
+    assert row["metric"] == "FedAvg --compress-down int8: downlink bytes / dense FedAvg's"
+    assert row["value"] == pytest.approx(0.258) and row["fingerprint"] == ["int8", "none"]
+    assert "qsgd:16: downlink 0.064, accuracy vs dense -85.50 points [" in row["note"]
+    assert "int8: downlink 0.258, accuracy vs dense -0.50 points [" in row["note"]
