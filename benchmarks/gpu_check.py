@@ -45,6 +45,9 @@ W/launch-gpu   `fednet launch --clients 100 --gpus 0` (default --clients-per-pro
                baseline divided by the processes): the mean peak per process against the rule's
                estimate for it (platform/packing.py: CUDA_CONTEXT_BYTES +
                DEVICE_WORKSPACE_BYTES + k x core/footprint.py's device_bytes_per_client).
+W/launch-gpu-batched  the same with --batch-clients CLIENTS (issue 56: each client process trains
+               the tasks it holds as one batch on the device; auto then makes one process a core
+               but the server's).
 W/launch-gpu-2slots   the same with --gpus 0,0 (two slots on one device), or "refused" when
                fednet's --gpus parser refuses a repeated index (checked first, no device time).
 W/launch-cpu   the same run without --gpus (after all GPU parts: the CPU runs are the slowest).
@@ -58,9 +61,9 @@ work; the rounds are few to fit the budget):
 A round's time is the mean of the rounds after round 0 (round 0 holds the warm-up), or round 0's
 when there is only one.
 
-CPU path (no CUDA device, or --cpu-only): info, then digits/loop-cpu and digits/launch-cpu with
---cpu-clients (10) clients, --cpu-rounds (3) rounds of 1 epoch: about 15 s on 2 cores; CI runs
-it (tests/test_gpu_check.py).
+CPU path (no CUDA device, or --cpu-only): info, then digits/loop-cpu, digits/launch-cpu and
+digits/launch-cpu-batched (--batch-clients) with --cpu-clients (10) clients, --cpu-rounds (3)
+rounds of 1 epoch: about 20 s on 2 cores; CI runs it (tests/test_gpu_check.py).
 
 Targets (issue 27), printed under the table: every gpu test passes on CUDA; 100 clients on one
 GPU: a round within 1.3x of the plain GPU loop's round; the auto rule's estimate of device memory
@@ -162,6 +165,9 @@ def gpu_path(run: Runner, args: argparse.Namespace, want: Callable[[str], bool],
                                  f"CPU test pass ~{f1(lp.get('server_cpu_test_s'))} s")
             if want(f"{k}/launch-gpu"):
                 launch_gpu(run, f"{k}/launch-gpu", w, args, str(g), 1)
+            if want(f"{k}/launch-gpu-batched"):
+                launch_gpu(run, f"{k}/launch-gpu-batched", w, args, str(g), 1,
+                           batched=args.clients)
         if want(f"{k}/launch-gpu-2slots"):
             if refused:
                 run.record(f"{k}/launch-gpu-2slots", "refused", why=f"fednet: {refused}")
@@ -178,9 +184,10 @@ def gpu_path(run: Runner, args: argparse.Namespace, want: Callable[[str], bool],
 
 
 def launch_gpu(run: Runner, name: str, w: dict[str, Any], args: argparse.Namespace, gpus: str,
-               ndev: int) -> None:
+               ndev: int, batched: int = 0) -> None:
+    """A fednet launch on the device(s) `gpus`; batched > 0: with --batch-clients batched."""
     r = do_launch(run, name, w, args.clients, w["rounds"], gpus, w["caps"]["launch"],
-                  w["mins"]["launch"])
+                  w["mins"]["launch"], extra=_batch_clients(batched))
     choice = r.get("choice") or (r.get("partial") or {}).get("choice")
     if choice:
         with contextlib.suppress(Exception):
@@ -194,6 +201,11 @@ def launch_gpu(run: Runner, name: str, w: dict[str, Any], args: argparse.Namespa
                      f"memory {mem.get('per_process_how', 'not measured')}"
                      + (f"; host PSS {pss / MiB / max(1, r['choice']['processes']):.0f} MiB/proc"
                         if pss else ""))
+
+
+def _batch_clients(n: int) -> list[str]:
+    """--batch-clients N (issue 56: a round's clients trained together), or nothing."""
+    return ["--batch-clients", str(n)] if n > 0 else []
 
 
 def cpu_path(run: Runner, args: argparse.Namespace, want: Callable[[str], bool]) -> None:
@@ -213,8 +225,13 @@ def cpu_path(run: Runner, args: argparse.Namespace, want: Callable[[str], bool])
         if r["status"] == "ok":
             r["note"] = (f"{args.cpu_clients} clients, {args.cpu_rounds} rounds of 1 epoch; ready "
                          f"{f1(r.get('ready_s'), 1)} s; {r['choice'].get('reason', '')}")
+    if want("digits/launch-cpu-batched"):
+        r = do_launch(run, "digits/launch-cpu-batched", small, args.cpu_clients, args.cpu_rounds,
+                      None, 120, 5, epochs=1, extra=_batch_clients(args.cpu_clients))
+        if r["status"] == "ok":
+            r["note"] = (f"--batch-clients {args.cpu_clients}; {r['choice'].get('reason', '')}")
     for w in WORKLOADS:
-        for part in ("loop-gpu", "launch-gpu", "launch-gpu-2slots"):
+        for part in ("loop-gpu", "launch-gpu", "launch-gpu-batched", "launch-gpu-2slots"):
             if not want(f"{w['key']}/{part}"):
                 continue
             why = f"fednet would refuse --gpus {args.gpu},{args.gpu}: {refused}" \

@@ -105,12 +105,14 @@ def test_the_cpu_path_runs_end_to_end_and_marks_every_gpu_part_skipped(tmp_path)
     by = {r["part"]: r for r in res["parts"]}
     assert by["info"]["status"] == "ok"
     for name in ("pytest-gpu", "context", "digits/loop-gpu", "digits/launch-gpu",
-                 "cifar/launch-gpu", "resnet18/loop-gpu", "resnet18/launch-gpu-2slots"):
+                 "digits/launch-gpu-batched", "cifar/launch-gpu", "resnet18/loop-gpu",
+                 "resnet18/launch-gpu-2slots"):
         assert by[name]["status"] == gc.NO_CUDA, name
-    for name in ("digits/loop-cpu", "digits/launch-cpu"):
+    for name in ("digits/loop-cpu", "digits/launch-cpu", "digits/launch-cpu-batched"):
         assert by[name]["status"] == "ok", (name, by[name].get("why"))
         assert by[name]["round_s"] > 0
     assert by["digits/launch-cpu"]["choice"]["per_process"] >= 1
+    assert "--batch-clients" in by["digits/launch-cpu-batched"]["choice"]["reason"]
     assert all(v["verdict"].startswith("not measured") for v in res["targets"].values())
     assert "targets:" in p.stdout and "digits/launch-cpu" in p.stdout
     assert "part" in p.stdout.splitlines()[2]  # the table's header, after two summary lines

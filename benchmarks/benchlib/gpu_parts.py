@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -94,14 +95,14 @@ def junit_counts(path: Path) -> dict[str, Any]:
 
 
 def launch_argv(w: dict[str, Any], clients: int, rounds: int, out: Path, gpus: str | None,
-                epochs: int | None = None) -> list[str]:
+                epochs: int | None = None, extra: Sequence[str] = ()) -> list[str]:
     argv = [sys.executable, "-m", "fednet.cli", "launch", "--clients", str(clients), "--rounds",
             str(rounds), "--epochs", str(epochs or w["epochs"]), "--batch-size", str(w["batch"]),
             "--dataset", w["dataset"], "--model", w["model"], "--seed", "0", "--augment", "none",
             "--register-timeout", "240", "--round-timeout", "300", "-q", "--out", str(out)]
     if gpus:
         argv += ["--gpus", gpus]
-    return argv
+    return argv + list(extra)
 
 
 def plain_argv(w: dict[str, Any], clients: int, rounds: int, device: str, epochs: int | None = None,
@@ -140,8 +141,8 @@ def do_plain(run: Runner, name: str, w: dict[str, Any], clients: int, rounds: in
 
 
 def do_launch(run: Runner, name: str, w: dict[str, Any], clients: int, rounds: int,
-              gpus: str | None, cap: float, mn: float, epochs: int | None = None
-              ) -> dict[str, Any]:
+              gpus: str | None, cap: float, mn: float, epochs: int | None = None,
+              extra: Sequence[str] = ()) -> dict[str, Any]:
     out = run.tmp / re.sub(r"[^A-Za-z0-9_.-]", "_", name)
     shutil.rmtree(out, ignore_errors=True)
     holder: dict[str, Any] = {}
@@ -152,7 +153,7 @@ def do_launch(run: Runner, name: str, w: dict[str, Any], clients: int, rounds: i
             return int(holder["run"]["choice"]["processes"])
         return None
 
-    r = run.run(name, launch_argv(w, clients, rounds, out, gpus, epochs), cap, mn,
+    r = run.run(name, launch_argv(w, clients, rounds, out, gpus, epochs, extra), cap, mn,
                 sample=bool(gpus), processes=processes)
     r.pop("_stdout", None)
     if r["status"] == "ok":
