@@ -149,7 +149,9 @@ class NetConfig:
         "CUDA context + 256 MiB workspace per process, 4 model copies and the data per client, "
         "within 90%; a device listed twice is two slots sharing it); never more clients in a "
         "process than its open-files limit allows (8 files each); --real-time keeps one per "
-        "client. A number wins", ge=0, option="--clients-per-process", shown="auto",
+        "client; with --batch-clients (an algorithm that batches), one process per core but the "
+        "server's, the clients shared evenly (each trains the tasks it holds as blocks). A "
+        "number wins", ge=0, option="--clients-per-process", shown="auto",
         note="0 in a TOML file: auto")
     compress: str = setting(
         "none", f"How the clients' results travel: {_COMPRESS}. The update against the received "
