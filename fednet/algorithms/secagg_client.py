@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,6 +19,9 @@ from fednet.secagg.field import quantize
 from fednet.secagg.server import STAGES, parse_drops
 from fednet.types import Arrays, Task
 
+if TYPE_CHECKING:
+    from fednet.config import RunConfig
+
 PREFIX = "secagg/"  # the protocol's arrays in a training task, beside the model's
 BAD_FROM = "secagg_bad_from"  # an input reply's senders whose sealed shares did not open
 
@@ -28,7 +31,7 @@ def _floats(arrays: Arrays) -> list[str]:
     return sorted(n for n, a in arrays.items() if a.dtype.kind == "f")
 
 
-def counted_prefix(cfg: Any) -> str:
+def counted_prefix(cfg: RunConfig) -> str:
     """The algorithm's Spec.secagg_counted (its results' arrays summed with every client
     weighing 1, after the model's values in the masked vector), or ''."""
     from fednet.algorithms import registry
