@@ -53,8 +53,8 @@ class Spec:
     # the differential-privacy mechanisms that compose with it (docs/algorithms.md §11): central
     # (DP-FedAvg at the server: a FedAvg-family Strategy), local, sgd (DP-SGD in its clients)
     dp: tuple[str, ...] = ()
-    # its server aggregates one sample-weighted sum of its clients' models, which keep no state
-    # of their own: --secagg can hide each update and hand the server only the sum
+    # its server aggregates one sample-weighted sum of its clients' models (a client's own state,
+    # if any, never travels): --secagg can hide each update and hand the server only the sum
     # (algorithms/secagg.py; validate refuses --secagg for the others, before any data loads)
     secagg: bool = False
     # the prefix of its results' arrays that its server sums with every client weighing 1, not
