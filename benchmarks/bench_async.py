@@ -4,7 +4,7 @@ simple fixes for stragglers, over-selection and a deadline (issues 25, 44).
     python3 benchmarks/bench_async.py [--dataset digits] [--clients 50] [--fraction 0.2]
         [--rounds 25] [--async-rounds 75] [--seeds 0 1 2] [--latency hetero]
         [--availability SPEC] [--methods fedavg fedavg_os fedavg_dl fedbuff fedasync fedseq
-        fedseq_inter] [--over-select 1.5] [--deadline 0.3]
+        fedseq_inter] [--over-select 1.5] [--deadline 0.1]
         [--seq-args "--superclient-fraction 0.5"]
         [--plot F.png] [--json F]
     python3 benchmarks/bench_async.py --from-json A.json B.json [--plot F.png] [--json F]
@@ -312,10 +312,12 @@ def parser() -> argparse.ArgumentParser:
                     help="fedavg_os: FedAvg --over-select; fedavg_dl: FedAvg --deadline")
     ap.add_argument("--over-select", type=float, default=1.5,
                     help="fedavg_os's --over-select (production systems over-select by 30%%)")
-    ap.add_argument("--deadline", type=float, default=0.02,
+    ap.add_argument("--deadline", type=float, default=0.1,
                     help="fedavg_dl's --deadline in simulated seconds (digits, --latency hetero, "
-                    "the FLOP-counted clock of issue 52: a fast client's round takes about 0.012, "
-                    "a slow one's about 0.055; 0.3 was this default before, and drops nothing now)")
+                    "issue 52's clock of FLOPs, dispatched operations and convolutions: a fast "
+                    "client's round takes about 0.06-0.075, a slow one's over 0.12, and any "
+                    "deadline in 0.08-0.12 drops the same results; 0.02 was this default under "
+                    "the FLOP-only clock, and drops every result now)")
     ap.add_argument("--seq-args", default="--superclient-fraction 0.5",
                     help="more options of the FedSeq and FedSeqInter runs (several superclients "
                     "a round, so that FedSeqInter's slots differ from FedSeq's)")
