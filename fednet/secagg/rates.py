@@ -2,9 +2,10 @@
 fednet really runs (`fednet calibrate`: the client rates go into its --latency profile, all of
 them into its --server-out profile).
 
-Each operation is timed on a fixed amount of its real work, after one warm-up call, with
-`time.perf_counter` (the fastest of three timings); its rate is amount / seconds, in opcount's
-units:
+Each operation is timed on a fixed amount of its real work, after one warm-up call, in this
+process's CPU seconds (`time.process_time`, the fastest of three timings: on a shared machine,
+the time the work took, not the time others' work kept it waiting; as training/calibrate.py
+times training); its rate is amount / seconds, in opcount's units:
   x25519   crypto.keypair: one X25519 multiplication each (a public key)
   kdf      HKDF-SHA256 of a 32-byte shared secret, as crypto.agree derives a key
   aead     crypto.seal and crypto.unseal of a share as secagg/client.py seals it (one each)
@@ -62,14 +63,14 @@ def measure(ops: tuple[str, ...] = OPS, scale: float = 1.0) -> dict[str, Rate]:
 
 
 def _timed(op: str, run: Callable[[], float], what: str, tries: int = 3) -> Rate:
-    """The fastest of `tries` timings of `run` (after a warm-up): on a shared machine the
-    others' load only ever slows a timing down."""
+    """The fastest of `tries` CPU timings of `run` (after a warm-up): on a shared machine the
+    others' load only ever slows a timing down (caches, memory bandwidth)."""
     run()  # warm-up: imports, allocations, caches
     best, amount = math.inf, 0.0
     for _ in range(tries):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         amount = run()
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, time.process_time() - t0)
     return Rate(op, amount, max(best, 1e-9), what)
 
 
