@@ -75,3 +75,41 @@ def test_the_server_and_the_protocol_are_on_the_clock(tmp_path):
         assert (stages["unmask"]["server_s"] > 0) == (server != "none")
         assert s["time_split"]["by_stage"]["input"]["protocol_s"] > 0
     assert sims["charged"] > sims["free"]
+
+
+def test_a_plugin_defense_and_dp_mechanism_are_charged_on_the_servers_clock():
+    """A plugin defense's declared work (DefenseSpec.work) is what the round's aggregation
+    costs, the mean's when it declares none; a plugin DP mechanism that adds its noise at the
+    server is charged central DP's clipping and noise as the built-in one is."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from fednet import privacy
+    from fednet.algorithms import dp_spec, seam
+    from fednet.api import DPSpec, register_dp
+    from fednet.core.server_clock import ServerClock
+
+    def rule(x, w, f, p, center):
+        return x.mean(axis=0), list(range(len(x))), {}
+
+    algo = SimpleNamespace(state=SimpleNamespace(model={"w": np.zeros(10, np.float32),
+                                                        "n": np.zeros(3, np.int64)}))
+    n, d = 4, 10
+    seam.register_defense(seam.DefenseSpec("toy_work", rule, work=lambda n, d, f, p:
+                                           {"gemm": 7 * n * d}))
+    seam.register_defense(seam.DefenseSpec("toy_free", rule))
+    register_dp(DPSpec("toy_central", noise=lambda shapes, scale, gen: {
+        k: np.zeros(s) for k, s in shapes.items()}, event=lambda z, q: None))
+    try:
+        worked = ServerClock(small_config(defense={"name": "toy_work"}), algo)
+        assert worked.round_work([None] * n) == {"gemm": 7 * n * d}
+        free = ServerClock(small_config(defense={"name": "toy_free"}), algo)
+        assert free.round_work([None] * n) == aggregation_ops(RunConfig(), n, d)
+        private = ServerClock(small_config(dp={"mode": "toy_central"}), algo)
+        assert private.central_dp and private.round_work([None] * n) == {
+            "stream": 2 * n * d + d + 2 * n * d, "noise": d}
+    finally:
+        seam.DEFENSES.pop("toy_work"), seam.DEFENSES.pop("toy_free")
+        dp_spec.MECHANISMS.pop("toy_central"), privacy.KINDS.pop("toy_central", None)
+        privacy.EVENTS.pop("toy_central", None)

@@ -69,6 +69,11 @@ class DefenseSpec:
     # why these parameters give no such bound; None: the rule has none (refused with dp_why)
     sensitivity: Callable[..., float | str] | None = None
     dp_why: str = ""
+    # the server's work on the simulated clock: work(n, d, f, p) -> {"gemm": FLOPs of matrix
+    # products, "stream": values read or written} for n updates of d values, f assumed
+    # Byzantine (network/server_cost.py's units, at --server-profile's rates); None: the
+    # built-in rules' own counts (server_cost.defense_ops), a plugin's charged as the mean's
+    work: Callable[..., dict[str, float]] | None = None
 
     def run(self, *args: object) -> tuple[object, list[int], dict[str, float]]:
         """The rule on (x, w, f, p, center): (update, chosen rows, row metrics)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from fednet import opcount
-from fednet.algorithms import robust_spec
+from fednet.algorithms import dp_spec, robust_spec
 from fednet.config import RunConfig
 from fednet.network.server_cost import aggregation_ops, server_rates
 from fednet.types import Result
@@ -25,6 +25,9 @@ class ServerClock:
         self.defense = cfg.defense.name
         self.params = robust_spec.defense_params(cfg) if self.defense != "none" else None
         self.share = robust_spec.assumed_share(cfg) if self.defense != "none" else 0.0
+        self.work = robust_spec.defense_spec(self.defense).work if self.defense != "none" \
+            else None  # (a plugin defense's own count of its work)
+        self.central_dp = dp_spec.kind(cfg.dp.mode) == "central"  # (a plugin mechanism's too)
         self.values: int | None = None
         self.total = 0.0  # the server's simulated compute so far (rows' server_compute_s)
 
@@ -41,7 +44,8 @@ class ServerClock:
         n = len(results)
         f = robust_spec.byzantine_count(getattr(self.params, "f", 0), self.share, n) \
             if self.params is not None else 0
-        return aggregation_ops(self.cfg, n, self._d(), f, self.params)
+        return aggregation_ops(self.cfg, n, self._d(), f, self.params, self.central_dp,
+                               self.work)
 
     def charge(self, work: dict[str, float], metrics: dict[str, Any]) -> float:
         """Count `work` (and the seconds a protocol's earlier stages waited for the server: the

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -88,16 +89,21 @@ def mean_ops(n: int, d: int) -> Ops:
     return {"stream": 2 * n * d + d} if n > 0 else {}
 
 
-def aggregation_ops(cfg: RunConfig, n: int, d: int, f: int = 0, p: Any = None) -> Ops:
+def aggregation_ops(cfg: RunConfig, n: int, d: int, f: int = 0, p: Any = None,
+                    central_dp: bool = False,
+                    work: Callable[..., dict[str, float]] | None = None) -> Ops:
     """A synchronous round's aggregation of n results of d values under cfg: the defense (or
-    the mean), the server optimizer's step, central DP's noise."""
+    the mean), the server optimizer's step, central DP's noise (`central_dp`: the mechanism
+    adds its noise at the server, a plugin's too). `work`: the defense's own count
+    (DefenseSpec.work, a plugin's), in place of defense_ops' table."""
     if n <= 0:
         return {}
     name = cfg.defense.name
-    out = defense_ops(name, n, d, f, p) if name != "none" else mean_ops(n, d)
+    out = (dict(work(n, d, f, p)) if work is not None else defense_ops(name, n, d, f, p)) \
+        if name != "none" else mean_ops(n, d)
     step = OPTIMIZER_OPS.get(cfg.algo.name, 0)
     if step:
         ops.add(out, {"stream": step * d})
-    if cfg.dp.mode == "central":
+    if central_dp:
         ops.add(out, {"noise": d, "stream": 2 * n * d})  # each update clipped, noise added
     return out
