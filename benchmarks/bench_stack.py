@@ -19,6 +19,12 @@ per surviving client over its masked input (the same quantized vector in the cle
 elements); (3) --parity-cohort: seed 0 at the middle epsilon run again under `fednet launch`:
 the same final model, bit for bit, and the same bytes; (4) accuracy at epsilon 3 against
 central DP-FedAvg at epsilon 3, paired by seed, with its 95% t interval.
+
+Fingerprints (issue 55 item 1, benchlib/fingerprint.py, CLOCKLESS): seed 0's cells at epsilon 3
+(the stack, central DP-FedAvg, central DP-FedAdam) at FP_COHORTS, their first 2 rounds, the
+noise multiplier given (--dp-noise: the one the cell's whole run was calibrated to). Their first
+2 rounds' accuracies must equal the cell's own, else nothing is recorded. `--fingerprints-only
+--json F` adds them to an existing F (and its rows' names) without re-running the cells.
 """
 from __future__ import annotations
 
@@ -32,9 +38,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib.runner import fednet_module, metrics, run, same_model, summary  # noqa: E402
-from benchlib.util import headline_row, machine, measured, table, write_json  # noqa: E402
+from benchlib.util import (  # noqa: E402
+    command_line, headline_row, machine, measured, table, write_json)
 
 METHODS = ("fedavg", "dp-central", "dp-central-fedadam", "stack")
+FP_EPSILON = 3.0  # the headline rows' epsilon
+# The fingerprinted cells' cohorts, per method the headline rows compare: the stack's 2 rounds
+# at 1,000 a round cost 19 s here (2.1 s at 100, central DP's 1.7-1.9 s at 1,000): at 100 only.
+FP_COHORTS = {"stack": (100,), "dp-central": (100, 1000), "dp-central-fedadam": (100, 1000)}
 
 
 def base_args(a: argparse.Namespace, cohort: int, seed: int) -> list[str]:
@@ -54,6 +65,72 @@ def method_args(a: argparse.Namespace, method: str, eps: float | None) -> list[s
         return ["--algo", "fedadam", "--server-lr", str(a.server_lr), "--secagg", "plus",
                 "--dp", "distributed", *dp]
     return []
+
+
+def cell_kwargs(a: argparse.Namespace, method: str, cohort: int, seed: int, noise: float | None
+                ) -> dict[str, Any]:
+    """A cell as fednet.api.run keywords (what base_args and method_args say), its noise
+    multiplier given (--dp-noise) in place of --dp-epsilon's calibration."""
+    kw: dict[str, Any] = {"dataset": "digits", "model": "mclr", "partition": "iid",
+                          "clients": a.population, "fraction": cohort / a.population,
+                          "rounds": a.rounds, "epochs": 1, "batch_size": 8, "lr": 0.5,
+                          "seed": seed, "batch_clients": cohort}
+    if method != "fedavg":
+        kw.update(dp="distributed" if method == "stack" else "central", dp_delta=a.delta,
+                  dp_clip=a.clip, dp_noise=noise)
+    if method in ("stack", "dp-central-fedadam"):
+        kw.update(algo="fedadam", server_lr=a.server_lr)
+    if method == "stack":
+        kw["secagg"] = "plus"
+    return kw
+
+
+def fingerprint_recipes(a: argparse.Namespace, cells: list[dict[str, Any]]
+                        ) -> dict[str, dict[str, Any]]:
+    """The seed-0 cells at FP_EPSILON of FP_COHORTS, 2 rounds, each with the noise multiplier its
+    run was calibrated to; named METHOD-EPSILON-COHORT."""
+    from benchlib.fingerprint import fingerprint_of
+
+    out = {}
+    for method, cohorts in FP_COHORTS.items():
+        for cohort in cohorts:
+            got = _cells(cells, method, cohort, FP_EPSILON)
+            c = next((c for c in got if c["seed"] == min(a.seeds) and c.get("noise")), None)
+            if c is not None:
+                out[f"{method}-{FP_EPSILON:g}-{cohort}"] = fingerprint_of(
+                    cell_kwargs(a, method, cohort, c["seed"], c["noise"]))
+    return out
+
+
+def fingerprints(a: argparse.Namespace, cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """take() of each recipe; refused (SystemExit) where its rounds' accuracies are not the first
+    rounds of the cell it stands for (then it is not that cell's training path)."""
+    from benchlib.fingerprint import CLOCKLESS, takes
+
+    fps = takes(fingerprint_recipes(a, cells), CLOCKLESS)
+    for name, fp in fps.items():
+        method, _, cohort = name.rsplit("-", 2)
+        c = next(c for c in _cells(cells, method, int(cohort), FP_EPSILON)
+                 if c["seed"] == fp["recipe"]["seed"])
+        got = [r["accuracy"] for r in fp["rounds"]]
+        if got != c["curve"][:len(got)]:
+            raise SystemExit(f"fingerprint {name}: accuracies {got}, its cell's first rounds "
+                             f"{c['curve'][:len(got)]}: not the cell's training path")
+    return fps
+
+
+def fingerprints_only(a: argparse.Namespace) -> None:
+    """--fingerprints-only: add the fingerprints of --json's own cells to it (and the names to its
+    rows), its command, commit and date kept (the cells' own)."""
+    path = Path(a.json)
+    data = json.loads(path.read_text())
+    a = argparse.Namespace(**{**vars(a), **{k: data["args"][k] for k in (
+        "population", "rounds", "seeds", "server_lr", "clip", "delta")}})
+    data["fingerprints"] = fingerprints(a, data["results"])
+    data["fingerprinted"] = {"commit": machine().get("git"), "command": command_line()}
+    data["headline"] = headline(data)
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    print(f"wrote {path}")
 
 
 def cell(a: argparse.Namespace, out: Path, method: str, cohort: int, seed: int,
@@ -185,26 +262,32 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
     """Four rows: the stack's accuracy against central DP-FedAvg's at epsilon 3 per cohort, its
     uplink over the vector in the clear (with the epsilon check), fednet launch = local."""
     an, a = data.get("analysis", {}), data.get("args", {})
+    fps = sorted(data.get("fingerprints") or {})  # (METHOD-EPSILON-COHORT: seed 0's cells)
     rows: list[dict[str, Any] | None] = []
     where = (f"digits mclr, {a.get('population'):,} clients, {a.get('rounds')} rounds, "
              f"{len(a.get('seeds', []))} seeds")
     for cohort, per in an.items():
         v = per.get("stack_minus_central_eps_3") or {}
         w = per.get("stack_minus_central_fedadam_eps_3") or {}
-        rows.append(headline_row(
+        mine = [n for n in fps if n.endswith(f"-{cohort}")]
+        other = [] if any(n.startswith("stack-") for n in mine) else [  # (FP_COHORTS' why)
+            n for n in fps if n.startswith("stack-")]
+        at = "".join(f"; the stack's fingerprint at {n.rsplit('-', 1)[1]} a round" for n in other)
+        mine += other
+        rows.append(_fingerprinted(sorted(mine), headline_row(
             "secure aggregation", f"stack (clip, distributed noise, SecAgg+, FedAdam) accuracy "
             f"- central DP-FedAvg's at epsilon 3 ({int(cohort):,} a round)", v.get("estimate"),
             "", ">= -0.02", f"{_ci_text(v)}; against central DP with FedAdam: "
-            f"{_ci_text(w, True)}; {where}"))
+            f"{_ci_text(w, True)}; {where}{at}")))
     ups = [p["up_over_clear_max"] for p in an.values() if p.get("up_over_clear_max")]
     gaps = [p["epsilon_max_abs_gap"] for p in an.values()
             if p.get("epsilon_max_abs_gap") is not None]
-    rows.append(headline_row(
+    rows.append(_fingerprinted([n for n in fps if n.startswith("stack-")], headline_row(
         "secure aggregation", "stack uplink per client over its quantized vector in the clear "
         f"(worst cell of {', '.join(f'{int(c):,}' for c in an)} a round)",
         max(ups) if ups else None, "x", "<= 1.2",
         f"reported epsilon - dp-accounting's for its events: {max(gaps):.2g} at most"
-        if gaps else ""))
+        if gaps else "")))
     p = data.get("parity") or {}
     if p:
         rows.append(headline_row(
@@ -212,6 +295,11 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
             "round: model bit for bit, bytes, epsilon)",
             int(bool(p["same_model"] and p["same_bytes"] and p["same_epsilon"])), "", "1"))
     return measured(*rows)
+
+
+def _fingerprinted(names: list[str], row: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The row naming the fingerprints it rests on (when it has any)."""
+    return {**row, "fingerprint": names} if row and names else row
 
 
 def _ci_text(v: dict[str, Any], estimate: bool = False) -> str:
@@ -239,7 +327,13 @@ def main() -> None:
                     "run does not run again are kept (and its launch run, with --parity-cohort "
                     "0); its command is recorded under 'reused'")
     ap.add_argument("--json", default="")
+    ap.add_argument("--fingerprints-only", action="store_true", help="add the fingerprints of "
+                    "--json's own cells to it, its rows and their command kept (no cell re-run)")
     a = ap.parse_args()
+    if a.fingerprints_only:
+        if not a.json:
+            raise SystemExit("--fingerprints-only needs --json F (the file to add them to)")
+        return fingerprints_only(a)
     old = json.loads(Path(a.reuse).read_text()) if a.reuse else {}
     plan = [(method, cohort, seed, eps) for cohort in a.cohorts for seed in a.seeds
             for method in a.methods for eps in ([None] if method == "fedavg" else a.epsilons)]
@@ -254,8 +348,9 @@ def main() -> None:
             cells.append(c)
         par = parity(a, tmp) if a.parity_cohort else old.get("parity", {})
     a.seeds = sorted({c["seed"] for c in cells})  # (with --reuse: the seeds of every cell)
-    data = {"args": vars(a), "machine": machine(), "results": cells, "parity": par,
-            "analysis": analysis(cells, a)}
+    data: dict[str, Any] = {"args": vars(a), "machine": machine(), "results": cells,
+                            "parity": par, "analysis": analysis(cells, a),
+                            "fingerprints": fingerprints(a, cells)}
     if old:  # where the reused cells came from (their own command, commit and date)
         data["reused"] = {k: old.get(k) for k in ("command", "commit", "date", "reused")}
     print(report(cells, a))
