@@ -16,15 +16,23 @@ round was unmasked. The expansion is computed as Bonawitz et al. define it, a cl
 over the bits of its input in the clear (16 per value), beside the same messages' sizes
 predicted from their parts (the papers' formula with fednet's own element sizes). --cifar adds
 a ResNet-18 round on CIFAR-shaped data (synthetic-cifar10), 10 clients.
+
+Fingerprints (issue 55 item 1, benchlib/fingerprint.py, CLOCKLESS: bytes are deterministic):
+smaller cells of the bytes rows' settings, their one round (the rows' own cells cost 65 s, SecAgg+
+at 1,000 with 10% dropouts, and 713 s, SecAgg at 1,024, here): `plus-D-C`, SecAgg+ at C =
+FP_COHORT a round of the population with the rows' dropout rate D; `full-N`, SecAgg at N =
+FP_FULL clients. The plugin is named from the repository root (`benchmarks/secagg_plugin.py`),
+where they are run.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -35,6 +43,7 @@ from benchlib.util import headline_row, machine, measured, table, write_json  # 
 HERE = Path(__file__).resolve().parent
 PLUGIN = str(HERE / "secagg_plugin.py")
 KEY, SEALED, SHARE = 32, 104, 36 + 8  # fednet's sizes: a public key, a sealed share, a share+id
+FP_DROP, FP_COHORT, FP_FULL = 0.1, 100, 64  # the fingerprints' cells (2.2 s and 1.3 s here)
 
 
 def cell(out: Path, mode: str, cohort: int, population: int, drop: float, extra: list[str]
@@ -65,6 +74,42 @@ def cell(out: Path, mode: str, cohort: int, population: int, drop: float, extra:
     return rec
 
 
+def cell_kwargs(mode: str, cohort: int, population: int, drop: float, model: str
+                ) -> dict[str, Any]:
+    """cell()'s run as fednet.api.run keywords, the plugin named from the repository root."""
+    kw: dict[str, Any] = {
+        "dataset": "synthetic-fedprox", "clients": population, "rounds": 1, "epochs": 1,
+        "batch_size": 8, "lr": 0.01, "fraction": cohort / population, "secagg": mode,
+        "latency": "wan", "plugin": [str(Path(PLUGIN).relative_to(HERE.parent))], "model": model}
+    if drop:
+        kw.update(secagg_drop=f"input:{drop}", secagg_dropout=max(drop, 0.1))
+    return kw
+
+
+def fingerprint_recipes(a: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """The bytes rows' fingerprints: SecAgg+ at FP_COHORT a round (at most the population) with
+    FP_DROP dropouts where --drops has it, SecAgg at FP_FULL clients (at most --full-clients)."""
+    from benchlib.fingerprint import fingerprint_of
+
+    out = {}
+    if FP_DROP in a.drops:
+        c = min(FP_COHORT, a.population)
+        out[f"plus-{FP_DROP:g}-{c}"] = fingerprint_of(
+            cell_kwargs("plus", c, a.population, FP_DROP, a.model), rounds=1)
+    if a.full_clients:
+        n = min(FP_FULL, a.full_clients)
+        out[f"full-{n}"] = fingerprint_of(cell_kwargs("full", n, n, 0.0, a.model), rounds=1)
+    return out
+
+
+def fingerprints(a: argparse.Namespace) -> dict[str, Any]:
+    """take() of each recipe, run from the repository root (where its plugin path points)."""
+    from benchlib.fingerprint import CLOCKLESS, takes
+
+    with contextlib.chdir(HERE.parent):
+        return takes(fingerprint_recipes(a), CLOCKLESS)
+
+
 def predicted_up(n_nbrs: int, d: int, fbits: int, survivors: int) -> float:
     """A client's uplink from its parts (Bonawitz et al.'s accounting with fednet's sizes): two
     public keys, a sealed share per neighbour, the masked input (the d update values and the
@@ -85,7 +130,7 @@ def main() -> None:
     a = ap.parse_args()
     cells: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        def go(mode: str, cohort: int, pop: int, drop: float = 0.0, extra: list[str] = (),
+        def go(mode: str, cohort: int, pop: int, drop: float = 0.0, extra: Sequence[str] = (),
                model: str = a.model):
             rec = cell(Path(tmp) / f"{mode}-{cohort}-{pop}-{drop}-{model}", mode, cohort, pop,
                        drop, [*extra, "--model", model])
@@ -107,7 +152,7 @@ def main() -> None:
                 go(mode, 10, 10, extra=["--dataset", "synthetic-cifar10", "--batch-size", "32"],
                    model="resnet18")
     data = {"machine": machine(), "args": vars(a), "cells": cells,
-            "analysis": analysis(cells, a)}
+            "analysis": analysis(cells, a), "fingerprints": fingerprints(a)}
     print(table(["mode", "cohort", "drop", "up B/client", "sim s", "server s", "unmasked"],
                 [[c["mode"], c["cohort"], c["drop"], round(c.get("up_per_client", 0)),
                   round(c.get("sim_s", 0), 3), round(c.get("server_total_s", 0), 2),
@@ -170,16 +215,32 @@ def analysis(cells: list[dict[str, Any]], a: argparse.Namespace) -> dict[str, An
 
 
 def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
-    an = data.get("analysis", {})
+    an, fps = data.get("analysis", {}), sorted(data.get("fingerprints") or {})
     return measured(
-        headline_row("secure aggregation", "SecAgg+ 1,000 clients, 10% dropouts: uplink per "
-                     "surviving client over its quantized vector in the clear", an.get("plus_up_over_clear_drop_0.1"),
-                     "x", "<= 1.2"),
+        _fingerprinted([n for n in fps if n.startswith("plus-")], headline_row(
+            "secure aggregation", "SecAgg+ 1,000 clients, 10% dropouts: uplink per surviving "
+            "client over its quantized vector in the clear", an.get("plus_up_over_clear_drop_0.1"),
+            "x", "<= 1.2", _fp_note(fps, "plus-"))),
         headline_row("secure aggregation", "SecAgg+ server CPU, 5,000 over 1,000 clients a round",
                      an.get("server_s_ratio"), "x",
                      f"<= {an.get('n_log_n_ratio', 6.17):.2f} (n log n)"),
-        headline_row("secure aggregation", "SecAgg at 1,024 clients: client uplink measured over "
-                     "the formula's", an.get("full_measured_over_predicted"), "x", "within 10%"))
+        _fingerprinted([n for n in fps if n.startswith("full-")], headline_row(
+            "secure aggregation", "SecAgg at 1,024 clients: client uplink measured over the "
+            "formula's", an.get("full_measured_over_predicted"), "x", "within 10%",
+            _fp_note(fps, "full-"))))
+
+
+def _fp_note(names: list[str], prefix: str) -> str:
+    """What a row's fingerprint is, where it is a smaller cell than the row's."""
+    name = next((n for n in names if n.startswith(prefix)), "")
+    if prefix == "plus-" and name:
+        return f"fingerprint: the same settings at {name.rsplit('-', 1)[1]} a round"
+    return f"fingerprint: the same at {name.rsplit('-', 1)[1]} clients" if name else ""
+
+
+def _fingerprinted(names: list[str], row: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The row naming the fingerprints it rests on (when it has any)."""
+    return {**row, "fingerprint": names} if row and names else row
 
 
 if __name__ == "__main__":
