@@ -18,8 +18,8 @@ predicted from their parts (the papers' formula with fednet's own element sizes)
 a ResNet-18 round on CIFAR-shaped data (synthetic-cifar10), 10 clients.
 
 Fingerprints (issue 55 item 1, benchlib/fingerprint.py, CLOCKLESS: bytes are deterministic):
-smaller cells of the bytes rows' settings, their one round (the rows' own cells cost 65 s, SecAgg+
-at 1,000 with 10% dropouts, and 713 s, SecAgg at 1,024, here): `plus-D-C`, SecAgg+ at C =
+smaller cells of the bytes rows' settings, their one round (the rows' own cells cost 20 s, SecAgg+
+at 1,000 with 10% dropouts, and 213 s, SecAgg at 1,024, at fb32bb6): `plus-D-C`, SecAgg+ at C =
 FP_COHORT a round of the population with the rows' dropout rate D; `full-N`, SecAgg at N =
 FP_FULL clients. The plugin is named from the repository root (`benchmarks/secagg_plugin.py`),
 where they are run.
