@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
@@ -325,7 +326,7 @@ def _mean_split(runs: list[list[dict[str, Any]]]) -> dict[str, float]:
             for k, _ in SPLIT} if splits else {}
 
 
-def _stack_split(a: Any, labels: list[str], splits: list[dict[str, float]]) -> None:
+def _stack_split(a: Axes, labels: list[str], splits: list[dict[str, float]]) -> None:
     """One horizontal bar per curve: its run's simulated time stacked by where it went."""
     left = [0.0] * len(labels)
     ys = list(range(len(labels)))
