@@ -196,3 +196,9 @@ def weighted_mean(arrays: Sequence[Mapping[str, np.ndarray]], weights: Sequence[
             acc += wi * a[name]
         out[name] = acc.astype(first.dtype)
     return out
+
+
+def flat(arrays: Mapping[str, np.ndarray], names: Sequence[str]) -> np.ndarray:
+    """The entries `names` of `arrays` as one float64 vector, in that order (an update's
+    coordinates, as the robust rules, the attacks and central DP's rule read them)."""
+    return np.concatenate([np.asarray(arrays[n], np.float64).ravel() for n in names])

@@ -29,6 +29,7 @@ import torch
 
 from fednet import rng
 from fednet.algorithms import attacks as A
+from fednet.algorithms.aggregate import flat
 from fednet.algorithms import robust_spec as R
 from fednet.algorithms.contract import ClientContext
 from fednet.types import Arrays, Task
@@ -50,10 +51,6 @@ def digest(arrays: Arrays) -> str:
 def floats(arrays: Arrays) -> list[str]:
     """The floating entries in name order: the coordinates of an update."""
     return sorted(n for n, a in arrays.items() if np.asarray(a).dtype.kind == "f")
-
-
-def flat(arrays: Arrays, names: list[str]) -> np.ndarray:
-    return np.concatenate([np.asarray(arrays[n], np.float64).ravel() for n in names])
 
 
 def unflat(vec: np.ndarray, like: Arrays, names: list[str]) -> Arrays:

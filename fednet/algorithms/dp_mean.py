@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from fednet.algorithms.aggregate import StreamingMean
+from fednet.algorithms.aggregate import StreamingMean, flat
 from fednet.privacy.mechanisms import clip, difference, floating, gaussian
 from fednet.types import Arrays
 
@@ -147,8 +147,7 @@ class PrivateRuleMean(PrivateMean):
         t0 = time.perf_counter()
         self.check(arrays)
         update, _, was = clip(difference(arrays, self.ref), self.bound)
-        row = np.concatenate([update[n].ravel() for n in sorted(update)])
-        self.rows[float(len(self.rows) if key is None else key)] = row
+        self.rows[float(len(self.rows) if key is None else key)] = flat(update, sorted(update))
         self.clipped += int(was)
         self.seconds += time.perf_counter() - t0
 
@@ -162,11 +161,11 @@ class PrivateRuleMean(PrivateMean):
             for i, k in enumerate(sorted(self.rows)):  # client-id order; missing ones: 0
                 x[i] = self.rows[k]
             agg, self.metrics, self.why = self.rule(x)
-            flat = np.zeros(size) if agg is None else np.asarray(agg, dtype=np.float64)
+            vec = np.zeros(size) if agg is None else np.asarray(agg, dtype=np.float64)
             noise, out, at = self.drawn(), {}, 0
             for n in sorted(self.ref):
                 v = self.ref[n]
-                out[n] = v + flat[at:at + v.size].reshape(v.shape) + noise[n]
+                out[n] = v + vec[at:at + v.size].reshape(v.shape) + noise[n]
                 at += v.size
             self._means = out
             self.seconds += time.perf_counter() - t0

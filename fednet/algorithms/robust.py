@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from fednet.algorithms.aggregate import flat
 from fednet.algorithms.robust_spec import (ByzantineCount, CenteredClipParams, MultiKrumParams,
                                            NormBoundParams, TrimmedMeanParams, assumed_f,
                                            byzantine_count, defense_spec)
@@ -309,11 +310,11 @@ class RobustMean:
             raise ValueError("robust aggregation of no inputs")
         keys = sorted(self.kept)
         names = self.floats()
-        base = np.concatenate([self.model[n].astype(np.float64).ravel() for n in names])
+        base = flat(self.model, names)
         x = np.empty((len(keys), base.size))
         for row, k in enumerate(keys):
             arrays = self.kept[k][0]
-            x[row] = np.concatenate([np.asarray(arrays[n], np.float64).ravel() for n in names])
+            x[row] = flat(arrays, names)
         x -= base
         w = np.array([self.kept[k][1] for k in keys])
         self.outcome = apply(self.name, self.p, self.share, x, w, self.center)
@@ -322,7 +323,7 @@ class RobustMean:
             self.outcome.metrics["malicious_kept"] = float(
                 sum(c in self.malicious for c in kept))
         upd = self.outcome.update if self.outcome.update is not None else np.zeros(base.size)
-        flat = base + upd
+        new = base + upd
         out, out64, at = {}, {}, 0
         first = self.kept[keys[0]][0]
         for n, a in self.model.items():
@@ -330,7 +331,7 @@ class RobustMean:
                 out[n] = np.array(first[n], copy=True)
         for n in names:
             size = self.model[n].size
-            out64[n] = flat[at:at + size].reshape(self.model[n].shape)
+            out64[n] = new[at:at + size].reshape(self.model[n].shape)
             out[n] = out64[n].astype(self.model[n].dtype)
             at += size
         self._done = ({n: out[n] for n in self.model}, out64)
