@@ -175,14 +175,14 @@ def _processes(n: int, machine: Machine, model_bytes: int, batched: bool) -> tup
     proc_bytes = PROCESS_BYTES + HOST_MODEL_COPIES * model_bytes
     mem_cap = max(1, int(MEMORY_SHARE * machine.mem_available) // proc_bytes)
     grouped = n > cpu_cap  # else only the memory limit groups: the fewest per process within it
-    if batched:
-        return max(1, min(mem_cap, cores - 1)), (
-            f"--batch-clients: {_cores(cores)}, one process a core but the server's, each "
-            "training its clients' tasks in large blocks")
-    procs = min(mem_cap, GROUPED_PER_CORE * cores) if grouped else min(cpu_cap, mem_cap)
-    if mem_cap < (GROUPED_PER_CORE * cores if grouped else cpu_cap):
+    wanted = max(1, cores - 1) if batched else GROUPED_PER_CORE * cores if grouped else cpu_cap
+    procs = min(mem_cap, wanted)
+    if mem_cap < wanted:
         return procs, (f"{mem_cap} processes of {proc_bytes / MiB:.0f} MiB fit half of the "
                        f"{_gib(machine.mem_available)} available")
+    if batched:
+        return procs, (f"--batch-clients: {_cores(cores)}, one process a core but the server's, "
+                       "each training its clients' tasks in large blocks")
     if grouped:
         return procs, _GROUPED  # said once k is final (devices and open files may raise it)
     return procs, f"at most {PROCESSES_PER_CORE} processes per core, {_cores(cores)}"
