@@ -22,6 +22,7 @@ reads it charges the same seconds every time.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -123,12 +124,12 @@ def measure(model: str = "resnet18", input_shape: tuple[int, ...] = (3, 32, 32),
         work = flops.batch_work(net, tuple(x.shape), x.dtype, "train")
         opt = Optimizer([p for p in net.parameters() if p.requires_grad],
                         OptimSpec("sgd", 0.0, 0.0, 0.0, nesterov=False))
-        _step(net, opt, x, y)  # warm-up: allocations, kernels chosen
-        steps, t0 = 0, time.process_time()
-        while steps < 3 or time.process_time() - t0 < seconds:
+        def one() -> int:
             _step(net, opt, x, y)
-            steps += 1
-        elapsed = time.process_time() - t0
+            return 1
+
+        one()  # warm-up: allocations, kernels chosen
+        steps, elapsed = _for_cpu(seconds, 3, one)
         small = tuple(_small(*w, max(seconds / 4, 0.05)) for w in SMALL_WORKLOADS)
     finally:
         torch.set_num_threads(before)
@@ -151,10 +152,18 @@ def _small(name: str, shape: tuple[int, ...], batch: int, seconds: float) -> Tim
                      generator=torch.Generator().manual_seed(1)).steps
 
     epoch()  # warm-up
+    steps, elapsed = _for_cpu(seconds, 1, epoch)
+    return Timed(steps, flops.batch_work(net, (batch, *shape)), elapsed)
+
+
+def _for_cpu(seconds: float, least: int, run: Callable[[], int]) -> tuple[int, float]:
+    """Call `run` (it returns the steps it took) until `seconds` of this process's CPU time
+    have passed and at least `least` steps were taken: (steps, CPU seconds). Nothing else is
+    timed (a first count of a batch's work on the meta device was, before)."""
     steps, t0 = 0, time.process_time()
-    while steps == 0 or time.process_time() - t0 < seconds:
-        steps += epoch()
-    return Timed(steps, flops.batch_work(net, (batch, *shape)), time.process_time() - t0)
+    while steps < least or time.process_time() - t0 < seconds:
+        steps += run()
+    return steps, time.process_time() - t0
 
 
 def _step(net: torch.nn.Module, opt: Optimizer, x: torch.Tensor, y: torch.Tensor) -> None:
