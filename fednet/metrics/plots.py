@@ -337,7 +337,10 @@ def _stack_split(a: Axes, labels: list[str], splits: list[dict[str, float]]) -> 
     a.set_yticks(ys, [wrap(lab, 28) for lab in labels], fontsize=7)
     a.invert_yaxis()
     a.set_xlabel("simulated time (s), by where it went")
-    a.legend(fontsize=7, loc="best")
+    # below the bars, never over them (one part may fill a whole bar); constrained layout
+    # makes room for it
+    a.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=3,
+             frameon=False)
     a.grid(alpha=0.3, axis="x")
 
 
