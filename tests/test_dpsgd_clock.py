@@ -49,3 +49,23 @@ def test_dpsgd_charges_its_noise_draws_and_its_per_example_path():
     assert sim == pytest.approx(dp.flops / 1e9 + calls * 1e-5 + steps * values / 1e7)
     again, _ = _run("dpsgd")  # the same task, the same seconds: nothing is timed
     assert compute_time(p, 40, again.flops, again.ops) == sim
+
+
+def test_local_dp_charges_one_noise_draw_a_noised_value():
+    """--dp local (algorithms/dp_client.py): the client's noise is on its task's meter, one
+    opcount "noise" draw per floating value it sends, beside its training's batches."""
+    import numpy as np
+
+    from fednet.core.executor import Executor
+    from fednet.models.arrays import state_arrays
+    from fednet.network import latency
+    from fednet.types import Task
+    from tests.conftest import small_config
+
+    cfg = small_config(clients=3, dp={"mode": "local", "noise": 1.0, "clip": 1.0})
+    ex = Executor(0, cfg, latency.profiles(cfg.latency, cfg.clients, cfg.seed)[0], files=False)
+    arrays = {k: np.array(a, copy=True) for k, a in state_arrays(ex._initial()).items()}
+    floating = sum(a.size for a in arrays.values() if np.issubdtype(a.dtype, np.floating))
+    with flops.metered() as m:
+        ex.update.run(ex.ctx, Task(1, 0, [0], arrays, {"epochs": 1, "lr": 0.1}))
+    assert m.ops.get("noise") == floating and m.batches > 0

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from fednet import rng
+from fednet import opcount, rng
 from fednet.algorithms.contract import ClientContext, ClientUpdate
 from fednet.privacy.mechanisms import floating, privatize
 from fednet.types import Arrays, Task
@@ -46,4 +46,7 @@ class LocalDPClient:
         dp = self.cfg.dp
         gen = rng.generator(self.cfg.seed, "dp-local", task.round, ctx.cid)
         arrays, _, _ = privatize(arrays, ref, dp.clip, dp.noise * dp.clip, gen)
+        # its noise on the clock: one Gaussian draw a noised value (the task's meter, at the
+        # client's noise_per_s; opcount's "noise", as DP-SGD's step charges it)
+        opcount.charge({"noise": float(sum(ref[n].size for n in ref))})
         return arrays, {k: v for k, v in body.items() if k != "loss"}
