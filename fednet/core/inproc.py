@@ -23,6 +23,7 @@ from fednet.metrics.history import resolve_out
 from fednet.models import drop_templates, keep_template
 from fednet.network.churn import next_online_hop
 from fednet.platform.gpus import check_gpus, device_for, gpu_counts
+from fednet.training.batched import release_buffers
 from fednet.protocol import Message, MsgKind
 from fednet.protocol.handover import handover
 from fednet.types import ClientInfo, Failure, Result, Roster, Task, client_name
@@ -126,6 +127,7 @@ class InprocDispatcher:
         drop_templates()
         share_working_models(False)
         self.executors.clear()
+        release_buffers()
 
     def alive_clients(self) -> Roster:
         """Every client (none can die in-process); no executor is built for it. A roster of

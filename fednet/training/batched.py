@@ -55,6 +55,7 @@ Other optimizers (Adam, AdamW), DP-SGD and arbitrary hooks or loss terms run in 
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -62,7 +63,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from fednet.data.views import Examples, gathered
+from fednet.data.views import Examples, Rows, gathered
 from fednet.training import interrupt
 from fednet.training.local import TrainStats
 from fednet.training.objective import Classification, Objective
@@ -163,12 +164,12 @@ class _Plan:
     """Every client's batches, step by step, without padding to the longest client: step s
     computes the first ks[s] clients of the stack (longest first: those still training, two at
     least), B slots each, in the flat layout's slots [at[s], at[s] + ks[s] B); a slot holds the
-    index of one of the client's rows (the clients' rows concatenated) where mask is set, or,
-    augmented, the augmented example itself in x."""
+    index of its example in x (the block's example tensors, _sources) where mask is set, or,
+    augmented, the augmented example itself in x; its label is gathered once, in y."""
 
-    x: torch.Tensor          # the clients' data concatenated, or every slot's example [E, ...]
-    y: torch.Tensor          # the clients' labels concatenated, or every slot's label [E]
-    rows: torch.Tensor | None  # [E] indices into x and y; None when x holds the batches
+    x: torch.Tensor          # the examples the slots index (_sources), or every slot's [E, ...]
+    y: torch.Tensor          # every slot's label [E] (a padding slot's: any of the block's)
+    rows: torch.Tensor | None  # [E] indices into x; None when x holds the batches
     mask: torch.Tensor       # [E] bool: a real example of the client's batch
     weight: torch.Tensor     # [E] 1 / the examples of the slot's batch where real, else 0
     steps: list[int]         # each client's number of steps
@@ -177,19 +178,18 @@ class _Plan:
     width: int               # B: the slots a client has at a step (the largest batch)
     client: torch.Tensor     # [P] the client of each (step, client) pair, step by step
     counts: torch.Tensor     # [P] the real examples of each pair's batch (int64)
+    pooled: bool = False     # x is _BUFFERS' memory: give it back after the block
 
     def batch(self, s: int) -> Batch:
         """Step s's (x, y, mask, weight) of its ks[s] clients, each with leading dimensions
         [k, B]."""
         k, lo = self.ks[s], self.at[s]
         hi = lo + k * self.width
-        m, w = self.mask[lo:hi].view(k, self.width), self.weight[lo:hi].view(k, self.width)
-        if self.rows is None:
-            return (self.x[lo:hi].view(m.shape + self.x.shape[1:]), self.y[lo:hi].view(m.shape),
-                    m, w)
-        r = self.rows[lo:hi]
-        xb = self.x.index_select(0, r)
-        return xb.view(m.shape + xb.shape[1:]), self.y.index_select(0, r).view(m.shape), m, w
+        shape = (k, self.width)
+        m, w, y = (self.mask[lo:hi].view(shape), self.weight[lo:hi].view(shape),
+                   self.y[lo:hi].view(shape))
+        x = self.x[lo:hi] if self.rows is None else self.x.index_select(0, self.rows[lo:hi])
+        return x.view(shape + x.shape[1:]), y, m, w
 
     def per_client(self, values: torch.Tensor) -> list[list[float]]:
         """Per-pair values ([P]) as each client's list, step by step, over its own steps."""
@@ -253,20 +253,103 @@ def _plan(jobs: Sequence[ClientJob], augment: Augment | None, least: int = 2) ->
     at = (torch.cumsum(ks, 0) - ks) * B
     counts = mask.sum(1)
     if augment is None:
-        xs, ys = torch.cat([gathered(j.x) for j in jobs]), y
-        index = torch.zeros(len(flat), dtype=torch.long)
+        index = torch.zeros(len(flat), dtype=torch.long)  # a padding slot: row 0, masked
         index[flat] = own
-        rows: torch.Tensor | None = index.to(dev)
+        xs, place, pooled = _sources(jobs)
+        rows: torch.Tensor | None = place.index_select(0, index).to(dev)
+        ys = y.index_select(0, index.to(y.device))
     else:
         xs = batches[0].new_zeros((len(flat),) + tuple(batches[0].shape[1:]))
         xs[flat.to(xs.device)] = torch.cat(batches)[src.to(xs.device)]
-        ys, rows = y.new_zeros(len(flat)), None
+        ys, rows, pooled = y.new_zeros(len(flat)), None, False
         ys[flat.to(y.device)] = y[own.to(y.device)]
     dtype = jobs[0].x.dtype if jobs[0].x.dtype.is_floating_point else torch.float32
     weight = (mask.to(dtype) / counts.clamp(min=1).to(dtype)[:, None]).reshape(-1)
     return _Plan(xs, ys, rows, flat.to(dev), weight.to(dev), steps.tolist(), ks.tolist(),
-                 at.tolist(), B, g, counts)
+                 at.tolist(), B, g, counts, pooled)
 
+
+def _sources(jobs: Sequence[ClientJob]) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """The block's examples as one tensor and the place in it of each of the clients' rows (the
+    clients' rows concatenated, as _plan numbers them): a step gathers its batches from it by
+    index. Clients whose x is an index view (data/views.Rows) of one base tensor share that
+    base, which is not copied when it is the block's only one (a centralized dataset's shared
+    images); distinct bases (a natural dataset's clients' own arrays) are concatenated once.
+    A base mostly unused by the block (more than twice the rows its clients index) gives only
+    the clients' rows instead, gathered, as does an x that is a plain tensor (itself). The
+    third value says whether the tensor is _BUFFERS' (to be given back)."""
+    keyed: dict[tuple, list[int]] = {}  # a base -> the clients indexing it
+    views: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+    for g, j in enumerate(jobs):
+        x = j.x
+        base, idx = (x.base, x.index) if isinstance(x, Rows) and x.base.device == x.device \
+            else (gathered(x), None)
+        views.append((base, idx))
+        key = (base.data_ptr(), base.dtype, base.device, tuple(base.shape), tuple(base.stride()))
+        keyed.setdefault(key, []).append(g)
+    parts: list[torch.Tensor] = []
+    place: list[torch.Tensor | None] = [None] * len(jobs)
+    at = 0
+    for users in keyed.values():
+        base = views[users[0]][0]
+        used = sum(len(jobs[g].y) for g in users)
+        if all(views[g][1] is None for g in users) or len(base) <= 2 * used:
+            parts.append(base)
+            for g in users:
+                idx = views[g][1]
+                place[g] = (torch.arange(at, at + len(base)) if idx is None
+                            else idx.to("cpu") + at)
+            at += len(base)
+        else:  # a few rows of a large base: those only
+            for g in users:
+                idx = views[g][1]
+                rows = base if idx is None else base.index_select(0, idx.to(base.device))
+                parts.append(rows)
+                place[g] = torch.arange(at, at + len(rows))
+                at += len(rows)
+    places = torch.cat([p for p in place if p is not None])
+    if len(parts) == 1:
+        return parts[0], places, False
+    xs = _BUFFERS.take((at, *parts[0].shape[1:]), parts[0].dtype, parts[0].device)
+    torch.cat(parts, out=xs)
+    return xs, places, True
+
+
+class _Buffers:
+    """The memory of the last block's concatenated examples (_sources), reused by the next
+    block of the same dtype, device and example shape while it fits: a new tensor of this size
+    (tens of MB) comes from fresh pages of the system, and writing them first costs about as
+    much as the copy itself (~0.1 s for a million-client round's block of mclr clients).
+    A block takes the buffer while it trains (another block then makes its own); release()
+    drops it."""
+
+    def __init__(self) -> None:
+        self.free: torch.Tensor | None = None
+
+    def take(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
+             ) -> torch.Tensor:
+        buf, self.free = self.free, None
+        if (buf is None or buf.dtype != dtype or buf.device != device
+                or buf.shape[1:] != shape[1:] or len(buf) < shape[0]):
+            buf = torch.empty((shape[0] + shape[0] // 4, *shape[1:]), dtype=dtype, device=device)
+        return buf[:shape[0]]
+
+    def give(self, x: torch.Tensor) -> None:
+        """x (taken) is no longer used: its whole buffer is free for the next block."""
+        base = x._base if x._base is not None else x
+        if self.free is None or base.numel() >= self.free.numel():
+            self.free = base
+
+    def release(self) -> None:
+        self.free = None
+
+
+_BUFFERS = _Buffers()
+
+
+def release_buffers() -> None:
+    """Drop the memory kept for the next block (the run ended)."""
+    _BUFFERS.release()
 
 def least_clients(model: nn.Module) -> int:
     """The fewest clients a step computes (padded with clients past their end) so that a
@@ -324,37 +407,88 @@ class _SGD:
                                          else torch.zeros_like(v[0]) for j in jobs])
                          for k, v in start.items()}
         self.buf = {k: torch.zeros_like(v) for k, v in start.items()} if self.use_mom else {}
+        self._steps: dict[tuple[int, int], _Step] = {}
 
-    @torch.no_grad()
-    def step(self, params: dict[str, torch.Tensor], grads: Sequence[torch.Tensor],
-             active: torch.Tensor | None, k: int) -> None:
-        """One step of the clients (of those `active`: None = all), in place in `params`, the
-        momentum buffers and `grads` (in params' order). buf = d on a client's first step, as
-        torch's sgd has it, because the buffers start at zero (0 * m + d = d). An inactive
-        client's gradient is zeroed and its momentum factor is 1: buf = 1 * buf + 0 and
-        p = p + (-lr) * 0, both exact."""
-        off = None if active is None else ~active
-        m0, neg_lr, wd, mu, nest = (self.mom[:k], self.neg_lr[:k], self.wd[:k], self.mu[:k],
-                                    self.nesterov[:k])
+    def at(self, params: dict[str, torch.Tensor], k: int, a: int) -> _Step:
+        """The step of the first k clients of the stack of which the first a train (the others
+        are past their last step: computed, least_clients, and kept as they are): their
+        parameters' and buffers' views and their hyper-parameters shaped for each parameter,
+        made once per (k, a) and reused (the views follow the in-place updates)."""
+        got = self._steps.get((k, a))
+        if got is not None:
+            return got
+        m0 = self.mom[:k]
+        off = None
+        if a < k:
+            off = torch.zeros(k, dtype=torch.bool, device=m0.device)
+            off[a:] = True
         mom = m0 if off is None else torch.where(off, 1.0, m0)
-        for (name, full), d in zip(params.items(), grads):
+        terms = []
+        for name, full in params.items():
             p = full[:k]
             shape = (-1,) + (1,) * (p.dim() - 1)
-            if self.anchor:
-                d.addcmul_(mu.view(shape), p - self.anchor[name][:k])
-            if self.corr:
-                d.add_(self.corr[name][:k])
-            if self.use_wd:
-                d.addcmul_(wd.view(shape), p)
-            if off is not None:
-                d.masked_fill_(off.view(shape), 0.0)
-            if self.use_mom:
-                b = self.buf[name][:k].mul_(mom.view(shape)).add_(d)
-                d = (torch.where(nest.view(shape), d.addcmul(m0.view(shape), b), b)
-                     if self.use_nesterov else b)
-                if off is not None:
-                    d = d.masked_fill(off.view(shape), 0.0)
-            p.addcmul_(neg_lr.view(shape), d)
+            terms.append(_Term(
+                p, self.neg_lr[:k].view(shape),
+                self.anchor[name][:k] if self.anchor else None, self.mu[:k].view(shape),
+                self.corr[name][:k] if self.corr else None,
+                self.wd[:k].view(shape) if self.use_wd else None,
+                None if off is None else off.view(shape),
+                self.buf[name][:k] if self.use_mom else None, m0.view(shape), mom.view(shape),
+                self.nesterov[:k].view(shape) if self.use_nesterov else None))
+        got = self._steps[(k, a)] = _Step({n: t.p for n, t in zip(params, terms)}, terms)
+        return got
+
+    @staticmethod
+    @torch.no_grad()
+    def step(terms: Sequence[_Term], grads: Sequence[torch.Tensor]) -> None:
+        """One step of the clients of `terms` (_SGD.at), in place in their parameters, momentum
+        buffers and `grads` (in the parameters' order). buf = d on a client's first step, as
+        torch's sgd has it, because the buffers start at zero (0 * m + d = d). A client past its
+        last step (off) has its gradient zeroed and its momentum factor 1: buf = 1 * buf + 0 and
+        p = p + (-lr) * 0, both exact."""
+        for t, d in zip(terms, grads):
+            p = t.p
+            if t.anchor is not None:
+                d.addcmul_(t.mu, p - t.anchor)
+            if t.corr is not None:
+                d.add_(t.corr)
+            if t.wd is not None:
+                d.addcmul_(t.wd, p)
+            if t.off is not None:
+                d.masked_fill_(t.off, 0.0)
+            if t.buf is not None:
+                b = t.buf.mul_(t.mom).add_(d)
+                d = torch.where(t.nest, d.addcmul(t.m0, b), b) if t.nest is not None else b
+                if t.off is not None:
+                    d = d.masked_fill(t.off, 0.0)
+            p.addcmul_(t.neg_lr, d)
+
+
+@dataclass
+class _Term:
+    """One trainable parameter's views for a step of the first k clients (_SGD.at): the
+    parameters and per-client settings shaped [k, 1, ...]; None where the block has none of it
+    (proximal anchor, correction, weight decay, clients past their end, momentum, Nesterov)."""
+
+    p: torch.Tensor
+    neg_lr: torch.Tensor
+    anchor: torch.Tensor | None
+    mu: torch.Tensor
+    corr: torch.Tensor | None
+    wd: torch.Tensor | None
+    off: torch.Tensor | None
+    buf: torch.Tensor | None
+    m0: torch.Tensor
+    mom: torch.Tensor
+    nest: torch.Tensor | None
+
+
+@dataclass
+class _Step:
+    """A step's parameters by name ([k, ...] views, what the stepper takes) and its terms."""
+
+    params: dict[str, torch.Tensor]
+    terms: list[_Term]
 
 
 def _cross_entropy(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -389,16 +523,21 @@ def train_batched(model: nn.Module, jobs: Sequence[ClientJob], *, augment: Augme
     back = torch.argsort(torch.tensor(order)).to(plan.mask.device)  # sorted -> the jobs' order
 
     step_grads = _stepper(model, fixed, params, plan)
-    steps = torch.tensor(plan.steps, device=plan.mask.device)
+    down = [-n for n in plan.steps]  # ascending: bisect counts the clients still training
     losses = []
-    for s, k in enumerate(plan.ks):
-        interrupt.poll()
-        grads, loss = step_grads({n: p[:k] for n, p in params.items()}, *plan.batch(s))
-        opt.step(params, [grads[n] for n in names],
-                 None if s < plan.steps[k - 1] else steps[:k] > s, k)
-        losses.append(loss)
-        if on_step is not None:
-            on_step(s, {n: p[back] for n, p in params.items()})
+    try:
+        with torch.no_grad():  # the updates' (torch.func.grad computes its gradients regardless)
+            for s, k in enumerate(plan.ks):
+                interrupt.poll()
+                now = opt.at(params, k, k if s < plan.steps[k - 1] else bisect_left(down, -s))
+                grads, loss = step_grads(now.params, *plan.batch(s))
+                opt.step(now.terms, [grads[n] for n in names])
+                losses.append(loss)
+                if on_step is not None:
+                    on_step(s, {n: p[back] for n, p in params.items()})
+    finally:
+        if plan.pooled:
+            _BUFFERS.give(plan.x)
     # each client's batches' real examples, and their mean losses weighted by their sizes (in
     # float64), step by step
     sizes = [[int(c) for c in row] for row in plan.per_client(plan.counts)]
