@@ -23,6 +23,24 @@ at 1,000 with 10% dropouts, and 213 s, SecAgg at 1,024, at fb32bb6): `plus-D-C`,
 FP_COHORT a round of the population with the rows' dropout rate D; `full-N`, SecAgg at N =
 FP_FULL clients. The plugin is named from the repository root (`benchmarks/secagg_plugin.py`),
 where they are run.
+
+Round timing (issue 58's target "SecAgg+ round <= 1.5x plain FedAvg's at 100 and 1,000 clients a
+round, under both runtimes"):
+
+    python3 benchmarks/bench_secagg.py rounds [--cohorts 100 1000] [--runtimes local launch]
+        [--rounds 4] [--json benchmarks/results/secagg_round.json]
+
+The same job with and without SecAgg+, side by side in one run: digits (its default model,
+digits_cnn: 15,466 parameters), every client in every round (--fraction 1), 1 local epoch, under
+`fednet local` and `fednet launch` (each a process of its own; off and plus one after the other
+per cell). A steady round is the median of the rounds after the first (metrics.jsonl's wall_s,
+the round's own wall-clock: the clients' work, the stages' messages, the server's, and the
+global model's evaluation). The ratio is SecAgg+'s steady round over plain FedAvg's. The
+profile: one more `fednet local` run of each (2 rounds) under cProfile, the time of each part
+of the protocol (X25519 agreements, HKDF, AES-CTR masks, AES-GCM, Shamir sharing and rebuilding,
+the client's stages, the server's) and of what both runs have (training, message delivery,
+the round driver), SecAgg+'s less plain FedAvg's; cProfile inflates Python-heavy parts, so its
+shares are a guide and the ratios are the uninstrumented runs'.
 """
 from __future__ import annotations
 
@@ -161,6 +179,161 @@ def main() -> None:
     write_json(a.json, data, headline)
 
 
+# ---- round timing ------------------------------------------------------------------------------
+PROFILE_PARTS: dict[str, list[tuple[str, str]]] = {
+    # (file suffix, function): cProfile's cumulative seconds (tottime for C methods: "~")
+    "x25519 exchange": [("~", "<method 'exchange' of "), ("~", "from_public_bytes")],
+    "x25519 private key build": [("~", "from_private_bytes")],
+    "hkdf": [("~", "<method 'derive' of ")],
+    "aes-ctr masks": [("secagg/crypto.py", "mask"), ("secagg/crypto.py", "add_mask")],
+    "aes-gcm seal/open": [("secagg/crypto.py", "seal"), ("secagg/crypto.py", "unseal"),
+                          ("secagg/crypto.py", "seal_many"), ("secagg/crypto.py", "unseal_many")],
+    "shamir share": [("secagg/shamir.py", "share"), ("secagg/shamir.py", "share_many")],
+    "shamir rebuild": [("secagg/shamir.py", "reconstruct"),
+                       ("secagg/shamir.py", "reconstruct_many")],
+    "client stage keys": [("secagg/client.py", "keys")],
+    "client stage shares": [("secagg/client.py", "shares")],
+    "client stage input: open shares": [("secagg/client.py", "open_shares")],
+    "client stage input: quantize": [("secagg/field.py", "quantize")],
+    "client stage input: mask": [("secagg/client.py", "masked")],
+    "client stage unmask": [("secagg/client.py", "unmask")],
+    "server stages (routing, sum)": [
+        ("secagg/server.py", f) for f in ("take_keys", "share_requests", "take_shares",
+                                          "input_requests", "take_input", "unmask_requests",
+                                          "take_unmask")],
+    "server unmask (rebuild secrets, remove masks)": [("secagg/server.py", "result")],
+    "training (the inner client)": [("algorithms/fedavg.py", "run")],
+    "message delivery (local: handover)": [("core/inproc.py", "_send")],
+    "round (run_round, all of it)": [("core/inproc.py", "run_round")],
+}
+
+
+def _profile_parts(prof: Path) -> dict[str, float]:
+    """PROFILE_PARTS' seconds in one cProfile file."""
+    import pstats
+
+    st = pstats.Stats(str(prof)).stats  # type: ignore[attr-defined]  # (its table)
+    out = {}
+    for part, keys in PROFILE_PARTS.items():
+        t = 0.0
+        for (file, _line, fn), (_cc, _nc, tt, ct, _callers) in st.items():
+            for suffix, name in keys:
+                if suffix == "~" and file == "~" and name in fn:
+                    t += tt
+                elif suffix != "~" and file.endswith(suffix) and fn == name:
+                    t += ct
+        out[part] = round(t, 4)
+    return out
+
+
+def round_cell(out: Path, runtime: str, mode: str, cohort: int, rounds: int,
+               extra: Sequence[str] = (), profile: bool = False) -> dict[str, Any]:
+    """One run of `rounds` rounds: each round's wall seconds, its steady round (the median after
+    the first), the protocol's CPU seconds per stage (metrics: the server's, the clients' sum)."""
+    args = ["--dataset", "digits", "--clients", str(cohort), "--fraction", "1", "--rounds",
+            str(rounds), "--epochs", "1", "--secagg", mode, "-q", "--out", str(out), *extra]
+    cmd = fednet_module(runtime, *args)
+    if profile:
+        cmd = [cmd[0], "-m", "cProfile", "-o", str(out) + ".prof", *cmd[1:]]
+    r = run(cmd)
+    rec: dict[str, Any] = {"runtime": runtime, "mode": mode, "cohort": cohort, "rounds": rounds,
+                           "process_wall_s": r.wall_s}
+    if r.rc != 0:
+        return {**rec, "status": f"rc {r.rc}", "error": r.stderr[-800:]}
+    rows = [m for m in metrics(out) if "wall_s" in m and "round" in m]
+    walls = [m["wall_s"] for m in rows]
+    rec["round_wall_s"] = [round(b - a, 4) for a, b in zip([0.0] + walls, walls)]
+    steady = rec["round_wall_s"][1:] or rec["round_wall_s"]
+    rec["steady_s"] = float(np.median(steady))
+    rec["sim_s"] = [m.get("sim_s") for m in rows]
+    for key in ("secagg_server_s", "secagg_client_s", "secagg_sim_s"):
+        per = [m.get(key) or {} for m in rows[1:] or rows]
+        rec[key] = {k: round(float(np.mean([p.get(k, 0.0) for p in per])), 4)
+                    for k in sorted({k for p in per for k in p})}
+    if profile:
+        rec["profile_s"] = _profile_parts(Path(str(out) + ".prof"))
+    with np.load(out / "final_model.npz") as z:
+        import hashlib
+
+        h = hashlib.sha256()
+        for k in sorted(z.files):
+            h.update(k.encode() + z[k].tobytes())
+        rec["model_sha256"] = h.hexdigest()[:16]
+    return rec
+
+
+def rounds_main(argv: Sequence[str]) -> None:
+    ap = argparse.ArgumentParser(prog="bench_secagg.py rounds",
+                                 description="SecAgg+'s round over plain FedAvg's (issue 58)")
+    ap.add_argument("--cohorts", type=int, nargs="+", default=[100, 1000])
+    ap.add_argument("--runtimes", nargs="+", default=["local", "launch"],
+                    choices=["local", "launch"])
+    ap.add_argument("--rounds", type=int, default=4, help="the first is not a steady one")
+    ap.add_argument("--profile-cohorts", type=int, nargs="*", default=None,
+                    help="the cohorts profiled under fednet local (default: --cohorts)")
+    ap.add_argument("--json")
+    a = ap.parse_args(list(argv))
+    cells: list[dict[str, Any]] = []
+    profiles: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for cohort in a.cohorts:
+            for runtime in a.runtimes:
+                for mode in ("off", "plus"):
+                    rec = round_cell(Path(tmp) / f"{runtime}-{mode}-{cohort}", runtime, mode,
+                                     cohort, a.rounds)
+                    cells.append(rec)
+                    print(f"{runtime:6s} {mode:4s} {cohort:5d}: rounds {rec.get('round_wall_s')} "
+                          f"steady {rec.get('steady_s', float('nan')):.3f} s {rec.get('status', '')}",
+                          flush=True)
+        for cohort in a.cohorts if a.profile_cohorts is None else a.profile_cohorts:
+            got = {mode: round_cell(Path(tmp) / f"prof-{mode}-{cohort}", "local", mode, cohort, 2,
+                                    profile=True) for mode in ("off", "plus")}
+            if all("profile_s" in g for g in got.values()):
+                off, plus = got["off"]["profile_s"], got["plus"]["profile_s"]
+                profiles[str(cohort)] = {
+                    "rounds": 2, "off_s": off, "plus_s": plus,
+                    "extra_s": {k: round(plus[k] - off[k], 4) for k in plus}}
+                print(f"profile {cohort}: " + ", ".join(
+                    f"{k} {v:.2f}" for k, v in profiles[str(cohort)]["extra_s"].items()),
+                    flush=True)
+    ratios = {}
+    for cohort in a.cohorts:
+        for runtime in a.runtimes:
+            off, plus = (_round_find(cells, runtime, m, cohort) for m in ("off", "plus"))
+            if off and plus:
+                ratios[f"{runtime}_{cohort}"] = plus["steady_s"] / off["steady_s"]
+    data = {"machine": machine(), "args": vars(a), "cells": cells, "ratios": ratios,
+            "profiles": profiles}
+    print(table(["runtime", "cohort", "off s", "plus s", "plus/off"],
+                [[k.split("_")[0], int(k.split("_")[1]),
+                  _round_find(cells, k.split("_")[0], "off", int(k.split("_")[1]))["steady_s"],
+                  _round_find(cells, k.split("_")[0], "plus", int(k.split("_")[1]))["steady_s"],
+                  v] for k, v in ratios.items()]))  # type: ignore[index]  # (found above)
+    write_json(a.json, data, headline)
+
+
+def _round_find(cells: list[dict[str, Any]], runtime: str, mode: str, cohort: int
+                ) -> dict[str, Any] | None:
+    return next((c for c in cells if c["runtime"] == runtime and c["mode"] == mode
+                 and c["cohort"] == cohort and "steady_s" in c), None)
+
+
+def round_headline(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """A row per runtime: SecAgg+'s steady round over plain FedAvg's, the worse of the cohorts
+    (each cohort's ratio in the note)."""
+    rows = []
+    for runtime in ("local", "launch"):
+        got = {int(k.split("_")[1]): v for k, v in data.get("ratios", {}).items()
+               if k.split("_")[0] == runtime}
+        if got:
+            rows.append(headline_row(
+                "secure aggregation", f"SecAgg+ round over plain FedAvg's, fednet {runtime} "
+                f"(digits, {' and '.join(f'{c:,}' for c in sorted(got))} clients a round: the "
+                "worse)", round(max(got.values()), 2), "x", "<= 1.5",
+                ", ".join(f"{c:,}: {v:.2f}x" for c, v in sorted(got.items()))))
+    return measured(*rows)
+
+
 def _mid(a: argparse.Namespace) -> int:
     """The cohort the dropout rates are measured at (the middle one: 1,000 by default)."""
     return sorted(a.cohorts)[len(a.cohorts) // 2]
@@ -215,6 +388,8 @@ def analysis(cells: list[dict[str, Any]], a: argparse.Namespace) -> dict[str, An
 
 
 def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
+    if "ratios" in data:  # the round-timing mode's file (secagg_round.json)
+        return round_headline(data)
     an, fps = data.get("analysis", {}), sorted(data.get("fingerprints") or {})
     return measured(
         _fingerprinted([n for n in fps if n.startswith("plus-")], headline_row(
@@ -244,4 +419,7 @@ def _fingerprinted(names: list[str], row: dict[str, Any] | None) -> dict[str, An
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["rounds"]:
+        rounds_main(sys.argv[2:])
+    else:
+        main()

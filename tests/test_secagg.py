@@ -146,3 +146,55 @@ def test_quantization_round_trips_within_one_step():
     mean = field.dequantize(tot, sum(ws), 2.0, 16)
     exact = sum(w * x for x, w in zip(xs, ws)) / sum(ws)
     assert np.max(np.abs(mean - exact)) <= 2 * 2.0 / 65535
+
+
+def test_the_batched_shamir_pieces_give_what_the_one_at_a_time_ones_give():
+    """lagrange_rows, reconstruct_many, encode_rows and decode_rows (the vectorised forms the
+    clients and the server use) agree with lagrange_at_zero, reconstruct, encode_share and
+    decode_share, errors included (too few shares, a share that rebuilds no secret)."""
+    rng = np.random.default_rng(3)
+    xs = np.array([rng.choice(np.arange(1, 5000), 7, replace=False) for _ in range(20)])
+    want = np.stack([shamir.lagrange_at_zero(x) for x in xs])
+    assert np.array_equal(shamir.lagrange_rows(xs), want)
+    items = []
+    for i in range(12):
+        parties = sorted(rng.choice(3000, 9, replace=False).tolist())
+        t = 2 + i % 5
+        sh = shamir.share(bytes([i]) * 32, parties, t, rng)
+        got = {p: sh[p] for p in parties[: t + (i % 3) - 1]}  # some with t - 1 shares
+        if i % 4 == 0 and got:  # a share that is wrong
+            got[parties[0]] = rng.integers(0, shamir.P, shamir.chunks())
+        items.append((got, t))
+    for (got, t), res in zip(items, shamir.reconstruct_many(items)):
+        try:
+            assert res == shamir.reconstruct(got, t)
+        except ValueError as e:
+            assert isinstance(res, ValueError) and str(res) == str(e)
+    y = rng.integers(0, shamir.P, (5, shamir.chunks()))
+    rows = shamir.encode_rows(y)
+    assert rows.tobytes() == b"".join(shamir.encode_share(v) for v in y)
+    rows[2, :4] = 255  # a chunk at 2^32 - 1: no field element
+    back, ok = shamir.decode_rows(rows)
+    assert ok.tolist() == [True, True, False, True, True]
+    assert np.array_equal(back[ok], y[ok])
+
+
+def test_masks_in_place_and_pair_keys_kept_for_the_other_end_are_the_same_bytes():
+    """add_mask is + or - mask() in place; agree() gives both ends of a pair the same key,
+    the second end taking the first's (kept in PAIRS, then gone), and a third party's key
+    pair is never given another pair's key."""
+    seed = bytes(range(32))
+    for dt in (np.uint32, np.uint64):
+        y = np.arange(1001, dtype=dt)
+        m = crypto.mask(seed, y.size, np.dtype(dt))
+        assert np.array_equal(crypto.add_mask(y.copy(), seed), y + m)
+        assert np.array_equal(crypto.add_mask(y.copy(), seed, -1), y - m)
+    (a, pa), (b, pb), (c, pc) = (crypto.keypair(bytes([i]) * 32) for i in (7, 8, 9))
+    info = b"test-pairs|0"
+    crypto.PAIRS.pop(info, None)
+    ab = crypto.agree(a, pb, info)
+    assert len(crypto.PAIRS[info]) == 1
+    assert crypto.agree(c, pb, info) != ab and crypto.agree(c, pa, info) != ab
+    assert crypto.agree(b, pa, info) == ab and (min(pa, pb), max(pa, pb)) not in crypto.PAIRS[info]
+    crypto.PAIRS.clear()
+    assert crypto.agree(b, pa, info) == ab  # (computed: nothing kept)

@@ -98,15 +98,18 @@ def shares(s: Session, nbrs: np.ndarray, c_pks: np.ndarray, s_pks: np.ndarray, t
     s.pks = {v: (bytes(c_pks[i]), bytes(s_pks[i])) for i, v in enumerate(ids)}
     s.b = rng.bytes(32)
     ops.charge(cost.shares(len(ids), t))
-    b_sh = shamir.share(s.b, ids, t, rng)
-    s_sh = shamir.share(s.s_sk, ids, t, rng)
+    b_sh = shamir.share_rows(s.b, ids, t, rng)
+    s_sh = shamir.share_rows(s.s_sk, ids, t, rng)
+    pairs = np.empty((len(ids), 2), ">i8")  # (cid, v): the plaintext's head and the AAD
+    pairs[:, 0], pairs[:, 1] = s.cid, ids
+    heads = pairs.view(np.uint8).reshape(len(ids), 16)
+    plains = np.hstack([heads, shamir.encode_rows(b_sh), shamir.encode_rows(s_sh)])
     sealed = np.zeros((len(ids), SEALED_BYTES), np.uint8)
+    c_key = s.c_key or crypto.private(s.c_sk)
     for i, v in enumerate(ids):  # (the key kept: the shares v seals for it open with it)
-        key = s.sealing[v] = crypto.agree(s.c_key or s.c_sk, s.pks[v][0], share_info(s.rnd))
-        plain = (_IDS.pack(s.cid, v) + shamir.encode_share(b_sh[v])
-                 + shamir.encode_share(s_sh[v]))
-        aad = _IDS.pack(s.cid, v)
-        sealed[i] = np.frombuffer(crypto.seal(key, nonce(s.rnd, s.cid, v), plain, aad), np.uint8)
+        key = s.sealing[v] = crypto.agree(c_key, s.pks[v][0], share_info(s.rnd))
+        sealed[i] = np.frombuffer(crypto.seal(key, nonce(s.rnd, s.cid, v), plains[i].tobytes(),
+                                              heads[i].tobytes()), np.uint8)
     return {"to": np.array(ids, np.int64), "sealed": sealed}
 
 
@@ -117,21 +120,32 @@ def open_shares(s: Session, senders: np.ndarray, sealed: np.ndarray) -> list[int
     sender that is no neighbour: the server's routing)."""
     bad = []
     ops.charge(cost.open_shares(len(senders)))
+    opened: list[tuple[int, bytes]] = []
+    c_key = s.c_key or crypto.private(s.c_sk)
     for v, row in zip((int(x) for x in senders), sealed):
         if v not in s.pks:
             raise ValueError(f"a share from client {v}, who is not a neighbour")
-        key = s.sealing.get(v) or crypto.agree(s.c_key or s.c_sk, s.pks[v][0],
-                                                share_info(s.rnd))
+        key = s.sealing.get(v) or crypto.agree(c_key, s.pks[v][0], share_info(s.rnd))
         try:
             plain = crypto.unseal(key, nonce(s.rnd, v, s.cid), bytes(row), _IDS.pack(v, s.cid))
-            if _IDS.unpack(plain[:16]) != (v, s.cid):
-                raise ValueError(f"the share from client {v} names other parties")
-            held = (shamir.decode_share(plain[16:16 + SB]),
-                    shamir.decode_share(plain[16 + SB:16 + 2 * SB]))
         except ValueError:
             bad.append(v)
             continue
-        s.held[v] = held
+        if len(plain) != 16 + 2 * SB or _IDS.unpack(plain[:16]) != (v, s.cid):
+            bad.append(v)  # (names other parties, or is no pair of shares)
+            continue
+        opened.append((v, plain))
+    if opened:  # the shares decoded at once: a row whose chunks are no field elements is bad
+        y, ok = shamir.decode_rows(np.frombuffer(b"".join(p[16:] for _, p in opened), np.uint8
+                                                 ).reshape(len(opened) * 2, SB))
+        for i, (v, _) in enumerate(opened):
+            if ok[2 * i] and ok[2 * i + 1]:
+                s.held[v] = (y[2 * i], y[2 * i + 1])
+            else:
+                bad.append(v)
+    if len(bad) > 1:  # (in the senders' order, as they were found)
+        at = {int(x): i for i, x in enumerate(senders)}
+        bad.sort(key=at.__getitem__)
     return bad
 
 
@@ -146,12 +160,14 @@ def masked(s: Session, values: np.ndarray, partners: np.ndarray) -> np.ndarray:
     self mask and one pairwise mask per partner (its neighbours that completed the shares
     stage): added for a partner of a larger id, subtracted for a smaller one."""
     ops.charge(cost.masked(values.size, values.dtype.itemsize, len(partners)))
-    y = values + crypto.mask(s.b, values.size, values.dtype)
+    y = np.array(values, copy=True)  # (its own: the masks are added in place)
+    crypto.add_mask(y, s.b)
+    s_key = s.s_key or crypto.private(s.s_sk)
     for v in (int(x) for x in partners):
         if v not in s.pks:
             raise ValueError(f"a mask partner {v} who is not a neighbour")
-        m = pair_mask(s.s_key or s.s_sk, s.pks[v][1], s.rnd, values.size, values.dtype)
-        y = y + m if s.cid < v else y - m
+        key = crypto.agree(s_key, s.pks[v][1], mask_info(s.rnd))
+        crypto.add_mask(y, key, 1 if s.cid < v else -1)
     return y
 
 

@@ -8,6 +8,8 @@ that `fednet local` and `fednet launch` agree bit for bit); a deployment draws t
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -40,10 +42,49 @@ def public(key: X25519PrivateKey) -> bytes:
 def agree(key: bytes | X25519PrivateKey, public: bytes, info: bytes) -> bytes:
     """A 32-byte key both ends derive: HKDF-SHA256 of the X25519 shared secret of `key` (its
     bytes, or private()'s object) and `public`, bound to `info`; ValueError for a public key
-    that is not one (a low-order point)."""
+    that is not one (a low-order point).
+
+    The two ends of a pair derive the same key, and an emulator often runs both in one process
+    (`fednet local`; a client process of `fednet launch` with several clients): the key is kept
+    (PAIRS) for the other end, which takes it in place of its own exchange. Only a holder of
+    one of the two private keys gets it: the look-up is by the pair of public keys, the
+    caller's own derived from the key it passes (a set of bytes nobody else can name as their
+    own); and the key is the one the other end's exchange gives, X25519 being symmetric, so the
+    bytes are the same. A deployment's client holds one end only and always exchanges."""
     sk = key if isinstance(key, X25519PrivateKey) else private(key)
-    shared = sk.exchange(X25519PublicKey.from_public_bytes(public))
-    return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(shared)
+    other = bytes(public)
+    own = sk.public_key().public_bytes_raw()
+    pair = (own, other) if own < other else (other, own)
+    memo = PAIRS.get(info)
+    if memo is not None:
+        got = memo.pop(pair, None)  # (each end asks once: the second takes it away)
+        if got is not None:
+            return got
+    shared = sk.exchange(X25519PublicKey.from_public_bytes(other))
+    derived = HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None,
+                   info=info).derive(shared)
+    if own != other:  # (a key agreed with its own public key has no other end)
+        _keep(info, pair, derived)
+    return derived
+
+
+PAIRS: dict[bytes, dict[tuple[bytes, bytes], bytes]] = {}
+"""agree()'s keys kept for the other end of their pair, by `info` (a round and a purpose), then
+by the pair's public keys in byte order; taken away when the other end asks. At most
+PAIRS_INFOS infos and PAIRS_MOST keys each (the oldest info dropped first; a full one
+emptied): a key not kept only costs its other end an exchange."""
+PAIRS_INFOS, PAIRS_MOST = 4, 1 << 17
+
+
+def _keep(info: bytes, pair: tuple[bytes, bytes], derived: bytes) -> None:
+    memo = PAIRS.get(info)
+    if memo is None:
+        while len(PAIRS) >= PAIRS_INFOS:
+            del PAIRS[next(iter(PAIRS))]
+        memo = PAIRS[info] = {}
+    elif len(memo) >= PAIRS_MOST:
+        memo.clear()
+    memo[pair] = derived
 
 
 _P = 2 ** 255 - 19
@@ -85,6 +126,43 @@ def mask(seed: bytes, n: int, dtype: np.dtype) -> np.ndarray:
     """n pseudo-random integers of `dtype` (uint32 or uint64: uniform modulo 2^32 or 2^64),
     the AES-256-CTR keystream under the 32-byte `seed`."""
     dt = np.dtype(dtype)
-    enc = Cipher(algorithms.AES(seed[:KEY_BYTES]), modes.CTR(bytes(16))).encryptor()
-    stream = enc.update(bytes(n * dt.itemsize))
-    return np.frombuffer(stream, dtype=dt.newbyteorder("<")).astype(dt)
+    buf = _stream(seed, n * dt.itemsize, bytearray(n * dt.itemsize + 15))
+    return np.frombuffer(buf, dtype=dt.newbyteorder("<"), count=n).astype(dt, copy=False)
+
+
+def add_mask(y: np.ndarray, seed: bytes, sign: int = 1) -> np.ndarray:
+    """y + mask(seed, y.size, y.dtype) (sign -1: minus), in place (y: a 1-d unsigned array of
+    its own); y. The keystream goes through one scratch buffer a thread."""
+    dt = y.dtype
+    n_bytes = y.size * dt.itemsize
+    scratch = getattr(_LOCAL, "buf", None)
+    if scratch is None or len(scratch) < n_bytes + 15:
+        scratch = _LOCAL.buf = bytearray(n_bytes + 15)
+    _stream(seed, n_bytes, scratch)
+    m = np.frombuffer(scratch, dtype=dt.newbyteorder("<"), count=y.size)
+    (np.add if sign > 0 else np.subtract)(y, m, out=y, casting="unsafe")
+    return y
+
+
+_LOCAL = threading.local()
+_ZEROS: dict[int, bytes] = {}
+try:  # the AES context without Cipher()'s checks (9 us where Cipher().encryptor() takes 23)
+    from cryptography.hazmat.bindings._rust import openssl as _rust
+
+    _CONTEXT = getattr(getattr(_rust, "ciphers", None), "create_encryption_ctx", None)
+except ImportError:  # (another build of `cryptography`: Cipher, the same keystream)
+    _CONTEXT = None
+
+
+def _stream(seed: bytes, n_bytes: int, buf: bytearray) -> bytearray:
+    """n_bytes of AES-256-CTR keystream under `seed` (counter block 0 first) written to the
+    start of buf (at least n_bytes + 15 long: update_into's room); buf."""
+    zeros = _ZEROS.get(n_bytes)
+    if zeros is None:
+        if len(_ZEROS) > 8:
+            _ZEROS.clear()
+        zeros = _ZEROS[n_bytes] = bytes(n_bytes)
+    aes, ctr = algorithms.AES(seed[:KEY_BYTES]), modes.CTR(bytes(16))
+    enc = _CONTEXT(aes, ctr) if _CONTEXT is not None else Cipher(aes, ctr).encryptor()
+    enc.update_into(zeros, buf)
+    return buf

@@ -233,13 +233,21 @@ class Aggregation:
         if ([int(v) for v in got["b_of"]] != [int(v) for v in asked["survivors"]]
                 or [int(v) for v in got["s_of"]] != [int(v) for v in asked["dropped"]]):
             return "its shares are not of the clients it was asked about"
-        try:
-            for v, row in zip(got["b_of"], got["b_share"]):
-                self.b_shares.setdefault(int(v), {})[cid] = shamir.decode_share(bytes(row))
-            for v, row in zip(got["s_of"], got["s_share"]):
-                self.s_shares.setdefault(int(v), {})[cid] = shamir.decode_share(bytes(row))
-        except ValueError as e:
-            return str(e)
+        decoded = []
+        for of, rows, into in ((got["b_of"], got["b_share"], self.b_shares),
+                               (got["s_of"], got["s_share"], self.s_shares)):
+            if len(of) == 0:
+                continue
+            rows = np.asarray(rows)
+            if rows.ndim != 2 or rows.shape[1] != shamir.SHARE_BYTES:
+                return f"a share is {shamir.SHARE_BYTES} bytes"
+            y, ok = shamir.decode_rows(rows)
+            if not ok.all():
+                return "a share is field elements"
+            decoded.append((of, y, into))
+        for of, y, into in decoded:  # (taken only when every share is one)
+            for v, row in zip(np.asarray(of).tolist(), y):
+                into.setdefault(v, {})[cid] = row
         self.answered.add(cid)
         return ""
 
@@ -280,17 +288,17 @@ class Aggregation:
     def _unmasked(self, careful: bool) -> np.ndarray:
         b_of, s_of = self._secrets(careful)
         assert self.total is not None
-        total, dt = self.total.copy(), dtype_of(self.fbits)
+        total = np.array(self.total, dtype_of(self.fbits), copy=True)  # (masks removed in place)
         for v in sorted(self.inputs):
-            total = total - crypto.mask(b_of[v], total.size, dt)
+            crypto.add_mask(total, b_of[v], -1)
         for v, s_sk in sorted(s_of.items()):
             key = crypto.private(s_sk)  # (built once: one exchange per neighbour)
             if crypto.public(key) != self.pks[v][1]:
                 raise SecAggFailed("unmask", len(self.answered), self.need,
                                    f"the s key rebuilt for client {v} is not its own")
             for w in (x for x in self.nbrs[v] if x in self.inputs):
-                m = C.pair_mask(key, self.pks[w][1], self.rnd, total.size, dt)
-                total = total - m if w < v else total + m
+                crypto.add_mask(total, crypto.agree(key, self.pks[w][1], C.mask_info(self.rnd)),
+                                -1 if w < v else 1)
         return total
 
     def _secrets(self, careful: bool) -> tuple[dict[int, bytes], dict[int, bytes]]:
@@ -301,14 +309,31 @@ class Aggregation:
         while True:
             self._check("unmask", len(self.answered))
             try:
-                b_of = {v: self._rebuild(v, self.b_shares, "b", careful)
-                        for v in sorted(self.inputs)}
-                s_of = {v: self._rebuild(v, self.s_shares, "s", careful)
-                        for v in sorted(set(self.shared()) - self.inputs)}
+                b_ids, s_ids = sorted(self.inputs), sorted(set(self.shared()) - self.inputs)
+                ready = {} if careful else self._first_windows(
+                    [(v, self.b_shares) for v in b_ids] + [(v, self.s_shares) for v in s_ids])
+                b_of = {v: ready.get((v, "b")) or self._rebuild(v, self.b_shares, "b", careful)
+                        for v in b_ids}
+                s_of = {v: ready.get((v, "s")) or self._rebuild(v, self.s_shares, "s", careful)
+                        for v in s_ids}
                 return b_of, s_of
             except Liar as e:
                 self.answered.discard(e.holder)
                 self.liars[e.holder] = str(e)
+
+    def _first_windows(self, which: list[tuple[int, dict[int, dict[int, np.ndarray]]]]
+                       ) -> dict[tuple[int, str], bytes]:
+        """The secrets _rebuild (not careful) gives, all at once (shamir.reconstruct_many):
+        (client, 'b' or 's') -> secret, for those that rebuild; the others (too few shares, a
+        window that rebuilds nothing) are left to _rebuild, which raises what it raises."""
+        items, keys = [], []
+        for v, shares in which:
+            got = {h: y for h, y in shares.get(v, {}).items() if h in self.answered}
+            if len(got) >= self.t[v]:
+                items.append((got, self.t[v]))
+                keys.append((v, "b" if shares is self.b_shares else "s"))
+        return {k: r for k, r in zip(keys, shamir.reconstruct_many(items))
+                if isinstance(r, bytes)}
 
     def _rebuild(self, v: int, shares: dict[int, dict[int, np.ndarray]], what: str,
                  careful: bool) -> bytes:

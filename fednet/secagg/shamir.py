@@ -46,6 +46,14 @@ def join(parts: np.ndarray, n_bytes: int = SECRET_BYTES) -> bytes:
 def share(secret: bytes, parties: Sequence[int], t: int, rng: np.random.Generator
           ) -> dict[int, np.ndarray]:
     """Party id -> its share of `secret` (int64 per chunk); any t of them rebuild it."""
+    y = share_rows(secret, parties, t, rng)
+    return {int(p): y[i] for i, p in enumerate(parties)}
+
+
+def share_rows(secret: bytes, parties: Sequence[int], t: int, rng: np.random.Generator
+               ) -> np.ndarray:
+    """share()'s shares as one (parties, chunks) int64 array, a row per party in their order
+    (the same draws from rng)."""
     if not 1 <= t <= len(parties):
         raise ValueError(f"threshold {t} for {len(parties)} parties")
     s = split(secret)
@@ -53,8 +61,10 @@ def share(secret: bytes, parties: Sequence[int], t: int, rng: np.random.Generato
     x = np.array([int(p) + 1 for p in parties], np.int64)[:, None]
     y = np.zeros((x.shape[0], s.size), np.int64)
     for c in coef[::-1]:  # Horner, every party and chunk at once
-        y = (y * x + c) % P
-    return {int(p): y[i] for i, p in enumerate(parties)}
+        y *= x
+        y += c
+        y %= P
+    return y
 
 
 def lagrange_at_zero(xs: np.ndarray) -> np.ndarray:
@@ -68,6 +78,35 @@ def lagrange_at_zero(xs: np.ndarray) -> np.ndarray:
         den = np.where(other, den * ((xs[m] - xs) % P) % P, den)
     inv = np.array([pow(int(d), P - 2, P) for d in den], np.int64)
     return num * inv % P
+
+
+def lagrange_rows(xs: np.ndarray) -> np.ndarray:
+    """lagrange_at_zero of each row of xs (S sets of t distinct points each), at once: (S, t)."""
+    xs = np.asarray(xs, np.int64) % P
+    n, t = xs.shape
+    num = np.ones((n, t), np.int64)
+    den = np.ones((n, t), np.int64)
+    cols = np.arange(t)
+    for m in range(t):
+        other = cols != m
+        xm = xs[:, m:m + 1]
+        num = np.where(other, num * xm % P, num)
+        den = np.where(other, den * ((xm - xs) % P) % P, den)
+    return num * _inverse(den) % P
+
+
+def _inverse(a: np.ndarray) -> np.ndarray:
+    """a^(P - 2) mod P elementwise (the inverse of each nonzero element; 0 for 0), by square
+    and multiply: products below 2^62, exact in int64."""
+    out = np.ones_like(a)
+    base = a % P
+    e = P - 2
+    while e:
+        if e & 1:
+            out = out * base % P
+        base = base * base % P
+        e >>= 1
+    return out
 
 
 @functools.lru_cache(maxsize=4096)
@@ -89,12 +128,53 @@ def reconstruct(shares: dict[int, np.ndarray], t: int, n_bytes: int = SECRET_BYT
     return join((lam[:, None] * ys % P).sum(axis=0) % P, n_bytes)
 
 
+def reconstruct_many(items: Sequence[tuple[dict[int, np.ndarray], int]],
+                     n_bytes: int = SECRET_BYTES) -> list[bytes | ValueError]:
+    """reconstruct(shares, t) of each item at once (the same first t holders, the same secret
+    or the same ValueError, returned in its place, not raised): the weights of every set of
+    holders and the sums in a few array operations a threshold."""
+    out: list[bytes | ValueError] = [ValueError("unset")] * len(items)
+    groups: dict[int, list[int]] = {}
+    for i, (shares, t) in enumerate(items):
+        if len(shares) < t:
+            out[i] = ValueError(f"{len(shares)} shares, {t} needed")
+        else:
+            groups.setdefault(t, []).append(i)
+    for t, idx in groups.items():
+        picked = [sorted(items[i][0].items())[:t] for i in idx]
+        xs = np.array([[p + 1 for p, _ in pk] for pk in picked], np.int64)
+        ys = np.array([[np.asarray(y, np.int64) for _, y in pk] for pk in picked],
+                      np.int64).reshape(len(idx), t, -1) % P
+        lam = lagrange_rows(xs)
+        sums = (lam[:, :, None] * ys % P).sum(axis=1) % P
+        for i, parts in zip(idx, sums):
+            try:
+                out[i] = join(parts, n_bytes)
+            except ValueError as e:
+                out[i] = e
+    return out
+
+
 SHARE_BYTES = 4 * chunks()
 
 
 def encode_share(y: np.ndarray) -> bytes:
     """A share as bytes (little-endian uint32 per chunk)."""
     return np.asarray(y, np.int64).astype("<u4").tobytes()
+
+
+def encode_rows(y: np.ndarray) -> np.ndarray:
+    """encode_share of each row of y (rows of int64 chunks): a (rows, SHARE_BYTES) uint8 array."""
+    y = np.asarray(y, np.int64)
+    return y.astype("<u4").view(np.uint8).reshape(y.shape[0], SHARE_BYTES)
+
+
+def decode_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """decode_share of each row of a (rows, SHARE_BYTES) uint8 array: the shares (int64) and
+    which rows are shares (the others: ValueError for decode_share)."""
+    rows = np.ascontiguousarray(rows, np.uint8).reshape(-1, SHARE_BYTES)
+    y = rows.view("<u4").astype(np.int64)
+    return y, ~np.any(y >= P, axis=1)
 
 
 def decode_share(b: bytes) -> np.ndarray:
