@@ -22,7 +22,8 @@ Components:
   clients), and the server's simulated seconds (secagg_server_sim_s) against its CPU seconds
   (secagg_server_s: the keys and shares stages' bookkeeping, uncharged, included);
 - Krum and Bulyan on --robust-n updates of --robust-d float64 values (f = 20 %, as
-  algorithms/robust.apply runs them: one BLAS thread), against network/server_cost's count.
+  algorithms/robust.apply runs them: one BLAS thread), against the count the clock charges (the
+  rule's declared work, robust_spec.bulyan_work; else network/server_cost.defense_ops).
 The ratio simulated / measured is 1 where the clock is right (target 0.75-1.25).
 """
 from __future__ import annotations
@@ -197,7 +198,8 @@ def robust_all(a: argparse.Namespace, server: dict[str, float]) -> list[dict[str
         t = time.process_time()
         R.apply(name, S.ByzantineCount(), 0.2, x, w)
         cpu = time.process_time() - t
-        work = defense_ops(name, n, d, f)
+        spec = S.defense_spec(name)  # its declared work, as core/server_clock.py charges it
+        work = dict(spec.work(n, d, f)) if spec.work is not None else defense_ops(name, n, d, f)
         sim = seconds(work, server)
         rows.append({"defense": name, "n": n, "d": d, "f": f, "ops": work, "cpu_s": cpu,
                      "sim_s": sim, "ratio": _ratio(sim, cpu)})

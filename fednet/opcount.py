@@ -14,10 +14,18 @@ The operations:
   kdf      HKDF-SHA256 derivations (one per agreed key)
   aead     AES-256-GCM seals or opens of one sealed share (fednet/secagg/client.SEALED_BYTES)
   prg      bytes of AES-256-CTR keystream (the masks)
-  shamir   multiply-adds in Shamir's field (a share: t per chunk of a secret)
-  rebuild  Shamir reconstructions of one 32-byte secret (the server's unmasking)
+  shamir   multiply-adds in Shamir's field (a share: t per chunk of a secret; the server's
+           Lagrange weights: 2 t per point)
+  taken    Shamir shares the server takes at the unmask stage (each decoded and kept)
+  rebuilt  shares read into a Shamir reconstruction (t per secret rebuilt: stacked, weighted
+           and summed modulo P)
+  lagrange points of a set of Lagrange weights (t per distinct set of t holders: a pass over
+           the points and a modular inverse each)
   noise    Gaussian (or discrete Gaussian) draws
-  stream   element operations streamed through memory (sums, scaling, sorts' compare-moves)
+  stream   element operations streamed through memory (sums, scaling, copies, numpy's
+           vectorised sort's compare-moves)
+  sort     compare-moves of a stable argsort or a selection (n log2 n a sorted row of n, a
+           median's 2 (1 + ln 2) n: Bulyan's closest-to-median mean)
   gemm     FLOPs of dense matrix products (Krum's and Bulyan's pairwise distances)
 """
 from __future__ import annotations
@@ -26,7 +34,8 @@ import contextlib
 import contextvars
 from collections.abc import Iterator, Mapping
 
-OPS = ("x25519", "kdf", "aead", "prg", "shamir", "rebuild", "noise", "stream", "gemm")
+OPS = ("x25519", "kdf", "aead", "prg", "shamir", "taken", "rebuilt", "lagrange", "noise",
+       "stream", "sort", "gemm")
 RATES = tuple(f"{op}_per_s" for op in OPS)
 """A rate field per operation (per second; prg in bytes/s, gemm in FLOP/s)."""
 

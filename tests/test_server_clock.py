@@ -3,6 +3,7 @@ operations and charged on the clock; the rows' split of simulated time."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -23,8 +24,50 @@ def test_counts_follow_the_protocols_parameters():
                                  "aead": 5}
     assert cost.masked(100, 8, 4)["prg"] == 5 * 100 * 8
     # the server's unmasking: a self mask per survivor, a pairwise mask per dropped pair
-    u = cost.unmasked(survivors=90, pairs=90 * 10, dropped=10, d=1000, itemsize=8)
-    assert u["rebuild"] == 100 and u["prg"] == (90 + 900) * 1000 * 8
+    u = cost.unmasked(survivors=90, pairs=90 * 10, dropped=10, d=1000, itemsize=8,
+                      taken=90 * 50, t=[30] * 100, sets=[30, 30])
+    assert u["prg"] == (90 + 900) * 1000 * 8 and u["x25519"] == 10 + 900
+    # each share taken, t read into each of the 100 secrets, a set of weights t points and
+    # 2 t^2 multiply-adds (shamir.lagrange_at_zero)
+    assert u["taken"] == 4500 and u["rebuilt"] == 3000
+    assert u["lagrange"] == 60 and u["shamir"] == 2 * 2 * 30 * 30
+
+
+def test_unmasking_counts_the_rounds_shares_and_weight_sets():
+    """Full SecAgg's unmasking grows as its implementation: n (n - 1) shares taken, n secrets
+    of t ~ n / 2 shares, ~t distinct holder sets of t points (the first t holders of a client
+    are the others: those of clients below t differ), O(n^3) multiply-adds of weights."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    def agg(n):
+        t = n // 2
+        others = {v: {h: None for h in range(n) if h != v} for v in range(n)}
+        return SimpleNamespace(shared=lambda: list(range(n)), inputs=set(range(n)),
+                               nbrs={v: list(others[v]) for v in range(n)},
+                               b_shares=others, s_shares={}, answered=set(range(n)),
+                               t={v: t for v in range(n)}, total=np.zeros(10, np.uint32))
+
+    small, big = cost.unmasking(agg(20)), cost.unmasking(agg(40))
+    assert small["taken"] == 20 * 19 and small["rebuilt"] == 20 * 10
+    assert small["lagrange"] == 11 * 10  # sets: 10 missing one of 0..9, and 0..9 itself
+    assert big["taken"] == 40 * 39 and big["lagrange"] == 21 * 20
+    assert big["shamir"] == 21 * 2 * 20 * 20 and small["shamir"] == 11 * 2 * 10 * 10
+
+
+def test_bulyan_counts_its_krum_choices_and_sorts():
+    from fednet.algorithms.robust_spec import bulyan_work, defense_spec
+
+    assert defense_spec("bulyan").work is bulyan_work
+    w = bulyan_work(1000, 100_000, 200)
+    assert w["gemm"] == 2 * 1000 ** 2 * 100_000
+    # theta = 600 Krum choices over 1000..401 rows: sum m^2 (3 + log2 m) + m k, and the
+    # closest-to-median mean's stable argsort and median: 600 d (log2 600 + 2 (1 + ln 2))
+    select = sum(3 * m * m + m * m * math.log2(m) + m * (m - 202) for m in range(401, 1001))
+    assert w["stream"] == pytest.approx(3e8 + select + 4 * 600 * 1e5 + 2 * 200 * 1e5)
+    assert w["sort"] == pytest.approx(600 * 1e5 * (math.log2(600) + 2 + 2 * math.log(2)))
+    assert bulyan_work(0, 10, 0) == {}
 
 
 def test_seconds_are_counts_over_rates_and_free_without_a_rate():

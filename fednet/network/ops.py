@@ -7,9 +7,11 @@ estimated: `fednet calibrate` times each primitive fednet runs (fednet/secagg/ra
 writes the client rates into the --latency profile it writes, and with --server-out every rate
 into a server profile for --server-profile FILE. On this project's 2-core machine (one core,
 shared; the figures vary by up to 2x between runs): X25519 1.7e4-3.3e4/s, HKDF 1.7e5-3.2e5/s,
-sealed shares 3.6e5-5.2e5/s, AES-CTR 0.6e9-3e9 bytes/s, Shamir 1.1e8-1.4e8 multiply-adds/s,
-reconstructions 2e4-3.7e4/s, normal draws 5e7-1e8/s, streamed sums 1e9-1.8e9 element ops/s,
-float64 x @ x.T 6e10-7e10 counted FLOP/s on one BLAS thread: the xeon-core class's order."""
+sealed shares 3.6e5-5.2e5/s, AES-CTR 0.6e9-3e9 bytes/s, Shamir 1.1e8-1.6e8 multiply-adds/s,
+unmask shares taken 2.6e5/s, shares read into reconstructions 7.1e5/s, Lagrange points 9.1e4/s,
+normal draws 5e7-1e8/s, streamed sums 1e9-2e9 element ops/s, stable argsort 2.6e8-2.7e8
+compare-moves/s, float64 x @ x.T 6e10-2e11 counted FLOP/s on one BLAS thread: the xeon-core
+class's order."""
 from __future__ import annotations
 
 from fednet.opcount import CLIENT_RATES, OPS, RATES, Ops, add, seconds
@@ -39,10 +41,13 @@ SERVERS: dict[str, dict[str, float]] = {
         # float64 FMA 2 x 8 x 2 x 2.9 GHz = 93 GFLOP/s, ~65 % in a one-thread BLAS product;
         # ~1 G streamed element operations a second (one core's ~10 GB/s of memory traffic);
         # the primitives at the rates of the `cryptography` wheels' OpenSSL with AES-NI and
-        # their Python call (estimates of the same kind as `fednet calibrate` measures).
+        # their Python call (estimates of the same kind as `fednet calibrate` measures). The
+        # unmasking's share handling (taken, rebuilt, lagrange) is numpy calls on a few values
+        # each, bound by the interpreter: this host's order (estimates); a stable argsort
+        # ~3.5 ns a compare-move (estimate).
         "gemm_per_s": 60e9, "stream_per_s": 1e9, "prg_per_s": 2e9, "aead_per_s": 3e5,
-        "x25519_per_s": 2.5e4, "kdf_per_s": 2e5, "shamir_per_s": 5e8, "rebuild_per_s": 3e4,
-        "noise_per_s": 1e8,
+        "x25519_per_s": 2.5e4, "kdf_per_s": 2e5, "shamir_per_s": 5e8, "taken_per_s": 3e5,
+        "rebuilt_per_s": 8e5, "lagrange_per_s": 1e5, "noise_per_s": 1e8, "sort_per_s": 3e8,
     },
     "none": {},  # the server computes for free (the clock before issue 52)
 }

@@ -7,9 +7,15 @@ size, who survived and who dropped. The client's half charges these where it doe
 What is counted is what fednet's implementation does (docs/usage.md, "Compute on the clock"):
 a key agreement is one X25519 multiplication and one HKDF derivation; a share is t multiply-adds
 per 30-bit chunk of the secret (Horner); a mask is its bytes of AES-CTR keystream; the server's
-sums and mask removals are element operations ("stream")."""
+sums and mask removals are element operations ("stream"). The server's unmasking takes each
+share a survivor gives back ("taken": decoded from its bytes and kept), rebuilds each secret
+from its first t holders ("rebuilt": t shares stacked, weighted and summed modulo P) with the
+Lagrange weights of that set of holders, computed once per distinct set in the round
+(shamir._weights: "lagrange", a pass and a modular inverse per point, and 2 t multiply-adds per
+point, "shamir": O(t^2) a set)."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fednet.opcount import Ops, add
@@ -46,22 +52,37 @@ def summed(inputs: int, d: int) -> Ops:
     return {"stream": inputs * d}
 
 
-def unmasked(survivors: int, pairs: int, dropped: int, d: int, itemsize: int) -> Ops:
-    """The server's unmasking: each survivor's b and each dropped client's s key rebuilt (one
-    reconstruction each; a rebuilt s key checked: one X25519 multiplication), every survivor's
-    self mask and the `pairs` pairwise masks of the dropped with their surviving neighbours
-    expanded (an agreement and d elements each) and taken off."""
+def unmasked(survivors: int, pairs: int, dropped: int, d: int, itemsize: int, taken: int = 0,
+             t: Sequence[int] = (), sets: Sequence[int] = ()) -> Ops:
+    """The server's unmasking: the `taken` shares the survivors gave back decoded and kept; each
+    survivor's b and each dropped client's s key rebuilt (`t`: each secret's threshold, the
+    shares read into its reconstruction; `sets`: the size of each distinct set of holders whose
+    Lagrange weights are computed, t points each and 2 t multiply-adds a point; a rebuilt s key
+    checked: one X25519 multiplication), every survivor's self mask and the `pairs` pairwise
+    masks of the dropped with their surviving neighbours expanded (an agreement and d elements
+    each) and taken off."""
     masks = survivors + pairs
-    return {"rebuild": survivors + dropped, "x25519": dropped + pairs, "kdf": pairs,
+    return {"taken": taken, "rebuilt": sum(t), "lagrange": sum(sets),
+            "shamir": sum(2 * k * k for k in sets), "x25519": dropped + pairs, "kdf": pairs,
             "prg": masks * d * itemsize, "stream": masks * d}
 
 
 def unmasking(agg: Any) -> Ops:
-    """`unmasked` for a round's Aggregation (secagg/server.py) as it stands at its end."""
+    """`unmasked` for a round's Aggregation (secagg/server.py) as it stands at its end: the
+    shares it took, and each secret rebuilt from its first t holders that answered (the
+    weights of a set of holders computed once in the round; the process keeps up to 4096 sets
+    between rounds, which a later round with the same holders finds ready: not counted)."""
     dropped = sorted(set(agg.shared()) - agg.inputs)
     pairs = sum(sum(1 for w in agg.nbrs[v] if w in agg.inputs) for v in dropped)
+    taken = sum(len(h) for h in agg.b_shares.values()) + sum(len(h) for h in agg.s_shares.values())
+    ts, sets = [], set()
+    for held, secrets in ((agg.b_shares, sorted(agg.inputs)), (agg.s_shares, dropped)):
+        for v in secrets:
+            t = agg.t[v]
+            ts.append(t)
+            sets.add(tuple(sorted(h for h in held.get(v, {}) if h in agg.answered)[:t]))
     return unmasked(len(agg.inputs), pairs, len(dropped), agg.total.size,
-                    agg.total.dtype.itemsize)
+                    agg.total.dtype.itemsize, taken, ts, [len(s) for s in sets])
 
 
 def of_task(stage: str, body: dict, arrays: dict, d: int, itemsize: int, prefix: str) -> Ops:

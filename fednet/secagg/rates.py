@@ -11,9 +11,15 @@ times training); its rate is amount / seconds, in opcount's units:
   aead     crypto.seal and crypto.unseal of a share as secagg/client.py seals it (one each)
   prg      crypto.mask's AES-256-CTR keystream, in bytes
   shamir   shamir.share's multiply-adds (parties x threshold x chunks)
-  rebuild  shamir.reconstruct of one 32-byte secret from its threshold's shares
+  taken    secagg/server.Aggregation.take_unmask of a survivor's reply, per share in it
+  rebuilt  shamir.reconstruct of a 32-byte secret from REBUILD_T shares (its weights ready), per
+           share read
+  lagrange shamir.lagrange_at_zero of LAGRANGE_T points, per point (its 2 t multiply-adds a
+           point, counted apart as shamir, are ~2 % of it at this size)
   noise    numpy's Generator.standard_normal draws (the mechanisms' noise)
   stream   element operations of a numpy sum streamed through memory (acc += x, 8 MB vectors)
+  sort     compare-moves of numpy's stable argsort of rows of SORT_ROW values (n log2 n a row),
+           as algorithms/robust.closest_mean sorts
   gemm     FLOPs of a float64 matrix product x @ x.T (Krum's Gram matrix: 2 n^2 d counted),
            numpy's BLAS on one thread (as algorithms/robust.py runs it)
 The measurement is noisy (a shared machine, frequency scaling); the profile it writes is not.
@@ -33,7 +39,11 @@ from fednet.opcount import OPS
 from fednet.secagg import crypto, shamir
 
 PLAIN_BYTES = 8 + 8 + 2 * shamir.SHARE_BYTES  # a sealed share's plaintext (secagg/client.py)
-REBUILD_T = 16  # the threshold of the measured reconstructions (a SecAgg+ neighbourhood's)
+REBUILD_T = 32  # the threshold of the measured reconstructions (between SecAgg+'s ~20 and
+# full SecAgg's n / 2: the fixed part of a reconstruction, ~8 us, is ~15 % of it at this size)
+LAGRANGE_T = 16  # the points of the measured Lagrange weights
+UNMASK_ROWS = 64  # the shares in each measured unmask reply
+SORT_ROW = 256  # the length of the rows of the measured argsort
 
 
 @dataclass(frozen=True)
@@ -138,8 +148,30 @@ def _shamir(scale: float) -> tuple[Callable[[], float], str]:
     return run, f"{n} shares among {k} at threshold {t}"
 
 
-def _rebuild(scale: float) -> tuple[Callable[[], float], str]:
-    n = _n(1500, scale)
+def _taken(scale: float) -> tuple[Callable[[], float], str]:
+    from fednet.secagg import server  # (a leaf of fednet.secagg: no cycle)
+
+    n, k = _n(400, scale), UNMASK_ROWS
+    agg = server.Aggregation(0, list(range(k + 1)), {u: 1 for u in range(k + 1)}, None, 0.5,
+                             32, np.random.default_rng(0))
+    rng = np.random.default_rng(0)
+    ids, none = np.arange(1, k + 1, dtype=np.int64), np.zeros(0, np.int64)
+    rows = np.stack([np.frombuffer(shamir.encode_share(rng.integers(0, shamir.P, shamir.chunks())),
+                                   np.uint8) for _ in range(k)])
+    got: dict[str, np.ndarray] = {"b_of": ids, "b_share": rows, "s_of": none,
+           "s_share": np.zeros((0, shamir.SHARE_BYTES), np.uint8)}
+    asked = {"survivors": ids, "dropped": none}
+
+    def run() -> float:
+        for _ in range(n):
+            if agg.take_unmask(0, got, asked):
+                raise AssertionError("the measured reply is refused")
+        return n * k
+    return run, f"{n} unmask replies of {k} shares taken"
+
+
+def _rebuilt(scale: float) -> tuple[Callable[[], float], str]:
+    n = _n(2000, scale)
     rng = np.random.default_rng(0)
     held = [shamir.share(bytes([i % 256]) * 32, range(REBUILD_T), REBUILD_T, rng)
             for i in range(min(n, 64))]
@@ -147,8 +179,19 @@ def _rebuild(scale: float) -> tuple[Callable[[], float], str]:
     def run() -> float:
         for i in range(n):
             shamir.reconstruct(held[i % len(held)], REBUILD_T)
-        return n
-    return run, f"{n} reconstructions at threshold {REBUILD_T}"
+        return n * REBUILD_T
+    return run, f"{n} reconstructions from {REBUILD_T} shares"
+
+
+def _lagrange(scale: float) -> tuple[Callable[[], float], str]:
+    n = _n(600, scale)
+    xs = np.arange(1, LAGRANGE_T + 1, dtype=np.int64)
+
+    def run() -> float:
+        for _ in range(n):
+            shamir.lagrange_at_zero(xs)
+        return n * LAGRANGE_T
+    return run, f"{n} sets of Lagrange weights of {LAGRANGE_T} points"
 
 
 def _noise(scale: float) -> tuple[Callable[[], float], str]:
@@ -171,6 +214,16 @@ def _stream(scale: float) -> tuple[Callable[[], float], str]:
             np.add(acc, x, out=acc)
         return n * d
     return run, f"{n} sums of {d} float64"
+
+
+def _sort(scale: float) -> tuple[Callable[[], float], str]:
+    rows = _n(1 << 14, scale)
+    x = np.abs(np.random.default_rng(0).standard_normal((rows, SORT_ROW)))
+
+    def run() -> float:
+        np.argsort(x, axis=1, kind="stable")
+        return rows * SORT_ROW * math.log2(SORT_ROW)
+    return run, f"a stable argsort of {rows} rows of {SORT_ROW} float64"
 
 
 def _gemm(scale: float) -> tuple[Callable[[], float], str]:
@@ -197,5 +250,6 @@ def _one_blas_thread() -> Any:
 
 WORK: dict[str, Callable[[float], tuple[Callable[[], float], str]]] = {
     "x25519": _x25519, "kdf": _kdf, "aead": _aead, "prg": _prg, "shamir": _shamir,
-    "rebuild": _rebuild, "noise": _noise, "stream": _stream, "gemm": _gemm}
+    "taken": _taken, "rebuilt": _rebuilt, "lagrange": _lagrange, "noise": _noise,
+    "stream": _stream, "sort": _sort, "gemm": _gemm}
 """Each operation's workload: scale -> (a call doing a fixed amount and returning it, what)."""
