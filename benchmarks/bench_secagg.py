@@ -33,19 +33,24 @@ round, under both runtimes"):
 The same job with and without SecAgg+, side by side in one run: digits (its default model,
 digits_cnn: 15,466 parameters), every client in every round (--fraction 1), 1 local epoch, under
 `fednet local` and `fednet launch` (each a process of its own; off and plus one after the other
-per cell). A steady round is the median of the rounds after the first (metrics.jsonl's wall_s,
-the round's own wall-clock: the clients' work, the stages' messages, the server's, and the
-global model's evaluation). The ratio is SecAgg+'s steady round over plain FedAvg's. The
-profile: one more `fednet local` run of each (2 rounds) under cProfile, the time of each part
-of the protocol (X25519 agreements, HKDF, AES-CTR masks, AES-GCM, Shamir sharing and rebuilding,
-the client's stages, the server's) and of what both runs have (training, message delivery,
-the round driver), SecAgg+'s less plain FedAvg's; cProfile inflates Python-heavy parts, so its
-shares are a guide and the ratios are the uninstrumented runs'.
+per cell). A round's wall-clock is metrics.jsonl's wall_s step (the clients' work, the stages'
+messages, the server's, and the global model's evaluation); a cell's steady round is the fastest
+round after the first (on a shared machine the others' load only ever slows a round down; the
+median is kept beside it). The ratio is SecAgg+'s steady round over plain FedAvg's. The
+profile: one more `fednet local` run of each (--profile-rounds rounds) with a wall-clock timer
+around each part of the protocol (X25519 agreements, AES-CTR masks, AES-GCM, Shamir sharing
+and rebuilding, each client stage, the server's stages and unmasking) and around what both runs
+have (the client's task, training, the in-process handover, the round), in seconds a round
+(inclusive: a stage's time holds the agreements it makes), SecAgg+'s less plain FedAvg's, and
+the round's CPU seconds in each (less sensitive to the machine's other load than wall-clock); and
+for both runtimes the protocol's CPU seconds per stage that the runs report (metrics.jsonl's
+secagg_server_s, secagg_client_s: the cohort's sum).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import sys
 import tempfile
@@ -180,50 +185,80 @@ def main() -> None:
 
 
 # ---- round timing ------------------------------------------------------------------------------
-PROFILE_PARTS: dict[str, list[tuple[str, str]]] = {
-    # (file suffix, function): cProfile's cumulative seconds (tottime for C methods: "~")
-    "x25519 exchange": [("~", "<method 'exchange' of "), ("~", "from_public_bytes")],
-    "x25519 private key build": [("~", "from_private_bytes")],
-    "hkdf": [("~", "<method 'derive' of ")],
-    "aes-ctr masks": [("secagg/crypto.py", "mask"), ("secagg/crypto.py", "add_mask")],
-    "aes-gcm seal/open": [("secagg/crypto.py", "seal"), ("secagg/crypto.py", "unseal"),
-                          ("secagg/crypto.py", "seal_many"), ("secagg/crypto.py", "unseal_many")],
-    "shamir share": [("secagg/shamir.py", "share"), ("secagg/shamir.py", "share_many")],
-    "shamir rebuild": [("secagg/shamir.py", "reconstruct"),
-                       ("secagg/shamir.py", "reconstruct_many")],
-    "client stage keys": [("secagg/client.py", "keys")],
-    "client stage shares": [("secagg/client.py", "shares")],
-    "client stage input: open shares": [("secagg/client.py", "open_shares")],
-    "client stage input: quantize": [("secagg/field.py", "quantize")],
-    "client stage input: mask": [("secagg/client.py", "masked")],
-    "client stage unmask": [("secagg/client.py", "unmask")],
-    "server stages (routing, sum)": [
-        ("secagg/server.py", f) for f in ("take_keys", "share_requests", "take_shares",
-                                          "input_requests", "take_input", "unmask_requests",
-                                          "take_unmask")],
-    "server unmask (rebuild secrets, remove masks)": [("secagg/server.py", "result")],
-    "training (the inner client)": [("algorithms/fedavg.py", "run")],
-    "message delivery (local: handover)": [("core/inproc.py", "_send")],
-    "round (run_round, all of it)": [("core/inproc.py", "run_round")],
+TIMED: dict[str, list[str]] = {
+    # part -> the functions timed (inclusive wall seconds: a part's time holds what it calls)
+    "agree (X25519 exchange + HKDF, or the other end's key)": ["fednet.secagg.crypto:agree"],
+    "private key build": ["fednet.secagg.crypto:private"],
+    "masks (AES-CTR, added in place)": ["fednet.secagg.crypto:add_mask",
+                                        "fednet.secagg.crypto:mask"],
+    "aes-gcm seal/open": ["fednet.secagg.crypto:seal", "fednet.secagg.crypto:unseal"],
+    "shamir share": ["fednet.secagg.shamir:share_rows", "fednet.secagg.shamir:share"],
+    "shamir rebuild": ["fednet.secagg.shamir:reconstruct_many",
+                       "fednet.secagg.shamir:reconstruct"],
+    "client keys": ["fednet.secagg.client:keys"],
+    "client shares (sharing, agreeing, sealing)": ["fednet.secagg.client:shares"],
+    "client input: open shares": ["fednet.secagg.client:open_shares"],
+    "client input: quantize": ["fednet.algorithms.secagg_client:quantize"],
+    "client input: mask (agreeing, expanding)": ["fednet.secagg.client:masked"],
+    "client unmask": ["fednet.secagg.client:unmask"],
+    "server stages (routing, sums, requests)": [
+        f"fednet.secagg.server:Aggregation.{f}" for f in (
+            "take_keys", "share_requests", "take_shares", "input_requests", "take_input",
+            "complain", "unmask_requests", "take_unmask")],
+    "server unmask (rebuild secrets, remove masks)": ["fednet.secagg.server:Aggregation.result"],
+    "client task (all of it, local)": ["fednet.core.executor:Executor.on_task"],
+    "client half (SecAggClient.run; plain: FedAvgClient.run)": [
+        "fednet.algorithms.secagg_client:SecAggClient.run"],
+    "training (FedAvgClient.run)": ["fednet.algorithms.fedavg:FedAvgClient.run"],
+    "message handover (local)": ["fednet.core.inproc:InprocDispatcher._send"],
+    "round (all of it)": ["fednet.core.inproc:InprocDispatcher.run_round"],
 }
 
 
-def _profile_parts(prof: Path) -> dict[str, float]:
-    """PROFILE_PARTS' seconds in one cProfile file."""
-    import pstats
+def timed_main(argv: Sequence[str]) -> None:
+    """`bench_secagg.py _timed OUT.json fednet-args...`: fednet's CLI in this process with a
+    wall-clock timer around each of TIMED's functions (perf_counter, not a profiler: the
+    functions run at their own speed); OUT.json: seconds and calls per part."""
+    import importlib
+    import time
 
-    st = pstats.Stats(str(prof)).stats  # type: ignore[attr-defined]  # (its table)
-    out = {}
-    for part, keys in PROFILE_PARTS.items():
-        t = 0.0
-        for (file, _line, fn), (_cc, _nc, tt, ct, _callers) in st.items():
-            for suffix, name in keys:
-                if suffix == "~" and file == "~" and name in fn:
-                    t += tt
-                elif suffix != "~" and file.endswith(suffix) and fn == name:
-                    t += ct
-        out[part] = round(t, 4)
-    return out
+    out, args = argv[0], list(argv[1:])
+    acc: dict[str, list[float]] = {}
+
+    def wrap(part: str, fn: Any) -> Any:
+        def timed(*a: Any, **k: Any) -> Any:
+            t, c = time.perf_counter(), time.process_time()
+            try:
+                return fn(*a, **k)
+            finally:
+                cell = acc.setdefault(part, [0.0, 0, 0.0])
+                cell[0] += time.perf_counter() - t
+                cell[1] += 1
+                cell[2] += time.process_time() - c
+        return timed
+    for part, names in TIMED.items():
+        for name in names:
+            mod_name, _, attr = name.partition(":")
+            try:
+                owner: Any = importlib.import_module(mod_name)
+            except ImportError:
+                continue
+            *path, leaf = attr.split(".")
+            for p in path:
+                owner = getattr(owner, p, None)
+            if owner is not None and hasattr(owner, leaf):
+                setattr(owner, leaf, wrap(part, getattr(owner, leaf)))
+    from fednet.cli import main as cli_main
+
+    sys.argv = ["fednet", *args]
+    try:
+        cli_main()
+    except SystemExit as e:
+        if e.code:
+            raise
+    finally:
+        Path(out).write_text(json.dumps({p: {"s": round(v[0], 4), "calls": int(v[1]),
+                                             "cpu_s": round(v[2], 4)} for p, v in acc.items()}))
 
 
 def round_cell(out: Path, runtime: str, mode: str, cohort: int, rounds: int,
@@ -233,8 +268,9 @@ def round_cell(out: Path, runtime: str, mode: str, cohort: int, rounds: int,
     args = ["--dataset", "digits", "--clients", str(cohort), "--fraction", "1", "--rounds",
             str(rounds), "--epochs", "1", "--secagg", mode, "-q", "--out", str(out), *extra]
     cmd = fednet_module(runtime, *args)
-    if profile:
-        cmd = [cmd[0], "-m", "cProfile", "-o", str(out) + ".prof", *cmd[1:]]
+    if profile:  # (fednet's CLI in bench_secagg.py's _timed: the timers of TIMED)
+        cmd = [sys.executable, str(Path(__file__).resolve()), "_timed", str(out) + ".timed.json",
+               runtime, *args]
     r = run(cmd)
     rec: dict[str, Any] = {"runtime": runtime, "mode": mode, "cohort": cohort, "rounds": rounds,
                            "process_wall_s": r.wall_s}
@@ -244,14 +280,16 @@ def round_cell(out: Path, runtime: str, mode: str, cohort: int, rounds: int,
     walls = [m["wall_s"] for m in rows]
     rec["round_wall_s"] = [round(b - a, 4) for a, b in zip([0.0] + walls, walls)]
     steady = rec["round_wall_s"][1:] or rec["round_wall_s"]
-    rec["steady_s"] = float(np.median(steady))
+    rec["steady_s"], rec["median_s"] = float(min(steady)), float(np.median(steady))
     rec["sim_s"] = [m.get("sim_s") for m in rows]
     for key in ("secagg_server_s", "secagg_client_s", "secagg_sim_s"):
         per = [m.get(key) or {} for m in rows[1:] or rows]
         rec[key] = {k: round(float(np.mean([p.get(k, 0.0) for p in per])), 4)
                     for k in sorted({k for p in per for k in p})}
     if profile:
-        rec["profile_s"] = _profile_parts(Path(str(out) + ".prof"))
+        timed = json.loads(Path(str(out) + ".timed.json").read_text())
+        rec["profile_s"] = {p: round(v["s"] / rounds, 4) for p, v in timed.items()}
+        rec["profile_cpu_s"] = {p: round(v["cpu_s"] / rounds, 4) for p, v in timed.items()}
     with np.load(out / "final_model.npz") as z:
         import hashlib
 
@@ -268,7 +306,8 @@ def rounds_main(argv: Sequence[str]) -> None:
     ap.add_argument("--cohorts", type=int, nargs="+", default=[100, 1000])
     ap.add_argument("--runtimes", nargs="+", default=["local", "launch"],
                     choices=["local", "launch"])
-    ap.add_argument("--rounds", type=int, default=4, help="the first is not a steady one")
+    ap.add_argument("--rounds", type=int, default=5, help="the first is not a steady one")
+    ap.add_argument("--profile-rounds", type=int, default=3)
     ap.add_argument("--profile-cohorts", type=int, nargs="*", default=None,
                     help="the cohorts profiled under fednet local (default: --cohorts)")
     ap.add_argument("--json")
@@ -286,15 +325,19 @@ def rounds_main(argv: Sequence[str]) -> None:
                           f"steady {rec.get('steady_s', float('nan')):.3f} s {rec.get('status', '')}",
                           flush=True)
         for cohort in a.cohorts if a.profile_cohorts is None else a.profile_cohorts:
-            got = {mode: round_cell(Path(tmp) / f"prof-{mode}-{cohort}", "local", mode, cohort, 2,
-                                    profile=True) for mode in ("off", "plus")}
+            got = {mode: round_cell(Path(tmp) / f"prof-{mode}-{cohort}", "local", mode, cohort,
+                                    a.profile_rounds, profile=True) for mode in ("off", "plus")}
             if all("profile_s" in g for g in got.values()):
                 off, plus = got["off"]["profile_s"], got["plus"]["profile_s"]
+                cpu = {m: g["profile_cpu_s"].get("round (all of it)") for m, g in got.items()}
                 profiles[str(cohort)] = {
-                    "rounds": 2, "off_s": off, "plus_s": plus,
-                    "extra_s": {k: round(plus[k] - off[k], 4) for k in plus}}
-                print(f"profile {cohort}: " + ", ".join(
-                    f"{k} {v:.2f}" for k, v in profiles[str(cohort)]["extra_s"].items()),
+                    "rounds": a.profile_rounds, "off_s": off, "plus_s": plus,
+                    "round_cpu_s": cpu, "cpu_ratio": (cpu["plus"] / cpu["off"]
+                                                      if cpu["off"] and cpu["plus"] else None),
+                    "extra_s": {k: round(plus.get(k, 0.0) - off.get(k, 0.0), 4)
+                                for k in TIMED if k in plus or k in off}}
+                print(f"profile {cohort} (s a round, plus less off):\n  " + "\n  ".join(
+                    f"{k}: {v:.3f}" for k, v in profiles[str(cohort)]["extra_s"].items()),
                     flush=True)
     ratios = {}
     for cohort in a.cohorts:
@@ -304,7 +347,7 @@ def rounds_main(argv: Sequence[str]) -> None:
                 ratios[f"{runtime}_{cohort}"] = plus["steady_s"] / off["steady_s"]
     data = {"machine": machine(), "args": vars(a), "cells": cells, "ratios": ratios,
             "profiles": profiles}
-    print(table(["runtime", "cohort", "off s", "plus s", "plus/off"],
+    print(table(["runtime", "cohort", "off s (fastest steady)", "plus s", "plus/off"],
                 [[k.split("_")[0], int(k.split("_")[1]),
                   _round_find(cells, k.split("_")[0], "off", int(k.split("_")[1]))["steady_s"],
                   _round_find(cells, k.split("_")[0], "plus", int(k.split("_")[1]))["steady_s"],
@@ -421,5 +464,7 @@ def _fingerprinted(names: list[str], row: dict[str, Any] | None) -> dict[str, An
 if __name__ == "__main__":
     if sys.argv[1:2] == ["rounds"]:
         rounds_main(sys.argv[2:])
+    elif sys.argv[1:2] == ["_timed"]:
+        timed_main(sys.argv[2:])
     else:
         main()

@@ -198,3 +198,21 @@ def test_masks_in_place_and_pair_keys_kept_for_the_other_end_are_the_same_bytes(
     assert crypto.agree(b, pa, info) == ab and (min(pa, pb), max(pa, pb)) not in crypto.PAIRS[info]
     crypto.PAIRS.clear()
     assert crypto.agree(b, pa, info) == ab  # (computed: nothing kept)
+
+
+def test_an_unmask_reply_with_a_wrong_share_keeps_those_before_it_as_one_by_one_did():
+    """take_unmask decodes a reply's shares at once, and still takes the shares before the
+    first that is no share (what the server's cost counts, secagg/cost.unmasking) and refuses
+    the reply with decode_share's reason."""
+    agg = Aggregation(0, list(range(6)), {u: 1 for u in range(6)}, None, 0.5, 32,
+                      np.random.default_rng(0))
+    rng = np.random.default_rng(1)
+    rows = shamir.encode_rows(rng.integers(0, shamir.P, (4, shamir.chunks())))
+    rows[2, :4] = 255
+    ids, none = np.arange(1, 5, dtype=np.int64), np.zeros(0, np.int64)
+    got = {"b_of": ids, "b_share": rows, "s_of": none,
+           "s_share": np.zeros((0, shamir.SHARE_BYTES), np.uint8)}
+    why = agg.take_unmask(0, got, {"survivors": ids, "dropped": none})
+    assert why == "a share is field elements" and 0 not in agg.answered
+    assert sorted(agg.b_shares) == [1, 2]
+    assert np.array_equal(agg.b_shares[2][0], shamir.decode_share(rows[1].tobytes()))

@@ -233,21 +233,20 @@ class Aggregation:
         if ([int(v) for v in got["b_of"]] != [int(v) for v in asked["survivors"]]
                 or [int(v) for v in got["s_of"]] != [int(v) for v in asked["dropped"]]):
             return "its shares are not of the clients it was asked about"
-        decoded = []
         for of, rows, into in ((got["b_of"], got["b_share"], self.b_shares),
                                (got["s_of"], got["s_share"], self.s_shares)):
-            if len(of) == 0:
+            ids = np.asarray(of).tolist()
+            if not ids:
                 continue
             rows = np.asarray(rows)
             if rows.ndim != 2 or rows.shape[1] != shamir.SHARE_BYTES:
                 return f"a share is {shamir.SHARE_BYTES} bytes"
-            y, ok = shamir.decode_rows(rows)
-            if not ok.all():
-                return "a share is field elements"
-            decoded.append((of, y, into))
-        for of, y, into in decoded:  # (taken only when every share is one)
-            for v, row in zip(np.asarray(of).tolist(), y):
+            y, ok = shamir.decode_rows(rows[:len(ids)])  # (every share of the reply at once)
+            bad = int(np.argmin(ok)) if not ok.all() else len(ids)
+            for v, row in zip(ids[:bad], y):  # (those before a wrong one taken, as one by one)
                 into.setdefault(v, {})[cid] = row
+            if bad < len(ids):
+                return "a share is field elements"
         self.answered.add(cid)
         return ""
 
