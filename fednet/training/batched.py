@@ -55,9 +55,11 @@ Other optimizers (Adam, AdamW), DP-SGD and arbitrary hooks or loss terms run in 
 """
 from __future__ import annotations
 
+import copy
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -564,6 +566,7 @@ def _stepper(model: nn.Module, fixed: dict[str, torch.Tensor], params: dict[str,
     head = _linear_head(model, fixed, params, plan)
     if head is not None:
         return _linear_step(*head)
+    model = _with_fast_pools(model)
 
     def loss_of(p: dict[str, torch.Tensor], xb: torch.Tensor, yb: torch.Tensor,
                 m: torch.Tensor, _w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -572,6 +575,86 @@ def _stepper(model: nn.Module, fixed: dict[str, torch.Tensor], params: dict[str,
         return loss, loss.detach()
 
     return vmap(grad(loss_of, has_aux=True))
+
+
+def _with_fast_pools(model: nn.Module) -> nn.Module:
+    """`model`, or a copy of it (its parameters are functional_call's anyway) whose
+    non-overlapping max-poolings (nn.MaxPool2d, kernel = stride, no padding, dilation or
+    ceil_mode) compute their forward in the channels-last layout (_Pool): under vmap the
+    clients' feature maps are one [k B, C, H, W] batch of small planes, which the contiguous
+    kernel pools ~10x slower (digits CNN: 8x8 and 4x4 planes, 9 ms against 0.7 ms a call). The
+    same values and indices (a window's first largest, NaN first, in both kernels), so the same
+    bits; the backward is the plain one."""
+    pools = [n for n, m in model.named_modules() if type(m) is nn.MaxPool2d and _plain_pool(m)]
+    if not pools:
+        return model
+    twin = copy.deepcopy(model)
+    for name in pools:
+        parent, _, leaf = name.rpartition(".")
+        m = twin.get_submodule(name)
+        assert isinstance(m, nn.MaxPool2d)
+        setattr(twin.get_submodule(parent) if parent else twin, leaf, _FastPool(m.kernel_size))
+    return twin
+
+
+def _plain_pool(m: nn.MaxPool2d) -> bool:
+    """Whether the pooling is k x k windows at stride k, nothing else (what _Pool computes)."""
+    def pair(v: object) -> tuple:
+        return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+    k = pair(m.kernel_size)
+    return (k[0] == k[1] and pair(m.stride) == k and pair(m.padding) == (0, 0)
+            and pair(m.dilation) == (1, 1) and not m.ceil_mode and not m.return_indices)
+
+
+class _FastPool(nn.Module):
+    """nn.MaxPool2d(k) (stride k) through _Pool on a batch of images; as it otherwise."""
+
+    def __init__(self, kernel: int | tuple[int, ...]) -> None:
+        super().__init__()
+        self.k = int(kernel[0] if isinstance(kernel, (tuple, list)) else kernel)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 4:
+            return torch.nn.functional.max_pool2d(x, self.k)
+        return _Pool.apply(x, self.k)[0]
+
+
+class _Pool(torch.autograd.Function):
+    """max_pool2d_with_indices(x, k, stride k) whose batched forward (under vmap: the clients
+    stacked into the batch, as torch's batching rule does) pools a channels-last copy, then
+    gives the values and indices back in the contiguous layout the plain kernel returns; the
+    backward is max_pool2d_with_indices_backward, as for torch's own."""
+
+    @staticmethod
+    def forward(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        return torch.ops.aten.max_pool2d_with_indices(x, [k, k], [k, k])
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
+        x, k = inputs
+        ctx.k = k
+        ctx.save_for_backward(x, output[1])
+        ctx.mark_non_differentiable(output[1])
+
+    @staticmethod
+    def backward(ctx: Any, gy: torch.Tensor, _gi: torch.Tensor) -> tuple:  # type: ignore[override]
+        x, idx = ctx.saved_tensors
+        k = ctx.k
+        return torch.ops.aten.max_pool2d_with_indices_backward(
+            gy, x, [k, k], [k, k], [0, 0], [1, 1], False, idx), None
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple, x: torch.Tensor, k: int) -> tuple:
+        bd = in_dims[0]
+        if bd is None:
+            return torch.ops.aten.max_pool2d_with_indices(x, [k, k], [k, k]), (None, None)
+        x = x.movedim(bd, 0)
+        n = x.shape[0]
+        flat = x.reshape((n * x.shape[1],) + tuple(x.shape[2:]))
+        y, i = torch.ops.aten.max_pool2d_with_indices(
+            flat.contiguous(memory_format=torch.channels_last), [k, k], [k, k])
+        y, i = y.contiguous(), i.contiguous()
+        return (y.view((n, -1) + tuple(y.shape[1:])), i.view((n, -1) + tuple(i.shape[1:]))), (0, 0)
 
 
 def _linear_head(model: nn.Module, fixed: dict[str, torch.Tensor],
