@@ -55,11 +55,11 @@ def agree(key: bytes | X25519PrivateKey, public: bytes, info: bytes) -> bytes:
     other = bytes(public)
     own = sk.public_key().public_bytes_raw()
     pair = (own, other) if own < other else (other, own)
-    memo = PAIRS.get(info)
-    if memo is not None:
-        got = memo.pop(pair, None)  # (each end asks once: the second takes it away)
-        if got is not None:
-            return got
+    with _PAIRS_LOCK:
+        memo = PAIRS.get(info)
+        got = memo.pop(pair, None) if memo is not None else None  # (the second end takes it)
+    if got is not None:
+        return got
     shared = sk.exchange(X25519PublicKey.from_public_bytes(other))
     derived = HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None,
                    info=info).derive(shared)
@@ -76,15 +76,19 @@ emptied): a key not kept only costs its other end an exchange."""
 PAIRS_INFOS, PAIRS_MOST = 4, 1 << 17
 
 
+_PAIRS_LOCK = threading.Lock()
+
+
 def _keep(info: bytes, pair: tuple[bytes, bytes], derived: bytes) -> None:
-    memo = PAIRS.get(info)
-    if memo is None:
-        while len(PAIRS) >= PAIRS_INFOS:
-            del PAIRS[next(iter(PAIRS))]
-        memo = PAIRS[info] = {}
-    elif len(memo) >= PAIRS_MOST:
-        memo.clear()
-    memo[pair] = derived
+    with _PAIRS_LOCK:
+        memo = PAIRS.get(info)
+        if memo is None:
+            while len(PAIRS) >= PAIRS_INFOS:
+                del PAIRS[next(iter(PAIRS))]
+            memo = PAIRS[info] = {}
+        elif len(memo) >= PAIRS_MOST:
+            memo.clear()
+        memo[pair] = derived
 
 
 _P = 2 ** 255 - 19
