@@ -23,6 +23,13 @@ optional hooks setup_tasks/setup_results, rounds_per_step, follow_up and interim
 FedAsync and FedBuff set `virtual_order` (the driver then hands replies over in simulated-time
 order, core/arrivals.py) and `streams_points`, and say when their step ended (step_end). No
 method here touches sockets, files or clocks.
+
+A Strategy may hold **pieces** of the server's update path (ServerPiece, added with
+`add_piece`: differential privacy's algorithms/private.Privacy is one), each called at declared
+points: the state's extra fields (`Fields`, checkpointed with the state), the cohort (`select`),
+the round's tasks (`configured`), the round's sum (`sum_of`, FedAvg family), the round's row
+(`closed`, FedAvg family), a stop before a round (`stop_before`), the summary (`report`) and
+the --resume checks (`resume_problem`, FedAvg family).
 """
 from __future__ import annotations
 
@@ -30,7 +37,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -134,6 +141,71 @@ class ClientUpdate:
         raise NotImplementedError
 
 
+class ServerPiece:
+    """A piece of the server's update path that a Strategy holds (Strategy.add_piece), called
+    at the declared points below; every hook's default does nothing, so a piece defines only
+    what it changes. `srv` is the Strategy it belongs to (attach sets it)."""
+
+    name: ClassVar[str] = ""  # names the state class its fields extend (Private -> PrivateServerState)
+    # a dataclass whose fields the piece adds to the Strategy's state (None: none); they are the
+    # state's own fields, so checkpoints write and --resume reads them as the Strategy's
+    Fields: ClassVar[type | None] = None
+    srv: Strategy
+
+    def attach(self, srv: Strategy) -> None:
+        """Join `srv` (add_piece calls it once, before setup)."""
+        self.srv = srv
+
+    def init_state(self, st: Any) -> None:
+        """Fill the piece's fields of the state before round 0 (after the Strategy's own
+        init_state; `st` already has them, at their defaults)."""
+
+    def select(self, rnd: int, clients: Sequence[ClientInfo]) -> list[ClientInfo] | None:
+        """The round's cohort drawn the piece's way (the step's target becomes its size), or
+        None: the Strategy's own draw (the first piece that answers wins)."""
+        return None
+
+    def configured(self, rnd: int, clients: Sequence[ClientInfo], tasks: list[Task]) -> None:
+        """Round `rnd` among `clients` got its `tasks` (configure_round's end)."""
+
+    def sum_of(self, part: str) -> Any:
+        """FedAvg family: the round's running sum named `part` when the piece makes it (an
+        object with StreamingMean's interface: add, weights, count, result, mean64), or None."""
+        return None
+
+    def closed(self, rnd: int, results: list[Result], failures: list[Failure],
+               metrics: dict[str, Any]) -> dict[str, Any]:
+        """FedAvg family: the round's row after the server rule stepped (the piece may add to it
+        or remove from it); by default `metrics` as it is."""
+        return metrics
+
+    def stop_before(self, rnd: int, clients: Sequence[ClientInfo]) -> tuple[str, str] | None:
+        """(status, why) to end the run before round `rnd`, or None (Strategy.stop_before)."""
+        return None
+
+    def report(self) -> dict[str, Any]:
+        """Sections the piece adds to summary.json (Strategy.report)."""
+        return {}
+
+    def resume_problem(self, st: Any, rounds_done: int, participants: Any,
+                       last_row: dict[str, Any] | None) -> tuple[str, str] | None:
+        """FedAvg family: why a checkpointed state `st` cannot go on ('json' or 'npz', one
+        line), or None; asked before the Strategy's own checks."""
+        return None
+
+
+_EXTENDED: dict[tuple[type, ...], type] = {}
+
+
+def extended_state(base: type, extras: tuple[type, ...], name: str) -> type:
+    """The state dataclass `base` with the fields of the pieces' `Fields` dataclasses after its
+    own (the order checkpoints write them in), called `name`: one class per (base, extras)."""
+    key = (base, *extras)
+    if key not in _EXTENDED:
+        _EXTENDED[key] = dataclasses.make_dataclass(name, [], bases=(*reversed(extras), base))
+    return _EXTENDED[key]
+
+
 STAGED_HOOKS = {"setup_tasks", "setup_results", "rounds_per_step", "follow_up", "interim_points",
                 "step_end", "virtual_order", "streams_points"}  # StagedStrategy's, not Strategy's
 
@@ -156,6 +228,7 @@ class Strategy:
     State: type[ServerState] = ServerState
     wants_pretrain_init = False  # FedSeq: ServerInfo.pretrain_init, a second random init
     calibrated = False  # --dp: the session calibrated the noise (the DP state records it)
+    pieces: tuple[ServerPiece, ...] = ()  # the pieces of its update path (add_piece)
 
     def __init_subclass__(cls, **kw: Any) -> None:
         """A hook of StagedStrategy defined on a plain Strategy would never be called: refused."""
@@ -176,9 +249,11 @@ class Strategy:
 
     # ---- what an algorithm defines -----------------------------------------------------------
     def configure_round(self, rnd: int, clients: Sequence[ClientInfo]) -> list[Task]:
-        """The round's tasks; by default one per selected client, carrying the global model."""
-        return [self.new_task(rnd, [c.cid], self.state.model, self.task_body(rnd, c))
-                for c in self.select(rnd, clients)]
+        """The round's tasks; by default one per selected client, carrying the global model
+        (an override ends with `return self.configured(rnd, clients, tasks)`)."""
+        return self.configured(rnd, clients, [
+            self.new_task(rnd, [c.cid], self.state.model, self.task_body(rnd, c))
+            for c in self.select(rnd, clients)])
 
     def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
                         ) -> dict[str, float]:
@@ -204,13 +279,22 @@ class Strategy:
         return self.state.model
 
     def stop_before(self, rnd: int, clients: Sequence[ClientInfo]) -> tuple[str, str] | None:
-        """(status, why) to end the run before round `rnd` among `clients` (differential
-        privacy: the round would spend more than the budget, `budget_spent`); None goes on."""
+        """(status, why) to end the run before round `rnd` among `clients`: by default the
+        first piece's (differential privacy: the round would spend more than the budget,
+        `budget_spent`); None goes on."""
+        for piece in self.pieces:
+            halt = piece.stop_before(rnd, clients)
+            if halt is not None:
+                return halt
         return None
 
     def report(self) -> dict[str, Any]:
-        """What the algorithm adds to summary.json (differential privacy: `dp`)."""
-        return {}
+        """What the algorithm adds to summary.json: by default its pieces' sections
+        (differential privacy: `dp`); an override adds to super().report()."""
+        out: dict[str, Any] = {}
+        for piece in self.pieces:
+            out.update(piece.report())
+        return out
 
     # ---- given ---------------------------------------------------------------------------------
     def start_round(self, ctx: RoundContext, clients: Sequence[ClientInfo]) -> list[Task]:
@@ -239,11 +323,46 @@ class Strategy:
         self.ctx.target = value
 
     def setup(self, init: Arrays, trainable: set[str] | None = None) -> None:
-        """Receive the initial model and the names of its trainable parameters."""
+        """Receive the initial model and the names of its trainable parameters; the state from
+        init_state, with the pieces' fields (extend_state)."""
         self.trainable = set(trainable) if trainable is not None else {
             k for k, v in init.items() if v.dtype.kind == "f"}
         self.layout = layout_of(init)
-        self.state = self.init_state(init)
+        self.state = self.extend_state(self.init_state(init))
+
+    def add_piece(self, piece: ServerPiece) -> None:
+        """Hold `piece` (before setup): its hooks are called after those of the pieces added
+        before it."""
+        piece.attach(self)
+        self.pieces = (*self.pieces, piece)
+
+    def extend_state(self, st: Any) -> Any:
+        """The state `st` with the fields of the pieces' `Fields` (the same values in a
+        dataclass derived from its own, extended_state), each piece's filled in
+        (ServerPiece.init_state)."""
+        extras = tuple(p.Fields for p in self.pieces if p.Fields is not None)
+        if extras:
+            name = "".join(p.name for p in self.pieces if p.Fields is not None)
+            cls = extended_state(type(st), extras, name + type(st).__name__)
+            st = cls(**{f.name: getattr(st, f.name) for f in dataclasses.fields(st)})
+        for piece in self.pieces:
+            piece.init_state(st)
+        return st
+
+    def configured(self, rnd: int, clients: Sequence[ClientInfo], tasks: list[Task]
+                   ) -> list[Task]:
+        """`tasks`, once every piece heard of them (ServerPiece.configured)."""
+        for piece in self.pieces:
+            piece.configured(rnd, clients, tasks)
+        return tasks
+
+    def closed(self, rnd: int, results: list[Result], failures: list[Failure],
+               metrics: dict[str, Any]) -> dict[str, Any]:
+        """The round's row once every piece had it (ServerPiece.closed): what a FedAvg-family
+        aggregate_round returns."""
+        for piece in self.pieces:
+            metrics = piece.closed(rnd, results, failures, metrics)
+        return metrics
 
     def bind(self, info: ServerInfo) -> None:
         """Receive the run's server-side facts (number of classes, exemplars, ...)."""
@@ -259,7 +378,13 @@ class Strategy:
         self.state.model = arrays
 
     def select(self, rnd: int, clients: Sequence[ClientInfo]) -> list[ClientInfo]:
-        """max(floor(fraction * K), 1) clients, uniformly without replacement, seeded by round."""
+        """The first piece's cohort (ServerPiece.select; the step's target: its size), else
+        max(floor(fraction * K), 1) clients, uniformly without replacement, seeded by round."""
+        for piece in self.pieces:
+            picked = piece.select(rnd, clients)
+            if picked is not None:
+                self.target = len(picked)
+                return picked
         ordered = roster.ordered(clients)  # (a dispatcher's roster is: nothing is built)
         m = self.picks(max(int(self.cfg.algo.fraction * len(ordered)), 1), len(ordered))
         if m >= len(ordered):

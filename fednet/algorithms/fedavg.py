@@ -1,11 +1,17 @@
 """FedAvg. McMahan et al., "Communication-Efficient Learning of Deep Networks from
 Decentralized Data", AISTATS 2017. Spec: docs/algorithms.md §3.1. FedProx (§3.2) is FedAvg's
-server with the proximal client rule; Per-FedAvg (§3.10) also uses this server."""
+server with the proximal client rule; Per-FedAvg (§3.10) also uses this server.
+
+The FedAvg family's round: the results folded into the round's sums (`sum_of`: a piece's own,
+e.g. --dp central's noised mean, else the defense's RobustMean, else the exact mean), the
+server rule's `step` on the model's mean (FedAvg: the mean is the model; FedOpt: an optimizer
+step), then the pieces' row (Strategy.closed). Differential privacy is such a piece
+(`self.privacy`, algorithms/private.Privacy), held, not mixed in."""
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -21,6 +27,15 @@ from fednet.models.arrays import state_arrays
 from fednet.types import Arrays, Failure, Result, Task
 
 log = logging.getLogger("fednet.server")
+
+
+class Spends(Protocol):
+    """What FedAvg reads of the privacy piece it holds (algorithms/private.Privacy, which
+    imports this module: no import back)."""
+
+    def epsilon(self) -> float:
+        """Epsilon spent so far, at the run's delta."""
+        ...
 
 
 @dataclass
@@ -39,6 +54,7 @@ class FedAvg(Strategy):
         super().__init__(cfg, params)
         self._sums: dict[str, Any] = {}
         self._finite: dict[int, bool] = {}  # task id -> its result was finite (and folded in)
+        self.privacy: Spends | None = None  # --dp: the server's part (a piece: Privacy.attach)
         self.defense = "" if cfg.defense.name == "none" else cfg.defense.name
         if self.defense:
             self._dp = robust_spec.defense_params(cfg)
@@ -53,8 +69,15 @@ class FedAvg(Strategy):
 
     # ---- streamed aggregation: each result is folded in on arrival, then its arrays dropped --
     def sum_of(self, part: str) -> Any:
-        """The round's running sum named `part` (created on first use): the model's is the
-        defense's RobustMean under --defense."""
+        """The round's running sum named `part` (created on first use): the first piece's that
+        makes one (ServerPiece.sum_of: --dp central's PrivateMean), else under --defense the
+        model's is the defense's RobustMean."""
+        if part not in self._sums:
+            for piece in self.pieces:
+                made = piece.sum_of(part)
+                if made is not None:
+                    self._sums[part] = made
+                    break
         if part == "model" and self.defense and part not in self._sums:
             self._sums[part] = RobustMean(self.defense, self._dp, self._share, self.state.model,
                                           getattr(self.state, "center", None), self._bad)
@@ -104,12 +127,35 @@ class FedAvg(Strategy):
 
     def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
                         ) -> dict[str, float]:
-        """theta = sum_k n_k theta_k / sum_k n_k over the usable results (any arrival order)."""
+        """The round's sums finished; the server rule's step on the model's (unless no result
+        was usable or the defense refused the round); the pieces' row."""
         ok, dropped, sums = self.take_round(results)
         metrics = round_metrics(ok, failures, dropped)
         if ok and self.robust_close(sums["model"], metrics):
-            self.state.model = sums["model"].result()
-        return metrics
+            self.step(sums["model"], metrics)
+        return self.closed(rnd, results, failures, metrics)
+
+    def step(self, mean: Any, metrics: dict[str, Any]) -> None:
+        """The server rule on the round's model mean (a StreamingMean, RobustMean or a piece's:
+        its result() and mean64()), adding to the row `metrics`: FedAvg takes the mean,
+        theta = sum_k n_k theta_k / sum_k n_k over the usable results (any arrival order)."""
+        self.state.model = mean.result()
+
+    def epsilon(self) -> float:
+        """The privacy spent so far (--dp: the accountant's epsilon at the run's delta), 0.0
+        without differential privacy."""
+        return self.privacy.epsilon() if self.privacy is not None else 0.0
+
+    def resume_problem(self, st: Any, rounds_done: int, participants: Any,
+                       last_row: dict[str, Any] | None) -> tuple[str, str] | None:
+        """Why a checkpointed state cannot go on ('json' or 'npz', one line), or None: the
+        pieces' checks (ServerPiece.resume_problem: differential privacy's accounting); an
+        override asks super() first."""
+        for piece in self.pieces:
+            why = piece.resume_problem(st, rounds_done, participants, last_row)
+            if why:
+                return why
+        return None
 
 
 class FedAvgClient(ClientUpdate):

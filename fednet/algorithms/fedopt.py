@@ -24,10 +24,9 @@ from typing import Any
 import numpy as np
 
 from fednet.algorithms import robust_spec
-from fednet.algorithms.common import round_metrics
 from fednet.algorithms.contract import Model, ServerState
 from fednet.algorithms.fedavg import FedAvg
-from fednet.types import Arrays, Failure, Result
+from fednet.types import Arrays
 
 
 @dataclass
@@ -87,14 +86,9 @@ class FedOpt(FedAvg):
         cls = CenteredFedOptState if centered else FedOptState
         return cls(model=dict(init), m=m, v=v)
 
-    def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
-                        ) -> dict[str, float]:
+    def step(self, mean: Any, metrics: dict[str, Any]) -> None:
         """Δ_t from the exact weighted mean (float64), then the rule's step on each entry."""
-        ok, dropped, sums = self.take_round(results)
-        metrics = round_metrics(ok, failures, dropped)
-        if not ok or not self.robust_close(sums["model"], metrics):
-            return metrics
-        mean = sums["model"]  # (a PrivateMean under --dp central: the noised mean)
+        # (mean: a PrivateMean under --dp central, the noised mean)
         new = mean.result()  # buffers (and the dtypes) as FedAvg
         avg64 = mean.mean64()  # the exact weighted mean, or the defense's new model (float64)
         st, rule = self.state, self.rule
@@ -109,15 +103,17 @@ class FedOpt(FedAvg):
             new[n] = x1.astype(st.model[n].dtype)
         st.model = new
         metrics["delta_norm"] = math.sqrt(norm)
-        return metrics
-
 
     def resume_problem(self, st: FedOptState, rounds_done: int, participants: Any,
                        last_row: dict[str, Any] | None) -> tuple[str, str] | None:
         """Why checkpointed moments cannot go on ('npz', one line), or None: m (and v but for
         FedAvgM) hold every trainable floating entry, and v > 0 everywhere (it starts at τ² and
         every rule keeps it positive: Adam and Adagrad add squares to a positive v, Yogi moves
-        v by at most (1 − β2) Δ² toward Δ²); the values are finite (checkpoint.load)."""
+        v by at most (1 − β2) Δ² toward Δ²); the values are finite (checkpoint.load). The
+        pieces' checks (differential privacy's) come first (FedAvg.resume_problem)."""
+        why = super().resume_problem(st, rounds_done, participants, last_row)
+        if why:
+            return why
         names = sorted(n for n in self.trainable if st.model[n].dtype.kind == "f")
         for what, moments in (("m", st.m), ("v", st.v)):
             if what == "v" and self.rule == "fedavgm":

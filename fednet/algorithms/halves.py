@@ -1,7 +1,8 @@
 """An algorithm's two halves, loaded and built from its Spec's "module:Class" references
 (registry.py holds the Specs): the client half's class, every half imported once (the zygote,
-before it forks), and the configured server and client halves with differential privacy's
-wrappers (algorithms/__init__.build and build_client add secure aggregation's)."""
+before it forks), and the configured server and client halves with differential privacy (the
+server's: a piece it holds, private.Privacy; the client's: dp_client's wrapper;
+algorithms/__init__.build and build_client add secure aggregation's wrappers)."""
 from __future__ import annotations
 
 import functools
@@ -33,13 +34,14 @@ def preload() -> None:
 
 
 def build_bare(cfg: RunConfig) -> Strategy:
-    """The configured algorithm's own server half, with differential privacy
-    (algorithms/private.py); algorithms.build wraps it for --secagg."""
+    """The configured algorithm's own server half, holding differential privacy's piece
+    (algorithms/private.Privacy, built from the run's DPSpec); algorithms.build wraps it for
+    --secagg."""
     spec = get(cfg.algo.name)
-    cls = _load(spec.server)
+    server: Strategy = _load(spec.server)(cfg, spec.parse(dict(cfg.algo.params)))
     if cfg.dp.mode != "none" or cfg.dp.sgd_noise > 0:  # (by name, as the halves: no cycle)
-        cls = _load("fednet.algorithms.private:wrap_server")(cls)
-    return cls(cfg, spec.parse(dict(cfg.algo.params)))
+        server.add_piece(_load("fednet.algorithms.private:Privacy").of(cfg))
+    return server
 
 
 def build_client_bare(cfg: RunConfig) -> ClientUpdate:

@@ -1,5 +1,9 @@
-"""Differential privacy on the server (docs/algorithms.md §11): a mixin placed before a
-FedAvg-family Strategy (wrap_server), whatever its server rule (FedAvg, FedAvgM, FedAdam, ...).
+"""Differential privacy on the server (docs/algorithms.md §11): Privacy, a piece that a
+FedAvg-family Strategy holds (`strategy.privacy`, contract.ServerPiece; halves.build_bare adds
+it, built from the run's DPSpec), whatever its server rule (FedAvg, FedAvgM, FedAdam, ...). It
+acts only through the Strategy's declared hooks: the cohort (select), the round's tasks
+(configured), the round's mean (sum_of), the row (closed), the budget (stop_before), the
+summary (report), --resume (resume_problem), and its fields of the state (Fields).
 
 - `--dp central` (DP-FedAvg, McMahan et al. 2018): the round's cohort is drawn as the
   accountant assumes (Poisson with rate q = --fraction from the stream (seed, "dp-select",
@@ -14,28 +18,29 @@ FedAvg-family Strategy (wrap_server), whatever its server rule (FedAvg, FedAvgM,
 - `--dp-sgd-noise`: DP-SGD inside the clients (training/dpsgd.py); the server accounts each
   client's per-example privacy from its partition's size and the tasks it sent it.
 
-Every round's event goes into the state (`dp`, JSON; `dp_counts`: tasks per client, counted
-when the round is aggregated), so a --resume continues the accounting (checked first:
+Every round's event goes into the state (DPFields: `dp`, JSON; `dp_counts`: tasks per client,
+counted when the round is aggregated), so a --resume continues the accounting (checked first:
 resume_problem); the rows carry epsilon after each round and the summary a
 `dp` section. A round that would exceed --dp-epsilon is not started: the run stops as
 `budget_spent` (stop_before).
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from fednet import rng, types as roster
 from fednet.algorithms import dp_spec, private_resume
-from fednet.algorithms.contract import ServerInfo
+from fednet.algorithms.contract import ServerInfo, ServerPiece, Strategy
 from fednet.algorithms.dp_mean import PrivateMean, PrivateRuleMean
 from fednet.algorithms.fedavg import FedAvg
+from fednet.algorithms.seam import DPSpec
 from fednet.errors import ConfigError
 from fednet.privacy import plan
 from fednet.privacy.accountant import Accountant
@@ -61,46 +66,29 @@ GUARANTEE = {
 }
 
 
-@functools.cache
-def wrap_server(cls: type) -> type:
-    """`cls` (a FedAvg-family Strategy) with differential privacy: PrivateServer first in its
-    MRO, its State with the accountant's fields."""
-    if not issubclass(cls, FedAvg):
-        raise TypeError(f"{cls.__name__} is no FedAvg-family Strategy: differential privacy "
-                        "needs FedAvg's streamed mean (docs/algorithms.md §11.1)")
-    state = dataclasses.make_dataclass(
-        f"Private{cls.State.__name__}",
-        [("dp", dict[str, Any], dataclasses.field(default_factory=dict)),
-         ("dp_counts", np.ndarray | None, dataclasses.field(default=None))], bases=(cls.State,))
-    return type(f"Private{cls.__name__}", (PrivateServer, cls),
-                {"State": state, "__module__": __name__})
+@dataclass
+class DPFields:
+    """The accountant's fields of a DP run's server state (Privacy.Fields: after the Strategy's
+    own, checkpointed with them): its JSON record (the clip norm, the events, DP-SGD's worst
+    epsilon, ...) and, under --dp local and DP-SGD, the tasks each client was sent."""
+
+    dp: dict[str, Any] = field(default_factory=dict)
+    dp_counts: np.ndarray | None = None
 
 
-class _DPState(Protocol):
-    """What PrivateServer reads and writes of its state (wrap_server's dataclass)."""
+class Privacy(ServerPiece):
+    """The server's part of differential privacy; see the module's docstring."""
 
-    model: Arrays
-    dp: dict[str, Any]
-    dp_counts: np.ndarray | None
+    name = "Private"
+    Fields = DPFields
 
-
-class PrivateServer:
-    """The mixin; see the module's docstring."""
-
-    cfg: RunConfig
-    state: Any
-    info: ServerInfo
-    target: int | None
-    State: Callable[..., _DPState]  # wrap_server's dataclass, with the accountant's fields
-    _sums: dict[str, Any]
-
-    def __init__(self, cfg: RunConfig, params: object) -> None:
-        super().__init__(cfg, params)  # type: ignore[call-arg]  # a mixin: the Strategy after it
+    def __init__(self, cfg: RunConfig, spec: DPSpec) -> None:
         dp = cfg.dp
         if dp.mode != "none" and dp.noise <= 0:
             raise ConfigError("--dp: the noise multiplier must be calibrated before the algorithm "
                               "is built (core/session.py does it from --dp-epsilon)")
-        kind, self.piece = dp_spec.kind(dp.mode), dp_spec.plugin(dp.mode)  # (seam.DPSpec)
+        self.cfg = cfg
+        kind, self.piece = spec.kind, spec if spec.noise is not None else None  # (a plugin's)
         self.central, self.local, self.sgd = kind == "central", kind == "local", dp.sgd_noise > 0
         self.distributed = kind == "distributed"
         self.ddg_t = plan.ddg_threshold(cfg) if self.distributed else 0
@@ -109,7 +97,6 @@ class PrivateServer:
         self.sgd_acc = Accountant("rdp", dp.sgd_delta, remember=False) if self.sgd else None
         self.count_std = plan.count_noise(cfg) if dp.adaptive else 0.0
         self.z_update = plan.update_noise(dp.noise, self.count_std) if dp.adaptive else dp.noise
-        self.calibrated = False  # the session says so when it calibrated the noise
         self._round, self._denom = -1, plan.expected_cohort(cfg)
         self._key: tuple | None = None  # --dp central: the round's event
         self._mean: PrivateMean | None = None
@@ -117,20 +104,41 @@ class PrivateServer:
         self.remarks: list[str] = []  # said before the first round (plan.remarks)
         self._said_end = False
 
+    @classmethod
+    def of(cls, cfg: RunConfig) -> Privacy:
+        """The piece for the run's --dp mechanism (its DPSpec: a plugin's too) and DP-SGD."""
+        return cls(cfg, dp_spec.mechanism(cfg.dp.mode))
+
+    def attach(self, srv: Strategy) -> None:
+        """Join a FedAvg-family Strategy (its streamed mean is what the noise goes on), as its
+        `privacy`."""
+        if not isinstance(srv, FedAvg):
+            raise TypeError(f"{type(srv).__name__} is no FedAvg-family Strategy: differential "
+                            "privacy needs FedAvg's streamed mean (docs/algorithms.md §11.1)")
+        super().attach(srv)
+        srv.privacy = self
+
+    @property
+    def state(self) -> Any:
+        """The Strategy's state (with DPFields)."""
+        return self.srv.state
+
+    @property
+    def info(self) -> ServerInfo:
+        """The Strategy's ServerInfo (the clients' sizes, for DP-SGD's accountant)."""
+        return self.srv.info
+
     # ---- the state ----------------------------------------------------------------------------
-    def init_state(self, init: Arrays) -> Any:
-        """The algorithm's state, with the clip norm, the events so far and the tasks per client."""
-        st = super().init_state(init)  # type: ignore[misc]  # a mixin: the Strategy after it
-        if type(st) is not self.State:  # e.g. FedOpt's own state class
-            st = self.State(**{f.name: getattr(st, f.name) for f in dataclasses.fields(st)})
+    def init_state(self, st: Any) -> None:
+        """The clip norm, the events so far and the tasks per client (the session says whether
+        it calibrated the noise: the Strategy's `calibrated`)."""
         st.dp = {"clip": float(self.cfg.dp.clip), "events": [], "sgd_epsilon": 0.0,
-                 "calibrated": self.calibrated, "non_finite": 0}
+                 "calibrated": self.srv.calibrated, "non_finite": 0}
         if self.local or self.sgd:
             st.dp_counts = np.zeros(self.cfg.clients, dtype=np.int64)
         self.remarks = plan.remarks(self.cfg, _noised_values(st.model))
         for line in self.remarks:  # before the first round: the delta, a noise that swamps
             log.warning("%s", line)
-        return st
 
     def _history(self, extra: tuple | None = None) -> list[tuple[tuple, int]]:
         """[(event key, count), ...] so far, with one more `extra`."""
@@ -176,41 +184,41 @@ class PrivateServer:
         return plan.round_key(dp.mode, dp.sampling, dp.noise, self.cfg.algo.fraction,
                               len(clients))
 
-    def configure_round(self, rnd: int, clients: Sequence[ClientInfo]) -> list[Task]:
-        """The round's event and denominator (central), its tasks, each counted (local, sgd)."""
+    def configured(self, rnd: int, clients: Sequence[ClientInfo], tasks: list[Task]) -> None:
+        """The round's event and denominator (central); its tasks' clients, counted when the
+        round is aggregated (local, sgd: _count)."""
         self._round, self._mean = rnd, None
         if self.central:
             self._key = self._round_key(clients)
             if self.cfg.dp.sampling == "fixed":
                 self._denom = float(plan.cohort_size(self.cfg.algo.fraction, len(clients)))
-        tasks = super().configure_round(rnd, clients)  # type: ignore[misc]  # a mixin: the Strategy after it
-        if self.local or self.sgd:  # counted when the round is aggregated (_count)
+        if self.local or self.sgd:
             self._pending = sorted({c for t in tasks for c in t.route})
-        return tasks
 
-    def select(self, rnd: int, clients: Sequence[ClientInfo]) -> list[ClientInfo]:
+    def select(self, rnd: int, clients: Sequence[ClientInfo]) -> list[ClientInfo] | None:
         """--dp central with Poisson sampling: every client independently with probability q,
-        from one uniform per client id of the population (seed, "dp-select", round)."""
+        from one uniform per client id of the population (seed, "dp-select", round); otherwise
+        None (the Strategy's own draw: fixed-size sampling)."""
         if not (self.central and self.cfg.dp.sampling == "poisson"):
-            return super().select(rnd, clients)  # type: ignore[misc]  # a mixin: the Strategy after it
+            return None
         u = rng.generator(self.cfg.seed, "dp-select", rnd).random(self.cfg.clients)
         q = self.cfg.algo.fraction
-        picked = [c for c in roster.ordered(clients) if u[c.cid] < q]
-        self.target = len(picked)
-        return picked
+        return [c for c in roster.ordered(clients) if u[c.cid] < q]
 
     def sum_of(self, part: str) -> Any:
-        """The round's model sum: a PrivateMean under --dp central."""
-        if self.central and part == "model" and "model" not in self._sums:
-            seed, rnd, clip = self.cfg.seed, self._round, self.state.dp["clip"]
-            gen = functools.partial(rng.generator, seed, "dp-central", rnd)
-            if self.cfg.defense.name != "none":  # clip, the rule, then the noise
-                self._mean = self._sums["model"] = self._rule_mean(clip, gen)
-            else:
-                self._mean = self._sums["model"] = PrivateMean(
-                    self.state.model, clip, self.z_update * clip, self._denom, gen,
-                    *((self.piece.noised, self.piece.norm) if self.piece else ()))
-        return super().sum_of(part)  # type: ignore[misc]  # a mixin: the Strategy after it
+        """The round's model sum under --dp central: a PrivateMean (with --defense: a
+        PrivateRuleMean); otherwise None."""
+        if not (self.central and part == "model"):
+            return None
+        seed, rnd, clip = self.cfg.seed, self._round, self.state.dp["clip"]
+        gen = functools.partial(rng.generator, seed, "dp-central", rnd)
+        if self.cfg.defense.name != "none":  # clip, the rule, then the noise
+            self._mean = self._rule_mean(clip, gen)
+        else:
+            self._mean = PrivateMean(
+                self.state.model, clip, self.z_update * clip, self._denom, gen,
+                *((self.piece.noised, self.piece.norm) if self.piece else ()))
+        return self._mean
 
     def _rule_mean(self, clip: float, gen: Callable[[], np.random.Generator]) -> PrivateRuleMean:
         """--dp central with --defense: the rule on the m clipped updates (a fixed cohort), the
@@ -230,10 +238,9 @@ class PrivateServer:
 
         return PrivateRuleMean(self.state.model, clip, self.cfg.dp.noise * sens / 2, m, gen, rule)
 
-    def aggregate_round(self, rnd: int, results: list[Result], failures: list[Failure]
-                        ) -> dict[str, float]:
-        """The algorithm's aggregate (on the noised mean), then the accountant's row."""
-        metrics = super().aggregate_round(rnd, results, failures)  # type: ignore[misc]  # a mixin: the Strategy after it
+    def closed(self, rnd: int, results: list[Result], failures: list[Failure],
+               metrics: dict[str, Any]) -> dict[str, Any]:
+        """After the server rule stepped (on the noised mean): the accountant's row."""
         if self.local or self.sgd:
             self._count(self._pending)
         self.state.dp["non_finite"] = self.state.dp.get("non_finite", 0) + sum(
@@ -305,12 +312,8 @@ class PrivateServer:
         """Why a checkpointed state cannot go on ('json' or 'npz', one line), or None: the
         accountant's record is checked against the run's configuration, the rounds done, the
         tasks each client was given and the last row, so that a resumed run never reports an
-        epsilon below the truth; then the server rule's own checks."""
-        why = private_resume.resume_problem(self, st, rounds_done, participants, last_row)
-        if why:
-            return why
-        base = getattr(super(), "resume_problem", None)
-        return base(st, rounds_done, participants, last_row) if base is not None else None
+        epsilon below the truth (the server rule's own checks come after: FedAvg.resume_problem)."""
+        return private_resume.resume_problem(self, st, rounds_done, participants, last_row)
 
     # ---- the summary ----------------------------------------------------------------------------
     def report(self) -> dict[str, Any]:
@@ -342,7 +345,7 @@ class PrivateServer:
         remarks = [*self.remarks, *self._end_remarks(out.get("epsilon"))]
         if remarks:
             out["remarks"] = remarks
-        return {**super().report(), "dp": out}  # type: ignore[misc]  # a mixin: the Strategy after it
+        return {"dp": out}
 
     def _guarantee(self) -> str:
         """The guarantee in words, with the neighbouring relation its epsilon holds for."""

@@ -1,4 +1,4 @@
-"""A DP run's checkpointed state checked at --resume (algorithms/private.py's PrivateServer asks):
+"""A DP run's checkpointed state checked at --resume (algorithms/private.py's Privacy asks):
 its JSON record (privacy/record.py), the clip norm, the events, the tasks per client, and the
 epsilon the state gives against the one its last row reported, so that a resumed run never
 reports an epsilon below the truth."""
