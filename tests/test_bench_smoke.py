@@ -40,6 +40,8 @@ SMOKE: dict[str, list[str]] = {
     "bench_async.py": ["--clients", "6", "--rounds", "2", "--async-rounds", "3", "--seeds", "0",
                        "--methods", "fedavg", "fedbuff"],
     "bench_batched.py": ["--cells", "mclr:3,digits_cnn:2", "--repeats", "1"],
+    "bench_batched_accuracy.py": ["--algos", "fedavg", "--seeds", "0", "1", "--clients", "6",
+                                  "--rounds", "2", "--epochs", "1", "--batch-clients", "3"],
     "bench_batched_runs.py": ["--cells", "digits:6", "--rounds", "2", "--repeats", "1"],
     "bench_big_frames.py": ["--connections", "20", "--announce-mib", "16", "--port", "PORT"],
     "bench_compress.py": ["--clients", "3", "--rounds", "1", "--epochs", "1", "--seeds", "0",
