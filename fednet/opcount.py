@@ -14,13 +14,16 @@ The operations:
   kdf      HKDF-SHA256 derivations (one per agreed key)
   aead     AES-256-GCM seals or opens of one sealed share (fednet/secagg/client.SEALED_BYTES)
   prg      bytes of AES-256-CTR keystream (the masks)
-  shamir   multiply-adds in Shamir's field (a share: t per chunk of a secret; the server's
-           Lagrange weights: 2 t per point)
-  taken    Shamir shares the server takes at the unmask stage (each decoded and kept)
-  rebuilt  shares read into a Shamir reconstruction (t per secret rebuilt: stacked, weighted
-           and summed modulo P)
-  lagrange points of a set of Lagrange weights (t per distinct set of t holders: a pass over
-           the points and a modular inverse each)
+  mask     masks the server expands: each keystream's key setup and call, beside its bytes
+           (prg; a client's are in its prg rate's measurement: not a client rate)
+  shamir   multiply-adds in Shamir's field (a share: t per chunk of a secret)
+  reply    replies the server takes at the unmask stage (each checked, its rows decoded at once)
+  taken    Shamir shares in them (each kept)
+  secret   secrets the server rebuilds (each: its holders sorted, its bytes joined)
+  rebuilt  shares read into a Shamir reconstruction (t per secret rebuilt: picked, stacked,
+           weighted and summed modulo P)
+  lagrange element operations of a secret's Lagrange weights (8 t^2 + 124 t at threshold t:
+           the running products' multiply-mods and the modular inverses)
   noise    Gaussian (or discrete Gaussian) draws
   stream   element operations streamed through memory (sums, scaling, copies, numpy's
            vectorised sort's compare-moves)
@@ -34,8 +37,8 @@ import contextlib
 import contextvars
 from collections.abc import Iterator, Mapping
 
-OPS = ("x25519", "kdf", "aead", "prg", "shamir", "taken", "rebuilt", "lagrange", "noise",
-       "stream", "sort", "gemm")
+OPS = ("x25519", "kdf", "aead", "prg", "mask", "shamir", "reply", "taken", "secret", "rebuilt",
+       "lagrange", "noise", "stream", "sort", "gemm")
 RATES = tuple(f"{op}_per_s" for op in OPS)
 """A rate field per operation (per second; prg in bytes/s, gemm in FLOP/s)."""
 

@@ -25,35 +25,35 @@ def test_counts_follow_the_protocols_parameters():
     assert cost.masked(100, 8, 4)["prg"] == 5 * 100 * 8
     # the server's unmasking: a self mask per survivor, a pairwise mask per dropped pair
     u = cost.unmasked(survivors=90, pairs=90 * 10, dropped=10, d=1000, itemsize=8,
-                      taken=90 * 50, t=[30] * 100, sets=[30, 30])
-    assert u["prg"] == (90 + 900) * 1000 * 8 and u["x25519"] == 10 + 900
-    # each share taken, t read into each of the 100 secrets, a set of weights t points and
-    # 2 t^2 multiply-adds (shamir.lagrange_at_zero)
-    assert u["taken"] == 4500 and u["rebuilt"] == 3000
-    assert u["lagrange"] == 60 and u["shamir"] == 2 * 2 * 30 * 30
+                      replies=90, taken=90 * 50, t=[30] * 100)
+    assert u["prg"] == (90 + 900) * 1000 * 8 and u["mask"] == 990
+    assert u["x25519"] == 10 + 900
+    # each reply and share taken, t shares read into each of the 100 secrets, and each
+    # secret's weights: 8 t^2 + 124 t element operations (shamir.lagrange_rows, _inverse)
+    assert u["reply"] == 90 and u["taken"] == 4500 and u["rebuilt"] == 3000
+    assert u["lagrange"] == 100 * (8 * 30 * 30 + 124 * 30)
 
 
-def test_unmasking_counts_the_rounds_shares_and_weight_sets():
-    """Full SecAgg's unmasking grows as its implementation: n (n - 1) shares taken, n secrets
-    of t ~ n / 2 shares, ~t distinct holder sets of t points (the first t holders of a client
-    are the others: those of clients below t differ), O(n^3) multiply-adds of weights."""
+def test_full_secaggs_unmasking_grows_as_its_implementation():
+    """n (n - 1) shares taken, n secrets of t ~ n / 2 shares, each with its own weights
+    (shamir.reconstruct_many: O(t^2) each): the weights grow faster than the shares (as n^3
+    once 8 t^2 outgrows the inverses' 124 t)."""
     from types import SimpleNamespace
 
     import numpy as np
 
     def agg(n):
-        t = n // 2
         others = {v: {h: None for h in range(n) if h != v} for v in range(n)}
         return SimpleNamespace(shared=lambda: list(range(n)), inputs=set(range(n)),
                                nbrs={v: list(others[v]) for v in range(n)},
-                               b_shares=others, s_shares={}, answered=set(range(n)),
-                               t={v: t for v in range(n)}, total=np.zeros(10, np.uint32))
+                               b_shares=others, s_shares={}, answered=set(range(n)), liars={},
+                               t={v: n // 2 for v in range(n)}, total=np.zeros(10, np.uint32))
 
     small, big = cost.unmasking(agg(20)), cost.unmasking(agg(40))
-    assert small["taken"] == 20 * 19 and small["rebuilt"] == 20 * 10
-    assert small["lagrange"] == 11 * 10  # sets: 10 missing one of 0..9, and 0..9 itself
-    assert big["taken"] == 40 * 39 and big["lagrange"] == 21 * 20
-    assert big["shamir"] == 21 * 2 * 20 * 20 and small["shamir"] == 11 * 2 * 10 * 10
+    assert small["reply"] == 20 and small["taken"] == 20 * 19 and small["rebuilt"] == 20 * 10
+    assert big["taken"] == 40 * 39 and big["rebuilt"] == 40 * 20
+    assert small["lagrange"] == 20 * cost.lagrange(10) and big["lagrange"] == 40 * cost.lagrange(20)
+    assert big["lagrange"] / small["lagrange"] > big["taken"] / small["taken"] > 4
 
 
 def test_bulyan_counts_its_krum_choices_and_sorts():

@@ -7,9 +7,10 @@ estimated: `fednet calibrate` times each primitive fednet runs (fednet/secagg/ra
 writes the client rates into the --latency profile it writes, and with --server-out every rate
 into a server profile for --server-profile FILE. On this project's 2-core machine (one core,
 shared; the figures vary by up to 2x between runs): X25519 1.7e4-3.3e4/s, HKDF 1.7e5-3.2e5/s,
-sealed shares 3.6e5-5.2e5/s, AES-CTR 0.6e9-3e9 bytes/s, Shamir 1.1e8-1.6e8 multiply-adds/s,
-unmask shares taken 2.6e5/s, shares read into reconstructions 7.1e5/s, Lagrange points 9.1e4/s,
-normal draws 5e7-1e8/s, streamed sums 1e9-2e9 element ops/s, stable argsort 2.6e8-2.7e8
+sealed shares 3.6e5-5.2e5/s, AES-CTR 0.6e9-6e9 bytes/s and 1.2e5 keystream setups/s, Shamir
+1.1e8-1.8e8 multiply-adds/s, unmask replies 1.2e5/s and the shares in them 3.5e6/s, secrets
+rebuilt 2.8e5/s and the shares read into them 2.1e6/s, the Lagrange weights' element operations
+6.8e8/s, normal draws 5e7-1e8/s, streamed sums 1e9-2e9 element ops/s, stable argsort 2.6e8-2.7e8
 compare-moves/s, float64 x @ x.T 6e10-2e11 counted FLOP/s on one BLAS thread: the xeon-core
 class's order."""
 from __future__ import annotations
@@ -42,12 +43,13 @@ SERVERS: dict[str, dict[str, float]] = {
         # ~1 G streamed element operations a second (one core's ~10 GB/s of memory traffic);
         # the primitives at the rates of the `cryptography` wheels' OpenSSL with AES-NI and
         # their Python call (estimates of the same kind as `fednet calibrate` measures). The
-        # unmasking's share handling (taken, rebuilt, lagrange) is numpy calls on a few values
-        # each, bound by the interpreter: this host's order (estimates); a stable argsort
-        # ~3.5 ns a compare-move (estimate).
+        # unmasking's share handling (taken, rebuilt) is Python and numpy calls on a few values
+        # each, bound by the interpreter, and its weights int64 multiply-mods: this host's order
+        # (estimates); a stable argsort ~3.5 ns a compare-move (estimate).
         "gemm_per_s": 60e9, "stream_per_s": 1e9, "prg_per_s": 2e9, "aead_per_s": 3e5,
-        "x25519_per_s": 2.5e4, "kdf_per_s": 2e5, "shamir_per_s": 5e8, "taken_per_s": 3e5,
-        "rebuilt_per_s": 8e5, "lagrange_per_s": 1e5, "noise_per_s": 1e8, "sort_per_s": 3e8,
+        "x25519_per_s": 2.5e4, "kdf_per_s": 2e5, "shamir_per_s": 5e8, "mask_per_s": 1.2e5,
+        "reply_per_s": 1.2e5, "taken_per_s": 3e6, "secret_per_s": 2.5e5, "rebuilt_per_s": 2e6, "lagrange_per_s": 6e8,
+        "noise_per_s": 1e8, "sort_per_s": 3e8,
     },
     "none": {},  # the server computes for free (the clock before issue 52)
 }

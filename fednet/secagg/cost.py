@@ -8,11 +8,13 @@ What is counted is what fednet's implementation does (docs/usage.md, "Compute on
 a key agreement is one X25519 multiplication and one HKDF derivation; a share is t multiply-adds
 per 30-bit chunk of the secret (Horner); a mask is its bytes of AES-CTR keystream; the server's
 sums and mask removals are element operations ("stream"). The server's unmasking takes each
-share a survivor gives back ("taken": decoded from its bytes and kept), rebuilds each secret
-from its first t holders ("rebuilt": t shares stacked, weighted and summed modulo P) with the
-Lagrange weights of that set of holders, computed once per distinct set in the round
-(shamir._weights: "lagrange", a pass and a modular inverse per point, and 2 t multiply-adds per
-point, "shamir": O(t^2) a set)."""
+reply of a survivor ("reply": checked, its rows decoded at once) and each share in it ("taken":
+kept), then
+rebuilds every secret from its first t holders at once (shamir.reconstruct_many: "secret", its
+holders sorted and its bytes joined, "rebuilt", t shares picked, stacked, weighted and summed
+modulo P; "lagrange", the element
+operations of each secret's Lagrange weights: shamir.lagrange_rows, LAGRANGE_PAIR per pair of
+its t points and LAGRANGE_INVERSE per point for the modular inverse: O(t^2) a secret)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -22,6 +24,10 @@ from fednet.opcount import Ops, add
 from fednet.secagg import shamir
 
 CHUNKS = shamir.chunks()  # field elements of a 32-byte secret
+LAGRANGE_PAIR = 8  # shamir.lagrange_rows, per point and other point: the numerator's and the
+# denominator's multiply-mods (num * x % P; (x_m - x) % P; den * that % P) and two selects
+LAGRANGE_INVERSE = 4 * (shamir.P - 2).bit_length()  # shamir._inverse, per point: a square and a
+# multiply, each modulo P, per bit of the exponent P - 2 (31)
 
 
 def keys() -> Ops:
@@ -52,37 +58,36 @@ def summed(inputs: int, d: int) -> Ops:
     return {"stream": inputs * d}
 
 
-def unmasked(survivors: int, pairs: int, dropped: int, d: int, itemsize: int, taken: int = 0,
-             t: Sequence[int] = (), sets: Sequence[int] = ()) -> Ops:
-    """The server's unmasking: the `taken` shares the survivors gave back decoded and kept; each
-    survivor's b and each dropped client's s key rebuilt (`t`: each secret's threshold, the
-    shares read into its reconstruction; `sets`: the size of each distinct set of holders whose
-    Lagrange weights are computed, t points each and 2 t multiply-adds a point; a rebuilt s key
-    checked: one X25519 multiplication), every survivor's self mask and the `pairs` pairwise
-    masks of the dropped with their surviving neighbours expanded (an agreement and d elements
-    each) and taken off."""
+def lagrange(t: int) -> int:
+    """The element operations of one secret's Lagrange weights at threshold t."""
+    return LAGRANGE_PAIR * t * t + LAGRANGE_INVERSE * t
+
+
+def unmasked(survivors: int, pairs: int, dropped: int, d: int, itemsize: int, replies: int = 0,
+             taken: int = 0, t: Sequence[int] = ()) -> Ops:
+    """The server's unmasking: the survivors' `replies` and the `taken` shares in them; each
+    survivor's b and each dropped client's s key rebuilt (`t`: each secret's threshold: its
+    shares read into the reconstruction and its weights' element operations, `lagrange`; a
+    rebuilt s key checked: one X25519 multiplication), every survivor's self mask and the
+    `pairs` pairwise masks of the dropped with their surviving neighbours expanded (an agreement
+    and d elements each: its keystream's setup, "mask", and bytes, "prg") and taken off."""
     masks = survivors + pairs
-    return {"taken": taken, "rebuilt": sum(t), "lagrange": sum(sets),
-            "shamir": sum(2 * k * k for k in sets), "x25519": dropped + pairs, "kdf": pairs,
-            "prg": masks * d * itemsize, "stream": masks * d}
+    return {"reply": replies, "taken": taken, "secret": len(t), "rebuilt": sum(t),
+            "lagrange": sum(lagrange(k) for k in t),
+            "x25519": dropped + pairs, "kdf": pairs, "prg": masks * d * itemsize,
+            "mask": masks, "stream": masks * d}
 
 
 def unmasking(agg: Any) -> Ops:
     """`unmasked` for a round's Aggregation (secagg/server.py) as it stands at its end: the
-    shares it took, and each secret rebuilt from its first t holders that answered (the
-    weights of a set of holders computed once in the round; the process keeps up to 4096 sets
-    between rounds, which a later round with the same holders finds ready: not counted)."""
+    shares it took, and each secret rebuilt from its first t holders (a round whose shares
+    disagree rebuilds again, holder by holder: not counted)."""
     dropped = sorted(set(agg.shared()) - agg.inputs)
     pairs = sum(sum(1 for w in agg.nbrs[v] if w in agg.inputs) for v in dropped)
     taken = sum(len(h) for h in agg.b_shares.values()) + sum(len(h) for h in agg.s_shares.values())
-    ts, sets = [], set()
-    for held, secrets in ((agg.b_shares, sorted(agg.inputs)), (agg.s_shares, dropped)):
-        for v in secrets:
-            t = agg.t[v]
-            ts.append(t)
-            sets.add(tuple(sorted(h for h in held.get(v, {}) if h in agg.answered)[:t]))
+    ts = [agg.t[v] for v in sorted(agg.inputs)] + [agg.t[v] for v in dropped]
     return unmasked(len(agg.inputs), pairs, len(dropped), agg.total.size,
-                    agg.total.dtype.itemsize, taken, ts, [len(s) for s in sets])
+                    agg.total.dtype.itemsize, len(agg.answered | set(agg.liars)), taken, ts)
 
 
 def of_task(stage: str, body: dict, arrays: dict, d: int, itemsize: int, prefix: str) -> Ops:

@@ -10,12 +10,18 @@ times training); its rate is amount / seconds, in opcount's units:
   kdf      HKDF-SHA256 of a 32-byte shared secret, as crypto.agree derives a key
   aead     crypto.seal and crypto.unseal of a share as secagg/client.py seals it (one each)
   prg      crypto.mask's AES-256-CTR keystream, in bytes
+  mask     crypto.add_mask of a one-value vector (the keystream's key setup and call)
   shamir   shamir.share's multiply-adds (parties x threshold x chunks)
-  taken    secagg/server.Aggregation.take_unmask of a survivor's reply, per share in it
-  rebuilt  shamir.reconstruct of a 32-byte secret from REBUILD_T shares (its weights ready), per
-           share read
-  lagrange shamir.lagrange_at_zero of LAGRANGE_T points, per point (its 2 t multiply-adds a
-           point, counted apart as shamir, are ~2 % of it at this size)
+  reply    secagg/server.Aggregation.take_unmask of a reply of one share, per reply
+  taken    secagg/server.Aggregation.take_unmask of replies of UNMASK_ROWS shares, per share,
+           less the replies' seconds at the reply rate
+  secret   secagg/server.Aggregation._first_windows (the answered holders' shares picked, then
+           shamir.reconstruct_many) of secrets of SECRET_T shares (of 2 SECRET_T holders each),
+  rebuilt  and of REBUILD_T shares (of 2 REBUILD_T): their seconds less the weights' at the
+           lagrange rate, split into a part per secret (secret) and a part per share read
+           (rebuilt) that fit both timings exactly
+  lagrange shamir.lagrange_rows of REBUILD_S sets of REBUILD_T points, per element operation
+           (secagg/cost.lagrange)
   noise    numpy's Generator.standard_normal draws (the mechanisms' noise)
   stream   element operations of a numpy sum streamed through memory (acc += x, 8 MB vectors)
   sort     compare-moves of numpy's stable argsort of rows of SORT_ROW values (n log2 n a row),
@@ -39,10 +45,9 @@ from fednet.opcount import OPS
 from fednet.secagg import crypto, shamir
 
 PLAIN_BYTES = 8 + 8 + 2 * shamir.SHARE_BYTES  # a sealed share's plaintext (secagg/client.py)
-REBUILD_T = 32  # the threshold of the measured reconstructions (between SecAgg+'s ~20 and
-# full SecAgg's n / 2: the fixed part of a reconstruction, ~8 us, is ~15 % of it at this size)
-LAGRANGE_T = 16  # the points of the measured Lagrange weights
-UNMASK_ROWS = 64  # the shares in each measured unmask reply
+REBUILD_T, REBUILD_S = 64, 128  # threshold and count of the reconstructions timed per share
+SECRET_T, SECRET_S = 2, 2048  # and per secret
+UNMASK_ROWS = 512  # the shares in each measured unmask reply (full SecAgg's order)
 SORT_ROW = 256  # the length of the rows of the measured argsort
 
 
@@ -69,7 +74,20 @@ def measure(ops: tuple[str, ...] = OPS, scale: float = 1.0) -> dict[str, Rate]:
         raise ValueError(f"no measurement for {', '.join(unknown)}; one of {', '.join(OPS)}")
     if not scale > 0:
         raise ValueError("scale must be > 0")
-    return {op: _timed(op, *WORK[op](scale)) for op in ops}
+    got = {op: _timed(op, *WORK[op](scale)) for op in ops}
+    if "taken" in got:  # its replies' own work: counted apart (reply)
+        rep = got.get("reply") or _timed("reply", *WORK["reply"](scale))
+        r = got["taken"]
+        replies = r.amount / UNMASK_ROWS / rep.per_s
+        got["taken"] = Rate("taken", r.amount, max(r.seconds - replies, 0.1 * r.seconds),
+                            f"{r.what}, less the replies' {replies:.3g} s at the reply rate")
+    if "rebuilt" in got or "secret" in got:  # reconstruct_many's parts, split (see above)
+        for op in ("rebuilt", "secret", "lagrange"):
+            if op not in got:
+                got[op] = _timed(op, *WORK[op](scale))
+        got.update(_split(got["rebuilt"], got["secret"], got["lagrange"]))
+        got = {op: got[op] for op in ops}
+    return got
 
 
 def _timed(op: str, run: Callable[[], float], what: str, tries: int = 3) -> Rate:
@@ -136,6 +154,17 @@ def _prg(scale: float) -> tuple[Callable[[], float], str]:
     return run, f"{n} masks of {d} uint64"
 
 
+def _mask(scale: float) -> tuple[Callable[[], float], str]:
+    n = _n(12000, scale)
+    y = np.zeros(1, np.uint32)
+
+    def run() -> float:
+        for i in range(n):
+            crypto.add_mask(y, bytes([i % 256]) * 32, -1)
+        return n
+    return run, f"{n} masks of one value"
+
+
 def _shamir(scale: float) -> tuple[Callable[[], float], str]:
     n, k, t = _n(50, scale), 200, 100
     rng = np.random.default_rng(0)
@@ -148,50 +177,104 @@ def _shamir(scale: float) -> tuple[Callable[[], float], str]:
     return run, f"{n} shares among {k} at threshold {t}"
 
 
-def _taken(scale: float) -> tuple[Callable[[], float], str]:
+def _replies(k: int, n: int) -> tuple[Callable[[], float], str]:
+    """n unmask replies of k shares each taken (Aggregation.take_unmask), each from its own
+    client into a round's fresh tables, as a round takes them; amount n."""
     from fednet.secagg import server  # (a leaf of fednet.secagg: no cycle)
 
-    n, k = _n(400, scale), UNMASK_ROWS
-    agg = server.Aggregation(0, list(range(k + 1)), {u: 1 for u in range(k + 1)}, None, 0.5,
-                             32, np.random.default_rng(0))
+    m = max(n, k + 1)
+    agg = server.Aggregation(0, list(range(m)), {u: 1 for u in range(m)}, 2, 0.5, 32,
+                             np.random.default_rng(0))
     rng = np.random.default_rng(0)
-    ids, none = np.arange(1, k + 1, dtype=np.int64), np.zeros(0, np.int64)
     rows = np.stack([np.frombuffer(shamir.encode_share(rng.integers(0, shamir.P, shamir.chunks())),
                                    np.uint8) for _ in range(k)])
-    got: dict[str, np.ndarray] = {"b_of": ids, "b_share": rows, "s_of": none,
-           "s_share": np.zeros((0, shamir.SHARE_BYTES), np.uint8)}
-    asked = {"survivors": ids, "dropped": none}
+    none, no_rows = np.zeros(0, np.int64), np.zeros((0, shamir.SHARE_BYTES), np.uint8)
+    replies: list[tuple[int, dict[str, np.ndarray], dict[str, np.ndarray]]] = []
+    for cid in range(n):
+        ids = np.sort((cid + 1 + np.arange(k)) % m).astype(np.int64)
+        replies.append((cid, {"b_of": ids, "b_share": rows.copy(), "s_of": none,
+                              "s_share": no_rows}, {"survivors": ids, "dropped": none}))
 
     def run() -> float:
-        for _ in range(n):
-            if agg.take_unmask(0, got, asked):
+        agg.b_shares, agg.answered = {}, set()
+        for cid, got, asked in replies:
+            if agg.take_unmask(cid, got, asked):
                 raise AssertionError("the measured reply is refused")
-        return n * k
+        return n
     return run, f"{n} unmask replies of {k} shares taken"
 
 
-def _rebuilt(scale: float) -> tuple[Callable[[], float], str]:
-    n = _n(2000, scale)
+def _reply(scale: float) -> tuple[Callable[[], float], str]:
+    return _replies(1, _n(10000, scale))
+
+
+def _taken(scale: float) -> tuple[Callable[[], float], str]:
+    n = _n(500, scale)
+    run, what = _replies(UNMASK_ROWS, n)
+    return (lambda: run() * UNMASK_ROWS), what
+
+
+def _split(many: Rate, few: Rate, lag: Rate) -> dict[str, Rate]:
+    """The reconstructions' seconds less their weights' (lagrange), as a seconds per secret a
+    and per share read b fitting both timings: few (SECRET_T shares a secret) and many
+    (REBUILD_T)."""
+    from fednet.secagg import cost
+
+    s1, s2 = few.amount, many.amount / REBUILD_T
+    t1 = (few.seconds - s1 * cost.lagrange(SECRET_T) / lag.per_s) / s1
+    t2 = (many.seconds - s2 * cost.lagrange(REBUILD_T) / lag.per_s) / s2
+    b = max((t2 - t1) / (REBUILD_T - SECRET_T), 0.1 * t2 / REBUILD_T)
+    a = max(t1 - SECRET_T * b, 0.1 * t1)
+    how = "less its weights' seconds at the lagrange rate, split per secret and per share"
+    return {"secret": Rate("secret", s1, s1 * a, f"{few.what}, {how}"),
+            "rebuilt": Rate("rebuilt", many.amount, many.amount * b, f"{many.what}, {how}")}
+
+
+def _reconstructions(n: int, k: int, t: int) -> tuple[Callable[[], float], str]:
+    """n times k secrets of threshold t (2 t holders each) rebuilt at once as the server
+    rebuilds a round's (Aggregation._first_windows: the answered holders' shares picked, then
+    shamir.reconstruct_many); amount n k."""
+    from fednet.secagg import server  # (a leaf of fednet.secagg: no cycle)
+
     rng = np.random.default_rng(0)
-    held = [shamir.share(bytes([i % 256]) * 32, range(REBUILD_T), REBUILD_T, rng)
-            for i in range(min(n, 64))]
-
-    def run() -> float:
-        for i in range(n):
-            shamir.reconstruct(held[i % len(held)], REBUILD_T)
-        return n * REBUILD_T
-    return run, f"{n} reconstructions from {REBUILD_T} shares"
-
-
-def _lagrange(scale: float) -> tuple[Callable[[], float], str]:
-    n = _n(600, scale)
-    xs = np.arange(1, LAGRANGE_T + 1, dtype=np.int64)
+    agg = server.Aggregation(0, list(range(2 * t)), {u: 1 for u in range(2 * t)}, 2, 0.5, 32,
+                             rng)
+    agg.answered = set(range(2 * t))
+    agg.b_shares = {v: shamir.share(bytes([v % 256]) * 32, range(2 * t), t, rng)
+                    for v in range(k)}
+    agg.t = {v: t for v in range(k)}
+    which = [(v, agg.b_shares) for v in range(k)]
 
     def run() -> float:
         for _ in range(n):
-            shamir.lagrange_at_zero(xs)
-        return n * LAGRANGE_T
-    return run, f"{n} sets of Lagrange weights of {LAGRANGE_T} points"
+            if len(agg._first_windows(which)) != k:
+                raise AssertionError("a measured secret did not rebuild")
+        return n * k
+    return run, f"{n} x {k} secrets rebuilt at once from {t} of {2 * t} shares"
+
+
+def _rebuilt(scale: float) -> tuple[Callable[[], float], str]:
+    run, what = _reconstructions(_n(16, scale), _n(REBUILD_S, min(scale, 1.0)), REBUILD_T)
+    return (lambda: run() * REBUILD_T), what
+
+
+def _secret(scale: float) -> tuple[Callable[[], float], str]:
+    return _reconstructions(_n(4, scale), _n(SECRET_S, min(scale, 1.0)), SECRET_T)
+
+
+def _lagrange(scale: float) -> tuple[Callable[[], float], str]:
+    from fednet.secagg import cost  # (cost imports shamir only)
+
+    n, k = _n(24, scale), _n(REBUILD_S, min(scale, 1.0))
+    rng = np.random.default_rng(0)
+    xs = np.array([np.sort(rng.permutation(2 * REBUILD_T)[:REBUILD_T]) for _ in range(k)],
+                  np.int64) + 1
+
+    def run() -> float:
+        for _ in range(n):
+            shamir.lagrange_rows(xs)
+        return n * k * cost.lagrange(REBUILD_T)
+    return run, f"{n} x the Lagrange weights of {k} sets of {REBUILD_T} points"
 
 
 def _noise(scale: float) -> tuple[Callable[[], float], str]:
@@ -249,7 +332,8 @@ def _one_blas_thread() -> Any:
 
 
 WORK: dict[str, Callable[[float], tuple[Callable[[], float], str]]] = {
-    "x25519": _x25519, "kdf": _kdf, "aead": _aead, "prg": _prg, "shamir": _shamir,
-    "taken": _taken, "rebuilt": _rebuilt, "lagrange": _lagrange, "noise": _noise,
+    "x25519": _x25519, "kdf": _kdf, "aead": _aead, "prg": _prg, "mask": _mask,
+    "shamir": _shamir, "reply": _reply, "taken": _taken, "secret": _secret,
+    "rebuilt": _rebuilt, "lagrange": _lagrange, "noise": _noise,
     "stream": _stream, "sort": _sort, "gemm": _gemm}
 """Each operation's workload: scale -> (a call doing a fixed amount and returning it, what)."""
