@@ -28,7 +28,7 @@ Round timing (issue 58's target "SecAgg+ round <= 1.5x plain FedAvg's at 100 and
 round, under both runtimes"):
 
     python3 benchmarks/bench_secagg.py rounds [--cohorts 100 1000] [--runtimes local launch]
-        [--rounds 4] [--json benchmarks/results/secagg_round.json]
+        [--rounds 5] [--baseline DIR] [--json benchmarks/results/secagg_round.json]
 
 The same job with and without SecAgg+, side by side in one run: digits (its default model,
 digits_cnn: 15,466 parameters), every client in every round (--fraction 1), 1 local epoch, under
@@ -44,7 +44,9 @@ have (the client's task, training, the in-process handover, the round), in secon
 (inclusive: a stage's time holds the agreements it makes), SecAgg+'s less plain FedAvg's, and
 the round's CPU seconds in each (less sensitive to the machine's other load than wall-clock); and
 for both runtimes the protocol's CPU seconds per stage that the runs report (metrics.jsonl's
-secagg_server_s, secagg_client_s: the cohort's sum).
+secagg_server_s, secagg_client_s: the cohort's sum). --baseline DIR: the same cells of another
+checkout (a worktree of an earlier commit) run right after this one's, each pair under the same
+load; its ratios are kept beside (baseline_ratios) and named in the rows' notes.
 """
 from __future__ import annotations
 
@@ -52,6 +54,7 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -262,7 +265,8 @@ def timed_main(argv: Sequence[str]) -> None:
 
 
 def round_cell(out: Path, runtime: str, mode: str, cohort: int, rounds: int,
-               extra: Sequence[str] = (), profile: bool = False) -> dict[str, Any]:
+               extra: Sequence[str] = (), profile: bool = False, code: str = ""
+               ) -> dict[str, Any]:
     """One run of `rounds` rounds: each round's wall seconds, its steady round (the median after
     the first), the protocol's CPU seconds per stage (metrics: the server's, the clients' sum)."""
     args = ["--dataset", "digits", "--clients", str(cohort), "--fraction", "1", "--rounds",
@@ -271,9 +275,10 @@ def round_cell(out: Path, runtime: str, mode: str, cohort: int, rounds: int,
     if profile:  # (fednet's CLI in bench_secagg.py's _timed: the timers of TIMED)
         cmd = [sys.executable, str(Path(__file__).resolve()), "_timed", str(out) + ".timed.json",
                runtime, *args]
-    r = run(cmd)
+    env = None if not code else {**os.environ, "PYTHONPATH": code}  # (--baseline's checkout)
+    r = run(cmd, env=env)
     rec: dict[str, Any] = {"runtime": runtime, "mode": mode, "cohort": cohort, "rounds": rounds,
-                           "process_wall_s": r.wall_s}
+                           "process_wall_s": r.wall_s, "code": "baseline" if code else "this"}
     if r.rc != 0:
         return {**rec, "status": f"rc {r.rc}", "error": r.stderr[-800:]}
     rows = [m for m in metrics(out) if "wall_s" in m and "round" in m]
@@ -310,20 +315,27 @@ def rounds_main(argv: Sequence[str]) -> None:
     ap.add_argument("--profile-rounds", type=int, default=3)
     ap.add_argument("--profile-cohorts", type=int, nargs="*", default=None,
                     help="the cohorts profiled under fednet local (default: --cohorts)")
+    ap.add_argument("--baseline", metavar="DIR", help="another checkout (a clean worktree of "
+                    "an earlier commit), its cells run beside this one's (PYTHONPATH=DIR), "
+                    "each right after this one's")
     ap.add_argument("--json")
     a = ap.parse_args(list(argv))
+    if a.baseline:
+        a.baseline_commit = _commit_of(a.baseline)
     cells: list[dict[str, Any]] = []
     profiles: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for cohort in a.cohorts:
             for runtime in a.runtimes:
-                for mode in ("off", "plus"):
-                    rec = round_cell(Path(tmp) / f"{runtime}-{mode}-{cohort}", runtime, mode,
-                                     cohort, a.rounds)
-                    cells.append(rec)
-                    print(f"{runtime:6s} {mode:4s} {cohort:5d}: rounds {rec.get('round_wall_s')} "
-                          f"steady {rec.get('steady_s', float('nan')):.3f} s {rec.get('status', '')}",
-                          flush=True)
+                for code in ["", a.baseline] if a.baseline else [""]:
+                    for mode in ("off", "plus"):
+                        rec = round_cell(Path(tmp) / f"{runtime}-{mode}-{cohort}-{bool(code)}",
+                                         runtime, mode, cohort, a.rounds, code=code or "")
+                        cells.append(rec)
+                        print(f"{rec['code']:8s} {runtime:6s} {mode:4s} {cohort:5d}: rounds "
+                              f"{rec.get('round_wall_s')} steady "
+                              f"{rec.get('steady_s', float('nan')):.3f} s {rec.get('status', '')}",
+                              flush=True)
         for cohort in a.cohorts if a.profile_cohorts is None else a.profile_cohorts:
             got = {mode: round_cell(Path(tmp) / f"prof-{mode}-{cohort}", "local", mode, cohort,
                                     a.profile_rounds, profile=True) for mode in ("off", "plus")}
@@ -339,26 +351,44 @@ def rounds_main(argv: Sequence[str]) -> None:
                 print(f"profile {cohort} (s a round, plus less off):\n  " + "\n  ".join(
                     f"{k}: {v:.3f}" for k, v in profiles[str(cohort)]["extra_s"].items()),
                     flush=True)
-    ratios = {}
+    ratios: dict[str, float] = {}
+    baseline: dict[str, float] = {}
     for cohort in a.cohorts:
         for runtime in a.runtimes:
-            off, plus = (_round_find(cells, runtime, m, cohort) for m in ("off", "plus"))
-            if off and plus:
-                ratios[f"{runtime}_{cohort}"] = plus["steady_s"] / off["steady_s"]
+            for code, into in (("this", ratios), ("baseline", baseline)):
+                off, plus = (_round_find(cells, runtime, m, cohort, code) for m in ("off", "plus"))
+                if off and plus:
+                    into[f"{runtime}_{cohort}"] = plus["steady_s"] / off["steady_s"]
     data = {"machine": machine(), "args": vars(a), "cells": cells, "ratios": ratios,
-            "profiles": profiles}
-    print(table(["runtime", "cohort", "off s (fastest steady)", "plus s", "plus/off"],
-                [[k.split("_")[0], int(k.split("_")[1]),
-                  _round_find(cells, k.split("_")[0], "off", int(k.split("_")[1]))["steady_s"],
-                  _round_find(cells, k.split("_")[0], "plus", int(k.split("_")[1]))["steady_s"],
-                  v] for k, v in ratios.items()]))  # type: ignore[index]  # (found above)
+            "baseline_ratios": baseline, "profiles": profiles}
+    if baseline:
+        print("baseline (" + str(a.baseline_commit) + "): " + ", ".join(
+            f"{k} {v:.2f}x" for k, v in baseline.items()))
+    lines = []
+    for k, v in ratios.items():
+        runtime, cohort = k.split("_")[0], int(k.split("_")[1])
+        off, plus = (_round_find(cells, runtime, m, cohort) or {} for m in ("off", "plus"))
+        lines.append([runtime, cohort, off.get("steady_s"), plus.get("steady_s"), v])
+    print(table(["runtime", "cohort", "off s (fastest steady)", "plus s", "plus/off"], lines))
     write_json(a.json, data, headline)
 
 
-def _round_find(cells: list[dict[str, Any]], runtime: str, mode: str, cohort: int
-                ) -> dict[str, Any] | None:
+def _round_find(cells: list[dict[str, Any]], runtime: str, mode: str, cohort: int,
+                code: str = "this") -> dict[str, Any] | None:
     return next((c for c in cells if c["runtime"] == runtime and c["mode"] == mode
-                 and c["cohort"] == cohort and "steady_s" in c), None)
+                 and c["cohort"] == cohort and "steady_s" in c
+                 and c.get("code", "this") == code), None)
+
+
+def _commit_of(checkout: str) -> str:
+    """The commit a checkout is at, with '+changes' when it has uncommitted ones in fednet/."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", checkout, *args], capture_output=True,
+                              text=True).stdout.strip()
+    return git("rev-parse", "--short", "HEAD") + ("+changes" if git(
+        "status", "--porcelain", "--", "fednet") else "")
 
 
 def round_headline(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -369,11 +399,16 @@ def round_headline(data: dict[str, Any]) -> list[dict[str, Any]]:
         got = {int(k.split("_")[1]): v for k, v in data.get("ratios", {}).items()
                if k.split("_")[0] == runtime}
         if got:
+            was = {int(k.split("_")[1]): v for k, v in data.get("baseline_ratios", {}).items()
+                   if k.split("_")[0] == runtime}
+            base = data.get("args", {}).get("baseline_commit", "")
             rows.append(headline_row(
                 "secure aggregation", f"SecAgg+ round over plain FedAvg's, fednet {runtime} "
                 f"(digits, {' and '.join(f'{c:,}' for c in sorted(got))} clients a round: the "
                 "worse)", round(max(got.values()), 2), "x", "<= 1.5",
-                ", ".join(f"{c:,}: {v:.2f}x" for c, v in sorted(got.items()))))
+                ", ".join(f"{c:,}: {v:.2f}x" + (f" (was {was[c]:.2f}x at {base})"
+                                                if c in was else "")
+                          for c, v in sorted(got.items()))))
     return measured(*rows)
 
 

@@ -216,3 +216,33 @@ def test_an_unmask_reply_with_a_wrong_share_keeps_those_before_it_as_one_by_one_
     assert why == "a share is field elements" and 0 not in agg.answered
     assert sorted(agg.b_shares) == [1, 2]
     assert np.array_equal(agg.b_shares[2][0], shamir.decode_share(rows[1].tobytes()))
+
+
+def test_a_pair_mask_kept_for_the_other_end_gives_the_same_masked_inputs(monkeypatch):
+    """Two clients of one process: the first keeps the pairwise mask for the second
+    (client.MASKS), which adds it in place of expanding its own; the masked vectors are those
+    of clients that each expand every mask (a budget of 0 keeps nothing)."""
+    def run() -> list[np.ndarray]:
+        C.SESSIONS.clear()
+        sess = []
+        for cid in (3, 5):
+            C.keys(cid, 7, np.random.default_rng(cid))
+            sess.append(C.SESSIONS[cid])
+        for s, o in ((sess[0], sess[1]), (sess[1], sess[0])):
+            s.pks = {o.cid: (o.c_pk, o.s_pk)}
+            s.b = bytes([s.cid]) * 32
+        out = []
+        for s, o in ((sess[0], sess[1]), (sess[1], sess[0])):
+            s.q = np.arange(50, dtype=np.uint32) * np.uint32(s.cid)
+            out.append(C.masked(s, s.q, np.array([o.cid])))
+        return out
+    kept = run()
+    assert C.MASKS.held == {} and C.MASKS.size == 0  # (kept by 3, taken by 5)
+    monkeypatch.setattr(C._Masks, "BUDGET", 0)
+    crypto.PAIRS.clear()
+    fresh = run()
+    assert all(np.array_equal(a, b) for a, b in zip(kept, fresh))
+    assert np.array_equal(kept[0] + kept[1], np.arange(50, dtype=np.uint32) * np.uint32(8)
+                          + crypto.mask(bytes([3]) * 32, 50, np.dtype(np.uint32))
+                          + crypto.mask(bytes([5]) * 32, 50, np.dtype(np.uint32)))
+    C.SESSIONS.clear()

@@ -18,6 +18,7 @@ Every random draw comes from the caller's seeded generators."""
 from __future__ import annotations
 
 import struct
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -167,8 +168,57 @@ def masked(s: Session, values: np.ndarray, partners: np.ndarray) -> np.ndarray:
         if v not in s.pks:
             raise ValueError(f"a mask partner {v} who is not a neighbour")
         key = crypto.agree(s_key, s.pks[v][1], mask_info(s.rnd))
-        crypto.add_mask(y, key, 1 if s.cid < v else -1)
+        sign = 1 if s.cid < v else -1
+        kept = MASKS.take(s.rnd, key, y.size, y.dtype)
+        if kept is not None:  # the partner's, in this process: the same keystream
+            (np.add if sign > 0 else np.subtract)(y, kept, out=y)
+            continue
+        other = SESSIONS.get(v)
+        if other is not None and other.rnd == s.rnd and other.q is None:
+            m = crypto.mask(key, y.size, y.dtype)  # (v masks here later: kept for it)
+            (np.add if sign > 0 else np.subtract)(y, m, out=y)
+            MASKS.keep(s.rnd, key, m)
+        else:
+            crypto.add_mask(y, key, sign)
     return y
+
+
+class _Masks:
+    """Pairwise masks kept for the other end of their pair when it runs in this process and
+    has not masked yet (`fednet local`; a launch client process's own clients): it adds the
+    same keystream without expanding it again. By the pair's agreed key (only its two ends
+    hold it), for one round at a time (a new round's first keep empties it), taken away when
+    used, at most BUDGET bytes (past it, nothing more is kept: the other end expands its own)."""
+
+    BUDGET = 64 << 20
+
+    def __init__(self) -> None:
+        self.rnd = -1
+        self.held: dict[tuple[bytes, int, str], np.ndarray] = {}
+        self.size = 0
+        self.lock = threading.Lock()
+
+    def take(self, rnd: int, key: bytes, n: int, dtype: np.dtype) -> np.ndarray | None:
+        """mask(key, n, dtype) when it is kept (taken away), else None."""
+        if rnd != self.rnd or not self.held:
+            return None
+        with self.lock:
+            m = self.held.pop((key, n, np.dtype(dtype).str), None)
+            if m is not None:
+                self.size -= m.nbytes
+        return m
+
+    def keep(self, rnd: int, key: bytes, m: np.ndarray) -> None:
+        """m = mask(key, m.size, m.dtype) kept for the other end (within BUDGET)."""
+        with self.lock:
+            if rnd != self.rnd:
+                self.rnd, self.held, self.size = rnd, {}, 0
+            if self.size + m.nbytes <= self.BUDGET:
+                self.held[(key, m.size, m.dtype.str)] = m
+                self.size += m.nbytes
+
+
+MASKS = _Masks()
 
 
 def remasked(s: Session, partners: np.ndarray) -> np.ndarray:
