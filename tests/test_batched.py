@@ -237,6 +237,60 @@ def test_the_same_block_gives_the_same_bits():
     assert [s.loss for s in a.stats] == [s.loss for s in b.stats]
 
 
+@pytest.mark.parametrize("model_name", list(MODELS))
+def test_index_views_of_shared_images_give_the_copies_bits(model_name):
+    """Clients whose x are index views (data/views.Rows) of one shared tensor, or of their own
+    arrays, train to the same bits as with their rows gathered into tensors of their own: a
+    block gathers its batches from the shared images themselves (nothing copied) or from its
+    clients' arrays concatenated once (training/batched._sources)."""
+    from fednet.data.views import Rows
+
+    k, shape = MODELS[model_name]
+    model = build_model(model_name, k, shape, seed=0)
+    sizes = [9, 17, 30, 5]
+    pool = torch.randn((80,) + shape, generator=torch.Generator().manual_seed(3))
+    rows = torch.randperm(80, generator=torch.Generator().manual_seed(4))[:sum(sizes)].split(sizes)
+    labels = [torch.randint(0, k, (n,), generator=torch.Generator().manual_seed(n)) for n in sizes]
+    own = [pool[r].clone() for r in rows]
+
+    def run(xs):
+        return train_batched(model, [ClientJob(x, y, torch.Generator().manual_seed(i),
+                                               **_settings(i, True, 0.9))
+                                     for i, (x, y) in enumerate(zip(xs, labels))])
+    want = run(own)
+    big = torch.cat([torch.zeros((500,) + shape), pool, torch.zeros((500,) + shape)])
+    for xs in ([Rows(pool, r) for r in rows],  # one shared base
+               [Rows(big, r + 500) for r in rows],  # a few rows of a large base: those only
+               [Rows(o, torch.arange(len(o))) for o in own],  # each client's own array
+               [Rows(pool, torch.arange(80))[r] if i % 2 else Rows(pool, r)  # mixed
+                for i, r in enumerate(rows)]):
+        got = run(xs)
+        assert all(torch.equal(got.params[n], want.params[n]) for n in want.params)
+        assert [s.loss for s in got.stats] == [s.loss for s in want.stats]
+        assert got.batch_sizes == want.batch_sizes
+
+
+def test_channels_last_pooling_gives_the_plain_poolings_bits(monkeypatch):
+    """A CNN block pools its stacked feature maps channels-last (training/batched._Pool, the
+    same values and indices): its parameters equal, bit for bit, those of the same block pooled
+    by torch's own batching rule, on inputs whose poolings tie (ReLU zeros, flat background)."""
+    import fednet.training.batched as batched
+
+    k, shape = MODELS["digits_cnn"]
+    model = build_model("digits_cnn", k, shape, seed=0)
+    data = [(x.clamp(min=0.5).round(), y) for x, y in _data("digits_cnn", [9, 17, 30])]
+
+    def once():
+        return train_batched(model, [ClientJob(x, y, torch.Generator().manual_seed(i),
+                                               **_settings(i, True, 0.9))
+                                     for i, (x, y) in enumerate(data)])
+    assert batched._with_fast_pools(model) is not model  # the digits CNN's pools are replaced
+    fast = once()
+    monkeypatch.setattr(batched, "_with_fast_pools", lambda m: m)
+    plain = once()
+    assert all(torch.equal(fast.params[n], plain.params[n]) for n in plain.params)
+    assert [s.loss for s in fast.stats] == [s.loss for s in plain.stats]
+
 class _Dropped(nn.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -15,12 +15,18 @@ its last step keeps its parameters and momentum unchanged, so each takes exactly
 The clients are stacked longest first, and a step computes only those still training (a prefix
 of the stack, least_clients at least), so a block's short clients do not pay its longest client's steps,
 and the step-by-step layout of the batches (_Plan) holds only those steps' slots, not a
-clients x most steps x largest batch rectangle.
+clients x most steps x largest batch rectangle. A slot is an index into the block's examples,
+gathered once (_sources: the shared images themselves when the clients' rows are views of them;
+a natural dataset's clients' own arrays concatenated into a buffer reused block after block),
+and a step's views and per-client settings are made once per (clients computed, clients still
+training) (_SGD.at): a step costs its kernels, not the block's bookkeeping.
 The reported loss is the plain loop's: the batches' mean losses weighted by their sizes.
 A step is vmap(grad(loss)) over the clients, except for a linear model on the flattened input
 (mclr; _linear_head checks the architecture and probes the forward): its gradient in closed form
 by bmm, the same arithmetic without vmap's per-call cost (~1.4 ms against ~0.1 ms a step here),
-which is what a block's long tail of a few large clients' steps pays.
+which is what a block's long tail of a few large clients' steps pays. Under vmap a
+non-overlapping max-pooling pools the stacked feature maps in the channels-last layout (_Pool:
+the same values and indices, ~4-14x faster on the small planes of a block of CNN clients).
 
 The results are not bitwise the plain loop's: a batched kernel (a bmm for G linear layers, a
 grouped convolution for G convolutions, a masked sum for the mean loss, the cross-entropy as a
