@@ -14,7 +14,8 @@ and they go through the command line's own checks, tuned defaults and results-fo
 starts. `runtime="launch"` runs one server and N client processes as `fednet launch` does.
 
 It is also the one module a plugin imports from (docs/extending.md): the algorithm contract
-(Spec, register, param, Strategy, ClientUpdate, their states, ClientContext, ServerInfo), the
+(Spec, register, param, Strategy, ClientUpdate, their states, ClientContext, ServerInfo,
+ServerPiece: a piece of the server's update path that a Strategy holds, add_piece), the
 update path's pieces (DefenseSpec, AttackSpec, DPSpec, Facts, CodecSpec, register_defense,
 register_attack, register_dp, register_codec, CompressionError), the
 helpers most algorithms use (usable, round_metrics, local_sgd, state_arrays, load_arrays), the
@@ -42,7 +43,8 @@ _EXPORTS = {  # name -> the module that defines it
     **dict.fromkeys(("CodecSpec", "CompressionError"), "fednet.compress.codecs"),
     "register_codec": "fednet.algorithms.seam",
     **dict.fromkeys(("Strategy", "StagedStrategy", "ClientUpdate", "ServerState", "NoState", "Model",
-                     "ClientContext", "ServerInfo", "RoundContext"), "fednet.algorithms.contract"),
+                     "ClientContext", "ServerInfo", "RoundContext", "ServerPiece"),
+                    "fednet.algorithms.contract"),
     **dict.fromkeys(("usable", "round_metrics", "evaluate_own"), "fednet.algorithms.common"),
     "local_sgd": "fednet.algorithms.updates",
     **dict.fromkeys(("state_arrays", "load_arrays"), "fednet.models.arrays"),
