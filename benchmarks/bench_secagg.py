@@ -36,15 +36,17 @@ digits_cnn: 15,466 parameters), every client in every round (--fraction 1), 1 lo
 per cell). A round's wall-clock is metrics.jsonl's wall_s step (the clients' work, the stages'
 messages, the server's, and the global model's evaluation); a cell's steady round is the fastest
 round after the first (on a shared machine the others' load only ever slows a round down; the
-median is kept beside it). The ratio is SecAgg+'s steady round over plain FedAvg's. The
-profile: one more `fednet local` run of each (--profile-rounds rounds) with a wall-clock timer
-around each part of the protocol (X25519 agreements, AES-CTR masks, AES-GCM, Shamir sharing
-and rebuilding, each client stage, the server's stages and unmasking) and around what both runs
-have (the client's task, training, the in-process handover, the round), in seconds a round
-(inclusive: a stage's time holds the agreements it makes), SecAgg+'s less plain FedAvg's, and
-the round's CPU seconds in each (less sensitive to the machine's other load than wall-clock); and
-for both runtimes the protocol's CPU seconds per stage that the runs report (metrics.jsonl's
-secagg_server_s, secagg_client_s: the cohort's sum). --baseline DIR: the same cells of another
+median is kept beside it). The ratio is SecAgg+'s steady round over plain FedAvg's. Under
+`fednet local` (one process) each round's CPU seconds are taken too (the process's, around the
+round), and its row is their ratio, the fastest steady round of each, wall-clock's in the note:
+a busy 2-core machine moves wall-clock ratios several-fold from one minute to the next, CPU
+seconds far less. `fednet launch`'s row is wall-clock. The profile: the `fednet local` cells
+run with a wall-clock timer around each part of the protocol (X25519 agreements, AES-CTR masks,
+AES-GCM, Shamir sharing and rebuilding, each client stage, the server's stages and unmasking)
+and around what both runs have (the client's task, training, the in-process handover, the
+round), in seconds a round (inclusive: a stage's time holds the agreements it makes), SecAgg+'s
+less plain FedAvg's; for both runtimes the protocol's CPU seconds per stage that the runs
+report (metrics.jsonl's secagg_server_s, secagg_client_s: the cohort's sum). --baseline DIR: the same cells of another
 checkout (a worktree of an earlier commit) run right after this one's, each pair under the same
 load; its ratios are kept beside (baseline_ratios) and named in the rows' notes.
 """
@@ -227,6 +229,7 @@ def timed_main(argv: Sequence[str]) -> None:
 
     out, args = argv[0], list(argv[1:])
     acc: dict[str, list[float]] = {}
+    per_round: list[float] = []  # each round's CPU seconds (run_round's)
 
     def wrap(part: str, fn: Any) -> Any:
         def timed(*a: Any, **k: Any) -> Any:
@@ -238,6 +241,8 @@ def timed_main(argv: Sequence[str]) -> None:
                 cell[0] += time.perf_counter() - t
                 cell[1] += 1
                 cell[2] += time.process_time() - c
+                if part == "round (all of it)":
+                    per_round.append(time.process_time() - c)
         return timed
     for part, names in TIMED.items():
         for name in names:
@@ -260,8 +265,10 @@ def timed_main(argv: Sequence[str]) -> None:
         if e.code:
             raise
     finally:
-        Path(out).write_text(json.dumps({p: {"s": round(v[0], 4), "calls": int(v[1]),
-                                             "cpu_s": round(v[2], 4)} for p, v in acc.items()}))
+        Path(out).write_text(json.dumps({
+            "parts": {p: {"s": round(v[0], 4), "calls": int(v[1]), "cpu_s": round(v[2], 4)}
+                      for p, v in acc.items()},
+            "round_cpu_s": [round(x, 4) for x in per_round]}))
 
 
 def round_cell(out: Path, runtime: str, mode: str, cohort: int, rounds: int,
@@ -293,8 +300,12 @@ def round_cell(out: Path, runtime: str, mode: str, cohort: int, rounds: int,
                     for k in sorted({k for p in per for k in p})}
     if profile:
         timed = json.loads(Path(str(out) + ".timed.json").read_text())
-        rec["profile_s"] = {p: round(v["s"] / rounds, 4) for p, v in timed.items()}
-        rec["profile_cpu_s"] = {p: round(v["cpu_s"] / rounds, 4) for p, v in timed.items()}
+        parts = timed["parts"]
+        rec["profile_s"] = {p: round(v["s"] / rounds, 4) for p, v in parts.items()}
+        rec["profile_cpu_s"] = {p: round(v["cpu_s"] / rounds, 4) for p, v in parts.items()}
+        rec["round_cpu_s"] = timed["round_cpu_s"]
+        steady_cpu = timed["round_cpu_s"][1:] or timed["round_cpu_s"]
+        rec["cpu_round_s"] = float(min(steady_cpu)) if steady_cpu else None
     with np.load(out / "final_model.npz") as z:
         import hashlib
 
@@ -312,9 +323,6 @@ def rounds_main(argv: Sequence[str]) -> None:
     ap.add_argument("--runtimes", nargs="+", default=["local", "launch"],
                     choices=["local", "launch"])
     ap.add_argument("--rounds", type=int, default=5, help="the first is not a steady one")
-    ap.add_argument("--profile-rounds", type=int, default=3)
-    ap.add_argument("--profile-cohorts", type=int, nargs="*", default=None,
-                    help="the cohorts profiled under fednet local (default: --cohorts)")
     ap.add_argument("--baseline", metavar="DIR", help="another checkout (a clean worktree of "
                     "an earlier commit), its cells run beside this one's (PYTHONPATH=DIR), "
                     "each right after this one's")
@@ -329,41 +337,49 @@ def rounds_main(argv: Sequence[str]) -> None:
             for runtime in a.runtimes:
                 for code in ["", a.baseline] if a.baseline else [""]:
                     for mode in ("off", "plus"):
-                        rec = round_cell(Path(tmp) / f"{runtime}-{mode}-{cohort}-{bool(code)}",
-                                         runtime, mode, cohort, a.rounds, code=code or "")
+                        where = Path(tmp) / f"{runtime}-{mode}-{cohort}-{bool(code)}"
+                        rec = round_cell(where, runtime, mode, cohort, a.rounds, code=code or "",
+                                         profile=runtime == "local")
                         cells.append(rec)
                         print(f"{rec['code']:8s} {runtime:6s} {mode:4s} {cohort:5d}: rounds "
                               f"{rec.get('round_wall_s')} steady "
-                              f"{rec.get('steady_s', float('nan')):.3f} s {rec.get('status', '')}",
+                              f"{rec.get('steady_s', float('nan')):.3f} s, CPU a round "
+                              f"{rec.get('cpu_round_s') or float('nan'):.3f} s "
+                              f"{rec.get('status', '')}",
                               flush=True)
-        for cohort in a.cohorts if a.profile_cohorts is None else a.profile_cohorts:
-            got = {mode: round_cell(Path(tmp) / f"prof-{mode}-{cohort}", "local", mode, cohort,
-                                    a.profile_rounds, profile=True) for mode in ("off", "plus")}
-            if all("profile_s" in g for g in got.values()):
-                off, plus = got["off"]["profile_s"], got["plus"]["profile_s"]
-                cpu = {m: g["profile_cpu_s"].get("round (all of it)") for m, g in got.items()}
-                profiles[str(cohort)] = {
-                    "rounds": a.profile_rounds, "off_s": off, "plus_s": plus,
-                    "round_cpu_s": cpu, "cpu_ratio": (cpu["plus"] / cpu["off"]
-                                                      if cpu["off"] and cpu["plus"] else None),
-                    "extra_s": {k: round(plus.get(k, 0.0) - off.get(k, 0.0), 4)
-                                for k in TIMED if k in plus or k in off}}
-                print(f"profile {cohort} (s a round, plus less off):\n  " + "\n  ".join(
-                    f"{k}: {v:.3f}" for k, v in profiles[str(cohort)]["extra_s"].items()),
-                    flush=True)
+    for cohort in a.cohorts:  # the profile: this code's fednet local cells
+        got = {m: _round_find(cells, "local", m, cohort) for m in ("off", "plus")}
+        if all(g and "profile_s" in g for g in got.values()):
+            off, plus = got["off"]["profile_s"], got["plus"]["profile_s"]  # type: ignore[index]
+            profiles[str(cohort)] = {
+                "rounds": a.rounds, "off_s": off, "plus_s": plus,
+                "extra_s": {k: round(plus.get(k, 0.0) - off.get(k, 0.0), 4)
+                            for k in TIMED if k in plus or k in off}}
+            print(f"profile {cohort} (s a round, plus less off):\n  " + "\n  ".join(
+                f"{k}: {v:.3f}" for k, v in profiles[str(cohort)]["extra_s"].items()),
+                flush=True)
     ratios: dict[str, float] = {}
     baseline: dict[str, float] = {}
+    cpu: dict[str, float] = {}
+    cpu_baseline: dict[str, float] = {}
     for cohort in a.cohorts:
         for runtime in a.runtimes:
-            for code, into in (("this", ratios), ("baseline", baseline)):
+            for code, into, into_cpu in (("this", ratios, cpu),
+                                         ("baseline", baseline, cpu_baseline)):
                 off, plus = (_round_find(cells, runtime, m, cohort, code) for m in ("off", "plus"))
                 if off and plus:
                     into[f"{runtime}_{cohort}"] = plus["steady_s"] / off["steady_s"]
+                    if off.get("cpu_round_s") and plus.get("cpu_round_s"):
+                        into_cpu[f"{runtime}_{cohort}"] = plus["cpu_round_s"] / off["cpu_round_s"]
     data = {"machine": machine(), "args": vars(a), "cells": cells, "ratios": ratios,
-            "baseline_ratios": baseline, "profiles": profiles}
+            "baseline_ratios": baseline, "cpu_ratios": cpu, "baseline_cpu_ratios": cpu_baseline,
+            "profiles": profiles}
+    print("wall: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()))
+    print("CPU:  " + ", ".join(f"{k} {v:.2f}x" for k, v in cpu.items()))
     if baseline:
-        print("baseline (" + str(a.baseline_commit) + "): " + ", ".join(
-            f"{k} {v:.2f}x" for k, v in baseline.items()))
+        print("baseline (" + str(a.baseline_commit) + ") wall: " + ", ".join(
+            f"{k} {v:.2f}x" for k, v in baseline.items()) + "; CPU: " + ", ".join(
+            f"{k} {v:.2f}x" for k, v in cpu_baseline.items()))
     lines = []
     for k, v in ratios.items():
         runtime, cohort = k.split("_")[0], int(k.split("_")[1])
@@ -393,23 +409,32 @@ def _commit_of(checkout: str) -> str:
 
 def round_headline(data: dict[str, Any]) -> list[dict[str, Any]]:
     """A row per runtime: SecAgg+'s steady round over plain FedAvg's, the worse of the cohorts
-    (each cohort's ratio in the note)."""
+    (fednet local: CPU seconds, wall-clock in the note; launch: wall-clock), each cohort's in
+    the note with --baseline's."""
     rows = []
+    base = data.get("args", {}).get("baseline_commit", "")
     for runtime in ("local", "launch"):
-        got = {int(k.split("_")[1]): v for k, v in data.get("ratios", {}).items()
-               if k.split("_")[0] == runtime}
-        if got:
-            was = {int(k.split("_")[1]): v for k, v in data.get("baseline_ratios", {}).items()
-                   if k.split("_")[0] == runtime}
-            base = data.get("args", {}).get("baseline_commit", "")
+        wall = _of_runtime(data.get("ratios", {}), runtime)
+        cpu = _of_runtime(data.get("cpu_ratios", {}), runtime)
+        by_cpu = bool(cpu) and set(cpu) == set(wall)
+        main, was = (cpu, _of_runtime(data.get("baseline_cpu_ratios", {}), runtime)) if by_cpu \
+            else (wall, _of_runtime(data.get("baseline_ratios", {}), runtime))
+        if main:
             rows.append(headline_row(
-                "secure aggregation", f"SecAgg+ round over plain FedAvg's, fednet {runtime} "
-                f"(digits, {' and '.join(f'{c:,}' for c in sorted(got))} clients a round: the "
-                "worse)", round(max(got.values()), 2), "x", "<= 1.5",
-                ", ".join(f"{c:,}: {v:.2f}x" + (f" (was {was[c]:.2f}x at {base})"
-                                                if c in was else "")
-                          for c, v in sorted(got.items()))))
+                "secure aggregation", f"SecAgg+ round over plain FedAvg's, fednet {runtime}, "
+                + ("CPU seconds" if by_cpu else "wall-clock") + " (digits, "
+                f"{' and '.join(f'{c:,}' for c in sorted(main))} clients a round: the worse)",
+                round(max(main.values()), 2), "x", "<= 1.5",
+                "; ".join(f"{c:,}: {v:.2f}x" + (f" (was {was[c]:.2f}x at {base})" if c in was
+                                                 else "")
+                          + (f", wall {wall[c]:.2f}x" if by_cpu and c in wall else "")
+                          for c, v in sorted(main.items()))))
     return measured(*rows)
+
+
+def _of_runtime(ratios: dict[str, float], runtime: str) -> dict[int, float]:
+    """{cohort: ratio} of one runtime's keys (RUNTIME_COHORT)."""
+    return {int(k.split("_")[1]): v for k, v in ratios.items() if k.split("_")[0] == runtime}
 
 
 def _mid(a: argparse.Namespace) -> int:

@@ -131,8 +131,9 @@ def reconstruct(shares: dict[int, np.ndarray], t: int, n_bytes: int = SECRET_BYT
 def reconstruct_many(items: Sequence[tuple[dict[int, np.ndarray], int]],
                      n_bytes: int = SECRET_BYTES) -> list[bytes | ValueError]:
     """reconstruct(shares, t) of each item at once (the same first t holders, the same secret
-    or the same ValueError, returned in its place, not raised): the weights of every set of
-    holders and the sums in a few array operations a threshold."""
+    or the same ValueError, returned in its place, not raised): the weights of each distinct
+    set of holders (once, as cost.unmasking counts them) and the sums in a few array operations
+    a threshold."""
     out: list[bytes | ValueError] = [ValueError("unset")] * len(items)
     groups: dict[int, list[int]] = {}
     for i, (shares, t) in enumerate(items):
@@ -145,7 +146,8 @@ def reconstruct_many(items: Sequence[tuple[dict[int, np.ndarray], int]],
         xs = np.array([[p + 1 for p, _ in pk] for pk in picked], np.int64)
         ys = np.array([[np.asarray(y, np.int64) for _, y in pk] for pk in picked],
                       np.int64).reshape(len(idx), t, -1) % P
-        lam = lagrange_rows(xs)
+        sets, which = np.unique(xs, axis=0, return_inverse=True)  # (each set's weights once)
+        lam = lagrange_rows(sets)[which.reshape(-1)]
         sums = (lam[:, :, None] * ys % P).sum(axis=1) % P
         for i, parts in zip(idx, sums):
             try:
