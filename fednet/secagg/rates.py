@@ -15,7 +15,7 @@ times training); its rate is amount / seconds, in opcount's units:
   reply    secagg/server.Aggregation.take_unmask of a reply of one share, per reply
   taken    secagg/server.Aggregation.take_unmask of replies of UNMASK_ROWS shares, per share,
            less the replies' seconds at the reply rate
-  secret   secagg/server.Aggregation._first_windows (the answered holders' shares picked, then
+  secret   secagg/server.Aggregation.first_windows (the answered holders' shares picked, then
            shamir.reconstruct_many) of secrets of SECRET_T shares (of 2 SECRET_T holders each),
   rebuilt  and of REBUILD_T shares (of 2 REBUILD_T): their seconds less the weights' at the
            lagrange rate, split into a part per secret (secret) and a part per share read
@@ -232,7 +232,7 @@ def _split(many: Rate, few: Rate, lag: Rate) -> dict[str, Rate]:
 
 def _reconstructions(n: int, k: int, t: int) -> tuple[Callable[[], float], str]:
     """n times k secrets of threshold t (2 t holders each) rebuilt at once as the server
-    rebuilds a round's (Aggregation._first_windows: the answered holders' shares picked, then
+    rebuilds a round's (Aggregation.first_windows: the answered holders' shares picked, then
     shamir.reconstruct_many); amount n k."""
     from fednet.secagg import server  # (a leaf of fednet.secagg: no cycle)
 
@@ -247,7 +247,7 @@ def _reconstructions(n: int, k: int, t: int) -> tuple[Callable[[], float], str]:
 
     def run() -> float:
         for _ in range(n):
-            if len(agg._first_windows(which)) != k:
+            if len(agg.first_windows(which)) != k:
                 raise AssertionError("a measured secret did not rebuild")
         return n * k
     return run, f"{n} x {k} secrets rebuilt at once from {t} of {2 * t} shares"

@@ -309,7 +309,7 @@ class Aggregation:
             self._check("unmask", len(self.answered))
             try:
                 b_ids, s_ids = sorted(self.inputs), sorted(set(self.shared()) - self.inputs)
-                ready = {} if careful else self._first_windows(
+                ready = {} if careful else self.first_windows(
                     [(v, self.b_shares) for v in b_ids] + [(v, self.s_shares) for v in s_ids])
                 b_of = {v: ready.get((v, "b")) or self._rebuild(v, self.b_shares, "b", careful)
                         for v in b_ids}
@@ -320,8 +320,8 @@ class Aggregation:
                 self.answered.discard(e.holder)
                 self.liars[e.holder] = str(e)
 
-    def _first_windows(self, which: list[tuple[int, dict[int, dict[int, np.ndarray]]]]
-                       ) -> dict[tuple[int, str], bytes]:
+    def first_windows(self, which: list[tuple[int, dict[int, dict[int, np.ndarray]]]]
+                      ) -> dict[tuple[int, str], bytes]:
         """The secrets _rebuild (not careful) gives, all at once (shamir.reconstruct_many):
         (client, 'b' or 's') -> secret, for those that rebuild; the others (too few shares, a
         window that rebuilds nothing) are left to _rebuild, which raises what it raises."""
