@@ -37,10 +37,11 @@ per cell). A round's wall-clock is metrics.jsonl's wall_s step (the clients' wor
 messages, the server's, and the global model's evaluation); a cell's steady round is the fastest
 round after the first (on a shared machine the others' load only ever slows a round down; the
 median is kept beside it). The ratio is SecAgg+'s steady round over plain FedAvg's. Under
-`fednet local` (one process) each round's CPU seconds are taken too (the process's, around the
-round), and its row is their ratio, the fastest steady round of each, wall-clock's in the note:
-a busy 2-core machine moves wall-clock ratios several-fold from one minute to the next, CPU
-seconds far less. `fednet launch`'s row is wall-clock. The profile: the `fednet local` cells
+`fednet local` (one process) each round's CPU seconds are taken too (the process's, around
+the round: configure, tasks and replies, aggregate, evaluate), and its row is their ratio, the
+fastest steady round of each, wall-clock's in the note: a busy 2-core machine moves wall-clock
+ratios several-fold from one minute to the next, CPU seconds far less. `fednet launch`'s row
+is wall-clock. The profile: the `fednet local` cells
 run with a wall-clock timer around each part of the protocol (X25519 agreements, AES-CTR masks,
 AES-GCM, Shamir sharing and rebuilding, each client stage, the server's stages and unmasking)
 and around what both runs have (the client's task, training, the in-process handover, the
@@ -216,7 +217,10 @@ TIMED: dict[str, list[str]] = {
         "fednet.algorithms.secagg_client:SecAggClient.run"],
     "training (FedAvgClient.run)": ["fednet.algorithms.fedavg:FedAvgClient.run"],
     "message handover (local)": ["fednet.core.inproc:InprocDispatcher._send"],
-    "round (all of it)": ["fednet.core.inproc:InprocDispatcher.run_round"],
+    "round's tasks and replies (local: run_round)": [
+        "fednet.core.inproc:InprocDispatcher.run_round"],
+    "round (all of it: configure, tasks, aggregate, evaluate)": [
+        "fednet.core.rounds:RoundDriver.round"],
 }
 
 
@@ -229,7 +233,7 @@ def timed_main(argv: Sequence[str]) -> None:
 
     out, args = argv[0], list(argv[1:])
     acc: dict[str, list[float]] = {}
-    per_round: list[float] = []  # each round's CPU seconds (run_round's)
+    per_round: list[float] = []  # each round's CPU seconds (RoundDriver.round's)
 
     def wrap(part: str, fn: Any) -> Any:
         def timed(*a: Any, **k: Any) -> Any:
@@ -241,7 +245,7 @@ def timed_main(argv: Sequence[str]) -> None:
                 cell[0] += time.perf_counter() - t
                 cell[1] += 1
                 cell[2] += time.process_time() - c
-                if part == "round (all of it)":
+                if part.startswith("round (all of it"):
                     per_round.append(time.process_time() - c)
         return timed
     for part, names in TIMED.items():
