@@ -318,6 +318,8 @@ def _sources(jobs: Sequence[ClientJob]) -> tuple[torch.Tensor, torch.Tensor, boo
     places = torch.cat([p for p in place if p is not None])
     if len(parts) == 1:
         return parts[0], places, False
+    if any(p.dtype != parts[0].dtype or p.device != parts[0].device for p in parts):
+        return torch.cat(parts), places, False  # as torch.cat promotes them
     xs = _BUFFERS.take((at, *parts[0].shape[1:]), parts[0].dtype, parts[0].device)
     torch.cat(parts, out=xs)
     return xs, places, True
