@@ -335,6 +335,7 @@ class _Buffers:
 
     def __init__(self) -> None:
         self.free: torch.Tensor | None = None
+        self.lent: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id(view) -> (view, buffer)
 
     def take(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
              ) -> torch.Tensor:
@@ -342,16 +343,19 @@ class _Buffers:
         if (buf is None or buf.dtype != dtype or buf.device != device
                 or buf.shape[1:] != shape[1:] or len(buf) < shape[0]):
             buf = torch.empty((shape[0] + shape[0] // 4, *shape[1:]), dtype=dtype, device=device)
-        return buf[:shape[0]]
+        view = buf[:shape[0]]
+        self.lent[id(view)] = (view, buf)
+        return view
 
     def give(self, x: torch.Tensor) -> None:
         """x (taken) is no longer used: its whole buffer is free for the next block."""
-        base = x._base if x._base is not None else x
+        _, base = self.lent.pop(id(x), (x, x))
         if self.free is None or base.numel() >= self.free.numel():
             self.free = base
 
     def release(self) -> None:
         self.free = None
+        self.lent.clear()
 
 
 _BUFFERS = _Buffers()
