@@ -35,9 +35,11 @@ def test_counts_follow_the_protocols_parameters():
 
 
 def test_full_secaggs_unmasking_grows_as_its_implementation():
-    """n (n - 1) shares taken, n secrets of t ~ n / 2 shares, each with its own weights
-    (shamir.reconstruct_many: O(t^2) each): the weights grow faster than the shares (as n^3
-    once 8 t^2 outgrows the inverses' 124 t)."""
+    """n (n - 1) shares taken, n secrets of t = n / 2 shares, the weights once per distinct
+    set of first t holders (shamir.reconstruct_many: O(t^2) each; a client holds no share of
+    its own secret, so t + 1 sets: {0..t} less v for v < t, {0..t-1} for
+    the rest): the weights grow faster than the shares (as n^3 once 8 t^2 outgrows the
+    inverses' 124 t)."""
     from types import SimpleNamespace
 
     import numpy as np
@@ -52,7 +54,7 @@ def test_full_secaggs_unmasking_grows_as_its_implementation():
     small, big = cost.unmasking(agg(20)), cost.unmasking(agg(40))
     assert small["reply"] == 20 and small["taken"] == 20 * 19 and small["rebuilt"] == 20 * 10
     assert big["taken"] == 40 * 39 and big["rebuilt"] == 40 * 20
-    assert small["lagrange"] == 20 * cost.lagrange(10) and big["lagrange"] == 40 * cost.lagrange(20)
+    assert small["lagrange"] == 11 * cost.lagrange(10) and big["lagrange"] == 21 * cost.lagrange(20)
     assert big["lagrange"] / small["lagrange"] > big["taken"] / small["taken"] > 4
 
 

@@ -64,30 +64,38 @@ def lagrange(t: int) -> int:
 
 
 def unmasked(survivors: int, pairs: int, dropped: int, d: int, itemsize: int, replies: int = 0,
-             taken: int = 0, t: Sequence[int] = ()) -> Ops:
+             taken: int = 0, t: Sequence[int] = (), sets: Sequence[int] | None = None) -> Ops:
     """The server's unmasking: the survivors' `replies` and the `taken` shares in them; each
     survivor's b and each dropped client's s key rebuilt (`t`: each secret's threshold: its
-    shares read into the reconstruction and its weights' element operations, `lagrange`; a
-    rebuilt s key checked: one X25519 multiplication), every survivor's self mask and the
+    shares read into the reconstruction; a rebuilt s key checked: one X25519 multiplication),
+    the Lagrange weights' element operations (`lagrange`) of each distinct set of holders
+    (`sets`: each set's threshold; None: one set a secret), every survivor's self mask and the
     `pairs` pairwise masks of the dropped with their surviving neighbours expanded (an agreement
     and d elements each: its keystream's setup, "mask", and bytes, "prg") and taken off."""
     masks = survivors + pairs
     return {"reply": replies, "taken": taken, "secret": len(t), "rebuilt": sum(t),
-            "lagrange": sum(lagrange(k) for k in t),
+            "lagrange": sum(lagrange(k) for k in (t if sets is None else sets)),
             "x25519": dropped + pairs, "kdf": pairs, "prg": masks * d * itemsize,
             "mask": masks, "stream": masks * d}
 
 
 def unmasking(agg: Any) -> Ops:
     """`unmasked` for a round's Aggregation (secagg/server.py) as it stands at its end: the
-    shares it took, and each secret rebuilt from its first t holders (a round whose shares
-    disagree rebuilds again, holder by holder: not counted)."""
+    shares it took, and each secret rebuilt from its first t holders, the weights once per
+    distinct set of them, as shamir.reconstruct_many computes them (full SecAgg: one set a
+    round; SecAgg+: about one a secret). A round whose shares disagree rebuilds again, holder by
+    holder: not counted."""
     dropped = sorted(set(agg.shared()) - agg.inputs)
     pairs = sum(sum(1 for w in agg.nbrs[v] if w in agg.inputs) for v in dropped)
     taken = sum(len(h) for h in agg.b_shares.values()) + sum(len(h) for h in agg.s_shares.values())
-    ts = [agg.t[v] for v in sorted(agg.inputs)] + [agg.t[v] for v in dropped]
+    secrets = [(v, agg.b_shares) for v in sorted(agg.inputs)] + [(v, agg.s_shares)
+                                                                for v in dropped]
+    ts = [agg.t[v] for v, _ in secrets]
+    sets = {(agg.t[v], tuple(sorted(h for h in shares.get(v, {}) if h in agg.answered)[:agg.t[v]]))
+            for v, shares in secrets}
     return unmasked(len(agg.inputs), pairs, len(dropped), agg.total.size,
-                    agg.total.dtype.itemsize, len(agg.answered | set(agg.liars)), taken, ts)
+                    agg.total.dtype.itemsize, len(agg.answered | set(agg.liars)), taken, ts,
+                    [k for k, _ in sorted(sets)])
 
 
 def of_task(stage: str, body: dict, arrays: dict, d: int, itemsize: int, prefix: str) -> Ops:
