@@ -14,6 +14,7 @@ from fednet.algorithms.asynchronous import staleness_weight
 from fednet.core.arrivals import Arrivals
 from fednet.core.session import Session
 from fednet.core.inproc import run_local
+from fednet.network.server_cost import buffer_ops, fold_ops
 from fednet.types import Failure, Result, Task
 from tests.conftest import small_config
 
@@ -111,12 +112,14 @@ def _trace(path, rates: list[float]) -> str:
 def test_fedbuff_rows_follow_the_analytic_clock(tmp_path):
     """Two clients training 1 s and 2.5 s, K = 1, C = 2: updates at 1 (client 0, staleness 0),
     2 (client 0, 0), 2.5 (client 1, 2) and 3 (client 0, 1). At 2.5 one reply is still needed
-    and one task is out, so client 1 is not started again: nothing is wasted, the run ends at 3."""
+    and one task is out, so client 1 is not started again: nothing is wasted, the run ends at 3.
+    (The server computes for free here: --server-profile none.)"""
     over = {"clients": 2, "rounds": 4, "data": {"partition": "iid"},
             "algo": {"name": "fedbuff", "params": {"buffer": 1, "concurrency": 2}}}
     sizes = [len(p) for p in Session(small_config(**over), quiet=True, write=False).parts]
     lat = _trace(tmp_path / "lat.csv", [1.0 / sizes[0], 2.5 / sizes[1]])  # epochs = 1
-    cfg = small_config(**over, latency={"preset": "lan", "file": lat}, out=str(tmp_path / "run"))
+    cfg = small_config(**over, latency={"preset": "lan", "file": lat, "server_profile": "none"},
+                       out=str(tmp_path / "run"))
     summary = run_local(cfg, quiet=True)
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rows] == [0, 1, 2, 3]
@@ -127,6 +130,44 @@ def test_fedbuff_rows_follow_the_analytic_clock(tmp_path):
     assert sum(r["results"] for r in rows) == 4 and rows[-1]["tasks"] == 4
     assert sum(r["bytes_round"]["client_to_server"] for r in rows) == summary["bytes"][
         "client_to_server"]
+
+
+@pytest.mark.parametrize("name", ["fedbuff", "fedasync"])
+def test_the_server_s_work_is_on_the_clock_and_queues(tmp_path, name):
+    """The same two clients (1 s and 2.5 s, K = 1, C = 2) with a server whose update takes 0.4 s
+    (FedBuff's step over a buffer of one, FedAsync's mix: the stream rate set from the model's
+    size): client 0's reply at 1 is used by 1.4, when its next task leaves (back at 2.4); that
+    one's update ends at 2.8; client 1's reply at 2.5 waits for the server, its update ends at
+    3.2 (one processor: the work queues); client 0's third task left at 2.8 and is back at 3.8,
+    the run ends at 4.2. server_compute_s counts 0.4 s an update, and the last row's sim_split
+    server_s is the last update's wait for the server."""
+    over = {"clients": 2, "rounds": 4, "data": {"partition": "iid"},
+            "algo": {"name": name, "params": {"buffer": 1, "concurrency": 2}}}
+    session = Session(small_config(**over), quiet=True, write=False)
+    sizes = [len(p) for p in session.parts]
+    d = sum(int(a.size) for a in session.algo.state.model.values() if a.dtype.kind == "f")
+    work = (buffer_ops(1, d) if name == "fedbuff" else fold_ops(d))["stream"]
+    (tmp_path / "server.json").write_text(json.dumps({"stream_per_s": work / 0.4}))
+    lat = _trace(tmp_path / "lat.csv", [1.0 / sizes[0], 2.5 / sizes[1]])  # epochs = 1
+    cfg = small_config(**over, latency={"preset": "lan", "file": lat,
+                                        "server_profile": str(tmp_path / "server.json")},
+                       out=str(tmp_path / "run"))
+    summary = run_local(cfg, quiet=True)
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["sim_s"] for r in rows] == pytest.approx([1.4, 2.8, 3.2, 4.2])
+    assert [r["server_compute_s"] for r in rows] == pytest.approx([0.4, 0.8, 1.2, 1.6])
+    assert [r["staleness_max"] for r in rows] == [0, 0, 2, 1]
+    assert rows[-1]["sim_split"]["server_s"] == pytest.approx(0.4)
+    assert summary["sim_time_s"] == pytest.approx(4.2) and summary["status"] == "completed"
+
+
+def test_the_asynchronous_server_s_work_is_counted_as_fednet_does_it():
+    """FedAsync's mix: two products and a sum a value, and the staleness weight; FedBuff's step
+    over K updates: each one's weighted difference summed (3 K d, K weights), then
+    x - eta * sum / K (3 d)."""
+    assert fold_ops(10) == {"stream": 31}
+    assert buffer_ops(4, 10) == {"stream": 3 * 4 * 10 + 3 * 10 + 4}
+    assert fold_ops(0) == {} and buffer_ops(0, 10) == {}
 
 
 def test_a_step_whose_tasks_keep_failing_ends_short_and_says_so(tmp_path, monkeypatch):

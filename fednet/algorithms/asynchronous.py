@@ -20,6 +20,20 @@ each R-th round, a checkpoint may be written there, and the run may be resumed f
 paper has no drains). Replies that arrive after the step's last update are not used; the step,
 and its simulated time, end at that update. The clients are FedAvg's: they send their models,
 and the server takes Delta_k against the model the task carried.
+
+The server is on the clock (--server-profile, as a synchronous round's aggregation: core/
+server_clock.py), charged where its work happens: FedAsync's mix of each used reply
+(network/server_cost.fold_ops: 3 d element operations and the staleness weight), FedBuff's step
+once its buffer holds K updates (buffer_ops: their weighted differences summed, 3 K d, and the
+step, 3 d). The server is one processor: a piece of work starts when its reply is released or
+when the server's earlier work ends, whichever is later (`server_free`), so work queues when
+replies come faster than it folds them. The model that results is there only once that work is
+done: a task leaves at max(its freeing reply's time, server_free), and a round's point and the
+step's end are at its last update's end. The seconds are counted from the replies' simulated
+times and the model's size alone, so they are the same in every runtime; the driver adds them
+to rows' server_compute_s as they are charged (server_charged), and the step's sim_split
+server_s is its last update's wait for the server (tail_s: from the reply that closed the step
+to its end, all of it the server's work).
 """
 from __future__ import annotations
 
@@ -29,10 +43,11 @@ from typing import Any
 
 import numpy as np
 
-from fednet import rng, types as roster
+from fednet import opcount, rng, types as roster
 from fednet.algorithms.common import finite, round_metrics
 from fednet.algorithms.contract import StagedStrategy
 from fednet.config import RunConfig
+from fednet.network.server_cost import buffer_ops, fold_ops
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 
 log = logging.getLogger("fednet.server")
@@ -70,6 +85,13 @@ class Asynchronous(StagedStrategy):
         self.dropped = self.unused = 0
         self.last_time: float | None = None
         self.final: dict[str, Any] = {}
+        # the server on the clock: its rates (set by the driver's ServerClock), when it is free,
+        # the seconds charged since the driver last asked, the step's last update's wait
+        self.server_rates: dict[str, float] = {}
+        self.server_free = 0.0
+        self.charged = self.tail_s = 0.0
+        self.at = 0.0  # the simulated time of the reply being used
+        self.values: int | None = None
 
     def rounds_per_step(self) -> int:
         """The whole run, or --param drain rounds."""
@@ -93,6 +115,7 @@ class Asynchronous(StagedStrategy):
         self.failures_seen = 0
         self.used, self.stale, self.failed, self.dropped, self.unused = [], [], [], 0, 0
         self.last_time, self.final = None, {}
+        self.server_free, self.tail_s = self.now, 0.0
         if rnd == 0 and self.cfg.net.checkpoint_every and not self.p.drain:
             log.warning("%s: a checkpoint can be written only where the run drains, and this "
                         "run drains only at its end; give --param drain=R to checkpoint every R "
@@ -142,6 +165,7 @@ class Asynchronous(StagedStrategy):
         else:
             self.stale.append(self.updates - start)
             self.used.append(done)
+            self.at = done.sim_time
             self.use(done, self.updates - start, self.busy[done.task_id][2])
             if len(self.used) == self.per_round():
                 self._close_round(done.sim_time)
@@ -151,15 +175,39 @@ class Asynchronous(StagedStrategy):
         if (self.rnd >= self.end or len(self.busy) >= self.needed()
                 or self.failures_seen > FAILURE_BUDGET * (self.end - self.start) * self.per_round()):
             return []  # (a step whose tasks keep failing ends short)
-        return [self._task(done.sim_time)]
+        # the current model is there once the server's work on it is done
+        return [self._task(max(done.sim_time, self.server_free))]
+
+    # ---- the server on the clock -----------------------------------------------------------
+    def charge(self, work: dict[str, float]) -> None:
+        """The server does `work` for the reply being used: from its release, or once the
+        server's earlier work is done; the model that results is there at server_free."""
+        s = opcount.seconds(work, self.server_rates)
+        self.server_free = max(self.at, self.server_free) + s
+        self.charged += s
+
+    def server_charged(self) -> float:
+        """The server seconds charged since the last call (the driver's server_compute_s)."""
+        s, self.charged = self.charged, 0.0
+        return s
+
+    def model_values(self) -> int:
+        """d: the model's floating values (what a fold or a step goes over)."""
+        if self.values is None:
+            self.values = sum(int(a.size) for a in self.state.model.values()
+                              if a.dtype.kind == "f")
+        return self.values
 
     def needed(self) -> int:
         """Replies the step still has to use."""
         return (self.end - self.rnd) * self.per_round() - len(self.used)
 
-    def _close_round(self, now: float) -> None:
-        """A logical round is complete: its row (a point unless it is the step's last)."""
+    def _close_round(self, arrived: float) -> None:
+        """A logical round is complete (its last reply released at `arrived`): its row (a point
+        unless it is the step's last), at the end of the server's work on it."""
         self.finish_round()
+        now = max(arrived, self.server_free)
+        self.tail_s = now - arrived  # (the server's work all of it: it is busy until now)
         m = round_metrics(sorted(self.used, key=lambda r: (r.cid, r.task_id)), self.failed,
                           self.dropped)
         m.update({"staleness_mean": sum(self.stale) / len(self.stale),
@@ -218,6 +266,7 @@ class FedAsync(Asynchronous):
 
     def use(self, r: Result, staleness: int, start: Arrays) -> None:
         w = self.p.alpha * self.weight(staleness)
+        self.charge(fold_ops(self.model_values()))
         x = self.state.model
         self.state.model = {k: _mix(x[k], r.arrays[k], w) if x[k].dtype.kind == "f"
                             else r.arrays[k] for k in x}
@@ -243,6 +292,7 @@ class FedBuff(Asynchronous):
 
     def finish_round(self) -> None:
         x, k = self.state.model, self.per_round()
+        self.charge(buffer_ops(k, self.model_values()))
         eta = self.p.server_lr
         self.state.model = {n: (x[n].astype(np.float64) - eta * self.buf[n] / k).astype(x[n].dtype)
                             if n in self.buf else self.latest.get(n, x[n]) for n in x}

@@ -230,12 +230,14 @@ class RoundDriver:
         # replies release follow-up tasks: several rounds a step, replies in simulated-time
         # order, or stages of one round (secure aggregation)
         pipelined = span > 1 or ordered or self.staged.chained
+        charged = _server_charged(algo)
         streams = ordered and self.staged.streams_points  # evaluation points as replies go on
 
         def release(seen: Result | Failure) -> list[Task]:
             algo.absorb(seen)  # streaming algorithms fold the result in and free its arrays
             self.compute.arrived(seen)  # (an ordered step's tasks count once done)
             nxt = self.stamp(self.staged.follow_up(seen)) if pipelined else []
+            self.server.total += charged()  # an asynchronous server's work, as it happens
             nxt = self.churn.trim(nxt)  # (offline first hops skipped)
             return self._sent(self.compute.charge(step.send(nxt), ordered))
 
@@ -274,10 +276,12 @@ class RoundDriver:
         end = self.staged.step_end()  # None: at its last reply
         self.sim_time = max([self.sim_time, step.end]
                             + [r.sim_time for r in results]) if end is None else end
-        server_s = 0.0
         if not self.staged.virtual_order:  # the server aggregates before the next round
             server_s = self.server.charge(self.server.round_work(results), metrics)
             self.sim_time += server_s
+        else:  # (charged as replies went on: the step's last update's wait for the server)
+            server_s = float(getattr(self.algo, "tail_s", 0.0)) if end is not None else 0.0
+            self.server.total += _server_charged(self.algo)()
         for r in results:
             self.split.arrived(r)
         metrics = {**metrics, **self.split.close(self.step_start, self.sim_time, server_s,
@@ -341,6 +345,17 @@ class RoundDriver:
     def summary(self, clients: Sequence[ClientInfo], extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """The summary.json dictionary (core/summary.py)."""
         return run_summary(self, clients, extra)
+
+
+def _no_charge() -> float:
+    return 0.0
+
+
+def _server_charged(algo: Strategy) -> Callable[[], float]:
+    """The server seconds an asynchronous algorithm charged since it was last asked
+    (Asynchronous.server_charged: its work as it happens); none for the others."""
+    got = getattr(algo, "server_charged", None)
+    return got if callable(got) else _no_charge
 
 
 def _setup_done(stats: dict[str, Any]) -> str:
