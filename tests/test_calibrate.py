@@ -64,6 +64,15 @@ def test_each_rate_is_its_primitive_timed_and_plausible():
         assert r.amount > 0 and r.seconds > 0 and lo < r.per_s < hi, (op, r)
 
 
+def test_the_reconstructions_parts_stay_positive_with_many_secrets_a_call():
+    """secret and rebuilt are a reconstruction's seconds less its weights' (lagrange): each
+    timed secret has its own set of holders, so the weights taken away are the ones
+    shamir.reconstruct_many computed (it computes a shared set's once: with shared holders the
+    remainder went negative, and `fednet calibrate` wrote a profile runs refuse)."""
+    got = rates.measure(("secret", "rebuilt", "lagrange"), scale=0.25)
+    assert all(r.seconds > 0 and r.per_s > 0 for r in got.values()), got
+
+
 def test_server_out_is_a_server_profile_a_run_reads(tmp_path):
     host, server = tmp_path / "host.json", tmp_path / "server.json"
     r = CliRunner().invoke(main, ["calibrate", *FAST, "--out", str(host),
