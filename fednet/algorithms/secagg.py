@@ -126,7 +126,7 @@ class SecAggServer(StagedStrategy):
 
     @calibrated.setter
     def calibrated(self, value: bool) -> None:
-        self.inner.calibrated = value  # (a PrivateServer's field)
+        self.inner.calibrated = value  # (the Strategy's: its Privacy piece reads it)
 
     @property
     def resume_problem(self) -> Callable[..., str] | None:
@@ -423,7 +423,7 @@ class SecAggServer(StagedStrategy):
         """The round's one result: the model it began with plus the unmasked mean update, and
         the mean training loss (the masked vector's last value). Distributed DP: the noisy sum
         of the clipped updates over the `weight` clients it holds, no loss; the result's weight
-        is that count (PrivateServer accounts the round from it)."""
+        is that count (the Privacy piece accounts the round from it)."""
         base, counted = self.inner.state.model, self._counted()
         apart = sum(int(np.prod(s)) for s, _ in counted.values())
         if self.ddp:

@@ -64,18 +64,15 @@ def _rate(v: object) -> float:
 
 
 def defense_ops(name: str, n: int, d: int, f: int, p: Any = None) -> Ops:
-    """The work of the defense `name` on n updates of d values, f assumed Byzantine."""
+    """The work of the defense `name` on n updates of d values, f assumed Byzantine (a rule
+    whose DefenseSpec declares its own `work` is counted by it instead: Bulyan's,
+    robust_spec.bulyan_work)."""
     if n <= 0 or d <= 0:
         return {}
     stack = n * d
     if name in ("krum", "multikrum"):
         keep = (getattr(p, "keep", 0) or n - f) if name == "multikrum" else 1
         return {"gemm": 2 * n * n * d, "stream": stack + 2 * n * d + keep * d}
-    if name == "bulyan":
-        theta = max(1, n - 2 * f)
-        beta = max(1, theta - 2 * f)
-        sort = theta * (2 + math.log2(max(theta, 2))) * d
-        return {"gemm": 2 * n * n * d, "stream": stack + 2 * n * d + sort + beta * d}
     if name == "median":
         return {"stream": stack + 2 * n * d}
     if name == "trimmed_mean":
