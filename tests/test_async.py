@@ -14,7 +14,7 @@ from fednet.algorithms.asynchronous import staleness_weight
 from fednet.core.arrivals import Arrivals
 from fednet.core.session import Session
 from fednet.core.inproc import run_local
-from fednet.network.server_cost import buffer_ops, fold_ops
+from fednet.algorithms.asynchronous import buffer_ops, fold_ops
 from fednet.types import Failure, Result, Task
 from tests.conftest import small_config
 

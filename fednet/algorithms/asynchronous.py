@@ -23,7 +23,7 @@ and the server takes Delta_k against the model the task carried.
 
 The server is on the clock (--server-profile, as a synchronous round's aggregation: core/
 server_clock.py), charged where its work happens: FedAsync's mix of each used reply
-(network/server_cost.fold_ops: 3 d element operations and the staleness weight), FedBuff's step
+(fold_ops: 3 d element operations and the staleness weight), FedBuff's step
 once its buffer holds K updates (buffer_ops: their weighted differences summed, 3 K d, and the
 step, 3 d). The server is one processor: a piece of work starts when its reply is released or
 when the server's earlier work ends, whichever is later (`server_free`), so work queues when
@@ -47,10 +47,31 @@ from fednet import opcount, rng, types as roster
 from fednet.algorithms.common import finite, round_metrics
 from fednet.algorithms.contract import StagedStrategy
 from fednet.config import RunConfig
-from fednet.network.server_cost import buffer_ops, fold_ops
 from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 
 log = logging.getLogger("fednet.server")
+
+
+STALENESS_OPS = 1
+"""A staleness weight s(tau): one scalar operation (a power or a quotient)."""
+
+
+def fold_ops(d: int) -> opcount.Ops:
+    """FedAsync's mix of one arriving model into the server's, x <- (1 - w) x + w y, in each of
+    the d values: two products and a sum (3 d); and its weight w = alpha s(tau)."""
+    return {"stream": 3 * d + STALENESS_OPS} if d > 0 else {}
+
+
+def buffer_ops(k: int, d: int) -> opcount.Ops:
+    """FedBuff's server step over a full buffer of k updates of d values: each update's weighted
+    difference against the model its task carried, s(tau) (x_start - x_k), summed (the streamed
+    mean's scale and add, 2 k d, and the difference, k d) and its weight; then
+    x <- x - eta * sum / k (the mean's division, d, and the step's product and difference, 2 d):
+    network/server_cost.mean_ops's 2 k d + d and the rest (an algorithm counts its own server
+    work, as a robust rule's DefenseSpec.work does)."""
+    if k <= 0 or d <= 0:
+        return {}
+    return {"stream": 2 * k * d + d + k * d + 2 * d + k * STALENESS_OPS}
 DRAWS = 64  # uniform draws for an idle (online) client before falling back to a scan
 FAILURE_BUDGET = 10  # failed replies per reply a step needs, before it stops starting tasks
 
@@ -190,6 +211,10 @@ class Asynchronous(StagedStrategy):
         """The server seconds charged since the last call (the driver's server_compute_s)."""
         s, self.charged = self.charged, 0.0
         return s
+
+    def server_tail(self) -> float:
+        """The step's last update's wait for the server (tail_s)."""
+        return self.tail_s
 
     def model_values(self) -> int:
         """d: the model's floating values (what a fold or a step goes over)."""

@@ -465,6 +465,17 @@ class StagedStrategy(Strategy):
         step ends at its last server update; replies after it are not used)."""
         return None
 
+    def server_charged(self) -> float:
+        """The server's simulated seconds of work charged since the driver last asked (an
+        asynchronous server's folds and steps, charged as replies arrive: the rows'
+        server_compute_s); 0 for a server the driver charges at the round's end."""
+        return 0.0
+
+    def server_tail(self) -> float:
+        """The seconds the step's end waited for the server after the reply that closed it
+        (the row's sim_split server_s, for a step charged as replies arrive)."""
+        return 0.0
+
 
 NOT_STAGED = StagedStrategy.__new__(StagedStrategy)
 """The hooks' defaults, which the driver asks of a plain Strategy (they read no state)."""

@@ -230,7 +230,7 @@ class RoundDriver:
         # replies release follow-up tasks: several rounds a step, replies in simulated-time
         # order, or stages of one round (secure aggregation)
         pipelined = span > 1 or ordered or self.staged.chained
-        charged = _server_charged(algo)
+        charged = self.staged.server_charged
         streams = ordered and self.staged.streams_points  # evaluation points as replies go on
 
         def release(seen: Result | Failure) -> list[Task]:
@@ -280,8 +280,8 @@ class RoundDriver:
             server_s = self.server.charge(self.server.round_work(results), metrics)
             self.sim_time += server_s
         else:  # (charged as replies went on: the step's last update's wait for the server)
-            server_s = float(getattr(self.algo, "tail_s", 0.0)) if end is not None else 0.0
-            self.server.total += _server_charged(self.algo)()
+            server_s = self.staged.server_tail() if end is not None else 0.0
+            self.server.total += self.staged.server_charged()
         for r in results:
             self.split.arrived(r)
         metrics = {**metrics, **self.split.close(self.step_start, self.sim_time, server_s,
@@ -345,17 +345,6 @@ class RoundDriver:
     def summary(self, clients: Sequence[ClientInfo], extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """The summary.json dictionary (core/summary.py)."""
         return run_summary(self, clients, extra)
-
-
-def _no_charge() -> float:
-    return 0.0
-
-
-def _server_charged(algo: Strategy) -> Callable[[], float]:
-    """The server seconds an asynchronous algorithm charged since it was last asked
-    (Asynchronous.server_charged: its work as it happens); none for the others."""
-    got = getattr(algo, "server_charged", None)
-    return got if callable(got) else _no_charge
 
 
 def _setup_done(stats: dict[str, Any]) -> str:

@@ -6,14 +6,13 @@ central DP's noise. Secure aggregation's unmasking is counted by fednet/secagg/c
 Counted as fednet's aggregation does the work (algorithms/aggregate.py, robust.py, fedopt.py):
 the streamed mean scales and adds each result (2 n d); the robust rules stack the n updates
 (n d) and then: Krum and Multi-Krum a Gram matrix x x^T (2 n^2 d FLOPs of matrix product) and
-the n norms (2 n d); Bulyan that, and per coordinate over its theta = n - 2f chosen rows a
-median, distances and a sort (theta (2 + log2 theta) d) and the mean of beta = theta - 2f; the
+the n norms (2 n d); Bulyan counts its own (robust_spec.bulyan_work, its DefenseSpec's work); the
 median a selection (2 n d); the trimmed mean a sort (n log2 n d); norm bounding and centered
 clipping their norms and scaled sums (3 n d a pass). Server optimizers add a few element
 operations per value (FedAdam's and FedYogi's 10 d). Central DP draws d Gaussian values.
-The asynchronous servers' work is counted where it happens (algorithms/asynchronous.py):
-FedAsync's mix of each arriving model (fold_ops), FedBuff's step once K updates are in
-(buffer_ops)."""
+The asynchronous servers count their own work where it happens (algorithms/asynchronous.py:
+FedAsync's mix of each arriving model, fold_ops; FedBuff's step once K updates are in,
+buffer_ops)."""
 from __future__ import annotations
 
 import json
@@ -106,26 +105,4 @@ def aggregation_ops(cfg: RunConfig, n: int, d: int, f: int = 0, p: Any = None,
         ops.add(out, {"stream": step * d})
     if central_dp:
         ops.add(out, {"noise": d, "stream": 2 * n * d})  # each update clipped, noise added
-    return out
-
-
-STALENESS_OPS = 1
-"""A staleness weight s(tau): one scalar operation (a power or a quotient)."""
-
-
-def fold_ops(d: int) -> Ops:
-    """FedAsync's mix of one arriving model into the server's, x <- (1 - w) x + w y, in each of
-    the d values: two products and a sum (3 d); and its weight w = alpha s(tau)."""
-    return {"stream": 3 * d + STALENESS_OPS} if d > 0 else {}
-
-
-def buffer_ops(k: int, d: int) -> Ops:
-    """FedBuff's server step over a full buffer of k updates of d values: each update's weighted
-    difference against the model its task carried, s(tau) (x_start - x_k), summed (the streamed
-    mean's scale and add, 2 k d, and the difference, k d) and its weight; then
-    x <- x - eta * sum / k (the mean's division, d, and the step's product and difference, 2 d)."""
-    if k <= 0 or d <= 0:
-        return {}
-    out = mean_ops(k, d)
-    ops.add(out, {"stream": k * d + 2 * d + k * STALENESS_OPS})
     return out
