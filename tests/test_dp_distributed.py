@@ -151,3 +151,21 @@ def test_label_flipping_goes_with_distributed_dp_by_the_facts():
                           dp={"mode": "distributed", "noise": 0.5}))
     with pytest.raises(ConfigError, match="--attack does not go with --dp local"):
         validate(small_config(clients=6, attack=attack, dp={"mode": "local", "noise": 0.5}))
+
+
+def test_a_clients_noise_and_rounding_are_charged_to_its_task():
+    """The distributed discrete Gaussian's draws on the clock (opcount "noise"): three an
+    attempt of the noise (two geometric, one uniform), one a coordinate per rounding try."""
+    import numpy as np
+
+    from fednet import opcount
+    from fednet.privacy import distributed as D
+
+    x = np.random.default_rng(0).normal(size=500)
+    with opcount.counted() as got:
+        D.encode(x, 1.0, 1.0, 10, np.random.default_rng(1))
+    assert got["noise"] >= 3 * 500 + 500 and got["noise"] % 1 == 0
+    with opcount.counted() as again:
+        D.encode(x, 1.0, 1.0, 10, np.random.default_rng(1))
+    assert again == got  # the seeded stream's draws: the same count every time
+    assert D.discrete_gaussian(2.0, 10, np.random.default_rng(2)).shape == (10,)  # no meter: free

@@ -34,6 +34,8 @@ import math
 
 import numpy as np
 
+from fednet import opcount
+
 GRID_BITS = 40
 """gamma = C / 2^GRID_BITS: a clipped coordinate is at most 2^40 grid steps."""
 BETA = math.exp(-0.5)
@@ -103,13 +105,16 @@ def fits(k: int, z: float, t: int) -> str:
 def discrete_gaussian(sig: float, size: int, gen: np.random.Generator) -> np.ndarray:
     """`size` draws of N_Z(0, sig^2) (Canonne, Kamath and Steinke 2020, Algorithm 3: a discrete
     Laplace of scale t = floor(sig) + 1, kept with probability exp(-(|Y| - sig^2/t)^2 / (2
-    sig^2)); in floating point, vectorized, redrawing the rejected ones)."""
+    sig^2)); in floating point, vectorized, redrawing the rejected ones). Each attempt's two
+    geometric draws and one uniform are charged to the open task meter (opcount "noise", at the
+    client's noise rate: the clock's client compute), as many as the seeded stream needed."""
     out = np.empty(size, dtype=np.int64)
     todo = np.arange(size)
     t = math.floor(sig) + 1
     p = -math.expm1(-1.0 / t)  # a geometric's success probability: 1 - e^{-1/t}
     while todo.size:
         n = todo.size
+        opcount.charge({"noise": 3.0 * n})  # on the clock: an attempt's three draws
         y = (gen.geometric(p, n) - gen.geometric(p, n)).astype(np.int64)  # discrete Laplace(t)
         keep = gen.random(n) < np.exp(-((np.abs(y) - sig * sig / t) ** 2) / (2 * sig * sig))
         out[todo[keep]] = y[keep]
@@ -123,6 +128,7 @@ def rounded(x: np.ndarray, bound: float, gen: np.random.Generator) -> np.ndarray
     low = np.floor(x)
     frac = x - low
     while True:
+        opcount.charge({"noise": float(x.size)})  # a uniform draw a coordinate, each try
         r = low + (gen.random(x.size) < frac)
         if float(np.dot(r, r)) <= bound * bound:
             return r.astype(np.int64)
