@@ -94,6 +94,8 @@ def test_an_asynchronous_row_counts_the_tasks_done_by_its_time(tmp_path):
     assert [r["samples"] for r in exp.history] == [478, 957, 1437]
     c = dict(exp.summary["compute"])
     assert c.pop("client_compute_s") == exp.history[-1]["client_compute_s"] > 0
+    # the server's folds, charged as they happen (FedBuff's steps over each full buffer)
+    assert c.pop("server_compute_s") == exp.history[-1]["server_compute_s"] > 0
     assert c == {"client_epochs": 6, "samples": 1437}
 
 
