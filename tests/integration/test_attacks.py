@@ -5,6 +5,7 @@ run, the accepted byte totals are the undisturbed run's, and each refused messag
 `rejected_messages` and `bytes.rejected` (exactly: what was sent is what was refused)."""
 from __future__ import annotations
 
+import queue
 import subprocess
 import sys
 import threading
@@ -21,6 +22,7 @@ from fednet.transport.security import add_key, init_keys, load_keys
 from tests.conftest import run_for_model, same_arrays, small_config
 from tests.fuzz_schema import frames_of, runtime_attacks, schema_attacks
 from tests.harness import BYTE_KEYS as KEYS
+from tests.integration.conftest import server_endpoint
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]
 
@@ -342,11 +344,12 @@ def test_plaintext_fednet_server_admits_only_join_key_holders(tmp_path, fed):
     port = _free_tcp_port()
     srv = fed.start("server", "--bind", f"tcp://127.0.0.1:{port}", *args, "--join-key", str(key),
                     "--out", str(tmp_path / "run"), "--register-timeout", "120")
-    ep = f"tcp://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while not key.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(1.0)
+    # measured from when it listens: its session built (the data, the model, the clock's first
+    # count of its work: ~150 MB of imports), not from when its join key appears, before them
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in srv.stderr], daemon=True).start()
+    ep = server_endpoint(lines, srv, "127.0.0.1")
+    assert ep == f"tcp://127.0.0.1:{port}" and key.exists()
     results = knock_all(ep, [b"\x00\x6b\x8b\x45\x67"] + [b"\x00" + i.to_bytes(4, "big")
                                                        for i in range(0, 1 << 32, 1 << 30)] + [b""])
     assert "ok" not in results and len(results) == 6, results
