@@ -71,6 +71,12 @@ def describe(procs: list[psutil.Process]) -> list[str]:
     return out
 
 
+def _default_sigint() -> None:
+    """(In the child, before exec) SIGINT back to its default: Python then raises
+    KeyboardInterrupt on it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Fednet:
     """Runs `fednet` commands carrying this test's marker; kills and reports leftovers at the end."""
 
@@ -86,10 +92,13 @@ class Fednet:
                               capture_output=True, text=True, timeout=timeout)
 
     def start(self, *args: str) -> subprocess.Popen[str]:
-        """Start in its own process group (like a shell job); stderr piped, stdout to a file."""
+        """Start in its own process group (like a shell job); stderr piped, stdout to a file.
+        Ctrl-C's default disposition, as a terminal's foreground job has it: pytest started in
+        the background by a script (`pytest ... &`) ignores SIGINT, the child would inherit that
+        and never see a Ctrl-C the test sends."""
         p = subprocess.Popen(fednet_cmd() + list(args), env=self.env, cwd=self.cwd,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)
+                             start_new_session=True, preexec_fn=_default_sigint)
         self.popens.append(p)
         return p
 
