@@ -164,8 +164,7 @@ def test_a_clients_noise_and_rounding_are_charged_to_its_task():
     x = np.random.default_rng(0).normal(size=500)
     with opcount.counted() as got:
         D.encode(x, 1.0, 1.0, 10, np.random.default_rng(1))
-    assert got["noise"] >= 3 * 500 + 500 and got["noise"] % 1 == 0
+    assert got["noise"] >= 3 * 500 + 500  # at least one attempt a value, one rounding try
     with opcount.counted() as again:
         D.encode(x, 1.0, 1.0, 10, np.random.default_rng(1))
     assert again == got  # the seeded stream's draws: the same count every time
-    assert D.discrete_gaussian(2.0, 10, np.random.default_rng(2)).shape == (10,)  # no meter: free

@@ -52,6 +52,10 @@ from fednet.types import Arrays, ClientInfo, Failure, Result, Task
 log = logging.getLogger("fednet.server")
 
 
+DRAWS = 64  # uniform draws for an idle (online) client before falling back to a scan
+FAILURE_BUDGET = 10  # failed replies per reply a step needs, before it stops starting tasks
+
+
 STALENESS_OPS = 1
 """A staleness weight s(tau): one scalar operation (a power or a quotient)."""
 
@@ -72,8 +76,6 @@ def buffer_ops(k: int, d: int) -> opcount.Ops:
     if k <= 0 or d <= 0:
         return {}
     return {"stream": 2 * k * d + d + k * d + 2 * d + k * STALENESS_OPS}
-DRAWS = 64  # uniform draws for an idle (online) client before falling back to a scan
-FAILURE_BUDGET = 10  # failed replies per reply a step needs, before it stops starting tasks
 
 
 def staleness_weight(kind: str, tau: int, a: float, b: int) -> float:

@@ -12,7 +12,6 @@ from fednet.client.table import ids_text
 from fednet.config.liveness import DEFAULT, Liveness
 from fednet.errors import ConfigError
 from fednet.core.plugin_check import report
-from fednet.training import flops
 
 log = logging.getLogger("fednet.client")
 
@@ -45,7 +44,6 @@ def run_host(cids: Sequence[int], connect: str, device: str = "cpu", advertise: 
         log.error("%s: %s", name, e)
         return EXIT_USAGE
     try:
-        flops.warm()  # the FLOP counter's one-off start, before the first task's clock
         host.register(register_timeout)
         return host.serve()
     except ConfigError as e:

@@ -111,9 +111,10 @@ class Session:
             self.progress.message(f"{cfg.algo.name} on {d.partition}: tuned defaults "
                                   f"{' '.join(map(_as_option, cfg.tuned))} (options you give win)")
         self.driver = self._driver(cfg, client.stateful(), down, state)
-        # the first count of the model's work (training/flops: ~0.7 s, torch's counter starting)
-        # now, not at the first reply inside round 0's wall-clock
-        self._work.batch(self._work.batch_size)
+        if not local:  # a served run's first reply reads it (latest_return): the first count of
+            # the model's work (training/flops: ~0.7 s, torch's counter starting) now, not inside
+            # round 0's wall-clock; in-process clients start the counter as they train
+            self._work.batch(self._work.batch_size)
 
     def _partition(self, cfg: RunConfig) -> tuple[Dataset, np.ndarray | None]:
         """Load the dataset and split it (self.parts; natural: built when asked for); the

@@ -150,10 +150,10 @@ def open_shares(s: Session, senders: np.ndarray, sealed: np.ndarray) -> list[int
     return bad
 
 
-def pair_mask(s_sk: bytes | crypto.X25519PrivateKey, other_pk: bytes, rnd: int, n: int,
-              dtype: np.dtype) -> np.ndarray:
-    """The pairwise mask both ends of an edge derive (s keys agreed, AES-CTR expanded)."""
-    return crypto.mask(crypto.agree(s_sk, other_pk, mask_info(rnd)), n, dtype)
+def pair_key(s_sk: bytes | crypto.X25519PrivateKey, other_pk: bytes, rnd: int) -> bytes:
+    """The key of the pairwise mask both ends of an edge derive (their s keys agreed), the seed
+    of its AES-CTR keystream (crypto.mask, crypto.add_mask)."""
+    return crypto.agree(s_sk, other_pk, mask_info(rnd))
 
 
 def masked(s: Session, values: np.ndarray, partners: np.ndarray) -> np.ndarray:
@@ -167,7 +167,7 @@ def masked(s: Session, values: np.ndarray, partners: np.ndarray) -> np.ndarray:
     for v in (int(x) for x in partners):
         if v not in s.pks:
             raise ValueError(f"a mask partner {v} who is not a neighbour")
-        key = crypto.agree(s_key, s.pks[v][1], mask_info(s.rnd))
+        key = pair_key(s_key, s.pks[v][1], s.rnd)
         sign = 1 if s.cid < v else -1
         kept = MASKS.take(s.rnd, key, y.size, y.dtype)
         if kept is not None:  # the partner's, in this process: the same keystream
@@ -249,11 +249,12 @@ def unmask(s: Session, survivors: np.ndarray, dropped: np.ndarray) -> dict[str, 
     d = sorted(gone)
     SESSIONS.pop(s.cid, None)
     return {"b_of": np.array(b, np.int64),
-            "b_share": _rows([shamir.encode_share(s.held[v][0]) for v in b]),
+            "b_share": _encoded([s.held[v][0] for v in b]),
             "s_of": np.array(d, np.int64),
-            "s_share": _rows([shamir.encode_share(s.held[v][1]) for v in d])}
+            "s_share": _encoded([s.held[v][1] for v in d])}
 
 
-def _rows(shares: list[bytes]) -> np.ndarray:
-    return (np.frombuffer(b"".join(shares), np.uint8).reshape(len(shares), SB).copy()
-            if shares else np.zeros((0, SB), np.uint8))
+def _encoded(shares: list[np.ndarray]) -> np.ndarray:
+    """The shares' bytes, a row each (shamir.encode_rows)."""
+    return shamir.encode_rows(np.array(shares, np.int64).reshape(len(shares), -1)) if shares \
+        else np.zeros((0, SB), np.uint8)

@@ -296,7 +296,7 @@ class Aggregation:
                 raise SecAggFailed("unmask", len(self.answered), self.need,
                                    f"the s key rebuilt for client {v} is not its own")
             for w in (x for x in self.nbrs[v] if x in self.inputs):
-                crypto.add_mask(total, crypto.agree(key, self.pks[w][1], C.mask_info(self.rnd)),
+                crypto.add_mask(total, C.pair_key(key, self.pks[w][1], self.rnd),
                                 -1 if w < v else 1)
         return total
 

@@ -68,16 +68,9 @@ def share_rows(secret: bytes, parties: Sequence[int], t: int, rng: np.random.Gen
 
 
 def lagrange_at_zero(xs: np.ndarray) -> np.ndarray:
-    """The weights l_j with f(0) = sum_j l_j f(x_j) for distinct points xs (mod P)."""
-    t = xs.size
-    num = np.ones(t, np.int64)
-    den = np.ones(t, np.int64)
-    for m in range(t):
-        other = np.arange(t) != m
-        num = np.where(other, num * xs[m] % P, num)
-        den = np.where(other, den * ((xs[m] - xs) % P) % P, den)
-    inv = np.array([pow(int(d), P - 2, P) for d in den], np.int64)
-    return num * inv % P
+    """The weights l_j with f(0) = sum_j l_j f(x_j) for distinct points xs (mod P): lagrange_rows
+    of one row."""
+    return lagrange_rows(np.asarray(xs, np.int64).reshape(1, -1))[0]
 
 
 def lagrange_rows(xs: np.ndarray) -> np.ndarray:

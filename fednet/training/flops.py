@@ -156,15 +156,6 @@ def batch_work(model: nn.Module, shape: tuple[int, ...], dtype: torch.dtype = to
     return got
 
 
-def warm() -> None:
-    """Pay the counter's one-off start now (its first count imports torch._dynamo and sympy:
-    ~0.7 s here) rather than in a process's first task, where a --real-time run's first round
-    would show it: a client process calls it before it registers (the launcher's zygote warms
-    by training a step inside a Meter instead). The count of a two-layer toy is cached like any
-    other and charged to nothing."""
-    batch_work(nn.Sequential(nn.Flatten(), nn.Linear(4, 2)), (2, 4))
-
-
 def architecture(model: nn.Module) -> tuple:
     """What a model's FLOPs depend on besides its input: its class and every parameter's and
     buffer's name, shape and dtype (and whether it is trained)."""
