@@ -130,11 +130,13 @@ def client_arrays(seed: int, cid: int, alpha: float = 1.0, beta: float = 1.0
     v = b_mean + g.standard_normal(DIM)
     z = g.standard_normal((n, DIM))
     z *= _SCALE
-    z += v  # v + _SCALE * z, the same bits without two temporaries
-    x = z.astype(np.float32)
+    x = np.empty((n, DIM), np.float32)
+    np.add(z, v, out=x, casting="same_kind")  # float32(v + _SCALE * z): summed in float64,
+    np.copyto(z, x)  # rounded once; then z holds x in float64 (exact), no other temporaries
     with _one_blas_thread():
-        logits = x.astype(np.float64) @ w.T
-    y = np.argmax(logits + b, axis=1).astype(np.int64)  # softmax keeps argmax
+        logits = z @ w.T
+    logits += b
+    y = logits.argmax(axis=1).astype(np.int64, copy=False)  # softmax keeps argmax
     k = int(TRAIN_SHARE * n)
     return x[:k], y[:k], x[k:], y[k:]
 
