@@ -57,13 +57,14 @@ def base_args(a: argparse.Namespace, cohort: int, seed: int) -> list[str]:
 
 def method_args(a: argparse.Namespace, method: str, eps: float | None) -> list[str]:
     dp = ["--dp-epsilon", str(eps), "--dp-delta", str(a.delta), "--dp-clip", str(a.clip)]
+    central = ["--dp", "central", "--dp-sampling", a.central_sampling, *dp]
     if method == "dp-central":
-        return ["--dp", "central", *dp]
+        return central
     if method == "dp-central-fedadam":  # the stack's optimizer, central DP: the mechanism apart
-        return ["--algo", "fedadam", "--server-lr", str(a.server_lr), "--dp", "central", *dp]
+        return ["--algo", "fedadam", "--server-lr", str(a.server_lr), *central]
     if method == "stack":
         return ["--algo", "fedadam", "--server-lr", str(a.server_lr), "--secagg", "plus",
-                "--dp", "distributed", *dp]
+                "--dp", "distributed", "--dp-against", a.against, *dp]
     return []
 
 
@@ -78,6 +79,8 @@ def cell_kwargs(a: argparse.Namespace, method: str, cohort: int, seed: int, nois
     if method != "fedavg":
         kw.update(dp="distributed" if method == "stack" else "central", dp_delta=a.delta,
                   dp_clip=a.clip, dp_noise=noise)
+        kw.update({"dp_against": a.against} if method == "stack" else
+                  {"dp_sampling": a.central_sampling})
     if method in ("stack", "dp-central-fedadam"):
         kw.update(algo="fedadam", server_lr=a.server_lr)
     if method == "stack":
@@ -125,7 +128,9 @@ def fingerprints_only(a: argparse.Namespace) -> None:
     path = Path(a.json)
     data = json.loads(path.read_text())
     a = argparse.Namespace(**{**vars(a), **{k: data["args"][k] for k in (
-        "population", "rounds", "seeds", "server_lr", "clip", "delta")}})
+        "population", "rounds", "seeds", "server_lr", "clip", "delta")},
+        "against": data["args"].get("against", "server"),
+        "central_sampling": data["args"].get("central_sampling", "poisson")})
     data["fingerprints"] = fingerprints(a, data["results"])
     data["fingerprinted"] = {"commit": machine().get("git"), "command": command_line()}
     data["headline"] = headline(data)
@@ -145,32 +150,43 @@ def cell(a: argparse.Namespace, out: Path, method: str, cohort: int, seed: int,
     dp = s.get("dp") or {}
     up = s["bytes"]["client_to_server"]
     rec.update(status=s["status"], accuracy=s["final_accuracy"], epsilon=dp.get("epsilon"),
+               epsilon_by_adversary=dp.get("epsilon_by_adversary"), against=dp.get("against"),
+               sampling=dp.get("sampling"),
                noise=dp.get("noise_multiplier"), events=dp.get("events"),
                up_per_client=up / (cohort * a.rounds), curve=[x.get("accuracy") for x in rows],
                bytes=s["bytes"])
     if method == "stack":
-        rec["stack"] = stack_checks(rows, dp, a.delta)
+        rec["stack"] = stack_checks(rows, dp, a.delta, a.population, cohort)
     return rec
 
 
-def stack_checks(rows: list[dict[str, Any]], dp: dict[str, Any], delta: float
-                 ) -> dict[str, Any]:
-    """Uplink over the masked vector, per surviving client and round; epsilon from the events."""
-    ratios = []
+def stack_checks(rows: list[dict[str, Any]], dp: dict[str, Any], delta: float,
+                 population: int, cohort: int) -> dict[str, Any]:
+    """Uplink over the masked vector, per surviving client and round, and each stage's bytes
+    per surviving client (mean over rounds); both epsilons from the events."""
+    ratios, stages = [], []
     for row in rows:
         st = row.get("bytes_by_stage") or {}
         survivors = max(1, (row.get("secagg_clients") or [0, 0, 0, 1])[3])
         if "input" in st:
             up = sum(v["client_to_server"] for v in st.values()) / survivors
             ratios.append(up / (st["input"]["client_to_server"] / survivors))
-    return {"up_over_clear": max(ratios) if ratios else None,
-            "epsilon_recomputed": recomputed_epsilon(dp.get("events") or [], delta),
+            stages.append({k: v["client_to_server"] / survivors for k, v in st.items()})
+    per_stage = ({k: statistics.mean(s.get(k, 0) for s in stages) for k in stages[0]}
+                 if stages else {})
+    events = dp.get("events") or []
+    return {"up_over_clear": max(ratios) if ratios else None, "up_per_stage": per_stage,
+            "epsilon_recomputed": recomputed_epsilon(events, delta),
+            "epsilon_release_recomputed": release_epsilon(events, delta, population, cohort),
+            "epsilon_release_gaussian_reference": release_epsilon(
+                events, delta, population, cohort, gaussian=True),
             "field_bits": rows[-1].get("secagg_field_bits") if rows else None}
 
 
 def recomputed_epsilon(events: list[Any], delta: float) -> float | None:
-    """dp-accounting's epsilon at delta for the run's recorded distributed-DP events, composed
-    here: ZCDpEvent(rho(z, t, k, d)) `count` times each, in an RDP accountant."""
+    """Against the server: dp-accounting's epsilon at delta for the run's recorded
+    distributed-DP events, composed here: ZCDpEvent(rho(z, t, k, d)) `count` times each, in an
+    RDP accountant."""
     if not events:
         return None
     import dp_accounting
@@ -183,6 +199,38 @@ def recomputed_epsilon(events: list[Any], delta: float) -> float | None:
         ev = dp_accounting.ZCDpEvent(distributed.rho(float(z), int(t), int(k), int(d)))
         acc.compose(dp_accounting.SelfComposedDpEvent(ev, int(count)))
     return float(acc.get_epsilon(delta))
+
+
+def release_epsilon(events: list[Any], delta: float, population: int, cohort: int,
+                    gaussian: bool = False) -> float | None:
+    """Against whoever sees only the released models (each cohort of `cohort` drawn without
+    replacement from `population`; replace one user): composed here from the events, the
+    sampled bound's Renyi divergences (distributed.sampled_rdp of rho at span 2) at
+    dp-accounting's orders, summed, then dp-accounting's conversion. gaussian: dp-accounting's
+    own SampledWithoutReplacementDpEvent of a Gaussian of the same zCDP curve (its Theorem-27
+    bound, tighter, shown as a reference: not a bound shown for the discrete Gaussian's sum)."""
+    if not events:
+        return None
+    import dp_accounting
+    import numpy as np
+
+    from fednet.privacy import distributed
+
+    rel = dp_accounting.NeighboringRelation.REPLACE_ONE
+    acc = dp_accounting.rdp.RdpAccountant(neighboring_relation=rel)
+    orders, total = np.asarray(acc.orders, dtype=np.float64), 0.0
+    for (kind, z, t, k, d), count in events:
+        assert kind == "ddg", kind
+        r = distributed.rho(float(z), int(t), int(k), int(d), span=2)
+        if gaussian:
+            acc.compose(dp_accounting.SampledWithoutReplacementDpEvent(
+                population, cohort, dp_accounting.GaussianDpEvent((2 * r) ** -0.5)), int(count))
+        else:
+            total = total + int(count) * distributed.sampled_rdp(r, cohort / population, orders)
+    if gaussian:
+        return float(acc.get_epsilon(delta))
+    conv = dp_accounting.rdp.rdp_privacy_accountant.compute_epsilon
+    return float(conv(orders, total, delta)[0])
 
 
 def parity(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
@@ -226,11 +274,14 @@ def analysis(cells: list[dict[str, Any]], a: argparse.Namespace) -> dict[str, An
     for cohort in a.cohorts:
         stack = [c for c in cells if c["method"] == "stack" and c["cohort"] == cohort
                  and c.get("status") == "completed"]
-        eps_gap = [abs(c["epsilon"] - c["stack"]["epsilon_recomputed"]) for c in stack
-                   if c["stack"]["epsilon_recomputed"] is not None]
+        eps_gap = [abs(c["epsilon_by_adversary"][who] - c["stack"][f"epsilon{sfx}_recomputed"])
+                   for c in stack for who, sfx in (("server", ""), ("release", "_release"))
+                   if c["stack"][f"epsilon{sfx}_recomputed"] is not None]
         ups = [c["stack"]["up_over_clear"] for c in stack if c["stack"]["up_over_clear"]]
+        worst = max(stack, key=lambda c: c["stack"]["up_over_clear"] or 0, default=None)
         per = {"epsilon_max_abs_gap": max(eps_gap) if eps_gap else None,
-               "up_over_clear_max": max(ups) if ups else None}
+               "up_over_clear_max": max(ups) if ups else None,
+               "up_per_stage_worst": worst["stack"].get("up_per_stage") if worst else None}
         for eps in a.epsilons:
             mine = {c["seed"]: c["accuracy"] for c in _cells(cells, "stack", cohort, eps)}
             for base, key in (("dp-central", "central"), ("dp-central-fedadam",
@@ -263,9 +314,10 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
     uplink over the vector in the clear (with the epsilon check), fednet launch = local."""
     an, a = data.get("analysis", {}), data.get("args", {})
     fps = sorted(data.get("fingerprints") or {})  # (METHOD-EPSILON-COHORT: seed 0's cells)
+    a = {"against": "server", "central_sampling": "poisson", **a}  # (older files: theirs)
     rows: list[dict[str, Any] | None] = []
     where = (f"digits mclr, {a.get('population'):,} clients, {a.get('rounds')} rounds, "
-             f"{len(a.get('seeds', []))} seeds")
+             f"{len(a.get('seeds', []))} seeds; {_adversary(a)}")
     for cohort, per in an.items():
         v = per.get("stack_minus_central_eps_3") or {}
         w = per.get("stack_minus_central_fedadam_eps_3") or {}
@@ -286,8 +338,8 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
         "secure aggregation", "stack uplink per client over its quantized vector in the clear "
         f"(worst cell of {', '.join(f'{int(c):,}' for c in an)} a round)",
         max(ups) if ups else None, "x", "<= 1.2",
-        f"reported epsilon - dp-accounting's for its events: {max(gaps):.2g} at most"
-        if gaps else "")))
+        (f"reported epsilons (server, released models) - recomputed from the events: "
+         f"{max(gaps):.2g} at most" if gaps else "") + _stages(an))))
     p = data.get("parity") or {}
     if p:
         rows.append(headline_row(
@@ -295,6 +347,30 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
             "round: model bit for bit, bytes, epsilon)",
             int(bool(p["same_model"] and p["same_bytes"] and p["same_epsilon"])), "", "1"))
     return measured(*rows)
+
+
+def _stages(an: dict[str, Any]) -> str:
+    """Each stage's uplink bytes per surviving client a round (the worst cell of each cohort)."""
+    out = []
+    for cohort, per in an.items():
+        st = per.get("up_per_stage_worst") or {}
+        if st:
+            out.append(f"{int(cohort):,} a round: " + ", ".join(
+                f"{k} {v:,.0f} B" for k, v in st.items()))
+    return ("; per stage and surviving client: " + "; ".join(out) + " (mclr's 650 values: "
+            "SecAgg+'s per-client keys and shares dominate)") if out else ""
+
+
+def _adversary(a: dict[str, Any]) -> str:
+    """Whom the compared epsilons hold against, in words (for the rows)."""
+    against, samp = a.get("against", "server"), a.get("central_sampling", "poisson")
+    if against == "release" and samp == "fixed":
+        return ("same adversary: whoever sees only the released models, replace one user, "
+                "cohorts drawn without replacement on both sides (the stack's epsilon amplified "
+                "by that sampling, Wang-Balle-Kasiviswanathan's general bound)")
+    return (f"the stack's epsilon against the {against}"
+            + (" (no amplification)" if against == "server" else "")
+            + f", central's against the released models ({samp} sampling)")
 
 
 def _fingerprinted(names: list[str], row: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -321,6 +397,11 @@ def main() -> None:
     ap.add_argument("--server-lr", type=float, default=0.1, help="the stack's FedAdam")
     ap.add_argument("--clip", type=float, default=2.0)
     ap.add_argument("--delta", type=float, default=1e-6)
+    ap.add_argument("--against", default="release", choices=("release", "server"),
+                    help="the stack's --dp-against: whom its --dp-epsilon holds against")
+    ap.add_argument("--central-sampling", default="fixed", choices=("fixed", "poisson"),
+                    help="central DP's --dp-sampling (fixed: the stack's own cohorts, drawn "
+                    "without replacement; replace-one epsilons on both sides)")
     ap.add_argument("--parity-cohort", type=int, default=100, help="0: no launch run")
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     ap.add_argument("--reuse", default="", help="a JSON of this script: its cells that this "

@@ -66,7 +66,7 @@ def test_the_accountant_is_dp_accountings_zcdp_composition():
 
 def _cfg(tmp_path, name, **dp):
     return small_config(clients=6, rounds=2, out=str(tmp_path / name), net={"secagg": "plus"},
-                        dp={"mode": "distributed", "noise": 0.4, **dp})
+                        dp={"mode": "distributed", "noise": 0.4, "against": "server", **dp})
 
 
 def _rows(out):
@@ -85,7 +85,11 @@ def test_a_run_accounts_each_round_from_the_clients_in_its_sum(tmp_path):
     assert [r["epsilon"] for r in rows] == [acc.epsilon([(("ddg", 0.4, t, 6, d), n)])
                                             for n in (1, 2)]
     assert all("train_loss" not in r and r["dp_cohort"] == 6 for r in rows)
-    assert "against the server" in dp["guarantee"]
+    assert "against the server" in dp["guarantee"] and dp["against"] == "server"
+    assert dp["epsilon_by_adversary"]["server"] == dp["epsilon"] == rows[-1]["epsilon"]
+    # every client in every round (6 of 6): nothing to amplify, and replace-one's sensitivity
+    # is twice zero-out's, so the released models' epsilon is the larger here
+    assert dp["epsilon_by_adversary"]["release"] > dp["epsilon"]
     assert rows[-1]["secagg_field_bits"] == 64
 
 
@@ -133,9 +137,10 @@ def test_the_noise_is_calibrated_to_the_budget(tmp_path):
     from fednet.privacy import plan
 
     cfg = small_config(clients=6, rounds=5, net={"secagg": "plus"},
-                       dp={"mode": "distributed", "epsilon": 3.0})
+                       dp={"mode": "distributed", "epsilon": 3.0, "against": "server"})
     z, said = plan.calibrated(validate(cfg))
     assert "calibrated for epsilon 3" in said and "at least 4 clients" in said
+    assert "against the server" in said
     eps = Accountant("rdp", plan.delta(cfg)).epsilon([(("ddg", z, 4, 4, D.D_PLAN), 5)])
     assert eps == pytest.approx(3.0, abs=1e-3) and eps <= 3.0 + 1e-9
 

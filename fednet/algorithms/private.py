@@ -57,10 +57,11 @@ GUARANTEE = {
     "local": "user-level (epsilon, delta)-DP of each client's updates, against the server and "
              "everyone after it (epsilon of the client that took part most often)",
     "distributed": "user-level (epsilon, delta)-DP of each round's unmasked sum, and so of the "
-                   "global models, against the server (secure aggregation shows it only the noisy "
-                   "sum) and everyone after it; the clients' own noise shares, not the server, "
-                   "make it (no amplification by sampling is claimed: the server knows who took "
-                   "part)",
+                   "global models, made by the clients' own noise shares, not the server; "
+                   "epsilon_by_adversary gives it against the server (secure aggregation shows "
+                   "it only the noisy sum; it knows who took part, so no amplification by "
+                   "sampling) and against whoever sees only the released models (amplified by "
+                   "the sampling of each cohort); epsilon is the one --dp-against names",
     "sgd": "example-level (epsilon, delta)-DP of each client's updates, against the server, the "
            "other clients and the released models (epsilon of the most exposed client)",
 }
@@ -155,6 +156,9 @@ class Privacy(ServerPiece):
         if self.local:
             worst = int(self.state.dp_counts.max(initial=0)) + int(more)
             return self.acc.epsilon([(plan.local_key(self.cfg.dp.noise), worst)])
+        if self.distributed:  # (the adversary --dp-against names)
+            return self.acc.epsilon(plan.ddg_histories(
+                self.cfg, self._history(key if more else None))[self.cfg.dp.against])
         return self.acc.epsilon(self._history(key if more else None))
 
     # ---- a round ------------------------------------------------------------------------------
@@ -326,6 +330,10 @@ class Privacy(ServerPiece):
                        epsilon=self.epsilon(), budget=dp.epsilon or None,
                        relation=plan.relation_words(self.cfg), guarantee=self._guarantee())
         if self.distributed:
+            assert self.acc is not None, "--dp distributed has its accountant"
+            hist = plan.ddg_histories(self.cfg, self._history())
+            out.update(against=dp.against, epsilon_by_adversary={
+                who: self.acc.epsilon(h) for who, h in hist.items()})
             out.update(threshold=self.ddg_t, events=st["events"], mechanism=(
                 "distributed discrete Gaussian (Kairouz, Liu and Steinke 2021), each client's "
                 f"share of multiplier {dp.noise:.6g} over sqrt({self.ddg_t})"),

@@ -39,6 +39,12 @@ class DPConfig:
         "poisson", "How --dp central draws a round's clients, as the accountant assumes: poisson "
         "(each client with probability --fraction) or fixed (floor(fraction*N) without "
         "replacement)", choices=("poisson", "fixed"), option="--dp-sampling")
+    against: str = setting(
+        "release", "--dp distributed: whom --dp-epsilon (its calibration and its budget) holds "
+        "against: release (whoever sees only the released models, not who took part: "
+        "amplification by the cohort's sampling, as Kairouz et al. 2021 account) or server "
+        "(the server, which knows who took part: no amplification); both are reported",
+        choices=("release", "server"), option="--dp-against")
     accountant: str = setting("rdp", "dp-accounting's accountant: rdp (Renyi DP) or pld (privacy "
                               "loss distributions: tighter, slower; Poisson sampling only)",
                               choices=("rdp", "pld"), option="--dp-accountant")

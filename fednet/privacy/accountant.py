@@ -1,4 +1,6 @@
-"""The privacy accountant: Google's dp-accounting (RDP or PLD), never a formula of fednet's own.
+"""The privacy accountant: Google's dp-accounting (RDP or PLD); a formula of fednet's own only
+where the library has no event (a sampled distributed-DP round's Renyi divergences, "ddg_wor"
+below, converted to epsilon by the library).
 
 A run's privacy history is a list of *events*, each a JSON-friendly key of dp-accounting's own
 parameters, with how many times it happened:
@@ -11,6 +13,13 @@ parameters, with how many times it happened:
                           privacy/distributed.rho (Kairouz et al. 2021, Proposition 14)
     ["piece", name, z, q] the event a plugin's mechanism `name` declares for one round at
                           multiplier z, Poisson sampling at rate q (fednet.api.DPSpec.event)
+    ["ddg_wor", N, m, z, t, k, d]  the same round of distributed DP seen by whoever sees only the
+                          released models, its cohort of m drawn without replacement from N:
+                          no dp-accounting event takes a sampled zCDP mechanism, so its Renyi
+                          divergences are Wang, Balle and Kasiviswanathan's general bound for
+                          sampling without replacement (privacy/distributed.sampled_rdp) of the
+                          round's zCDP curve for replace-one (rho at span 2) at dp-accounting's
+                          orders, and the epsilon is dp-accounting's conversion of their sum
 
 z is the accountant's noise multiplier: the noise's standard deviation over the l2-sensitivity
 of what it is added to (privacy/plan.py turns a mechanism's settings into these keys). The
@@ -32,6 +41,7 @@ import numpy as np
 from fednet.privacy import EVENTS, require
 
 Key = tuple  # ("poisson", q, z) | ("fixed", n, m, z) | ("gaussian", z) | ("ddg", z, t, k, d)
+SAMPLED_DDG = "ddg_wor"  # ("ddg_wor", N, m, z, t, k, d): see the module's docstring
 ACCOUNTANTS = ("rdp", "pld")
 Z_MIN = 1e-3
 """calibrate()'s lower endpoint: a target epsilon that this noise multiplier already meets has no
@@ -75,14 +85,25 @@ def event(key: Sequence[Any]) -> Any:
         return dp.ZCDpEvent(rho(float(key[1]), int(key[2]), int(key[3]), int(key[4])))
     if kind == "piece" and key[1] in EVENTS:
         return EVENTS[key[1]](float(key[2]), float(key[3]))
+    if kind == SAMPLED_DDG:
+        raise ValueError("a sampled distributed-DP round has no dp-accounting event (its Renyi "
+                         "divergences are distributed.sampled_rdp's); use Accountant('rdp')")
     raise ValueError(f"unknown privacy event {key!r}")
+
+
+def sampled_ddg_rdp(key: Sequence[Any], orders: np.ndarray) -> np.ndarray:
+    """The Renyi divergences, at `orders`, of one ("ddg_wor", N, m, z, t, k, d) round."""
+    from fednet.privacy.distributed import rho, sampled_rdp
+
+    n, m, z, t, k, d = key[1:]
+    return sampled_rdp(rho(float(z), int(t), int(k), int(d), span=2), int(m) / int(n), orders)
 
 
 def relation(keys: Sequence[Sequence[Any]]) -> Any:
     """The neighbouring relation of a history: replace one for fixed-size sampling (the
     population is public), add or remove one otherwise. A history mixes none of the two."""
     rel = _dp().NeighboringRelation
-    fixed = {k[0] == "fixed" for k in keys}
+    fixed = {k[0] in ("fixed", SAMPLED_DDG) for k in keys}
     if len(fixed) > 1:
         raise ValueError("a privacy history cannot mix fixed-size and Poisson sampling")
     return rel.REPLACE_ONE if fixed == {True} else rel.ADD_OR_REMOVE_ONE
@@ -127,6 +148,9 @@ class Accountant:
 
     def _rdp_of(self, key: Sequence[Any]) -> np.ndarray:
         k = tuple(key)
+        if k not in self._unit and k[0] == SAMPLED_DDG:
+            orders = np.array(fresh("rdp", [k]).orders, dtype=np.float64)
+            self._unit[k], self._orders = sampled_ddg_rdp(k, orders), orders
         if k not in self._unit:
             acc = fresh("rdp", [k]).compose(event(k))
             self._unit[k] = np.array(acc.rdp, dtype=np.float64)
@@ -199,6 +223,29 @@ def calibrate(make_key: Callable[[float], Sequence[Any]], count: int, target: fl
     if lo >= z_rdp or pld.epsilon([(make_key(lo), count)]) <= target:
         return min(lo, z_rdp)
     return run("pld", dp.ExplicitBracketInterval(lo, z_rdp))
+
+
+def calibrate_rdp(make_key: Callable[[float], Sequence[Any]], count: int, target: float,
+                  delta: float) -> float:
+    """calibrate() for events no dp-accounting event stands for ("ddg_wor"): the smallest z
+    (within a relative 1e-9) whose history [(make_key(z), count)] has this module's RDP epsilon
+    <= target, by bisection (epsilon falls as z grows); NoCalibration as calibrate()."""
+    acc = Accountant("rdp", delta, remember=False)
+
+    def eps(z: float) -> float:
+        return acc.epsilon([(make_key(z), count)])
+
+    if eps(Z_MIN) <= target:
+        raise NoCalibration(f"the target is met at z = {Z_MIN:g}")
+    lo, hi = Z_MIN, 1.0
+    while eps(hi) > target:
+        lo, hi = hi, hi * 2
+        if hi > Z_MAX:
+            raise NoCalibration(f"no noise multiplier in [{Z_MIN:g}, {Z_MAX:.3g}] meets it")
+    while hi - lo > 1e-9 * hi:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if eps(mid) <= target else (mid, hi)
+    return hi
 
 
 def is_finite(eps: float) -> bool:

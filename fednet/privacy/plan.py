@@ -11,7 +11,10 @@ of the clipped updates has standard deviation z*C (central), and each client's o
     local, one release of a client's update (any data)     sensitivity 2C    -> z/2
     distributed, one round's unmasked sum (one user's update replaced by zero): each client adds
         discrete Gaussian noise of multiplier z over sqrt(t) (t: the fewest clients a round
-        unmasks), a rho-zCDP event per round (privacy/distributed.py)
+        unmasks), a rho-zCDP event per round (privacy/distributed.py), against the server;
+        against whoever sees only the released models (--dp-against release), the same round
+        with its cohort of m drawn without replacement from N (replace one user: sensitivity
+        2 delta2), amplified by that sampling (ddg_release_key)
 
 With adaptive clipping z is the total multiplier of the two Gaussian releases of a round (the
 noised clipped sum and the noised count of unclipped updates, Andrew et al. 2021, §3.1): the
@@ -32,7 +35,8 @@ from typing import Any
 
 from fednet.errors import ConfigError
 from fednet.privacy import EVENTS, kind
-from fednet.privacy.accountant import Z_MIN, Accountant, Key, NoCalibration, calibrate
+from fednet.privacy.accountant import (
+    SAMPLED_DDG, Z_MIN, Accountant, Key, NoCalibration, calibrate, calibrate_rdp)
 from fednet.privacy.distributed import D_PLAN
 
 MODES = ("none", "central", "local")
@@ -72,7 +76,8 @@ def relation_words(cfg: Any) -> str:
     """The neighbouring relation the user-level epsilon holds for."""
     k = kind(cfg.dp.mode)
     if k == "distributed":
-        return "one user's update replaced by zero"
+        return ("replace one user (the population public, each cohort drawn without replacement)"
+                if cfg.dp.against == "release" else "one user's update replaced by zero")
     if k == "central" and cfg.dp.sampling == "fixed":
         return "replace one user"
     if k == "local":
@@ -119,6 +124,22 @@ def ddg_key(z: float, t: int, k: int, d: int) -> Key:
     return ("ddg", float(z), int(t), int(k), int(d))
 
 
+def ddg_release_key(population: int, m: int, key: Key) -> Key:
+    """The round `key` (ddg_key's) against whoever sees only the released models: its cohort of
+    m drawn without replacement from `population` (accountant's "ddg_wor")."""
+    _, z, t, k, d = key
+    return (SAMPLED_DDG, int(population), int(m), float(z), int(t), int(k), int(d))
+
+
+def ddg_histories(cfg: Any, history: list[tuple[Key, int]]) -> dict[str, list[tuple[Key, int]]]:
+    """A distributed-DP history (ddg keys) against each adversary: server (as recorded) and
+    release (each round amplified by the sampling of its cohort, as Strategy.select draws it:
+    cohort_size of --clients)."""
+    m = cohort_size(cfg.algo.fraction, cfg.clients)
+    return {"server": history,
+            "release": [(ddg_release_key(cfg.clients, m, k), c) for k, c in history]}
+
+
 def central_key(sampling: str, z: float, q: float, population: int, m: int) -> Key:
     """One central round's event: Poisson(q, z) or fixed-size (N, m, z/2)."""
     if sampling == "poisson":
@@ -162,7 +183,9 @@ def planned_key(cfg: Any, z: float) -> Key:
         return local_key(z)
     if kind(cfg.dp.mode) == "distributed":
         t = ddg_threshold(cfg)
-        return ddg_key(z, t, t, D_PLAN)
+        key = ddg_key(z, t, t, D_PLAN)
+        return key if cfg.dp.against == "server" else ddg_release_key(
+            cfg.clients, cohort_size(cfg.algo.fraction, cfg.clients), key)
     return round_key(cfg.dp.mode, cfg.dp.sampling, z, cfg.algo.fraction, cfg.clients)
 
 
@@ -184,7 +207,9 @@ def calibrated(cfg: Any) -> tuple[float, str]:
         raise ConfigError(got)
     z, eps = got
     who = ("a client in every round" if kind(cfg.dp.mode) == "local" else
-           f"at least {ddg_threshold(cfg)} clients' noise in each round's sum" if
+           f"at least {ddg_threshold(cfg)} clients' noise in each round's sum, against "
+           + ("the server" if dp.against == "server" else "the released models: cohorts of "
+              f"{cohort_size(cfg.algo.fraction, cfg.clients)} of {cfg.clients}") if
            kind(cfg.dp.mode) == "distributed" else
            f"{dp.sampling} sampling, q = {cfg.algo.fraction:g} of {cfg.clients}")
     return z, (f"--dp {dp.mode}: noise multiplier {z:.6g} calibrated for epsilon {dp.epsilon:g} "
@@ -197,23 +222,27 @@ def _plan_of(cfg: Any) -> tuple:
     dp = cfg.dp
     return (dp.mode, dp.sampling, float(cfg.algo.fraction), int(cfg.clients), int(cfg.rounds),
             float(dp.epsilon), delta(cfg), dp.accountant,
-            ddg_threshold(cfg) if kind(cfg.dp.mode) == "distributed" else 0)
+            ddg_threshold(cfg) if kind(cfg.dp.mode) == "distributed" else 0,
+            dp.against if kind(cfg.dp.mode) == "distributed" else "")
 
 
 @functools.lru_cache(maxsize=32)
 def _calibrated(mode: str, sampling: str, q: float, n: int, rounds: int, target: float,
-                d: float, accountant: str, t: int = 0) -> tuple[float, float] | str:
+                d: float, accountant: str, t: int = 0, against: str = ""
+                ) -> tuple[float, float] | str:
     """(z, the planned epsilon at z) of a plan, or why it has none (one line)."""
     def key(z: float) -> Key:
         if kind(mode) == "distributed":
-            return ddg_key(z, t, t, D_PLAN)
+            k = ddg_key(z, t, t, D_PLAN)
+            return k if against == "server" else ddg_release_key(n, cohort_size(q, n), k)
         if mode in EVENTS:
             return piece_key(mode, z, q)
         return local_key(z) if kind(mode) == "local" else central_key(sampling, z, q, n,
                                                                        cohort_size(q, n))
 
     try:
-        z = calibrate(key, rounds, target, d, accountant)
+        z = (calibrate_rdp(key, rounds, target, d) if key(1.0)[0] == SAMPLED_DDG else
+             calibrate(key, rounds, target, d, accountant))
     except NoCalibration as e:
         return _no_calibration(key, rounds, target, d, str(e))
     return z, Accountant(accountant, d).epsilon([(key(z), rounds)])
@@ -254,6 +283,9 @@ def settings_problem(cfg: Any) -> str:
             return (f"{opt} {v:g}: a privacy budget is a finite number; for a run without a "
                     "budget give --dp-noise Z and no --dp-epsilon, for no privacy drop --dp")
         return f"{opt} {v:g}: give a finite number"
+    if dp.against != "release" and kind(cfg.dp.mode) != "distributed":
+        return (f"--dp-against {dp.against}: a setting of --dp distributed (central DP's "
+                "adversary is whoever sees the released models; local DP's, anyone)")
     for name, z, zero in (("noise", dp.noise, "calibrated"), ("sgd_noise", dp.sgd_noise, "off")):
         if z and not Z_MIN <= z <= Z_GIVEN_MAX:
             return (f"--dp-{name.replace('_', '-')} {z:g}: a noise multiplier is in "

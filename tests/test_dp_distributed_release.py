@@ -1,0 +1,93 @@
+"""Distributed DP against whoever sees only the released models (`--dp-against release`, the
+default): each round's zCDP curve (replace one user: rho at span 2) amplified by the sampling of
+its cohort, m drawn without replacement from N, by Wang, Balle and Kasiviswanathan's general
+bound (privacy/distributed.sampled_rdp), converted by dp-accounting; and against the server (no
+amplification), both reported."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from fednet.algorithms.checks import validate
+from fednet.core.inproc import run_local
+from fednet.errors import ConfigError
+from fednet.privacy import distributed as D
+from fednet.privacy import plan
+from fednet.privacy.accountant import Accountant, relation
+from tests.conftest import small_config
+
+dp_accounting = pytest.importorskip("dp_accounting")
+R = dp_accounting.rdp.rdp_privacy_accountant
+ORDERS = np.array(dp_accounting.rdp.RdpAccountant().orders, dtype=np.float64)
+
+
+@pytest.mark.parametrize("sig, gamma", [(0.5, 100 / 1400), (1.0, 100 / 1400), (3.0, 0.3),
+                                        (1.5, 1000 / 1400)])
+def test_the_sampled_bound_is_dp_accountings_theorem_9_where_it_computes_it(sig, gamma):
+    """dp-accounting's sampled Gaussian without replacement takes Theorem 9 itself above order
+    256 (Theorem 27's Gaussian-only forward differences below): there the two agree; below,
+    the general bound is never under the Gaussian-only one but where it takes no sampling's
+    r a (which dp-accounting does not); never above no sampling."""
+    r = 0.5 / sig ** 2
+    ours = D.sampled_rdp(r, gamma, ORDERS)
+    theirs = R._compute_rdp_sample_wor_gaussian(gamma, sig, ORDERS)
+    high = ORDERS > 256
+    assert high.any()
+    np.testing.assert_allclose(ours[high], theirs[high], rtol=1e-12)
+    assert np.all(ours >= np.minimum(theirs, r * ORDERS) * (1 - 1e-12))
+    assert np.all(ours <= r * ORDERS * (1 + 1e-12))
+    assert np.array_equal(D.sampled_rdp(r, 1.0, ORDERS), r * ORDERS)
+
+
+def test_a_sampled_round_is_its_bound_converted_by_dp_accounting():
+    n, m, z, t, k, d = 1400, 100, 2.0, 51, 100, 650
+    key = ("ddg_wor", n, m, z, t, k, d)
+    assert relation([key]) == dp_accounting.NeighboringRelation.REPLACE_ONE
+    ours = Accountant("rdp", 1e-6).epsilon([(key, 5)])
+    rdp = 5 * D.sampled_rdp(D.rho(z, t, k, d, span=2), m / n, ORDERS)
+    assert ours == float(R.compute_epsilon(ORDERS, rdp, 1e-6)[0])
+    server = Accountant("rdp", 1e-6).epsilon([(("ddg", z, t, k, d), 5)])
+    assert ours < server  # (a cohort of 7%: the amplification outweighs replace-one's 2x)
+    with pytest.raises(ValueError, match="cannot mix"):
+        Accountant("rdp", 1e-6).epsilon([(key, 1), (("poisson", 0.1, 1.0), 1)])
+
+
+def _cfg(**dp):
+    return small_config(clients=100, rounds=5, algo={"fraction": 0.05}, net={"secagg": "plus"},
+                        dp={"mode": "distributed", "epsilon": 3.0, **dp})
+
+
+def test_the_noise_is_calibrated_against_the_released_models_by_default():
+    cfg = validate(_cfg())
+    z, said = plan.calibrated(cfg)
+    assert cfg.dp.against == "release" and "against the released models: cohorts of 5 of 100" \
+        in said
+    t = plan.ddg_threshold(cfg)
+    key = ("ddg_wor", 100, 5, z, t, t, D.D_PLAN)
+    eps = Accountant("rdp", plan.delta(cfg)).epsilon([(key, 5)])
+    assert eps <= 3.0 + 1e-9 and eps == pytest.approx(3.0, abs=1e-3)
+    z_server, _ = plan.calibrated(validate(_cfg(against="server")))
+    assert z < z_server  # (a cohort of 5%: amplified)
+
+
+def test_dp_against_is_a_setting_of_distributed_dp_only():
+    with pytest.raises(ConfigError, match="^--dp-against server: a setting of --dp distributed"):
+        validate(small_config(clients=6, dp={"mode": "central", "noise": 1.0,
+                                             "against": "server"}))
+
+
+@pytest.mark.slow  # (a run: ~4 s)
+def test_a_run_reports_both_and_spends_the_one_it_names(tmp_path):
+    cfg = small_config(clients=8, rounds=2, algo={"fraction": 0.5}, net={"secagg": "plus"},
+                       dp={"mode": "distributed", "noise": 0.8}, out=str(tmp_path / "r"))
+    s = run_local(cfg, quiet=True)
+    dp = s["dp"]
+    rows = [json.loads(x) for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    hist = [(tuple(k), c) for k, c in dp["events"]]
+    acc = Accountant("rdp", dp["delta"])
+    want = {who: acc.epsilon(h) for who, h in plan.ddg_histories(cfg, hist).items()}
+    assert dp["against"] == "release" and dp["epsilon_by_adversary"] == want
+    assert dp["epsilon"] == rows[-1]["epsilon"] == want["release"]
+    assert "replace one user" in dp["relation"] and "against the server" in dp["guarantee"]
