@@ -17,7 +17,8 @@ It is also the one module a plugin imports from (docs/extending.md): the algorit
 (Spec, register, param, Strategy, ClientUpdate, their states, ClientContext, ServerInfo,
 ServerPiece: a piece of the server's update path that a Strategy holds, add_piece), the
 update path's pieces (DefenseSpec, AttackSpec, DPSpec, Facts, CodecSpec, register_defense,
-register_attack, register_dp, register_codec, CompressionError), the
+register_attack, register_dp, register_codec, CompressionError; FieldGrid and
+register_field_grid: a codec's common grid under secure aggregation), the
 helpers most algorithms use (usable, round_metrics, local_sgd, state_arrays, load_arrays), the
 model, dataset and objective registries, fednet's types and seeded streams. Each is imported
 when first asked for (`from fednet.api import Spec, param` imports no torch, as a Spec module
@@ -41,7 +42,8 @@ _EXPORTS = {  # name -> the module that defines it
                     "fednet.algorithms.robust_spec"),
     **dict.fromkeys(("DPSpec", "register_dp"), "fednet.algorithms.dp_spec"),
     **dict.fromkeys(("CodecSpec", "CompressionError"), "fednet.compress.codecs"),
-    "register_codec": "fednet.algorithms.seam",
+    **dict.fromkeys(("register_codec", "register_field_grid"), "fednet.algorithms.seam"),
+    "FieldGrid": "fednet.compress.field",
     **dict.fromkeys(("Strategy", "StagedStrategy", "ClientUpdate", "ServerState", "NoState", "Model",
                      "ClientContext", "ServerInfo", "RoundContext", "ServerPiece"),
                     "fednet.algorithms.contract"),

@@ -89,8 +89,8 @@ def test_the_server_holds_masked_vectors_and_their_sum_only(tmp_path, monkeypatc
         seen[cid] = y.copy()
         take(self, cid, y)
 
-    def spy_quantize(x, clip, bits, weight, fbits, rng):
-        q = quant(x, clip, bits, weight, fbits, rng)
+    def spy_quantize(x, clip, bits, weight, fbits, rng, levels=0):
+        q = quant(x, clip, bits, weight, fbits, rng, levels)
         quantized[len(quantized)] = q
         return q
     monkeypatch.setattr(Aggregation, "take_input", spy_take)
@@ -136,7 +136,9 @@ def test_the_arrivals_fact_is_the_servers_own():
 
 
 @pytest.mark.parametrize("over, says", [
-    ({"net": {"secagg": "plus", "compress": "int8"}}, "--compress int8: each client's codes carry its own scale"),
+    ({"net": {"secagg": "plus", "compress": "topk"}}, "--compress topk: each client keeps other "
+     "coordinates, so the sparse vectors do not add position by position, and secure "
+     "aggregation unmasks only their sum; use a codec with a common grid"),
     ({"net": {"secagg": "plus"}, "latency": {"over_select": 1.5}}, "--over-select keeps"),
     ({"net": {"secagg": "full"}, "dp": {"mode": "central", "noise": 1.0}}, "--dp central.s clipping"),
     ({"net": {"secagg": "full"}, "algo": {"eval": "clients"}}, "each client evaluating its own")])
@@ -148,7 +150,7 @@ def test_settings_that_read_an_update_refuse_it_before_any_data(over, says):
 
 
 def test_compress_and_over_select_refuse_it(tmp_path):
-    for over, says in (({"net": {"secagg": "plus", "compress": "int8"}}, "--compress"),
+    for over, says in (({"net": {"secagg": "plus", "compress": "sign"}}, "--compress"),
                        ({"net": {"secagg": "plus"}, "latency": {"over_select": 1.5}},
                         "--over-select")):
         with pytest.raises(ConfigError, match=says):
@@ -289,8 +291,8 @@ def test_scaffold_sums_its_model_and_control_changes_securely(tmp_path, monkeypa
     qs: list[np.ndarray] = []
     quant = field.quantize
 
-    def spy_quantize(x, c, b, weight, fbits, rng):
-        q = quant(x, c, b, weight, fbits, rng)
+    def spy_quantize(x, c, b, weight, fbits, rng, levels=0):
+        q = quant(x, c, b, weight, fbits, rng, levels)
         if weight == 1:  # the control change's part (its own call, weight 1)
             qs.append(q)
         return q

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fednet.algorithms import dp_spec, registry
-from fednet.compress.codecs import NOT_SUMMABLE
+from fednet.algorithms import dp_spec, registry, seam
+from fednet.compress.codecs import REGISTERED
 from fednet.config.declare import check_range
 from fednet.config.privacy import DPConfig
 from fednet.config.settings import (LATENCY_PRESETS, NetConfig, RunConfig, TrainConfig,
@@ -148,6 +148,10 @@ def _secagg_rules(cfg: RunConfig) -> None:
           f"--secagg-dropout {n.secagg_dropout:g} sizes SecAgg+'s default neighbours, and "
           + ("full SecAgg has none" if n.secagg == "full" else f"--secagg-neighbours {k} "
              "sets them") + "; drop one of the two")
+    grid = n.codecs().field
+    _need(not grid.on or n.secagg_bits == base.secagg_bits, f"--secagg-bits {n.secagg_bits}: "
+          f"--compress {n.compress} sets secure aggregation's grid ({_levels(n) // 2} steps a "
+          "side of zero); drop one of the two")
     _need(n.secagg_field in (0, 32, 64), f"--secagg-field {n.secagg_field}: the modulus is 2^32 "
           "or 2^64 (32 or 64; 0: the smallest that holds the round's sum)")
     try:
@@ -160,7 +164,7 @@ def secagg_problem(cfg: RunConfig) -> str:
     """Why secure aggregation cannot wrap this run ('' when it can), from the algorithm's
     declared facts (Spec.secagg) and the settings: its server must aggregate one weighted sum of
     the clients' models, and nothing else may need an individual update."""
-    name, n = cfg.algo.name, cfg.net
+    name = cfg.algo.name
     if not registry.get(name).secagg:
         summed = [a for a in registry.names() if registry.get(a).secagg]
         return f"{name}{_unsummed(registry.get(name))}; use {', '.join(summed)}"
@@ -168,11 +172,8 @@ def secagg_problem(cfg: RunConfig) -> str:
         return ("each client evaluating its own model (--eval clients, --permute or a domain "
                 "partition) reads its own update, which secure aggregation hides; use --eval "
                 "global")
-    if n.compress != "none":
-        why = NOT_SUMMABLE.get(n.compress.split(":")[0], "its output does not sum in the field")
-        return (f"--compress {n.compress}: {why}; secure aggregation quantizes each value "
-                "itself, one scale for every client (--secagg-bits, --secagg-clip): drop "
-                "--compress")
+    if (why := codec_problem(cfg)):  # from the codec's facts (algorithms/seam.py)
+        return why
     if (why := dp_spec.secagg_problem(cfg)):  # from the mechanism's facts (algorithms/seam.py)
         return why
     if cfg.dp.sgd_noise > 0:
@@ -183,6 +184,26 @@ def secagg_problem(cfg: RunConfig) -> str:
         return ("--over-select keeps the first arrivals of a round, and secure aggregation "
                 "needs the cohort's every stage; drop it")
     return ""
+
+
+def _levels(n: NetConfig) -> int:
+    """The steps of --compress's common grid under --secagg (compress/field.py), or 0."""
+    from fednet.compress.field import grid_levels
+
+    f = n.codecs().field
+    return grid_levels(f.kind, f.arg) if f.on else 0
+
+
+def codec_problem(cfg: RunConfig) -> str:
+    """Why --compress does not go under the run's --secagg (one line), or '': the codec's
+    declared facts (CodecSpec, its FieldGrid), seam.codec_secagg_problem."""
+    from fednet.compress.field import FIELD_GRIDS
+
+    f = cfg.net.codecs().field
+    if not f.on:
+        return ""
+    return seam.codec_secagg_problem(REGISTERED[f.kind], FIELD_GRIDS.get(f.kind),
+                                     cfg.net.compress, cfg.net.secagg, cfg.dp.mode)
 
 
 def _unsummed(spec: registry.Spec) -> str:
@@ -229,10 +250,11 @@ def check_data(cfg: RunConfig, num_classes: int, sizes: Callable[[], Any],
 
     worst = int(np.sort(np.asarray(sizes(), dtype=np.int64))[-round_size(cfg):].sum())
     try:
-        field_bits(worst, n.secagg_bits, n.secagg_field)
+        field_bits(worst, n.secagg_bits, n.secagg_field, _levels(n))
     except ValueError as e:
         raise ConfigError(
-            f"--secagg-bits {n.secagg_bits}" + (f" --secagg-field {n.secagg_field}"
+            (f"--compress {n.compress}" if _levels(n) else f"--secagg-bits {n.secagg_bits}")
+            + (f" --secagg-field {n.secagg_field}"
                                                 if n.secagg_field else "")
             + f": {e}: a round's sum weighs each update by its examples, up to {worst:,} here; "
             "use fewer --secagg-bits" + (", or --secagg-field 64 (or 0)" if n.secagg_field

@@ -6,7 +6,8 @@ declares what it needs and gives (Facts), registered in one table; the rules bet
 derived from those facts here (`problems`), not written pair by pair.
 
 A plugin adds a defense, an attack, a DP mechanism or a codec through `fednet.api`
-(register_defense, register_attack, register_dp, register_codec), exactly as the built-in ones
+(register_defense, register_attack, register_dp, register_codec; a codec's common grid under
+secure aggregation: register_field_grid), exactly as the built-in ones
 are (algorithms/robust_spec.py, algorithms/dp_spec.py and compress/codecs.py, which also look
 them up by name): docs/extending.md shows a geometric-median defense, a central mechanism of its
 own noise and accounting, and a bfloat16 codec. No torch and
@@ -27,6 +28,7 @@ from fednet.errors import ConfigError
 
 if TYPE_CHECKING:
     from fednet.compress.codecs import CodecSpec
+    from fednet.compress.field import FieldGrid
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,19 @@ def register_codec(spec: CodecSpec) -> CodecSpec:
     return got
 
 
+def register_field_grid(grid: FieldGrid) -> FieldGrid:
+    """Declare that a codec's output sums in secure aggregation's field on a grid common to
+    every client of a round (compress/field.FieldGrid: its steps a side of zero for the codec's
+    ARG; a plugin's codec too): --compress NAME then composes with --secagg. A codec given two
+    different grids is a ConfigError."""
+    from fednet.compress.field import register_field_grid as add
+
+    try:
+        return add(grid)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
 _BUILT_IN: list[bool] = []  # set while fednet's own pieces register (built_in)
 
 
@@ -261,6 +276,26 @@ def dp_secagg_problem(m: DPSpec, secagg: str) -> str:
         return (f"--dp {m.name} adds each client's share of the noise under secure aggregation, "
                 "which unmasks only the noisy sum; add --secagg plus (or full), or use --dp "
                 "central")
+    return ""
+
+
+def codec_secagg_problem(c: CodecSpec, grid: FieldGrid | None, text: str, secagg: str,
+                         dp_kind: str = "") -> str:
+    """Why the codec of --compress TEXT does not go with --secagg SECAGG (one line), or '', from
+    its facts: under secure aggregation the server unmasks only a sum, so the codec's output
+    must sum in the field, value by value, on one grid for every client of the round (its
+    FieldGrid, compress/field.py; CodecSpec.why says why a codec's own output does not); a
+    DP mechanism that rounds each value onto its own grid (`dp_kind` distributed) leaves no
+    room for another."""
+    if secagg == "off" or c.name == "none":
+        return ""
+    if grid is None:
+        why = c.why if not c.summable else "it declares no common grid (register_field_grid)"
+        return (f"--compress {text}: {why}, and secure aggregation unmasks only their sum; use "
+                "a codec with a common grid (int8, qsgd:S), or drop --compress")
+    if dp_kind == "distributed":
+        return (f"--compress {text}: --dp distributed rounds each value onto its own grid (its "
+                "noise's), so no codec's can be applied as well; drop --compress")
     return ""
 
 

@@ -32,7 +32,8 @@ from fednet.algorithms.layout import Layout
 from fednet import opcount
 from fednet.secagg import client as C
 from fednet.secagg import cost
-from fednet.secagg.field import dequantize, dtype_of, field_bits
+from fednet.compress.field import grid_levels
+from fednet.secagg.field import dequantize, dtype_of, field_bits, packed_size, sum_bits, unpack
 from fednet.secagg.graph import default_neighbours
 from fednet.secagg.server import STAGES, Aggregation, SecAggFailed
 from fednet.algorithms.secagg_client import BAD_FROM, PREFIX, _floats, counted_prefix
@@ -86,6 +87,12 @@ class SecAggServer(StagedStrategy):
         self.inner = inner
         n = inner.cfg.net
         self.mode, self.bits, self.clip = n.secagg, n.secagg_bits, n.secagg_clip
+        # --compress int8|qsgd: the codec's common grid (compress/field.py) in place of
+        # --secagg-bits', and the masked vector sent in wbits bits a value, packed
+        grid = n.codecs().field
+        self.packed = grid.on
+        self.levels = grid_levels(grid.kind, grid.arg) if grid.on else (1 << self.bits) - 1
+        self.wbits = 0
         self.fraction, self.forced_field = n.secagg_threshold, n.secagg_field
         self.degree_asked, self.dropout = n.secagg_neighbours, n.secagg_dropout
         # --dp distributed: each client's update clipped, rounded and noised (its share), every
@@ -159,7 +166,10 @@ class SecAggServer(StagedStrategy):
         weights = {c: 1 if self.ddp else int(info(c).num_examples)  # type: ignore[union-attr]  # in the roster
                    for c in cohort}
         fbits = distributed.FIELD_BITS if self.ddp else field_bits(
-            sum(weights.values()), self.bits, self.forced_field)
+            sum(weights.values()), self.bits, self.forced_field,
+            self.levels if self.packed else 0)
+        # (the fewest bits every sum of the round fits: its cohort's weight times the grid's L)
+        self.wbits = sum_bits(sum(weights.values()), self.levels) if self.packed else 0
         degree = None if self.mode == "full" else (
             self.degree_asked or default_neighbours(len(cohort), self.dropout, self.fraction))
         self.agg = Aggregation(rnd, cohort, weights, degree, self.fraction, fbits,
@@ -204,7 +214,8 @@ class SecAggServer(StagedStrategy):
         elif stage == "input":
             why = self.agg.complain(done.cid, done.body.get(BAD_FROM) or [])
             if not why:
-                self.agg.take_input(done.cid, a["y"])
+                self.agg.take_input(done.cid, unpack(a["y"], self.wbits, self._length(), dtype_of(
+                    self.agg.fbits)) if self.packed else a["y"])
         else:
             why = self.agg.take_unmask(done.cid, a, self.asked[done.task_id]["unmask"])
         if why:  # the protocol's own check refused it: that client is a dropout of this stage
@@ -282,16 +293,23 @@ class SecAggServer(StagedStrategy):
             train = self.training[c]
             arrays = {**train.arrays, **{PREFIX + k: v for k, v in r.items()}}
             per[c] = (arrays, {**train.body, "fbits": agg.fbits, "bits": self.bits,
-                               "clip": self.clip})
+                               "clip": self.clip, **self._grid()})
         return self._expect_inputs(self._stage("input", per, rnd))
+
+    def _grid(self) -> dict[str, int]:
+        """What an input task adds under --compress's common grid: its steps L and the bits a
+        masked value travels in (nothing otherwise: the body of a plain SecAgg task as it was)."""
+        return {"levels": self.levels, "wbits": self.wbits} if self.packed else {}
 
     def _expect_inputs(self, tasks: list[Task]) -> list[Task]:
         """The input stage's reply: the update's d values and the training loss, then the
-        counted arrays' values (Spec.secagg_counted), masked."""
+        counted arrays' values (Spec.secagg_counted), masked (under --compress's grid: wbits
+        bits a value, packed into bytes)."""
         d = self._length()
-        dt = dtype_of(self.live.fbits)
+        y = ((packed_size(d, self.wbits),), np.dtype(np.uint8)) if self.packed else \
+            ((d,), dtype_of(self.live.fbits))
         for t in tasks:  # (distributed DP: no loss travels)
-            self.asked[t.task_id] = {"layout": {"y": ((d,), dt)}}
+            self.asked[t.task_id] = {"layout": {"y": y}}
         return tasks
 
     def _counted(self) -> Layout:
@@ -319,7 +337,7 @@ class SecAggServer(StagedStrategy):
                          + ", ".join(map(str, at)))
             self.answers["shares"] -= 1
         self.answers["input"] = 0
-        again = {"again": True, "epochs": 0}  # (no training: no epochs charged)
+        again = {"again": True, "epochs": 0, **self._grid()}  # (no training: no epochs charged)
         return self._expect_inputs(self._stage(
             "input", {c: ({PREFIX + "partners": r["partners"]}, again) for c, r in req.items()},
             rnd, again=True))
@@ -345,7 +363,9 @@ class SecAggServer(StagedStrategy):
         mean = None
         if not self.failed and self.stage == "unmask" and self.agg is not None:
             try:
-                total, weight = self.agg.result((1 << self.bits) - 1, self._outside())
+                total, weight = self.agg.result(self.levels, self._outside())
+                if self.packed:  # the sum modulo 2^wbits: the clients' (every sum fits)
+                    total = total & total.dtype.type((1 << self.wbits) - 1)
                 mean = (total, weight)
             except SecAggFailed as e:
                 self.failed = self._why(e)
@@ -362,6 +382,7 @@ class SecAggServer(StagedStrategy):
             self.failed = (f"secure aggregation stopped at stage {self.stage}: no client could "
                            f"go on to the next stage ({self._left()} clients left)")
         out = {**metrics, **self.stats, "secagg_field_bits": self.agg.fbits if self.agg else 0,
+               **({"secagg_wire_bits": self.wbits} if self.packed else {}),
                "secagg_clients": self._survivors(), "secagg_sim_s": self._stage_seconds(),
                "secagg_server_sim_s": {k: opcount.seconds(v, self.server_rates)
                                        for k, v in self.server_ops.items()}}
@@ -384,8 +405,8 @@ class SecAggServer(StagedStrategy):
         """The protocol work a stage's task asks of its client (secagg/cost.of_task)."""
         layout = self.asked.get(task.task_id, {}).get("layout", {}).get("y")
         item = dtype_of(self.agg.fbits).itemsize if self.agg is not None else 8
-        return cost.of_task(task.stage, task.body, task.arrays, int(np.prod(layout[0])) if layout else 0,
-                            item, PREFIX)
+        d = (self._length() if self.packed else int(np.prod(layout[0]))) if layout else 0
+        return cost.of_task(task.stage, task.body, task.arrays, d, item, PREFIX)
 
     def work_bound(self) -> dict[str, float]:
         """The most protocol work a client's task can charge (core/session.py's bound)."""
@@ -413,7 +434,13 @@ class SecAggServer(StagedStrategy):
         return self._survivors()[-1]
 
     def _outside(self) -> Any:
-        """Distributed DP's bound check of the unmasked sum (signed values), or None."""
+        """Distributed DP's bound check of the unmasked sum (signed values); under --compress's
+        grid the sum modulo 2^wbits within [0, L sum_u n_u] (the values that travelled were
+        reduced modulo 2^wbits); else None (the levels' own bound)."""
+        if self.packed:
+            most, low = self.levels, (1 << self.wbits) - 1
+            return lambda total, k: int(np.count_nonzero(
+                (total & total.dtype.type(low)) > total.dtype.type(most * k)))
         if not self.ddp:
             return None
         z, t = self.cfg.dp.noise, self.ddg_t
@@ -429,7 +456,8 @@ class SecAggServer(StagedStrategy):
         if self.ddp:
             delta = distributed.decode(total, self.cfg.dp.clip) / weight
         else:
-            delta = dequantize(total[:total.size - apart], weight, self.clip, self.bits)
+            delta = dequantize(total[:total.size - apart], weight, self.clip, self.bits,
+                               self.levels)
         model, i = dict(base), 0
         for n in _floats(base):
             a = base[n]
@@ -437,7 +465,8 @@ class SecAggServer(StagedStrategy):
             i += a.size
         if apart:  # their sum: each client weighed 1 (the mean times the inputs' count)
             k = len(self.live.inputs)
-            sums, j = dequantize(total[total.size - apart:], k, self.clip, self.bits) * k, 0
+            sums, j = dequantize(total[total.size - apart:], k, self.clip, self.bits,
+                                 self.levels) * k, 0
             for n, (shape, dt) in counted.items():
                 size = int(np.prod(shape))
                 model[n] = sums[j:j + size].reshape(shape).astype(dt)

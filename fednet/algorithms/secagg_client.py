@@ -15,7 +15,7 @@ from fednet.algorithms.contract import ClientContext, ClientUpdate
 from fednet.errors import Dropout
 from fednet.privacy import distributed, plan
 from fednet.secagg import client as C
-from fednet.secagg.field import quantize
+from fednet.secagg.field import pack, quantize
 from fednet.secagg.server import STAGES, parse_drops
 from fednet.types import Arrays, Task
 
@@ -73,7 +73,8 @@ class SecAggClient:
                               int(task.body["t"]), rng.generator(seed, "secagg-shares", rnd, cid))
             body = {}
         elif stage == "input" and task.body.get("again"):  # the same update, masked anew
-            arrays = {"y": C.remasked(C.session(cid, rnd), task.arrays[PREFIX + "partners"])}
+            y = C.remasked(C.session(cid, rnd), task.arrays[PREFIX + "partners"])
+            arrays = {"y": _packed(y, task.body)}
             body = {"samples": 0}
         elif stage == "input":
             arrays, body = self._input(ctx, task)
@@ -110,20 +111,29 @@ class SecAggClient:
         loss = float(np.nan_to_num(float(body.pop("loss", 0.0)), nan=clip, posinf=clip))
         vec = np.concatenate([new - ref, [min(max(loss, 0.0), clip)]])
         g = rng.generator(ctx.cfg.seed, "secagg-round", rnd, cid)
-        q = quantize(vec, clip, int(b["bits"]), ctx.num_examples, fbits, g)
+        levels = int(b.get("levels", 0))  # --compress's common grid (compress/field.py), or 0
+        q = quantize(vec, clip, int(b["bits"]), ctx.num_examples, fbits, g, levels)
         apart = _counted(arrays, counted_prefix(ctx.cfg))
         if apart.size:  # SCAFFOLD's control change: its own values, weight 1 (the same stream)
-            q = np.concatenate([q, quantize(apart, clip, int(b["bits"]), 1, fbits, g)])
-        return self._masked(s, q, a, bad, body)
+            q = np.concatenate([q, quantize(apart, clip, int(b["bits"]), 1, fbits, g, levels)])
+        return self._masked(s, q, a, bad, body, b)
 
     @staticmethod
-    def _masked(s: Any, q: np.ndarray, a: Arrays, bad: list[int], body: dict[str, Any]
-                ) -> tuple[Arrays, dict[str, Any]]:
-        """The input stage's reply: q masked (and kept, should the server ask it again)."""
+    def _masked(s: Any, q: np.ndarray, a: Arrays, bad: list[int], body: dict[str, Any],
+                asked: dict[str, Any] | None = None) -> tuple[Arrays, dict[str, Any]]:
+        """The input stage's reply: q masked (and kept, should the server ask it again), packed
+        when the task `asked` for wbits bits a value."""
         if bad:  # the senders whose shares did not open here: the server leaves them out
             body[BAD_FROM] = bad
         s.q, s.partners = q, frozenset(int(v) for v in a[PREFIX + "partners"])
-        return {"y": C.masked(s, q, a[PREFIX + "partners"])}, body
+        return {"y": _packed(C.masked(s, q, a[PREFIX + "partners"]), asked or {})}, body
+
+
+def _packed(y: np.ndarray, asked: dict[str, Any]) -> np.ndarray:
+    """The masked vector as it travels: under --compress's common grid reduced modulo
+    2^wbits and packed (secagg/field.pack), else as it is."""
+    wbits = int(asked.get("wbits", 0))
+    return pack(y, wbits) if wbits else y
 
 
 def _counted(arrays: Arrays, prefix: str) -> np.ndarray:

@@ -20,6 +20,9 @@ bit.
 
 Specs: none, fp16, int8 (per-tensor affine 8-bit), qsgd:S (S levels, default 16), topk:R
 (the fraction R of entries kept, default 0.01), sign (scaled sign).
+
+Under --secagg full|plus a codec is applied inside secure aggregation instead, on one grid for
+every client (compress/field.py): int8 and qsgd declare such a grid; the others are refused.
 """
 from __future__ import annotations
 
@@ -97,18 +100,25 @@ def _choices(down: bool) -> str:
 @dataclass(frozen=True)
 class Codecs:
     """A run's three codec settings, parsed: results (--compress), tasks (--compress-down) and
-    hand-offs (--compress-handoff)."""
+    hand-offs (--compress-handoff). Under --secagg, --compress is not applied to a result (the
+    masked vector) but inside secure aggregation, on its common grid (compress/field.py):
+    `up` is then none and `field` the codec."""
 
     up: Spec
     down: Spec
     handoff: Spec
+    field: Spec = Spec()
 
 
 @functools.lru_cache(maxsize=64)
-def codecs(up: str, down: str, handoff: str) -> Codecs:
-    """The run's codecs from its three spec strings, parsed once (NetConfig.codecs); a
-    ConfigError names the option of the first that is wrong."""
-    return Codecs(parse(up), parse(down, "--compress-down"), parse(handoff, "--compress-handoff"))
+def codecs(up: str, down: str, handoff: str, secagg: str = "off") -> Codecs:
+    """The run's codecs from its three spec strings, parsed once (NetConfig.codecs; `secagg`:
+    --secagg, under which --compress is secure aggregation's, Codecs.field); a ConfigError
+    names the option of the first that is wrong."""
+    got = parse(up)
+    field = got if secagg != "off" else Spec()
+    return Codecs(Spec() if field.on else got, parse(down, "--compress-down"),
+                  parse(handoff, "--compress-handoff"), field)
 
 
 def _reference(name: str, shape: tuple[int, ...], reference: Arrays) -> np.ndarray | None:

@@ -197,7 +197,7 @@ class NetConfig:
     def codecs(self) -> Codecs:
         """--compress, --compress-down and --compress-handoff parsed (once per run's values)."""
         from fednet.compress import codecs
-        return codecs(self.compress, self.compress_down, self.compress_handoff)
+        return codecs(self.compress, self.compress_down, self.compress_handoff, self.secagg)
 
 
 @dataclass(frozen=True)

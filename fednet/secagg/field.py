@@ -14,10 +14,11 @@ import math
 import numpy as np
 
 
-def field_bits(total_weight: int, bits: int, forced: int = 0) -> int:
+def field_bits(total_weight: int, bits: int, forced: int = 0, levels: int = 0) -> int:
     """32 or 64: the masks' modulus 2^f, the smallest that holds total_weight * (2^bits - 1)
-    (`forced`: a size asked for, refused when it does not hold the sum)."""
-    need = math.ceil(math.log2(max(1, total_weight) * ((1 << bits) - 1) + 1))
+    (`forced`: a size asked for, refused when it does not hold the sum; `levels`: the grid's
+    steps L in place of 2^bits - 1, a codec's common grid: --compress under --secagg)."""
+    need = sum_bits(total_weight, levels or (1 << bits) - 1)
     if forced:
         if need > forced:
             raise ValueError(f"a field of 2^{forced} cannot hold the sum ({need} bits needed)")
@@ -27,22 +28,54 @@ def field_bits(total_weight: int, bits: int, forced: int = 0) -> int:
     return 32 if need <= 32 else 64
 
 
+def sum_bits(total_weight: int, levels: int) -> int:
+    """The fewest bits that hold every sum a round can make, total_weight * L (L the grid's
+    steps): a quantized value's bits plus those of the summands' total weight."""
+    return math.ceil(math.log2(max(1, total_weight) * levels + 1))
+
+
 def dtype_of(fbits: int) -> np.dtype:
     """The unsigned integer type whose wrap-around is arithmetic modulo 2^fbits."""
     return np.dtype(np.uint32 if fbits == 32 else np.uint64)
 
 
 def quantize(x: np.ndarray, clip: float, bits: int, weight: int, fbits: int,
-             rng: np.random.Generator) -> np.ndarray:
-    """weight * q(x) as elements of Z_{2^fbits} (x: float64, any shape, flattened)."""
-    levels = (1 << bits) - 1
+             rng: np.random.Generator, levels: int = 0) -> np.ndarray:
+    """weight * q(x) as elements of Z_{2^fbits} (x: float64, any shape, flattened; `levels`:
+    the grid's steps L in place of 2^bits - 1)."""
+    levels = levels or (1 << bits) - 1
     scaled = (np.clip(x.astype(np.float64).ravel(), -clip, clip) + clip) * (levels / (2 * clip))
     q = np.floor(scaled + rng.random(scaled.size))
     q = np.clip(q, 0, levels).astype(np.uint64)
     return (q * np.uint64(weight)).astype(dtype_of(fbits))
 
 
-def dequantize(total: np.ndarray, weight: int, clip: float, bits: int) -> np.ndarray:
+def dequantize(total: np.ndarray, weight: int, clip: float, bits: int, levels: int = 0
+               ) -> np.ndarray:
     """The weighted mean of the clients' clipped values from sum_u n_u q_u (float64)."""
-    levels = (1 << bits) - 1
+    levels = levels or (1 << bits) - 1
     return total.astype(np.float64) / weight * (2 * clip / levels) - clip
+
+
+# ---- a common grid's sums sent in the fewest bits (--compress int8|qsgd under --secagg) ------
+def packed_size(n: int, wbits: int) -> int:
+    """The bytes of n values of wbits bits each, packed."""
+    return (n * wbits + 7) // 8
+
+
+def pack(y: np.ndarray, wbits: int) -> np.ndarray:
+    """y (elements of Z_{2^f}, f >= wbits) reduced modulo 2^wbits, each in wbits bits, packed
+    little-endian into bytes (uint8, packed_size long). Reducing a masked value modulo 2^wbits
+    keeps it masked: the masks, uniform modulo 2^f, are uniform modulo 2^wbits, and sums
+    modulo 2^f reduce to sums modulo 2^wbits."""
+    v = np.ascontiguousarray(y, dtype=np.uint64).astype("<u8", copy=False)
+    bits = np.unpackbits(v.view(np.uint8).reshape(-1, 8), axis=1, bitorder="little")
+    return np.packbits(bits[:, :wbits].reshape(-1), bitorder="little")
+
+
+def unpack(buf: np.ndarray, wbits: int, n: int, dtype: np.dtype) -> np.ndarray:
+    """pack's n values (each < 2^wbits) as `dtype`."""
+    bits = np.unpackbits(np.asarray(buf, np.uint8), count=n * wbits, bitorder="little")
+    full = np.zeros((n, 64), np.uint8)
+    full[:, :wbits] = bits.reshape(n, wbits)
+    return np.packbits(full, axis=1, bitorder="little").reshape(-1).view("<u8").astype(dtype)

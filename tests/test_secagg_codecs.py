@@ -1,0 +1,218 @@
+"""--compress int8 and qsgd under --secagg full|plus (compress/field.py): each client clips its
+update to the server's bound and rounds it onto one grid for every client, the server unmasks
+the integer sum and dequantizes it once; the masked vector travels in the fewest bits the sum can
+need, packed. Codecs without a common grid (top-k, sign, fp16) are refused at validate, before
+any data loads, from their declared facts; a plugin's codec declares a grid the same way."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from fednet.algorithms import secagg as S
+from fednet.algorithms import secagg_client
+from fednet.algorithms.checks import validate
+from fednet.compress.codecs import CodecSpec, fp16_decode, fp16_encode
+from fednet.compress.field import FIELD_GRIDS, FieldGrid, grid_levels
+from fednet.core.inproc import run_local
+from fednet.errors import ConfigError
+from fednet.secagg import client as C
+from fednet.secagg import field
+from fednet.secagg.server import Aggregation
+from tests.conftest import small_config
+from tests.harness import BYTE_KEYS, DIGITS_MODEL_BYTES, byte_totals, final_model, same_arrays
+
+
+def _protocol(xs: list[np.ndarray], weights: list[int], clip: float, levels: int, seed: int = 0):
+    """Secure aggregation of the clients' xs in one process (no dropouts), each input quantized
+    on the common grid of `levels` steps, masked, packed in the fewest bits and unpacked at the
+    server: (the unmasked sum modulo 2^wbits, the clients' own integer vectors)."""
+    n, d = len(xs), xs[0].size
+    w = dict(enumerate(weights))
+    fbits = field.field_bits(sum(weights), 16, 0, levels)
+    wbits = field.sum_bits(sum(weights), levels)
+    agg = Aggregation(5, list(range(n)), w, None, 0.5, fbits, np.random.default_rng(seed))
+    for u in range(n):
+        pk = C.keys(u, 5, np.random.default_rng([seed, u, 0]))
+        agg.take_keys(u, pk["c_pk"], pk["s_pk"])
+    req = agg.share_requests()
+    for u in range(n):
+        out = C.shares(C.session(u, 5), req[u]["nbrs"], req[u]["c_pks"], req[u]["s_pks"],
+                       agg.t[u], np.random.default_rng([seed, u, 1]))
+        agg.take_shares(u, out["to"], out["sealed"])
+    req = agg.input_requests()
+    qs = []
+    for u in range(n):
+        s = C.session(u, 5)
+        C.open_shares(s, req[u]["from"], req[u]["sealed"])
+        q = field.quantize(xs[u], clip, 16, w[u], fbits, np.random.default_rng([seed, u, 2]),
+                           levels)
+        qs.append(q)
+        y = field.pack(C.masked(s, q, req[u]["partners"]), wbits)
+        assert y.dtype == np.uint8 and y.size == field.packed_size(d, wbits)
+        agg.take_input(u, field.unpack(y, wbits, d, field.dtype_of(fbits)))
+    req = agg.unmask_requests()
+    for u in range(n):
+        agg.take_unmask(u, C.unmask(C.session(u, 5), req[u]["survivors"], req[u]["dropped"]),
+                        req[u])
+    low = (1 << wbits) - 1
+    total, weight = agg.result(levels, lambda t, k: int(np.count_nonzero(
+        (t & t.dtype.type(low)) > t.dtype.type(levels * k))))
+    return total & total.dtype.type(low), qs, weight
+
+
+def test_golden_three_clients_on_the_int8_grid():
+    """clip 127 and int8's grid (127 steps a side): a step is 1, so integer updates land on the
+    grid exactly (no rounding) and the unmasked mean is the weighted mean itself."""
+    xs = [np.array([1.0, -2.0, 5.0, 200.0]), np.array([0.0, 3.0, -127.0, -1.0]),
+          np.array([-4.0, 0.0, 7.0, 2.0])]
+    ws = [1, 2, 3]
+    levels = grid_levels("int8", 0.0)
+    assert levels == 254
+    total, qs, weight = _protocol(xs, ws, 127.0, levels)
+    # the grid's integers (offset by 127), weighted: sum_u n_u (x_u + 127), x clipped to 127
+    assert total.tolist() == [1 * 128 + 2 * 127 + 3 * 123, 1 * 125 + 2 * 130 + 3 * 127,
+                              1 * 132 + 2 * 0 + 3 * 134, 1 * 254 + 2 * 126 + 3 * 129]
+    assert weight == 6
+    mean = field.dequantize(total, weight, 127.0, 16, levels)
+    assert mean.tolist() == pytest.approx([(1 + 0 - 12) / 6, (-2 + 6 + 0) / 6,
+                                           (5 - 254 + 21) / 6, (127 - 2 + 6) / 6], abs=1e-12)
+
+
+@pytest.mark.parametrize("levels", [254, 8])  # int8; qsgd:4
+def test_the_unmasked_sum_is_the_clients_quantized_sum_exactly(levels):
+    rng = np.random.default_rng(3)
+    xs = [rng.normal(0, 0.3, 301) for _ in range(3)]
+    total, qs, weight = _protocol(xs, [17, 5, 40], 0.5, levels, seed=2)
+    plain = sum(q.astype(np.uint64) for q in qs)
+    assert np.array_equal(total.astype(np.uint64), plain)
+    assert np.array_equal(field.dequantize(total, weight, 0.5, 16, levels),
+                          field.dequantize(plain, weight, 0.5, 16, levels))
+    assert int(plain.max()) < 1 << field.sum_bits(62, levels)  # the packed width holds it
+
+
+def test_packing_round_trips_at_every_width():
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 1 << 63, 999, dtype=np.uint64)
+    for w in (1, 5, 8, 19, 31, 32, 47, 64):
+        got = field.unpack(field.pack(y, w), w, y.size, np.dtype(np.uint64))
+        assert np.array_equal(got, y if w == 64 else y & np.uint64((1 << w) - 1)), w
+        assert field.pack(y, w).size == (999 * w + 7) // 8
+
+
+def _cfg(tmp_path, name, rounds=1, clients=4, **net):
+    return small_config(clients=clients, rounds=rounds, out=str(tmp_path / name), net=net)
+
+
+@pytest.mark.parametrize("mode, spec", [("plus", "int8"), ("full", "qsgd:4")])
+def test_a_run_unmasks_the_sum_of_the_clients_grid_integers(tmp_path, monkeypatch, mode, spec):
+    """The server's unmasked sum is the sum of what the clients quantized (spied on the clients'
+    side) exactly, and the round's model is the model it began with plus that sum dequantized
+    once, bit for bit; the row names the bits a masked value travelled in."""
+    qs: list[tuple[np.ndarray, int, int]] = []
+    seen: list[tuple[np.ndarray, dict]] = []
+    quant, unmasked = field.quantize, S.SecAggServer._unmasked
+
+    def spy(x, clip, bits, weight, fbits, rng, levels=0):
+        q = quant(x, clip, bits, weight, fbits, rng, levels)
+        qs.append((q, weight, levels))
+        return q
+
+    def spy_unmasked(self, rnd, total, weight):
+        seen.append((total.copy(), {k: v.copy() for k, v in self.inner.state.model.items()}))
+        return unmasked(self, rnd, total, weight)
+    monkeypatch.setattr(secagg_client, "quantize", spy)
+    monkeypatch.setattr(S.SecAggServer, "_unmasked", spy_unmasked)
+    s = run_local(_cfg(tmp_path, "sa", secagg=mode, secagg_clip=0.5, compress=spec), quiet=True)
+    assert s["status"] == "completed" and not s["failures"]
+    kind, _, arg = spec.partition(":")
+    levels = grid_levels(kind, float(arg or 0))
+    assert len(qs) == 4 and all(lv == levels for _, _, lv in qs)
+    row = json.loads((tmp_path / "sa" / "metrics.jsonl").read_text().splitlines()[0])
+    w = sum(n for _, n, _ in qs)
+    assert row["secagg_wire_bits"] == field.sum_bits(w, levels) < row["secagg_field_bits"]
+    (total, base), = seen
+    assert np.array_equal(total.astype(np.uint64), sum(q.astype(np.uint64) for q, _, _ in qs))
+    mean = field.dequantize(total, w, 0.5, 16, levels)
+    got, i = final_model(tmp_path / "sa"), 0
+    for n in sorted(k for k, a in base.items() if a.dtype.kind == "f"):
+        a = base[n]
+        want = (a.astype(np.float64) + mean[i:i + a.size].reshape(a.shape)).astype(a.dtype)
+        assert np.array_equal(got[n], want), n
+        i += a.size
+    assert i == mean.size - 1  # (the last value: the mean training loss)
+
+
+def test_uplink_bytes_are_the_packed_width(tmp_path):
+    """The input stage's masked vector: ceil((d + 1) wbits / 8) bytes a client in place of
+    4 (d + 1) (a 32-bit field); nothing else in the ledger moves (same headers aside)."""
+    dense = run_local(_cfg(tmp_path, "dense", secagg="plus", secagg_clip=0.5), quiet=True)
+    s = run_local(_cfg(tmp_path, "int8", secagg="plus", secagg_clip=0.5, compress="int8"),
+                  quiet=True)
+    row = json.loads((tmp_path / "int8" / "metrics.jsonl").read_text().splitlines()[0])
+    assert row["secagg_field_bits"] == 32
+    d1 = DIGITS_MODEL_BYTES // 4 + 1  # the model's values and the loss
+    per = field.packed_size(d1, row["secagg_wire_bits"])
+    assert per == -(-d1 * row["secagg_wire_bits"] // 8)
+    assert dense["bytes"]["tensor_bytes"] - s["bytes"]["tensor_bytes"] == 4 * (4 * d1 - per)
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("topk:0.1", "each client keeps other coordinates"),
+    ("sign", "each client's signs carry its own scale"),
+    ("fp16", "its floats do not add")])
+def test_codecs_without_a_common_grid_are_refused_before_any_data(tmp_path, monkeypatch, spec,
+                                                                  says):
+    import fednet.core.session as session
+
+    def no_data(*a, **k):
+        raise AssertionError("the data loaded before the refusal")
+    monkeypatch.setattr(session, "load_dataset", no_data)
+    for mode in ("full", "plus"):
+        with pytest.raises(ConfigError, match=f"^--secagg {mode}: --compress {spec}: {says}.*"
+                           "use a codec with a common grid"):
+            run_local(_cfg(tmp_path, f"{mode}{spec}", secagg=mode, compress=spec), quiet=True)
+
+
+def test_what_the_grid_sets_is_not_set_twice():
+    with pytest.raises(ConfigError, match="^--secagg-bits 12: --compress int8 sets"):
+        validate(small_config(clients=4, net={"secagg": "plus", "compress": "int8",
+                                              "secagg_bits": 12}))
+    with pytest.raises(ConfigError, match="--compress qsgd: --dp distributed rounds"):
+        validate(small_config(clients=6, net={"secagg": "plus", "compress": "qsgd"},
+                              dp={"mode": "distributed", "noise": 1.0}))
+
+
+def test_a_plugin_codec_declares_its_grid(tmp_path):
+    """A codec's grid is its declared fact: the same codec is refused without one and runs
+    with one (here fp16's coding under a new name, given 3 steps a side)."""
+    from fednet import api
+
+    api.register_codec(CodecSpec("half16", fp16_encode, fp16_decode, frozenset({"@half16"}),
+                                 why="its floats do not add"))
+    cfg = small_config(clients=4, net={"secagg": "plus", "compress": "half16"})
+    with pytest.raises(ConfigError, match="--compress half16: its floats do not add"):
+        validate(cfg)
+    try:
+        api.register_field_grid(api.FieldGrid("half16", lambda a: 3))
+        validate(cfg)
+    finally:
+        FIELD_GRIDS.pop("half16", None)
+    with pytest.raises(ConfigError, match="registered twice"):
+        api.register_field_grid(FieldGrid("int8", lambda a: 5))
+
+
+@pytest.mark.net
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, spec", [("plus", "int8"), ("full", "qsgd:8")])
+def test_launch_gives_the_local_run_bit_for_bit(tmp_path, mode, spec):
+    from fednet.server.main import run_zmq
+
+    over = dict(secagg=mode, compress=spec, secagg_clip=0.5)
+    a = run_local(_cfg(tmp_path, "local", 2, 5, **over), quiet=True)
+    b = run_zmq(_cfg(tmp_path, "launch", 2, 5, **over), quiet=True)
+    assert a["status"] == b["status"] == "completed"
+    assert same_arrays(final_model(tmp_path / "local"), final_model(tmp_path / "launch"))
+    assert byte_totals(a, BYTE_KEYS) == byte_totals(b, BYTE_KEYS)
+    assert a["bytes_by_stage"] == b["bytes_by_stage"] and a["sim_time_s"] == b["sim_time_s"]
