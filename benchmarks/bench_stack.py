@@ -41,7 +41,8 @@ from benchlib.runner import fednet_module, metrics, run, same_model, summary  # 
 from benchlib.util import (  # noqa: E402
     command_line, headline_row, machine, measured, table, write_json)
 
-METHODS = ("fedavg", "dp-central", "dp-central-fedadam", "stack")
+METHODS = ("fedavg", "dp-central", "dp-central-fedadam", "stack", "stack-tolerant")
+STACKS = ("stack", "stack-tolerant")  # --dp-survivors --survivors; the default (dropouts kept)
 FP_EPSILON = 3.0  # the headline rows' epsilon
 # The fingerprinted cells' cohorts, per method the headline rows compare: the stack's 2 rounds
 # at 1,000 a round cost 19 s here (2.1 s at 100, central DP's 1.7-1.9 s at 1,000): at 100 only.
@@ -62,9 +63,10 @@ def method_args(a: argparse.Namespace, method: str, eps: float | None) -> list[s
         return central
     if method == "dp-central-fedadam":  # the stack's optimizer, central DP: the mechanism apart
         return ["--algo", "fedadam", "--server-lr", str(a.server_lr), *central]
-    if method == "stack":
+    if method in STACKS:
         return ["--algo", "fedadam", "--server-lr", str(a.server_lr), "--secagg", "plus",
-                "--dp", "distributed", "--dp-against", a.against, *dp]
+                "--dp", "distributed", "--dp-against", a.against, *dp,
+                *(["--dp-survivors", str(a.survivors)] if method == "stack" else [])]
     return []
 
 
@@ -77,14 +79,16 @@ def cell_kwargs(a: argparse.Namespace, method: str, cohort: int, seed: int, nois
                           "rounds": a.rounds, "epochs": 1, "batch_size": 8, "lr": 0.5,
                           "seed": seed, "batch_clients": cohort}
     if method != "fedavg":
-        kw.update(dp="distributed" if method == "stack" else "central", dp_delta=a.delta,
+        kw.update(dp="distributed" if method in STACKS else "central", dp_delta=a.delta,
                   dp_clip=a.clip, dp_noise=noise)
-        kw.update({"dp_against": a.against} if method == "stack" else
+        kw.update({"dp_against": a.against} if method in STACKS else
                   {"dp_sampling": a.central_sampling})
-    if method in ("stack", "dp-central-fedadam"):
+    if method in (*STACKS, "dp-central-fedadam"):
         kw.update(algo="fedadam", server_lr=a.server_lr)
-    if method == "stack":
+    if method in STACKS:
         kw["secagg"] = "plus"
+    if method == "stack":
+        kw["dp_survivors"] = a.survivors
     return kw
 
 
@@ -130,7 +134,8 @@ def fingerprints_only(a: argparse.Namespace) -> None:
     a = argparse.Namespace(**{**vars(a), **{k: data["args"][k] for k in (
         "population", "rounds", "seeds", "server_lr", "clip", "delta")},
         "against": data["args"].get("against", "server"),
-        "central_sampling": data["args"].get("central_sampling", "poisson")})
+        "central_sampling": data["args"].get("central_sampling", "poisson"),
+        "survivors": data["args"].get("survivors", 0.0)})
     data["fingerprints"] = fingerprints(a, data["results"])
     data["fingerprinted"] = {"commit": machine().get("git"), "command": command_line()}
     data["headline"] = headline(data)
@@ -155,7 +160,7 @@ def cell(a: argparse.Namespace, out: Path, method: str, cohort: int, seed: int,
                noise=dp.get("noise_multiplier"), events=dp.get("events"),
                up_per_client=up / (cohort * a.rounds), curve=[x.get("accuracy") for x in rows],
                bytes=s["bytes"])
-    if method == "stack":
+    if method in STACKS:
         rec["stack"] = stack_checks(rows, dp, a.delta, a.population, cohort)
     return rec
 
@@ -272,7 +277,7 @@ def analysis(cells: list[dict[str, Any]], a: argparse.Namespace) -> dict[str, An
 
     out: dict[str, Any] = {}
     for cohort in a.cohorts:
-        stack = [c for c in cells if c["method"] == "stack" and c["cohort"] == cohort
+        stack = [c for c in cells if c["method"] in STACKS and c["cohort"] == cohort
                  and c.get("status") == "completed"]
         eps_gap = [abs(c["epsilon_by_adversary"][who] - c["stack"][f"epsilon{sfx}_recomputed"])
                    for c in stack for who, sfx in (("server", ""), ("release", "_release"))
@@ -283,11 +288,14 @@ def analysis(cells: list[dict[str, Any]], a: argparse.Namespace) -> dict[str, An
                "up_over_clear_max": max(ups) if ups else None,
                "up_per_stage_worst": worst["stack"].get("up_per_stage") if worst else None}
         for eps in a.epsilons:
-            mine = {c["seed"]: c["accuracy"] for c in _cells(cells, "stack", cohort, eps)}
-            for base, key in (("dp-central", "central"), ("dp-central-fedadam",
-                                                           "central_fedadam")):
-                theirs = {c["seed"]: c["accuracy"] for c in _cells(cells, base, cohort, eps)}
-                per[f"stack_minus_{key}_eps_{eps:g}"] = versus(mine, theirs, higher=True)
+            for method, sfx in (("stack", ""), ("stack-tolerant", "_tolerant")):
+                mine = {c["seed"]: c["accuracy"] for c in _cells(cells, method, cohort, eps)}
+                for base, key in (("dp-central", "central"), ("dp-central-fedadam",
+                                                               "central_fedadam")):
+                    theirs = {c["seed"]: c["accuracy"] for c in _cells(cells, base, cohort, eps)}
+                    if mine and theirs:
+                        per[f"stack{sfx}_minus_{key}_eps_{eps:g}"] = versus(mine, theirs,
+                                                                             higher=True)
         out[str(cohort)] = per
     return out
 
@@ -314,13 +322,16 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
     uplink over the vector in the clear (with the epsilon check), fednet launch = local."""
     an, a = data.get("analysis", {}), data.get("args", {})
     fps = sorted(data.get("fingerprints") or {})  # (METHOD-EPSILON-COHORT: seed 0's cells)
-    a = {"against": "server", "central_sampling": "poisson", **a}  # (older files: theirs)
+    a = {"against": "server", "central_sampling": "poisson", "survivors": 0.0, **a}  # (older)
     rows: list[dict[str, Any] | None] = []
     where = (f"digits mclr, {a.get('population'):,} clients, {a.get('rounds')} rounds, "
              f"{len(a.get('seeds', []))} seeds; {_adversary(a)}")
     for cohort, per in an.items():
         v = per.get("stack_minus_central_eps_3") or {}
         w = per.get("stack_minus_central_fedadam_eps_3") or {}
+        tol = per.get("stack_tolerant_minus_central_eps_3") or {}
+        tolerant = (f"; the stack with noise for --secagg-threshold's survivors (tolerating "
+                    f"dropouts): {_ci_text(tol, True)}" if tol else "")
         mine = [n for n in fps if n.endswith(f"-{cohort}")]
         other = [] if any(n.startswith("stack-") for n in mine) else [  # (FP_COHORTS' why)
             n for n in fps if n.startswith("stack-")]
@@ -330,7 +341,7 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
             "secure aggregation", f"stack (clip, distributed noise, SecAgg+, FedAdam) accuracy "
             f"- central DP-FedAvg's at epsilon 3 ({int(cohort):,} a round)", v.get("estimate"),
             "", ">= -0.02", f"{_ci_text(v)}; against central DP with FedAdam: "
-            f"{_ci_text(w, True)}; {where}{at}")))
+            f"{_ci_text(w, True)}{tolerant}; {where}{at}")))
     ups = [p["up_over_clear_max"] for p in an.values() if p.get("up_over_clear_max")]
     gaps = [p["epsilon_max_abs_gap"] for p in an.values()
             if p.get("epsilon_max_abs_gap") is not None]
@@ -364,13 +375,17 @@ def _stages(an: dict[str, Any]) -> str:
 def _adversary(a: dict[str, Any]) -> str:
     """Whom the compared epsilons hold against, in words (for the rows)."""
     against, samp = a.get("against", "server"), a.get("central_sampling", "poisson")
+    f = a.get("survivors") or 0
+    noise = ("; the stack's noise for the whole cohort (--dp-survivors 1: z C on the sum, as "
+             "central's; a round that loses a client fails)" if f == 1 else
+             f"; the stack's noise for floor({f:g} m) + 1 survivors" if f else "")
     if against == "release" and samp == "fixed":
         return ("same adversary: whoever sees only the released models, replace one user, "
                 "cohorts drawn without replacement on both sides (the stack's epsilon amplified "
-                "by that sampling, Wang-Balle-Kasiviswanathan's general bound)")
+                "by that sampling, Wang-Balle-Kasiviswanathan's general bound)" + noise)
     return (f"the stack's epsilon against the {against}"
             + (" (no amplification)" if against == "server" else "")
-            + f", central's against the released models ({samp} sampling)")
+            + f", central's against the released models ({samp} sampling)" + noise)
 
 
 def _fingerprinted(names: list[str], row: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -399,6 +414,9 @@ def main() -> None:
     ap.add_argument("--delta", type=float, default=1e-6)
     ap.add_argument("--against", default="release", choices=("release", "server"),
                     help="the stack's --dp-against: whom its --dp-epsilon holds against")
+    ap.add_argument("--survivors", type=float, default=1.0, help="the stack's --dp-survivors "
+                    "(1: noise for the whole cohort, as the paper's experiments; stack-tolerant "
+                    "takes the default, --secagg-threshold's)")
     ap.add_argument("--central-sampling", default="fixed", choices=("fixed", "poisson"),
                     help="central DP's --dp-sampling (fixed: the stack's own cohorts, drawn "
                     "without replacement; replace-one epsilons on both sides)")

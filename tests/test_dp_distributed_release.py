@@ -91,3 +91,16 @@ def test_a_run_reports_both_and_spends_the_one_it_names(tmp_path):
     assert dp["against"] == "release" and dp["epsilon_by_adversary"] == want
     assert dp["epsilon"] == rows[-1]["epsilon"] == want["release"]
     assert "replace one user" in dp["relation"] and "against the server" in dp["guarantee"]
+
+
+def test_dp_survivors_sets_the_clients_the_noise_is_scaled_for():
+    """t = floor(F m) + 1, at most m: --dp-survivors 1 scales each share for the whole cohort
+    (the sum carries z C when all survive, and a round that loses one fails); 0 takes
+    --secagg-threshold's."""
+    def t(**dp):
+        return plan.ddg_threshold(small_config(
+            clients=1400, algo={"fraction": 100 / 1400}, net={"secagg": "plus"},
+            dp={"mode": "distributed", "noise": 1.0, **dp}))
+    assert (t(), t(survivors=0.9), t(survivors=1.0)) == (51, 91, 100)
+    with pytest.raises(ConfigError, match="^--dp-survivors 1: a setting of --dp distributed"):
+        validate(small_config(clients=6, dp={"mode": "central", "noise": 1.0, "survivors": 1}))

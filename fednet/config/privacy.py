@@ -45,6 +45,13 @@ class DPConfig:
         "amplification by the cohort's sampling, as Kairouz et al. 2021 account) or server "
         "(the server, which knows who took part: no amplification); both are reported",
         choices=("release", "server"), option="--dp-against")
+    survivors: float = setting(
+        0.0, "--dp distributed: the fraction F of a round's cohort of m whose noise shares its "
+        "sum must hold: each client's share is scaled so that t = floor(F m) + 1 (at most m) "
+        "survivors carry the noise z C, and secure aggregation fails a round that unmasks "
+        "fewer than t (1: the whole cohort, no dropout tolerated; lower F tolerates dropouts "
+        "at sqrt(m / t) times the noise when none drop)", ge=0, le=1, option="--dp-survivors",
+        metavar="F", note="0: --secagg-threshold")
     accountant: str = setting("rdp", "dp-accounting's accountant: rdp (Renyi DP) or pld (privacy "
                               "loss distributions: tighter, slower; Poisson sampling only)",
                               choices=("rdp", "pld"), option="--dp-accountant")

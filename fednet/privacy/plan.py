@@ -112,11 +112,13 @@ def update_noise(z: float, count_std: float) -> float:
 
 
 def ddg_threshold(cfg: Any) -> int:
-    """--dp distributed: the fewest clients a round unmasks (secure aggregation's threshold
-    for the planned round, at least 2), over which each client's noise is scaled: a round that
-    unmasks fewer fails (algorithms/secagg.py)."""
+    """--dp distributed: the fewest clients a round unmasks, over which each client's noise is
+    scaled: floor(F m) + 1 of the planned cohort m, at least 2 and at most m, F = --dp-survivors
+    or else secure aggregation's --secagg-threshold; a round that unmasks fewer fails
+    (algorithms/secagg.py)."""
     n = cohort_size(cfg.algo.fraction, cfg.clients)
-    return max(2, int(math.floor(cfg.net.secagg_threshold * n)) + 1)
+    f = cfg.dp.survivors or cfg.net.secagg_threshold
+    return max(2, min(n, int(math.floor(f * n)) + 1))
 
 
 def ddg_key(z: float, t: int, k: int, d: int) -> Key:
@@ -286,6 +288,9 @@ def settings_problem(cfg: Any) -> str:
     if dp.against != "release" and kind(cfg.dp.mode) != "distributed":
         return (f"--dp-against {dp.against}: a setting of --dp distributed (central DP's "
                 "adversary is whoever sees the released models; local DP's, anyone)")
+    if dp.survivors and kind(cfg.dp.mode) != "distributed":
+        return (f"--dp-survivors {dp.survivors:g}: a setting of --dp distributed (the clients "
+                "whose noise shares a round's sum must hold)")
     for name, z, zero in (("noise", dp.noise, "calibrated"), ("sgd_noise", dp.sgd_noise, "off")):
         if z and not Z_MIN <= z <= Z_GIVEN_MAX:
             return (f"--dp-{name.replace('_', '-')} {z:g}: a noise multiplier is in "
