@@ -50,6 +50,18 @@ less plain FedAvg's; for both runtimes the protocol's CPU seconds per stage that
 report (metrics.jsonl's secagg_server_s, secagg_client_s: the cohort's sum). --baseline DIR: the same cells of another
 checkout (a worktree of an earlier commit) run right after this one's, each pair under the same
 load; its ratios are kept beside (baseline_ratios) and named in the rows' notes.
+
+Compressed inputs (issue 58 item 4: --compress int8|qsgd under secure aggregation):
+
+    python3 benchmarks/bench_secagg.py codecs [--seeds 0 1 2 3 4] [--clients 10] [--rounds 10]
+        [--clip 0.3] [--json benchmarks/results/secagg_codecs.json]
+
+Digits (digits_cnn, 15,466 parameters), every client every round, 1 local epoch: int8 in the
+clear (--compress int8), SecAgg+ dense (its 32- or 64-bit field) and SecAgg+ int8 (--compress
+int8: the common grid, the masked vector in wbits bits a value, packed), both SecAgg+ cells at
+--secagg-clip CLIP. Per cell: the uplink bytes a client sends a round (all stages; the input
+stage apart), the wire bits, and the final accuracy on each seed; the input stage's bytes are
+checked against ceil((d + 1) wbits / 8) plus the message's header.
 """
 from __future__ import annotations
 
@@ -497,6 +509,8 @@ def analysis(cells: list[dict[str, Any]], a: argparse.Namespace) -> dict[str, An
 def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
     if "ratios" in data:  # the round-timing mode's file (secagg_round.json)
         return round_headline(data)
+    if data.get("mode") == "codecs":  # the compressed inputs' file (secagg_codecs.json)
+        return codecs_headline(data)
     an, fps = data.get("analysis", {}), sorted(data.get("fingerprints") or {})
     return measured(
         _fingerprinted([n for n in fps if n.startswith("plus-")], headline_row(
@@ -525,8 +539,97 @@ def _fingerprinted(names: list[str], row: dict[str, Any] | None) -> dict[str, An
     return {**row, "fingerprint": names} if row and names else row
 
 
+CODEC_CELLS = {"clear-int8": ["--compress", "int8"], "plus-dense": ["--secagg", "plus"],
+               "plus-int8": ["--secagg", "plus", "--compress", "int8"]}
+"""The codecs mode's cells: name -> fednet's options (the SecAgg+ ones also get --secagg-clip)."""
+
+
+def codec_cell(out: Path, name: str, seed: int, a: argparse.Namespace) -> dict[str, Any]:
+    """One `fednet local` run of the codecs mode: its bytes per client and round, wire bits and
+    final accuracy."""
+    extra = CODEC_CELLS[name] + (["--secagg-clip", str(a.clip)] if "--secagg" in
+                                 CODEC_CELLS[name] else [])
+    args = ["--dataset", "digits", "--clients", str(a.clients), "--rounds", str(a.rounds),
+            "--epochs", "1", "--seed", str(seed), "-q", "--out", str(out), *extra]
+    r = run(fednet_module("local", *args))
+    if r.rc != 0:
+        return {"cell": name, "seed": seed, "status": f"rc {r.rc}", "error": r.stderr[-800:]}
+    s, rows = summary(out), metrics(out)
+    per = a.clients * a.rounds
+    inp = sum(x.get("bytes_by_stage", {}).get("input", {}).get("client_to_server", 0)
+              for x in rows)
+    rec = {"cell": name, "seed": seed, "status": s["status"], "accuracy": s["final_accuracy"],
+           "up_per_client_round": s["bytes"]["client_to_server"] / per,
+           "input_up_per_client_round": inp / per if inp else None,
+           "wire_bits": rows[0].get("secagg_wire_bits"),
+           "field_bits": rows[0].get("secagg_field_bits"), "wall_s": r.wall_s}
+    with np.load(out / "final_model.npz") as z:
+        rec["d"] = sum(z[k].size for k in z.files if z[k].dtype.kind == "f")
+    if rec["wire_bits"]:  # the masked vector's tensor bytes: d values and the loss, packed
+        rec["input_tensor_bytes"] = math.ceil((rec["d"] + 1) * rec["wire_bits"] / 8)
+    return rec
+
+
+def codecs_main(argv: Sequence[str]) -> None:
+    ap = argparse.ArgumentParser(description="SecAgg+ with --compress int8 against SecAgg+ "
+                                 "dense and int8 in the clear (bytes, accuracy)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    ap.add_argument("--clients", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--clip", type=float, default=0.3, help="--secagg-clip of the SecAgg+ cells")
+    ap.add_argument("--json")
+    a = ap.parse_args(argv)
+    cells = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in a.seeds:
+            for name in CODEC_CELLS:
+                rec = codec_cell(Path(tmp) / f"{name}-{seed}", name, seed, a)
+                print(json.dumps({k: v for k, v in rec.items() if k != "error"}), flush=True)
+                cells.append(rec)
+    summ: dict[str, Any] = {}
+    for name in CODEC_CELLS:
+        ok = [c for c in cells if c["cell"] == name and c["status"] == "completed"]
+        if not ok:
+            continue
+        ups = {c["up_per_client_round"] for c in ok}
+        summ[name] = {"seeds": len(ok), "up_per_client_round": sorted(ups),
+                      "input_up_per_client_round": ok[0]["input_up_per_client_round"],
+                      "wire_bits": ok[0]["wire_bits"], "field_bits": ok[0]["field_bits"],
+                      "accuracy_mean": float(np.mean([c["accuracy"] for c in ok])),
+                      "accuracy_min": min(c["accuracy"] for c in ok),
+                      "accuracy_max": max(c["accuracy"] for c in ok)}
+    data = {"mode": "codecs", "args": vars(a), "machine": machine(), "cells": cells,
+            "summary": summ}
+    print(table(["cell", "uplink B/client/round", "input stage", "wire bits", "accuracy",
+                 "min..max"],
+                [[n, f"{v['up_per_client_round'][0]:,.0f}", f"{v['input_up_per_client_round'] or 0:,.0f}",
+                  v["wire_bits"] or "-", f"{v['accuracy_mean']:.4f}",
+                  f"{v['accuracy_min']:.4f}..{v['accuracy_max']:.4f}"] for n, v in summ.items()]))
+    write_json(a.json, data, headline)
+
+
+def codecs_headline(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row: SecAgg+ int8's uplink over int8's in the clear (the dense cell in its note; the
+    accuracy on each seed stays in the file: it has no fingerprint)."""
+    sm = data.get("summary", {})
+    p, c, d = sm.get("plus-int8"), sm.get("clear-int8"), sm.get("plus-dense")
+    if not p or not c:
+        return []
+    ratio = p["up_per_client_round"][0] / c["up_per_client_round"][0]
+    note = (f"digits, {data['args']['clients']} clients, {data['args']['rounds']} rounds, "
+            f"--secagg-clip {data['args']['clip']:g}: {p['wire_bits']} bits a masked value; "
+            f"SecAgg+ int8 {p['up_per_client_round'][0]:,.0f} B a client a round, in the clear "
+            f"{c['up_per_client_round'][0]:,.0f}"
+            + (f", SecAgg+ dense {d['up_per_client_round'][0]:,.0f}" if d else "")
+            + " (the seeds' final models: the JSON's summary)")
+    return measured(headline_row("secure aggregation", "SecAgg+ int8 uplink over int8 in the clear",
+                                 round(ratio, 3), "x", note=note))
+
+
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["rounds"]:
+    if sys.argv[1:2] == ["codecs"]:
+        codecs_main(sys.argv[2:])
+    elif sys.argv[1:2] == ["rounds"]:
         rounds_main(sys.argv[2:])
     elif sys.argv[1:2] == ["_timed"]:
         timed_main(sys.argv[2:])
