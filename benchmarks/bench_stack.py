@@ -50,7 +50,7 @@ FP_COHORTS = {"stack": (100,), "dp-central": (100, 1000), "dp-central-fedadam": 
 
 
 def base_args(a: argparse.Namespace, cohort: int, seed: int) -> list[str]:
-    return ["--dataset", "digits", "--model", "mclr", "--partition", "iid", "--clients",
+    return ["--dataset", "digits", "--model", a.model, "--partition", "iid", "--clients",
             str(a.population), "--fraction", repr(cohort / a.population), "--rounds",
             str(a.rounds), "--epochs", "1", "--batch-size", "8", "--lr", "0.5", "--seed",
             str(seed), "--batch-clients", str(cohort)]
@@ -74,7 +74,7 @@ def cell_kwargs(a: argparse.Namespace, method: str, cohort: int, seed: int, nois
                 ) -> dict[str, Any]:
     """A cell as fednet.api.run keywords (what base_args and method_args say), its noise
     multiplier given (--dp-noise) in place of --dp-epsilon's calibration."""
-    kw: dict[str, Any] = {"dataset": "digits", "model": "mclr", "partition": "iid",
+    kw: dict[str, Any] = {"dataset": "digits", "model": a.model, "partition": "iid",
                           "clients": a.population, "fraction": cohort / a.population,
                           "rounds": a.rounds, "epochs": 1, "batch_size": 8, "lr": 0.5,
                           "seed": seed, "batch_clients": cohort}
@@ -135,7 +135,8 @@ def fingerprints_only(a: argparse.Namespace) -> None:
         "population", "rounds", "seeds", "server_lr", "clip", "delta")},
         "against": data["args"].get("against", "server"),
         "central_sampling": data["args"].get("central_sampling", "poisson"),
-        "survivors": data["args"].get("survivors", 0.0)})
+        "survivors": data["args"].get("survivors", 0.0),
+        "model": data["args"].get("model", "mclr")})
     data["fingerprints"] = fingerprints(a, data["results"])
     data["fingerprinted"] = {"commit": machine().get("git"), "command": command_line()}
     data["headline"] = headline(data)
@@ -324,6 +325,9 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
     fps = sorted(data.get("fingerprints") or {})  # (METHOD-EPSILON-COHORT: seed 0's cells)
     a = {"against": "server", "central_sampling": "poisson", "survivors": 0.0, **a}  # (older)
     rows: list[dict[str, Any] | None] = []
+    model = a.get("model", "mclr")
+    if model != "mclr":  # (a deployment's model: the uplink row alone, CLOCKLESS fingerprints
+        return measured(_uplink_row(an, fps, model, a))  # being mclr's)
     where = (f"digits mclr, {a.get('population'):,} clients, {a.get('rounds')} rounds, "
              f"{len(a.get('seeds', []))} seeds; {_adversary(a)}")
     for cohort, per in an.items():
@@ -342,15 +346,7 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
             f"- central DP-FedAvg's at epsilon 3 ({int(cohort):,} a round)", v.get("estimate"),
             "", ">= -0.02", f"{_ci_text(v)}; against central DP with FedAdam: "
             f"{_ci_text(w, True)}{tolerant}; {where}{at}")))
-    ups = [p["up_over_clear_max"] for p in an.values() if p.get("up_over_clear_max")]
-    gaps = [p["epsilon_max_abs_gap"] for p in an.values()
-            if p.get("epsilon_max_abs_gap") is not None]
-    rows.append(_fingerprinted([n for n in fps if n.startswith("stack-")], headline_row(
-        "secure aggregation", "stack uplink per client over its quantized vector in the clear "
-        f"(worst cell of {', '.join(f'{int(c):,}' for c in an)} a round)",
-        max(ups) if ups else None, "x", "<= 1.2",
-        (f"reported epsilons (server, released models) - recomputed from the events: "
-         f"{max(gaps):.2g} at most" if gaps else "") + _stages(an))))
+    rows.append(_uplink_row(an, fps, "mclr", a))
     p = data.get("parity") or {}
     if p:
         rows.append(headline_row(
@@ -360,7 +356,31 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
     return measured(*rows)
 
 
-def _stages(an: dict[str, Any]) -> str:
+def _uplink_row(an: dict[str, Any], fps: list[str], model: str, a: dict[str, Any]
+                ) -> dict[str, Any] | None:
+    """The stack's uplink over its masked vector in the clear (worst cell), with the epsilon
+    check and each stage's bytes. On mclr (650 values) SecAgg+'s per-client keys and shares
+    dominate: that row is kept as a fingerprint without the target, which a deployment's model
+    (--model digits_cnn) carries."""
+    ups = [p["up_over_clear_max"] for p in an.values() if p.get("up_over_clear_max")]
+    gaps = [p["epsilon_max_abs_gap"] for p in an.values()
+            if p.get("epsilon_max_abs_gap") is not None]
+    small = model == "mclr" and a.get("against") == "release"  # (this file's choice, stated)
+    return _fingerprinted([n for n in fps if n.startswith("stack-")], headline_row(
+        "secure aggregation", "stack uplink per client over its quantized vector in the clear "
+        + (f"({model}, " if model != "mclr" else "(") +
+        f"worst cell of {', '.join(f'{int(c):,}' for c in an)} a round)",
+        max(ups) if ups else None, "x", "" if small else "<= 1.2",
+        (f"reported epsilons (server, released models) - recomputed from the events: "
+         f"{max(gaps):.2g} at most" if gaps else "") + _stages(an, model)
+        + (f"; {a.get('rounds')} round(s), {len(a.get('seeds', []))} seed(s), "
+           f"{a.get('population'):,} clients" if model != "mclr" else "")
+        + ("; the target is the digits_cnn row's (a deployment's model, whose update "
+           "dominates the fixed per-client cost); this one is mclr's fingerprint" if small
+           else "")))
+
+
+def _stages(an: dict[str, Any], model: str = "mclr") -> str:
     """Each stage's uplink bytes per surviving client a round (the worst cell of each cohort)."""
     out = []
     for cohort, per in an.items():
@@ -368,8 +388,9 @@ def _stages(an: dict[str, Any]) -> str:
         if st:
             out.append(f"{int(cohort):,} a round: " + ", ".join(
                 f"{k} {v:,.0f} B" for k, v in st.items()))
-    return ("; per stage and surviving client: " + "; ".join(out) + " (mclr's 650 values: "
-            "SecAgg+'s per-client keys and shares dominate)") if out else ""
+    return ("; per stage and surviving client: " + "; ".join(out)
+            + (" (mclr's 650 values: SecAgg+'s per-client keys and shares dominate)"
+               if model == "mclr" else "")) if out else ""
 
 
 def _adversary(a: dict[str, Any]) -> str:
@@ -421,6 +442,8 @@ def main() -> None:
                     help="central DP's --dp-sampling (fixed: the stack's own cohorts, drawn "
                     "without replacement; replace-one epsilons on both sides)")
     ap.add_argument("--parity-cohort", type=int, default=100, help="0: no launch run")
+    ap.add_argument("--model", default="mclr", help="digits' model (not mclr: the uplink row "
+                    "alone, no fingerprints)")
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     ap.add_argument("--reuse", default="", help="a JSON of this script: its cells that this "
                     "run does not run again are kept (and its launch run, with --parity-cohort "
@@ -449,7 +472,7 @@ def main() -> None:
     a.seeds = sorted({c["seed"] for c in cells})  # (with --reuse: the seeds of every cell)
     data: dict[str, Any] = {"args": vars(a), "machine": machine(), "results": cells,
                             "parity": par, "analysis": analysis(cells, a),
-                            "fingerprints": fingerprints(a, cells)}
+                            "fingerprints": fingerprints(a, cells) if a.model == "mclr" else {}}
     if old:  # where the reused cells came from (their own command, commit and date)
         data["reused"] = {k: old.get(k) for k in ("command", "commit", "date", "reused")}
     print(report(cells, a))
