@@ -25,7 +25,8 @@ from fednet.training.optim import OptimSpec
 
 RTOL = 1e-5
 
-MODELS = {"mclr": (10, (1, 1, 60)), "digits_cnn": (10, (1, 8, 8))}
+MODELS = {"mclr": (10, (1, 1, 60)), "digits_cnn": (10, (1, 8, 8)),
+          "fedseq_cnn": (10, (3, 32, 32))}  # per_client's rule: each client on its own
 
 
 def _data(model: str, sizes: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -66,15 +67,25 @@ def _close(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max() / b.abs().max().clamp(min=1e-12))
 
 
-@pytest.mark.parametrize("model_name", list(MODELS))
+@pytest.mark.parametrize("model_name", list(MODELS) + ["fedseq_cnn-vmap"])
 @pytest.mark.parametrize("prox,momentum", [(False, 0.0), (True, 0.0), (True, 0.9)],
                          ids=["fedavg", "fedprox", "fedprox-momentum"])
-def test_batched_equals_alone_per_step(model_name, prox, momentum):
+def test_batched_equals_alone_per_step(model_name, prox, momentum, monkeypatch):
+    """Each client's parameters after each of its steps within RTOL of the plain loop's; past
+    its last step unchanged. fedseq_cnn trains client by client (per_client's rule), and, as
+    "fedseq_cnn-vmap" with the rule off, under vmap (grouped convolutions)."""
+    import fednet.training.batched as batched
+
+    if model_name.endswith("-vmap"):
+        model_name = model_name.removesuffix("-vmap")
+        monkeypatch.setattr(batched, "CONV_FLOPS_PER_CLIENT", float("inf"))
     sizes = [3, 13, 40, 22] if model_name == "mclr" else [9, 17, 30, 5, 12]  # 3 < a batch
     k, shape = MODELS[model_name]
     model = build_model(model_name, k, shape, seed=0)
     data = _data(model_name, sizes)
     cs = [_settings(i, prox, momentum) for i in range(len(sizes))]
+    if model_name == "fedseq_cnn":  # lr / 10: at 0.05-0.15 on random images a last-bit
+        cs = [dict(c, lr=c["lr"] / 10) for c in cs]  # difference flips a ReLU within 5 steps
     jobs = [ClientJob(x, y, torch.Generator().manual_seed(100 + i), **c)
             for i, ((x, y), c) in enumerate(zip(data, cs))]
     after: list[dict[str, torch.Tensor]] = []
@@ -201,12 +212,14 @@ def test_a_block_of_client_updates_equals_each_rule_alone(mu):
                        torch.device("cpu"))], [Plain()])
 
 
-def test_float64_agrees_to_rounding():
+@pytest.mark.parametrize("model_name", ["digits_cnn", "fedseq_cnn"])
+def test_float64_agrees_to_rounding(model_name):
     """In float64 a block tracks each client alone to 1e-12 at every step: the batched update is
-    the plain loop's arithmetic, only summed in another order (float32's 1e-5 is its rounding)."""
-    k, shape = MODELS["digits_cnn"]
-    model = build_model("digits_cnn", k, shape, seed=0).double()
-    data = [(x.double(), y) for x, y in _data("digits_cnn", [9, 17, 30])]
+    the plain loop's arithmetic, only summed in another order (float32's 1e-5 is its rounding);
+    under vmap (the digits CNN) and client by client (fedseq_cnn: per_client's rule)."""
+    k, shape = MODELS[model_name]
+    model = build_model(model_name, k, shape, seed=0).double()
+    data = [(x.double(), y) for x, y in _data(model_name, [9, 17, 30])]
     cs = [dict(_settings(i, True, 0.9), epochs=3) for i in range(3)]
     after: list[dict[str, torch.Tensor]] = []
     train_batched(model, [ClientJob(x, y, torch.Generator().manual_seed(i), **c)
@@ -334,3 +347,38 @@ def test_least_clients_keeps_small_stacks_on_the_kernels_of_large_ones():
     assert least_clients(build_model("digits_cnn", 10, (1, 8, 8), seed=0)) == 2
     assert least_clients(build_model("mclr", 10, (1, 1, 60), seed=0)) == 2
     assert least_clients(nn.Sequential(nn.Conv2d(2, 4, 3))) == 4
+
+
+def test_heavy_convolutions_train_client_by_client_on_a_cpu(monkeypatch, caplog):
+    """per_client's rule: on a CPU, a model whose convolutions take CONV_FLOPS_PER_CLIENT or
+    more in one example's forward trains client by client (fedseq_cnn on 3x32x32: 28 MFLOP),
+    one under it under vmap (the digits CNN on 8x8: 0.17 MFLOP; mclr: none); on a GPU always
+    under vmap. A function of the architecture, the example's shape and the device only (so
+    every runtime and every block decides alike), logged once per process."""
+    import logging
+
+    import fednet.training.batched as batched
+    from fednet.training.batched import conv_flops, per_client
+
+    cpu = torch.device("cpu")
+    seq = build_model("fedseq_cnn", 10, (3, 32, 32), seed=0)
+    # conv1: 64 x 28 x 28 outputs of 3 x 5 x 5 terms; conv2: 64 x 10 x 10 of 64 x 5 x 5
+    assert conv_flops(seq, (3, 32, 32)) == 2 * (64 * 28 * 28 * 75 + 64 * 10 * 10 * 1600)
+    assert conv_flops(seq.double(), (3, 32, 32)) == conv_flops(seq, (3, 32, 32))
+    assert "28 MFLOP" in per_client(seq, (3, 32, 32), cpu)
+    assert per_client(seq, (3, 32, 32), torch.device("cuda")) == ""
+    digits = build_model("digits_cnn", 10, (1, 8, 8), seed=0)
+    assert conv_flops(digits, (1, 8, 8)) == 2 * (16 * 8 * 8 * 9 + 32 * 4 * 4 * 144)
+    assert per_client(digits, (1, 8, 8), cpu) == ""
+    assert conv_flops(build_model("mclr", 10, (1, 1, 60)), (1, 1, 60)) == 0
+    monkeypatch.setattr(batched, "CONV_FLOPS_PER_CLIENT", 1e5)
+    assert "0.166 MFLOP" in per_client(digits, (1, 8, 8), cpu)
+
+    monkeypatch.setattr(batched, "_SAID", set())
+    data = _data("digits_cnn", [9, 5])
+    with caplog.at_level(logging.WARNING, logger="fednet.client"):
+        for _ in range(2):
+            train_batched(digits, [ClientJob(x, y, torch.Generator().manual_seed(i), lr=0.1)
+                                   for i, (x, y) in enumerate(data)])
+    said = [r.getMessage() for r in caplog.records if "compute-bound" in r.getMessage()]
+    assert len(said) == 1 and "DigitsNet" in said[0]
