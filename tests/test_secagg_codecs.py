@@ -24,14 +24,16 @@ from tests.conftest import small_config
 from tests.harness import BYTE_KEYS, DIGITS_MODEL_BYTES, byte_totals, final_model, same_arrays
 
 
-def _protocol(xs: list[np.ndarray], weights: list[int], clip: float, levels: int, seed: int = 0):
-    """Secure aggregation of the clients' xs in one process (no dropouts), each input quantized
-    on the common grid of `levels` steps, masked, packed in the fewest bits and unpacked at the
-    server: (the unmasked sum modulo 2^wbits, the clients' own integer vectors)."""
+def _protocol(xs: list[np.ndarray], examples: list[int], clip: float, levels: int,
+              seed: int = 0):
+    """Secure aggregation of the clients' xs in one process (no dropouts), each clipped, scaled
+    by its examples over the largest (FedAvg's weight in the values), quantized on the common
+    grid of `levels` steps, masked, packed in the fewest bits and unpacked at the server: (the
+    unmasked sum modulo 2^wbits, the clients' own integer vectors, the inputs' count)."""
     n, d = len(xs), xs[0].size
-    w = dict(enumerate(weights))
-    fbits = field.field_bits(sum(weights), 16, 0, levels)
-    wbits = field.sum_bits(sum(weights), levels)
+    w = dict.fromkeys(range(n), 1)  # (every input counts 1: its weight is in its values)
+    fbits = field.field_bits(n, 16, 0, levels)
+    wbits = field.sum_bits(n, levels)
     agg = Aggregation(5, list(range(n)), w, None, 0.5, fbits, np.random.default_rng(seed))
     for u in range(n):
         pk = C.keys(u, 5, np.random.default_rng([seed, u, 0]))
@@ -46,8 +48,8 @@ def _protocol(xs: list[np.ndarray], weights: list[int], clip: float, levels: int
     for u in range(n):
         s = C.session(u, 5)
         C.open_shares(s, req[u]["from"], req[u]["sealed"])
-        q = field.quantize(xs[u], clip, 16, w[u], fbits, np.random.default_rng([seed, u, 2]),
-                           levels)
+        x = np.clip(xs[u], -clip, clip) * (examples[u] / max(examples))
+        q = field.quantize(x, clip, 16, 1, fbits, np.random.default_rng([seed, u, 2]), levels)
         qs.append(q)
         y = field.pack(C.masked(s, q, req[u]["partners"]), wbits)
         assert y.dtype == np.uint8 and y.size == field.packed_size(d, wbits)
@@ -63,33 +65,34 @@ def _protocol(xs: list[np.ndarray], weights: list[int], clip: float, levels: int
 
 
 def test_golden_three_clients_on_the_int8_grid():
-    """clip 127 and int8's grid (127 steps a side): a step is 1, so integer updates land on the
-    grid exactly (no rounding) and the unmasked mean is the weighted mean itself."""
+    """clip 127 and int8's grid (127 steps a side): a step is 1, so integer updates of clients
+    of equal examples land on the grid exactly (no rounding): the unmasked sum is the sum of
+    the grid's integers, 11 bits a value (254 x 3 < 2^10), and its mean the clients' mean."""
     xs = [np.array([1.0, -2.0, 5.0, 200.0]), np.array([0.0, 3.0, -127.0, -1.0]),
           np.array([-4.0, 0.0, 7.0, 2.0])]
-    ws = [1, 2, 3]
     levels = grid_levels("int8", 0.0)
-    assert levels == 254
-    total, qs, weight = _protocol(xs, ws, 127.0, levels)
-    # the grid's integers (offset by 127), weighted: sum_u n_u (x_u + 127), x clipped to 127
-    assert total.tolist() == [1 * 128 + 2 * 127 + 3 * 123, 1 * 125 + 2 * 130 + 3 * 127,
-                              1 * 132 + 2 * 0 + 3 * 134, 1 * 254 + 2 * 126 + 3 * 129]
-    assert weight == 6
-    mean = field.dequantize(total, weight, 127.0, 16, levels)
-    assert mean.tolist() == pytest.approx([(1 + 0 - 12) / 6, (-2 + 6 + 0) / 6,
-                                           (5 - 254 + 21) / 6, (127 - 2 + 6) / 6], abs=1e-12)
+    assert levels == 254 and field.sum_bits(3, levels) == 10
+    total, qs, k = _protocol(xs, [50, 50, 50], 127.0, levels)
+    # the grid's integers (offset by 127): sum_u (x_u + 127), x clipped to 127
+    assert total.tolist() == [128 + 127 + 123, 125 + 130 + 127, 132 + 0 + 134, 254 + 126 + 129]
+    assert k == 3
+    mean = field.dequantize(total, k, 127.0, 16, levels)
+    assert mean.tolist() == pytest.approx([-1, 1 / 3, -115 / 3, 128 / 3], abs=1e-12)
 
 
 @pytest.mark.parametrize("levels", [254, 8])  # int8; qsgd:4
 def test_the_unmasked_sum_is_the_clients_quantized_sum_exactly(levels):
     rng = np.random.default_rng(3)
     xs = [rng.normal(0, 0.3, 301) for _ in range(3)]
-    total, qs, weight = _protocol(xs, [17, 5, 40], 0.5, levels, seed=2)
+    total, qs, k = _protocol(xs, [17, 5, 40], 0.5, levels, seed=2)
     plain = sum(q.astype(np.uint64) for q in qs)
     assert np.array_equal(total.astype(np.uint64), plain)
-    assert np.array_equal(field.dequantize(total, weight, 0.5, 16, levels),
-                          field.dequantize(plain, weight, 0.5, 16, levels))
-    assert int(plain.max()) < 1 << field.sum_bits(62, levels)  # the packed width holds it
+    assert int(plain.max()) < 1 << field.sum_bits(3, levels)  # the packed width holds it
+    # dequantized once and divided by sum_u n_u / n_top: FedAvg's weighted mean within the
+    # rounding (one grid step over sum_u n_u / n_top)
+    mean = field.dequantize(total, k, 0.5, 16, levels) * (k * 40 / 62)
+    exact = sum(n * np.clip(x, -0.5, 0.5) for n, x in zip([17, 5, 40], xs)) / 62
+    assert np.abs(mean - exact).max() <= 2 * 0.5 / levels * 3 * 40 / 62
 
 
 def test_packing_round_trips_at_every_width():
@@ -111,7 +114,7 @@ def test_a_run_unmasks_the_sum_of_the_clients_grid_integers(tmp_path, monkeypatc
     side) exactly, and the round's model is the model it began with plus that sum dequantized
     once, bit for bit; the row names the bits a masked value travelled in."""
     qs: list[tuple[np.ndarray, int, int]] = []
-    seen: list[tuple[np.ndarray, dict]] = []
+    seen: list[tuple[np.ndarray, dict, dict]] = []
     quant, unmasked = field.quantize, S.SecAggServer._unmasked
 
     def spy(x, clip, bits, weight, fbits, rng, levels=0):
@@ -120,7 +123,8 @@ def test_a_run_unmasks_the_sum_of_the_clients_grid_integers(tmp_path, monkeypatc
         return q
 
     def spy_unmasked(self, rnd, total, weight):
-        seen.append((total.copy(), {k: v.copy() for k, v in self.inner.state.model.items()}))
+        seen.append((total.copy(), {k: v.copy() for k, v in self.inner.state.model.items()},
+                     dict(self.examples)))
         return unmasked(self, rnd, total, weight)
     monkeypatch.setattr(secagg_client, "quantize", spy)
     monkeypatch.setattr(S.SecAggServer, "_unmasked", spy_unmasked)
@@ -130,11 +134,12 @@ def test_a_run_unmasks_the_sum_of_the_clients_grid_integers(tmp_path, monkeypatc
     levels = grid_levels(kind, float(arg or 0))
     assert len(qs) == 4 and all(lv == levels for _, _, lv in qs)
     row = json.loads((tmp_path / "sa" / "metrics.jsonl").read_text().splitlines()[0])
-    w = sum(n for _, n, _ in qs)
-    assert row["secagg_wire_bits"] == field.sum_bits(w, levels) < row["secagg_field_bits"]
-    (total, base), = seen
+    assert all(n == 1 for _, n, _ in qs)  # (each input counts 1: its weight is in its values)
+    assert row["secagg_wire_bits"] == field.sum_bits(4, levels) < row["secagg_field_bits"]
+    (total, base, examples), = seen
     assert np.array_equal(total.astype(np.uint64), sum(q.astype(np.uint64) for q, _, _ in qs))
-    mean = field.dequantize(total, w, 0.5, 16, levels)
+    top, mass = max(examples.values()), sum(examples.values())
+    mean = field.dequantize(total, 4, 0.5, 16, levels) * (4 * top / mass)
     got, i = final_model(tmp_path / "sa"), 0
     for n in sorted(k for k, a in base.items() if a.dtype.kind == "f"):
         a = base[n]

@@ -250,7 +250,8 @@ def check_data(cfg: RunConfig, num_classes: int, sizes: Callable[[], Any],
 
     worst = int(np.sort(np.asarray(sizes(), dtype=np.int64))[-round_size(cfg):].sum())
     try:
-        field_bits(worst, n.secagg_bits, n.secagg_field, _levels(n))
+        field_bits(round_size(cfg) if _levels(n) else worst, n.secagg_bits, n.secagg_field,
+                   _levels(n))  # (a codec's grid: each input counts 1, its weight in its values)
     except ValueError as e:
         raise ConfigError(
             (f"--compress {n.compress}" if _levels(n) else f"--secagg-bits {n.secagg_bits}")

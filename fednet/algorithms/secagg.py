@@ -93,6 +93,7 @@ class SecAggServer(StagedStrategy):
         self.packed = grid.on
         self.levels = grid_levels(grid.kind, grid.arg) if grid.on else (1 << self.bits) - 1
         self.wbits = 0
+        self.examples: dict[int, int] = {}  # the cohort's examples (the grid's weights)
         self.fraction, self.forced_field = n.secagg_threshold, n.secagg_field
         self.degree_asked, self.dropout = n.secagg_neighbours, n.secagg_dropout
         # --dp distributed: each client's update clipped, rounded and noised (its share), every
@@ -165,11 +166,13 @@ class SecAggServer(StagedStrategy):
         cohort = sorted(self.training)
         weights = {c: 1 if self.ddp else int(info(c).num_examples)  # type: ignore[union-attr]  # in the roster
                    for c in cohort}
+        if self.packed:  # the grid: each client's weight in its values, every input counts 1
+            self.examples, weights = weights, dict.fromkeys(cohort, 1)
         fbits = distributed.FIELD_BITS if self.ddp else field_bits(
             sum(weights.values()), self.bits, self.forced_field,
             self.levels if self.packed else 0)
-        # (the fewest bits every sum of the round fits: its cohort's weight times the grid's L)
-        self.wbits = sum_bits(sum(weights.values()), self.levels) if self.packed else 0
+        # (the fewest bits every sum of the round fits: the cohort's size times the grid's L)
+        self.wbits = sum_bits(len(cohort), self.levels) if self.packed else 0
         degree = None if self.mode == "full" else (
             self.degree_asked or default_neighbours(len(cohort), self.dropout, self.fraction))
         self.agg = Aggregation(rnd, cohort, weights, degree, self.fraction, fbits,
@@ -299,7 +302,8 @@ class SecAggServer(StagedStrategy):
     def _grid(self) -> dict[str, int]:
         """What an input task adds under --compress's common grid: its steps L and the bits a
         masked value travels in (nothing otherwise: the body of a plain SecAgg task as it was)."""
-        return {"levels": self.levels, "wbits": self.wbits} if self.packed else {}
+        return ({"levels": self.levels, "wbits": self.wbits, "top": max(self.examples.values())}
+                if self.packed else {})
 
     def _expect_inputs(self, tasks: list[Task]) -> list[Task]:
         """The input stage's reply: the update's d values and the training loss, then the
@@ -435,8 +439,8 @@ class SecAggServer(StagedStrategy):
 
     def _outside(self) -> Any:
         """Distributed DP's bound check of the unmasked sum (signed values); under --compress's
-        grid the sum modulo 2^wbits within [0, L sum_u n_u] (the values that travelled were
-        reduced modulo 2^wbits); else None (the levels' own bound)."""
+        grid the sum modulo 2^wbits within [0, L k], k the inputs (the values that travelled
+        were reduced modulo 2^wbits); else None (the levels' own bound)."""
         if self.packed:
             most, low = self.levels, (1 << self.wbits) - 1
             return lambda total, k: int(np.count_nonzero(
@@ -455,6 +459,12 @@ class SecAggServer(StagedStrategy):
         apart = sum(int(np.prod(s)) for s, _ in counted.values())
         if self.ddp:
             delta = distributed.decode(total, self.cfg.dp.clip) / weight
+        elif self.packed:  # sum_u s_u x_u over sum_u s_u, s_u = n_u / n_top: FedAvg's mean
+            k, top = len(self.live.inputs), max(self.examples.values())
+            mass = sum(self.examples[u] for u in self.live.inputs)
+            delta = dequantize(total[:total.size - apart], k, self.clip, self.bits,
+                               self.levels) * (k * top / mass)
+            weight = mass  # (the result's weight: the survivors' examples, as without a grid)
         else:
             delta = dequantize(total[:total.size - apart], weight, self.clip, self.bits,
                                self.levels)

@@ -112,7 +112,11 @@ class SecAggClient:
         vec = np.concatenate([new - ref, [min(max(loss, 0.0), clip)]])
         g = rng.generator(ctx.cfg.seed, "secagg-round", rnd, cid)
         levels = int(b.get("levels", 0))  # --compress's common grid (compress/field.py), or 0
-        q = quantize(vec, clip, int(b["bits"]), ctx.num_examples, fbits, g, levels)
+        weight = ctx.num_examples
+        if levels:  # FedAvg's weight in the value (n / the cohort's largest n <= 1), not a
+            # multiplier: every client's grid integer stays within L, the sum within k L
+            vec, weight = np.clip(vec, -clip, clip) * (ctx.num_examples / int(b["top"])), 1
+        q = quantize(vec, clip, int(b["bits"]), weight, fbits, g, levels)
         apart = _counted(arrays, counted_prefix(ctx.cfg))
         if apart.size:  # SCAFFOLD's control change: its own values, weight 1 (the same stream)
             q = np.concatenate([q, quantize(apart, clip, int(b["bits"]), 1, fbits, g, levels)])

@@ -9,10 +9,14 @@ declares a FieldGrid is applied with one scale for every client of the round: ea
 clipped to [-c, c], c the bound the server sets (--secagg-clip: the run's configuration, sent
 in the task, never taken from a client), and rounded stochastically (unbiased; drawn from the
 run's seeded stream, (seed, "secagg-round", round, client)) onto the grid of `levels(ARG)`
-steps a side of zero (int8: 127, its signed range without -128; qsgd:S: S). The client sends
-the grid's integers, weighted by its examples and masked; the server unmasks their sum and
-dequantizes it once (secagg/field.py, algorithms/secagg.py). The masked vector travels in the
-fewest bits any sum of the round can need, packed (secagg/field.sum_bits, pack).
+steps a side of zero (int8: 127, its signed range without -128; qsgd:S: S). FedAvg's weight
+goes into the values, not onto the integers: a client with n examples scales its clipped values
+by n / n_top (n_top the cohort's largest, sent in the task), so that each grid integer is at
+most L = 2 levels and a sum of k inputs at most k L. The client sends the grid's integers
+masked; the server unmasks their sum, dequantizes it once and divides by sum_u n_u / n_top
+(secagg/field.py, algorithms/secagg.py): FedAvg's weighted mean, up to the rounding. The
+masked vector travels in the fewest bits any sum of the round can need, ceil(log2(k L + 1)) for
+a cohort of k (a value's bits plus ceil(log2 k) at most), packed (secagg/field.sum_bits, pack).
 
 A codec without a FieldGrid (fp16, top-k, sign: their facts in CodecSpec.why) is refused under
 --secagg at validate, before any data loads (algorithms/seam.codec_secagg_problem). A plugin's
