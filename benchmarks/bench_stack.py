@@ -469,7 +469,9 @@ def main() -> None:
                   f"{c.get('accuracy')} eps {c.get('epsilon')} {c['wall_s']:.0f}s", flush=True)
             cells.append(c)
         par = parity(a, tmp) if a.parity_cohort else old.get("parity", {})
-    a.seeds = sorted({c["seed"] for c in cells})  # (with --reuse: the seeds of every cell)
+    a.seeds = sorted({c["seed"] for c in cells})  # (with --reuse: the seeds of every cell,
+    a.cohorts = sorted({c["cohort"] for c in cells})  # its cohorts and epsilons)
+    a.epsilons = sorted({c["target"] for c in cells if c["target"] is not None})
     data: dict[str, Any] = {"args": vars(a), "machine": machine(), "results": cells,
                             "parity": par, "analysis": analysis(cells, a),
                             "fingerprints": fingerprints(a, cells) if a.model == "mclr" else {}}
