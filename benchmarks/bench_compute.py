@@ -21,6 +21,11 @@ Components:
   sim_split_by_stage) against the clients' mean CPU seconds of that stage (secagg_client_s /
   clients), and the server's simulated seconds (secagg_server_sim_s) against its CPU seconds
   (secagg_server_s: the keys and shares stages' bookkeeping, uncharged, included);
+- the uplink codecs (--codecs; compress/codecs.py) on a client's update of --codec-model's
+  sizes (ResNet-18: 11.2 M float32 values in 62 tensors), as the client runs them: the encoding
+  and, for a codec with error feedback (top-k, sign), the decoding of its own output, inside an
+  opcount count (what the codec charges: codec_work) against their CPU seconds (median of
+  --reps), at the client's code, select and noise rates;
 - Krum and Bulyan on --robust-n updates of --robust-d float64 values (f = 20 %, as
   algorithms/robust.apply runs them: one BLAS thread), against the count the clock charges (the
   rule's declared work, robust_spec.bulyan_work; else network/server_cost.defense_ops).
@@ -177,6 +182,43 @@ def secagg_all(a: argparse.Namespace, client: dict[str, float], server: dict[str
                 if mode != "full" or n <= a.full_max]
 
 
+def codec_all(a: argparse.Namespace, client: dict[str, float]) -> list[dict[str, Any]]:
+    """Each --codecs codec on an update of --codec-model's sizes: CPU seconds against the
+    clock's (the client's rates)."""
+    import numpy as np
+
+    from fednet import opcount
+    from fednet.compress.codecs import REGISTERED
+
+    if not a.codecs:
+        return []
+    shape = (3, 32, 32) if a.codec_model == "resnet18" else (1, 8, 8)
+    model = build_model(a.codec_model, 10, shape, seed=0)  # type: ignore[arg-type]
+    sizes = [int(p.numel()) for p in model.parameters()]
+    x = np.random.default_rng(0).standard_normal(sum(sizes)).astype(np.float32)
+    rows = []
+    for name in a.codecs:
+        spec = REGISTERED[name]
+        arg = spec.arg if spec.arg is not None else 0.0
+
+        def once(spec: Any = spec, arg: float = arg) -> tuple[float, dict[str, float]]:
+            rng = np.random.default_rng(1) if spec.random else None
+            with opcount.counted() as got:
+                t = time.process_time()
+                wire = spec.encode(x, sizes, rng, arg)
+                if spec.feedback:  # (compress.encode_result: the residual's decoding)
+                    spec.decode(wire, sizes, arg)
+                return time.process_time() - t, dict(got)
+        once()  # warm-up
+        runs = [once() for _ in range(a.reps)]
+        cpu = statistics.median(r[0] for r in runs)
+        sim = opcount.seconds(runs[0][1], client)
+        rows.append({"codec": name, "model": a.codec_model, "values": int(x.size),
+                     "tensors": len(sizes), "ops": runs[0][1], "cpu_s": cpu,
+                     "cpu_s_runs": [r[0] for r in runs], "sim_s": sim, "ratio": _ratio(sim, cpu)})
+    return rows
+
+
 def robust_all(a: argparse.Namespace, server: dict[str, float]) -> list[dict[str, Any]]:
     """Krum and Bulyan on n x d float64 updates: CPU seconds against the clock's."""
     import numpy as np
@@ -238,7 +280,8 @@ def headline(data: dict) -> list:
 
 
 def _protocol_row(data: dict) -> dict | None:
-    """SecAgg's clients and server, Krum and Bulyan: the ratio furthest from 1, all in the note."""
+    """SecAgg's clients and server, Krum and Bulyan, the codecs: the ratio furthest from 1, all
+    in the note."""
     parts = []
     for c in data.get("secagg", []):
         name = f"{'SecAgg+' if c['mode'] == 'plus' else 'SecAgg'} {c['clients']}"
@@ -248,6 +291,8 @@ def _protocol_row(data: dict) -> dict | None:
                               c[f"{side}_ratio"]))
     parts += [(f"{r['defense'].capitalize()} {r['n']}x{r['d']}", r["ratio"])
               for r in data.get("robust", []) if r.get("ratio") is not None]
+    parts += [(f"{r['codec']} encode ({r['model']})", r["ratio"])
+              for r in data.get("codecs", []) if r.get("ratio") is not None]
     if not parts:
         return None
     worst = max(parts, key=lambda p: abs(math.log(p[1])) if p[1] > 0 else math.inf)
@@ -274,6 +319,10 @@ def main() -> None:
     ap.add_argument("--full-max", type=int, default=1000, help="full SecAgg's largest cohort")
     ap.add_argument("--robust-n", type=int, default=1000)
     ap.add_argument("--robust-d", type=int, default=100_000)
+    ap.add_argument("--codecs", nargs="*", default=["int8", "topk"],
+                    help="the uplink codecs timed (compress/codecs.py)")
+    ap.add_argument("--codec-model", default="resnet18", choices=["resnet18", "digits_cnn"],
+                    help="the update's sizes the codecs encode")
     ap.add_argument("--json", help="also write the figures to this file")
     a = ap.parse_args()
     torch.set_num_threads(1)  # as every client process trains
@@ -282,7 +331,8 @@ def main() -> None:
     print(f"host rate {rate / 1e9:.3g} GFLOP/s ({source})")
     data = {"machine": machine(), "args": vars(a), "rate": rate, "rate_source": source,
             "client_profile": client, "server_profile": server, "rows": measure_all(a, client),
-            "secagg": secagg_all(a, client, server), "robust": robust_all(a, server)}
+            "secagg": secagg_all(a, client, server), "robust": robust_all(a, server),
+            "codecs": codec_all(a, client)}
     _print(data)
     write_json(a.json, data, headline(data))
 
@@ -304,6 +354,9 @@ def _print(data: dict) -> None:
     print(table(["defense", "n x d", "f", "CPU s", "simulated s", "sim / CPU"],
                 [[r["defense"], f"{r['n']}x{r['d']}", r["f"], f"{r['cpu_s']:.3f}",
                   f"{r['sim_s']:.3f}", _fmt(r["ratio"])] for r in data["robust"]]))
+    print(table(["codec", "values", "CPU s", "simulated s", "sim / CPU"],
+                [[r["codec"], r["values"], f"{r['cpu_s']:.4f}", f"{r['sim_s']:.4f}",
+                  _fmt(r["ratio"])] for r in data.get("codecs", [])]))
     for r in headline(data)[1:]:
         print(f"{r['metric']}: {r['value']:.2f}x ({r['note']})")
 

@@ -22,6 +22,8 @@ The operations:
   secret   secrets the server rebuilds (each: its holders sorted, its bytes joined)
   rebuilt  shares read into a Shamir reconstruction (t per secret rebuilt: picked, stacked,
            weighted and summed modulo P)
+  held     shares of a secret beyond the t read (each looked through, its holder checked and
+           sorted, to find the first t holders)
   lagrange element operations of a secret's Lagrange weights (8 t^2 + 124 t at threshold t:
            the running products' multiply-mods and the modular inverses)
   noise    Gaussian (or discrete Gaussian) draws
@@ -30,6 +32,10 @@ The operations:
   sort     compare-moves of a stable argsort or a selection (n log2 n a sorted row of n, a
            median's 2 (1 + ln 2) n: Bulyan's closest-to-median mean)
   gemm     FLOPs of dense matrix products (Krum's and Bulyan's pairwise distances)
+  code     element passes of a codec over its float32 vector (fednet/compress/codecs.py: numpy's
+           subtractions, scalings, roundings, casts, minima; one an element a pass)
+  select   elements a top-k selection picks among (|x|, argpartition and the kept indices
+           sorted, at 1 % kept)
 """
 from __future__ import annotations
 
@@ -38,14 +44,15 @@ import contextvars
 from collections.abc import Iterator, Mapping
 
 OPS = ("x25519", "kdf", "aead", "prg", "mask", "shamir", "reply", "taken", "secret", "rebuilt",
-       "lagrange", "noise", "stream", "sort", "gemm")
+       "held", "lagrange", "noise", "stream", "sort", "gemm", "code", "select")
 RATES = tuple(f"{op}_per_s" for op in OPS)
 """A rate field per operation (per second; prg in bytes/s, gemm in FLOP/s)."""
 
 CLIENT_RATES = ("x25519_per_s", "kdf_per_s", "aead_per_s", "prg_per_s", "shamir_per_s",
-                "noise_per_s")
+                "noise_per_s", "code_per_s", "select_per_s")
 """The rates a client's profile carries (network/latency.Profile): a client's protocol work
-uses only these primitives."""
+uses only these primitives, and its codecs' (fednet/compress/codecs.py) passes and selections
+(code, select: the columns added last, network/profiles.OLDER)."""
 
 Ops = dict[str, float]
 

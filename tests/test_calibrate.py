@@ -52,8 +52,9 @@ def test_calibrate_refuses_a_bad_shape_and_rate(tmp_path):
 # rebuilt 1.7e6-2e6, lagrange 6.7e8, noise 5e7-7e7, stream 1e9-2e9, sort 2.6e8, gemm 2.7e10-2e11)
 PLAUSIBLE = {"x25519": (1e3, 1e6), "kdf": (1e4, 1e7), "aead": (1e4, 1e7), "prg": (1e7, 1e11),
              "mask": (1e3, 1e7), "shamir": (1e6, 1e10), "reply": (1e3, 1e7), "taken": (1e4, 1e9),
-             "secret": (1e3, 1e7), "rebuilt": (1e4, 1e8), "lagrange": (1e6, 1e11), "noise": (1e6, 1e10),
-             "stream": (1e7, 1e11), "sort": (1e6, 1e10), "gemm": (1e8, 1e13)}
+             "secret": (1e3, 1e7), "rebuilt": (1e4, 1e8), "held": (1e5, 1e9), "lagrange": (1e6, 1e11),
+             "noise": (1e6, 1e10), "stream": (1e7, 1e11), "sort": (1e6, 1e10), "gemm": (1e8, 1e13),
+             "code": (1e7, 1e11), "select": (1e6, 1e10)}
 
 
 def test_each_rate_is_its_primitive_timed_and_plausible():

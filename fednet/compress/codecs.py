@@ -13,6 +13,13 @@ Wire forms (N elements in T tensors of sizes `sizes`):
          @topk.val    float32 (K,)
   sign   @sign        uint8 (ceil(N/8),)  the signs (1: >= 0), packed
          @sign.scale  float32 (T,)    per tensor the mean |x| (scaled sign, Karimireddy et al. 2019)
+
+Each encode and decode charges its work to the open task meter (fednet/opcount.py: a client's
+encoding, and a feedback codec's decoding of its own output, are on the clock at its code,
+select and noise rates; the server's calls, outside any meter, charge nothing): numpy's passes
+over the vector ("code": one an element a pass), top-k's selection among the N ("select"), QSGD's
+uniform draws ("noise"). The counts are the vector's sizes' (and K's, and the nonzero levels'),
+never timed: codec_work. A tiny vector's cost is numpy's calls, not its elements: not counted.
 """
 from __future__ import annotations
 
@@ -21,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
+from fednet import opcount
 
 Arrays = dict[str, np.ndarray]
 
@@ -57,20 +66,61 @@ def _finite(a: np.ndarray, name: str, nonneg: bool = False) -> np.ndarray:
     return a
 
 
+# ---- the work each codec does, counted (opcount) ----------------------------------------------
+PASSES = {  # numpy's passes over the N elements ("code"), encode and decode, per codec
+    "fp16": (5, 6),    # a float16 conversion: FP16_PASSES | a conversion back, isfinite
+    "int8": (9, 6),    # per tensor min and max, two repeats, subtract, divide, rint, clip,
+    # astype | two repeats, astype, multiply, add, astype
+    "qsgd": (15, 9),   # astype, norm, repeat, abs, divide, scale, add the uniform, floor,
+    # clip, sign, multiply, astype, != 0, pack, pick the nonzero | unpack twice, astype, sum,
+    # zeros, scatter, repeat, multiply (and a pass over the M levels: 5 M)
+    "topk": (0, 1),    # (the selection: "select"; and 3 K: pick, two astypes) | zeros (and 5 K:
+    # astype, isfinite, diff, compare, scatter)
+    "sign": (3, 7),    # abs, per tensor mean, compare (and a pack) | unpack, astype, scale,
+    # shift, repeat, multiply, astype
+}
+FP16_PASSES = 5
+"""A float32 -> float16 conversion counted as this many passes: numpy converts ~5.5e8 values/s
+here against ~2.6e9 simple passes (2^22 values, one core; measured once, not at run time)."""
+
+
+def codec_work(name: str, n: int, decode: bool = False, k: int = 0, m: int = 0) -> opcount.Ops:
+    """The work of codec `name` encoding (decode: decoding) a vector of n values: K kept
+    (top-k), M nonzero levels (QSGD's decode). A codec of another name (a plugin's): none."""
+    passes = PASSES.get(name)
+    if passes is None or n <= 0:
+        return {}
+    out: opcount.Ops = {"code": float(passes[decode] * n)}
+    if name == "topk":
+        out["code"] += (5 if decode else 3) * k
+        if not decode:
+            out["select"] = float(n)
+    elif name == "qsgd":
+        out["code"] += 5 * m if decode else n / 8
+        if not decode:
+            out["noise"] = float(n)
+    elif name == "sign" and not decode:
+        out["code"] += n / 8
+    return out
+
+
 # ---- fp16 ---------------------------------------------------------------------------------------
 def fp16_encode(x: np.ndarray, sizes: list[int], rng: np.random.Generator | None = None,
                 arg: float = 0.0) -> Arrays:
+    opcount.charge(codec_work("fp16", x.size))
     return {"@fp16": x.astype(np.float16)}
 
 
 def fp16_decode(wire: Arrays, sizes: list[int], arg: float = 0.0) -> np.ndarray:
     a = _get(wire, "@fp16", "float16", (sum(sizes),))
+    opcount.charge(codec_work("fp16", a.size, decode=True))
     return _finite(a.astype(np.float32), "@fp16")
 
 
 # ---- 8-bit affine -------------------------------------------------------------------------------
 def q8_encode(x: np.ndarray, sizes: list[int], rng: np.random.Generator | None = None,
               arg: float = 0.0) -> Arrays:
+    opcount.charge(codec_work("int8", x.size))
     b = _bounds(sizes)
     lo = np.array([x[b[i]:b[i + 1]].min() for i in range(len(sizes))], np.float32)
     hi = np.array([x[b[i]:b[i + 1]].max() for i in range(len(sizes))], np.float32)
@@ -86,6 +136,7 @@ def q8_decode(wire: Arrays, sizes: list[int], arg: float = 0.0) -> np.ndarray:
     sc = _finite(_get(wire, "@q8.scale", "float32", (len(sizes), 2)), "@q8.scale")
     if (sc[:, 1] < 0).any():
         raise CompressionError("compressed array '@q8.scale': a negative step")
+    opcount.charge(codec_work("int8", q.size, decode=True))
     with np.errstate(over="ignore"):  # finite scales can still overflow: the result is vetted
         return (_per_tensor(sc[:, 0], sizes) + q.astype(np.float32)
                 * _per_tensor(sc[:, 1], sizes)).astype(np.float32)
@@ -95,6 +146,7 @@ def q8_decode(wire: Arrays, sizes: list[int], arg: float = 0.0) -> np.ndarray:
 def qsgd_encode(x: np.ndarray, sizes: list[int], rng: np.random.Generator | None = None,
                 arg: float = 16) -> Arrays:
     s = int(arg)
+    opcount.charge(codec_work("qsgd", x.size))
     b = _bounds(sizes)
     norm = np.array([np.linalg.norm(x[b[i]:b[i + 1]].astype(np.float64))
                      for i in range(len(sizes))], np.float32)
@@ -116,6 +168,7 @@ def qsgd_decode(wire: Arrays, sizes: list[int], arg: float = 16) -> np.ndarray:
     lvl = _get(wire, "@qsgd.lvl", "int8", (int(nz.sum()),))
     if (lvl == 0).any() or (np.abs(lvl.astype(np.int16)) > s).any():
         raise CompressionError(f"compressed array '@qsgd.lvl': levels must be nonzero in -{s}..{s}")
+    opcount.charge(codec_work("qsgd", n, decode=True, m=lvl.size))
     out = np.zeros(n, np.float32)
     out[nz] = lvl.astype(np.float32) / s
     return out * _per_tensor(norm, sizes)
@@ -134,6 +187,7 @@ def _index_dtype(n: int) -> str:
 def topk_encode(x: np.ndarray, sizes: list[int], rng: np.random.Generator | None = None,
                 arg: float = 0.01) -> Arrays:
     k = topk_count(x.size, arg)
+    opcount.charge(codec_work("topk", x.size, k=k))
     idx = np.sort(np.argpartition(np.abs(x), x.size - k)[x.size - k:])
     return {"@topk.idx": idx.astype(_index_dtype(x.size)), "@topk.val": x[idx].astype(np.float32)}
 
@@ -145,6 +199,7 @@ def topk_decode(wire: Arrays, sizes: list[int], arg: float = 0.01) -> np.ndarray
     val = _finite(_get(wire, "@topk.val", "float32", (k,)), "@topk.val")
     if k and (idx[0] < 0 or idx[-1] >= n or (np.diff(idx) <= 0).any()):
         raise CompressionError(f"compressed array '@topk.idx': indices must increase within 0..{n - 1}")
+    opcount.charge(codec_work("topk", n, decode=True, k=k))
     out = np.zeros(n, np.float32)
     out[idx] = val
     return out
@@ -153,6 +208,7 @@ def topk_decode(wire: Arrays, sizes: list[int], arg: float = 0.01) -> np.ndarray
 # ---- scaled sign --------------------------------------------------------------------------------
 def sign_encode(x: np.ndarray, sizes: list[int], rng: np.random.Generator | None = None,
                 arg: float = 0.0) -> Arrays:
+    opcount.charge(codec_work("sign", x.size))
     b = _bounds(sizes)
     scale = np.array([np.abs(x[b[i]:b[i + 1]]).mean() if sizes[i] else 0.0
                       for i in range(len(sizes))], np.float32)
@@ -163,6 +219,7 @@ def sign_decode(wire: Arrays, sizes: list[int], arg: float = 0.0) -> np.ndarray:
     n = sum(sizes)
     bits = np.unpackbits(_get(wire, "@sign", "uint8", (math.ceil(n / 8),)), count=n)
     scale = _finite(_get(wire, "@sign.scale", "float32", (len(sizes),)), "@sign.scale", True)
+    opcount.charge(codec_work("sign", n, decode=True))
     return ((bits.astype(np.float32) * 2 - 1) * _per_tensor(scale, sizes)).astype(np.float32)
 
 

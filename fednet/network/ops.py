@@ -8,8 +8,10 @@ writes the client rates into the --latency profile it writes, and with --server-
 into a server profile for --server-profile FILE. On this project's 2-core machine (one core,
 shared; the figures vary by up to 2x between runs): X25519 1.7e4-3.3e4/s, HKDF 1.7e5-3.2e5/s,
 sealed shares 3.6e5-5.2e5/s, AES-CTR 0.6e9-6e9 bytes/s and 1.2e5 keystream setups/s, Shamir
-1.1e8-1.8e8 multiply-adds/s, unmask replies 1.2e5/s and the shares in them 3.5e6/s, secrets
-rebuilt 2.8e5/s and the shares read into them 2.1e6/s, the Lagrange weights' element operations
+1.1e8-1.8e8 multiply-adds/s, unmask replies 3.5e4/s (each taken with the caches cold, as a
+round takes it; 1.2e5/s back to back) and the shares in them 2e6-3.5e6/s, secrets rebuilt
+2e5-2.8e5/s, the shares read into them 1.7e6-2.1e6/s and those looked through beyond them
+2e7/s, the Lagrange weights' element operations
 6.8e8/s, normal draws 5e7-1e8/s, streamed sums 1e9-2e9 element ops/s, stable argsort 2.6e8-2.7e8
 compare-moves/s, float64 x @ x.T 6e10-2e11 counted FLOP/s on one BLAS thread: the xeon-core
 class's order."""
@@ -31,6 +33,10 @@ EDGE: dict[str, float] = {
     "kdf_per_s": 5e4,       # HKDF-SHA256: ~8 SHA-256 compressions and the call (estimate)
     "shamir_per_s": 1e8,    # numpy int64 multiply-add-mod (estimate)
     "noise_per_s": 3e7,     # numpy normal draws (estimate: ~1/3 of an x86 core's)
+    "code_per_s": 4e8,      # a codec's numpy passes over float32 (a Pi 4's ~4 GB/s of memory
+                            # bandwidth, a read and a write of 4 bytes each; estimate)
+    "select_per_s": 6e7,    # elements of a top-k selection (argpartition; estimate: ~1/5 of an
+                            # x86 core's, as its scalar integer throughput)
 }
 """The presets' typical client's protocol rates (beside network/latency.EDGE_FLOPS); a client
 of a preset that is k times slower at training is k times slower at these too. A host's are
@@ -43,13 +49,15 @@ SERVERS: dict[str, dict[str, float]] = {
         # ~1 G streamed element operations a second (one core's ~10 GB/s of memory traffic);
         # the primitives at the rates of the `cryptography` wheels' OpenSSL with AES-NI and
         # their Python call (estimates of the same kind as `fednet calibrate` measures). The
-        # unmasking's share handling (taken, rebuilt) is Python and numpy calls on a few values
-        # each, bound by the interpreter, and its weights int64 multiply-mods: this host's order
-        # (estimates); a stable argsort ~3.5 ns a compare-move (estimate).
+        # unmasking's share handling (reply, taken, rebuilt, held) is Python and numpy calls on
+        # a few values each, bound by the interpreter (a reply taken cold), and its weights
+        # int64 multiply-mods: this host's order (estimates); a stable argsort ~3.5 ns a
+        # compare-move (estimate).
         "gemm_per_s": 60e9, "stream_per_s": 1e9, "prg_per_s": 2e9, "aead_per_s": 3e5,
         "x25519_per_s": 2.5e4, "kdf_per_s": 2e5, "shamir_per_s": 5e8, "mask_per_s": 1.2e5,
-        "reply_per_s": 1.2e5, "taken_per_s": 3e6, "secret_per_s": 2.5e5, "rebuilt_per_s": 2e6, "lagrange_per_s": 6e8,
-        "noise_per_s": 1e8, "sort_per_s": 3e8,
+        "reply_per_s": 4e4, "taken_per_s": 3e6, "secret_per_s": 2.5e5, "rebuilt_per_s": 2e6,
+        "held_per_s": 2e7, "lagrange_per_s": 6e8,
+        "noise_per_s": 1e8, "sort_per_s": 3e8, "code_per_s": 2.5e9, "select_per_s": 4e8,
     },
     "none": {},  # the server computes for free (the clock before issue 52)
 }

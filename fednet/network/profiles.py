@@ -19,9 +19,17 @@ seconds of one dispatched tensor operation and of one convolution (the columns a
 FIXED_COSTS = ("s_per_op", "s_per_conv")
 """The fixed seconds of a dispatched operation and of a convolution (training/flops.Work)."""
 
-OLDER_WIDTHS = (5, 5 + len(CLIENT_RATES))
-"""The widths of tables written before a column was added (no protocol rates; no s_per_op and
-s_per_conv): the missing columns read as 0 (free)."""
+CODEC_RATES = ("code_per_s", "select_per_s")
+"""The client rates added last (a codec's element operations and selections)."""
+
+_BEFORE = tuple(c for c in COLUMNS if c not in CODEC_RATES)
+OLDER: dict[int, tuple[str, ...]] = {
+    5: COLUMNS[:5],  # no protocol rates
+    5 + len(CLIENT_RATES) - len(CODEC_RATES): _BEFORE[:-len(FIXED_COSTS)],  # no fixed costs
+    len(_BEFORE): _BEFORE}  # no codec rates
+"""The columns of tables written before a column was added, by their width: the missing
+columns read as 0 (free)."""
+OLDER_WIDTHS = tuple(OLDER)
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,8 @@ class Profile:
     prg_per_s: float = 0.0
     shamir_per_s: float = 0.0
     noise_per_s: float = 0.0
+    code_per_s: float = 0.0
+    select_per_s: float = 0.0
     s_per_op: float = 0.0
     s_per_conv: float = 0.0
 
@@ -146,6 +156,11 @@ class Profiles(Sequence[Profile]):
 def _widened(t: np.ndarray) -> np.ndarray:
     """A profile table as (n, len(COLUMNS)): one of an older width (OLDER_WIDTHS: a
     population.npz or checkpoint of an older run) gets the later columns at 0 (free)."""
-    if t.ndim == 2 and t.shape[1] in OLDER_WIDTHS:
-        return np.concatenate([t, np.zeros((len(t), len(COLUMNS) - t.shape[1]))], axis=1)
+    if t.ndim == 2 and t.shape[1] in OLDER:
+        at = {c: j for j, c in enumerate(OLDER[t.shape[1]])}
+        out = np.zeros((len(t), len(COLUMNS)))
+        for j, c in enumerate(COLUMNS):
+            if c in at:
+                out[:, j] = t[:, at[c]]
+        return out
     return t.reshape(-1, len(COLUMNS))

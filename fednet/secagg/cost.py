@@ -14,7 +14,8 @@ rebuilds every secret from its first t holders at once (shamir.reconstruct_many:
 holders sorted and its bytes joined, "rebuilt", t shares picked, stacked, weighted and summed
 modulo P; "lagrange", the element
 operations of each secret's Lagrange weights: shamir.lagrange_rows, LAGRANGE_PAIR per pair of
-its t points and LAGRANGE_INVERSE per point for the modular inverse: O(t^2) a secret)."""
+its t points and LAGRANGE_INVERSE per point for the modular inverse: O(t^2) a secret; "held",
+the shares of a secret beyond its t, each looked through for the first t holders)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -64,17 +65,20 @@ def lagrange(t: int) -> int:
 
 
 def unmasked(survivors: int, pairs: int, dropped: int, d: int, itemsize: int, replies: int = 0,
-             taken: int = 0, t: Sequence[int] = (), sets: Sequence[int] | None = None) -> Ops:
+             taken: int = 0, t: Sequence[int] = (), sets: Sequence[int] | None = None,
+             held: int = 0) -> Ops:
     """The server's unmasking: the survivors' `replies` and the `taken` shares in them; each
     survivor's b and each dropped client's s key rebuilt (`t`: each secret's threshold: its
-    shares read into the reconstruction; a rebuilt s key checked: one X25519 multiplication),
-    the Lagrange weights' element operations (`lagrange`) of each distinct set of holders
-    (`sets`: each set's threshold; None: one set a secret), every survivor's self mask and the
-    `pairs` pairwise masks of the dropped with their surviving neighbours expanded (an agreement
-    and d elements each: its keystream's setup, "mask", and bytes, "prg") and taken off."""
+    shares read into the reconstruction; a rebuilt s key checked: one X25519 multiplication;
+    `held`: the shares of those secrets beyond their t, looked through for the first t
+    holders), the Lagrange weights' element operations (`lagrange`) of each distinct set of
+    holders (`sets`: each set's threshold; None: one set a secret), every survivor's self mask
+    and the `pairs` pairwise masks of the dropped with their surviving neighbours expanded (an
+    agreement and d elements each: its keystream's setup, "mask", and bytes, "prg") and taken
+    off."""
     masks = survivors + pairs
     return {"reply": replies, "taken": taken, "secret": len(t), "rebuilt": sum(t),
-            "lagrange": sum(lagrange(k) for k in (t if sets is None else sets)),
+            "held": held, "lagrange": sum(lagrange(k) for k in (t if sets is None else sets)),
             "x25519": dropped + pairs, "kdf": pairs, "prg": masks * d * itemsize,
             "mask": masks, "stream": masks * d}
 
@@ -82,20 +86,25 @@ def unmasked(survivors: int, pairs: int, dropped: int, d: int, itemsize: int, re
 def unmasking(agg: Any) -> Ops:
     """`unmasked` for a round's Aggregation (secagg/server.py) as it stands at its end: the
     shares it took, and each secret rebuilt from its first t holders, the weights once per
-    distinct set of them, as shamir.reconstruct_many computes them (full SecAgg: one set a
-    round; SecAgg+: about one a secret). A round whose shares disagree rebuilds again, holder by
-    holder: not counted."""
-    dropped = sorted(set(agg.shared()) - agg.inputs)
+    distinct set of them, as shamir.reconstruct_many computes them (full SecAgg: t + 1 sets a
+    round; SecAgg+: about one a secret): the sets the server used (agg.windows), else found
+    as it finds them. A round whose shares disagree rebuilds again, holder by holder: not
+    counted."""
+    shared = agg.shared()
+    dropped = sorted(set(shared) - agg.inputs)
     pairs = sum(sum(1 for w in agg.nbrs[v] if w in agg.inputs) for v in dropped)
     taken = sum(len(h) for h in agg.b_shares.values()) + sum(len(h) for h in agg.s_shares.values())
-    secrets = [(v, agg.b_shares) for v in sorted(agg.inputs)] + [(v, agg.s_shares)
-                                                                for v in dropped]
-    ts = [agg.t[v] for v, _ in secrets]
-    sets = {(agg.t[v], tuple(sorted(h for h in shares.get(v, {}) if h in agg.answered)[:agg.t[v]]))
-            for v, shares in secrets}
+    secrets = [(v, "b", agg.b_shares) for v in sorted(agg.inputs)] + [(v, "s", agg.s_shares)
+                                                                     for v in dropped]
+    ts = [agg.t[v] for v, _, _ in secrets]
+    windows = getattr(agg, "windows", {})
+    sets = {(agg.t[v], windows.get((v, w)) or tuple(
+        sorted(h for h in shares.get(v, {}) if h in agg.answered)[:agg.t[v]]))
+        for v, w, shares in secrets}
+    held = sum(max(0, len(shares.get(v, {})) - agg.t[v]) for v, _, shares in secrets)
     return unmasked(len(agg.inputs), pairs, len(dropped), agg.total.size,
                     agg.total.dtype.itemsize, len(agg.answered | set(agg.liars)), taken, ts,
-                    [k for k, _ in sorted(sets)])
+                    [k for k, _ in sorted(sets)], held)
 
 
 def of_task(stage: str, body: dict, arrays: dict, d: int, itemsize: int, prefix: str) -> Ops:

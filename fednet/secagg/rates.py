@@ -12,14 +12,20 @@ times training); its rate is amount / seconds, in opcount's units:
   prg      crypto.mask's AES-256-CTR keystream, in bytes
   mask     crypto.add_mask of a one-value vector (the keystream's key setup and call)
   shamir   shamir.share's multiply-adds (parties x threshold x chunks)
-  reply    secagg/server.Aggregation.take_unmask of a reply of one share, per reply
-  taken    secagg/server.Aggregation.take_unmask of replies of UNMASK_ROWS shares, per share,
-           less the replies' seconds at the reply rate
+  reply    secagg/server.Aggregation.take_unmask of a reply of one share, per reply, each
+           reply timed cold (class Cold: the server takes each reply between its other work; a
+           reply back to back with the last is ~3x faster, and a round's ~1.3-1.5x slower
+           than that: the timing a round meets)
+  taken    secagg/server.Aggregation.take_unmask of replies of UNMASK_ROWS shares (each cold),
+           per share, less the replies' seconds at the reply rate
   secret   secagg/server.Aggregation.first_windows (the answered holders' shares picked, then
-           shamir.reconstruct_many) of secrets of SECRET_T shares (each its own set of holders),
+           shamir.reconstruct_many; each call cold) of secrets of SECRET_T shares (each its own
+           set of holders),
   rebuilt  and of REBUILD_T shares (likewise): their seconds less the weights' at the
            lagrange rate, split into a part per secret (secret) and a part per share read
            (rebuilt) that fit both timings exactly
+  held     the secret timing's secrets each held by HELD_EXTRA more holders (after its first
+           t): their seconds less the secret timing's, per more holder
   lagrange shamir.lagrange_rows of REBUILD_S sets of REBUILD_T points, per element operation
            (secagg/cost.lagrange)
   noise    numpy's Generator.standard_normal draws (the mechanisms' noise)
@@ -28,6 +34,10 @@ times training); its rate is amount / seconds, in opcount's units:
            as algorithms/robust.closest_mean sorts
   gemm     FLOPs of a float64 matrix product x @ x.T (Krum's Gram matrix: 2 n^2 d counted),
            numpy's BLAS on one thread (as algorithms/robust.py runs it)
+  code     int8's 9 passes (compress/codecs.q8_encode: min, max, two repeats, subtract,
+           divide, rint, clip, cast) over CODE_VALUES float32, per element a pass
+  select   top-k's selection (codecs.topk_encode: |x|, argpartition at 1 % kept, the kept
+           indices sorted) among CODE_VALUES float32, per element
 The measurement is noisy (a shared machine, frequency scaling); the profile it writes is not.
 """
 from __future__ import annotations
@@ -44,11 +54,19 @@ import numpy as np
 from fednet.opcount import OPS
 from fednet.secagg import crypto, shamir
 
+Work = tuple[Callable[[], Any], str]
+"""A workload: a call doing a fixed amount (returned; or (amount, seconds): it timed itself,
+cold) and what it is."""
 PLAIN_BYTES = 8 + 8 + 2 * shamir.SHARE_BYTES  # a sealed share's plaintext (secagg/client.py)
 REBUILD_T, REBUILD_S = 64, 128  # threshold and count of the reconstructions timed per share
 SECRET_T, SECRET_S = 2, 2048  # and per secret
+HELD_EXTRA = 62  # the more holders of each secret timed per share held (the secrets' above)
+EVICT_BYTES = 8 << 20  # the caches' eviction before each cold timing (class Cold)
 UNMASK_ROWS = 512  # the shares in each measured unmask reply (full SecAgg's order)
 SORT_ROW = 256  # the length of the rows of the measured argsort
+CODE_VALUES = 3 << 22  # the float32 vector of the measured codec passes and selections: 48 MB,
+# above glibc's largest mmap threshold (32 MB), so that each pass's new array is fresh pages, as
+# a large model's (ResNet-18's 45 MB) are; a smaller one reuses the heap's, ~1.4x faster here
 
 
 @dataclass(frozen=True)
@@ -81,6 +99,12 @@ def measure(ops: tuple[str, ...] = OPS, scale: float = 1.0) -> dict[str, Rate]:
         replies = r.amount / UNMASK_ROWS / rep.per_s
         got["taken"] = Rate("taken", r.amount, max(r.seconds - replies, 0.1 * r.seconds),
                             f"{r.what}, less the replies' {replies:.3g} s at the reply rate")
+    if "held" in got:  # the same secrets' timing without the more holders taken away
+        few = got.get("secret") or _timed("secret", *WORK["secret"](scale))
+        h = got["held"]
+        less = few.seconds * h.amount / HELD_EXTRA / few.amount
+        got["held"] = Rate("held", h.amount, max(h.seconds - less, 0.1 * h.seconds),
+                           f"{h.what}, less the same secrets' {less:.3g} s without them")
     if "rebuilt" in got or "secret" in got:  # reconstruct_many's parts, split (see above)
         for op in ("rebuilt", "secret", "lagrange"):
             if op not in got:
@@ -94,23 +118,51 @@ def measure(ops: tuple[str, ...] = OPS, scale: float = 1.0) -> dict[str, Rate]:
     return got
 
 
-def _timed(op: str, run: Callable[[], float], what: str, tries: int = 3) -> Rate:
+def _timed(op: str, run: Callable[[], Any], what: str, tries: int = 3) -> Rate:
     """The fastest of `tries` CPU timings of `run` (after a warm-up): on a shared machine the
-    others' load only ever slows a timing down (caches, memory bandwidth)."""
+    others' load only ever slows a timing down (caches, memory bandwidth). A run that times
+    itself (cold: `Cold`) returns (amount, seconds)."""
     run()  # warm-up: imports, allocations, caches
     best, amount = math.inf, 0.0
     for _ in range(tries):
         t0 = time.process_time()
-        amount = run()
-        best = min(best, time.process_time() - t0)
+        got = run()
+        took = time.process_time() - t0
+        amount, took = got if isinstance(got, tuple) else (got, took)
+        best = min(best, took)
     return Rate(op, amount, max(best, 1e-9), what)
+
+
+class Cold:
+    """CPU seconds of calls each made with the caches cold, as the server makes the unmask
+    stage's: it takes each reply as it arrives, between its other work (and, in fednet local,
+    the clients' own), and rebuilds the secrets from shares taken over the whole stage. Before
+    each timed call a pass over EVICT_BYTES (more than a core's L2 cache) evicts what the last
+    call left there; the seconds of the timer's own calls are taken away."""
+
+    def __init__(self) -> None:
+        self.scratch = np.ones(EVICT_BYTES // 8)
+        t0 = time.process_time()
+        for _ in range(1000):
+            a = time.process_time()
+            time.process_time() - a
+        self.tick = (time.process_time() - t0) / 1000  # (a timing's own cost)
+        self.seconds = 0.0
+
+    def __call__(self, f: Callable[[], Any]) -> Any:
+        """f(), timed cold (added to `seconds`)."""
+        self.scratch.sum()
+        t0 = time.process_time()
+        out = f()
+        self.seconds += max(time.process_time() - t0 - self.tick, 0.0)
+        return out
 
 
 def _n(base: int, scale: float) -> int:
     return max(1, int(base * scale))
 
 
-def _x25519(scale: float) -> tuple[Callable[[], float], str]:
+def _x25519(scale: float) -> Work:
     n = _n(3000, scale)
     seeds = [bytes([i % 256]) * 32 for i in range(n)]
 
@@ -121,7 +173,7 @@ def _x25519(scale: float) -> tuple[Callable[[], float], str]:
     return run, f"{n} X25519 key pairs"
 
 
-def _kdf(scale: float) -> tuple[Callable[[], float], str]:
+def _kdf(scale: float) -> Work:
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
@@ -136,7 +188,7 @@ def _kdf(scale: float) -> tuple[Callable[[], float], str]:
     return run, f"{n} HKDF-SHA256 derivations"
 
 
-def _aead(scale: float) -> tuple[Callable[[], float], str]:
+def _aead(scale: float) -> Work:
     n = _n(20000, scale)
     key, plain, aad = bytes(32), bytes(PLAIN_BYTES), b"share"
 
@@ -148,7 +200,7 @@ def _aead(scale: float) -> tuple[Callable[[], float], str]:
     return run, f"{n} seals and opens of {PLAIN_BYTES} bytes"
 
 
-def _prg(scale: float) -> tuple[Callable[[], float], str]:
+def _prg(scale: float) -> Work:
     n, d = _n(8, scale), 1 << 20
 
     def run() -> float:
@@ -158,7 +210,7 @@ def _prg(scale: float) -> tuple[Callable[[], float], str]:
     return run, f"{n} masks of {d} uint64"
 
 
-def _mask(scale: float) -> tuple[Callable[[], float], str]:
+def _mask(scale: float) -> Work:
     n = _n(12000, scale)
     y = np.zeros(1, np.uint32)
 
@@ -169,7 +221,7 @@ def _mask(scale: float) -> tuple[Callable[[], float], str]:
     return run, f"{n} masks of one value"
 
 
-def _shamir(scale: float) -> tuple[Callable[[], float], str]:
+def _shamir(scale: float) -> Work:
     n, k, t = _n(50, scale), 200, 100
     rng = np.random.default_rng(0)
     secret = bytes(range(32))
@@ -181,7 +233,7 @@ def _shamir(scale: float) -> tuple[Callable[[], float], str]:
     return run, f"{n} shares among {k} at threshold {t}"
 
 
-def _replies(k: int, n: int) -> tuple[Callable[[], float], str]:
+def _replies(k: int, n: int) -> Work:
     """n unmask replies of k shares each taken (Aggregation.take_unmask), each from its own
     client into a round's fresh tables, as a round takes them; amount n."""
     from fednet.secagg import server  # (a leaf of fednet.secagg: no cycle)
@@ -199,23 +251,29 @@ def _replies(k: int, n: int) -> tuple[Callable[[], float], str]:
         replies.append((cid, {"b_of": ids, "b_share": rows.copy(), "s_of": none,
                               "s_share": no_rows}, {"survivors": ids, "dropped": none}))
 
-    def run() -> float:
+    def run() -> tuple[float, float]:
         agg.b_shares, agg.answered = {}, set()
+        cold = Cold()
         for cid, got, asked in replies:
-            if agg.take_unmask(cid, got, asked):
+            if cold(lambda: agg.take_unmask(cid, got, asked)):  # noqa: B023 (called at once)
                 raise AssertionError("the measured reply is refused")
-        return n
-    return run, f"{n} unmask replies of {k} shares taken"
+        return n, cold.seconds
+    return run, f"{n} unmask replies of {k} shares taken, each cold"
 
 
-def _reply(scale: float) -> tuple[Callable[[], float], str]:
+def _reply(scale: float) -> Work:
     return _replies(1, _n(10000, scale))
 
 
-def _taken(scale: float) -> tuple[Callable[[], float], str]:
+def _taken(scale: float) -> Work:
     n = _n(500, scale)
     run, what = _replies(UNMASK_ROWS, n)
-    return (lambda: run() * UNMASK_ROWS), what
+    return (lambda: _times(run(), UNMASK_ROWS)), what
+
+
+def _times(got: Any, k: int) -> tuple[float, float]:
+    """A cold timing's (amount, seconds) with the amount k times as many."""
+    return got[0] * k, got[1]
 
 
 def _split(many: Rate, few: Rate, lag: Rate) -> dict[str, Rate]:
@@ -234,7 +292,7 @@ def _split(many: Rate, few: Rate, lag: Rate) -> dict[str, Rate]:
             "rebuilt": Rate("rebuilt", many.amount, many.amount * b, f"{many.what}, {how}")}
 
 
-def _reconstructions(n: int, k: int, t: int) -> tuple[Callable[[], float], str]:
+def _reconstructions(n: int, k: int, t: int, extra: int = 0) -> Work:
     """n times k secrets of threshold t rebuilt at once as the server rebuilds a round's
     (Aggregation.first_windows: the answered holders' shares picked, then
     shamir.reconstruct_many); amount n k. Each secret has its own set of t holders (the t - 1
@@ -246,30 +304,39 @@ def _reconstructions(n: int, k: int, t: int) -> tuple[Callable[[], float], str]:
     rng = np.random.default_rng(0)
     pool = list(range(t - 1 + k))
     agg = server.Aggregation(0, pool, {u: 1 for u in pool}, 2, 0.5, 32, rng)
-    agg.answered = set(pool)
-    agg.b_shares = {v: shamir.share(bytes([v % 256]) * 32, [*range(t - 1), t - 1 + v], t, rng)
-                    for v in range(k)}
+    late = range(t - 1 + k, t - 1 + k + extra)  # (ids after every secret's first t holders)
+    agg.answered = set(pool) | set(late)
+    agg.b_shares = {v: shamir.share(bytes([v % 256]) * 32, [*range(t - 1), t - 1 + v, *late], t,
+                                    rng) for v in range(k)}
     agg.t = {v: t for v in range(k)}
     which = [(v, agg.b_shares) for v in range(k)]
 
-    def run() -> float:
+    def run() -> tuple[float, float]:
+        cold = Cold()
         for _ in range(n):
-            if len(agg.first_windows(which)) != k:
+            if len(cold(lambda: agg.first_windows(which))) != k:
                 raise AssertionError("a measured secret did not rebuild")
-        return n * k
-    return run, f"{n} x {k} secrets rebuilt at once from {t} shares, each its own set of holders"
+        return n * k, cold.seconds
+    return run, (f"{n} x {k} secrets rebuilt at once from {t} shares, each its own set of "
+                 f"holders" + (f" and {extra} more holders" if extra else ""))
 
 
-def _rebuilt(scale: float) -> tuple[Callable[[], float], str]:
+def _rebuilt(scale: float) -> Work:
     run, what = _reconstructions(_n(16, scale), _n(REBUILD_S, min(scale, 1.0)), REBUILD_T)
-    return (lambda: run() * REBUILD_T), what
+    return (lambda: _times(run(), REBUILD_T)), what
 
 
-def _secret(scale: float) -> tuple[Callable[[], float], str]:
+def _secret(scale: float) -> Work:
     return _reconstructions(_n(4, scale), _n(SECRET_S, min(scale, 1.0)), SECRET_T)
 
 
-def _lagrange(scale: float) -> tuple[Callable[[], float], str]:
+def _held(scale: float) -> Work:
+    n, k = _n(4, scale), _n(SECRET_S, min(scale, 1.0))
+    run, what = _reconstructions(n, k, SECRET_T, HELD_EXTRA)
+    return (lambda: _times(run(), HELD_EXTRA)), what
+
+
+def _lagrange(scale: float) -> Work:
     from fednet.secagg import cost  # (cost imports shamir only)
 
     n, k = _n(24, scale), _n(REBUILD_S, min(scale, 1.0))
@@ -284,7 +351,7 @@ def _lagrange(scale: float) -> tuple[Callable[[], float], str]:
     return run, f"{n} x the Lagrange weights of {k} sets of {REBUILD_T} points"
 
 
-def _noise(scale: float) -> tuple[Callable[[], float], str]:
+def _noise(scale: float) -> Work:
     n, d = _n(6, scale), 1 << 20
     g = np.random.default_rng(0)
 
@@ -295,7 +362,7 @@ def _noise(scale: float) -> tuple[Callable[[], float], str]:
     return run, f"{n} x {d} normal draws"
 
 
-def _stream(scale: float) -> tuple[Callable[[], float], str]:
+def _stream(scale: float) -> Work:
     n, d = _n(96, scale), 1 << 20
     acc, x = np.zeros(d), np.ones(d)
 
@@ -306,7 +373,7 @@ def _stream(scale: float) -> tuple[Callable[[], float], str]:
     return run, f"{n} sums of {d} float64"
 
 
-def _sort(scale: float) -> tuple[Callable[[], float], str]:
+def _sort(scale: float) -> Work:
     rows = _n(1 << 14, scale)
     x = np.abs(np.random.default_rng(0).standard_normal((rows, SORT_ROW)))
 
@@ -316,7 +383,7 @@ def _sort(scale: float) -> tuple[Callable[[], float], str]:
     return run, f"a stable argsort of {rows} rows of {SORT_ROW} float64"
 
 
-def _gemm(scale: float) -> tuple[Callable[[], float], str]:
+def _gemm(scale: float) -> Work:
     n, rows, cols = _n(1, scale), 1024, 8192
     x = np.random.default_rng(0).standard_normal((rows, cols))
 
@@ -326,6 +393,36 @@ def _gemm(scale: float) -> tuple[Callable[[], float], str]:
                 x @ x.T
         return n * 2.0 * rows * rows * cols
     return run, f"{n} products ({rows} x {cols}) @ its transpose, float64, 1 BLAS thread"
+
+
+def _code(scale: float) -> Work:
+    n, d = _n(1, scale), CODE_VALUES
+    x = np.random.default_rng(0).standard_normal(d).astype(np.float32)
+    sizes = [d // 2, d - d // 2]  # (two tensors, as compress/codecs.q8_encode takes them)
+
+    def run() -> float:
+        for _ in range(n):  # int8's passes (compress/codecs.q8_encode, which this layer
+            b = [0, sizes[0], d]  # cannot import)
+            lo = np.array([x[b[i]:b[i + 1]].min() for i in range(2)], np.float32)
+            hi = np.array([x[b[i]:b[i + 1]].max() for i in range(2)], np.float32)
+            step = ((hi - lo) / 255).astype(np.float32)
+            q = np.rint((x - np.repeat(lo, sizes)) / np.repeat(step, sizes))
+            np.clip(q, 0, 255).astype(np.uint8)
+        return n * 9 * d
+    return run, (f"{n} x int8's 9 passes over {d} float32 (min, max, two repeats, subtract, "
+                 "divide, rint, clip, cast)")
+
+
+def _select(scale: float) -> Work:
+    n, d = _n(1, scale), CODE_VALUES
+    x = np.random.default_rng(0).standard_normal(d).astype(np.float32)
+    k = d // 100
+
+    def run() -> float:
+        for _ in range(n):  # (top-k's: compress/codecs.topk_encode)
+            np.sort(np.argpartition(np.abs(x), d - k)[d - k:])
+        return n * d
+    return run, f"{n} top-1 % selections among {d} float32"
 
 
 def _one_blas_thread() -> Any:
@@ -338,9 +435,9 @@ def _one_blas_thread() -> Any:
     return threadpool_limits(limits=1, user_api="blas")
 
 
-WORK: dict[str, Callable[[float], tuple[Callable[[], float], str]]] = {
+WORK: dict[str, Callable[[float], Work]] = {
     "x25519": _x25519, "kdf": _kdf, "aead": _aead, "prg": _prg, "mask": _mask,
     "shamir": _shamir, "reply": _reply, "taken": _taken, "secret": _secret,
-    "rebuilt": _rebuilt, "lagrange": _lagrange, "noise": _noise,
-    "stream": _stream, "sort": _sort, "gemm": _gemm}
+    "rebuilt": _rebuilt, "held": _held, "lagrange": _lagrange, "noise": _noise,
+    "stream": _stream, "sort": _sort, "gemm": _gemm, "code": _code, "select": _select}
 """Each operation's workload: scale -> (a call doing a fixed amount and returning it, what)."""

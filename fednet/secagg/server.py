@@ -85,6 +85,9 @@ class Aggregation:
     complaints: dict[int, set[int]] = field(default_factory=dict)  # sender -> who could not open
     excluded: dict[int, list[int]] = field(default_factory=dict)  # sender left out -> complainers
     remasked: bool = False  # the input stage was asked again, without the excluded
+    windows: dict[tuple[int, str], tuple[int, ...]] = field(default_factory=dict)  # the first t
+    # holders each secret was rebuilt from at once (first_windows; read by cost.unmasking)
+    _u2: list[int] | None = field(default=None, repr=False, compare=False)  # shared()'s, kept
 
     def __post_init__(self) -> None:
         self.graph = neighbours(self.cohort, self.degree, self.rng)
@@ -146,12 +149,17 @@ class Aggregation:
             return "its shares are not for the neighbours it was given"
         for v, row in zip(self.nbrs[cid], sealed):
             self.routed.setdefault(v, {})[cid] = row
+        self._u2 = None
         return ""
 
     def shared(self) -> list[int]:
         """U2: the clients whose shares the server holds (less those left out for shares
-        that did not open: remask_requests)."""
-        return sorted({u for rows in self.routed.values() for u in rows} - set(self.excluded))
+        that did not open: remask_requests). Computed once after the shares stage (a pass over
+        every routed share), kept until a share is taken or a sender left out."""
+        if self._u2 is None:
+            self._u2 = sorted({u for rows in self.routed.values() for u in rows}
+                              - set(self.excluded))
+        return list(self._u2)
 
     def input_requests(self) -> dict[int, dict[str, np.ndarray]]:
         """After the shares stage: each client's shares from its neighbours, and its mask
@@ -206,7 +214,7 @@ class Aggregation:
         first masked inputs are discarded: a survivor that masked with a sender whose share
         it could open would otherwise need that sender's key rebuilt, from shares that may
         open nowhere. Honest rounds never take this round trip."""
-        self.excluded = self.accused()
+        self.excluded, self._u2 = self.accused(), None
         survivors = self.inputs - set(self.excluded)
         self.total, self.inputs, self.remasked = None, set(), True
         self._check("input", len(survivors))
@@ -307,6 +315,7 @@ class Aggregation:
         secrets rebuilt without it."""
         while True:
             self._check("unmask", len(self.answered))
+            self.windows = {}
             try:
                 b_ids, s_ids = sorted(self.inputs), sorted(set(self.shared()) - self.inputs)
                 ready = {} if careful else self.first_windows(
@@ -322,15 +331,18 @@ class Aggregation:
 
     def first_windows(self, which: list[tuple[int, dict[int, dict[int, np.ndarray]]]]
                       ) -> dict[tuple[int, str], bytes]:
-        """The secrets _rebuild (not careful) gives, all at once (shamir.reconstruct_many):
-        (client, 'b' or 's') -> secret, for those that rebuild; the others (too few shares, a
-        window that rebuilds nothing) are left to _rebuild, which raises what it raises."""
-        items, keys = [], []
+        """The secrets _rebuild (not careful) gives, all at once (shamir.reconstruct_many of
+        each secret's first t answered holders): (client, 'b' or 's') -> secret, for those that
+        rebuild; the others (too few shares, a window that rebuilds nothing) are left to
+        _rebuild, which raises what it raises. The holders each was rebuilt from: `windows`."""
+        items, keys, answered = [], [], self.answered
         for v, shares in which:
-            got = {h: y for h, y in shares.get(v, {}).items() if h in self.answered}
-            if len(got) >= self.t[v]:
-                items.append((got, self.t[v]))
+            held, t = shares.get(v, {}), self.t[v]
+            first = sorted(h for h in held if h in answered)[:t]
+            if len(first) >= t:
+                items.append(({h: held[h] for h in first}, t))
                 keys.append((v, "b" if shares is self.b_shares else "s"))
+                self.windows[keys[-1]] = tuple(first)
         return {k: r for k, r in zip(keys, shamir.reconstruct_many(items))
                 if isinstance(r, bytes)}
 

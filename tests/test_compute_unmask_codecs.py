@@ -1,0 +1,89 @@
+"""Issue 52: the server's unmask count (the sets and shares it really looks through) and the
+codecs' work on a client's clock (compress/codecs.codec_work, charged inside the codec)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fednet import opcount
+from fednet.compress.codecs import REGISTERED, codec_work, topk_count
+from fednet.network.profiles import COLUMNS, OLDER, Profiles
+from fednet.secagg import cost
+from fednet.secagg.server import Aggregation
+from tests import test_secagg
+
+
+@pytest.mark.parametrize("degree, drop", [(None, {}), (6, {"input": {3}, "unmask": {5}})])
+def test_the_unmask_count_is_the_sets_the_server_rebuilt_from(monkeypatch, degree, drop):
+    """cost.unmasking reads the first t holders each secret was rebuilt from (agg.windows,
+    written by first_windows) and counts the same as finding them again; the shares held beyond
+    each secret's t are counted (held)."""
+    seen: list[Aggregation] = []
+    result = Aggregation.result
+
+    def keep(self, *a, **k):  # type: ignore[no-untyped-def]
+        seen.append(self)
+        return result(self, *a, **k)
+    monkeypatch.setattr(Aggregation, "result", keep)
+    (total, weight), own, w = test_secagg._round(12, 50, degree, drop)
+    assert np.array_equal(total, own) and weight == w  # (bit for bit, as before)
+    agg = seen[0]
+    assert agg.windows  # every secret's window, as first_windows took it
+    counted = cost.unmasking(agg)
+    agg.windows = {}
+    assert cost.unmasking(agg) == counted
+    secrets = [(v, agg.b_shares) for v in agg.inputs] + [
+        (v, agg.s_shares) for v in set(agg.shared()) - agg.inputs]
+    assert counted["held"] == sum(len(s[v]) - agg.t[v] for v, s in secrets) > 0
+    assert counted["rebuilt"] == sum(agg.t[v] for v, _ in secrets)
+
+
+def test_u2_is_kept_until_another_share_is_routed():
+    agg = Aggregation(0, list(range(4)), {u: 1 for u in range(4)}, None, 0.5, 32,
+                      np.random.default_rng(0))
+    agg.nbrs = {0: [1, 2, 3], 1: [0, 2, 3]}
+    sealed = np.zeros((3, 8), np.uint8)
+    assert agg.take_shares(0, np.array([1, 2, 3]), sealed) == "" and agg.shared() == [0]
+    assert agg.take_shares(1, np.array([0, 2, 3]), sealed) == "" and agg.shared() == [0, 1]
+    agg.shared().append(7)  # (a copy: the kept list stays)
+    assert agg.shared() == [0, 1]
+
+
+def test_each_codec_charges_its_passes_on_the_open_meter_only():
+    x = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
+    sizes = [600, 400]
+    got = {}
+    for name in ("fp16", "int8", "qsgd", "topk", "sign"):
+        spec = REGISTERED[name]
+        arg = spec.arg if spec.arg is not None else 0.0
+        rng = np.random.default_rng(1) if spec.random else None
+        with opcount.counted() as enc:
+            wire = spec.encode(x, sizes, rng, arg)
+        with opcount.counted() as dec:
+            spec.decode(wire, sizes, arg)
+        spec.encode(x, sizes, np.random.default_rng(1) if spec.random else None, arg)  # no meter
+        got[name] = (enc, dec)
+        assert enc == codec_work(name, 1000, k=topk_count(1000, arg) if name == "topk" else 0)
+        assert enc["code"] > 0 and dec["code"] > 0
+    assert got["int8"][0] == {"code": 9000.0}
+    k = topk_count(1000, 0.01)
+    assert got["topk"][0] == {"code": 3.0 * k, "select": 1000.0}
+    assert got["qsgd"][0]["noise"] == 1000  # a uniform draw a value
+    # QSGD's decode reads its M nonzero levels: the count follows the data it was sent
+    m = int(np.count_nonzero(np.unpackbits(got_wire(x, sizes))[:1000]))
+    assert got["qsgd"][1] == {"code": 9000.0 + 5 * m}
+    assert codec_work("a-plugin", 1000) == {} and codec_work("int8", 0) == {}
+
+
+def got_wire(x: np.ndarray, sizes: list[int]) -> np.ndarray:
+    spec = REGISTERED["qsgd"]
+    return spec.encode(x, sizes, np.random.default_rng(1), spec.arg)["@qsgd.nz"]
+
+
+def test_a_profile_table_without_the_codec_rates_reads_them_as_free():
+    old = OLDER[13]
+    row = np.arange(1, len(old) + 1, dtype=np.float64)
+    p = Profiles(row[None, :])[0]
+    for c in COLUMNS:
+        assert getattr(p, c) == (row[old.index(c)] if c in old else 0.0), c
+    assert p.code_per_s == 0.0 and p.select_per_s == 0.0 and p.s_per_conv == row[-1]
