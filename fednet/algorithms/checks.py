@@ -202,8 +202,10 @@ def codec_problem(cfg: RunConfig) -> str:
     f = cfg.net.codecs().field
     if not f.on:
         return ""
+    gridded = ", ".join(n + ("" if REGISTERED[n].arg is None else f":{REGISTERED[n].arg_name}")
+                        for n in FIELD_GRIDS if n in REGISTERED)
     return seam.codec_secagg_problem(REGISTERED[f.kind], FIELD_GRIDS.get(f.kind),
-                                     cfg.net.compress, cfg.net.secagg, cfg.dp.mode)
+                                     cfg.net.compress, cfg.net.secagg, cfg.dp.mode, gridded)
 
 
 def _unsummed(spec: registry.Spec) -> str:

@@ -280,19 +280,19 @@ def dp_secagg_problem(m: DPSpec, secagg: str) -> str:
 
 
 def codec_secagg_problem(c: CodecSpec, grid: FieldGrid | None, text: str, secagg: str,
-                         dp_kind: str = "") -> str:
+                         dp_kind: str = "", gridded: str = "int8, qsgd:S") -> str:
     """Why the codec of --compress TEXT does not go with --secagg SECAGG (one line), or '', from
     its facts: under secure aggregation the server unmasks only a sum, so the codec's output
     must sum in the field, value by value, on one grid for every client of the round (its
     FieldGrid, compress/field.py; CodecSpec.why says why a codec's own output does not); a
     DP mechanism that rounds each value onto its own grid (`dp_kind` distributed) leaves no
-    room for another."""
+    room for another. `gridded`: the codecs that declare a grid, as the refusal names them."""
     if secagg == "off" or c.name == "none":
         return ""
     if grid is None:
         why = c.why if not c.summable else "it declares no common grid (register_field_grid)"
         return (f"--compress {text}: {why}, and secure aggregation unmasks only their sum; use "
-                "a codec with a common grid (int8, qsgd:S), or drop --compress")
+                f"a codec with a common grid ({gridded}), or drop --compress")
     if dp_kind == "distributed":
         return (f"--compress {text}: --dp distributed rounds each value onto its own grid (its "
                 "noise's), so no codec's can be applied as well; drop --compress")
