@@ -6,7 +6,13 @@ fraction drawn from the run's seeded stream: unbiased, and the same under every 
 client multiplies it by its sample count n (the weight FedAvg gives it), so that the sum the
 server unmasks is sum_u n_u q_u and its weighted mean sum_u n_u q_u / sum_u n_u. Sums are taken
 modulo 2^32 or 2^64 (the masks' group): the server picks the smaller one that holds
-(sum of the cohort's n) * L, from its own partition sizes."""
+(sum of the cohort's n) * L, from its own partition sizes.
+
+Under --compress int8|qsgd (a codec's common grid, compress/field.py) L is the codec's (254 for
+int8, 2S for qsgd:S), each client puts its weight into its values instead (n / the cohort's
+largest n, so every input counts 1), and the masked values travel modulo 2^w, w = sum_bits(k, L)
+for a cohort of k, packed w bits each (pack, unpack): a masked value reduced modulo 2^w is still
+uniformly masked, and the sum modulo 2^w is the clients' sum, which is below 2^w."""
 from __future__ import annotations
 
 import math
