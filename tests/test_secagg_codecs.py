@@ -33,7 +33,7 @@ def _protocol(xs: list[np.ndarray], examples: list[int], clip: float, levels: in
     n, d = len(xs), xs[0].size
     w = dict.fromkeys(range(n), 1)  # (every input counts 1: its weight is in its values)
     fbits = field.field_bits(n, 16, 0, levels)
-    wbits = field.sum_bits(n, levels)
+    wbits = field.wire_bits(n, levels)
     agg = Aggregation(5, list(range(n)), w, None, 0.5, fbits, np.random.default_rng(seed))
     for u in range(n):
         pk = C.keys(u, 5, np.random.default_rng([seed, u, 0]))
@@ -67,11 +67,12 @@ def _protocol(xs: list[np.ndarray], examples: list[int], clip: float, levels: in
 def test_golden_three_clients_on_the_int8_grid():
     """clip 127 and int8's grid (127 steps a side): a step is 1, so integer updates of clients
     of equal examples land on the grid exactly (no rounding): the unmasked sum is the sum of
-    the grid's integers, 11 bits a value (254 x 3 < 2^10), and its mean the clients' mean."""
+    the grid's integers, 11 bits a value (254 x 3 < 2^10, and the guard bit), and its mean the
+    clients' mean."""
     xs = [np.array([1.0, -2.0, 5.0, 200.0]), np.array([0.0, 3.0, -127.0, -1.0]),
           np.array([-4.0, 0.0, 7.0, 2.0])]
     levels = grid_levels("int8", 0.0)
-    assert levels == 254 and field.sum_bits(3, levels) == 10
+    assert levels == 254 and field.wire_bits(3, levels) == 11
     total, qs, k = _protocol(xs, [50, 50, 50], 127.0, levels)
     # the grid's integers (offset by 127): sum_u (x_u + 127), x clipped to 127
     assert total.tolist() == [128 + 127 + 123, 125 + 130 + 127, 132 + 0 + 134, 254 + 126 + 129]
@@ -102,6 +103,15 @@ def test_packing_round_trips_at_every_width():
         got = field.unpack(field.pack(y, w), w, y.size, np.dtype(np.uint64))
         assert np.array_equal(got, y if w == 64 else y & np.uint64((1 << w) - 1)), w
         assert field.pack(y, w).size == (999 * w + 7) // 8
+
+
+def test_the_guard_bit_leaves_half_the_range_outside_every_honest_sum():
+    """wire_bits: every honest sum k L fits, and at least half of Z_{2^w} lies above it (what
+    a wrong input's uniform values fall into, for the server's check to see)."""
+    for levels in (2, 8, 32, 254):
+        for k in range(1, 3000):
+            w = field.wire_bits(k, levels)
+            assert k * levels < 1 << (w - 1) and w == field.sum_bits(k, levels) + 1
 
 
 def _cfg(tmp_path, name, rounds=1, clients=4, **net):
@@ -135,7 +145,7 @@ def test_a_run_unmasks_the_sum_of_the_clients_grid_integers(tmp_path, monkeypatc
     assert len(qs) == 4 and all(lv == levels for _, _, lv in qs)
     row = json.loads((tmp_path / "sa" / "metrics.jsonl").read_text().splitlines()[0])
     assert all(n == 1 for _, n, _ in qs)  # (each input counts 1: its weight is in its values)
-    assert row["secagg_wire_bits"] == field.sum_bits(4, levels) < row["secagg_field_bits"]
+    assert row["secagg_wire_bits"] == field.sum_bits(4, levels) + 1 < row["secagg_field_bits"]
     (total, base, examples), = seen
     assert np.array_equal(total.astype(np.uint64), sum(q.astype(np.uint64) for q, _, _ in qs))
     top, mass = max(examples.values()), sum(examples.values())
@@ -221,3 +231,23 @@ def test_launch_gives_the_local_run_bit_for_bit(tmp_path, mode, spec):
     assert same_arrays(final_model(tmp_path / "local"), final_model(tmp_path / "launch"))
     assert byte_totals(a, BYTE_KEYS) == byte_totals(b, BYTE_KEYS)
     assert a["bytes_by_stage"] == b["bytes_by_stage"] and a["sim_time_s"] == b["sim_time_s"]
+
+
+def test_a_wrong_masked_input_fails_the_round_by_the_grids_bound(tmp_path, monkeypatch):
+    """A client whose masked vector is not what its masks make (here: uniform values, as masks
+    left in): the unmasked sum modulo 2^wbits leaves [0, k (L - 1)] (the guard bit's half of
+    the range), so the round fails at unmask, named, and the model is kept."""
+    packed = secagg_client._packed
+    done: list[int] = []
+
+    def wrong(y, asked):
+        if asked.get("wbits") and not done:  # (the first input: one client's)
+            done.append(1)
+            y = np.random.default_rng(0).integers(0, 1 << 32, y.size, dtype=np.uint64
+                                                  ).astype(y.dtype)
+        return packed(y, asked)
+    monkeypatch.setattr(secagg_client, "_packed", wrong)
+    run_local(_cfg(tmp_path, "bad", secagg="plus", secagg_clip=0.5, compress="int8"),
+              quiet=True)
+    row = json.loads((tmp_path / "bad" / "metrics.jsonl").read_text().splitlines()[0])
+    assert done and "outside the bound honest clients' sums keep" in row["secagg_failed"]

@@ -33,7 +33,7 @@ from fednet import opcount
 from fednet.secagg import client as C
 from fednet.secagg import cost
 from fednet.compress.field import grid_levels
-from fednet.secagg.field import dequantize, dtype_of, field_bits, packed_size, sum_bits, unpack
+from fednet.secagg.field import dequantize, dtype_of, field_bits, packed_size, unpack, wire_bits
 from fednet.secagg.graph import default_neighbours
 from fednet.secagg.server import STAGES, Aggregation, SecAggFailed
 from fednet.algorithms.secagg_client import BAD_FROM, PREFIX, _floats, counted_prefix
@@ -171,8 +171,9 @@ class SecAggServer(StagedStrategy):
         fbits = distributed.FIELD_BITS if self.ddp else field_bits(
             sum(weights.values()), self.bits, self.forced_field,
             self.levels if self.packed else 0)
-        # (the fewest bits every sum of the round fits: the cohort's size times the grid's L)
-        self.wbits = sum_bits(len(cohort), self.levels) if self.packed else 0
+        # (the fewest bits every sum of the round fits, the cohort's size times the grid's L,
+        # and a guard bit for the unmasked sum's check; within the masks' field)
+        self.wbits = min(wire_bits(len(cohort), self.levels), fbits) if self.packed else 0
         degree = None if self.mode == "full" else (
             self.degree_asked or default_neighbours(len(cohort), self.dropout, self.fraction))
         self.agg = Aggregation(rnd, cohort, weights, degree, self.fraction, fbits,

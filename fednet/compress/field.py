@@ -16,7 +16,8 @@ most L = 2 levels and a sum of k inputs at most k L. The client sends the grid's
 masked; the server unmasks their sum, dequantizes it once and divides by sum_u n_u / n_top
 (secagg/field.py, algorithms/secagg.py): FedAvg's weighted mean, up to the rounding. The
 masked vector travels in the fewest bits any sum of the round can need, ceil(log2(k L + 1)) for
-a cohort of k (a value's bits plus ceil(log2 k) at most), packed (secagg/field.sum_bits, pack).
+a cohort of k (a value's bits plus ceil(log2 k) at most), and one guard bit that keeps the
+server's check of the unmasked sum meaningful, packed (secagg/field.wire_bits, pack).
 
 A codec without a FieldGrid (fp16, top-k, sign: their facts in CodecSpec.why) is refused under
 --secagg at validate, before any data loads (algorithms/seam.codec_secagg_problem). A plugin's

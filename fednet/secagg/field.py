@@ -11,8 +11,9 @@ modulo 2^32 or 2^64 (the masks' group): the server picks the smaller one that ho
 Under --compress int8|qsgd (a codec's common grid, compress/field.py) L is the codec's (254 for
 int8, 2S for qsgd:S), each client puts its weight into its values instead (n / the cohort's
 largest n, so every input counts 1), and the masked values travel modulo 2^w, w = sum_bits(k, L)
-for a cohort of k, packed w bits each (pack, unpack): a masked value reduced modulo 2^w is still
-uniformly masked, and the sum modulo 2^w is the clients' sum, which is below 2^w."""
++ GUARD_BITS for a cohort of k (wire_bits), packed w bits each (pack, unpack): a masked value
+reduced modulo 2^w is still uniformly masked, and the sum modulo 2^w is the clients' sum, which
+is below 2^(w - 1)."""
 from __future__ import annotations
 
 import math
@@ -38,6 +39,19 @@ def sum_bits(total_weight: int, levels: int) -> int:
     """The fewest bits that hold every sum a round can make, total_weight * L (L the grid's
     steps): a quantized value's bits plus those of the summands' total weight."""
     return math.ceil(math.log2(max(1, total_weight) * levels + 1))
+
+
+GUARD_BITS = 1
+"""Bits a packed masked value carries above the largest honest sum's (wire_bits): without them
+the honest sums [0, k L] would fill nearly all of Z_{2^w}, and the server's check that the
+unmasked sum lies there (a wrong masked input or share leaves masks in, uniform modulo 2^w)
+would catch almost nothing; with one, each such value falls outside with probability >= 1/2."""
+
+
+def wire_bits(cohort: int, levels: int) -> int:
+    """The bits a masked value travels in under a codec's grid (every input counts 1): the
+    fewest that hold cohort * L, plus GUARD_BITS."""
+    return sum_bits(cohort, levels) + GUARD_BITS
 
 
 def dtype_of(fbits: int) -> np.dtype:
