@@ -142,12 +142,24 @@ def cell(model_name: str, count: int, repeats: int, seed: int = 0) -> dict:
             "batched_all_s": [round(x, 4) for x in batch_all], "threads": torch.get_num_threads()}
 
 
+ROW_MODELS = ("mclr", "digits_cnn")
+"""The models with a dashboard row of their own; another model's cells go in the last row's note
+(BENCHMARKS.md's line budget; the CIFAR-shaped model's whole round has its row from
+bench_batched_runs.py)."""
+
+
 def headline(data: dict) -> list:
-    """The dashboard's rows, one per model (the budget of BENCHMARKS.md's lines): its largest
-    cell's batched round over the plain loop's, its other cells' ratios in the note."""
+    """The dashboard's rows, one per model of ROW_MODELS (the budget of BENCHMARKS.md's lines):
+    its largest cell's batched round over the plain loop's, its other cells' ratios in the note;
+    the other models' cells in the last row's note."""
     cells = data.get("cells", [])
     rows = []
-    for model in dict.fromkeys(r["model"] for r in cells):
+    extra = "".join(
+        f"; {r['model']} {r['clients']:,} clients {r['ratio']}x (CPU time "
+        f"{r.get('cpu_ratio', '?')}x; parameters within {r['max_rel_diff']} of scale)"
+        for r in cells if r["model"] not in ROW_MODELS)
+    models = [m for m in dict.fromkeys(r["model"] for r in cells) if m in ROW_MODELS]
+    for i, model in enumerate(models):
         mine = sorted((r for r in cells if r["model"] == model), key=lambda r: r["clients"])
         r, others = mine[-1], mine[:-1]
         rows.append(headline_row(
@@ -159,7 +171,8 @@ def headline(data: dict) -> list:
             f"{data.get('matmul_peak_gflops', '?')}); parameters within "
             f"{r['max_rel_diff']} of scale; {r['threads']} thread"
             + (f"; CPU time {r['cpu_ratio']}x" if "cpu_ratio" in r else "")
-            + "".join(f"; {o['clients']:,} clients {o['ratio']}x" for o in others)))
+            + "".join(f"; {o['clients']:,} clients {o['ratio']}x" for o in others)
+            + (extra if i == len(models) - 1 else "")))
     return measured(*rows)
 
 
