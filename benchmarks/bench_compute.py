@@ -22,10 +22,12 @@ Components:
   clients), and the server's simulated seconds (secagg_server_sim_s) against its CPU seconds
   (secagg_server_s: the keys and shares stages' bookkeeping, uncharged, included);
 - the uplink codecs (--codecs; compress/codecs.py) on a client's update of --codec-model's
-  sizes (ResNet-18: 11.2 M float32 values in 62 tensors), as the client runs them: the encoding
-  and, for a codec with error feedback (top-k, sign), the decoding of its own output, inside an
-  opcount count (what the codec charges: codec_work) against their CPU seconds (median of
-  --reps), at the client's code, select and noise rates;
+  sizes (ResNet-18: 11.2 M float32 values in 62 tensors), as the client runs them
+  (compress.encode_result against the task's arrays: the update's flattening, the encoding and,
+  for a codec with error feedback (top-k, sign), its residual and the decoding of its own
+  output; numpy's BLAS on one thread, as launch's clients run), inside an opcount count (what
+  encode_result and the codec charge) against their CPU seconds (median of --reps), at the
+  client's code and select rates;
 - Krum and Bulyan on --robust-n updates of --robust-d float64 values (f = 20 %, as
   algorithms/robust.apply runs them: one BLAS thread), against the count the clock charges (the
   rule's declared work, robust_spec.bulyan_work; else network/server_cost.defense_ops).
@@ -188,32 +190,36 @@ def codec_all(a: argparse.Namespace, client: dict[str, float]) -> list[dict[str,
     import numpy as np
 
     from fednet import opcount
-    from fednet.compress.codecs import REGISTERED
+    from fednet.algorithms.robust import one_blas_thread
+    from fednet.compress import encode_result, parse
 
     if not a.codecs:
         return []
     shape = (3, 32, 32) if a.codec_model == "resnet18" else (1, 8, 8)
     model = build_model(a.codec_model, 10, shape, seed=0)  # type: ignore[arg-type]
-    sizes = [int(p.numel()) for p in model.parameters()]
-    x = np.random.default_rng(0).standard_normal(sum(sizes)).astype(np.float32)
+    g = np.random.default_rng(0)
+    arrays = {n: p.detach().numpy().copy() for n, p in model.named_parameters()}
+    reference = {n: (v - 0.01 * g.standard_normal(v.shape)).astype(np.float32)  # (the task's)
+                 for n, v in arrays.items()}
+    sizes = [int(v.size) for v in arrays.values()]
+    values = sum(sizes)
     rows = []
     for name in a.codecs:
-        spec = REGISTERED[name]
-        arg = spec.arg if spec.arg is not None else 0.0
+        spec = parse(name)
+        residual = ((1e-3 * g.standard_normal(values)).astype(np.float32) if spec.feedback
+                    else None)
 
-        def once(spec: Any = spec, arg: float = arg) -> tuple[float, dict[str, float]]:
+        def once(spec: Any = spec, residual: Any = residual) -> tuple[float, dict[str, float]]:
             rng = np.random.default_rng(1) if spec.random else None
-            with opcount.counted() as got:
+            with opcount.counted() as got, one_blas_thread():  # (as launch's clients: 1 thread)
                 t = time.process_time()
-                wire = spec.encode(x, sizes, rng, arg)
-                if spec.feedback:  # (compress.encode_result: the residual's decoding)
-                    spec.decode(wire, sizes, arg)
+                encode_result(spec, arrays, reference, residual, rng)  # (compress/client.py's)
                 return time.process_time() - t, dict(got)
         once()  # warm-up
         runs = [once() for _ in range(a.reps)]
         cpu = statistics.median(r[0] for r in runs)
         sim = opcount.seconds(runs[0][1], client)
-        rows.append({"codec": name, "model": a.codec_model, "values": int(x.size),
+        rows.append({"codec": name, "model": a.codec_model, "values": values,
                      "tensors": len(sizes), "ops": runs[0][1], "cpu_s": cpu,
                      "cpu_s_runs": [r[0] for r in runs], "sim_s": sim, "ratio": _ratio(sim, cpu)})
     return rows
@@ -319,7 +325,7 @@ def main() -> None:
     ap.add_argument("--full-max", type=int, default=1000, help="full SecAgg's largest cohort")
     ap.add_argument("--robust-n", type=int, default=1000)
     ap.add_argument("--robust-d", type=int, default=100_000)
-    ap.add_argument("--codecs", nargs="*", default=["int8", "topk"],
+    ap.add_argument("--codecs", nargs="*", default=["fp16", "int8", "qsgd", "topk", "sign"],
                     help="the uplink codecs timed (compress/codecs.py)")
     ap.add_argument("--codec-model", default="resnet18", choices=["resnet18", "digits_cnn"],
                     help="the update's sizes the codecs encode")

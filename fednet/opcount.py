@@ -33,7 +33,9 @@ The operations:
            median's 2 (1 + ln 2) n: Bulyan's closest-to-median mean)
   gemm     FLOPs of dense matrix products (Krum's and Bulyan's pairwise distances)
   code     element passes of a codec over its float32 vector (fednet/compress/codecs.py: numpy's
-           subtractions, scalings, roundings, casts, minima; one an element a pass)
+           subtractions, scalings, roundings, casts, minima; one an element a pass; QSGD's
+           uniform draws as codecs.QSGD_DRAW_PASSES each) and of compress.encode_result's own
+           (the update's flattening, an error-feedback residual)
   select   elements a top-k selection picks among (|x|, argpartition and the kept indices
            sorted, at 1 % kept)
 """

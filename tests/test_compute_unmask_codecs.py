@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from fednet import opcount
-from fednet.compress.codecs import REGISTERED, codec_work, topk_count
+from fednet.compress import FEEDBACK_PASSES, FLAT_PASSES, encode_result, parse
+from fednet.compress.codecs import QSGD_DRAW_PASSES, REGISTERED, codec_work, topk_count
 from fednet.network.profiles import COLUMNS, OLDER, Profiles
 from fednet.secagg import cost
 from fednet.secagg.server import Aggregation
@@ -68,11 +69,31 @@ def test_each_codec_charges_its_passes_on_the_open_meter_only():
     assert got["int8"][0] == {"code": 9000.0}
     k = topk_count(1000, 0.01)
     assert got["topk"][0] == {"code": 3.0 * k, "select": 1000.0}
-    assert got["qsgd"][0]["noise"] == 1000  # a uniform draw a value
+    assert got["qsgd"][0] == {"code": (22 + QSGD_DRAW_PASSES + 1 / 8) * 1000}  # (no "noise":
+    # a uniform draw is counted in passes, not at the Gaussian noise rate)
     # QSGD's decode reads its M nonzero levels: the count follows the data it was sent
     m = int(np.count_nonzero(np.unpackbits(got_wire(x, sizes))[:1000]))
     assert got["qsgd"][1] == {"code": 9000.0 + 5 * m}
     assert codec_work("a-plugin", 1000) == {} and codec_work("int8", 0) == {}
+
+
+def test_encode_result_charges_its_own_flattening_and_residual_passes():
+    g = np.random.default_rng(0)
+    arrays = {"w": g.standard_normal((30, 20)).astype(np.float32),
+              "b": g.standard_normal(400).astype(np.float32),
+              "n": np.arange(3)}  # (not floating: travels as it is, not counted)
+    reference = {"w": np.zeros((30, 20), np.float32)}  # b has none (SCAFFOLD's deltas' case)
+    for name in ("int8", "topk"):
+        spec = parse(name)
+        with opcount.counted() as got:
+            encode_result(spec, arrays, reference, np.zeros(1000, np.float32), None)
+        k = topk_count(1000, spec.arg)
+        codec = opcount.add(codec_work(name, 1000, k=k),
+                            codec_work(name, 1000, decode=True, k=k) if spec.feedback else {})
+        own = FLAT_PASSES[True] * 600 + FLAT_PASSES[False] * 400 + (
+            FEEDBACK_PASSES * 1000 if spec.feedback else 0)
+        assert got == opcount.add(dict(codec), {"code": own})
+    encode_result(parse("int8"), arrays, reference, None, None)  # outside a meter: no error
 
 
 def got_wire(x: np.ndarray, sizes: list[int]) -> np.ndarray:

@@ -16,9 +16,9 @@ Wire forms (N elements in T tensors of sizes `sizes`):
 
 Each encode and decode charges its work to the open task meter (fednet/opcount.py: a client's
 encoding, and a feedback codec's decoding of its own output, are on the clock at its code,
-select and noise rates; the server's calls, outside any meter, charge nothing): numpy's passes
-over the vector ("code": one an element a pass), top-k's selection among the N ("select"), QSGD's
-uniform draws ("noise"). The counts are the vector's sizes' (and K's, and the nonzero levels'),
+select rates; the server's calls, outside any meter, charge nothing): numpy's passes over the
+vector ("code": one an element a pass; QSGD's uniform draws as QSGD_DRAW_PASSES passes each),
+top-k's selection among the N ("select"). The counts are the vector's sizes' (and K's, and the nonzero levels'),
 never timed: codec_work. A tiny vector's cost is numpy's calls, not its elements: not counted.
 """
 from __future__ import annotations
@@ -67,21 +67,27 @@ def _finite(a: np.ndarray, name: str, nonneg: bool = False) -> np.ndarray:
 
 
 # ---- the work each codec does, counted (opcount) ----------------------------------------------
+FP16_PASSES = 7
+"""A float32 -> float16 conversion counted as this many passes: numpy's conversion of ResNet-18's
+11.2 M values took 6.4-7.1 times an int8 pass's seconds (secagg/rates.py's code rate, same
+minutes; measured once at 284fde0, not at run time)."""
 PASSES = {  # numpy's passes over the N elements ("code"), encode and decode, per codec
-    "fp16": (5, 6),    # a float16 conversion: FP16_PASSES | a conversion back, isfinite
+    "fp16": (FP16_PASSES, 6),    # a float16 conversion: FP16_PASSES | a conversion back, isfinite
     "int8": (9, 6),    # per tensor min and max, two repeats, subtract, divide, rint, clip,
     # astype | two repeats, astype, multiply, add, astype
-    "qsgd": (15, 9),   # astype, norm, repeat, abs, divide, scale, add the uniform, floor,
-    # clip, sign, multiply, astype, != 0, pack, pick the nonzero | unpack twice, astype, sum,
+    "qsgd": (22, 9),   # per tensor a float64 copy and its norm (3: one BLAS thread), repeat (3),
+    # abs, divide, scale (5), add the uniform, floor, clip (5), sign, multiply, astype (4), != 0,
+    # pack, pick the nonzero (2) (and the draws: QSGD_DRAW_PASSES) | unpack twice, astype, sum,
     # zeros, scatter, repeat, multiply (and a pass over the M levels: 5 M)
     "topk": (0, 1),    # (the selection: "select"; and 3 K: pick, two astypes) | zeros (and 5 K:
     # astype, isfinite, diff, compare, scatter)
     "sign": (3, 7),    # abs, per tensor mean, compare (and a pack) | unpack, astype, scale,
     # shift, repeat, multiply, astype
 }
-FP16_PASSES = 5
-"""A float32 -> float16 conversion counted as this many passes: numpy converts ~5.5e8 values/s
-here against ~2.6e9 simple passes (2^22 values, one core; measured once, not at run time)."""
+QSGD_DRAW_PASSES = 8
+"""QSGD's uniform float32 draws (Generator.random(dtype=float32)), counted as this many passes
+("code") each: 7.3-8.2 times an int8 pass's seconds on 11.2 M draws (same minutes), where a
+Gaussian draw ("noise", the mechanisms') is ~36: not the noise rate's draw."""
 
 
 def codec_work(name: str, n: int, decode: bool = False, k: int = 0, m: int = 0) -> opcount.Ops:
@@ -96,9 +102,7 @@ def codec_work(name: str, n: int, decode: bool = False, k: int = 0, m: int = 0) 
         if not decode:
             out["select"] = float(n)
     elif name == "qsgd":
-        out["code"] += 5 * m if decode else n / 8
-        if not decode:
-            out["noise"] = float(n)
+        out["code"] += 5 * m if decode else (QSGD_DRAW_PASSES + 1 / 8) * n
     elif name == "sign" and not decode:
         out["code"] += n / 8
     return out
