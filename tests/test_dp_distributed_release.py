@@ -104,3 +104,20 @@ def test_dp_survivors_sets_the_clients_the_noise_is_scaled_for():
     assert (t(), t(survivors=0.9), t(survivors=1.0)) == (51, 91, 100)
     with pytest.raises(ConfigError, match="^--dp-survivors 1: a setting of --dp distributed"):
         validate(small_config(clients=6, dp={"mode": "central", "noise": 1.0, "survivors": 1}))
+
+
+@pytest.mark.slow  # (three short runs: ~8 s)
+def test_a_resumed_run_is_checked_against_the_epsilon_its_rows_report(tmp_path):
+    """Every client in every round (6 of 6): the released models' epsilon (replace one user)
+    is above the server's, and a resumed run checks its state against the former, as its rows
+    report it (a check against the server's would refuse every resume)."""
+    def cfg(name):
+        return small_config(clients=6, rounds=2, out=str(tmp_path / name),
+                            net={"secagg": "plus", "checkpoint_every": 1},
+                            dp={"mode": "distributed", "noise": 0.4})
+    ref = run_local(cfg("ref").replace(rounds=3), quiet=True)
+    run_local(cfg("run"), quiet=True)
+    got = run_local(cfg("run").replace(rounds=3), quiet=True, resume=True)
+    assert got["status"] == "completed" and got["dp"] == ref["dp"]
+    assert got["dp"]["epsilon"] == got["dp"]["epsilon_by_adversary"]["release"] > \
+        got["dp"]["epsilon_by_adversary"]["server"]

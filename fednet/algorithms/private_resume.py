@@ -38,7 +38,10 @@ def resume_problem(srv: Any, st: Any, rounds_done: int, participants: Any,
 def _epsilon_of(srv: Any, st: Any) -> float:
     """Epsilon at the run's delta that a checkpointed state gives (central or local DP)."""
     if srv.central or srv.distributed:
-        return srv.acc.epsilon([(tuple(k), int(c)) for k, c in st.dp["events"]])
+        hist = [(tuple(k), int(c)) for k, c in st.dp["events"]]
+        if srv.distributed:  # (the adversary --dp-against names, as the rows report)
+            hist = plan.ddg_histories(srv.cfg, hist)[srv.cfg.dp.against]
+        return srv.acc.epsilon(hist)
     worst = int(st.dp_counts.max(initial=0))
     return srv.acc.epsilon([(plan.local_key(srv.cfg.dp.noise), worst)])
 
