@@ -1,24 +1,41 @@
 """A deployment's stack, composed (issue 58 item 5): each client clips its update, rounds it and
 adds its share of the distributed discrete Gaussian noise, SecAgg+ masks it, and the server
 unmasks only the noisy sum and steps with FedAdam -- against central DP-FedAvg (the server clips
-and noises) and non-private FedAvg, at each --epsilons, for each --cohorts a round; and central DP with the
-stack's FedAdam (dp-central-fedadam), which sets the privacy mechanism apart from the optimizer.
+and noises) and non-private FedAvg, at each --epsilons, for each --cohorts a round; and central
+DP with the stack's FedAdam (dp-central-fedadam), which sets the privacy mechanism apart from
+the optimizer.
 
     python3 benchmarks/bench_stack.py [--population 1400] [--cohorts 100 1000] [--rounds 5]
         [--epsilons 1 3 8] [--seeds 0 1 2] [--server-lr 0.1] [--parity-cohort 100]
-        [--methods fedavg dp-central dp-central-fedadam stack] [--reuse F] [--json F]
+        [--against release|server] [--central-sampling fixed|poisson] [--survivors 1]
+        [--model mclr] [--methods fedavg dp-central dp-central-fedadam stack stack-tolerant]
+        [--reuse F] [--json F]
 
-Every cell is one `fednet local` process on digits (model mclr, iid, the DP rows' task:
-benchmarks/bench_dp.py), --rounds rounds, epochs 1, batch 8, lr 0.5, clip 2.0, delta 1e-6,
---dp-epsilon calibrated over the run. Per cell: final accuracy, the epsilon the run reports,
-uplink bytes per client (the round's client-to-server bytes over the cohort; the stack's per
-stage too), wall seconds. The stack's checks: (1) its epsilon recomputed here from the run's
-recorded events with dp-accounting's RDP accountant (ZCDpEvent(rho) per round, rho from
-fednet.privacy.distributed.rho of the event's z, t, k, d) equals the reported one; (2) uplink
-per surviving client over its masked input (the same quantized vector in the clear: d field
-elements); (3) --parity-cohort: seed 0 at the middle epsilon run again under `fednet launch`:
-the same final model, bit for bit, and the same bytes; (4) accuracy at epsilon 3 against
-central DP-FedAvg at epsilon 3, paired by seed, with its 95% t interval.
+Like with like: by default every epsilon compared holds against the same adversary, whoever
+sees only the released models (not who took part), for the same neighbouring relation (replace
+one user) and the same sampling (cohorts of m drawn without replacement from N): central DP with
+--dp-sampling fixed, the stack with --dp-against release (its rounds amplified by that sampling,
+docs/algorithms.md 11.9). The stack's noise is scaled for --survivors of the cohort
+(--dp-survivors; 1: the whole cohort, the sum's noise z C as central's, as the paper's
+experiments); stack-tolerant keeps the default scaling (--secagg-threshold's survivors, which
+tolerates dropouts at sqrt(m / t) times the noise).
+
+Every cell is one `fednet local` process on digits (--model, default mclr; iid, the DP rows'
+task: benchmarks/bench_dp.py), --rounds rounds, epochs 1, batch 8, lr 0.5, clip 2.0, delta
+1e-6, --dp-epsilon calibrated over the run. Per cell: final accuracy, the epsilon the run
+reports (and the stack's against both adversaries), uplink bytes per client (the round's
+client-to-server bytes over the cohort; the stack's per stage too), wall seconds. The stack's
+checks: (1) both its epsilons recomputed here from the run's recorded events: against the
+server with dp-accounting's RDP accountant (ZCDpEvent(rho) per round, rho from
+fednet.privacy.distributed.rho of the event's z, t, k, d), against the released models from
+distributed.sampled_rdp of rho at span 2 converted by dp-accounting (and, as a reference,
+dp-accounting's own sampled Gaussian of the same zCDP curve), each equal to the reported one;
+(2) uplink per surviving client over its masked input (the same quantized vector in the clear:
+d field elements), per stage; (3) --parity-cohort: seed 0 at the middle epsilon run again under
+`fednet launch`: the same final model, bit for bit, and the same bytes; (4) accuracy at epsilon
+3 against central DP-FedAvg at epsilon 3, paired by seed, with its 95% t interval. With a
+--model other than mclr only the uplink row is written (a deployment's model, whose update
+dominates SecAgg+'s fixed per-client bytes; mclr's uplink is said in the launch row).
 
 Fingerprints (issue 55 item 1, benchlib/fingerprint.py, CLOCKLESS): seed 0's cells at epsilon 3
 (the stack, central DP-FedAvg, central DP-FedAdam) at FP_COHORTS, their first 2 rounds, the
