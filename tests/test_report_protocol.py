@@ -70,6 +70,17 @@ def test_full_secagg_has_every_other_client_as_neighbour_without_the_row_key():
     assert secagg_summary(cfg, rows, {}, 0)["overhead"] is None  # no model: no clear update
 
 
+def test_a_codec_under_secagg_is_reported_as_its_grid_and_wire_bits_not_secagg_bits():
+    rows = [{**_secagg_row(r, [6, 6, 6, 6, 6]), "secagg_wire_bits": 13} for r in (0, 1)]
+    cfg = small_config(clients=6, net={"secagg": "plus", "compress": "int8"}).replace(rounds=2)
+    sa = secagg_summary(cfg, rows, STAGE_BYTES, model_bytes=1000)
+    assert (sa["bits"], sa["codec"], sa["wire_bits"]) == (None, "int8", [13])
+    assert dict(secagg_rows(sa))["secagg parameters"].startswith(
+        "64-bit field, --compress int8 on a common grid, 13 bits a value sent, --secagg-clip 8")
+    plain = secagg_summary(_plus_cfg().replace(rounds=2), rows[:1], STAGE_BYTES, 1000)
+    assert (plain["bits"], plain["codec"]) == (12, None)
+
+
 def test_the_table_says_what_protocol_ran_and_what_it_cost():
     rows = [_secagg_row(0, [6, 6, 5, 5, 5]),
             _secagg_row(1, [6, 6, 4, 1], failed="too few inputs (1 < 4)")]

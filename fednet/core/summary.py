@@ -117,6 +117,8 @@ def secagg_summary(cfg: RunConfig, rows: list[dict[str, Any]], by_stage: dict[st
     tasks, uploads = (sum(a[i] for a in alive if len(a) > i) for i in (2, 3))
     failed = [r for r in sec if r.get("secagg_failed")]
     fbits = sorted({int(r["secagg_field_bits"]) for r in sec if r.get("secagg_field_bits")})
+    wbits = sorted({int(r["secagg_wire_bits"]) for r in sec if r.get("secagg_wire_bits")})
+    grid = cfg.net.codecs().field  # --compress under --secagg: the codec's common grid
     sent = sum(sum(v.values()) for v in by_stage.values())
     update = sent - model_bytes * tasks  # less the model each input task carries (as in the clear)
     clear = model_bytes * uploads
@@ -124,7 +126,10 @@ def secagg_summary(cfg: RunConfig, rows: list[dict[str, Any]], by_stage: dict[st
         "mode": n.secagg, "neighbours": ks, "neighbours_asked": n.secagg_neighbours,
         "dropout": n.secagg_dropout, "threshold": n.secagg_threshold, "clip": n.secagg_clip,
         "drop": getattr(n, "secagg_drop", ""),  # --secagg-drop's simulated dropouts
-        "bits": n.secagg_bits, "field_bits": fbits, "field_asked": n.secagg_field,
+        # a value's quantization: --secagg-bits, or the --compress codec's grid (compress/field.py)
+        "bits": None if grid.on else n.secagg_bits, "codec": n.compress if grid.on else None,
+        "field_bits": fbits, "field_asked": n.secagg_field,
+        "wire_bits": wbits,  # bits a masked value travels in (packed; [] : the field's words)
         "rounds": len(sec), "failed_rounds": len(failed),
         "last_failure": ({"round": failed[-1].get("round"), "why": failed[-1]["secagg_failed"]}
                          if failed else None),

@@ -59,6 +59,15 @@ def _stages(d: dict[str, Any], fmt: Any) -> str:
     return ", ".join(f"{k} {fmt(v)}" for k, v in d.items())
 
 
+def _quantization(sa: dict[str, Any]) -> str:
+    """How a masked value was quantized: --secagg-bits, or the --compress codec's common grid
+    sent packed in its wire bits (summary.json's secagg codec and wire_bits)."""
+    if not sa.get("codec"):
+        return f"--secagg-bits {sa.get('bits')}"
+    wb = "/".join(str(b) for b in sa.get("wire_bits") or [])
+    return f"--compress {sa['codec']} on a common grid" + (f", {wb} bits a value sent" if wb else "")
+
+
 def _plus_options(sa: dict[str, Any]) -> str:
     """SecAgg+'s neighbours asked (else the dropout rate its k was sized for), --secagg-drop."""
     out = ""
@@ -85,7 +94,7 @@ def secagg_rows(sa: Any, rounds: Any = None) -> list[tuple[str, str]]:
     every = " (all the others)" if mode == "full" else ""
     rows = [("secure aggregation", f"{SECAGG_NAMES.get(mode, mode)}, "
                                    f"k = {k} neighbours per client{every}"),
-            ("secagg parameters", f"{field}, --secagg-bits {sa.get('bits')}, --secagg-clip "
+            ("secagg parameters", f"{field}, {_quantization(sa)}, --secagg-clip "
                                   f"{short(sa.get('clip'))}, --secagg-threshold "
                                   f"{short(sa.get('threshold'))}"
                                   + _plus_options(sa)),
