@@ -48,6 +48,8 @@ _WITH = {"train.eps": ["--optimizer", "adam"],  # what a setting needs beside it
          **{f"dp.{k}": _CENTRAL for k in ("delta", "sampling", "accountant")},
          "dp.adaptive": _ADAPTIVE[:-1],
          **{f"dp.{k}": _ADAPTIVE for k in ("quantile", "clip_lr", "count_noise")}}
+_WITH.update({f"dp.{k}": ["--dp", "distributed", "--dp-noise", "1", "--secagg", "plus"]
+              for k in ("against", "survivors")})  # distributed DP's settings
 _WITH["net.compress_handoff"] = ["--algo", "fedseq"]  # (an algorithm that hands models over)
 _WITH.update({f"net.secagg_{k}": ["--secagg", "plus"]  # SecAgg's settings need --secagg
               for k in ("neighbours", "dropout", "threshold", "clip", "bits", "field", "drop")})
