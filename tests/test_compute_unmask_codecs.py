@@ -108,3 +108,25 @@ def test_a_profile_table_without_the_codec_rates_reads_them_as_free():
     for c in COLUMNS:
         assert getattr(p, c) == (row[old.index(c)] if c in old else 0.0), c
     assert p.code_per_s == 0.0 and p.select_per_s == 0.0 and p.s_per_conv == row[-1]
+
+
+def test_the_field_grids_quantize_and_pack_charge_the_open_meter():
+    from fednet.secagg import cost, field
+
+    x = np.random.default_rng(0).standard_normal(1000)
+    with opcount.counted() as got:
+        q = field.quantize(x, 1.0, 16, 1, 32, np.random.default_rng(1), 254)
+    assert got == cost.quantized(1000) == {"code": cost.QUANTIZE_PASSES * 1000.0}
+    with opcount.counted() as got:
+        buf = field.pack(q, 13)
+    assert got == cost.packed(1000)
+    assert np.array_equal(field.unpack(buf, 13, 1000, np.dtype(np.uint32)), q)  # (no meter)
+    arrays = {"sa.partners": np.arange(3), "sa.from": np.arange(4)}
+    first = cost.of_task("input", {"wbits": 13}, arrays, 1000, 4, "sa.")
+    again = cost.of_task("input", {"wbits": 13, "again": True}, arrays, 1000, 4, "sa.")
+    plain = cost.of_task("input", {}, arrays, 1000, 4, "sa.")
+    masked = cost.masked(1000, 4, 3)
+    assert again == opcount.add(dict(masked), cost.packed(1000))  # (not quantized again)
+    assert first["code"] == (cost.QUANTIZE_PASSES + cost.PACK_PASSES) * 1000
+    assert plain["code"] == cost.QUANTIZE_PASSES * 1000
+    assert cost.bound(10, 1000)["code"] >= 2 * first["code"]

@@ -54,6 +54,27 @@ def masked(d: int, itemsize: int, partners: int) -> Ops:
             "stream": (1 + partners) * d}
 
 
+QUANTIZE_PASSES = 42
+"""secagg/field.quantize's passes ("code", opcount) a value: float64 copy, clip, shift, scale,
+a uniform float64 draw, floor, clip, the uint64 cast, the weight, the field's cast. Measured
+(secagg/rates.py's code rate, same minutes, at 8d6ae13): 36 passes a value on 1 M values and
+47 on 11.2 M (plain SecAgg); 50-55 with the grid's clip and weight before it (its caller's)."""
+PACK_PASSES = 70
+"""secagg/field.pack's (and unpack's) passes a value: the 64 bits of each value unpacked into
+bytes, the low w kept, packed again (~64 + w byte operations a value; not a function of w
+measurably). Measured likewise: 55 (1 M values, w 13 and 18), 82-96 (11.2 M)."""
+
+
+def quantized(d: int) -> Ops:
+    """A client's update of d values quantized onto the field (secagg/field.quantize)."""
+    return {"code": float(QUANTIZE_PASSES * d)} if d > 0 else {}
+
+
+def packed(d: int) -> Ops:
+    """d masked values packed into w bits each (secagg/field.pack; or unpacked)."""
+    return {"code": float(PACK_PASSES * d)} if d > 0 else {}
+
+
 def summed(inputs: int, d: int) -> Ops:
     """The server's input stage: the masked inputs added modulo 2^f."""
     return {"stream": inputs * d}
@@ -108,9 +129,12 @@ def unmasking(agg: Any) -> Ops:
 
 
 def of_task(stage: str, body: dict, arrays: dict, d: int, itemsize: int, prefix: str) -> Ops:
-    """The work a stage's task asks of its client (as secagg/client.py charges it), from the
-    task itself: its neighbours and threshold, the senders and partners of its input stage
-    (arrays under `prefix`) and the masked vector's d values of `itemsize` bytes."""
+    """The work a stage's task asks of its client (as secagg/client.py and secagg/field.py
+    charge it), from the task itself: its neighbours and threshold, the senders and partners of
+    its input stage (arrays under `prefix`), the masked vector's d values of `itemsize` bytes,
+    quantized (an input stage's first ask) and, under a codec's grid (its body's wbits),
+    packed. (Distributed DP's inputs are its own encoding, not field.quantize: counted here as
+    quantized all the same.)"""
     if stage == "keys":
         return keys()
     if stage == "shares":
@@ -118,11 +142,16 @@ def of_task(stage: str, body: dict, arrays: dict, d: int, itemsize: int, prefix:
     if stage != "input":
         return {}
     out = masked(d, itemsize, len(arrays[prefix + "partners"]))
-    return out if body.get("again") else add(out, open_shares(len(arrays[prefix + "from"])))
+    if body.get("wbits"):
+        add(out, packed(d))
+    if body.get("again"):
+        return out
+    return add(add(out, quantized(d)), open_shares(len(arrays[prefix + "from"])))
 
 
 def bound(n: int, d: int) -> Ops:
     """Twice the most protocol work one client's task of a cohort of n can charge: every other
     client a neighbour and the threshold, d values of 8 bytes masked."""
-    work = add(add(add(shares(n, n), open_shares(n)), masked(d, 8, n)), keys())
+    work = add(add(add(add(shares(n, n), open_shares(n)), masked(d, 8, n)), keys()),
+               add(quantized(d), packed(d)))
     return {k: 2 * v for k, v in work.items()}

@@ -20,6 +20,9 @@ import math
 
 import numpy as np
 
+from fednet import opcount
+from fednet.secagg import cost
+
 
 def field_bits(total_weight: int, bits: int, forced: int = 0, levels: int = 0) -> int:
     """32 or 64: the masks' modulus 2^f, the smallest that holds total_weight * (2^bits - 1)
@@ -63,6 +66,7 @@ def quantize(x: np.ndarray, clip: float, bits: int, weight: int, fbits: int,
              rng: np.random.Generator, levels: int = 0) -> np.ndarray:
     """weight * q(x) as elements of Z_{2^fbits} (x: float64, any shape, flattened; `levels`:
     the grid's steps L in place of 2^bits - 1)."""
+    opcount.charge(cost.quantized(x.size))  # (a client's, on its task's meter: secagg/cost.py)
     levels = levels or (1 << bits) - 1
     scaled = (np.clip(x.astype(np.float64).ravel(), -clip, clip) + clip) * (levels / (2 * clip))
     q = np.floor(scaled + rng.random(scaled.size))
@@ -88,6 +92,7 @@ def pack(y: np.ndarray, wbits: int) -> np.ndarray:
     little-endian into bytes (uint8, packed_size long). Reducing a masked value modulo 2^wbits
     keeps it masked: the masks, uniform modulo 2^f, are uniform modulo 2^wbits, and sums
     modulo 2^f reduce to sums modulo 2^wbits."""
+    opcount.charge(cost.packed(y.size))  # (a client's; the server's unpack: outside a meter)
     v = np.ascontiguousarray(y, dtype=np.uint64).astype("<u8", copy=False)
     bits = np.unpackbits(v.view(np.uint8).reshape(-1, 8), axis=1, bitorder="little")
     return np.packbits(bits[:, :wbits].reshape(-1), bitorder="little")
@@ -95,6 +100,7 @@ def pack(y: np.ndarray, wbits: int) -> np.ndarray:
 
 def unpack(buf: np.ndarray, wbits: int, n: int, dtype: np.dtype) -> np.ndarray:
     """pack's n values (each < 2^wbits) as `dtype`."""
+    opcount.charge(cost.packed(n))
     bits = np.unpackbits(np.asarray(buf, np.uint8), count=n * wbits, bitorder="little")
     full = np.zeros((n, 64), np.uint8)
     full[:, :wbits] = bits.reshape(n, wbits)
