@@ -15,7 +15,8 @@ Components:
   (FLOPs / the rate + dispatched operations x s_per_op + convolutions x s_per_conv + noise
   draws / their rate), measured =
   the process's CPU seconds (median of --reps);
-- secure aggregation (SecAgg+ and full SecAgg, one `fednet local` round of mclr on digits, no
+- secure aggregation (SecAgg+ and full SecAgg, and SecAgg+ on --compress int8's common grid
+  (plus-int8), one `fednet local` round of mclr on digits, no
   dropouts, --latency and --server-profile the calibrated files) at each --cohorts size: per
   stage, a client's protocol and training seconds on the clock (the round's critical path,
   sim_split_by_stage) against the clients' mean CPU seconds of that stage (secagg_client_s /
@@ -141,13 +142,16 @@ def measure_all(a: argparse.Namespace, client: dict[str, float]) -> list[dict[st
 
 
 def secagg_cell(mode: str, n: int, files: tuple[str, str], tmp: Path) -> dict[str, Any]:
-    """One round of `--secagg mode` over n clients: per stage, a client's seconds on the clock
-    and measured (mean over the cohort), the server's."""
+    """One round of `--secagg mode` over n clients (mode plus-CODEC: --secagg plus --compress
+    CODEC, its common grid): per stage, a client's seconds on the clock and measured (mean over
+    the cohort), the server's."""
     out = tmp / f"secagg-{mode}-{n}"
+    secagg, _, codec = mode.partition("-")
     r = run(fednet_module("local", "--dataset", "digits", "--model", "mclr", "--clients",
                           str(n), "--rounds", "1", "--epochs", "1", "--batch-size", "8",
-                          "--secagg", mode, "--latency", files[0], "--server-profile",
-                          files[1], "-q", "--out", str(out)))
+                          "--secagg", secagg, *(("--compress", codec) if codec else ()),
+                          "--latency", files[0], "--server-profile", files[1], "-q", "--out",
+                          str(out)))
     if r.rc != 0:
         return {"mode": mode, "clients": n, "error": r.stderr[-600:]}
     row = metrics(out)[0]
@@ -222,7 +226,55 @@ def codec_all(a: argparse.Namespace, client: dict[str, float]) -> list[dict[str,
         rows.append({"codec": name, "model": a.codec_model, "values": values,
                      "tensors": len(sizes), "ops": runs[0][1], "cpu_s": cpu,
                      "cpu_s_runs": [r[0] for r in runs], "sim_s": sim, "ratio": _ratio(sim, cpu)})
+    if "int8" in a.codecs:
+        rows.append(_grid_input(a, client, arrays, reference))
     return rows
+
+
+GRID_COHORT, GRID_PARTNERS = 100, 8  # the grid cell's cohort (its wire bits) and mask partners
+
+
+def _grid_input(a: argparse.Namespace, client: dict[str, float], arrays: dict[str, Any],
+                reference: dict[str, Any]) -> dict[str, Any]:
+    """A SecAgg+ client's input stage on --compress int8's common grid as it runs after
+    training (algorithms/secagg_client.py, secagg/client.masked): the update clipped, weighted
+    and quantized (secagg/field.quantize), masked by its self mask and GRID_PARTNERS pairwise
+    ones (crypto.add_mask: the keystreams' AES-CTR), packed in wire_bits(GRID_COHORT, L)
+    (field.pack), against what is charged (field's quantize and pack, cost.masked: the
+    client's secagg/client.py charge, counted here as it charges it)."""
+    import numpy as np
+
+    from fednet import opcount
+    from fednet.compress.field import grid_levels
+    from fednet.secagg import cost, crypto, field
+
+    names = sorted(arrays)
+    vec = np.concatenate([(arrays[n] - reference[n]).ravel() for n in names]).astype(np.float64)
+    levels = grid_levels("int8", 0.0)
+    wbits = field.wire_bits(GRID_COHORT, levels)
+    fbits = field.field_bits(GRID_COHORT, 0, levels=levels)
+    keys = [bytes([i]) * 32 for i in range(1 + GRID_PARTNERS)]
+
+    def once() -> tuple[float, dict[str, float]]:
+        g = np.random.default_rng(1)
+        with opcount.counted() as got:
+            t = time.process_time()
+            x = np.clip(vec, -8.0, 8.0) * 0.75  # (the grid's clip and weight n / n_top)
+            q = field.quantize(x, 8.0, 16, 1, fbits, g, levels)
+            opcount.charge(cost.masked(q.size, q.dtype.itemsize, GRID_PARTNERS))
+            y = np.array(q, copy=True)
+            for i, key in enumerate(keys):
+                crypto.add_mask(y, key, 1 if i % 2 else -1)
+            field.pack(y, wbits)
+            return time.process_time() - t, dict(got)
+    once()  # warm-up
+    runs = [once() for _ in range(a.reps)]
+    cpu = statistics.median(r[0] for r in runs)
+    sim = opcount.seconds(runs[0][1], client)
+    return {"codec": "int8 SecAgg+ input", "model": a.codec_model, "values": int(vec.size),
+            "wbits": wbits, "fbits": fbits, "partners": GRID_PARTNERS, "ops": runs[0][1],
+            "cpu_s": cpu, "cpu_s_runs": [r[0] for r in runs], "sim_s": sim,
+            "ratio": _ratio(sim, cpu)}
 
 
 def robust_all(a: argparse.Namespace, server: dict[str, float]) -> list[dict[str, Any]]:
@@ -290,14 +342,17 @@ def _protocol_row(data: dict) -> dict | None:
     in the note."""
     parts = []
     for c in data.get("secagg", []):
-        name = f"{'SecAgg+' if c['mode'] == 'plus' else 'SecAgg'} {c['clients']}"
+        secagg, _, codec = c["mode"].partition("-")
+        name = f"{'SecAgg+' if secagg == 'plus' else 'SecAgg'}{' ' + codec if codec else ''} " \
+            f"{c['clients']}"
         for side in ("client", "unmask"):
             if c.get(f"{side}_ratio") is not None:
                 parts.append((f"{name} {'server unmask' if side == 'unmask' else side}",
                               c[f"{side}_ratio"]))
     parts += [(f"{r['defense'].capitalize()} {r['n']}x{r['d']}", r["ratio"])
               for r in data.get("robust", []) if r.get("ratio") is not None]
-    parts += [(f"{r['codec']} encode ({r['model']})", r["ratio"])
+    parts += [(f"{r['codec']}{'' if 'SecAgg' in r['codec'] else ' encode'} ({r['model']})",
+               r["ratio"])
               for r in data.get("codecs", []) if r.get("ratio") is not None]
     if not parts:
         return None
@@ -321,7 +376,8 @@ def main() -> None:
     ap.add_argument("--resnet-examples", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--cohorts", type=int, nargs="*", default=[100, 1000])
-    ap.add_argument("--secagg-modes", nargs="*", default=["plus", "full"])
+    ap.add_argument("--secagg-modes", nargs="*", default=["plus", "full", "plus-int8"],
+                    help="plus, full, or plus-CODEC (--secagg plus --compress CODEC)")
     ap.add_argument("--full-max", type=int, default=1000, help="full SecAgg's largest cohort")
     ap.add_argument("--robust-n", type=int, default=1000)
     ap.add_argument("--robust-d", type=int, default=100_000)

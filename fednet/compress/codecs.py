@@ -67,10 +67,11 @@ def _finite(a: np.ndarray, name: str, nonneg: bool = False) -> np.ndarray:
 
 
 # ---- the work each codec does, counted (opcount) ----------------------------------------------
-FP16_PASSES = 7
+FP16_PASSES = 6
 """A float32 -> float16 conversion counted as this many passes: numpy's conversion of ResNet-18's
-11.2 M values took 6.4-7.1 times an int8 pass's seconds (secagg/rates.py's code rate, same
-minutes; measured once at 284fde0, not at run time)."""
+11.2 M values alone took 6.4-7.1 times an int8 pass's seconds (secagg/rates.py's code rate, same
+minutes), but ~4.5-5 within compress.encode_result against its int8 encoding's (bench_compute's
+codec cells, two runs at 08c5b87): 6 between (measured, not at run time)."""
 PASSES = {  # numpy's passes over the N elements ("code"), encode and decode, per codec
     "fp16": (FP16_PASSES, 6),    # a float16 conversion: FP16_PASSES | a conversion back, isfinite
     "int8": (9, 6),    # per tensor min and max, two repeats, subtract, divide, rint, clip,
