@@ -391,10 +391,15 @@ def main() -> None:
     client, server, source = _rates(a)
     rate = client["train_flops_per_s"]
     print(f"host rate {rate / 1e9:.3g} GFLOP/s ({source})")
+    # the codecs first, right after the rates were measured: their passes are memory-bound,
+    # the most sensitive to this shared machine's load changing between the two (at 58e3a08,
+    # timed ~8 min after the calibration, they came out 1.5-2.0x, against 0.84-1.3x with the
+    # code rate timed in the same minute)
+    codecs = codec_all(a, client)
     data = {"machine": machine(), "args": vars(a), "rate": rate, "rate_source": source,
             "client_profile": client, "server_profile": server, "rows": measure_all(a, client),
             "secagg": secagg_all(a, client, server), "robust": robust_all(a, server),
-            "codecs": codec_all(a, client)}
+            "codecs": codecs}
     _print(data)
     write_json(a.json, data, headline(data))
 
