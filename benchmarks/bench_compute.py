@@ -20,8 +20,9 @@ Components:
   dropouts, --latency and --server-profile the calibrated files) at each --cohorts size: per
   stage, a client's protocol and training seconds on the clock (the round's critical path,
   sim_split_by_stage) against the clients' mean CPU seconds of that stage (secagg_client_s /
-  clients), and the server's simulated seconds (secagg_server_sim_s) against its CPU seconds
-  (secagg_server_s: the keys and shares stages' bookkeeping, uncharged, included);
+  clients; each client doing its own end of every pair's key exchange and mask, as in a
+  deployment: DEPLOYED_ENDS), and the server's simulated seconds (secagg_server_sim_s) against
+  its CPU seconds (secagg_server_s: the keys and shares stages' bookkeeping, uncharged, included);
 - the uplink codecs (--codecs; compress/codecs.py) on a client's update of --codec-model's
   sizes (ResNet-18: 11.2 M float32 values in 62 tensors), as the client runs them
   (compress.encode_result against the task's arrays: the update's flattening, the encoding and,
@@ -53,7 +54,7 @@ from fednet.training import flops
 from fednet.training.local import train
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib.runner import fednet_module, metrics, run  # noqa: E402
+from benchlib.runner import metrics, run  # noqa: E402
 from benchlib.util import headline_row, machine, measured, table, write_json  # noqa: E402
 
 STAGES = ("keys", "shares", "input", "unmask")
@@ -141,17 +142,24 @@ def measure_all(a: argparse.Namespace, client: dict[str, float]) -> list[dict[st
     return rows
 
 
+DEPLOYED_ENDS = [sys.executable, "-c", "from fednet.secagg import crypto; "
+                 "crypto.SHARE_ENDS = False; from fednet.cli import main; main()"]
+"""`fednet ARGS` whose clients each do their own end's work (secagg/crypto.SHARE_ENDS off): in
+one process the two ends of a pair otherwise share one key exchange and one mask expansion,
+which a deployment's client, and the clock, never skip. The same bits either way."""
+
+
 def secagg_cell(mode: str, n: int, files: tuple[str, str], tmp: Path) -> dict[str, Any]:
     """One round of `--secagg mode` over n clients (mode plus-CODEC: --secagg plus --compress
     CODEC, its common grid): per stage, a client's seconds on the clock and measured (mean over
     the cohort), the server's."""
     out = tmp / f"secagg-{mode}-{n}"
     secagg, _, codec = mode.partition("-")
-    r = run(fednet_module("local", "--dataset", "digits", "--model", "mclr", "--clients",
+    r = run(DEPLOYED_ENDS + ["local", "--dataset", "digits", "--model", "mclr", "--clients",
                           str(n), "--rounds", "1", "--epochs", "1", "--batch-size", "8",
                           "--secagg", secagg, *(("--compress", codec) if codec else ()),
                           "--latency", files[0], "--server-profile", files[1], "-q", "--out",
-                          str(out)))
+                          str(out)])
     if r.rc != 0:
         return {"mode": mode, "clients": n, "error": r.stderr[-600:]}
     row = metrics(out)[0]

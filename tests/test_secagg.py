@@ -246,3 +246,33 @@ def test_a_pair_mask_kept_for_the_other_end_gives_the_same_masked_inputs(monkeyp
                           + crypto.mask(bytes([3]) * 32, 50, np.dtype(np.uint32))
                           + crypto.mask(bytes([5]) * 32, 50, np.dtype(np.uint32)))
     C.SESSIONS.clear()
+
+
+def test_with_share_ends_off_each_end_exchanges_and_expands_its_own_for_the_same_bytes(
+        monkeypatch):
+    """crypto.SHARE_ENDS False (bench_compute's deployed clients): agree() keeps nothing for
+    the other end and masked() neither keeps nor takes a mask, so each end does the work the
+    clock counts for it; the keys and masked vectors are the shared path's."""
+    (a, pa), (b, pb) = (crypto.keypair(bytes([i]) * 32) for i in (17, 18))
+    info = b"test-ends|0"
+    shared = crypto.agree(a, pb, info)
+    crypto.PAIRS.clear()
+    monkeypatch.setattr(crypto, "SHARE_ENDS", False)
+    assert crypto.agree(a, pb, info) == shared and info not in crypto.PAIRS
+    crypto.PAIRS[info] = {(min(pa, pb), max(pa, pb)): b"x" * 32}  # (a kept key: not taken)
+    assert crypto.agree(b, pa, info) == shared and len(crypto.PAIRS[info]) == 1
+    crypto.PAIRS.clear()
+    sess = []
+    C.SESSIONS.clear()
+    for cid in (3, 5):
+        C.keys(cid, 7, np.random.default_rng(cid))
+        sess.append(C.SESSIONS[cid])
+    for s, o in ((sess[0], sess[1]), (sess[1], sess[0])):
+        s.pks, s.b = {o.cid: (o.c_pk, o.s_pk)}, bytes([s.cid]) * 32
+    out = [C.masked(s, np.arange(50, dtype=np.uint32) * np.uint32(s.cid), np.array([o.cid]))
+           for s, o in ((sess[0], sess[1]), (sess[1], sess[0]))]
+    assert C.MASKS.held == {}  # (nothing kept for the other end)
+    assert np.array_equal(out[0] + out[1] - crypto.mask(sess[0].b, 50, np.dtype(np.uint32))
+                          - crypto.mask(sess[1].b, 50, np.dtype(np.uint32)),
+                          np.arange(50, dtype=np.uint32) * np.uint32(8))
+    C.SESSIONS.clear()

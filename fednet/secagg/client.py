@@ -169,6 +169,9 @@ def masked(s: Session, values: np.ndarray, partners: np.ndarray) -> np.ndarray:
             raise ValueError(f"a mask partner {v} who is not a neighbour")
         key = pair_key(s_key, s.pks[v][1], s.rnd)
         sign = 1 if s.cid < v else -1
+        if not crypto.SHARE_ENDS:  # (each end expands its own, as in a deployment)
+            crypto.add_mask(y, key, sign)
+            continue
         kept = MASKS.take(s.rnd, key, y.size, y.dtype)
         if kept is not None:  # the partner's, in this process: the same keystream
             (np.add if sign > 0 else np.subtract)(y, kept, out=y)

@@ -55,17 +55,25 @@ def agree(key: bytes | X25519PrivateKey, public: bytes, info: bytes) -> bytes:
     other = bytes(public)
     own = sk.public_key().public_bytes_raw()
     pair = (own, other) if own < other else (other, own)
-    with _PAIRS_LOCK:
-        memo = PAIRS.get(info)
-        got = memo.pop(pair, None) if memo is not None else None  # (the second end takes it)
-    if got is not None:
-        return got
+    if SHARE_ENDS:
+        with _PAIRS_LOCK:
+            memo = PAIRS.get(info)
+            got = memo.pop(pair, None) if memo is not None else None  # (the second end's)
+        if got is not None:
+            return got
     shared = sk.exchange(X25519PublicKey.from_public_bytes(other))
     derived = HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None,
                    info=info).derive(shared)
-    if own != other:  # (a key agreed with its own public key has no other end)
+    if SHARE_ENDS and own != other:  # (a key agreed with its own public key has no other end)
         _keep(info, pair, derived)
     return derived
+
+
+SHARE_ENDS = True
+"""True (the default): the two ends of a pair in one process share their agreed key (PAIRS) and
+their pairwise mask (secagg/client.MASKS), an emulator's shortcut that changes no bit. False:
+each end exchanges and expands on its own, as a deployment's client does; the CPU a client then
+takes is what the simulated clock counts (benchmarks/bench_compute.py measures it so)."""
 
 
 PAIRS: dict[bytes, dict[tuple[bytes, bytes], bytes]] = {}
