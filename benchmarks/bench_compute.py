@@ -29,7 +29,8 @@ Components:
   for a codec with error feedback (top-k, sign), its residual and the decoding of its own
   output; numpy's BLAS on one thread, as launch's clients run), inside an opcount count (what
   encode_result and the codec charge) against their CPU seconds (median of --reps), at the
-  client's code and select rates;
+  client's code and select rates (the 'int8 SecAgg+ input' cell's quantize and pack at its
+  field rate, secagg/rates.py's timing of those two functions);
 - Krum and Bulyan on --robust-n updates of --robust-d float64 values (f = 20 %, as
   algorithms/robust.apply runs them: one BLAS thread), against the count the clock charges (the
   rule's declared work, robust_spec.bulyan_work; else network/server_cost.defense_ops).

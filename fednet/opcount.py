@@ -38,6 +38,11 @@ The operations:
            (the update's flattening, an error-feedback residual)
   select   elements a top-k selection picks among (|x|, argpartition and the kept indices
            sorted, at 1 % kept)
+  field    element passes of SecAgg's field work (fednet/secagg/field.py: quantize's float64
+           clip, scale, stochastic rounding and casts, secagg/cost.QUANTIZE_PASSES a value; a
+           codec grid's pack, its bits unpacked and packed again, cost.PACK_PASSES a value):
+           float64 and bit-level work, timed on those functions (secagg/rates.py), not at the
+           float32 codec passes' code rate
 """
 from __future__ import annotations
 
@@ -46,15 +51,17 @@ import contextvars
 from collections.abc import Iterator, Mapping
 
 OPS = ("x25519", "kdf", "aead", "prg", "mask", "shamir", "reply", "taken", "secret", "rebuilt",
-       "held", "lagrange", "noise", "stream", "sort", "gemm", "code", "select")
+       "held", "lagrange", "noise", "stream", "sort", "gemm", "code", "select",
+       "field")
 RATES = tuple(f"{op}_per_s" for op in OPS)
 """A rate field per operation (per second; prg in bytes/s, gemm in FLOP/s)."""
 
 CLIENT_RATES = ("x25519_per_s", "kdf_per_s", "aead_per_s", "prg_per_s", "shamir_per_s",
-                "noise_per_s", "code_per_s", "select_per_s")
+                "noise_per_s", "code_per_s", "select_per_s", "field_per_s")
 """The rates a client's profile carries (network/latency.Profile): a client's protocol work
-uses only these primitives, and its codecs' (fednet/compress/codecs.py) passes and selections
-(code, select: the columns added last, network/profiles.OLDER)."""
+uses only these primitives, its codecs' (fednet/compress/codecs.py) passes and selections
+(code, select: columns added later) and SecAgg's field work (field: the column added last;
+network/profiles.OLDER)."""
 
 Ops = dict[str, float]
 

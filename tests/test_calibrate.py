@@ -54,7 +54,7 @@ PLAUSIBLE = {"x25519": (1e3, 1e6), "kdf": (1e4, 1e7), "aead": (1e4, 1e7), "prg":
              "mask": (1e3, 1e7), "shamir": (1e6, 1e10), "reply": (1e3, 1e7), "taken": (1e4, 1e9),
              "secret": (1e3, 1e7), "rebuilt": (1e4, 1e8), "held": (1e5, 1e9), "lagrange": (1e6, 1e11),
              "noise": (1e6, 1e10), "stream": (1e7, 1e11), "sort": (1e6, 1e10), "gemm": (1e8, 1e13),
-             "code": (1e7, 1e11), "select": (1e6, 1e10)}
+             "code": (1e7, 1e11), "select": (1e6, 1e10), "field": (1e7, 1e11)}
 
 
 def test_each_rate_is_its_primitive_timed_and_plausible():

@@ -110,13 +110,38 @@ def test_a_profile_table_without_the_codec_rates_reads_them_as_free():
     assert p.code_per_s == 0.0 and p.select_per_s == 0.0 and p.s_per_conv == row[-1]
 
 
+def test_a_profile_table_without_the_field_rate_reads_it_as_free():
+    old = OLDER[15]  # (the widths before: code and select added, field not yet)
+    assert old == tuple(c for c in COLUMNS if c != "field_per_s")
+    row = np.arange(1, len(old) + 1, dtype=np.float64)
+    p = Profiles(row[None, :])[0]
+    for c in COLUMNS:
+        assert getattr(p, c) == (row[old.index(c)] if c in old else 0.0), c
+    assert p.field_per_s == 0.0 and p.code_per_s == row[old.index("code_per_s")]
+    assert p.s_per_conv == row[-1] and Profiles(row[None, :]).table.shape == (1, len(COLUMNS))
+
+
+def test_the_field_work_is_its_own_operation_at_its_own_rate():
+    """SecAgg's quantize and pack are charged as "field", at a profile's field_per_s (not at
+    the codecs' code rate, which moves with memory bandwidth while this work does not)."""
+    from fednet.network.ops import EDGE, SERVERS
+    from fednet.secagg import cost
+
+    assert "field" in opcount.OPS and "field_per_s" in opcount.CLIENT_RATES
+    assert EDGE["field_per_s"] > 0 and SERVERS["xeon-core"]["field_per_s"] > 0
+    ops = opcount.add(cost.quantized(1000), cost.packed(1000))
+    assert opcount.seconds(ops, {"code_per_s": 1e9}) == 0.0  # (the code rate does not price it)
+    assert opcount.seconds(ops, {"field_per_s": 1e9}) == pytest.approx(
+        (cost.QUANTIZE_PASSES + cost.PACK_PASSES) * 1000 / 1e9)
+
+
 def test_the_field_grids_quantize_and_pack_charge_the_open_meter():
     from fednet.secagg import cost, field
 
     x = np.random.default_rng(0).standard_normal(1000)
     with opcount.counted() as got:
         q = field.quantize(x, 1.0, 16, 1, 32, np.random.default_rng(1), 254)
-    assert got == cost.quantized(1000) == {"code": cost.QUANTIZE_PASSES * 1000.0}
+    assert got == cost.quantized(1000) == {"field": cost.QUANTIZE_PASSES * 1000.0}
     with opcount.counted() as got:
         buf = field.pack(q, 13)
     assert got == cost.packed(1000)
@@ -127,6 +152,6 @@ def test_the_field_grids_quantize_and_pack_charge_the_open_meter():
     plain = cost.of_task("input", {}, arrays, 1000, 4, "sa.")
     masked = cost.masked(1000, 4, 3)
     assert again == opcount.add(dict(masked), cost.packed(1000))  # (not quantized again)
-    assert first["code"] == (cost.QUANTIZE_PASSES + cost.PACK_PASSES) * 1000
-    assert plain["code"] == cost.QUANTIZE_PASSES * 1000
-    assert cost.bound(10, 1000)["code"] >= 2 * first["code"]
+    assert first["field"] == (cost.QUANTIZE_PASSES + cost.PACK_PASSES) * 1000
+    assert plain["field"] == cost.QUANTIZE_PASSES * 1000
+    assert cost.bound(10, 1000)["field"] >= 2 * first["field"]

@@ -13,8 +13,9 @@ round takes it; 1.2e5/s back to back) and the shares in them 2e6-3.5e6/s, secret
 2e5-2.8e5/s, the shares read into them 1.7e6-2.1e6/s and those looked through beyond them
 2e7/s, the Lagrange weights' element operations
 6.8e8/s, normal draws 5e7-1e8/s, streamed sums 1e9-2e9 element ops/s, stable argsort 2.6e8-2.7e8
-compare-moves/s, float64 x @ x.T 6e10-2e11 counted FLOP/s on one BLAS thread: the xeon-core
-class's order."""
+compare-moves/s, float64 x @ x.T 6e10-2e11 counted FLOP/s on one BLAS thread, codec passes
+2e9-3.7e9/s and SecAgg's field passes (quantize and pack on 12.6 M values) 2.5e9/s: the
+xeon-core class's order."""
 from __future__ import annotations
 
 from fednet.opcount import CLIENT_RATES, OPS, RATES, Ops, add, seconds
@@ -37,6 +38,9 @@ EDGE: dict[str, float] = {
                             # bandwidth, a read and a write of 4 bytes each; estimate)
     "select_per_s": 6e7,    # elements of a top-k selection (argpartition; estimate: ~1/5 of an
                             # x86 core's, as its scalar integer throughput)
+    "field_per_s": 3e8,     # SecAgg's field passes (secagg/field.quantize's float64 and pack's
+                            # bit unpacking; estimate: the code rate above times this host's
+                            # field/code ratio, 2.5e9 / 3.5e9 measured in one process)
 }
 """The presets' typical client's protocol rates (beside network/latency.EDGE_FLOPS); a client
 of a preset that is k times slower at training is k times slower at these too. A host's are
@@ -58,6 +62,8 @@ SERVERS: dict[str, dict[str, float]] = {
         "reply_per_s": 4e4, "taken_per_s": 3e6, "secret_per_s": 2.5e5, "rebuilt_per_s": 2e6,
         "held_per_s": 2e7, "lagrange_per_s": 6e8,
         "noise_per_s": 1e8, "sort_per_s": 3e8, "code_per_s": 2.5e9, "select_per_s": 4e8,
+        "field_per_s": 2e9,  # (not charged by the server today: its unpack is outside a
+        # meter; this host's 2.5e9 field passes/s, the order of the code rate's estimate above)
     },
     "none": {},  # the server computes for free (the clock before issue 52)
 }

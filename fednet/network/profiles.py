@@ -20,13 +20,18 @@ FIXED_COSTS = ("s_per_op", "s_per_conv")
 """The fixed seconds of a dispatched operation and of a convolution (training/flops.Work)."""
 
 CODEC_RATES = ("code_per_s", "select_per_s")
-"""The client rates added last (a codec's element operations and selections)."""
+"""The client rates added later (a codec's element operations and selections)."""
 
-_BEFORE = tuple(c for c in COLUMNS if c not in CODEC_RATES)
+FIELD_RATES = ("field_per_s",)
+"""The client rate added last (SecAgg's field work: secagg/field.quantize and pack)."""
+
+_BEFORE_FIELD = tuple(c for c in COLUMNS if c not in FIELD_RATES)
+_BEFORE = tuple(c for c in _BEFORE_FIELD if c not in CODEC_RATES)
 OLDER: dict[int, tuple[str, ...]] = {
     5: COLUMNS[:5],  # no protocol rates
-    5 + len(CLIENT_RATES) - len(CODEC_RATES): _BEFORE[:-len(FIXED_COSTS)],  # no fixed costs
-    len(_BEFORE): _BEFORE}  # no codec rates
+    len(_BEFORE) - len(FIXED_COSTS): _BEFORE[:-len(FIXED_COSTS)],  # no fixed costs
+    len(_BEFORE): _BEFORE,  # no codec rates
+    len(_BEFORE_FIELD): _BEFORE_FIELD}  # no field rate
 """The columns of tables written before a column was added, by their width: the missing
 columns read as 0 (free)."""
 OLDER_WIDTHS = tuple(OLDER)
@@ -58,6 +63,7 @@ class Profile:
     noise_per_s: float = 0.0
     code_per_s: float = 0.0
     select_per_s: float = 0.0
+    field_per_s: float = 0.0
     s_per_op: float = 0.0
     s_per_conv: float = 0.0
 

@@ -55,24 +55,28 @@ def masked(d: int, itemsize: int, partners: int) -> Ops:
 
 
 QUANTIZE_PASSES = 42
-"""secagg/field.quantize's passes ("code", opcount) a value: float64 copy, clip, shift, scale,
+"""secagg/field.quantize's passes ("field", opcount: its own operation and rate since the
+code rate, timed on float32 codec passes, moved 2.0-3.7e9 between runs while this work did not;
+secagg/rates.py times quantize and pack themselves) a value: float64 copy, clip, shift, scale,
 a uniform float64 draw, floor, clip, the uint64 cast, the weight, the field's cast. Measured
 (secagg/rates.py's code rate, same minutes, at 8d6ae13): 36 passes a value on 1 M values and
 47 on 11.2 M (plain SecAgg); 50-55 with the grid's clip and weight before it (its caller's)."""
 PACK_PASSES = 70
 """secagg/field.pack's (and unpack's) passes a value: the 64 bits of each value unpacked into
 bytes, the low w kept, packed again (~64 + w byte operations a value; not a function of w
-measurably). Measured likewise: 55 (1 M values, w 13 and 18), 82-96 (11.2 M)."""
+measurably). Measured likewise: 55 (1 M values, w 13 and 18), 82-96 (11.2 M). The two
+counts weigh quantize against pack; the field rate (secagg/rates.py) is their sum over both
+functions' CPU seconds on one vector."""
 
 
 def quantized(d: int) -> Ops:
     """A client's update of d values quantized onto the field (secagg/field.quantize)."""
-    return {"code": float(QUANTIZE_PASSES * d)} if d > 0 else {}
+    return {"field": float(QUANTIZE_PASSES * d)} if d > 0 else {}
 
 
 def packed(d: int) -> Ops:
     """d masked values packed into w bits each (secagg/field.pack; or unpacked)."""
-    return {"code": float(PACK_PASSES * d)} if d > 0 else {}
+    return {"field": float(PACK_PASSES * d)} if d > 0 else {}
 
 
 def summed(inputs: int, d: int) -> Ops:

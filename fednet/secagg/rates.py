@@ -38,6 +38,10 @@ times training); its rate is amount / seconds, in opcount's units:
            divide, rint, clip, cast) over CODE_VALUES float32, per element a pass
   select   top-k's selection (codecs.topk_encode: |x|, argpartition at 1 % kept, the kept
            indices sorted) among CODE_VALUES float32, per element
+  field    secagg/field.quantize of CODE_VALUES float64 (fewer at a scale below 1) onto --compress int8's common grid (L
+           254, a 32-bit field, as a SecAgg+ client's input at 100 clients) and field.pack of
+           the result in wire_bits(100, 254) bits: the passes they count (secagg/cost.quantized
+           and packed, 42 + 70 a value) over their CPU seconds
 The measurement is noisy (a shared machine, frequency scaling); the profile it writes is not.
 """
 from __future__ import annotations
@@ -52,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from fednet.opcount import OPS
-from fednet.secagg import crypto, shamir
+from fednet.secagg import cost, crypto, field, shamir
 
 Work = tuple[Callable[[], Any], str]
 """A workload: a call doing a fixed amount (returned; or (amount, seconds): it timed itself,
@@ -425,6 +429,30 @@ def _select(scale: float) -> Work:
     return run, f"{n} top-1 % selections among {d} float32"
 
 
+FIELD_GRID, FIELD_COHORT = 254, 100  # the field timing's grid (int8's L) and its wire bits' cohort
+
+
+def _field(scale: float) -> Work:
+    # a ResNet-18-sized update (CODE_VALUES): the work's per-value seconds grow with the vector,
+    # 36 -> 47 quantize passes and 55 -> 82-96 pack passes from 1 M to 11.2 M values
+    # (secagg/cost.py); a scale below 1 (tests, a quick --ops-scale) times a smaller one, whose
+    # rate comes out high (each timing here is ~0.55 s at scale 1)
+    n = _n(1, scale)
+    d = CODE_VALUES if scale >= 1 else max(1 << 16, int(CODE_VALUES * scale))
+    x = np.random.default_rng(0).standard_normal(d)
+    wbits = field.wire_bits(FIELD_COHORT, FIELD_GRID)
+    fbits = field.field_bits(FIELD_COHORT, 0, levels=FIELD_GRID)
+    per_value = sum(cost.quantized(1).values()) + sum(cost.packed(1).values())
+
+    def run() -> float:
+        g = np.random.default_rng(1)
+        for _ in range(n):
+            field.pack(field.quantize(x, 8.0, 16, 1, fbits, g, FIELD_GRID), wbits)
+        return n * per_value * d
+    return run, (f"{n} x field.quantize of {d} float64 (L {FIELD_GRID}, {fbits}-bit field) and "
+                 f"field.pack in {wbits} bits")
+
+
 def _one_blas_thread() -> Any:
     """numpy's BLAS on one thread (threadpoolctl, scikit-learn's dependency), as
     algorithms/robust.one_blas_thread (this layer cannot import it)."""
@@ -439,5 +467,6 @@ WORK: dict[str, Callable[[float], Work]] = {
     "x25519": _x25519, "kdf": _kdf, "aead": _aead, "prg": _prg, "mask": _mask,
     "shamir": _shamir, "reply": _reply, "taken": _taken, "secret": _secret,
     "rebuilt": _rebuilt, "held": _held, "lagrange": _lagrange, "noise": _noise,
-    "stream": _stream, "sort": _sort, "gemm": _gemm, "code": _code, "select": _select}
+    "stream": _stream, "sort": _sort, "gemm": _gemm, "code": _code, "select": _select,
+    "field": _field}
 """Each operation's workload: scale -> (a call doing a fixed amount and returning it, what)."""
