@@ -93,15 +93,34 @@ def pack(y: np.ndarray, wbits: int) -> np.ndarray:
     keeps it masked: the masks, uniform modulo 2^f, are uniform modulo 2^wbits, and sums
     modulo 2^f reduce to sums modulo 2^wbits."""
     opcount.charge(cost.packed(y.size))  # (a client's; the server's unpack: outside a meter)
-    v = np.ascontiguousarray(y, dtype=np.uint64).astype("<u8", copy=False)
-    bits = np.unpackbits(v.view(np.uint8).reshape(-1, 8), axis=1, bitorder="little")
-    return np.packbits(bits[:, :wbits].reshape(-1), bitorder="little")
+    v = np.ascontiguousarray(y, dtype=np.uint64).astype("<u8", copy=False).ravel()
+    out = np.empty(packed_size(v.size, wbits), np.uint8)
+    for i in range(0, v.size, PACK_CHUNK):  # (a chunk's bits: 64 bytes a value)
+        bits = np.unpackbits(v[i:i + PACK_CHUNK].view(np.uint8).reshape(-1, 8), axis=1,
+                             bitorder="little")
+        part = np.packbits(bits[:, :wbits].reshape(-1), bitorder="little")
+        start = i * wbits // 8  # (whole bytes: a chunk is a multiple of 8 values)
+        out[start:start + part.size] = part
+    return out
 
 
 def unpack(buf: np.ndarray, wbits: int, n: int, dtype: np.dtype) -> np.ndarray:
     """pack's n values (each < 2^wbits) as `dtype`."""
     opcount.charge(cost.packed(n))
-    bits = np.unpackbits(np.asarray(buf, np.uint8), count=n * wbits, bitorder="little")
-    full = np.zeros((n, 64), np.uint8)
-    full[:, :wbits] = bits.reshape(n, wbits)
-    return np.packbits(full, axis=1, bitorder="little").reshape(-1).view("<u8").astype(dtype)
+    raw = np.asarray(buf, np.uint8)
+    out = np.empty(n, np.dtype(dtype))
+    for i in range(0, n, PACK_CHUNK):
+        m = min(PACK_CHUNK, n - i)
+        start = i * wbits // 8
+        bits = np.unpackbits(raw[start:start + packed_size(m, wbits)], count=m * wbits,
+                             bitorder="little")
+        full = np.zeros((m, 64), np.uint8)
+        full[:, :wbits] = bits.reshape(m, wbits)
+        out[i:i + m] = np.packbits(full, axis=1, bitorder="little").reshape(-1).view("<u8")
+    return out
+
+
+PACK_CHUNK = 1 << 18
+"""Values packed or unpacked at a time (a multiple of 8, so that each chunk starts on a whole
+byte): the bit arrays take 64 bytes a value, 16 MiB a chunk rather than 715 MB for ResNet-18's
+11.2 M values at once. The same bytes as one pass."""
