@@ -122,7 +122,9 @@ def unmasking(agg: Any) -> Ops:
     secrets = [(v, "b", agg.b_shares) for v in sorted(agg.inputs)] + [(v, "s", agg.s_shares)
                                                                      for v in dropped]
     ts = [agg.t[v] for v, _, _ in secrets]
-    sets = {(agg.t[v], agg.windows.get((v, w)) or agg.first_holders(v, shares))
+    windows = getattr(agg, "windows", {})
+    sets = {(agg.t[v], windows.get((v, w))
+             or shamir.first_holders(shares.get(v, {}), agg.answered, agg.t[v]))
             for v, w, shares in secrets}
     held = sum(max(0, len(shares.get(v, {})) - agg.t[v]) for v, _, shares in secrets)
     return unmasked(len(agg.inputs), pairs, len(dropped), agg.total.size,

@@ -338,20 +338,13 @@ class Aggregation:
         items, keys = [], []
         for v, shares in which:
             held, t = shares.get(v, {}), self.t[v]
-            first = self.first_holders(v, shares)
+            first = shamir.first_holders(held, self.answered, t)
             if len(first) >= t:
                 items.append(({h: held[h] for h in first}, t))
                 keys.append((v, "b" if shares is self.b_shares else "s"))
                 self.windows[keys[-1]] = first
         return {k: r for k, r in zip(keys, shamir.reconstruct_many(items))
                 if isinstance(r, bytes)}
-
-    def first_holders(self, v: int, shares: dict[int, dict[int, np.ndarray]]) -> tuple[int, ...]:
-        """The holders whose shares rebuild client v's secret: its first t answered holders,
-        in id order (fewer when too few answered). One rule for the rebuild and its count
-        (secagg/cost.unmasking)."""
-        answered = self.answered
-        return tuple(sorted(h for h in shares.get(v, {}) if h in answered)[:self.t[v]])
 
     def _rebuild(self, v: int, shares: dict[int, dict[int, np.ndarray]], what: str,
                  careful: bool) -> bytes:

@@ -9,7 +9,7 @@ arithmetic is exact."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Container, Iterable, Sequence
 
 import numpy as np
 
@@ -180,3 +180,10 @@ def decode_share(b: bytes) -> np.ndarray:
     if np.any(y >= P):
         raise ValueError("a share is field elements")
     return y
+
+
+def first_holders(held: Iterable[int], answered: Container[int], t: int) -> tuple[int, ...]:
+    """The holders whose shares rebuild a secret: the first t of those that answered, in id
+    order (fewer when too few answered). One rule for the server's rebuild
+    (secagg/server.Aggregation.first_windows) and its count (secagg/cost.unmasking)."""
+    return tuple(sorted(h for h in held if h in answered)[:t])
