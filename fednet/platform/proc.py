@@ -189,14 +189,25 @@ def sigterm_interrupts() -> Callable[[], None]:
 def interrupts_deferred() -> Iterator[None]:
     """Hold Ctrl-C and SIGTERM back while the block runs (a round being aggregated and logged:
     an interrupt then comes at its end, where the round can be checkpointed). Main thread only;
-    elsewhere, and without pthread_sigmask, nothing is held."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(
-            signal, "pthread_sigmask"):
+    elsewhere nothing is held.
+
+    The hold is in Python's handlers, not the thread's signal mask: a process-directed signal
+    (`kill PID`, a terminal's Ctrl-C) goes to any thread that does not block it, so masking
+    the main thread alone held nothing in a server with threads; Python runs every handler on
+    the main thread whichever thread the signal came to. A held signal is raised again at the
+    block's end, under the handler from before."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = {signal.SIGINT, signal.SIGTERM}
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    held: list[int] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        held.append(signum)
+    before = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)  # a held signal is delivered now
+        for s, handler in before.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        if held:
+            signal.raise_signal(held[0])  # delivered now, to the handler from before
