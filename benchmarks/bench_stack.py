@@ -6,7 +6,8 @@ DP with the stack's FedAdam (dp-central-fedadam), which sets the privacy mechani
 the optimizer.
 
     python3 benchmarks/bench_stack.py [--population 1400] [--cohorts 100 1000] [--rounds 5]
-        [--epsilons 1 3 8] [--seeds 0 1 2] [--server-lr 0.1] [--parity-cohort 100]
+        [--epsilons 1 3 8] [--seeds 0 1 2] [--server-lr 0.1] [--parity-cohort 100 [1000]]
+        [--parity-only]
         [--against release|server] [--central-sampling fixed|poisson] [--survivors 1]
         [--model mclr] [--methods fedavg dp-central dp-central-fedadam stack stack-tolerant]
         [--reuse F] [--json F]
@@ -33,7 +34,12 @@ dp-accounting's own sampled Gaussian of the same zCDP curve), each equal to the 
 (2) uplink per surviving client over its masked input (the same quantized vector in the clear:
 d field elements), per stage; (3) --parity-cohort: seed 0 at the middle epsilon run again under
 `fednet launch`: the same final model, bit for bit, and the same bytes; (4) accuracy at epsilon
-3 against central DP-FedAvg at epsilon 3, paired by seed, with its 95% t interval. With a
+3 against central DP-FedAvg at epsilon 3, paired by seed, with its 95% t interval. Each
+--parity-cohort is recorded under "parities" (a cohort's former record kept unless run again;
+an older file's "parity" read as its cohort's); --parity-only runs the launch parity alone, every
+cell and fingerprint of --reuse kept as they were (their command under "reused"). The parity
+row holds when every recorded cohort gives the same model, bytes and both epsilons under both
+runtimes, each epsilon equal to the one recomputed from its run's events (check 1). With a
 --model other than mclr only the uplink row is written (a deployment's model, whose update
 dominates SecAgg+'s fixed per-client bytes; mclr's uplink is said in the launch row).
 
@@ -256,16 +262,41 @@ def release_epsilon(events: list[Any], delta: float, population: int, cohort: in
     return float(conv(orders, total, delta)[0])
 
 
-def parity(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
-    """The stack under fednet launch and fednet local (seed 0, the middle epsilon)."""
+def parity(a: argparse.Namespace, tmp: Path, cohort: int) -> dict[str, Any]:
+    """The stack under fednet launch and fednet local (seed 0, the middle epsilon), `cohort` a
+    round: the same final model bit for bit, the same data bytes, the same epsilons (against
+    both adversaries), and the largest gap of a reported epsilon to dp-accounting's recomputed
+    from the run's events (stack_checks)."""
     eps = a.epsilons[len(a.epsilons) // 2]
-    got = {rt: cell(a, tmp / f"parity-{rt}", "stack", a.parity_cohort, a.seeds[0], eps, rt)
+    got = {rt: cell(a, tmp / f"parity-{cohort}-{rt}", "stack", cohort, a.seeds[0], eps, rt)
            for rt in ("local", "launch")}
     ok = all(g.get("status") == "completed" for g in got.values())
-    return {"cohort": a.parity_cohort, "epsilon": eps, "runtimes": got,
-            "same_model": ok and same_model(tmp / "parity-local", tmp / "parity-launch"),
+    gaps = [abs(g["epsilon_by_adversary"][who] - g["stack"][f"epsilon{sfx}_recomputed"])
+            for g in got.values() if ok
+            for who, sfx in (("server", ""), ("release", "_release"))]
+    return {"cohort": cohort, "epsilon": eps, "runtimes": got, "commit": machine().get("git"),
+            "same_model": ok and same_model(tmp / f"parity-{cohort}-local",
+                                            tmp / f"parity-{cohort}-launch"),
             "same_bytes": ok and _data(got["local"]["bytes"]) == _data(got["launch"]["bytes"]),
-            "same_epsilon": ok and got["local"]["epsilon"] == got["launch"]["epsilon"]}
+            "same_epsilon": ok and got["local"]["epsilon"] == got["launch"]["epsilon"] and
+            got["local"]["epsilon_by_adversary"] == got["launch"]["epsilon_by_adversary"],
+            "epsilon_max_abs_gap": max(gaps) if gaps else None}
+
+
+def parities_of(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A file's launch parities by cohort ("parities"; an older file's one "parity")."""
+    if data.get("parities"):
+        return dict(data["parities"])
+    p = data.get("parity") or {}
+    return {str(p["cohort"]): p} if p else {}
+
+
+def parity_holds(p: dict[str, Any]) -> bool:
+    """The same model, bytes and epsilons under both runtimes, and (where the record has it) the
+    reported epsilons dp-accounting's recomputed from the events (to 1e-9)."""
+    gap = p.get("epsilon_max_abs_gap")
+    return bool(p.get("same_model") and p.get("same_bytes") and p.get("same_epsilon")
+                and (gap is None or gap <= 1e-9))
 
 
 def _data(b: dict[str, Any]) -> dict[str, Any]:
@@ -366,16 +397,35 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
     small = _uplink_row(an, fps, "mclr", a)
     if a.get("against") != "release":  # (older files: the uplink row was this file's)
         rows.append(small)
-    p = data.get("parity") or {}
-    if p:  # (mclr's uplink, SecAgg+'s fixed bytes dominating, is said here: the uplink row is
+    ps = sorted(parities_of(data).values(), key=lambda p: p["cohort"])
+    if ps:  # (mclr's uplink, SecAgg+'s fixed bytes dominating, is said here: the uplink row is
         rows.append(headline_row(  # the deployment's model's, bench_stack --model digits_cnn)
-            "secure aggregation", f"stack under fednet launch = fednet local ({p['cohort']:,} a "
-            "round: model bit for bit, bytes, epsilon)",
-            int(bool(p["same_model"] and p["same_bytes"] and p["same_epsilon"])), "", "1",
-            "" if small is None or a.get("against") != "release" else
-            f"on mclr the uplink is {small['value']:.2f}x its vector in the clear: "
-            + small["note"]))
+            "secure aggregation", "stack under fednet launch = fednet local ("
+            + " and ".join(f"{p['cohort']:,}" for p in ps) + " a round: model bit for bit, "
+            "bytes, epsilon)", int(all(parity_holds(p) for p in ps)), "", "1",
+            "; ".join(_parity_note(p) for p in ps)
+            + ("" if small is None or a.get("against") != "release" else
+               f"; on mclr the uplink is {small['value']:.2f}x its vector in the clear: "
+               + small["note"])))
     return measured(*rows)
+
+
+def _parity_note(p: dict[str, Any]) -> str:
+    """One cohort's launch parity in words: its epsilons, wall seconds and commit."""
+    r = p.get("runtimes") or {}
+    lo, la = r.get("local") or {}, r.get("launch") or {}
+    by = lo.get("epsilon_by_adversary") or {}
+    gap = p.get("epsilon_max_abs_gap")
+    return (f"{p['cohort']:,} a round: " + ", ".join(
+        f"{k} {v}" for k, v in (("model", p.get("same_model")), ("bytes", p.get("same_bytes")),
+                                ("epsilons", p.get("same_epsilon"))))
+        + (f" (released models {by['release']:.4f}, server {by['server']:.4f}"
+           if {"release", "server"} <= set(by) else " (")
+        + (f"; reported - dp-accounting's from the events: {gap:.2g} at most" if gap is not None
+           else "") + ")"
+        + (f", wall {lo['wall_s']:.0f} s local, {la['wall_s']:.0f} s launch"
+           if lo.get("wall_s") and la.get("wall_s") else "")
+        + (f", at {p['commit']}" if p.get("commit") else ""))
 
 
 def _uplink_row(an: dict[str, Any], fps: list[str], model: str, a: dict[str, Any]
@@ -462,7 +512,10 @@ def main() -> None:
     ap.add_argument("--central-sampling", default="fixed", choices=("fixed", "poisson"),
                     help="central DP's --dp-sampling (fixed: the stack's own cohorts, drawn "
                     "without replacement; replace-one epsilons on both sides)")
-    ap.add_argument("--parity-cohort", type=int, default=100, help="0: no launch run")
+    ap.add_argument("--parity-cohort", type=int, nargs="+", default=[100],
+                    help="the cohorts of the launch parity runs (0: none)")
+    ap.add_argument("--parity-only", action="store_true", help="run the launch parity alone: "
+                    "--reuse's cells and fingerprints are kept as they were")
     ap.add_argument("--model", default="mclr", help="digits' model (not mclr: the uplink row "
                     "alone, no fingerprints)")
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
@@ -477,9 +530,12 @@ def main() -> None:
         if not a.json:
             raise SystemExit("--fingerprints-only needs --json F (the file to add them to)")
         return fingerprints_only(a)
+    if a.parity_only and not (a.reuse and any(a.parity_cohort)):
+        raise SystemExit("--parity-only needs --reuse F (the cells kept) and --parity-cohort N")
     old = json.loads(Path(a.reuse).read_text()) if a.reuse else {}
-    plan = [(method, cohort, seed, eps) for cohort in a.cohorts for seed in a.seeds
-            for method in a.methods for eps in ([None] if method == "fedavg" else a.epsilons)]
+    plan = [] if a.parity_only else [
+        (method, cohort, seed, eps) for cohort in a.cohorts for seed in a.seeds
+        for method in a.methods for eps in ([None] if method == "fedavg" else a.epsilons)]
     cells: list[dict[str, Any]] = [c for c in old.get("results", []) if (
         c["method"], c["cohort"], c["seed"], c["target"]) not in set(plan)]
     with tempfile.TemporaryDirectory() as td:
@@ -489,17 +545,23 @@ def main() -> None:
             print(f"{method} cohort {cohort} seed {seed} eps {eps}: {c.get('status')} acc "
                   f"{c.get('accuracy')} eps {c.get('epsilon')} {c['wall_s']:.0f}s", flush=True)
             cells.append(c)
-        par = parity(a, tmp) if a.parity_cohort else old.get("parity", {})
+        pars = parities_of(old)
+        for cohort in (c for c in a.parity_cohort if c):
+            pars[str(cohort)] = parity(a, tmp, cohort)
     a.seeds = sorted({c["seed"] for c in cells})  # (with --reuse: the seeds of every cell,
     a.cohorts = sorted({c["cohort"] for c in cells})  # its cohorts and epsilons)
     a.epsilons = sorted({c["target"] for c in cells if c["target"] is not None})
     data: dict[str, Any] = {"args": vars(a), "machine": machine(), "results": cells,
-                            "parity": par, "analysis": analysis(cells, a),
-                            "fingerprints": fingerprints(a, cells) if a.model == "mclr" else {}}
+                            "parities": pars, "analysis": analysis(cells, a),
+                            "fingerprints": old.get("fingerprints", {}) if a.parity_only else
+                            fingerprints(a, cells) if a.model == "mclr" else {}}
+    if a.parity_only and old.get("fingerprinted"):  # (the kept fingerprints' own record)
+        data["fingerprinted"] = old["fingerprinted"]
     if old:  # where the reused cells came from (their own command, commit and date)
         data["reused"] = {k: old.get(k) for k in ("command", "commit", "date", "reused")}
     print(report(cells, a))
-    print({k: v for k, v in par.items() if k != "runtimes"})
+    for p in pars.values():
+        print({k: v for k, v in p.items() if k != "runtimes"})
     for cohort, per in data["analysis"].items():
         print(cohort, {k: v for k, v in per.items()})
     write_json(a.json, data, headline)

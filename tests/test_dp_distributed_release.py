@@ -91,6 +91,15 @@ def test_a_run_reports_both_and_spends_the_one_it_names(tmp_path):
     assert dp["against"] == "release" and dp["epsilon_by_adversary"] == want
     assert dp["epsilon"] == rows[-1]["epsilon"] == want["release"]
     assert "replace one user" in dp["relation"] and "against the server" in dp["guarantee"]
+    # (a cohort of half the clients: the released models' epsilon is the larger, and the
+    # end-of-run table says each one's relation and why)
+    from fednet.metrics.report import summary_table
+    assert want["release"] > want["server"]
+    assert dp["relation_by_adversary"] == plan.ADVERSARY_RELATIONS
+    table = summary_table(s)
+    for who, label in (("release", "released models"), ("server", "server")):
+        assert f"epsilon vs {label}" in table and plan.ADVERSARY_RELATIONS[who] in table
+    assert "epsilon: release > server" in table and plan.RELATIONS_DIFFER in table
 
 
 def test_dp_survivors_sets_the_clients_the_noise_is_scaled_for():
@@ -121,3 +130,26 @@ def test_a_resumed_run_is_checked_against_the_epsilon_its_rows_report(tmp_path):
     assert got["status"] == "completed" and got["dp"] == ref["dp"]
     assert got["dp"]["epsilon"] == got["dp"]["epsilon_by_adversary"]["release"] > \
         got["dp"]["epsilon_by_adversary"]["server"]
+
+
+def test_the_report_names_each_epsilons_adversary_and_relation():
+    """Both epsilons of --dp distributed are shown one line each, with whom they hold against
+    and their neighbouring relation; where the released models' is the larger (large cohorts:
+    replace-one's doubled sensitivity outweighs the amplification), the table says why."""
+    from fednet.metrics.what_ran import privacy_rows
+
+    def rows(release, server):
+        by = {"server": server, "release": release}
+        return dict(privacy_rows({"mode": "distributed", "epsilon": release, "delta": 1e-6,
+                                  "against": "release", "epsilon_by_adversary": by,
+                                  **plan.adversary_relations(by)}))
+
+    got = rows(2.30, 1.30)
+    assert got["epsilon vs released models"].startswith("2.3 at delta 1e-06 (whoever sees "
+                                                        "only the released models")
+    assert "neighbours: replace one user" in got["epsilon vs released models"]
+    assert got["epsilon vs server"].startswith("1.3 at delta 1e-06 (the server")
+    assert "neighbours: one user's update replaced by zero" in got["epsilon vs server"]
+    assert "different neighbouring relations" in got["epsilon: release > server"]
+    assert all("\n" not in v for v in got.values())
+    assert "epsilon: release > server" not in rows(1.30, 2.30)

@@ -332,8 +332,9 @@ class Privacy(ServerPiece):
         if self.distributed:
             assert self.acc is not None, "--dp distributed has its accountant"
             hist = plan.ddg_histories(self.cfg, self._history())
-            out.update(against=dp.against, epsilon_by_adversary={
-                who: self.acc.epsilon(h) for who, h in hist.items()})
+            by = {who: self.acc.epsilon(h) for who, h in hist.items()}
+            out.update(against=dp.against, epsilon_by_adversary=by,
+                       **plan.adversary_relations(by))
             out.update(threshold=self.ddg_t, events=st["events"], mechanism=(
                 "distributed discrete Gaussian (Kairouz, Liu and Steinke 2021), each client's "
                 f"share of multiplier {dp.noise:.6g} over sqrt({self.ddg_t})"),

@@ -134,6 +134,7 @@ def privacy_rows(dp: dict[str, Any]) -> list[tuple[str, str]]:
                  ("noise multiplier", f"{dp.get('noise_multiplier', 0):.4g}"
                   + (" (calibrated)" if dp.get("noise_calibrated") else "")
                   + f", clip {dp.get('clip', 0):.4g}")]
+    rows += _by_adversary(dp)
     if dp.get("budget"):
         rows.append(("privacy budget", f"epsilon {dp['budget']:g}"))
     rows += [("privacy remark", str(r)) for r in dp.get("remarks") or []]
@@ -144,4 +145,23 @@ def privacy_rows(dp: dict[str, Any]) -> list[tuple[str, str]]:
     if sgd:
         rows.append(("privacy (example)", f"epsilon {_eps(sgd.get('epsilon'))} at delta "
                      f"{sgd.get('delta', 0):.3g} (DP-SGD, the most exposed client)"))
+    return rows
+
+
+ADVERSARY_LABEL = {"release": "released models", "server": "server"}
+
+
+def _by_adversary(dp: dict[str, Any]) -> list[tuple[str, str]]:
+    """--dp distributed: one row per adversary (summary.json's dp.epsilon_by_adversary), each
+    with whom it holds against and its neighbouring relation (dp.relation_by_adversary), and
+    why they differ (dp.relations_note) where the released models' epsilon exceeds the
+    server's: the two relations differ, which reads as a bug unless said."""
+    by, words = dp.get("epsilon_by_adversary") or {}, dp.get("relation_by_adversary") or {}
+    rows = [(f"epsilon vs {ADVERSARY_LABEL.get(who, who)}", f"{_eps(by[who])} at delta "
+             f"{dp.get('delta', 0):.3g}" + (f" ({words[who]})" if words.get(who) else ""))
+            for who in ("release", "server") if who in by]
+    rel, srv = by.get("release"), by.get("server")
+    if (isinstance(rel, (int, float)) and isinstance(srv, (int, float)) and rel > srv
+            and dp.get("relations_note")):
+        rows.append(("epsilon: release > server", str(dp["relations_note"])))
     return rows

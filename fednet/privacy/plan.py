@@ -85,6 +85,28 @@ def relation_words(cfg: Any) -> str:
     return "add or remove one user"
 
 
+ADVERSARY_RELATIONS = {
+    "release": "whoever sees only the released models; neighbours: replace one user; "
+               "amplified by sampling each cohort",
+    "server": "the server, which knows who took part; neighbours: one user's update replaced "
+              "by zero; not amplified",
+}
+"""--dp distributed: whom each of summary.json's dp.epsilon_by_adversary holds against, and for
+which neighbouring relation (one line each: `fednet report` shows them)."""
+RELATIONS_DIFFER = (
+    "different neighbouring relations, not comparable: replacing a user moves the sum up to 2x "
+    "as far as zeroing one's update, which large cohorts' sampling does not offset")
+"""Why --dp distributed's epsilon against the released models can exceed the server's (the
+reader's trap: it reads as a bug; docs/usage.md, docs/algorithms.md 11.9)."""
+
+
+def adversary_relations(epsilons: dict[str, float]) -> dict[str, Any]:
+    """summary.json's words beside dp.epsilon_by_adversary: relation_by_adversary (whom each
+    holds against and its neighbouring relation) and relations_note (RELATIONS_DIFFER)."""
+    return {"relation_by_adversary": {who: ADVERSARY_RELATIONS[who] for who in epsilons},
+            "relations_note": RELATIONS_DIFFER}
+
+
 def cohort_size(fraction: float, population: int) -> int:
     """Fixed-size sampling's m (as Strategy.select draws it): max(floor(fraction * N), 1)."""
     return max(int(fraction * population), 1)
