@@ -153,3 +153,26 @@ def test_the_report_names_each_epsilons_adversary_and_relation():
     assert "different neighbouring relations" in got["epsilon: release > server"]
     assert all("\n" not in v for v in got.values())
     assert "epsilon: release > server" not in rows(1.30, 2.30)
+
+
+@pytest.mark.parametrize("codec", ["fp16", "topk:0.1", "sign", "int8", "qsgd"])
+def test_a_codec_under_distributed_dp_is_refused_with_what_to_do(codec):
+    """--dp distributed rounds each value onto its noise's grid: every codec is refused with that
+    reason and told to drop --compress, never to use a gridded codec (refused as well)."""
+    with pytest.raises(ConfigError) as e:
+        validate(small_config(clients=6, net={"secagg": "plus", "compress": codec},
+                              dp={"mode": "distributed", "noise": 1.0}))
+    said = str(e.value)
+    assert said.startswith(f"--secagg plus: --compress {codec}: --dp distributed rounds each "
+                           "value onto its own grid") and said.endswith("drop --compress")
+    assert "common grid" not in said and "\n" not in said
+
+
+def test_dp_sgd_under_distributed_dp_is_told_to_drop_dp_sgd_not_to_add_distributed():
+    with pytest.raises(ConfigError, match="reads each client's update, which secure aggregation "
+                       "hides; drop --dp-sgd-noise ") as e:
+        validate(small_config(clients=6, net={"secagg": "plus"},
+                              dp={"mode": "distributed", "noise": 1.0, "sgd_noise": 1.0}))
+    assert "use --dp distributed" not in str(e.value)
+    with pytest.raises(ConfigError, match="hides; use --dp distributed"):
+        validate(small_config(clients=6, net={"secagg": "plus"}, dp={"sgd_noise": 1.0}))

@@ -176,10 +176,14 @@ def secagg_problem(cfg: RunConfig) -> str:
         return why
     if (why := dp_spec.secagg_problem(cfg)):  # from the mechanism's facts (algorithms/seam.py)
         return why
-    if cfg.dp.sgd_noise > 0:
+    if cfg.dp.sgd_noise > 0:  # (with --dp distributed already given, not "use" it again)
         return ("--dp-sgd-noise's accounting reads each client's update, which secure "
-                "aggregation hides; use --dp distributed (each client's share of the noise in "
-                "the sum it unmasks)")
+                "aggregation hides; " + (
+                    "drop --dp-sgd-noise (--dp distributed's noise shares already make each "
+                    "round's sum user-level private against the server)"
+                    if dp_spec.kind(cfg.dp.mode) == "distributed" else
+                    "use --dp distributed (each client's share of the noise in the sum it "
+                    "unmasks)"))
     if cfg.latency.over_select != 1:
         return ("--over-select keeps the first arrivals of a round, and secure aggregation "
                 "needs the cohort's every stage; drop it")

@@ -289,13 +289,13 @@ def codec_secagg_problem(c: CodecSpec, grid: FieldGrid | None, text: str, secagg
     room for another. `gridded`: the codecs that declare a grid, as the refusal names them."""
     if secagg == "off" or c.name == "none":
         return ""
+    if dp_kind == "distributed":  # (first: a gridded codec, the advice below, is refused too)
+        return (f"--compress {text}: --dp distributed rounds each value onto its own grid (its "
+                "noise's), so no codec's can be applied as well; drop --compress")
     if grid is None:
         why = c.why if not c.summable else "it declares no common grid (register_field_grid)"
         return (f"--compress {text}: {why}, and secure aggregation unmasks only their sum; use "
                 f"a codec with a common grid ({gridded}), or drop --compress")
-    if dp_kind == "distributed":
-        return (f"--compress {text}: --dp distributed rounds each value onto its own grid (its "
-                "noise's), so no codec's can be applied as well; drop --compress")
     return ""
 
 
