@@ -205,12 +205,14 @@ def main() -> None:
 # ---- round timing ------------------------------------------------------------------------------
 TIMED: dict[str, list[str]] = {
     # part -> the functions timed (inclusive wall seconds: a part's time holds what it calls)
-    "agree (X25519 exchange + HKDF, or the other end's key)": ["fednet.secagg.crypto:agree"],
+    "agree (X25519 exchange + HKDF, or the other end's key)": ["fednet.secagg.crypto:agree",
+                                                               "fednet.secagg.crypto:agree_many"],
     "private key build": ["fednet.secagg.crypto:private"],
     "masks (AES-CTR, added in place)": ["fednet.secagg.crypto:add_mask",
-                                        "fednet.secagg.crypto:mask"],
+                                        "fednet.secagg.crypto:mask",
+                                        "fednet.secagg.crypto:mask_view"],
     "aes-gcm seal/open": ["fednet.secagg.crypto:seal", "fednet.secagg.crypto:unseal"],
-    "shamir share": ["fednet.secagg.shamir:share_rows", "fednet.secagg.shamir:share"],
+    "shamir share": ["fednet.secagg.shamir:share_rows", "fednet.secagg.shamir:share_rows_many"],
     "shamir rebuild": ["fednet.secagg.shamir:reconstruct_many",
                        "fednet.secagg.shamir:reconstruct"],
     "client keys": ["fednet.secagg.client:keys"],

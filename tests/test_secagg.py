@@ -177,6 +177,12 @@ def test_the_batched_shamir_pieces_give_what_the_one_at_a_time_ones_give():
     back, ok = shamir.decode_rows(rows)
     assert ok.tolist() == [True, True, False, True, True]
     assert np.array_equal(back[ok], y[ok])
+    for t in (1, 4, 9):  # share_rows_many: share_rows of each secret in turn, the same draws
+        one, many = np.random.default_rng([t, 1]), np.random.default_rng([t, 1])
+        secrets, parties = [bytes([t]) * 32, bytes(range(32))], [4, 9, 11, 30, 31, 40, 41, 50, 77]
+        want = np.stack([shamir.share_rows(x, parties, t, one) for x in secrets])
+        assert np.array_equal(shamir.share_rows_many(secrets, parties, t, many), want)
+        assert one.integers(1 << 60) == many.integers(1 << 60)
 
 
 def test_masks_in_place_and_pair_keys_kept_for_the_other_end_are_the_same_bytes():
@@ -276,3 +282,38 @@ def test_with_share_ends_off_each_end_exchanges_and_expands_its_own_for_the_same
                           - crypto.mask(sess[1].b, 50, np.dtype(np.uint32)),
                           np.arange(50, dtype=np.uint32) * np.uint32(8))
     C.SESSIONS.clear()
+
+
+def test_pair_masks_summed_for_the_other_end_give_each_end_expanding_its_own_bytes(monkeypatch):
+    """Clients of one process (client.MASKS): each pairwise mask is expanded by the end that
+    masks first, which adds it to the other end's kept sum; the other end adds the sum once.
+    Over a 5-client complete graph, with a partner left out at one client (its kept sum then
+    holds a key the client does not mask with: dropped, each of its masks expanded), the masked
+    vectors are those of clients that each expand every mask (SHARE_ENDS off), and nothing is
+    left kept but the sum of the client that never masks."""
+    def run(share: bool) -> list[np.ndarray]:
+        monkeypatch.setattr(crypto, "SHARE_ENDS", share)
+        C.SESSIONS.clear()
+        crypto.PAIRS.clear()
+        ids = [2, 3, 5, 8, 13]
+        sess = {}
+        for cid in ids:
+            C.keys(cid, 4, np.random.default_rng(cid))
+            sess[cid] = C.SESSIONS[cid]
+        for s in sess.values():
+            s.pks = {o.cid: (o.c_pk, o.s_pk) for o in sess.values() if o is not s}
+            s.b = bytes([s.cid]) * 32
+        out = []
+        for cid in ids[:-1]:  # (13 never masks)
+            s = sess[cid]
+            partners = [v for v in ids if v != cid and not (cid == 8 and v == 2)]
+            s.q = np.arange(300, dtype=np.uint64) * np.uint64(cid)
+            out.append(C.masked(s, s.q, np.array(partners)))
+        return out
+    kept = run(True)
+    assert sorted(C.MASKS.held) == [13] and len(C.MASKS.held[13][1]) == 4
+    fresh = run(False)
+    assert all(np.array_equal(a, b) for a, b in zip(kept, fresh))
+    C.SESSIONS.clear()
+    C.MASKS.__init__()  # type: ignore[misc]
+    crypto.PAIRS.clear()

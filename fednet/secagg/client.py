@@ -96,22 +96,26 @@ def shares(s: Session, nbrs: np.ndarray, c_pks: np.ndarray, s_pks: np.ndarray, t
     """Stage shares: b drawn; b and the s key shared among the neighbours, sealed for each."""
     ids = [int(v) for v in nbrs]
     s.neighbours = ids
-    s.pks = {v: (bytes(c_pks[i]), bytes(s_pks[i])) for i, v in enumerate(ids)}
+    c_list, s_list = [bytes(k) for k in c_pks], [bytes(k) for k in s_pks]
+    s.pks = {v: (c_list[i], s_list[i]) for i, v in enumerate(ids)}
     s.b = rng.bytes(32)
     ops.charge(cost.shares(len(ids), t))
-    b_sh = shamir.share_rows(s.b, ids, t, rng)
-    s_sh = shamir.share_rows(s.s_sk, ids, t, rng)
+    b_sh, s_sh = shamir.share_rows_many([s.b, s.s_sk], ids, t, rng)  # (b's draws, then s's)
     pairs = np.empty((len(ids), 2), ">i8")  # (cid, v): the plaintext's head and the AAD
     pairs[:, 0], pairs[:, 1] = s.cid, ids
     heads = pairs.view(np.uint8).reshape(len(ids), 16)
-    plains = np.hstack([heads, shamir.encode_rows(b_sh), shamir.encode_rows(s_sh)])
-    sealed = np.zeros((len(ids), SEALED_BYTES), np.uint8)
+    plains = np.hstack([heads, shamir.encode_rows(b_sh), shamir.encode_rows(s_sh)]).tobytes()
+    head_bytes = heads.tobytes()
     c_key = s.c_key or crypto.private(s.c_sk)
-    for i, v in enumerate(ids):  # (the key kept: the shares v seals for it open with it)
-        key = s.sealing[v] = crypto.agree(c_key, s.pks[v][0], share_info(s.rnd))
-        sealed[i] = np.frombuffer(crypto.seal(key, nonce(s.rnd, s.cid, v), plains[i].tobytes(),
-                                              heads[i].tobytes()), np.uint8)
-    return {"to": np.array(ids, np.int64), "sealed": sealed}
+    keys = crypto.agree_many(c_key, c_list, share_info(s.rnd), s.c_pk if s.c_key else b"")
+    s.sealing.update(zip(ids, keys))  # (kept: the shares v seals for it open with them)
+    n_plain = 16 + 2 * SB
+    seal, rnd, cid = crypto.seal, s.rnd, s.cid
+    sealed = [seal(key, nonce(rnd, cid, v), plains[i * n_plain:(i + 1) * n_plain],
+                   head_bytes[i * 16:(i + 1) * 16]) for i, (v, key) in enumerate(zip(ids, keys))]
+    return {"to": np.array(ids, np.int64),
+            "sealed": np.frombuffer(b"".join(sealed), np.uint8).reshape(len(ids), SEALED_BYTES
+                                                                        ).copy()}
 
 
 def open_shares(s: Session, senders: np.ndarray, sealed: np.ndarray) -> list[int]:
@@ -123,16 +127,17 @@ def open_shares(s: Session, senders: np.ndarray, sealed: np.ndarray) -> list[int
     ops.charge(cost.open_shares(len(senders)))
     opened: list[tuple[int, bytes]] = []
     c_key = s.c_key or crypto.private(s.c_sk)
+    unseal, rnd, cid = crypto.unseal, s.rnd, s.cid
     for v, row in zip((int(x) for x in senders), sealed):
         if v not in s.pks:
             raise ValueError(f"a share from client {v}, who is not a neighbour")
-        key = s.sealing.get(v) or crypto.agree(c_key, s.pks[v][0], share_info(s.rnd))
+        key = s.sealing.get(v) or crypto.agree(c_key, s.pks[v][0], share_info(rnd))
         try:
-            plain = crypto.unseal(key, nonce(s.rnd, v, s.cid), bytes(row), _IDS.pack(v, s.cid))
+            plain = unseal(key, nonce(rnd, v, cid), bytes(row), _IDS.pack(v, cid))
         except ValueError:
             bad.append(v)
             continue
-        if len(plain) != 16 + 2 * SB or _IDS.unpack(plain[:16]) != (v, s.cid):
+        if len(plain) != 16 + 2 * SB or _IDS.unpack(plain[:16]) != (v, cid):
             bad.append(v)  # (names other parties, or is no pair of shares)
             continue
         opened.append((v, plain))
@@ -159,28 +164,36 @@ def pair_key(s_sk: bytes | crypto.X25519PrivateKey, other_pk: bytes, rnd: int) -
 def masked(s: Session, values: np.ndarray, partners: np.ndarray) -> np.ndarray:
     """Stage input: values (elements of Z_2^f, the weighted quantized update) masked with the
     self mask and one pairwise mask per partner (its neighbours that completed the shares
-    stage): added for a partner of a larger id, subtracted for a smaller one."""
+    stage): added for a partner of a larger id, subtracted for a smaller one.
+
+    In one process (crypto.SHARE_ENDS), a pairwise mask is expanded once: the end that masks
+    first adds it to its own vector and to the other end's sum of kept masks (MASKS), signed as
+    the other end adds it; the other end adds that sum once, in place of each mask it holds.
+    The sum modulo 2^f does not depend on the order of its terms: the same bytes."""
     ops.charge(cost.masked(values.size, values.dtype.itemsize, len(partners)))
     y = np.array(values, copy=True)  # (its own: the masks are added in place)
     crypto.add_mask(y, s.b)
-    s_key = s.s_key or crypto.private(s.s_sk)
-    for v in (int(x) for x in partners):
+    ids = [int(x) for x in partners]
+    for v in ids:
         if v not in s.pks:
             raise ValueError(f"a mask partner {v} who is not a neighbour")
-        key = pair_key(s_key, s.pks[v][1], s.rnd)
+    s_key = s.s_key or crypto.private(s.s_sk)
+    keys = crypto.agree_many(s_key, [s.pks[v][1] for v in ids], mask_info(s.rnd),
+                             s.s_pk if s.s_key else b"")
+    if not crypto.SHARE_ENDS:  # (each end expands its own, as in a deployment)
+        for v, key in zip(ids, keys):
+            crypto.add_mask(y, key, 1 if s.cid < v else -1)
+        return y
+    done = MASKS.take(s.rnd, s.cid, keys, y)  # (the partners' masks kept for it: added)
+    for v, key in zip(ids, keys):
+        if key in done:
+            continue
         sign = 1 if s.cid < v else -1
-        if not crypto.SHARE_ENDS:  # (each end expands its own, as in a deployment)
-            crypto.add_mask(y, key, sign)
-            continue
-        kept = MASKS.take(s.rnd, key, y.size, y.dtype)
-        if kept is not None:  # the partner's, in this process: the same keystream
-            (np.add if sign > 0 else np.subtract)(y, kept, out=y)
-            continue
         other = SESSIONS.get(v)
-        if other is not None and other.rnd == s.rnd and other.q is None:
-            m = crypto.mask(key, y.size, y.dtype)  # (v masks here later: kept for it)
+        if other is not None and other.rnd == s.rnd and other.q is None and MASKS.room(y):
+            m = crypto.mask_view(key, y.size, y.dtype)  # (v masks here later: kept for it)
             (np.add if sign > 0 else np.subtract)(y, m, out=y)
-            MASKS.keep(s.rnd, key, m)
+            MASKS.keep(s.rnd, v, key, m, -sign, y)
         else:
             crypto.add_mask(y, key, sign)
     return y
@@ -188,37 +201,63 @@ def masked(s: Session, values: np.ndarray, partners: np.ndarray) -> np.ndarray:
 
 class _Masks:
     """Pairwise masks kept for the other end of their pair when it runs in this process and
-    has not masked yet (`fednet local`; a launch client process's own clients): it adds the
-    same keystream without expanding it again. By the pair's agreed key (only its two ends
-    hold it), for one round at a time (a new round's first keep empties it), taken away when
-    used, at most BUDGET bytes (past it, nothing more is kept: the other end expands its own)."""
+    has not masked yet (`fednet local`; a launch client process's own clients): for each such
+    client, the sum of the masks its partners expanded for it, each signed as it adds it, and
+    their keys; it adds the sum once in place of expanding each. For one round at a time (a
+    new round's first keep empties it), a client's sum taken away when it masks, at most
+    BUDGET bytes (past it, nothing more is kept: the other end expands its own)."""
 
-    BUDGET = 64 << 20
+    BUDGET = 256 << 20
 
     def __init__(self) -> None:
         self.rnd = -1
-        self.held: dict[tuple[bytes, int, str], np.ndarray] = {}
+        self.held: dict[int, tuple[np.ndarray, set[bytes]]] = {}  # client -> (sum, keys)
         self.size = 0
         self.lock = threading.Lock()
 
-    def take(self, rnd: int, key: bytes, n: int, dtype: np.dtype) -> np.ndarray | None:
-        """mask(key, n, dtype) when it is kept (taken away), else None."""
-        if rnd != self.rnd or not self.held:
-            return None
-        with self.lock:
-            m = self.held.pop((key, n, np.dtype(dtype).str), None)
-            if m is not None:
-                self.size -= m.nbytes
-        return m
+    def room(self, y: np.ndarray) -> bool:
+        """Whether one more client's sum of y's size may be kept (a rough check: keep()
+        decides)."""
+        return self.size + y.nbytes <= self.BUDGET
 
-    def keep(self, rnd: int, key: bytes, m: np.ndarray) -> None:
-        """m = mask(key, m.size, m.dtype) kept for the other end (within BUDGET)."""
+    def take(self, rnd: int, cid: int, keys: list[bytes], y: np.ndarray) -> set[bytes]:
+        """The keys of the masks kept for client cid, their sum added to y in place; an empty
+        set when none is kept, or when the sum holds a mask of another key than `keys` or
+        another size than y's (then it is dropped: the client expands each of its own)."""
+        if rnd != self.rnd or not self.held:
+            return set()
+        with self.lock:
+            got = self.held.pop(cid, None)
+            if got is not None:
+                self.size -= got[0].nbytes
+        if got is None:
+            return set()
+        total, done = got
+        if total.shape != y.shape or total.dtype != y.dtype or not done <= set(keys):
+            return set()
+        np.add(y, total, out=y)
+        return done
+
+    def keep(self, rnd: int, cid: int, key: bytes, m: np.ndarray, sign: int,
+             like: np.ndarray) -> None:
+        """sign * m (m = mask(key, ...), like's size and type) added to client cid's sum, within
+        BUDGET."""
         with self.lock:
             if rnd != self.rnd:
                 self.rnd, self.held, self.size = rnd, {}, 0
-            if self.size + m.nbytes <= self.BUDGET:
-                self.held[(key, m.size, m.dtype.str)] = m
-                self.size += m.nbytes
+            got = self.held.get(cid)
+            if got is None:
+                if self.size + like.nbytes > self.BUDGET:
+                    return
+                total = m.copy() if sign > 0 else np.negative(m)
+                self.held[cid] = (total, {key})
+                self.size += total.nbytes
+                return
+            total, done = got
+            if key in done or total.shape != m.shape:
+                return
+            (np.add if sign > 0 else np.subtract)(total, m, out=total)
+            done.add(key)
 
 
 MASKS = _Masks()

@@ -39,10 +39,11 @@ def public(key: X25519PrivateKey) -> bytes:
     return key.public_key().public_bytes_raw()
 
 
-def agree(key: bytes | X25519PrivateKey, public: bytes, info: bytes) -> bytes:
+def agree(key: bytes | X25519PrivateKey, public: bytes, info: bytes, own: bytes = b"") -> bytes:
     """A 32-byte key both ends derive: HKDF-SHA256 of the X25519 shared secret of `key` (its
     bytes, or private()'s object) and `public`, bound to `info`; ValueError for a public key
-    that is not one (a low-order point).
+    that is not one (a low-order point). `own`: the public key of `key`, when the caller has
+    it (else derived from `key`).
 
     The two ends of a pair derive the same key, and an emulator often runs both in one process
     (`fednet local`; a client process of `fednet launch` with several clients): the key is kept
@@ -51,22 +52,46 @@ def agree(key: bytes | X25519PrivateKey, public: bytes, info: bytes) -> bytes:
     caller's own derived from the key it passes (a set of bytes nobody else can name as their
     own); and the key is the one the other end's exchange gives, X25519 being symmetric, so the
     bytes are the same. A deployment's client holds one end only and always exchanges."""
+    return _agree(key, [public], info, own)[0]
+
+
+def agree_many(key: bytes | X25519PrivateKey, publics: list[bytes], info: bytes,
+               own: bytes = b"") -> list[bytes]:
+    """agree(key, p, info) of each public key p, in their order: the same keys, the kept ones
+    (PAIRS) taken under one lock and the others' kept under another. `own`: the public key of
+    `key`, when the caller has it: the look-up is then by the public key the caller passes,
+    so it must be `key`'s (secagg/client's Session keeps both)."""
+    return _agree(key, publics, info, own)
+
+
+def _agree(key: bytes | X25519PrivateKey, publics: list[bytes], info: bytes, own: bytes
+           ) -> list[bytes]:
     sk = key if isinstance(key, X25519PrivateKey) else private(key)
-    other = bytes(public)
-    own = sk.public_key().public_bytes_raw()
-    pair = (own, other) if own < other else (other, own)
+    if not own or not isinstance(key, X25519PrivateKey):  # (bytes: the key's own, derived)
+        own = sk.public_key().public_bytes_raw()
+    others = [bytes(p) for p in publics]
+    pairs = [(own, o) if own < o else (o, own) for o in others]
+    kept: list[bytes | None] = [None] * len(others)
     if SHARE_ENDS:
         with _PAIRS_LOCK:
             memo = PAIRS.get(info)
-            got = memo.pop(pair, None) if memo is not None else None  # (the second end's)
-        if got is not None:
-            return got
-    shared = sk.exchange(X25519PublicKey.from_public_bytes(other))
-    derived = HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None,
-                   info=info).derive(shared)
-    if SHARE_ENDS and own != other:  # (a key agreed with its own public key has no other end)
-        _keep(info, pair, derived)
-    return derived
+            if memo is not None:
+                kept = [memo.pop(pair, None) for pair in pairs]  # (the second end's)
+    out: list[bytes] = []
+    fresh: list[tuple[tuple[bytes, bytes], bytes]] = []
+    try:
+        for other, pair, got in zip(others, pairs, kept):
+            if got is None:
+                shared = sk.exchange(X25519PublicKey.from_public_bytes(other))
+                got = HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None,
+                           info=info).derive(shared)
+                if other != own:  # (a key agreed with its own public key has no other end)
+                    fresh.append((pair, got))
+            out.append(got)
+    finally:  # (those agreed before an exchange that failed are kept, as one by one)
+        if SHARE_ENDS and fresh:
+            _keep(info, fresh)
+    return out
 
 
 SHARE_ENDS = True
@@ -87,16 +112,17 @@ PAIRS_INFOS, PAIRS_MOST = 4, 1 << 17
 _PAIRS_LOCK = threading.Lock()
 
 
-def _keep(info: bytes, pair: tuple[bytes, bytes], derived: bytes) -> None:
+def _keep(info: bytes, kept: list[tuple[tuple[bytes, bytes], bytes]]) -> None:
     with _PAIRS_LOCK:
         memo = PAIRS.get(info)
         if memo is None:
             while len(PAIRS) >= PAIRS_INFOS:
                 del PAIRS[next(iter(PAIRS))]
             memo = PAIRS[info] = {}
-        elif len(memo) >= PAIRS_MOST:
-            memo.clear()
-        memo[pair] = derived
+        for pair, derived in kept:
+            if len(memo) >= PAIRS_MOST:
+                memo.clear()
+            memo[pair] = derived
 
 
 _P = 2 ** 255 - 19
@@ -142,16 +168,26 @@ def mask(seed: bytes, n: int, dtype: np.dtype) -> np.ndarray:
     return np.frombuffer(buf, dtype=dt.newbyteorder("<"), count=n).astype(dt, copy=False)
 
 
-def add_mask(y: np.ndarray, seed: bytes, sign: int = 1) -> np.ndarray:
-    """y + mask(seed, y.size, y.dtype) (sign -1: minus), in place (y: a 1-d unsigned array of
-    its own); y. The keystream goes through one scratch buffer a thread."""
-    dt = y.dtype
-    n_bytes = y.size * dt.itemsize
+def mask_view(seed: bytes, n: int, dtype: np.dtype) -> np.ndarray:
+    """mask(seed, n, dtype) in this thread's scratch buffer (add_mask's), without a copy: valid
+    until the thread's next mask_view or add_mask."""
+    return _scratch_mask(seed, n, dtype)
+
+
+def _scratch_mask(seed: bytes, n: int, dtype: np.dtype) -> np.ndarray:
+    dt = np.dtype(dtype)
+    n_bytes = n * dt.itemsize
     scratch = getattr(_LOCAL, "buf", None)
     if scratch is None or len(scratch) < n_bytes + 15:
         scratch = _LOCAL.buf = bytearray(n_bytes + 15)
     _stream(seed, n_bytes, scratch)
-    m = np.frombuffer(scratch, dtype=dt.newbyteorder("<"), count=y.size)
+    return np.frombuffer(scratch, dtype=dt.newbyteorder("<"), count=n)
+
+
+def add_mask(y: np.ndarray, seed: bytes, sign: int = 1) -> np.ndarray:
+    """y + mask(seed, y.size, y.dtype) (sign -1: minus), in place (y: a 1-d unsigned array of
+    its own); y. The keystream goes through one scratch buffer a thread."""
+    m = _scratch_mask(seed, y.size, y.dtype)
     (np.add if sign > 0 else np.subtract)(y, m, out=y, casting="unsafe")
     return y
 

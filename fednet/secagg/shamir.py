@@ -54,17 +54,34 @@ def share_rows(secret: bytes, parties: Sequence[int], t: int, rng: np.random.Gen
                ) -> np.ndarray:
     """share()'s shares as one (parties, chunks) int64 array, a row per party in their order
     (the same draws from rng)."""
+    return _share_rows([secret], parties, t, rng)[0]
+
+
+def share_rows_many(secrets: Sequence[bytes], parties: Sequence[int], t: int,
+                    rng: np.random.Generator) -> np.ndarray:
+    """share_rows of each secret, one after the other (the same draws from rng, in the same
+    order), as one (secrets, parties, chunks) int64 array: the polynomials of every secret
+    evaluated at once (Horner over all their chunks)."""
+    return _share_rows(secrets, parties, t, rng)
+
+
+def _share_rows(secrets: Sequence[bytes], parties: Sequence[int], t: int,
+                rng: np.random.Generator) -> np.ndarray:
     if not 1 <= t <= len(parties):
         raise ValueError(f"threshold {t} for {len(parties)} parties")
-    s = split(secret)
-    coef = np.vstack([s[None, :], rng.integers(0, P, size=(t - 1, s.size), dtype=np.int64)])
+    parts = [split(sec) for sec in secrets]
+    if len({p.size for p in parts}) > 1:
+        raise ValueError("secrets of different lengths")
+    coef = np.hstack([np.vstack([p[None, :], rng.integers(0, P, size=(t - 1, p.size),
+                                                          dtype=np.int64)]) for p in parts])
     x = np.array([int(p) + 1 for p in parties], np.int64)[:, None]
-    y = np.zeros((x.shape[0], s.size), np.int64)
+    y = np.zeros((x.shape[0], coef.shape[1]), np.int64)
     for c in coef[::-1]:  # Horner, every party and chunk at once
         y *= x
         y += c
         y %= P
-    return y
+    k = parts[0].size if parts else 0
+    return y.reshape(x.shape[0], len(parts), k).transpose(1, 0, 2)
 
 
 def lagrange_at_zero(xs: np.ndarray) -> np.ndarray:
