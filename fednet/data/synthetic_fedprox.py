@@ -71,6 +71,7 @@ def check(alpha: float, beta: float) -> None:
                               "0.5 and 1")
 
 
+@lru_cache(maxsize=1 << 16)  # a round looks each of its clients' size up several times
 def size(seed: int, cid: int) -> int:
     """All samples of client cid (train and test), int(lognormal(4, 2)) + 50 capped at
     MAX_SIZE: two uniforms hashed from (seed, cid), Box-Muller, in O(1) (scalar libm)."""

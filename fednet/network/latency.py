@@ -300,8 +300,12 @@ def _rebuilt(cfg: LatencyConfig, num_clients: int, seed: int) -> Profiles:
 
 def to_array(profs: Sequence[Profile]) -> np.ndarray:
     """Profiles as an (n, len(COLUMNS)) float64 array in COLUMNS order (0 bandwidth = unlimited)."""
-    a = profs.table if isinstance(profs, Profiles) else Profiles.of(profs).table  # (a copy)
-    a[:, 2:4][np.isinf(a[:, 2:4])] = 0.0
+    cols = (profs if isinstance(profs, Profiles) else Profiles.of(profs)).cols
+    a = np.empty((len(cols[0]), len(cols)), np.float64)
+    for j, c in enumerate(cols):  # column by column (a million clients' WELCOME: 0.55 s as
+        if j in (2, 3):           # np.stack and a masked write, 0.2 s so)
+            c = np.where(np.isinf(c), 0.0, c)
+        a[:, j] = c
     return a
 
 

@@ -91,6 +91,10 @@ class Profile:
                    **{k: float(d.get(k, 0)) for k in (*CLIENT_RATES, *FIXED_COSTS)})
 
 
+BUILT_KEPT = 1 << 14
+"""Profiles.__getitem__ keeps at most this many built Profiles (then starts again)."""
+
+
 class Profiles(Sequence[Profile]):
     """Every client's Profile, held as float64 columns in COLUMNS order (inf: an unlimited
     link) and built on access: a million clients' profiles are at most 32 MB and one numpy
@@ -98,13 +102,17 @@ class Profiles(Sequence[Profile]):
     process). A column with one value for every client (a preset's link) is a broadcast view
     that holds one number: ten million clients of `--latency lan` are 80 MB, not 320."""
 
-    __slots__ = ("cols",)
+    __slots__ = ("cols", "_built")
 
     def __init__(self, table: Any = None, cols: tuple[np.ndarray, ...] | None = None) -> None:
         if cols is None:
             t = _widened(np.asarray(table, dtype=np.float64))
             cols = tuple(t[:, j] for j in range(len(COLUMNS)))
         self.cols = cols
+        # the Profiles built lately, by index: a round reads each of its clients' about six
+        # times (its task's bounds, compute, reply, arrival); a Profile is frozen and the
+        # columns are never written once held here
+        self._built: dict[int, Profile] = {}
 
     @property
     def table(self) -> np.ndarray:
@@ -135,7 +143,13 @@ class Profiles(Sequence[Profile]):
     def __getitem__(self, i: int | slice) -> Profile | Profiles:
         if isinstance(i, slice):
             return Profiles(cols=tuple(c[i] for c in self.cols))
-        return Profile(*(float(col[i]) for col in self.cols))
+        got = self._built.get(i)
+        if got is None:
+            got = Profile(*(float(col[i]) for col in self.cols))
+            if len(self._built) >= BUILT_KEPT:
+                self._built.clear()
+            self._built[i] = got
+        return got
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Profiles):
@@ -154,8 +168,12 @@ class Profiles(Sequence[Profile]):
         return Profiles(cols=tuple(np.concatenate([a, b]) for a, b in zip(self.cols, other.cols)))
 
     def subset(self, ids: Sequence[int] | np.ndarray) -> Profiles:
-        """The profiles of clients `ids`, in that order."""
+        """The profiles of clients `ids`, in that order (consecutive ids: views of the columns,
+        no copy; a process of a million clients' WELCOME)."""
         at = np.asarray(ids, dtype=np.int64)
+        if at.ndim == 1 and len(at) > 1 and 0 <= at[0] and at[-1] < len(self) \
+                and int(at[-1]) - int(at[0]) == len(at) - 1 and bool((np.diff(at) == 1).all()):
+            return self[int(at[0]):int(at[-1]) + 1]
         return Profiles(cols=tuple(c[at] for c in self.cols))
 
 
