@@ -176,3 +176,19 @@ def test_dp_sgd_under_distributed_dp_is_told_to_drop_dp_sgd_not_to_add_distribut
     assert "use --dp distributed" not in str(e.value)
     with pytest.raises(ConfigError, match="hides; use --dp distributed"):
         validate(small_config(clients=6, net={"secagg": "plus"}, dp={"sgd_noise": 1.0}))
+
+
+@pytest.mark.parametrize("dp, says", [
+    ({"sampling": "fixed"}, "--dp-sampling: settings of --dp central (under --dp distributed each "
+     "cohort is floor(fraction N) clients drawn without replacement, as its accounting takes "
+     "them (amplified against the released models, not the server)); drop it"),
+    ({"adaptive": True}, "--dp-adaptive: settings of --dp central (under --dp distributed the "
+     "server sees only the noisy sum, no update's norm to adapt the clip to); drop it")])
+def test_central_dps_settings_are_refused_with_their_own_reason(dp, says):
+    """--dp-sampling's refusal says how distributed DP's cohorts are drawn (it is amplified
+    against the released models: not 'sampling amplifies nothing'), --dp-adaptive's why no
+    clip adapts; each says what to do."""
+    with pytest.raises(ConfigError) as e:
+        validate(small_config(clients=6, rounds=1, net={"secagg": "plus"},
+                              dp={"mode": "distributed", "noise": 0.4, **dp}))
+    assert str(e.value) == says

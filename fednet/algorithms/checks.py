@@ -287,9 +287,13 @@ def _distributed_rules(cfg: RunConfig) -> None:
 
     dp = cfg.dp
     given = _changed(cfg, ("sampling", "adaptive", "quantile", "clip_lr", "count_noise"))
-    _need(not given, f"{', '.join(given)}: settings of --dp central (under --dp distributed the "
-          "server knows who took part, so sampling amplifies nothing against it, and it sees no "
-          "update's norm to adapt the clip to)")
+    reasons = (["each cohort is floor(fraction N) clients drawn without replacement, as its "
+            "accounting takes them (amplified against the released models, not the server)"]
+           if "--dp-sampling" in given else []) + (
+        ["the server sees only the noisy sum, no update's norm to adapt the clip to"]
+        if any(g != "--dp-sampling" for g in given) else [])
+    _need(not given, f"{', '.join(given)}: settings of --dp central (under --dp distributed "
+          f"{'; '.join(reasons)}); drop {'them' if len(given) > 1 else 'it'}")
     _need(dp.accountant == "rdp", "--dp distributed's rounds are zCDP events, which "
           "dp-accounting's PLD accountant does not take; use --dp-accountant rdp")
     _need(dp.sgd_noise == 0, "--dp-sgd-noise with --dp distributed is not built: use one")
