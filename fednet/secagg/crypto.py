@@ -202,6 +202,9 @@ except ImportError:  # (another build of `cryptography`: Cipher, the same keystr
     _CONTEXT = None
 
 
+_CTR0 = modes.CTR(bytes(16))  # (the mode and its counter block 0: one object for every stream)
+
+
 def _stream(seed: bytes, n_bytes: int, buf: bytearray) -> bytearray:
     """n_bytes of AES-256-CTR keystream under `seed` (counter block 0 first) written to the
     start of buf (at least n_bytes + 15 long: update_into's room); buf."""
@@ -210,7 +213,7 @@ def _stream(seed: bytes, n_bytes: int, buf: bytearray) -> bytearray:
         if len(_ZEROS) > 8:
             _ZEROS.clear()
         zeros = _ZEROS[n_bytes] = bytes(n_bytes)
-    aes, ctr = algorithms.AES(seed[:KEY_BYTES]), modes.CTR(bytes(16))
-    enc = _CONTEXT(aes, ctr) if _CONTEXT is not None else Cipher(aes, ctr).encryptor()
+    aes = algorithms.AES(seed[:KEY_BYTES])
+    enc = _CONTEXT(aes, _CTR0) if _CONTEXT is not None else Cipher(aes, _CTR0).encryptor()
     enc.update_into(zeros, buf)
     return buf

@@ -179,7 +179,12 @@ class Aggregation:
     # ---- input -----------------------------------------------------------------------------
     def take_input(self, cid: int, y: np.ndarray) -> None:
         """A masked input: added to the sum modulo 2^f."""
-        self.total = y.copy() if self.total is None else self.total + y
+        if self.total is None:
+            self.total = y.copy()
+        elif self.total.dtype == np.result_type(self.total, y) and self.total.shape == y.shape:
+            np.add(self.total, y, out=self.total)  # (its own copy: in place, the same sum)
+        else:
+            self.total = self.total + y
         self.inputs.add(cid)
 
     def complain(self, cid: int, bad: list) -> str:
