@@ -20,7 +20,7 @@ from fednet.models import build_model
 from fednet.training import hooks
 from fednet.training.batched import ClientJob, batchable, train_batched
 from fednet.training.local import train
-from fednet.training.objective import Objective
+from fednet.training.objective import Classification, Objective
 from fednet.training.optim import OptimSpec
 
 RTOL = 1e-5
@@ -44,7 +44,7 @@ def _settings(i: int, prox: bool, momentum: float) -> dict:
                 batch_size=4 + i % 3, mu=0.1 * (1 + i) if prox else 0.0)
 
 
-def _alone(model: nn.Module, x, y, seed: int, c: dict, correction=None):
+def _alone(model: nn.Module, x, y, seed: int, c: dict, correction=None, objective=None):
     """The plain loop on one client: its stats and its parameters after each step."""
     m = copy.deepcopy(model)
     params = [p for p in m.parameters() if p.requires_grad]
@@ -57,7 +57,8 @@ def _alone(model: nn.Module, x, y, seed: int, c: dict, correction=None):
     stats = train(m, x, y, epochs=c["epochs"], batch_size=c["batch_size"], lr=c["lr"],
                   generator=torch.Generator().manual_seed(seed), hooks=extra,
                   optim=OptimSpec("sgd", c["lr"], c["momentum"], c["weight_decay"],
-                                  nesterov=c["nesterov"]))
+                                  nesterov=c["nesterov"]),
+                  **({"objective": objective} if objective is not None else {}))
     trace.append([p.detach().clone() for p in params])
     return stats, trace[1:]  # after step 1, 2, ..., the last
 
@@ -383,3 +384,53 @@ def test_heavy_convolutions_train_client_by_client_on_a_cpu(monkeypatch, caplog)
                                    for i, (x, y) in enumerate(data)])
     said = [r.getMessage() for r in caplog.records if "compute-bound" in r.getMessage()]
     assert len(said) == 1 and "DigitsNet" in said[0]
+
+
+class _Smoothed(Classification):
+    """A plugin's classification objective with a loss of its own: label-smoothed
+    cross-entropy plus a penalty on the logits' size (not a mean of plain cross-entropy)."""
+
+    name = "smoothed-test"
+
+    def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return (torch.nn.functional.cross_entropy(out, y, label_smoothing=0.3)
+                + 0.05 * out.pow(2).mean())
+
+
+@pytest.mark.parametrize("model_name", ["mclr", "digits_cnn"])
+def test_a_classification_subclass_trains_on_its_own_loss(model_name, monkeypatch, caplog):
+    """A Classification subclass that overrides loss (own_loss) trains batched on that loss:
+    each client's parameters after each step within RTOL of the plain loop's with the same
+    objective (before, the batched path computed plain cross-entropy: mclr's closed-form step,
+    the digits CNN's vmap, while the plain loop used the subclass's loss), its reported loss
+    too, and the console says once why its clients step one at a time."""
+    import logging
+
+    import fednet.training.batched as batched
+    from fednet.training.batched import own_loss
+
+    monkeypatch.setattr(batched, "_SAID", set())
+    objective = _Smoothed()
+    assert own_loss(Classification()) == "" and "own loss" in own_loss(objective)
+    sizes = [7, 13, 5]
+    k, shape = MODELS[model_name]
+    model = build_model(model_name, k, shape, seed=0)
+    data = _data(model_name, sizes)
+    cs = [_settings(i, True, 0.9) for i in range(len(sizes))]
+    jobs = [ClientJob(x, y, torch.Generator().manual_seed(100 + i), **c)
+            for i, ((x, y), c) in enumerate(zip(data, cs))]
+    after: list[dict[str, torch.Tensor]] = []
+    with caplog.at_level(logging.WARNING, logger="fednet.client"):
+        res = train_batched(model, jobs, objective=objective, on_step=lambda s, p: after.append(
+            {n: t.clone() for n, t in p.items()}))
+    said = [r.getMessage() for r in caplog.records if "own loss" in r.getMessage()]
+    assert len(said) == 1 and "_Smoothed.loss" in said[0]
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    for i, ((x, y), c) in enumerate(zip(data, cs)):
+        stats, trace = _alone(model, x, y, 100 + i, c, objective=objective)
+        _, plain = _alone(model, x, y, 100 + i, c)  # plain cross-entropy: another trajectory
+        assert max(_close(a, b) for a, b in zip(plain[-1], trace[-1])) > 100 * RTOL
+        assert abs(res.stats[i].loss - stats.loss) <= RTOL * abs(stats.loss)
+        for s, ps in enumerate(trace):
+            for n, p in zip(names, ps):
+                assert _close(after[s][n][i], p) <= RTOL, (i, s, n)

@@ -69,12 +69,16 @@ client buffers), dropout (the plain loop draws its masks from the global RNG in 
 clients run: not reproducible per client), recurrent layers (no vmap batching rule: correct but
 slower than the plain loop), any other buffer (a forward may update it), and objectives other
 than classification (the padding is masked per example, which needs the per-example loss).
+A subclass of Classification with a loss of its own (own_loss) is batched, its clients' steps
+computed one client at a time on that loss (_ClientSteps), with a note on the console: vmap's
+masked per-example cross-entropy would train it on another loss than its plain loop's.
 Other optimizers (Adam, AdamW), DP-SGD and arbitrary hooks or loss terms run in the plain loop.
 """
 from __future__ import annotations
 
 import copy
 import logging
+import weakref
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -86,6 +90,7 @@ from torch.func import functional_call, grad, vmap
 
 from fednet.data.views import Examples, Rows, gathered
 from fednet.training import interrupt
+from fednet.training.flops import architecture, template
 from fednet.training.local import TrainStats
 from fednet.training.objective import Classification, Objective
 
@@ -609,12 +614,13 @@ def _stepper(model: nn.Module, fixed: dict[str, torch.Tensor], params: dict[str,
     """vmap(grad(loss)) over the clients; for a linear model on the flattened input (mclr),
     whose forward the probe confirms, its gradient in closed form (_linear_step: a step's
     kernels without vmap's per-call cost, ~10x less a step at mclr's size); for a model whose
-    convolutions are heavy on a CPU (per_client says when), each client's gradient on its own
-    (_ClientSteps)."""
-    head = _linear_head(model, fixed, params, plan)
+    convolutions are heavy on a CPU (per_client says when) or an objective with its own loss
+    (own_loss), each client's gradient on its own (_ClientSteps, on objective.loss)."""
+    own = own_loss(objective)
+    head = None if own else _linear_head(model, fixed, params, plan)
     if head is not None:
         return _linear_step(*head)
-    why = per_client(model, tuple(plan.x.shape[1:]), plan.x.device)
+    why = own or per_client(model, tuple(plan.x.shape[1:]), plan.x.device)
     if why:
         if why not in _SAID:
             _SAID.add(why)
@@ -631,6 +637,20 @@ def _stepper(model: nn.Module, fixed: dict[str, torch.Tensor], params: dict[str,
     return vmap(grad(loss_of, has_aux=True))
 
 
+def own_loss(objective: Objective) -> str:
+    """Why a classification objective's clients are stepped one at a time (_ClientSteps, on
+    objective.loss) rather than under vmap or _linear_step, which compute Classification's own
+    cross-entropy (_cross_entropy: per example, masked over the padding): a subclass that
+    defines its own loss (a plugin's label smoothing, a focal loss) would otherwise train on
+    plain cross-entropy batched and on its loss alone. '' when the loss is Classification's."""
+    if type(objective).loss is Classification.loss:
+        return ""
+    return (f"objective {objective.name or type(objective).__name__!r} has its own loss "
+            f"({type(objective).__name__}.loss): each client's step is computed on it one "
+            "client at a time, not under vmap (whose masked per-example loss is "
+            "cross-entropy)")
+
+
 CONV_FLOPS_PER_CLIENT = 2e6
 """On a CPU, a model whose convolutions take at least this many FLOPs in one example's forward
 trains its clients one by one in the batched engine (per_client): fedseq_cnn on 3x32x32 takes
@@ -643,8 +663,9 @@ _SAID: set[str] = set()  # per_client's notes already logged by this process
 def conv_flops(model: nn.Module, example: tuple[int, ...]) -> int:
     """The FLOPs of `model`'s convolutions (nn.Conv1d/2d/3d: 2 x output elements x input
     channels per group x kernel size) in the forward of one example of shape `example`, from
-    the output shapes of a forward of zeros on the meta device (nothing is computed); 0 for a
-    model without convolutions or whose forward the meta device cannot run."""
+    the output shapes of a forward of zeros on the meta device (nothing is computed: on
+    training/flops.template's copy, made once per architecture); 0 for a model without
+    convolutions or whose forward the meta device cannot run."""
     convs = [m for m in model.modules() if isinstance(m, nn.modules.conv._ConvNd)]
     if not convs:
         return 0
@@ -659,7 +680,7 @@ def conv_flops(model: nn.Module, example: tuple[int, ...]) -> int:
         total += 2 * out.numel() * per
 
     dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
-    twin = copy.deepcopy(model).to("meta")
+    twin = template(model)  # training/flops' cached meta copy: no deep copy a block
     hooks = [m.register_forward_hook(count) for m in twin.modules()
              if isinstance(m, nn.modules.conv._ConvNd)]
     try:
@@ -737,9 +758,15 @@ def _with_fast_pools(model: nn.Module) -> nn.Module:
     clients' feature maps are one [k B, C, H, W] batch of small planes, which the contiguous
     kernel pools ~10x slower (digits CNN: 8x8 and 4x4 planes, 9 ms against 0.7 ms a call). The
     same values and indices (a window's first largest, NaN first, in both kernels), so the same
-    bits; the backward is the plain one."""
-    pools = [n for n, m in model.named_modules() if type(m) is nn.MaxPool2d and _plain_pool(m)]
+    bits; the backward is the plain one. The copy is made once per model (_TWINS) and made
+    again only if the model's architecture (training/flops.architecture) changed."""
+    arch = architecture(model)
+    got = _TWINS.get(model)
+    if got is not None and got[0] == arch:
+        return got[1]
+    pools = [n for n, m in model.named_modules() if type(m) is nn.MaxPool2d and plain_pool(m)]
     if not pools:
+        _TWINS[model] = (arch, model)
         return model
     twin = copy.deepcopy(model)
     for name in pools:
@@ -747,10 +774,16 @@ def _with_fast_pools(model: nn.Module) -> nn.Module:
         m = twin.get_submodule(name)
         assert isinstance(m, nn.MaxPool2d)
         setattr(twin.get_submodule(parent) if parent else twin, leaf, _FastPool(m.kernel_size))
+    _TWINS[model] = (arch, twin)
     return twin
 
 
-def _plain_pool(m: nn.MaxPool2d) -> bool:
+_TWINS: weakref.WeakKeyDictionary[nn.Module, tuple[tuple, nn.Module]] = weakref.WeakKeyDictionary()
+"""A model -> (its architecture, _with_fast_pools' copy of it), made once: a runtime trains its
+blocks on one working model (core/executor): no deep copy a block."""
+
+
+def plain_pool(m: nn.MaxPool2d) -> bool:
     """Whether the pooling is k x k windows at stride k, nothing else (what _Pool computes)."""
     def pair(v: object) -> tuple:
         return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
