@@ -14,6 +14,10 @@ PER_ROUND (the cohort in one block), `fednet launch` with it (--runtimes picks),
 and fednet's defaults (--threads 1, as the loop). Per run: the whole command's seconds, the
 steady round (the median of the rounds from round 1 on: the loop's own timer; fednet's
 metrics.jsonl wall_s differences: training, aggregation, evaluation) and each round's accuracy.
+--json FILE merges: the cells run now replace those of the same spec in FILE (an earlier run's,
+of this script), the others are kept, each with the commit, date, command and matmul peak of the
+run that measured it (the file's "commit" names each cell's, its "command" is the runs' commands
+that made it, in order).
 Per cell: the rounds' useful FLOPs (the examples trained a round, from metrics.jsonl, times one
 example's forward and backward FLOPs by training/flops.batch_flops: what the simulated clock
 charges; padding not counted) over the steady round, beside this machine's float32 matmul peak
@@ -37,7 +41,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib.runner import fednet_module, run  # noqa: E402
-from benchlib.util import headline_row, machine, measured, write_json  # noqa: E402
+from benchlib.util import command_line, headline_row, machine, measured, write_json  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RUNTIMES = ("loop", "local", "local-batched", "launch-batched")
@@ -164,8 +168,8 @@ def _diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
 def headline(data: dict) -> list:
     """One row per cell: the batched steady round over the plain loop's, the rest in the note."""
     rows = []
-    peak = data.get("matmul_peak_gflops")
     for c in data.get("cells", []):
+        peak = c.get("matmul_peak_gflops", data.get("matmul_peak_gflops"))
         runs = c["runs"]
         if "loop" not in runs or "local-batched" not in runs:
             continue
@@ -215,8 +219,47 @@ def main() -> None:
             acc = " ".join("-" if x is None else f"{x:.3f}" for x in v["accuracy"])
             print(f"| {r['spec']} | {name} | {v['round_s']} | {ratio} | {v['wall_s']} | "
                   f"{v.get('gflops', '-')} | {acc} |")
+    for r in rows:  # what measured this cell (kept with it when a later run merges)
+        r.update(commit=info["git"], date=info["date"], command=command_line(),
+                 matmul_peak_gflops=peak)
     data = {"args": vars(a), "machine": info, "matmul_peak_gflops": peak, "cells": rows}
+    if a.json:
+        data = merged(Path(a.json), data)
     write_json(a.json, data, headline(data))
+
+
+def merged(path: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """`data` (this run's) with the cells of an earlier --json of this script at `path` that
+    this run did not measure (keyed by "spec"; this run's replace the file's, in the file's
+    order, new specs after); the file's "commit" and "command" then name each cell's run. An
+    earlier cell without its own commit, date or command takes its file's."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return data
+    if not isinstance(old, dict) or old.get("script") != Path(__file__).name:
+        return data
+    info = old.get("machine") if isinstance(old.get("machine"), dict) else {}
+    ran = {c["spec"]: c for c in data["cells"]}
+    cells = []
+    for c in old.get("cells", []):
+        if c.get("spec") in ran:
+            cells.append(ran.pop(c["spec"]))
+        else:
+            cells.append({"commit": info.get("git", "?"), "date": info.get("date", ""),
+                          "command": old.get("command", ""),
+                          "matmul_peak_gflops": old.get("matmul_peak_gflops"), **c})
+    cells += ran.values()
+    kept = len(cells) - len(data["cells"])
+    if kept:
+        print(f"kept {kept} cell(s) of {path} that this run did not measure")
+    by_commit: dict[str, list[str]] = {}
+    for c in cells:
+        by_commit.setdefault(c["commit"], []).append(c["spec"])
+    commit = (next(iter(by_commit)) if len(by_commit) == 1 else
+              ", ".join(f"{k} ({', '.join(v)})" for k, v in by_commit.items()))
+    return {**data, "cells": cells, "commit": commit,
+            "command": " && ".join(dict.fromkeys(c["command"] for c in cells))}
 
 
 if __name__ == "__main__":
