@@ -197,14 +197,19 @@ def secagg_all(a: argparse.Namespace, client: dict[str, float], server: dict[str
                 if mode != "full" or n <= a.full_max]
 
 
-def codec_all(a: argparse.Namespace, client: dict[str, float]) -> list[dict[str, Any]]:
+def codec_all(a: argparse.Namespace, client: dict[str, float], server: dict[str, float]
+              ) -> list[dict[str, Any]]:
     """Each --codecs codec on an update of --codec-model's sizes: CPU seconds against the
-    clock's (the client's rates)."""
+    clock's (the client's rates); then each one's decoding by the server (a result against
+    its reference: compress.decode_counted, at the server's rates) and by a client (a
+    --compress-down task: compress/downlink.decode, at the client's), and SecAgg's field work
+    around a codec's grid and distributed DP (_grid_input, _grid_unpack, _ddp_input)."""
     import numpy as np
 
     from fednet import opcount
     from fednet.algorithms.robust import one_blas_thread
     from fednet.compress import encode_result, parse
+    from fednet.compress.codecs import REGISTERED
 
     if not a.codecs:
         return []
@@ -235,9 +240,127 @@ def codec_all(a: argparse.Namespace, client: dict[str, float]) -> list[dict[str,
         rows.append({"codec": name, "model": a.codec_model, "values": values,
                      "tensors": len(sizes), "ops": runs[0][1], "cpu_s": cpu,
                      "cpu_s_runs": [r[0] for r in runs], "sim_s": sim, "ratio": _ratio(sim, cpu)})
+    rows += [_decode_cell(a, name, arrays, reference, client, server) for name in a.codecs]
+    rows += [_decode_cell(a, name, arrays, {}, client, server) for name in a.codecs
+             if parse(name).on and REGISTERED[parse(name).kind].values]
     if "int8" in a.codecs:
-        rows.append(_grid_input(a, client, arrays, reference))
+        rows += [_grid_input(a, client, arrays, reference), _grid_unpack(a, server, values),
+                 _ddp_input(a, client, arrays, reference)]
     return rows
+
+
+def _timed_count(a: argparse.Namespace, run: Any, rates: dict[str, float]
+                 ) -> tuple[float, list[float], dict[str, float], float]:
+    """(median CPU s, each run's, what run() charged, its simulated s at `rates`) of --reps
+    runs after a warm-up, each inside an opcount count and on one BLAS thread."""
+    from fednet import opcount
+    from fednet.algorithms.robust import one_blas_thread
+
+    def once() -> tuple[float, dict[str, float]]:
+        with opcount.counted() as got, one_blas_thread():
+            t = time.process_time()
+            run()
+            return time.process_time() - t, dict(got)
+    once()  # warm-up
+    runs = [once() for _ in range(a.reps)]
+    return (statistics.median(r[0] for r in runs), [r[0] for r in runs], runs[0][1],
+            opcount.seconds(runs[0][1], rates))
+
+
+def _decode_cell(a: argparse.Namespace, name: str, arrays: dict[str, Any],
+                 reference: dict[str, Any], client: dict[str, float],
+                 server: dict[str, float]) -> dict[str, Any]:
+    """The server's decoding of a result of codec `name` against its `reference`
+    (compress.decode_counted, as core/replies.py decodes it: at the server's rates), or, with
+    no reference, a client's decoding of a --compress-down task of that codec
+    (compress/downlink.decode, as core/executor.py runs it inside its meter: the client's)."""
+    import numpy as np
+
+    from fednet.compress import decode_result, encode_result, parse
+    from fednet.compress.downlink import decode, encode_values
+
+    spec = parse(name)
+    expect = {n: (v.shape, v.dtype) for n, v in arrays.items()}
+    rng = np.random.default_rng(1) if spec.random else None
+    if reference:
+        wire, _ = encode_result(spec, arrays, reference, None, rng)
+        cpu, runs, ops, sim = _timed_count(
+            a, lambda: decode_result(spec, wire, expect, reference), server)
+        what = f"{name} decode (server)"
+    else:
+        down = encode_values(spec, arrays, 0, "compress-down", 0)
+        cpu, runs, ops, sim = _timed_count(a, lambda: decode(spec, down), client)
+        what = f"{name} decode (client, --compress-down)"
+    return {"codec": what, "model": a.codec_model, "values": sum(int(v.size) for v in
+                                                                 arrays.values()),
+            "ops": ops, "cpu_s": cpu, "cpu_s_runs": runs, "sim_s": sim,
+            "ratio": _ratio(sim, cpu)}
+
+
+def _grid_unpack(a: argparse.Namespace, server: dict[str, float], values: int
+                 ) -> dict[str, Any]:
+    """The server's input stage on --compress int8's grid, per input: a masked input of the
+    update's values + 1 (the loss) unpacked from wire_bits(GRID_COHORT, L) (secagg/field.unpack,
+    as algorithms/secagg.py takes it in) and added to the sum, against cost.summed(1, d,
+    packed) at the server's rates."""
+    import numpy as np
+
+    from fednet import opcount
+    from fednet.compress.field import grid_levels
+    from fednet.secagg import cost, field
+
+    d = values + 1
+    levels = grid_levels("int8", 0.0)
+    wbits = field.wire_bits(GRID_COHORT, levels)
+    dt = field.dtype_of(field.field_bits(GRID_COHORT, 0, levels=levels))
+    y = np.random.default_rng(0).integers(0, 1 << wbits, d).astype(dt)
+    buf = field.pack(y, wbits)
+    total = np.zeros(d, dt)
+
+    def run() -> None:
+        np.add(total, field.unpack(buf, wbits, d, dt), out=total)
+    cpu, runs, _, _ = _timed_count(a, run, server)
+    ops = cost.summed(1, d, packed=True)  # (the server's count: outside any client meter)
+    sim = opcount.seconds(ops, server)
+    return {"codec": "int8 SecAgg server input (unpack, sum)", "model": a.codec_model,
+            "values": d, "wbits": wbits, "ops": ops, "cpu_s": cpu, "cpu_s_runs": runs,
+            "sim_s": sim, "ratio": _ratio(sim, cpu)}
+
+
+def _flattened(arrays: dict[str, Any], reference: dict[str, Any]) -> Any:
+    """The update flattened as algorithms/secagg_client.py flattens it (charging it)."""
+    import numpy as np
+
+    from fednet import opcount
+    from fednet.secagg import cost
+
+    names = sorted(arrays)
+    ref = np.concatenate([reference[n].ravel() for n in names]).astype(np.float64)
+    new = np.concatenate([np.asarray(arrays[n]).ravel() for n in names]).astype(np.float64)
+    opcount.charge(cost.flattened(new.size))
+    return new - ref
+
+
+def _ddp_input(a: argparse.Namespace, client: dict[str, float], arrays: dict[str, Any],
+               reference: dict[str, Any]) -> dict[str, Any]:
+    """A client's input under --dp distributed (z 1, t 3): the update flattened and encoded
+    (privacy/distributed.encode: clipped, rounded, noised), as algorithms/secagg_client.py
+    runs and charges it (cost.flattened, cost.ddp_encoded, the draws distributed.py charges),
+    at the client's rates. (Its masking is the SecAgg+ cell's.)"""
+    import numpy as np
+
+    from fednet import opcount
+    from fednet.privacy import distributed
+    from fednet.secagg import cost
+
+    def run() -> None:
+        x = _flattened(arrays, reference)
+        opcount.charge(cost.ddp_encoded(x.size))
+        distributed.encode(x, 1.0, 1.0, 3, np.random.default_rng(2))
+    cpu, runs, ops, sim = _timed_count(a, run, client)
+    return {"codec": "distributed DP SecAgg input (flatten, encode)", "model": a.codec_model,
+            "values": sum(int(v.size) for v in arrays.values()), "ops": ops, "cpu_s": cpu,
+            "cpu_s_runs": runs, "sim_s": sim, "ratio": _ratio(sim, cpu)}
 
 
 GRID_COHORT, GRID_PARTNERS = 100, 8  # the grid cell's cohort (its wire bits) and mask partners
@@ -246,19 +369,19 @@ GRID_COHORT, GRID_PARTNERS = 100, 8  # the grid cell's cohort (its wire bits) an
 def _grid_input(a: argparse.Namespace, client: dict[str, float], arrays: dict[str, Any],
                 reference: dict[str, Any]) -> dict[str, Any]:
     """A SecAgg+ client's input stage on --compress int8's common grid as it runs after
-    training (algorithms/secagg_client.py, secagg/client.masked): the update clipped, weighted
-    and quantized (secagg/field.quantize), masked by its self mask and GRID_PARTNERS pairwise
-    ones (crypto.add_mask: the keystreams' AES-CTR), packed in wire_bits(GRID_COHORT, L)
-    (field.pack), against what is charged (field's quantize and pack, cost.masked: the
-    client's secagg/client.py charge, counted here as it charges it)."""
+    training (algorithms/secagg_client.py, secagg/client.masked): the update flattened against
+    the task's model, clipped, weighted and quantized (secagg/field.quantize), masked by its
+    self mask and GRID_PARTNERS pairwise ones (crypto.add_mask: the keystreams' AES-CTR),
+    packed in wire_bits(GRID_COHORT, L) (field.pack), against what is charged (cost.flattened
+    and weighted, field's quantize and pack, cost.masked: the client's charges, counted here as
+    it charges them)."""
     import numpy as np
 
     from fednet import opcount
     from fednet.compress.field import grid_levels
     from fednet.secagg import cost, crypto, field
 
-    names = sorted(arrays)
-    vec = np.concatenate([(arrays[n] - reference[n]).ravel() for n in names]).astype(np.float64)
+    d = sum(int(v.size) for v in arrays.values()) + 1  # (and the loss)
     levels = grid_levels("int8", 0.0)
     wbits = field.wire_bits(GRID_COHORT, levels)
     fbits = field.field_bits(GRID_COHORT, 0, levels=levels)
@@ -268,7 +391,9 @@ def _grid_input(a: argparse.Namespace, client: dict[str, float], arrays: dict[st
         g = np.random.default_rng(1)
         with opcount.counted() as got:
             t = time.process_time()
+            vec = np.concatenate([_flattened(arrays, reference), [0.5]])  # (and the loss)
             x = np.clip(vec, -8.0, 8.0) * 0.75  # (the grid's clip and weight n / n_top)
+            opcount.charge(cost.weighted(x.size))
             q = field.quantize(x, 8.0, 16, 1, fbits, g, levels)
             opcount.charge(cost.masked(q.size, q.dtype.itemsize, GRID_PARTNERS))
             y = np.array(q, copy=True)
@@ -280,7 +405,7 @@ def _grid_input(a: argparse.Namespace, client: dict[str, float], arrays: dict[st
     runs = [once() for _ in range(a.reps)]
     cpu = statistics.median(r[0] for r in runs)
     sim = opcount.seconds(runs[0][1], client)
-    return {"codec": "int8 SecAgg+ input", "model": a.codec_model, "values": int(vec.size),
+    return {"codec": "int8 SecAgg+ input", "model": a.codec_model, "values": d,
             "wbits": wbits, "fbits": fbits, "partners": GRID_PARTNERS, "ops": runs[0][1],
             "cpu_s": cpu, "cpu_s_runs": [r[0] for r in runs], "sim_s": sim,
             "ratio": _ratio(sim, cpu)}
@@ -360,7 +485,8 @@ def _protocol_row(data: dict) -> dict | None:
                               c[f"{side}_ratio"]))
     parts += [(f"{r['defense'].capitalize()} {r['n']}x{r['d']}", r["ratio"])
               for r in data.get("robust", []) if r.get("ratio") is not None]
-    parts += [(f"{r['codec']}{'' if 'SecAgg' in r['codec'] else ' encode'} ({r['model']})",
+    parts += [(f"{r['codec']}{'' if 'SecAgg' in r['codec'] or 'decode' in r['codec'] else ' encode'}"
+               f" ({r['model']})",
                r["ratio"])
               for r in data.get("codecs", []) if r.get("ratio") is not None]
     if not parts:
@@ -404,7 +530,7 @@ def main() -> None:
     # the most sensitive to this shared machine's load changing between the two (at 58e3a08,
     # timed ~8 min after the calibration, they came out 1.5-2.0x, against 0.84-1.3x with the
     # code rate timed in the same minute)
-    codecs = codec_all(a, client)
+    codecs = codec_all(a, client, server)
     data = {"machine": machine(), "args": vars(a), "rate": rate, "rate_source": source,
             "client_profile": client, "server_profile": server, "rows": measure_all(a, client),
             "secagg": secagg_all(a, client, server), "robust": robust_all(a, server),

@@ -35,14 +35,17 @@ The operations:
   code     element passes of a codec over its float32 vector (fednet/compress/codecs.py: numpy's
            subtractions, scalings, roundings, casts, minima; one an element a pass; QSGD's
            uniform draws as codecs.QSGD_DRAW_PASSES each) and of compress.encode_result's own
-           (the update's flattening, an error-feedback residual)
+           (the update's flattening, an error-feedback residual) and decode_result's (the
+           arrays rebuilt: a client's --compress-down task or hand-off, the server's result)
   select   elements a top-k selection picks among (|x|, argpartition and the kept indices
            sorted, at 1 % kept)
   field    element passes of SecAgg's field work (fednet/secagg/field.py: quantize's float64
            clip, scale, stochastic rounding and casts, secagg/cost.QUANTIZE_PASSES a value; a
-           codec grid's pack, its bits unpacked and packed again, cost.PACK_PASSES a value):
-           float64 and bit-level work, timed on those functions (secagg/rates.py), not at the
-           float32 codec passes' code rate
+           codec grid's pack, its bits unpacked and packed again, cost.PACK_PASSES a value,
+           and the server's unpack, cost.UNPACK_PASSES; the client's update flattened before,
+           clipped and weighted onto a grid, or encoded by distributed DP: cost.FLATTEN_PASSES,
+           GRID_PASSES, DDP_PASSES): float64 and bit-level work, timed on quantize and pack
+           (secagg/rates.py), not at the float32 codec passes' code rate
 """
 from __future__ import annotations
 

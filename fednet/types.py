@@ -64,6 +64,8 @@ class Result:
     sent: float = 0.0  # when the client sent it (simulated s) and its bytes on the wire:
     nbytes: int = 0    # what the server link's schedule of the uploads needs
     tensor_nbytes: int = 0  # of which its arrays as they travelled (the rest is its header)
+    server_ops: dict[str, float] = field(default_factory=dict)  # the server's work taking it
+    # in (--compress's decoding: opcount counts), charged at the server's rates
 
 
 @dataclass

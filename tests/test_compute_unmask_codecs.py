@@ -7,7 +7,7 @@ import pytest
 
 from fednet import opcount
 from fednet.compress import FEEDBACK_PASSES, FLAT_PASSES, encode_result, parse
-from fednet.compress.codecs import QSGD_DRAW_PASSES, REGISTERED, codec_work, topk_count
+from fednet.compress.codecs import PASSES, QSGD_DRAW_PASSES, REGISTERED, codec_work, topk_count
 from fednet.network.profiles import COLUMNS, OLDER, Profiles
 from fednet.secagg import cost
 from fednet.secagg.server import Aggregation
@@ -73,7 +73,7 @@ def test_each_codec_charges_its_passes_on_the_open_meter_only():
     # a uniform draw is counted in passes, not at the Gaussian noise rate)
     # QSGD's decode reads its M nonzero levels: the count follows the data it was sent
     m = int(np.count_nonzero(np.unpackbits(got_wire(x, sizes))[:1000]))
-    assert got["qsgd"][1] == {"code": 9000.0 + 5 * m}
+    assert got["qsgd"][1] == {"code": PASSES["qsgd"][1] * 1000.0 + 5 * m}
     assert codec_work("a-plugin", 1000) == {} and codec_work("int8", 0) == {}
 
 
@@ -147,11 +147,13 @@ def test_the_field_grids_quantize_and_pack_charge_the_open_meter():
     assert got == cost.packed(1000)
     assert np.array_equal(field.unpack(buf, 13, 1000, np.dtype(np.uint32)), q)  # (no meter)
     arrays = {"sa.partners": np.arange(3), "sa.from": np.arange(4)}
-    first = cost.of_task("input", {"wbits": 13}, arrays, 1000, 4, "sa.")
-    again = cost.of_task("input", {"wbits": 13, "again": True}, arrays, 1000, 4, "sa.")
+    first = cost.of_task("input", {"wbits": 13, "levels": 254}, arrays, 1000, 4, "sa.")
+    again = cost.of_task("input", {"wbits": 13, "levels": 254, "again": True}, arrays, 1000, 4,
+                         "sa.")
     plain = cost.of_task("input", {}, arrays, 1000, 4, "sa.")
     masked = cost.masked(1000, 4, 3)
     assert again == opcount.add(dict(masked), cost.packed(1000))  # (not quantized again)
-    assert first["field"] == (cost.QUANTIZE_PASSES + cost.PACK_PASSES) * 1000
-    assert plain["field"] == cost.QUANTIZE_PASSES * 1000
+    assert first["field"] == (cost.FLATTEN_PASSES + cost.GRID_PASSES + cost.QUANTIZE_PASSES
+                              + cost.PACK_PASSES) * 1000  # (flattened, clipped and weighted)
+    assert plain["field"] == (cost.FLATTEN_PASSES + cost.QUANTIZE_PASSES) * 1000
     assert cost.bound(10, 1000)["field"] >= 2 * first["field"]

@@ -136,6 +136,7 @@ def test_a_plugin_defense_and_dp_mechanism_are_charged_on_the_servers_clock():
     from fednet.algorithms import dp_spec, seam
     from fednet.api import DPSpec, register_dp
     from fednet.core.server_clock import ServerClock
+    from fednet.types import Result
 
     def rule(x, w, f, p, center):
         return x.mean(axis=0), list(range(len(x))), {}
@@ -143,6 +144,7 @@ def test_a_plugin_defense_and_dp_mechanism_are_charged_on_the_servers_clock():
     algo = SimpleNamespace(state=SimpleNamespace(model={"w": np.zeros(10, np.float32),
                                                         "n": np.zeros(3, np.int64)}))
     n, d = 4, 10
+    results = [Result(i, 0, i) for i in range(n)]  # (nothing to decode: no server_ops)
     seam.register_defense(seam.DefenseSpec("toy_work", rule, work=lambda n, d, f, p:
                                            {"gemm": 7 * n * d}))
     seam.register_defense(seam.DefenseSpec("toy_free", rule))
@@ -150,11 +152,11 @@ def test_a_plugin_defense_and_dp_mechanism_are_charged_on_the_servers_clock():
         k: np.zeros(s) for k, s in shapes.items()}, event=lambda z, q: None))
     try:
         worked = ServerClock(small_config(defense={"name": "toy_work"}), algo)
-        assert worked.round_work([None] * n) == {"gemm": 7 * n * d}
+        assert worked.round_work(results) == {"gemm": 7 * n * d}
         free = ServerClock(small_config(defense={"name": "toy_free"}), algo)
-        assert free.round_work([None] * n) == aggregation_ops(RunConfig(), n, d)
+        assert free.round_work(results) == aggregation_ops(RunConfig(), n, d)
         private = ServerClock(small_config(dp={"mode": "toy_central"}), algo)
-        assert private.central_dp and private.round_work([None] * n) == {
+        assert private.central_dp and private.round_work(results) == {
             "stream": 2 * n * d + d + 2 * n * d, "noise": d}
     finally:
         seam.DEFENSES.pop("toy_work"), seam.DEFENSES.pop("toy_free")

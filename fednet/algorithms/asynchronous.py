@@ -189,6 +189,7 @@ class Asynchronous(StagedStrategy):
             self.stale.append(self.updates - start)
             self.used.append(done)
             self.at = done.sim_time
+            self.charge(done.server_ops)  # (taking it in: --compress's decoding)
             self.use(done, self.updates - start, self.busy[done.task_id][2])
             if len(self.used) == self.per_round():
                 self._close_round(done.sim_time)

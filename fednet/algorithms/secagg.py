@@ -248,7 +248,8 @@ class SecAggServer(StagedStrategy):
             return []
         t0 = time.process_time()
         if self.stage == "input":  # the masked inputs summed before the unmask stage leaves
-            self.clock += self._server("input", cost.summed(self.agg.summed(), self._d()))
+            self.clock += self._server("input", cost.summed(self.agg.summed(), self._d(),
+                                                            self.packed))  # (each unpacked)
         try:
             nxt = {"keys": self._shares, "shares": self._inputs, "input": self._unmasks}[
                 self.stage](done.round)
@@ -411,7 +412,7 @@ class SecAggServer(StagedStrategy):
         layout = self.asked.get(task.task_id, {}).get("layout", {}).get("y")
         item = dtype_of(self.agg.fbits).itemsize if self.agg is not None else 8
         d = (self._length() if self.packed else int(np.prod(layout[0]))) if layout else 0
-        return cost.of_task(task.stage, task.body, task.arrays, d, item, PREFIX)
+        return cost.of_task(task.stage, task.body, task.arrays, d, item, PREFIX, self.ddp)
 
     def work_bound(self) -> dict[str, float]:
         """The most protocol work a client's task can charge (core/session.py's bound)."""

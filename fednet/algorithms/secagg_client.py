@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fednet import rng
+from fednet import opcount, rng
 from fednet.algorithms.contract import ClientContext, ClientUpdate
 from fednet.errors import Dropout
 from fednet.privacy import distributed, plan
-from fednet.secagg import client as C
+from fednet.secagg import client as C, cost
 from fednet.secagg.field import pack, quantize
 from fednet.secagg.server import STAGES, parse_drops
 from fednet.types import Arrays, Task
@@ -98,8 +98,10 @@ class SecAggClient:
         names = [n for n in _floats(model) if n in arrays]  # (not what the task adds: SCAFFOLD's c)
         ref = np.concatenate([model[n].ravel() for n in names]).astype(np.float64)
         new = np.concatenate([np.asarray(arrays[n]).ravel() for n in names]).astype(np.float64)
+        opcount.charge(cost.flattened(new.size))  # (on the clock: secagg/cost.py)
         if ctx.cfg.dp.mode == "distributed":  # its share of the noise; no loss, weight 1
             body.pop("loss", None)
+            opcount.charge(cost.ddp_encoded(new.size))  # (its draws: distributed.py's)
             q = distributed.encode(new - ref, ctx.cfg.dp.clip, ctx.cfg.dp.noise,
                                    plan.ddg_threshold(ctx.cfg),
                                    rng.generator(ctx.cfg.seed, "dp-distributed", rnd, cid))
@@ -116,6 +118,7 @@ class SecAggClient:
         if levels:  # FedAvg's weight in the value (n / the cohort's largest n <= 1), not a
             # multiplier: every client's grid integer stays within L, the sum within k L
             vec, weight = np.clip(vec, -clip, clip) * (ctx.num_examples / int(b["top"])), 1
+            opcount.charge(cost.weighted(vec.size))
         q = quantize(vec, clip, int(b["bits"]), weight, fbits, g, levels)
         apart = _counted(arrays, counted_prefix(ctx.cfg))
         if apart.size:  # SCAFFOLD's control change: its own values, weight 1 (the same stream)

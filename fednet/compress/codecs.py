@@ -14,9 +14,10 @@ Wire forms (N elements in T tensors of sizes `sizes`):
   sign   @sign        uint8 (ceil(N/8),)  the signs (1: >= 0), packed
          @sign.scale  float32 (T,)    per tensor the mean |x| (scaled sign, Karimireddy et al. 2019)
 
-Each encode and decode charges its work to the open task meter (fednet/opcount.py: a client's
-encoding, and a feedback codec's decoding of its own output, are on the clock at its code,
-select rates; the server's calls, outside any meter, charge nothing): numpy's passes over the
+Each encode and decode charges its work to the open count (fednet/opcount.py: a client's
+encoding, its decoding of a --compress-down task or a hand-off, and a feedback codec's decoding
+of its own output, are on the clock at its code, select rates; the server's decoding of a
+result is counted by compress.decode_counted and charged at the server's rates): numpy's passes over the
 vector ("code": one an element a pass; QSGD's uniform draws as QSGD_DRAW_PASSES passes each),
 top-k's selection among the N ("select"). The counts are the vector's sizes' (and K's, and the nonzero levels'),
 never timed: codec_work. A tiny vector's cost is numpy's calls, not its elements: not counted.
@@ -73,18 +74,26 @@ FP16_PASSES = 6
 minutes), but ~4.5-5 within compress.encode_result against its int8 encoding's (bench_compute's
 codec cells, two runs at 08c5b87): 6 between (measured, not at run time)."""
 PASSES = {  # numpy's passes over the N elements ("code"), encode and decode, per codec
-    "fp16": (FP16_PASSES, 6),    # a float16 conversion: FP16_PASSES | a conversion back, isfinite
+    "fp16": (FP16_PASSES, 4),    # a float16 conversion: FP16_PASSES | a conversion back, isfinite
+    # (measured 3.3-4.2: DECODE_MEASURED)
     "int8": (9, 6),    # per tensor min and max, two repeats, subtract, divide, rint, clip,
-    # astype | two repeats, astype, multiply, add, astype
-    "qsgd": (22, 9),   # per tensor a float64 copy and its norm (3: one BLAS thread), repeat (3),
+    # astype | two repeats, astype, multiply, add, astype (measured 5.9-6.1)
+    "qsgd": (22, 5),   # per tensor a float64 copy and its norm (3: one BLAS thread), repeat (3),
     # abs, divide, scale (5), add the uniform, floor, clip (5), sign, multiply, astype (4), != 0,
     # pack, pick the nonzero (2) (and the draws: QSGD_DRAW_PASSES) | unpack twice, astype, sum,
-    # zeros, scatter, repeat, multiply (and a pass over the M levels: 5 M)
+    # zeros, scatter, repeat, multiply: byte- and bit-wide passes, measured 4.4-4.9 with the
+    # levels' (and a pass over the M levels: 5 M)
     "topk": (0, 1),    # (the selection: "select"; and 3 K: pick, two astypes) | zeros (and 5 K:
     # astype, isfinite, diff, compare, scatter)
     "sign": (3, 7),    # abs, per tensor mean, compare (and a pack) | unpack, astype, scale,
     # shift, repeat, multiply, astype
 }
+DECODE_MEASURED = "at 64337f8"
+"""The decode counts of fp16 and QSGD (never on the clock before the server's and a
+--compress-down client's decoding were charged) measured on ResNet-18's 62 tensors (11.2 M
+values; QSGD:16's nonzero levels 1.4 % of them), three runs each against the code rate of the
+same minutes (secagg/rates.py): fp16 3.3-4.2 passes, int8 5.9-6.1, QSGD 4.4-4.9, top-k 0.6-0.9
+(with its 5 K), sign 5.5; not at run time."""
 QSGD_DRAW_PASSES = 8
 """QSGD's uniform float32 draws (Generator.random(dtype=float32)), counted as this many passes
 ("code") each: 7.3-8.2 times an int8 pass's seconds on 11.2 M draws (same minutes), where a

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fednet import algorithms
+from fednet import algorithms, opcount
 from fednet.network import latency
 from fednet.algorithms.attack_client import attacker_for, snapshot
 from fednet.algorithms.common import evaluate_own
@@ -185,8 +185,10 @@ class Executor:
         try:
             task = message_task(msg)
             handoff = msg.kind == MsgKind.HANDOFF
-            task.arrays = self.codec.received(task.arrays, handoff,
-                                              self._layout() if handoff else None)
+            with opcount.counted() as decoded:  # --compress-down, --compress-handoff: the
+                # decoding is the client's work, on the clock with its training (below)
+                task.arrays = self.codec.received(task.arrays, handoff,
+                                                  self._layout() if handoff else None)
             check_work(task.body, self.cfg)
             ckpt = task.body.get("ckpt")
             if self.store is not None and self.session != msg.run_id:  # from the store
@@ -216,6 +218,7 @@ class Executor:
                                     recv, self.run_id)
             return Outcome(reply, recv - msg.sim_time, time.perf_counter() - t0)
         samples = int(body.get("samples", self.num_examples))
+        opcount.add(work.ops, decoded)  # (the task's decoding, before its training)
         send = recv + latency.compute_time(self.profile, samples, work.flops, work.ops)
         off = offline_reason(self.availability, self.cid, recv, send, "during local training")
         if off is not None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from fednet.network import latency
 from fednet.algorithms.layout import Layout, vet
-from fednet.compress import CompressionError, Spec, decode_result
+from fednet.compress import CompressionError, Spec, decode_counted
 from fednet.network.latency import Profile
 from fednet.protocol import Message, MsgKind, tensor_bytes
 from fednet.types import Arrays, Failure, Result, Task
@@ -42,16 +42,17 @@ def accept_reply(msg: Message, cid: int, nbytes: int, profiles: Sequence[Profile
     into the client's Failure when the result does not fit `expect` (the strategy's
     result_layout of the task: algorithms/layout.py), so no aggregate ever reads it. With
     --compress (`compress`) the arrays are first rebuilt against `expect` and `reference` (the
-    arrays the task sent; fednet/compress); a result that does not decode is refused the same
-    way, and so is one whose body keys do not hold what the algorithm declares (`body`: its
-    Spec.result_body, core/work.check_body). `bounds`: what the server itself knows of the task
-    (the partition it gave the client, the earliest start and latest end of its simulated
-    time): a sample count other than the partition's, a stamp outside the window, or NaN/inf
-    in the arrays is the client's failure, so that no client weighs, times or poisons the
-    aggregate beyond its own share; so is a training or test loss it reports as NaN/inf (its
-    local training diverged: loss_problem), even where no array travels (Stand-Alone).
-    `noise`: why a result of this run may hold NaN/inf (the noise of differential privacy,
-    privacy/plan.noise_cause), added to such a failure's reason."""
+    arrays the task sent; fednet/compress: its work, the result's server_ops, is the server's on
+    the clock); a result that does not decode is refused the same way, and so is one whose body
+    keys do not hold what the algorithm declares (`body`: its Spec.result_body,
+    core/work.check_body). `bounds`: what the server itself knows of the task (the partition it
+    gave the client, the earliest start and latest end of its simulated time): a sample count
+    other than the partition's, a stamp outside the window, or NaN/inf in the arrays is the
+    client's failure, so that no client weighs, times or poisons the aggregate beyond its own
+    share; so is a training or test loss it reports as NaN/inf (its local training diverged:
+    loss_problem), even where no array travels (Stand-Alone). `noise`: why a result of this run
+    may hold NaN/inf (the noise of differential privacy, privacy/plan.noise_cause), added to
+    such a failure's reason."""
     if bounds is not None and not bounds.start <= msg.sim_time <= bounds.latest:
         if msg.kind == MsgKind.FAILURE:  # a failure already: its time kept within the window
             msg.sim_time = min(max(msg.sim_time, bounds.start), bounds.latest)
@@ -69,7 +70,8 @@ def accept_reply(msg: Message, cid: int, nbytes: int, profiles: Sequence[Profile
     why: str | None = None
     if compress is not None and compress.on:
         try:
-            res.arrays = decode_result(compress, res.arrays, expect, reference or {})
+            res.arrays, res.server_ops = decode_counted(compress, res.arrays, expect,
+                                                        reference or {})
         except CompressionError as e:
             why = str(e)
     why = why or vet(expect, res.arrays, res.num_examples,

@@ -1,8 +1,9 @@
 """The server on the clock: the work of a round's aggregation counted in operations
-(network/server_cost.py; secure aggregation's unmasking: fednet/secagg/cost.py) and turned into
+(network/server_cost.py; secure aggregation's unmasking: fednet/secagg/cost.py; each result's
+decoding under --compress: Result.server_ops, core/replies.py) and turned into
 simulated seconds at the server's rates (--server-profile). The round's end waits for it, so the
 next round's tasks leave after the server has finished (core/rounds.py). Counted from the
-round's parameters only: the same seconds in every runtime."""
+round's parameters and what its results carried: the same seconds in every runtime."""
 from __future__ import annotations
 
 from typing import Any
@@ -37,15 +38,16 @@ class ServerClock:
 
     def round_work(self, results: list[Result]) -> dict[str, float]:
         """The work of aggregating a synchronous round's results: the protocol's own last
-        stage (secure aggregation's unmasking), or the defense or mean over them."""
+        stage (secure aggregation's unmasking), or the defense or mean over them; and the
+        work of taking the results in (--compress's decoding, each result's server_ops)."""
         final = getattr(self.algo, "final_work", None)
         if callable(final):
-            return dict(final())
+            return opcount.add(dict(final()), received(results))
         n = len(results)
         f = robust_spec.byzantine_count(getattr(self.params, "f", 0), self.share, n) \
             if self.params is not None else 0
-        return aggregation_ops(self.cfg, n, self._d(), f, self.params, self.central_dp,
-                               self.work)
+        return opcount.add(aggregation_ops(self.cfg, n, self._d(), f, self.params,
+                                           self.central_dp, self.work), received(results))
 
     def charge(self, work: dict[str, float], metrics: dict[str, Any]) -> float:
         """Count `work` (and the seconds a protocol's earlier stages waited for the server: the
@@ -68,3 +70,12 @@ class ServerClock:
     def resume(self, rows: list[dict[str, Any]]) -> None:
         """Go on from the last row a resumed run keeps."""
         self.total = float(rows[-1].get("server_compute_s", 0.0)) if rows else 0.0
+
+
+def received(results: list[Result]) -> dict[str, float]:
+    """The server's work taking the results in (core/replies.py: --compress's decoding,
+    counted as it decoded each), summed in the results' order."""
+    out: dict[str, float] = {}
+    for r in results:
+        opcount.add(out, r.server_ops)
+    return out

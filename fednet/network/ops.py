@@ -62,8 +62,8 @@ SERVERS: dict[str, dict[str, float]] = {
         "reply_per_s": 4e4, "taken_per_s": 3e6, "secret_per_s": 2.5e5, "rebuilt_per_s": 2e6,
         "held_per_s": 2e7, "lagrange_per_s": 6e8,
         "noise_per_s": 1e8, "sort_per_s": 3e8, "code_per_s": 2.5e9, "select_per_s": 4e8,
-        "field_per_s": 2e9,  # (not charged by the server today: its unpack is outside a
-        # meter; this host's 2.5e9 field passes/s, the order of the code rate's estimate above)
+        "field_per_s": 2e9,  # (its unpack of a codec grid's inputs, secagg/cost.summed; this
+        # host's 2.5e9 field passes/s, the order of the code rate's estimate above)
     },
     "none": {},  # the server computes for free (the clock before issue 52)
 }

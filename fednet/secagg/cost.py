@@ -69,6 +69,58 @@ counts weigh quantize against pack; the field rate (secagg/rates.py) is their su
 functions' CPU seconds on one vector."""
 
 
+UNPACK_PASSES = 52
+"""secagg/field.unpack's passes a value (the server's, each masked input of a codec's grid taken
+in: its bytes unpacked into bits, widened to 64 and packed again), in the field rate's units
+(quantize and pack together QUANTIZE_PASSES + PACK_PASSES a value): measured 50.8-52.7 on
+11.2 M values at w 16 and 19 (cohorts of 100 and 1,000 on int8's grid), two runs, against the
+field rate of the same minutes (secagg/rates.py), at 64337f8; pack itself measured 46-60 there."""
+FLATTEN_PASSES = 29
+"""A SecAgg client's update flattened before it is quantized or encoded
+(algorithms/secagg_client.py): the task's model and the trained one each concatenated and cast
+to float64, their difference, the loss appended. Measured 26.9-30.5 field passes a value
+(11.2 M values in 62 tensors, three runs at 64337f8, the field rate of the same minutes)."""
+GRID_PASSES = 7
+"""A codec grid's clip to [-c, c] and weight n / n_top before quantize (its caller's,
+algorithms/secagg_client.py): measured 6.8-7.0 field passes a value, likewise."""
+DDP_PASSES = 150
+"""Distributed DP's encoding of a value besides its draws (privacy/distributed.encode: its norm,
+scalings, conditional rounding's floor, fraction, compare and sum, the discrete Gaussian's
+attempts' element work: subtract, cast, exp of the acceptance test, scatter of the kept, then
+the noise added), in field passes: its CPU seconds less its draws' at the noise rate (charged
+by distributed.py, "noise": a uniform a value a rounding try, three draws a value an attempt),
+over the field rate of the same minutes: measured 153 (11.2 M values, z 1, t 3, at 64337f8)."""
+DDP_DRAWS = 4.95
+"""The draws distributed.encode makes a value, expected (of_task's count; the client's meter
+charges those made): one uniform for the rounding (one try: its norm bound is met at once at
+fednet's grid) and three an attempt of the discrete Gaussian, 1.315 attempts a value (measured:
+3.946 draws a value on 11.2 M at sigma z 2^40 / sqrt(3); the large-sigma limit)."""
+
+
+def flattened(d: int) -> Ops:
+    """A SecAgg client's update of d values flattened against its task's model."""
+    return {"field": float(FLATTEN_PASSES * d)} if d > 0 else {}
+
+
+def weighted(d: int) -> Ops:
+    """d values clipped and weighted onto a codec's common grid, before quantize."""
+    return {"field": float(GRID_PASSES * d)} if d > 0 else {}
+
+
+def ddp_encoded(d: int, draws: bool = False) -> Ops:
+    """Distributed DP's encoding of d values (privacy/distributed.encode): its element work;
+    with `draws`, the draws it is expected to make too (DDP_DRAWS: what distributed.py charges
+    as it draws them)."""
+    if d <= 0:
+        return {}
+    return {"field": float(DDP_PASSES * d), **({"noise": DDP_DRAWS * d} if draws else {})}
+
+
+def unpacked(d: int) -> Ops:
+    """d masked values of a codec's grid unpacked from their wire bits (the server's)."""
+    return {"field": float(UNPACK_PASSES * d)} if d > 0 else {}
+
+
 def quantized(d: int) -> Ops:
     """A client's update of d values quantized onto the field (secagg/field.quantize)."""
     return {"field": float(QUANTIZE_PASSES * d)} if d > 0 else {}
@@ -79,9 +131,11 @@ def packed(d: int) -> Ops:
     return {"field": float(PACK_PASSES * d)} if d > 0 else {}
 
 
-def summed(inputs: int, d: int) -> Ops:
-    """The server's input stage: the masked inputs added modulo 2^f."""
-    return {"stream": inputs * d}
+def summed(inputs: int, d: int, packed: bool = False) -> Ops:
+    """The server's input stage: the masked inputs added modulo 2^f (`packed`: each unpacked
+    first from a codec grid's wire bits, as secagg/field.unpack does it on the server)."""
+    out: Ops = {"stream": inputs * d}
+    return add(out, unpacked(inputs * d)) if packed else out
 
 
 def lagrange(t: int) -> int:
@@ -132,13 +186,15 @@ def unmasking(agg: Any) -> Ops:
                     [k for k, _ in sorted(sets)], held)
 
 
-def of_task(stage: str, body: dict, arrays: dict, d: int, itemsize: int, prefix: str) -> Ops:
-    """The work a stage's task asks of its client (as secagg/client.py and secagg/field.py
-    charge it), from the task itself: its neighbours and threshold, the senders and partners of
-    its input stage (arrays under `prefix`), the masked vector's d values of `itemsize` bytes,
-    quantized (an input stage's first ask) and, under a codec's grid (its body's wbits),
-    packed. (Distributed DP's inputs are its own encoding, not field.quantize: counted here as
-    quantized all the same.)"""
+def of_task(stage: str, body: dict, arrays: dict, d: int, itemsize: int, prefix: str,
+            ddp: bool = False) -> Ops:
+    """The work a stage's task asks of its client (as secagg/client.py, secagg/field.py and
+    algorithms/secagg_client.py charge it), from the task itself: its neighbours and threshold,
+    the senders and partners of its input stage (arrays under `prefix`), the masked vector's d
+    values of `itemsize` bytes, flattened and quantized (an input stage's first ask; under a
+    codec's grid, its body's levels, clipped and weighted first) and, under a codec's grid
+    (its body's wbits), packed. `ddp`: distributed DP's inputs, its own encoding in place of
+    quantize (privacy/distributed.encode: its element work and its expected draws)."""
     if stage == "keys":
         return keys()
     if stage == "shares":
@@ -150,12 +206,19 @@ def of_task(stage: str, body: dict, arrays: dict, d: int, itemsize: int, prefix:
         add(out, packed(d))
     if body.get("again"):
         return out
-    return add(add(out, quantized(d)), open_shares(len(arrays[prefix + "from"])))
+    add(out, flattened(d))
+    if ddp:
+        add(out, ddp_encoded(d, draws=True))
+    else:
+        add(add(out, quantized(d)), weighted(d) if body.get("levels") else {})
+    return add(out, open_shares(len(arrays[prefix + "from"])))
 
 
 def bound(n: int, d: int) -> Ops:
     """Twice the most protocol work one client's task of a cohort of n can charge: every other
-    client a neighbour and the threshold, d values of 8 bytes masked."""
+    client a neighbour and the threshold, d values of 8 bytes flattened, clipped and weighted,
+    quantized or DP-encoded (each counted), masked and packed."""
     work = add(add(add(add(shares(n, n), open_shares(n)), masked(d, 8, n)), keys()),
                add(quantized(d), packed(d)))
+    add(add(add(work, flattened(d)), weighted(d)), ddp_encoded(d, draws=True))
     return {k: 2 * v for k, v in work.items()}

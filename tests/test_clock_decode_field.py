@@ -1,0 +1,188 @@
+"""Work that was done and not on the clock (issue 52's follow-up): the server's decoding of
+--compress results, its unpacking of a codec grid's masked inputs under SecAgg, a client's
+decoding of a --compress-down task, and a SecAgg client's update flattened, clipped and weighted
+onto a grid or encoded by distributed DP. Each is charged now, on its side, in proportion to the
+values it handles (fednet/compress decode_work, secagg/cost.py)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fednet import opcount
+from fednet.algorithms import secagg as S
+from fednet.compress import DECODE_PASSES, decode_counted, decode_work, encode_result, parse
+from fednet.compress.codecs import REGISTERED, codec_work, topk_count
+from fednet.core import server_clock
+from fednet.core.inproc import run_local
+from fednet.network import latency
+from fednet.secagg import cost
+from tests.conftest import small_config
+
+
+def _small(**over):
+    """small_config on mclr (the work counted does not depend on the model; a faster run)."""
+    return small_config(**over, train={"model": "mclr"})
+
+
+def _arrays(n: int, seed: int = 0) -> tuple[dict, dict, dict]:
+    g = np.random.default_rng(seed)
+    arrays = {"a": g.standard_normal(n // 2).astype(np.float32),
+              "b": g.standard_normal((n - n // 2,)).astype(np.float32), "k": np.arange(3)}
+    ref = {k: (v - 0.01).astype(np.float32) for k, v in arrays.items() if k != "k"}
+    expect = {k: (v.shape, v.dtype) for k, v in arrays.items()}
+    return arrays, ref, expect
+
+
+@pytest.mark.parametrize("name", ["fp16", "int8", "qsgd", "topk", "sign"])
+def test_the_servers_decoding_is_counted_in_proportion_to_the_values(name):
+    """decode_counted: the codec's decode and decode_result's own passes (the reference's copy,
+    the sum, the cast: DECODE_PASSES), twice for twice the values."""
+    got = []
+    for n in (2000, 4000):
+        arrays, ref, expect = _arrays(n)
+        spec = parse(name)
+        rng = np.random.default_rng(1) if spec.random else None
+        wire, _ = encode_result(spec, arrays, ref, None, rng)
+        out, ops = decode_counted(spec, wire, expect, ref)
+        assert set(out) == set(arrays)
+        m = int(wire["@qsgd.lvl"].size) if name == "qsgd" else 0
+        arg = spec.arg
+        want = opcount.add(codec_work(name, n, decode=True, m=m,
+                                      k=topk_count(n, arg) if name == "topk" else 0),
+                           opcount.add(decode_work(n // 2, True), decode_work(n - n // 2, True)))
+        assert ops == want and ops["code"] >= DECODE_PASSES[True] * n > 0
+        got.append(ops["code"] - 5 * m)  # (QSGD's pass over its M levels follows the data)
+    assert got[1] == 2 * got[0]
+    assert REGISTERED[name].decode is not None
+
+
+def _spy_round_work(monkeypatch) -> list[tuple[dict, list]]:
+    seen: list[tuple[dict, list]] = []
+    orig = server_clock.ServerClock.round_work
+
+    def spy(self, results):
+        work = orig(self, results)
+        seen.append((dict(work), [r.server_ops for r in results]))
+        return work
+    monkeypatch.setattr(server_clock.ServerClock, "round_work", spy)
+    return seen
+
+
+def test_a_compressed_rounds_decoding_is_on_the_servers_clock(tmp_path, monkeypatch):
+    """A FedAvg round under --compress int8: each result's decoding (its n model values, int8's
+    decode and the rebuild against the reference) is in the round's server work."""
+    seen = _spy_round_work(monkeypatch)
+    cfg = _small(clients=3, rounds=1, out=str(tmp_path / "c"), net={"compress": "int8"})
+    s = run_local(cfg, quiet=True)
+    assert s["status"] == "completed"
+    (work, per), = seen
+    n = sum(int(a.size) for a in _model_floats(tmp_path / "c"))
+    one = opcount.add(codec_work("int8", n, decode=True), {"code": DECODE_PASSES[True] * n})
+    assert len(per) == 3 and all(p == one for p in per)
+    assert work["code"] == 3 * one["code"] > 0
+
+
+def _model_floats(out) -> list[np.ndarray]:
+    from tests.harness import final_model
+    return [a for a in final_model(out).values() if a.dtype.kind == "f"]
+
+
+def _spy_client_ops(monkeypatch) -> list[dict]:
+    calls: list[dict] = []
+    orig = latency.compute_time
+
+    def spy(p, samples, flops=0, protocol=None):
+        calls.append(dict(protocol or {}))
+        return orig(p, samples, flops, protocol)
+    monkeypatch.setattr(latency, "compute_time", spy)
+    return calls
+
+
+def test_a_clients_decoding_of_a_compressed_task_is_on_its_clock(tmp_path, monkeypatch):
+    """--compress-down int8: each client's task decoded (int8's decode and the copy into the
+    model's arrays, DECODE_PASSES without a reference) charges its own meter."""
+    calls = _spy_client_ops(monkeypatch)
+    cfg = _small(clients=3, rounds=1, out=str(tmp_path / "d"),
+                       net={"compress_down": "int8"})
+    assert run_local(cfg, quiet=True)["status"] == "completed"
+    n = sum(int(a.size) for a in _model_floats(tmp_path / "d"))
+    want = codec_work("int8", n, decode=True)["code"] + DECODE_PASSES[False] * n
+    tasks = [c for c in calls if "code" in c and "shamir" not in c]
+    assert len(tasks) == 3 and all(c["code"] == want > 0 for c in tasks)
+
+
+def _spy_server_stage(monkeypatch) -> dict[str, dict]:
+    seen: dict[str, dict] = {}
+    orig = S.SecAggServer._server
+
+    def spy(self, stage, work):
+        opcount.add(seen.setdefault(stage, {}), work)
+        return orig(self, stage, work)
+    monkeypatch.setattr(S.SecAggServer, "_server", spy)
+    return seen
+
+
+def test_secaggs_grid_inputs_are_unpacked_and_prepared_on_the_clock(tmp_path, monkeypatch):
+    """--secagg plus --compress int8: the server's input stage unpacks each of the k inputs
+    (UNPACK_PASSES a value) before it sums them; each client's input flattens its update,
+    clips and weights it onto the grid, quantizes and packs it (all "field")."""
+    seen = _spy_server_stage(monkeypatch)
+    calls = _spy_client_ops(monkeypatch)
+    cfg = _small(clients=4, rounds=1, out=str(tmp_path / "g"),
+                       net={"secagg": "plus", "compress": "int8"})
+    assert run_local(cfg, quiet=True)["status"] == "completed"
+    n = sum(int(a.size) for a in _model_floats(tmp_path / "g"))
+    d = n + 1  # (the loss travels as one more value)
+    assert seen["input"] == opcount.add({"stream": 4.0 * d}, cost.unpacked(4 * d))
+    assert seen["input"]["field"] == cost.UNPACK_PASSES * 4 * d > 0
+    inputs = [c for c in calls if "field" in c and "shamir" not in c]  # (not a bound's)
+    per = cost.FLATTEN_PASSES * n + (cost.GRID_PASSES + cost.QUANTIZE_PASSES
+                                     + cost.PACK_PASSES) * d
+    assert len(inputs) == 4 and all(c["field"] == per for c in inputs)
+
+
+def test_distributed_dps_encoding_is_on_the_clients_clock(tmp_path, monkeypatch):
+    """--dp distributed: a client's input is flattened and encoded by distributed.encode (its
+    element work, DDP_PASSES a value, beside the draws it charges itself), not quantized; the
+    time split's count of the task (cost.of_task) says the same."""
+    calls = _spy_client_ops(monkeypatch)
+    cfg = _small(clients=4, rounds=1, out=str(tmp_path / "p"), net={"secagg": "plus"},
+                       dp={"mode": "distributed", "noise": 0.4})
+    assert run_local(cfg, quiet=True)["status"] == "completed"
+    n = sum(int(a.size) for a in _model_floats(tmp_path / "p"))
+    inputs = [c for c in calls if "field" in c and "shamir" not in c]  # (not a bound's)
+    assert len(inputs) == 4
+    for c in inputs:
+        assert c["field"] == (cost.FLATTEN_PASSES + cost.DDP_PASSES) * n > 0
+        assert c["noise"] >= 4 * n  # (the rounding's uniforms and three draws an attempt)
+    arrays = {"sa.partners": np.arange(3), "sa.from": np.arange(3)}
+    ddp = cost.of_task("input", {}, arrays, n, 8, "sa.", ddp=True)
+    assert ddp["field"] == (cost.FLATTEN_PASSES + cost.DDP_PASSES) * n
+    assert ddp["noise"] == pytest.approx(cost.DDP_DRAWS * n)
+    assert "field" in cost.of_task("input", {}, arrays, n, 8, "sa.")  # (quantize's, not DDP's)
+    assert cost.of_task("input", {}, arrays, n, 8, "sa.")["field"] != ddp["field"]
+    assert cost.bound(4, n)["noise"] >= 2 * ddp["noise"]
+
+
+@pytest.mark.net
+@pytest.mark.slow
+@pytest.mark.parametrize("over", [
+    {"net": {"compress": "qsgd:8", "compress_down": "int8"}},
+    {"net": {"secagg": "plus"}, "dp": {"mode": "distributed", "noise": 0.4}}])
+def test_launch_charges_the_same_work_as_the_local_run(tmp_path, over):
+    """The server's decoding (QSGD's count follows the levels it was sent), a client's decoding
+    of its task, distributed DP's encoding: the same simulated seconds under `fednet launch`."""
+    import json
+
+    from fednet.server.main import run_zmq
+
+    def cfg(name):
+        return _small(clients=3, rounds=2, out=str(tmp_path / name), **over)
+    a, b = run_local(cfg("local"), quiet=True), run_zmq(cfg("launch"), quiet=True)
+    assert a["status"] == b["status"] == "completed"
+    assert a["sim_time_s"] == b["sim_time_s"]
+    rows = [[json.loads(x) for x in (tmp_path / n / "metrics.jsonl").read_text().splitlines()]
+            for n in ("local", "launch")]
+    assert [r["server_compute_s"] for r in rows[0]] == [r["server_compute_s"] for r in rows[1]]
+    assert [r["sim_s"] for r in rows[0]] == [r["sim_s"] for r in rows[1]]
+    assert all(r["server_compute_s"] > 0 for r in rows[0])
