@@ -41,13 +41,17 @@ median is kept beside it). The ratio is SecAgg+'s steady round over plain FedAvg
 the round: configure, tasks and replies, aggregate, evaluate), and its row is their ratio, the
 fastest steady round of each, wall-clock's in the note: a busy 2-core machine moves wall-clock
 ratios several-fold from one minute to the next, CPU seconds far less. `fednet launch`'s row
-is wall-clock. The profile: the `fednet local` cells
-run with a wall-clock timer around each part of the protocol (X25519 agreements, AES-CTR masks,
+is wall-clock. The ratio's `fednet local` cells time the round alone; the profile is a second
+run of this code's `fednet local` cells with a timer (wall-clock and CPU) around each part of
+the protocol (X25519 agreements, AES-CTR masks,
 AES-GCM, Shamir sharing and rebuilding, each client stage, the server's stages and unmasking)
 and around what both runs have (the client's task, training, the in-process handover, the
 round), in seconds a round (inclusive: a stage's time holds the agreements it makes), SecAgg+'s
 less plain FedAvg's; for both runtimes the protocol's CPU seconds per stage that the runs
-report (metrics.jsonl's secagg_server_s, secagg_client_s: the cohort's sum). --baseline DIR: the same cells of another
+report (metrics.jsonl's secagg_server_s, secagg_client_s: the cohort's sum). Where the rest
+goes (rest_cpu_s, and the local row's note): SecAgg+'s extra CPU seconds a round split into the
+primitives, the protocol stages' own Python, training's difference and the stage machinery
+(rest_profile). --baseline DIR: the same cells of another
 checkout (a worktree of an earlier commit) run right after this one's, each pair under the same
 load; its ratios are kept beside (baseline_ratios) and named in the rows' notes.
 
@@ -239,13 +243,17 @@ TIMED: dict[str, list[str]] = {
 
 
 def timed_main(argv: Sequence[str]) -> None:
-    """`bench_secagg.py _timed OUT.json fednet-args...`: fednet's CLI in this process with a
-    wall-clock timer around each of TIMED's functions (perf_counter, not a profiler: the
-    functions run at their own speed); OUT.json: seconds and calls per part."""
+    """`bench_secagg.py _timed OUT.json [--round-only] fednet-args...`: fednet's CLI in this
+    process with a wall-clock timer around each of TIMED's functions (perf_counter, not a
+    profiler: the functions run at their own speed, plus ~2 us a call for the timer itself:
+    ~100,000 calls a SecAgg+ round at 1,000 clients); OUT.json: seconds and calls per part.
+    --round-only: the round's timer alone (one call a round: its CPU seconds undisturbed)."""
     import importlib
     import time
 
     out, args = argv[0], list(argv[1:])
+    only_round = args[:1] == ["--round-only"]
+    args = args[1:] if only_round else args
     acc: dict[str, list[float]] = {}
     per_round: list[float] = []  # each round's CPU seconds (RoundDriver.round's)
 
@@ -263,6 +271,8 @@ def timed_main(argv: Sequence[str]) -> None:
                     per_round.append(time.process_time() - c)
         return timed
     for part, names in TIMED.items():
+        if only_round and not part.startswith("round (all of it"):
+            continue
         for name in names:
             mod_name, _, attr = name.partition(":")
             try:
@@ -290,16 +300,17 @@ def timed_main(argv: Sequence[str]) -> None:
 
 
 def round_cell(out: Path, runtime: str, mode: str, cohort: int, rounds: int,
-               extra: Sequence[str] = (), profile: bool = False, code: str = ""
-               ) -> dict[str, Any]:
-    """One run of `rounds` rounds: each round's wall seconds, its steady round (the median after
-    the first), the protocol's CPU seconds per stage (metrics: the server's, the clients' sum)."""
+               extra: Sequence[str] = (), profile: bool = False, code: str = "",
+               round_only: bool = False) -> dict[str, Any]:
+    """One run of `rounds` rounds: each round's wall seconds, its steady round (the fastest
+    after the first), the protocol's CPU seconds per stage (metrics: the server's, the clients'
+    sum); `profile`: with _timed's timers (all of TIMED's, or the round's alone: round_only)."""
     args = ["--dataset", "digits", "--clients", str(cohort), "--fraction", "1", "--rounds",
             str(rounds), "--epochs", "1", "--secagg", mode, "-q", "--out", str(out), *extra]
     cmd = fednet_module(runtime, *args)
     if profile:  # (fednet's CLI in bench_secagg.py's _timed: the timers of TIMED)
         cmd = [sys.executable, str(Path(__file__).resolve()), "_timed", str(out) + ".timed.json",
-               runtime, *args]
+               *(["--round-only"] if round_only else []), runtime, *args]
     env = None if not code else {**os.environ, "PYTHONPATH": code}  # (--baseline's checkout)
     r = run(cmd, env=env)
     rec: dict[str, Any] = {"runtime": runtime, "mode": mode, "cohort": cohort, "rounds": rounds,
@@ -356,8 +367,16 @@ def rounds_main(argv: Sequence[str]) -> None:
                 for code in ["", a.baseline] if a.baseline else [""]:
                     for mode in ("off", "plus"):
                         where = Path(tmp) / f"{runtime}-{mode}-{cohort}-{bool(code)}"
+                        local = runtime == "local"
                         rec = round_cell(where, runtime, mode, cohort, a.rounds, code=code or "",
-                                         profile=runtime == "local")
+                                         profile=local, round_only=local)
+                        if local and not code and "steady_s" in rec:  # the parts' timers: a
+                            # run of their own (~2 us a timed call would weigh on the ratio)
+                            prof = round_cell(Path(str(where) + "-parts"), runtime, mode,
+                                              cohort, a.rounds, profile=True)
+                            for key in ("profile_s", "profile_cpu_s"):
+                                rec[key] = prof.get(key, {})
+                            rec["parts_run_round_cpu_s"] = prof.get("round_cpu_s")
                         cells.append(rec)
                         print(f"{rec['code']:8s} {runtime:6s} {mode:4s} {cohort:5d}: rounds "
                               f"{rec.get('round_wall_s')} steady "
@@ -389,9 +408,13 @@ def rounds_main(argv: Sequence[str]) -> None:
                     into[f"{runtime}_{cohort}"] = plus["steady_s"] / off["steady_s"]
                     if off.get("cpu_round_s") and plus.get("cpu_round_s"):
                         into_cpu[f"{runtime}_{cohort}"] = plus["cpu_round_s"] / off["cpu_round_s"]
+    rest = {str(c): r for c in a.cohorts if (r := rest_profile(cells, c))}
+    for c, r in rest.items():
+        print(f"where the rest goes at {c} (CPU s a round, SecAgg+ less plain): " + ", ".join(
+            f"{k} {v:.3f}" for k, v in r.items()), flush=True)
     data = {"machine": machine(), "args": vars(a), "cells": cells, "ratios": ratios,
             "baseline_ratios": baseline, "cpu_ratios": cpu, "baseline_cpu_ratios": cpu_baseline,
-            "profiles": profiles}
+            "profiles": profiles, "rest_cpu_s": rest}
     print("wall: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()))
     print("CPU:  " + ", ".join(f"{k} {v:.2f}x" for k, v in cpu.items()))
     if baseline:
@@ -405,6 +428,44 @@ def rounds_main(argv: Sequence[str]) -> None:
         lines.append([runtime, cohort, off.get("steady_s"), plus.get("steady_s"), v])
     print(table(["runtime", "cohort", "off s (fastest steady)", "plus s", "plus/off"], lines))
     write_json(a.json, data, headline)
+
+
+REST = {  # where SecAgg+'s extra CPU goes: part -> TIMED's parts (inclusive) it is made of
+    "X25519 agreements (exchange + HKDF)": ["agree (X25519 exchange + HKDF, or the other end's key)"],
+    "AES-CTR masks (expanded, added)": ["masks (AES-CTR, added in place)"],
+    "AES-GCM seal/open": ["aes-gcm seal/open"],
+    "Shamir share/rebuild": ["shamir share", "shamir rebuild"],
+    "key pairs": ["client keys"],
+    "quantize": ["client input: quantize"],
+}
+PROTOCOL = ["client keys", "client shares (sharing, agreeing, sealing)",
+            "client input: open shares", "client input: quantize",
+            "client input: mask (agreeing, expanding)", "client unmask",
+            "server stages (routing, sums, requests)",
+            "server unmask (rebuild secrets, remove masks)"]
+
+
+def rest_profile(cells: list[dict[str, Any]], cohort: int) -> dict[str, float]:
+    """Where SecAgg+'s extra CPU seconds a round go (this code's fednet local cells: their
+    part timers' CPU seconds a round, SecAgg+ less plain): REST's primitives, the protocol
+    stages' own Python (PROTOCOL's parts less the primitives they call), training's difference,
+    and the rest of the round (the three more stages' tasks, messages and executor, and what
+    both runs have); the parts add up to the whole round's difference ("total")."""
+    got = {m: _round_find(cells, "local", m, cohort) for m in ("off", "plus")}
+    if not all(g and "profile_cpu_s" in g for g in got.values()):
+        return {}
+    off, plus = got["off"]["profile_cpu_s"], got["plus"]["profile_cpu_s"]  # type: ignore[index]
+    out = {k: sum(plus.get(p, 0.0) for p in parts) for k, parts in REST.items()}
+    prims = sum(v for k, v in out.items() if k != "key pairs")  # (keys: a stage of PROTOCOL)
+    out["protocol stages' own Python"] = sum(plus.get(p, 0.0) for p in PROTOCOL) - prims \
+        - out["key pairs"]
+    train = "training (FedAvgClient.run)"
+    out["training (SecAgg+ less plain)"] = plus.get(train, 0.0) - off.get(train, 0.0)
+    whole = "round (all of it: configure, tasks, aggregate, evaluate)"
+    total = plus.get(whole, 0.0) - off.get(whole, 0.0)
+    out["stage machinery and the rest"] = total - sum(out.values())
+    out["total"] = total
+    return {k: round(v, 4) for k, v in out.items()}
 
 
 def _round_find(cells: list[dict[str, Any]], runtime: str, mode: str, cohort: int,
@@ -446,8 +507,21 @@ def round_headline(data: dict[str, Any]) -> list[dict[str, Any]]:
                 "; ".join(f"{c:,}: {v:.2f}x" + (f" (was {was[c]:.2f}x at {base})" if c in was
                                                  else "")
                           + (f", wall {wall[c]:.2f}x" if by_cpu and c in wall else "")
-                          for c, v in sorted(main.items()))))
+                          for c, v in sorted(main.items()))
+                + (_rest_note(data, max(main, key=lambda c: main[c])) if runtime == "local"
+                   else "")))
     return measured(*rows)
+
+
+def _rest_note(data: dict[str, Any], cohort: int) -> str:
+    """'; at C, +T s CPU a round: the largest parts' of rest_cpu_s (where the rest goes)."""
+    rest = dict(data.get("rest_cpu_s", {}).get(str(cohort), {}))
+    total = rest.pop("total", None)
+    if not rest or not total:
+        return ""
+    top = sorted(rest.items(), key=lambda kv: -kv[1])[:4]
+    return (f"; at {cohort:,}, SecAgg+ adds {total:.2f} s CPU a round: "
+            + ", ".join(f"{k} {v:.2f}" for k, v in top))
 
 
 def _of_runtime(ratios: dict[str, float], runtime: str) -> dict[int, float]:
