@@ -11,7 +11,8 @@ fednet's default). Each cell runs, one after another and --repeats times interle
 load on a shared machine): the plain loop (benchmarks/plain_loop.py: torch.optim.SGD, one client
 after another, fednet's data and model), `fednet local` without and with --batch-clients
 PER_ROUND (the cohort in one block), `fednet launch` with it (--runtimes picks), all --seed 0
-and fednet's defaults (--threads 1, as the loop). Per run: the whole command's seconds, the
+and fednet's defaults (--threads 1, as the loop). Per run: the whole command's seconds and
+its process tree's CPU seconds (user + system) and the machine's CPU pressure (timed), the
 steady round (the median of the rounds from round 1 on: the loop's own timer; fednet's
 metrics.jsonl wall_s differences: training, aggregation, evaluation) and each round's accuracy.
 --json FILE merges: the cells run now replace those of the same spec in FILE (an earlier run's,
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import sys
 import tempfile
@@ -41,7 +43,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib.runner import fednet_module, run  # noqa: E402
-from benchlib.util import command_line, headline_row, machine, measured, write_json  # noqa: E402
+from benchlib.util import (command_line, cpu_pressure_us, headline_row, machine,  # noqa: E402
+                           measured, write_json)
 
 HERE = Path(__file__).resolve().parent
 RUNTIMES = ("loop", "local", "local-batched", "launch-batched")
@@ -58,16 +61,29 @@ def parse(spec: str, rounds: int) -> dict[str, Any]:
             "epochs": int(p[4]) if len(p) > 4 else None}
 
 
+def timed(argv: list[str]) -> tuple[Any, dict[str, Any]]:
+    """run(argv) and its whole process tree's CPU seconds (user and system: every descendant was
+    waited for) and the machine's CPU pressure meanwhile (PSI "some": the share of the time some
+    task waited for a CPU; None where the kernel has none): on a shared machine the wall-clock
+    ratios move with the load, the CPU seconds much less."""
+    ru0, psi0 = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_pressure_us()
+    ran = run(argv, check=True)
+    ru1, psi1 = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_pressure_us()
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    pressure = (psi1 - psi0) / 1e6 / ran.wall_s if psi0 is not None and psi1 is not None else None
+    return ran, {"cpu_s": cpu, "pressure": pressure}
+
+
 def loop_run(c: dict[str, Any]) -> dict[str, Any]:
     """The plain loop: its seconds, steady round and final accuracy."""
     argv = [sys.executable, str(HERE / "plain_loop.py"), "--dataset", c["dataset"], "--clients",
             str(c["clients"]), "--fraction", repr(c["per_round"] / c["clients"]), "--rounds",
             str(c["rounds"]), "--seed", "0"] + (["--epochs", str(c["epochs"])] if c["epochs"]
                                                  else [])
-    ran = run(argv, check=True)
+    ran, cpu = timed(argv)
     got = ran.last_json
     rounds = got["round_s"]
-    return {"wall_s": ran.wall_s, "round_s": statistics.median(rounds[1:] or rounds),
+    return {"wall_s": ran.wall_s, **cpu, "round_s": statistics.median(rounds[1:] or rounds),
             "accuracy": [None] * (len(rounds) - 1) + [got["accuracy"]]}
 
 
@@ -83,7 +99,7 @@ def fednet_run(c: dict[str, Any], runtime: str, out: Path) -> dict[str, Any]:
         argv += ["--epochs", str(c["epochs"])]
     if command == "launch":
         argv += ["--register-timeout", "600"]
-    ran = run(argv, check=True)
+    ran, cpu = timed(argv)
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     rows = [r for r in rows if "wall_s" in r and r.get("round", -1) >= 0]
     walls = [r["wall_s"] for r in rows]
@@ -91,7 +107,7 @@ def fednet_run(c: dict[str, Any], runtime: str, out: Path) -> dict[str, Any]:
     samples = [r["samples"] for r in rows]
     with np.load(out / "final_model.npz") as z:
         model = {k: z[k] for k in z.files}
-    return {"wall_s": ran.wall_s, "round_s": statistics.median(steps),
+    return {"wall_s": ran.wall_s, **cpu, "round_s": statistics.median(steps),
             "accuracy": [r.get("accuracy") for r in rows],
             "examples": statistics.median(b - a for a, b in zip([0] + samples, samples)),
             "summary": json.loads((out / "summary.json").read_text()), "model": model}
@@ -134,10 +150,15 @@ def cell(c: dict[str, Any], runtimes: list[str], repeats: int) -> dict[str, Any]
                 print(f"  {c['spec']} {r}: {got[r][-1]['wall_s']:.1f} s", flush=True)
     out: dict[str, Any] = {**c, "repeats": repeats, "runs": {}}
     for r, runs in got.items():
+        pressures = [x["pressure"] for x in runs if x["pressure"] is not None]
         out["runs"][r] = {"wall_s": round(statistics.median(x["wall_s"] for x in runs), 3),
                           "round_s": round(statistics.median(x["round_s"] for x in runs), 4),
+                          "cpu_s": round(statistics.median(x["cpu_s"] for x in runs), 2),
+                          "pressure": (round(statistics.median(pressures), 2) if pressures
+                                       else None),
                           "accuracy": runs[-1]["accuracy"],
-                          "all_s": [[round(x["wall_s"], 2), round(x["round_s"], 4)] for x in runs]}
+                          "all_s": [[round(x["wall_s"], 2), round(x["round_s"], 4),
+                                     round(x["cpu_s"], 2)] for x in runs]}
     fed = [r for r in runtimes if r != "loop"]
     if fed:
         last = {r: got[r][-1] for r in fed}
@@ -178,6 +199,12 @@ def headline(data: dict) -> list:
                  f"{v['wall_s'] / runs['loop']['wall_s']:.3g}x)" for r, v in runs.items()
                  if r != "loop"]
         b = runs["local-batched"]
+        cpu = ""
+        if "cpu_s" in b and "cpu_s" in runs["loop"]:
+            cpu = (f"; whole command's CPU seconds (process tree, user + system) local-batched "
+                   f"{b['cpu_s']} against the loop's {runs['loop']['cpu_s']} "
+                   f"({b['cpu_s'] / runs['loop']['cpu_s']:.3g}x); CPU pressure (PSI some) "
+                   + "/".join(f"{v['pressure']}" for v in runs.values()))
         same = all(v.get("same_as_local", True) for v in runs.values())
         acc = {r: v["accuracy"][-1] for r, v in runs.items()}
         rows.append(headline_row(
@@ -187,7 +214,8 @@ def headline(data: dict) -> list:
             f"loop {loop} s a round; " + "; ".join(parts) + f"; {b.get('gflops')} GFLOP/s "
             f"batched (matmul peak {peak}); {c['rounds']} rounds, medians of {c['repeats']}; "
             f"bytes, messages, simulated time {'identical' if same else 'DIFFER'}; final "
-            f"accuracy " + ", ".join(f"{r} {a:.3f}" for r, a in acc.items() if a is not None)))
+            f"accuracy " + ", ".join(f"{r} {a:.3f}" for r, a in acc.items() if a is not None)
+            + cpu))
     return measured(*rows)
 
 
