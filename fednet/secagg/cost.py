@@ -15,7 +15,10 @@ holders sorted and its bytes joined, "rebuilt", t shares picked, stacked, weight
 modulo P; "lagrange", the element
 operations of each secret's Lagrange weights: shamir.lagrange_rows, LAGRANGE_PAIR per pair of
 its t points and LAGRANGE_INVERSE per point for the modular inverse: O(t^2) a secret; "held",
-the shares of a secret beyond its t, each looked through for the first t holders)."""
+the shares of a secret beyond its t, each looked through for the first t holders). A client's
+input also flattens its update (flattened), clips and weights it onto a codec's grid (weighted)
+or encodes it for distributed DP (ddp_encoded) before it is masked; the server unpacks a grid's
+inputs before it sums them (summed's packed): "field" passes, measured (the constants below)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
