@@ -186,3 +186,38 @@ def test_launch_charges_the_same_work_as_the_local_run(tmp_path, over):
     assert [r["server_compute_s"] for r in rows[0]] == [r["server_compute_s"] for r in rows[1]]
     assert [r["sim_s"] for r in rows[0]] == [r["sim_s"] for r in rows[1]]
     assert all(r["server_compute_s"] > 0 for r in rows[0])
+
+
+# ---- clocktail2: the server's encoding of tasks, a hand-off's encoding, an asynchronous
+# server's unused replies, the setup stage's grouping ---------------------------------------
+def _spy_before(monkeypatch) -> list[tuple[dict, list[float]]]:
+    seen: list[tuple[dict, list[float]]] = []
+    orig = server_clock.ServerClock.before
+
+    def spy(self, tasks, work):
+        at = [t.sim_time for t in tasks]
+        s = orig(self, tasks, work)
+        seen.append((dict(work), [t.sim_time - a for t, a in zip(tasks, at)]))
+        return s
+    monkeypatch.setattr(server_clock.ServerClock, "before", spy)
+    return seen
+
+
+def test_the_servers_encoding_of_compressed_tasks_is_on_its_clock(tmp_path, monkeypatch):
+    """--compress-down int8: the server encodes each round's model once (the flattening,
+    int8's encoding, and the decoding it keeps as the tasks' arrays), on its clock before the
+    tasks leave: they leave that many server seconds later."""
+    from fednet.compress import FLAT_PASSES
+    from fednet.network.server_cost import server_rates
+    seen = _spy_before(monkeypatch)
+    cfg = _small(clients=3, rounds=2, out=str(tmp_path / "e"), net={"compress_down": "int8"})
+    assert run_local(cfg, quiet=True)["status"] == "completed"
+    n = sum(int(a.size) for a in _model_floats(tmp_path / "e"))
+    one = (codec_work("int8", n)["code"] + FLAT_PASSES[False] * n
+           + codec_work("int8", n, decode=True)["code"] + DECODE_PASSES[False] * n)
+    rounds = [(w, d) for w, d in seen if d]
+    assert len(rounds) == 2  # (a round's 3 tasks share one encoding)
+    s = opcount.seconds({"code": one}, server_rates(cfg.latency.server_profile))
+    for work, delays in rounds:
+        assert work == {"code": one} and one > 0
+        assert len(delays) == 3 and all(d == pytest.approx(s) and d > 0 for d in delays)

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from fednet import opcount
 from fednet.algorithms.common import client_accuracy
 from fednet.algorithms.contract import NOT_STAGED, RoundContext, StagedStrategy, Strategy
 from fednet.compress.downlink import NO_DOWNLINK, Downlink
@@ -86,6 +87,7 @@ class RoundDriver:
         self.server = ServerClock(cfg, algo)  # the server's compute on the clock
         self.split = TimeSplit()  # where each step's simulated time went (rows' sim_split)
         self.step_start = 0.0
+        self.encoded_s = 0.0  # the server's --compress-down encoding in this step (seconds)
         # client_state: the algorithm's clients keep state between rounds
         self.checkpoints = Checkpoints(cfg.net.checkpoint_every, cfg.rounds, checkpoint,
                                        manifest, client_state)
@@ -168,11 +170,12 @@ class RoundDriver:
     def setup(self, dispatcher: Dispatcher) -> bool:
         """Round -1: tasks the algorithm needs before training (e.g. FedSeq's pre-training)."""
         clients, self.sim_time = self.churn.select(dispatcher.alive_clients(), self.sim_time)
-        tasks = self.stamp(self.staged.setup_tasks(clients))
+        tasks = self.staged.setup_tasks(clients)
         if not tasks:
             return True
         for t in tasks:  # sent now (after a wait for clients to come online), as a round's
             t.sim_time = self.sim_time
+        tasks = self.stamp(tasks)
         self.progress.message(f"setup stage: {len(tasks)} tasks")
         step = self.network.step(self.sim_time, -1, tasks, 1, None, setup=True)
         results, failures = dispatcher.run_round(-1, self.compute.charge(step.send(tasks)),
@@ -210,8 +213,12 @@ class RoundDriver:
         (Checkpoints.stamp), their clients counted, their arrays as they travel."""
         self.checkpoints.stamp(tasks)
         self.participants.note(tasks)
+        work: dict[str, float] = {}
         for t in tasks:  # (--compress-down; else as they are)
-            t.wire, t.arrays = self.downlink.encode(t.arrays, t.task_id, t.round)
+            with opcount.counted() as enc:  # the server's encoding (a model's first task)
+                t.wire, t.arrays = self.downlink.encode(t.arrays, t.task_id, t.round)
+            opcount.add(work, enc)
+        self.encoded_s += self.server.before(tasks, work)  # they leave once it is done
         return tasks
 
     def round(self, rnd: int, clients: Sequence[ClientInfo], dispatcher: Dispatcher, span: int = 1
@@ -220,9 +227,11 @@ class RoundDriver:
         algo = self.algo
         self.checkpoints.step_start = rnd
         ctx = RoundContext(rnd, self.sim_time, self.churn.online_at)
-        tasks = self.stamp(algo.start_round(ctx, clients))
+        tasks = algo.start_round(ctx, clients)
         for t in tasks:
             t.sim_time = self.sim_time
+        self.encoded_s = 0.0  # (the step's server encoding, its sim_split server_s)
+        tasks = self.stamp(tasks)
         ordered = self.staged.virtual_order
         step = self.network.step(self.sim_time, rnd, tasks, span, ctx.target, ordered=ordered)
         order = self.arrivals() if ordered else AsArrived()  # in simulated-time order, or as they come
@@ -284,8 +293,8 @@ class RoundDriver:
             self.server.total += self.staged.server_charged()
         for r in results:
             self.split.arrived(r)
-        metrics = {**metrics, **self.split.close(self.step_start, self.sim_time, server_s,
-                                                 metrics)}
+        metrics = {**metrics, **self.split.close(self.step_start, self.sim_time,
+                                                 server_s + self.encoded_s, metrics)}
         self.verdict.note(rnd, failures)  # (in task order, whatever order they came in)
         # usable: what the algorithm says it aggregated (secure aggregation: one unmasked
         # result, or none), else every result that came

@@ -1,6 +1,7 @@
 """The server on the clock: the work of a round's aggregation counted in operations
 (network/server_cost.py; secure aggregation's unmasking: fednet/secagg/cost.py; each result's
-decoding under --compress: Result.server_ops, core/replies.py) and turned into
+decoding under --compress: Result.server_ops, core/replies.py; its encoding of --compress-down
+tasks before they leave: ServerClock.before) and turned into
 simulated seconds at the server's rates (--server-profile). The round's end waits for it, so the
 next round's tasks leave after the server has finished (core/rounds.py). Counted from the
 round's parameters and what its results carried: the same seconds in every runtime."""
@@ -12,7 +13,7 @@ from fednet import opcount
 from fednet.algorithms import dp_spec, robust_spec
 from fednet.config import RunConfig
 from fednet.network.server_cost import aggregation_ops, server_rates
-from fednet.types import Result
+from fednet.types import Result, Task
 
 
 class ServerClock:
@@ -48,6 +49,17 @@ class ServerClock:
             if self.params is not None else 0
         return opcount.add(aggregation_ops(self.cfg, n, self._d(), f, self.params,
                                            self.central_dp, self.work), received(results))
+
+    def before(self, tasks: list[Task], work: dict[str, float]) -> float:
+        """The server's `work` on `tasks` before they leave (--compress-down's encoding, and
+        the decoding it keeps as the tasks' arrays, counted as it did them: core/rounds.stamp):
+        counted, and the tasks leave once it is done; its seconds."""
+        s = self.seconds(work) if work else 0.0
+        if s > 0:
+            self.total += s
+            for t in tasks:
+                t.sim_time += s
+        return s
 
     def charge(self, work: dict[str, float], metrics: dict[str, Any]) -> float:
         """Count `work` (and the seconds a protocol's earlier stages waited for the server: the
