@@ -44,7 +44,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib.runner import fednet_module, run  # noqa: E402
 from benchlib.util import (command_line, cpu_pressure_us, headline_row, machine,  # noqa: E402
-                           measured, write_json)
+                           measured, stamp)
 
 HERE = Path(__file__).resolve().parent
 RUNTIMES = ("loop", "local", "local-batched", "launch-batched")
@@ -252,8 +252,16 @@ def main() -> None:
                  matmul_peak_gflops=peak)
     data = {"args": vars(a), "machine": info, "matmul_peak_gflops": peak, "cells": rows}
     if a.json:
-        data = merged(Path(a.json), data)
-    write_json(a.json, data, headline(data))
+        write(Path(a.json), merged(Path(a.json), data))
+
+
+def write(path: Path, data: dict[str, Any]) -> None:
+    """benchlib.util.write_json's file (stamped, indented), but with the merged file's own
+    commit and command (stamp would put this run's command on every cell kept)."""
+    out = stamp(data, headline(data), Path(__file__).name)
+    out.update({k: data[k] for k in ("commit", "command") if data.get(k)})
+    path.write_text(json.dumps(out, indent=2, default=str) + "\n")
+    print(f"wrote {path}")
 
 
 def merged(path: Path, data: dict[str, Any]) -> dict[str, Any]:

@@ -36,6 +36,10 @@ def test_a_run_of_some_cells_keeps_the_files_others(tmp_path):
     rows = m.headline(got)
     assert [r["value"] for r in rows] == [0.25, 0.25, 0.25]
     assert "matmul peak 100.0" in rows[0]["note"] and "matmul peak 120.0" in rows[1]["note"]
+    m.write(path, got)  # the file keeps the merged commit and command (stamp has its own)
+    written = json.loads(path.read_text())
+    assert (written["commit"], written["command"]) == (got["commit"], got["command"])
+    assert written["script"] == "bench_batched_runs.py" and len(written["headline"]) == 3
     other = tmp_path / "other.json"  # another script's file, or none: this run only
     other.write_text(json.dumps({**old, "script": "bench_batched.py"}))
     assert m.merged(other, {"cells": new})["cells"] == new
