@@ -190,7 +190,14 @@ def test_launch_charges_the_same_work_as_the_local_run(tmp_path, over):
 
 # ---- clocktail2: the server's encoding of tasks, a hand-off's encoding, an asynchronous
 # server's unused replies, the setup stage's grouping ---------------------------------------
+def _no_plots(monkeypatch) -> None:
+    """(The run's plots: half a second of matplotlib these tests do not read.)"""
+    from fednet.metrics import plots
+    monkeypatch.setattr(plots, "plot_run", lambda *a, **k: None)
+
+
 def _spy_before(monkeypatch) -> list[tuple[dict, list[float]]]:
+    _no_plots(monkeypatch)
     seen: list[tuple[dict, list[float]]] = []
     orig = server_clock.ServerClock.before
 
@@ -221,3 +228,74 @@ def test_the_servers_encoding_of_compressed_tasks_is_on_its_clock(tmp_path, monk
     for work, delays in rounds:
         assert work == {"code": one} and one > 0
         assert len(delays) == 3 and all(d == pytest.approx(s) and d > 0 for d in delays)
+
+
+FEDSEQ = {"name": "fedseq", "params": {"pretrain_epochs": 1, "min_samples": 600,
+                                       "max_clients": 2, "superclient_fraction": 1.0}}
+
+
+def test_a_clients_encoding_of_a_hand_off_is_on_its_clock(tmp_path, monkeypatch):
+    """--compress-handoff int8 (FedSeq's ring): the holder encodes the model for its peer after
+    its training (the flattening and int8's encoding of its n values) on its own clock: the
+    hand-off leaves that many of its seconds later."""
+    from fednet.compress import FLAT_PASSES
+    _no_plots(monkeypatch)
+    calls: list[tuple[dict, float]] = []
+    orig = latency.protocol_time
+
+    def spy(p, protocol):
+        s = orig(p, protocol)
+        calls.append((dict(protocol or {}), s))
+        return s
+    monkeypatch.setattr(latency, "protocol_time", spy)
+    cfg = _small(clients=4, rounds=1, out=str(tmp_path / "h"), algo=FEDSEQ,
+                 net={"compress_handoff": "int8"})
+    s = run_local(cfg, quiet=True)
+    assert s["status"] == "completed" and s["bytes"]["client_to_client"] > 0
+    n = sum(int(a.size) for a in _model_floats(tmp_path / "h"))
+    one = {"code": codec_work("int8", n)["code"] + FLAT_PASSES[False] * n}
+    handoffs = [sec for c, sec in calls if c == one]
+    rings = s["bytes"]["client_to_client"]  # (each hand-off the same bytes: a model's int8)
+    assert one["code"] > 0 and len(handoffs) >= 1 and all(sec > 0 for sec in handoffs)
+    assert rings % len(handoffs) == 0
+
+
+def test_an_asynchronous_servers_unused_replies_are_decoded_on_its_clock(tmp_path, monkeypatch):
+    """FedBuff under --compress int8: a reply that arrives after the step's last update is not
+    used, but the server decoded it (its n values, int8's decode and the rebuild against the
+    reference): charged all the same, one decoding per reply taken in."""
+    from fednet.algorithms import asynchronous
+    _no_plots(monkeypatch)
+    charged: list[dict] = []
+    orig = asynchronous.Asynchronous.charge
+
+    def spy(self, work):
+        charged.append(dict(work))
+        return orig(self, work)
+    monkeypatch.setattr(asynchronous.Asynchronous, "charge", spy)
+    cfg = _small(clients=6, rounds=1, out=str(tmp_path / "b"), net={"compress": "int8"},
+                 algo={"name": "fedbuff", "params": {"concurrency": 3, "buffer": 2}})
+    s = run_local(cfg, quiet=True)
+    assert s["status"] == "completed"
+    import json
+    row, = [json.loads(x) for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
+    n = sum(int(a.size) for a in _model_floats(tmp_path / "b"))
+    one = opcount.add(codec_work("int8", n, decode=True), {"code": DECODE_PASSES[True] * n})
+    assert row["unused"] >= 1 and one["code"] > 0
+    assert sum(c == one for c in charged) == 2 + row["unused"]  # (the buffer's 2, the rest)
+
+
+@pytest.mark.net
+@pytest.mark.slow
+def test_launch_charges_a_hand_offs_encoding_as_the_local_run(tmp_path):
+    """--compress-handoff int8 on FedSeq's ring (and --compress-down's encoding at the
+    server): the same simulated seconds under `fednet launch` (client/peers.handoff) as in
+    `fednet local` (core/inproc)."""
+    from fednet.server.main import run_zmq
+
+    def cfg(name):
+        return _small(clients=4, rounds=1, out=str(tmp_path / name), algo=FEDSEQ,
+                      net={"compress_handoff": "int8", "compress_down": "fp16"})
+    a, b = run_local(cfg("local"), quiet=True), run_zmq(cfg("launch"), quiet=True)
+    assert a["status"] == b["status"] == "completed" and a["bytes"]["client_to_client"] > 0
+    assert a["sim_time_s"] == b["sim_time_s"]

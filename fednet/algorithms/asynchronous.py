@@ -23,7 +23,9 @@ and the server takes Delta_k against the model the task carried.
 
 The server is on the clock (--server-profile, as a synchronous round's aggregation: core/
 server_clock.py), charged where its work happens: FedAsync's mix of each used reply
-(fold_ops: 3 d element operations and the staleness weight), FedBuff's step
+(fold_ops: 3 d element operations and the staleness weight; before it, its decoding under
+--compress, which a reply the step does not use, one after its last update or not finite,
+is charged too: the server decoded it), FedBuff's step
 once its buffer holds K updates (buffer_ops: their weighted differences summed, 3 K d, and the
 step, 3 d). The server is one processor: a piece of work starts when its reply is released or
 when the server's earlier work ends, whichever is later (`server_free`), so work queues when
@@ -179,17 +181,19 @@ class Asynchronous(StagedStrategy):
         if self.rnd >= self.end:  # the step's last update is done: not used
             self.busy.pop(done.task_id)
             self.unused += 1
+            self.taken_in(done)  # (decoded all the same)
             return []
         if isinstance(done, Failure):
             self.failed.append(done)
             self.failures_seen += 1
         elif not finite(done.arrays):
             self.dropped += 1
+            self.taken_in(done)  # (decoded before it was found not finite)
         else:
             self.stale.append(self.updates - start)
             self.used.append(done)
             self.at = done.sim_time
-            self.charge(done.server_ops)  # (taking it in: --compress's decoding)
+            self.taken_in(done)
             self.use(done, self.updates - start, self.busy[done.task_id][2])
             if len(self.used) == self.per_round():
                 self._close_round(done.sim_time)
@@ -209,6 +213,14 @@ class Asynchronous(StagedStrategy):
         s = opcount.seconds(work, self.server_rates)
         self.server_free = max(self.at, self.server_free) + s
         self.charged += s
+
+    def taken_in(self, done: Result | Failure) -> None:
+        """The server's work taking a result in (--compress's decoding, its server_ops), used
+        or not (a reply after the step's last update, or one not finite): charged from its
+        release, where the server did it."""
+        if isinstance(done, Result) and done.server_ops:
+            self.at = done.sim_time  # (the reply being taken in)
+            self.charge(done.server_ops)
 
     def server_charged(self) -> float:
         """The server seconds charged since the last call (the driver's server_compute_s)."""

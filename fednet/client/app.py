@@ -127,7 +127,7 @@ class Client:
         training examples."""
         self.run_id = str(b.get("run_id", ""))
         examples = self.trainer.take(cfg, self.run_id, profile, indices, tables)
-        self.peers.take_welcome(cfg, self.run_id, grant, self.trainer.availability)
+        self.peers.take_welcome(cfg, self.run_id, grant, self.trainer.availability, profile)
         return examples
 
     def listen(self) -> tuple[str, zmq.Socket | None]:

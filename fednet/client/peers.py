@@ -16,10 +16,12 @@ from typing import Any
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from fednet import opcount
 from fednet.config.liveness import DEFAULT as LIVENESS, Liveness
 from fednet.metrics.accounting import SERVER, Ledger
 from fednet.network.availability import Availability
 from fednet.network.churn import next_online_hop, passed_over
+from fednet.network.latency import Profile, protocol_time
 from fednet.protocol import Message, MsgKind, tensor_bytes
 from fednet.protocol.proof import check_grant, check_handoff, handoff_tag
 from fednet.transport.channels import Channel, Rejects, bind_router, connect_dealer
@@ -47,7 +49,8 @@ class Peers:
     __slots__ = ("ctx", "me", "ledger", "keys", "peer_key", "gate", "server_setup", "advertise",
                  "sock", "chan", "endpoint", "rejects", "last_peer_bytes", "last_peer_tensor",
                  "run_id", "grant", "pump", "ack_timeout", "retries", "dead_peer",
-                 "last_to_hop", "availability", "skipped", "compress", "seed", "seen", "live")
+                 "last_to_hop", "availability", "skipped", "compress", "seed", "seen", "live",
+                 "profile")
 
     def __init__(self, ctx: zmq.Context, me: str, advertise: str, ledger: Ledger,
                  keys: Any = None, peer_key: bytes | None = None, gate: str | None = None,
@@ -75,12 +78,15 @@ class Peers:
         self.availability: Availability | None = None  # --availability: offline peers are passed over
         self.skipped = 0  # offline peers the last hand-off passed over
         self.compress, self.seed = Spec(), 0  # --compress-handoff (set at WELCOME)
+        self.profile: Profile | None = None  # this client's rates (its hand-off's encoding)
         self.seen: set[tuple[int, int]] | None = None  # (task, hop) of hand-offs received
 
     def take_welcome(self, cfg: RunConfig, run_id: str, grant: bytes | None,
-                     availability: Availability | None) -> None:
-        """The run's hand-off settings from a WELCOME (hand-offs seen before are forgotten)."""
+                     availability: Availability | None, profile: Profile | None = None) -> None:
+        """The run's hand-off settings from a WELCOME (hand-offs seen before are forgotten);
+        `profile`: this client's, whose rates its encoding of a hand-off is charged at."""
         n = cfg.net
+        self.profile = profile
         self.run_id, self.grant, self.availability, self.seen = run_id, grant, availability, None
         self.ack_timeout, self.retries, self.dead_peer = n.ack_timeout, n.ack_retries, n.dead_peer
         self.compress, self.seed = n.codecs().handoff, cfg.seed
@@ -122,7 +128,10 @@ class Peers:
         keys = list(b.get("keys", []))
         self.last_peer_bytes = self.last_peer_tensor = 0
         last = nxt if self.dead_peer == "server" else len(route) - 1
-        sent = for_peer(self.compress, self.seed, reply.arrays, reply.task_id, nxt)
+        with opcount.counted() as work:  # --compress-handoff: this client's encoding, after
+            sent = for_peer(self.compress, self.seed, reply.arrays, reply.task_id, nxt)
+        if work and self.profile is not None:  # its training: the hand-off leaves once done
+            reply.sim_time += protocol_time(self.profile, work)  # (as core/inproc's)
         for hop in range(nxt, last + 1):
             if hop >= len(endpoints):
                 break

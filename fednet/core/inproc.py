@@ -7,6 +7,7 @@ import numpy as np
 
 import torch
 
+from fednet import opcount
 from fednet.algorithms.updates import forget_ahead
 from fednet.core.batching import Ahead, batching, note
 from fednet.core.checkpoint import ClientStates
@@ -21,6 +22,7 @@ from fednet.data.partition import part_size
 from fednet.metrics.accounting import SERVER
 from fednet.metrics.history import resolve_out
 from fednet.models import drop_templates, keep_template
+from fednet.network import latency
 from fednet.network.churn import next_online_hop
 from fednet.platform.gpus import check_gpus, device_for, gpu_counts
 from fednet.training.batched import release_buffers
@@ -201,7 +203,10 @@ class InprocDispatcher:
             hop = online
             me, peer = client_name(cid), client_name(task.route[hop])
             t0 = led.totals()["tensor_bytes"]
-            sent = self.s.for_peer(reply.arrays, reply.task_id, hop)
+            with opcount.counted() as work:  # --compress-handoff: the client's encoding,
+                sent = self.s.for_peer(reply.arrays, reply.task_id, hop)  # after its training:
+            if work:  # the hand-off leaves once it is done (as client/peers.handoff)
+                reply.sim_time += latency.protocol_time(ex.profile, work)
             nxt, n = self._send(handoff_message(got, reply, hop, arrays=sent), me, peer)
             _, n_ack = self._send(ack_message(nxt, peer), peer, me)
             done = hop_done_message(got, reply, n + n_ack, led.totals()["tensor_bytes"] - t0, hop)
