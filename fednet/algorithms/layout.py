@@ -10,6 +10,7 @@ reaches an aggregate, so it can neither stop the server nor change the model's d
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -35,12 +36,13 @@ def _names(names: set[str], limit: int = 3) -> str:
 
 def mismatch(expected: Layout, arrays: Mapping[str, np.ndarray]) -> str | None:
     """Why `arrays` do not fit `expected` (the first difference, one line), or None."""
-    missing = set(expected) - set(arrays)
-    if missing:
-        return f"array(s) {_names(missing)} missing"
-    extra = set(arrays) - set(expected)
-    if extra:
-        return f"unexpected array(s) {_names(extra)}"
+    if len(arrays) != len(expected) or not all(n in arrays for n in expected):
+        missing = set(expected) - set(arrays)  # (the same names, the common case: no sets)
+        if missing:
+            return f"array(s) {_names(missing)} missing"
+        extra = set(arrays) - set(expected)
+        if extra:
+            return f"unexpected array(s) {_names(extra)}"
     for name, (shape, dtype) in expected.items():
         a = arrays[name]
         if not isinstance(a, np.ndarray):
@@ -62,7 +64,7 @@ def _finite(a: np.ndarray) -> bool:
     if a.dtype.kind != "f":
         return True
     if a.dtype.itemsize <= 4:
-        return bool(np.isfinite(a.sum(dtype=np.float64)))
+        return math.isfinite(a.sum(dtype=np.float64))  # (a float64 scalar: no ufunc call)
     return bool(np.isfinite(a).all())
 
 

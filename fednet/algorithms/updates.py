@@ -249,11 +249,27 @@ class Ahead:
 _AHEAD: dict[tuple[int, int], Ahead] = {}  # (client id, task id) -> its training, done ahead
 
 
-def _start(ctx: ClientContext, task: Task) -> dict[str, torch.Tensor]:
+def _start(ctx: ClientContext, task: Task,
+           made: dict[tuple[int, str], tuple[Any, torch.Tensor]] | None = None
+           ) -> dict[str, torch.Tensor]:
     """The trainable parameters a task starts from (its received arrays), on the client's
-    device, without touching ctx.model (several clients may share one working model)."""
+    device, without touching ctx.model (several clients may share one working model). `made`:
+    the tensors already made in this block from the same array objects (a round's tasks carry
+    the server's one model), shared instead of copied again; each entry keeps its array, so that
+    its id is never reused while the block is built (train_batched stacks the starts and never
+    writes them, so sharing changes no bit)."""
     names = [n for n, p in ctx.model.named_parameters() if p.requires_grad]
-    return {n: torch.tensor(np.asarray(task.arrays[n]), device=ctx.device) for n in names}
+    if made is None:
+        return {n: torch.tensor(np.asarray(task.arrays[n]), device=ctx.device) for n in names}
+    out = {}
+    for n in names:
+        a = task.arrays[n]
+        key = (id(a), str(ctx.device))
+        got = made.get(key)
+        if got is None or got[0] is not a:
+            got = made[key] = (a, torch.tensor(np.asarray(a), device=ctx.device))
+        out[n] = got[1]
+    return out
 
 
 def _job(ctx: ClientContext, task: Task, mu: float, start: dict[str, torch.Tensor]) -> Any:
@@ -281,7 +297,8 @@ def train_ahead(ctxs: Sequence[ClientContext], tasks: Sequence[Task],
     if why:
         return why
     mus = [float(getattr(r, "mu", 0.0)) for r in rules]
-    starts = [_start(c, t) for c, t in zip(ctxs, tasks)]
+    made: dict[tuple[int, str], tuple[Any, torch.Tensor]] = {}
+    starts = [_start(c, t, made) for c, t in zip(ctxs, tasks)]
     jobs = [_job(c, t, mu, s) for c, t, mu, s in zip(ctxs, tasks, mus, starts)]
     least = least_clients(ctxs[0].model)
     while len(jobs) < least:  # copies of the first task, trained and dropped
@@ -304,12 +321,13 @@ def take_ahead(ctx: ClientContext, task: Task, mu: float) -> dict[str, Any] | No
     got = _AHEAD.pop((ctx.cid, task.task_id), None)
     if got is None or got.mu != mu:
         return None
-    named = {n: p for n, p in ctx.model.named_parameters() if p.requires_grad}
-    if named.keys() != got.start.keys() or not all(
-            torch.equal(p.detach(), got.start[n]) for n, p in named.items()):
+    start = got.start  # one pass: the same names, each parameter equal to where it started
+    params = [(n, p) for n, p in ctx.model.named_parameters() if p.requires_grad]
+    if len(params) != len(start) or not all(
+            (s := start.get(n)) is not None and torch.equal(p, s) for n, p in params):
         return None
     with torch.no_grad():
-        for n, p in named.items():
+        for n, p in params:
             p.copy_(got.end[n])
     ctx.model.train()
     # training/local.train's charge(model, batch), batch by batch: the same integers

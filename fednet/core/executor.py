@@ -132,6 +132,7 @@ class Executor:
             model = self._initial().to(self.device)
             nbytes = state_nbytes(model)
         self._own_model_bytes = 0 if working is not None else nbytes  # (kept_bytes)
+        self._kept: tuple[tuple, int] | None = None  # kept_bytes' count and the objects it read
         if reuse_freed_memory(nbytes):  # big models: into mapped pages
             reserve_once(CLIENT_RESERVE_MODELS * nbytes)  # while the process registers
         self.availability: Availability | None = None  # --availability: set by the runtime
@@ -169,10 +170,17 @@ class Executor:
         its training and test rows (a natural client's own images too; the whole partition
         where a device holds it), its model unless it is the shared working one, and its Python
         objects."""
-        natural = getattr(self.dataset, "natural", None) is not None
         c = self.ctx
-        return OBJECT_BYTES + self._own_model_bytes + sum(
-            _held_bytes(t, natural) for t in (c.x, c.y, c.test_x, c.test_y))
+        held = (c.x, c.y, c.test_x, c.test_y, self.dataset, self._own_model_bytes)
+        got = self._kept
+        if got is not None and len(got[0]) == len(held) and all(
+                a is b for a, b in zip(got[0], held)):  # the same objects: the same bytes
+            return got[1]
+        natural = getattr(self.dataset, "natural", None) is not None
+        n = OBJECT_BYTES + self._own_model_bytes + _held_bytes(c.x, natural) + _held_bytes(
+            c.y, natural) + _held_bytes(c.test_x, natural) + _held_bytes(c.test_y, natural)
+        self._kept = (held, n)
+        return n
 
     def on_task(self, msg: Message, nbytes: int) -> Outcome:
         """Run a TASK received with `nbytes` on the wire; return RESULT (or FAILURE)."""
@@ -185,10 +193,12 @@ class Executor:
         try:
             task = message_task(msg)
             handoff = msg.kind == MsgKind.HANDOFF
-            with opcount.counted() as decoded:  # --compress-down, --compress-handoff: the
-                # decoding is the client's work, on the clock with its training (below)
-                task.arrays = self.codec.received(task.arrays, handoff,
-                                                  self._layout() if handoff else None)
+            decoded: opcount.Ops = {}  # nothing to decode (no --compress-down/-handoff):
+            if (self.codec.peer if handoff else self.codec.down).on:  # no count opened either
+                with opcount.counted() as decoded:  # --compress-down, --compress-handoff: the
+                    # decoding is the client's work, on the clock with its training (below)
+                    task.arrays = self.codec.received(task.arrays, handoff,
+                                                      self._layout() if handoff else None)
             check_work(task.body, self.cfg)
             ckpt = task.body.get("ckpt")
             if self.store is not None and self.session != msg.run_id:  # from the store
@@ -217,13 +227,14 @@ class Executor:
             reply = failure_message(self.cid, msg.task_id, msg.round, f"{type(e).__name__}: {e}",
                                     recv, self.run_id)
             return Outcome(reply, recv - msg.sim_time, time.perf_counter() - t0)
-        samples = int(body.get("samples", self.num_examples))
+        examples = self.num_examples  # (read once: the body's default and the result's n)
+        samples = int(body.get("samples", examples))
         opcount.add(work.ops, decoded)  # (the task's decoding, before its training)
         send = recv + latency.compute_time(self.profile, samples, work.flops, work.ops)
         off = offline_reason(self.availability, self.cid, recv, send, "during local training")
         if off is not None:
             return self._offline(msg, off, t0)
-        reply = result_message(self.cid, task, arrays, body, self.num_examples, send, self.run_id)
+        reply = result_message(self.cid, task, arrays, body, examples, send, self.run_id)
         return Outcome(reply, send - msg.sim_time, time.perf_counter() - t0)
 
     def _layout(self) -> dict | None:

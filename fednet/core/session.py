@@ -238,15 +238,24 @@ class Session:
         moved = 3 * (max(tensors, self.evaluator.model_bytes) + (1 << 20))
         most = self._most_epochs
         pooled = self._pooled_examples
+        flops_1, ops_1 = self._latest_unit
+        bound = self._protocol_bound
         t = task.sim_time + 1.0 + float(self.cfg.latency.deadline)
         for cid in task.route[task.hop:]:
             p = self.profiles[cid]
             samples = 4 * most * (pooled or part_size(self.parts, cid)) + 4096
-            work = LATEST_WORK * samples * self._work.epoch(1) if p.train_flops_per_s > 0 else 0
-            calls = {k: LATEST_WORK * samples * n for k, n in self._work.epoch_ops(1).items()}
+            work = LATEST_WORK * samples * flops_1 if p.train_flops_per_s > 0 else 0
+            calls = {k: LATEST_WORK * samples * n for k, n in ops_1}
             t += 2 * p.rtt_s + moved / min(p.down_bps, p.up_bps) + latency.compute_time(
-                p, samples, work, {**self._protocol_bound, **calls})
+                p, samples, work, {**bound, **calls})
         return t
+
+    @functools.cached_property
+    def _latest_unit(self) -> tuple[int, tuple[tuple[str, float], ...]]:
+        """latest_return's unit of work, read once a run instead of once a reply: plain
+        training's FLOPs and dispatched operations of one epoch over one example (_work's, which
+        the run's model and --batch-size fix)."""
+        return self._work.epoch(1), tuple(self._work.epoch_ops(1).items())
 
     def compute_seconds(self, cid: int, epochs: int, examples: int) -> float:
         """Simulated seconds of `epochs` of plain training over `examples` at client cid's rate
