@@ -299,3 +299,55 @@ def test_launch_charges_a_hand_offs_encoding_as_the_local_run(tmp_path):
     a, b = run_local(cfg("local"), quiet=True), run_zmq(cfg("launch"), quiet=True)
     assert a["status"] == b["status"] == "completed" and a["bytes"]["client_to_client"] > 0
     assert a["sim_time_s"] == b["sim_time_s"]
+
+
+@pytest.mark.parametrize("name,measure", [("greedy", "kl"), ("greedy", "cosine"),
+                                          ("greedy", "wasserstein"), ("kmeans", "kl")])
+def test_the_grouping_counts_its_work_in_proportion_to_the_representations(name, measure):
+    """FedSeq's grouping (the server's, at the setup stage): a greedy pick scores the R
+    remaining clients' d values (GREEDY_PASSES, WASSERSTEIN) and builds the superclient's
+    representation; KMeans its iterations over K x k x d; PCA K d min(K, d) FLOPs."""
+    from fednet.algorithms.grouping import approximators, superclients as sc
+    got = []
+    for d in (8, 16):
+        g = np.random.default_rng(0)
+        reps = np.repeat(g.dirichlet(np.ones(8), 12), d // 8, axis=1) / (d // 8)
+        with opcount.counted() as work:
+            groups = sc.group(name, reps, np.full(12, 100), measure, 300, 3, 0, 4)
+        assert sorted(i for grp in groups for i in grp) == list(range(12))
+        got.append(work["stream"])
+        if name == "greedy":  # 12 picks, the remaining 12..1, 3 to a superclient
+            want = sum(sc.pick_work(measure, 12 - p, d, p % 3)["stream"] for p in range(12))
+            assert work == {"stream": want}
+        with opcount.counted() as pca:
+            approximators.pca_reduce(reps, 0.9, 0)
+        assert pca == {"gemm": approximators.PCA_FLOPS * 12 * d * min(12, d)}
+    assert got[0] > 0 and (got[1] > got[0] if measure == "wasserstein" else got[1] == 2 * got[0])
+
+
+def test_the_setup_stages_grouping_is_on_the_servers_clock(tmp_path, monkeypatch):
+    """FedSeq: the server's grouping of the clients' representations is counted (as
+    superclients.group counts it) and the first round waits for it."""
+    from fednet.algorithms.grouping import superclients as sc
+    _no_plots(monkeypatch)
+    did: list[dict] = []
+    orig = server_clock.ServerClock.did
+    counted: list[dict] = []
+    group = sc.group
+
+    def spy(self, work):
+        did.append(dict(work))
+        return orig(self, work)
+
+    def grouped(*a, **k):
+        with opcount.counted() as w:
+            out = group(*a, **k)
+        counted.append(dict(w))
+        opcount.charge(w)
+        return out
+    monkeypatch.setattr(server_clock.ServerClock, "did", spy)
+    monkeypatch.setattr(sc, "group", grouped)
+    cfg = _small(clients=4, rounds=1, out=str(tmp_path / "s"), algo=FEDSEQ)
+    assert run_local(cfg, quiet=True)["status"] == "completed"
+    assert len(counted) == 1 and counted[0]["stream"] > 0
+    assert counted[0] in did

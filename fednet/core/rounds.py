@@ -184,8 +184,10 @@ class RoundDriver:
         self.verdict.note(-1, failures)
         self.sim_time = max([self.sim_time] + [r.sim_time for r in results])
         t0 = time.perf_counter()
-        stats = self.setup_stats = self.staged.setup_results(results, failures)
+        with opcount.counted() as work:  # the server's work on them (e.g. FedSeq's grouping)
+            stats = self.setup_stats = self.staged.setup_results(results, failures)
         stats["server_s"] = time.perf_counter() - t0  # e.g. FedSeq's grouping
+        self.sim_time += self.server.did(work)  # on its clock: the first round waits for it
         self.progress.message(_setup_done(stats))
         self.participants.commit()
         stats["sim_s"] = self.sim_time

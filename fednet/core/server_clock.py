@@ -54,11 +54,16 @@ class ServerClock:
         """The server's `work` on `tasks` before they leave (--compress-down's encoding, and
         the decoding it keeps as the tasks' arrays, counted as it did them: core/rounds.stamp):
         counted, and the tasks leave once it is done; its seconds."""
+        s = self.did(work)
+        for t in tasks if s > 0 else ():
+            t.sim_time += s
+        return s
+
+    def did(self, work: dict[str, float]) -> float:
+        """The server did `work` (counted: server_compute_s); its seconds, which the caller
+        waits for (the setup stage's, e.g. FedSeq's grouping: core/rounds.setup)."""
         s = self.seconds(work) if work else 0.0
-        if s > 0:
-            self.total += s
-            for t in tasks:
-                t.sim_time += s
+        self.total += s
         return s
 
     def charge(self, work: dict[str, float], metrics: dict[str, Any]) -> float:

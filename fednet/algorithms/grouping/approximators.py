@@ -5,6 +5,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from fednet import opcount
 from fednet.algorithms.grouping.names import APPROXIMATORS, MEASURES, PROBABILITY_ONLY
 from fednet.errors import ConfigError
 from fednet.training.flops import charge
@@ -71,6 +72,13 @@ def classifier_vector(model: nn.Module, which: str) -> np.ndarray:
     return np.concatenate([m.weight.detach().cpu().double().numpy().ravel() for m in chosen])
 
 
+PCA_FLOPS = 480
+"""pca_reduce's work (the server's, at the setup stage: opcount's open count), FLOPs ("gemm")
+per K d min(K, d) of its K x d representations: sklearn's full SVD and transform, measured at
+the gemm rate of the same minutes (secagg/rates.py, 1.8e11-1.9e11/s) on K = 1500 x d = 100
+(353, 833) and K = 800 x d = 400 (472, 482) (at 66bdfdc; not at run time)."""
+
+
 def pca_reduce(reps: np.ndarray, variance: float = 0.9, seed: int = 0) -> np.ndarray:
     """PCA(n_components=variance, svd_solver="full") fitted on all clients jointly (variance 1 keeps all)."""
     from sklearn.decomposition import PCA
@@ -82,6 +90,8 @@ def pca_reduce(reps: np.ndarray, variance: float = 0.9, seed: int = 0) -> np.nda
         return reps.copy()  # nothing to fit on a single client
     state = int(generator(seed, "grouping/pca").integers(0, 2**31 - 1))
     n = float(variance) if float(variance) < 1.0 else None
+    k, d = reps.shape
+    opcount.charge({"gemm": float(PCA_FLOPS * k * d * min(k, d))})  # (the server's: setup)
     return PCA(n_components=n, svd_solver="full", random_state=state).fit_transform(reps)
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from fednet import opcount
 from fednet.algorithms.grouping.measures import MANY
 from fednet.algorithms.grouping.measures import measure as get_measure
 from fednet.algorithms.grouping.names import GROUPINGS  # noqa: F401
@@ -20,6 +21,33 @@ TIE_TOL = 1e-12
 """Greedy scores closer than this (relative to max(1, |best|)) are ties: summation order must not break them."""
 
 Picker = Callable[[list[int]], int]
+
+GREEDY_PASSES = {"kl": 10, "gini": 6, "cosine": 4, "euclidean": 5}
+"""The server's work of a greedy pick (charged to the open count, opcount: the setup stage's
+server work, core/rounds.setup), element operations ("stream") per value of the remaining
+clients' representations it scores (R d; and 2 d a member for the superclient's
+representation): the fancy-indexed copy and the measure's vectorized passes. Measured with
+_greedy's picks over K = 1500 x d = 100 and K = 800 x d = 400 Dirichlet representations, its CPU
+seconds at the stream rate of the same minutes (secagg/rates.py, 2.0e9/s), twice: kl 9.7-10.6,
+gini 5.8-6.7, cosine 3.6-4.2, euclidean 4.7-5.6 (at 66bdfdc; not at run time)."""
+WASSERSTEIN = (14_000, 250)
+"""And wasserstein's, scipy's call per pair: stream operations per pair and per value of it,
+fitted to the same timings at K = 200 x d = 100 (38,955 a pair) and K = 150 x d = 400
+(113,078)."""
+KMEANS_PASSES = 6
+"""KMeans (lloyd, n_init runs): stream operations per client x cluster x value, per iteration of
+its best run, times n_init: measured 4.3-10.9 (5.3-5.8 at K = 1500, d = 100) in the timings
+above (sklearn's threads: CPU seconds)."""
+
+
+def pick_work(measure: str, remaining: int, d: int, members: int) -> dict[str, float]:
+    """A greedy pick's work (GREEDY_PASSES, WASSERSTEIN)."""
+    if measure in GREEDY_PASSES:
+        scored = float(GREEDY_PASSES[measure] * remaining * d)
+    else:
+        per_pair, per_value = WASSERSTEIN
+        scored = float(remaining * (per_pair + per_value * d))
+    return {"stream": scored + 2.0 * members * d}
 
 
 def representation(members: list[int], reps: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -72,6 +100,7 @@ def _leftovers(closed: list[list[int]], cur: list[int], sizes: np.ndarray, min_s
 def _random(n: int, seed: int) -> Picker:
     """Clients in a seeded random order."""
     order = [int(k) for k in generator(seed, "grouping/random").permutation(n)]
+    opcount.charge({"stream": float(n)})  # (the permutation)
     return lambda _cur: order.pop(0)
 
 
@@ -84,7 +113,10 @@ def _kmeans(reps: np.ndarray, num_classes: int, seed: int) -> Picker:
     state = int(generator(seed, "grouping/kmeans").integers(0, 2**31 - 1))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # duplicate points: fewer distinct clusters
-        labels = KMeans(n_clusters=k, random_state=state, n_init=10).fit(reps).labels_
+        fit = KMeans(n_clusters=k, random_state=state, n_init=10).fit(reps)
+    labels = fit.labels_
+    opcount.charge({"stream": float(KMEANS_PASSES * reps.shape[0] * k * reps.shape[1] * 10
+                                    * int(fit.n_iter_))})  # (the server's: KMEANS_PASSES)
     clusters: list[list[int]] = [[] for _ in range(k)]
     for i, lab in enumerate(labels):
         clusters[int(lab)].append(i)
@@ -104,6 +136,7 @@ def _greedy(reps: np.ndarray, sizes: np.ndarray, measure: str, zero_floor: bool)
     remaining = list(range(reps.shape[0]))
 
     def pick(cur: list[int]) -> int:
+        opcount.charge(pick_work(measure, len(remaining), reps.shape[1], len(cur)))
         r = representation(cur, reps, sizes)
         if many is not None:  # every remaining client scored in one numpy call
             vals = np.asarray(many(r, reps[remaining]), dtype=np.float64)
