@@ -128,16 +128,17 @@ def open_shares(s: Session, senders: np.ndarray, sealed: np.ndarray) -> list[int
     opened: list[tuple[int, bytes]] = []
     c_key = s.c_key or crypto.private(s.c_sk)
     unseal, rnd, cid = crypto.unseal, s.rnd, s.cid
-    for v, row in zip((int(x) for x in senders), sealed):
+    for v, row in zip((int(x) for x in senders), _rows(sealed)):
         if v not in s.pks:
             raise ValueError(f"a share from client {v}, who is not a neighbour")
         key = s.sealing.get(v) or crypto.agree(c_key, s.pks[v][0], share_info(rnd))
+        ids = _IDS.pack(v, cid)
         try:
-            plain = unseal(key, nonce(rnd, v, cid), bytes(row), _IDS.pack(v, cid))
+            plain = unseal(key, nonce(rnd, v, cid), row, ids)
         except ValueError:
             bad.append(v)
             continue
-        if len(plain) != 16 + 2 * SB or _IDS.unpack(plain[:16]) != (v, cid):
+        if len(plain) != 16 + 2 * SB or plain[:16] != ids:
             bad.append(v)  # (names other parties, or is no pair of shares)
             continue
         opened.append((v, plain))
@@ -153,6 +154,15 @@ def open_shares(s: Session, senders: np.ndarray, sealed: np.ndarray) -> list[int
         at = {int(x): i for i, x in enumerate(senders)}
         bad.sort(key=at.__getitem__)
     return bad
+
+
+def _rows(sealed: np.ndarray) -> list[bytes]:
+    """bytes(row) of each row of `sealed` (a C-ordered 2-d uint8 array: slices of its bytes)."""
+    if isinstance(sealed, np.ndarray) and sealed.ndim == 2 and sealed.dtype == np.uint8 \
+            and sealed.flags.c_contiguous:
+        raw, w = sealed.tobytes(), sealed.shape[1]
+        return [raw[i * w:(i + 1) * w] for i in range(sealed.shape[0])]
+    return [bytes(row) for row in sealed]
 
 
 def pair_key(s_sk: bytes | crypto.X25519PrivateKey, other_pk: bytes, rnd: int) -> bytes:
