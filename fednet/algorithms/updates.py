@@ -6,6 +6,7 @@ the clients' models, or train_ahead, which the runtimes call before the tasks ar
 training (take_ahead), everything else about the task unchanged."""
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -322,17 +323,46 @@ def take_ahead(ctx: ClientContext, task: Task, mu: float) -> dict[str, Any] | No
     if got is None or got.mu != mu:
         return None
     start = got.start  # one pass: the same names, each parameter equal to where it started
-    params = [(n, p) for n, p in ctx.model.named_parameters() if p.requires_grad]
+    view = model_view(ctx.model)
+    params = view.params
     if len(params) != len(start) or not all(
             (s := start.get(n)) is not None and torch.equal(p, s) for n, p in params):
         return None
     with torch.no_grad():
         for n, p in params:
             p.copy_(got.end[n])
-    ctx.model.train()
+    if not (view.plain_train and all(m.training for m in view.modules)):
+        ctx.model.train()  # (a no-op when every module trains already and none overrides it)
     # training/local.train's charge(model, batch), batch by batch: the same integers
-    flops.charge_sizes(ctx.model, got.sizes, got.example, got.dtype)
+    flops.charge_sizes(ctx.model, got.sizes, got.example, got.dtype, arch=view.structure.arch)
     return dict(got.body)
+
+
+class ModelView:
+    """What take_ahead reads of a model object, kept while its structure (flops.structure) is
+    the same object: its trainable named parameters (named_parameters' order), its modules and
+    whether none overrides Module.train (then train() only sets each one's flag)."""
+
+    __slots__ = ("structure", "params", "modules", "plain_train")
+
+    def __init__(self, model: torch.nn.Module, structure: flops.Structure) -> None:
+        self.structure = structure
+        self.params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self.modules = structure.modules
+        self.plain_train = all(type(m).train is torch.nn.Module.train for m in self.modules)
+
+
+_VIEWS: weakref.WeakKeyDictionary[torch.nn.Module, ModelView] = weakref.WeakKeyDictionary()
+
+
+def model_view(model: torch.nn.Module) -> ModelView:
+    """`model`'s ModelView, read again whenever flops.structure(model) was (its structure
+    changed)."""
+    st = flops.structure(model)
+    got = _VIEWS.get(model)
+    if got is None or got.structure is not st:
+        got = _VIEWS[model] = ModelView(model, st)
+    return got
 
 
 def has_ahead(cid: int, task_id: int) -> bool:

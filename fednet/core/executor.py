@@ -206,9 +206,10 @@ class Executor:
             self.session = msg.run_id
             ref = {} if self.update.sends_updates else self.codec.reference(task.arrays)
             received = snapshot(task.arrays) if self.attack is not None else None
-            own = {k: a for k, a in task.arrays.items() if is_private(a)}
-            if own and getattr(self.update, "adopts_received", False):  # one copy: the joined
-                adopt_arrays(self.ctx.model, own)  # buffers
+            if getattr(self.update, "adopts_received", False):  # one copy: the joined buffers
+                own = {k: a for k, a in task.arrays.items() if is_private(a)}
+                if own:
+                    adopt_arrays(self.ctx.model, own)
             with metered(self.profile.train_flops_per_s > 0) as work:  # its batches' FLOPs
                 arrays, body = self.update.run(self.ctx, task)
                 if self.attack is not None and received is not None:  # --attack: the values

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import copy
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
@@ -117,16 +118,68 @@ def charge(model: nn.Module, x: torch.Tensor, mode: str = "train") -> None:
 
 
 def charge_sizes(model: nn.Module, sizes: Sequence[int], example: tuple[int, ...],
-                 dtype: torch.dtype = torch.float32, mode: str = "train") -> None:
+                 dtype: torch.dtype = torch.float32, mode: str = "train",
+                 arch: tuple | None = None) -> None:
     """Charge the open meter (if any) batches of `sizes` examples of shape `example` each, as
     `charge` would batch by batch (the same integers: a batch's FLOPs depend on its shape only;
-    a block trained ahead, training/batched.py, charges its clients' batches with it)."""
+    a block trained ahead, training/batched.py, charges its clients' batches with it). `arch`:
+    the model's architecture when the caller has it (structure(model).arch); else it is read
+    through structure(model), kept per model object while its structure does not change."""
     meter = _ACTIVE.get()
     if meter is None:
         return
-    arch = meter.architecture(model)
+    if arch is None:
+        arch = structure(model).arch
     for size, n in Counter(s for s in sizes if s).items():
         _add(meter, batch_work(model, (size, *example), dtype, mode, arch), n)
+
+
+class Structure:
+    """What one model object's structure reads as (structure(model)): its `key` (every
+    submodule's, parameter's and buffer's name and identity, and each tensor's shape, dtype and
+    requires_grad), its modules (named_modules' order; they and the tensors are held, so that
+    no id in `key` is reused while it is kept) and its `arch` (architecture(model))."""
+
+    __slots__ = ("key", "modules", "held", "arch", "__weakref__")
+
+    def __init__(self, key: tuple, modules: list[nn.Module], held: list, arch: tuple) -> None:
+        self.key, self.modules, self.held, self.arch = key, modules, held, arch
+
+
+_STRUCTURES: weakref.WeakKeyDictionary[nn.Module, Structure] = weakref.WeakKeyDictionary()
+
+
+def structure_key(model: nn.Module) -> tuple[tuple, list[nn.Module], list[torch.Tensor]]:
+    """(the key of `model`'s structure, its modules, its parameters and buffers): everything
+    architecture(model) depends on (the model's class; every module's name, identity and class;
+    each one's own parameters' and buffers' names, identities, shapes, dtypes and
+    requires_grad), in one pass that builds no strings. Two equal keys of one model (its objects
+    held meanwhile) mean the same architecture, the same modules and the same parameters."""
+    out: list = [type(model)]
+    modules: list[nn.Module] = []
+    held: list[torch.Tensor] = []
+    for name, m in model.named_modules():
+        modules.append(m)
+        out.append((name, id(m), type(m)))
+        for k, p in m.named_parameters(recurse=False):
+            held.append(p)
+            out.append((k, id(p), p.shape, p.dtype, p.requires_grad))
+        for k, b in m.named_buffers(recurse=False):
+            held.append(b)
+            out.append((k, id(b), b.shape, b.dtype))
+    return tuple(out), modules, held
+
+
+def structure(model: nn.Module) -> Structure:
+    """`model`'s Structure, kept per model object: read again (architecture(model)) only when
+    its key changed (a parameter or buffer added, removed, replaced, reshaped, recast, or its
+    requires_grad toggled; a submodule added, removed or swapped); the same object while it did
+    not."""
+    key, modules, held = structure_key(model)
+    got = _STRUCTURES.get(model)
+    if got is None or got.key != key:
+        got = _STRUCTURES[model] = Structure(key, modules, held, architecture(model))
+    return got
 
 
 def _add(meter: Meter, work: Work, n: int) -> None:
