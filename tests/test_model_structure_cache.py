@@ -25,7 +25,8 @@ def _same(m: nn.Module) -> None:
     params, modules = _fresh_view(m)
     assert [n for n, _ in view.params] == [n for n, _ in params]
     assert all(a is b for (_, a), (_, b) in zip(view.params, params))
-    assert len(view.modules) == len(modules) and all(a is b for a, b in zip(view.modules, modules))
+    assert modules[0] is m and len(view.modules) == len(modules) - 1
+    assert all(a is b for a, b in zip(view.modules, modules[1:]))
 
 
 def test_kept_while_nothing_changes():
@@ -126,3 +127,16 @@ def test_take_ahead_trains_the_model_and_charges_as_before():
         assert (got.flops, got.ops) == (want.flops, want.ops) and got.flops > 0
     finally:
         updates.forget_ahead()
+
+
+def test_the_caches_do_not_keep_a_model_alive():
+    import gc
+    import weakref
+
+    m = _net()
+    model_view(m)
+    flops.charge_sizes(m, [2], (1, 8, 8))
+    gone = weakref.ref(m)
+    del m
+    gc.collect()
+    assert gone() is None

@@ -331,7 +331,7 @@ def take_ahead(ctx: ClientContext, task: Task, mu: float) -> dict[str, Any] | No
     with torch.no_grad():
         for n, p in params:
             p.copy_(got.end[n])
-    if not (view.plain_train and all(m.training for m in view.modules)):
+    if not (view.plain_train and ctx.model.training and all(m.training for m in view.modules)):
         ctx.model.train()  # (a no-op when every module trains already and none overrides it)
     # training/local.train's charge(model, batch), batch by batch: the same integers
     flops.charge_sizes(ctx.model, got.sizes, got.example, got.dtype, arch=view.structure.arch)
@@ -340,8 +340,9 @@ def take_ahead(ctx: ClientContext, task: Task, mu: float) -> dict[str, Any] | No
 
 class ModelView:
     """What take_ahead reads of a model object, kept while its structure (flops.structure) is
-    the same object: its trainable named parameters (named_parameters' order), its modules and
-    whether none overrides Module.train (then train() only sets each one's flag)."""
+    the same object: its trainable named parameters (named_parameters' order), its submodules
+    (not the model itself: the cache is weak on it) and whether none of them nor the model
+    overrides Module.train (then train() only sets each one's flag)."""
 
     __slots__ = ("structure", "params", "modules", "plain_train")
 
@@ -349,7 +350,8 @@ class ModelView:
         self.structure = structure
         self.params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self.modules = structure.modules
-        self.plain_train = all(type(m).train is torch.nn.Module.train for m in self.modules)
+        self.plain_train = all(type(m).train is torch.nn.Module.train
+                               for m in (model, *self.modules))
 
 
 _VIEWS: weakref.WeakKeyDictionary[torch.nn.Module, ModelView] = weakref.WeakKeyDictionary()

@@ -137,8 +137,9 @@ def charge_sizes(model: nn.Module, sizes: Sequence[int], example: tuple[int, ...
 class Structure:
     """What one model object's structure reads as (structure(model)): its `key` (every
     submodule's, parameter's and buffer's name and identity, and each tensor's shape, dtype and
-    requires_grad), its modules (named_modules' order; they and the tensors are held, so that
-    no id in `key` is reused while it is kept) and its `arch` (architecture(model))."""
+    requires_grad), its submodules (named_modules' order without the model itself, which is
+    never held: the caches are weak on it; they and the tensors are held, so that no id in
+    `key` is reused while it is kept) and its `arch` (architecture(model))."""
 
     __slots__ = ("key", "modules", "held", "arch", "__weakref__")
 
@@ -150,7 +151,7 @@ _STRUCTURES: weakref.WeakKeyDictionary[nn.Module, Structure] = weakref.WeakKeyDi
 
 
 def structure_key(model: nn.Module) -> tuple[tuple, list[nn.Module], list[torch.Tensor]]:
-    """(the key of `model`'s structure, its modules, its parameters and buffers): everything
+    """(the key of `model`'s structure, its submodules, its parameters and buffers): everything
     architecture(model) depends on (the model's class; every module's name, identity and class;
     each one's own parameters' and buffers' names, identities, shapes, dtypes and
     requires_grad), in one pass that builds no strings. Two equal keys of one model (its objects
@@ -159,7 +160,8 @@ def structure_key(model: nn.Module) -> tuple[tuple, list[nn.Module], list[torch.
     modules: list[nn.Module] = []
     held: list[torch.Tensor] = []
     for name, m in model.named_modules():
-        modules.append(m)
+        if m is not model:  # (the model itself is the caches' weak key: never held)
+            modules.append(m)
         out.append((name, id(m), type(m)))
         for k, p in m.named_parameters(recurse=False):
             held.append(p)
