@@ -3,12 +3,14 @@ inference_mode, with channels-last max-pooling and its batches' forwards in chun
 training/local.evaluate's accuracy and loss bit for bit."""
 from __future__ import annotations
 
+import copy
+
 import torch
 
 import fednet.core.evaluate as evaluate_mod
 from fednet.config import RunConfig
 from fednet.core.evaluate import Evaluator, channels_last_pools
-from fednet.models.arrays import state_arrays
+from fednet.models.arrays import load_arrays, state_arrays
 from fednet.training.local import evaluate
 
 
@@ -27,7 +29,9 @@ def test_server_evaluation_gives_the_plain_evaluations_bits(monkeypatch):
               for k, v in state_arrays(ev.model).items()}
     got = ev.score(arrays, x, y)
     assert ev.chunk == 22  # chunked (the probe found the same bits)
-    want = evaluate(ev.model, x, y, batch_size=128, objective=ev.objective)
+    plain = copy.deepcopy(ev.model)  # its own copy, loaded here: score must load `arrays`
+    load_arrays(plain, arrays)
+    want = evaluate(plain, x, y, batch_size=128, objective=ev.objective)
     assert got == want
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in ev.model.modules())
 

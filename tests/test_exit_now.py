@@ -67,3 +67,16 @@ def test_main_called_in_a_callers_process_raises_systemexit() -> None:
     finally:
         sys.argv = argv
     assert e.value.code == 0
+
+
+def test_an_idle_thread_pool_does_not_hold_the_exit():
+    """A ThreadPoolExecutor still referenced and never shut down: an ordinary exit wakes its
+    idle workers (threading's exit callbacks) before joining them; exit_now does the same."""
+    script = ("from concurrent.futures import ThreadPoolExecutor\n"
+              "from fednet.cli.commands import exit_now\n"
+              "pool = ThreadPoolExecutor(2)\n"
+              "pool.submit(lambda: 1).result()\n"
+              "exit_now(lambda: None)\n")
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=30)
+    assert ran.returncode == 0, ran.stderr

@@ -140,3 +140,17 @@ def test_the_caches_do_not_keep_a_model_alive():
     del m
     gc.collect()
     assert gone() is None
+
+
+def test_a_model_without_poolings_is_freed_after_its_fast_pool_lookup():
+    import gc
+    import weakref
+
+    from fednet.training.batched import _with_fast_pools
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 2))
+    assert _with_fast_pools(model) is model
+    gone = weakref.ref(model)
+    del model
+    gc.collect()
+    assert gone() is None

@@ -94,7 +94,7 @@ def test_block_starts_shared_and_equal():
     made: dict = {}
     starts = [_start(c, t, made) for c, t in zip(ctxs, tasks)]
     for ctx, task, got in zip(ctxs, tasks, starts):
-        alone = _start(ctx, task)
+        alone = _start(ctx, task, {})  # made fresh, from nothing shared
         assert got.keys() == alone.keys()
         assert all(torch.equal(got[k], alone[k]) for k in got)
     assert all(starts[0][k] is starts[1][k] for k in starts[0])  # the same arrays: shared

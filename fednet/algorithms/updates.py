@@ -250,8 +250,7 @@ class Ahead:
 _AHEAD: dict[tuple[int, int], Ahead] = {}  # (client id, task id) -> its training, done ahead
 
 
-def _start(ctx: ClientContext, task: Task,
-           made: dict[tuple[int, str], tuple[Any, torch.Tensor]] | None = None
+def _start(ctx: ClientContext, task: Task, made: dict[tuple[int, str], tuple[Any, torch.Tensor]]
            ) -> dict[str, torch.Tensor]:
     """The trainable parameters a task starts from (its received arrays), on the client's
     device, without touching ctx.model (several clients may share one working model). `made`:
@@ -260,8 +259,6 @@ def _start(ctx: ClientContext, task: Task,
     its id is never reused while the block is built (train_batched stacks the starts and never
     writes them, so sharing changes no bit)."""
     names = [n for n, p in ctx.model.named_parameters() if p.requires_grad]
-    if made is None:
-        return {n: torch.tensor(np.asarray(task.arrays[n]), device=ctx.device) for n in names}
     out = {}
     for n in names:
         a = task.arrays[n]

@@ -160,9 +160,8 @@ def exit_now(command: Callable[[], Any]) -> Any:
     import atexit
     import threading
 
-    for t in threading.enumerate():
-        if t is not threading.main_thread() and not t.daemon:
-            t.join()
+    threading._shutdown()  # type: ignore[attr-defined]  # as an ordinary exit: its exit
+    # callbacks first (concurrent.futures wakes its idle workers), then non-daemon threads joined
     atexit._run_exitfuncs()
     for stream, failed in ((sys.stdout, 120), (sys.stderr, None)):
         try:

@@ -215,8 +215,10 @@ class RoundDriver:
         (Checkpoints.stamp), their clients counted, their arrays as they travel."""
         self.checkpoints.stamp(tasks)
         self.participants.note(tasks)
+        if not self.downlink.spec.on:  # no --compress-down: the arrays travel as they are
+            return tasks
         work: dict[str, float] = {}
-        for t in tasks:  # (--compress-down; else as they are)
+        for t in tasks:
             with opcount.counted() as enc:  # the server's encoding (a model's first task)
                 t.wire, t.arrays = self.downlink.encode(t.arrays, t.task_id, t.round)
             opcount.add(work, enc)

@@ -771,11 +771,11 @@ def _with_fast_pools(model: nn.Module) -> nn.Module:
     arch = architecture(model)
     got = _TWINS.get(model)
     if got is not None and got[0] == arch:
-        return got[1]
+        return model if got[1] is None else got[1]
     pools = [n for n, m in model.named_modules() if type(m) is nn.MaxPool2d and plain_pool(m)]
     if not pools:
-        _TWINS[model] = (arch, model)
-        return model
+        _TWINS[model] = (arch, None)  # (None: the model itself; a value holding its own weak
+        return model  # key would keep the model alive for good)
     twin = copy.deepcopy(model)
     for name in pools:
         parent, _, leaf = name.rpartition(".")
@@ -786,7 +786,8 @@ def _with_fast_pools(model: nn.Module) -> nn.Module:
     return twin
 
 
-_TWINS: weakref.WeakKeyDictionary[nn.Module, tuple[tuple, nn.Module]] = weakref.WeakKeyDictionary()
+_TWINS: weakref.WeakKeyDictionary[nn.Module, tuple[tuple, nn.Module | None]] = \
+    weakref.WeakKeyDictionary()
 """A model -> (its architecture, _with_fast_pools' copy of it), made once: a runtime trains its
 blocks on one working model (core/executor): no deep copy a block."""
 
