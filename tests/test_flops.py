@@ -60,6 +60,47 @@ def test_the_loops_charge_the_open_meter_only():
     assert m.flops == 2 * 20 * per + 20 * ev and m.batches == 2 * 3 + 2
 
 
+def _torch_count(model: nn.Module, shape: tuple[int, ...]) -> int:
+    """One training batch of zeros through `model` under torch's own counter, directly."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        model(torch.zeros(shape)).sum().backward()
+    return int(counter.get_total_flops())
+
+
+@pytest.mark.parametrize("other", [dict(stride=2), dict(padding=2), dict(dilation=2),
+                                   dict(padding=1, padding_mode="circular")])
+def test_models_of_the_same_shapes_but_other_settings_are_counted_apart(other):
+    """A convolution's stride, padding and dilation change its work but no parameter's shape:
+    the architecture (the cache's key: counts and meta templates, which training/batched's
+    conv_flops reads too) tells them apart, and each count is torch's own counter's."""
+    from fednet.training.batched import conv_flops
+
+    def net(**kw: object) -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Conv2d(2, 4, 3, **kw), nn.AdaptiveAvgPool2d(2), nn.Flatten(),
+                             nn.Linear(16, 3))
+
+    plain, changed = net(), net(**other)
+    assert [p.shape for p in plain.parameters()] == [p.shape for p in changed.parameters()]
+    shape = (5, 2, 12, 12)
+    assert flops.architecture(plain) != flops.architecture(changed)
+    got = flops.batch_flops(plain, shape), flops.batch_flops(changed, shape)
+    assert got == (_torch_count(plain, shape), _torch_count(changed, shape))
+    assert got[0] != got[1]
+    convs = conv_flops(plain, shape[1:]), conv_flops(changed, shape[1:])
+    assert convs[0] != convs[1] and convs[1] == conv_flops(net(**other), shape[1:])
+
+
+def test_a_poolings_settings_are_part_of_the_architecture():
+    """Poolings hold no parameters: their kernel and stride are read from their settings."""
+    a = nn.Sequential(nn.MaxPool2d(2), nn.Flatten())
+    b = nn.Sequential(nn.MaxPool2d(2, stride=1), nn.Flatten())
+    assert flops.architecture(a) != flops.architecture(b)
+    assert flops.architecture(a) == flops.architecture(nn.Sequential(nn.MaxPool2d(2), nn.Flatten()))
+
+
 def test_a_model_meta_cannot_run_is_counted_on_the_cpu():
     class ReadsAValue(nn.Module):
         def __init__(self) -> None:

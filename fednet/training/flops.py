@@ -72,17 +72,18 @@ class Meter:
         self.flops = 0
         self.batches = 0
         self.ops: dict[str, float] = {}
-        # id(model) -> (the model, its architecture), read once a task (a model does not change
-        # its layers while it trains; the read costs ~50 us for the digits CNN, ~0.6 ms for a
-        # ResNet-18, which a charge per batch would pay every batch); the model is held so that
-        # its id is not another model's while the meter is open
+        # id(model) -> (the model, its architecture), looked up once a task through structure()
+        # (a model does not change its layers while it trains; the structure's key costs ~45 us
+        # for the digits CNN, which a charge per batch would pay every batch; architecture()
+        # itself is read again only when it changed); the model is held so that its id is not
+        # another model's while the meter is open
         self.archs: dict[int, tuple[nn.Module, tuple]] = {}
 
     def architecture(self, model: nn.Module) -> tuple:
         """`model`'s architecture, read once while this meter is open."""
         got = self.archs.get(id(model))
         if got is None:
-            got = self.archs[id(model)] = (model, architecture(model))
+            got = self.archs[id(model)] = (model, structure(model).arch)
         return got[1]
 
 
@@ -212,12 +213,54 @@ def batch_work(model: nn.Module, shape: tuple[int, ...], dtype: torch.dtype = to
 
 
 def architecture(model: nn.Module) -> tuple:
-    """What a model's FLOPs depend on besides its input: its class and every parameter's and
-    buffer's name, shape and dtype (and whether it is trained)."""
+    """What a model's FLOPs depend on besides its input: its class, every parameter's and
+    buffer's name, shape and dtype (and whether it is trained), and every submodule's name,
+    class and settings (_settings: a convolution's stride, padding, dilation and groups, a
+    pooling's kernel and stride, ...: two models of the same parameters' shapes that differ
+    there do different work). Read per model object (structure()): a setting changed in place on
+    a model already read is not seen until its structure changes."""
     return (type(model).__module__, type(model).__qualname__,
             tuple((n, tuple(p.shape), str(p.dtype), p.requires_grad)
                   for n, p in model.named_parameters()),
-            tuple((n, tuple(b.shape), str(b.dtype)) for n, b in model.named_buffers()))
+            tuple((n, tuple(b.shape), str(b.dtype)) for n, b in model.named_buffers()),
+            tuple((n, type(m).__module__, type(m).__qualname__, _settings(m))
+                  for n, m in model.named_modules()))
+
+
+_MODULE_STATE = frozenset(nn.Module().__dict__)
+"""The attributes every nn.Module has (its tensors', submodules' and hooks' tables, `training`):
+not settings."""
+
+
+def _settings(m: nn.Module) -> tuple:
+    """A module's own settings: its attributes besides nn.Module's own (_MODULE_STATE) whose
+    values are plain data (numbers, strings, None, dtypes, sequences of those) or functions (by
+    name), sorted by name; anything else (a tensor, an object) is left out."""
+    out = []
+    for k, v in m.__dict__.items():
+        if k not in _MODULE_STATE:
+            got = _plain(v)
+            if got is not _SKIP:
+                out.append((k, got))
+    return tuple(sorted(out, key=lambda kv: kv[0]))
+
+
+_SKIP = object()
+
+
+_SCALARS = (type(None), bool, int, float, str, torch.dtype)
+
+
+def _plain(v: object) -> object:
+    """`v` as a hashable key part, or _SKIP where it is not plain data (_settings)."""
+    if type(v) in _SCALARS or isinstance(v, _SCALARS):
+        return v
+    if isinstance(v, (tuple, list)):
+        parts = tuple(_plain(x) for x in v)
+        return _SKIP if any(x is _SKIP for x in parts) else (type(v).__name__, parts)
+    if callable(v) and hasattr(v, "__qualname__"):  # a function: F.relu, torch.tanh
+        return ("fn", getattr(v, "__module__", None), v.__qualname__)
+    return _SKIP
 
 
 def template(model: nn.Module, arch: tuple | None = None) -> nn.Module:
