@@ -186,3 +186,47 @@ def test_a_step_whose_tasks_keep_failing_ends_short_and_says_so(tmp_path, monkey
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["rounds_missed"] == 2 and rows[-1]["results"] == 0
     assert len(s["failures"]) > 10 * 2 * 1  # the budget: 10 failures per reply the step needs
+
+
+@pytest.mark.parametrize("name", ["fedasync", "fedbuff"])
+def test_the_servers_encoding_of_a_follow_up_task_occupies_its_queue(tmp_path, monkeypatch, name):
+    """--compress-down on an asynchronous server (issue 52's follow-up): the encoding of a
+    follow-up task's model (ServerClock.before) is the server's work as its folds and steps are;
+    the one processor does one piece at a time, so no reply's work starts before an encoding
+    that began earlier has ended (the old code let the next reply's start at the model's time,
+    inside the encoding). A server slow at encoding (about 0.02 s a model here, where a task
+    takes about 0.005 s) makes replies arrive during one."""
+    from fednet.algorithms import asynchronous
+    from fednet.core import server_clock
+    from fednet.metrics import plots
+    monkeypatch.setattr(plots, "plot_run", lambda *a, **k: None)
+    spans: list[tuple[float, float, str]] = []
+    charge, before = asynchronous.Asynchronous.charge, server_clock.ServerClock.before
+
+    def spy_charge(self, work):
+        start = max(self.at, self.server_free)
+        charge(self, work)
+        spans.append((start, self.server_free, "reply"))
+
+    def spy_before(self, tasks, work):
+        at = min((t.sim_time for t in tasks), default=0.0)
+        s = before(self, tasks, work)
+        if s > 0:
+            spans.append((at, at + s, "encode"))
+        return s
+    monkeypatch.setattr(asynchronous.Asynchronous, "charge", spy_charge)
+    monkeypatch.setattr(server_clock.ServerClock, "before", spy_before)
+    over = {"clients": 6, "rounds": 10, "train": {"model": "mclr"},
+            "algo": {"name": name, "params": {"buffer": 1, "concurrency": 3}}}
+    d = sum(int(a.size) for a in Session(small_config(**over), quiet=True, write=False)
+            .algo.state.model.values() if a.dtype.kind == "f")
+    (tmp_path / "server.json").write_text(json.dumps({"code_per_s": 40 * d / 0.05,
+                                                      "stream_per_s": 1e12}))
+    cfg = small_config(**over, net={"compress_down": "fp16"}, out=str(tmp_path / "run"),
+                       latency={"server_profile": str(tmp_path / "server.json")})
+    assert run_local(cfg, quiet=True)["status"] == "completed"
+    kinds = {k for _, _, k in spans}
+    assert kinds == {"reply", "encode"} and sum(k == "encode" for _, _, k in spans) > 3
+    spans.sort()
+    for (a0, a1, ka), (b0, _, kb) in zip(spans, spans[1:]):
+        assert b0 >= a1 - 1e-9, f"{kb} work at {b0} starts inside {ka} work {a0}-{a1}"

@@ -29,9 +29,11 @@ is charged too: the server decoded it), FedBuff's step
 once its buffer holds K updates (buffer_ops: their weighted differences summed, 3 K d, and the
 step, 3 d). The server is one processor: a piece of work starts when its reply is released or
 when the server's earlier work ends, whichever is later (`server_free`), so work queues when
-replies come faster than it folds them. The model that results is there only once that work is
-done: a task leaves at max(its freeing reply's time, server_free), and a round's point and the
-step's end are at its last update's end. The seconds are counted from the replies' simulated
+replies come faster than it folds them; its encoding of a task's model under --compress-down
+(core/server_clock.ServerClock.before, counted there) holds the queue too (server_busy).
+The model that results is there only once that work is done: a task leaves at max(its
+freeing reply's time, server_free), and a round's point and the step's end are at its last
+update's end. The seconds are counted from the replies' simulated
 times and the model's size alone, so they are the same in every runtime; the driver adds them
 to rows' server_compute_s as they are charged (server_charged), and the step's sim_split
 server_s is its last update's wait for the server (tail_s: from the reply that closed the step
@@ -221,6 +223,12 @@ class Asynchronous(StagedStrategy):
         if isinstance(done, Result) and done.server_ops:
             self.at = done.sim_time  # (the reply being taken in)
             self.charge(done.server_ops)
+
+    def server_busy(self, until: float) -> None:
+        """The server encoded a task's model (--compress-down) until `until`: its one queue
+        holds the next reply's work until then (the encoding is counted by the driver's
+        ServerClock: server_compute_s, not here)."""
+        self.server_free = max(self.server_free, until)
 
     def server_charged(self) -> float:
         """The server seconds charged since the last call (the driver's server_compute_s)."""

@@ -476,6 +476,11 @@ class StagedStrategy(Strategy):
         (the row's sim_split server_s, for a step charged as replies arrive)."""
         return 0.0
 
+    def server_busy(self, until: float) -> None:
+        """The server worked on tasks before they left (--compress-down's encoding:
+        core/server_clock.ServerClock.before) until `until` in simulated time: a server that
+        queues its work as replies arrive (asynchronous) starts its next piece after it."""
+
 
 NOT_STAGED = StagedStrategy.__new__(StagedStrategy)
 """The hooks' defaults, which the driver asks of a plain Strategy (they read no state)."""

@@ -11,6 +11,7 @@ from typing import Any
 
 from fednet import opcount
 from fednet.algorithms import dp_spec, robust_spec
+from fednet.algorithms.contract import NOT_STAGED, StagedStrategy
 from fednet.config import RunConfig
 from fednet.network.server_cost import aggregation_ops, server_rates
 from fednet.types import Result, Task
@@ -21,6 +22,7 @@ class ServerClock:
 
     def __init__(self, cfg: RunConfig, algo: Any) -> None:
         self.cfg, self.algo = cfg, algo
+        self.staged = algo if isinstance(algo, StagedStrategy) else NOT_STAGED
         self.rates = server_rates(cfg.latency.server_profile)
         if "server_rates" in getattr(algo, "__dict__", {}):  # a staged protocol's own stages
             algo.server_rates = self.rates  # (secure aggregation)
@@ -53,10 +55,13 @@ class ServerClock:
     def before(self, tasks: list[Task], work: dict[str, float]) -> float:
         """The server's `work` on `tasks` before they leave (--compress-down's encoding, and
         the decoding it keeps as the tasks' arrays, counted as it did them: core/rounds.stamp):
-        counted, and the tasks leave once it is done; its seconds."""
+        counted, and the tasks leave once it is done (an asynchronous server is busy until
+        then: StagedStrategy.server_busy); its seconds."""
         s = self.did(work)
         for t in tasks if s > 0 else ():
             t.sim_time += s
+        if s > 0 and tasks:  # (an asynchronous server's queue: its next work starts after it)
+            self.staged.server_busy(max(t.sim_time for t in tasks))
         return s
 
     def did(self, work: dict[str, float]) -> float:
