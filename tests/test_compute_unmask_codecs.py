@@ -135,7 +135,7 @@ def test_the_field_work_is_its_own_operation_at_its_own_rate():
         (cost.QUANTIZE_PASSES + cost.PACK_PASSES) * 1000 / 1e9)
 
 
-def test_the_field_grids_quantize_and_pack_charge_the_open_meter():
+def test_the_field_grids_quantize_pack_and_unpack_charge_the_open_meter():
     from fednet.secagg import cost, field
 
     x = np.random.default_rng(0).standard_normal(1000)
@@ -145,7 +145,9 @@ def test_the_field_grids_quantize_and_pack_charge_the_open_meter():
     with opcount.counted() as got:
         buf = field.pack(q, 13)
     assert got == cost.packed(1000)
-    assert np.array_equal(field.unpack(buf, 13, 1000, np.dtype(np.uint32)), q)  # (no meter)
+    with opcount.counted() as got:  # (unpack's own measured passes, not pack's)
+        assert np.array_equal(field.unpack(buf, 13, 1000, np.dtype(np.uint32)), q)
+    assert got == cost.unpacked(1000) == {"field": cost.UNPACK_PASSES * 1000.0}
     arrays = {"sa.partners": np.arange(3), "sa.from": np.arange(4)}
     first = cost.of_task("input", {"wbits": 13, "levels": 254}, arrays, 1000, 4, "sa.")
     again = cost.of_task("input", {"wbits": 13, "levels": 254, "again": True}, arrays, 1000, 4,

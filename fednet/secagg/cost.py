@@ -65,7 +65,7 @@ a uniform float64 draw, floor, clip, the uint64 cast, the weight, the field's ca
 (secagg/rates.py's code rate, same minutes, at 8d6ae13): 36 passes a value on 1 M values and
 47 on 11.2 M (plain SecAgg); 50-55 with the grid's clip and weight before it (its caller's)."""
 PACK_PASSES = 70
-"""secagg/field.pack's (and unpack's) passes a value: the 64 bits of each value unpacked into
+"""secagg/field.pack's passes a value (unpack's: UNPACK_PASSES): the 64 bits of each value unpacked into
 bytes, the low w kept, packed again (~64 + w byte operations a value; not a function of w
 measurably). Measured likewise: 55 (1 M values, w 13 and 18), 82-96 (11.2 M). The two
 counts weigh quantize against pack; the field rate (secagg/rates.py) is their sum over both
@@ -130,7 +130,7 @@ def quantized(d: int) -> Ops:
 
 
 def packed(d: int) -> Ops:
-    """d masked values packed into w bits each (secagg/field.pack; or unpacked)."""
+    """d masked values packed into w bits each (secagg/field.pack; unpacking them: unpacked)."""
     return {"field": float(PACK_PASSES * d)} if d > 0 else {}
 
 

@@ -92,7 +92,7 @@ def pack(y: np.ndarray, wbits: int) -> np.ndarray:
     little-endian into bytes (uint8, packed_size long). Reducing a masked value modulo 2^wbits
     keeps it masked: the masks, uniform modulo 2^f, are uniform modulo 2^wbits, and sums
     modulo 2^f reduce to sums modulo 2^wbits."""
-    opcount.charge(cost.packed(y.size))  # (a client's; the server's unpack: outside a meter)
+    opcount.charge(cost.packed(y.size))  # (a client's, on its task's meter)
     v = np.ascontiguousarray(y, dtype=np.uint64).astype("<u8", copy=False).ravel()
     out = np.empty(packed_size(v.size, wbits), np.uint8)
     for i in range(0, v.size, PACK_CHUNK):  # (a chunk's bits: 64 bytes a value)
@@ -105,8 +105,10 @@ def pack(y: np.ndarray, wbits: int) -> np.ndarray:
 
 
 def unpack(buf: np.ndarray, wbits: int, n: int, dtype: np.dtype) -> np.ndarray:
-    """pack's n values (each < 2^wbits) as `dtype`."""
-    opcount.charge(cost.packed(n))
+    """pack's n values (each < 2^wbits) as `dtype`. Its work, UNPACK_PASSES a value unpacked
+    (cost.unpacked), goes to an open meter; the server's, which none holds, is counted by its
+    input stage (cost.summed's packed, algorithms/secagg.py), as this charges it."""
+    opcount.charge(cost.unpacked(n))
     raw = np.asarray(buf, np.uint8)
     out = np.empty(n, np.dtype(dtype))
     for i in range(0, n, PACK_CHUNK):
