@@ -53,3 +53,42 @@ def test_without_an_interrupt_nothing_is_raised_and_the_handlers_are_put_back():
         pass
     assert signal.getsignal(signal.SIGTERM) is before
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_every_distinct_signal_held_is_delivered_at_the_end_in_the_order_they_came():
+    """SIGTERM, then Ctrl-C, then SIGTERM again during the held block: at its end each distinct
+    one is raised again under its handler from before, in the order they first came (the old
+    code raised only the first: the Ctrl-C was lost)."""
+    got: list[int] = []
+    before = {s: signal.signal(s, lambda n, f: got.append(n))
+              for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with interrupts_deferred():
+            for s in (signal.SIGTERM, signal.SIGINT, signal.SIGTERM):
+                os.kill(os.getpid(), s)
+                for _ in range(100):  # (bytecodes enough for the hold's handler to run)
+                    pass
+            assert got == []  # (held)
+        assert got == [signal.SIGTERM, signal.SIGINT]
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
+
+
+def test_a_ctrl_c_and_a_sigterm_held_end_as_terminated_with_the_interrupt_as_context():
+    """Both handlers raise (fednet's: KeyboardInterrupt, then SIGTERM's Terminated, which also
+    makes a next SIGTERM end the process at once): the second is not lost behind the first's
+    exception; the last one raised propagates with the first as its context (exit 143)."""
+    restore = sigterm_interrupts()
+    try:
+        with pytest.raises(Terminated) as info:
+            with interrupts_deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(100):
+                    pass
+        assert isinstance(info.value.__context__, KeyboardInterrupt)
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # (its handler ran)
+    finally:
+        restore()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -194,8 +194,9 @@ def interrupts_deferred() -> Iterator[None]:
     The hold is in Python's handlers, not the thread's signal mask: a process-directed signal
     (`kill PID`, a terminal's Ctrl-C) goes to any thread that does not block it, so masking
     the main thread alone held nothing in a server with threads; Python runs every handler on
-    the main thread whichever thread the signal came to. A held signal is raised again at the
-    block's end, under the handler from before."""
+    the main thread whichever thread the signal came to. Each signal held is raised again at
+    the block's end, under the handler from before: every distinct one, in the order they
+    first came (both a Ctrl-C and a SIGTERM: redeliver)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -209,5 +210,22 @@ def interrupts_deferred() -> Iterator[None]:
     finally:
         for s, handler in before.items():
             signal.signal(s, handler if handler is not None else signal.SIG_DFL)
-        if held:
-            signal.raise_signal(held[0])  # delivered now, to the handler from before
+        redeliver(list(dict.fromkeys(held)))  # delivered now, to the handlers from before
+
+
+def redeliver(signals: list[int]) -> None:
+    """Raise each of `signals` in turn under its handler now (main thread: Python runs it
+    inside raise_signal). An exception a handler raises does not keep the later ones from
+    theirs (SIGTERM's Terminated after a Ctrl-C's KeyboardInterrupt): the last one raised
+    propagates, with the one before as its context, as when the signals come one after
+    another unheld."""
+    err: BaseException | None = None
+    for s in signals:
+        try:
+            signal.raise_signal(s)
+        except BaseException as e:  # noqa: BLE001 (a handler's; raised below, after the rest)
+            if err is not None and e.__context__ is None:
+                e.__context__ = err
+            err = e
+    if err is not None:
+        raise err
