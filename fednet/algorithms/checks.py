@@ -4,7 +4,7 @@ here with the options it names; and how a run is evaluated (eval_mode). Above co
 package graph: config itself knows no algorithm."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from fednet.algorithms import dp_spec, registry, seam
@@ -63,8 +63,11 @@ def optimizer_problem(t: TrainConfig) -> str:
     return ""
 
 
-def validate(cfg: RunConfig) -> RunConfig:
-    """Check values that do not need the dataset; raise ConfigError naming the option."""
+def validate(cfg: RunConfig, given: Collection[str] = ()) -> RunConfig:
+    """Check values that do not need the dataset; raise ConfigError naming the option. `given`:
+    the dotted keys the command line set (cli/setting_options.given): a DP setting given at its
+    default is refused where any other value of it is (--dp-sampling poisson under --dp
+    distributed, local or none: the default, so its value alone cannot tell)."""
     check_ranges(cfg)
     registry.check_params(cfg.algo.name, dict(cfg.algo.params))  # the name, then each --param
     _data_rules(cfg)
@@ -76,7 +79,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     _latency_rules(cfg)
     _need(not (why := registry.robust_problem(cfg)), why)  # --attack, --malicious, --defense
     _secagg_rules(cfg)
-    _dp_rules(cfg)
+    _dp_rules(cfg, given)
     return cfg
 
 
@@ -272,21 +275,22 @@ _USER_LEVEL = ("clip", "noise", "epsilon", "delta", "sampling", "accountant", "a
                "quantile", "clip_lr", "count_noise")  # the settings of --dp central / local
 
 
-def _changed(cfg: RunConfig, names: tuple[str, ...]) -> list[str]:
-    """The options of the dp settings `names` that differ from their defaults."""
+def _changed(cfg: RunConfig, names: tuple[str, ...], given: Collection[str] = ()) -> list[str]:
+    """The options of the dp settings `names` that differ from their defaults or were given
+    (`given`: dotted keys the command line set)."""
     base = DPConfig()
     return [f"--dp-{n.replace('_', '-')}" for n in names
-            if getattr(cfg.dp, n) != getattr(base, n)]
+            if getattr(cfg.dp, n) != getattr(base, n) or f"dp.{n}" in given]
 
 
-def _distributed_rules(cfg: RunConfig) -> None:
+def _distributed_rules(cfg: RunConfig, given: Collection[str]) -> None:
     """--dp distributed (docs/algorithms.md §11.6): under secure aggregation only (the noise is
     in the sum it unmasks), with the RDP accountant (its events are zCDP), and none of central
     DP's sampling or adaptive clipping (the server knows who took part, and sees no norm)."""
     from fednet.privacy import distributed, plan
 
     dp = cfg.dp
-    given = _changed(cfg, ("sampling", "adaptive", "quantile", "clip_lr", "count_noise"))
+    given = _changed(cfg, ("sampling", "adaptive", "quantile", "clip_lr", "count_noise"), given)
     reasons = (["each cohort is floor(fraction N) clients drawn without replacement, as its "
             "accounting takes them (amplified against the released models, not the server)"]
            if "--dp-sampling" in given else []) + (
@@ -302,7 +306,7 @@ def _distributed_rules(cfg: RunConfig) -> None:
           f"--dp distributed: {why}")
 
 
-def _dp_rules(cfg: RunConfig) -> None:
+def _dp_rules(cfg: RunConfig, explicit: Collection[str] = ()) -> None:
     """Differential privacy (docs/algorithms.md §11): every number finite, what composes with
     what, and a --dp-epsilon the noise can be calibrated to (privacy/plan.py)."""
     from fednet.privacy import plan
@@ -315,7 +319,7 @@ def _dp_rules(cfg: RunConfig) -> None:
     private = [n for n in registry.names() if registry.get(n).dp]
     where = f"differential privacy composes with {', '.join(private)} (docs/algorithms.md §11.1)"
     if dp.mode == "none":
-        given = _changed(cfg, _USER_LEVEL)
+        given = _changed(cfg, _USER_LEVEL, explicit)
         _need(not given, f"{', '.join(given)}: settings of --dp central|local|distributed; add --dp")
     else:
         _need(kind in mechanisms, f"--dp {dp.mode} does not apply to {algo}: {where}")
@@ -328,7 +332,8 @@ def _dp_rules(cfg: RunConfig) -> None:
         _need("sgd" in mechanisms, f"--dp-sgd-noise does not apply to {algo}: {where}")
         _need(not missing("opacus"), f"--dp-sgd-noise needs opacus: {EXTRA}")
     if kind == "local":
-        given = _changed(cfg, ("sampling", "adaptive", "quantile", "clip_lr", "count_noise"))
+        given = _changed(cfg, ("sampling", "adaptive", "quantile", "clip_lr", "count_noise"),
+                         explicit)
         _need(not given, f"{', '.join(given)}: settings of --dp central (a client alone has no "
               "sampling to amplify its privacy, nor a count of the others' norms)")
     if kind == "local" or dp.sgd_noise > 0:
@@ -338,7 +343,7 @@ def _dp_rules(cfg: RunConfig) -> None:
     if kind == "central":
         _central_rules(cfg)
     if kind == "distributed":
-        _distributed_rules(cfg)
+        _distributed_rules(cfg, explicit)
     _need(not (dp.mode != "none" or dp.sgd_noise > 0) or not missing("dp_accounting"),
           f"--dp and --dp-sgd-noise need Google's dp-accounting: {EXTRA}")
     _need(not (why := plan.calibration_problem(cfg)), why)  # (after: it needs dp-accounting)

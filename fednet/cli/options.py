@@ -172,8 +172,8 @@ def prepare_out(opts: dict[str, Any], cfg: RunConfig) -> RunConfig:
     from fednet.algorithms.checks import validate
     from fednet.metrics.history import check_out, resolve_out
 
-    validate(cfg)
-    out = resolve_out(cfg)
+    validate(cfg, setting_options.given(opts))  # (a DP option given at its default: refused
+    out = resolve_out(cfg)                       # where any value of it is, checks.validate)
     resume = bool(opts.get("resume"))
     check_out(out, resume=resume, overwrite=bool(opts.get("overwrite")))
     cfg = cfg.replace(out=str(out))

@@ -153,13 +153,15 @@ class ClickCells:
 
     def config(self, args: list[str]) -> Any:
         """A cell's options parsed and validated as the command will (ConfigError)."""
+        from fednet.cli import setting_options
         from fednet.cli.options import build_config
         from fednet.algorithms.checks import validate
         from fednet.errors import ConfigError
 
         try:
             ctx = self.command.make_context(str(self.command.name), list(args))
-            return validate(build_config(ctx.params, self.defaults))
+            return validate(build_config(ctx.params, self.defaults),
+                            setting_options.given(ctx.params))  # (as prepare_out's)
         except click.ClickException as e:
             raise ConfigError(e.format_message()) from None
 
