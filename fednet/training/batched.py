@@ -81,7 +81,7 @@ import logging
 import weakref
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -248,12 +248,15 @@ def _draw(job: ClientJob, augment: Augment | None, batches: list[torch.Tensor]
     return perms
 
 
-def _plan(jobs: Sequence[ClientJob], augment: Augment | None, least: int = 2) -> _Plan:
+def _plan(jobs: Sequence[ClientJob], augment: Augment | None, least: int = 2,
+          width: int | None = None) -> _Plan:
     """Draw every client's batches and lay them out step by step, masked: client g's slots at
     step s hold positions (s mod k_g) * B_g + b, b < B_g, of its epoch's permutation (k_g its
     batches per epoch), the ones below n_g real. The clients are in the stack's order (longest
     first), so the clients still training at a step are a prefix: a step holds only them (two
-    at least), and a block's short clients take no slots for its long clients' steps."""
+    at least), and a block's short clients take no slots for its long clients' steps. A client
+    has `width` slots a step (at least its largest batch: _width; default the largest batch
+    size)."""
     dev = jobs[0].x.device
     batches: list[torch.Tensor] = []
     perms = [p for j in jobs for p in _draw(j, augment, batches)]
@@ -262,7 +265,7 @@ def _plan(jobs: Sequence[ClientJob], augment: Augment | None, least: int = 2) ->
     epochs = torch.tensor([j.epochs for j in jobs])
     k = (n + bs - 1) // bs
     steps = k * epochs
-    G, S, B = len(jobs), int(steps.max()), int(bs.max())
+    G, S, B = len(jobs), int(steps.max()), int(bs.max()) if width is None else width
     ks = (G - torch.cumsum(torch.bincount(steps, minlength=S + 1), 0)[:S]).clamp(
         min=min(least, G))
     g = torch.arange(int(ks.sum())) - torch.repeat_interleave(torch.cumsum(ks, 0) - ks, ks)
@@ -554,10 +557,111 @@ def train_batched(model: nn.Module, jobs: Sequence[ClientJob], *, augment: Augme
     model's. on_step(s, params) sees the stacked parameters after step s (tests).
 
     A step is vmap(grad(loss)) over the clients: each client's gradient of its own mean loss
-    over the real examples of its batch."""
+    over the real examples of its batch. Under vmap the clients are trained in stacks by their
+    width (_by_width: each stack padded to its own clients' width, not the largest batch
+    size), one stack after another; the result is in the jobs' order."""
     objective = objective or Classification()
     _check(model, jobs, objective)
     model.train()
+    groups = _by_width(model, jobs, augment, objective)
+    least = least_clients(model)
+    if len(groups) == 1 and (groups[0][0] is None or len(jobs) >= least):
+        return _train_stack(model, jobs, groups[0][0], augment, objective, on_step)
+    traces: list[list[dict[str, torch.Tensor]]] = []
+    parts = []
+    for width, idx in groups:
+        trace: list[dict[str, torch.Tensor]] = []
+        traces.append(trace)
+        parts.append((idx, _train_stack(
+            model, _at_least([jobs[g] for g in idx], least), width, augment, objective,
+            None if on_step is None else _collect(trace))))
+    if on_step is not None:
+        for s in range(max(len(t) for t in traces)):
+            on_step(s, _merged([(idx, t[min(s, len(t) - 1)]) for (idx, _), t in zip(parts, traces)],
+                               len(jobs)))
+    return _merged_results(parts, len(jobs))
+
+
+def _collect(trace: list[dict[str, torch.Tensor]]) -> StepHook:
+    """An on_step hook that keeps each step's parameters (a stack's, merged after: tests)."""
+    return lambda _s, p: trace.append(dict(p))
+
+
+def _width(job: ClientJob) -> int:
+    """The slots a client takes a step in a stack of its width: its largest batch
+    (min(batch_size, examples)) rounded up to a power of two, at most its batch size. A
+    function of the client alone, so its stack (and its bits) does not depend on its block."""
+    return min(job.batch_size, 1 << (len(job.y) - 1).bit_length())
+
+
+def _by_width(model: nn.Module, jobs: Sequence[ClientJob], augment: Augment | None,
+              objective: Objective) -> list[tuple[int | None, list[int]]]:
+    """The stacks the jobs train in: (width, the jobs' indices), widest first, when their steps
+    run under vmap, which computes every slot of a stack (a block of the digits CNN's clients
+    of one or two examples, batch size 8: 8 slots a client a step for 1.5 real examples; two
+    stacks of widths 2 and 1 took 0.6x the time of one of width 8). Else one stack as wide as
+    the largest batch size (None): a linear model's closed-form step (its padding costs a few
+    rows of a bmm, and a stack more costs its plan), a step client by client (_ClientSteps
+    computes only the real rows) and augmented batches (their shape is known after the
+    draw)."""
+    x = jobs[0].x
+    if (augment is not None or own_loss(objective) or _linear_model(model)
+            or per_client(model, tuple(x.shape[1:]), x.device)):
+        return [(None, list(range(len(jobs))))]
+    by: dict[int, list[int]] = {}
+    for g, j in enumerate(jobs):
+        by.setdefault(_width(j), []).append(g)
+    return sorted(by.items(), reverse=True)
+
+
+def _at_least(jobs: list[ClientJob], least: int) -> list[ClientJob]:
+    """`jobs`, and copies of the first (its generator's state cloned before any draw) until
+    there are `least` (least_clients: a stack too small for the kernels of larger ones), whose
+    results are dropped."""
+    while len(jobs) < least:
+        j = jobs[0]
+        g = torch.Generator(device=j.generator.device)
+        g.set_state(j.generator.get_state())
+        jobs = jobs + [replace(j, generator=g)]
+    return jobs
+
+
+def _merged(parts: Sequence[tuple[list[int], Mapping[str, torch.Tensor]]], total: int
+            ) -> dict[str, torch.Tensor]:
+    """Stacks' tensors ([their clients (and copies), ...] by name) as one [total, ...] each,
+    each stack's first len(idx) rows at its jobs' indices."""
+    first = parts[0][1]
+    out = {n: v.new_zeros((total,) + tuple(v.shape[1:])) for n, v in first.items()}
+    for idx, got in parts:
+        at = torch.tensor(idx, device=next(iter(first.values())).device)
+        for n, v in got.items():
+            out[n].index_copy_(0, at, v[:len(idx)])
+    return out
+
+
+def _merged_results(parts: Sequence[tuple[list[int], BatchedResult]], total: int
+                    ) -> BatchedResult:
+    """The stacks' results as one, in the jobs' order (momentum buffers: zeros for a stack
+    without them, as its clients' momentum is 0)."""
+    first = parts[0][1]
+    params = _merged([(idx, r.params) for idx, r in parts], total)
+    buf: dict[str, torch.Tensor] = {}
+    if any(r.momentum for _, r in parts):
+        buf = _merged([(idx, r.momentum or {n: torch.zeros_like(v) for n, v in r.params.items()})
+                       for idx, r in parts], total)
+    stats: list[TrainStats] = [TrainStats(0.0, 0, 0)] * total
+    sizes: list[list[int]] = [[] for _ in range(total)]
+    for idx, r in parts:
+        for i, g in enumerate(idx):
+            stats[g], sizes[g] = r.stats[i], r.batch_sizes[i]
+    return BatchedResult(params, stats, buf, sizes, first.example, first.dtype)
+
+
+def _train_stack(model: nn.Module, jobs: Sequence[ClientJob], width: int | None,
+                 augment: Augment | None, objective: Objective, on_step: StepHook | None
+                 ) -> BatchedResult:
+    """train_batched's jobs of one stack, `width` slots a client a step (None: the largest
+    batch size)."""
     order = _longest_first(jobs)
     jobs = [jobs[g] for g in order]
     names = [n for n, p in model.named_parameters() if p.requires_grad]
@@ -565,7 +669,7 @@ def train_batched(model: nn.Module, jobs: Sequence[ClientJob], *, augment: Augme
     own = dict(model.named_parameters())
     params = {n: torch.stack([(j.start[n] if j.start is not None else own[n]).detach()
                               for j in jobs]) for n in names}  # stack copies: the block's own
-    plan = _plan(jobs, augment, least_clients(model))
+    plan = _plan(jobs, augment, least_clients(model), width)
     opt = _SGD(jobs, params)
     back = torch.argsort(torch.tensor(order)).to(plan.mask.device)  # sorted -> the jobs' order
 
@@ -850,6 +954,14 @@ class _Pool(torch.autograd.Function):
             flat.contiguous(memory_format=torch.channels_last), [k, k], [k, k])
         y, i = y.contiguous(), i.contiguous()
         return (y.view((n, -1) + tuple(y.shape[1:])), i.view((n, -1) + tuple(i.shape[1:]))), (0, 0)
+
+
+def _linear_model(model: nn.Module) -> bool:
+    """Whether the model is one nn.Linear with a bias and no buffers (what _linear_head probes
+    further)."""
+    mods = list(model.named_modules())
+    return (len(mods) == 2 and isinstance(mods[1][1], nn.Linear) and mods[1][1].bias is not None
+            and not list(model.buffers()))
 
 
 def _linear_head(model: nn.Module, fixed: dict[str, torch.Tensor],
