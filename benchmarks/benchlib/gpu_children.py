@@ -68,8 +68,9 @@ def child_context(device: str) -> None:
 
 def child_plain(a: argparse.Namespace) -> None:
     """A plain single-process FedAvg loop (benchmarks/plain_loop.py's, on a device): the same
-    dataset, partition, model and local-training settings as `fednet launch`; prints one JSON
-    line with the per-round times."""
+    dataset, partition, model, local-training settings and each client's batch order as `fednet
+    launch --augment none` (every client every round); prints one JSON line with the per-round
+    times."""
     import numpy as np
     import torch
 
@@ -97,18 +98,17 @@ def child_plain(a: argparse.Namespace) -> None:
     model = build_model(a.model, ds.num_classes, ds.input_shape, dataset=a.dataset,
                         seed=a.seed).to(dev)
     global_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    gen = torch.Generator().manual_seed(a.seed)
 
     def sync() -> None:
         if cuda:
             torch.cuda.synchronize(dev)
 
     rounds, acc = [], 0.0
-    for _ in range(a.rounds):
+    for rnd in range(a.rounds):
         sync()
         r0 = time.perf_counter()
-        global_state = fedavg_round(model, global_state,
-                                    ((xs[idx], ys[idx]) for idx in idxs), t, gen)
+        global_state = fedavg_round(model, global_state, ((cid, xs[idx], ys[idx]) for cid, idx
+                                                          in enumerate(idxs)), t, a.seed, rnd)
         sync()
         r1 = time.perf_counter()
         with torch.no_grad():
