@@ -110,13 +110,11 @@ def pieces(a: argparse.Namespace, ids: list[int]) -> dict[str, Callable[[], Any]
                 for c, (x, y) in zip(ids, xy)]
         return train_batched(model, jobs)
 
-    gen_t = torch.Generator().manual_seed(a.seed)
-
     def loop() -> Any:
-        clients = ((torch.from_numpy(cd.x), torch.from_numpy(np.ascontiguousarray(cd.y)))
-                   for cd in (client_data(ds, cfg.data, a.clients, a.seed, c, parts[c])
-                              for c in ids))
-        fedavg_round(loop_model, state, clients, t, gen_t)
+        clients = ((c, torch.from_numpy(cd.x), torch.from_numpy(np.ascontiguousarray(cd.y)))
+                   for c, cd in ((c, client_data(ds, cfg.data, a.clients, a.seed, c, parts[c]))
+                                 for c in ids))
+        fedavg_round(loop_model, state, clients, t, a.seed, a.round)
         loop_model.eval()
         with torch.no_grad():
             return float((loop_model(tx).argmax(1) == ty).float().mean())
