@@ -16,11 +16,12 @@ that round's wall-clock), the median round wall-clock (rounds 1.. when there are
 several) and its ratio to the plain loop's round, the seconds from the last round's end to the command's exit, the
 bytes written into the run folder besides the final model, the peak of the summed proportional set size
 (PSS) of the command and every process it started (sampled every 0.2 s), and the final accuracy (the loop
-and fednet train the same clients' data; they draw different cohorts, so their accuracies
-differ a little). A run whose processes together pass --limit-mb is killed and reported so.
+does fednet local's FedAvg rounds: the same cohorts and batch orders, so its accuracy is fednet
+local's; pfl-research draws its own cohorts). A run whose processes together pass --limit-mb is
+killed and reported so.
 
-The plain loop is benchmarks/plain_loop.py (one process, torch.optim.SGD, the clients' data
-through fednet's client_data, so natural datasets work too).
+The plain loop is benchmarks/plain_loop.py (one process, torch.optim.SGD, fednet's cohort draw
+and the clients' data through fednet's client_data, so natural datasets work too).
 """
 from __future__ import annotations
 
