@@ -169,14 +169,20 @@ def encode_result(spec: Spec, arrays: Arrays, reference: Arrays, residual: np.nd
     return out, (x - decode(wire, sizes, spec.arg) if spec.feedback else None)
 
 
-DECODE_PASSES = (1, 4)
+DECODE_PASSES = (2, 4)
 """decode_result's own passes ("code", opcount) per value it rebuilds, beside its codec's decode
-(codecs.codec_work): without a reference (a --compress-down task, a hand-off) the copy into the
-layout's dtype; with one (a result) the reference's float32 copy, the sum and the cast. Measured
-on ResNet-18's 62 tensors (11.2 M values), decode_result's CPU seconds less its codec's count,
-at the code rate of the same minutes (secagg/rates.py), for int8 and top-k (whose decode counts
-match their measured decodes): 4.0-4.9 passes with a reference, 0.7-1.3 without; alone, the
-copy 0.7-0.9 and the reference's copy, sum and cast 3.0-3.6 (at 64337f8; not at run time)."""
+(codecs.codec_work): without a reference (a --compress-down task, a hand-off; the server's copy
+of the tasks' decoded arrays) the copy into the layout's dtype, into arrays it allocates: new
+memory every task, first touched by that copy; with one (a result) the reference's float32 copy,
+the sum and the cast. Measured on ResNet-18's 62 tensors (11.2 M values), decode_result's CPU
+seconds less its codec's, at the code rate of the same minutes (secagg/rates.py). With a
+reference 4.0-4.9 passes (at 64337f8). Without, the copy alone was 0.7-1.3 into arrays already
+touched (64337f8; 0.7-1.0 at 79a1e01), where a client's are not: downlink.decode's CPU seconds
+less its codec decode's, both timed in one process (7 reps' medians, three runs at 79a1e01):
+2.1-2.6 after fp16's decode, 1.1-1.5 after int8's, 0.75-1.4 after QSGD's; the copy alone into
+fresh arrays in a new process 2.4-3.8. Counting it 1 left the client's --compress-down decode
+about 20 % low against its CPU seconds in every bench_compute run (issue 52's follow-up);
+not at run time."""
 
 
 def decode_work(n: int, referenced: bool) -> opcount.Ops:
