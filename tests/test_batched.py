@@ -286,7 +286,7 @@ def test_index_views_of_shared_images_give_the_copies_bits(model_name):
 
 
 def test_channels_last_pooling_gives_the_plain_poolings_bits(monkeypatch):
-    """A CNN block pools its stacked feature maps channels-last (training/batched._Pool, the
+    """A CNN block pools its stacked feature maps channels-last (training/batched._FastPool, the
     same values and indices): its parameters equal, bit for bit, those of the same block pooled
     by torch's own batching rule, on inputs whose poolings tie (ReLU zeros, flat background)."""
     import fednet.training.batched as batched
