@@ -24,6 +24,7 @@ from fednet.core.summary import run_summary
 from fednet.core.status import RunStatus
 from fednet.core.verdict import Verdict
 from fednet.core.work import ClientCompute
+from fednet.platform.heap import settled_heap
 from fednet.platform.proc import interrupts_deferred
 from fednet.metrics.accounting import Ledger
 from fednet.metrics.history import History
@@ -117,17 +118,23 @@ class RoundDriver:
             self.error = self.error or error
 
     def run(self, dispatcher: Dispatcher) -> None:
-        """The setup stage, then all rounds; stops early (status says why)."""
+        """The setup stage, then all rounds; stops early (status says why). The objects alive
+        before the setup and after the first step are kept out of the collector's full passes
+        (platform/heap.py): the imports' (torch._dynamo's, first used in the first step) and
+        the run's own, which live on."""
         self.clock.start()
         try:
-            self._run(dispatcher)
+            with settled_heap() as settle:
+                settle()
+                self._run(dispatcher, settle)
         finally:
             self.clock.stop()
 
-    def _run(self, dispatcher: Dispatcher) -> None:
+    def _run(self, dispatcher: Dispatcher, settle: Callable[[], None]) -> None:
         if self.rounds_done == 0 and not self.setup(dispatcher):
             return
         step = max(1, self.staged.rounds_per_step())
+        first = self.rounds_done
         for rnd in range(self.rounds_done, self.cfg.rounds, step):
             try:
                 if not self._step(rnd, step, dispatcher):
@@ -135,6 +142,8 @@ class RoundDriver:
             except KeyboardInterrupt:  # the server state is still the last finished round's
                 self.marks.interrupted(self.rounds_done)  # (unless it was aggregating)
                 raise
+            if rnd == first:  # what the first step imported (torch._dynamo) and built
+                settle()
         ending = self.verdict.mostly_failed()
         self.end(*(ending or (RunStatus.COMPLETED, "")))
 
