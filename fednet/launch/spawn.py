@@ -28,7 +28,8 @@ class Zygote:
     """A warm fork server in its own session; clients are its children."""
 
     def __init__(self, dataset: str = "digits", data_root: str = "", log_file: BinaryIO | None = None,
-                 warm_timeout_s: float = 120.0, unknown_run: bool = False) -> None:
+                 warm_timeout_s: float = 120.0, unknown_run: bool = False,
+                 batch_size: int = 8) -> None:
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
                    PYTHONUNBUFFERED="1", PYTHONSAFEPATH="1")  # `-m` puts no cwd on the path:
         # a plugin named copy.py or random.py in it would shadow the standard library; this
@@ -40,7 +41,8 @@ class Zygote:
         plugin_args = [a for ref in plugins.LOADED for a in ("--plugin", ref)]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "fednet.launch.zygote", "--dataset", dataset, "--data-root",
-             data_root, "--parent", str(os.getpid())] + (["--unknown-run"] if unknown_run else [])
+             data_root, "--parent", str(os.getpid()), "--batch-size", str(int(batch_size))]
+            + (["--unknown-run"] if unknown_run else [])
             + plugin_args,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=log_file if log_file is not None else None, env=env, start_new_session=True)

@@ -35,16 +35,17 @@ from fednet.platform.malloc import one_arena
 from fednet.platform.proc import seed_routing_ids, set_pdeathsig
 
 
-def warm_up(dataset: str, data_root: str, unknown_run: bool = False) -> None:
-    """Import and run once everything a client's first training step would load lazily.
+def warm_up(dataset: str, data_root: str, unknown_run: bool = False, batch_size: int = 8
+            ) -> None:
+    """Import and run once everything a client's first training step would load lazily, and
+    know the FLOP counts of its batches (prepare_counts).
 
     (fednet's optimizers call torch's functional kernels, which keep torch._dynamo out; the
-    step still warms autograd and kernels. The step runs inside a training/flops Meter: torch's
-    FlopCounterMode imports torch._dynamo and sympy at its first count, ~1 s here, paid once in
-    the zygote rather than in every client's first task.)
+    step still warms autograd and kernels.)
     With unknown_run (`fednet clients`: the run's dataset and model arrive later, at WELCOME)
     torchvision is imported too, when installed, so that no client pays its ~1.2 s import for a
-    CIFAR/SVHN dataset or a ResNet-18.
+    CIFAR/SVHN dataset or a ResNet-18, and torch's FLOP counter is started whatever the disk
+    cache holds (the run's model is not known yet).
     """
     import torch
 
@@ -59,7 +60,6 @@ def warm_up(dataset: str, data_root: str, unknown_run: bool = False) -> None:
     from fednet.client import app, host  # noqa: F401  (imports zmq, the executor, algorithms)
     from fednet.data import load_dataset
     from fednet.models import build_model
-    from fednet.training.flops import metered
     from fednet.training.local import train
 
     try:
@@ -70,11 +70,28 @@ def warm_up(dataset: str, data_root: str, unknown_run: bool = False) -> None:
         model = build_model("auto", ds.num_classes, ds.input_shape)
     x, y = torch.from_numpy(ds.train_x[:8]), torch.from_numpy(ds.train_y[:8])
     if len(y) == 0:  # clients' data only (synthetic-fedprox has no pooled arrays): a step on
-        # zeros, else nothing trains and the first task's count pays the imports (~0.8 s)
+        # zeros, else nothing trains
         x, y = torch.zeros((8, *ds.input_shape)), torch.zeros(8, dtype=torch.int64)
-    with metered():  # the clock's FLOP counter too: its first use imports torch._dynamo and
-        train(model, x, y, epochs=1, batch_size=8, lr=0.01, momentum=0.9,  # sympy (~1 s)
-              generator=torch.Generator().manual_seed(0))
+    train(model, x, y, epochs=1, batch_size=8, lr=0.01, momentum=0.9,
+          generator=torch.Generator().manual_seed(0))
+    prepare_counts(model, tuple(ds.input_shape), batch_size, always=unknown_run)
+
+
+def prepare_counts(model: Any, example: tuple[int, ...], batch_size: int,
+                   always: bool = False) -> None:
+    """Know, before forking, the simulated clock's FLOP counts (training/flops) of a training
+    batch of every size a client's loop makes with --batch-size (1 to batch_size examples), so
+    that no client counts: read from the disk cache (flops.CACHE_ENV) where an earlier process
+    of this host counted them, else counted here (always: counted whatever the cache holds).
+    Counting starts torch's FlopCounterMode, whose first use imports torch._dynamo and sympy
+    (~0.75 s, as much as torch itself): paid once here, inherited by every client, rather than
+    in every client's first task; a run whose counts are all on disk never imports them."""
+    from fednet.training import flops
+
+    sizes = range(1, max(1, int(batch_size)) + 1)
+    if always or not flops.known(model, example, sizes):
+        for size in sizes:
+            flops.batch_work(model, (size, *example))
 
 
 def load_plugins(modules: list[str]) -> None:
@@ -88,18 +105,23 @@ def load_plugins(modules: list[str]) -> None:
     plugin_check.arm_report_token()  # a missing plugin is reported by one client, not by each
 
 
-def _keep_model(template: dict[str, Any] | None) -> None:
+def _keep_model(template: dict[str, Any] | None, batch_size: int) -> None:
     """Build the run's seeded model once, so that every client copies it instead of running the
     initialisation (e.g. {"name": "resnet18", "num_classes": 10, "input_shape": [3, 32, 32],
-    "dataset": "cifar10", "seed": 0}); a template that cannot be built is only reported."""
+    "dataset": "cifar10", "seed": 0}), and know its batches' FLOP counts (prepare_counts: the
+    warm-up's model is the dataset's default, which --model may replace); a template that
+    cannot be built is only reported."""
     if not template:
         return
     try:
-        from fednet.models import keep_template
+        from fednet.models import build_model, keep_template
 
-        keep_template(str(template["name"]), int(template["num_classes"]),
-                      tuple(int(x) for x in template["input_shape"]),
-                      dataset=template.get("dataset"), seed=int(template["seed"]))
+        name, classes = str(template["name"]), int(template["num_classes"])
+        shape = tuple(int(x) for x in template["input_shape"])
+        dataset, seed = template.get("dataset"), int(template["seed"])
+        keep_template(name, classes, shape, dataset=dataset, seed=seed)
+        prepare_counts(build_model(name, classes, shape, dataset=dataset, seed=seed), shape,
+                       batch_size)
     except Exception as e:  # noqa: BLE001 - clients then build the model themselves
         print(f"zygote: could not keep the model template: {type(e).__name__}: {e}",
               file=sys.stderr)
@@ -173,8 +195,9 @@ def ids_field(cids: Any) -> dict[str, Any]:
     return {"cids": [int(c) for c in cids]}
 
 
-def serve(children: dict[int, Sequence[int]]) -> None:
-    """Read commands, fork clients, report exits; return on stop or EOF."""
+def serve(children: dict[int, Sequence[int]], batch_size: int = 8) -> None:
+    """Read commands, fork clients, report exits; return on stop or EOF (batch_size: the
+    run's --batch-size, _keep_model's)."""
     buf = b""
     collapsed = False
     stdin = sys.stdin.fileno()
@@ -193,7 +216,7 @@ def serve(children: dict[int, Sequence[int]]) -> None:
             if cmd.get("cmd") == "stop":
                 return
             if cmd.get("cmd") == "spawn_many":
-                _keep_model(cmd.get("template"))
+                _keep_model(cmd.get("template"), batch_size)
                 if not collapsed and len(cmd.get("groups") or cmd["ranges"]) >= hugepages.WORTH_IT:
                     collapsed = True  # once: later forks are cheap too
                     t0 = time.monotonic()
@@ -273,6 +296,8 @@ def main() -> None:
     ap.add_argument("--parent", type=int, default=0, help="the launcher's pid")
     ap.add_argument("--unknown-run", action="store_true",
                     help="the run is not known yet (fednet clients): warm torchvision as well")
+    ap.add_argument("--batch-size", type=int, default=8,
+                    help="the run's --batch-size: its batches' FLOP counts are known before forking")
     ap.add_argument("--plugin", action="append", default=[],
                     help="a plugin module of the run (repeatable), imported before the warm-up")
     a = ap.parse_args()
@@ -288,13 +313,13 @@ def main() -> None:
     signal.signal(signal.SIGTERM, on_term)
     t0 = time.monotonic()
     load_plugins(a.plugin)
-    warm_up(a.dataset, a.data_root, a.unknown_run)
+    warm_up(a.dataset, a.data_root, a.unknown_run, a.batch_size)
     gc.collect()
     gc.freeze()  # children's collections then skip the inherited objects (no copy-on-write)
     _emit({"event": "warm", "pid": os.getpid(), "seconds": time.monotonic() - t0})
     code = 0
     try:
-        serve(children)
+        serve(children, a.batch_size)
     except BaseException:  # noqa: BLE001 - report it, then still stop every child
         traceback.print_exc()
         code = 1

@@ -159,7 +159,8 @@ def _start(run: Run, cfg: RunConfig, quiet: bool, local_clients: bool, prepare: 
         handshake_ms=channels.server_handshake_ms(cfg.clients, live),
         hwm=channels.ROUTER_HWM + 2 * cfg.clients, live=live)
     run.finish_here()  # the summary is written once the server and the clients have stopped
-    zyg = Zygote(cfg.data.dataset, cfg.data.data_root, logfile) if local_clients else None
+    zyg = Zygote(cfg.data.dataset, cfg.data.data_root, logfile,
+                 batch_size=cfg.train.batch_size) if local_clients else None
     if zyg is not None:
         run.on_stop(_stop_zygote, run, zyg, built)
     import torch

@@ -29,6 +29,12 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import copy
+import fcntl
+import hashlib
+import json
+import os
+import sys
+import tempfile
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -208,8 +214,139 @@ def batch_work(model: nn.Module, shape: tuple[int, ...], dtype: torch.dtype = to
     key = (arch, tuple(int(s) for s in shape), str(dtype), mode)
     got = _COUNTS.get(key)
     if got is None:
-        got = _COUNTS[key] = _count(template(model, arch), key[1], dtype, mode)
+        got = _disk(model, arch).get(key[1:])
+        if got is None:
+            got = _count(template(model, arch), key[1], dtype, mode)
+            _disk(model, arch).put(key[1:], got)
+        _COUNTS[key] = got
     return got
+
+
+def known(model: nn.Module, example: tuple[int, ...], sizes: Sequence[int],
+          dtype: torch.dtype = torch.float32, mode: str = "train") -> bool:
+    """Whether the Work of a batch of each of `sizes` examples of shape `example` through
+    `model` in `mode` is known without counting (in this process's cache or the disk cache:
+    torch's counter then does not start here); the ones on disk are read into this process's
+    cache."""
+    arch = structure(model).arch
+    for size in sizes:
+        key = (arch, (int(size), *map(int, example)), str(dtype), mode)
+        if key not in _COUNTS:
+            got = _disk(model, arch).get(key[1:])
+            if got is None:
+                return False
+            _COUNTS[key] = got
+    return True
+
+
+CACHE_ENV = "FEDNET_FLOPS_CACHE"
+"""The disk cache's folder (default ~/.cache/fednet/flops; "off": none). One JSON file per
+architecture and everything else a count depends on (_disk_name): the counts of torch's counter
+made by any process of this host, so that a later run (or another process of this one) reads
+them instead of counting: a process's first count starts torch's counter, which imports
+torch._dynamo and sympy (~0.75 s and ~150 MB, as long as importing torch itself). Delete the
+folder to count again."""
+_DISK_MODES = frozenset({"train", "eval", "hvp"})  # (dpsgd's count runs Opacus: not kept)
+
+
+class _DiskCounts:
+    """One architecture's counts in the disk cache: read once (at the first look-up), each
+    new count merged into the file under a lock and written whole (a reader never sees half a
+    file)."""
+
+    __slots__ = ("path", "counts")
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self.counts = _read_counts(path) if path else {}
+
+    def get(self, key: tuple) -> Work | None:
+        got = self.counts.get(_entry(key)) if self.path else None
+        return Work(*got) if got is not None else None
+
+    def put(self, key: tuple, work: Work) -> None:
+        if self.path is None or key[2] not in _DISK_MODES:
+            return
+        self.counts[_entry(key)] = list(work)
+        try:
+            folder = os.path.dirname(self.path)
+            os.makedirs(folder, exist_ok=True)
+            with open(self.path + ".lock", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                self.counts = {**_read_counts(self.path), **self.counts}
+                fd, tmp = tempfile.mkstemp(dir=folder, prefix=".counts.")
+                with os.fdopen(fd, "w") as f:
+                    json.dump({"counts": self.counts}, f)
+                os.chmod(tmp, 0o644)
+                os.replace(tmp, self.path)
+        except OSError:  # a folder that cannot be written: the counts stay in this process
+            self.path = None
+
+
+def _entry(key: tuple) -> str:
+    """A count's name in its architecture's file: (shape, dtype, mode) as one string."""
+    shape, dtype, mode = key
+    return f"{mode}|{dtype}|{','.join(map(str, shape))}"
+
+
+def _read_counts(path: str) -> dict[str, list[int]]:
+    try:
+        with open(path) as f:
+            got = json.load(f)["counts"]
+    except (OSError, ValueError, KeyError, TypeError):  # none yet, or not ours: counted anew
+        return {}
+    if not isinstance(got, dict):
+        return {}
+    return {k: v for k, v in got.items() if isinstance(k, str) and isinstance(v, list)
+            and len(v) == 3 and all(type(x) is int for x in v)}
+
+
+_DISKS: dict[tuple, _DiskCounts] = {}  # architecture -> its counts in the disk cache
+
+
+def _disk(model: nn.Module, arch: tuple) -> _DiskCounts:
+    got = _DISKS.get(arch)
+    if got is None:
+        got = _DISKS[arch] = _DiskCounts(_disk_path(model, arch))
+    return got
+
+
+def _disk_path(model: nn.Module, arch: tuple) -> str | None:
+    """The file of `model`'s counts, None where the disk cache is off or a module of the model
+    has no source file to fingerprint (a class defined in an interactive session)."""
+    folder = os.environ.get(CACHE_ENV, "")
+    if folder.lower() in ("off", "0", "none"):
+        return None
+    name = _disk_name(model, arch)
+    if name is None:
+        return None
+    folder = os.path.expanduser(folder or "~/.cache/fednet/flops")
+    return os.path.join(os.path.abspath(folder), name + ".json")
+
+
+def _disk_name(model: nn.Module, arch: tuple) -> str | None:
+    """A digest of everything a count depends on: the architecture (its classes, shapes and
+    settings), the source files that define its classes and this module (the forward and the
+    modes' steps: a changed file is another key), and the versions of torch (its counter, its
+    operators' decompositions) and Python."""
+    import fednet
+
+    files = {__file__}
+    for m in model.modules():
+        mod = sys.modules.get(type(m).__module__)
+        path = getattr(mod, "__file__", None)
+        if not path:
+            return None
+        files.add(path)
+    h = hashlib.sha256(repr((arch, torch.__version__, fednet.__version__,
+                             sys.version_info[:3])).encode())
+    for path in sorted(files):
+        try:
+            with open(path, "rb") as f:
+                h.update(path.encode() + b"\0" + hashlib.sha256(f.read()).digest())
+        except OSError:
+            return None
+    return h.hexdigest()[:32]
 
 
 def architecture(model: nn.Module) -> tuple:
