@@ -13,8 +13,8 @@ Clients of unequal sizes, epochs or batch sizes are padded to the largest batch 
 steps and masked: a padded row adds nothing to its client's loss or gradient, and a client past
 its last step keeps its parameters and momentum unchanged, so each takes exactly its own steps.
 Under vmap, which computes every padded slot, a block's clients train in stacks by their width
-(_by_width: a client's largest batch rounded up to a power of two, at most its batch size; a
-function of the client alone), one stack after another, each padded only to its own width.
+(_by_width: a client's largest batch rounded up to a power of two, 2 at least, at most its
+batch size; a function of the client alone), one stack after another, each padded only to its own width.
 The clients are stacked longest first, and a step computes only those still training (a prefix
 of the stack, least_clients at least), so a block's short clients do not pay its longest client's steps,
 and the step-by-step layout of the batches (_Plan) holds only those steps' slots, not a
@@ -93,7 +93,7 @@ from torch.func import functional_call, grad, vmap
 
 from fednet.data.views import Examples, Rows, gathered
 from fednet.training import interrupt
-from fednet.training.flops import architecture, template
+from fednet.training.flops import architecture, kept, template
 from fednet.training.local import TrainStats
 from fednet.training.objective import Classification, Objective
 
@@ -592,17 +592,24 @@ def _collect(trace: list[dict[str, torch.Tensor]]) -> StepHook:
 
 def _width(job: ClientJob) -> int:
     """The slots a client takes a step in a stack of its width: its largest batch
-    (min(batch_size, examples)) rounded up to a power of two, at most its batch size. A
-    function of the client alone, so its stack (and its bits) does not depend on its block."""
-    return min(job.batch_size, 1 << (len(job.y) - 1).bit_length())
+    (min(batch_size, examples)) rounded up to a power of two, _LEAST_WIDTH at least, at most
+    its batch size. A function of the client alone, so its stack (and its bits) does not depend
+    on its block."""
+    return min(job.batch_size, max(_LEAST_WIDTH, 1 << (len(job.y) - 1).bit_length()))
+
+
+_LEAST_WIDTH = 2
+"""A client of one example shares the stack of those of two: a stack of width 1 costs its own
+steps' overhead, and its linear layers' gradients are bmm's of inner size 1, slower than of 2
+(digits CNN, 46 clients of one example and 54 of two: 0.8x the time of two stacks)."""
 
 
 def _by_width(model: nn.Module, jobs: Sequence[ClientJob], augment: Augment | None,
               objective: Objective) -> list[tuple[int | None, list[int]]]:
     """The stacks the jobs train in: (width, the jobs' indices), widest first, when their steps
     run under vmap, which computes every slot of a stack (a block of the digits CNN's clients
-    of one or two examples, batch size 8: 8 slots a client a step for 1.5 real examples; two
-    stacks of widths 2 and 1 took 0.6x the time of one of width 8). Else one stack as wide as
+    of one or two examples, batch size 8: 8 slots a client a step for 1.5 real examples; one
+    stack of width 2 takes about half the time of one of width 8). Else one stack as wide as
     the largest batch size (None): a linear model's closed-form step (its padding costs a few
     rows of a bmm, and a stack more costs its plan), a step client by client (_ClientSteps
     computes only the real rows) and augmented batches (their shape is known after the
@@ -632,9 +639,10 @@ def _at_least(jobs: list[ClientJob], least: int) -> list[ClientJob]:
 def _merged(parts: Sequence[tuple[list[int], Mapping[str, torch.Tensor]]], total: int
             ) -> dict[str, torch.Tensor]:
     """Stacks' tensors ([their clients (and copies), ...] by name) as one [total, ...] each,
-    each stack's first len(idx) rows at its jobs' indices."""
+    each stack's first len(idx) rows at its jobs' indices (which cover 0..total-1: nothing
+    is left unwritten)."""
     first = parts[0][1]
-    out = {n: v.new_zeros((total,) + tuple(v.shape[1:])) for n, v in first.items()}
+    out = {n: v.new_empty((total,) + tuple(v.shape[1:])) for n, v in first.items()}
     for idx, got in parts:
         at = torch.tensor(idx, device=next(iter(first.values())).device)
         for n, v in got.items():
@@ -820,8 +828,10 @@ def per_client(model: nn.Module, example: tuple[int, ...], device: torch.device)
     key = (architecture(model), tuple(example))
     known = _CONV_FLOPS.setdefault(model, {})
     flops = known.get(key)
-    if flops is None:
-        flops = known[key] = conv_flops(model, example)
+    if flops is None:  # (kept on disk with the model's FLOP counts: no meta forward, which
+        # would import torch._dynamo, in a process whose counts were all read from there)
+        flops = known[key] = kept(model, f"conv_flops{tuple(example)}",
+                                  lambda: conv_flops(model, example), __file__)
     if flops < CONV_FLOPS_PER_CLIENT:
         return ""
     return (f"{type(model).__name__}'s convolutions on {'x'.join(map(str, example))} inputs "
@@ -928,6 +938,13 @@ class _FastPool(nn.Module):
             return torch.nn.functional.max_pool2d(x, self.k)
         cl = x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)  # channels-last strides
         return torch.nn.functional.max_pool2d(cl, self.k).contiguous()
+
+
+def differentiates(model: nn.Module) -> bool:
+    """Whether train_batched differentiates `model` with torch.func (whose first gradient
+    imports torch._dynamo, ~0.75 s: fednet launch's zygote imports it before forking), i.e.
+    every model but the one nn.Linear trained in closed form (_linear_model)."""
+    return not _linear_model(model)
 
 
 def _linear_model(model: nn.Module) -> bool:
