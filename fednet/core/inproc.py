@@ -1,7 +1,6 @@
 """The in-process runtime (`fednet local`): the same executors, codec and ledger, no sockets."""
 from __future__ import annotations
 
-import gc
 from collections import deque
 
 import numpy as np
@@ -123,19 +122,14 @@ class InprocDispatcher:
         self.executors = Executors(session)
         session.client_view = self.executors.states
         self._alive: Roster | None = None
-        # what exists now (torch, the data, the session: about a million objects) lives as long
-        # as the run: the cyclic garbage collector's full passes skip it (one took ~85 ms, every
-        # ten rounds or so of the digits CNN's 100 clients a round); close() gives it back
-        gc.freeze()
 
     def close(self) -> None:
         """Forget the model template, the shared working models and the kept Executors (the
-        next run builds its own); the objects frozen at the start are collectable again."""
+        next run builds its own)."""
         drop_templates()
         share_working_models(False)
         self.executors.clear()
         release_buffers()
-        gc.unfreeze()
 
     def alive_clients(self) -> Roster:
         """Every client (none can die in-process); no executor is built for it. A roster of
