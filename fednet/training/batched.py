@@ -93,7 +93,7 @@ from torch.func import functional_call, grad, vmap
 
 from fednet.data.views import Examples, Rows, gathered
 from fednet.training import interrupt
-from fednet.training.flops import architecture, kept, template
+from fednet.training.flops import architecture, template
 from fednet.training.local import TrainStats
 from fednet.training.objective import Classification, Objective
 
@@ -828,10 +828,8 @@ def per_client(model: nn.Module, example: tuple[int, ...], device: torch.device)
     key = (architecture(model), tuple(example))
     known = _CONV_FLOPS.setdefault(model, {})
     flops = known.get(key)
-    if flops is None:  # (kept on disk with the model's FLOP counts: no meta forward, which
-        # would import torch._dynamo, in a process whose counts were all read from there)
-        flops = known[key] = kept(model, f"conv_flops{tuple(example)}",
-                                  lambda: conv_flops(model, example), __file__)
+    if flops is None:
+        flops = known[key] = conv_flops(model, example)
     if flops < CONV_FLOPS_PER_CLIENT:
         return ""
     return (f"{type(model).__name__}'s convolutions on {'x'.join(map(str, example))} inputs "
