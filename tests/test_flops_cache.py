@@ -165,3 +165,42 @@ def test_the_key_holds_the_architecture_and_the_files(tmp_path, monkeypatch):
     assert pa == flops._disk_path(nn.Sequential(nn.Conv2d(1, 2, 3)), flops.architecture(a))
     monkeypatch.setenv(flops.CACHE_ENV, "off")
     assert flops._disk_path(a, flops.architecture(a)) is None
+
+
+BATCHED = """
+    import json, sys
+    from fednet.launch import zygote
+    zygote._keep_model({"name": "%s", "num_classes": 10, "input_shape": [1, 8, 8],
+                        "dataset": "digits", "seed": 0}, 8, batched=%s)
+    print(json.dumps({"dynamo": "torch._dynamo" in sys.modules}))
+"""
+
+
+@pytest.mark.parametrize("model,batched,dynamo", [("digits_cnn", True, True),
+                                                  ("mclr", True, False),
+                                                  ("digits_cnn", False, False)])
+def test_the_zygote_imports_what_the_batched_engines_gradient_imports(tmp_path, model, batched,
+                                                                       dynamo):
+    """torch.func's gradient imports torch._dynamo at its first call: a batched run of a model
+    the engine differentiates has the zygote import it before forking (else every client
+    process pays ~0.75 s in its first block); mclr's closed form and unbatched runs do not
+    need it (their counts on disk: nothing starts it)."""
+    cache = tmp_path / "flops"
+    _in_process(BATCHED % (model, batched), cache)  # the counts, on disk now
+    assert _in_process(BATCHED % (model, batched), cache)["dynamo"] is dynamo
+
+
+def test_a_kept_value_is_made_once_per_host_and_file(tmp_path, monkeypatch):
+    """training/batched.per_client's conv_flops (a meta forward: its first run imports
+    torch._dynamo) is kept on disk beside the counts, under its rule's source file too."""
+    monkeypatch.setenv(flops.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(flops, "_DISKS", {})
+    model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten())
+    rule = tmp_path / "rule.py"
+    rule.write_text("one")
+    made: list[int] = []
+    assert flops.kept(model, "x", lambda: made.append(1) or 7, str(rule)) == 7
+    monkeypatch.setattr(flops, "_DISKS", {})  # another process: read from the disk
+    assert flops.kept(model, "x", lambda: made.append(1) or 8, str(rule)) == 7 and made == [1]
+    rule.write_text("two")  # the rule changed: made again
+    assert flops.kept(model, "x", lambda: made.append(1) or 9, str(rule)) == 9 and made == [1, 1]

@@ -107,10 +107,12 @@ class Zygote:
                 self._new_dead.append((self.procs.get(pid, ()), why))
         return out
 
-    def spawn(self, specs: list[dict[str, Any]], template: dict[str, Any] | None = None) -> None:
+    def spawn(self, specs: list[dict[str, Any]], template: dict[str, Any] | None = None,
+              batched: bool = False) -> None:
         """Fork one process per spec (cids, connect, device, threads, ...); with `template`
         (the run's model: name, num_classes, input_shape, dataset, seed) the zygote builds that
-        model once and the clients copy it."""
+        model once and the clients copy it (`batched`: the run trains its clients in blocks,
+        whose engine the zygote warms for that model)."""
         if not specs:
             return
         own = ("cids", "device", "curve")  # what differs between processes
@@ -120,7 +122,8 @@ class Zygote:
             groups = {"groups": [[int(c) for c in s["cids"]] for s in specs]}
         cmd = {"cmd": "spawn_many", "common": common, **groups,
                "devices": [s["device"] for s in specs],
-               "curves": [s.get("curve") for s in specs], "template": template}
+               "curves": [s.get("curve") for s in specs], "template": template,
+               "batched": batched}
         assert self.proc.stdin is not None
         self.proc.stdin.write((json.dumps(cmd) + "\n").encode())  # a few KB even for 500 clients
         self.proc.stdin.flush()

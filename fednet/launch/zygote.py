@@ -105,12 +105,14 @@ def load_plugins(modules: list[str]) -> None:
     plugin_check.arm_report_token()  # a missing plugin is reported by one client, not by each
 
 
-def _keep_model(template: dict[str, Any] | None, batch_size: int) -> None:
+def _keep_model(template: dict[str, Any] | None, batch_size: int, batched: bool = False) -> None:
     """Build the run's seeded model once, so that every client copies it instead of running the
     initialisation (e.g. {"name": "resnet18", "num_classes": 10, "input_shape": [3, 32, 32],
     "dataset": "cifar10", "seed": 0}), and know its batches' FLOP counts (prepare_counts: the
-    warm-up's model is the dataset's default, which --model may replace); a template that
-    cannot be built is only reported."""
+    warm-up's model is the dataset's default, which --model may replace); with `batched`
+    (--batch-clients) import what the batched engine's first gradient imports (torch._dynamo,
+    where it differentiates with torch.func): once here rather than in every client. A template
+    that cannot be built is only reported."""
     if not template:
         return
     try:
@@ -120,8 +122,13 @@ def _keep_model(template: dict[str, Any] | None, batch_size: int) -> None:
         shape = tuple(int(x) for x in template["input_shape"])
         dataset, seed = template.get("dataset"), int(template["seed"])
         keep_template(name, classes, shape, dataset=dataset, seed=seed)
-        prepare_counts(build_model(name, classes, shape, dataset=dataset, seed=seed), shape,
-                       batch_size)
+        model = build_model(name, classes, shape, dataset=dataset, seed=seed)
+        prepare_counts(model, shape, batch_size)
+        if batched:
+            from fednet.training.batched import differentiates
+
+            if differentiates(model):
+                import torch._dynamo  # noqa: F401
     except Exception as e:  # noqa: BLE001 - clients then build the model themselves
         print(f"zygote: could not keep the model template: {type(e).__name__}: {e}",
               file=sys.stderr)
@@ -216,7 +223,7 @@ def serve(children: dict[int, Sequence[int]], batch_size: int = 8) -> None:
             if cmd.get("cmd") == "stop":
                 return
             if cmd.get("cmd") == "spawn_many":
-                _keep_model(cmd.get("template"), batch_size)
+                _keep_model(cmd.get("template"), batch_size, bool(cmd.get("batched")))
                 if not collapsed and len(cmd.get("groups") or cmd["ranges"]) >= hugepages.WORTH_IT:
                     collapsed = True  # once: later forks are cheap too
                     t0 = time.monotonic()

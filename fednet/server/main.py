@@ -91,6 +91,10 @@ def per_process_choice(cfg: RunConfig) -> packing.Choice:
                           batched=batching(cfg))
 
 
+def _batching(cfg: RunConfig) -> bool:  # the run trains its clients in blocks
+    from fednet.core.batching import batching; return batching(cfg)  # noqa: E702
+
+
 def _handoffs(cfg: RunConfig) -> bool:  # the algorithm hands models over: clients hold files
     from fednet.core import footprint; return footprint.hands_off(cfg)  # noqa: E702
 
@@ -195,7 +199,7 @@ def _spawn(run: Run, cfg: RunConfig, zyg: Zygote, early: packing.Choice | None, 
     zyg.spawn(client_specs(cfg.clients, endpoint, cfg.gpus, cfg.train.threads, secure=cfg.net.secure,
                            register_timeout=cfg.net.register_timeout,
                            per_process=choice.per_process, liveness=cfg.liveness, **specs),
-              template=session.model_template())
+              template=session.model_template(), batched=_batching(cfg))
     zyg.wait_warm()
 
 

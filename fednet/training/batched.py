@@ -93,7 +93,7 @@ from torch.func import functional_call, grad, vmap
 
 from fednet.data.views import Examples, Rows, gathered
 from fednet.training import interrupt
-from fednet.training.flops import architecture, template
+from fednet.training.flops import architecture, kept, template
 from fednet.training.local import TrainStats
 from fednet.training.objective import Classification, Objective
 
@@ -828,8 +828,10 @@ def per_client(model: nn.Module, example: tuple[int, ...], device: torch.device)
     key = (architecture(model), tuple(example))
     known = _CONV_FLOPS.setdefault(model, {})
     flops = known.get(key)
-    if flops is None:
-        flops = known[key] = conv_flops(model, example)
+    if flops is None:  # (kept on disk with the model's FLOP counts: no meta forward, which
+        # would import torch._dynamo, in a process whose counts were all read from there)
+        flops = known[key] = kept(model, f"conv_flops{tuple(example)}",
+                                  lambda: conv_flops(model, example), __file__)
     if flops < CONV_FLOPS_PER_CLIENT:
         return ""
     return (f"{type(model).__name__}'s convolutions on {'x'.join(map(str, example))} inputs "
@@ -936,6 +938,13 @@ class _FastPool(nn.Module):
             return torch.nn.functional.max_pool2d(x, self.k)
         cl = x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)  # channels-last strides
         return torch.nn.functional.max_pool2d(cl, self.k).contiguous()
+
+
+def differentiates(model: nn.Module) -> bool:
+    """Whether train_batched differentiates `model` with torch.func (whose first gradient
+    imports torch._dynamo, ~0.75 s: fednet launch's zygote imports it before forking), i.e.
+    every model but the one nn.Linear trained in closed form (_linear_model)."""
+    return not _linear_model(model)
 
 
 def differentiates(model: nn.Module) -> bool:

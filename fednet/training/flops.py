@@ -239,6 +239,25 @@ def known(model: nn.Module, example: tuple[int, ...], sizes: Sequence[int],
     return True
 
 
+def kept(model: nn.Module, name: str, make: Callable[[], int], code: str) -> int:
+    """An integer that depends only on `model`'s architecture and code, torch's version and the
+    source file `code` (the caller's, where make's rule lives), e.g. training/batched.conv_flops
+    (a forward on the meta device, whose first run imports torch._dynamo as the counter's
+    does): read from the disk cache beside the model's counts, else make() and kept there."""
+    disk = _disk(model, structure(model).arch)
+    try:
+        with open(code, "rb") as f:
+            entry = f"kept|{name}|{hashlib.sha256(f.read()).hexdigest()[:16]}"
+    except OSError:
+        return int(make())
+    got = disk.counts.get(entry) if disk.path else None
+    if isinstance(got, list) and len(got) == 1:
+        return int(got[0])
+    value = int(make())
+    disk.write(entry, [value])
+    return value
+
+
 CACHE_ENV = "FEDNET_FLOPS_CACHE"
 """The disk cache's folder (default ~/.cache/fednet/flops; "off": none). One JSON file per
 architecture and everything else a count depends on (_disk_name): the counts of torch's counter
@@ -262,12 +281,17 @@ class _DiskCounts:
 
     def get(self, key: tuple) -> Work | None:
         got = self.counts.get(_entry(key)) if self.path else None
-        return Work(*got) if got is not None else None
+        return Work(*got) if got is not None and len(got) == 3 else None
 
     def put(self, key: tuple, work: Work) -> None:
-        if self.path is None or key[2] not in _DISK_MODES:
+        if key[2] in _DISK_MODES:
+            self.write(_entry(key), list(work))
+
+    def write(self, entry: str, value: list[int]) -> None:
+        """Keep `value` under `entry`, in this process and on disk."""
+        if self.path is None:
             return
-        self.counts[_entry(key)] = list(work)
+        self.counts[entry] = value
         try:
             folder = os.path.dirname(self.path)
             os.makedirs(folder, exist_ok=True)
@@ -298,7 +322,7 @@ def _read_counts(path: str) -> dict[str, list[int]]:
     if not isinstance(got, dict):
         return {}
     return {k: v for k, v in got.items() if isinstance(k, str) and isinstance(v, list)
-            and len(v) == 3 and all(type(x) is int for x in v)}
+            and len(v) in (1, 3) and all(type(x) is int for x in v)}
 
 
 _DISKS: dict[tuple, _DiskCounts] = {}  # architecture -> its counts in the disk cache
