@@ -156,3 +156,27 @@ def test_a_staged_hook_on_a_plain_strategy_is_refused_not_ignored():
     assert (NOT_STAGED.setup_tasks([]), NOT_STAGED.rounds_per_step(), NOT_STAGED.follow_up(None),
             NOT_STAGED.interim_points(), NOT_STAGED.step_end(), NOT_STAGED.virtual_order) == \
         ([], 1, [], [], None, False)
+
+
+@pytest.mark.parametrize("bad", [None, np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_absorb_drops_exactly_the_non_finite_results(bad, dtype):
+    """FedAvg's absorb folds a result whose floating arrays are all finite (float32 values near
+    the largest included: their float64 sum cannot overflow) and drops one with NaN or inf, as
+    common.finite decides; the round's mean is the finite results' only."""
+    from fednet.algorithms.common import finite
+
+    algo = build(small_config())
+    big = np.finfo(dtype).max / 4
+    algo.setup({"w": np.zeros(3, dtype), "n": np.array(7, np.int64)}, trainable={"w"})
+    w = np.array([big, big, 1.0], dtype) if dtype == np.float32 else np.array([1.0, 2.0, 3.0],
+                                                                                dtype)
+    if bad is not None:
+        w[1] = bad
+    ok = Result(1, 0, 0, {"w": np.array([1.0, 2.0, 3.0], dtype), "n": np.array(9)}, {}, 1)
+    other = Result(2, 0, 1, {"w": w, "n": np.array(5)}, {}, 1)
+    want = finite(other.arrays)
+    for r in (ok, other):
+        algo.absorb(r)
+    assert algo._finite == {1: True, 2: want}
+    assert want == (bad is None)
