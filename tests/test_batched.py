@@ -477,3 +477,18 @@ def test_stacks_are_as_wide_as_their_clients(monkeypatch):
         assert res.stats[i].steps == stats.steps
         for n, p in zip(res.params, trace[-1]):
             assert _close(res.params[n][i], p) <= RTOL, (i, n)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_a_repeated_start_is_stacked_as_a_copy(n):
+    """A block whose clients all start from one tensor stacks it by one expanded copy: equal to
+    torch.stack, contiguous, its own memory (the steps update it in place), for one client too."""
+    from fednet.training.batched import _stacked
+
+    t = torch.randn(4, 3)
+    got = _stacked([t] * n)
+    assert torch.equal(got, torch.stack([t] * n)) and got.is_contiguous()
+    got += 1
+    assert torch.equal(t + 1, got[0])  # t itself unchanged
+    mixed = [t, t.clone()]
+    assert torch.equal(_stacked(mixed), torch.stack(mixed))

@@ -334,7 +334,13 @@ def _sources(jobs: Sequence[ClientJob]) -> tuple[torch.Tensor, torch.Tensor, boo
                 place[g] = (torch.arange(at, at + len(base)) if idx is None
                             else idx.to("cpu") + at)
             at += len(base)
-        else:  # a few rows of a large base: those only
+        elif all(views[g][1] is not None for g in users):  # a few rows of a large base:
+            idx = torch.cat([i for g in users if (i := views[g][1]) is not None])  # those only,
+            parts.append(base.index_select(0, idx.to(base.device)))  # in one gather
+            for g in users:
+                place[g] = torch.arange(at, at + len(jobs[g].y))
+                at += len(jobs[g].y)
+        else:
             for g in users:
                 idx = views[g][1]
                 rows = base if idx is None else base.index_select(0, idx.to(base.device))
@@ -585,6 +591,16 @@ def train_batched(model: nn.Module, jobs: Sequence[ClientJob], *, augment: Augme
     return _merged_results(parts, len(jobs))
 
 
+def _stacked(starts: list[torch.Tensor]) -> torch.Tensor:
+    """torch.stack(starts), a copy; one tensor repeated (a round's clients all start from the
+    model the server sent) is copied by one expand instead of a stack of as many."""
+    first = starts[0]
+    if all(t is first for t in starts):
+        return first.unsqueeze(0).expand((len(starts),) + tuple(first.shape)).clone(
+            memory_format=torch.contiguous_format)
+    return torch.stack(starts)
+
+
 def _collect(trace: list[dict[str, torch.Tensor]]) -> StepHook:
     """An on_step hook that keeps each step's parameters (a stack's, merged after: tests)."""
     return lambda _s, p: trace.append(dict(p))
@@ -678,8 +694,8 @@ def _train_stack(model: nn.Module, jobs: Sequence[ClientJob], width: int | None,
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     fixed = {n: p.detach() for n, p in model.named_parameters() if not p.requires_grad}
     own = dict(model.named_parameters())
-    params = {n: torch.stack([(j.start[n] if j.start is not None else own[n]).detach()
-                              for j in jobs]) for n in names}  # stack copies: the block's own
+    params = {n: _stacked([(j.start[n] if j.start is not None else own[n]).detach()
+                           for j in jobs]) for n in names}  # stack copies: the block's own
     plan = _plan(jobs, augment, least_clients(model), width)
     opt = _SGD(jobs, params)
     back = torch.argsort(torch.tensor(order)).to(plan.mask.device)  # sorted -> the jobs' order
@@ -938,13 +954,6 @@ class _FastPool(nn.Module):
             return torch.nn.functional.max_pool2d(x, self.k)
         cl = x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)  # channels-last strides
         return torch.nn.functional.max_pool2d(cl, self.k).contiguous()
-
-
-def differentiates(model: nn.Module) -> bool:
-    """Whether train_batched differentiates `model` with torch.func (whose first gradient
-    imports torch._dynamo, ~0.75 s: fednet launch's zygote imports it before forking), i.e.
-    every model but the one nn.Linear trained in closed form (_linear_model)."""
-    return not _linear_model(model)
 
 
 def differentiates(model: nn.Module) -> bool:
