@@ -126,6 +126,7 @@ def test_a_changed_model_file_is_counted_again(tmp_path):
 ZYGOTE = """
     import json, sys
     from fednet.launch import zygote
+    zygote.PREPARE_S = 60.0  # (a loaded test machine: every size, whatever it takes)
     zygote.warm_up("digits", "", batch_size=8)
     zygote._keep_model({"name": "auto", "num_classes": 10, "input_shape": [1, 8, 8],
                         "dataset": "digits", "seed": 0}, 8)
@@ -204,3 +205,24 @@ def test_a_kept_value_is_made_once_per_host_and_file(tmp_path, monkeypatch):
     assert flops.kept(model, "x", lambda: made.append(1) or 8, str(rule)) == 7 and made == [1]
     rule.write_text("two")  # the rule changed: made again
     assert flops.kept(model, "x", lambda: made.append(1) or 9, str(rule)) == 9 and made == [1, 1]
+
+
+def test_the_zygote_leaves_sizes_past_its_budget_to_the_clients(tmp_path):
+    """Past PREPARE_S only the full batch is counted (a large model's sizes take ~0.4 s each):
+    the other sizes are left to the clients that meet them, with the counter's imports made
+    in the zygote so that their counts are quick."""
+    code = """
+        import json, sys
+        from fednet.launch import zygote
+        from fednet.models import build_model
+        from fednet.training import flops
+        zygote.PREPARE_S = 0.0
+        m = build_model("digits_cnn", 10, (1, 8, 8), seed=0)
+        zygote.prepare_counts(m, (1, 8, 8), 8)
+        arch = flops.structure(m).arch
+        have = [n for n in range(1, 9) if (arch, (n, 1, 8, 8), "torch.float32", "train")
+                in flops._COUNTS]
+        print(json.dumps({"have": have, "dynamo": "torch._dynamo" in sys.modules}))
+    """
+    got = _in_process(code, tmp_path / "flops")
+    assert got["have"] == [8] and got["dynamo"]

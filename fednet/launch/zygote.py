@@ -79,19 +79,36 @@ def warm_up(dataset: str, data_root: str, unknown_run: bool = False, batch_size:
 
 def prepare_counts(model: Any, example: tuple[int, ...], batch_size: int,
                    always: bool = False) -> None:
-    """Know, before forking, the simulated clock's FLOP counts (training/flops) of a training
-    batch of every size a client's loop makes with --batch-size (1 to batch_size examples), so
-    that no client counts: read from the disk cache (flops.CACHE_ENV) where an earlier process
-    of this host counted them, else counted here (always: counted whatever the cache holds).
-    Counting starts torch's FlopCounterMode, whose first use imports torch._dynamo and sympy
-    (~0.75 s, as much as torch itself): paid once here, inherited by every client, rather than
-    in every client's first task; a run whose counts are all on disk never imports them."""
+    """Know, before forking, the simulated clock's FLOP counts (training/flops) of the training
+    batches a client's loop makes with --batch-size, so that no client counts: each size read
+    from the disk cache (flops.CACHE_ENV) where an earlier process of this host counted it,
+    else counted here: the full batch always, the other sizes (1 to batch_size - 1: an epoch's
+    last batch) while they take at most PREPARE_S in all (a small model's take milliseconds,
+    a ResNet-18's ~0.4 s each on the meta device). Counting starts torch's FlopCounterMode,
+    whose first use imports torch._dynamo and sympy (~0.75 s, as much as torch itself); where a
+    size is left unknown, or with `always` (the run's model is not known yet), those imports
+    are made here, once, inherited by every client, so that a client's own count is quick; a
+    run whose counts are all on disk imports neither."""
     from fednet.training import flops
 
-    sizes = range(1, max(1, int(batch_size)) + 1)
-    if always or not flops.known(model, example, sizes):
-        for size in sizes:
-            flops.batch_work(model, (size, *example))
+    full = max(1, int(batch_size))
+    spent, unknown = 0.0, False
+    for size in [full, *range(1, full)]:
+        if flops.known(model, example, [size]):
+            continue
+        if size != full and spent >= PREPARE_S:
+            unknown = True
+            break
+        t0 = time.monotonic()
+        flops.batch_work(model, (size, *example))
+        spent += 0 if size == full else time.monotonic() - t0
+    if always or unknown:
+        import torch._dynamo  # noqa: F401  (what the counter's first use imports)
+
+
+PREPARE_S = 0.5
+"""prepare_counts' time for the sizes other than the full batch (the rest are counted by the
+clients that meet them: torch's counter already started, ~milliseconds each for small models)."""
 
 
 def load_plugins(modules: list[str]) -> None:
