@@ -21,7 +21,10 @@ whose fingerprint was recorded at another path than FINGERPRINTS' (or whose figu
 its path), unless its file says why it is "stale" (the row then says STALE). --fingerprints
 re-runs every recipe, writes FINGERPRINTS and names the rows it moved (tests/test_fingerprints.py
 re-runs them against the files, in the slow lane). Accuracy-bearing rows without a fingerprint
-are named below the tables.
+are named below the tables. On a machine of another kind of CPU the same code gives other last
+bits of floats, so other paths: --fingerprint-alternates COMMIT records, for this machine's
+environment, the path each recorded path gives here (benchmarks/fingerprint_alternates.json;
+benchlib/fingerprint.ALTERNATES), which --fingerprints and the test then read as the recorded one.
 """
 from __future__ import annotations
 
@@ -247,18 +250,24 @@ def path_problems(rows: dict[tuple[str, str], dict[str, Any]], paths: dict[str, 
     return bad
 
 
+def recipes_of(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each recipe of the (not stale) files, by its command: its recorded fingerprint."""
+    return {fp["command"]: fp for res in results if not res["stale"]
+            for fp in res["fingerprints"].values()}
+
+
 def refingerprint(results: list[dict[str, Any]], out: Path = FINGERPRINTS) -> list[str]:
     """Re-run every recipe of the (not stale) files, write `out`; the rows whose path moved."""
-    from benchlib.fingerprint import fields_of, take
+    from benchlib.fingerprint import expected_here, fields_of, take, translation
 
-    recipes = {fp["command"]: fp for res in results if not res["stale"]
-               for fp in res["fingerprints"].values()}
+    table = translation()  # on another kind of CPU: its paths read as the rows' machine's
     paths, moved = {}, []
-    for command, fp in sorted(recipes.items()):
+    for command, fp in sorted(recipes_of(results).items()):
         now = take(fp["recipe"], fields_of(fp))
-        paths[command] = {"path": now["path"], "status": now["status"]}
-        print(f"{now['path']} {'(moved)' if now['path'] != fp['path'] else ''} {command}")
-        if now["path"] != fp["path"]:
+        held = now["path"] == expected_here(command, fp["path"], table)
+        paths[command] = {"path": fp["path"] if held else now["path"], "status": now["status"]}
+        print(f"{now['path']} {'' if held else '(moved)'} {command}")
+        if not held:
             moved += [f"{res['path'].name}: {r['metric']}" for res in results
                       for r in res["rows"] if any(
                           res["fingerprints"].get(n, {}).get("command") == command
@@ -317,11 +326,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fingerprints", action="store_true",
                     help="re-run every row's fingerprint recipe and write HEAD's training paths "
                     f"to {shown(FINGERPRINTS)} (slow: about a minute)")
+    ap.add_argument("--fingerprint-alternates", metavar="COMMIT",
+                    help="re-run every recipe on this machine and record, for its environment "
+                    "(library versions, CPU kernels), the path each recorded path gives here "
+                    "(benchmarks/fingerprint_alternates.json): run it at COMMIT, a commit where "
+                    "the recorded paths hold on the machine they were measured on (CI passed)")
     ap.add_argument("--ledger", type=Path, default=FINGERPRINTS,
                     help="each recipe's training path at HEAD (default benchmarks/"
                     "fingerprints.json)")
     a = ap.parse_args(argv)
     results = [read_result(p) for p in sorted(a.results.glob("*.json"))]
+    if a.fingerprint_alternates:
+        from benchlib.fingerprint import record_alternates
+
+        record_alternates(recipes_of(results), a.fingerprint_alternates)
+        return 0
     if a.fingerprints:
         moved = refingerprint(results, a.ledger)
         print("rows measured at another training path than HEAD's (re-measure them): "

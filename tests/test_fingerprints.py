@@ -77,16 +77,38 @@ def test_each_recorded_command_is_its_recipe():
 
 
 @pytest.mark.slow
+def _other_machine(command: str, recorded: str) -> str:
+    from benchlib.fingerprint import ALTERNATES, translation
+
+    if command in translation():
+        return ""
+    return (f"\nNo translation of this recipe for this machine's environment in benchmarks/"
+            f"{ALTERNATES}: if only the last bits of losses differ, the rows were measured on "
+            "another kind of CPU; record this one with `python3 benchmarks/dashboard.py "
+            "--fingerprint-alternates` at a commit where the recorded paths hold (CI passed).")
+
+
+def test_a_translation_applies_only_to_the_path_it_was_recorded_for():
+    from benchlib.fingerprint import expected_here
+
+    table = {"fednet local --x": {"recorded": "aaaa", "here": "bbbb"}}
+    assert expected_here("fednet local --x", "aaaa", table) == "bbbb"
+    assert expected_here("fednet local --x", "cccc", table) == "cccc"  # re-measured since
+    assert expected_here("fednet local --y", "aaaa", table) == "aaaa"
+
+
 @pytest.mark.parametrize("command", sorted(RECIPES))
 def test_a_fingerprint_reproduces_at_head(command, monkeypatch):
-    from benchlib.fingerprint import fields_of, take
+    from benchlib.fingerprint import expected_here, fields_of, take, translation
 
     monkeypatch.chdir(ROOT)  # a recipe's --plugin benchmarks/... is relative to the repository
     entry = RECIPES[command]
     now = take(entry["fp"]["recipe"], fields_of(entry["fp"]))
-    if now["path"] != entry["fp"]["path"]:
+    want = expected_here(command, entry["fp"]["path"], translation())
+    if now["path"] != want:
         diff = next(((i, a, b) for i, (a, b) in enumerate(zip(entry["fp"]["rounds"],
                                                               now["rounds"])) if a != b), None)
         pytest.fail("the code moved these dashboard rows (re-measure them in this change):\n  "
                     + "\n  ".join(entry["rows"]) + f"\nrecipe: {command}\nrecorded path "
-                    f"{entry['fp']['path']}, now {now['path']}; first differing round: {diff}")
+                    f"{entry['fp']['path']} (here: {want}), now {now['path']}; first differing "
+                    f"round: {diff}" + _other_machine(command, entry["fp"]["path"]))

@@ -99,3 +99,67 @@ def takes(recipes: dict[str, dict[str, Any]], fields: tuple[str, ...] | list[str
         out[name] = take(recipe, fields)
         print(f"fingerprint {name}: {out[name]['path']} ({out[name]['command']})", flush=True)
     return out
+
+
+ALTERNATES = "fingerprint_alternates.json"
+"""benchmarks/ALTERNATES: for each environment other than the one the rows were measured on,
+the path each recorded path gives there ({"alternates": [{"environment", "commit", "paths":
+{command: {"recorded": path, "here": path}}}]}). A CPU's kernels (oneDNN's and MKL's choice by
+its features, torch's capability level) change the last bits of floats by themselves, and a
+fingerprint hashes floats at full precision: a row measured on one machine gives another path on
+a machine of another kind with the same code (bytes and client-epochs never differ; losses by
+~1e-7, and a run whose floats feed a discrete choice, such as distributed DP's rounding, can
+differ more). The translation is recorded with `dashboard.py --fingerprint-alternates` on that
+machine, at a commit where the recorded paths hold on theirs (CI passed there); it is keyed by
+the recorded path, so a row re-measured since has no translation and must be recorded again."""
+
+
+def environment() -> dict[str, Any]:
+    """What a fingerprint's floats depend on beyond the code (golden.environment: library
+    versions, torch's CPU capability, the CPU's kernel flags)."""
+    from golden import environment as env
+
+    return env()
+
+
+def alternates_file() -> Any:
+    from pathlib import Path
+
+    return Path(__file__).resolve().parents[1] / ALTERNATES
+
+
+def translation(env: dict[str, Any] | None = None) -> dict[str, dict[str, str]]:
+    """This environment's {command: {"recorded", "here"}} ({} when none is recorded)."""
+    path = alternates_file()
+    if not path.exists():
+        return {}
+    env = environment() if env is None else env
+    for alt in json.loads(path.read_text()).get("alternates", []):
+        if alt["environment"] == env:
+            return alt["paths"]
+    return {}
+
+
+def expected_here(command: str, recorded: str, table: dict[str, dict[str, str]]) -> str:
+    """The path a recipe recorded at `recorded` gives in this environment: its translation
+    when one is recorded for exactly that recorded path, else the recorded path itself."""
+    t = table.get(command)
+    return t["here"] if t and t["recorded"] == recorded else recorded
+
+
+def record_alternates(recipes: dict[str, dict[str, Any]], commit: str) -> dict[str, Any]:
+    """Run each recipe (command -> recorded fingerprint) here and write this environment's
+    translation into ALTERNATES (other environments' entries kept). Returns the entry."""
+    env = environment()
+    paths = {}
+    for command, fp in sorted(recipes.items()):
+        now = take(fp["recipe"], fields_of(fp))
+        paths[command] = {"recorded": fp["path"], "here": now["path"]}
+        print(f"{fp['path']} -> {now['path']} {command}", flush=True)
+    path = alternates_file()
+    doc = json.loads(path.read_text()) if path.exists() else {"alternates": []}
+    doc["alternates"] = [a for a in doc["alternates"] if a["environment"] != env]
+    entry = {"environment": env, "commit": commit, "paths": paths}
+    doc["alternates"].append(entry)
+    path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    return entry
