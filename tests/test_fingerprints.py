@@ -76,7 +76,6 @@ def test_each_recorded_command_is_its_recipe():
         assert typed == given, command
 
 
-@pytest.mark.slow
 def _other_machine(command: str, recorded: str) -> str:
     from benchlib.fingerprint import ALTERNATES, translation
 
@@ -97,6 +96,7 @@ def test_a_translation_applies_only_to_the_path_it_was_recorded_for():
     assert expected_here("fednet local --y", "aaaa", table) == "aaaa"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", sorted(RECIPES))
 def test_a_fingerprint_reproduces_at_head(command, monkeypatch):
     from benchlib.fingerprint import expected_here, fields_of, take, translation
