@@ -66,6 +66,9 @@ class Result:
     tensor_nbytes: int = 0  # of which its arrays as they travelled (the rest is its header)
     server_ops: dict[str, float] = field(default_factory=dict)  # the server's work taking it
     # in (--compress's decoding: opcount counts), charged at the server's rates
+    vetted: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)  # the
+    # array objects the server itself found finite (core/replies.accept_reply: layout.vet), in
+    # order; an aggregate checks again only arrays that are not these (layout.proven_finite)
 
 
 @dataclass

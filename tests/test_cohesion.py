@@ -39,6 +39,10 @@ FOREIGN_PRIVATE: dict[str, str] = {
                                         "there (the peer's test accuracy, as pfl has no getter)",
     "training/batched.py:_BatchNorm": "torch's base class of the batch-norm layers, to refuse "
                                       "them (no public name covers all three)",
+    "training/flops.py:_parameters": "torch.nn.Module's own tables, read as its named_* methods "
+                                     "read them (structure_key, a model's key every task)",
+    "training/flops.py:_buffers": "(the same)",
+    "training/flops.py:_modules": "(the same)",
 }
 
 

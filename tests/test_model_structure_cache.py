@@ -154,3 +154,36 @@ def test_a_model_without_poolings_is_freed_after_its_fast_pool_lookup():
     del model
     gc.collect()
     assert gone() is None
+
+
+class _Overrides(nn.Linear):
+    def named_parameters(self, *args, **kwargs):  # (a class may yield its own)
+        return super().named_parameters(*args, **kwargs)
+
+
+def _odd_net() -> nn.Module:
+    """Shared submodules and a shared parameter, a None buffer and parameter, nesting."""
+    shared = nn.Linear(2, 2)
+    net = nn.Sequential(shared, nn.Sequential(shared, nn.ReLU(), nn.Sequential(nn.Linear(2, 2))),
+                        nn.BatchNorm1d(2))
+    net.register_buffer("gone", None)
+    net.register_parameter("none", None)
+    net.twice = shared.weight  # the same Parameter under a second name of another module
+    net[2].register_parameter("again", net[2].weight)  # ... and twice in one module
+    return net
+
+
+@pytest.mark.parametrize("make", [_net, _odd_net])
+def test_the_key_read_from_the_tables_is_the_methods_key(make):
+    m = make()
+    fast, slow = flops._plain_key(m), flops._methods_key(m)
+    assert fast is not None and fast[0] == slow[0]
+    assert len(fast[1]) == len(slow[1]) and all(a is b for a, b in zip(fast[1], slow[1]))
+    assert len(fast[2]) == len(slow[2]) and all(a is b for a, b in zip(fast[2], slow[2]))
+    assert flops.structure_key(m)[0] == slow[0]
+
+
+def test_a_module_class_overriding_the_methods_is_read_through_them():
+    m = nn.Sequential(nn.ReLU(), _Overrides(2, 2))
+    assert flops._plain_key(m) is None
+    assert flops.structure_key(m)[0] == flops._methods_key(m)[0]

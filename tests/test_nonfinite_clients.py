@@ -100,3 +100,21 @@ def test_standalone_clipped_as_factorized_fl_clients_trains_that_backbone(tmp_pa
     s = _run(tmp_path, "clip", clients=4, rounds=3, seed=8,
              algo={"name": "standalone", "params": {"clip": 5.0}}, train=SOME_DIVERGE)
     assert s["status"] == "completed" and not s["failures"]
+
+
+def test_arrays_vetted_on_arrival_are_not_read_again_and_changed_ones_are():
+    from fednet.algorithms import build
+    from fednet.algorithms.layout import proven_finite
+    from tests.conftest import small_config
+
+    ok = accept_reply(_reply(0.5, {"w": np.ones(3, np.float32)}), 0, 100, [Profile()], None)
+    assert isinstance(ok, Result) and proven_finite(ok.vetted, ok.arrays)
+    assert not proven_finite(None, ok.arrays)
+    algo = build(small_config())
+    algo.setup({"w": np.zeros(3, np.float32)}, trainable={"w"})
+    bad = Result(6, 0, 1, {"w": np.array([1.0, np.nan, 0.0], np.float32)}, {}, 10,
+                 vetted=ok.vetted)  # vetted other arrays: these are read
+    assert not proven_finite(bad.vetted, bad.arrays)
+    for r in (ok, bad):
+        algo.absorb(r)
+    assert algo._finite == {ok.task_id: True, bad.task_id: False}

@@ -19,7 +19,7 @@ from fednet.algorithms import robust_spec
 from fednet.algorithms.aggregate import StreamingMean
 from fednet.algorithms.common import round_metrics
 from fednet.algorithms.contract import ClientContext, ClientUpdate, ServerState, Strategy
-from fednet.algorithms.layout import non_finite
+from fednet.algorithms.layout import non_finite, proven_finite
 from fednet.algorithms.robust import RobustMean
 from fednet.algorithms.catalog import ProxParams
 from fednet.algorithms.updates import Dyn, Plain, Prox
@@ -106,7 +106,8 @@ class FedAvg(Strategy):
         """Fold a result in and release its arrays; non-finite ones, and ones that do not fit
         the model (names, shapes, dtypes: logged), are only counted as dropped."""
         if isinstance(done, Result) and done.task_id not in self._finite:
-            ok = non_finite(done.arrays) is None  # (common.finite's answer, in one pass)
+            ok = (proven_finite(done.vetted, done.arrays)  # (found finite on arrival)
+                  or non_finite(done.arrays) is None)  # (common.finite's answer, in one pass)
             if ok:
                 try:
                     self.fold(done)

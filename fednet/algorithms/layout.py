@@ -74,6 +74,15 @@ def non_finite(arrays: Mapping[str, np.ndarray]) -> str | None:
     return None if bad is None else f"array {bad[:60]!r} {NON_FINITE}"
 
 
+def proven_finite(vetted: tuple | None, arrays: Mapping[str, np.ndarray]) -> bool:
+    """Whether `arrays` are, object for object, the arrays the server itself vetted (`vetted`:
+    Result.vetted, set by core/replies.accept_reply once vet found no NaN or inf): then
+    non_finite(arrays) is None without reading them again."""
+    if vetted is None or len(vetted) != len(arrays):
+        return False
+    return all(a is b for a, b in zip(vetted, arrays.values()))
+
+
 def vet(expected: Layout | None, arrays: Mapping[str, np.ndarray], num_examples: int,
         examples: int | None = None) -> str | None:
     """Why a result cannot be used, or None: its layout (`expected`; None: the strategy declares

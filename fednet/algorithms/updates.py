@@ -188,11 +188,12 @@ def block_refusal(ctxs: Sequence[ClientContext], rules: Sequence[Any]) -> str:
     shapes = [(n, tuple(p.shape), p.requires_grad) for n, p in first.model.named_parameters()]
     if not all(trains for _, _, trains in shapes):
         return "frozen parameters (the block would share client 0's)"
-    for c in ctxs[1:]:
+    for c in ctxs[1:]:  # (a client sharing first's model object has its parameters: read once)
         if (type(c.model) is not type(first.model) or c.augment is not first.augment
                 or c.objective is not first.objective or c.device != first.device
-                or [(n, tuple(p.shape), p.requires_grad)
-                    for n, p in c.model.named_parameters()] != shapes):
+                or (c.model is not first.model and [(n, tuple(p.shape), p.requires_grad)
+                                                    for n, p in c.model.named_parameters()]
+                    != shapes)):
             return (f"client {c.cid}'s model, augmentation, objective or device differs from "
                     f"client {first.cid}'s")
     return batchable(first.model, first.objective)
@@ -250,15 +251,17 @@ class Ahead:
 _AHEAD: dict[tuple[int, int], Ahead] = {}  # (client id, task id) -> its training, done ahead
 
 
-def _start(ctx: ClientContext, task: Task, made: dict[tuple[int, str], tuple[Any, torch.Tensor]]
-           ) -> dict[str, torch.Tensor]:
+def _start(ctx: ClientContext, task: Task, made: dict[tuple[int, str], tuple[Any, torch.Tensor]],
+           names: list[str] | None = None) -> dict[str, torch.Tensor]:
     """The trainable parameters a task starts from (its received arrays), on the client's
     device, without touching ctx.model (several clients may share one working model). `made`:
     the tensors already made in this block from the same array objects (a round's tasks carry
     the server's one model), shared instead of copied again; each entry keeps its array, so that
     its id is never reused while the block is built (train_batched stacks the starts and never
-    writes them, so sharing changes no bit)."""
-    names = [n for n, p in ctx.model.named_parameters() if p.requires_grad]
+    writes them, so sharing changes no bit). `names`: ctx.model's trainable parameters' names
+    when the caller has them (trainable_names)."""
+    if names is None:
+        names = trainable_names(ctx.model)
     out = {}
     for n in names:
         a = task.arrays[n]
@@ -268,6 +271,11 @@ def _start(ctx: ClientContext, task: Task, made: dict[tuple[int, str], tuple[Any
             got = made[key] = (a, torch.tensor(np.asarray(a), device=ctx.device))
         out[n] = got[1]
     return out
+
+
+def trainable_names(model: torch.nn.Module) -> list[str]:
+    """The names of a model's trainable parameters, in named_parameters' order."""
+    return [n for n, p in model.named_parameters() if p.requires_grad]
 
 
 def _job(ctx: ClientContext, task: Task, mu: float, start: dict[str, torch.Tensor]) -> Any:
@@ -296,7 +304,9 @@ def train_ahead(ctxs: Sequence[ClientContext], tasks: Sequence[Task],
         return why
     mus = [float(getattr(r, "mu", 0.0)) for r in rules]
     made: dict[tuple[int, str], tuple[Any, torch.Tensor]] = {}
-    starts = [_start(c, t, made) for c, t in zip(ctxs, tasks)]
+    names: dict[int, list[str]] = {}  # id(model) -> its names, read once (ctxs hold the models)
+    starts = [_start(c, t, made, names.get(id(c.model)) or names.setdefault(
+        id(c.model), trainable_names(c.model))) for c, t in zip(ctxs, tasks)]
     jobs = [_job(c, t, mu, s) for c, t, mu, s in zip(ctxs, tasks, mus, starts)]
     least = least_clients(ctxs[0].model)
     while len(jobs) < least:  # copies of the first task, trained and dropped

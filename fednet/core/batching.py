@@ -21,6 +21,8 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
+import torch
+
 from fednet import algorithms
 from fednet.algorithms import updates
 from fednet.config import RunConfig
@@ -65,24 +67,37 @@ def blocks(tasks: Iterable[Task], most: int, device_of: Callable[[int], str]
             for i in range(0, len(ts), max(1, most))]
 
 
-def client_bytes(ex: Executor) -> int:
+def client_bytes(ex: Executor, params: int | None = None) -> int:
     """About what one client adds to a block: its trainable parameters eight times (stacked,
     start, gradient, momentum, anchor, end, update temporaries), its examples twice (gathered,
-    batched) and a batch's activations (sixteen examples' worth per example of a batch)."""
+    batched) and a batch's activations (sixteen examples' worth per example of a batch).
+    `params`: its model's trainable bytes (param_bytes) when the caller has them."""
     c = ex.ctx
-    params = sum(p.numel() * p.element_size() for p in c.model.parameters() if p.requires_grad)
+    if params is None:
+        params = param_bytes(c.model)
     example = c.x[:1].numel() * c.x.dtype.itemsize if len(c.y) else 0
     return 8 * params + example * (2 * len(c.y) + 16 * ex.cfg.train.batch_size)
+
+
+def param_bytes(model: torch.nn.Module) -> int:
+    """The bytes of a model's trainable parameters."""
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
 
 
 def train_block(pairs: Sequence[tuple[Executor, Task]]) -> None:
     """Train the block's tasks ahead (updates.train_ahead), in pieces within BLOCK_BYTES; a block
     that cannot be batched (a model with BatchNorm, DP-SGD, another optimizer: the reason is
-    logged once per process) is left to train task by task."""
+    logged once per process) is left to train task by task. A model object several clients
+    share (the working model) has its parameters' bytes read once: nothing runs in between."""
     piece: list[tuple[Executor, Task]] = []
     used = 0
+    sizes: dict[int, int] = {}  # id(model) -> param_bytes (the models are held by `pairs`)
     for ex, task in pairs:
-        n = client_bytes(ex)
+        model = ex.ctx.model
+        params = sizes.get(id(model))
+        if params is None:
+            params = sizes[id(model)] = param_bytes(model)
+        n = client_bytes(ex, params)
         if piece and used + n > BLOCK_BYTES:
             _train(piece)
             piece, used = [], 0

@@ -84,6 +84,7 @@ def accept_reply(msg: Message, cid: int, nbytes: int, profiles: Sequence[Profile
         cause = noise(res.arrays) if noise is not None and non_finite(why) else ""
         return Failure(res.task_id, res.round, cid,
                        f"result refused: {why}" + (f"; {cause}" if cause else ""), arrival)
+    res.vetted = tuple(res.arrays.values())  # vet found them finite (layout.proven_finite)
     res.sent, res.nbytes = msg.sim_time, nbytes  # for the shared server link (network/step.py)
     res.tensor_nbytes = wire_tensor_bytes
     return res
