@@ -118,3 +118,25 @@ def test_arrays_vetted_on_arrival_are_not_read_again_and_changed_ones_are():
     for r in (ok, bad):
         algo.absorb(r)
     assert algo._finite == {ok.task_id: True, bad.task_id: False}
+
+
+def test_non_finite_read_in_groups_names_the_first_bad_array():
+    from fednet.algorithms import layout
+
+    rng = np.random.default_rng(0)
+    kinds = [np.float32, np.float16, np.float64, np.int64, np.float32]
+    sizes = [3, 0, 1, layout.GROUP, layout.GROUP - 2, 5, 2 * layout.GROUP, 7, 1]
+    arrays = {f"a{i}": rng.standard_normal(n).astype(kinds[i % len(kinds)])
+              for i, n in enumerate(sizes)}
+    arrays["s"] = np.array(np.float32(2.0))  # a 0-d array
+    assert layout.non_finite(arrays) is None
+    for name, a in arrays.items():
+        if a.dtype.kind != "f" or not a.size:
+            continue
+        for bad in (np.nan, np.inf, -np.inf):
+            b = a.copy()
+            b.reshape(-1)[-1] = bad
+            got = layout.non_finite({**arrays, name: b, "z": np.full(2, np.nan, np.float32)})
+            assert got == f"array {name!r} {layout.NON_FINITE}", (name, bad)
+    big = np.full(layout.GROUP, np.finfo(np.float32).max, np.float32)  # finite, sums to no inf
+    assert layout.non_finite({"x": big[:4], "y": big[:4]}) is None
