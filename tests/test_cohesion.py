@@ -43,6 +43,13 @@ FOREIGN_PRIVATE: dict[str, str] = {
                                      "read them (structure_key, a model's key every task)",
     "training/flops.py:_buffers": "(the same)",
     "training/flops.py:_modules": "(the same)",
+    "models/arrays.py:_parameters": "torch.nn.Module's own tables, read as its state_dict reads "
+                                    "them (state_tensors, a model's state several times a task)",
+    "models/arrays.py:_buffers": "(the same)",
+    "models/arrays.py:_modules": "(the same)",
+    "models/arrays.py:_non_persistent_buffers_set": "(the same)",
+    "models/arrays.py:_state_dict_pre_hooks": "(the same: a hooked module is read by state_dict)",
+    "models/arrays.py:_state_dict_hooks": "(the same)",
 }
 
 

@@ -156,3 +156,45 @@ def test_a_local_runs_objects_are_frozen_for_its_rounds(tmp_path, monkeypatch):
         "completed"
     assert len(seen) == 2 and min(seen) > before + 10_000  # every round: torch's objects at least
     assert gc.get_freeze_count() == before
+
+
+class _Extra(torch.nn.Linear):
+    def get_extra_state(self):
+        return {"x": 1}
+
+    def set_extra_state(self, state):
+        pass
+
+
+def _state_net() -> torch.nn.Module:
+    """Shared submodules, a None parameter and buffer, a non-persistent buffer, nesting."""
+    shared = torch.nn.Linear(2, 2)
+    net = torch.nn.Sequential(shared, torch.nn.Sequential(shared, torch.nn.BatchNorm1d(2)))
+    net.register_buffer("gone", None)
+    net.register_parameter("none", None)
+    net.register_buffer("scratch", torch.ones(3), persistent=False)
+    net.register_buffer("kept", torch.arange(3))
+    return net
+
+
+@pytest.mark.parametrize("make", [_state_net, lambda: build_model(
+    "auto", 10, (1, 8, 8), dataset="digits", seed=0)])
+def test_state_tensors_read_from_the_tables_are_state_dicts(make):
+    from fednet.models.arrays import state_tensors
+
+    m = make()
+    got, want = state_tensors(m), m.state_dict()
+    assert list(got) == list(want)
+    assert all(got[k].data_ptr() == want[k].data_ptr() and not got[k].requires_grad
+               and got[k].shape == want[k].shape for k in want)
+
+
+def test_state_tensors_of_a_hooked_or_overriding_model_are_state_dicts():
+    from fednet.models.arrays import state_tensors
+
+    m = torch.nn.Sequential(torch.nn.Linear(2, 2), _Extra(2, 2))
+    assert "1._extra_state" in state_tensors(m)
+    h = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    h[0].register_state_dict_post_hook(lambda mod, sd, prefix, meta: [sd.pop(prefix + "bias"),
+                                                                       None][1])
+    assert list(state_tensors(h)) == ["0.weight"]

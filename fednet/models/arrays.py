@@ -10,10 +10,50 @@ import torch
 from torch import nn
 
 
+_STATE_METHODS = ("state_dict", "_save_to_state_dict", "get_extra_state")
+_PLAIN_STATE: dict[type, bool] = {}  # module class -> whether it overrides none of them
+
+
+def _plain_state_class(cls: type) -> bool:
+    got = _PLAIN_STATE.get(cls)
+    if got is None:
+        got = _PLAIN_STATE[cls] = all(getattr(cls, k) is getattr(nn.Module, k)
+                                      for k in _STATE_METHODS)
+    return got
+
+
+def state_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """model.state_dict()'s entries (detached), in its order: read from the modules' own tables
+    as Module.state_dict reads them (each module's parameters, then its persistent buffers,
+    then its children's, no None), about twice as fast (a batched round reads a model's state
+    several times a task); a model with a module whose class overrides state_dict,
+    _save_to_state_dict or get_extra_state, or with a state_dict hook, is read through
+    state_dict() itself."""
+    out: dict[str, torch.Tensor] = {}
+    return out if _walk_state(model, "", out) else model.state_dict()
+
+
+def _walk_state(m: nn.Module, prefix: str, out: dict[str, torch.Tensor]) -> bool:
+    if (not _plain_state_class(type(m)) or m._state_dict_pre_hooks or m._state_dict_hooks):
+        return False
+    for name, p in m._parameters.items():
+        if p is not None:
+            out[prefix + name] = p.detach()
+    if m._buffers:
+        skip = m._non_persistent_buffers_set
+        for name, b in m._buffers.items():
+            if b is not None and name not in skip:
+                out[prefix + name] = b.detach()
+    for name, c in m._modules.items():
+        if c is not None and not _walk_state(c, prefix + name + ".", out):
+            return False
+    return True
+
+
 def state_arrays(model: nn.Module) -> dict[str, np.ndarray]:
     """Ordered name -> numpy array of every state_dict entry; CPU tensors are shared (no copy), others copied."""
     out: dict[str, np.ndarray] = {}
-    for name, t in model.state_dict().items():
+    for name, t in state_tensors(model).items():
         t = t.detach()
         out[name] = (t if t.is_cpu else t.cpu()).numpy()
     return out
@@ -48,7 +88,7 @@ def _shape(a: Any) -> tuple[int, ...]:
 def load_arrays(model: nn.Module, arrays: Mapping[str, np.ndarray], strict: bool = True) -> None:
     """Copy arrays into the model's own tensors in place (read-only inputs fine); strict: names and
     shapes must match."""
-    state = model.state_dict()
+    state = state_tensors(model)
     _check_names(state, arrays, strict)
     with torch.no_grad():
         for name, t in state.items():
