@@ -198,3 +198,17 @@ def test_state_tensors_of_a_hooked_or_overriding_model_are_state_dicts():
     h[0].register_state_dict_post_hook(lambda mod, sd, prefix, meta: [sd.pop(prefix + "bias"),
                                                                        None][1])
     assert list(state_tensors(h)) == ["0.weight"]
+
+
+def test_a_blocks_clients_split_once_are_the_views_indexed_one_by_one():
+    from fednet.training.batched import BatchedResult
+
+    params = {"w": torch.randn(4, 3, 2), "b": torch.randn(4, 2)}
+    res = BatchedResult(params, [])
+    got = res.clients(3)
+    assert len(got) == 3
+    for g, d in enumerate(got):
+        want = res.client(g)
+        assert list(d) == list(want)
+        assert all(d[k].data_ptr() == want[k].data_ptr() and d[k].shape == want[k].shape
+                   and d[k].stride() == want[k].stride() for k in want)

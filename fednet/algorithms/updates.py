@@ -313,10 +313,11 @@ def train_ahead(ctxs: Sequence[ClientContext], tasks: Sequence[Task],
         jobs.append(replace(jobs[0], generator=ctxs[0].batch_generator(tasks[0].round)))
     res = train_batched(ctxs[0].model, jobs, augment=ctxs[0].augment,
                         objective=ctxs[0].objective)
+    ends = res.clients(len(ctxs))
     for g, (ctx, task) in enumerate(zip(ctxs, tasks)):
         s = res.stats[g]
         _AHEAD[(ctx.cid, task.task_id)] = Ahead(
-            starts[g], res.client(g), {"loss": s.loss, "samples": s.samples, "steps": s.steps},
+            starts[g], ends[g], {"loss": s.loss, "samples": s.samples, "steps": s.steps},
             mus[g], res.batch_sizes[g], res.example, res.dtype)
     return ""
 
@@ -335,9 +336,8 @@ def take_ahead(ctx: ClientContext, task: Task, mu: float) -> dict[str, Any] | No
     if len(params) != len(start) or not all(
             (s := start.get(n)) is not None and torch.equal(p, s) for n, p in params):
         return None
-    with torch.no_grad():
-        for n, p in params:
-            p.copy_(got.end[n])
+    with torch.no_grad():  # (one call for every parameter: the same copies)
+        torch._foreach_copy_([p for _, p in params], [got.end[n] for n, _ in params])
     if not (view.plain_train and ctx.model.training and all(m.training for m in view.modules)):
         ctx.model.train()  # (a no-op when every module trains already and none overrides it)
     # training/local.train's charge(model, batch), batch by batch: the same integers

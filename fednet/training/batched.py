@@ -178,6 +178,12 @@ class BatchedResult:
         """Client g's final trainable parameters by name."""
         return {k: v[g] for k, v in self.params.items()}
 
+    def clients(self, n: int) -> list[dict[str, torch.Tensor]]:
+        """client(g) for the first n clients, each parameter's stack split once (unbind: the
+        same views as indexing it client by client)."""
+        split = {k: v.unbind(0) for k, v in self.params.items()}
+        return [{k: views[g] for k, views in split.items()} for g in range(n)]
+
     def load(self, model: nn.Module, g: int) -> None:
         """Copy client g's final parameters into `model` (one of the same architecture)."""
         named = dict(model.named_parameters())
