@@ -13,6 +13,7 @@ equals the value computed afresh, and a change that must invalidate it does.
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -212,3 +213,39 @@ def test_a_blocks_clients_split_once_are_the_views_indexed_one_by_one():
         assert list(d) == list(want)
         assert all(d[k].data_ptr() == want[k].data_ptr() and d[k].shape == want[k].shape
                    and d[k].stride() == want[k].stride() for k in want)
+
+
+def test_load_ahead_gives_load_arrays_then_take_ahead():
+    """The same model, meter and answer as loading the received arrays and taking the training
+    done ahead, whether the received arrays are where the block started (not loaded first), are
+    not (a value moved: loaded, trained alone), or carry another mu."""
+    from fednet.algorithms.updates import load_ahead
+    from fednet.training import flops
+
+    def run(take, moved: bool, mu: float):
+        model, ctxs, tasks = _block(3)
+        assert train_ahead(ctxs, tasks, [Plain() for _ in ctxs]) == ""
+        arrays = {k: np.array(a, copy=True) for k, a in tasks[1].arrays.items()}  # received
+        if moved:
+            next(iter(arrays.values())).reshape(-1)[0] += 1.0
+        with torch.no_grad():
+            for p in model.parameters():
+                p.fill_(7.0)  # where another client's task left the working model
+        try:
+            with flops.metered() as meter:
+                got = take(ctxs[1], replace(tasks[1], arrays=arrays), mu)
+        finally:
+            left = updates.has_ahead(1, tasks[1].task_id)
+            updates.forget_ahead()
+        return got, state_arrays(model), meter.flops, left
+
+    def old(ctx, task, mu):
+        load_arrays(ctx.model, task.arrays)
+        return take_ahead(ctx, task, mu)
+
+    for moved, mu in ((False, 0.0), (True, 0.0), (False, 0.1)):
+        a, b = run(load_ahead, moved, mu), run(old, moved, mu)
+        assert a[0] == b[0] and a[2] == b[2] and a[3] == b[3], (moved, mu)
+        assert a[1].keys() == b[1].keys()
+        assert all(np.array_equal(a[1][k], b[1][k]) for k in a[1]), (moved, mu)
+        assert (a[0] is None) == (moved or mu != 0.0)

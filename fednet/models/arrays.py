@@ -85,11 +85,19 @@ def _shape(a: Any) -> tuple[int, ...]:
     return a.shape if isinstance(a, np.ndarray) else np.shape(a)
 
 
+def checked_state(model: nn.Module, arrays: Mapping[str, np.ndarray], strict: bool = True
+                  ) -> dict[str, torch.Tensor]:
+    """state_tensors(model), once `arrays` were checked against it as load_arrays checks them
+    (the same ValueError)."""
+    state = state_tensors(model)
+    _check_names(state, arrays, strict)
+    return state
+
+
 def load_arrays(model: nn.Module, arrays: Mapping[str, np.ndarray], strict: bool = True) -> None:
     """Copy arrays into the model's own tensors in place (read-only inputs fine); strict: names and
     shapes must match."""
-    state = state_tensors(model)
-    _check_names(state, arrays, strict)
+    state = checked_state(model, arrays, strict)
     with torch.no_grad():
         for name, t in state.items():
             if name not in arrays:
