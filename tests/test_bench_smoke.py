@@ -19,6 +19,8 @@ from tests.harness import BENCHMARKS, bench
 TOOLS = {"dashboard.py": "writes BENCHMARKS.md from the --json files",
          "flower_secagg.py": "Flower's SecAgg+ beside fednet's, wall-clock and bytes (needs a flwr venv)",
          "golden.py": "the golden pins of tests/test_golden.py",
+         "bench_floor.py": "issue 56's million-client round beside its floor, piece by piece "
+                           "(the evidence for the 0.05x target's block; no dashboard row)",
          "flower_reference.py": "Flower's robust aggregates for tests/golden/flower_robust.json",
          "plain_loop.py": "the plain PyTorch loop bench_many.py and bench_population.py time",
          "pfl_peer.py": "bench_population.py's optional peer: the same job through pfl-research",
