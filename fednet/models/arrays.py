@@ -11,14 +11,16 @@ from torch import nn
 
 
 _STATE_METHODS = ("state_dict", "_save_to_state_dict", "get_extra_state")
-_PLAIN_STATE: dict[type, bool] = {}  # module class -> whether it overrides none of them
+_KEEPS: dict[tuple[type, tuple[str, ...]], bool] = {}
 
 
-def _plain_state_class(cls: type) -> bool:
-    got = _PLAIN_STATE.get(cls)
+def keeps_module_methods(cls: type, names: tuple[str, ...]) -> bool:
+    """Whether module class `cls` overrides none of nn.Module's methods `names` (kept per class
+    and names): where it does not, a reader of Module's own tables gives what they would."""
+    got = _KEEPS.get((cls, names))
     if got is None:
-        got = _PLAIN_STATE[cls] = all(getattr(cls, k) is getattr(nn.Module, k)
-                                      for k in _STATE_METHODS)
+        got = _KEEPS[(cls, names)] = all(getattr(cls, k) is getattr(nn.Module, k)
+                                         for k in names)
     return got
 
 
@@ -34,7 +36,7 @@ def state_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def _walk_state(m: nn.Module, prefix: str, out: dict[str, torch.Tensor]) -> bool:
-    if (not _plain_state_class(type(m)) or m._state_dict_pre_hooks or m._state_dict_hooks):
+    if (not keeps_module_methods(type(m), _STATE_METHODS) or m._state_dict_pre_hooks or m._state_dict_hooks):
         return False
     for name, p in m._parameters.items():
         if p is not None:

@@ -45,6 +45,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from fednet import opcount as ops
+from fednet.models.arrays import keeps_module_methods
 
 MODES = ("train", "eval", "dpsgd", "hvp")
 """What a loop does with a batch: train (forward and backward), eval (forward without a graph),
@@ -172,15 +173,6 @@ def structure_key(model: nn.Module) -> tuple[tuple, list[nn.Module], list[torch.
 
 _MODULE_METHODS = ("named_modules", "named_parameters", "named_buffers", "_named_members",
                    "__hash__", "__eq__")
-_PLAIN_TYPES: dict[type, bool] = {}  # module class -> whether it overrides none of them
-
-
-def _plain_class(cls: type) -> bool:
-    got = _PLAIN_TYPES.get(cls)
-    if got is None:
-        got = _PLAIN_TYPES[cls] = all(getattr(cls, k) is getattr(nn.Module, k)
-                                      for k in _MODULE_METHODS)
-    return got
 
 
 def _plain_key(model: nn.Module) -> tuple[tuple, list[nn.Module], list[torch.Tensor]] | None:
@@ -194,7 +186,7 @@ def _plain_key(model: nn.Module) -> tuple[tuple, list[nn.Module], list[torch.Ten
     stack: list[tuple[str, nn.Module]] = [("", model)]
     while stack:
         name, m = stack.pop()
-        if not _plain_class(type(m)):
+        if not keeps_module_methods(type(m), _MODULE_METHODS):
             return None
         if id(m) in seen:
             continue
